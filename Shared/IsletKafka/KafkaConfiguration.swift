@@ -1,0 +1,197 @@
+/// Configuration of a ``KafkaProducer``.
+///
+/// librdkafka properties keep their own dotted names in ``settings`` so that librdkafka's
+/// CONFIGURATION.md applies without translation. The wrapper's guarantees are not negotiable:
+/// `enable.idempotence=true` and `acks=all` are always set, and overriding them is a
+/// configuration error.
+public struct KafkaProducerConfiguration: Sendable {
+    /// `bootstrap.servers`: comma-separated `host:port` list.
+    public var bootstrapServers: String
+    /// `client.id`, shown in broker logs and metrics. Default `islet`.
+    public var clientID: String
+    /// How long ``KafkaProducer/run()`` waits at shutdown for records still in flight before it
+    /// purges them (their senders then get an error: nothing acknowledged is lost). Default 10 s.
+    public var flushTimeout: Duration
+    /// Any other librdkafka property, by its dotted name. Overrides ``defaultSettings``.
+    public var settings: [String: String]
+
+    /// What Islet sets unless ``settings`` says otherwise.
+    ///
+    /// - `linger.ms=5`: batching is librdkafka's; 5 ms keeps a hop's latency low.
+    /// - `message.timeout.ms=30000`: a record not persisted within 30 s fails its `send`, so an
+    ///   HTTP caller gets a 503 in bounded time instead of librdkafka's default 5 minutes.
+    public static let defaultSettings: [String: String] = [
+        "linger.ms": "5",
+        "message.timeout.ms": "30000",
+    ]
+
+    static let enforcedSettings: [String: String] = [
+        "enable.idempotence": "true",
+        "acks": "all",
+    ]
+
+    public init(
+        bootstrapServers: String,
+        clientID: String = "islet",
+        flushTimeout: Duration = .seconds(10),
+        settings: [String: String] = [:]
+    ) {
+        self.bootstrapServers = bootstrapServers
+        self.clientID = clientID
+        self.flushTimeout = flushTimeout
+        self.settings = settings
+    }
+
+    /// The full property set handed to librdkafka.
+    func librdkafkaProperties() throws(KafkaError) -> [String: String] {
+        try mergeProperties(
+            defaults: Self.defaultSettings, user: settings, enforced: Self.enforcedSettings,
+            base: ["bootstrap.servers": bootstrapServers, "client.id": clientID])
+    }
+}
+
+/// Configuration of a ``KafkaConsumer`` (always a consumer-group member).
+///
+/// At-least-once is built in: librdkafka stores an offset only when the caller marks a message
+/// processed (`enable.auto.offset.store=false`, enforced) and commits stored offsets itself
+/// (`enable.auto.commit=true`, enforced), synchronously when partitions are revoked.
+public struct KafkaConsumerConfiguration: Sendable {
+    /// Where a group without a committed offset starts reading.
+    public enum OffsetReset: String, Sendable {
+        case earliest, latest
+    }
+
+    /// `bootstrap.servers`: comma-separated `host:port` list.
+    public var bootstrapServers: String
+    /// `group.id`: members of one group share the topics' partitions.
+    public var groupID: String
+    /// The topics to subscribe to.
+    public var topics: [String]
+    /// `client.id`. Default `islet`.
+    public var clientID: String
+    /// `auto.offset.reset`. Default ``OffsetReset/earliest``: a new group reads everything.
+    public var offsetReset: OffsetReset
+    /// At most this many records are taken from librdkafka in one call. Default 1,000.
+    public var batchSize: Int
+    /// At most this many records wait between librdkafka and the caller's loop; the poll thread
+    /// waits when it is full. Default 4,096.
+    public var bufferCapacity: Int
+    /// Any other librdkafka property, by its dotted name. Overrides ``defaultSettings``.
+    public var settings: [String: String]
+
+    /// What Islet sets unless ``settings`` says otherwise.
+    ///
+    /// - `fetch.wait.max.ms=10`: a broker may hold a fetch until this wait expires even when
+    ///   records arrive (the local broker does), so a large value adds latency to every hop.
+    /// - `auto.commit.interval.ms=1000`: at most a second of processed work is redone after a crash.
+    /// - `session.timeout.ms=10000`, `heartbeat.interval.ms=1000`: a crashed member's partitions
+    ///   move to the others after about 10 s, not librdkafka's default 45 s.
+    /// - `enable.partition.eof=false`: the end of a partition is not an event.
+    public static let defaultSettings: [String: String] = [
+        "fetch.wait.max.ms": "10",
+        "auto.commit.interval.ms": "1000",
+        "session.timeout.ms": "10000",
+        "heartbeat.interval.ms": "1000",
+        "enable.partition.eof": "false",
+    ]
+
+    static let enforcedSettings: [String: String] = [
+        "enable.auto.offset.store": "false",
+        "enable.auto.commit": "true",
+    ]
+
+    public init(
+        bootstrapServers: String,
+        groupID: String,
+        topics: [String],
+        clientID: String = "islet",
+        offsetReset: OffsetReset = .earliest,
+        batchSize: Int = 1_000,
+        bufferCapacity: Int = 4_096,
+        settings: [String: String] = [:]
+    ) {
+        self.bootstrapServers = bootstrapServers
+        self.groupID = groupID
+        self.topics = topics
+        self.clientID = clientID
+        self.offsetReset = offsetReset
+        self.batchSize = batchSize
+        self.bufferCapacity = bufferCapacity
+        self.settings = settings
+    }
+
+    func librdkafkaProperties() throws(KafkaError) -> [String: String] {
+        guard !topics.isEmpty else {
+            throw KafkaError(code: .configuration, message: "a consumer needs at least one topic")
+        }
+        guard batchSize > 0, bufferCapacity >= batchSize else {
+            throw KafkaError(
+                code: .configuration,
+                message: "batchSize must be positive and bufferCapacity at least batchSize (got \(batchSize), \(bufferCapacity))")
+        }
+        return try mergeProperties(
+            defaults: Self.defaultSettings, user: settings, enforced: Self.enforcedSettings,
+            base: [
+                "bootstrap.servers": bootstrapServers, "client.id": clientID, "group.id": groupID,
+                "auto.offset.reset": offsetReset.rawValue,
+            ])
+    }
+}
+
+/// Configuration of a ``KafkaAdmin`` client.
+public struct KafkaAdminConfiguration: Sendable {
+    public var bootstrapServers: String
+    public var clientID: String
+    /// How long one administration request may take. Default 30 s.
+    public var requestTimeout: Duration
+    public var settings: [String: String]
+
+    public init(
+        bootstrapServers: String, clientID: String = "islet-admin", requestTimeout: Duration = .seconds(30),
+        settings: [String: String] = [:]
+    ) {
+        self.bootstrapServers = bootstrapServers
+        self.clientID = clientID
+        self.requestTimeout = requestTimeout
+        self.settings = settings
+    }
+
+    func librdkafkaProperties() throws(KafkaError) -> [String: String] {
+        try mergeProperties(
+            defaults: [:], user: settings, enforced: [:],
+            base: ["bootstrap.servers": bootstrapServers, "client.id": clientID])
+    }
+}
+
+/// Base values, then defaults, then the user's settings; enforced values may be restated but not changed.
+func mergeProperties(
+    defaults: [String: String], user: [String: String], enforced: [String: String], base: [String: String]
+) throws(KafkaError) -> [String: String] {
+    var merged = base
+    merged.merge(defaults) { _, new in new }
+    merged.merge(user) { _, new in new }
+    for (key, required) in enforced {
+        if let given = user[key], !sameSetting(key: key, given, required) {
+            throw KafkaError(
+                code: .configuration,
+                message: "\(key)=\(given) is not allowed: Islet's delivery guarantees need \(key)=\(required)")
+        }
+        merged[key] = required
+    }
+    return merged
+}
+
+private func sameSetting(key: String, _ a: String, _ b: String) -> Bool {
+    let a = a.lowercased(), b = b.lowercased()
+    if key == "acks" { return (a == "all" || a == "-1") && (b == "all" || b == "-1") }
+    return a == b
+}
+
+extension Duration {
+    /// Whole milliseconds, rounded down, clamped to `Int32` for librdkafka's `int` timeouts.
+    var librdkafkaMilliseconds: Int32 {
+        let (seconds, attoseconds) = components
+        let ms = seconds * 1_000 + attoseconds / 1_000_000_000_000_000
+        return Int32(clamping: max(0, ms))
+    }
+}

@@ -1,0 +1,310 @@
+// Every C pointer of the Kafka wrapper lives in this folder (Shared/IsletKafka/RDKafka/).
+// Code outside it sees Swift types only.
+import CRdKafka
+import Foundation
+import Logging
+import Synchronization
+
+/// What librdkafka reports through its callbacks, routed to Swift closures.
+///
+/// Delivery reports, rebalances and errors are served by `rd_kafka_poll`/`rd_kafka_consume_batch_queue`,
+/// that is on the client's own poll thread; log lines arrive on librdkafka's internal threads.
+struct RDKafkaCallbacks: Sendable {
+    var logger: Logger
+    /// A delivery report for the record produced with this opaque id.
+    var onDelivery: (@Sendable (_ id: UInt64, _ result: Result<KafkaDeliveryReport, KafkaError>) -> Void)?
+    /// librdkafka raised an error (`isFatal` tells whether the client is now unusable).
+    var onError: (@Sendable (KafkaError) -> Void)?
+    /// Consumer-group rebalances (consumers only).
+    var rebalance: RDKafkaRebalanceHooks?
+}
+
+/// What a consumer does around a rebalance. librdkafka's rebalance callback performs the C side
+/// (assign, store, commit, unassign) and calls these in order.
+struct RDKafkaRebalanceHooks: Sendable {
+    /// Partitions were assigned (and are now fetched).
+    var didAssign: @Sendable (_ partitions: [KafkaTopicPartition]) -> Void
+    /// Partitions are about to be revoked: returns the offsets to store for them (the next offset
+    /// to read) before the synchronous commit. `lost` means another member may own them already.
+    var willRevoke: @Sendable (_ partitions: [KafkaTopicPartition], _ lost: Bool) -> [KafkaTopicPartition: Int64]
+    /// Partitions were revoked (after the commit).
+    var didRevoke: @Sendable (_ partitions: [KafkaTopicPartition]) -> Void
+}
+
+/// Owns one `rd_kafka_t`.
+///
+/// `@unchecked Sendable`: librdkafka documents `rd_kafka_t` as thread-safe; the only mutable Swift
+/// state (the topic handle cache) is behind a `Mutex`.
+final class RDKafkaClient: @unchecked Sendable {
+    enum Kind { case producer, consumer }
+
+    let kind: Kind
+    let handle: OpaquePointer
+    /// The consumer queue (`rd_kafka_queue_get_consumer`), consumers only.
+    let consumerQueue: OpaquePointer?
+    private let context: Unmanaged<CallbackContext>
+    private let topicHandles = Mutex<[String: RDKafkaTopicHandle]>([:])
+    /// Set once the handle was destroyed by ``abandon()`` (tests): nothing may touch it again.
+    private let abandoned = Atomic<Bool>(false)
+
+    /// Keeps the callbacks alive for as long as librdkafka may call them.
+    final class CallbackContext: Sendable {
+        let callbacks: RDKafkaCallbacks
+        init(_ callbacks: RDKafkaCallbacks) { self.callbacks = callbacks }
+    }
+
+    init(kind: Kind, properties: [String: String], callbacks: RDKafkaCallbacks) throws(KafkaError) {
+        self.kind = kind
+        let conf = rd_kafka_conf_new()!
+        var errstr = [CChar](repeating: 0, count: 512)
+        for (key, value) in properties.sorted(by: { $0.key < $1.key }) {
+            let result = rd_kafka_conf_set(conf, key, value, &errstr, errstr.count)
+            if result != RD_KAFKA_CONF_OK {
+                rd_kafka_conf_destroy(conf)
+                throw KafkaError(code: .configuration, message: "\(key): \(cBufferString(errstr))")
+            }
+        }
+        let context = Unmanaged.passRetained(CallbackContext(callbacks))
+        rd_kafka_conf_set_opaque(conf, context.toOpaque())
+        rd_kafka_conf_set_log_cb(conf, rdkafkaLogCallback)
+        rd_kafka_conf_set_error_cb(conf, rdkafkaErrorCallback)
+        if callbacks.onDelivery != nil {
+            rd_kafka_conf_set_dr_msg_cb(conf, rdkafkaDeliveryCallback)
+        }
+        if callbacks.rebalance != nil {
+            rd_kafka_conf_set_rebalance_cb(conf, rdkafkaRebalanceCallback)
+        }
+
+        // On success rd_kafka_new takes ownership of conf; on failure it is ours to destroy.
+        guard let handle = rd_kafka_new(kind == .producer ? RD_KAFKA_PRODUCER : RD_KAFKA_CONSUMER, conf, &errstr, errstr.count)
+        else {
+            rd_kafka_conf_destroy(conf)
+            context.release()
+            throw KafkaError(code: .configuration, message: cBufferString(errstr))
+        }
+        self.handle = handle
+        self.context = context
+        if kind == .consumer {
+            rd_kafka_poll_set_consumer(handle)
+            self.consumerQueue = rd_kafka_queue_get_consumer(handle)
+        } else {
+            self.consumerQueue = nil
+        }
+    }
+
+    deinit {
+        guard !abandoned.load(ordering: .acquiring) else { return }
+        let topics = topicHandles.withLock { handles in
+            defer { handles.removeAll() }
+            return Array(handles.values)
+        }
+        // rd_kafka_destroy joins librdkafka's threads; it runs on a thread of its own so that a
+        // deinit on Swift's cooperative pool never blocks. The poll loop already flushed or closed.
+        let doomed = RDKafkaDoomedHandle(handle: handle, queue: consumerQueue, topics: topics, context: context)
+        let thread = Thread { doomed.destroy() }
+        thread.name = "islet-kafka-destroy"
+        thread.start()
+    }
+
+    /// librdkafka's version, e.g. "2.8.0".
+    static var librdkafkaVersion: String { String(cString: rd_kafka_version_str()) }
+
+    // MARK: Polling
+
+    /// Serves delivery reports and errors; blocks up to `timeoutMilliseconds`. Poll thread only.
+    @discardableResult
+    func poll(timeoutMilliseconds: Int32) -> Int32 {
+        rd_kafka_poll(handle, timeoutMilliseconds)
+    }
+
+    /// Wakes a blocked ``poll(timeoutMilliseconds:)`` or consumer-queue wait.
+    func wakeUp() {
+        if let consumerQueue {
+            rd_kafka_queue_yield(consumerQueue)
+        } else {
+            rd_kafka_yield(handle)
+        }
+    }
+
+    /// Records waiting in librdkafka (queued or in flight).
+    var outstandingCount: Int32 { rd_kafka_outq_len(handle) }
+
+    /// The fatal error librdkafka raised, if any.
+    func fatalError() -> KafkaError? {
+        var buffer = [CChar](repeating: 0, count: 512)
+        let code = rd_kafka_fatal_error(handle, &buffer, buffer.count)
+        guard code != RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
+        return KafkaError(
+            code: .fatal, message: cBufferString(buffer), librdkafkaCode: code.rawValue,
+            librdkafkaName: String(cString: rd_kafka_err2name(code)), isFatal: true)
+    }
+
+    // MARK: Topic handles
+
+    /// A cached `rd_kafka_topic_t` for producing to `name`.
+    func topicHandle(_ name: String) -> OpaquePointer? {
+        if let cached = topicHandles.withLock({ $0[name] }) { return cached.pointer }
+        guard let created = rd_kafka_topic_new(handle, name, nil) else { return nil }
+        let winner = topicHandles.withLock { handles -> RDKafkaTopicHandle? in
+            if let existing = handles[name] { return existing }
+            handles[name] = RDKafkaTopicHandle(pointer: created)
+            return nil
+        }
+        if let winner {
+            rd_kafka_topic_destroy(created)
+            return winner.pointer
+        }
+        return created
+    }
+
+    // MARK: Test support
+
+    /// Destroys the handle without closing the consumer (no commit, no LeaveGroup): what a
+    /// process killed with SIGKILL leaves behind. Tests only; the client is unusable afterwards.
+    func abandon() {
+        guard !abandoned.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let topics = topicHandles.withLock { handles in
+            defer { handles.removeAll() }
+            return Array(handles.values)
+        }
+        for topic in topics { rd_kafka_topic_destroy(topic.pointer) }
+        if let consumerQueue { rd_kafka_queue_destroy(consumerQueue) }
+        rd_kafka_destroy_flags(handle, RDKafkaConstants.destroyWithoutConsumerClose)
+        context.release()
+    }
+}
+
+/// An `rd_kafka_topic_t` pointer (thread-safe per librdkafka).
+struct RDKafkaTopicHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
+/// What deinit hands to the destroying thread. `@unchecked Sendable`: used by that thread alone.
+private struct RDKafkaDoomedHandle: @unchecked Sendable {
+    let handle: OpaquePointer
+    let queue: OpaquePointer?
+    let topics: [RDKafkaTopicHandle]
+    let context: Unmanaged<RDKafkaClient.CallbackContext>
+
+    func destroy() {
+        for topic in topics { rd_kafka_topic_destroy(topic.pointer) }
+        if let queue { rd_kafka_queue_destroy(queue) }
+        rd_kafka_destroy(handle)
+        context.release()
+    }
+}
+
+/// The NUL-terminated text librdkafka wrote into an error buffer.
+func cBufferString(_ buffer: [CChar]) -> String {
+    buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+}
+
+enum RDKafkaConstants {
+    static let destroyWithoutConsumerClose: Int32 = 0x8  // RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE
+    static let messageFlagCopy: Int32 = 0x2  // RD_KAFKA_MSG_F_COPY
+    static let purgeQueue: Int32 = 0x1  // RD_KAFKA_PURGE_F_QUEUE
+    static let purgeInFlight: Int32 = 0x2  // RD_KAFKA_PURGE_F_INFLIGHT
+    static let partitionUnassigned: Int32 = -1  // RD_KAFKA_PARTITION_UA
+}
+
+// MARK: - Errors
+
+extension KafkaError {
+    /// A `KafkaError` for a librdkafka response code.
+    init(code: Code, _ err: rd_kafka_resp_err_t, context: String? = nil) {
+        let text = String(cString: rd_kafka_err2str(err))
+        self.init(
+            code: code, message: context.map { "\($0): \(text)" } ?? text, librdkafkaCode: err.rawValue,
+            librdkafkaName: String(cString: rd_kafka_err2name(err)), isRetriable: rdkafkaIsRetriable(err),
+            isFatal: err == RD_KAFKA_RESP_ERR__FATAL)
+    }
+
+    /// Takes ownership of an `rd_kafka_error_t` and destroys it.
+    init(code: Code, consuming error: OpaquePointer, context: String? = nil) {
+        let err = rd_kafka_error_code(error)
+        let text = String(cString: rd_kafka_error_string(error))
+        self.init(
+            code: code, message: context.map { "\($0): \(text)" } ?? text, librdkafkaCode: err.rawValue,
+            librdkafkaName: String(cString: rd_kafka_error_name(error)),
+            isRetriable: rd_kafka_error_is_retriable(error) != 0, isFatal: rd_kafka_error_is_fatal(error) != 0)
+        rd_kafka_error_destroy(error)
+    }
+}
+
+/// Transient conditions worth retrying (librdkafka retries them internally too).
+private func rdkafkaIsRetriable(_ err: rd_kafka_resp_err_t) -> Bool {
+    switch err {
+    case RD_KAFKA_RESP_ERR__QUEUE_FULL, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, RD_KAFKA_RESP_ERR__TIMED_OUT,
+        RD_KAFKA_RESP_ERR__TRANSPORT, RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN, RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+        RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+        RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION, RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+        RD_KAFKA_RESP_ERR_NOT_COORDINATOR, RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, RD_KAFKA_RESP_ERR__PURGE_QUEUE,
+        RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+        return true
+    default:
+        return false
+    }
+}
+
+// MARK: - C callbacks (no captures: the client's context arrives as librdkafka's opaque)
+
+private func callbacks(from opaque: UnsafeMutableRawPointer?) -> RDKafkaCallbacks? {
+    guard let opaque else { return nil }
+    return Unmanaged<RDKafkaClient.CallbackContext>.fromOpaque(opaque).takeUnretainedValue().callbacks
+}
+
+private let rdkafkaLogCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> Void = {
+    rk, level, facility, text in
+    guard let rk, let callbacks = callbacks(from: rd_kafka_opaque(rk)) else { return }
+    let facility = facility.map { String(cString: $0) } ?? "-"
+    let message = text.map { String(cString: $0) } ?? ""
+    // syslog levels: 0 emerg … 3 err, 4 warning, 5 notice, 6 info, 7 debug.
+    let logLevel: Logger.Level =
+        switch level {
+        case ...3: .error
+        case 4: .warning
+        case 5: .notice
+        case 6: .info
+        default: .debug
+        }
+    callbacks.logger.log(
+        level: logLevel, "\(message)", metadata: ["kafka.facility": "\(facility)", "kafka.client": "\(String(cString: rd_kafka_name(rk)))"])
+}
+
+private let rdkafkaErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
+    rk, code, reason, opaque in
+    guard let rk, let callbacks = callbacks(from: opaque) else { return }
+    let err = rd_kafka_resp_err_t(rawValue: code)
+    let reason = reason.map { String(cString: $0) } ?? ""
+    if err == RD_KAFKA_RESP_ERR__FATAL {
+        var buffer = [CChar](repeating: 0, count: 512)
+        let original = rd_kafka_fatal_error(rk, &buffer, buffer.count)
+        let error = KafkaError(
+            code: .fatal, message: cBufferString(buffer), librdkafkaCode: original.rawValue,
+            librdkafkaName: String(cString: rd_kafka_err2name(original)), isFatal: true)
+        callbacks.onError?(error)
+    } else {
+        callbacks.onError?(KafkaError(code: .client, err, context: reason))
+    }
+}
+
+private let rdkafkaDeliveryCallback: @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void = {
+    _, message, opaque in
+    guard let message, let callbacks = callbacks(from: opaque), let onDelivery = callbacks.onDelivery else { return }
+    let id = UInt64(UInt(bitPattern: message.pointee._private))
+    let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+    if message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR {
+        let offset = message.pointee.offset
+        onDelivery(
+            id, .success(KafkaDeliveryReport(topic: topic, partition: message.pointee.partition, offset: offset >= 0 ? offset : nil)))
+    } else {
+        onDelivery(id, .failure(KafkaError(code: .delivery, message.pointee.err, context: "record to \(topic) not persisted")))
+    }
+}
+
+private let rdkafkaRebalanceCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?) -> Void = {
+    rk, err, partitions, opaque in
+    guard let rk, let callbacks = callbacks(from: opaque), let hooks = callbacks.rebalance else { return }
+    RDKafkaRebalance.handle(rk: rk, err: err, partitions: partitions, hooks: hooks, logger: callbacks.logger)
+}

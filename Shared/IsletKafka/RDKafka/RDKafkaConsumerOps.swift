@@ -1,0 +1,215 @@
+import CRdKafka
+import Foundation
+import Logging
+
+/// librdkafka's rebalance callback, Swift side. Runs on the consumer's poll thread, inside
+/// `rd_kafka_consume_batch_queue` or `rd_kafka_consumer_close`.
+enum RDKafkaRebalance {
+    static func handle(
+        rk: OpaquePointer, err: rd_kafka_resp_err_t, partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?,
+        hooks: RDKafkaRebalanceHooks, logger: Logger
+    ) {
+        let list = partitions.map(topicPartitions(from:)) ?? []
+        let cooperative = String(cString: rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE"
+        switch err {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            if cooperative {
+                if let error = rd_kafka_incremental_assign(rk, partitions) {
+                    logger.error("incremental assign failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, consuming: error))"])
+                }
+            } else {
+                let result = rd_kafka_assign(rk, partitions)
+                if result != RD_KAFKA_RESP_ERR_NO_ERROR {
+                    logger.error("assign failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, result))"])
+                }
+            }
+            logger.debug("partitions assigned", metadata: ["kafka.partitions": "\(list)"])
+            hooks.didAssign(list)
+
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+            let lost = rd_kafka_assignment_lost(rk) != 0
+            let offsets = hooks.willRevoke(list, lost)
+            if lost {
+                logger.warning("partitions lost: their offsets are not committed", metadata: ["kafka.partitions": "\(list)"])
+            } else {
+                if !offsets.isEmpty, let error = storeOffsets(rk: rk, offsets) {
+                    logger.warning("storing offsets before revocation failed", metadata: ["kafka.error": "\(error)"])
+                }
+                // Synchronous: the next owner starts exactly after what was marked processed here.
+                let result = rd_kafka_commit(rk, nil, 0)
+                if result != RD_KAFKA_RESP_ERR_NO_ERROR && result != RD_KAFKA_RESP_ERR__NO_OFFSET {
+                    logger.warning("commit on revocation failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, result))"])
+                }
+            }
+            if cooperative {
+                if let error = rd_kafka_incremental_unassign(rk, partitions) {
+                    logger.error("incremental unassign failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, consuming: error))"])
+                }
+            } else {
+                rd_kafka_assign(rk, nil)
+            }
+            logger.debug("partitions revoked", metadata: ["kafka.partitions": "\(list)", "kafka.lost": "\(lost)"])
+            hooks.didRevoke(list)
+
+        default:
+            logger.error("rebalance error", metadata: ["kafka.error": "\(KafkaError(code: .consumer, err))"])
+            _ = hooks.willRevoke(list, true)
+            rd_kafka_assign(rk, nil)
+            hooks.didRevoke(list)
+        }
+    }
+
+    static func topicPartitions(from list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> [KafkaTopicPartition] {
+        let count = Int(list.pointee.cnt)
+        guard count > 0, let elems = list.pointee.elems else { return [] }
+        return (0..<count).map { i in
+            KafkaTopicPartition(topic: String(cString: elems[i].topic), partition: elems[i].partition)
+        }
+    }
+
+    /// Stores offsets (the next offset to read) in librdkafka; auto-commit sends them.
+    static func storeOffsets(rk: OpaquePointer, _ offsets: [KafkaTopicPartition: Int64]) -> KafkaError? {
+        let list = rd_kafka_topic_partition_list_new(Int32(offsets.count))!
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for (tp, offset) in offsets {
+            let element = rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)!
+            element.pointee.offset = offset
+        }
+        let result = rd_kafka_offsets_store(rk, list)
+        guard result != RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
+        var failed: [String] = []
+        for i in 0..<Int(list.pointee.cnt) {
+            let element = list.pointee.elems[i]
+            if element.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                failed.append("\(String(cString: element.topic))[\(element.partition)]: \(String(cString: rd_kafka_err2name(element.err)))")
+            }
+        }
+        return KafkaError(code: .consumer, result, context: "offset store failed for \(failed.joined(separator: ", "))")
+    }
+}
+
+/// A reusable array of message pointers for `rd_kafka_consume_batch_queue`, and the topic-name
+/// cache. Owned by one poll thread. `@unchecked Sendable`: it is handed to that thread once.
+final class RDKafkaBatchReader: @unchecked Sendable {
+    private let buffer: UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>
+    private let capacity: Int
+    private var topicNames: [OpaquePointer: String] = [:]
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        self.buffer = .allocate(capacity: capacity)
+        self.buffer.initialize(repeating: nil, count: capacity)
+    }
+
+    deinit {
+        buffer.deallocate()
+    }
+
+    /// Takes up to the capacity's worth of records from the consumer queue, waiting up to
+    /// `timeoutMilliseconds` for the first. Serves rebalance and error callbacks meanwhile.
+    func read(from client: RDKafkaClient, timeoutMilliseconds: Int32, into messages: inout [KafkaMessage]) -> [KafkaError] {
+        guard let queue = client.consumerQueue else { return [] }
+        let count = rd_kafka_consume_batch_queue(queue, timeoutMilliseconds, buffer, capacity)
+        guard count > 0 else {
+            if count < 0 {
+                return [KafkaError(code: .consumer, rd_kafka_last_error(), context: "consume failed")]
+            }
+            return []
+        }
+        var errors: [KafkaError] = []
+        messages.reserveCapacity(messages.count + count)
+        for i in 0..<count {
+            guard let message = buffer[i] else { continue }
+            defer { rd_kafka_message_destroy(message) }
+            let m = message.pointee
+            if m.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                if m.err != RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                    errors.append(KafkaError(code: .consumer, m.err, context: "consume"))
+                }
+                continue
+            }
+            messages.append(convert(message))
+        }
+        return errors
+    }
+
+    private func convert(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaMessage {
+        let m = message.pointee
+        let topic = topicName(m.rkt)
+        let value = m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) }
+        let key = m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) }
+        var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+        let timestamp = rd_kafka_message_timestamp(message, &timestampType)
+        var headers: [KafkaHeader] = []
+        var rawHeaders: OpaquePointer?
+        if rd_kafka_message_headers(message, &rawHeaders) == RD_KAFKA_RESP_ERR_NO_ERROR, let rawHeaders {
+            let count = rd_kafka_header_cnt(rawHeaders)
+            headers.reserveCapacity(count)
+            for index in 0..<count {
+                var name: UnsafePointer<CChar>?
+                var valuePointer: UnsafeRawPointer?
+                var size = 0
+                if rd_kafka_header_get_all(rawHeaders, index, &name, &valuePointer, &size) == RD_KAFKA_RESP_ERR_NO_ERROR, let name {
+                    headers.append(
+                        KafkaHeader(
+                            name: String(cString: name),
+                            value: valuePointer.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) }))
+                }
+            }
+        }
+        return KafkaMessage(
+            topic: topic, partition: m.partition, offset: m.offset, key: key, value: value,
+            timestampMilliseconds: timestamp >= 0 ? timestamp : nil, headers: headers)
+    }
+
+    private func topicName(_ rkt: OpaquePointer?) -> String {
+        guard let rkt else { return "" }
+        let cName = rd_kafka_topic_name(rkt)!
+        if let cached = topicNames[rkt], cached.withCString({ strcmp($0, cName) == 0 }) {
+            return cached
+        }
+        let name = String(cString: cName)
+        topicNames[rkt] = name
+        return name
+    }
+}
+
+extension RDKafkaClient {
+    func subscribe(_ topics: [String]) throws(KafkaError) {
+        let list = rd_kafka_topic_partition_list_new(Int32(topics.count))!
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for topic in topics {
+            rd_kafka_topic_partition_list_add(list, topic, RDKafkaConstants.partitionUnassigned)
+        }
+        let result = rd_kafka_subscribe(handle, list)
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(code: .consumer, result, context: "subscribe to \(topics)")
+        }
+    }
+
+    func storeOffsets(_ offsets: [KafkaTopicPartition: Int64]) -> KafkaError? {
+        RDKafkaRebalance.storeOffsets(rk: handle, offsets)
+    }
+
+    /// Commits the stored offsets and leaves the group at once (serving the revocation). Blocking.
+    func closeConsumer() -> KafkaError? {
+        let result = rd_kafka_consumer_close(handle)
+        return result == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : KafkaError(code: .consumer, result, context: "close")
+    }
+
+    /// The committed offsets of these partitions (the next offset to read; `nil` when none). Blocking.
+    func committedOffsets(_ partitions: [KafkaTopicPartition], timeoutMilliseconds: Int32) throws(KafkaError) -> [KafkaTopicPartition: Int64?] {
+        let list = rd_kafka_topic_partition_list_new(Int32(partitions.count))!
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for tp in partitions { rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition) }
+        let result = rd_kafka_committed(handle, list, timeoutMilliseconds)
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(code: .consumer, result, context: "committed offsets") }
+        var offsets: [KafkaTopicPartition: Int64?] = [:]
+        for i in 0..<Int(list.pointee.cnt) {
+            let element = list.pointee.elems[i]
+            offsets[KafkaTopicPartition(topic: String(cString: element.topic), partition: element.partition)] =
+                element.offset >= 0 ? element.offset : nil
+        }
+        return offsets
+    }
+}

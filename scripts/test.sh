@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, starts a broker on a free loopback port, runs every
+# test (unit, integration against the broker, fault tests on librdkafka's mock cluster) and stops
+# the broker whatever happens. Extra arguments go to `swift test` (e.g. --filter Consumer).
+#
+#   scripts/test.sh
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
+mkdir -p "$ISLET_RUN_DIR"
+
+scripts/bootstrap.sh
+
+echo "== build"
+swift build --build-tests
+
+echo "== broker"
+eval "$(scripts/broker.sh)"
+export ISLET_KAFKA_BOOTSTRAP
+stop_broker() { kill "$ISLET_BROKER_PID" 2>/dev/null || true; wait "$ISLET_BROKER_PID" 2>/dev/null || true; }
+trap stop_broker EXIT INT TERM
+echo "tansu on $ISLET_KAFKA_BOOTSTRAP (pid $ISLET_BROKER_PID)"
+
+# Integration tests fail instead of skipping when this is set and the broker is missing.
+export ISLET_REQUIRE_BROKER=1
+
+echo "== tests"
+swift test --skip-build "$@"
