@@ -24,25 +24,72 @@ public enum IsletJSON {
     }
 
     /// Decodes an Islet message, checking its schema version.
+    ///
+    /// A version this reader does not know wins over any other error: a newer writer may have
+    /// renamed or dropped a field, and the record must be reported as "too new", not as broken.
     public static func decode<Message: IsletMessage>(_ type: Message.Type, from bytes: [UInt8]) throws(MessageDecodingError) -> Message {
-        let message: Message = try decodeValue(type, from: bytes)
-        guard message.schemaVersion >= 1, message.schemaVersion <= Message.currentSchemaVersion else {
-            throw MessageDecodingError(
-                messageType: "\(Message.self)", kind: .unsupportedSchemaVersion(message.schemaVersion), path: "schemaVersion",
-                message: "schemaVersion \(message.schemaVersion) is not supported (this reader knows 1...\(Message.currentSchemaVersion))")
+        let message: Message
+        do throws(MessageDecodingError) {
+            message = try decodeValue(type, from: bytes)
+        } catch {
+            if let version = try? decodeValue(SchemaVersionProbe.self, from: bytes).schemaVersion {
+                try checkSchemaVersion(version, of: type)
+            }
+            throw error
         }
+        try checkSchemaVersion(message.schemaVersion, of: type)
         return message
+    }
+
+    private struct SchemaVersionProbe: Decodable {
+        var schemaVersion: Int
+    }
+
+    private static func checkSchemaVersion<Message: IsletMessage>(_ version: Int, of type: Message.Type) throws(MessageDecodingError) {
+        guard version >= 1, version <= Message.currentSchemaVersion else {
+            throw MessageDecodingError(
+                messageType: "\(Message.self)", kind: .unsupportedSchemaVersion(version), path: "schemaVersion",
+                message: "schemaVersion \(version) is not supported (this reader knows 1...\(Message.currentSchemaVersion))")
+        }
     }
 
     /// Decodes any Decodable with Islet's conventions, mapping errors to ``MessageDecodingError``.
     public static func decodeValue<Value: Decodable>(_ type: Value.Type, from bytes: [UInt8]) throws(MessageDecodingError) -> Value {
+        guard isUTF8Text(bytes) else {
+            throw MessageDecodingError(messageType: "\(Value.self)", kind: .malformedJSON, path: "", message: "not UTF-8 text")
+        }
         do {
             return try makeDecoder().decode(type, from: Data(bytes))
         } catch let error as DecodingError {
-            throw MessageDecodingError(decoding: error, messageType: "\(Value.self)")
+            throw MessageDecodingError(decoding: nullAsMissing(error, in: bytes), messageType: "\(Value.self)")
         } catch {
             throw MessageDecodingError(messageType: "\(Value.self)", kind: .malformedJSON, path: "", message: "\(error)")
         }
+    }
+
+    /// JSON text is UTF-8 and never holds a NUL byte. Checked up front because Foundation reads
+    /// UTF-16 as well, and notices bad UTF-8 only in a string it happens to decode.
+    private static func isUTF8Text(_ bytes: [UInt8]) -> Bool {
+        !bytes.contains(0) && String(validating: bytes, as: UTF8.self) != nil
+    }
+
+    /// Foundation reports `null` where a `Bool` belongs as a type mismatch; like any other required
+    /// field that is `null`, it is a missing value. Only runs when decoding has already failed.
+    private static func nullAsMissing(_ error: DecodingError, in bytes: [UInt8]) -> DecodingError {
+        guard case .typeMismatch(let type, let context) = error,
+            var value = try? makeDecoder().decode(JSONValue.self, from: Data(bytes))
+        else { return error }
+        for key in context.codingPath {
+            switch value {
+            case .object(let members) where members[key.stringValue] != nil:
+                value = members[key.stringValue]!
+            case .array(let elements) where key.intValue.map(elements.indices.contains) == true:
+                value = elements[key.intValue!]
+            default:
+                return error
+            }
+        }
+        return value == .null ? .valueNotFound(type, context) : error
     }
 
     static func makeEncoder() -> JSONEncoder {
@@ -71,21 +118,56 @@ public enum IsletJSON {
 }
 
 /// ISO 8601 dates as Islet writes and reads them.
+///
+/// The arithmetic is done in whole milliseconds since 1970: a `Date` is a `Double`, which cannot
+/// hold most millisecond values exactly (`.123` is stored as `.12299990…`), so formatting the
+/// fraction directly would write `.122`, and parsing would give a `Date` a hair away from the one
+/// the writer meant. Here `parse(format(date)) == truncatedToMilliseconds(date)`, exactly.
 public enum IsletDate {
     /// `2026-11-22T10:15:30.123Z`: UTC, milliseconds.
     public static func format(_ date: Date) -> String {
-        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true, timeZone: .gmt))
+        let milliseconds = millisecondsSince1970(date)
+        let (seconds, fraction) = milliseconds.quotientAndRemainder(dividingBy: 1_000)
+        // Floor division, so that dates before 1970 get a positive fraction.
+        let wholeSeconds = fraction < 0 ? seconds - 1 : seconds
+        let millisecond = fraction < 0 ? fraction + 1_000 : fraction
+        // "2026-11-22T10:15:30Z" without its "Z", then the fraction and the "Z".
+        let text = Date(timeIntervalSince1970: Double(wholeSeconds)).formatted(Date.ISO8601FormatStyle(timeZone: .gmt))
+        let digits = String(millisecond)
+        return "\(text.dropLast()).\(String(repeating: "0", count: 3 - digits.count))\(digits)Z"
     }
 
-    /// Accepts any offset, with or without a fraction.
+    /// Accepts any offset, with or without a fraction; digits after the third fractional one are dropped.
     public static func parse(_ text: String) -> Date? {
-        if let date = try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text) { return date }
-        return try? Date.ISO8601FormatStyle().parse(text)
+        // The fraction is read here, the rest by Foundation: ISO 8601 has no other '.'.
+        var wholeText = text
+        var millisecond: Int64 = 0
+        if let dot = text.firstIndex(of: ".") {
+            let digits = text[text.index(after: dot)...].prefix { $0.isASCII && $0.isNumber }
+            guard !digits.isEmpty else { return nil }
+            millisecond = Int64(String(digits.prefix(3)).padding(toLength: 3, withPad: "0", startingAt: 0)) ?? 0
+            wholeText = String(text[..<dot]) + text[digits.endIndex...]
+        }
+        guard let whole = try? Date.ISO8601FormatStyle().parse(wholeText) else { return nil }
+        let seconds = Int64(whole.timeIntervalSince1970.rounded())
+        return date(millisecondsSince1970: seconds * 1_000 + millisecond)
     }
 
     /// The date rounded down to whole milliseconds: what survives a round trip through JSON.
+    ///
+    /// A date less than a microsecond below a millisecond counts as that millisecond: that is below
+    /// what `Date` can resolve, and `Date(timeIntervalSince1970: 1_795_342_530.123)`, stored a hair
+    /// below `.123`, must stay `.123`.
     public static func truncatedToMilliseconds(_ date: Date) -> Date {
-        Date(timeIntervalSince1970: (date.timeIntervalSince1970 * 1000).rounded(.down) / 1000)
+        Self.date(millisecondsSince1970: millisecondsSince1970(date))
+    }
+
+    private static func millisecondsSince1970(_ date: Date) -> Int64 {
+        Int64((date.timeIntervalSince1970 * 1_000 + 0.001).rounded(.down))
+    }
+
+    private static func date(millisecondsSince1970 milliseconds: Int64) -> Date {
+        Date(timeIntervalSince1970: Double(milliseconds) / 1_000)
     }
 }
 

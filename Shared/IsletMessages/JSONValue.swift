@@ -2,7 +2,8 @@
 public enum JSONValue: Hashable, Sendable, Codable {
     case null
     case bool(Bool)
-    /// A number written without a fraction or exponent that fits 64 bits.
+    /// A whole number that fits 64 bits. JSON does not tell `12` from `12.0` or `1.2e1`: all three
+    /// read as `.integer(12)`, so a `.number(12.0)` written out reads back as `.integer(12)`.
     case integer(Int64)
     case number(Double)
     case string(String)

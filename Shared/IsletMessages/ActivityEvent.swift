@@ -1,0 +1,122 @@
+import Foundation
+
+/// A change in a backend's domain that a live activity should show, on `islet.activity-events.v1`.
+///
+/// Backends say what happened ("order 42 is out for delivery, ETA 12 minutes"); content-service
+/// turns it into the APNs payload. Delivery is at-least-once and per-activity order matters, so
+/// every event has an `eventId` (duplicates are dropped) and a per-activity `sequence` (an event
+/// not newer than the last one applied is ignored). Written by backends, directly or through
+/// content-service's gRPC API.
+public struct ActivityEvent: IsletMessage {
+    public static let currentSchemaVersion = 1
+    public static let topic = IsletTopics.activityEvents
+
+    /// Where to start an activity remotely (push-to-start).
+    public struct PushToStartTarget: Codable, Sendable, Hashable {
+        /// The app to start the activity in.
+        public var app: AppTarget
+        /// The app's identifier for the device, as registered with the push-to-start token.
+        public var deviceId: String
+
+        public init(app: AppTarget, deviceId: String) {
+            self.app = app
+            self.deviceId = deviceId
+        }
+    }
+
+    public var schemaVersion: Int
+    /// The producer's id for this event, unique per producer; a repeated id is a duplicate.
+    public var eventId: String
+    /// The backend's id for the activity, e.g. `order-42`. Never contains `:`.
+    public var activityId: String
+    /// Start, update or end the activity.
+    public var kind: ActivityEventKind
+    /// The Swift type name of the widget's `ActivityAttributes`, e.g. `DeliveryAttributes`.
+    public var attributesType: String
+    /// The domain state, in the backend's own terms (`{"status": "out_for_delivery", "etaMinutes": 12}`).
+    /// content-service maps it onto the attributes type's content-state.
+    public var fields: [String: JSONValue]
+    /// How much the user cares: decides priority, alerting and whether the update may wait for budget.
+    public var urgency: Urgency
+    /// When the change happened in the backend.
+    public var occurredAt: Date
+    /// Increases with every event of the activity; an event whose sequence is not above the last
+    /// applied one is ignored (out of order or duplicate). Starts at 0 or more.
+    public var sequence: Int64
+    /// For a `start` through push-to-start: the app and device to start it on. `nil` when the app
+    /// started the activity itself (the event then only sets its content).
+    public var startTarget: PushToStartTarget?
+    /// The static `ActivityAttributes` values for a push-to-start (`{"orderId": "42"}`).
+    public var attributes: [String: JSONValue]?
+    /// The name of the backend that produced the event, for tracing.
+    public var source: String?
+
+    public init(
+        eventId: String, activityId: String, kind: ActivityEventKind, attributesType: String, fields: [String: JSONValue],
+        urgency: Urgency, occurredAt: Date, sequence: Int64, startTarget: PushToStartTarget? = nil,
+        attributes: [String: JSONValue]? = nil, source: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+    ) {
+        self.schemaVersion = schemaVersion
+        self.eventId = eventId
+        self.activityId = activityId
+        self.kind = kind
+        self.attributesType = attributesType
+        self.fields = fields
+        self.urgency = urgency
+        self.occurredAt = occurredAt
+        self.sequence = sequence
+        self.startTarget = startTarget
+        self.attributes = attributes
+        self.source = source
+    }
+
+    /// The activity id.
+    public var key: String? { MessageKey.activity(activityId) }
+
+    public func validate() throws(MessageValidationError) {
+        try kind.requireKnown(field: "kind")
+        try urgency.requireKnown(field: "urgency")
+        guard !activityId.isEmpty else {
+            throw MessageValidationError(field: "activityId", problem: "must not be empty")
+        }
+        guard !activityId.contains(":") else {
+            throw MessageValidationError(field: "activityId", problem: "must not contain ':' (it would collide with push-to-start keys)")
+        }
+        guard sequence >= 0 else {
+            throw MessageValidationError(field: "sequence", problem: "must not be negative (is \(sequence))")
+        }
+        if startTarget != nil, kind != .start {
+            throw MessageValidationError(field: "startTarget", problem: "only allowed with kind start (kind is \(kind))")
+        }
+    }
+}
+
+/// What an event or push does to an activity.
+public struct ActivityEventKind: OpenEnum {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    /// The activity begins (remotely through push-to-start, or the app started it itself).
+    public static let start = ActivityEventKind(rawValue: "start")
+    /// New content for a running activity.
+    public static let update = ActivityEventKind(rawValue: "update")
+    /// The activity is over: final content, then iOS removes it.
+    public static let end = ActivityEventKind(rawValue: "end")
+
+    public static let knownValues: [ActivityEventKind] = [.start, .update, .end]
+}
+
+/// How urgently the user needs to see a change.
+public struct Urgency: OpenEnum {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    /// Nice to see soon (the ETA moved by a minute); may go at the cheap priority 5.
+    public static let routine = Urgency(rawValue: "routine")
+    /// The user should see it now (the courier left): priority 10 while the activity's budget lasts, then 5.
+    public static let important = Urgency(rawValue: "important")
+    /// Must be seen at once (the courier is at the door): waits for priority-10 budget rather than being downgraded.
+    public static let critical = Urgency(rawValue: "critical")
+
+    public static let knownValues: [Urgency] = [.routine, .important, .critical]
+}

@@ -1,0 +1,115 @@
+import Foundation
+
+/// The final outcome of one ``PushRequest``, on `islet.push-outcomes.v1`, under the request's key.
+///
+/// apns-dispatcher writes exactly one per request (at-least-once: a reader may see a repeat, with
+/// the same `requestId`). token-registry reads it to invalidate tokens APNs rejected;
+/// content-service to know what the device was sent; analytics to count deliveries.
+public struct PushOutcome: IsletMessage {
+    public static let currentSchemaVersion = 1
+    public static let topic = IsletTopics.pushOutcomes
+
+    /// What APNs answered to the last attempt.
+    public struct APNsResponse: Codable, Sendable, Hashable {
+        /// The HTTP status: 200 accepted, 400 bad request, 403 auth, 410 token no longer valid, 429, 5xx.
+        public var status: Int
+        /// APNs's `reason` on an error, e.g. `BadDeviceToken`, `Unregistered`, `TooManyRequests`.
+        public var reason: String?
+        /// The `apns-id` APNs answered with (the request's id).
+        public var apnsId: String?
+        /// With a 410: the time since when APNs knows the token is invalid.
+        public var timestamp: Date?
+
+        public init(status: Int, reason: String? = nil, apnsId: String? = nil, timestamp: Date? = nil) {
+            self.status = status
+            self.reason = reason
+            self.apnsId = apnsId
+            self.timestamp = timestamp
+        }
+    }
+
+    public var schemaVersion: Int
+    /// The ``PushRequest/requestId`` this is the outcome of.
+    public var requestId: String
+    /// The request's activity. Exactly one of `activityId` and `pushToStartKey` is set.
+    public var activityId: String?
+    /// The request's push-to-start key. Exactly one of `activityId` and `pushToStartKey` is set.
+    public var pushToStartKey: String?
+    /// What happened to the request.
+    public var result: PushResult
+    /// APNs's answer to the last attempt; `nil` when APNs was never asked (coalesced, no token, …).
+    public var apns: APNsResponse?
+    /// The `apns-priority` actually sent (10 may have been downgraded to 5); `nil` if nothing was sent.
+    public var priorityUsed: Int?
+    /// How many times the request was sent to APNs (0 if never).
+    public var attempts: Int
+    /// From the request's `createdAt` to the final answer (`completedAt`), in milliseconds: how late
+    /// the content reached APNs, queueing and retries included. `nil` if nothing was sent.
+    public var latencyMilliseconds: Double?
+    /// The first 16 hex digits of the SHA-256 of the token sent to, to correlate without the token itself.
+    public var tokenFingerprint: String?
+    /// For `coalesced`: the `requestId` of the newer request that replaced this one.
+    public var supersededBy: String?
+    /// A human-readable explanation, for logs and dashboards.
+    public var detail: String?
+    /// When the outcome was final.
+    public var completedAt: Date
+
+    public init(
+        requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, result: PushResult,
+        apns: APNsResponse? = nil, priorityUsed: Int? = nil, attempts: Int, latencyMilliseconds: Double? = nil,
+        tokenFingerprint: String? = nil, supersededBy: String? = nil, detail: String? = nil, completedAt: Date,
+        schemaVersion: Int = Self.currentSchemaVersion
+    ) {
+        self.schemaVersion = schemaVersion
+        self.requestId = requestId
+        self.activityId = activityId
+        self.pushToStartKey = pushToStartKey
+        self.result = result
+        self.apns = apns
+        self.priorityUsed = priorityUsed
+        self.attempts = attempts
+        self.latencyMilliseconds = latencyMilliseconds
+        self.tokenFingerprint = tokenFingerprint
+        self.supersededBy = supersededBy
+        self.detail = detail
+        self.completedAt = completedAt
+    }
+
+    /// The request's key: the activity id, or the push-to-start key.
+    public var key: String? { activityId ?? pushToStartKey }
+
+    public func validate() throws(MessageValidationError) {
+        try result.requireKnown(field: "result")
+        try requireExactlyOneTarget(activityId: activityId, pushToStartKey: pushToStartKey)
+        guard attempts >= 0 else {
+            throw MessageValidationError(field: "attempts", problem: "must not be negative (is \(attempts))")
+        }
+    }
+}
+
+/// What happened to a push request in the end.
+public struct PushResult: OpenEnum {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    /// APNs accepted it (200) at the requested priority.
+    public static let delivered = PushResult(rawValue: "delivered")
+    /// APNs accepted it, but at priority 5 instead of 10: the activity's budget was spent.
+    public static let deliveredDowngraded = PushResult(rawValue: "deliveredDowngraded")
+    /// Not sent: a newer update of the same activity replaced it (`supersededBy`), or an `end` cancelled it.
+    public static let coalesced = PushResult(rawValue: "coalesced")
+    /// APNs rejected the token (410, `BadDeviceToken`, `DeviceTokenNotForTopic`), or there was no
+    /// valid token to send to; token-registry invalidates it.
+    public static let tokenInvalid = PushResult(rawValue: "tokenInvalid")
+    /// APNs rejected the request itself (400/403/413 other than for the token): retrying cannot help.
+    public static let rejected = PushResult(rawValue: "rejected")
+    /// Not delivered before its `expiration` (or before it was pointless, e.g. the activity ended).
+    public static let expired = PushResult(rawValue: "expired")
+    /// Gave up after retries (5xx, 429, connection errors).
+    public static let failed = PushResult(rawValue: "failed")
+
+    public static let knownValues: [PushResult] = [
+        .delivered, .deliveredDowngraded, .coalesced, .tokenInvalid, .rejected, .expired, .failed,
+    ]
+}

@@ -1,0 +1,120 @@
+import Foundation
+
+/// One complete APNs request to send, on `islet.push-requests.v1`.
+///
+/// content-service builds it (payload, budgeted to 4 KB; requested priority; whether it may be
+/// coalesced); apns-dispatcher sends it to the activity's current token and answers with exactly
+/// one ``PushOutcome`` carrying the same `requestId`. It addresses either a running activity
+/// (`activityId`) or a push-to-start token (`pushToStartKey`), never both.
+public struct PushRequest: IsletMessage {
+    public static let currentSchemaVersion = 1
+    public static let topic = IsletTopics.pushRequests
+
+    /// The largest APNs request body a Live Activity push may have, in UTF-8 bytes.
+    public static let maximumPayloadBytes = 4096
+
+    public var schemaVersion: Int
+    /// A UUID chosen by content-service, sent as `apns-id`, and repeated in the outcome.
+    public var requestId: String
+    /// The activity to update or end. Exactly one of `activityId` and `pushToStartKey` is set.
+    public var activityId: String?
+    /// The push-to-start key (`pts:<bundleId>:<deviceId>:<attributesType>`) of the token to start an
+    /// activity with. Exactly one of `activityId` and `pushToStartKey` is set.
+    public var pushToStartKey: String?
+    /// Start, update or end: the payload's `aps.event`.
+    public var event: ActivityEventKind
+    /// The app (`apns-topic`) and APNs environment to send to.
+    public var app: AppTarget
+    /// The Swift type name of the widget's `ActivityAttributes`.
+    public var attributesType: String
+    /// The exact APNs request body, as JSON text: the bytes sent are the bytes budgeted. At most
+    /// ``maximumPayloadBytes`` UTF-8 bytes.
+    public var payload: String
+    /// The requested `apns-priority`, 5 (opportunistic, cheap) or 10 (immediate, spends budget).
+    /// The dispatcher may downgrade 10 to 5; the outcome says which was used.
+    public var priority: Int
+    /// The urgency of the event behind it: `critical` waits for budget instead of being downgraded.
+    public var urgency: Urgency
+    /// Whether a newer update for the same activity may replace this one while it waits (coalescing).
+    /// content-service sets it only for updates: a `start` or an `end` is never dropped.
+    public var supersedable: Bool
+    /// Whether the payload has an `alert` (lights the screen, plays a sound).
+    public var alerting: Bool
+    /// The payload's `aps.timestamp`, epoch seconds, fixed when the request was made: iOS ignores
+    /// a push whose timestamp is older than the content it shows.
+    public var apnsTimestamp: Int64
+    /// The sequence of the content this payload carries (from the activity event), increasing per activity.
+    public var contentSequence: Int64
+    /// The payload's `aps.stale-date`: when iOS marks the content out of date.
+    public var staleDate: Date?
+    /// `apns-expiration`: until when APNs keeps retrying delivery. `nil` means 0: one attempt, no storage.
+    public var expiration: Date?
+    /// When content-service made the request.
+    public var createdAt: Date
+    /// The ``ActivityEvent/eventId`` this request was built from, if any (not for freshness resends).
+    public var sourceEventId: String?
+
+    public init(
+        requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, event: ActivityEventKind, app: AppTarget,
+        attributesType: String, payload: String, priority: Int, urgency: Urgency, supersedable: Bool, alerting: Bool,
+        apnsTimestamp: Int64, contentSequence: Int64, staleDate: Date? = nil, expiration: Date? = nil, createdAt: Date,
+        sourceEventId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+    ) {
+        self.schemaVersion = schemaVersion
+        self.requestId = requestId
+        self.activityId = activityId
+        self.pushToStartKey = pushToStartKey
+        self.event = event
+        self.app = app
+        self.attributesType = attributesType
+        self.payload = payload
+        self.priority = priority
+        self.urgency = urgency
+        self.supersedable = supersedable
+        self.alerting = alerting
+        self.apnsTimestamp = apnsTimestamp
+        self.contentSequence = contentSequence
+        self.staleDate = staleDate
+        self.expiration = expiration
+        self.createdAt = createdAt
+        self.sourceEventId = sourceEventId
+    }
+
+    /// The activity id, or the push-to-start key for a push-to-start request.
+    public var key: String? { activityId ?? pushToStartKey }
+
+    public func validate() throws(MessageValidationError) {
+        try requireExactlyOneTarget(activityId: activityId, pushToStartKey: pushToStartKey)
+        guard priority == 5 || priority == 10 else {
+            throw MessageValidationError(field: "priority", problem: "must be 5 or 10 (is \(priority))")
+        }
+        guard !payload.isEmpty else {
+            throw MessageValidationError(field: "payload", problem: "must not be empty")
+        }
+        guard payload.utf8.count <= Self.maximumPayloadBytes else {
+            throw MessageValidationError(
+                field: "payload", problem: "is \(payload.utf8.count) bytes, more than \(Self.maximumPayloadBytes)")
+        }
+        try event.requireKnown(field: "event")
+        try app.environment.requireKnown(field: "app.environment")
+        guard UUID(uuidString: requestId) != nil else {
+            throw MessageValidationError(field: "requestId", problem: "must be a UUID (it is sent as apns-id)")
+        }
+    }
+}
+
+/// The rule shared by push requests and outcomes: they address an activity or a push-to-start token.
+func requireExactlyOneTarget(activityId: String?, pushToStartKey: String?) throws(MessageValidationError) {
+    switch (activityId, pushToStartKey) {
+    case (nil, nil):
+        throw MessageValidationError(field: "activityId", problem: "one of activityId and pushToStartKey is required")
+    case (.some, .some):
+        throw MessageValidationError(field: "pushToStartKey", problem: "must be absent when activityId is set")
+    case (let activityId?, nil) where activityId.isEmpty:
+        throw MessageValidationError(field: "activityId", problem: "must not be empty")
+    case (nil, let pushToStartKey?) where pushToStartKey.isEmpty:
+        throw MessageValidationError(field: "pushToStartKey", problem: "must not be empty")
+    default:
+        break
+    }
+}

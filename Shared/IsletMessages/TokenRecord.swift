@@ -1,0 +1,184 @@
+import Foundation
+
+/// A push token and its state, on the compacted `islet.tokens.v1`: the latest record per key is
+/// the token's current state.
+///
+/// An *update* token belongs to one live activity (keyed by its `activityId`); a *push-to-start*
+/// token belongs to one app, device and attributes type (keyed by the push-to-start key) and lets
+/// a backend start an activity remotely. A newer token for the same key supersedes the old one;
+/// an invalidated token is never sent to again. Written only by token-registry.
+public struct TokenRecord: IsletMessage {
+    public static let currentSchemaVersion = 1
+    public static let topic = IsletTopics.tokens
+
+    /// Why and when a token was invalidated.
+    public struct Invalidation: Codable, Sendable, Hashable {
+        /// Why the token may no longer be used.
+        public var reason: InvalidationReason
+        /// When Islet invalidated the token.
+        public var invalidatedAt: Date
+        /// The time APNs gave with a 410 answer: since when the token has been invalid. `nil` when
+        /// the invalidation did not come from APNs.
+        public var apnsTimestamp: Date?
+
+        public init(reason: InvalidationReason, invalidatedAt: Date, apnsTimestamp: Date? = nil) {
+            self.reason = reason
+            self.invalidatedAt = invalidatedAt
+            self.apnsTimestamp = apnsTimestamp
+        }
+    }
+
+    public var schemaVersion: Int
+    /// Whether this is an update token (one activity) or a push-to-start token (one device).
+    public var kind: TokenKind
+    /// The activity the token updates. Required for `update` tokens.
+    public var activityId: String?
+    /// The app's identifier for the device (not an APNs token). Required for `pushToStart` tokens;
+    /// may be sent with update tokens too.
+    public var deviceId: String?
+    /// The user who owns the token: the subject of the JWT the app registered it with.
+    public var userId: String
+    /// The APNs token, lowercase hex. A credential to push to the user's lock screen: log only a
+    /// fingerprint of it, never the token.
+    public var token: String
+    /// The app and APNs environment the token was issued for.
+    public var app: AppTarget
+    /// The Swift type name of the widget's `ActivityAttributes`, e.g. `DeliveryAttributes`.
+    public var attributesType: String
+    /// Whether the app declares `NSSupportsLiveActivitiesFrequentUpdates` and the user left it on:
+    /// such activities get a larger priority-10 budget.
+    public var frequentUpdatesEnabled: Bool
+    /// The app's version (`CFBundleShortVersionString`), which decides the content-state fields it can decode.
+    public var appVersion: String
+    /// Whether the token may be used.
+    public var state: TokenState
+    /// Why and when the token was invalidated. Present exactly when `state` is `invalidated`.
+    public var invalidation: Invalidation?
+    /// When the activity started on the device (update tokens, when the app reports it).
+    public var activityStartedAt: Date?
+    /// When this token was first registered.
+    public var registeredAt: Date
+    /// When this record last changed.
+    public var updatedAt: Date
+
+    public init(
+        kind: TokenKind, activityId: String? = nil, deviceId: String? = nil, userId: String, token: String, app: AppTarget,
+        attributesType: String, frequentUpdatesEnabled: Bool, appVersion: String, state: TokenState,
+        invalidation: Invalidation? = nil, activityStartedAt: Date? = nil, registeredAt: Date, updatedAt: Date,
+        schemaVersion: Int = Self.currentSchemaVersion
+    ) {
+        self.schemaVersion = schemaVersion
+        self.kind = kind
+        self.activityId = activityId
+        self.deviceId = deviceId
+        self.userId = userId
+        self.token = token
+        self.app = app
+        self.attributesType = attributesType
+        self.frequentUpdatesEnabled = frequentUpdatesEnabled
+        self.appVersion = appVersion
+        self.state = state
+        self.invalidation = invalidation
+        self.activityStartedAt = activityStartedAt
+        self.registeredAt = registeredAt
+        self.updatedAt = updatedAt
+    }
+
+    /// The activity id for an update token; the push-to-start key for a push-to-start token
+    /// (`nil` when the id it needs is missing, which `validate()` rejects).
+    public var key: String? {
+        if kind == .pushToStart {
+            return deviceId.map { MessageKey.pushToStart(bundleId: app.bundleId, deviceId: $0, attributesType: attributesType) }
+        }
+        return activityId.map(MessageKey.activity)
+    }
+
+    public func validate() throws(MessageValidationError) {
+        try kind.requireKnown(field: "kind")
+        if kind == .update {
+            guard let activityId, !activityId.isEmpty else {
+                throw MessageValidationError(field: "activityId", problem: "required for an update token")
+            }
+            guard !activityId.contains(":") else {
+                throw MessageValidationError(field: "activityId", problem: "must not contain ':' (it would collide with push-to-start keys)")
+            }
+        } else {
+            guard let deviceId, !deviceId.isEmpty else {
+                throw MessageValidationError(field: "deviceId", problem: "required for a push-to-start token")
+            }
+        }
+        guard !token.isEmpty, token.utf8.count.isMultiple(of: 2), token.utf8.allSatisfy(Self.isLowercaseHexDigit) else {
+            throw MessageValidationError(field: "token", problem: "must be a non-empty, even-length lowercase hex string")
+        }
+        try app.environment.requireKnown(field: "app.environment")
+        try state.requireKnown(field: "state")
+        if state == .invalidated, invalidation == nil {
+            throw MessageValidationError(field: "invalidation", problem: "required when state is invalidated")
+        }
+        if state != .invalidated, invalidation != nil {
+            throw MessageValidationError(field: "invalidation", problem: "must be absent when state is \(state)")
+        }
+    }
+
+    private static func isLowercaseHexDigit(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+    }
+}
+
+/// What a push token is for.
+public struct TokenKind: OpenEnum {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    /// `Activity.pushTokenUpdates`: updates and ends one running activity.
+    public static let update = TokenKind(rawValue: "update")
+    /// `Activity.pushToStartTokenUpdates`: starts a new activity of one attributes type on one device.
+    public static let pushToStart = TokenKind(rawValue: "pushToStart")
+
+    public static let knownValues: [TokenKind] = [.update, .pushToStart]
+}
+
+/// Whether a push token may be used.
+public struct TokenState: OpenEnum {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    /// The current token for its key: pushes go to it.
+    public static let active = TokenState(rawValue: "active")
+    /// Replaced by a newer token for the same key (tokens rotate); not used any more.
+    public static let superseded = TokenState(rawValue: "superseded")
+    /// Must never be sent to again; `invalidation` says why.
+    public static let invalidated = TokenState(rawValue: "invalidated")
+
+    public static let knownValues: [TokenState] = [.active, .superseded, .invalidated]
+}
+
+/// Why a push token was invalidated.
+public struct InvalidationReason: OpenEnum {
+    public let rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    /// The app reported that the activity ended.
+    public static let clientEnded = InvalidationReason(rawValue: "clientEnded")
+    /// The user dismissed the activity from the lock screen.
+    public static let userDismissed = InvalidationReason(rawValue: "userDismissed")
+    /// The user switched Live Activities off for the app, or the device cannot show them.
+    public static let ineligible = InvalidationReason(rawValue: "ineligible")
+    /// APNs answered 410 `Unregistered`.
+    public static let apnsUnregistered = InvalidationReason(rawValue: "apnsUnregistered")
+    /// APNs answered 410 `ExpiredToken`.
+    public static let apnsExpiredToken = InvalidationReason(rawValue: "apnsExpiredToken")
+    /// APNs answered 400 `BadDeviceToken` (e.g. a sandbox token sent to production).
+    public static let apnsBadDeviceToken = InvalidationReason(rawValue: "apnsBadDeviceToken")
+    /// APNs answered 400 `DeviceTokenNotForTopic`: the token belongs to another app.
+    public static let apnsDeviceTokenNotForTopic = InvalidationReason(rawValue: "apnsDeviceTokenNotForTopic")
+    /// The freshness monitor ended the activity because its content stayed stale too long.
+    public static let severelyStale = InvalidationReason(rawValue: "severelyStale")
+    /// The activity reached the end of its allowed lifetime (8 hours of updates).
+    public static let lifetimeExceeded = InvalidationReason(rawValue: "lifetimeExceeded")
+
+    public static let knownValues: [InvalidationReason] = [
+        .clientEnded, .userDismissed, .ineligible, .apnsUnregistered, .apnsExpiredToken, .apnsBadDeviceToken,
+        .apnsDeviceTokenNotForTopic, .severelyStale, .lifetimeExceeded,
+    ]
+}

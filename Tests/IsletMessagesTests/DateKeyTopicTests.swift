@@ -1,0 +1,183 @@
+import Foundation
+import IsletMessages
+import Testing
+
+@Suite("Dates")
+struct DateTests {
+    @Test func formatIsUTCWithMilliseconds() {
+        #expect(IsletDate.format(utc(2026, 11, 22, 10, 15, 30, 123)) == "2026-11-22T10:15:30.123Z")
+        #expect(IsletDate.format(utc(2026, 1, 2, 3, 4, 5)) == "2026-01-02T03:04:05.000Z")
+        #expect(IsletDate.format(utc(2026, 11, 22, 23, 59, 59, 999)) == "2026-11-22T23:59:59.999Z")
+        #expect(IsletDate.format(Date(timeIntervalSince1970: 0)) == "1970-01-01T00:00:00.000Z")
+        #expect(IsletDate.format(Date(timeIntervalSince1970: -0.001)) == "1969-12-31T23:59:59.999Z")
+    }
+
+    /// Most millisecond values have no exact `Double`: `.123` is stored just below. Each must
+    /// still be written as itself, not one millisecond early.
+    @Test func everyMillisecondIsWrittenAsItself() throws {
+        let pattern = try Regex(#"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"#)
+        for millisecond in 0..<1_000 {
+            let text = IsletDate.format(utc(2026, 11, 22, 10, 15, 30, millisecond))
+            let expected = "2026-11-22T10:15:30." + String(repeating: "0", count: 3 - String(millisecond).count) + String(millisecond) + "Z"
+            #expect(text == expected)
+            #expect(text.wholeMatch(of: pattern) != nil)
+        }
+    }
+
+    @Test func formatRoundsDownToTheMillisecond() {
+        let date = Date(timeIntervalSince1970: utc(2026, 11, 22, 10, 15, 30, 123).timeIntervalSince1970 + 0.000_9)
+        #expect(IsletDate.format(date) == "2026-11-22T10:15:30.123Z")
+        #expect(IsletDate.truncatedToMilliseconds(date) == utc(2026, 11, 22, 10, 15, 30, 123))
+    }
+
+    @Test(
+        arguments: [
+            ("2026-11-22T10:15:30.123Z", utc(2026, 11, 22, 10, 15, 30, 123)),
+            ("2026-11-22T12:15:30.123+02:00", utc(2026, 11, 22, 10, 15, 30, 123)),
+            ("2026-11-22T05:15:30.123-05:00", utc(2026, 11, 22, 10, 15, 30, 123)),
+            ("2026-11-22T12:15:30+02:00", utc(2026, 11, 22, 10, 15, 30)),
+            ("2026-11-22T10:15:30Z", utc(2026, 11, 22, 10, 15, 30)),
+            ("2026-11-22T10:15:30.5Z", utc(2026, 11, 22, 10, 15, 30, 500)),
+            ("2026-11-22T10:15:30.12Z", utc(2026, 11, 22, 10, 15, 30, 120)),
+            ("2026-11-22T10:15:30.123999Z", utc(2026, 11, 22, 10, 15, 30, 123)),
+            ("2026-11-23T00:30:00.000+01:00", utc(2026, 11, 22, 23, 30, 0)),
+            ("1969-12-31T23:59:59.999Z", Date(timeIntervalSince1970: -0.001)),
+        ])
+    func parse(_ text: String, _ expected: Date) {
+        #expect(IsletDate.parse(text) == expected)
+    }
+
+    @Test(arguments: ["", "yesterday", "2026-11-22", "2026-11-22T10:15:30", "2026-11-22T10:15:30.123", "2026-11-22T10:15:30.Z", "2026-11-22 10:15:30Z", "2026-11-22T10:15:30.12x3Z", "1795342530"])
+    func parseRejects(_ text: String) {
+        #expect(IsletDate.parse(text) == nil)
+    }
+
+    @Test func roundTripKeepsMilliseconds() throws {
+        let base = utc(2026, 11, 22, 10, 15, 30).timeIntervalSince1970
+        for step in 0..<5_000 {
+            // Milliseconds, and dates between them (microseconds, as `Date()` gives).
+            let exact = utc(2026, 11, 22, 10, 15, 30, step % 1_000)
+            #expect(IsletDate.parse(IsletDate.format(exact)) == exact)
+            let between = Date(timeIntervalSince1970: base + Double(step) * 0.000_731)
+            let back = try #require(IsletDate.parse(IsletDate.format(between)))
+            #expect(back == IsletDate.truncatedToMilliseconds(between))
+            // Below by less than a millisecond (or above by less than the microsecond of tolerance).
+            #expect(between.timeIntervalSince(back) > -0.000_001 && between.timeIntervalSince(back) < 0.001)
+        }
+    }
+
+    @Test func messageDatesSurviveEncoding() throws {
+        var outcome = Examples.pushOutcome
+        outcome.completedAt = Date(timeIntervalSince1970: 1_795_342_530.402_817)
+        let decoded = try IsletJSON.decode(PushOutcome.self, from: IsletJSON.encode(outcome))
+        #expect(decoded.completedAt == utc(2026, 11, 22, 10, 15, 30, 402))
+        #expect(decoded != outcome)
+        outcome.completedAt = IsletDate.truncatedToMilliseconds(outcome.completedAt)
+        #expect(try IsletJSON.decode(PushOutcome.self, from: IsletJSON.encode(outcome)) == outcome)
+    }
+
+    @Test func decodingAcceptsOffsets() throws {
+        let json = try Golden.json("ActivityEvent").setting("occurredAt", to: .string("2026-11-22T11:15:30.123+01:00"))
+        let event = try IsletJSON.decode(ActivityEvent.self, from: GoldenCase.bytes(json))
+        #expect(event == Examples.activityEvent)
+        let encoded = try IsletJSON.decodeValue(JSONValue.self, from: IsletJSON.encode(event))
+        #expect(encoded["occurredAt"] == .string("2026-11-22T10:15:30.123Z"))
+    }
+}
+
+@Suite("Record keys")
+struct KeyTests {
+    @Test func pushToStartKeyFormat() {
+        #expect(
+            MessageKey.pushToStart(bundleId: "com.example.fooddelivery", deviceId: "dev-1", attributesType: "DeliveryAttributes")
+                == "pts:com.example.fooddelivery:dev-1:DeliveryAttributes")
+        #expect(MessageKey.activity("order-42") == "order-42")
+    }
+
+    @Test func tokenKeys() {
+        #expect(Examples.tokenRecord.key == "order-42")
+        #expect(Examples.tokenRecordInvalidated.key == "ride-7f3a9c")
+        #expect(Examples.tokenRecordPushToStart.key == "pts:com.example.fooddelivery:5D3F8A2E-9C41-4B7A-8E06-1F2A3B4C5D6E:DeliveryAttributes")
+        // The update token's key ignores its deviceId; a push-to-start token's ignores any activityId.
+        var pushToStart = Examples.tokenRecordPushToStart
+        pushToStart.activityId = "order-42"
+        #expect(pushToStart.key == Examples.pushToStartKey)
+        pushToStart.deviceId = nil
+        #expect(pushToStart.key == nil)
+        var update = Examples.tokenRecord
+        update.activityId = nil
+        #expect(update.key == nil)
+    }
+
+    @Test func activityEventKeyIsTheActivity() {
+        #expect(Examples.activityEvent.key == "order-42")
+        #expect(Examples.activityEventPushToStart.key == "order-42")
+    }
+
+    @Test func requestAndOutcomeShareTheTokenKey() {
+        #expect(Examples.pushRequest.key == "order-42")
+        #expect(Examples.pushRequest.key == Examples.tokenRecord.key)
+        #expect(Examples.pushRequestPushToStart.key == Examples.pushToStartKey)
+        // A push-to-start request lands where its token is.
+        #expect(Examples.pushRequestPushToStart.key == Examples.tokenRecordPushToStart.key)
+        #expect(Examples.pushOutcome.key == "order-42")
+        var outcome = Examples.pushOutcome
+        outcome.activityId = nil
+        outcome.pushToStartKey = Examples.pushToStartKey
+        #expect(outcome.key == Examples.pushToStartKey)
+    }
+
+    @Test func clickKeys() {
+        #expect(Examples.clickEvent.key == "order-42")
+        #expect(Examples.rejectedClick.key == nil)
+    }
+
+    @Test func deadLetterKeepsTheOriginalKey() {
+        #expect(Examples.deadLetterRecord.key == "order-42")
+        var record = Examples.deadLetterRecord
+        record.originalKey = nil
+        #expect(record.key == nil)
+    }
+}
+
+@Suite("Topics")
+struct TopicTests {
+    @Test func namesAreUniqueAndVersioned() {
+        let names = IsletTopics.all.map(\.name)
+        #expect(Set(names).count == names.count)
+        #expect(names.count == 7)
+        for name in names {
+            #expect(name.hasPrefix("islet.") && name.hasSuffix(".v1"), "\(name)")
+            #expect(IsletTopics.named(name)?.name == name)
+        }
+        #expect(IsletTopics.named("islet.tokens.v2") == nil)
+    }
+
+    @Test func tokensIsCompactedAndTheRestExpire() {
+        #expect(IsletTopics.tokens.cleanupPolicy == .compact)
+        #expect(IsletTopics.tokens.retention == nil)
+        #expect(IsletTopics.tokens.configs == ["cleanup.policy": "compact"])
+        for topic in IsletTopics.all where topic != IsletTopics.tokens {
+            #expect(topic.cleanupPolicy == .delete, "\(topic)")
+            #expect(topic.retention != nil, "\(topic)")
+        }
+        #expect(IsletTopics.activityEvents.configs == ["cleanup.policy": "delete", "retention.ms": "604800000"])
+    }
+
+    @Test func activityTopicsAreCoPartitioned() {
+        let coPartitioned = IsletTopics.all.filter(\.coPartitioned).map(\.name)
+        #expect(coPartitioned == ["islet.tokens.v1", "islet.activity-events.v1", "islet.push-requests.v1", "islet.push-outcomes.v1"])
+    }
+
+    @Test func eachTopicHasExactlyOneMessageType() {
+        let topics: [IsletTopic] = [
+            TokenRecord.topic, ActivityEvent.topic, PushRequest.topic, PushOutcome.topic, ClickEvent.topic, RejectedClick.topic,
+            DeadLetterRecord.topic,
+        ]
+        #expect(topics == IsletTopics.all)
+        #expect(MessageSchema.all.map(\.topic) == IsletTopics.all)
+        for golden in GoldenCase.all {
+            #expect(type(of: golden.expected).topic == golden.schema.topic, "\(golden.name)")
+        }
+    }
+}

@@ -1,0 +1,146 @@
+import Foundation
+import IsletMessages
+
+/// The Swift values the golden files in `Golden/` must decode to and encode from.
+///
+/// One story: order 42 of a food-delivery app is started by push-to-start, goes out for delivery
+/// and is tapped on the lock screen; an older ride's token is rejected by APNs.
+enum Examples {
+    static let foodApp = AppTarget(bundleId: "com.example.fooddelivery", environment: .production)
+    static let rideApp = AppTarget(bundleId: "com.example.rides", environment: .production)
+    static let deviceId = "5D3F8A2E-9C41-4B7A-8E06-1F2A3B4C5D6E"
+    static let orderUpdateToken =
+        "31c91051326739516b6a5274fc7a81252b538dde8272428ff7b8e9845d54428302594e61abcebda71f06f909dca46f7d3c3698169782b4ae74170d6cbd9fb568b1d6a28bea19614afc66d23e41a01604"
+    static let pushToStartToken =
+        "14a9c5f1bca5da26b8b9a6bc7cc3eaf07ee4e37a59e9885b5307e30bfc65d469ae85b57a901c8eb76341bef187aa718503f92d8222fd219ab4da6aa182feb7ec13721c54192f5910d17595ea2b88dc99"
+    static let rideToken =
+        "24acb7dd570d4d1318da04af69521104d774ad848968d95fbb3a692913349c25191007be5763e5b007ac5d9ebbeaf5a5540ee6a4d408a1571a4c6953625f2beeda78b7824706fcedf9469ab16ac47be4"
+    static let pushToStartKey = "pts:com.example.fooddelivery:5D3F8A2E-9C41-4B7A-8E06-1F2A3B4C5D6E:DeliveryAttributes"
+
+    // MARK: TokenRecord
+
+    static let tokenRecord = TokenRecord(
+        kind: .update, activityId: "order-42", deviceId: deviceId, userId: "user-1842", token: orderUpdateToken, app: foodApp,
+        attributesType: "DeliveryAttributes", frequentUpdatesEnabled: true, appVersion: "5.12.0", state: .active,
+        activityStartedAt: utc(2026, 11, 22, 10, 2, 11, 482), registeredAt: utc(2026, 11, 22, 10, 2, 12, 917),
+        updatedAt: utc(2026, 11, 22, 10, 2, 12, 917))
+
+    static let tokenRecordPushToStart = TokenRecord(
+        kind: .pushToStart, deviceId: deviceId, userId: "user-1842", token: pushToStartToken, app: foodApp,
+        attributesType: "DeliveryAttributes", frequentUpdatesEnabled: true, appVersion: "5.12.0", state: .active,
+        registeredAt: utc(2026, 11, 20, 18, 40, 3, 51), updatedAt: utc(2026, 11, 22, 9, 58, 44, 310))
+
+    static let tokenRecordInvalidated = TokenRecord(
+        kind: .update, activityId: "ride-7f3a9c", deviceId: "0B9E7C1D-2A4F-4E65-B8D3-7C6A5F4E3D2C", userId: "rider-55210",
+        token: rideToken, app: rideApp, attributesType: "RideAttributes", frequentUpdatesEnabled: false, appVersion: "3.4.1",
+        state: .invalidated,
+        invalidation: .init(
+            reason: .apnsUnregistered, invalidatedAt: utc(2026, 11, 22, 9, 12, 45, 20), apnsTimestamp: utc(2026, 11, 22, 8, 41, 17)),
+        activityStartedAt: utc(2026, 11, 22, 8, 30, 1, 512), registeredAt: utc(2026, 11, 22, 8, 30, 2, 144),
+        updatedAt: utc(2026, 11, 22, 9, 12, 45, 20))
+
+    static let tokenRecordMinimal = TokenRecord(
+        kind: .update, activityId: "order-42", userId: "user-1842", token: orderUpdateToken, app: foodApp,
+        attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "5.12.0", state: .active,
+        registeredAt: utc(2026, 11, 22, 10, 2, 12, 917), updatedAt: utc(2026, 11, 22, 10, 2, 12, 917))
+
+    // MARK: ActivityEvent
+
+    static let activityEvent = ActivityEvent(
+        eventId: "orders-outbox-88314", activityId: "order-42", kind: .update, attributesType: "DeliveryAttributes",
+        fields: ["status": .string("out_for_delivery"), "etaMinutes": .integer(12), "courierName": .string("Ana"), "distanceKm": .number(3.4)],
+        urgency: .important, occurredAt: utc(2026, 11, 22, 10, 15, 30, 123), sequence: 5, source: "orders-service")
+
+    static let activityEventPushToStart = ActivityEvent(
+        eventId: "orders-outbox-88207", activityId: "order-42", kind: .start, attributesType: "DeliveryAttributes",
+        fields: ["status": .string("preparing"), "etaMinutes": .integer(35)], urgency: .important,
+        occurredAt: utc(2026, 11, 22, 10, 2, 9, 870), sequence: 1,
+        startTarget: .init(app: foodApp, deviceId: deviceId),
+        attributes: ["orderId": .string("42"), "restaurantName": .string("Casa Lola")], source: "orders-service")
+
+    static let activityEventMinimal = ActivityEvent(
+        eventId: "orders-outbox-88342", activityId: "order-42", kind: .end, attributesType: "DeliveryAttributes",
+        fields: ["status": .string("delivered")], urgency: .routine, occurredAt: utc(2026, 11, 22, 10, 31, 2, 500), sequence: 7)
+
+    // MARK: PushRequest
+
+    static let pushRequest = PushRequest(
+        requestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", activityId: "order-42", event: .update, app: foodApp,
+        attributesType: "DeliveryAttributes",
+        payload: #"{"aps":{"timestamp":1795342530,"event":"update","content-state":{"status":"out_for_delivery","etaMinutes":12,"courierName":"Ana","distanceKm":3.4},"stale-date":1795344330,"relevance-score":80,"alert":{"title":"Order 42 is on its way","body":"Ana will be there in about 12 minutes.","sound":"default"}}}"#,
+        priority: 10, urgency: .important, supersedable: true, alerting: true, apnsTimestamp: 1_795_342_530, contentSequence: 5,
+        staleDate: utc(2026, 11, 22, 10, 45, 30), expiration: utc(2026, 11, 22, 10, 25, 30),
+        createdAt: utc(2026, 11, 22, 10, 15, 30, 214), sourceEventId: "orders-outbox-88314")
+
+    static let pushRequestPushToStart = PushRequest(
+        requestId: "EBB93B8D-EF2E-4821-9238-20A483574786", pushToStartKey: pushToStartKey, event: .start, app: foodApp,
+        attributesType: "DeliveryAttributes",
+        payload: #"{"aps":{"timestamp":1795341729,"event":"start","content-state":{"status":"preparing","etaMinutes":35},"attributes-type":"DeliveryAttributes","attributes":{"orderId":"42","restaurantName":"Casa Lola"},"alert":{"title":"Order 42 confirmed","body":"Casa Lola is preparing your order."},"input-push-token":1,"stale-date":1795343529}}"#,
+        priority: 10, urgency: .important, supersedable: false, alerting: true, apnsTimestamp: 1_795_341_729, contentSequence: 1,
+        staleDate: utc(2026, 11, 22, 10, 32, 9), expiration: utc(2026, 11, 22, 10, 32, 9),
+        createdAt: utc(2026, 11, 22, 10, 2, 9, 955), sourceEventId: "orders-outbox-88207")
+
+    // MARK: PushOutcome
+
+    static let pushOutcome = PushOutcome(
+        requestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", activityId: "order-42", result: .delivered,
+        apns: .init(status: 200, apnsId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B"), priorityUsed: 10, attempts: 1,
+        latencyMilliseconds: 187.6, tokenFingerprint: "48160203cc296dc0", completedAt: utc(2026, 11, 22, 10, 15, 30, 402))
+
+    static let pushOutcomeTokenInvalid = PushOutcome(
+        requestId: "5A0FA772-2594-4FEB-A31A-BD2B593AEA89", activityId: "ride-7f3a9c", result: .tokenInvalid,
+        apns: .init(
+            status: 410, reason: "Unregistered", apnsId: "5A0FA772-2594-4FEB-A31A-BD2B593AEA89", timestamp: utc(2026, 11, 22, 8, 41, 17)),
+        priorityUsed: 10, attempts: 1, latencyMilliseconds: 95.25, tokenFingerprint: "ed53cfd0932de6c9",
+        detail: "APNs 410 Unregistered: the token is no longer valid", completedAt: utc(2026, 11, 22, 9, 12, 44, 871))
+
+    static let pushOutcomePushToStart = PushOutcome(
+        requestId: "EBB93B8D-EF2E-4821-9238-20A483574786", pushToStartKey: pushToStartKey, result: .delivered,
+        apns: .init(status: 200, apnsId: "EBB93B8D-EF2E-4821-9238-20A483574786"), priorityUsed: 10, attempts: 1,
+        latencyMilliseconds: 143.5, tokenFingerprint: "1dc680413d2f03b8", completedAt: utc(2026, 11, 22, 10, 2, 10, 99))
+
+    static let pushOutcomeCoalesced = PushOutcome(
+        requestId: "41482ABD-1BF0-4A3C-BDFA-483C5B7DB965", activityId: "order-42", result: .coalesced, attempts: 0,
+        supersededBy: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", detail: "replaced by newer content before it was sent",
+        completedAt: utc(2026, 11, 22, 10, 15, 30, 230))
+
+    static let pushOutcomeMinimal = PushOutcome(
+        requestId: "89E99B52-1A63-47D1-B995-6016882F37C4", activityId: "order-42", result: .failed, attempts: 3,
+        completedAt: utc(2026, 11, 22, 10, 31, 9, 4))
+
+    // MARK: Clicks
+
+    static let clickEvent = ClickEvent(
+        clickId: "5c1f0e9ab83d4f27a6e1b09d4c7e2a5f", activityId: "order-42", attributesType: "DeliveryAttributes",
+        surface: .lockScreen, element: "trackOrder", contentSequence: 5, app: foodApp, appVersion: "5.12.0", osVersion: "26.1",
+        keyId: "k2026-11", issuedAt: utc(2026, 11, 22, 10, 15, 30, 214), tappedAt: utc(2026, 11, 22, 10, 16, 5, 250),
+        receivedAt: utc(2026, 11, 22, 10, 16, 5, 611))
+
+    static let rejectedClick = RejectedClick(
+        reason: .badSignature, detail: "signature does not match the parameters (key k2026-11)",
+        url: "fooddelivery://orders/42?ia=order-42&is=5&ie=trackOrder&if=lockScreen&ik=k2026-11&it=1795342530214&isig=Jx3kP0o9cW5Zb1mR7tQ2vA",
+        tappedAt: utc(2026, 11, 22, 10, 17, 12, 4), appVersion: "5.12.0", osVersion: "26.1", clientId: "user-1842",
+        receivedAt: utc(2026, 11, 22, 10, 17, 12, 398))
+
+    // MARK: DeadLetterRecord
+
+    /// An activity event its producer wrote without `urgency`.
+    static let deadLetteredValue = Array(
+        #"{"schemaVersion":1,"eventId":"orders-outbox-88342","activityId":"order-42","kind":"update","attributesType":"DeliveryAttributes","fields":{"status":"delivered"},"occurredAt":"2026-11-22T10:20:01.250Z","sequence":6}"#
+            .utf8)
+
+    static let deadLetterRecord = DeadLetterRecord(
+        reason: .undecodable, detail: "ActivityEvent: required field urgency is missing",
+        origin: .init(topic: "islet.activity-events.v1", partition: 17, offset: 482_113, timestamp: utc(2026, 11, 22, 10, 20, 1, 337)),
+        originalKey: "order-42", originalValue: deadLetteredValue, service: "content-service",
+        deadLetteredAt: utc(2026, 11, 22, 10, 20, 1, 402))
+}
+
+/// A UTC date, built without `IsletDate` so that tests of it are not circular.
+func utc(_ year: Int, _ month: Int, _ day: Int, _ hour: Int, _ minute: Int, _ second: Int, _ millisecond: Int = 0) -> Date {
+    var calendar = Calendar(identifier: .gregorian)
+    calendar.timeZone = TimeZone(identifier: "UTC")!
+    let whole = calendar.date(from: DateComponents(year: year, month: month, day: day, hour: hour, minute: minute, second: second))!
+    let milliseconds = Int64(whole.timeIntervalSince1970.rounded()) * 1_000 + Int64(millisecond)
+    return Date(timeIntervalSince1970: Double(milliseconds) / 1_000)
+}
