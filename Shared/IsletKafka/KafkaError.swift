@@ -51,6 +51,9 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
         self.isFatal = isFatal
     }
 
+    /// librdkafka's local queue is full (`queue.buffering.max.messages`): wait briefly and retry.
+    public var isQueueFull: Bool { librdkafkaName == "_QUEUE_FULL" }
+
     public var description: String {
         var text = "KafkaError.\(code): \(message)"
         if let librdkafkaName { text += " [\(librdkafkaName)]" }

@@ -77,4 +77,10 @@ public struct KafkaDeliveryReport: Sendable, Hashable {
     public var partition: Int32
     /// The offset the broker gave the record, when known.
     public var offset: Int64?
+
+    public init(topic: String, partition: Int32, offset: Int64?) {
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+    }
 }

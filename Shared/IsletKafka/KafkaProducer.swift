@@ -51,19 +51,14 @@ public final class KafkaProducer: Service, Sendable {
     ) async throws -> KafkaDeliveryReport {
         while true {
             let attempt: SendAttempt = try await withCheckedThrowingContinuation { continuation in
-                let id: UInt64
-                switch core.register(continuation) {
-                case .registered(let registeredID): id = registeredID
-                case .refused(let error):
-                    continuation.resume(throwing: error)
-                    return
-                }
-                if let error = client.produce(topic: topic, partition: partition, key: key, value: value, headers: headers, opaque: id) {
-                    guard let continuation = core.unregister(id: id) else { return }
+                do throws(KafkaError) {
+                    try produce(topic: topic, key: key, value: value, headers: headers, partition: partition) { result in
+                        continuation.resume(with: result.map(SendAttempt.delivered).mapError { $0 as any Error })
+                    }
+                } catch {
                     if RDKafkaClient.isQueueFull(error) {
                         continuation.resume(returning: .queueFull)
                     } else {
-                        core.failedMetric.increment()
                         continuation.resume(throwing: error)
                     }
                 }
@@ -75,6 +70,26 @@ public final class KafkaProducer: Service, Sendable {
                 // librdkafka's queue drains as deliveries complete; wait a moment and try again.
                 try await Task.sleep(for: .milliseconds(1))
             }
+        }
+    }
+
+    /// Hands one record to librdkafka and returns at once; `onDelivery` is then called exactly once
+    /// with the verdict, on the producer's poll thread (keep it short). For callers that keep many
+    /// records in flight from one loop, in order; ``send(topic:key:value:headers:partition:)`` is
+    /// the usual API.
+    ///
+    /// Throws without calling `onDelivery` when the record was not accepted: the producer is shut
+    /// down, or librdkafka refused it (its queue is full: `isRetriable`, try again shortly).
+    public func produce(
+        topic: String, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil,
+        onDelivery: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
+    ) throws(KafkaError) {
+        let id = try core.register(onDelivery)
+        if let error = client.produce(topic: topic, partition: partition, key: key, value: value, headers: headers, opaque: id) {
+            // Not accepted: no delivery report will come for this id.
+            _ = core.unregister(id: id)
+            if !RDKafkaClient.isQueueFull(error) { core.failedMetric.increment() }
+            throw error
         }
     }
 
@@ -141,10 +156,7 @@ enum SendAttempt: Sendable {
 
 /// The producer's Swift state: each pending send's continuation by opaque id, and the lifecycle.
 final class ProducerCore: Sendable {
-    enum Registration {
-        case registered(UInt64)
-        case refused(KafkaError)
-    }
+    typealias DeliveryHandler = @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
 
     private enum Lifecycle {
         case idle, running, stopping, finished
@@ -153,7 +165,7 @@ final class ProducerCore: Sendable {
     private struct State {
         var lifecycle = Lifecycle.idle
         var nextID: UInt64 = 1
-        var pending: [UInt64: CheckedContinuation<SendAttempt, any Error>] = [:]
+        var pending: [UInt64: DeliveryHandler] = [:]
         var fatalError: KafkaError?
     }
 
@@ -183,35 +195,33 @@ final class ProducerCore: Sendable {
         stop.store(true, ordering: .releasing)
     }
 
-    func register(_ continuation: CheckedContinuation<SendAttempt, any Error>) -> Registration {
-        state.withLock { state in
-            if let fatal = state.fatalError { return .refused(fatal) }
+    func register(_ handler: @escaping DeliveryHandler) throws(KafkaError) -> UInt64 {
+        let result: Result<UInt64, KafkaError> = state.withLock { state in
+            if let fatal = state.fatalError { return .failure(fatal) }
             switch state.lifecycle {
             case .idle, .running:
                 let id = state.nextID
                 state.nextID &+= 1
-                state.pending[id] = continuation
-                return .registered(id)
+                state.pending[id] = handler
+                return .success(id)
             case .stopping, .finished:
-                return .refused(.shutdown("the producer is shut down"))
+                return .failure(.shutdown("the producer is shut down"))
             }
         }
+        return try result.get()
     }
 
-    func unregister(id: UInt64) -> CheckedContinuation<SendAttempt, any Error>? {
+    func unregister(id: UInt64) -> DeliveryHandler? {
         state.withLock { $0.pending.removeValue(forKey: id) }
     }
 
     func delivered(id: UInt64, result: Result<KafkaDeliveryReport, KafkaError>) {
-        guard let continuation = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return }
+        guard let handler = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return }
         switch result {
-        case .success(let report):
-            deliveredMetric.increment()
-            continuation.resume(returning: .delivered(report))
-        case .failure(let error):
-            failedMetric.increment()
-            continuation.resume(throwing: error)
+        case .success: deliveredMetric.increment()
+        case .failure: failedMetric.increment()
         }
+        handler(result)
     }
 
     func clientError(_ error: KafkaError) {
@@ -241,9 +251,9 @@ final class ProducerCore: Sendable {
         if !leftovers.isEmpty {
             logger.warning("producer stopped with unreported records", metadata: ["kafka.records": "\(leftovers.count)"])
         }
-        for continuation in leftovers {
+        for handler in leftovers {
             failedMetric.increment()
-            continuation.resume(throwing: KafkaError.shutdown("the producer stopped before the record's delivery was reported"))
+            handler(.failure(.shutdown("the producer stopped before the record's delivery was reported")))
         }
     }
 }

@@ -1,0 +1,145 @@
+import Foundation
+import IsletMessages
+import Logging
+import Metrics
+
+/// Decodes consumed records as Islet messages, and sends what cannot be decoded or processed to
+/// the dead-letter topic (`islet.dlq.v1`) with the reason and its origin, then marks it processed:
+/// the consumer moves on, and nothing is skipped silently.
+public struct DeadLetterWriter: Sendable {
+    public let producer: KafkaProducer
+    public let consumer: KafkaConsumer
+    /// The service name written into each record (which consumer gave up).
+    public let service: String
+    /// Where dead letters go. Default `islet.dlq.v1`.
+    public let topic: String
+    private let logger: Logger
+    private let now: @Sendable () -> Date
+    private let deadLettered: Counter
+
+    /// How often a dead-letter send is tried before the error is thrown (the message then stays
+    /// unmarked and is read again after a restart).
+    public static let attempts = 5
+
+    public init(
+        producer: KafkaProducer, consumer: KafkaConsumer, service: String, logger: Logger,
+        topic: String = IsletTopics.deadLetters.name, now: @escaping @Sendable () -> Date = Date.init
+    ) {
+        self.producer = producer
+        self.consumer = consumer
+        self.service = service
+        self.topic = topic
+        self.logger = logger
+        self.now = now
+        self.deadLettered = Counter(label: "islet_kafka_dead_lettered_total", dimensions: [("service", service)])
+    }
+
+    /// The message decoded and validated, or `nil` after it was dead-lettered and marked processed.
+    /// A tombstone (null value) is not a message: check `raw.value == nil` before calling.
+    public func decode<Message: IsletMessage>(_ type: Message.Type, from raw: KafkaMessage) async throws -> Message? {
+        guard let value = raw.value else {
+            try await deadLetter(raw, reason: .invalid, detail: "a null value (tombstone) where a \(Message.self) was expected")
+            return nil
+        }
+        let message: Message
+        do {
+            message = try IsletJSON.decode(type, from: value)
+        } catch {
+            let reason: DeadLetterRecord.Reason =
+                if case .unsupportedSchemaVersion = error.kind { .unsupportedSchemaVersion } else { .undecodable }
+            try await deadLetter(raw, reason: reason, detail: error.description)
+            return nil
+        }
+        do {
+            try message.validate()
+        } catch {
+            try await deadLetter(raw, reason: .invalid, detail: "\(Message.self): \(error.description)")
+            return nil
+        }
+        return message
+    }
+
+    /// Sends `raw` to the dead-letter topic and marks it processed once the record is persisted.
+    public func deadLetter(_ raw: KafkaMessage, reason: DeadLetterRecord.Reason, detail: String) async throws {
+        let record = DeadLetterRecord(
+            reason: reason, detail: detail,
+            origin: .init(
+                topic: raw.topic, partition: raw.partition, offset: raw.offset,
+                timestamp: raw.timestampMilliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) }),
+            originalKey: raw.key.map { String(decoding: $0, as: UTF8.self) }, originalValue: raw.value, service: service,
+            deadLetteredAt: now())
+        var attempt = 1
+        while true {
+            do {
+                try await producer.send(record, to: topic)
+                break
+            } catch {
+                guard attempt < Self.attempts else { throw error }
+                logger.warning(
+                    "dead-letter send failed, retrying",
+                    metadata: ["kafka.error": "\(error)", "kafka.attempt": "\(attempt)"])
+                try await Task.sleep(for: .milliseconds(100 << min(attempt, 5)))
+                attempt += 1
+            }
+        }
+        deadLettered.increment()
+        logger.warning(
+            "record dead-lettered",
+            metadata: [
+                "kafka.topic": "\(raw.topic)", "kafka.partition": "\(raw.partition)", "kafka.offset": "\(raw.offset)",
+                "dlq.reason": "\(reason)", "dlq.detail": "\(detail)",
+            ])
+        consumer.markProcessed(raw)
+    }
+}
+
+/// What a typed consumer delivers, in order.
+public enum TypedConsumerEvent<Message: IsletMessage>: Sendable {
+    case partitionsAssigned([KafkaTopicPartition])
+    /// A decoded, valid message and the record it came from (mark the record processed).
+    case message(Message, KafkaMessage)
+    /// A null value: on a compacted topic, the key was deleted.
+    case tombstone(key: String?, KafkaMessage)
+    case partitionsRevoked([KafkaTopicPartition])
+}
+
+extension KafkaConsumer {
+    /// The consumer's events with records decoded as `Message`; records that do not decode or
+    /// validate go to the dead-letter topic and are marked processed, and the loop moves on.
+    public func decoded<Message: IsletMessage>(as type: Message.Type, deadLetters: DeadLetterWriter) -> TypedConsumerEvents<Message> {
+        TypedConsumerEvents(events: events, deadLetters: deadLetters)
+    }
+}
+
+/// A consumer's events, decoded. Throws only if a dead letter cannot be written.
+public struct TypedConsumerEvents<Message: IsletMessage>: AsyncSequence, Sendable {
+    public typealias Element = TypedConsumerEvent<Message>
+    let events: KafkaConsumerEvents
+    let deadLetters: DeadLetterWriter
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(base: events.makeAsyncIterator(), deadLetters: deadLetters)
+    }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        var base: KafkaConsumerEvents.Iterator
+        let deadLetters: DeadLetterWriter
+
+        public mutating func next() async throws -> TypedConsumerEvent<Message>? {
+            while let event = await base.next() {
+                switch event {
+                case .partitionsAssigned(let partitions):
+                    return .partitionsAssigned(partitions)
+                case .partitionsRevoked(let partitions):
+                    return .partitionsRevoked(partitions)
+                case .message(let raw):
+                    if raw.value == nil { return .tombstone(key: raw.keyString, raw) }
+                    if let message = try await deadLetters.decode(Message.self, from: raw) {
+                        return .message(message, raw)
+                    }
+                }
+            }
+            return nil
+        }
+    }
+}

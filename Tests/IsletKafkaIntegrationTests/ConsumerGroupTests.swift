@@ -1,0 +1,231 @@
+import Foundation
+import IsletKafka
+import Testing
+
+/// What the members of one group did, as seen by the test.
+actor GroupLedger {
+    private(set) var assignments: [String: Set<KafkaTopicPartition>] = [:]
+    /// value → the member whose mark of it was accepted.
+    private(set) var marked: [String: String] = [:]
+    /// Messages delivered again after a member had marked them processed: must stay empty.
+    private(set) var redeliveredAfterMark: [String] = []
+    private(set) var deliveries = 0
+
+    func assigned(_ member: String, _ partitions: [KafkaTopicPartition]) {
+        assignments[member, default: []].formUnion(partitions)
+    }
+
+    func revoked(_ member: String, _ partitions: [KafkaTopicPartition]) {
+        assignments[member, default: []].subtract(partitions)
+    }
+
+    func delivered(_ value: String) {
+        deliveries += 1
+        if marked[value] != nil { redeliveredAfterMark.append(value) }
+    }
+
+    func markAccepted(_ value: String, by member: String) {
+        if marked[value] != nil { redeliveredAfterMark.append(value) }
+        marked[value] = member
+    }
+
+    var markedCount: Int { marked.count }
+
+    /// Members that currently own at least one partition.
+    var activeMembers: Int { assignments.values.filter { !$0.isEmpty }.count }
+}
+
+/// Runs one group member until cancelled: records assignments, handles each message (a little
+/// work, so that rebalances catch messages in flight) and marks it processed.
+func runMember(_ consumer: KafkaConsumer, name: String, ledger: GroupLedger) async throws {
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await consumer.run() }
+        for await event in consumer.events {
+            switch event {
+            case .partitionsAssigned(let partitions):
+                await ledger.assigned(name, partitions)
+            case .partitionsRevoked(let partitions):
+                await ledger.revoked(name, partitions)
+            case .message(let message):
+                let value = String(decoding: message.value ?? [], as: UTF8.self)
+                await ledger.delivered(value)
+                try? await Task.sleep(for: .microseconds(200))
+                if consumer.markProcessed(message) {
+                    await ledger.markAccepted(value, by: name)
+                }
+            }
+        }
+        try await group.waitForAll()
+    }
+}
+
+func waitUntil(_ what: String, timeout: Duration = .seconds(60), _ condition: @Sendable () async -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while !(await condition()) {
+        guard ContinuousClock.now < deadline else { throw TimeoutError(what: what, limit: timeout) }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+}
+
+@Suite("Consumer groups against the broker", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(4)))
+struct ConsumerGroupTests {
+    @Test("two members share the partitions; a third joining moves partitions without losing or re-processing a marked message")
+    func thirdMemberJoins() async throws {
+        let servers = try TestBroker.servers()
+        let topic = uniqueName("group")
+        let groupID = uniqueName("g")
+        let total = 3_000
+        try await createTopic(servers, topic, partitions: 6)
+        let ledger = GroupLedger()
+        let settings = ["session.timeout.ms": "6000"]
+        let first = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
+        let second = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
+        let third = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
+        let producer = try makeProducer(servers)
+
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await producer.run() }
+            group.addTask { try await runMember(first, name: "first", ledger: ledger) }
+            group.addTask { try await runMember(second, name: "second", ledger: ledger) }
+            try await waitUntil("two members own partitions") { await ledger.activeMembers == 2 }
+            let owned = await ledger.assignments
+            #expect(owned["first"]!.isDisjoint(with: owned["second"]!))
+            #expect(owned["first"]!.union(owned["second"]!).count == 6)
+
+            // A stream of records: the first half before the third member joins, the rest while it does.
+            for i in 0..<total / 2 {
+                try await producer.send(topic: topic, key: "k\(i)", value: Array("m\(i)".utf8))
+            }
+            try await waitUntil("the first half is processed") { await ledger.markedCount >= total / 4 }
+            group.addTask { try await runMember(third, name: "third", ledger: ledger) }
+            for i in total / 2..<total {
+                try await producer.send(topic: topic, key: "k\(i)", value: Array("m\(i)".utf8))
+            }
+            try await waitUntil("three members own partitions") { await ledger.activeMembers == 3 }
+            try await waitUntil("every record is processed") { await ledger.markedCount == total }
+
+            let final = await ledger.assignments
+            let all = final.values.reduce(into: Set<KafkaTopicPartition>()) { $0.formUnion($1) }
+            #expect(all.count == 6)
+            #expect(final.values.map(\.count).reduce(0, +) == 6, "each partition has exactly one owner")
+            for consumer in [first, second, third] { consumer.shutdown() }
+            producer.shutdown()
+            try await group.waitForAll()
+        }
+
+        let marked = await ledger.marked
+        #expect(Set(marked.keys) == Set((0..<total).map { "m\($0)" }), "no record lost")
+        #expect(await ledger.redeliveredAfterMark == [], "no record processed again after it was marked")
+        #expect(Set(marked.values) == ["first", "second", "third"], "all three members did work")
+    }
+
+    @Test("a member killed before marking a message processed: the message comes again after a restart, marked ones do not")
+    func crashBeforeMark() async throws {
+        let servers = try TestBroker.servers()
+        let topic = uniqueName("crash")
+        let groupID = uniqueName("g")
+        try await createTopic(servers, topic, partitions: 1)
+        let settings = ["session.timeout.ms": "6000"]
+        try await withProducer(try makeProducer(servers)) { producer in
+            for value in ["processed", "in-flight", "later"] {
+                try await producer.send(topic: topic, key: "k", value: Array(value.utf8))
+            }
+        }
+
+        // The first instance processes one record, marks it, waits for the auto-commit, takes the
+        // next one and dies before marking it.
+        let doomed = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
+        let seenByDoomed = try await withTimeout(.seconds(60), "the first instance") {
+            try await withThrowingTaskGroup(of: [String]?.self) { group in
+                group.addTask { try await doomed.run(); return nil }
+                var seen: [String] = []
+                for await message in doomed.messages {
+                    let value = String(decoding: message.value ?? [], as: UTF8.self)
+                    seen.append(value)
+                    if value == "processed" {
+                        #expect(doomed.markProcessed(message))
+                        try await Task.sleep(for: .milliseconds(2_500))  // > auto.commit.interval.ms
+                    } else {
+                        doomed.simulateCrash()
+                        break
+                    }
+                }
+                var result: [String]?
+                for try await value in group { if let value { result = value } }
+                return result ?? seen
+            }
+        }
+        #expect(seenByDoomed == ["processed", "in-flight"])
+
+        // The restarted instance starts after the last marked record.
+        let restarted = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
+        let seenAfterRestart = try await withTimeout(.seconds(90), "the restarted instance") {
+            try await withThrowingTaskGroup(of: [String]?.self) { group in
+                group.addTask { try await restarted.run(); return nil }
+                var seen: [String] = []
+                for await message in restarted.messages {
+                    seen.append(String(decoding: message.value ?? [], as: UTF8.self))
+                    restarted.markProcessed(message)
+                    if seen.count == 2 { break }
+                }
+                restarted.shutdown()
+                var result: [String]?
+                for try await value in group { if let value { result = value } }
+                return result ?? seen
+            }
+        }
+        #expect(seenAfterRestart == ["in-flight", "later"])
+    }
+
+    @Test("a clean close commits what was marked and leaves the group at once")
+    func cleanCloseLeavesAtOnce() async throws {
+        let servers = try TestBroker.servers()
+        let topic = uniqueName("close")
+        let groupID = uniqueName("g")
+        try await createTopic(servers, topic, partitions: 2)
+        try await withProducer(try makeProducer(servers)) { producer in
+            for i in 0..<10 { try await producer.send(topic: topic, key: "k\(i)", value: Array("v\(i)".utf8)) }
+        }
+        // Long session timeout: if the first member did not leave, the second would wait for it.
+        let settings = ["session.timeout.ms": "45000", "auto.commit.interval.ms": "60000"]
+        let first = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
+        try await withTimeout(.seconds(60), "the first member") {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await first.run() }
+                var count = 0
+                for await message in first.messages {
+                    first.markProcessed(message)
+                    count += 1
+                    if count == 10 { break }  // leaving the loop closes the consumer
+                }
+                try await group.waitForAll()
+            }
+        }
+        // The group's committed offsets, asked by a member that has not joined.
+        let probe = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
+        let committed = try await probe.committedOffsets(for: [
+            KafkaTopicPartition(topic: topic, partition: 0), KafkaTopicPartition(topic: topic, partition: 1),
+        ])
+        #expect(committed.values.compactMap { $0 }.reduce(0, +) == 10, "the marks were committed at close")
+
+        let second = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
+        let start = ContinuousClock.now
+        let assigned = try await withTimeout(.seconds(30), "the second member's assignment") {
+            try await withThrowingTaskGroup(of: [KafkaTopicPartition]?.self) { group in
+                group.addTask { try await second.run(); return nil }
+                var assigned: [KafkaTopicPartition] = []
+                for await event in second.events {
+                    if case .partitionsAssigned(let partitions) = event {
+                        assigned = partitions
+                        break
+                    }
+                }
+                var result: [KafkaTopicPartition]?
+                for try await value in group { if let value { result = value } }
+                return result ?? assigned
+            }
+        }
+        #expect(assigned.count == 2)
+        #expect(ContinuousClock.now - start < .seconds(20), "the second member did not wait for the first one's session to expire")
+    }
+}
