@@ -1,0 +1,107 @@
+import Configuration
+
+/// Reads a service's configuration by dotted key (`islet.kafka.bootstrap`) from the environment
+/// (`ISLET_KAFKA_BOOTSTRAP`), validating as it goes: a bad or missing value is an error that
+/// names the environment variable, so a misconfigured service fails at start-up, not later.
+public struct IsletConfig: Sendable {
+    private let reader: ConfigReader
+
+    public init(reader: ConfigReader) {
+        self.reader = reader
+    }
+
+    /// The process environment.
+    public static func environment() -> IsletConfig {
+        IsletConfig(reader: ConfigReader(provider: EnvironmentVariablesProvider()))
+    }
+
+    /// Given variables (tests), by their environment names: `["ISLET_HTTP_PORT": "8080"]`.
+    public static func variables(_ variables: [String: String]) -> IsletConfig {
+        IsletConfig(reader: ConfigReader(provider: EnvironmentVariablesProvider(environmentVariables: variables)))
+    }
+
+    /// `islet.kafka.bootstrap` → `ISLET_KAFKA_BOOTSTRAP`.
+    public static func variableName(for key: String) -> String {
+        key.split(separator: ".").joined(separator: "_").replacingOccurrences(of: "-", with: "_").uppercased()
+    }
+
+    /// A string, or the default; an empty value counts as absent.
+    public func string(_ key: String, default defaultValue: String? = nil, isSecret: Bool = false) throws(ConfigurationError) -> String {
+        if let value = reader.string(forKey: ConfigKey(key), isSecret: isSecret), !value.isEmpty { return value }
+        if let defaultValue { return defaultValue }
+        throw ConfigurationError(key: key, problem: "is required")
+    }
+
+    /// A string, or `nil` when absent or empty.
+    public func optionalString(_ key: String, isSecret: Bool = false) -> String? {
+        guard let value = reader.string(forKey: ConfigKey(key), isSecret: isSecret), !value.isEmpty else { return nil }
+        return value
+    }
+
+    public func int(_ key: String, default defaultValue: Int? = nil, range: ClosedRange<Int>? = nil) throws(ConfigurationError) -> Int {
+        guard let text = optionalString(key) else {
+            if let defaultValue { return defaultValue }
+            throw ConfigurationError(key: key, problem: "is required")
+        }
+        guard let value = Int(text.trimmingCharacters(in: .whitespaces)) else {
+            throw ConfigurationError(key: key, problem: "must be an integer, got \"\(text)\"")
+        }
+        if let range, !range.contains(value) {
+            throw ConfigurationError(key: key, problem: "must be in \(range.lowerBound)...\(range.upperBound), got \(value)")
+        }
+        return value
+    }
+
+    public func bool(_ key: String, default defaultValue: Bool) throws(ConfigurationError) -> Bool {
+        guard let text = optionalString(key) else { return defaultValue }
+        switch text.lowercased() {
+        case "1", "true", "yes", "on": return true
+        case "0", "false", "no", "off": return false
+        default: throw ConfigurationError(key: key, problem: "must be true or false, got \"\(text)\"")
+        }
+    }
+
+    /// A duration given in milliseconds.
+    public func milliseconds(_ key: String, default defaultValue: Duration) throws(ConfigurationError) -> Duration {
+        guard optionalString(key) != nil else { return defaultValue }
+        return .milliseconds(try int(key, range: 0...Int(Int32.max)))
+    }
+
+    /// One of a fixed set of words.
+    public func choice<T: RawRepresentable<String>>(_ key: String, default defaultValue: T, allowed: [T]) throws(ConfigurationError) -> T {
+        guard let text = optionalString(key) else { return defaultValue }
+        guard let value = T(rawValue: text.lowercased()), allowed.contains(where: { $0.rawValue == value.rawValue }) else {
+            throw ConfigurationError(key: key, problem: "must be one of \(allowed.map(\.rawValue).joined(separator: ", ")), got \"\(text)\"")
+        }
+        return value
+    }
+
+    /// `name=value` pairs separated by commas (librdkafka properties keep their dotted names):
+    /// `ISLET_KAFKA_CONSUMER_PROPERTIES="fetch.wait.max.ms=5,session.timeout.ms=6000"`.
+    public func properties(_ key: String) throws(ConfigurationError) -> [String: String] {
+        guard let text = optionalString(key) else { return [:] }
+        var properties: [String: String] = [:]
+        for pair in text.split(separator: ",") {
+            let parts = pair.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard parts.count == 2, !parts[0].isEmpty else {
+                throw ConfigurationError(key: key, problem: "expects name=value pairs separated by commas, got \"\(pair)\"")
+            }
+            properties[parts[0]] = parts[1]
+        }
+        return properties
+    }
+}
+
+/// A configuration value is missing or invalid. The message names the environment variable.
+public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var key: String
+    public var problem: String
+
+    public init(key: String, problem: String) {
+        self.key = key
+        self.problem = problem
+    }
+
+    public var variable: String { IsletConfig.variableName(for: key) }
+    public var description: String { "configuration error: \(variable) \(problem)" }
+}

@@ -1,0 +1,109 @@
+import Foundation
+import Hummingbird
+import Logging
+import Metrics
+import Prometheus
+import ServiceLifecycle
+
+/// What a service executable needs besides its own logic: settings from the environment, a
+/// logger, metrics exported on `/metrics`, readiness on `/health`, and a run loop that shuts
+/// everything down gracefully on SIGTERM/SIGINT.
+///
+/// A service's `main` is short:
+/// ```swift
+/// let runtime = try ServiceRuntime.bootstrap(serviceName: "token-registry", defaultHTTPPort: 8081)
+/// let producer = try KafkaProducer(configuration: runtime.settings.producerConfiguration(), logger: runtime.logger)
+/// try await runtime.run([producer, myService, runtime.httpServer(router: myRouter)])
+/// ```
+public struct ServiceRuntime: Sendable {
+    public let settings: ServiceSettings
+    public let logger: Logger
+    public let health: HealthRegistry
+    public let metrics: PrometheusCollectorRegistry
+
+    /// For tests: no global bootstrap, nothing read from the environment.
+    public init(settings: ServiceSettings, logger: Logger, metrics: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
+        self.settings = settings
+        self.logger = logger
+        self.health = HealthRegistry(service: settings.serviceName)
+        self.metrics = metrics
+    }
+
+    /// Reads ``ServiceSettings`` from the environment and bootstraps logging (stderr, the
+    /// configured level) and metrics (Prometheus) for the process. Call once, from `main`.
+    /// A configuration error is printed naming the variable, and thrown.
+    public static func bootstrap(
+        serviceName: String, defaultHTTPPort: Int, config: IsletConfig = .environment()
+    ) throws -> ServiceRuntime {
+        let settings: ServiceSettings
+        do {
+            settings = try ServiceSettings(from: config, serviceName: serviceName, defaultHTTPPort: defaultHTTPPort)
+        } catch {
+            var stderr = StandardErrorStream()
+            print("\(serviceName): \(error)", to: &stderr)
+            throw error
+        }
+        let level = settings.logLevel
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        var logger = Logger(label: "islet.\(serviceName)")
+        logger.logLevel = level
+        return ServiceRuntime(settings: settings, logger: logger, metrics: registry)
+    }
+
+    /// A router with `/health`, `/health/live` and `/metrics`; add the service's own routes to it.
+    public func makeRouter<Context: RequestContext>(context: Context.Type = BasicRequestContext.self) -> Router<Context> {
+        let router = Router(context: Context.self)
+        OperationsRoutes.add(to: router, health: health, metrics: metrics)
+        return router
+    }
+
+    /// The HTTP server for `router` on the configured host and port, as a `Service`.
+    public func httpServer<Responder: HTTPResponder>(router: Responder) -> some Service
+    where Responder.Context: InitializableFromSource<ApplicationRequestContextSource> {
+        Application(
+            responder: router,
+            configuration: .init(address: .hostname(settings.httpHost, port: settings.httpPort), serverName: settings.serviceName),
+            logger: logger)
+    }
+
+    /// Runs the services until SIGTERM or SIGINT, then shuts them down gracefully in reverse order
+    /// (list producers first and the HTTP server last: the server stops taking requests first, the
+    /// producers flush last). `/health` reports `stopping` as soon as shutdown begins. Graceful
+    /// shutdown escalates to cancellation after ``ServiceSettings/shutdownTimeout``.
+    public func run(_ services: [any Service]) async throws {
+        var configurations = services.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) }
+        configurations.append(.init(service: ShutdownAnnouncer(health: health, logger: logger), serviceName: "shutdown-announcer"))
+        var configuration = ServiceGroupConfiguration(
+            services: configurations, gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger)
+        configuration.maximumGracefulShutdownDuration = settings.shutdownTimeout
+        logger.info(
+            "starting",
+            metadata: ["service": "\(settings.serviceName)", "http.port": "\(settings.httpPort)", "kafka.bootstrap": "\(settings.kafkaBootstrap)"])
+        try await ServiceGroup(configuration: configuration).run()
+        logger.info("stopped", metadata: ["service": "\(settings.serviceName)"])
+    }
+}
+
+/// Started last, so shut down first: marks the service `stopping` the moment shutdown begins.
+struct ShutdownAnnouncer: Service {
+    let health: HealthRegistry
+    let logger: Logger
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        health.markStopping()
+        logger.info("graceful shutdown started")
+    }
+}
+
+struct StandardErrorStream: TextOutputStream {
+    mutating func write(_ string: String) {
+        FileHandle.standardError.write(Data(string.utf8))
+    }
+}

@@ -1,0 +1,45 @@
+import IsletKafka
+import Logging
+
+/// What every Islet service reads the same way. docs/configuration.md lists the variables.
+public struct ServiceSettings: Sendable {
+    /// The service's name: the consumer group, the `service` in dead letters and logs.
+    public var serviceName: String
+    /// `ISLET_KAFKA_BOOTSTRAP` (required): `host:port[,host:port…]`.
+    public var kafkaBootstrap: String
+    /// `ISLET_KAFKA_PRODUCER_PROPERTIES`: extra librdkafka producer properties, `name=value,…`.
+    public var producerProperties: [String: String]
+    /// `ISLET_KAFKA_CONSUMER_PROPERTIES`: extra librdkafka consumer properties, `name=value,…`.
+    public var consumerProperties: [String: String]
+    /// `ISLET_HTTP_HOST` (default `0.0.0.0`): where /health and /metrics (and the service's API) listen.
+    public var httpHost: String
+    /// `ISLET_HTTP_PORT` (default: the service's own).
+    public var httpPort: Int
+    /// `ISLET_LOG_LEVEL` (default `info`): trace, debug, info, notice, warning, error, critical.
+    public var logLevel: Logger.Level
+    /// `ISLET_SHUTDOWN_TIMEOUT_MS` (default 10000): graceful shutdown escalates to cancellation after this.
+    public var shutdownTimeout: Duration
+
+    public init(from config: IsletConfig, serviceName: String, defaultHTTPPort: Int) throws(ConfigurationError) {
+        self.serviceName = serviceName
+        self.kafkaBootstrap = try config.string("islet.kafka.bootstrap")
+        self.producerProperties = try config.properties("islet.kafka.producer.properties")
+        self.consumerProperties = try config.properties("islet.kafka.consumer.properties")
+        self.httpHost = try config.string("islet.http.host", default: "0.0.0.0")
+        self.httpPort = try config.int("islet.http.port", default: defaultHTTPPort, range: 0...65_535)
+        self.logLevel = try config.choice("islet.log.level", default: .info, allowed: Logger.Level.allCases)
+        self.shutdownTimeout = try config.milliseconds("islet.shutdown.timeout.ms", default: .seconds(10))
+    }
+
+    /// The producer configuration: Islet's defaults plus ``producerProperties``.
+    public func producerConfiguration() -> KafkaProducerConfiguration {
+        KafkaProducerConfiguration(bootstrapServers: kafkaBootstrap, clientID: serviceName, settings: producerProperties)
+    }
+
+    /// A consumer in the service's group (or `group`), with Islet's defaults plus ``consumerProperties``.
+    public func consumerConfiguration(topics: [String], group: String? = nil) -> KafkaConsumerConfiguration {
+        KafkaConsumerConfiguration(
+            bootstrapServers: kafkaBootstrap, groupID: group ?? serviceName, topics: topics, clientID: serviceName,
+            settings: consumerProperties)
+    }
+}
