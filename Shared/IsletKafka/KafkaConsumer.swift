@@ -60,7 +60,6 @@ public final class KafkaConsumer: Service, Sendable {
                     didAssign: { core.didAssign($0) },
                     willRevoke: { core.willRevoke($0, lost: $1) },
                     didRevoke: { core.didRevoke($0) })))
-        try client.subscribe(configuration.topics)
     }
 
     /// Assignments, messages and revocations, in order. Iterate it once; leaving the loop stops
@@ -78,11 +77,15 @@ public final class KafkaConsumer: Service, Sendable {
         core.mark(message)
     }
 
-    /// Drives librdkafka until shutdown, then commits what was marked and leaves the group.
+    /// Joins the group (subscribes) and drives librdkafka until shutdown, then commits what was
+    /// marked and leaves the group. A consumer that is never run never joins its group.
     public func run() async throws {
         guard core.start() else {
             throw KafkaError(code: .shutdown, message: "KafkaConsumer.run() may be called once")
         }
+        // Subscribing makes librdkafka join the group, which needs the poll loop to answer
+        // rebalances: a member that joined without polling would hold partitions hostage.
+        try client.subscribe(configuration.topics)
         let client = self.client
         let core = self.core
         let batchSize = configuration.batchSize

@@ -13,6 +13,12 @@ public final class HealthRegistry: Sendable {
         public var status: Status
         /// Each check's state, by name.
         public var checks: [String: Status]
+
+        public init(service: String, status: Status, checks: [String: Status]) {
+            self.service = service
+            self.status = status
+            self.checks = checks
+        }
     }
 
     private struct State {

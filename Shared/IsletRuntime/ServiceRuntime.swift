@@ -4,6 +4,7 @@ import Logging
 import Metrics
 import Prometheus
 import ServiceLifecycle
+import UnixSignals
 
 /// What a service executable needs besides its own logic: settings from the environment, a
 /// logger, metrics exported on `/metrics`, readiness on `/health`, and a run loop that shuts
@@ -77,16 +78,21 @@ public struct ServiceRuntime: Sendable {
     /// producers flush last). `/health` reports `stopping` as soon as shutdown begins. Graceful
     /// shutdown escalates to cancellation after ``ServiceSettings/shutdownTimeout``.
     public func run(_ services: [any Service]) async throws {
-        var configurations = services.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) }
-        configurations.append(.init(service: ShutdownAnnouncer(health: health, logger: logger), serviceName: "shutdown-announcer"))
-        var configuration = ServiceGroupConfiguration(
-            services: configurations, gracefulShutdownSignals: [.sigterm, .sigint], cancellationSignals: [], logger: logger)
-        configuration.maximumGracefulShutdownDuration = settings.shutdownTimeout
         logger.info(
             "starting",
             metadata: ["service": "\(settings.serviceName)", "http.port": "\(settings.httpPort)", "kafka.bootstrap": "\(settings.kafkaBootstrap)"])
-        try await ServiceGroup(configuration: configuration).run()
+        try await makeServiceGroup(services, signals: [.sigterm, .sigint]).run()
         logger.info("stopped", metadata: ["service": "\(settings.serviceName)"])
+    }
+
+    /// The group ``run(_:)`` runs; tests trigger its graceful shutdown themselves.
+    public func makeServiceGroup(_ services: [any Service], signals: [UnixSignal] = []) -> ServiceGroup {
+        var configurations = services.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) }
+        configurations.append(.init(service: ShutdownAnnouncer(health: health, logger: logger), serviceName: "shutdown-announcer"))
+        var configuration = ServiceGroupConfiguration(
+            services: configurations, gracefulShutdownSignals: signals, cancellationSignals: [], logger: logger)
+        configuration.maximumGracefulShutdownDuration = settings.shutdownTimeout
+        return ServiceGroup(configuration: configuration)
     }
 }
 

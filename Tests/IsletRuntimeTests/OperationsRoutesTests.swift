@@ -1,0 +1,61 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import IsletRuntime
+import Logging
+import Metrics
+import Prometheus
+import Testing
+
+@Suite("/health and /metrics")
+struct OperationsRoutesTests {
+    func runtime() throws -> ServiceRuntime {
+        let settings = try ServiceSettings(from: .variables(["ISLET_KAFKA_BOOTSTRAP": "k:1"]), serviceName: "test-service", defaultHTTPPort: 0)
+        return ServiceRuntime(settings: settings, logger: Logger(label: "test"))
+    }
+
+    @Test("/health is 503 while a check is not ready, 200 once all are, 503 again when stopping")
+    func readiness() async throws {
+        let runtime = try runtime()
+        runtime.health.register("kafka-state-rebuilt")
+        let app = Application(router: runtime.makeRouter())
+        try await app.test(.router) { client in
+            try await client.execute(uri: "/health", method: .get) { response in
+                #expect(response.status == .serviceUnavailable)
+                let report = try JSONDecoder().decode(HealthRegistry.Report.self, from: Data(buffer: response.body))
+                #expect(report == .init(service: "test-service", status: .starting, checks: ["kafka-state-rebuilt": .starting]))
+            }
+            runtime.health.setReady("kafka-state-rebuilt")
+            try await client.execute(uri: "/health", method: .get) { response in
+                #expect(response.status == .ok)
+                #expect(response.headers[.contentType] == "application/json")
+                let report = try JSONDecoder().decode(HealthRegistry.Report.self, from: Data(buffer: response.body))
+                #expect(report.status == .ready)
+            }
+            runtime.health.markStopping()
+            try await client.execute(uri: "/health", method: .get) { response in
+                #expect(response.status == .serviceUnavailable)
+            }
+            try await client.execute(uri: "/health/live", method: .get) { response in
+                #expect(response.status == .ok)
+            }
+        }
+    }
+
+    @Test("/metrics exposes what the service's metrics factory records, in Prometheus text format")
+    func metrics() async throws {
+        let runtime = try runtime()
+        let factory = PrometheusMetricsFactory(registry: runtime.metrics)
+        let counter = Counter(label: "islet_test_events_total", dimensions: [("kind", "update")], factory: factory)
+        counter.increment(by: 3)
+        let app = Application(router: runtime.makeRouter())
+        try await app.test(.router) { client in
+            try await client.execute(uri: "/metrics", method: .get) { response in
+                #expect(response.status == .ok)
+                #expect(response.headers[.contentType]?.hasPrefix("text/plain") == true)
+                let text = String(buffer: response.body)
+                #expect(text.contains(#"islet_test_events_total{kind="update"} 3"#))
+            }
+        }
+    }
+}
