@@ -92,6 +92,15 @@ public final class KafkaAdmin: Sendable {
         }
     }
 
+    /// The topic's configuration as the broker reports it (`cleanup.policy`, `retention.ms`, …).
+    public func configs(of topic: String) async throws -> [String: String] {
+        let client = self.client
+        let timeoutMilliseconds = timeout.librdkafkaMilliseconds
+        return try await DedicatedThread.run(name: "islet-kafka-admin") {
+            try client.topicConfigs(topic: topic, timeoutMilliseconds: timeoutMilliseconds)
+        }
+    }
+
     /// The first offset and the next offset to be written of a partition.
     public func watermarks(topic: String, partition: Int32) async throws -> (low: Int64, high: Int64) {
         let client = self.client

@@ -160,9 +160,12 @@ public struct KafkaAdminConfiguration: Sendable {
         self.settings = settings
     }
 
+    /// `allow.auto.create.topics=false`: asking about a topic must not create it.
+    public static let defaultSettings: [String: String] = ["allow.auto.create.topics": "false"]
+
     func librdkafkaProperties() throws(KafkaError) -> [String: String] {
         try mergeProperties(
-            defaults: [:], user: settings, enforced: [:],
+            defaults: Self.defaultSettings, user: settings, enforced: [:],
             base: ["bootstrap.servers": bootstrapServers, "client.id": clientID])
     }
 }

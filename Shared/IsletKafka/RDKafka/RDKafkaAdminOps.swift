@@ -74,6 +74,47 @@ extension RDKafkaClient {
         }
     }
 
+    /// A topic's configuration entries (name → value) as the broker reports them. Blocking.
+    func topicConfigs(topic: String, timeoutMilliseconds: Int32) throws(KafkaError) -> [String: String] {
+        var errstr = [CChar](repeating: 0, count: 512)
+        var resources: [OpaquePointer?] = [rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic)]
+        defer { rd_kafka_ConfigResource_destroy_array(&resources, resources.count) }
+        let options = rd_kafka_AdminOptions_new(handle, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS)
+        defer { rd_kafka_AdminOptions_destroy(options) }
+        _ = rd_kafka_AdminOptions_set_request_timeout(options, timeoutMilliseconds, &errstr, errstr.count)
+        let queue = rd_kafka_queue_new(handle)
+        defer { rd_kafka_queue_destroy(queue) }
+        resources.withUnsafeMutableBufferPointer { buffer in
+            rd_kafka_DescribeConfigs(handle, buffer.baseAddress, buffer.count, options, queue)
+        }
+        guard let event = rd_kafka_queue_poll(queue, timeoutMilliseconds &+ 5_000) else {
+            throw KafkaError(code: .timeout, message: "no answer to DescribeConfigs within \(timeoutMilliseconds) ms")
+        }
+        defer { rd_kafka_event_destroy(event) }
+        let eventError = rd_kafka_event_error(event)
+        guard eventError == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(code: .admin, eventError, context: "DescribeConfigs of \(topic)")
+        }
+        guard let result = rd_kafka_event_DescribeConfigs_result(event) else {
+            throw KafkaError(code: .admin, message: "DescribeConfigs answered with an unexpected event")
+        }
+        var resourceCount = 0
+        guard let described = rd_kafka_DescribeConfigs_result_resources(result, &resourceCount), resourceCount > 0 else { return [:] }
+        let resource = described[0]
+        let resourceError = rd_kafka_ConfigResource_error(resource)
+        guard resourceError == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(code: .admin, resourceError, context: "DescribeConfigs of \(topic)")
+        }
+        var entryCount = 0
+        guard let entries = rd_kafka_ConfigResource_configs(resource, &entryCount) else { return [:] }
+        var configs: [String: String] = [:]
+        for i in 0..<entryCount {
+            let name = String(cString: rd_kafka_ConfigEntry_name(entries[i]))
+            configs[name] = rd_kafka_ConfigEntry_value(entries[i]).map { String(cString: $0) }
+        }
+        return configs
+    }
+
     /// The number of partitions of a topic from the cluster's metadata; `nil` when the topic does
     /// not exist. Blocking.
     func partitionCount(topic: String, timeoutMilliseconds: Int32) throws(KafkaError) -> Int? {
