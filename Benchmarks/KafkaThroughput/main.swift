@@ -1,1 +1,218 @@
-print("todo")
+// Throughput of the Swift Kafka wrapper, for comparison with librdkafka's rdkafka_performance
+// (scripts/bench-kafka.sh runs both against the same broker and prints the ratio).
+//
+//   islet-kafka-bench produce --bootstrap 127.0.0.1:9092 --topic t --count 200000 --size 300
+//   islet-kafka-bench consume --bootstrap 127.0.0.1:9092 --topic t --count 200000
+//
+// Prints one line of JSON: {"mode":…,"messages":…,"bytes":…,"seconds":…,"messagesPerSecond":…,"megabytesPerSecond":…}
+import ArgumentParser
+import Foundation
+import IsletKafka
+import Logging
+import Synchronization
+
+@main
+struct KafkaBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "islet-kafka-bench",
+        abstract: "Produce or consume throughput of Islet's Kafka wrapper.",
+        subcommands: [Produce.self, Send.self, Consume.self])
+}
+
+struct CommonOptions: ParsableArguments {
+    @Option(help: "bootstrap.servers") var bootstrap: String
+    @Option(help: "The topic.") var topic: String
+    @Option(help: "How many messages.") var count: Int = 200_000
+    @Option(name: [.customShort("X"), .customLong("property")], help: "A librdkafka property, name=value (repeatable).") var properties: [String] = []
+
+    var settings: [String: String] {
+        Dictionary(
+            properties.compactMap { pair in
+                let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
+                return parts.count == 2 ? (parts[0], parts[1]) : nil
+            }, uniquingKeysWith: { $1 })
+    }
+}
+
+struct Result: Encodable {
+    var mode: String
+    var messages: Int
+    var bytes: Int
+    var seconds: Double
+    var messagesPerSecond: Double
+    var megabytesPerSecond: Double
+
+    init(mode: String, messages: Int, bytes: Int, elapsed: Duration) {
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        self.mode = mode
+        self.messages = messages
+        self.bytes = bytes
+        self.seconds = seconds
+        self.messagesPerSecond = Double(messages) / seconds
+        self.megabytesPerSecond = Double(bytes) / seconds / 1_000_000
+    }
+
+    func print() {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        Swift.print(String(decoding: try! encoder.encode(self), as: UTF8.self))
+    }
+}
+
+let benchLogger: Logger = {
+    var logger = Logger(label: "islet.bench")
+    logger.logLevel = .warning
+    return logger
+}()
+
+/// Keyless records, librdkafka's partitioner choosing (as rdkafka_performance does), each one's
+/// verdict counted from its delivery callback: the wrapper's fastest path, many records in flight
+/// from one loop.
+struct Produce: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Produce with per-record delivery callbacks.")
+    @OptionGroup var common: CommonOptions
+    @Option(help: "Message size in bytes.") var size: Int = 300
+
+    func run() async throws {
+        let producer = try KafkaProducer(
+            configuration: .init(bootstrapServers: common.bootstrap, clientID: "islet-bench", settings: common.settings), logger: benchLogger)
+        let payload = [UInt8](repeating: 0x61, count: size)
+        let done = DeliveryCounter(expected: common.count)
+        let clock = ContinuousClock()
+        let elapsed = try await withThrowingTaskGroup(of: Duration?.self) { group in
+            group.addTask { try await producer.run(); return nil }
+            let start = clock.now
+            for _ in 0..<common.count {
+                while true {
+                    do {
+                        try producer.produce(topic: common.topic, key: nil, value: payload) { result in done.record(result) }
+                        break
+                    } catch let error as KafkaError where error.isQueueFull {
+                        try await Task.sleep(for: .microseconds(200))
+                    }
+                }
+            }
+            await done.wait()
+            let elapsed = clock.now - start
+            producer.shutdown()
+            var result: Duration?
+            for try await value in group { if let value { result = value } }
+            return result ?? elapsed
+        }
+        guard done.failures == 0 else { throw ValidationError("\(done.failures) records failed") }
+        Result(mode: "produce", messages: common.count, bytes: common.count * size, elapsed: elapsed).print()
+    }
+}
+
+/// The API services use: `await send(...)` per record, many concurrent tasks.
+struct Send: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Produce with async send from concurrent tasks.")
+    @OptionGroup var common: CommonOptions
+    @Option(help: "Message size in bytes.") var size: Int = 300
+    @Option(help: "Concurrent senders.") var concurrency: Int = 1_000
+
+    func run() async throws {
+        let producer = try KafkaProducer(
+            configuration: .init(bootstrapServers: common.bootstrap, clientID: "islet-bench", settings: common.settings), logger: benchLogger)
+        let payload = [UInt8](repeating: 0x61, count: size)
+        let clock = ContinuousClock()
+        let (count, concurrency, topic) = (common.count, concurrency, common.topic)
+        let elapsed = try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await producer.run() }
+            let start = clock.now
+            try await withThrowingTaskGroup(of: Void.self) { senders in
+                for worker in 0..<concurrency {
+                    senders.addTask {
+                        var i = worker
+                        while i < count {
+                            try await producer.send(topic: topic, key: nil as [UInt8]?, value: payload)
+                            i += concurrency
+                        }
+                    }
+                }
+                try await senders.waitForAll()
+            }
+            let elapsed = clock.now - start
+            producer.shutdown()
+            try await group.waitForAll()
+            return elapsed
+        }
+        Result(mode: "send", messages: count, bytes: count * size, elapsed: elapsed).print()
+    }
+}
+
+/// A consumer-group member reading from the beginning, marking every message processed; timed from
+/// the first message to the last (as rdkafka_performance times its consumer).
+struct Consume: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Consume as a group member, marking each message.")
+    @OptionGroup var common: CommonOptions
+    @Option(help: "Consumer group (default: a new one, so it reads from the beginning).") var group: String?
+
+    func run() async throws {
+        let consumer = try KafkaConsumer(
+            configuration: .init(
+                bootstrapServers: common.bootstrap, groupID: group ?? "islet-bench-\(UUID().uuidString)", topics: [common.topic],
+                clientID: "islet-bench", settings: common.settings),
+            logger: benchLogger)
+        let clock = ContinuousClock()
+        let count = common.count
+        let (elapsed, bytes) = try await withThrowingTaskGroup(of: (Duration, Int)?.self) { group in
+            group.addTask { try await consumer.run(); return nil }
+            var received = 0
+            var bytes = 0
+            var start: ContinuousClock.Instant?
+            for await message in consumer.messages {
+                if start == nil { start = clock.now }
+                bytes += message.value?.count ?? 0
+                consumer.markProcessed(message)
+                received += 1
+                if received == count { break }
+            }
+            let elapsed = clock.now - (start ?? clock.now)
+            consumer.shutdown()
+            var result: (Duration, Int)? = (elapsed, bytes)
+            for try await value in group where value != nil { result = value }
+            guard received == count else { throw ValidationError("read \(received) of \(count) messages") }
+            return result!
+        }
+        Result(mode: "consume", messages: count, bytes: bytes, elapsed: elapsed).print()
+    }
+}
+
+/// Counts delivery verdicts and wakes the waiter when all are in.
+final class DeliveryCounter: Sendable {
+    private struct State {
+        var delivered = 0
+        var failures = 0
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let expected: Int
+    private let state = Mutex(State())
+
+    init(expected: Int) { self.expected = expected }
+
+    var failures: Int { state.withLock { $0.failures } }
+
+    func record(_ result: Swift.Result<KafkaDeliveryReport, KafkaError>) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.delivered += 1
+            if case .failure = result { state.failures += 1 }
+            guard state.delivered == expected else { return nil }
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            let done = state.withLock { state -> Bool in
+                if state.delivered == expected { return true }
+                state.waiter = continuation
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+}

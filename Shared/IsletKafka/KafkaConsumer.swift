@@ -94,11 +94,11 @@ public final class KafkaConsumer: Service, Sendable {
             await withGracefulShutdownHandler {
                 await DedicatedThread.run(name: "islet-kafka-consumer") {
                     let reader = RDKafkaBatchReader(capacity: batchSize)
-                    var batch: [KafkaMessage] = []
                     while !core.stopRequested {
                         core.storeMarkedOffsets(into: client)
-                        batch.removeAll(keepingCapacity: true)
-                        let errors = reader.read(from: client, timeoutMilliseconds: 100, into: &batch)
+                        var batch: [KafkaConsumerEvent] = []
+                        // Epochs are read after the call: rebalances happen inside it.
+                        let errors = reader.read(from: client, timeoutMilliseconds: 100, into: &batch) { core.assignmentEpochs() }
                         for error in errors {
                             core.consumeError(error)
                         }
@@ -242,14 +242,21 @@ public struct KafkaConsumerMessages: AsyncSequence, Sendable {
 /// The consumer's Swift state: which partitions are assigned (and since when), the offsets
 /// marked processed, and the bounded buffer between the poll thread and the caller's loop.
 final class ConsumerCore: Sendable {
+    /// What this member knows of a partition it owns.
+    private struct PartitionMarks {
+        /// Which assignment of the partition this is: a message read under an earlier one cannot be marked.
+        var epoch: UInt64
+        /// The offset to commit (next to read), marked but not yet handed to librdkafka.
+        var pending: Int64?
+        /// The highest offset handed to librdkafka, so that a late mark never moves it back.
+        var stored: Int64?
+    }
+
     private struct Marks {
-        /// The assignment epoch of each partition this member owns.
-        var assigned: [KafkaTopicPartition: UInt64] = [:]
+        var partitions: [KafkaTopicPartition: PartitionMarks] = [:]
         var nextEpoch: UInt64 = 1
-        /// Offsets (next to read) marked but not yet handed to librdkafka.
-        var pending: [KafkaTopicPartition: Int64] = [:]
-        /// The highest offset handed to librdkafka per partition, so a late mark never moves it back.
-        var stored: [KafkaTopicPartition: Int64] = [:]
+        /// Whether any partition has a pending mark.
+        var dirty = false
     }
 
     private struct Buffer {
@@ -306,12 +313,15 @@ final class ConsumerCore: Sendable {
     // MARK: Marks (any thread)
 
     func mark(_ message: KafkaMessage) -> Bool {
-        let tp = message.topicPartition
-        return marks.withLock { marks in
-            guard let epoch = marks.assigned[tp], epoch == message.assignmentEpoch else { return false }
+        marks.withLock { marks in
+            guard let index = marks.partitions.index(forKey: message.topicPartition),
+                marks.partitions.values[index].epoch == message.assignmentEpoch
+            else { return false }
             let next = message.offset + 1
-            if next > (marks.pending[tp] ?? marks.stored[tp] ?? Int64.min) {
-                marks.pending[tp] = next
+            let current = marks.partitions.values[index].pending ?? marks.partitions.values[index].stored ?? Int64.min
+            if next > current {
+                marks.partitions.values[index].pending = next
+                marks.dirty = true
             }
             return true
         }
@@ -320,10 +330,16 @@ final class ConsumerCore: Sendable {
     /// Hands marked offsets to librdkafka. Poll thread only (so it never races a rebalance).
     func storeMarkedOffsets(into client: RDKafkaClient) {
         let pending = marks.withLock { marks -> [KafkaTopicPartition: Int64] in
-            guard !marks.pending.isEmpty else { return [:] }
-            defer { marks.pending.removeAll(keepingCapacity: true) }
-            for (tp, offset) in marks.pending { marks.stored[tp] = offset }
-            return marks.pending
+            guard marks.dirty else { return [:] }
+            marks.dirty = false
+            var pending: [KafkaTopicPartition: Int64] = [:]
+            for index in marks.partitions.indices {
+                guard let offset = marks.partitions.values[index].pending else { continue }
+                pending[marks.partitions.keys[index]] = offset
+                marks.partitions.values[index].stored = offset
+                marks.partitions.values[index].pending = nil
+            }
+            return pending
         }
         guard !pending.isEmpty else { return }
         if let error = client.storeOffsets(pending) {
@@ -331,13 +347,17 @@ final class ConsumerCore: Sendable {
         }
     }
 
+    /// The assignment epoch of each owned partition, for stamping a batch. Poll thread.
+    func assignmentEpochs() -> [KafkaTopicPartition: UInt64] {
+        marks.withLock { $0.partitions.mapValues(\.epoch) }
+    }
+
     // MARK: Rebalance (poll thread, inside librdkafka's rebalance callback)
 
     func didAssign(_ partitions: [KafkaTopicPartition]) {
         marks.withLock { marks in
             for tp in partitions {
-                marks.assigned[tp] = marks.nextEpoch
-                marks.stored[tp] = nil
+                marks.partitions[tp] = PartitionMarks(epoch: marks.nextEpoch)
             }
             marks.nextEpoch &+= 1
         }
@@ -350,9 +370,7 @@ final class ConsumerCore: Sendable {
         let toStore = marks.withLock { marks -> [KafkaTopicPartition: Int64] in
             var toStore: [KafkaTopicPartition: Int64] = [:]
             for tp in partitions {
-                marks.assigned[tp] = nil
-                if let offset = marks.pending.removeValue(forKey: tp) { toStore[tp] = offset }
-                marks.stored[tp] = nil
+                if let offset = marks.partitions.removeValue(forKey: tp)?.pending { toStore[tp] = offset }
             }
             return toStore
         }
@@ -377,7 +395,7 @@ final class ConsumerCore: Sendable {
         marks.withLock { marks in
             events.filter { event in
                 guard case .message(let message) = event else { return true }
-                return marks.assigned[message.topicPartition] == message.assignmentEpoch
+                return marks.partitions[message.topicPartition]?.epoch == message.assignmentEpoch
             }
         }
     }
@@ -401,16 +419,9 @@ final class ConsumerCore: Sendable {
 
     // MARK: Buffer
 
-    /// Stamps the messages with their partition's assignment epoch and hands them to the caller's
-    /// loop, waiting while the buffer is full. Poll thread only.
-    func deliver(_ batch: [KafkaMessage]) {
-        let stamped = marks.withLock { marks in
-            batch.map { message -> KafkaConsumerEvent in
-                var message = message
-                message.assignmentEpoch = marks.assigned[message.topicPartition] ?? 0
-                return .message(message)
-            }
-        }
+    /// Hands a batch of messages (stamped with their assignment epoch) to the caller's loop,
+    /// waiting while the buffer is full. Poll thread only.
+    func deliver(_ stamped: [KafkaConsumerEvent]) {
         consumedMetric.increment(by: Int64(stamped.count))
         while !stopRequested {
             enum Action { case appended(CheckedContinuation<[KafkaConsumerEvent]?, Never>?), wait }
@@ -419,7 +430,11 @@ final class ConsumerCore: Sendable {
                     buffer.pollThreadWaiting = true
                     return .wait
                 }
-                buffer.items.append(contentsOf: stamped)
+                if buffer.items.isEmpty {
+                    buffer.items = stamped
+                } else {
+                    buffer.items.append(contentsOf: stamped)
+                }
                 buffer.messageCount += stamped.count
                 return .appended(takeWaiter(&buffer))
             }

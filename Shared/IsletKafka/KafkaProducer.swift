@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import Metrics
 import ServiceLifecycle
@@ -35,7 +36,7 @@ public final class KafkaProducer: Service, Sendable {
             properties: try configuration.librdkafkaProperties(),
             callbacks: RDKafkaCallbacks(
                 logger: logger,
-                onDelivery: { id, result in core.delivered(id: id, result: result) },
+                onDelivery: { delivered in core.reported(delivered: delivered) },
                 onError: { error in core.clientError(error) }))
     }
 
@@ -84,12 +85,12 @@ public final class KafkaProducer: Service, Sendable {
         topic: String, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil,
         onDelivery: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
     ) throws(KafkaError) {
-        let id = try core.register(onDelivery)
-        if let error = client.produce(topic: topic, partition: partition, key: key, value: value, headers: headers, opaque: id) {
-            // Not accepted: no delivery report will come for this id.
-            _ = core.unregister(id: id)
-            if !RDKafkaClient.isQueueFull(error) { core.failedMetric.increment() }
-            throw error
+        try core.whileAccepting { () throws(KafkaError) in
+            let delivery = RDKafkaDelivery(topic: topic, handler: onDelivery)
+            if let error = client.produce(topic: topic, partition: partition, key: key, value: value, headers: headers, delivery: delivery) {
+                if !error.isQueueFull { core.failedMetric.increment() }
+                throw error
+            }
         }
     }
 
@@ -118,15 +119,22 @@ public final class KafkaProducer: Service, Sendable {
                     while !core.stopRequested {
                         client.poll(timeoutMilliseconds: 100)
                     }
-                    core.beginStopping()
+                    core.stopAccepting()
                     if !client.flush(timeoutMilliseconds: flushMilliseconds) {
                         logger.warning(
                             "producer flush timed out: failing the records still in flight",
                             metadata: ["kafka.outstanding": "\(client.outstandingCount)"])
                         client.purgeAll()
-                        client.poll(timeoutMilliseconds: 0)
+                        // librdkafka reports every purged record (_PURGE_QUEUE, _PURGE_INFLIGHT):
+                        // serve those reports so each send gets its verdict.
+                        let deadline = ContinuousClock.now + .seconds(30)
+                        while core.inFlight > 0 && ContinuousClock.now < deadline {
+                            client.poll(timeoutMilliseconds: 100)
+                        }
+                        if core.inFlight > 0 {
+                            logger.critical("librdkafka did not report purged records", metadata: ["kafka.records": "\(core.inFlight)"])
+                        }
                     }
-                    core.finish()
                 }
             } onGracefulShutdown: {
                 self.shutdown()
@@ -146,7 +154,7 @@ public final class KafkaProducer: Service, Sendable {
     }
 
     /// Records handed to librdkafka and not yet reported on.
-    public var inFlightCount: Int { core.pendingCount }
+    public var inFlightCount: Int { core.inFlight }
 }
 
 enum SendAttempt: Sendable {
@@ -154,23 +162,21 @@ enum SendAttempt: Sendable {
     case queueFull
 }
 
-/// The producer's Swift state: each pending send's continuation by opaque id, and the lifecycle.
+/// The producer's Swift state: whether records are accepted, how many await their report, and
+/// the fatal error if librdkafka raised one. Lock-free on the produce path: each record's handler
+/// travels with it through librdkafka (``RDKafkaDelivery``).
 final class ProducerCore: Sendable {
-    typealias DeliveryHandler = @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
-
-    private enum Lifecycle {
-        case idle, running, stopping, finished
+    private enum Lifecycle: UInt8 {
+        case idle, running, stopping
     }
 
-    private struct State {
-        var lifecycle = Lifecycle.idle
-        var nextID: UInt64 = 1
-        var pending: [UInt64: DeliveryHandler] = [:]
-        var fatalError: KafkaError?
-    }
-
-    private let state = Mutex(State())
+    private let lifecycle = Atomic<UInt8>(Lifecycle.idle.rawValue)
+    /// Produce calls between their lifecycle check and librdkafka's answer. Stopping waits for
+    /// them, so no record slips into librdkafka after the final flush began.
+    private let producing = Atomic<Int>(0)
+    private let pending = Atomic<Int>(0)
     private let stop = Atomic<Bool>(false)
+    private let fatal = Mutex<KafkaError?>(nil)
     private let logger: Logger
     let deliveredMetric = Counter(label: "islet_kafka_producer_delivered_total")
     let failedMetric = Counter(label: "islet_kafka_producer_failed_total")
@@ -180,80 +186,59 @@ final class ProducerCore: Sendable {
     }
 
     var stopRequested: Bool { stop.load(ordering: .acquiring) }
-    var fatalError: KafkaError? { state.withLock { $0.fatalError } }
-    var pendingCount: Int { state.withLock { $0.pending.count } }
+    var fatalError: KafkaError? { fatal.withLock { $0 } }
+    var inFlight: Int { pending.load(ordering: .acquiring) }
 
     func start() -> Bool {
-        state.withLock { state in
-            guard state.lifecycle == .idle else { return false }
-            state.lifecycle = .running
-            return true
-        }
+        lifecycle.compareExchange(
+            expected: Lifecycle.idle.rawValue, desired: Lifecycle.running.rawValue, ordering: .sequentiallyConsistent
+        ).exchanged
     }
 
     func requestStop() {
         stop.store(true, ordering: .releasing)
     }
 
-    func register(_ handler: @escaping DeliveryHandler) throws(KafkaError) -> UInt64 {
-        let result: Result<UInt64, KafkaError> = state.withLock { state in
-            if let fatal = state.fatalError { return .failure(fatal) }
-            switch state.lifecycle {
-            case .idle, .running:
-                let id = state.nextID
-                state.nextID &+= 1
-                state.pending[id] = handler
-                return .success(id)
-            case .stopping, .finished:
-                return .failure(.shutdown("the producer is shut down"))
-            }
+    /// Runs `enqueue` (one produce call) unless the producer stopped accepting records; counts the
+    /// record as pending when it was accepted.
+    func whileAccepting(_ enqueue: () throws(KafkaError) -> Void) throws(KafkaError) {
+        producing.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        defer { producing.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+        guard lifecycle.load(ordering: .sequentiallyConsistent) != Lifecycle.stopping.rawValue else {
+            throw .shutdown("the producer is shut down")
         }
-        return try result.get()
+        if let fatal = fatalError { throw fatal }
+        pending.wrappingAdd(1, ordering: .relaxed)
+        do {
+            try enqueue()
+        } catch {
+            pending.wrappingSubtract(1, ordering: .relaxed)
+            throw error
+        }
     }
 
-    func unregister(id: UInt64) -> DeliveryHandler? {
-        state.withLock { $0.pending.removeValue(forKey: id) }
-    }
-
-    func delivered(id: UInt64, result: Result<KafkaDeliveryReport, KafkaError>) {
-        guard let handler = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return }
-        switch result {
-        case .success: deliveredMetric.increment()
-        case .failure: failedMetric.increment()
-        }
-        handler(result)
+    /// A delivery report arrived (poll thread).
+    func reported(delivered: Bool) {
+        pending.wrappingSubtract(1, ordering: .releasing)
+        if delivered { deliveredMetric.increment() } else { failedMetric.increment() }
     }
 
     func clientError(_ error: KafkaError) {
         if error.isFatal {
             logger.error("fatal producer error: the producer stops", metadata: ["kafka.error": "\(error)"])
-            state.withLock { state in
-                if state.fatalError == nil { state.fatalError = error }
-            }
+            fatal.withLock { if $0 == nil { $0 = error } }
             requestStop()
         } else {
             logger.warning("producer error", metadata: ["kafka.error": "\(error)"])
         }
     }
 
-    /// From now on sends are refused; those already registered are flushed.
-    func beginStopping() {
-        state.withLock { $0.lifecycle = .stopping }
-    }
-
-    /// Fails whatever flushing did not settle: every send gets exactly one verdict.
-    func finish() {
-        let leftovers = state.withLock { state in
-            state.lifecycle = .finished
-            defer { state.pending.removeAll() }
-            return Array(state.pending.values)
-        }
-        if !leftovers.isEmpty {
-            logger.warning("producer stopped with unreported records", metadata: ["kafka.records": "\(leftovers.count)"])
-        }
-        for handler in leftovers {
-            failedMetric.increment()
-            handler(.failure(.shutdown("the producer stopped before the record's delivery was reported")))
+    /// From now on produce calls are refused; returns once the calls already under way are done,
+    /// so that the flush that follows covers every accepted record.
+    func stopAccepting() {
+        lifecycle.store(Lifecycle.stopping.rawValue, ordering: .sequentiallyConsistent)
+        while producing.load(ordering: .sequentiallyConsistent) > 0 {
+            sched_yield()
         }
     }
 }

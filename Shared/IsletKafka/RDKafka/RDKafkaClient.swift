@@ -11,8 +11,9 @@ import Synchronization
 /// that is on the client's own poll thread; log lines arrive on librdkafka's internal threads.
 struct RDKafkaCallbacks: Sendable {
     var logger: Logger
-    /// A delivery report for the record produced with this opaque id.
-    var onDelivery: (@Sendable (_ id: UInt64, _ result: Result<KafkaDeliveryReport, KafkaError>) -> Void)?
+    /// Called for every delivery report, before the record's own handler (producers only; `true`
+    /// when the record was persisted).
+    var onDelivery: (@Sendable (_ delivered: Bool) -> Void)?
     /// librdkafka raised an error (`isFatal` tells whether the client is now unusable).
     var onError: (@Sendable (KafkaError) -> Void)?
     /// Consumer-group rebalances (consumers only).
@@ -291,16 +292,18 @@ private let rdkafkaErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafeP
 
 private let rdkafkaDeliveryCallback: @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void = {
     _, message, opaque in
-    guard let message, let callbacks = callbacks(from: opaque), let onDelivery = callbacks.onDelivery else { return }
-    let id = UInt64(UInt(bitPattern: message.pointee._private))
-    let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+    guard let message, let record = message.pointee._private else { return }
+    // The record's handler was retained when it was produced; this report is its one release.
+    let delivery = Unmanaged<RDKafkaDelivery>.fromOpaque(record).takeRetainedValue()
+    let result: Result<KafkaDeliveryReport, KafkaError>
     if message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR {
         let offset = message.pointee.offset
-        onDelivery(
-            id, .success(KafkaDeliveryReport(topic: topic, partition: message.pointee.partition, offset: offset >= 0 ? offset : nil)))
+        result = .success(KafkaDeliveryReport(topic: delivery.topic, partition: message.pointee.partition, offset: offset >= 0 ? offset : nil))
     } else {
-        onDelivery(id, .failure(KafkaError(code: .delivery, message.pointee.err, context: "record to \(topic) not persisted")))
+        result = .failure(KafkaError(code: .delivery, message.pointee.err, context: "record to \(delivery.topic) not persisted"))
     }
+    callbacks(from: opaque)?.onDelivery?(message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR)
+    delivery.handler(result)
 }
 
 private let rdkafkaRebalanceCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?) -> Void = {

@@ -106,8 +106,13 @@ final class RDKafkaBatchReader: @unchecked Sendable {
     }
 
     /// Takes up to the capacity's worth of records from the consumer queue, waiting up to
-    /// `timeoutMilliseconds` for the first. Serves rebalance and error callbacks meanwhile.
-    func read(from client: RDKafkaClient, timeoutMilliseconds: Int32, into messages: inout [KafkaMessage]) -> [KafkaError] {
+    /// `timeoutMilliseconds` for the first, and appends them as events stamped with their
+    /// partition's assignment epoch (`epochs` is asked once, after librdkafka answered). Serves
+    /// rebalance and error callbacks meanwhile.
+    func read(
+        from client: RDKafkaClient, timeoutMilliseconds: Int32, into events: inout [KafkaConsumerEvent],
+        epochs: () -> [KafkaTopicPartition: UInt64]
+    ) -> [KafkaError] {
         guard let queue = client.consumerQueue else { return [] }
         let count = rd_kafka_consume_batch_queue(queue, timeoutMilliseconds, buffer, capacity)
         guard count > 0 else {
@@ -117,7 +122,9 @@ final class RDKafkaBatchReader: @unchecked Sendable {
             return []
         }
         var errors: [KafkaError] = []
-        messages.reserveCapacity(messages.count + count)
+        events.reserveCapacity(events.count + count)
+        let epochs = epochs()
+        var last: (partition: KafkaTopicPartition, epoch: UInt64)?
         for i in 0..<count {
             guard let message = buffer[i] else { continue }
             defer { rd_kafka_message_destroy(message) }
@@ -128,7 +135,16 @@ final class RDKafkaBatchReader: @unchecked Sendable {
                 }
                 continue
             }
-            messages.append(convert(message))
+            var converted = convert(message)
+            // Batches come partition by partition: look the epoch up when the partition changes.
+            if let last, last.partition.partition == converted.partition, last.partition.topic == converted.topic {
+                converted.assignmentEpoch = last.epoch
+            } else {
+                let partition = converted.topicPartition
+                converted.assignmentEpoch = epochs[partition] ?? 0
+                last = (partition, converted.assignmentEpoch)
+            }
+            events.append(.message(converted))
         }
         return errors
     }

@@ -1,12 +1,25 @@
 import CRdKafka
 
+/// One record's delivery handler. librdkafka carries it as the message's opaque (retained when the
+/// record is accepted) and hands it back in the delivery report, which calls it exactly once.
+final class RDKafkaDelivery: Sendable {
+    let topic: String
+    let handler: @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
+
+    init(topic: String, handler: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) {
+        self.topic = topic
+        self.handler = handler
+    }
+}
+
 extension RDKafkaClient {
-    /// Enqueues one record (copied) without blocking; its delivery report carries `opaque`.
+    /// Enqueues one record (copied) without blocking; its delivery report calls `delivery`.
+    /// Returns the error when librdkafka refused the record (then `delivery` is never called).
     ///
     /// Uses `rd_kafka_produceva`, whose `rd_kafka_error_t` result is thread-safe (unlike
     /// `rd_kafka_last_error()`, which is per thread).
     func produce(
-        topic: String, partition: Int32?, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader], opaque: UInt64
+        topic: String, partition: Int32?, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader], delivery: RDKafkaDelivery
     ) -> KafkaError? {
         guard let rkt = topicHandle(topic) else {
             return KafkaError(code: .produce, message: "cannot create a topic handle for \(topic)")
@@ -25,9 +38,11 @@ extension RDKafkaClient {
             }
         }
 
+        let opaque = Unmanaged.passRetained(delivery).toOpaque()
         let error: OpaquePointer? = withOptionalBytes(value) { valuePointer, valueCount in
             withOptionalBytes(key) { keyPointer, keyCount in
-                var vus = [rd_kafka_vu_t](repeating: rd_kafka_vu_t(), count: 7)
+                withUnsafeTemporaryAllocation(of: rd_kafka_vu_t.self, capacity: 7) { vus in
+                vus.initialize(repeating: rd_kafka_vu_t())
                 vus[0].vtype = RD_KAFKA_VTYPE_RKT
                 vus[0].u.rkt = rkt
                 vus[1].vtype = RD_KAFKA_VTYPE_PARTITION
@@ -38,7 +53,7 @@ extension RDKafkaClient {
                 vus[3].vtype = RD_KAFKA_VTYPE_MSGFLAGS
                 vus[3].u.i = RDKafkaConstants.messageFlagCopy
                 vus[4].vtype = RD_KAFKA_VTYPE_OPAQUE
-                vus[4].u.ptr = UnsafeMutableRawPointer(bitPattern: UInt(opaque))
+                vus[4].u.ptr = opaque
                 var count = 5
                 if key != nil {
                     vus[count].vtype = RD_KAFKA_VTYPE_KEY
@@ -51,10 +66,12 @@ extension RDKafkaClient {
                     vus[count].u.headers = cHeaders
                     count += 1
                 }
-                return rd_kafka_produceva(handle, vus, count)
+                return rd_kafka_produceva(handle, vus.baseAddress, count)
+                }
             }
         }
-        guard let error else { return nil }  // librdkafka owns the headers now
+        guard let error else { return nil }  // librdkafka owns the headers and the opaque now
+        Unmanaged<RDKafkaDelivery>.fromOpaque(opaque).release()
         if let cHeaders { rd_kafka_headers_destroy(cHeaders) }
         return KafkaError(code: .produce, consuming: error, context: "produce to \(topic)")
     }
