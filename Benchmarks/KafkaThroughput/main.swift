@@ -16,7 +16,19 @@ struct KafkaBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "islet-kafka-bench",
         abstract: "Produce or consume throughput of Islet's Kafka wrapper.",
-        subcommands: [Produce.self, Send.self, Consume.self])
+        subcommands: [CreateTopic.self, Produce.self, Send.self, Consume.self])
+}
+
+struct CreateTopic: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "create-topic", abstract: "Create a topic (if absent).")
+    @Option(help: "bootstrap.servers") var bootstrap: String
+    @Option(help: "The topic.") var topic: String
+    @Option(help: "Partitions.") var partitions: Int = 4
+
+    func run() async throws {
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: bootstrap), logger: benchLogger)
+        _ = try await admin.createTopics([.init(name: topic, partitions: partitions)])
+    }
 }
 
 struct CommonOptions: ParsableArguments {
@@ -82,14 +94,13 @@ struct Produce: AsyncParsableCommand {
         let elapsed = try await withThrowingTaskGroup(of: Duration?.self) { group in
             group.addTask { try await producer.run(); return nil }
             let start = clock.now
-            for _ in 0..<common.count {
-                while true {
-                    do {
-                        try producer.produce(topic: common.topic, key: nil, value: payload) { result in done.record(result) }
-                        break
-                    } catch let error as KafkaError where error.isQueueFull {
-                        try await Task.sleep(for: .microseconds(200))
-                    }
+            // ArgumentParser's property wrappers are slow to read: take plain values for the loop.
+            let (topic, count) = (common.topic, common.count)
+            var next = 0
+            while next < count {
+                next = Self.enqueue(producer, topic: topic, count: count, from: next, payload: payload, counter: done)
+                if next < count {
+                    await producer.waitForCapacity()  // librdkafka's queue is full
                 }
             }
             await done.wait()
@@ -101,6 +112,25 @@ struct Produce: AsyncParsableCommand {
         }
         guard done.failures == 0 else { throw ValidationError("\(done.failures) records failed") }
         Result(mode: "produce", messages: common.count, bytes: common.count * size, elapsed: elapsed).print()
+    }
+}
+
+extension Produce {
+    /// Hands records to librdkafka until its queue is full; returns the next record's number.
+    static func enqueue(
+        _ producer: KafkaProducer, topic: String, count: Int, from first: Int, payload: [UInt8], counter: DeliveryCounter
+    ) -> Int {
+        var i = first
+        while i < count {
+            do {
+                try producer.produce(topic: topic, key: nil, value: payload) { result in counter.record(result) }
+            } catch {
+                if error.isQueueFull { return i }
+                fatalError("produce failed: \(error)")
+            }
+            i += 1
+        }
+        return i
     }
 }
 
@@ -179,40 +209,34 @@ struct Consume: AsyncParsableCommand {
     }
 }
 
-/// Counts delivery verdicts and wakes the waiter when all are in.
+/// Counts delivery verdicts (lock-free: it runs once per record) and wakes the waiter when all are in.
 final class DeliveryCounter: Sendable {
-    private struct State {
-        var delivered = 0
-        var failures = 0
-        var waiter: CheckedContinuation<Void, Never>?
-    }
-
     private let expected: Int
-    private let state = Mutex(State())
+    private let delivered = Atomic<Int>(0)
+    private let failed = Atomic<Int>(0)
+    private let waiter = Mutex<CheckedContinuation<Void, Never>?>(nil)
+    private let done = Atomic<Bool>(false)
 
     init(expected: Int) { self.expected = expected }
 
-    var failures: Int { state.withLock { $0.failures } }
+    var failures: Int { failed.load(ordering: .relaxed) }
 
     func record(_ result: Swift.Result<KafkaDeliveryReport, KafkaError>) {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            state.delivered += 1
-            if case .failure = result { state.failures += 1 }
-            guard state.delivered == expected else { return nil }
-            defer { state.waiter = nil }
-            return state.waiter
+        if case .failure = result { failed.add(1, ordering: .relaxed) }
+        if delivered.add(1, ordering: .acquiringAndReleasing).newValue == expected {
+            done.store(true, ordering: .releasing)
+            waiter.withLock { $0.take() }?.resume()
         }
-        waiter?.resume()
     }
 
     func wait() async {
         await withCheckedContinuation { continuation in
-            let done = state.withLock { state -> Bool in
-                if state.delivered == expected { return true }
-                state.waiter = continuation
+            let finished = waiter.withLock { waiter -> Bool in
+                if done.load(ordering: .acquiring) { return true }
+                waiter = continuation
                 return false
             }
-            if done { continuation.resume() }
+            if finished { continuation.resume() }
         }
     }
 }

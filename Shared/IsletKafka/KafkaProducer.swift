@@ -68,8 +68,9 @@ public final class KafkaProducer: Service, Sendable {
             case .delivered(let report):
                 return report
             case .queueFull:
-                // librdkafka's queue drains as deliveries complete; wait a moment and try again.
-                try await Task.sleep(for: .milliseconds(1))
+                // librdkafka's queue drains as deliveries complete: try again after the next ones.
+                try Task.checkCancellation()
+                await waitForCapacity()
             }
         }
     }
@@ -92,6 +93,13 @@ public final class KafkaProducer: Service, Sendable {
                 throw error
             }
         }
+    }
+
+    /// Returns after the next delivery reports were served (or at shutdown): the moment to retry a
+    /// ``produce(topic:key:value:headers:partition:onDelivery:)`` refused with a full queue
+    /// (`KafkaError.isQueueFull`).
+    public func waitForCapacity() async {
+        await core.waitForCapacity()
     }
 
     /// Sends a record whose key is a string (Islet's keys are).
@@ -117,7 +125,9 @@ public final class KafkaProducer: Service, Sendable {
             await withGracefulShutdownHandler {
                 await DedicatedThread.run(name: "islet-kafka-producer") {
                     while !core.stopRequested {
-                        client.poll(timeoutMilliseconds: 100)
+                        if client.poll(timeoutMilliseconds: 100) > 0 {
+                            core.capacityFreed()
+                        }
                     }
                     core.stopAccepting()
                     if !client.flush(timeoutMilliseconds: flushMilliseconds) {
@@ -135,6 +145,7 @@ public final class KafkaProducer: Service, Sendable {
                             logger.critical("librdkafka did not report purged records", metadata: ["kafka.records": "\(core.inFlight)"])
                         }
                     }
+                    core.capacityFreed()
                 }
             } onGracefulShutdown: {
                 self.shutdown()
@@ -177,6 +188,8 @@ final class ProducerCore: Sendable {
     private let pending = Atomic<Int>(0)
     private let stop = Atomic<Bool>(false)
     private let fatal = Mutex<KafkaError?>(nil)
+    /// Set with ``fatal``: lets the produce path check without taking the lock.
+    private let failed = Atomic<Bool>(false)
     private let logger: Logger
     let deliveredMetric = Counter(label: "islet_kafka_producer_delivered_total")
     let failedMetric = Counter(label: "islet_kafka_producer_failed_total")
@@ -207,7 +220,7 @@ final class ProducerCore: Sendable {
         guard lifecycle.load(ordering: .sequentiallyConsistent) != Lifecycle.stopping.rawValue else {
             throw .shutdown("the producer is shut down")
         }
-        if let fatal = fatalError { throw fatal }
+        if failed.load(ordering: .acquiring), let fatal = fatalError { throw fatal }
         pending.wrappingAdd(1, ordering: .relaxed)
         do {
             try enqueue()
@@ -215,6 +228,33 @@ final class ProducerCore: Sendable {
             pending.wrappingSubtract(1, ordering: .relaxed)
             throw error
         }
+    }
+
+    private let capacityWaiters = Mutex<[CheckedContinuation<Void, Never>]>([])
+    private let hasCapacityWaiters = Atomic<Bool>(false)
+
+    /// Suspends until ``capacityFreed()``; returns at once once the producer stopped accepting records.
+    func waitForCapacity() async {
+        await withCheckedContinuation { continuation in
+            let stopping = capacityWaiters.withLock { waiters -> Bool in
+                if lifecycle.load(ordering: .sequentiallyConsistent) == Lifecycle.stopping.rawValue { return true }
+                waiters.append(continuation)
+                hasCapacityWaiters.store(true, ordering: .sequentiallyConsistent)
+                return false
+            }
+            if stopping { continuation.resume() }
+        }
+    }
+
+    /// Delivery reports were served (poll thread): wake the senders waiting for queue space.
+    func capacityFreed() {
+        guard hasCapacityWaiters.load(ordering: .sequentiallyConsistent) else { return }
+        let waiters = capacityWaiters.withLock { waiters in
+            hasCapacityWaiters.store(false, ordering: .sequentiallyConsistent)
+            defer { waiters.removeAll() }
+            return waiters
+        }
+        for waiter in waiters { waiter.resume() }
     }
 
     /// A delivery report arrived (poll thread).
@@ -227,6 +267,7 @@ final class ProducerCore: Sendable {
         if error.isFatal {
             logger.error("fatal producer error: the producer stops", metadata: ["kafka.error": "\(error)"])
             fatal.withLock { if $0 == nil { $0 = error } }
+            failed.store(true, ordering: .releasing)
             requestStop()
         } else {
             logger.warning("producer error", metadata: ["kafka.error": "\(error)"])

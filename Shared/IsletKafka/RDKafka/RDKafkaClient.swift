@@ -251,8 +251,13 @@ private func rdkafkaIsRetriable(_ err: rd_kafka_resp_err_t) -> Bool {
 // MARK: - C callbacks (no captures: the client's context arrives as librdkafka's opaque)
 
 private func callbacks(from opaque: UnsafeMutableRawPointer?) -> RDKafkaCallbacks? {
+    context(from: opaque)?.callbacks
+}
+
+/// The client's context, without copying its callbacks (the delivery path runs once per record).
+private func context(from opaque: UnsafeMutableRawPointer?) -> RDKafkaClient.CallbackContext? {
     guard let opaque else { return nil }
-    return Unmanaged<RDKafkaClient.CallbackContext>.fromOpaque(opaque).takeUnretainedValue().callbacks
+    return Unmanaged<RDKafkaClient.CallbackContext>.fromOpaque(opaque).takeUnretainedValue()
 }
 
 private let rdkafkaLogCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> Void = {
@@ -302,7 +307,7 @@ private let rdkafkaDeliveryCallback: @convention(c) (OpaquePointer?, UnsafePoint
     } else {
         result = .failure(KafkaError(code: .delivery, message.pointee.err, context: "record to \(delivery.topic) not persisted"))
     }
-    callbacks(from: opaque)?.onDelivery?(message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR)
+    context(from: opaque)?.callbacks.onDelivery?(message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR)
     delivery.handler(result)
 }
 

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Produce and consume throughput of Islet's Kafka wrapper, side by side with librdkafka's own
+# rdkafka_performance (built from the same librdkafka source) against the same local broker, in
+# alternating rounds; prints the medians and the ratio wrapper / librdkafka.
+#
+#   scripts/bench-kafka.sh                 # 5 rounds, 300-byte and 2 KB messages
+#   ROUNDS=3 scripts/bench-kafka.sh
+#
+# Both sides use the same settings: idempotent, acks=all, linger.ms=5, murmur2 partitioner,
+# keyless records over 4 partitions; consumers are fresh group members reading from the beginning
+# with fetch.wait.max.ms=10, timed from the first message to the last. The wrapper's consumer
+# marks every message processed; rdkafka_performance commits nothing.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
+mkdir -p "$ISLET_RUN_DIR"
+rounds=${ROUNDS:-5}
+tools=${ISLET_TOOLS:-$repo/.tools}
+
+scripts/bootstrap.sh
+swift build -c release --product islet-kafka-bench >/dev/null
+bench=$(swift build -c release --show-bin-path)/islet-kafka-bench
+rdperf="$tools/bin/rdkafka_performance"
+producer_props=(-X enable.idempotence=true -X acks=all -X linger.ms=5 -X partitioner=murmur2_random -X message.timeout.ms=30000)
+results="$ISLET_RUN_DIR/bench-kafka.tsv"
+: > "$results"
+
+broker_pid=""
+stop_broker() { if [ -n "$broker_pid" ]; then kill "$broker_pid" 2>/dev/null || true; wait "$broker_pid" 2>/dev/null || true; fi; broker_pid=""; }
+trap stop_broker EXIT INT TERM
+
+rate_rdkafka() {  # the msgs/s figure of rdkafka_performance's summary line
+  grep -E "messages (produced|\(.*\) consumed)" | grep -oE "[0-9]+ msgs/s" | tail -1 | grep -oE "^[0-9]+"
+}
+rate_islet() { python3 -c 'import json,sys; print(int(json.load(sys.stdin)["messagesPerSecond"]))'; }
+
+for size in 300 2048; do
+  count=$([ "$size" -eq 300 ] && echo "${COUNT_SMALL:-300000}" || echo "${COUNT_LARGE:-100000}")
+  # A fresh broker per size keeps its memory (tansu stores everything in RAM) small.
+  stop_broker
+  eval "$(scripts/broker.sh)"
+  broker_pid=$ISLET_BROKER_PID
+  b=$ISLET_KAFKA_BOOTSTRAP
+  echo "== ${size}-byte messages, $count per run, $rounds rounds, broker $b"
+
+  for r in $(seq 1 "$rounds"); do
+    "$bench" create-topic --bootstrap "$b" --topic "p-islet-$size-$r" --partitions 4
+    "$bench" create-topic --bootstrap "$b" --topic "p-rdk-$size-$r" --partitions 4
+    run_islet() { "$bench" produce --bootstrap "$b" --topic "p-islet-$size-$r" --count "$count" --size "$size" | rate_islet; }
+    run_rdk() { "$rdperf" -P -t "p-rdk-$size-$r" -b "$b" -s "$size" -c "$count" "${producer_props[@]}" 2>&1 | rate_rdkafka; }
+    if [ $((r % 2)) -eq 1 ]; then i=$(run_islet); k=$(run_rdk); else k=$(run_rdk); i=$(run_islet); fi
+    printf 'produce\t%s\t%s\t%s\t%s\n' "$size" "$r" "$i" "$k" | tee -a "$results"
+    s=$("$bench" send --bootstrap "$b" --topic "p-islet-$size-$r" --count "$((count / 2))" --size "$size" | rate_islet)
+    printf 'send\t%s\t%s\t%s\t%s\n' "$size" "$r" "$s" "$k" | tee -a "$results"
+  done
+
+  # One topic, filled once; every consumer run reads all of it from the beginning.
+  "$bench" create-topic --bootstrap "$b" --topic "c-$size" --partitions 4
+  "$rdperf" -P -t "c-$size" -b "$b" -s "$size" -c "$count" "${producer_props[@]}" >/dev/null 2>&1
+  for r in $(seq 1 "$rounds"); do
+    run_islet() { "$bench" consume --bootstrap "$b" --topic "c-$size" --count "$count" | rate_islet; }
+    run_rdk() {
+      "$rdperf" -C -G "rdk-$size-$r-$RANDOM" -t "c-$size" -b "$b" -c "$count" -X auto.offset.reset=earliest -X fetch.wait.max.ms=10 2>&1 | rate_rdkafka
+    }
+    if [ $((r % 2)) -eq 1 ]; then i=$(run_islet); k=$(run_rdk); else k=$(run_rdk); i=$(run_islet); fi
+    printf 'consume\t%s\t%s\t%s\t%s\n' "$size" "$r" "$i" "$k" | tee -a "$results"
+  done
+done
+stop_broker
+
+echo
+python3 - "$results" <<'PY'
+import statistics, sys
+rows = [line.split("\t") for line in open(sys.argv[1]).read().split("\n") if line]
+print(f"{'what':<10}{'size':>6}{'islet msg/s':>14}{'librdkafka msg/s':>18}{'ratio':>8}   (medians; ratio of medians)")
+for what in ("produce", "send", "consume"):
+    for size in ("300", "2048"):
+        sel = [r for r in rows if r[0] == what and r[1] == size]
+        if not sel: continue
+        islet = statistics.median(int(r[3]) for r in sel)
+        rdk = statistics.median(int(r[4]) for r in sel)
+        print(f"{what:<10}{size:>6}{islet:>14,.0f}{rdk:>18,.0f}{islet / rdk:>8.2f}")
+print("('send' is the async API with 1,000 concurrent tasks; its reference is rdkafka_performance's produce.)")
+PY
