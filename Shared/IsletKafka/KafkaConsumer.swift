@@ -170,7 +170,12 @@ public struct KafkaConsumerEvents: AsyncSequence, Sendable {
         let state: IteratorState
 
         public mutating func next() async -> KafkaConsumerEvent? {
-            await state.next()
+            await state.next(isolation: nil)
+        }
+
+        /// Runs on the caller's actor: taking the next buffered event needs no executor hop.
+        public mutating func next(isolation actor: isolated (any Actor)?) async -> KafkaConsumerEvent? {
+            await state.next(isolation: actor)
         }
     }
 
@@ -191,7 +196,7 @@ public struct KafkaConsumerEvents: AsyncSequence, Sendable {
             core.requestStop()
         }
 
-        func next() async -> KafkaConsumerEvent? {
+        func next(isolation actor: isolated (any Actor)?) async -> KafkaConsumerEvent? {
             while true {
                 if index < batch.count {
                     let current = core.generation
@@ -205,7 +210,7 @@ public struct KafkaConsumerEvents: AsyncSequence, Sendable {
                     defer { index += 1 }
                     return batch[index]
                 }
-                guard let taken = await core.take() else { return nil }
+                guard let taken = await core.take(isolation: actor) else { return nil }
                 batch = taken
                 index = 0
                 generation = core.generation
@@ -231,7 +236,11 @@ public struct KafkaConsumerMessages: AsyncSequence, Sendable {
         var base: KafkaConsumerEvents.Iterator
 
         public mutating func next() async -> KafkaMessage? {
-            while let event = await base.next() {
+            await next(isolation: nil)
+        }
+
+        public mutating func next(isolation actor: isolated (any Actor)?) async -> KafkaMessage? {
+            while let event = await base.next(isolation: actor) {
                 if case .message(let message) = event { return message }
             }
             return nil
@@ -242,18 +251,21 @@ public struct KafkaConsumerMessages: AsyncSequence, Sendable {
 /// The consumer's Swift state: which partitions are assigned (and since when), the offsets
 /// marked processed, and the bounded buffer between the poll thread and the caller's loop.
 final class ConsumerCore: Sendable {
-    /// What this member knows of a partition it owns.
+    /// What this member knows of a partition it owns, under one assignment.
     private struct PartitionMarks {
-        /// Which assignment of the partition this is: a message read under an earlier one cannot be marked.
-        var epoch: UInt64
+        var partition: KafkaTopicPartition
         /// The offset to commit (next to read), marked but not yet handed to librdkafka.
         var pending: Int64?
         /// The highest offset handed to librdkafka, so that a late mark never moves it back.
         var stored: Int64?
     }
 
+    /// Every assignment of a partition gets a new epoch; messages carry the epoch they were read
+    /// under, so a mark finds its partition by one integer lookup, and a message read under an
+    /// earlier assignment finds nothing.
     private struct Marks {
-        var partitions: [KafkaTopicPartition: PartitionMarks] = [:]
+        var byEpoch: [UInt64: PartitionMarks] = [:]
+        var epochOf: [KafkaTopicPartition: UInt64] = [:]
         var nextEpoch: UInt64 = 1
         /// Whether any partition has a pending mark.
         var dirty = false
@@ -314,13 +326,11 @@ final class ConsumerCore: Sendable {
 
     func mark(_ message: KafkaMessage) -> Bool {
         marks.withLock { marks in
-            guard let index = marks.partitions.index(forKey: message.topicPartition),
-                marks.partitions.values[index].epoch == message.assignmentEpoch
-            else { return false }
+            guard let index = marks.byEpoch.index(forKey: message.assignmentEpoch) else { return false }
             let next = message.offset + 1
-            let current = marks.partitions.values[index].pending ?? marks.partitions.values[index].stored ?? Int64.min
+            let current = marks.byEpoch.values[index].pending ?? marks.byEpoch.values[index].stored ?? Int64.min
             if next > current {
-                marks.partitions.values[index].pending = next
+                marks.byEpoch.values[index].pending = next
                 marks.dirty = true
             }
             return true
@@ -333,11 +343,11 @@ final class ConsumerCore: Sendable {
             guard marks.dirty else { return [:] }
             marks.dirty = false
             var pending: [KafkaTopicPartition: Int64] = [:]
-            for index in marks.partitions.indices {
-                guard let offset = marks.partitions.values[index].pending else { continue }
-                pending[marks.partitions.keys[index]] = offset
-                marks.partitions.values[index].stored = offset
-                marks.partitions.values[index].pending = nil
+            for index in marks.byEpoch.indices {
+                guard let offset = marks.byEpoch.values[index].pending else { continue }
+                pending[marks.byEpoch.values[index].partition] = offset
+                marks.byEpoch.values[index].stored = offset
+                marks.byEpoch.values[index].pending = nil
             }
             return pending
         }
@@ -349,7 +359,7 @@ final class ConsumerCore: Sendable {
 
     /// The assignment epoch of each owned partition, for stamping a batch. Poll thread.
     func assignmentEpochs() -> [KafkaTopicPartition: UInt64] {
-        marks.withLock { $0.partitions.mapValues(\.epoch) }
+        marks.withLock { $0.epochOf }
     }
 
     // MARK: Rebalance (poll thread, inside librdkafka's rebalance callback)
@@ -357,9 +367,11 @@ final class ConsumerCore: Sendable {
     func didAssign(_ partitions: [KafkaTopicPartition]) {
         marks.withLock { marks in
             for tp in partitions {
-                marks.partitions[tp] = PartitionMarks(epoch: marks.nextEpoch)
+                let epoch = marks.nextEpoch
+                marks.nextEpoch &+= 1
+                if let previous = marks.epochOf.updateValue(epoch, forKey: tp) { marks.byEpoch[previous] = nil }
+                marks.byEpoch[epoch] = PartitionMarks(partition: tp)
             }
-            marks.nextEpoch &+= 1
         }
         enqueue(.partitionsAssigned(partitions))
     }
@@ -370,7 +382,8 @@ final class ConsumerCore: Sendable {
         let toStore = marks.withLock { marks -> [KafkaTopicPartition: Int64] in
             var toStore: [KafkaTopicPartition: Int64] = [:]
             for tp in partitions {
-                if let offset = marks.partitions.removeValue(forKey: tp)?.pending { toStore[tp] = offset }
+                guard let epoch = marks.epochOf.removeValue(forKey: tp) else { continue }
+                if let offset = marks.byEpoch.removeValue(forKey: epoch)?.pending { toStore[tp] = offset }
             }
             return toStore
         }
@@ -395,7 +408,7 @@ final class ConsumerCore: Sendable {
         marks.withLock { marks in
             events.filter { event in
                 guard case .message(let message) = event else { return true }
-                return marks.partitions[message.topicPartition]?.epoch == message.assignmentEpoch
+                return marks.byEpoch[message.assignmentEpoch] != nil
             }
         }
     }
@@ -478,9 +491,9 @@ final class ConsumerCore: Sendable {
     }
 
     /// Waits for buffered events; `nil` when the consumer finished (or the task was cancelled).
-    func take() async -> [KafkaConsumerEvent]? {
+    func take(isolation actor: isolated (any Actor)?) async -> [KafkaConsumerEvent]? {
         await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<[KafkaConsumerEvent]?, Never>) in
+            await withCheckedContinuation(isolation: actor) { (continuation: CheckedContinuation<[KafkaConsumerEvent]?, Never>) in
                 enum Action { case resume([KafkaConsumerEvent]?, wake: Bool), suspended }
                 let action = buffer.withLock { buffer -> Action in
                     if !buffer.items.isEmpty {

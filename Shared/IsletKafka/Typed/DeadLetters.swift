@@ -37,9 +37,25 @@ public struct DeadLetterWriter: Sendable {
     /// The message decoded and validated, or `nil` after it was dead-lettered and marked processed.
     /// A tombstone (null value) is not a message: check `raw.value == nil` before calling.
     public func decode<Message: IsletMessage>(_ type: Message.Type, from raw: KafkaMessage) async throws -> Message? {
-        guard let value = raw.value else {
-            try await deadLetter(raw, reason: .invalid, detail: "a null value (tombstone) where a \(Message.self) was expected")
+        switch Self.check(type, raw) {
+        case .success(let message):
+            return message
+        case .failure(let rejection):
+            try await deadLetter(raw, reason: rejection.reason, detail: rejection.detail)
             return nil
+        }
+    }
+
+    /// Why a record is not a valid message.
+    struct Rejection: Error {
+        var reason: DeadLetterRecord.Reason
+        var detail: String
+    }
+
+    /// Decodes and validates without suspending (the common path of a consumer loop).
+    static func check<Message: IsletMessage>(_ type: Message.Type, _ raw: KafkaMessage) -> Result<Message, Rejection> {
+        guard let value = raw.value else {
+            return .failure(Rejection(reason: .invalid, detail: "a null value (tombstone) where a \(Message.self) was expected"))
         }
         let message: Message
         do {
@@ -47,16 +63,14 @@ public struct DeadLetterWriter: Sendable {
         } catch {
             let reason: DeadLetterRecord.Reason =
                 if case .unsupportedSchemaVersion = error.kind { .unsupportedSchemaVersion } else { .undecodable }
-            try await deadLetter(raw, reason: reason, detail: error.description)
-            return nil
+            return .failure(Rejection(reason: reason, detail: error.description))
         }
         do {
             try message.validate()
         } catch {
-            try await deadLetter(raw, reason: .invalid, detail: "\(Message.self): \(error.description)")
-            return nil
+            return .failure(Rejection(reason: .invalid, detail: "\(Message.self): \(error.description)"))
         }
-        return message
+        return .success(message)
     }
 
     /// Sends `raw` to the dead-letter topic and marks it processed once the record is persisted.
@@ -126,7 +140,12 @@ public struct TypedConsumerEvents<Message: IsletMessage>: AsyncSequence, Sendabl
         let deadLetters: DeadLetterWriter
 
         public mutating func next() async throws -> TypedConsumerEvent<Message>? {
-            while let event = await base.next() {
+            try await next(isolation: nil)
+        }
+
+        /// Runs on the caller's actor; suspends only to wait for records or to write a dead letter.
+        public mutating func next(isolation actor: isolated (any Actor)?) async throws -> TypedConsumerEvent<Message>? {
+            while let event = await base.next(isolation: actor) {
                 switch event {
                 case .partitionsAssigned(let partitions):
                     return .partitionsAssigned(partitions)
@@ -134,8 +153,11 @@ public struct TypedConsumerEvents<Message: IsletMessage>: AsyncSequence, Sendabl
                     return .partitionsRevoked(partitions)
                 case .message(let raw):
                     if raw.value == nil { return .tombstone(key: raw.keyString, raw) }
-                    if let message = try await deadLetters.decode(Message.self, from: raw) {
+                    switch DeadLetterWriter.check(Message.self, raw) {
+                    case .success(let message):
                         return .message(message, raw)
+                    case .failure(let rejection):
+                        try await deadLetters.deadLetter(raw, reason: rejection.reason, detail: rejection.detail)
                     }
                 }
             }
