@@ -123,7 +123,8 @@ public final class KafkaConsumer: Service, Sendable {
             self.shutdown()
         }
         if core.abandonRequested {
-            client.abandon()
+            // rd_kafka_destroy joins librdkafka's threads: not on the cooperative pool.
+            await DedicatedThread.run(name: "islet-kafka-destroy") { client.abandon() }
         }
         if let fatal = core.fatalError {
             throw fatal
