@@ -160,20 +160,14 @@ struct ConsumerGroupTests {
 
         // The restarted instance starts after the last marked record.
         let restarted = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
-        let seenAfterRestart = try await withTimeout(.seconds(90), "the restarted instance") {
-            try await withThrowingTaskGroup(of: [String]?.self) { group in
-                group.addTask { try await restarted.run(); return nil }
-                var seen: [String] = []
-                for await message in restarted.messages {
-                    seen.append(String(decoding: message.value ?? [], as: UTF8.self))
-                    restarted.markProcessed(message)
-                    if seen.count == 2 { break }
-                }
-                restarted.shutdown()
-                var result: [String]?
-                for try await value in group { if let value { result = value } }
-                return result ?? seen
+        let seenAfterRestart = try await withRunning([restarted], limit: .seconds(90), "the restarted instance") {
+            var seen: [String] = []
+            for await message in restarted.messages {
+                seen.append(String(decoding: message.value ?? [], as: UTF8.self))
+                restarted.markProcessed(message)
+                if seen.count == 2 { break }
             }
+            return seen
         }
         #expect(seenAfterRestart == ["in-flight", "later"])
     }
@@ -206,19 +200,13 @@ struct ConsumerGroupTests {
         }
         let second = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
         let start = ContinuousClock.now
-        let (assigned, committed) = try await withTimeout(.seconds(60), "the second member's assignment") {
-            try await withThrowingTaskGroup(of: ([KafkaTopicPartition], [KafkaTopicPartition: Int64?])?.self) { group in
-                group.addTask { try await second.run(); return nil }
-                var result: ([KafkaTopicPartition], [KafkaTopicPartition: Int64?]) = ([], [:])
-                for await event in second.events {
-                    if case .partitionsAssigned(let partitions) = event {
-                        result = (partitions, try await second.committedOffsets(for: partitions))
-                        break
-                    }
+        let (assigned, committed) = try await withRunning([second], "the second member's assignment") {
+            for await event in second.events {
+                if case .partitionsAssigned(let partitions) = event {
+                    return (partitions, try await second.committedOffsets(for: partitions))
                 }
-                for try await value in group { if let value { result = value } }
-                return result
             }
+            return ([], [:])
         }
         #expect(assigned.count == 2)
         #expect(ContinuousClock.now - start < .seconds(25), "the second member did not wait for the first one's session to expire")

@@ -20,19 +20,12 @@ struct ProducerConsumerTests {
         #expect(report.offset == 0)
 
         let consumer = try makeConsumer(servers, group: uniqueName("g"), topics: [topic])
-        let message = try await withTimeout(.seconds(30), "reading the record") {
-            try await withThrowingTaskGroup(of: KafkaMessage?.self) { group in
-                group.addTask { try await consumer.run(); return nil }
-                var received: KafkaMessage?
-                for await message in consumer.messages {
-                    received = message
-                    consumer.markProcessed(message)
-                    break
-                }
-                consumer.shutdown()
-                try await group.waitForAll()
-                return received
+        let message = try await withRunning([consumer], "reading the record") { () -> KafkaMessage? in
+            for await message in consumer.messages {
+                consumer.markProcessed(message)
+                return message
             }
+            return nil
         }
         let received = try #require(message)
         #expect(received.keyString == "order-42")
@@ -51,9 +44,8 @@ struct ProducerConsumerTests {
         try await createTopic(servers, topic, partitions: 4)
         let producer = try makeProducer(servers)
         // Every send awaits its own delivery report; the shutdown comes right after the last one.
-        let reports = try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await producer.run() }
-            let reports = try await withThrowingTaskGroup(of: (String, KafkaDeliveryReport).self) { senders in
+        let reports = try await withProducer(producer) { producer in
+            try await withThrowingTaskGroup(of: (String, KafkaDeliveryReport).self) { senders in
                 for i in 0..<10_000 {
                     senders.addTask {
                         let value = "message \(i)"
@@ -64,29 +56,21 @@ struct ProducerConsumerTests {
                 for try await (value, report) in senders { reports[value] = report }
                 return reports
             }
-            producer.shutdown()
-            try await group.waitForAll()
-            return reports
         }
         #expect(reports.count == 10_000)
 
         // Read everything back: each record exactly once, at the partition and offset it was acknowledged with.
         let consumer = try makeConsumer(servers, group: uniqueName("g"), topics: [topic])
-        let read = try await withTimeout(.seconds(60), "reading 10,000 records") {
-            try await withThrowingTaskGroup(of: [String: [KafkaDeliveryReport]]?.self) { group in
-                group.addTask { try await consumer.run(); return nil }
-                var read: [String: [KafkaDeliveryReport]] = [:]
-                var count = 0
-                for await message in consumer.messages {
-                    read[String(decoding: message.value ?? [], as: UTF8.self), default: []]
-                        .append(KafkaDeliveryReport(topic: message.topic, partition: message.partition, offset: message.offset))
-                    count += 1
-                    if count == 10_000 { break }
-                }
-                consumer.shutdown()
-                try await group.waitForAll()
-                return read
+        let read = try await withRunning([consumer], "reading 10,000 records") {
+            var read: [String: [KafkaDeliveryReport]] = [:]
+            var count = 0
+            for await message in consumer.messages {
+                read[String(decoding: message.value ?? [], as: UTF8.self), default: []]
+                    .append(KafkaDeliveryReport(topic: message.topic, partition: message.partition, offset: message.offset))
+                count += 1
+                if count == 10_000 { break }
             }
+            return read
         }
         let readOnce = read.compactMapValues { $0.count == 1 ? $0[0] : nil }
         #expect(readOnce.count == 10_000)

@@ -41,21 +41,44 @@ func createTopic(_ servers: String, _ name: String, partitions: Int, configs: [S
     _ = try await admin.createTopics([.init(name: name, partitions: partitions, configs: configs)])
 }
 
-/// A producer running for the duration of `body`, shut down (flushed) afterwards.
-func withProducer<T: Sendable>(_ producer: KafkaProducer, _ body: (KafkaProducer) async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: Void.self) { group in
-        group.addTask { try await producer.run() }
-        do {
-            let result = try await body(producer)
-            producer.shutdown()
+/// A Kafka client with a run loop and a way to stop it.
+protocol KafkaClient: Sendable {
+    func run() async throws
+    func shutdown()
+}
+
+extension KafkaProducer: KafkaClient {}
+extension KafkaConsumer: KafkaClient {}
+
+/// Runs the clients for the duration of `body` (bounded by `limit`), then shuts them down and waits
+/// for their run loops: producers flush, consumers commit and leave their group.
+func withRunning<T: Sendable>(
+    _ clients: [any KafkaClient], limit: Duration = .seconds(60), _ what: String = "the test body",
+    _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withTimeout(limit, what) {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            for client in clients {
+                group.addTask { try await client.run(); return nil }
+            }
+            let result: T
+            do {
+                result = try await body()
+            } catch {
+                for client in clients { client.shutdown() }
+                while (try? await group.next()) != nil {}
+                throw error
+            }
+            for client in clients { client.shutdown() }
             try await group.waitForAll()
             return result
-        } catch {
-            producer.shutdown()
-            try? await group.waitForAll()
-            throw error
         }
     }
+}
+
+/// A producer running for the duration of `body`, shut down (flushed) afterwards.
+func withProducer<T: Sendable>(_ producer: KafkaProducer, _ body: @escaping @Sendable (KafkaProducer) async throws -> T) async throws -> T {
+    try await withRunning([producer]) { try await body(producer) }
 }
 
 /// Fails the test if `operation` takes longer than `limit`.

@@ -26,24 +26,16 @@ func roundTrip<Message: IsletMessage>(_ messages: [Message], servers: String) as
     let producer = try makeProducer(servers)
     let consumer = try makeConsumer(servers, group: uniqueName("g"), topics: [topic])
     let deadLetters = DeadLetterWriter(producer: producer, consumer: consumer, service: "test", logger: testLogger, topic: uniqueName("dlq"))
-    return try await withTimeout(.seconds(60), "reading \(Message.self) back") {
-        try await withThrowingTaskGroup(of: [(Message, KafkaMessage)]?.self) { group in
-            group.addTask { try await producer.run(); return nil }
-            group.addTask { try await consumer.run(); return nil }
-            var received: [(Message, KafkaMessage)] = []
-            for try await event in consumer.decoded(as: Message.self, deadLetters: deadLetters) {
-                if case .message(let message, let raw) = event {
-                    received.append((message, raw))
-                    consumer.markProcessed(raw)
-                    if received.count == messages.count { break }
-                }
+    return try await withRunning([producer, consumer], "reading \(Message.self) back") {
+        var received: [(Message, KafkaMessage)] = []
+        for try await event in consumer.decoded(as: Message.self, deadLetters: deadLetters) {
+            if case .message(let message, let raw) = event {
+                received.append((message, raw))
+                consumer.markProcessed(raw)
+                if received.count == messages.count { break }
             }
-            consumer.shutdown()
-            producer.shutdown()
-            var result = received
-            for try await value in group { if let value { result = value } }
-            return result
         }
+        return received
     }
 }
 
@@ -99,42 +91,29 @@ struct TypedMessageTests {
         let producer = try makeProducer(servers)
         let consumer = try makeConsumer(servers, group: uniqueName("g"), topics: [topic])
         let writer = DeadLetterWriter(producer: producer, consumer: consumer, service: "content-service", logger: testLogger, topic: dlq)
-        let processed = try await withTimeout(.seconds(60), "the typed consumer") {
-            try await withThrowingTaskGroup(of: [ActivityEvent]?.self) { group in
-                group.addTask { try await producer.run(); return nil }
-                group.addTask { try await consumer.run(); return nil }
-                var processed: [ActivityEvent] = []
-                for try await event in consumer.decoded(as: ActivityEvent.self, deadLetters: writer) {
-                    if case .message(let message, let raw) = event {
-                        processed.append(message)
-                        consumer.markProcessed(raw)
-                        if processed.count == 2 { break }
-                    }
+        let processed = try await withRunning([producer, consumer], "the typed consumer") {
+            var processed: [ActivityEvent] = []
+            for try await event in consumer.decoded(as: ActivityEvent.self, deadLetters: writer) {
+                if case .message(let message, let raw) = event {
+                    processed.append(message)
+                    consumer.markProcessed(raw)
+                    if processed.count == 2 { break }
                 }
-                consumer.shutdown()
-                producer.shutdown()
-                var result = processed
-                for try await value in group { if let value { result = value } }
-                return result
             }
+            return processed
         }
         #expect(processed == [valid, later], "the valid records are processed, in order, around the bad ones")
 
         // The dead-letter topic holds the three bad records, each with its reason, origin and bytes.
         let reader = try makeConsumer(servers, group: uniqueName("dlq-reader"), topics: [dlq])
-        let records = try await withTimeout(.seconds(60), "reading the dead letters") {
-            try await withThrowingTaskGroup(of: [DeadLetterRecord]?.self) { group in
-                group.addTask { try await reader.run(); return nil }
-                var records: [DeadLetterRecord] = []
-                for await message in reader.messages {
-                    records.append(try IsletJSON.decode(DeadLetterRecord.self, from: message.value ?? []))
-                    #expect(message.keyString == "order-42", "a dead letter keeps the original key")
-                    if records.count == 3 { break }
-                }
-                var result = records
-                for try await value in group { if let value { result = value } }
-                return result
+        let records = try await withRunning([reader], "reading the dead letters") {
+            var records: [DeadLetterRecord] = []
+            for await message in reader.messages {
+                records.append(try IsletJSON.decode(DeadLetterRecord.self, from: message.value ?? []))
+                #expect(message.keyString == "order-42", "a dead letter keeps the original key")
+                if records.count == 3 { break }
             }
+            return records
         }
         #expect(records.map(\.reason) == [.undecodable, .unsupportedSchemaVersion, .invalid])
         #expect(records.map(\.origin.offset) == [1, 2, 3])

@@ -4,11 +4,7 @@ import Testing
 
 @Suite("Kafka configuration")
 struct ConfigurationTests {
-    let logger: Logger = {
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        return logger
-    }()
+    let logger = quietLogger
 
     @Test("the producer is idempotent with acks=all and Islet's defaults, and the user's settings win over defaults")
     func producerDefaults() throws {

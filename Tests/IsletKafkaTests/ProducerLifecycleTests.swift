@@ -8,11 +8,7 @@ private let nowhere = "127.0.0.1:9"
 
 @Suite("Producer lifecycle without a broker", .timeLimit(.minutes(1)))
 struct ProducerLifecycleTests {
-    let logger: Logger = {
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        return logger
-    }()
+    let logger = quietLogger
 
     @Test("a record that cannot be persisted fails its send with librdkafka's reason, within message.timeout.ms")
     func sendTimesOut() async throws {

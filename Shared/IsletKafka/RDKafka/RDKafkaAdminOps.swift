@@ -35,25 +35,13 @@ extension RDKafkaClient {
             }
         }
 
-        let options = rd_kafka_AdminOptions_new(handle, RD_KAFKA_ADMIN_OP_CREATETOPICS)
-        defer { rd_kafka_AdminOptions_destroy(options) }
-        _ = rd_kafka_AdminOptions_set_request_timeout(options, timeoutMilliseconds, &errstr, errstr.count)
-        _ = rd_kafka_AdminOptions_set_operation_timeout(options, timeoutMilliseconds, &errstr, errstr.count)
-
-        let queue = rd_kafka_queue_new(handle)
-        defer { rd_kafka_queue_destroy(queue) }
-        newTopics.withUnsafeMutableBufferPointer { buffer in
-            rd_kafka_CreateTopics(handle, buffer.baseAddress, buffer.count, options, queue)
-        }
-        // The request timeout bounds the answer; a little slack covers the local round trip.
-        guard let event = rd_kafka_queue_poll(queue, timeoutMilliseconds &+ 5_000) else {
-            throw KafkaError(code: .timeout, message: "no answer to CreateTopics within \(timeoutMilliseconds) ms")
+        let event = try adminRequest(RD_KAFKA_ADMIN_OP_CREATETOPICS, "CreateTopics", timeoutMilliseconds: timeoutMilliseconds) {
+            options, queue in
+            newTopics.withUnsafeMutableBufferPointer { buffer in
+                rd_kafka_CreateTopics(handle, buffer.baseAddress, buffer.count, options, queue)
+            }
         }
         defer { rd_kafka_event_destroy(event) }
-        let eventError = rd_kafka_event_error(event)
-        guard eventError == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            throw KafkaError(code: .admin, eventError, context: "CreateTopics")
-        }
         guard let result = rd_kafka_event_CreateTopics_result(event) else {
             throw KafkaError(code: .admin, message: "CreateTopics answered with an unexpected event")
         }
@@ -74,27 +62,45 @@ extension RDKafkaClient {
         }
     }
 
-    /// A topic's configuration entries (name → value) as the broker reports them. Blocking.
-    func topicConfigs(topic: String, timeoutMilliseconds: Int32) throws(KafkaError) -> [String: String] {
+    /// Submits one admin request and waits for its result event (the caller destroys it); a
+    /// request-level error is thrown. Blocking.
+    private func adminRequest(
+        _ operation: rd_kafka_admin_op_t, _ what: String, timeoutMilliseconds: Int32,
+        submit: (_ options: OpaquePointer?, _ queue: OpaquePointer?) -> Void
+    ) throws(KafkaError) -> OpaquePointer {
         var errstr = [CChar](repeating: 0, count: 512)
-        var resources: [OpaquePointer?] = [rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic)]
-        defer { rd_kafka_ConfigResource_destroy_array(&resources, resources.count) }
-        let options = rd_kafka_AdminOptions_new(handle, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS)
+        let options = rd_kafka_AdminOptions_new(handle, operation)
         defer { rd_kafka_AdminOptions_destroy(options) }
         _ = rd_kafka_AdminOptions_set_request_timeout(options, timeoutMilliseconds, &errstr, errstr.count)
+        if operation == RD_KAFKA_ADMIN_OP_CREATETOPICS {
+            _ = rd_kafka_AdminOptions_set_operation_timeout(options, timeoutMilliseconds, &errstr, errstr.count)
+        }
         let queue = rd_kafka_queue_new(handle)
         defer { rd_kafka_queue_destroy(queue) }
-        resources.withUnsafeMutableBufferPointer { buffer in
-            rd_kafka_DescribeConfigs(handle, buffer.baseAddress, buffer.count, options, queue)
-        }
+        submit(options, queue)
+        // The request timeout bounds the answer; a little slack covers the local round trip.
         guard let event = rd_kafka_queue_poll(queue, timeoutMilliseconds &+ 5_000) else {
-            throw KafkaError(code: .timeout, message: "no answer to DescribeConfigs within \(timeoutMilliseconds) ms")
+            throw KafkaError(code: .timeout, message: "no answer to \(what) within \(timeoutMilliseconds) ms")
         }
-        defer { rd_kafka_event_destroy(event) }
         let eventError = rd_kafka_event_error(event)
         guard eventError == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            throw KafkaError(code: .admin, eventError, context: "DescribeConfigs of \(topic)")
+            rd_kafka_event_destroy(event)
+            throw KafkaError(code: .admin, eventError, context: what)
         }
+        return event
+    }
+
+    /// A topic's configuration entries (name → value) as the broker reports them. Blocking.
+    func topicConfigs(topic: String, timeoutMilliseconds: Int32) throws(KafkaError) -> [String: String] {
+        var resources: [OpaquePointer?] = [rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic)]
+        defer { rd_kafka_ConfigResource_destroy_array(&resources, resources.count) }
+        let event = try adminRequest(RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS, "DescribeConfigs of \(topic)", timeoutMilliseconds: timeoutMilliseconds) {
+            options, queue in
+            resources.withUnsafeMutableBufferPointer { buffer in
+                rd_kafka_DescribeConfigs(handle, buffer.baseAddress, buffer.count, options, queue)
+            }
+        }
+        defer { rd_kafka_event_destroy(event) }
         guard let result = rd_kafka_event_DescribeConfigs_result(event) else {
             throw KafkaError(code: .admin, message: "DescribeConfigs answered with an unexpected event")
         }
