@@ -164,6 +164,12 @@ public final class KafkaProducer: Service, Sendable {
         client.wakeUp()
     }
 
+    /// Makes librdkafka raise a fatal error, as when the idempotent producer loses its guarantees.
+    /// For tests of fatal-error handling only: the producer is unusable afterwards.
+    public func simulateFatalError(reason: String) {
+        client.raiseFatalErrorForTesting(reason: reason)
+    }
+
     /// Records handed to librdkafka and not yet reported on.
     public var inFlightCount: Int { core.inFlight }
 }

@@ -58,4 +58,29 @@ struct OperationsRoutesTests {
             }
         }
     }
+
+    @Test("over a real HTTP connection: /health, /health/live and /metrics answer")
+    func liveServer() async throws {
+        let runtime = try runtime()
+        runtime.health.register("rebuilt")
+        let app = Application(router: runtime.makeRouter(), configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await app.test(.live) { client in
+            try await client.execute(uri: "/health", method: .get) { response in
+                #expect(response.status == .serviceUnavailable)
+            }
+            runtime.health.setReady("rebuilt")
+            try await client.execute(uri: "/health", method: .get) { response in
+                #expect(response.status == .ok)
+            }
+            try await client.execute(uri: "/health/live", method: .get) { response in
+                #expect(response.status == .ok)
+            }
+            try await client.execute(uri: "/metrics", method: .get) { response in
+                #expect(response.status == .ok)
+            }
+            try await client.execute(uri: "/nothing-here", method: .get) { response in
+                #expect(response.status == .notFound)
+            }
+        }
+    }
 }

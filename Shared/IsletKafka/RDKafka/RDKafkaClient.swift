@@ -160,6 +160,12 @@ final class RDKafkaClient: @unchecked Sendable {
 
     // MARK: Test support
 
+    /// Raises a fabricated fatal error (librdkafka's `rd_kafka_test_fatal_error`), as if the
+    /// idempotent producer had lost its guarantees. Tests only.
+    func raiseFatalErrorForTesting(reason: String) {
+        _ = rd_kafka_test_fatal_error(handle, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER, reason)
+    }
+
     /// Destroys the handle without closing the consumer (no commit, no LeaveGroup): what a
     /// process killed with SIGKILL leaves behind. Tests only; the client is unusable afterwards.
     func abandon() {
