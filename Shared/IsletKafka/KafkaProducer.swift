@@ -70,7 +70,7 @@ public final class KafkaProducer: Service, Sendable {
             case .queueFull:
                 // librdkafka's queue drains as deliveries complete: try again after the next ones.
                 try Task.checkCancellation()
-                await waitForCapacity()
+                await core.waitForCapacity()
             }
         }
     }
@@ -87,17 +87,22 @@ public final class KafkaProducer: Service, Sendable {
         onDelivery: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
     ) throws(KafkaError) {
         try core.whileAccepting { () throws(KafkaError) in
+            let generation = core.reportGeneration
             let delivery = RDKafkaDelivery(topic: topic, handler: onDelivery)
             if let error = client.produce(topic: topic, partition: partition, key: key, value: value, headers: headers, delivery: delivery) {
-                if !error.isQueueFull { core.failedMetric.increment() }
+                if error.isQueueFull {
+                    core.refusedForCapacity(at: generation)
+                } else {
+                    core.failedMetric.increment()
+                }
                 throw error
             }
         }
     }
 
-    /// Returns after the next delivery reports were served (or at shutdown): the moment to retry a
-    /// ``produce(topic:key:value:headers:partition:onDelivery:)`` refused with a full queue
-    /// (`KafkaError.isQueueFull`).
+    /// Returns once delivery reports were served since the last refusal for a full queue (or at
+    /// shutdown, or when the task is cancelled): the moment to retry a
+    /// ``produce(topic:key:value:headers:partition:onDelivery:)`` that threw `isQueueFull`.
     public func waitForCapacity() async {
         await core.waitForCapacity()
     }
@@ -126,7 +131,7 @@ public final class KafkaProducer: Service, Sendable {
                 await DedicatedThread.run(name: "islet-kafka-producer") {
                     while !core.stopRequested {
                         if client.poll(timeoutMilliseconds: 100) > 0 {
-                            core.capacityFreed()
+                            core.servedReports()
                         }
                     }
                     core.stopAccepting()
@@ -145,7 +150,7 @@ public final class KafkaProducer: Service, Sendable {
                             logger.critical("librdkafka did not report purged records", metadata: ["kafka.records": "\(core.inFlight)"])
                         }
                     }
-                    core.capacityFreed()
+                    core.servedReports()  // releases every sender still waiting for queue space
                 }
             } onGracefulShutdown: {
                 self.shutdown()
@@ -236,31 +241,63 @@ final class ProducerCore: Sendable {
         }
     }
 
-    private let capacityWaiters = Mutex<[CheckedContinuation<Void, Never>]>([])
-    private let hasCapacityWaiters = Atomic<Bool>(false)
+    private struct CapacityWaiters {
+        var nextID: UInt64 = 0
+        var waiting: [UInt64: (after: UInt64, continuation: CheckedContinuation<Void, Never>)] = [:]
+    }
 
-    /// Suspends until ``capacityFreed()``; returns at once once the producer stopped accepting records.
+    /// Counts the poll-loop iterations that served delivery reports. Bumped under the waiters'
+    /// lock, read lock-free by the produce path.
+    private let generation = Atomic<UInt64>(0)
+    /// The generation read before the latest produce call refused for a full queue.
+    private let lastRefusal = Atomic<UInt64>(0)
+    private let capacityWaiters = Mutex(CapacityWaiters())
+
+    var reportGeneration: UInt64 { generation.load(ordering: .acquiring) }
+
+    func refusedForCapacity(at generation: UInt64) {
+        lastRefusal.store(generation, ordering: .releasing)
+    }
+
+    /// Suspends until delivery reports were served after the latest refusal for a full queue.
+    /// Returns at once when that already happened, when the producer stopped accepting records, or
+    /// when the task is cancelled. The check and the registration happen under the same lock as
+    /// the poll thread's bump, so a wake-up cannot be missed.
     func waitForCapacity() async {
-        await withCheckedContinuation { continuation in
-            let stopping = capacityWaiters.withLock { waiters -> Bool in
-                if lifecycle.load(ordering: .sequentiallyConsistent) == Lifecycle.stopping.rawValue { return true }
-                waiters.append(continuation)
-                hasCapacityWaiters.store(true, ordering: .sequentiallyConsistent)
-                return false
+        let after = lastRefusal.load(ordering: .acquiring)
+        let id = capacityWaiters.withLock { waiters -> UInt64 in
+            defer { waiters.nextID &+= 1 }
+            return waiters.nextID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let ready = capacityWaiters.withLock { waiters -> Bool in
+                    if generation.load(ordering: .acquiring) > after || Task.isCancelled
+                        || lifecycle.load(ordering: .sequentiallyConsistent) == Lifecycle.stopping.rawValue
+                    {
+                        return true
+                    }
+                    waiters.waiting[id] = (after, continuation)
+                    return false
+                }
+                if ready { continuation.resume() }
             }
-            if stopping { continuation.resume() }
+        } onCancel: {
+            capacityWaiters.withLock { $0.waiting.removeValue(forKey: id) }?.continuation.resume()
         }
     }
 
-    /// Delivery reports were served (poll thread): wake the senders waiting for queue space.
-    func capacityFreed() {
-        guard hasCapacityWaiters.load(ordering: .sequentiallyConsistent) else { return }
-        let waiters = capacityWaiters.withLock { waiters in
-            hasCapacityWaiters.store(false, ordering: .sequentiallyConsistent)
-            defer { waiters.removeAll() }
-            return waiters
+    /// The poll loop served delivery reports: wake the senders waiting for queue space. Also called
+    /// once the producer stopped accepting records, so that every waiter returns.
+    func servedReports() {
+        let woken = capacityWaiters.withLock { waiters -> [CheckedContinuation<Void, Never>] in
+            let now = generation.add(1, ordering: .acquiringAndReleasing).newValue
+            guard !waiters.waiting.isEmpty else { return [] }
+            let ready = waiters.waiting.filter { $0.value.after < now }
+            for id in ready.keys { waiters.waiting.removeValue(forKey: id) }
+            return ready.values.map(\.continuation)
         }
-        for waiter in waiters { waiter.resume() }
+        for continuation in woken { continuation.resume() }
     }
 
     /// A delivery report arrived (poll thread).

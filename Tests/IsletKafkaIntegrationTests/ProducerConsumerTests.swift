@@ -76,4 +76,25 @@ struct ProducerConsumerTests {
         #expect(readOnce.count == 10_000)
         #expect(readOnce == reports)
     }
+
+    @Test("senders wait for queue space and all complete when librdkafka's queue is tiny")
+    func queueFullSendersComplete() async throws {
+        let servers = try TestBroker.servers()
+        let topic = uniqueName("queuefull")
+        try await createTopic(servers, topic, partitions: 2)
+        // Five records fit in librdkafka's queue; 2,000 senders keep it full for the whole run.
+        let producer = try makeProducer(servers, settings: ["queue.buffering.max.messages": "5"])
+        let delivered = try await withProducer(producer) { producer in
+            try await withThrowingTaskGroup(of: Int.self) { senders in
+                for i in 0..<2_000 {
+                    senders.addTask {
+                        try await producer.send(topic: topic, key: "k\(i)", value: Array("v\(i)".utf8))
+                        return 1
+                    }
+                }
+                return try await senders.reduce(0, +)
+            }
+        }
+        #expect(delivered == 2_000)
+    }
 }

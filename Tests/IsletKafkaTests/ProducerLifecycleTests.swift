@@ -116,3 +116,47 @@ struct ProducerFatalErrorTests {
         await #expect(throws: KafkaError.self) { try await producer.send(topic: "t", key: "k", value: [1]) }
     }
 }
+
+@Suite("Clients that are never run", .timeLimit(.minutes(1)))
+struct NeverRunTests {
+    @Test("a producer dropped without being run still gives every accepted record its verdict")
+    func droppedProducerReportsEverything() async throws {
+        let verdicts = Mutex<[String]>([])
+        let allIn = AsyncStream<Void>.makeStream()
+        do {
+            let producer = try KafkaProducer(configuration: .init(bootstrapServers: nowhere), logger: quietLogger)
+            for i in 0..<25 {
+                try producer.produce(topic: "t", key: nil, value: [UInt8(i)]) { result in
+                    let count = verdicts.withLock { verdicts in
+                        if case .failure(let error) = result { verdicts.append(error.librdkafkaName ?? "\(error.code)") }
+                        return verdicts.count
+                    }
+                    if count == 25 { allIn.continuation.finish() }
+                }
+            }
+        }  // the producer is released here; its handle is destroyed on a thread of its own
+        for await _ in allIn.stream {}
+        #expect(verdicts.withLock { $0 }.count == 25)
+        #expect(Set(verdicts.withLock { $0 }) == ["_PURGE_QUEUE"])
+    }
+
+    @Test("a consumer whose subscription fails ends its events and run() throws")
+    func failedSubscription() async throws {
+        let consumer = try KafkaConsumer(
+            configuration: .init(bootstrapServers: nowhere, groupID: "g", topics: ["^(unclosed"]), logger: quietLogger)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await #expect(throws: KafkaError.self) { try await consumer.run() }
+            }
+            for await _ in consumer.events {}  // must end
+            await group.waitForAll()
+        }
+    }
+
+    @Test("an empty group id is refused when the consumer is made")
+    func emptyGroup() {
+        #expect(throws: KafkaError.self) {
+            try KafkaConsumer(configuration: .init(bootstrapServers: nowhere, groupID: "", topics: ["t"]), logger: quietLogger)
+        }
+    }
+}

@@ -43,6 +43,8 @@ final class RDKafkaClient: @unchecked Sendable {
     let handle: OpaquePointer
     /// The consumer queue (`rd_kafka_queue_get_consumer`), consumers only.
     let consumerQueue: OpaquePointer?
+    /// The main queue (`rd_kafka_queue_get_main`), producers only: what `rd_kafka_poll` waits on.
+    private let mainQueue: OpaquePointer?
     private let context: Unmanaged<CallbackContext>
     private let topicHandles = Mutex<[String: RDKafkaTopicHandle]>([:])
     /// Set once the handle was destroyed by ``abandon()`` (tests): nothing may touch it again.
@@ -88,8 +90,10 @@ final class RDKafkaClient: @unchecked Sendable {
         if kind == .consumer {
             rd_kafka_poll_set_consumer(handle)
             self.consumerQueue = rd_kafka_queue_get_consumer(handle)
+            self.mainQueue = nil
         } else {
             self.consumerQueue = nil
+            self.mainQueue = rd_kafka_queue_get_main(handle)
         }
     }
 
@@ -101,7 +105,8 @@ final class RDKafkaClient: @unchecked Sendable {
         }
         // rd_kafka_destroy joins librdkafka's threads; it runs on a thread of its own so that a
         // deinit on Swift's cooperative pool never blocks. The poll loop already flushed or closed.
-        let doomed = RDKafkaDoomedHandle(handle: handle, queue: consumerQueue, topics: topics, context: context)
+        let doomed = RDKafkaDoomedHandle(
+            handle: handle, queues: [consumerQueue, mainQueue].compactMap { $0 }, topics: topics, context: context, kind: kind)
         let thread = Thread { doomed.destroy() }
         thread.name = "islet-kafka-destroy"
         thread.start()
@@ -118,14 +123,14 @@ final class RDKafkaClient: @unchecked Sendable {
         rd_kafka_poll(handle, timeoutMilliseconds)
     }
 
-    /// Wakes a blocked ``poll(timeoutMilliseconds:)`` or consumer-queue wait.
+    /// Wakes a blocked ``poll(timeoutMilliseconds:)`` or consumer-queue wait, from any thread.
     func wakeUp() {
-        if let consumerQueue {
-            rd_kafka_queue_yield(consumerQueue)
-        } else {
-            rd_kafka_yield(handle)
-        }
+        guard !abandoned.load(ordering: .acquiring), let queue = consumerQueue ?? mainQueue else { return }
+        rd_kafka_queue_yield(queue)
     }
+
+    /// Whether ``abandon()`` destroyed the handle (then nothing may touch it).
+    var isAbandoned: Bool { abandoned.load(ordering: .acquiring) }
 
     /// Records waiting in librdkafka (queued or in flight).
     var outstandingCount: Int32 { rd_kafka_outq_len(handle) }
@@ -176,6 +181,7 @@ final class RDKafkaClient: @unchecked Sendable {
         }
         for topic in topics { rd_kafka_topic_destroy(topic.pointer) }
         if let consumerQueue { rd_kafka_queue_destroy(consumerQueue) }
+        if let mainQueue { rd_kafka_queue_destroy(mainQueue) }
         rd_kafka_destroy_flags(handle, RDKafkaConstants.destroyWithoutConsumerClose)
         context.release()
     }
@@ -189,13 +195,23 @@ struct RDKafkaTopicHandle: @unchecked Sendable {
 /// What deinit hands to the destroying thread. `@unchecked Sendable`: used by that thread alone.
 private struct RDKafkaDoomedHandle: @unchecked Sendable {
     let handle: OpaquePointer
-    let queue: OpaquePointer?
+    let queues: [OpaquePointer]
     let topics: [RDKafkaTopicHandle]
     let context: Unmanaged<RDKafkaClient.CallbackContext>
+    let kind: RDKafkaClient.Kind
 
     func destroy() {
+        if kind == .producer {
+            // A producer that was never run (or not to the end) may still hold records: purge them
+            // and serve their reports, so that every sender gets its verdict before the handle goes.
+            _ = rd_kafka_purge(handle, RDKafkaConstants.purgeQueue | RDKafkaConstants.purgeInFlight)
+            let deadline = ContinuousClock.now + .seconds(10)
+            while rd_kafka_outq_len(handle) > 0 && ContinuousClock.now < deadline {
+                rd_kafka_poll(handle, 100)
+            }
+        }
         for topic in topics { rd_kafka_topic_destroy(topic.pointer) }
-        if let queue { rd_kafka_queue_destroy(queue) }
+        for queue in queues { rd_kafka_queue_destroy(queue) }
         rd_kafka_destroy(handle)
         context.release()
     }
