@@ -125,8 +125,11 @@ public struct KafkaConsumerConfiguration: Sendable {
     }
 
     func librdkafkaProperties() throws(KafkaError) -> [String: String] {
-        guard !topics.isEmpty else {
-            throw KafkaError(code: .configuration, message: "a consumer needs at least one topic")
+        guard !topics.isEmpty, !topics.contains(where: \.isEmpty) else {
+            throw KafkaError(code: .configuration, message: "a consumer needs at least one topic, and no empty topic name")
+        }
+        guard !groupID.isEmpty else {
+            throw KafkaError(code: .configuration, message: "group.id must not be empty")
         }
         guard batchSize > 0, bufferCapacity >= batchSize else {
             throw KafkaError(

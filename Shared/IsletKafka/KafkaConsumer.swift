@@ -1,4 +1,3 @@
-import Dispatch
 import Logging
 import Metrics
 import ServiceLifecycle
@@ -72,6 +71,10 @@ public final class KafkaConsumer: Service, Sendable {
     /// Marks `message`, and every earlier message of its partition, processed: its offset will be
     /// committed. Returns `false` when the partition was revoked since the message was read; the
     /// message will then be delivered to the partition's next owner (at-least-once).
+    ///
+    /// Kafka commits a position, not a set: marking a message says that all before it in its
+    /// partition are done. A loop that keeps several messages of a partition in flight must mark
+    /// them in order, only once every earlier one has finished.
     @discardableResult
     public func markProcessed(_ message: KafkaMessage) -> Bool {
         core.mark(message)
@@ -83,19 +86,28 @@ public final class KafkaConsumer: Service, Sendable {
         guard core.start() else {
             throw KafkaError(code: .shutdown, message: "KafkaConsumer.run() may be called once")
         }
-        // Subscribing makes librdkafka join the group, which needs the poll loop to answer
-        // rebalances: a member that joined without polling would hold partitions hostage.
-        try client.subscribe(configuration.topics)
         let client = self.client
         let core = self.core
+        let topics = configuration.topics
         let batchSize = configuration.batchSize
         let logger = self.logger
-        await withTaskCancellationHandler {
+        let subscribeError: KafkaError? = await withTaskCancellationHandler {
             await withGracefulShutdownHandler {
-                await DedicatedThread.run(name: "islet-kafka-consumer") {
+                await DedicatedThread.run(name: "islet-kafka-consumer") { () -> KafkaError? in
+                    // Subscribing makes librdkafka join the group, which needs this loop to answer
+                    // rebalances: a member that joined without polling would hold partitions hostage.
+                    do throws(KafkaError) {
+                        try client.subscribe(topics)
+                    } catch {
+                        core.finishEvents()
+                        return error
+                    }
                     let reader = RDKafkaBatchReader(capacity: batchSize)
                     while !core.stopRequested {
                         core.storeMarkedOffsets(into: client)
+                        // A full buffer pauses fetching rather than this loop: rebalances and the
+                        // group's poll interval keep being served while the caller catches up.
+                        core.applyBackpressure(client)
                         var batch: [KafkaConsumerEvent] = []
                         // Epochs are read after the call: rebalances happen inside it.
                         let errors = reader.read(from: client, timeoutMilliseconds: 100, into: &batch) { core.assignmentEpochs() }
@@ -108,19 +120,23 @@ public final class KafkaConsumer: Service, Sendable {
                     }
                     if core.abandonRequested {
                         core.finishEvents()
-                        return
+                        return nil
                     }
                     core.storeMarkedOffsets(into: client)
                     if let error = client.closeConsumer() {
                         logger.warning("consumer close reported an error", metadata: ["kafka.error": "\(error)"])
                     }
                     core.finishEvents()
+                    return nil
                 }
             } onGracefulShutdown: {
                 self.shutdown()
             }
         } onCancel: {
             self.shutdown()
+        }
+        if let subscribeError {
+            throw subscribeError
         }
         if core.abandonRequested {
             // rd_kafka_destroy joins librdkafka's threads: not on the cooperative pool.
@@ -142,6 +158,7 @@ public final class KafkaConsumer: Service, Sendable {
         -> [KafkaTopicPartition: Int64?]
     {
         let client = self.client
+        guard !client.isAbandoned else { throw KafkaError.shutdown("the consumer's handle was destroyed") }
         let timeoutMilliseconds = timeout.librdkafkaMilliseconds
         return try await DedicatedThread.run(name: "islet-kafka-committed") {
             try client.committedOffsets(partitions, timeoutMilliseconds: timeoutMilliseconds)
@@ -188,6 +205,9 @@ public struct KafkaConsumerEvents: AsyncSequence, Sendable {
         var generation: UInt64
 
         init(core: ConsumerCore) {
+            precondition(
+                core.claimIterator(),
+                "a KafkaConsumer's events can be iterated once: use one loop over events, messages or decoded(as:)")
             self.core = core
             self.generation = core.generation
         }
@@ -211,12 +231,12 @@ public struct KafkaConsumerEvents: AsyncSequence, Sendable {
                     defer { index += 1 }
                     return batch[index]
                 }
-                guard let taken = await core.take(isolation: actor) else { return nil }
+                // The generation comes with the items, read under the same lock that a revocation
+                // takes to filter the buffer and bump it: any later revocation is noticed above.
+                guard let (taken, takenGeneration) = await core.take(isolation: actor) else { return nil }
                 batch = taken
                 index = 0
-                generation = core.generation
-                if batch.isEmpty { continue }
-                // Revocations enqueued after these items bump the generation; filtering above copes.
+                generation = takenGeneration
             }
         }
     }
@@ -275,9 +295,11 @@ final class ConsumerCore: Sendable {
     private struct Buffer {
         var items: [KafkaConsumerEvent] = []
         var messageCount = 0
-        var waiter: CheckedContinuation<[KafkaConsumerEvent]?, Never>?
-        var pollThreadWaiting = false
+        var waiter: CheckedContinuation<([KafkaConsumerEvent], UInt64)?, Never>?
         var finished = false
+        /// Bumped (under this lock) by every revocation, after it removed the revoked messages.
+        var generation: UInt64 = 0
+        var iteratorClaimed = false
     }
 
     private enum Lifecycle { case idle, running }
@@ -285,7 +307,8 @@ final class ConsumerCore: Sendable {
     private let marks = Mutex(Marks())
     private let buffer = Mutex(Buffer())
     private let lifecycle = Mutex(Lifecycle.idle)
-    private let space = DispatchSemaphore(value: 0)
+    /// Partitions paused because the buffer was full (poll thread and rebalance callbacks only).
+    private let paused = Mutex<Set<KafkaTopicPartition>>([])
     private let stop = Atomic<Bool>(false)
     private let abandon = Atomic<Bool>(false)
     private let generationCounter = Atomic<UInt64>(0)
@@ -300,6 +323,7 @@ final class ConsumerCore: Sendable {
         self.logger = logger
     }
 
+    /// The latest revocation's generation; the iterator compares it lock-free on every event.
     var generation: UInt64 { generationCounter.load(ordering: .acquiring) }
     var stopRequested: Bool { stop.load(ordering: .acquiring) }
     var abandonRequested: Bool { abandon.load(ordering: .acquiring) }
@@ -313,9 +337,15 @@ final class ConsumerCore: Sendable {
         }
     }
 
+    func claimIterator() -> Bool {
+        buffer.withLock { buffer in
+            defer { buffer.iteratorClaimed = true }
+            return !buffer.iteratorClaimed
+        }
+    }
+
     func requestStop() {
         stop.store(true, ordering: .releasing)
-        space.signal()
     }
 
     func requestAbandon() {
@@ -363,6 +393,34 @@ final class ConsumerCore: Sendable {
         marks.withLock { $0.epochOf }
     }
 
+    // MARK: Backpressure (poll thread)
+
+    /// Pauses fetching of every owned partition while the buffer is full, and resumes once the
+    /// caller's loop has taken half of it. The poll loop keeps running meanwhile: rebalances,
+    /// marks and the group's poll interval are served however slow the caller is. Pausing makes
+    /// librdkafka drop what it had fetched beyond the records already handed over, and fetch again
+    /// from there on resume.
+    func applyBackpressure(_ client: RDKafkaClient) {
+        let count = buffer.withLock { $0.messageCount }
+        if count >= capacity {
+            let owned = Set(marks.withLock { $0.epochOf.keys })
+            let toPause = paused.withLock { paused -> Set<KafkaTopicPartition> in
+                let toPause = owned.subtracting(paused)
+                paused.formUnion(toPause)
+                return toPause
+            }
+            if !toPause.isEmpty { client.pause(Array(toPause)) }
+        } else if count <= capacity / 2 {
+            let toResume = paused.withLock { paused -> Set<KafkaTopicPartition> in
+                defer { paused.removeAll() }
+                return paused
+            }
+            let owned = Set(marks.withLock { $0.epochOf.keys })
+            let stillOwned = toResume.intersection(owned)
+            if !stillOwned.isEmpty { client.resume(Array(stillOwned)) }
+        }
+    }
+
     // MARK: Rebalance (poll thread, inside librdkafka's rebalance callback)
 
     func didAssign(_ partitions: [KafkaTopicPartition]) {
@@ -374,6 +432,9 @@ final class ConsumerCore: Sendable {
                 marks.byEpoch[epoch] = PartitionMarks(partition: tp)
             }
         }
+        // A new assignment starts unpaused (the rebalance callback resumes it in librdkafka);
+        // the poll loop pauses it again if the buffer is still full.
+        paused.withLock { $0.subtract(partitions) }
         enqueue(.partitionsAssigned(partitions))
     }
 
@@ -388,7 +449,7 @@ final class ConsumerCore: Sendable {
             }
             return toStore
         }
-        generationCounter.wrappingAdd(1, ordering: .releasing)
+        paused.withLock { $0.subtract(partitions) }
         buffer.withLock { buffer in
             let before = buffer.items.count
             buffer.items.removeAll { event in
@@ -396,6 +457,8 @@ final class ConsumerCore: Sendable {
                 return false
             }
             buffer.messageCount -= before - buffer.items.count
+            buffer.generation &+= 1
+            generationCounter.store(buffer.generation, ordering: .releasing)
         }
         return lost ? [:] : toStore
     }
@@ -404,7 +467,7 @@ final class ConsumerCore: Sendable {
         enqueue(.partitionsRevoked(partitions))
     }
 
-    /// The events whose partitions are still assigned (non-message events are kept).
+    /// The events whose partitions are still assigned under the same epoch (non-message events are kept).
     func stillAssigned(_ events: [KafkaConsumerEvent]) -> [KafkaConsumerEvent] {
         marks.withLock { marks in
             events.filter { event in
@@ -433,89 +496,72 @@ final class ConsumerCore: Sendable {
 
     // MARK: Buffer
 
-    /// Hands a batch of messages (stamped with their assignment epoch) to the caller's loop,
-    /// waiting while the buffer is full. Poll thread only.
+    /// Hands a batch of messages (stamped with their assignment epoch) to the caller's loop. Never
+    /// waits: ``applyBackpressure(_:)`` keeps the buffer near its capacity. Poll thread only.
     func deliver(_ stamped: [KafkaConsumerEvent]) {
         consumedMetric.increment(by: Int64(stamped.count))
-        while !stopRequested {
-            enum Action { case appended(CheckedContinuation<[KafkaConsumerEvent]?, Never>?), wait }
-            let action = buffer.withLock { buffer -> Action in
-                guard buffer.messageCount < capacity else {
-                    buffer.pollThreadWaiting = true
-                    return .wait
-                }
-                if buffer.items.isEmpty {
-                    buffer.items = stamped
-                } else {
-                    buffer.items.append(contentsOf: stamped)
-                }
-                buffer.messageCount += stamped.count
-                return .appended(takeWaiter(&buffer))
+        let waiter = buffer.withLock { buffer in
+            if buffer.items.isEmpty {
+                buffer.items = stamped
+            } else {
+                buffer.items.append(contentsOf: stamped)
             }
-            switch action {
-            case .appended(let waiter):
-                waiter?.resume(returning: takeAll())
-                return
-            case .wait:
-                _ = space.wait(timeout: .now() + .milliseconds(100))
-            }
+            buffer.messageCount += stamped.count
+            return takeForWaiter(&buffer)
         }
+        waiter?.resume()
     }
 
-    /// Appends an event regardless of capacity (rebalance events are few). Poll thread only.
+    /// Appends a rebalance event. Poll thread only.
     private func enqueue(_ event: KafkaConsumerEvent) {
         let waiter = buffer.withLock { buffer in
             buffer.items.append(event)
-            return takeWaiter(&buffer)
+            return takeForWaiter(&buffer)
         }
-        waiter?.resume(returning: takeAll())
+        waiter?.resume()
     }
 
-    private func takeWaiter(_ buffer: inout Buffer) -> CheckedContinuation<[KafkaConsumerEvent]?, Never>? {
-        defer { buffer.waiter = nil }
-        return buffer.waiter
+    /// A suspended caller, handed everything buffered (under the lock), ready to be resumed outside it.
+    private struct PendingResume {
+        let continuation: CheckedContinuation<([KafkaConsumerEvent], UInt64)?, Never>
+        let value: ([KafkaConsumerEvent], UInt64)?
+        func resume() { continuation.resume(returning: value) }
     }
 
-    /// Everything buffered (possibly empty), or `nil` once finished and drained.
-    private func takeAll() -> [KafkaConsumerEvent]? {
-        let (items, wakePollThread) = buffer.withLock { buffer -> ([KafkaConsumerEvent]?, Bool) in
-            if buffer.items.isEmpty && buffer.finished { return (nil, false) }
-            defer {
-                buffer.items.removeAll(keepingCapacity: false)
-                buffer.messageCount = 0
-                buffer.pollThreadWaiting = false
-            }
-            return (buffer.items, buffer.pollThreadWaiting)
+    private func takeForWaiter(_ buffer: inout Buffer) -> PendingResume? {
+        guard let continuation = buffer.waiter else { return nil }
+        buffer.waiter = nil
+        return PendingResume(continuation: continuation, value: takeAll(&buffer))
+    }
+
+    /// Everything buffered with the current generation, or `nil` once finished and drained.
+    private func takeAll(_ buffer: inout Buffer) -> ([KafkaConsumerEvent], UInt64)? {
+        if buffer.items.isEmpty && buffer.finished { return nil }
+        defer {
+            buffer.items = []
+            buffer.messageCount = 0
         }
-        if wakePollThread { space.signal() }
-        return items
+        return (buffer.items, buffer.generation)
     }
 
     /// Waits for buffered events; `nil` when the consumer finished (or the task was cancelled).
-    func take(isolation actor: isolated (any Actor)?) async -> [KafkaConsumerEvent]? {
+    func take(isolation actor: isolated (any Actor)?) async -> ([KafkaConsumerEvent], UInt64)? {
         await withTaskCancellationHandler {
-            await withCheckedContinuation(isolation: actor) { (continuation: CheckedContinuation<[KafkaConsumerEvent]?, Never>) in
-                enum Action { case resume([KafkaConsumerEvent]?, wake: Bool), suspended }
-                let action = buffer.withLock { buffer -> Action in
-                    if !buffer.items.isEmpty {
-                        let items = buffer.items
-                        let wake = buffer.pollThreadWaiting
-                        buffer.items.removeAll(keepingCapacity: false)
-                        buffer.messageCount = 0
-                        buffer.pollThreadWaiting = false
-                        return .resume(items, wake: wake)
+            await withCheckedContinuation(isolation: actor) { (continuation: CheckedContinuation<([KafkaConsumerEvent], UInt64)?, Never>) in
+                let ready = buffer.withLock { buffer -> PendingResume? in
+                    if !buffer.items.isEmpty || buffer.finished || Task.isCancelled {
+                        return PendingResume(continuation: continuation, value: Task.isCancelled ? nil : takeAll(&buffer))
                     }
-                    if buffer.finished || Task.isCancelled { return .resume(nil, wake: false) }
                     buffer.waiter = continuation
-                    return .suspended
+                    return nil
                 }
-                if case .resume(let items, let wake) = action {
-                    if wake { space.signal() }
-                    continuation.resume(returning: items)
-                }
+                ready?.resume()
             }
         } onCancel: {
-            let waiter = buffer.withLock { takeWaiter(&$0) }
+            let waiter = buffer.withLock { buffer -> CheckedContinuation<([KafkaConsumerEvent], UInt64)?, Never>? in
+                defer { buffer.waiter = nil }
+                return buffer.waiter
+            }
             waiter?.resume(returning: nil)
         }
     }
@@ -524,8 +570,8 @@ final class ConsumerCore: Sendable {
     func finishEvents() {
         let waiter = buffer.withLock { buffer in
             buffer.finished = true
-            return takeWaiter(&buffer)
+            return takeForWaiter(&buffer)
         }
-        waiter?.resume(returning: takeAll())
+        waiter?.resume()
     }
 }

@@ -212,4 +212,60 @@ struct ConsumerGroupTests {
         #expect(ContinuousClock.now - start < .seconds(25), "the second member did not wait for the first one's session to expire")
         #expect(committed.values.compactMap { $0 }.reduce(0, +) == 10, "the marks were committed at close")
     }
+
+    @Test("a member whose loop stalls with a full buffer still answers rebalances, and nothing is lost")
+    func stalledLoopStillRebalances() async throws {
+        let servers = try TestBroker.servers()
+        let topic = uniqueName("stall")
+        let groupID = uniqueName("g")
+        let total = 400
+        try await createTopic(servers, topic, partitions: 4)
+        try await withProducer(try makeProducer(servers)) { producer in
+            for i in 0..<total { try await producer.send(topic: topic, key: "k\(i)", value: Array("m\(i)".utf8)) }
+        }
+        let settings = ["session.timeout.ms": "6000"]
+        // A buffer of 20 records: the stalled member fills it at once.
+        let stalled = try KafkaConsumer(
+            configuration: .init(
+                bootstrapServers: servers, groupID: groupID, topics: [topic], batchSize: 10, bufferCapacity: 20, settings: settings),
+            logger: testLogger)
+        let joiner = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
+        let ledger = GroupLedger()
+        let gate = AsyncStream<Void>.makeStream()
+
+        try await withRunning([stalled], limit: .seconds(120), "the group") {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    var first = true
+                    for await event in stalled.events {
+                        switch event {
+                        case .partitionsAssigned(let partitions): await ledger.assigned("stalled", partitions)
+                        case .partitionsRevoked(let partitions): await ledger.revoked("stalled", partitions)
+                        case .message(let message):
+                            if first {
+                                first = false
+                                for await _ in gate.stream {}  // the loop stalls here until the gate opens
+                            }
+                            let value = String(decoding: message.value ?? [], as: UTF8.self)
+                            await ledger.delivered(value)
+                            if stalled.markProcessed(message) { await ledger.markAccepted(value, by: "stalled") }
+                        }
+                        if await ledger.markedCount == total { break }
+                    }
+                }
+                try await waitUntil("the stalled member owns the partitions") { await ledger.activeMembers == 1 }
+                // While the first loop is stuck, a second member joins: the rebalance must complete.
+                group.addTask { try await runMember(joiner, name: "joiner", ledger: ledger) }
+                try await waitUntil("the joiner gets partitions while the other loop is stalled", timeout: .seconds(40)) {
+                    await !(ledger.assignments["joiner"] ?? []).isEmpty
+                }
+                gate.continuation.finish()
+                try await waitUntil("every record is processed") { await ledger.markedCount == total }
+                joiner.shutdown()
+                try await group.waitForAll()
+            }
+        }
+        #expect(await ledger.redeliveredAfterMark == [], "no record processed again after it was marked")
+        #expect(Set(await ledger.marked.keys) == Set((0..<total).map { "m\($0)" }))
+    }
 }

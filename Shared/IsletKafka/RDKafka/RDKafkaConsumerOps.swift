@@ -23,6 +23,8 @@ enum RDKafkaRebalance {
                     logger.error("assign failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, result))"])
                 }
             }
+            // A partition paused for backpressure under an earlier assignment starts afresh.
+            if let partitions { _ = rd_kafka_resume_partitions(rk, partitions) }
             logger.debug("partitions assigned", metadata: ["kafka.partitions": "\(list)"])
             hooks.didAssign(list)
 
@@ -36,9 +38,21 @@ enum RDKafkaRebalance {
                     logger.warning("storing offsets before revocation failed", metadata: ["kafka.error": "\(error)"])
                 }
                 // Synchronous: the next owner starts exactly after what was marked processed here.
-                let result = rd_kafka_commit(rk, nil, 0)
-                if result != RD_KAFKA_RESP_ERR_NO_ERROR && result != RD_KAFKA_RESP_ERR__NO_OFFSET {
-                    logger.warning("commit on revocation failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, result))"])
+                // A transient failure (the coordinator moving) is retried twice; if the commit still
+                // fails, the next owner redoes what was marked since the last commit.
+                var attempt = 1
+                while true {
+                    let result = rd_kafka_commit(rk, nil, 0)
+                    if result == RD_KAFKA_RESP_ERR_NO_ERROR || result == RD_KAFKA_RESP_ERR__NO_OFFSET { break }
+                    let error = KafkaError(code: .consumer, result)
+                    guard attempt < 3, error.isRetriable || result == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS else {
+                        logger.error(
+                            "commit on revocation failed: processed messages will be delivered again",
+                            metadata: ["kafka.error": "\(error)", "kafka.partitions": "\(list)"])
+                        break
+                    }
+                    attempt += 1
+                    usleep(100_000)
                 }
             }
             if cooperative {
@@ -141,9 +155,12 @@ final class RDKafkaBatchReader: @unchecked Sendable {
                 converted.assignmentEpoch = last.epoch
             } else {
                 let partition = converted.topicPartition
+                // A partition revoked during this call (the rebalance callback runs inside it) may
+                // still have messages in the batch: they belong to the next owner now.
                 converted.assignmentEpoch = epochs[partition] ?? 0
                 last = (partition, converted.assignmentEpoch)
             }
+            guard converted.assignmentEpoch != 0 else { continue }
             events.append(.message(converted))
         }
         return errors
@@ -201,6 +218,21 @@ extension RDKafkaClient {
         guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
             throw KafkaError(code: .consumer, result, context: "subscribe to \(topics)")
         }
+    }
+
+    func pause(_ partitions: [KafkaTopicPartition]) {
+        withPartitionList(partitions) { _ = rd_kafka_pause_partitions(handle, $0) }
+    }
+
+    func resume(_ partitions: [KafkaTopicPartition]) {
+        withPartitionList(partitions) { _ = rd_kafka_resume_partitions(handle, $0) }
+    }
+
+    private func withPartitionList(_ partitions: [KafkaTopicPartition], _ body: (UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void) {
+        let list = rd_kafka_topic_partition_list_new(Int32(partitions.count))!
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for tp in partitions { rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition) }
+        body(list)
     }
 
     func storeOffsets(_ offsets: [KafkaTopicPartition: Int64]) -> KafkaError? {
