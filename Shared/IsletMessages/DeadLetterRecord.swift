@@ -41,6 +41,10 @@ public struct DeadLetterRecord: IsletMessage {
         }
     }
 
+    /// How much of the original value a dead letter keeps: 512 KiB, which base64 turns into about
+    /// 700 KB, under Kafka's default 1 MB record limit.
+    public static let maximumKeptValueBytes = 512 * 1024
+
     public var schemaVersion: Int
     public var reason: Reason
     /// A human-readable explanation naming the field or rule at fault.
@@ -48,8 +52,13 @@ public struct DeadLetterRecord: IsletMessage {
     public var origin: Origin
     /// The original key (UTF-8), also this record's key.
     public var originalKey: String?
-    /// The original value, base64; `nil` for a tombstone.
+    /// The original value, base64; `nil` for a tombstone. At most ``maximumKeptValueBytes`` of it
+    /// (see ``originalValueTruncated``), so that a huge poison record still fits a dead letter.
     public var originalValueBase64: String?
+    /// The original value's size in bytes; `nil` for a tombstone.
+    public var originalValueSize: Int?
+    /// Whether ``originalValueBase64`` holds only the first ``maximumKeptValueBytes`` of the value.
+    public var originalValueTruncated: Bool
     /// The service (consumer group) that gave up on the record.
     public var service: String
     public var deadLetteredAt: Date
@@ -63,14 +72,16 @@ public struct DeadLetterRecord: IsletMessage {
         self.detail = detail
         self.origin = origin
         self.originalKey = originalKey
-        self.originalValueBase64 = originalValue.map { Data($0).base64EncodedString() }
+        self.originalValueBase64 = originalValue.map { Data($0.prefix(Self.maximumKeptValueBytes)).base64EncodedString() }
+        self.originalValueSize = originalValue?.count
+        self.originalValueTruncated = (originalValue?.count ?? 0) > Self.maximumKeptValueBytes
         self.service = service
         self.deadLetteredAt = deadLetteredAt
     }
 
     public var key: String? { originalKey }
 
-    /// The original value's bytes.
+    /// The original value's bytes (its first ``maximumKeptValueBytes`` when truncated).
     public var originalValue: [UInt8]? {
         originalValueBase64.flatMap { Data(base64Encoded: $0) }.map(Array.init)
     }

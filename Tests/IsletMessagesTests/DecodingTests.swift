@@ -46,7 +46,7 @@ struct ToleranceTests {
             ],
             "ClickEvent": ["app"],
             "RejectedClick": ["tappedAt", "appVersion", "osVersion", "clientId"],
-            "DeadLetterRecord": ["origin.timestamp", "originalKey", "originalValueBase64"],
+            "DeadLetterRecord": ["origin.timestamp", "originalKey", "originalValueBase64", "originalValueSize"],
         ]
         for schema in MessageSchema.all {
             var seen = Set<String>()

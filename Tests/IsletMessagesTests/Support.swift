@@ -136,8 +136,8 @@ struct MessageSchema: Sendable {
         MessageSchema(
             typeName: "DeadLetterRecord", topic: IsletTopics.deadLetters,
             required: [
-                "schemaVersion", "reason", "detail", "origin", "origin.topic", "origin.partition", "origin.offset", "service",
-                "deadLetteredAt",
+                "schemaVersion", "reason", "detail", "origin", "origin.topic", "origin.partition", "origin.offset",
+                "originalValueTruncated", "service", "deadLetteredAt",
             ],
             freeForm: [],
             enums: ["reason": false]),

@@ -316,5 +316,23 @@ struct DeadLetterRecordTests {
             service: "content-service", deadLetteredAt: record.deadLetteredAt)
         #expect(record.originalValueBase64 == nil)
         #expect(record.originalValue == nil)
+        #expect(record.originalValueSize == nil)
+        #expect(!record.originalValueTruncated)
+    }
+
+    @Test func hugeValuesAreTruncatedSoTheDeadLetterFits() throws {
+        let huge = [UInt8](repeating: 0x7B, count: DeadLetterRecord.maximumKeptValueBytes + 10)
+        let record = DeadLetterRecord(
+            reason: .undecodable, detail: "not JSON", origin: Examples.deadLetterRecord.origin, originalKey: "k", originalValue: huge,
+            service: "s", deadLetteredAt: Examples.deadLetterRecord.deadLetteredAt)
+        #expect(record.originalValueTruncated)
+        #expect(record.originalValueSize == huge.count)
+        #expect(record.originalValue == Array(huge.prefix(DeadLetterRecord.maximumKeptValueBytes)))
+        #expect(try IsletJSON.encode(record).count < 1_000_000)
+        let exact = DeadLetterRecord(
+            reason: .undecodable, detail: "not JSON", origin: Examples.deadLetterRecord.origin, originalKey: "k",
+            originalValue: Array(huge.prefix(DeadLetterRecord.maximumKeptValueBytes)), service: "s",
+            deadLetteredAt: Examples.deadLetterRecord.deadLetteredAt)
+        #expect(!exact.originalValueTruncated)
     }
 }

@@ -17,8 +17,8 @@ public struct DeadLetterWriter: Sendable {
     private let now: @Sendable () -> Date
     private let deadLettered: Counter
 
-    /// How often a dead-letter send is tried before the error is thrown (the message then stays
-    /// unmarked and is read again after a restart).
+    /// How often a dead-letter send is tried, for retriable errors, before the error is thrown
+    /// (the message then stays unmarked and is read again after a restart).
     public static let attempts = 5
 
     public init(
@@ -74,6 +74,10 @@ public struct DeadLetterWriter: Sendable {
     }
 
     /// Sends `raw` to the dead-letter topic and marks it processed once the record is persisted.
+    ///
+    /// Marking covers every earlier message of the partition too (``KafkaConsumer/markProcessed(_:)``):
+    /// call this only once the messages before `raw` are processed, as a loop that handles one
+    /// message at a time does.
     public func deadLetter(_ raw: KafkaMessage, reason: DeadLetterRecord.Reason, detail: String) async throws {
         let record = DeadLetterRecord(
             reason: reason, detail: detail,
@@ -88,7 +92,8 @@ public struct DeadLetterWriter: Sendable {
                 try await producer.send(record, to: topic)
                 break
             } catch {
-                guard attempt < Self.attempts else { throw error }
+                // Shutdown and fatal errors end at once; a transient one is tried again.
+                guard attempt < Self.attempts, (error as? KafkaError)?.isRetriable == true else { throw error }
                 logger.warning(
                     "dead-letter send failed, retrying",
                     metadata: ["kafka.error": "\(error)", "kafka.attempt": "\(attempt)"])
