@@ -1,3 +1,4 @@
+import Dispatch
 import Logging
 import Metrics
 import ServiceLifecycle
@@ -299,6 +300,8 @@ final class ConsumerCore: Sendable {
         var finished = false
         /// Bumped (under this lock) by every revocation, after it removed the revoked messages.
         var generation: UInt64 = 0
+        /// The poll thread waits for the caller's loop to take the buffer.
+        var pollThreadWaiting = false
         var iteratorClaimed = false
     }
 
@@ -309,6 +312,7 @@ final class ConsumerCore: Sendable {
     private let lifecycle = Mutex(Lifecycle.idle)
     /// Partitions paused because the buffer was full (poll thread and rebalance callbacks only).
     private let paused = Mutex<Set<KafkaTopicPartition>>([])
+    private let space = DispatchSemaphore(value: 0)
     private let stop = Atomic<Bool>(false)
     private let abandon = Atomic<Bool>(false)
     private let generationCounter = Atomic<UInt64>(0)
@@ -346,6 +350,7 @@ final class ConsumerCore: Sendable {
 
     func requestStop() {
         stop.store(true, ordering: .releasing)
+        space.signal()
     }
 
     func requestAbandon() {
@@ -395,29 +400,57 @@ final class ConsumerCore: Sendable {
 
     // MARK: Backpressure (poll thread)
 
-    /// Pauses fetching of every owned partition while the buffer is full, and resumes once the
-    /// caller's loop has taken half of it. The poll loop keeps running meanwhile: rebalances,
-    /// marks and the group's poll interval are served however slow the caller is. Pausing makes
-    /// librdkafka drop what it had fetched beyond the records already handed over, and fetch again
-    /// from there on resume.
+    /// Flow control between the poll thread and the caller's loop. When the buffer is full the
+    /// poll thread first waits briefly for the loop to take it (the normal case: the loop is just
+    /// busy). If the loop stalls longer, the consumer pauses fetching of its partitions and the poll
+    /// loop goes on — rebalances, marks and the group's poll interval are served however slow the
+    /// caller is — and resumes once the loop has taken half the buffer. Pausing makes librdkafka
+    /// drop what it prefetched beyond the records already handed over and fetch it again on resume.
     func applyBackpressure(_ client: RDKafkaClient) {
         let count = buffer.withLock { $0.messageCount }
+        let pausedNow = paused.withLock { !$0.isEmpty }
         if count >= capacity {
+            if !pausedNow && waitForSpace(milliseconds: Self.stallBeforePause) { return }
             let owned = Set(marks.withLock { $0.epochOf.keys })
             let toPause = paused.withLock { paused -> Set<KafkaTopicPartition> in
                 let toPause = owned.subtracting(paused)
                 paused.formUnion(toPause)
                 return toPause
             }
-            if !toPause.isEmpty { client.pause(Array(toPause)) }
-        } else if count <= capacity / 2 {
+            if !toPause.isEmpty {
+                logger.debug("caller's loop stalled: fetching paused", metadata: ["kafka.partitions": "\(toPause.count)"])
+                client.pause(Array(toPause))
+            }
+        } else if pausedNow && count <= capacity / 2 {
             let toResume = paused.withLock { paused -> Set<KafkaTopicPartition> in
                 defer { paused.removeAll() }
                 return paused
             }
-            let owned = Set(marks.withLock { $0.epochOf.keys })
-            let stillOwned = toResume.intersection(owned)
+            let stillOwned = toResume.intersection(Set(marks.withLock { $0.epochOf.keys }))
             if !stillOwned.isEmpty { client.resume(Array(stillOwned)) }
+        }
+    }
+
+    /// How long a full buffer may wait for the caller's loop before fetching is paused, in ms.
+    static let stallBeforePause = 500
+
+    /// Waits until the caller's loop took the buffer, up to `milliseconds`; `true` if it did.
+    private func waitForSpace(milliseconds: Int) -> Bool {
+        let stillFull = buffer.withLock { buffer -> Bool in
+            guard buffer.messageCount >= capacity else { return false }
+            buffer.pollThreadWaiting = true
+            return true
+        }
+        guard stillFull, !stopRequested else { return true }
+        let deadline = DispatchTime.now() + .milliseconds(milliseconds)
+        while true {
+            if space.wait(timeout: deadline) == .timedOut {
+                return buffer.withLock { buffer in
+                    buffer.pollThreadWaiting = false
+                    return buffer.messageCount < capacity
+                }
+            }
+            if stopRequested || buffer.withLock({ $0.messageCount < capacity }) { return true }
         }
     }
 
@@ -540,6 +573,10 @@ final class ConsumerCore: Sendable {
         defer {
             buffer.items = []
             buffer.messageCount = 0
+            if buffer.pollThreadWaiting {
+                buffer.pollThreadWaiting = false
+                space.signal()
+            }
         }
         return (buffer.items, buffer.generation)
     }
