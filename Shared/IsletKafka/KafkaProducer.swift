@@ -26,27 +26,17 @@ public final class KafkaProducer: Service, Sendable {
     private let configuration: KafkaProducerConfiguration
     private let logger: Logger
 
-    /// Receives the verdicts of records produced with ``produce(topic:key:value:headers:partition:tag:)``,
-    /// on the producer's poll thread (keep it short).
-    public typealias TaggedDeliveryHandler = @Sendable (_ tag: UInt64, _ result: Result<KafkaDeliveryReport, KafkaError>) -> Void
-
-    private let hasTaggedHandler: Bool
-
-    /// - Parameter taggedDeliveries: the handler for records produced with a tag; needed only by
-    ///   callers of ``produce(topic:key:value:headers:partition:tag:)``.
-    public init(configuration: KafkaProducerConfiguration, logger: Logger, taggedDeliveries: TaggedDeliveryHandler? = nil) throws(KafkaError) {
+    public init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
         let core = ProducerCore(logger: logger)
         self.core = core
         self.configuration = configuration
         self.logger = logger
-        self.hasTaggedHandler = taggedDeliveries != nil
         self.client = try RDKafkaClient(
             kind: .producer,
             properties: try configuration.librdkafkaProperties(),
             callbacks: RDKafkaCallbacks(
                 logger: logger,
                 onDelivery: { delivered in core.reported(delivered: delivered) },
-                onTaggedDelivery: taggedDeliveries,
                 onError: { error in core.clientError(error) }))
     }
 
@@ -96,29 +86,10 @@ public final class KafkaProducer: Service, Sendable {
         topic: String, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil,
         onDelivery: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
     ) throws(KafkaError) {
-        try produce(topic: topic, key: key, value: value, headers: headers, partition: partition, opaque: .delivery(RDKafkaDelivery(topic: topic, handler: onDelivery)))
-    }
-
-    /// Hands one record to librdkafka and returns at once; its verdict goes to the producer's
-    /// `taggedDeliveries` handler with `tag` (at most 2⁶³ − 1), exactly once. The lightest way to
-    /// keep many records in flight: no allocation of Islet's per record. Throws like
-    /// ``produce(topic:key:value:headers:partition:onDelivery:)``, and when the producer was made
-    /// without a `taggedDeliveries` handler or the tag is out of range.
-    public func produce(
-        topic: String, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil, tag: UInt64
-    ) throws(KafkaError) {
-        guard hasTaggedHandler, tag <= RDKafkaRecordOpaque.maximumTag else {
-            throw KafkaError(code: .produce, message: "a tagged record needs a producer made with taggedDeliveries, and a tag below 2^63")
-        }
-        try produce(topic: topic, key: key, value: value, headers: headers, partition: partition, opaque: .tag(tag))
-    }
-
-    private func produce(
-        topic: String, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader], partition: Int32?, opaque: RDKafkaRecordOpaque
-    ) throws(KafkaError) {
         try core.whileAccepting { () throws(KafkaError) in
             let generation = core.reportGeneration
-            if let error = client.produce(topic: topic, partition: partition, key: key, value: value, headers: headers, opaque: opaque) {
+            let delivery = RDKafkaDelivery(topic: topic, handler: onDelivery)
+            if let error = client.produce(topic: topic, partition: partition, key: key, value: value, headers: headers, delivery: delivery) {
                 if error.isQueueFull {
                     core.refusedForCapacity(at: generation)
                 } else {

@@ -26,44 +26,25 @@ struct MockClusterFaultTests {
     static let records = 10_000
     static let keys = 40
 
-    /// How records hand their verdicts back.
-    enum DeliveryAPI: String, CaseIterable, CustomTestStringConvertible {
-        /// A closure per record.
-        case closure
-        /// A tag per record, one handler for the producer.
-        case tagged
-        var testDescription: String { rawValue }
-    }
-
     /// Produces `records` records in order from one loop (many in flight), running `fault(i)` before
     /// record i, and returns every verdict.
     func produceStream(
-        to cluster: KafkaMockCluster, topic: String, settings: [String: String] = [:], api: DeliveryAPI = .closure,
-        fault: @Sendable (Int) async throws -> Void
+        to cluster: KafkaMockCluster, topic: String, settings: [String: String] = [:], fault: @Sendable (Int) async throws -> Void
     ) async throws -> [Int: [Result<KafkaDeliveryReport, KafkaError>]] {
-        let log = VerdictLog()
-        var tagged: KafkaProducer.TaggedDeliveryHandler?
-        if api == .tagged {
-            tagged = { @Sendable tag, result in log.record(Int(tag), result) }
-        }
         let producer = try KafkaProducer(
             configuration: .init(
                 bootstrapServers: cluster.bootstrapServers, flushTimeout: .seconds(60),
                 settings: ["message.timeout.ms": "60000"].merging(settings) { $1 }.merging(ProcessInfo.processInfo.environment["ISLET_TEST_KAFKA_DEBUG"].map { ["debug": $0] } ?? [:]) { $1 }),
-            logger: logger,
-            taggedDeliveries: tagged)
+            logger: logger)
+        let log = VerdictLog()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await producer.run() }
             for i in 0..<Self.records {
                 try await fault(i)
                 while true {
                     do {
-                        let key = Array("key-\(i % Self.keys)".utf8)
-                        switch api {
-                        case .closure:
-                            try producer.produce(topic: topic, key: key, value: Array("\(i)".utf8)) { result in log.record(i, result) }
-                        case .tagged:
-                            try producer.produce(topic: topic, key: key, value: Array("\(i)".utf8), tag: UInt64(i))
+                        try producer.produce(topic: topic, key: Array("key-\(i % Self.keys)".utf8), value: Array("\(i)".utf8)) { result in
+                            log.record(i, result)
                         }
                         break
                     } catch let error as KafkaError where error.isQueueFull {
@@ -140,12 +121,12 @@ struct MockClusterFaultTests {
         }
     }
 
-    @Test("a broker goes down and comes back during 10,000 idempotent sends", arguments: DeliveryAPI.allCases)
-    func brokerDownAndUp(api: DeliveryAPI) async throws {
+    @Test("a broker goes down and comes back during 10,000 idempotent sends")
+    func brokerDownAndUp() async throws {
         let cluster = try KafkaMockCluster(brokers: 3)
-        let topic = "faults-down-up-\(api)"
+        let topic = "faults-down-up"
         try cluster.createTopic(topic, partitions: 3, replicationFactor: 3)
-        let verdicts = try await produceStream(to: cluster, topic: topic, api: api) { i in
+        let verdicts = try await produceStream(to: cluster, topic: topic) { i in
             switch i {
             case 2_000: cluster.setBroker(1, up: false)
             case 3_500: cluster.setBroker(1, up: true)

@@ -55,37 +55,6 @@ struct ProducerLifecycleTests {
         #expect(refused?.code == .shutdown)
     }
 
-    @Test("tagged records: each tag gets exactly one verdict through the producer's handler")
-    func taggedVerdicts() async throws {
-        let verdicts = Mutex<[UInt64: Int]>([:])
-        let producer = try KafkaProducer(
-            configuration: .init(bootstrapServers: nowhere, settings: ["message.timeout.ms": "300"]), logger: logger,
-            taggedDeliveries: { tag, result in
-                if case .failure(let error) = result { #expect(error.librdkafkaName == "_MSG_TIMED_OUT") }
-                verdicts.withLock { $0[tag, default: 0] += 1 }
-            })
-        let tags: [UInt64] = [0, 1, 7, 1 << 40, (1 << 63) - 1]
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await producer.run() }
-            for tag in tags {
-                try producer.produce(topic: "t", key: nil, value: [1], tag: tag)
-            }
-            while producer.inFlightCount > 0 { try await Task.sleep(for: .milliseconds(20)) }
-            producer.shutdown()
-            try await group.waitForAll()
-        }
-        #expect(verdicts.withLock { $0 } == Dictionary(uniqueKeysWithValues: tags.map { ($0, 1) }))
-    }
-
-    @Test("a tagged record is refused without a tagged handler, or with a tag of 64 bits")
-    func taggedRefused() throws {
-        let plain = try KafkaProducer(configuration: .init(bootstrapServers: nowhere), logger: logger)
-        #expect(throws: KafkaError.self) { try plain.produce(topic: "t", key: nil, value: [1], tag: 1) }
-        let tagged = try KafkaProducer(configuration: .init(bootstrapServers: nowhere), logger: logger, taggedDeliveries: { _, _ in })
-        #expect(throws: KafkaError.self) { try tagged.produce(topic: "t", key: nil, value: [1], tag: 1 << 63) }
-        #expect(tagged.inFlightCount == 0)
-    }
-
     @Test("run() can be called once")
     func runOnce() async throws {
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: nowhere), logger: logger)

@@ -12,30 +12,14 @@ final class RDKafkaDelivery: Sendable {
     }
 }
 
-/// What a record's opaque carries: its own handler (a retained object, aligned, so its low bit is
-/// 0) or a caller's tag (shifted left, low bit 1).
-enum RDKafkaRecordOpaque {
-    case delivery(RDKafkaDelivery)
-    case tag(UInt64)
-
-    /// Tags use 63 bits.
-    static let maximumTag: UInt64 = (1 << 63) - 1
-
-    static func tag(of opaque: UnsafeMutableRawPointer) -> UInt64? {
-        let bits = UInt(bitPattern: opaque)
-        return bits & 1 == 1 ? UInt64(bits >> 1) : nil
-    }
-}
-
 extension RDKafkaClient {
-    /// Enqueues one record (copied) without blocking; its delivery report calls `delivery`'s
-    /// handler, or the client's tagged handler. Returns the error when librdkafka refused the record
-    /// (then no report will come).
+    /// Enqueues one record (copied) without blocking; its delivery report calls `delivery`.
+    /// Returns the error when librdkafka refused the record (then `delivery` is never called).
     ///
     /// Uses `rd_kafka_produceva`, whose `rd_kafka_error_t` result is thread-safe (unlike
     /// `rd_kafka_last_error()`, which is per thread).
     func produce(
-        topic: String, partition: Int32?, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader], opaque record: RDKafkaRecordOpaque
+        topic: String, partition: Int32?, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader], delivery: RDKafkaDelivery
     ) -> KafkaError? {
         guard let rkt = topicHandle(topic) else {
             return KafkaError(code: .produce, message: "cannot create a topic handle for \(topic)")
@@ -54,11 +38,7 @@ extension RDKafkaClient {
             }
         }
 
-        let opaque: UnsafeMutableRawPointer
-        switch record {
-        case .delivery(let delivery): opaque = Unmanaged.passRetained(delivery).toOpaque()
-        case .tag(let tag): opaque = UnsafeMutableRawPointer(bitPattern: UInt(tag) << 1 | 1)!
-        }
+        let opaque = Unmanaged.passRetained(delivery).toOpaque()
         let error: OpaquePointer? = withOptionalBytes(value) { valuePointer, valueCount in
             withOptionalBytes(key) { keyPointer, keyCount in
                 withUnsafeTemporaryAllocation(of: rd_kafka_vu_t.self, capacity: 7) { vus in
@@ -91,7 +71,7 @@ extension RDKafkaClient {
             }
         }
         guard let error else { return nil }  // librdkafka owns the headers and the opaque now
-        if case .delivery = record { Unmanaged<RDKafkaDelivery>.fromOpaque(opaque).release() }
+        Unmanaged<RDKafkaDelivery>.fromOpaque(opaque).release()
         if let cHeaders { rd_kafka_headers_destroy(cHeaders) }
         return KafkaError(code: .produce, consuming: error, context: "produce to \(topic)")
     }
