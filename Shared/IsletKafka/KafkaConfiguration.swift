@@ -54,15 +54,28 @@ public struct KafkaProducerConfiguration: Sendable {
     }
 }
 
-/// Configuration of a ``KafkaConsumer`` (always a consumer-group member).
+/// Configuration of a ``KafkaConsumer``: a consumer-group member, or a replica that reads every
+/// partition.
 ///
-/// At-least-once is built in: librdkafka stores an offset only when the caller marks a message
-/// processed (`enable.auto.offset.store=false`, enforced) and commits stored offsets itself
-/// (`enable.auto.commit=true`, enforced), synchronously when partitions are revoked.
+/// At-least-once is built in for group members: librdkafka stores an offset only when the caller
+/// marks a message processed (`enable.auto.offset.store=false`, enforced) and commits stored
+/// offsets itself (`enable.auto.commit=true`, enforced), synchronously when partitions are revoked.
 public struct KafkaConsumerConfiguration: Sendable {
     /// Where a group without a committed offset starts reading.
     public enum OffsetReset: String, Sendable {
         case earliest, latest
+    }
+
+    /// How the consumer gets its partitions.
+    public enum Membership: Sendable, Hashable {
+        /// A member of ``KafkaConsumerConfiguration/groupID``: the group shares the partitions,
+        /// and offsets marked processed are committed.
+        case group
+        /// No group: every partition of the topics (as they are when ``KafkaConsumer/run()``
+        /// starts) from its first offset, nothing committed, and a
+        /// ``KafkaConsumerEvent/partitionEnd(_:)`` each time a partition's end is reached. For
+        /// state every instance keeps whole (a table built from a compacted topic).
+        case replica
     }
 
     /// `bootstrap.servers`: comma-separated `host:port` list.
@@ -82,6 +95,8 @@ public struct KafkaConsumerConfiguration: Sendable {
     public var bufferCapacity: Int
     /// Any other librdkafka property, by its dotted name. Overrides ``defaultSettings``.
     public var settings: [String: String]
+    /// A group member (the default) or a replica of every partition.
+    public var membership: Membership
 
     /// What Islet sets unless ``settings`` says otherwise.
     ///
@@ -104,6 +119,25 @@ public struct KafkaConsumerConfiguration: Sendable {
         "enable.auto.commit": "true",
     ]
 
+    /// A replica has no group to commit to, and reports partition ends (how it knows it caught up).
+    static let enforcedReplicaSettings: [String: String] = [
+        "enable.auto.offset.store": "false",
+        "enable.auto.commit": "false",
+        "enable.partition.eof": "true",
+    ]
+
+    /// A replica of `topics`: every partition from its first offset, no group (see ``Membership/replica``).
+    public static func replica(
+        bootstrapServers: String, topics: [String], clientID: String = "islet", bufferCapacity: Int = 4_096,
+        settings: [String: String] = [:]
+    ) -> KafkaConsumerConfiguration {
+        var configuration = KafkaConsumerConfiguration(
+            bootstrapServers: bootstrapServers, groupID: "", topics: topics, clientID: clientID, offsetReset: .earliest,
+            bufferCapacity: bufferCapacity, settings: settings)
+        configuration.membership = .replica
+        return configuration
+    }
+
     public init(
         bootstrapServers: String,
         groupID: String,
@@ -122,26 +156,36 @@ public struct KafkaConsumerConfiguration: Sendable {
         self.batchSize = batchSize
         self.bufferCapacity = bufferCapacity
         self.settings = settings
+        self.membership = .group
     }
 
     func librdkafkaProperties() throws(KafkaError) -> [String: String] {
         guard !topics.isEmpty, !topics.contains(where: \.isEmpty) else {
             throw KafkaError(code: .configuration, message: "a consumer needs at least one topic, and no empty topic name")
         }
-        guard !groupID.isEmpty else {
-            throw KafkaError(code: .configuration, message: "group.id must not be empty")
+        if membership == .replica {
+            guard groupID.isEmpty, settings["group.id"] == nil else {
+                throw KafkaError(code: .configuration, message: "a replica reads every partition itself: it takes no group.id")
+            }
+        } else {
+            guard !groupID.isEmpty else {
+                throw KafkaError(code: .configuration, message: "group.id must not be empty")
+            }
         }
         guard batchSize > 0, bufferCapacity >= batchSize else {
             throw KafkaError(
                 code: .configuration,
                 message: "batchSize must be positive and bufferCapacity at least batchSize (got \(batchSize), \(bufferCapacity))")
         }
+        // librdkafka's assign() needs a group.id even though a replica never joins a group (joining
+        // happens only on subscribe) and never commits.
+        let base = [
+            "bootstrap.servers": bootstrapServers, "client.id": clientID, "auto.offset.reset": offsetReset.rawValue,
+            "group.id": membership == .group ? groupID : "\(clientID).replica",
+        ]
         return try mergeProperties(
-            defaults: Self.defaultSettings, user: settings, enforced: Self.enforcedSettings,
-            base: [
-                "bootstrap.servers": bootstrapServers, "client.id": clientID, "group.id": groupID,
-                "auto.offset.reset": offsetReset.rawValue,
-            ])
+            defaults: Self.defaultSettings, user: settings,
+            enforced: membership == .group ? Self.enforcedSettings : Self.enforcedReplicaSettings, base: base)
     }
 }
 

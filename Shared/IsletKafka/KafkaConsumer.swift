@@ -11,6 +11,9 @@ public enum KafkaConsumerEvent: Sendable {
     case partitionsAssigned([KafkaTopicPartition])
     /// A record.
     case message(KafkaMessage)
+    /// A replica (``KafkaConsumerConfiguration/Membership/replica``) read everything the partition
+    /// held: it is caught up. Comes again each time new records were read to the end.
+    case partitionEnd(KafkaTopicPartition)
     /// Partitions left this member: what was marked processed is committed; drop their state.
     /// Messages of these partitions not yet handled are not delivered any more.
     case partitionsRevoked([KafkaTopicPartition])
@@ -90,6 +93,7 @@ public final class KafkaConsumer: Service, Sendable {
         let client = self.client
         let core = self.core
         let topics = configuration.topics
+        let membership = configuration.membership
         let batchSize = configuration.batchSize
         let logger = self.logger
         let subscribeError: KafkaError? = await withTaskCancellationHandler {
@@ -98,7 +102,13 @@ public final class KafkaConsumer: Service, Sendable {
                     // Subscribing makes librdkafka join the group, which needs this loop to answer
                     // rebalances: a member that joined without polling would hold partitions hostage.
                     do throws(KafkaError) {
-                        try client.subscribe(topics)
+                        switch membership {
+                        case .group:
+                            try client.subscribe(topics)
+                        case .replica:
+                            // No group, no rebalances: the whole topics, assigned once, from the start.
+                            core.didAssign(try client.assignFromBeginning(topics))
+                        }
                     } catch {
                         core.finishEvents()
                         return error

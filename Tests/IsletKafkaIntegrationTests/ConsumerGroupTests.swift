@@ -46,6 +46,8 @@ func runMember(_ consumer: KafkaConsumer, name: String, ledger: GroupLedger) asy
                 await ledger.assigned(name, partitions)
             case .partitionsRevoked(let partitions):
                 await ledger.revoked(name, partitions)
+            case .partitionEnd:
+                Issue.record("a group member reported a partition end without asking for it")
             case .message(let message):
                 let value = String(decoding: message.value ?? [], as: UTF8.self)
                 await ledger.delivered(value)
@@ -241,6 +243,7 @@ struct ConsumerGroupTests {
                         switch event {
                         case .partitionsAssigned(let partitions): await ledger.assigned("stalled", partitions)
                         case .partitionsRevoked(let partitions): await ledger.revoked("stalled", partitions)
+                        case .partitionEnd: Issue.record("a group member reported a partition end without asking for it")
                         case .message(let message):
                             if first {
                                 first = false

@@ -57,6 +57,20 @@ struct ConfigurationTests {
         #expect(error.code == .configuration)
     }
 
+    @Test("a replica takes no group, commits nothing and reports partition ends; librdkafka accepts it")
+    func replicaConfiguration() throws {
+        _ = try KafkaConsumer(configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: ["t"]), logger: logger)
+        let withGroup = try #require(throws: KafkaError.self) {
+            try KafkaConsumer(configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: ["t"], settings: ["group.id": "g"]), logger: logger)
+        }
+        #expect(withGroup.code == .configuration)
+        let noEnds = try #require(throws: KafkaError.self) {
+            try KafkaConsumer(
+                configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: ["t"], settings: ["enable.partition.eof": "false"]), logger: logger)
+        }
+        #expect(noEnds.message.contains("enable.partition.eof"))
+    }
+
     @Test("a consumer needs topics, and a buffer at least as large as a batch")
     func consumerShape() throws {
         #expect(throws: KafkaError.self) {

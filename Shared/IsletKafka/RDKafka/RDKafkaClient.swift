@@ -14,8 +14,6 @@ struct RDKafkaCallbacks: Sendable {
     /// Called for every delivery report, before the record's own handler (producers only; `true`
     /// when the record was persisted).
     var onDelivery: (@Sendable (_ delivered: Bool) -> Void)?
-    /// The verdict of a record produced with a tag instead of a handler of its own.
-    var onTaggedDelivery: (@Sendable (_ tag: UInt64, _ result: Result<KafkaDeliveryReport, KafkaError>) -> Void)?
     /// librdkafka raised an error (`isFatal` tells whether the client is now unusable).
     var onError: (@Sendable (KafkaError) -> Void)?
     /// Consumer-group rebalances (consumers only).
@@ -55,15 +53,7 @@ final class RDKafkaClient: @unchecked Sendable {
     /// Keeps the callbacks alive for as long as librdkafka may call them.
     final class CallbackContext: Sendable {
         let callbacks: RDKafkaCallbacks
-        /// Topic names by `rd_kafka_topic_t` address, for reports of tagged records.
-        let topicNames = Mutex<[UInt: String]>([:])
         init(_ callbacks: RDKafkaCallbacks) { self.callbacks = callbacks }
-
-        func topicName(_ rkt: OpaquePointer?) -> String {
-            guard let rkt else { return "" }
-            if let name = topicNames.withLock({ $0[UInt(bitPattern: rkt)] }) { return name }
-            return String(cString: rd_kafka_topic_name(rkt))
-        }
     }
 
     init(kind: Kind, properties: [String: String], callbacks: RDKafkaCallbacks) throws(KafkaError) {
@@ -166,9 +156,6 @@ final class RDKafkaClient: @unchecked Sendable {
             handles[name] = RDKafkaTopicHandle(pointer: created)
             return nil
         }
-        if winner == nil {
-            context.takeUnretainedValue().topicNames.withLock { $0[UInt(bitPattern: created)] = name }
-        }
         if let winner {
             rd_kafka_topic_destroy(created)
             return winner.pointer
@@ -241,6 +228,7 @@ enum RDKafkaConstants {
     static let purgeQueue: Int32 = 0x1  // RD_KAFKA_PURGE_F_QUEUE
     static let purgeInFlight: Int32 = 0x2  // RD_KAFKA_PURGE_F_INFLIGHT
     static let partitionUnassigned: Int32 = -1  // RD_KAFKA_PARTITION_UA
+    static let offsetBeginning: Int64 = -2  // RD_KAFKA_OFFSET_BEGINNING
 }
 
 // MARK: - Errors
@@ -333,18 +321,6 @@ private let rdkafkaErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafeP
 private let rdkafkaDeliveryCallback: @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void = {
     _, message, opaque in
     guard let message, let record = message.pointee._private else { return }
-    let delivered = message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR
-    if let tag = RDKafkaRecordOpaque.tag(of: record) {
-        guard let context = context(from: opaque) else { return }
-        let topic = context.topicName(message.pointee.rkt)
-        let result: Result<KafkaDeliveryReport, KafkaError> =
-            delivered
-            ? .success(KafkaDeliveryReport(topic: topic, partition: message.pointee.partition, offset: message.pointee.offset >= 0 ? message.pointee.offset : nil))
-            : .failure(KafkaError(code: .delivery, message.pointee.err, context: "record to \(topic) not persisted"))
-        context.callbacks.onDelivery?(delivered)
-        context.callbacks.onTaggedDelivery?(tag, result)
-        return
-    }
     // The record's handler was retained when it was produced; this report is its one release.
     let delivery = Unmanaged<RDKafkaDelivery>.fromOpaque(record).takeRetainedValue()
     let result: Result<KafkaDeliveryReport, KafkaError>
@@ -354,7 +330,7 @@ private let rdkafkaDeliveryCallback: @convention(c) (OpaquePointer?, UnsafePoint
     } else {
         result = .failure(KafkaError(code: .delivery, message.pointee.err, context: "record to \(delivery.topic) not persisted"))
     }
-    context(from: opaque)?.callbacks.onDelivery?(delivered)
+    context(from: opaque)?.callbacks.onDelivery?(message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR)
     delivery.handler(result)
 }
 

@@ -144,7 +144,11 @@ final class RDKafkaBatchReader: @unchecked Sendable {
             defer { rd_kafka_message_destroy(message) }
             let m = message.pointee
             if m.err != RD_KAFKA_RESP_ERR_NO_ERROR {
-                if m.err != RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                    // Only with enable.partition.eof (replicas): the partition is read to its end.
+                    let partition = KafkaTopicPartition(topic: topicName(m.rkt), partition: m.partition)
+                    if epochs[partition] != nil { events.append(.partitionEnd(partition)) }
+                } else {
                     errors.append(KafkaError(code: .consumer, m.err, context: "consume"))
                 }
                 continue
@@ -218,6 +222,28 @@ extension RDKafkaClient {
         guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
             throw KafkaError(code: .consumer, result, context: "subscribe to \(topics)")
         }
+    }
+
+    /// Assigns every partition of `topics` (from the cluster's metadata) at its first offset,
+    /// without a group. Blocking (asks the cluster for metadata).
+    func assignFromBeginning(_ topics: [String]) throws(KafkaError) -> [KafkaTopicPartition] {
+        var partitions: [KafkaTopicPartition] = []
+        for topic in topics {
+            guard let count = try partitionCount(topic: topic, timeoutMilliseconds: 10_000) else {
+                throw KafkaError(code: .consumer, message: "cannot read \(topic): the topic does not exist")
+            }
+            partitions += (0..<Int32(count)).map { KafkaTopicPartition(topic: topic, partition: $0) }
+        }
+        let list = rd_kafka_topic_partition_list_new(Int32(partitions.count))!
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for tp in partitions {
+            rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)!.pointee.offset = RDKafkaConstants.offsetBeginning
+        }
+        let result = rd_kafka_assign(handle, list)
+        guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(code: .consumer, result, context: "assign \(topics)")
+        }
+        return partitions
     }
 
     func pause(_ partitions: [KafkaTopicPartition]) {

@@ -119,6 +119,8 @@ public enum TypedConsumerEvent<Message: IsletMessage>: Sendable {
     case message(Message, KafkaMessage)
     /// A null value: on a compacted topic, the key was deleted.
     case tombstone(key: String?, KafkaMessage)
+    /// A replica read the partition to its end (``KafkaConsumerEvent/partitionEnd(_:)``).
+    case partitionEnd(KafkaTopicPartition)
     case partitionsRevoked([KafkaTopicPartition])
 }
 
@@ -156,6 +158,8 @@ public struct TypedConsumerEvents<Message: IsletMessage>: AsyncSequence, Sendabl
                     return .partitionsAssigned(partitions)
                 case .partitionsRevoked(let partitions):
                     return .partitionsRevoked(partitions)
+                case .partitionEnd(let partition):
+                    return .partitionEnd(partition)
                 case .message(let raw):
                     if raw.value == nil { return .tombstone(key: raw.keyString, raw) }
                     switch DeadLetterWriter.check(Message.self, raw) {

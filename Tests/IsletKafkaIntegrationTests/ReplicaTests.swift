@@ -1,0 +1,77 @@
+import Foundation
+import IsletKafka
+import Synchronization
+import Testing
+
+@Suite("Replica consumers against the broker", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(2)))
+struct ReplicaTests {
+    /// What a replica saw, in order.
+    actor Seen {
+        var assigned: [KafkaTopicPartition] = []
+        var values: [Int32: [String]] = [:]
+        var ended: Set<KafkaTopicPartition> = []
+
+        func record(_ event: KafkaConsumerEvent) {
+            switch event {
+            case .partitionsAssigned(let partitions): assigned += partitions
+            case .message(let message): values[message.partition, default: []].append(String(decoding: message.value ?? [], as: UTF8.self))
+            case .partitionEnd(let partition): ended.insert(partition)
+            case .partitionsRevoked: break
+            }
+        }
+    }
+
+    /// Reads `topic` as a replica until every partition reached its end and `count` records were
+    /// read; returns what it saw.
+    func readAll(_ servers: String, topic: String, count: Int) async throws -> Seen {
+        let replica = try KafkaConsumer(configuration: .replica(bootstrapServers: servers, topics: [topic]), logger: testLogger)
+        let seen = Seen()
+        try await withRunning([replica], limit: .seconds(30), "a replica catching up") {
+            for await event in replica.events {
+                await seen.record(event)
+                let (assigned, ended, read) = await (seen.assigned, seen.ended, seen.values.values.map(\.count).reduce(0, +))
+                if !assigned.isEmpty, ended == Set(assigned), read >= count { break }
+            }
+        }
+        return seen
+    }
+
+    @Test("a replica reads every partition from the start, reports each partition's end, and two replicas see the same")
+    func replicaReadsEverything() async throws {
+        let servers = try TestBroker.servers()
+        let topic = uniqueName("replica")
+        try await createTopic(servers, topic, partitions: 3, configs: ["cleanup.policy": "compact"])
+        try await withProducer(try makeProducer(servers)) { producer in
+            for i in 0..<300 {
+                try await producer.send(topic: topic, key: "k\(i % 17)", value: Array("\(i)".utf8))
+            }
+        }
+        // Two replicas, one after the other (a restarted instance): neither joins a group, both read it all.
+        let first = try await readAll(servers, topic: topic, count: 300)
+        let second = try await readAll(servers, topic: topic, count: 300)
+        let expectedPartitions = Set((0..<3).map { KafkaTopicPartition(topic: topic, partition: Int32($0)) })
+        #expect(Set(await first.assigned) == expectedPartitions)
+        #expect(await first.ended == expectedPartitions)
+        let firstValues = await first.values
+        #expect(firstValues.values.map(\.count).reduce(0, +) == 300)
+        for (_, values) in firstValues {
+            let numbers = values.map { Int($0)! }
+            #expect(numbers == numbers.sorted(), "a partition's records come in offset order")
+        }
+        #expect(await second.values == firstValues)
+    }
+
+    @Test("an empty topic's partitions end at once; a replica of a missing topic fails its run")
+    func emptyAndMissing() async throws {
+        let servers = try TestBroker.servers()
+        let topic = uniqueName("replica-empty")
+        try await createTopic(servers, topic, partitions: 2)
+        let seen = try await readAll(servers, topic: topic, count: 0)
+        #expect(await seen.ended.count == 2)
+
+        let missing = try KafkaConsumer(
+            configuration: .replica(bootstrapServers: servers, topics: [uniqueName("no-such-topic")], settings: ["allow.auto.create.topics": "false"]),
+            logger: testLogger)
+        await #expect(throws: KafkaError.self) { try await missing.run() }
+    }
+}
