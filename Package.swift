@@ -20,6 +20,8 @@ let package = Package(
         .library(name: "IsletMessages", targets: ["IsletMessages"]),
         .library(name: "IsletKafka", targets: ["IsletKafka"]),
         .library(name: "IsletRuntime", targets: ["IsletRuntime"]),
+        .library(name: "IsletProtos", targets: ["IsletProtos"]),
+        .executable(name: "token-registry", targets: ["TokenRegistryExecutable"]),
         .executable(name: "islet-kafka-bench", targets: ["IsletKafkaBench"]),
     ],
     dependencies: [
@@ -30,6 +32,12 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
+        .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
+        .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
+        .package(url: "https://github.com/grpc/grpc-swift-protobuf", from: "2.4.1"),
+        .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
     ],
     targets: [
         // librdkafka (>= 2.3) through pkg-config; scripts/bootstrap.sh installs it.
@@ -43,7 +51,23 @@ let package = Package(
         // The wire contract: every topic's message type, its key rule and its JSON conventions.
         .target(
             name: "IsletMessages",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             path: "Shared/IsletMessages",
+            swiftSettings: strict
+        ),
+
+        // gRPC APIs: the .proto files and the Swift code generated from them (scripts/generate-protos.sh).
+        .target(
+            name: "IsletProtos",
+            dependencies: [
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCProtobuf", package: "grpc-swift-protobuf"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ],
+            path: "Shared/IsletProtos",
+            exclude: ["token_registry.proto"],
             swiftSettings: strict
         ),
 
@@ -75,6 +99,29 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
             ],
             path: "Shared/IsletRuntime",
+            swiftSettings: strict
+        ),
+
+        // token-registry: push tokens and activity lifecycle (HTTP/JSON for the app, gRPC for backends).
+        .target(
+            name: "TokenRegistry",
+            dependencies: [
+                "IsletMessages", "IsletKafka", "IsletRuntime", "IsletProtos",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/TokenRegistry",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "TokenRegistryExecutable",
+            dependencies: ["TokenRegistry", "IsletRuntime"],
+            path: "Services/TokenRegistryExecutable",
             swiftSettings: strict
         ),
 
@@ -126,6 +173,36 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/IsletKafkaFaultTests",
+            swiftSettings: strict
+        ),
+        // token-registry without a broker: validation, auth, the table, every HTTP route in process, gRPC through a real server.
+        .testTarget(
+            name: "TokenRegistryTests",
+            dependencies: [
+                "TokenRegistry", "IsletMessages", "IsletKafka", "IsletRuntime", "IsletProtos",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Tests/TokenRegistryTests",
+            swiftSettings: strict
+        ),
+        // token-registry against the broker: publish, rebuild after a restart, push-outcome invalidations.
+        .testTarget(
+            name: "TokenRegistryIntegrationTests",
+            dependencies: [
+                "TokenRegistry", "IsletMessages", "IsletKafka", "IsletRuntime",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Tests/TokenRegistryIntegrationTests",
             swiftSettings: strict
         ),
         .testTarget(

@@ -46,7 +46,7 @@ public struct PushOutcome: IsletMessage {
     /// From the request's `createdAt` to the final answer (`completedAt`), in milliseconds: how late
     /// the content reached APNs, queueing and retries included. `nil` if nothing was sent.
     public var latencyMilliseconds: Double?
-    /// The first 16 hex digits of the SHA-256 of the token sent to, to correlate without the token itself.
+    /// The token sent to, as its ``TokenFingerprint`` (to correlate without the token itself).
     public var tokenFingerprint: String?
     /// For `coalesced`: the `requestId` of the newer request that replaced this one.
     public var supersededBy: String?

@@ -176,9 +176,11 @@ public struct InvalidationReason: OpenEnum {
     public static let severelyStale = InvalidationReason(rawValue: "severelyStale")
     /// The activity reached the end of its allowed lifetime (8 hours of updates).
     public static let lifetimeExceeded = InvalidationReason(rawValue: "lifetimeExceeded")
+    /// A backend ended the activity through the registry's API (the order was cancelled, …).
+    public static let backendEnded = InvalidationReason(rawValue: "backendEnded")
 
     public static let knownValues: [InvalidationReason] = [
         .clientEnded, .userDismissed, .ineligible, .apnsUnregistered, .apnsExpiredToken, .apnsBadDeviceToken,
-        .apnsDeviceTokenNotForTopic, .severelyStale, .lifetimeExceeded,
+        .apnsDeviceTokenNotForTopic, .severelyStale, .lifetimeExceeded, .backendEnded,
     ]
 }

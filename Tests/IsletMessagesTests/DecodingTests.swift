@@ -99,7 +99,7 @@ struct ToleranceTests {
             InvalidationReason.self,
             [
                 "clientEnded", "userDismissed", "ineligible", "apnsUnregistered", "apnsExpiredToken", "apnsBadDeviceToken",
-                "apnsDeviceTokenNotForTopic", "severelyStale", "lifetimeExceeded",
+                "apnsDeviceTokenNotForTopic", "severelyStale", "lifetimeExceeded", "backendEnded",
             ])
         check(APNsEnvironment.self, ["production", "sandbox"])
         check(ActivityEventKind.self, ["start", "update", "end"])

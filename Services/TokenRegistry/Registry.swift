@@ -1,0 +1,315 @@
+import Foundation
+import IsletKafka
+import IsletMessages
+import Logging
+import Synchronization
+
+/// The registry's rules: who may change which token, what each request writes, and when a
+/// push outcome kills a token. Every change is published to `islet.tokens.v1` and applied to the
+/// table only once Kafka acknowledged it; a request that changes nothing writes nothing.
+public final class Registry: Sendable {
+    public let table: TokenTable
+    private let publisher: any TokenRecordPublisher
+    private let locks = KeyedLocks()
+    private let now: @Sendable () -> Date
+    private let logger: Logger
+    private let metrics = RegistryMetrics()
+    private let loaded = Atomic<Bool>(false)
+
+    public init(table: TokenTable, publisher: any TokenRecordPublisher, logger: Logger, now: @escaping @Sendable () -> Date = Date.init) {
+        self.table = table
+        self.publisher = publisher
+        self.logger = logger
+        // Times are kept at the wire's precision (milliseconds), so that the table holds exactly
+        // what a rebuild from the topic reads back.
+        self.now = { IsletDate.parse(IsletDate.format(now())) ?? now() }
+    }
+
+    /// Whether the table holds everything the topic held at start-up. Until then every API call
+    /// is answered 503: an ownership check against a half-built table could be wrong.
+    public var isReady: Bool { loaded.load(ordering: .acquiring) }
+
+    public func markReady() { loaded.store(true, ordering: .releasing) }
+
+    // MARK: The app's calls
+
+    public func registerActivityToken(user: String, activityId: String, _ request: RegisterActivityTokenRequest) async throws(APIError)
+        -> WriteResponse
+    {
+        let activityId = try Validation.identifier(activityId, field: "activityId")
+        let token = try Validation.token(request.token)
+        let attributesType = try Validation.attributesType(request.attributesType)
+        let app = AppTarget(bundleId: try Validation.bundleId(request.app.bundleId), environment: try Validation.environment(request.app.environment))
+        let appVersion = try Validation.appVersion(request.appVersion)
+        let startedAt = try Validation.activityStart(request.activityStartedAt, now: now())
+        let deviceId = try request.deviceId.map { id throws(APIError) in try Validation.identifier(id, field: "deviceId") }
+
+        return try await write(key: MessageKey.activity(activityId)) { current, now throws(APIError) in
+            guard let current else {
+                return (
+                    TokenRecord(
+                        kind: .update, activityId: activityId, deviceId: deviceId, userId: user, token: token, app: app,
+                        attributesType: attributesType, frequentUpdatesEnabled: request.frequentUpdatesEnabled, appVersion: appVersion,
+                        state: .active, activityStartedAt: startedAt, registeredAt: now, updatedAt: now),
+                    .registered
+                )
+            }
+            guard current.userId == user else {
+                throw APIError(.forbidden, .forbidden, field: "activityId", reason: "the activity belongs to another user")
+            }
+            guard current.attributesType == attributesType, current.app.bundleId == app.bundleId else {
+                throw APIError(
+                    .conflict, .conflict, field: current.attributesType == attributesType ? "app.bundleId" : "attributesType",
+                    reason: "an activity keeps the app and attributes type it was registered with")
+            }
+            if current.state == .invalidated, let reason = current.invalidation?.reason, !reason.isFromAPNs {
+                throw APIError(.conflict, .conflict, field: "activityId", reason: "the activity has ended (\(reason.rawValue)): start a new one")
+            }
+            var next = current
+            next.token = token
+            next.app = app
+            next.frequentUpdatesEnabled = request.frequentUpdatesEnabled
+            next.appVersion = appVersion
+            next.activityStartedAt = startedAt ?? current.activityStartedAt
+            next.deviceId = deviceId ?? current.deviceId
+            return Self.reregistration(of: current, as: next, now: now)
+        }
+    }
+
+    public func registerPushToStartToken(
+        user: String, bundleId: String, deviceId: String, attributesType: String, _ request: RegisterPushToStartTokenRequest
+    ) async throws(APIError) -> WriteResponse {
+        let key = try Self.pushToStartKey(bundleId: bundleId, deviceId: deviceId, attributesType: attributesType)
+        let token = try Validation.token(request.token)
+        let environment = try Validation.environment(request.environment, field: "environment")
+        let appVersion = try Validation.appVersion(request.appVersion)
+        if let owner = table.owner(bundleId: bundleId, deviceId: deviceId), owner != user {
+            throw APIError(.forbidden, .forbidden, field: "deviceId", reason: "the device belongs to another user")
+        }
+        return try await write(key: key) { current, now throws(APIError) in
+            let app = AppTarget(bundleId: bundleId, environment: environment)
+            guard let current else {
+                return (
+                    TokenRecord(
+                        kind: .pushToStart, deviceId: deviceId, userId: user, token: token, app: app, attributesType: attributesType,
+                        frequentUpdatesEnabled: request.frequentUpdatesEnabled, appVersion: appVersion, state: .active, registeredAt: now,
+                        updatedAt: now),
+                    .registered
+                )
+            }
+            guard current.userId == user else {
+                throw APIError(.forbidden, .forbidden, field: "deviceId", reason: "the device belongs to another user")
+            }
+            var next = current
+            next.token = token
+            next.app = app
+            next.frequentUpdatesEnabled = request.frequentUpdatesEnabled
+            next.appVersion = appVersion
+            return Self.reregistration(of: current, as: next, now: now)
+        }
+    }
+
+    /// The app says the activity ended (or was dismissed, or cannot be shown). Repeating it changes nothing.
+    public func invalidateActivity(user: String, activityId: String, reason: InvalidationReason) async throws(APIError) -> WriteResponse {
+        let activityId = try Validation.identifier(activityId, field: "activityId")
+        return try await invalidate(user: user, key: MessageKey.activity(activityId), reason: try Validation.clientReason(reason))
+    }
+
+    /// The app says a push-to-start token must not be used any more.
+    public func invalidatePushToStart(
+        user: String, bundleId: String, deviceId: String, attributesType: String, reason: InvalidationReason
+    ) async throws(APIError) -> WriteResponse {
+        let key = try Self.pushToStartKey(bundleId: bundleId, deviceId: deviceId, attributesType: attributesType)
+        return try await invalidate(user: user, key: key, reason: try Validation.clientReason(reason))
+    }
+
+    /// The app's view of one of its activities.
+    public func activity(user: String, activityId: String) throws(APIError) -> TokenStateView {
+        try view(user: user, key: MessageKey.activity(try Validation.identifier(activityId, field: "activityId")))
+    }
+
+    /// The app's view of one of its push-to-start tokens.
+    public func pushToStart(user: String, bundleId: String, deviceId: String, attributesType: String) throws(APIError) -> TokenStateView {
+        try view(user: user, key: try Self.pushToStartKey(bundleId: bundleId, deviceId: deviceId, attributesType: attributesType))
+    }
+
+    static func pushToStartKey(bundleId: String, deviceId: String, attributesType: String) throws(APIError) -> String {
+        MessageKey.pushToStart(
+            bundleId: try Validation.bundleId(bundleId, field: "bundleId"), deviceId: try Validation.identifier(deviceId, field: "deviceId"),
+            attributesType: try Validation.attributesType(attributesType))
+    }
+
+    /// Invalidates the token of `key` for `reason`; `user`, when given, must own it. Repeating it changes nothing.
+    public func invalidate(user: String?, key: String, reason: InvalidationReason) async throws(APIError) -> WriteResponse {
+        try await write(key: key) { current, now throws(APIError) in
+            guard let current, user == nil || current.userId == user else { throw APIError.notFound }
+            guard current.state != .invalidated else { return (current, .unchanged) }
+            var next = current
+            next.state = .invalidated
+            next.invalidation = .init(reason: reason, invalidatedAt: now)
+            next.updatedAt = now
+            return (next, .invalidated)
+        }
+    }
+
+    public func setFrequentUpdates(user: String, activityId: String, enabled: Bool) async throws(APIError) -> WriteResponse {
+        let activityId = try Validation.identifier(activityId, field: "activityId")
+        return try await write(key: MessageKey.activity(activityId)) { current, now throws(APIError) in
+            guard let current, current.userId == user else { throw APIError.notFound }
+            guard current.frequentUpdatesEnabled != enabled else { return (current, .unchanged) }
+            var next = current
+            next.frequentUpdatesEnabled = enabled
+            next.updatedAt = now
+            return (next, .updated)
+        }
+    }
+
+    /// A user's own token by key, or 404 (another user's token is not revealed to exist).
+    func view(user: String, key: String) throws(APIError) -> TokenStateView {
+        try requireReady()
+        guard let record = table.record(forKey: key), record.userId == user else { throw APIError.notFound }
+        return TokenStateView(record)
+    }
+
+    // MARK: APNs's verdicts
+
+    /// What a push outcome means for the token it concerns.
+    public enum OutcomeDecision: Equatable, Sendable {
+        case invalidate(InvalidationReason, since: Date?)
+        case ignore(String)
+    }
+
+    /// Applies the rule for outcomes: APNs's "this token is dead" (410 Unregistered / ExpiredToken,
+    /// 400 BadDeviceToken / DeviceTokenNotForTopic) invalidates the token it was about — unless the
+    /// key has another token by now, or the same token was registered again after APNs's verdict
+    /// (the 410 `timestamp`, or when the outcome completed).
+    public static func decide(_ outcome: PushOutcome, current: TokenRecord?) -> OutcomeDecision {
+        guard outcome.result == .tokenInvalid else { return .ignore("not a token verdict") }
+        guard let apns = outcome.apns else { return .ignore("APNs was not asked") }
+        guard let reason = InvalidationReason(apnsStatus: apns.status, reason: apns.reason) else {
+            return .ignore("APNs answer \(apns.status) \(apns.reason ?? "") does not invalidate a token")
+        }
+        guard let current else { return .ignore("unknown key") }
+        guard current.state == .active else { return .ignore("token already \(current.state.rawValue)") }
+        if let fingerprint = outcome.tokenFingerprint, fingerprint != TokenFingerprint.of(token: current.token) {
+            return .ignore("the outcome concerns an earlier token of this key")
+        }
+        let since = apns.timestamp ?? outcome.completedAt
+        guard since >= current.registeredAt else {
+            return .ignore("the token was registered again after APNs's verdict")
+        }
+        return .invalidate(reason, since: apns.timestamp)
+    }
+
+    /// Acts on one push outcome; returns what was decided. Throws only if the invalidation could
+    /// not be persisted (the outcome is then read again).
+    @discardableResult
+    public func handle(_ outcome: PushOutcome) async throws -> OutcomeDecision {
+        guard outcome.result == .tokenInvalid, let key = outcome.key else {
+            metrics.outcome("ignored")
+            return .ignore("not a token verdict")
+        }
+        let logger = self.logger
+        let decision = try await locks.withLock(key) { () async throws -> OutcomeDecision in
+            let current = self.table.record(forKey: key)
+            let decision = Self.decide(outcome, current: current)
+            guard case .invalidate(let reason, let since) = decision, var next = current else { return decision }
+            let now = self.now()
+            next.state = .invalidated
+            next.invalidation = .init(reason: reason, invalidatedAt: now, apnsTimestamp: since)
+            next.updatedAt = now
+            let position = try await self.publisher.publish(next)
+            self.table.apply(next, key: key, at: position)
+            self.metrics.invalidated(reason)
+            self.metrics.changed(next.kind, .invalidated)
+            logger.info(
+                "token invalidated by APNs's answer",
+                metadata: ["token.key": "\(key)", "token.fingerprint": "\(TokenFingerprint.of(token: next.token))", "token.reason": "\(reason)"])
+            return decision
+        }
+        if case .ignore(let why) = decision {
+            metrics.outcome("ignored")
+            logger.debug("push outcome ignored", metadata: ["token.key": "\(key)", "outcome.why": "\(why)"])
+        } else {
+            metrics.outcome("invalidated")
+        }
+        return decision
+    }
+
+    // MARK: The write path
+
+    private func requireReady() throws(APIError) {
+        guard isReady else {
+            throw APIError(.serviceUnavailable, .unavailable, reason: "the registry is loading its tokens; retry shortly")
+        }
+    }
+
+    /// Under the key's lock: reads its record, lets `decide` say what to write, publishes it and
+    /// applies it once acknowledged. `decide` returning `.unchanged` writes nothing.
+    private func write(
+        key: String, _ decide: @Sendable (TokenRecord?, Date) throws(APIError) -> (TokenRecord, Change)
+    ) async throws(APIError) -> WriteResponse {
+        try requireReady()
+        let (publisher, table, logger, metrics, now) = (self.publisher, self.table, self.logger, self.metrics, self.now)
+        return try await locks.withLock(key) { () async throws(APIError) -> WriteResponse in
+            let (next, change) = try decide(table.record(forKey: key), now())
+            guard change != .unchanged else { return WriteResponse(change: change, token: TokenStateView(next)) }
+            let position: TokenTable.Position?
+            do {
+                position = try await publisher.publish(next)
+            } catch {
+                logger.warning("token change not acknowledged by Kafka", metadata: ["token.key": "\(key)", "kafka.error": "\(error)"])
+                throw APIError(
+                    .serviceUnavailable, .unavailable,
+                    reason: "the change was not acknowledged by Kafka and is not confirmed; retry (repeating it is safe)")
+            }
+            table.apply(next, key: key, at: position)
+            metrics.changed(next.kind, change)
+            if change == .invalidated, let reason = next.invalidation?.reason { metrics.invalidated(reason) }
+            logger.debug(
+                "token changed",
+                metadata: ["token.key": "\(key)", "token.change": "\(change.rawValue)", "token.fingerprint": "\(TokenFingerprint.of(token: next.token))"])
+            return WriteResponse(change: change, token: TokenStateView(next))
+        }
+    }
+
+    /// A registration for a key that has a record: rotation, reactivation, an update of other
+    /// fields, or nothing.
+    private static func reregistration(of current: TokenRecord, as proposed: TokenRecord, now: Date) -> (TokenRecord, Change) {
+        var next = proposed
+        if current.state != .active {
+            // The token was invalidated by APNs (or superseded): registering it, or a new one, revives the key.
+            next.state = .active
+            next.invalidation = nil
+            next.registeredAt = now
+            next.updatedAt = now
+            return (next, .reactivated)
+        }
+        if next.token != current.token {
+            next.registeredAt = now
+            next.updatedAt = now
+            return (next, .rotated)
+        }
+        if next == current { return (current, .unchanged) }
+        next.updatedAt = now
+        return (next, .updated)
+    }
+}
+
+extension InvalidationReason {
+    /// The reason for APNs's answer, when that answer means the token is dead.
+    init?(apnsStatus status: Int, reason: String?) {
+        switch (status, reason) {
+        case (410, "Unregistered"): self = .apnsUnregistered
+        case (410, "ExpiredToken"): self = .apnsExpiredToken
+        case (400, "BadDeviceToken"): self = .apnsBadDeviceToken
+        case (400, "DeviceTokenNotForTopic"): self = .apnsDeviceTokenNotForTopic
+        default: return nil
+        }
+    }
+
+    /// Whether APNs said so (the app may register the token again), rather than the app or a backend.
+    var isFromAPNs: Bool {
+        [.apnsUnregistered, .apnsExpiredToken, .apnsBadDeviceToken, .apnsDeviceTokenNotForTopic].contains(self)
+    }
+}

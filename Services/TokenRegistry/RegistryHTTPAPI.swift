@@ -1,0 +1,147 @@
+import Foundation
+import Hummingbird
+import IsletMessages
+import Logging
+
+/// The app's HTTP/JSON API. Every route needs a bearer JWT; every refusal is an ``APIError``
+/// (a 4xx, or 503, with a JSON body naming the problem), and a refused request writes nothing.
+///
+/// | route | does |
+/// | --- | --- |
+/// | `PUT /v1/activities/{activityId}/token` | register or rotate the activity's update token |
+/// | `GET /v1/activities/{activityId}` | the activity's token state (never the token) |
+/// | `POST /v1/activities/{activityId}/invalidate` | the activity ended / was dismissed / is ineligible |
+/// | `PUT /v1/activities/{activityId}/frequent-updates` | the user changed the frequent-updates setting |
+/// | `PUT /v1/apps/{bundleId}/devices/{deviceId}/push-to-start/{attributesType}` | register or rotate a push-to-start token |
+/// | `GET /v1/apps/{bundleId}/devices/{deviceId}/push-to-start/{attributesType}` | its state |
+/// | `POST /v1/apps/{bundleId}/devices/{deviceId}/push-to-start/{attributesType}/invalidate` | stop using it |
+public struct RegistryHTTPAPI: Sendable {
+    let registry: Registry
+    let authenticator: Authenticator
+    let maxBodyBytes: Int
+    let logger: Logger
+
+    public init(registry: Registry, authenticator: Authenticator, maxBodyBytes: Int, logger: Logger) {
+        self.registry = registry
+        self.authenticator = authenticator
+        self.maxBodyBytes = maxBodyBytes
+        self.logger = logger
+    }
+
+    public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
+        // On the router, not the group: unknown routes get the same JSON answers.
+        router.add(middleware: APIErrorMiddleware<Context>(logger: logger))
+        let api = router.group("v1")
+        let (registry, authenticator) = (self.registry, self.authenticator)
+
+        api.put("activities/:activityId/token") { request, context -> Response in
+            let user = try await authenticator.user(authorization: request.headers[.authorization])
+            let body = try await decode(RegisterActivityTokenRequest.self, from: request)
+            let result = try await registry.registerActivityToken(user: user, activityId: try context.parameter("activityId"), body)
+            return try json(result, status: result.change == .registered ? .created : .ok)
+        }
+        api.get("activities/:activityId") { request, context -> Response in
+            let user = try await authenticator.user(authorization: request.headers[.authorization])
+            return try json(try registry.activity(user: user, activityId: try context.parameter("activityId")))
+        }
+        api.post("activities/:activityId/invalidate") { request, context -> Response in
+            let user = try await authenticator.user(authorization: request.headers[.authorization])
+            let body = try await decode(InvalidateRequest.self, from: request)
+            return try json(try await registry.invalidateActivity(user: user, activityId: try context.parameter("activityId"), reason: body.reason))
+        }
+        api.put("activities/:activityId/frequent-updates") { request, context -> Response in
+            let user = try await authenticator.user(authorization: request.headers[.authorization])
+            let body = try await decode(FrequentUpdatesRequest.self, from: request)
+            return try json(try await registry.setFrequentUpdates(user: user, activityId: try context.parameter("activityId"), enabled: body.enabled))
+        }
+
+        let pushToStart = "apps/:bundleId/devices/:deviceId/push-to-start/:attributesType"
+        api.put(RouterPath(pushToStart)) { request, context -> Response in
+            let user = try await authenticator.user(authorization: request.headers[.authorization])
+            let body = try await decode(RegisterPushToStartTokenRequest.self, from: request)
+            let result = try await registry.registerPushToStartToken(
+                user: user, bundleId: try context.parameter("bundleId"), deviceId: try context.parameter("deviceId"),
+                attributesType: try context.parameter("attributesType"), body)
+            return try json(result, status: result.change == .registered ? .created : .ok)
+        }
+        api.get(RouterPath(pushToStart)) { request, context -> Response in
+            let user = try await authenticator.user(authorization: request.headers[.authorization])
+            return try json(
+                try registry.pushToStart(
+                    user: user, bundleId: try context.parameter("bundleId"), deviceId: try context.parameter("deviceId"),
+                    attributesType: try context.parameter("attributesType")))
+        }
+        api.post(RouterPath(pushToStart + "/invalidate")) { request, context -> Response in
+            let user = try await authenticator.user(authorization: request.headers[.authorization])
+            let body = try await decode(InvalidateRequest.self, from: request)
+            return try json(
+                try await registry.invalidatePushToStart(
+                    user: user, bundleId: try context.parameter("bundleId"), deviceId: try context.parameter("deviceId"),
+                    attributesType: try context.parameter("attributesType"), reason: body.reason))
+        }
+
+        /// Reads a JSON body of at most `maxBodyBytes`, decoding it by Islet's conventions.
+        @Sendable func decode<Body: Decodable>(_ type: Body.Type, from request: Request) async throws(APIError) -> Body {
+            guard let contentType = request.headers[.contentType], contentType.lowercased().hasPrefix("application/json") else {
+                throw APIError(.unsupportedMediaType, .unsupportedMediaType, reason: "the body must be application/json")
+            }
+            if let length = request.headers[.contentLength].flatMap(Int.init), length > maxBodyBytes {
+                throw APIError(.contentTooLarge, .bodyTooLarge, reason: "the body must be at most \(maxBodyBytes) bytes")
+            }
+            let buffer: ByteBuffer
+            do {
+                buffer = try await request.body.collect(upTo: maxBodyBytes)
+            } catch {
+                throw APIError(.contentTooLarge, .bodyTooLarge, reason: "the body must be at most \(maxBodyBytes) bytes")
+            }
+            do {
+                return try IsletJSON.decodeValue(type, from: Array(buffer.readableBytesView))
+            } catch {
+                throw APIError(.badRequest, .malformedBody, field: error.path.isEmpty ? nil : error.path, reason: error.message)
+            }
+        }
+    }
+}
+
+extension RequestContext {
+    /// A path parameter (the router guarantees it is there).
+    func parameter(_ name: String) throws(APIError) -> String {
+        guard let value = parameters.get(name) else { throw APIError.invalid(name, "is missing from the path") }
+        return value
+    }
+}
+
+/// A JSON response by Islet's conventions (camelCase, ISO 8601 dates, sorted keys).
+func json<Value: Encodable>(_ value: Value, status: HTTPResponse.Status = .ok) throws -> Response {
+    Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: try IsletJSON.encode(value))))
+}
+
+/// Turns every error of the API's routes into an ``APIError`` JSON answer: the API's own errors as
+/// they are, the framework's (no such route, wrong method) by their status, anything else 500
+/// (logged; the body reveals nothing).
+struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    let logger: Logger
+    private let metrics = RegistryMetrics()
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as APIError {
+            metrics.rejected(error)
+            return try error.response(from: request, context: context)
+        } catch let error as any HTTPResponseError {
+            let apiError: APIError =
+                switch error.status {
+                case .notFound: APIError(.notFound, .notFound, reason: "no such route")
+                case .methodNotAllowed: APIError(.methodNotAllowed, .notFound, reason: "this route does not take \(request.method)")
+                case .contentTooLarge: APIError(.contentTooLarge, .bodyTooLarge, reason: "the body is too large")
+                default: APIError(error.status, .malformedBody, reason: error.status.reasonPhrase)
+                }
+            metrics.rejected(apiError)
+            return try apiError.response(from: request, context: context)
+        } catch {
+            logger.error("request failed", metadata: ["http.path": "\(request.uri.path)", "error": "\(error)"])
+            return try APIError(.internalServerError, .unavailable, reason: "internal error").response(from: request, context: context)
+        }
+    }
+}

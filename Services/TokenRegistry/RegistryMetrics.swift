@@ -1,0 +1,38 @@
+import IsletMessages
+import Metrics
+
+/// token-registry's metrics (Prometheus names on /metrics). Request latency by route comes from
+/// Hummingbird's `MetricsMiddleware` (`http_server_request_duration_seconds`).
+struct RegistryMetrics: Sendable {
+    /// `islet_registry_changes_total{kind, change}`: registered, rotated, reactivated, updated, invalidated.
+    func changed(_ kind: TokenKind, _ change: Change) {
+        Counter(label: "islet_registry_changes_total", dimensions: [("kind", kind.rawValue), ("change", change.rawValue)]).increment()
+    }
+
+    /// `islet_registry_invalidations_total{reason}`.
+    func invalidated(_ reason: InvalidationReason) {
+        Counter(label: "islet_registry_invalidations_total", dimensions: [("reason", reason.rawValue)]).increment()
+    }
+
+    /// `islet_registry_rejections_total{status, error}`: refused requests.
+    func rejected(_ error: APIError) {
+        Counter(label: "islet_registry_rejections_total", dimensions: [("status", "\(error.status.code)"), ("error", error.code.rawValue)])
+            .increment()
+    }
+
+    /// `islet_registry_outcomes_total{decision}`: push outcomes read, and what came of them.
+    func outcome(_ decision: String) {
+        Counter(label: "islet_registry_outcomes_total", dimensions: [("decision", decision)]).increment()
+    }
+
+    /// `islet_registry_rebuild_seconds`: how long the last rebuild of the token table took.
+    func rebuilt(seconds: Double, records: Int) {
+        Gauge(label: "islet_registry_rebuild_seconds").record(seconds)
+        Gauge(label: "islet_registry_tokens").record(Double(records))
+    }
+
+    /// `islet_registry_tokens`: keys in the table.
+    func tokens(_ count: Int) {
+        Gauge(label: "islet_registry_tokens").record(Double(count))
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import IsletRuntime
+
+/// token-registry's own settings (besides ``ServiceSettings``), read from the environment.
+/// docs/configuration.md lists them.
+public struct RegistrySettings: Sendable {
+    /// A key that verifies the app's bearer JWTs.
+    public enum VerificationKey: Sendable, Equatable {
+        /// HS256 with a shared secret (at least 32 bytes).
+        case hs256(kid: String, secret: [UInt8])
+        /// ES256 with a P-256 public key in PEM.
+        case es256(kid: String, publicKeyPEM: String)
+
+        public var kid: String {
+            switch self {
+            case .hs256(let kid, _), .es256(let kid, _): kid
+            }
+        }
+    }
+
+    /// `ISLET_AUTH_HS256_KEYS`: `kid=secret` pairs, comma-separated; and `ISLET_AUTH_ES256_KEYS`:
+    /// `kid=path/to/public-key.pem` pairs. At least one key in all. A JWT names its key in `kid`.
+    public var verificationKeys: [VerificationKey]
+    /// `ISLET_AUTH_ISSUER` (optional): when set, a JWT's `iss` must equal it.
+    public var issuer: String?
+    /// `ISLET_AUTH_AUDIENCE` (optional): when set, a JWT's `aud` must contain it.
+    public var audience: String?
+    /// `ISLET_HTTP_MAX_BODY_BYTES` (default 8192): larger request bodies get 413.
+    public var maxBodyBytes: Int
+    /// `ISLET_GRPC_HOST` (default `0.0.0.0`) and `ISLET_GRPC_PORT` (default 9081): the backends' gRPC API.
+    public var grpcHost: String
+    public var grpcPort: Int
+    /// `ISLET_KAFKA_SEND_TIMEOUT_MS` (default 5000): an app's change not acknowledged by Kafka
+    /// within this time is answered 503 (the app retries; a late write is the same idempotent change).
+    public var sendTimeout: Duration
+
+    public init(
+        verificationKeys: [VerificationKey], issuer: String? = nil, audience: String? = nil, maxBodyBytes: Int = 8_192,
+        grpcHost: String = "0.0.0.0", grpcPort: Int = 9_081, sendTimeout: Duration = .seconds(5)
+    ) {
+        self.verificationKeys = verificationKeys
+        self.issuer = issuer
+        self.audience = audience
+        self.maxBodyBytes = maxBodyBytes
+        self.grpcHost = grpcHost
+        self.grpcPort = grpcPort
+        self.sendTimeout = sendTimeout
+    }
+
+    public init(from config: IsletConfig) throws(ConfigurationError) {
+        var keys: [VerificationKey] = []
+        for (kid, secret) in try config.properties("islet.auth.hs256.keys").sorted(by: { $0.key < $1.key }) {
+            guard secret.utf8.count >= 32 else {
+                throw ConfigurationError(key: "islet.auth.hs256.keys", problem: "secret of key \"\(kid)\" must be at least 32 bytes")
+            }
+            keys.append(.hs256(kid: kid, secret: Array(secret.utf8)))
+        }
+        for (kid, path) in try config.properties("islet.auth.es256.keys").sorted(by: { $0.key < $1.key }) {
+            guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw ConfigurationError(key: "islet.auth.es256.keys", problem: "cannot read the public key of \"\(kid)\" from \(path)")
+            }
+            keys.append(.es256(kid: kid, publicKeyPEM: pem))
+        }
+        guard !keys.isEmpty else {
+            throw ConfigurationError(
+                key: "islet.auth.hs256.keys", problem: "or ISLET_AUTH_ES256_KEYS must name at least one key to verify the app's JWTs")
+        }
+        self.init(
+            verificationKeys: keys,
+            issuer: config.optionalString("islet.auth.issuer"),
+            audience: config.optionalString("islet.auth.audience"),
+            maxBodyBytes: try config.int("islet.http.max.body.bytes", default: 8_192, range: 256...1_048_576),
+            grpcHost: try config.string("islet.grpc.host", default: "0.0.0.0"),
+            grpcPort: try config.int("islet.grpc.port", default: 9_081, range: 0...65_535),
+            sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)))
+    }
+}

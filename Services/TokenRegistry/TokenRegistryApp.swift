@@ -1,0 +1,63 @@
+import Hummingbird
+import IsletKafka
+import IsletMessages
+import IsletRuntime
+import Logging
+import ServiceLifecycle
+
+/// token-registry, assembled: what `main` runs.
+public struct TokenRegistryApp: Sendable {
+    /// The topics the registry reads and writes (tests use their own).
+    public struct Topics: Sendable {
+        public var tokens = IsletTopics.tokens.name
+        public var pushOutcomes = IsletTopics.pushOutcomes.name
+        public var deadLetters = IsletTopics.deadLetters.name
+        public init() {}
+    }
+
+    public let registry: Registry
+    public let producer: KafkaProducer
+    public let grpc: GRPCServerService
+    /// In start order; ``ServiceRuntime/run(_:)`` stops them in reverse (HTTP first, the producer last).
+    public let services: [any Service]
+
+    /// The readiness check that turns ready once the token table is rebuilt.
+    public static let tableCheck = "tokens-table"
+
+    public init(runtime: ServiceRuntime, settings: RegistrySettings, topics: Topics = Topics()) async throws {
+        let logger = runtime.logger
+        var producerConfiguration = runtime.settings.producerConfiguration()
+        // A change the app waits for fails within sendTimeout instead of librdkafka's 30 s default.
+        if producerConfiguration.settings["message.timeout.ms"] == nil {
+            producerConfiguration.settings["message.timeout.ms"] = "\(Int(settings.sendTimeout / .milliseconds(1)))"
+        }
+        let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
+        let registry = Registry(table: TokenTable(), publisher: KafkaTokenPublisher(producer: producer, topic: topics.tokens), logger: logger)
+
+        let replica = try KafkaConsumer(
+            configuration: .replica(
+                bootstrapServers: runtime.settings.kafkaBootstrap, topics: [topics.tokens], clientID: runtime.settings.serviceName,
+                settings: runtime.settings.consumerProperties),
+            logger: logger)
+        let health = runtime.health
+        health.register(Self.tableCheck)
+        let loader = TokenTableLoader(consumer: replica, registry: registry, logger: logger) { health.setReady(Self.tableCheck) }
+
+        let outcomes = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.pushOutcomes]), logger: logger)
+        let listener = OutcomeListener(
+            consumer: outcomes, deadLetters: DeadLetterWriter(
+                producer: producer, consumer: outcomes, service: runtime.settings.serviceName, logger: logger, topic: topics.deadLetters),
+            registry: registry, logger: logger)
+
+        let authenticator = try await Authenticator(settings: settings)
+        let router = runtime.makeRouter()
+        router.add(middleware: MetricsMiddleware())
+        RegistryHTTPAPI(registry: registry, authenticator: authenticator, maxBodyBytes: settings.maxBodyBytes, logger: logger).addRoutes(to: router)
+        let grpc = GRPCServerService(host: settings.grpcHost, port: settings.grpcPort, services: [RegistryGRPCService(registry: registry)])
+
+        self.registry = registry
+        self.producer = producer
+        self.grpc = grpc
+        self.services = [producer, loader, listener, grpc, runtime.httpServer(router: router.buildResponder())]
+    }
+}

@@ -1,0 +1,92 @@
+import IsletKafka
+import IsletMessages
+import Synchronization
+
+/// The registry's state: the latest ``TokenRecord`` of every key of `islet.tokens.v1`, with the
+/// indexes the API needs (a user's activities, a device's owner).
+///
+/// It is built from the topic (``TokenTableLoader``) and updated by the registry's own writes as
+/// soon as Kafka acknowledges them. Both paths may apply the same record, in either order: a
+/// record is applied only if it is newer in its partition than what the key holds, so the table
+/// never moves back.
+public final class TokenTable: Sendable {
+    /// Where a record sits in the topic.
+    public struct Position: Sendable, Hashable {
+        public var partition: Int32
+        public var offset: Int64
+
+        public init(partition: Int32, offset: Int64) {
+            self.partition = partition
+            self.offset = offset
+        }
+    }
+
+    struct Entry: Sendable {
+        var record: TokenRecord
+        var position: Position?
+    }
+
+    private struct State {
+        var entries: [String: Entry] = [:]
+        /// user → keys of their update tokens.
+        var activitiesByUser: [String: Set<String>] = [:]
+        /// `bundleId:deviceId` → the user who first registered a token for that device.
+        var deviceOwners: [String: String] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// Applies a record read from, or acknowledged by, the topic; returns whether it changed the table.
+    @discardableResult
+    public func apply(_ record: TokenRecord, key: String, at position: Position?) -> Bool {
+        state.withLock { state in
+            if let current = state.entries[key], let old = current.position, let new = position,
+                old.partition == new.partition, new.offset <= old.offset
+            {
+                return false
+            }
+            state.entries[key] = Entry(record: record, position: position)
+            if record.kind == .update {
+                state.activitiesByUser[record.userId, default: []].insert(key)
+            }
+            if let deviceId = record.deviceId {
+                let device = Self.deviceKey(bundleId: record.app.bundleId, deviceId: deviceId)
+                if state.deviceOwners[device] == nil { state.deviceOwners[device] = record.userId }
+            }
+            return true
+        }
+    }
+
+    /// A tombstone: the key was deleted from the compacted topic.
+    public func remove(key: String, at position: Position?) {
+        state.withLock { state in
+            guard let current = state.entries[key] else { return }
+            if let old = current.position, let new = position, old.partition == new.partition, new.offset <= old.offset { return }
+            state.entries[key] = nil
+            state.activitiesByUser[current.record.userId]?.remove(key)
+        }
+    }
+
+    public func record(forKey key: String) -> TokenRecord? {
+        state.withLock { $0.entries[key]?.record }
+    }
+
+    /// The user who owns a device's tokens, if any were registered.
+    public func owner(bundleId: String, deviceId: String) -> String? {
+        state.withLock { $0.deviceOwners[Self.deviceKey(bundleId: bundleId, deviceId: deviceId)] }
+    }
+
+    /// A user's update tokens in `states`, most recently registered first, at most `limit`.
+    public func activities(ofUser user: String, in states: Set<TokenState>, limit: Int) -> [TokenRecord] {
+        let records = state.withLock { state in
+            (state.activitiesByUser[user] ?? []).compactMap { state.entries[$0]?.record }.filter { states.contains($0.state) }
+        }
+        return Array(records.sorted { ($0.registeredAt, $0.activityId ?? "") > ($1.registeredAt, $1.activityId ?? "") }.prefix(limit))
+    }
+
+    public var count: Int { state.withLock { $0.entries.count } }
+
+    private static func deviceKey(bundleId: String, deviceId: String) -> String { "\(bundleId):\(deviceId)" }
+}

@@ -1,0 +1,162 @@
+import Foundation
+import IsletMessages
+import Testing
+@testable import TokenRegistry
+
+@Suite("Registry rules")
+struct RegistryTests {
+    let clock = TestClock()
+    let publisher = RecordingPublisher()
+
+    func makeRegistry() -> Registry {
+        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
+        registry.markReady()
+        return registry
+    }
+
+    @Test("registering writes one active record keyed by the activity; repeating it writes nothing")
+    func registerIsIdempotent() async throws {
+        let registry = makeRegistry()
+        let first = try await registry.registerActivityToken(user: "u1", activityId: "order-42", activityRequest())
+        #expect(first.change == .registered)
+        #expect(first.token.state == .active)
+        #expect(first.token.tokenFingerprint == TokenFingerprint.of(token: hexToken(1)))
+        let again = try await registry.registerActivityToken(user: "u1", activityId: "order-42", activityRequest())
+        #expect(again.change == .unchanged)
+        #expect(publisher.records.count == 1)
+        let record = try #require(publisher.records.first)
+        #expect(record.key == "order-42")
+        #expect(record.userId == "u1")
+        #expect(record.token == hexToken(1))
+        #expect(throws: Never.self) { try record.validate() }
+    }
+
+    @Test("a new token rotates: the record carries it with a new registration time; uppercase hex is the same token")
+    func rotation() async throws {
+        let registry = makeRegistry()
+        _ = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest())
+        clock.advance(60)
+        let rotated = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest(token: hexToken(2)))
+        #expect(rotated.change == .rotated)
+        #expect(rotated.token.registeredAt == clock.now)
+        let same = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest(token: hexToken(2).uppercased()))
+        #expect(same.change == .unchanged)
+        #expect(publisher.records.map(\.token) == [hexToken(1), hexToken(2)])
+    }
+
+    @Test("another user cannot register, read, invalidate or change someone's activity, and nothing is written")
+    func ownership() async throws {
+        let registry = makeRegistry()
+        _ = try await registry.registerActivityToken(user: "alice", activityId: "a1", activityRequest())
+        let taken = await #expect(throws: APIError.self) {
+            try await registry.registerActivityToken(user: "mallory", activityId: "a1", activityRequest(token: hexToken(9)))
+        }
+        #expect(taken?.status == .forbidden)
+        #expect(throws: APIError.notFound) { try registry.activity(user: "mallory", activityId: "a1") }
+        await #expect(throws: APIError.notFound) { try await registry.invalidateActivity(user: "mallory", activityId: "a1", reason: .userDismissed) }
+        await #expect(throws: APIError.notFound) { try await registry.setFrequentUpdates(user: "mallory", activityId: "a1", enabled: true) }
+        #expect(publisher.records.count == 1)
+    }
+
+    @Test("an activity the app ended cannot be registered again; one APNs invalidated can")
+    func endedVersusDead() async throws {
+        let registry = makeRegistry()
+        _ = try await registry.registerActivityToken(user: "u", activityId: "ended", activityRequest())
+        let ended = try await registry.invalidateActivity(user: "u", activityId: "ended", reason: .clientEnded)
+        #expect(ended.change == .invalidated)
+        #expect(ended.token.invalidation?.reason == .clientEnded)
+        let again = try await registry.invalidateActivity(user: "u", activityId: "ended", reason: .clientEnded)
+        #expect(again.change == .unchanged)
+        let refused = await #expect(throws: APIError.self) {
+            try await registry.registerActivityToken(user: "u", activityId: "ended", activityRequest(token: hexToken(3)))
+        }
+        #expect(refused?.status == .conflict)
+
+        _ = try await registry.registerActivityToken(user: "u", activityId: "dead", activityRequest())
+        clock.advance(10)
+        try await registry.handle(outcome(for: "dead", token: hexToken(1), status: 410, reason: "Unregistered", timestamp: clock.now))
+        #expect(registry.table.record(forKey: "dead")?.state == .invalidated)
+        clock.advance(10)
+        let revived = try await registry.registerActivityToken(user: "u", activityId: "dead", activityRequest())
+        #expect(revived.change == .reactivated)
+        #expect(revived.token.state == .active)
+        #expect(revived.token.invalidation == nil)
+    }
+
+    @Test("the frequent-updates flag follows the app's reports")
+    func frequentUpdates() async throws {
+        let registry = makeRegistry()
+        _ = try await registry.registerActivityToken(user: "u", activityId: "a", activityRequest(frequent: true))
+        let off = try await registry.setFrequentUpdates(user: "u", activityId: "a", enabled: false)
+        #expect(off.change == .updated)
+        #expect(off.token.frequentUpdatesEnabled == false)
+        #expect(try await registry.setFrequentUpdates(user: "u", activityId: "a", enabled: false).change == .unchanged)
+        #expect(publisher.records.map(\.frequentUpdatesEnabled) == [true, false])
+    }
+
+    @Test("push-to-start tokens are keyed by app, device and attributes type; a device belongs to its first user")
+    func pushToStart() async throws {
+        let registry = makeRegistry()
+        let body = RegisterPushToStartTokenRequest(token: hexToken(5), environment: .sandbox, frequentUpdatesEnabled: false, appVersion: "17.2")
+        let result = try await registry.registerPushToStartToken(
+            user: "u", bundleId: "com.example.ride", deviceId: "device-1", attributesType: "RideAttributes", body)
+        #expect(result.change == .registered)
+        #expect(publisher.records.last?.key == "pts:com.example.ride:device-1:RideAttributes")
+        #expect(publisher.records.last?.kind == .pushToStart)
+        let other = await #expect(throws: APIError.self) {
+            try await registry.registerPushToStartToken(
+                user: "v", bundleId: "com.example.ride", deviceId: "device-1", attributesType: "OtherAttributes", body)
+        }
+        #expect(other?.status == .forbidden)
+        let view = try registry.pushToStart(user: "u", bundleId: "com.example.ride", deviceId: "device-1", attributesType: "RideAttributes")
+        #expect(view.app.environment == .sandbox)
+    }
+
+    @Test("when Kafka does not acknowledge, the answer is 503 and the table is unchanged")
+    func kafkaDown() async throws {
+        let registry = makeRegistry()
+        publisher.refuse(true)
+        let error = await #expect(throws: APIError.self) {
+            try await registry.registerActivityToken(user: "u", activityId: "a", activityRequest())
+        }
+        #expect(error?.status == .serviceUnavailable)
+        #expect(registry.table.record(forKey: "a") == nil)
+        publisher.refuse(false)
+        #expect(try await registry.registerActivityToken(user: "u", activityId: "a", activityRequest()).change == .registered)
+    }
+
+    @Test("until the table is rebuilt, every call is 503")
+    func notReady() async throws {
+        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger)
+        let error = await #expect(throws: APIError.self) {
+            try await registry.registerActivityToken(user: "u", activityId: "a", activityRequest())
+        }
+        #expect(error?.status == .serviceUnavailable)
+        #expect(throws: APIError.self) { try registry.activity(user: "u", activityId: "a") }
+        #expect(publisher.records.isEmpty)
+    }
+
+    @Test("concurrent registrations of one activity are decided one at a time: one registers, the rest rotate or change nothing")
+    func concurrentWrites() async throws {
+        let registry = makeRegistry()
+        let changes = try await withThrowingTaskGroup(of: Change.self) { group in
+            for i in 0..<20 {
+                group.addTask { try await registry.registerActivityToken(user: "u", activityId: "a", activityRequest(token: hexToken(i % 2))).change }
+            }
+            return try await group.reduce(into: [Change]()) { $0.append($1) }
+        }
+        #expect(changes.filter { $0 == .registered }.count == 1)
+        // Every write was decided against the state the previous one left.
+        let tokens = publisher.records.map(\.token)
+        #expect(zip(tokens, tokens.dropFirst()).allSatisfy { $0 != $1 })
+    }
+
+    func outcome(
+        for key: String, token: String, status: Int, reason: String, timestamp: Date? = nil, completedAt: Date? = nil
+    ) -> PushOutcome {
+        PushOutcome(
+            requestId: "r-\(UUID())", activityId: key, result: .tokenInvalid,
+            apns: .init(status: status, reason: reason, apnsId: nil, timestamp: timestamp), priorityUsed: 10, attempts: 1,
+            tokenFingerprint: TokenFingerprint.of(token: token), completedAt: completedAt ?? clock.now)
+    }
+}

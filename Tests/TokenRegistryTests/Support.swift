@@ -1,0 +1,84 @@
+import Foundation
+import IsletMessages
+import JWTKit
+import Logging
+import Synchronization
+@testable import TokenRegistry
+
+let quietLogger: Logger = {
+    var logger = Logger(label: "islet.test.registry")
+    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
+    return logger
+}()
+
+/// A publisher that keeps what it was given, in order, and can be told to refuse (Kafka down).
+final class RecordingPublisher: TokenRecordPublisher {
+    private let state = Mutex<(records: [TokenRecord], refusing: Bool)>(([], false))
+
+    var records: [TokenRecord] { state.withLock { $0.records } }
+    func refuse(_ refusing: Bool) { state.withLock { $0.refusing = refusing } }
+
+    func publish(_ record: TokenRecord) async throws -> TokenTable.Position? {
+        try state.withLock { state in
+            if state.refusing { throw TestKafkaDown() }
+            state.records.append(record)
+            return TokenTable.Position(partition: 0, offset: Int64(state.records.count - 1))
+        }
+    }
+}
+
+struct TestKafkaDown: Error {}
+
+/// A clock tests move by hand.
+final class TestClock: Sendable {
+    private let current = Mutex(Date(timeIntervalSince1970: 1_795_000_000))
+    var now: Date { current.withLock { $0 } }
+    func advance(_ seconds: TimeInterval) { current.withLock { $0 = $0.addingTimeInterval(seconds) } }
+}
+
+/// Keys and JWTs for tests: an HS256 key "hs" and an ES256 key "es".
+enum TestKeys {
+    static let hsSecret = "a-test-secret-that-is-at-least-32-bytes-long"
+    static let esPrivate = ES256PrivateKey()
+    static var settings: RegistrySettings {
+        RegistrySettings(verificationKeys: [
+            .hs256(kid: "hs", secret: Array(hsSecret.utf8)), .es256(kid: "es", publicKeyPEM: esPrivate.publicKey.pemRepresentation),
+        ])
+    }
+
+    struct Claims: JWTPayload {
+        var sub: SubjectClaim
+        var exp: ExpirationClaim
+        var iss: IssuerClaim?
+        var aud: AudienceClaim?
+        func verify(using algorithm: some JWTAlgorithm) async throws {}
+    }
+
+    /// A bearer header for `user`, signed by the key `kid` (`hs` or `es`), expiring in `expiresIn` seconds.
+    /// `es-as-hs` makes an HS256 token that names the ES256 key (an algorithm-confusion attempt).
+    static func bearer(
+        _ user: String, kid: String = "hs", expiresIn: TimeInterval = 3_600, now: Date = Date(), secret: String = hsSecret
+    ) async throws -> String {
+        let keys = JWTKeyCollection()
+        let signingKid = kid == "es-as-hs" ? "es" : kid
+        if kid == "es" {
+            await keys.add(ecdsa: esPrivate, kid: "es")
+        } else {
+            await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256, kid: JWKIdentifier(string: signingKid))
+        }
+        let token = try await keys.sign(
+            Claims(sub: .init(value: user), exp: .init(value: now.addingTimeInterval(expiresIn))), kid: JWKIdentifier(string: signingKid))
+        return "Bearer \(token)"
+    }
+}
+
+/// A token of `bytes` bytes, as hex, distinct per `seed`.
+func hexToken(_ seed: Int, bytes: Int = 80) -> String {
+    (0..<bytes).map { i in String(format: "%02x", (seed &* 31 &+ i &* 7) & 0xFF) }.joined()
+}
+
+func activityRequest(token: String = hexToken(1), frequent: Bool = false, version: String = "5.2.0") -> RegisterActivityTokenRequest {
+    RegisterActivityTokenRequest(
+        token: token, attributesType: "DeliveryAttributes", app: AppTarget(bundleId: "com.example.food", environment: .production),
+        frequentUpdatesEnabled: frequent, appVersion: version)
+}
