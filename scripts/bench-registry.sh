@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# token-registry throughput: registrations per second end to end (HTTP request → record
+# acknowledged by Kafka → answer), side by side with the same server's cheapest authenticated
+# route that writes nothing (GET an activity), in alternating rounds against the local broker.
+# Load from wrk (Debian) on keep-alive connections; prints medians, the ratio and p99 latency.
+#
+#   scripts/bench-registry.sh            # 5 rounds of 15 s each, 2 wrk threads, 32 connections
+#   ROUNDS=3 DURATION=10 CONNECTIONS=64 scripts/bench-registry.sh
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
+mkdir -p "$ISLET_RUN_DIR"
+rounds=${ROUNDS:-5}
+duration=${DURATION:-15}
+connections=${CONNECTIONS:-32}
+
+scripts/bootstrap.sh
+if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"; $sudo apt-get install -y -q wrk curl >/dev/null
+fi
+swift build -c release --product token-registry >/dev/null
+swift build -c release --product islet-kafka-bench >/dev/null
+bin=$(swift build -c release --show-bin-path)
+
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT INT TERM
+
+eval "$(scripts/broker.sh)"
+pids+=("$ISLET_BROKER_PID")
+for topic in islet.tokens.v1 islet.push-outcomes.v1 islet.dlq.v1; do
+  "$bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
+done
+
+secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=$port ISLET_GRPC_PORT=0 \
+  ISLET_AUTH_HS256_KEYS="bench=$secret" ISLET_LOG_LEVEL=warning \
+  "$bin/token-registry" >"$ISLET_RUN_DIR/bench-registry.log" 2>&1 &
+pids+=("$!")
+url="http://127.0.0.1:$port"
+for _ in $(seq 1 300); do
+  curl -sf "$url/health" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -sf "$url/health" >/dev/null || { echo "token-registry did not become ready; its log:"; cat "$ISLET_RUN_DIR/bench-registry.log"; exit 1; }
+
+# An HS256 JWT for one user, valid for an hour.
+export BENCH_JWT=$(python3 - "$secret" <<'PY'
+import base64, hashlib, hmac, json, sys, time
+enc = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+header = enc(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "bench"}).encode())
+claims = enc(json.dumps({"sub": "bench-user", "exp": int(time.time()) + 3600}).encode())
+signature = enc(hmac.new(sys.argv[1].encode(), f"{header}.{claims}".encode(), hashlib.sha256).digest())
+print(f"{header}.{claims}.{signature}")
+PY
+)
+export BENCH_ACTIVITY=bench-read
+curl -sf -X PUT "$url/v1/activities/$BENCH_ACTIVITY/token" -H "Authorization: Bearer $BENCH_JWT" -H "Content-Type: application/json" \
+  -d "{\"token\":\"$(printf 'cd%.0s' $(seq 1 80))\",\"attributesType\":\"DeliveryAttributes\",\"app\":{\"bundleId\":\"com.example.food\",\"environment\":\"production\"},\"frequentUpdatesEnabled\":false,\"appVersion\":\"5.2.0\"}" >/dev/null
+
+results="$ISLET_RUN_DIR/bench-registry.tsv"
+: > "$results"
+wrk_json() { wrk -t2 -c"$connections" -d"${duration}s" --timeout 10s -s "$1" "$url" | grep '^{' ; }
+# A short warm-up of both routes.
+BENCH_RUN=warm DURATION=3 wrk -t2 -c"$connections" -d3s -s Benchmarks/TokenRegistry/register.lua "$url" >/dev/null
+wrk -t2 -c"$connections" -d3s -s Benchmarks/TokenRegistry/read.lua "$url" >/dev/null
+for r in $(seq 1 "$rounds"); do
+  export BENCH_RUN="r$r-$RANDOM"
+  if [ $((r % 2)) -eq 1 ]; then
+    w=$(wrk_json Benchmarks/TokenRegistry/register.lua); g=$(wrk_json Benchmarks/TokenRegistry/read.lua)
+  else
+    g=$(wrk_json Benchmarks/TokenRegistry/read.lua); w=$(wrk_json Benchmarks/TokenRegistry/register.lua)
+  fi
+  printf '%s\t%s\t%s\n' "$r" "$w" "$g" | tee -a "$results"
+done
+
+python3 - "$results" <<'PY'
+import json, statistics, sys
+rows = [line.split("\t") for line in open(sys.argv[1]).read().splitlines() if line]
+w = [json.loads(r[1]) for r in rows]; g = [json.loads(r[2]) for r in rows]
+rate = lambda x: x["requests"] / x["seconds"]
+med = lambda xs, f: statistics.median(f(x) for x in xs)
+for name, xs in (("register (PUT, Kafka write)", w), ("read (GET, no write)", g)):
+    bad = sum(x["non2xx"] + x["errors"] for x in xs)
+    print(f"{name:<30} {med(xs, rate):>10,.0f} req/s   p50 {med(xs, lambda x: x['p50ms']):6.2f} ms   p99 {med(xs, lambda x: x['p99ms']):6.2f} ms   non-2xx/errors {bad}")
+print(f"ratio register / read: {med(w, rate) / med(g, rate):.2f}   (medians over {len(rows)} rounds)")
+PY
