@@ -22,6 +22,8 @@ let package = Package(
         .library(name: "IsletRuntime", targets: ["IsletRuntime"]),
         .library(name: "IsletProtos", targets: ["IsletProtos"]),
         .executable(name: "token-registry", targets: ["TokenRegistryExecutable"]),
+        .executable(name: "apns-simulator", targets: ["APNsSimulatorExecutable"]),
+        .executable(name: "apns-dispatcher", targets: ["APNsDispatcherExecutable"]),
         .executable(name: "islet-kafka-bench", targets: ["IsletKafkaBench"]),
     ],
     dependencies: [
@@ -38,6 +40,11 @@ let package = Package(
         .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
         .package(url: "https://github.com/grpc/grpc-swift-protobuf", from: "2.4.1"),
         .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-http2", from: "1.46.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     ],
     targets: [
         // librdkafka (>= 2.3) through pkg-config; scripts/bootstrap.sh installs it.
@@ -102,11 +109,24 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // The token table every service that sends or builds pushes keeps, rebuilt from islet.tokens.v1.
+        .target(
+            name: "IsletTokens",
+            dependencies: [
+                "IsletMessages", "IsletKafka",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Shared/IsletTokens",
+            swiftSettings: strict
+        ),
+
         // token-registry: push tokens and activity lifecycle (HTTP/JSON for the app, gRPC for backends).
         .target(
             name: "TokenRegistry",
             dependencies: [
-                "IsletMessages", "IsletKafka", "IsletRuntime", "IsletProtos",
+                "IsletMessages", "IsletKafka", "IsletRuntime", "IsletProtos", "IsletTokens",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
@@ -122,6 +142,63 @@ let package = Package(
             name: "TokenRegistryExecutable",
             dependencies: ["TokenRegistry", "IsletRuntime"],
             path: "Services/TokenRegistryExecutable",
+            swiftSettings: strict
+        ),
+
+        // The APNs simulator: the provider API over HTTP/2 + TLS, with faults on command and a record of what it accepted.
+        .target(
+            name: "APNsSimulator",
+            dependencies: [
+                "IsletMessages", "IsletRuntime",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/APNsSimulator",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "APNsSimulatorExecutable",
+            dependencies: [
+                "APNsSimulator", "IsletRuntime",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/APNsSimulatorExecutable",
+            swiftSettings: strict
+        ),
+
+        // apns-dispatcher: HTTP/2 to APNs with budgets, coalescing, retries and one outcome per request.
+        .target(
+            name: "APNsDispatcher",
+            dependencies: [
+                "IsletMessages", "IsletKafka", "IsletRuntime", "IsletTokens",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/APNsDispatcher",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "APNsDispatcherExecutable",
+            dependencies: ["APNsDispatcher", "IsletRuntime"],
+            path: "Services/APNsDispatcherExecutable",
             swiftSettings: strict
         ),
 
@@ -179,7 +256,7 @@ let package = Package(
         .testTarget(
             name: "TokenRegistryTests",
             dependencies: [
-                "TokenRegistry", "IsletMessages", "IsletKafka", "IsletRuntime", "IsletProtos",
+                "TokenRegistry", "IsletMessages", "IsletKafka", "IsletRuntime", "IsletProtos", "IsletTokens",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "JWTKit", package: "jwt-kit"),
@@ -195,7 +272,7 @@ let package = Package(
         .testTarget(
             name: "TokenRegistryIntegrationTests",
             dependencies: [
-                "TokenRegistry", "IsletMessages", "IsletKafka", "IsletRuntime",
+                "TokenRegistry", "IsletMessages", "IsletKafka", "IsletRuntime", "IsletTokens",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "JWTKit", package: "jwt-kit"),
@@ -203,6 +280,32 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Tests/TokenRegistryIntegrationTests",
+            swiftSettings: strict
+        ),
+        // The APNs simulator and the dispatcher without a broker: validation, JWTs, policies, and the
+        // HTTP/2 client against the simulator over TLS with every APNs answer and fault.
+        .testTarget(
+            name: "APNsTests",
+            dependencies: [
+                "APNsSimulator", "APNsDispatcher", "IsletMessages", "IsletTokens",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Tests/APNsTests",
+            swiftSettings: strict
+        ),
+        // apns-dispatcher against the broker and the simulator: requests in, pushes out, one outcome each.
+        .testTarget(
+            name: "APNsDispatcherIntegrationTests",
+            dependencies: [
+                "APNsSimulator", "APNsDispatcher", "IsletMessages", "IsletKafka", "IsletRuntime", "IsletTokens",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Tests/APNsDispatcherIntegrationTests",
             swiftSettings: strict
         ),
         .testTarget(

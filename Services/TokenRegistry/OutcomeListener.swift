@@ -24,7 +24,8 @@ public struct OutcomeListener: Service {
     public func run() async throws {
         // Join the group only once the table is complete.
         while !registry.isReady {
-            try await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(50)) }
+            // Shut down before the table was ready: nothing to stop.
+            guard (try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(50)) }) != nil else { return }
         }
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await consumer.run() }

@@ -1,6 +1,7 @@
 import Foundation
 import IsletKafka
 import IsletMessages
+import IsletTokens
 import Logging
 import Synchronization
 

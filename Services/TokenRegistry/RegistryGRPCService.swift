@@ -2,6 +2,7 @@ import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2
 import IsletMessages
+import IsletTokens
 import IsletProtos
 import Logging
 import ServiceLifecycle

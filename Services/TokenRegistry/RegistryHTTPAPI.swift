@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import IsletMessages
+import IsletTokens
 import Logging
 
 /// The app's HTTP/JSON API. Every route needs a bearer JWT; every refusal is an ``APIError``

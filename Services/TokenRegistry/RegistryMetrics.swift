@@ -1,4 +1,5 @@
 import IsletMessages
+import IsletTokens
 import Metrics
 
 /// token-registry's metrics (Prometheus names on /metrics). Request latency by route comes from
@@ -23,16 +24,5 @@ struct RegistryMetrics: Sendable {
     /// `islet_registry_outcomes_total{decision}`: push outcomes read, and what came of them.
     func outcome(_ decision: String) {
         Counter(label: "islet_registry_outcomes_total", dimensions: [("decision", decision)]).increment()
-    }
-
-    /// `islet_registry_rebuild_seconds`: how long the last rebuild of the token table took.
-    func rebuilt(seconds: Double, records: Int) {
-        Gauge(label: "islet_registry_rebuild_seconds").record(seconds)
-        Gauge(label: "islet_registry_tokens").record(Double(records))
-    }
-
-    /// `islet_registry_tokens`: keys in the table.
-    func tokens(_ count: Int) {
-        Gauge(label: "islet_registry_tokens").record(Double(count))
     }
 }

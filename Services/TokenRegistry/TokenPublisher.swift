@@ -1,5 +1,6 @@
 import IsletKafka
 import IsletMessages
+import IsletTokens
 
 /// Where the registry persists its changes: `islet.tokens.v1`. A change counts only once this
 /// returns (the record is acknowledged by Kafka).

@@ -2,6 +2,7 @@ import Hummingbird
 import IsletKafka
 import IsletMessages
 import IsletRuntime
+import IsletTokens
 import Logging
 import ServiceLifecycle
 
@@ -41,7 +42,10 @@ public struct TokenRegistryApp: Sendable {
             logger: logger)
         let health = runtime.health
         health.register(Self.tableCheck)
-        let loader = TokenTableLoader(consumer: replica, registry: registry, logger: logger) { health.setReady(Self.tableCheck) }
+        let loader = TokenTableLoader(consumer: replica, table: registry.table, service: runtime.settings.serviceName, logger: logger) {
+            registry.markReady()
+            health.setReady(Self.tableCheck)
+        }
 
         let outcomes = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.pushOutcomes]), logger: logger)
         let listener = OutcomeListener(

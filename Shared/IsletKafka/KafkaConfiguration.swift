@@ -1,3 +1,5 @@
+import Foundation
+
 /// Configuration of a ``KafkaProducer``.
 ///
 /// librdkafka properties keep their own dotted names in ``settings`` so that librdkafka's
@@ -127,16 +129,26 @@ public struct KafkaConsumerConfiguration: Sendable {
     ]
 
     /// A replica of `topics`: every partition from its first offset, no group (see ``Membership/replica``).
+    /// - Parameters:
+    ///   - partitions: only these partitions of the topics (default: all of them).
+    ///   - since: start at the first record written at or after this time, instead of the first offset.
     public static func replica(
-        bootstrapServers: String, topics: [String], clientID: String = "islet", bufferCapacity: Int = 4_096,
-        settings: [String: String] = [:]
+        bootstrapServers: String, topics: [String], partitions: [Int32]? = nil, since: Date? = nil, clientID: String = "islet",
+        bufferCapacity: Int = 4_096, settings: [String: String] = [:]
     ) -> KafkaConsumerConfiguration {
         var configuration = KafkaConsumerConfiguration(
             bootstrapServers: bootstrapServers, groupID: "", topics: topics, clientID: clientID, offsetReset: .earliest,
             bufferCapacity: bufferCapacity, settings: settings)
         configuration.membership = .replica
+        configuration.replicaPartitions = partitions
+        configuration.replicaSince = since
         return configuration
     }
+
+    /// A replica's partitions (`nil`: all).
+    public var replicaPartitions: [Int32]?
+    /// Where a replica starts: the first record at or after this time (`nil`: the first offset).
+    public var replicaSince: Date?
 
     public init(
         bootstrapServers: String,

@@ -94,6 +94,8 @@ public final class KafkaConsumer: Service, Sendable {
         let core = self.core
         let topics = configuration.topics
         let membership = configuration.membership
+        let replicaPartitions = configuration.replicaPartitions
+        let replicaSince = configuration.replicaSince.map { Int64(($0.timeIntervalSince1970 * 1_000).rounded(.down)) }
         let batchSize = configuration.batchSize
         let logger = self.logger
         let subscribeError: KafkaError? = await withTaskCancellationHandler {
@@ -107,7 +109,7 @@ public final class KafkaConsumer: Service, Sendable {
                             try client.subscribe(topics)
                         case .replica:
                             // No group, no rebalances: the whole topics, assigned once, from the start.
-                            core.didAssign(try client.assignFromBeginning(topics))
+                            core.didAssign(try client.assignReplica(topics, partitions: replicaPartitions, sinceMilliseconds: replicaSince))
                         }
                     } catch {
                         core.finishEvents()

@@ -1,5 +1,6 @@
 import Foundation
 import IsletMessages
+import IsletTokens
 import JWTKit
 import Logging
 import Synchronization

@@ -229,6 +229,7 @@ enum RDKafkaConstants {
     static let purgeInFlight: Int32 = 0x2  // RD_KAFKA_PURGE_F_INFLIGHT
     static let partitionUnassigned: Int32 = -1  // RD_KAFKA_PARTITION_UA
     static let offsetBeginning: Int64 = -2  // RD_KAFKA_OFFSET_BEGINNING
+    static let offsetEnd: Int64 = -1  // RD_KAFKA_OFFSET_END
 }
 
 // MARK: - Errors

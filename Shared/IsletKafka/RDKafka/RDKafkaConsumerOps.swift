@@ -224,20 +224,36 @@ extension RDKafkaClient {
         }
     }
 
-    /// Assigns every partition of `topics` (from the cluster's metadata) at its first offset,
-    /// without a group. Blocking (asks the cluster for metadata).
-    func assignFromBeginning(_ topics: [String]) throws(KafkaError) -> [KafkaTopicPartition] {
+    /// Assigns the partitions of `topics` (all, or those numbered in `partitions`) without a group,
+    /// at their first offset or at the first record written at or after `sinceMilliseconds`.
+    /// Blocking (asks the cluster for metadata, and for offsets by time).
+    func assignReplica(_ topics: [String], partitions only: [Int32]?, sinceMilliseconds: Int64?) throws(KafkaError) -> [KafkaTopicPartition] {
         var partitions: [KafkaTopicPartition] = []
         for topic in topics {
             guard let count = try partitionCount(topic: topic, timeoutMilliseconds: 10_000) else {
                 throw KafkaError(code: .consumer, message: "cannot read \(topic): the topic does not exist")
             }
-            partitions += (0..<Int32(count)).map { KafkaTopicPartition(topic: topic, partition: $0) }
+            let numbers = only ?? Array(0..<Int32(count))
+            if let missing = numbers.first(where: { $0 < 0 || $0 >= Int32(count) }) {
+                throw KafkaError(code: .consumer, message: "\(topic) has no partition \(missing) (it has \(count))")
+            }
+            partitions += numbers.map { KafkaTopicPartition(topic: topic, partition: $0) }
         }
         let list = rd_kafka_topic_partition_list_new(Int32(partitions.count))!
         defer { rd_kafka_topic_partition_list_destroy(list) }
         for tp in partitions {
-            rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)!.pointee.offset = RDKafkaConstants.offsetBeginning
+            // offsets_for_times takes the timestamp in the offset field and answers the offset there.
+            rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)!.pointee.offset = sinceMilliseconds ?? RDKafkaConstants.offsetBeginning
+        }
+        if sinceMilliseconds != nil {
+            let result = rd_kafka_offsets_for_times(handle, list, 10_000)
+            guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {
+                throw KafkaError(code: .consumer, result, context: "offsets by time of \(topics)")
+            }
+            for i in 0..<Int(list.pointee.cnt) where list.pointee.elems[i].offset < 0 {
+                // No record at or after the time: start at the end.
+                list.pointee.elems[i].offset = RDKafkaConstants.offsetEnd
+            }
         }
         let result = rd_kafka_assign(handle, list)
         guard result == RD_KAFKA_RESP_ERR_NO_ERROR else {

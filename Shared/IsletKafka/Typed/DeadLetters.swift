@@ -47,13 +47,14 @@ public struct DeadLetterWriter: Sendable {
     }
 
     /// Why a record is not a valid message.
-    struct Rejection: Error {
-        var reason: DeadLetterRecord.Reason
-        var detail: String
+    public struct Rejection: Error, Sendable {
+        public var reason: DeadLetterRecord.Reason
+        public var detail: String
     }
 
-    /// Decodes and validates without suspending (the common path of a consumer loop).
-    static func check<Message: IsletMessage>(_ type: Message.Type, _ raw: KafkaMessage) -> Result<Message, Rejection> {
+    /// Decodes and validates without suspending (the common path of a consumer loop); a failure
+    /// says why, for ``send(_:reason:detail:)``.
+    public static func check<Message: IsletMessage>(_ type: Message.Type, _ raw: KafkaMessage) -> Result<Message, Rejection> {
         guard let value = raw.value else {
             return .failure(Rejection(reason: .invalid, detail: "a null value (tombstone) where a \(Message.self) was expected"))
         }
@@ -79,6 +80,14 @@ public struct DeadLetterWriter: Sendable {
     /// call this only once the messages before `raw` are processed, as a loop that handles one
     /// message at a time does.
     public func deadLetter(_ raw: KafkaMessage, reason: DeadLetterRecord.Reason, detail: String) async throws {
+        try await send(raw, reason: reason, detail: detail)
+        consumer.markProcessed(raw)
+    }
+
+    /// Sends `raw` to the dead-letter topic and returns once the record is persisted, without
+    /// marking it processed: for loops that keep several messages in flight and mark in order
+    /// themselves.
+    public func send(_ raw: KafkaMessage, reason: DeadLetterRecord.Reason, detail: String) async throws {
         let record = DeadLetterRecord(
             reason: reason, detail: detail,
             origin: .init(
@@ -108,7 +117,6 @@ public struct DeadLetterWriter: Sendable {
                 "kafka.topic": "\(raw.topic)", "kafka.partition": "\(raw.partition)", "kafka.offset": "\(raw.offset)",
                 "dlq.reason": "\(reason)", "dlq.detail": "\(detail)",
             ])
-        consumer.markProcessed(raw)
     }
 }
 

@@ -5,10 +5,10 @@ import Synchronization
 /// The registry's state: the latest ``TokenRecord`` of every key of `islet.tokens.v1`, with the
 /// indexes the API needs (a user's activities, a device's owner).
 ///
-/// It is built from the topic (``TokenTableLoader``) and updated by the registry's own writes as
+/// It is built from the topic (``TokenTableLoader``); token-registry also applies its own writes as
 /// soon as Kafka acknowledges them. Both paths may apply the same record, in either order: a
 /// record is applied only if it is newer in its partition than what the key holds, so the table
-/// never moves back.
+/// never moves back. apns-dispatcher and content-service keep one too, to find an activity's token.
 public final class TokenTable: Sendable {
     /// Where a record sits in the topic.
     public struct Position: Sendable, Hashable {

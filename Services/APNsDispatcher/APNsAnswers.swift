@@ -1,0 +1,76 @@
+import Foundation
+import IsletMessages
+
+/// What the dispatcher does with each APNs answer: one table, one action each
+/// (see ../shared/reference/apple-rules.md, "What to do with each APNs answer").
+public enum APNsAction: Equatable, Sendable {
+    /// 200: delivered.
+    case delivered
+    /// The token is dead: 410 Unregistered / ExpiredToken (with APNs's timestamp), 400
+    /// BadDeviceToken / DeviceTokenNotForTopic. Never retried; token-registry invalidates it.
+    case tokenInvalid
+    /// APNs refused the request itself (other 400s, 404, 405, 413): never retried.
+    case rejected
+    /// 403 ExpiredProviderToken: mint a new provider token, open a new connection, retry once.
+    case renewProviderToken
+    /// Other 403s (invalid or missing provider token, wrong certificate environment, …): the app's
+    /// credentials are wrong. Stop that app's lane (no hot loop), alert.
+    case stopLane
+    /// 429 TooManyRequests: too many pushes to this device token. Back off this token only.
+    case backOffToken
+    /// 429 TooManyProviderTokenUpdates: provider tokens minted too often (a bug on our side).
+    /// Wait, then retry on a new connection.
+    case providerTokenChurn
+    /// 500, 503 (and connection loss, GOAWAY, timeouts): retry with backoff on a fresh connection.
+    case retry
+
+    public static func forAnswer(status: Int, reason: String?) -> APNsAction {
+        switch (status, reason ?? "") {
+        case (200, _): .delivered
+        case (410, _), (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"): .tokenInvalid
+        case (403, "ExpiredProviderToken"): .renewProviderToken
+        case (403, _): .stopLane
+        case (429, "TooManyProviderTokenUpdates"): .providerTokenChurn
+        case (429, _): .backOffToken
+        case (500..<600, _): .retry
+        default: .rejected
+        }
+    }
+}
+
+/// When to try again: exponential backoff with full jitter, bounded in attempts and time.
+public struct RetryPolicy: Sendable, Equatable {
+    /// The first delay's upper bound; each attempt doubles it, up to ``maximumDelay``.
+    public var baseDelay: Duration
+    public var maximumDelay: Duration
+    /// Attempts in all (the first send included).
+    public var maximumAttempts: Int
+    /// A request without an `expiration` is given up this long after its first attempt.
+    public var maximumDuration: Duration
+    /// How long a token that got 429 TooManyRequests is left alone.
+    public var tokenBackoff: Duration
+
+    public init(
+        baseDelay: Duration = .milliseconds(200), maximumDelay: Duration = .seconds(30), maximumAttempts: Int = 8,
+        maximumDuration: Duration = .seconds(300), tokenBackoff: Duration = .seconds(30)
+    ) {
+        self.baseDelay = baseDelay
+        self.maximumDelay = maximumDelay
+        self.maximumAttempts = maximumAttempts
+        self.maximumDuration = maximumDuration
+        self.tokenBackoff = tokenBackoff
+    }
+
+    /// The delay before attempt `attempt + 1` after `attempt` failed ones, for `random` in 0..<1.
+    public func delay(afterAttempts attempts: Int, random: Double) -> Duration {
+        let exponent = min(max(attempts - 1, 0), 20)
+        let ceiling = min(baseDelay * (1 << exponent), maximumDelay)
+        return ceiling * min(max(random, 0), 1)
+    }
+
+    /// Until when a request may still be retried: its `expiration`, or ``maximumDuration`` after
+    /// its first attempt.
+    public func deadline(expiration: Date?, firstAttempt: Date) -> Date {
+        expiration ?? firstAttempt.addingTimeInterval(maximumDuration / .seconds(1))
+    }
+}

@@ -1,0 +1,221 @@
+import Foundation
+import IsletMessages
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import Synchronization
+
+/// HTTP/2 to APNs: a few long-lived connections per team and environment ("lanes"), each carrying
+/// many pushes at once, a provider token per team shared by its connections, explicit deadlines.
+///
+/// Connections are opened on first use and reopened when they close or receive GOAWAY; pushes
+/// are spread over a lane's connections in turn. One developer account per connection, as APNs
+/// requires: a lane is one team in one environment.
+public final class APNsClient: Sendable {
+    public struct Endpoint: Sendable, Equatable {
+        public var host: String
+        public var port: Int
+
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+
+        public static let production = Endpoint(host: "api.push.apple.com", port: 443)
+        public static let sandbox = Endpoint(host: "api.sandbox.push.apple.com", port: 443)
+    }
+
+    public struct Configuration: Sendable {
+        public var production: Endpoint
+        public var sandbox: Endpoint
+        /// Connections per team and environment.
+        public var connectionsPerLane: Int
+        /// How long a push may wait for its answer before its stream is cancelled.
+        public var requestTimeout: Duration
+        public var connectTimeout: Duration
+        /// PEM certificates to trust instead of the system's (the simulator's); `nil`: the system's.
+        public var trustedCertificatesPEM: String?
+
+        public init(
+            production: Endpoint = .production, sandbox: Endpoint = .sandbox, connectionsPerLane: Int = 2,
+            requestTimeout: Duration = .seconds(10), connectTimeout: Duration = .seconds(5), trustedCertificatesPEM: String? = nil
+        ) {
+            self.production = production
+            self.sandbox = sandbox
+            self.connectionsPerLane = max(1, connectionsPerLane)
+            self.requestTimeout = requestTimeout
+            self.connectTimeout = connectTimeout
+            self.trustedCertificatesPEM = trustedCertificatesPEM
+        }
+    }
+
+    private struct LaneKey: Hashable {
+        var teamID: String
+        var environment: APNsEnvironment
+    }
+
+    private let configuration: Configuration
+    let sslContext: NIOSSLContext
+    private let tokenSources: [String: ProviderTokenSource]
+    private let lanes: [LaneKey: Lane]
+    private let now: @Sendable () -> Date
+    private let logger: Logger
+
+    /// - Parameter keys: one signing key per team.
+    public init(
+        configuration: Configuration, keys: [APNsSigningKey], group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger, now: @escaping @Sendable () -> Date = Date.init
+    ) throws {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.applicationProtocols = ["h2"]
+        tls.minimumTLSVersion = .tlsv12
+        if let pem = configuration.trustedCertificatesPEM {
+            tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)))
+        }
+        let sslContext = try NIOSSLContext(configuration: tls)
+        self.configuration = configuration
+        self.sslContext = sslContext
+        self.now = now
+        self.logger = logger
+        self.tokenSources = Dictionary(keys.map { ($0.teamID, ProviderTokenSource(key: $0)) }, uniquingKeysWith: { first, _ in first })
+        var lanes: [LaneKey: Lane] = [:]
+        for team in tokenSources.keys {
+            for (environment, endpoint) in [(APNsEnvironment.production, configuration.production), (.sandbox, configuration.sandbox)] {
+                lanes[LaneKey(teamID: team, environment: environment)] = Lane(
+                    name: "\(team)/\(environment)", endpoint: endpoint, count: configuration.connectionsPerLane, sslContext: sslContext,
+                    connectTimeout: configuration.connectTimeout, group: group, logger: logger)
+            }
+        }
+        self.lanes = lanes
+    }
+
+    /// Whether the client can send for this team (it has the team's key).
+    public func knowsTeam(_ teamID: String) -> Bool { tokenSources[teamID] != nil }
+
+    /// Sends one push for `teamID` to `environment`; returns APNs's answer, or throws
+    /// ``APNsTransportError`` when there was none.
+    public func send(_ push: APNsPush, teamID: String, environment: APNsEnvironment) async throws -> APNsAnswer {
+        guard let lane = lanes[LaneKey(teamID: teamID, environment: environment)], let source = tokenSources[teamID] else {
+            throw APNsTransportError(.connect, "no signing key for team \(teamID)")
+        }
+        let connection = try await lane.connection()
+        let now = self.now()
+        let candidate = try source.current(now: now)
+        let token = connection.providerToken.withLock { $0.use(candidate: candidate, now: now) }
+        return try await connection.send(push, authorization: token, deadline: configuration.requestTimeout)
+    }
+
+    /// APNs said the provider token expired: mint a new one and reconnect the team's lanes (APNs
+    /// may refuse a new token on a connection that used another).
+    public func renewProviderToken(teamID: String) {
+        guard let source = tokenSources[teamID] else { return }
+        _ = try? source.renew(now: now())
+        for environment in [APNsEnvironment.production, .sandbox] {
+            lanes[LaneKey(teamID: teamID, environment: environment)]?.reconnect()
+        }
+        logger.warning("provider token renewed after ExpiredProviderToken", metadata: ["apns.team": "\(teamID)"])
+    }
+
+    /// Closes every connection of a team (they reopen on the next push).
+    public func reconnect(teamID: String) {
+        for environment in [APNsEnvironment.production, .sandbox] {
+            lanes[LaneKey(teamID: teamID, environment: environment)]?.reconnect()
+        }
+    }
+
+    public func shutdown() {
+        for lane in lanes.values { lane.reconnect() }
+    }
+}
+
+/// The connections of one team in one environment.
+final class Lane: Sendable {
+    private struct Slot {
+        var connection: APNsConnection?
+        var connecting: Task<APNsConnection, any Error>?
+    }
+
+    private enum Pick {
+        case ready(APNsConnection)
+        case wait(Task<APNsConnection, any Error>)
+    }
+
+    let name: String
+    private let endpoint: APNsClient.Endpoint
+    private let slots: Mutex<[Slot]>
+    private let next = Atomic<Int>(0)
+    private let connectionIDs = Atomic<Int>(0)
+    private let sslContext: NIOSSLContext
+    private let connectTimeout: Duration
+    private let group: any EventLoopGroup
+    private let logger: Logger
+
+    init(
+        name: String, endpoint: APNsClient.Endpoint, count: Int, sslContext: NIOSSLContext, connectTimeout: Duration, group: any EventLoopGroup,
+        logger: Logger
+    ) {
+        self.name = name
+        self.endpoint = endpoint
+        self.slots = Mutex(Array(repeating: Slot(), count: count))
+        self.sslContext = sslContext
+        self.connectTimeout = connectTimeout
+        self.group = group
+        self.logger = logger
+    }
+
+    /// A usable connection, in turn; opens one when its slot has none.
+    func connection() async throws -> APNsConnection {
+        let index = next.wrappingAdd(1, ordering: .relaxed).oldValue
+        let pick = slots.withLock { slots -> Pick in
+            let i = index % slots.count
+            if let connection = slots[i].connection, connection.isUsable { return .ready(connection) }
+            if let connecting = slots[i].connecting { return .wait(connecting) }
+            slots[i].connection?.close()
+            slots[i].connection = nil
+            let (endpoint, sslContext, connectTimeout, group) = (self.endpoint, self.sslContext, self.connectTimeout, self.group)
+            let id = connectionIDs.wrappingAdd(1, ordering: .relaxed).newValue
+            let serverHostname = endpoint.host.first?.isNumber == true ? nil : endpoint.host
+            let task = Task {
+                try await APNsConnection.connect(
+                    id: id, host: endpoint.host, port: endpoint.port, sslContext: sslContext, serverHostname: serverHostname,
+                    connectTimeout: connectTimeout, group: group)
+            }
+            slots[i].connecting = task
+            return .wait(task)
+        }
+        switch pick {
+        case .ready(let connection):
+            return connection
+        case .wait(let task):
+            let i = index % slots.withLock { $0.count }
+            do {
+                let connection = try await task.value
+                slots.withLock { slots in
+                    if slots[i].connecting == task {
+                        slots[i].connection = connection
+                        slots[i].connecting = nil
+                    }
+                }
+                logger.debug("APNs connection opened", metadata: ["apns.lane": "\(name)", "apns.connection": "\(connection.id)"])
+                return connection
+            } catch {
+                slots.withLock { slots in
+                    if slots[i].connecting == task { slots[i].connecting = nil }
+                }
+                throw error
+            }
+        }
+    }
+
+    /// Closes every connection; the next pushes open new ones.
+    func reconnect() {
+        let closing = slots.withLock { slots -> [APNsConnection] in
+            defer {
+                for i in slots.indices { slots[i].connection = nil }
+            }
+            return slots.compactMap(\.connection)
+        }
+        for connection in closing { connection.close() }
+    }
+}

@@ -1,0 +1,102 @@
+import Foundation
+
+/// An activity's priority-10 budget: a token bucket that holds at most `capacity` sends and
+/// refills `capacity` per `period` (continuously).
+///
+/// Apple gives each activity "a certain budget" of priority-10 pushes per hour and does not say
+/// how many; `NSSupportsLiveActivitiesFrequentUpdates` raises it (the user can switch that off).
+/// Priority 5 does not count. Islet keeps its own, smaller-or-equal budget so that APNs never
+/// throttles: see ``BudgetPolicy`` for the defaults and why.
+public struct Budget: Sendable, Equatable {
+    public private(set) var available: Double
+    public private(set) var updatedAt: Date
+    public private(set) var limits: BudgetPolicy.Limits
+
+    public init(limits: BudgetPolicy.Limits, now: Date) {
+        self.limits = limits
+        self.available = Double(limits.capacity)
+        self.updatedAt = now
+    }
+
+    private var ratePerSecond: Double { Double(limits.capacity) / (limits.period / .seconds(1)) }
+
+    /// Applies a change of limits (the frequent-updates flag changed). Sends already spent in the
+    /// window count against the new limits too.
+    public mutating func setLimits(_ limits: BudgetPolicy.Limits, now: Date) {
+        refill(now: now)
+        // What was spent stays spent: a smaller budget is smaller by the difference.
+        available = max(0, min(Double(limits.capacity), available + Double(limits.capacity - self.limits.capacity)))
+        self.limits = limits
+    }
+
+    /// Spends one send if one is available now.
+    public mutating func take(now: Date) -> Bool {
+        refill(now: now)
+        guard available >= 1 else { return false }
+        available -= 1
+        return true
+    }
+
+    /// Whole sends available now.
+    public mutating func remaining(now: Date) -> Int {
+        refill(now: now)
+        return Int(available.rounded(.down))
+    }
+
+    /// When the next send will be available (now, if one is).
+    public func nextAvailable(now: Date) -> Date {
+        var copy = self
+        copy.refill(now: now)
+        guard copy.available < 1 else { return now }
+        return now.addingTimeInterval((1 - copy.available) / ratePerSecond)
+    }
+
+    private mutating func refill(now: Date) {
+        let elapsed = now.timeIntervalSince(updatedAt)
+        guard elapsed > 0 else { return }
+        available = min(Double(limits.capacity), available + elapsed * ratePerSecond)
+        updatedAt = now
+    }
+}
+
+/// How large budgets are.
+///
+/// Defaults: 12 priority-10 sends an hour (a burst of 12) for an ordinary activity, 240 an hour
+/// with frequent updates enabled. Apple documents neither number; observed on devices: a budget
+/// of about 240 remaining at the "frequent" level
+/// (https://github.com/kylebshr/luka-ios/pull/146) and throttling of ordinary activities after
+/// roughly a dozen immediate updates an hour. Staying under APNs's own limit matters more than
+/// using all of it: a throttled activity stops updating on the lock screen, while a downgraded
+/// update (priority 5) still arrives, only not at once. Push-to-start has its own, fixed budget
+/// per device (about 10 in a short window, per Apple DTS); Islet allows 8, then one a minute.
+public struct BudgetPolicy: Sendable, Equatable {
+    public struct Limits: Sendable, Equatable {
+        public var capacity: Int
+        public var period: Duration
+
+        public init(capacity: Int, period: Duration) {
+            self.capacity = max(1, capacity)
+            self.period = period
+        }
+    }
+
+    public var standard: Limits
+    public var frequent: Limits
+    public var pushToStart: Limits
+    /// How long a `critical` update waits for budget before it is sent at priority 5 anyway.
+    public var criticalMaximumWait: Duration
+
+    public init(
+        standard: Limits = Limits(capacity: 12, period: .seconds(3_600)),
+        frequent: Limits = Limits(capacity: 240, period: .seconds(3_600)),
+        pushToStart: Limits = Limits(capacity: 8, period: .seconds(480)),
+        criticalMaximumWait: Duration = .seconds(120)
+    ) {
+        self.standard = standard
+        self.frequent = frequent
+        self.pushToStart = pushToStart
+        self.criticalMaximumWait = criticalMaximumWait
+    }
+
+    public func limits(frequentUpdates: Bool) -> Limits { frequentUpdates ? frequent : standard }
+}

@@ -1,0 +1,560 @@
+import Foundation
+import IsletMessages
+import IsletTokens
+import Logging
+import Metrics
+import NIOCore
+
+/// Sends pushes to APNs. ``APNsClient`` in production; tests may script answers.
+public protocol APNsSending: Sendable {
+    func send(_ push: APNsPush, teamID: String, environment: APNsEnvironment) async throws -> APNsAnswer
+    func renewProviderToken(teamID: String)
+    func reconnect(teamID: String)
+}
+
+extension APNsClient: APNsSending {}
+
+/// Where outcomes go: `islet.push-outcomes.v1`. Returns once persisted.
+public protocol OutcomeSink: Sendable {
+    func publish(_ outcome: PushOutcome) async throws
+}
+
+/// Time as the dispatcher sees it: wall-clock dates (requests carry them) and sleeping until one.
+public protocol DispatchClock: Sendable {
+    func now() -> Date
+    func sleep(until date: Date) async throws
+}
+
+/// The system clock.
+public struct SystemDispatchClock: DispatchClock {
+    public init() {}
+    public func now() -> Date { Date() }
+    public func sleep(until date: Date) async throws {
+        let interval = date.timeIntervalSinceNow
+        if interval > 0 { try await Task.sleep(for: .milliseconds(Int64((interval * 1_000).rounded(.up)))) }
+    }
+}
+
+/// The dispatcher's rules, in one place.
+public struct DispatcherPolicy: Sendable {
+    public var budgets = BudgetPolicy()
+    public var retry = RetryPolicy()
+    /// At most this many pushes wait for APNs's answer at once (over all connections).
+    public var maximumInFlight = 1_024
+    /// At most this many requests wait in the activities' queues; reading more input waits.
+    public var maximumQueued = 20_000
+    /// A request whose key has no token yet waits this long for the token to arrive (the registry's
+    /// record and the request travel different topics) before it is given up as `tokenInvalid`.
+    public var tokenWait: Duration = .seconds(5)
+    /// Updates to activities older than this are not sent: iOS stops showing updates after 8 hours.
+    public var activityLifetime: Duration = .seconds(8 * 3_600)
+    /// After APNs refused a team's credentials (403), its pushes are refused for this long before
+    /// one is tried again.
+    public var laneCooldown: Duration = .seconds(60)
+
+    public init() {}
+}
+
+/// The heart of apns-dispatcher: per-activity queues, budgets, coalescing, guards, retries and
+/// the outcome of every request. An actor: its state changes one step at a time; sends, timers
+/// and outcome publishing run as jobs of ``run()``.
+public actor DispatchEngine {
+    private struct Slot {
+        var queue = ActivityQueue()
+        var inFlight: QueuedRequest?
+        /// Nothing is sent before this (a retry's backoff, or 429 TooManyRequests for the token).
+        var notBefore: Date?
+        /// A wake-up is scheduled for then.
+        var wakeAt: Date?
+        var budget: Budget?
+        /// Since when a critical update has been waiting for budget.
+        var waitingSince: Date?
+        /// An `end` was delivered: later updates are pointless.
+        var ended = false
+        var endedAt: Date?
+    }
+
+    private let sender: any APNsSending
+    private let tokens: TokenTable
+    private let outcomes: any OutcomeSink
+    private let policy: DispatcherPolicy
+    private let teams: [String: String]
+    private let clock: any DispatchClock
+    private let random: @Sendable () -> Double
+    private let logger: Logger
+    private let onDone: @Sendable (UInt64) -> Void
+    private let metrics = DispatcherMetrics()
+
+    private var slots: [String: Slot] = [:]
+    private var deadTokens: Set<String> = []
+    private var pushToStartBudgets: [String: Budget] = [:]
+    private var stoppedLanes: [String: Date] = [:]
+    private var inFlight = 0
+    private var queued = 0
+    private var ready: [String] = []
+    private var readySet: Set<String> = []
+    private var submitWaiters: [CheckedContinuation<Void, Never>] = []
+    private var accepting = true
+    private var publishing = 0
+    private var drainWaiters: [CheckedContinuation<Void, Never>] = []
+    private var finished: Set<String> = []
+
+    private let jobs: AsyncStream<@Sendable () async -> Void>
+    private let jobsContinuation: AsyncStream<@Sendable () async -> Void>.Continuation
+
+    /// - Parameters:
+    ///   - teams: the team id that signs for each bundle id.
+    ///   - onDone: called with a request's ticket once its outcome is persisted (or it needed none).
+    public init(
+        sender: any APNsSending, tokens: TokenTable, outcomes: any OutcomeSink, policy: DispatcherPolicy, teams: [String: String],
+        clock: any DispatchClock = SystemDispatchClock(), random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+        logger: Logger, onDone: @escaping @Sendable (UInt64) -> Void
+    ) {
+        self.sender = sender
+        self.tokens = tokens
+        self.outcomes = outcomes
+        self.policy = policy
+        self.teams = teams
+        self.clock = clock
+        self.random = random
+        self.logger = logger
+        self.onDone = onDone
+        (jobs, jobsContinuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
+    }
+
+    /// Runs the engine's jobs until ``finish()``.
+    public func run() async {
+        let jobs = self.jobs
+        await withDiscardingTaskGroup { group in
+            for await job in jobs {
+                group.addTask { await job() }
+            }
+            // Finished: what is left are timers (and sends or publishes a drain timed out on).
+            group.cancelAll()
+        }
+    }
+
+    /// Ends ``run()``; jobs still running are cancelled.
+    public func finish() {
+        accepting = false
+        jobsContinuation.finish()
+        for waiter in submitWaiters { waiter.resume() }
+        submitWaiters.removeAll()
+    }
+
+    /// Stops taking new requests and waits until no push is in flight and every outcome is
+    /// persisted, at most `timeout`. Requests still waiting in queues get no outcome: their input
+    /// is not marked processed, so they are read again after the restart.
+    public func drain(timeout: Duration) async {
+        accepting = false
+        for waiter in submitWaiters { waiter.resume() }
+        submitWaiters.removeAll()
+        guard inFlight > 0 || publishing > 0 else { return }
+        let deadline = clock.now().addingTimeInterval(timeout / .seconds(1))
+        jobsContinuation.yield { [weak self] in
+            try? await self?.clock.sleep(until: deadline)
+            await self?.releaseDrainWaiters()
+        }
+        await withCheckedContinuation { drainWaiters.append($0) }
+    }
+
+    private func releaseDrainWaiters() {
+        for waiter in drainWaiters { waiter.resume() }
+        drainWaiters.removeAll()
+    }
+
+    private func checkDrained() {
+        if !accepting, inFlight == 0, publishing == 0 { releaseDrainWaiters() }
+    }
+
+    /// Request ids whose outcome is already on the topic (read at assignment): not sent again.
+    public func alreadyFinished(_ requestIds: some Sequence<String>) {
+        finished.formUnion(requestIds)
+    }
+
+    /// Takes a request. Returns at once unless too many requests are waiting (then it waits:
+    /// backpressure on the input).
+    public func submit(_ request: PushRequest, ticket: UInt64) async {
+        while accepting && queued >= policy.maximumQueued {
+            await withCheckedContinuation { submitWaiters.append($0) }
+        }
+        guard accepting else { return }
+        metrics.received(request)
+        let now = clock.now()
+        let entry = QueuedRequest(request: request, ticket: ticket, enqueuedAt: now)
+        if finished.contains(request.requestId) {
+            // Sent before a restart: its outcome is on the topic already.
+            metrics.duplicate()
+            onDone(ticket)
+            return
+        }
+        guard let key = request.key else { return finish(entry, .rejected, detail: "no activity id or push-to-start key") }
+        var slot = slots[key, default: Slot()]
+        if slot.ended && request.event != .start {
+            return finish(entry, .expired, detail: "the activity has ended: nothing is sent after its end")
+        }
+        queued += 1
+        for replaced in slot.queue.enqueue(entry) {
+            queued -= 1
+            finish(replaced.request, .coalesced, supersededBy: replaced.by, detail: "replaced by newer content")
+        }
+        slots[key] = slot
+        pump(key)
+    }
+
+    /// Drops the waiting requests whose tickets match (their partitions were revoked: the next
+    /// owner reads them again). Returns their tickets.
+    public func dropWaiting(where matches: @Sendable (UInt64) -> Bool) -> [UInt64] {
+        var dropped: [UInt64] = []
+        for key in Array(slots.keys) {
+            let removed = slots[key]!.queue.removeAll { matches($0.ticket) }
+            queued -= removed.count
+            dropped += removed.map(\.ticket)
+            if slots[key]!.queue.isEmpty && slots[key]!.inFlight == nil && !slots[key]!.ended { slots[key] = nil }
+        }
+        resumeSubmitters()
+        return dropped
+    }
+
+    // MARK: Sending
+
+    /// Sends the activity's first waiting request if nothing stops it; otherwise schedules a retry
+    /// of this decision for when something may have changed.
+    private func pump(_ key: String) {
+        while true {
+            guard var slot = slots[key], slot.inFlight == nil, let head = slot.queue.first else { return }
+            let now = clock.now()
+            if let notBefore = slot.notBefore {
+                if notBefore > now { return wake(key, at: notBefore) }
+                slot.notBefore = nil
+                slots[key] = slot
+            }
+            let request = head.request
+
+            // The token: present, active, not refused by APNs.
+            let record = tokens.record(forKey: key)
+            guard let record, record.state == .active, !deadTokens.contains(TokenFingerprint.of(token: record.token)) else {
+                if record == nil, now < head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)) {
+                    return wake(key, at: min(now.addingTimeInterval(0.25), head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1))))
+                }
+                dropHead(key)
+                finish(head, .tokenInvalid, detail: record == nil ? "no token for this key" : "the token is \(record!.state == .active ? "refused by APNs" : record!.state.rawValue)")
+                continue
+            }
+            // The guards.
+            let startedAt = record.activityStartedAt ?? record.registeredAt
+            if request.event == .update, now.timeIntervalSince(startedAt) > policy.activityLifetime / .seconds(1) {
+                dropHead(key)
+                finish(head, .expired, detail: "the activity is older than 8 hours: iOS no longer shows updates")
+                continue
+            }
+            if let expiration = request.expiration, expiration < now {
+                dropHead(key)
+                finish(head, .expired, detail: "apns-expiration passed before it could be sent")
+                continue
+            }
+            guard let team = teams[record.app.bundleId] else {
+                dropHead(key)
+                finish(head, .rejected, detail: "no APNs signing key is configured for \(record.app.bundleId)")
+                continue
+            }
+            if let until = stoppedLanes[team] {
+                if until > now {
+                    dropHead(key)
+                    finish(head, .rejected, detail: "APNs refused team \(team)'s credentials; its pushes are stopped until \(IsletDate.format(until))")
+                    continue
+                }
+                stoppedLanes[team] = nil
+            }
+            // A send slot.
+            guard inFlight < policy.maximumInFlight else {
+                if readySet.insert(key).inserted { ready.append(key) }
+                return
+            }
+            // The priority.
+            let priority: Int
+            var downgraded = false
+            if request.pushToStartKey != nil, let deviceId = record.deviceId {
+                let device = "\(record.app.bundleId):\(deviceId)"
+                var budget = pushToStartBudgets[device] ?? Budget(limits: policy.budgets.pushToStart, now: now)
+                guard budget.take(now: now) else {
+                    let next = budget.nextAvailable(now: now)
+                    pushToStartBudgets[device] = budget
+                    return wake(key, at: next)
+                }
+                pushToStartBudgets[device] = budget
+                priority = request.priority
+            } else {
+                let limits = policy.budgets.limits(frequentUpdates: record.frequentUpdatesEnabled)
+                var budget = slot.budget ?? Budget(limits: limits, now: now)
+                if budget.limits != limits { budget.setLimits(limits, now: now) }
+                let decision = PriorityDecision.decide(
+                    requested: request.priority, urgency: request.urgency, budget: &budget, waitingSince: slot.waitingSince ?? now, now: now,
+                    policy: policy.budgets)
+                slot.budget = budget
+                switch decision {
+                case .wait(let until):
+                    slot.waitingSince = slot.waitingSince ?? now
+                    slots[key] = slot
+                    return wake(key, at: until)
+                case .send(let chosen, let isDowngrade):
+                    priority = chosen
+                    downgraded = isDowngrade
+                    if request.priority == 10 { metrics.budgetRemaining(budget.remaining(now: now)) }
+                }
+            }
+            var sending = slot.queue.removeFirst()
+            queued -= 1
+            sending.attempts += 1
+            sending.firstAttemptAt = sending.firstAttemptAt ?? now
+            slot.inFlight = sending
+            slot.waitingSince = nil
+            slots[key] = slot
+            inFlight += 1
+            metrics.inFlight(inFlight)
+            resumeSubmitters()
+            send(sending, key: key, record: record, team: team, priority: priority, downgraded: downgraded)
+            return
+        }
+    }
+
+    private func send(_ entry: QueuedRequest, key: String, record: TokenRecord, team: String, priority: Int, downgraded: Bool) {
+        let request = entry.request
+        let payload = entry.ambiguous && request.alerting ? Self.withoutAlert(request.payload) : request.payload
+        let push = APNsPush(
+            deviceToken: record.token, topic: "\(record.app.bundleId).push-type.liveactivity", priority: priority, apnsID: request.requestId,
+            expiration: request.expiration.map { Int64($0.timeIntervalSince1970) } ?? 0, payload: ByteBuffer(string: payload))
+        let sender = self.sender
+        let environment = record.app.environment
+        let fingerprint = TokenFingerprint.of(token: record.token)
+        let started = ContinuousClock.now
+        jobsContinuation.yield { [weak self] in
+            let result: Result<APNsAnswer, any Error>
+            do {
+                result = .success(try await sender.send(push, teamID: team, environment: environment))
+            } catch {
+                result = .failure(error)
+            }
+            await self?.completed(
+                entry, key: key, team: team, fingerprint: fingerprint, priority: priority, downgraded: downgraded, result: result,
+                seconds: (ContinuousClock.now - started) / .seconds(1))
+        }
+    }
+
+    private func completed(
+        _ entry: QueuedRequest, key: String, team: String, fingerprint: String, priority: Int, downgraded: Bool,
+        result: Result<APNsAnswer, any Error>, seconds: Double
+    ) {
+        inFlight -= 1
+        metrics.inFlight(inFlight)
+        slots[key]?.inFlight = nil
+        var entry = entry
+        let now = clock.now()
+        switch result {
+        case .success(let answer):
+            metrics.answer(status: answer.status, priority: priority, seconds: seconds)
+            let apns = PushOutcome.APNsResponse(status: answer.status, reason: answer.reason, apnsId: answer.apnsID, timestamp: answer.timestamp)
+            switch APNsAction.forAnswer(status: answer.status, reason: answer.reason) {
+            case .delivered:
+                finish(entry, downgraded ? .deliveredDowngraded : .delivered, apns: apns, priority: priority, fingerprint: fingerprint)
+                if entry.request.event == .end { ended(key) }
+            case .tokenInvalid:
+                deadTokens.insert(fingerprint)
+                finish(entry, .tokenInvalid, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
+            case .rejected:
+                finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
+            case .renewProviderToken:
+                if entry.renewedProviderToken {
+                    finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "ExpiredProviderToken after a renewal")
+                } else {
+                    entry.renewedProviderToken = true
+                    sender.renewProviderToken(teamID: team)
+                    requeue(entry, key: key, at: now)
+                }
+            case .stopLane:
+                stoppedLanes[team] = now.addingTimeInterval(policy.laneCooldown / .seconds(1))
+                logger.error(
+                    "APNs refused the team's credentials: its pushes stop for a while",
+                    metadata: ["apns.team": "\(team)", "apns.reason": "\(answer.reason ?? "")"])
+                metrics.laneStopped(team: team)
+                finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs refused the credentials: \(answer.reason ?? "")")
+            case .backOffToken:
+                slots[key]?.notBefore = now.addingTimeInterval(policy.retry.tokenBackoff / .seconds(1))
+                retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint, minimumDelay: policy.retry.tokenBackoff)
+            case .providerTokenChurn:
+                sender.reconnect(teamID: team)
+                retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint)
+            case .retry:
+                retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint)
+            }
+        case .failure(let error):
+            let transport = error as? APNsTransportError
+            metrics.transportError(transport?.kind)
+            if transport?.isAmbiguous ?? true { entry.ambiguous = true }
+            retry(entry, key: key, apns: nil, priority: priority, fingerprint: fingerprint, detail: "\(error)")
+        }
+        checkDrained()
+        pumpReady()
+        pump(key)
+    }
+
+    /// Another attempt later, within the retry policy's bounds; otherwise the final outcome.
+    private func retry(
+        _ entry: QueuedRequest, key: String, apns: PushOutcome.APNsResponse?, priority: Int, fingerprint: String, detail: String? = nil,
+        minimumDelay: Duration = .zero
+    ) {
+        let now = clock.now()
+        let deadline = policy.retry.deadline(expiration: entry.request.expiration, firstAttempt: entry.firstAttemptAt ?? now)
+        let delay = max(policy.retry.delay(afterAttempts: entry.attempts, random: random()), minimumDelay)
+        let at = now.addingTimeInterval(delay / .seconds(1))
+        guard entry.attempts < policy.retry.maximumAttempts, at <= deadline else {
+            let expired = entry.request.expiration.map { $0 <= at } ?? false
+            finish(
+                entry, expired ? .expired : .failed, apns: apns, priority: priority, fingerprint: fingerprint,
+                detail: "gave up after \(entry.attempts) attempts" + (detail.map { ": \($0)" } ?? apns.map { ": APNs \($0.status) \($0.reason ?? "")" } ?? ""))
+            return
+        }
+        metrics.retried()
+        requeue(entry, key: key, at: at)
+    }
+
+    /// Puts an attempted request back in front of its activity's queue, to be sent at `at` — unless
+    /// newer content (or an end) is waiting, which makes it pointless.
+    private func requeue(_ entry: QueuedRequest, key: String, at: Date) {
+        guard var slot = slots[key] else { return }
+        if ActivityQueue.isSupersedableUpdate(entry.request),
+            let newer = slot.queue.pending.first(where: {
+                $0.request.event == .end || (ActivityQueue.isSupersedableUpdate($0.request) && $0.request.contentSequence >= entry.request.contentSequence)
+            })
+        {
+            finish(entry, .coalesced, supersededBy: newer.request.requestId, detail: "replaced by newer content while waiting to be retried")
+            return
+        }
+        slot.queue.returnToFront(entry)
+        queued += 1
+        slot.notBefore = max(slot.notBefore ?? at, at)
+        slots[key] = slot
+    }
+
+    /// An `end` was delivered: updates still waiting are pointless.
+    private func ended(_ key: String) {
+        guard var slot = slots[key] else { return }
+        slot.ended = true
+        slot.endedAt = clock.now()
+        let pointless = slot.queue.removeAll { $0.request.event != .start }
+        queued -= pointless.count
+        slots[key] = slot
+        for entry in pointless { finish(entry, .expired, detail: "the activity has ended: nothing is sent after its end") }
+    }
+
+    private func dropHead(_ key: String) {
+        guard slots[key] != nil else { return }
+        _ = slots[key]!.queue.removeFirst()
+        queued -= 1
+        resumeSubmitters()
+    }
+
+    private func wake(_ key: String, at date: Date) {
+        if let scheduled = slots[key]?.wakeAt, scheduled <= date { return }
+        slots[key]?.wakeAt = date
+        let clock = self.clock
+        jobsContinuation.yield { [weak self] in
+            try? await clock.sleep(until: date)
+            await self?.woke(key, at: date)
+        }
+    }
+
+    private func woke(_ key: String, at date: Date) {
+        if slots[key]?.wakeAt == date { slots[key]?.wakeAt = nil }
+        pump(key)
+    }
+
+    private func pumpReady() {
+        while inFlight < policy.maximumInFlight, !ready.isEmpty {
+            let key = ready.removeFirst()
+            readySet.remove(key)
+            pump(key)
+        }
+    }
+
+    private func resumeSubmitters() {
+        while queued < policy.maximumQueued, !submitWaiters.isEmpty {
+            submitWaiters.removeFirst().resume()
+        }
+    }
+
+    // MARK: Outcomes
+
+    /// Publishes the request's one final outcome, then reports its ticket done.
+    private func finish(
+        _ entry: QueuedRequest, _ result: PushResult, apns: PushOutcome.APNsResponse? = nil, priority: Int? = nil, fingerprint: String? = nil,
+        supersededBy: String? = nil, detail: String? = nil
+    ) {
+        let request = entry.request
+        let now = clock.now()
+        let outcome = PushOutcome(
+            requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: result, apns: apns,
+            priorityUsed: apns == nil ? nil : priority, attempts: entry.attempts,
+            latencyMilliseconds: apns == nil ? nil : max(0, now.timeIntervalSince(request.createdAt) * 1_000), tokenFingerprint: fingerprint,
+            supersededBy: supersededBy, detail: detail, completedAt: now)
+        metrics.outcome(result)
+        if let key = request.key { forgetIfIdle(key, now: now) }
+        publishing += 1
+        let (outcomes, onDone, ticket, logger) = (self.outcomes, self.onDone, entry.ticket, self.logger)
+        jobsContinuation.yield { [weak self] in
+            var delay = Duration.milliseconds(100)
+            while true {
+                do {
+                    try await outcomes.publish(outcome)
+                    break
+                } catch {
+                    logger.warning("outcome not persisted; retrying", metadata: ["outcome.requestId": "\(outcome.requestId)", "error": "\(error)"])
+                    do { try await Task.sleep(for: delay) } catch { break }
+                    delay = min(delay * 2, .seconds(5))
+                }
+            }
+            onDone(ticket)
+            await self?.published()
+        }
+    }
+
+    /// An activity with nothing waiting and nothing to remember (its budget full) is forgotten;
+    /// one that ended is remembered for 12 hours (iOS has removed it by then), so that late updates
+    /// are not sent.
+    private func forgetIfIdle(_ key: String, now: Date) {
+        guard var slot = slots[key], slot.queue.isEmpty, slot.inFlight == nil, slot.wakeAt == nil else { return }
+        if slot.ended { return }
+        if var budget = slot.budget {
+            guard budget.remaining(now: now) >= budget.limits.capacity else { return }
+            slot.budget = budget
+        }
+        slots[key] = nil
+        sweepEnded(now: now)
+    }
+
+    private var lastSweep = Date.distantPast
+
+    private func sweepEnded(now: Date) {
+        guard now.timeIntervalSince(lastSweep) > 600 else { return }
+        lastSweep = now
+        let horizon = now.addingTimeInterval(-12 * 3_600)
+        slots = slots.filter { _, slot in !(slot.ended && (slot.endedAt ?? now) < horizon && slot.queue.isEmpty && slot.inFlight == nil) }
+    }
+
+    private func published() {
+        publishing -= 1
+        checkDrained()
+    }
+
+    /// The payload without `aps.alert` and `aps.sound`, for a resend that may reach the phone twice.
+    static func withoutAlert(_ payload: String) -> String {
+        guard case .object(var root)? = try? JSONDecoder().decode(JSONValue.self, from: Data(payload.utf8)),
+            case .object(var aps)? = root["aps"]
+        else { return payload }
+        aps["alert"] = nil
+        aps["sound"] = nil
+        root["aps"] = .object(aps)
+        guard let data = try? JSONEncoder().encode(JSONValue.object(root)) else { return payload }
+        return String(decoding: data, as: UTF8.self)
+    }
+}

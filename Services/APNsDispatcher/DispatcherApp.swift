@@ -1,0 +1,91 @@
+import IsletKafka
+import IsletMessages
+import IsletRuntime
+import IsletTokens
+import Logging
+import ServiceLifecycle
+
+/// Publishes outcomes to `islet.push-outcomes.v1`.
+public struct KafkaOutcomeSink: OutcomeSink {
+    public let producer: KafkaProducer
+    public let topic: String
+
+    public init(producer: KafkaProducer, topic: String = IsletTopics.pushOutcomes.name) {
+        self.producer = producer
+        self.topic = topic
+    }
+
+    public func publish(_ outcome: PushOutcome) async throws {
+        try await producer.send(outcome, to: topic)
+    }
+}
+
+/// apns-dispatcher, assembled: what `main` runs.
+public struct DispatcherApp: Sendable {
+    /// The topics it reads and writes (tests use their own).
+    public struct Topics: Sendable {
+        public var tokens = IsletTopics.tokens.name
+        public var pushRequests = IsletTopics.pushRequests.name
+        public var pushOutcomes = IsletTopics.pushOutcomes.name
+        public var deadLetters = IsletTopics.deadLetters.name
+        public init() {}
+    }
+
+    public static let tableCheck = "tokens-table"
+
+    public let engine: DispatchEngine
+    public let client: APNsClient
+    public let tokens: TokenTable
+    /// In start order; stopped in reverse (HTTP, the dispatcher's loop, the token table, the producer).
+    public let services: [any Service]
+
+    public init(runtime: ServiceRuntime, settings: DispatcherSettings, topics: Topics = Topics(), clock: any DispatchClock = SystemDispatchClock()) throws {
+        let logger = runtime.logger
+        let service = runtime.settings.serviceName
+        let producer = try KafkaProducer(configuration: runtime.settings.producerConfiguration(), logger: logger)
+        let tokens = TokenTable()
+        let health = runtime.health
+        health.register(Self.tableCheck)
+        let replica = try KafkaConsumer(
+            configuration: .replica(
+                bootstrapServers: runtime.settings.kafkaBootstrap, topics: [topics.tokens], clientID: service, settings: runtime.settings.consumerProperties),
+            logger: logger)
+        let loader = TokenTableLoader(consumer: replica, table: tokens, service: service, logger: logger) { health.setReady(Self.tableCheck) }
+
+        let consumer = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.pushRequests]), logger: logger)
+        let tickets = TicketBook(consumer: consumer)
+        let client = try APNsClient(configuration: settings.client, keys: settings.keys, logger: logger)
+        let engine = DispatchEngine(
+            sender: client, tokens: tokens, outcomes: KafkaOutcomeSink(producer: producer, topic: topics.pushOutcomes), policy: settings.policy,
+            teams: settings.teams, clock: clock, logger: logger, onDone: { tickets.done($0) })
+        let dispatcher = DispatcherService(
+            consumer: consumer,
+            deadLetters: DeadLetterWriter(producer: producer, consumer: consumer, service: service, logger: logger, topic: topics.deadLetters),
+            engine: engine, tickets: tickets,
+            recentOutcomes: RecentOutcomes(
+                bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushOutcomes, window: settings.dedupeWindow,
+                settings: runtime.settings.consumerProperties, logger: logger),
+            logger: logger)
+
+        self.engine = engine
+        self.client = client
+        self.tokens = tokens
+        self.services = [producer, loader, TableGate(health: health, check: Self.tableCheck, then: dispatcher), runtime.httpServer(router: runtime.makeRouter().buildResponder())]
+    }
+}
+
+/// Starts a service only once a readiness check is ready (the dispatcher must not judge requests
+/// against a half-built token table).
+struct TableGate<Wrapped: Service>: Service {
+    let health: HealthRegistry
+    let check: String
+    let then: Wrapped
+
+    func run() async throws {
+        while health.report().checks[check] != .ready {
+            // Shut down before the table was ready: nothing to stop.
+            guard (try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(50)) }) != nil else { return }
+        }
+        try await then.run()
+    }
+}

@@ -1,0 +1,44 @@
+import IsletMessages
+import Metrics
+
+/// apns-dispatcher's metrics (Prometheus names on /metrics).
+struct DispatcherMetrics: Sendable {
+    private let requests = Counter(label: "islet_dispatcher_requests_total")
+    private let duplicates = Counter(label: "islet_dispatcher_duplicates_total")
+    private let retries = Counter(label: "islet_dispatcher_retries_total")
+    private let inFlightGauge = Gauge(label: "islet_dispatcher_in_flight")
+    private let budget = Recorder(label: "islet_dispatcher_budget_remaining", aggregate: true)
+    private let latency = Timer(label: "islet_dispatcher_apns_latency_seconds")
+
+    /// `islet_dispatcher_requests_total`: push requests read.
+    func received(_ request: PushRequest) { requests.increment() }
+    /// `islet_dispatcher_duplicates_total`: requests read again after a restart whose outcome was already published.
+    func duplicate() { duplicates.increment() }
+    /// `islet_dispatcher_retries_total`.
+    func retried() { retries.increment() }
+    /// `islet_dispatcher_in_flight`: pushes waiting for APNs's answer.
+    func inFlight(_ count: Int) { inFlightGauge.record(Double(count)) }
+    /// `islet_dispatcher_budget_remaining`: an activity's priority-10 budget after a send that asked for 10.
+    func budgetRemaining(_ remaining: Int) { budget.record(Double(remaining)) }
+
+    /// `islet_dispatcher_sends_total{priority,status}` and `islet_dispatcher_apns_latency_seconds`.
+    func answer(status: Int, priority: Int, seconds: Double) {
+        Counter(label: "islet_dispatcher_sends_total", dimensions: [("priority", "\(priority)"), ("status", "\(status)")]).increment()
+        latency.recordSeconds(seconds)
+    }
+
+    /// `islet_dispatcher_transport_errors_total{kind}`: pushes that got no answer.
+    func transportError(_ kind: APNsTransportError.Kind?) {
+        Counter(label: "islet_dispatcher_transport_errors_total", dimensions: [("kind", kind.map { "\($0)" } ?? "other")]).increment()
+    }
+
+    /// `islet_dispatcher_outcomes_total{result}`: final outcomes (coalesced and downgraded included).
+    func outcome(_ result: PushResult) {
+        Counter(label: "islet_dispatcher_outcomes_total", dimensions: [("result", result.rawValue)]).increment()
+    }
+
+    /// `islet_dispatcher_lane_stopped_total{team}`: APNs refused a team's credentials (alert on it).
+    func laneStopped(team: String) {
+        Counter(label: "islet_dispatcher_lane_stopped_total", dimensions: [("team", team)]).increment()
+    }
+}

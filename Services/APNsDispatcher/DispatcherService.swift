@@ -1,0 +1,210 @@
+import Foundation
+import IsletKafka
+import IsletMessages
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// The Kafka side of apns-dispatcher: reads `islet.push-requests.v1` in the dispatcher's consumer
+/// group, hands each request to the ``DispatchEngine``, and marks a request processed only once
+/// its outcome is persisted — in offset order (``OffsetTracker``), although outcomes complete in
+/// any order.
+///
+/// On partition assignment it first reads the partition's recent outcomes (the same partition of
+/// `islet.push-outcomes.v1`: both are keyed by activity), so that requests read again after a
+/// crash, whose outcome was already published, are not sent again — a push-to-start must never
+/// start two activities. On graceful shutdown it stops taking requests, waits for the pushes in
+/// flight and their outcomes (at most `drainTimeout`), then commits and leaves the group.
+public struct DispatcherService: Service {
+    let consumer: KafkaConsumer
+    let deadLetters: DeadLetterWriter
+    let engine: DispatchEngine
+    let tickets: TicketBook
+    let recentOutcomes: RecentOutcomes
+    let drainTimeout: Duration
+    let logger: Logger
+
+    public init(
+        consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: DispatchEngine, tickets: TicketBook, recentOutcomes: RecentOutcomes,
+        drainTimeout: Duration = .seconds(8), logger: Logger
+    ) {
+        self.consumer = consumer
+        self.deadLetters = deadLetters
+        self.engine = engine
+        self.tickets = tickets
+        self.recentOutcomes = recentOutcomes
+        self.drainTimeout = drainTimeout
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let (consumer, engine, tickets, drainTimeout) = (self.consumer, self.engine, self.tickets, self.drainTimeout)
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { try await consumer.run() }
+            group.addTask { await engine.run() }
+            group.addTask {
+                // Graceful shutdown (or the loop below ending): finish what is in flight, then commit and leave.
+                try? await gracefulShutdown()
+                await engine.drain(timeout: drainTimeout)
+                consumer.shutdown()
+            }
+            for await event in consumer.events {
+                switch event {
+                case .partitionsAssigned(let partitions):
+                    let finished = await recentOutcomes.requestIds(partitions: partitions.map(\.partition))
+                    await engine.alreadyFinished(finished)
+                    logger.info("partitions assigned", metadata: ["kafka.partitions": "\(partitions)", "outcomes.recent": "\(finished.count)"])
+                case .partitionsRevoked(let partitions):
+                    let revoked = Set(partitions)
+                    let dropped = await engine.dropWaiting { ticket in tickets.partition(of: ticket).map(revoked.contains) ?? false }
+                    tickets.forget(dropped)
+                    tickets.revoke(partitions)
+                case .message(let raw):
+                    let ticket = tickets.open(raw)
+                    switch DeadLetterWriter.check(PushRequest.self, raw) {
+                    case .success(let request):
+                        await engine.submit(request, ticket: ticket)
+                    case .failure(let rejection):
+                        do {
+                            try await deadLetters.send(raw, reason: rejection.reason, detail: rejection.detail)
+                            tickets.done(ticket)
+                        } catch {
+                            logger.error("dead letter not written: the record will be read again", metadata: ["error": "\(error)"])
+                        }
+                    }
+                case .partitionEnd:
+                    break
+                }
+            }
+            await engine.finish()
+            group.cancelAll()
+        }
+    }
+}
+
+/// The input records being worked on, by ticket; marks them processed in order when done.
+public final class TicketBook: Sendable {
+    private struct State {
+        var next: UInt64 = 1
+        var open: [UInt64: KafkaMessage] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let tracker = OffsetTracker()
+    private let consumer: KafkaConsumer
+
+    public init(consumer: KafkaConsumer) {
+        self.consumer = consumer
+    }
+
+    func open(_ message: KafkaMessage) -> UInt64 {
+        tracker.begin(message)
+        return state.withLock { state in
+            let ticket = state.next
+            state.next += 1
+            state.open[ticket] = message
+            return ticket
+        }
+    }
+
+    /// The request's outcome is persisted: mark what can be marked.
+    public func done(_ ticket: UInt64) {
+        guard let message = state.withLock({ $0.open.removeValue(forKey: ticket) }) else { return }
+        if let release = tracker.complete(message) {
+            consumer.markProcessed(release)
+        }
+    }
+
+    func partition(of ticket: UInt64) -> KafkaTopicPartition? {
+        state.withLock { $0.open[ticket]?.topicPartition }
+    }
+
+    func forget(_ tickets: [UInt64]) {
+        state.withLock { state in
+            for ticket in tickets { state.open[ticket] = nil }
+        }
+    }
+
+    func revoke(_ partitions: [KafkaTopicPartition]) {
+        tracker.revoke(partitions)
+    }
+
+    /// Records read and not yet released.
+    public var openCount: Int { tracker.open }
+}
+
+/// Reads the recent outcomes of some partitions of `islet.push-outcomes.v1`: the request ids that
+/// already have their final outcome.
+public struct RecentOutcomes: Sendable {
+    let bootstrapServers: String
+    let topic: String
+    let window: Duration
+    let settings: [String: String]
+    let logger: Logger
+
+    public init(bootstrapServers: String, topic: String, window: Duration = .seconds(3_600), settings: [String: String] = [:], logger: Logger) {
+        self.bootstrapServers = bootstrapServers
+        self.topic = topic
+        self.window = window
+        self.settings = settings
+        self.logger = logger
+    }
+
+    /// The request ids of outcomes written in the last `window` to these partitions. On failure it
+    /// logs and answers what it read (duplicates are then possible, as after any crash).
+    func requestIds(partitions: [Int32]) async -> Set<String> {
+        guard !partitions.isEmpty else { return [] }
+        let since = Date().addingTimeInterval(-(window / .seconds(1)))
+        do {
+            return try await read(partitions: partitions, since: since)
+        } catch {
+            logger.warning("recent outcomes by time unavailable; reading the partitions whole", metadata: ["error": "\(error)"])
+            do {
+                return try await read(partitions: partitions, since: nil)
+            } catch {
+                logger.error("recent outcomes could not be read: requests read again may be sent again", metadata: ["error": "\(error)"])
+                return []
+            }
+        }
+    }
+
+    private func read(partitions: [Int32], since: Date?) async throws -> Set<String> {
+        let reader = try KafkaConsumer(
+            configuration: .replica(
+                bootstrapServers: bootstrapServers, topics: [topic], partitions: partitions, since: since, clientID: "apns-dispatcher.outcomes",
+                settings: settings),
+            logger: logger)
+        return try await withThrowingTaskGroup(of: Set<String>?.self) { group in
+            group.addTask {
+                try await reader.run()
+                return nil
+            }
+            group.addTask {
+                var ids: Set<String> = []
+                var ended: Set<Int32> = []
+                for await event in reader.events {
+                    switch event {
+                    case .message(let message):
+                        if let value = message.value, let outcome = try? IsletJSON.decode(PushOutcome.self, from: value) {
+                            ids.insert(outcome.requestId)
+                        }
+                    case .partitionEnd(let partition):
+                        ended.insert(partition.partition)
+                        if ended.count == Set(partitions).count { return ids }
+                    default:
+                        break
+                    }
+                }
+                return ids
+            }
+            var result: Set<String> = []
+            while let next = try await group.next() {
+                if let ids = next {
+                    result = ids
+                    reader.shutdown()
+                }
+            }
+            return result
+        }
+    }
+}

@@ -1,0 +1,85 @@
+import Foundation
+import IsletRuntime
+
+/// apns-dispatcher's own settings (besides ``ServiceSettings``), from the environment.
+/// docs/apns-dispatcher.md lists them.
+public struct DispatcherSettings: Sendable {
+    /// `ISLET_APNS_KEYS`: `TEAMID=KEYID:/path/to/AuthKey.p8,…` — one signing key per team.
+    public var keys: [APNsSigningKey]
+    /// `ISLET_APNS_APPS`: `bundle.id=TEAMID,…` — which team signs for each app.
+    public var teams: [String: String]
+    public var client: APNsClient.Configuration
+    public var policy: DispatcherPolicy
+    /// `ISLET_DISPATCHER_DEDUPE_WINDOW_MS` (1 h): outcomes this recent are read on assignment.
+    public var dedupeWindow: Duration
+
+    public init(keys: [APNsSigningKey], teams: [String: String], client: APNsClient.Configuration, policy: DispatcherPolicy, dedupeWindow: Duration = .seconds(3_600)) {
+        self.keys = keys
+        self.teams = teams
+        self.client = client
+        self.policy = policy
+        self.dedupeWindow = dedupeWindow
+    }
+
+    public init(from config: IsletConfig) throws {
+        var keys: [APNsSigningKey] = []
+        for (team, value) in try config.properties("islet.apns.keys").sorted(by: { $0.key < $1.key }) {
+            let parts = value.split(separator: ":", maxSplits: 1).map(String.init)
+            guard parts.count == 2 else {
+                throw ConfigurationError(key: "islet.apns.keys", problem: "expects TEAMID=KEYID:/path/to/AuthKey.p8, got \(team)=…")
+            }
+            guard let pem = try? String(contentsOfFile: parts[1], encoding: .utf8) else {
+                throw ConfigurationError(key: "islet.apns.keys", problem: "cannot read the signing key of team \(team) from \(parts[1])")
+            }
+            do {
+                keys.append(try APNsSigningKey(keyID: parts[0], teamID: team, pem: pem))
+            } catch {
+                throw ConfigurationError(key: "islet.apns.keys", problem: "\(parts[1]) is not a P-256 private key in PEM (a .p8 file)")
+            }
+        }
+        guard !keys.isEmpty else { throw ConfigurationError(key: "islet.apns.keys", problem: "must name at least one signing key") }
+        let teams = try config.properties("islet.apns.apps")
+        guard !teams.isEmpty else { throw ConfigurationError(key: "islet.apns.apps", problem: "must map at least one bundle id to its team") }
+        for (bundle, team) in teams where !keys.contains(where: { $0.teamID == team }) {
+            throw ConfigurationError(key: "islet.apns.apps", problem: "\(bundle) is signed by team \(team), which has no key in ISLET_APNS_KEYS")
+        }
+
+        var client = APNsClient.Configuration()
+        if let url = config.optionalString("islet.apns.url") {
+            let endpoint = try Self.endpoint(url, key: "islet.apns.url")
+            client.production = endpoint
+            client.sandbox = endpoint
+        }
+        if let url = config.optionalString("islet.apns.production.url") { client.production = try Self.endpoint(url, key: "islet.apns.production.url") }
+        if let url = config.optionalString("islet.apns.sandbox.url") { client.sandbox = try Self.endpoint(url, key: "islet.apns.sandbox.url") }
+        if let path = config.optionalString("islet.apns.ca.file") {
+            guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw ConfigurationError(key: "islet.apns.ca.file", problem: "cannot read \(path)")
+            }
+            client.trustedCertificatesPEM = pem
+        }
+        client.connectionsPerLane = try config.int("islet.apns.connections", default: 2, range: 1...64)
+        client.requestTimeout = try config.milliseconds("islet.apns.request.timeout.ms", default: .seconds(10))
+
+        var policy = DispatcherPolicy()
+        policy.budgets.standard.capacity = try config.int("islet.budget.standard.per.hour", default: 12, range: 1...100_000)
+        policy.budgets.frequent.capacity = try config.int("islet.budget.frequent.per.hour", default: 240, range: 1...100_000)
+        policy.budgets.pushToStart.capacity = try config.int("islet.budget.push.to.start.burst", default: 8, range: 1...1_000)
+        policy.budgets.criticalMaximumWait = try config.milliseconds("islet.budget.critical.max.wait.ms", default: .seconds(120))
+        policy.retry.maximumAttempts = try config.int("islet.retry.max.attempts", default: 8, range: 1...100)
+        policy.retry.maximumDelay = try config.milliseconds("islet.retry.max.delay.ms", default: .seconds(30))
+        policy.retry.maximumDuration = try config.milliseconds("islet.retry.max.duration.ms", default: .seconds(300))
+        policy.retry.tokenBackoff = try config.milliseconds("islet.retry.token.backoff.ms", default: .seconds(30))
+        policy.maximumInFlight = try config.int("islet.dispatcher.max.in.flight", default: 1_024, range: 1...100_000)
+        self.init(
+            keys: keys, teams: teams, client: client, policy: policy,
+            dedupeWindow: try config.milliseconds("islet.dispatcher.dedupe.window.ms", default: .seconds(3_600)))
+    }
+
+    static func endpoint(_ text: String, key: String) throws(ConfigurationError) -> APNsClient.Endpoint {
+        guard let url = URL(string: text), url.scheme == "https", let host = url.host, !host.isEmpty else {
+            throw ConfigurationError(key: key, problem: "must be an https URL like https://api.push.apple.com:443, got \(text)")
+        }
+        return APNsClient.Endpoint(host: host, port: url.port ?? 443)
+    }
+}

@@ -1,0 +1,137 @@
+import Foundation
+import IsletMessages
+
+/// What APNs answers when it refuses a request: the HTTP status and the `reason` of the JSON body.
+public struct APNsRejection: Error, Sendable, Equatable, CustomStringConvertible {
+    public var status: Int
+    public var reason: String
+    /// With 410: since when the token is invalid (milliseconds since 1970 in the body).
+    public var timestamp: Date?
+
+    public init(_ status: Int, _ reason: String, timestamp: Date? = nil) {
+        self.status = status
+        self.reason = reason
+        self.timestamp = timestamp
+    }
+
+    public var description: String { "\(status) \(reason)" }
+
+    /// `{"reason": …}`, plus `"timestamp"` (ms) with 410, as APNs writes it.
+    public var body: [UInt8] {
+        var text = #"{"reason":"\#(reason)""#
+        if let timestamp { text += #","timestamp":\#(Int64((timestamp.timeIntervalSince1970 * 1_000).rounded(.down)))"# }
+        return Array((text + "}").utf8)
+    }
+}
+
+/// A Live Activity push the simulator accepted: what the phone would have received.
+public struct AcceptedNotification: Sendable, Codable, Equatable {
+    /// The device token (lowercase hex).
+    public var token: String
+    public var apnsID: String
+    public var topic: String
+    public var priority: Int
+    public var pushType: String
+    public var expiration: Int64?
+    public var collapseID: String?
+    /// `aps.event`: start, update or end.
+    public var event: String
+    /// `aps.timestamp`.
+    public var timestamp: Int64
+    /// The whole body, as sent.
+    public var payload: String
+    public var payloadBytes: Int
+    public var receivedAt: Date
+    /// Which connection and stream it came on (for GOAWAY and retry checks).
+    public var connection: Int
+    public var stream: Int
+}
+
+/// Validates a provider API request like APNs does for Live Activity pushes (token path).
+public enum NotificationValidator {
+    public static let maximumPayloadBytes = 4_096
+    static let pathPrefix = "/3/device/"
+
+    /// The parts of a request that matter.
+    public struct Request: Sendable {
+        public var method: String
+        public var path: String
+        /// Header names lowercased.
+        public var headers: [String: String]
+        public var body: [UInt8]
+
+        public init(method: String, path: String, headers: [String: String], body: [UInt8]) {
+            self.method = method
+            self.path = path
+            self.headers = headers
+            self.body = body
+        }
+    }
+
+    /// The device token of the path, or the rejection APNs gives for the request line.
+    public static func token(of request: Request) -> Result<String, APNsRejection> {
+        guard request.method == "POST" else { return .failure(APNsRejection(405, "MethodNotAllowed")) }
+        guard request.path.hasPrefix(pathPrefix) else { return .failure(APNsRejection(404, "BadPath")) }
+        let token = String(request.path.dropFirst(pathPrefix.count))
+        guard !token.isEmpty else { return .failure(APNsRejection(400, "MissingDeviceToken")) }
+        guard token.utf8.count.isMultiple(of: 2), (32...512).contains(token.utf8.count), token.utf8.allSatisfy(isHexDigit) else {
+            return .failure(APNsRejection(400, "BadDeviceToken"))
+        }
+        return .success(token.lowercased())
+    }
+
+    /// Checks the headers and the payload (not the provider token, which the connection checks).
+    public static func validate(_ request: Request, token: String, now: Date, connection: Int, stream: Int)
+        -> Result<AcceptedNotification, APNsRejection>
+    {
+        let headers = request.headers
+        guard headers["apns-push-type"] == "liveactivity" else { return .failure(APNsRejection(400, "InvalidPushType")) }
+        guard let topic = headers["apns-topic"], !topic.isEmpty else { return .failure(APNsRejection(400, "MissingTopic")) }
+        guard topic.hasSuffix(".push-type.liveactivity"), topic.count > ".push-type.liveactivity".count else {
+            return .failure(APNsRejection(400, "BadTopic"))
+        }
+        guard let priorityText = headers["apns-priority"], let priority = Int(priorityText), priority == 5 || priority == 10 else {
+            return .failure(APNsRejection(400, "BadPriority"))
+        }
+        var apnsID = UUID().uuidString.lowercased()
+        if let given = headers["apns-id"] {
+            guard UUID(uuidString: given) != nil else { return .failure(APNsRejection(400, "BadMessageId")) }
+            apnsID = given.lowercased()
+        }
+        var expiration: Int64?
+        if let text = headers["apns-expiration"] {
+            guard let value = Int64(text), value >= 0 else { return .failure(APNsRejection(400, "BadExpirationDate")) }
+            expiration = value
+        }
+        let collapseID = headers["apns-collapse-id"]
+        if let collapseID, collapseID.utf8.count > 64 { return .failure(APNsRejection(400, "BadCollapseId")) }
+        guard !request.body.isEmpty else { return .failure(APNsRejection(400, "PayloadEmpty")) }
+        guard request.body.count <= maximumPayloadBytes else { return .failure(APNsRejection(413, "PayloadTooLarge")) }
+
+        // The payload: JSON with an aps dictionary that ActivityKit can act on.
+        guard let payload = try? JSONDecoder().decode(JSONValue.self, from: Data(request.body)), let aps = payload["aps"],
+            case .object = aps
+        else { return .failure(APNsRejection(400, "BadPayload")) }
+        guard let event = aps["event"]?.stringValue, ["start", "update", "end"].contains(event) else {
+            return .failure(APNsRejection(400, "BadPayload"))
+        }
+        guard case .integer(let timestamp) = aps["timestamp"] else { return .failure(APNsRejection(400, "BadPayload")) }
+        guard case .object = aps["content-state"] else { return .failure(APNsRejection(400, "BadPayload")) }
+        if event == "start" {
+            guard aps["attributes-type"]?.stringValue != nil, case .object = aps["attributes"], aps["alert"] != nil else {
+                return .failure(APNsRejection(400, "BadPayload"))
+            }
+        }
+        return .success(
+            AcceptedNotification(
+                token: token, apnsID: apnsID, topic: topic, priority: priority, pushType: "liveactivity", expiration: expiration,
+                collapseID: collapseID, event: event, timestamp: timestamp,
+                payload: String(decoding: request.body, as: UTF8.self), payloadBytes: request.body.count, receivedAt: now,
+                connection: connection, stream: stream))
+    }
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+            || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte)
+    }
+}

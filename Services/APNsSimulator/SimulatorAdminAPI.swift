@@ -1,0 +1,52 @@
+import Foundation
+import Hummingbird
+import IsletMessages
+
+/// The simulator's admin API (plain HTTP/1.1, for tests, demos and operators):
+///
+/// | route | does |
+/// | --- | --- |
+/// | `GET /admin/notifications?token=…&limit=…` | what was accepted, oldest first (a phone's view) |
+/// | `DELETE /admin/notifications` | forget them |
+/// | `POST /admin/faults` | inject a ``Fault`` (JSON); answers its id |
+/// | `DELETE /admin/faults` | clear every fault |
+/// | `GET /admin/stats` | ``SimulatorStats`` |
+/// | `GET /admin/certificate` | the TLS certificate (PEM) clients should trust |
+public enum SimulatorAdminAPI {
+    public static func addRoutes<Context: RequestContext>(to router: Router<Context>, state: SimulatorState, certificatePEM: String) {
+        router.get("/admin/notifications") { request, _ -> Response in
+            let token = request.uri.queryParameters.get("token")?.lowercased()
+            let limit = request.uri.queryParameters.get("limit").flatMap(Int.init) ?? .max
+            return try json(state.notifications(token: token, limit: limit))
+        }
+        router.delete("/admin/notifications") { _, _ -> Response in
+            state.clearNotifications()
+            return Response(status: .noContent)
+        }
+        router.post("/admin/faults") { request, _ -> Response in
+            let body = try await request.body.collect(upTo: 65_536)
+            let fault: Fault
+            do {
+                fault = try JSONDecoder().decode(Fault.self, from: Data(body.readableBytesView))
+            } catch {
+                return Response(
+                    status: .badRequest, headers: [.contentType: "application/json"],
+                    body: .init(byteBuffer: ByteBuffer(string: #"{"reason":"a fault is {\"kind\": reject|delay|stall|goAway|reset, …}"}"#)))
+            }
+            return try json(["id": state.add(fault)], status: .created)
+        }
+        router.delete("/admin/faults") { _, _ -> Response in
+            state.clearFaults()
+            return Response(status: .noContent)
+        }
+        router.get("/admin/stats") { _, _ -> Response in try json(state.stats) }
+        router.get("/admin/certificate") { _, _ -> Response in
+            Response(status: .ok, headers: [.contentType: "application/x-pem-file"], body: .init(byteBuffer: ByteBuffer(string: certificatePEM)))
+        }
+        router.get("/health") { _, _ -> Response in try json(["status": "ready"]) }
+    }
+
+    static func json<Value: Encodable>(_ value: Value, status: HTTPResponse.Status = .ok) throws -> Response {
+        Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: try IsletJSON.encode(value))))
+    }
+}

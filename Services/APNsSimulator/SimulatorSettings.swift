@@ -1,0 +1,64 @@
+import Crypto
+import Foundation
+import IsletRuntime
+
+/// The simulator's settings from the environment (docs/apns-simulator.md lists them).
+public struct SimulatorSettings: Sendable {
+    public var host: String
+    public var port: Int
+    public var adminHost: String
+    public var adminPort: Int
+    public var keys: [ProviderTokenVerifier.Key]
+    public var tls: SimulatorTLS
+    /// Where to write the certificate clients must trust (when it was generated).
+    public var certificateOut: String?
+    public var maxConcurrentStreams: Int
+    public var recordCapacity: Int
+    public var faults: [Fault]
+
+    public init(from config: IsletConfig) throws {
+        host = try config.string("islet.simulator.host", default: "127.0.0.1")
+        port = try config.int("islet.simulator.port", default: 2_197, range: 0...65_535)
+        adminHost = try config.string("islet.http.host", default: "127.0.0.1")
+        adminPort = try config.int("islet.http.port", default: 8_090, range: 0...65_535)
+        keys = []
+        for (keyID, value) in try config.properties("islet.simulator.keys").sorted(by: { $0.key < $1.key }) {
+            let parts = value.split(separator: ":", maxSplits: 1).map(String.init)
+            guard parts.count == 2, let pem = try? String(contentsOfFile: parts[1], encoding: .utf8) else {
+                throw ConfigurationError(key: "islet.simulator.keys", problem: "expects KEYID=TEAMID:/path/to/key.p8-or-public.pem, got \(keyID)=\(value)")
+            }
+            let publicKey: P256.Signing.PublicKey
+            if let privateKey = try? P256.Signing.PrivateKey(pemRepresentation: pem) {
+                publicKey = privateKey.publicKey
+            } else if let key = try? P256.Signing.PublicKey(pemRepresentation: pem) {
+                publicKey = key
+            } else {
+                throw ConfigurationError(key: "islet.simulator.keys", problem: "\(parts[1]) holds no P-256 key in PEM")
+            }
+            keys.append(.init(keyID: keyID, teamID: parts[0], publicKey: publicKey))
+        }
+        guard !keys.isEmpty else {
+            throw ConfigurationError(key: "islet.simulator.keys", problem: "must name at least one signing key: KEYID=TEAMID:/path/to/key")
+        }
+        if let certificate = config.optionalString("islet.simulator.tls.certificate") {
+            guard let key = config.optionalString("islet.simulator.tls.key") else {
+                throw ConfigurationError(key: "islet.simulator.tls.key", problem: "is required with ISLET_SIMULATOR_TLS_CERTIFICATE")
+            }
+            tls = try SimulatorTLS.files(certificate: certificate, privateKey: key)
+            certificateOut = nil
+        } else {
+            tls = try SimulatorTLS.selfSigned()
+            certificateOut = config.optionalString("islet.simulator.tls.certificate.out")
+        }
+        maxConcurrentStreams = try config.int("islet.simulator.max.concurrent.streams", default: 1_000, range: 1...100_000)
+        recordCapacity = try config.int("islet.simulator.record.capacity", default: 200_000, range: 1...10_000_000)
+        if let text = config.optionalString("islet.simulator.faults") {
+            guard let faults = try? JSONDecoder().decode([Fault].self, from: Data(text.utf8)) else {
+                throw ConfigurationError(key: "islet.simulator.faults", problem: "must be a JSON array of faults")
+            }
+            self.faults = faults
+        } else {
+            faults = []
+        }
+    }
+}

@@ -1,0 +1,35 @@
+// apns-simulator: an APNs provider API over HTTP/2 + TLS for development, tests and benchmarks.
+// Configuration: docs/apns-simulator.md.
+import APNsSimulator
+import Foundation
+import Hummingbird
+import IsletRuntime
+import Logging
+import ServiceLifecycle
+
+LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+var logger = Logger(label: "islet.apns-simulator")
+logger.logLevel = Logger.Level(rawValue: ProcessInfo.processInfo.environment["ISLET_LOG_LEVEL"] ?? "info") ?? .info
+
+let settings: SimulatorSettings
+do {
+    settings = try SimulatorSettings(from: .environment())
+} catch {
+    logger.critical("\(error)")
+    exit(1)
+}
+if let path = settings.certificateOut {
+    try settings.tls.certificatePEM.write(toFile: path, atomically: true, encoding: .utf8)
+}
+let state = SimulatorState(capacity: settings.recordCapacity)
+for fault in settings.faults { state.add(fault) }
+let server = APNsSimulatorServer(
+    configuration: .init(
+        host: settings.host, port: settings.port, keys: settings.keys, tls: settings.tls, maxConcurrentStreams: settings.maxConcurrentStreams),
+    state: state, logger: logger)
+let router = Router()
+SimulatorAdminAPI.addRoutes(to: router, state: state, certificatePEM: settings.tls.certificatePEM)
+let admin = Application(router: router, configuration: .init(address: .hostname(settings.adminHost, port: settings.adminPort)), logger: logger)
+try await ServiceGroup(
+    configuration: .init(services: [.init(service: server), .init(service: admin)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+).run()

@@ -1,0 +1,99 @@
+import Foundation
+import IsletKafka
+import IsletMessages
+import Logging
+import Metrics
+import ServiceLifecycle
+
+/// Keeps a ``TokenTable`` equal to `islet.tokens.v1`: reads every partition of the topic from its
+/// start (a replica, not a group member: every instance holds the whole table) and goes on
+/// applying what token-registry writes. Once every partition has been read to its end the first
+/// time, `onReady` is called (the service may answer from the table from then on).
+///
+/// A record that does not decode or validate is logged and counted, never applied: the topic is
+/// written only by token-registry, so such a record means a bug or a foreign writer, and the table
+/// must not guess.
+public struct TokenTableLoader: Service {
+    let consumer: KafkaConsumer
+    let table: TokenTable
+    let onReady: @Sendable () -> Void
+    let logger: Logger
+    private let rebuildSeconds: Gauge
+    private let tokens: Gauge
+    private let invalid: Counter
+
+    /// - Parameter service: the service name, a dimension of the metrics.
+    public init(consumer: KafkaConsumer, table: TokenTable, service: String, logger: Logger, onReady: @escaping @Sendable () -> Void = {}) {
+        self.consumer = consumer
+        self.table = table
+        self.logger = logger
+        self.onReady = onReady
+        self.rebuildSeconds = Gauge(label: "islet_tokens_rebuild_seconds", dimensions: [("service", service)])
+        self.tokens = Gauge(label: "islet_tokens_table_size", dimensions: [("service", service)])
+        self.invalid = Counter(label: "islet_tokens_invalid_records_total", dimensions: [("service", service)])
+    }
+
+    public func run() async throws {
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { try await consumer.run() }
+            await load()
+            // The loop ends when the consumer stops (shutdown); make sure it does.
+            consumer.shutdown()
+        }
+    }
+
+    private func load() async {
+        let started = ContinuousClock.now
+        var assigned: Set<KafkaTopicPartition> = []
+        var ended: Set<KafkaTopicPartition> = []
+        var ready = false
+        for await event in consumer.events {
+            switch event {
+            case .partitionsAssigned(let partitions):
+                assigned.formUnion(partitions)
+            case .partitionsRevoked(let partitions):
+                assigned.subtract(partitions)
+            case .partitionEnd(let partition):
+                guard !ready else { continue }
+                ended.insert(partition)
+                if !assigned.isEmpty, ended.isSuperset(of: assigned) {
+                    ready = true
+                    let seconds = (ContinuousClock.now - started) / .seconds(1)
+                    rebuildSeconds.record(seconds)
+                    tokens.record(Double(table.count))
+                    logger.info("token table rebuilt", metadata: ["tokens.count": "\(table.count)", "rebuild.seconds": "\(seconds)"])
+                    onReady()
+                }
+            case .message(let message):
+                apply(message)
+                if ready { tokens.record(Double(table.count)) }
+            }
+        }
+    }
+
+    private func apply(_ message: KafkaMessage) {
+        let position = TokenTable.Position(partition: message.partition, offset: message.offset)
+        guard let key = message.keyString else {
+            invalid.increment()
+            logger.error("token record without a key ignored", metadata: ["kafka.offset": "\(message.offset)"])
+            return
+        }
+        guard let value = message.value else {
+            table.remove(key: key, at: position)
+            return
+        }
+        do {
+            let record = try IsletJSON.decode(TokenRecord.self, from: value)
+            try record.validate()
+            guard record.key == key else {
+                throw MessageValidationError(field: "key", problem: "the record's key rule gives \(record.key ?? "none"), not \(key)")
+            }
+            table.apply(record, key: key, at: position)
+        } catch {
+            invalid.increment()
+            logger.error(
+                "token record not applied",
+                metadata: ["kafka.partition": "\(message.partition)", "kafka.offset": "\(message.offset)", "error": "\(error)"])
+        }
+    }
+}

@@ -1,0 +1,355 @@
+import Foundation
+import IsletMessages
+import IsletTokens
+import Synchronization
+import Testing
+@testable import APNsDispatcher
+
+/// A clock tests move by hand; sleepers wake when it passes their time.
+final class ManualClock: DispatchClock {
+    private struct State {
+        var now: Date
+        var sleepers: [(Date, CheckedContinuation<Void, Never>)] = []
+    }
+
+    private let state: Mutex<State>
+    init(_ start: Date = Date(timeIntervalSince1970: 1_795_000_000)) { state = Mutex(State(now: start)) }
+
+    func now() -> Date { state.withLock { $0.now } }
+
+    func sleep(until date: Date) async throws {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> Bool in
+                if date <= state.now { return true }
+                state.sleepers.append((date, continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+
+    func advance(_ seconds: TimeInterval) {
+        let due = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.now = state.now.addingTimeInterval(seconds)
+            let now = state.now
+            let due = state.sleepers.filter { $0.0 <= now }.map(\.1)
+            state.sleepers.removeAll { $0.0 <= now }
+            return due
+        }
+        for continuation in due { continuation.resume() }
+    }
+}
+
+/// Answers pushes from a script (per token), records what was sent, can hold answers back.
+final class ScriptedSender: APNsSending {
+    private struct State {
+        var sent: [APNsPush] = []
+        var script: [String: [APNsAnswer]] = [:]
+        var held = false
+        var waiting: [CheckedContinuation<Void, Never>] = []
+        var renewals = 0
+    }
+
+    private let state = Mutex(State())
+
+    var sent: [APNsPush] { state.withLock { $0.sent } }
+    var renewals: Int { state.withLock { $0.renewals } }
+    func script(_ token: String, _ answers: [APNsAnswer]) { state.withLock { $0.script[token, default: []] += answers } }
+    func hold() { state.withLock { $0.held = true } }
+    func release() {
+        let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.held = false
+            defer { state.waiting.removeAll() }
+            return state.waiting
+        }
+        for continuation in waiting { continuation.resume() }
+    }
+
+    func send(_ push: APNsPush, teamID: String, environment: APNsEnvironment) async throws -> APNsAnswer {
+        await withCheckedContinuation { continuation in
+            let held = state.withLock { state -> Bool in
+                state.sent.append(push)
+                if state.held { state.waiting.append(continuation) }
+                return state.held
+            }
+            if !held { continuation.resume() }
+        }
+        return state.withLock { state in
+            guard var answers = state.script[push.deviceToken], !answers.isEmpty else { return APNsAnswer(status: 200, apnsID: push.apnsID) }
+            let answer = answers.removeFirst()
+            state.script[push.deviceToken] = answers
+            return answer
+        }
+    }
+
+    func renewProviderToken(teamID: String) { state.withLock { $0.renewals += 1 } }
+    func reconnect(teamID: String) {}
+}
+
+final class RecordingSink: OutcomeSink {
+    private let outcomes = Mutex<[PushOutcome]>([])
+    var all: [PushOutcome] { outcomes.withLock { $0 } }
+    func publish(_ outcome: PushOutcome) async throws { outcomes.withLock { $0.append(outcome) } }
+}
+
+/// An engine with a token table, a scripted APNs and a manual clock.
+final class EngineHarness: Sendable {
+    let clock = ManualClock()
+    let sender = ScriptedSender()
+    let sink = RecordingSink()
+    let tokens = TokenTable()
+    let done = Shared<[UInt64]>([])
+    let engine: DispatchEngine
+    private let runner: Task<Void, Never>
+
+    init(policy: DispatcherPolicy = DispatcherPolicy()) {
+        let done = self.done
+        engine = DispatchEngine(
+            sender: sender, tokens: tokens, outcomes: sink, policy: policy, teams: ["com.example.food": "TEAM123456"], clock: clock,
+            random: { 0.5 }, logger: quietLogger, onDone: { ticket in done.value.append(ticket) })
+        let engine = self.engine
+        runner = Task { await engine.run() }
+    }
+
+    func register(_ activity: String, token: String, frequent: Bool = false, startedAt: Date? = nil, state: TokenState = .active) {
+        let now = clock.now()
+        tokens.apply(
+            TokenRecord(
+                kind: .update, activityId: activity, userId: "u", token: token, app: AppTarget(bundleId: "com.example.food", environment: .production),
+                attributesType: "DeliveryAttributes", frequentUpdatesEnabled: frequent, appVersion: "1.0", state: state,
+                invalidation: state == .invalidated ? .init(reason: .clientEnded, invalidatedAt: now) : nil, activityStartedAt: startedAt ?? now,
+                registeredAt: now, updatedAt: now),
+            key: activity, at: nil)
+    }
+
+    func request(
+        _ activity: String, _ event: ActivityEventKind = .update, sequence: Int64, priority: Int = 10, urgency: Urgency = .routine,
+        supersedable: Bool? = nil, alerting: Bool = false
+    ) -> PushRequest {
+        PushRequest(
+            requestId: UUID().uuidString.lowercased(), activityId: activity, event: event, app: AppTarget(bundleId: "com.example.food", environment: .production),
+            attributesType: "DeliveryAttributes", payload: payload(event: event.rawValue, alert: alerting, extra: #","sequence":\#(sequence)"#),
+            priority: priority, urgency: urgency, supersedable: supersedable ?? (event == .update), alerting: alerting,
+            apnsTimestamp: 1_795_000_000 + sequence, contentSequence: sequence, createdAt: clock.now())
+    }
+
+    private static let tickets = Atomic<UInt64>(0)
+
+    func submit(_ request: PushRequest) async {
+        await engine.submit(request, ticket: Self.tickets.wrappingAdd(1, ordering: .relaxed).newValue)
+    }
+
+    /// Waits until `count` outcomes were published (at most 5 s of real time).
+    func outcomes(_ count: Int) async throws -> [PushOutcome] {
+        for _ in 0..<500 {
+            if sink.all.count >= count { return sink.all }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        Issue.record("expected \(count) outcomes, got \(sink.all.count): \(sink.all.map(\.result.rawValue))")
+        return sink.all
+    }
+
+    /// Lets jobs run.
+    func settle() async throws { try await Task.sleep(for: .milliseconds(50)) }
+
+    func stop() async {
+        await engine.finish()
+        await runner.value
+    }
+}
+
+@Suite("The dispatch engine's policies, with a manual clock", .timeLimit(.minutes(1)))
+struct EngineTests {
+    @Test("priority 10 spends the activity's budget; past it, updates go at 5 and say so; it refills with time")
+    func budget() async throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        for i in 1...15 {
+            await h.submit(h.request("a", sequence: Int64(i), supersedable: false))
+            _ = try await h.outcomes(i)
+        }
+        var outcomes = h.sink.all
+        #expect(outcomes.prefix(12).allSatisfy { $0.result == .delivered && $0.priorityUsed == 10 })
+        #expect(outcomes.suffix(3).allSatisfy { $0.result == .deliveredDowngraded && $0.priorityUsed == 5 })
+        h.clock.advance(300)  // 12 an hour: one more after 5 minutes
+        await h.submit(h.request("a", sequence: 16, supersedable: false))
+        outcomes = try await h.outcomes(16)
+        #expect(outcomes.last?.priorityUsed == 10)
+        #expect(h.sender.sent.filter { $0.priority == 10 }.count == 13)
+        await h.stop()
+    }
+
+    @Test("frequent updates get the larger budget, and lose it when the user switches them off")
+    func frequentBudget() async throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1), frequent: true)
+        for i in 1...20 {
+            await h.submit(h.request("a", sequence: Int64(i), supersedable: false))
+            _ = try await h.outcomes(i)
+        }
+        #expect(h.sink.all.allSatisfy { $0.priorityUsed == 10 })
+        h.register("a", token: hexToken(1), frequent: false)
+        await h.submit(h.request("a", sequence: 21, supersedable: false))
+        #expect(try await h.outcomes(21).last?.priorityUsed == 5)
+        await h.stop()
+    }
+
+    @Test("a critical update waits for budget instead of being downgraded, within its bound")
+    func criticalWaits() async throws {
+        var policy = DispatcherPolicy()
+        policy.budgets.standard = .init(capacity: 1, period: .seconds(3_600))
+        let h = EngineHarness(policy: policy)
+        h.register("a", token: hexToken(1))
+        await h.submit(h.request("a", sequence: 1, supersedable: false))
+        _ = try await h.outcomes(1)
+        await h.submit(h.request("a", sequence: 2, urgency: .critical, supersedable: false))
+        try await h.settle()
+        #expect(h.sink.all.count == 1, "the critical update waits")
+        h.clock.advance(121)  // past the 2-minute bound: it goes at 5
+        let outcomes = try await h.outcomes(2)
+        #expect(outcomes.last?.result == .deliveredDowngraded)
+        await h.stop()
+    }
+
+    @Test("while one push is in flight, newer updates replace older waiting ones; the newest content is sent last; start and end are never dropped")
+    func coalescing() async throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        h.sender.hold()
+        await h.submit(h.request("a", .start, sequence: 0))
+        for i in 1...4 { await h.submit(h.request("a", sequence: Int64(i))) }
+        let replaced = try await h.outcomes(3)
+        #expect(replaced.allSatisfy { $0.result == .coalesced && $0.supersededBy != nil })
+        h.sender.release()
+        let outcomes = try await h.outcomes(5)
+        #expect(outcomes.filter { $0.result == .delivered }.count == 2)
+        #expect(h.sender.sent.map { String(buffer: $0.payload).contains(#""event":"start""#) } == [true, false])
+        #expect(String(buffer: h.sender.sent.last!.payload).contains(#""sequence":4"#))
+
+        // An end cancels the updates still waiting, and is sent.
+        h.sender.hold()
+        await h.submit(h.request("a", sequence: 5))
+        await h.submit(h.request("a", sequence: 6))
+        await h.submit(h.request("a", .end, sequence: 7))
+        h.sender.release()
+        let after = try await h.outcomes(8)
+        #expect(after.suffix(3).map(\.result).sorted { $0.rawValue < $1.rawValue } == [.coalesced, .delivered, .delivered])
+        #expect(String(buffer: h.sender.sent.last!.payload).contains(#""event":"end""#))
+        // Nothing after the end.
+        await h.submit(h.request("a", sequence: 8))
+        #expect(try await h.outcomes(9).last?.result == .expired)
+        await h.stop()
+    }
+
+    @Test("an older update arriving after a newer one waits is dropped, not sent after it")
+    func staleUpdate() async throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        h.sender.hold()
+        await h.submit(h.request("a", sequence: 1))
+        await h.submit(h.request("a", sequence: 5))
+        await h.submit(h.request("a", sequence: 3))
+        h.sender.release()
+        let outcomes = try await h.outcomes(3)
+        #expect(outcomes.filter { $0.result == .coalesced }.count == 1)
+        #expect(String(buffer: h.sender.sent.last!.payload).contains(#""sequence":5"#))
+        await h.stop()
+    }
+
+    @Test("5xx answers are retried with backoff, the same apns-id each time; the limit ends in failed")
+    func retries() async throws {
+        var policy = DispatcherPolicy()
+        policy.retry.maximumAttempts = 3
+        let h = EngineHarness(policy: policy)
+        h.register("a", token: hexToken(1))
+        h.sender.script(hexToken(1), [APNsAnswer(status: 503, reason: "ServiceUnavailable"), APNsAnswer(status: 500, reason: "InternalServerError")])
+        let request = h.request("a", sequence: 1)
+        await h.submit(request)
+        try await h.settle()
+        #expect(h.sender.sent.count == 1)
+        h.clock.advance(0.1)  // jitter 0.5 × 200 ms
+        try await h.settle()
+        #expect(h.sender.sent.count == 2)
+        h.clock.advance(0.2)
+        let outcome = try await h.outcomes(1).first
+        #expect(outcome?.result == .delivered)
+        #expect(outcome?.attempts == 3)
+        #expect(Set(h.sender.sent.map(\.apnsID)) == [request.requestId])
+
+        h.sender.script(hexToken(1), Array(repeating: APNsAnswer(status: 503, reason: "ServiceUnavailable"), count: 3))
+        await h.submit(h.request("a", sequence: 2))
+        for _ in 0..<5 {
+            try await h.settle()
+            h.clock.advance(1)
+        }
+        let failed = try await h.outcomes(2).last
+        #expect(failed?.result == .failed)
+        #expect(failed?.attempts == 3)
+        #expect(failed?.apns?.status == 503)
+        await h.stop()
+    }
+
+    @Test("a dead token is never sent to again; an invalidated or missing token gets tokenInvalid at once; unknown apps are rejected")
+    func tokenGuards() async throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        h.sender.script(hexToken(1), [APNsAnswer(status: 410, reason: "Unregistered", timestamp: h.clock.now())])
+        await h.submit(h.request("a", sequence: 1))
+        await h.submit(h.request("a", sequence: 2, supersedable: false))
+        let outcomes = try await h.outcomes(2)
+        #expect(outcomes.map(\.result) == [.tokenInvalid, .tokenInvalid])
+        #expect(outcomes[0].apns?.timestamp != nil)
+        #expect(outcomes[0].tokenFingerprint == TokenFingerprint.of(token: hexToken(1)))
+        #expect(h.sender.sent.count == 1)
+
+        h.register("ended", token: hexToken(2), state: .invalidated)
+        await h.submit(h.request("ended", sequence: 1))
+        #expect(try await h.outcomes(3).last?.result == .tokenInvalid)
+
+        await h.submit(h.request("nobody", sequence: 1))
+        h.clock.advance(6)  // the token did not arrive within the wait
+        #expect(try await h.outcomes(4).last?.result == .tokenInvalid)
+        #expect(h.sender.sent.count == 1)
+        await h.stop()
+    }
+
+    @Test("updates to an activity older than 8 hours are not sent; its end still is")
+    func lifetime() async throws {
+        let h = EngineHarness()
+        h.register("old", token: hexToken(1), startedAt: h.clock.now().addingTimeInterval(-8 * 3_600 - 1))
+        await h.submit(h.request("old", sequence: 1))
+        await h.submit(h.request("old", .end, sequence: 2))
+        let outcomes = try await h.outcomes(2)
+        #expect(outcomes.map(\.result) == [.expired, .delivered])
+        await h.stop()
+    }
+
+    @Test("403 ExpiredProviderToken renews the token and retries once; other 403s stop the team's lane")
+    func providerTokenAnswers() async throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "ExpiredProviderToken")])
+        await h.submit(h.request("a", sequence: 1))
+        #expect(try await h.outcomes(1).first?.result == .delivered)
+        #expect(h.sender.renewals == 1)
+
+        h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "InvalidProviderToken")])
+        await h.submit(h.request("a", sequence: 2, supersedable: false))
+        await h.submit(h.request("a", sequence: 3, supersedable: false))
+        let outcomes = try await h.outcomes(3)
+        #expect(outcomes.suffix(2).map(\.result) == [.rejected, .rejected])
+        #expect(h.sender.sent.count == 3, "no hot loop: the lane stopped after the first refusal")
+        await h.stop()
+    }
+
+    @Test("a resend after an ambiguous failure carries no alert, so the phone does not alert twice")
+    func ambiguousResend() {
+        let text = payload(alert: true)
+        let stripped = DispatchEngine.withoutAlert(text)
+        #expect(text.contains("alert"))
+        #expect(!stripped.contains("alert"))
+        #expect(!stripped.contains("sound"))
+        #expect(stripped.contains("content-state"))
+        #expect(stripped.contains("1795000000"))
+    }
+}

@@ -1,0 +1,83 @@
+import APNsSimulator
+import Crypto
+import Foundation
+import Testing
+@testable import APNsDispatcher
+
+@Suite("The APNs simulator's rules")
+struct SimulatorRuleTests {
+    func request(
+        method: String = "POST", path: String = "/3/device/\(hexToken(1))", headers: [String: String] = [:], body: String = payload()
+    ) -> NotificationValidator.Request {
+        var all = [
+            "apns-push-type": "liveactivity", "apns-topic": "com.example.food.push-type.liveactivity", "apns-priority": "10",
+            "apns-id": UUID().uuidString,
+        ]
+        all.merge(headers) { $1 }
+        return NotificationValidator.Request(method: method, path: path, headers: all.filter { !$0.value.isEmpty }, body: Array(body.utf8))
+    }
+
+    func verdict(_ request: NotificationValidator.Request) -> String {
+        switch NotificationValidator.token(of: request) {
+        case .failure(let rejection): return rejection.description
+        case .success(let token):
+            switch NotificationValidator.validate(request, token: token, now: Date(), connection: 1, stream: 1) {
+            case .failure(let rejection): return rejection.description
+            case .success: return "200"
+            }
+        }
+    }
+
+    @Test("a valid Live Activity push is accepted; each broken part gets APNs's status and reason")
+    func validation() {
+        #expect(verdict(request()) == "200")
+        #expect(verdict(request(body: payload(event: "start"))) == "200")
+        #expect(verdict(request(body: payload(event: "end"))) == "200")
+        #expect(verdict(request(method: "GET")) == "405 MethodNotAllowed")
+        #expect(verdict(request(path: "/3/other/abc")) == "404 BadPath")
+        #expect(verdict(request(path: "/3/device/")) == "400 MissingDeviceToken")
+        #expect(verdict(request(path: "/3/device/xyz")) == "400 BadDeviceToken")
+        #expect(verdict(request(path: "/3/device/\(String(repeating: "a", count: 63))")) == "400 BadDeviceToken")
+        #expect(verdict(request(headers: ["apns-push-type": "alert"])) == "400 InvalidPushType")
+        #expect(verdict(request(headers: ["apns-topic": ""])) == "400 MissingTopic")
+        #expect(verdict(request(headers: ["apns-topic": "com.example.food"])) == "400 BadTopic")
+        #expect(verdict(request(headers: ["apns-priority": "1"])) == "400 BadPriority")
+        #expect(verdict(request(headers: ["apns-id": "not-a-uuid"])) == "400 BadMessageId")
+        #expect(verdict(request(headers: ["apns-expiration": "soon"])) == "400 BadExpirationDate")
+        #expect(verdict(request(headers: ["apns-collapse-id": String(repeating: "c", count: 65)])) == "400 BadCollapseId")
+        #expect(verdict(request(body: "")) == "400 PayloadEmpty")
+        #expect(verdict(request(body: payload(extra: #","pad":"\#(String(repeating: "x", count: 4_100))""#))) == "413 PayloadTooLarge")
+        #expect(verdict(request(body: "{not json")) == "400 BadPayload")
+        #expect(verdict(request(body: #"{"aps":{"event":"pause","timestamp":1,"content-state":{}}}"#)) == "400 BadPayload")
+        #expect(verdict(request(body: #"{"aps":{"event":"update","timestamp":"now","content-state":{}}}"#)) == "400 BadPayload")
+        #expect(verdict(request(body: #"{"aps":{"event":"update","timestamp":1}}"#)) == "400 BadPayload")
+        #expect(verdict(request(body: #"{"aps":{"event":"start","timestamp":1,"content-state":{}}}"#)) == "400 BadPayload")
+    }
+
+    @Test("provider tokens: known key and team, valid signature, less than an hour old")
+    func providerTokens() throws {
+        let verifier = ProviderTokenVerifier(keys: [.init(keyID: signingKey.keyID, teamID: signingKey.teamID, publicKey: teamKey.publicKey)])
+        let now = Date()
+        let token = try signingKey.providerToken(issuedAt: now.addingTimeInterval(-60))
+        #expect(verifier.verify(authorization: "bearer \(token)", now: now).map(\.teamID) == .success(signingKey.teamID))
+        #expect(verifier.verify(authorization: nil, now: now) == .failure(.missing))
+        #expect(verifier.verify(authorization: "bearer a.b.c", now: now) == .failure(.invalid))
+        let old = try signingKey.providerToken(issuedAt: now.addingTimeInterval(-3_700))
+        #expect(verifier.verify(authorization: "bearer \(old)", now: now) == .failure(.expired))
+        let otherTeam = APNsSigningKey(keyID: signingKey.keyID, teamID: "OTHERTEAM1", privateKey: teamKey)
+        #expect(verifier.verify(authorization: "bearer \(try otherTeam.providerToken(issuedAt: now))", now: now) == .failure(.invalid))
+        let otherKey = APNsSigningKey(keyID: signingKey.keyID, teamID: signingKey.teamID, privateKey: P256.Signing.PrivateKey())
+        #expect(verifier.verify(authorization: "bearer \(try otherKey.providerToken(issuedAt: now))", now: now) == .failure(.invalid))
+    }
+
+    @Test("a connection takes a new provider token at most every 20 minutes")
+    func tokenChurn() {
+        var state = ConnectionTokenState()
+        let start = Date()
+        let first = state.admit("a", now: start)
+        let same = state.admit("a", now: start.addingTimeInterval(60))
+        let tooSoon = state.admit("b", now: start.addingTimeInterval(19 * 60))
+        let later = state.admit("b", now: start.addingTimeInterval(20 * 60))
+        #expect(first && same && !tooSoon && later)
+    }
+}

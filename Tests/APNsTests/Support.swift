@@ -1,0 +1,67 @@
+import APNsSimulator
+import Crypto
+import Foundation
+import Logging
+import NIOCore
+import ServiceLifecycle
+import Synchronization
+@testable import APNsDispatcher
+
+let quietLogger: Logger = {
+    var logger = Logger(label: "islet.test.apns")
+    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
+    return logger
+}()
+
+/// A team's signing key, known to the simulator.
+let teamKey = P256.Signing.PrivateKey()
+let signingKey = APNsSigningKey(keyID: "KEY1234567", teamID: "TEAM123456", privateKey: teamKey)
+
+func hexToken(_ seed: Int, bytes: Int = 80) -> String {
+    (0..<bytes).map { i in String(format: "%02x", (seed &* 31 &+ i &* 7) & 0xFF) }.joined()
+}
+
+func payload(event: String = "update", timestamp: Int64 = 1_795_000_000, alert: Bool = false, extra: String = "") -> String {
+    let alertPart = alert ? #","alert":{"title":"Out for delivery","body":"Ana is on the way"},"sound":"default""# : ""
+    let startPart = event == "start" ? #","attributes-type":"DeliveryAttributes","attributes":{"orderId":"42"}"# + (alert ? "" : #","alert":{"title":"Order placed"}"#) : ""
+    return #"{"aps":{"event":"\#(event)","timestamp":\#(timestamp),"content-state":{"status":"outForDelivery"\#(extra)}\#(alertPart)\#(startPart)}}"#
+}
+
+/// A simulator on a free port, run for the duration of `body`.
+func withSimulator<T: Sendable>(
+    maxConcurrentStreams: Int = 1_000, now: @escaping @Sendable () -> Date = Date.init,
+    _ body: @escaping @Sendable (APNsSimulatorServer, Int, String) async throws -> T
+) async throws -> T {
+    let tls = try SimulatorTLS.selfSigned()
+    let server = APNsSimulatorServer(
+        configuration: .init(
+            keys: [.init(keyID: signingKey.keyID, teamID: signingKey.teamID, publicKey: teamKey.publicKey)], tls: tls,
+            maxConcurrentStreams: maxConcurrentStreams, now: now),
+        logger: quietLogger)
+    return try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask {
+            try await server.run()
+            return nil
+        }
+        let port = try await server.listeningPort
+        let result = try await body(server, port, tls.certificatePEM)
+        group.cancelAll()
+        return result
+    }
+}
+
+func makeClient(port: Int, trust: String, connections: Int = 1, timeout: Duration = .seconds(5), now: @escaping @Sendable () -> Date = Date.init) throws
+    -> APNsClient
+{
+    let endpoint = APNsClient.Endpoint(host: "127.0.0.1", port: port)
+    return try APNsClient(
+        configuration: .init(
+            production: endpoint, sandbox: endpoint, connectionsPerLane: connections, requestTimeout: timeout, trustedCertificatesPEM: trust),
+        keys: [signingKey], logger: quietLogger, now: now)
+}
+
+func push(_ token: String, priority: Int = 10, payload text: String = payload(), apnsID: String = UUID().uuidString.lowercased()) -> APNsPush {
+    APNsPush(
+        deviceToken: token, topic: "com.example.food.push-type.liveactivity", priority: priority, apnsID: apnsID, expiration: 0,
+        payload: ByteBuffer(string: text))
+}
