@@ -1,0 +1,280 @@
+import APNsSimulator
+import Crypto
+import Foundation
+import IsletKafka
+import IsletMessages
+import IsletRuntime
+import Logging
+import ServiceLifecycle
+import Testing
+@testable import APNsDispatcher
+
+private let logger: Logger = {
+    var logger = Logger(label: "islet.test.dispatcher-integration")
+    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
+    return logger
+}()
+
+private let brokerExpected =
+    ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"] != nil || ProcessInfo.processInfo.environment["ISLET_REQUIRE_BROKER"] == "1"
+
+private var servers: String {
+    get throws { try #require(ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"], "ISLET_KAFKA_BOOTSTRAP is not set: run scripts/test.sh") }
+}
+
+private let teamKey = P256.Signing.PrivateKey()
+private let signingKey = APNsSigningKey(keyID: "KEY1234567", teamID: "TEAM123456", privateKey: teamKey)
+private let bundle = "com.example.food"
+
+func hexToken(_ seed: Int) -> String {
+    (0..<80).map { i in String(format: "%02x", (seed &* 31 &+ i &* 7) & 0xFF) }.joined()
+}
+
+/// A simulator, topics of its own, and a way to run dispatchers against them.
+final class Rig: Sendable {
+    let topics: DispatcherApp.Topics
+    let simulator: APNsSimulatorServer
+    let tls: SimulatorTLS
+    let producer: KafkaProducer
+    private let tasks: Task<Void, any Error>
+    let port: Int
+
+    init() async throws {
+        var topics = DispatcherApp.Topics()
+        let suffix = UUID().uuidString.prefix(8).lowercased()
+        topics.tokens = "test.tokens.\(suffix)"
+        topics.pushRequests = "test.requests.\(suffix)"
+        topics.pushOutcomes = "test.outcomes.\(suffix)"
+        topics.deadLetters = "test.dlq.\(suffix)"
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try servers), logger: logger)
+        _ = try await admin.createTopics([
+            .init(name: topics.tokens, partitions: 3, configs: ["cleanup.policy": "compact"]), .init(name: topics.pushRequests, partitions: 3),
+            .init(name: topics.pushOutcomes, partitions: 3), .init(name: topics.deadLetters, partitions: 1),
+        ])
+        self.topics = topics
+        tls = try SimulatorTLS.selfSigned()
+        simulator = APNsSimulatorServer(
+            configuration: .init(keys: [.init(keyID: signingKey.keyID, teamID: signingKey.teamID, publicKey: teamKey.publicKey)], tls: tls), logger: logger)
+        producer = try KafkaProducer(configuration: .init(bootstrapServers: try servers), logger: logger)
+        let (simulator, producer) = (self.simulator, self.producer)
+        tasks = Task {
+            try await withThrowingDiscardingTaskGroup { group in
+                group.addTask { try await simulator.run() }
+                group.addTask { try await producer.run() }
+            }
+        }
+        port = try await simulator.listeningPort
+    }
+
+    func stop() async {
+        producer.shutdown()
+        tasks.cancel()
+        _ = try? await tasks.value
+    }
+
+    func startDispatcher(group: String) async throws -> RunningDispatcher {
+        let settings = try ServiceSettings(
+            from: .variables(["ISLET_KAFKA_BOOTSTRAP": try servers, "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]), serviceName: group,
+            defaultHTTPPort: 0)
+        let runtime = ServiceRuntime(settings: settings, logger: logger)
+        var policy = DispatcherPolicy()
+        policy.retry.baseDelay = .milliseconds(50)
+        policy.retry.maximumDelay = .milliseconds(500)
+        let endpoint = APNsClient.Endpoint(host: "127.0.0.1", port: port)
+        let dispatcherSettings = DispatcherSettings(
+            keys: [signingKey], teams: [bundle: signingKey.teamID],
+            client: .init(production: endpoint, sandbox: endpoint, requestTimeout: .seconds(2), trustedCertificatesPEM: tls.certificatePEM), policy: policy)
+        let app = try DispatcherApp(runtime: runtime, settings: dispatcherSettings, topics: topics)
+        return RunningDispatcher(group: runtime.makeServiceGroup(app.services))
+    }
+
+    func register(_ activity: String, token: String) async throws {
+        let now = Date()
+        try await producer.send(
+            TokenRecord(
+                kind: .update, activityId: activity, userId: "u", token: token, app: AppTarget(bundleId: bundle, environment: .production),
+                attributesType: "DeliveryAttributes", frequentUpdatesEnabled: true, appVersion: "1.0", state: .active, activityStartedAt: now,
+                registeredAt: now, updatedAt: now),
+            to: topics.tokens)
+    }
+
+    func registerPushToStart(device: String, token: String) async throws -> String {
+        let now = Date()
+        let record = TokenRecord(
+            kind: .pushToStart, deviceId: device, userId: "u", token: token, app: AppTarget(bundleId: bundle, environment: .production),
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: true, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
+        try await producer.send(record, to: topics.tokens)
+        return record.key!
+    }
+
+    func request(activity: String? = nil, pushToStartKey: String? = nil, event: ActivityEventKind = .update, sequence: Int64, priority: Int = 10) -> PushRequest {
+        let startPart = event == .start ? #","attributes-type":"DeliveryAttributes","attributes":{"orderId":"42"},"alert":{"title":"Order placed"}"# : ""
+        return PushRequest(
+            requestId: UUID().uuidString.lowercased(), activityId: activity, pushToStartKey: pushToStartKey, event: event,
+            app: AppTarget(bundleId: bundle, environment: .production), attributesType: "DeliveryAttributes",
+            payload: #"{"aps":{"event":"\#(event.rawValue)","timestamp":\#(1_795_000_000 + sequence),"content-state":{"sequence":\#(sequence)}\#(startPart)}}"#,
+            priority: priority, urgency: .routine, supersedable: false, alerting: event == .start, apnsTimestamp: 1_795_000_000 + sequence,
+            contentSequence: sequence, createdAt: Date())
+    }
+
+    func send(_ requests: [PushRequest]) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for request in requests {
+                group.addTask { try await self.producer.send(request, to: self.topics.pushRequests) }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    /// Reads outcomes until every one of `requestIds` has one (at most `limit`).
+    func outcomes(for requestIds: Set<String>, limit: Duration = .seconds(60)) async throws -> [PushOutcome] {
+        let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: try servers, topics: [topics.pushOutcomes]), logger: logger)
+        return try await withThrowingTaskGroup(of: [PushOutcome]?.self) { group in
+            group.addTask {
+                try await reader.run()
+                return nil
+            }
+            group.addTask {
+                try? await Task.sleep(for: limit)
+                reader.shutdown()
+                return nil
+            }
+            group.addTask {
+                var outcomes: [PushOutcome] = []
+                var seen: Set<String> = []
+                for await message in reader.messages {
+                    guard let outcome = try? IsletJSON.decode(PushOutcome.self, from: message.value ?? []) else { continue }
+                    outcomes.append(outcome)
+                    seen.insert(outcome.requestId)
+                    if seen.isSuperset(of: requestIds) { break }
+                }
+                return outcomes
+            }
+            var result: [PushOutcome] = []
+            while let next = try await group.next() {
+                if let next {
+                    result = next
+                    reader.shutdown()
+                    group.cancelAll()
+                }
+            }
+            return result
+        }
+    }
+}
+
+final class RunningDispatcher: Sendable {
+    let group: ServiceGroup
+    private let task: Task<Void, any Error>
+
+    init(group: ServiceGroup) {
+        self.group = group
+        task = Task { try await group.run() }
+    }
+
+    func stop() async throws {
+        await group.triggerGracefulShutdown()
+        try await task.value
+    }
+}
+
+@Suite("apns-dispatcher against the broker and the simulator", .enabled(if: brokerExpected), .timeLimit(.minutes(4)))
+struct DispatcherIntegrationTests {
+    @Test("requests become pushes the phone receives in order, each with exactly one outcome")
+    func happyPath() async throws {
+        let rig = try await Rig()
+        let dispatcher = try await rig.startDispatcher(group: "dispatcher-\(UUID())")
+        var requests: [PushRequest] = []
+        for a in 0..<5 {
+            try await rig.register("order-\(a)", token: hexToken(a))
+        }
+        for a in 0..<5 {
+            for s in 1...3 { requests.append(rig.request(activity: "order-\(a)", sequence: Int64(s))) }
+            requests.append(rig.request(activity: "order-\(a)", event: .end, sequence: 4))
+        }
+        for request in requests { try await rig.producer.send(request, to: rig.topics.pushRequests) }
+        let outcomes = try await rig.outcomes(for: Set(requests.map(\.requestId)))
+        #expect(Set(outcomes.map(\.requestId)) == Set(requests.map(\.requestId)))
+        #expect(Dictionary(grouping: outcomes, by: \.requestId).values.allSatisfy { $0.count == 1 }, "one outcome each")
+        #expect(outcomes.allSatisfy { $0.result == .delivered }, "\(outcomes.map(\.result))")
+        for a in 0..<5 {
+            let received = rig.simulator.state.notifications(token: hexToken(a))
+            #expect(received.map(\.event) == ["update", "update", "update", "end"])
+            #expect(received.map(\.timestamp) == [1_795_000_001, 1_795_000_002, 1_795_000_003, 1_795_000_004])
+            #expect(received.map(\.apnsID) == requests.filter { $0.activityId == "order-\(a)" }.map(\.requestId))
+        }
+        try await dispatcher.stop()
+        await rig.stop()
+    }
+
+    @Test("each APNs answer ends as the table says: 410 → tokenInvalid with its timestamp, 500s → retried, 400 → rejected; GOAWAY and resets → resent and delivered")
+    func apnsAnswers() async throws {
+        let rig = try await Rig()
+        for a in 0..<5 { try await rig.register("a\(a)", token: hexToken(100 + a)) }
+        let when = Date(timeIntervalSince1970: 1_795_000_500)
+        rig.simulator.state.add(.reject(410, "Unregistered", token: hexToken(100), timestamp: when))
+        rig.simulator.state.add(.reject(500, "InternalServerError", token: hexToken(101), count: 2))
+        rig.simulator.state.add(.reject(400, "BadTopic", token: hexToken(102)))
+        let dispatcher = try await rig.startDispatcher(group: "dispatcher-\(UUID())")
+        let answered = (0..<3).map { rig.request(activity: "a\($0)", sequence: 1) }
+        try await rig.send(answered)
+        var outcomes = Dictionary(grouping: try await rig.outcomes(for: Set(answered.map(\.requestId))), by: \.requestId)
+        #expect(outcomes[answered[0].requestId]?.first?.result == .tokenInvalid)
+        #expect(outcomes[answered[0].requestId]?.first?.apns?.status == 410)
+        #expect(outcomes[answered[0].requestId]?.first?.apns?.timestamp.map { abs($0.timeIntervalSince(when)) < 0.01 } == true)
+        #expect(outcomes[answered[1].requestId]?.first?.result == .delivered)
+        #expect(outcomes[answered[1].requestId]?.first?.attempts == 3)
+        #expect(outcomes[answered[2].requestId]?.first?.result == .rejected)
+        #expect(outcomes[answered[2].requestId]?.first?.attempts == 1)
+
+        // Connection faults: whatever was in flight on the connection is resent, and delivered.
+        rig.simulator.state.add(Fault(kind: .goAway, token: hexToken(103)))
+        rig.simulator.state.add(Fault(kind: .reset, token: hexToken(104)))
+        let faulted = [rig.request(activity: "a3", sequence: 1), rig.request(activity: "a4", sequence: 1)]
+        try await rig.send(faulted)
+        outcomes = Dictionary(grouping: try await rig.outcomes(for: Set((answered + faulted).map(\.requestId))), by: \.requestId)
+        #expect(outcomes[faulted[0].requestId]?.first?.result == .delivered)
+        #expect(outcomes[faulted[1].requestId]?.first?.result == .delivered)
+        #expect(outcomes.values.allSatisfy { $0.count == 1 }, "one outcome each")
+        #expect(rig.simulator.state.notifications(token: hexToken(103)).map(\.apnsID) == [faulted[0].requestId], "the stream past GOAWAY was not processed")
+        #expect(rig.simulator.state.stats.goAways == 1)
+        #expect(rig.simulator.state.stats.resets == 1)
+        try await dispatcher.stop()
+        await rig.stop()
+    }
+
+    @Test("a dispatcher stopped mid-stream and another started: every request ends with an outcome, and no push-to-start is sent twice")
+    func restartMidStream() async throws {
+        let rig = try await Rig()
+        for a in 0..<20 { try await rig.register("r\(a)", token: hexToken(200 + a)) }
+        var ptsKeys: [String] = []
+        for d in 0..<5 { ptsKeys.append(try await rig.registerPushToStart(device: "device-\(d)", token: hexToken(300 + d))) }
+        var requests: [PushRequest] = []
+        for s in 1...10 {
+            for a in 0..<20 { requests.append(rig.request(activity: "r\(a)", sequence: Int64(s), priority: 5)) }
+        }
+        let starts = ptsKeys.map { rig.request(pushToStartKey: $0, event: .start, sequence: 1) }
+        requests.insert(contentsOf: starts, at: 50)
+        let group = "dispatcher-\(UUID())"
+        let first = try await rig.startDispatcher(group: group)
+        try await rig.send(Array(requests.prefix(120)))
+        // Stop it once it is well into the stream.
+        let early = Set(requests.prefix(30).map(\.requestId))
+        _ = try await rig.outcomes(for: early)
+        try await first.stop()
+        try await rig.send(Array(requests.dropFirst(120)))
+        let second = try await rig.startDispatcher(group: group)
+        let outcomes = try await rig.outcomes(for: Set(requests.map(\.requestId)), limit: .seconds(90))
+        #expect(Set(outcomes.map(\.requestId)) == Set(requests.map(\.requestId)), "every request has an outcome")
+        for (d, start) in starts.enumerated() {
+            #expect(rig.simulator.state.notifications(token: hexToken(300 + d)).filter { $0.apnsID == start.requestId }.count == 1, "push-to-start sent once")
+        }
+        // Duplicates at the phone, if any, carry the same apns-id and timestamp.
+        let received = rig.simulator.state.notifications()
+        for (_, copies) in Dictionary(grouping: received, by: \.apnsID) where copies.count > 1 {
+            #expect(Set(copies.map(\.timestamp)).count == 1)
+        }
+        try await second.stop()
+        await rig.stop()
+    }
+}
