@@ -152,6 +152,16 @@ final class EngineHarness: Sendable {
     /// Lets jobs run.
     func settle() async throws { try await Task.sleep(for: .milliseconds(50)) }
 
+    /// Moves the clock on in small steps until `condition` holds (at most 10 s of real time).
+    func until(step: TimeInterval = 0.05, _ condition: () -> Bool) async throws {
+        for _ in 0..<1_000 {
+            if condition() { return }
+            clock.advance(step)
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        Issue.record("the condition did not hold in time")
+    }
+
     func stop() async {
         await engine.finish()
         await runner.value
@@ -265,24 +275,18 @@ struct EngineTests {
         h.sender.script(hexToken(1), [APNsAnswer(status: 503, reason: "ServiceUnavailable"), APNsAnswer(status: 500, reason: "InternalServerError")])
         let request = h.request("a", sequence: 1)
         await h.submit(request)
-        try await h.settle()
-        #expect(h.sender.sent.count == 1)
-        h.clock.advance(0.1)  // jitter 0.5 × 200 ms
-        try await h.settle()
-        #expect(h.sender.sent.count == 2)
-        h.clock.advance(0.2)
-        let outcome = try await h.outcomes(1).first
+        // Time moves on until the third attempt went out: the backoff delays are on the manual clock.
+        try await h.until { h.sink.all.count == 1 }
+        let outcome = h.sink.all.first
         #expect(outcome?.result == .delivered)
         #expect(outcome?.attempts == 3)
+        #expect(h.sender.sent.count == 3)
         #expect(Set(h.sender.sent.map(\.apnsID)) == [request.requestId])
 
         h.sender.script(hexToken(1), Array(repeating: APNsAnswer(status: 503, reason: "ServiceUnavailable"), count: 3))
         await h.submit(h.request("a", sequence: 2))
-        for _ in 0..<5 {
-            try await h.settle()
-            h.clock.advance(1)
-        }
-        let failed = try await h.outcomes(2).last
+        try await h.until { h.sink.all.count == 2 }
+        let failed = h.sink.all.last
         #expect(failed?.result == .failed)
         #expect(failed?.attempts == 3)
         #expect(failed?.apns?.status == 503)
@@ -351,5 +355,54 @@ struct EngineTests {
         #expect(!stripped.contains("sound"))
         #expect(stripped.contains("content-state"))
         #expect(stripped.contains("1795000000"))
+    }
+
+    @Test("for random request sequences: one outcome each, priority-10 sends within the budget, content never goes back, start and end always sent", arguments: 1...12)
+    func randomSequences(seed: UInt64) async throws {
+        var random = SplitMix(seed: seed)
+        var policy = DispatcherPolicy()
+        policy.budgets.standard = .init(capacity: 4, period: .seconds(600))
+        let h = EngineHarness(policy: policy)
+        h.register("a", token: hexToken(1))
+        let started = h.clock.now()
+        var requests = [h.request("a", .start, sequence: 0)]
+        for sequence in 1...Int64(random.next() % 30 + 5) {
+            requests.append(h.request("a", sequence: sequence, priority: random.next() % 3 == 0 ? 5 : 10, urgency: random.next() % 5 == 0 ? .critical : .routine))
+        }
+        requests.append(h.request("a", .end, sequence: Int64(requests.count)))
+        if random.next() % 2 == 0 { h.sender.script(hexToken(1), [APNsAnswer(status: 503, reason: "ServiceUnavailable")]) }
+        for request in requests {
+            if random.next() % 3 == 0 { h.sender.hold() }
+            await h.submit(request)
+            h.clock.advance(Double(random.next() % 5))
+            if random.next() % 2 == 0 { h.sender.release() }
+        }
+        h.sender.release()
+        try await h.until(step: 5) { h.sink.all.count == requests.count }
+        let outcomes = h.sink.all
+        #expect(Dictionary(grouping: outcomes, by: \.requestId).count == requests.count, "one outcome per request")
+        #expect(Dictionary(grouping: outcomes, by: \.requestId).values.allSatisfy { $0.count == 1 })
+        let byID = Dictionary(uniqueKeysWithValues: outcomes.map { ($0.requestId, $0) })
+        #expect(byID[requests.first!.requestId]?.result == .delivered, "start sent")
+        #expect(byID[requests.last!.requestId]?.result == .delivered, "end sent")
+        let elapsed = h.clock.now().timeIntervalSince(started)
+        let highPriority = h.sender.sent.filter { $0.priority == 10 }
+        #expect(Double(Set(highPriority.map(\.apnsID)).count) <= 4 + elapsed * 4 / 600 + 1, "priority-10 sends within the budget")
+        let sentSequences = h.sender.sent.compactMap { push in requests.first { $0.requestId == push.apnsID }?.contentSequence }
+        #expect(sentSequences == sentSequences.sorted(), "content never goes back")
+        await h.stop()
+    }
+}
+
+/// A small seeded generator, so a failing sequence can be replayed.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
