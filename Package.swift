@@ -25,6 +25,7 @@ let package = Package(
         .executable(name: "apns-simulator", targets: ["APNsSimulatorExecutable"]),
         .executable(name: "apns-dispatcher", targets: ["APNsDispatcherExecutable"]),
         .executable(name: "islet-kafka-bench", targets: ["IsletKafkaBench"]),
+        .executable(name: "islet-dispatch-bench", targets: ["IsletDispatchBench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -211,6 +212,19 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/KafkaThroughput",
+            swiftSettings: strict
+        ),
+
+        // Loads and paces push requests for scripts/bench-dispatcher.sh.
+        .executableTarget(
+            name: "IsletDispatchBench",
+            dependencies: [
+                "APNsDispatcher", "IsletKafka", "IsletMessages",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Benchmarks/Dispatcher",
             swiftSettings: strict
         ),
 

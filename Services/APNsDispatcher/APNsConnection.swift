@@ -152,13 +152,20 @@ final class APNsConnection: Sendable {
                 head.headers.add(name: "content-length", value: String(push.payload.readableBytes))
                 stream.write(HTTPClientRequestPart.head(head), promise: nil)
                 stream.write(HTTPClientRequestPart.body(.byteBuffer(push.payload)), promise: nil)
-                stream.writeAndFlush(HTTPClientRequestPart.end(nil), promise: nil)
-                // The deadline cancels the stream (RST_STREAM) only if no answer came.
-                let timeout = stream.eventLoop.scheduleTask(in: .nanoseconds(Int64(deadline / .nanoseconds(1)))) {
-                    promise.fail(APNsTransportError(.timeout, "no answer within \(deadline)"))
-                    stream.close(promise: nil)
+                // The deadline runs from when the request left (a stream may first wait for the
+                // server's MAX_CONCURRENT_STREAMS), and cancels the stream (RST_STREAM) only if no
+                // answer came.
+                stream.writeAndFlush(HTTPClientRequestPart.end(nil)).whenComplete { written in
+                    if case .failure(let error) = written {
+                        promise.fail(APNsTransportError(goAway.received ? .notProcessed : .lost, "request not written: \(error)"))
+                        return
+                    }
+                    let timeout = stream.eventLoop.scheduleTask(in: .nanoseconds(Int64(deadline / .nanoseconds(1)))) {
+                        promise.fail(APNsTransportError(.timeout, "no answer within \(deadline)"))
+                        stream.close(promise: nil)
+                    }
+                    promise.futureResult.whenComplete { _ in timeout.cancel() }
                 }
-                promise.futureResult.whenComplete { _ in timeout.cancel() }
             }
         }
         return try await promise.futureResult.get()

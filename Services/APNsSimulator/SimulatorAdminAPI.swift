@@ -6,8 +6,8 @@ import IsletMessages
 ///
 /// | route | does |
 /// | --- | --- |
-/// | `GET /admin/notifications?token=…&limit=…` | what was accepted, oldest first (a phone's view) |
-/// | `DELETE /admin/notifications` | forget them |
+/// | `GET /admin/notifications?token=…&limit=…&payload=false` | what was accepted, oldest first (a phone's view) |
+/// | `DELETE /admin/notifications` | forget them and reset the counters |
 /// | `POST /admin/faults` | inject a ``Fault`` (JSON); answers its id |
 /// | `DELETE /admin/faults` | clear every fault |
 /// | `GET /admin/stats` | ``SimulatorStats`` |
@@ -17,7 +17,12 @@ public enum SimulatorAdminAPI {
         router.get("/admin/notifications") { request, _ -> Response in
             let token = request.uri.queryParameters.get("token")?.lowercased()
             let limit = request.uri.queryParameters.get("limit").flatMap(Int.init) ?? .max
-            return try json(state.notifications(token: token, limit: limit))
+            var notifications = state.notifications(token: token, limit: limit)
+            // payload=false: without the bodies (for large queries).
+            if request.uri.queryParameters.get("payload") == "false" {
+                for i in notifications.indices { notifications[i].payload = "" }
+            }
+            return try json(notifications)
         }
         router.delete("/admin/notifications") { _, _ -> Response in
             state.clearNotifications()

@@ -50,6 +50,9 @@ public struct Fault: Codable, Sendable, Equatable {
 /// What the simulator counted.
 public struct SimulatorStats: Codable, Sendable, Equatable {
     public var accepted = 0
+    /// When the first and the latest accepted push arrived (throughput = accepted / the span).
+    public var firstAcceptedAt: Date?
+    public var lastAcceptedAt: Date?
     /// Refused requests by `"<status> <reason>"`.
     public var rejected: [String: Int] = [:]
     public var connections = 0
@@ -104,6 +107,8 @@ public final class SimulatorState: Sendable {
     func record(_ notification: AcceptedNotification) {
         inner.withLock { inner in
             inner.stats.accepted += 1
+            if inner.stats.firstAcceptedAt == nil { inner.stats.firstAcceptedAt = notification.receivedAt }
+            inner.stats.lastAcceptedAt = notification.receivedAt
             if inner.recorded.count < capacity {
                 inner.recorded.append(notification)
             } else {
@@ -134,10 +139,12 @@ public final class SimulatorState: Sendable {
         return Array(matching.suffix(limit))
     }
 
+    /// Forgets the accepted pushes and resets the counters.
     public func clearNotifications() {
         inner.withLock { inner in
             inner.recorded.removeAll()
             inner.recordedStart = 0
+            inner.stats = SimulatorStats(connections: inner.stats.connections)
         }
     }
 

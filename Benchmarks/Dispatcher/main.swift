@@ -1,0 +1,146 @@
+// islet-dispatch-bench: the pieces of scripts/bench-dispatcher.sh — a signing key, a provider token
+// for h2load, a load of tokens and push requests on the broker, and a paced stream for latency.
+import APNsDispatcher
+import ArgumentParser
+import Crypto
+import Foundation
+import IsletKafka
+import IsletMessages
+import Logging
+
+let benchLogger: Logger = {
+    var logger = Logger(label: "islet.dispatch-bench")
+    logger.logLevel = .error
+    return logger
+}()
+
+@main
+struct DispatchBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "islet-dispatch-bench", abstract: "Load and measure apns-dispatcher.",
+        subcommands: [Key.self, ProviderToken.self, Load.self, Paced.self])
+}
+
+/// Writes a new P-256 signing key (.p8 PEM).
+struct Key: ParsableCommand {
+    @Option var out: String
+    func run() throws {
+        try P256.Signing.PrivateKey().pemRepresentation.write(toFile: out, atomically: true, encoding: .utf8)
+    }
+}
+
+/// Prints a provider token (for h2load's authorization header).
+struct ProviderToken: ParsableCommand {
+    @Option var key: String
+    @Option var keyID: String
+    @Option var team: String
+    func run() throws {
+        let signing = try APNsSigningKey(keyID: keyID, teamID: team, pem: try String(contentsOfFile: key, encoding: .utf8))
+        print(try signing.providerToken(issuedAt: Date()))
+    }
+}
+
+struct Common: ParsableArguments {
+    @Option var bootstrap: String
+    @Option var bundle = "com.example.bench"
+    @Option(help: "Activities the requests are spread over.") var activities = 2_000
+    @Option(help: "Payload size in bytes.") var size = 1_024
+}
+
+func token(_ i: Int) -> String {
+    (0..<80).map { j in String(format: "%02x", (i &* 131 &+ j &* 7 &+ 1) & 0xFF) }.joined()
+}
+
+func payload(sequence: Int, size: Int) -> String {
+    let head = #"{"aps":{"event":"update","timestamp":\#(1_795_000_000 + sequence),"content-state":{"sequence":\#(sequence),"pad":""#
+    let tail = #""}}}"#
+    return head + String(repeating: "x", count: max(0, size - head.utf8.count - tail.utf8.count)) + tail
+}
+
+func request(_ i: Int, activities: Int, bundle: String, size: Int, createdAt: Date = Date()) -> PushRequest {
+    PushRequest(
+        requestId: UUID().uuidString.lowercased(), activityId: "bench-\(i % activities)", event: .update,
+        app: AppTarget(bundleId: bundle, environment: .production), attributesType: "BenchAttributes", payload: payload(sequence: i, size: size),
+        priority: 5, urgency: .routine, supersedable: false, alerting: false, apnsTimestamp: Int64(1_795_000_000 + i), contentSequence: Int64(i),
+        createdAt: createdAt)
+}
+
+func tokens(_ common: Common, producer: KafkaProducer) async throws {
+    let now = Date()
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        for a in 0..<common.activities {
+            group.addTask {
+                try await producer.send(
+                    TokenRecord(
+                        kind: .update, activityId: "bench-\(a)", userId: "bench", token: token(a), app: AppTarget(bundleId: common.bundle, environment: .production),
+                        attributesType: "BenchAttributes", frequentUpdatesEnabled: true, appVersion: "1.0", state: .active, activityStartedAt: now,
+                        registeredAt: now, updatedAt: now))
+            }
+        }
+        try await group.waitForAll()
+    }
+}
+
+/// Tokens for every activity, then `count` push requests, as fast as the broker takes them.
+struct Load: AsyncParsableCommand {
+    @OptionGroup var common: Common
+    @Option var count = 50_000
+
+    func run() async throws {
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: common.bootstrap), logger: benchLogger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await producer.run() }
+            try await tokens(common, producer: producer)
+            var sent = 0
+            while sent < count {
+                let batch = min(2_000, count - sent)
+                try await withThrowingTaskGroup(of: Void.self) { senders in
+                    for i in sent..<(sent + batch) {
+                        let r = request(i, activities: common.activities, bundle: common.bundle, size: common.size)
+                        senders.addTask { try await producer.send(r) }
+                    }
+                    try await senders.waitForAll()
+                }
+                sent += batch
+            }
+            producer.shutdown()
+            try await group.waitForAll()
+        }
+        print(#"{"tokens":\#(common.activities),"requests":\#(count)}"#)
+    }
+}
+
+/// Requests at a fixed rate; writes `requestId createdAtMilliseconds` lines for the latency join.
+struct Paced: AsyncParsableCommand {
+    @OptionGroup var common: Common
+    @Option var rate = 1_000
+    @Option var seconds = 20
+    @Option var out: String
+    @Flag(help: "Also register the activities' tokens first.") var withTokens = false
+
+    func run() async throws {
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: common.bootstrap), logger: benchLogger)
+        var lines: [String] = []
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await producer.run() }
+            if withTokens { try await tokens(common, producer: producer) }
+            let clock = ContinuousClock()
+            let start = clock.now
+            let total = rate * seconds
+            for i in 0..<total {
+                let due = start + .nanoseconds(Int64(i) * 1_000_000_000 / Int64(rate))
+                if due > clock.now { try await clock.sleep(until: due) }
+                let now = Date()
+                let r = request(i, activities: common.activities, bundle: common.bundle, size: common.size, createdAt: now)
+                lines.append("\(r.requestId) \(Int64(now.timeIntervalSince1970 * 1_000_000))")
+                try producer.produce(topic: IsletTopics.pushRequests.name, key: Array(r.key!.utf8), value: try IsletJSON.encode(r)) { result in
+                    if case .failure(let error) = result { FileHandle.standardError.write(Data("send failed: \(error)\n".utf8)) }
+                }
+            }
+            while producer.inFlightCount > 0 { try await Task.sleep(for: .milliseconds(10)) }
+            producer.shutdown()
+            try await group.waitForAll()
+        }
+        try (lines.joined(separator: "\n") + "\n").write(toFile: out, atomically: true, encoding: .utf8)
+    }
+}
