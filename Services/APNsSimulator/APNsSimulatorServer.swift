@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOHPACK
 import NIOHTTP2
 import NIOPosix
 import NIOSSL
@@ -94,10 +95,8 @@ public final class APNsSimulatorServer: Service, Sendable {
                         mode: .server, connectionConfiguration: connectionConfiguration, streamConfiguration: streamConfiguration
                     ) { stream in
                         stream.eventLoop.makeCompletedFuture {
-                            try stream.pipeline.syncOperations.addHandlers([
-                                HTTP2FramePayloadToHTTP1ServerCodec(),
-                                APNsStreamHandler(connection: connection, state: state, verifier: verifier, now: now, logger: logger),
-                            ])
+                            try stream.pipeline.syncOperations.addHandler(
+                                APNsStreamHandler(connection: connection, state: state, verifier: verifier, now: now, logger: logger))
                         }
                     }
                 }
@@ -128,23 +127,46 @@ public final class APNsSimulatorServer: Service, Sendable {
 /// One HTTP/2 connection's state: its id and the provider token in use on it.
 final class ConnectionContext: Sendable {
     let id: Int
-    let token = Mutex(ConnectionTokenState())
+    private let token = Mutex(ConnectionTokenState())
+    /// The last token that verified on this connection, and its `iat`: the same token is not
+    /// verified (ECDSA) again on every request, only its age is checked.
+    private let verified = Mutex<(authorization: String, issuedAt: Date)?>(nil)
+
     init(id: Int) { self.id = id }
+
+    /// The answer APNs gives for this provider token on this connection, or `nil` when it is fine.
+    func checkProviderToken(_ authorization: String?, verifier: ProviderTokenVerifier, now: Date) -> APNsRejection? {
+        if let authorization, let cached = verified.withLock({ $0 }), cached.authorization == authorization {
+            return now.timeIntervalSince(cached.issuedAt) > ProviderTokenVerifier.maximumAge ? APNsRejection(403, "ExpiredProviderToken") : nil
+        }
+        switch verifier.verify(authorization: authorization, now: now) {
+        case .failure(let failure):
+            return APNsRejection(403, failure.reason)
+        case .success(let token):
+            let authorization = authorization ?? ""
+            guard self.token.withLock({ $0.admit(authorization, now: now) }) else { return APNsRejection(429, "TooManyProviderTokenUpdates") }
+            verified.withLock { $0 = (authorization, token.issuedAt) }
+            return nil
+        }
+    }
 }
 
-/// Answers one HTTP/2 stream: one provider API request.
+/// Answers one HTTP/2 stream: one provider API request. Works on HTTP/2 frames directly, as APNs
+/// answers: a 200 is one HEADERS frame ending the stream; an error is HEADERS, then the JSON body
+/// in one DATA frame ending it.
 final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
-    typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundOut = HTTPServerResponsePart
+    typealias InboundIn = HTTP2Frame.FramePayload
+    typealias OutboundOut = HTTP2Frame.FramePayload
 
     private let connection: ConnectionContext
     private let state: SimulatorState
     private let verifier: ProviderTokenVerifier
     private let now: @Sendable () -> Date
     private let logger: Logger
-    private var head: HTTPRequestHead?
+    private var headers: HPACKHeaders?
     private var body: [UInt8] = []
     private var oversize = false
+    private var answered = false
 
     init(connection: ConnectionContext, state: SimulatorState, verifier: ProviderTokenVerifier, now: @escaping @Sendable () -> Date, logger: Logger) {
         self.connection = connection
@@ -156,46 +178,58 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
-        case .head(let head):
-            self.head = head
-        case .body(let buffer):
-            // Keep at most one byte more than the limit: enough to know it is too large.
-            if body.count + buffer.readableBytes <= NotificationValidator.maximumPayloadBytes + 1 {
-                body += buffer.readableBytesView
-            } else {
-                oversize = true
+        case .headers(let frame):
+            if headers == nil { headers = frame.headers }
+            if frame.endStream { respond(context: context) }
+        case .data(let frame):
+            if case .byteBuffer(let buffer) = frame.data {
+                // Keep at most one byte more than the limit: enough to know it is too large.
+                if body.count + buffer.readableBytes <= NotificationValidator.maximumPayloadBytes + 1 {
+                    body += buffer.readableBytesView
+                } else {
+                    oversize = true
+                }
             }
-        case .end:
-            respond(context: context)
+            if frame.endStream { respond(context: context) }
+        default:
+            break
         }
     }
 
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        logger.debug("stream error", metadata: ["error": "\(error)", "apns.connection": "\(connection.id)"])
+        context.close(promise: nil)
+    }
+
     private func respond(context: ChannelHandlerContext) {
-        guard let head else { return }
-        var headers: [String: String] = [:]
-        for (name, value) in head.headers { headers[name.lowercased()] = value }
+        guard let requestHeaders = headers, !answered else { return }
+        answered = true
+        var fields: [String: String] = [:]
+        var method = "", path = ""
+        for (name, value, _) in requestHeaders {
+            switch name {
+            case ":method": method = value
+            case ":path": path = value
+            default: if !name.hasPrefix(":") { fields[name.lowercased()] = value }
+            }
+        }
         if oversize { body = Array(repeating: 0x20, count: NotificationValidator.maximumPayloadBytes + 1) }
-        let request = NotificationValidator.Request(method: head.method.rawValue, path: head.uri, headers: headers, body: body)
+        let request = NotificationValidator.Request(method: method, path: path, headers: fields, body: body)
         let now = self.now()
 
         // The request line and the provider token first, as APNs checks them.
         let token: String
         switch NotificationValidator.token(of: request) {
-        case .failure(let rejection): return reject(rejection, context: context)
+        case .failure(let rejection): return reject(rejection, apnsID: fields["apns-id"], context: context)
         case .success(let value): token = value
         }
-        switch verifier.verify(authorization: headers["authorization"], now: now) {
-        case .failure(let failure): return reject(APNsRejection(403, failure.reason), context: context)
-        case .success:
-            let jwt = headers["authorization"] ?? ""
-            guard connection.token.withLock({ $0.admit(jwt, now: now) }) else {
-                return reject(APNsRejection(429, "TooManyProviderTokenUpdates"), context: context)
-            }
+        if let rejection = connection.checkProviderToken(fields["authorization"], verifier: verifier, now: now) {
+            return reject(rejection, apnsID: fields["apns-id"], context: context)
         }
         let streamID = (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)).map { Int($0) } ?? 0
         let notification: AcceptedNotification
         switch NotificationValidator.validate(request, token: token, now: now, connection: connection.id, stream: streamID) {
-        case .failure(let rejection): return reject(rejection, context: context)
+        case .failure(let rejection): return reject(rejection, apnsID: fields["apns-id"], context: context)
         case .success(let value): notification = value
         }
 
@@ -205,8 +239,9 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
         switch fault.kind {
         case .reject:
-            let timestamp = fault.status == 410 ? Date(timeIntervalSince1970: Double(fault.timestampMilliseconds ?? Int64(now.timeIntervalSince1970 * 1_000)) / 1_000) : nil
-            reject(APNsRejection(fault.status ?? 500, fault.reason ?? "InternalServerError", timestamp: timestamp), context: context)
+            let timestamp =
+                fault.status == 410 ? Date(timeIntervalSince1970: Double(fault.timestampMilliseconds ?? Int64(now.timeIntervalSince1970 * 1_000)) / 1_000) : nil
+            reject(APNsRejection(fault.status ?? 500, fault.reason ?? "InternalServerError", timestamp: timestamp), apnsID: notification.apnsID, context: context)
         case .delay:
             state.record(notification)
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
@@ -233,23 +268,16 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     private func accept(_ notification: AcceptedNotification, context: ChannelHandlerContext) {
-        var headers = HTTPHeaders()
-        headers.add(name: "apns-id", value: notification.apnsID)
-        headers.add(name: "apns-unique-id", value: UUID().uuidString.lowercased())
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http2, status: .ok, headers: headers))), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        let headers: HPACKHeaders = [":status": "200", "apns-id": notification.apnsID, "apns-unique-id": UUID().uuidString.lowercased()]
+        context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers, endStream: true))), promise: nil)
     }
 
-    private func reject(_ rejection: APNsRejection, context: ChannelHandlerContext) {
+    private func reject(_ rejection: APNsRejection, apnsID: String?, context: ChannelHandlerContext) {
         state.rejected(rejection)
-        var headers = HTTPHeaders()
-        headers.add(name: "content-type", value: "application/json")
-        if let apnsID = head?.headers.first(name: "apns-id") { headers.add(name: "apns-id", value: apnsID) }
-        let body = rejection.body
-        context.write(
-            wrapOutboundOut(.head(HTTPResponseHead(version: .http2, status: HTTPResponseStatus(statusCode: rejection.status), headers: headers))),
-            promise: nil)
-        context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        var headers: HPACKHeaders = [":status": String(rejection.status), "content-type": "application/json"]
+        if let apnsID { headers.add(name: "apns-id", value: apnsID) }
+        context.write(wrapOutboundOut(.headers(.init(headers: headers))), promise: nil)
+        let body = context.channel.allocator.buffer(bytes: rejection.body)
+        context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(body), endStream: true))), promise: nil)
     }
 }

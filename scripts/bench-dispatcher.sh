@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# apns-dispatcher throughput: pushes per second of one dispatcher instance, from push-requests on
+# the broker to the simulator's 200, with 1 KB payloads over many activities — side by side, in
+# alternating rounds, with (a) h2load posting the same requests straight to the same simulator over
+# one TLS connection (the HTTP/2 ceiling of this machine for that server) and (b) the Python APNs
+# client aioapns pushing the same notifications to it. Then latency (request produced → simulator
+# receipt) at a fixed 1,000 requests/s.
+#
+#   scripts/bench-dispatcher.sh                  # 3 rounds of 50,000 pushes
+#   ROUNDS=5 COUNT=100000 scripts/bench-dispatcher.sh
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
+run=$ISLET_RUN_DIR/bench-dispatcher
+mkdir -p "$run"
+rounds=${ROUNDS:-3}
+count=${COUNT:-50000}
+aio_count=${AIO_COUNT:-5000}
+activities=${ACTIVITIES:-2000}
+
+scripts/bootstrap.sh
+if ! command -v h2load >/dev/null || ! command -v curl >/dev/null; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"; $sudo apt-get install -y -q nghttp2-client curl >/dev/null
+fi
+python3 -c 'import aioapns' 2>/dev/null || python3 -m pip install -q 'aioapns==4.0'
+for product in apns-simulator apns-dispatcher islet-dispatch-bench islet-kafka-bench; do
+  swift build -c release --product "$product" >/dev/null
+done
+bin=$(swift build -c release --show-bin-path)
+
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; pids=(); }
+trap cleanup EXIT INT TERM
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+wait_http() { for _ in $(seq 1 600); do curl -sf "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
+
+key_id=BENCHKEY01; team=BENCHTEAM1; bundle=com.example.bench
+"$bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"
+sim_port=$(free_port); admin_port=$(free_port)
+ISLET_SIMULATOR_KEYS="$key_id=$team:$run/AuthKey.p8" ISLET_SIMULATOR_PORT=$sim_port ISLET_HTTP_PORT=$admin_port \
+  ISLET_SIMULATOR_TLS_CERTIFICATE_OUT="$run/simulator.pem" ISLET_SIMULATOR_RECORD_CAPACITY=$((count + 50000)) ISLET_LOG_LEVEL=warning \
+  "$bin/apns-simulator" >"$run/simulator.log" 2>&1 &
+pids+=("$!")
+admin="http://127.0.0.1:$admin_port"
+wait_http "$admin/health"
+stats() { curl -sf "$admin/admin/stats"; }
+reset_simulator() { curl -sf -X DELETE "$admin/admin/notifications" >/dev/null; }
+
+# The same request for h2load: one activity's token, a 1 KB update.
+jwt=$("$bin/islet-dispatch-bench" provider-token --key "$run/AuthKey.p8" --key-id "$key_id" --team "$team")
+python3 - "$run/payload.json" <<'PY'
+import json, sys
+body = {"aps": {"event": "update", "timestamp": 1795000001, "content-state": {"sequence": 1, "pad": ""}}}
+text = json.dumps(body, separators=(",", ":"))
+body["aps"]["content-state"]["pad"] = "x" * (1024 - len(text))
+open(sys.argv[1], "w").write(json.dumps(body, separators=(",", ":")))
+PY
+token=$(printf 'ab%.0s' $(seq 1 80))
+
+run_h2load() {
+  reset_simulator
+  h2load -n "$count" -c 1 -m 100 -t 1 -d "$run/payload.json" \
+    -H "authorization: bearer $jwt" -H "apns-push-type: liveactivity" -H "apns-topic: $bundle.push-type.liveactivity" \
+    -H "apns-priority: 5" -H "apns-expiration: 0" "https://127.0.0.1:$sim_port/3/device/$token" >"$run/h2load.out" 2>&1
+  grep -oE "finished in [0-9.]+s, [0-9.]+ req/s" "$run/h2load.out" | grep -oE "[0-9.]+ req/s" | grep -oE "^[0-9.]+"
+}
+run_aioapns() {
+  reset_simulator
+  python3 Benchmarks/Dispatcher/aioapns_bench.py --port "$sim_port" --ca "$run/simulator.pem" --key "$run/AuthKey.p8" --key-id "$key_id" \
+    --team "$team" --bundle "$bundle" --count "$aio_count" |
+    python3 -c 'import json,sys; r=json.load(sys.stdin); print(int(r["requests"]/r["seconds"]) if r["non200"] == 0 else 0)'
+}
+start_broker() {
+  eval "$(scripts/broker.sh)"
+  pids+=("$ISLET_BROKER_PID")
+  for t in islet.tokens.v1:compact islet.push-requests.v1:delete islet.push-outcomes.v1:delete islet.dlq.v1:delete; do
+    "$bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "${t%%:*}" --partitions 4 >/dev/null
+  done
+}
+start_dispatcher() {
+  local port; port=$(free_port)
+  ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=$port ISLET_LOG_LEVEL=warning \
+    ISLET_APNS_KEYS="$team=$key_id:$run/AuthKey.p8" ISLET_APNS_APPS="$bundle=$team" ISLET_APNS_URL="https://127.0.0.1:$sim_port" \
+    ISLET_APNS_CA_FILE="$run/simulator.pem" "$bin/apns-dispatcher" >"$run/dispatcher.log" 2>&1 &
+  dispatcher_pid=$!
+  pids+=("$dispatcher_pid")
+  wait_http "http://127.0.0.1:$port/health"
+}
+run_dispatcher() {
+  start_broker
+  "$bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count "$count" >/dev/null
+  reset_simulator
+  start_dispatcher
+  for _ in $(seq 1 1200); do
+    [ "$(stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["accepted"])')" -ge "$count" ] && break
+    sleep 0.25
+  done
+  stats | python3 -c '
+import json, sys
+from datetime import datetime
+s = json.load(sys.stdin)
+t = lambda x: datetime.fromisoformat(x.replace("Z", "+00:00")).timestamp()
+span = t(s["lastAcceptedAt"]) - t(s["firstAcceptedAt"])
+print(int(s["accepted"] / span) if s["accepted"] >= '"$count"' and span > 0 else 0)'
+  cleanup_round
+}
+cleanup_round() { kill "$dispatcher_pid" "$ISLET_BROKER_PID" 2>/dev/null || true; wait "$dispatcher_pid" "$ISLET_BROKER_PID" 2>/dev/null || true; }
+
+results="$run/throughput.tsv"
+: > "$results"
+echo "== throughput: $count pushes of 1 KB over $activities activities, $rounds rounds (aioapns: $aio_count pushes)"
+for r in $(seq 1 "$rounds"); do
+  if [ $((r % 2)) -eq 1 ]; then d=$(run_dispatcher); h=$(run_h2load); a=$(run_aioapns); else h=$(run_h2load); a=$(run_aioapns); d=$(run_dispatcher); fi
+  printf '%s\t%s\t%s\t%s\n' "$r" "$d" "$h" "$a" | tee -a "$results"
+done
+
+echo "== latency at 1,000 requests/s for 20 s"
+start_broker
+"$bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count 0 >/dev/null
+start_dispatcher
+reset_simulator
+"$bin/islet-dispatch-bench" paced --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --rate 1000 --seconds 20 \
+  --out "$run/paced.txt"
+sleep 3
+curl -sf "$admin/admin/notifications?payload=false" >"$run/received.json"
+cleanup_round
+
+python3 - "$results" "$run/paced.txt" "$run/received.json" <<'PY'
+import json, statistics, sys
+from datetime import datetime
+rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
+d = statistics.median(int(r[1]) for r in rows); h = statistics.median(float(r[2]) for r in rows); a = statistics.median(int(r[3]) for r in rows)
+print(f"{'dispatcher (Kafka → simulator 200)':<36}{d:>10,.0f} pushes/s")
+print(f"{'h2load (straight to the simulator)':<36}{h:>10,.0f} req/s    dispatcher / h2load  = {d / h:.2f}  (target ≥ 0.4)")
+print(f"{'aioapns (straight to the simulator)':<36}{a:>10,.0f} req/s    dispatcher / aioapns = {d / a if a else float('nan'):.1f}  (target ≥ 10)")
+created = dict(line.split() for line in open(sys.argv[2]).read().splitlines() if line)
+received = json.load(open(sys.argv[3]))
+t = lambda x: datetime.fromisoformat(x.replace("Z", "+00:00")).timestamp()
+lat = sorted((t(n["receivedAt"]) - int(created[n["apnsID"]]) / 1e6) * 1000 for n in received if n["apnsID"] in created)
+if lat:
+    q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
+    print(f"latency at 1,000/s: {len(lat)} of {len(created)} pushes, p50 {q(0.5):.1f} ms, p99 {q(0.99):.1f} ms, max {lat[-1]:.1f} ms")
+PY
