@@ -1,7 +1,7 @@
 import Foundation
 import Logging
 import NIOCore
-import NIOHTTP1
+import NIOHPACK
 import NIOHTTP2
 import NIOPosix
 import NIOSSL
@@ -129,10 +129,7 @@ final class APNsConnection: Sendable {
         let authority = self.authority
         let streamFuture = multiplexer.createStreamChannel { stream in
             stream.eventLoop.makeCompletedFuture {
-                try stream.pipeline.syncOperations.addHandlers([
-                    HTTP2FramePayloadToHTTP1ClientCodec(httpProtocol: .https),
-                    APNsStreamHandler(promise: promise, goAway: goAway),
-                ])
+                try stream.pipeline.syncOperations.addHandler(APNsStreamHandler(promise: promise, goAway: goAway))
             }
         }
         streamFuture.whenComplete { result in
@@ -140,22 +137,24 @@ final class APNsConnection: Sendable {
             case .failure(let error):
                 promise.fail(APNsTransportError(goAway.received ? .notProcessed : .lost, "stream not opened: \(error)"))
             case .success(let stream):
-                var head = HTTPRequestHead(version: .http2, method: .POST, uri: "/3/device/\(push.deviceToken)")
-                head.headers.reserveCapacity(8)
-                head.headers.add(name: "host", value: authority)
-                head.headers.add(name: "authorization", value: "bearer \(authorization)")
-                head.headers.add(name: "apns-push-type", value: "liveactivity")
-                head.headers.add(name: "apns-topic", value: push.topic)
-                head.headers.add(name: "apns-priority", value: String(push.priority))
-                head.headers.add(name: "apns-id", value: push.apnsID)
-                head.headers.add(name: "apns-expiration", value: String(push.expiration))
-                head.headers.add(name: "content-length", value: String(push.payload.readableBytes))
-                stream.write(HTTPClientRequestPart.head(head), promise: nil)
-                stream.write(HTTPClientRequestPart.body(.byteBuffer(push.payload)), promise: nil)
+                var headers = HPACKHeaders()
+                headers.reserveCapacity(11)
+                headers.add(name: ":method", value: "POST")
+                headers.add(name: ":scheme", value: "https")
+                headers.add(name: ":authority", value: authority)
+                headers.add(name: ":path", value: "/3/device/\(push.deviceToken)", indexing: .nonIndexable)
+                headers.add(name: "authorization", value: "bearer \(authorization)")
+                headers.add(name: "apns-push-type", value: "liveactivity")
+                headers.add(name: "apns-topic", value: push.topic)
+                headers.add(name: "apns-priority", value: String(push.priority))
+                headers.add(name: "apns-id", value: push.apnsID, indexing: .nonIndexable)
+                headers.add(name: "apns-expiration", value: String(push.expiration))
+                headers.add(name: "content-length", value: String(push.payload.readableBytes))
+                stream.write(HTTP2Frame.FramePayload.headers(.init(headers: headers)), promise: nil)
                 // The deadline runs from when the request left (a stream may first wait for the
                 // server's MAX_CONCURRENT_STREAMS), and cancels the stream (RST_STREAM) only if no
                 // answer came.
-                stream.writeAndFlush(HTTPClientRequestPart.end(nil)).whenComplete { written in
+                stream.writeAndFlush(HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(push.payload), endStream: true))).whenComplete { written in
                     if case .failure(let error) = written {
                         promise.fail(APNsTransportError(goAway.received ? .notProcessed : .lost, "request not written: \(error)"))
                         return
@@ -197,9 +196,10 @@ final class GoAwayWatcher: ChannelInboundHandler, Sendable {
     }
 }
 
-/// Collects one stream's answer.
+/// Collects one stream's answer, from its HTTP/2 frames: HEADERS with `:status`, and for an error
+/// a JSON body in DATA.
 final class APNsStreamHandler: ChannelInboundHandler {
-    typealias InboundIn = HTTPClientResponsePart
+    typealias InboundIn = HTTP2Frame.FramePayload
 
     private let promise: EventLoopPromise<APNsAnswer>
     private let goAway: GoAwayWatcher
@@ -214,20 +214,31 @@ final class APNsStreamHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
-        case .head(let head):
-            status = Int(head.status.code)
-            apnsID = head.headers.first(name: "apns-id")
-        case .body(let buffer):
-            if body.count < 4_096 { body += buffer.readableBytesView }
-        case .end:
-            guard let status else { return }
-            var answer = APNsAnswer(status: status, apnsID: apnsID)
-            if status != 200, let error = try? JSONDecoder().decode(ErrorBody.self, from: Data(body)) {
-                answer.reason = error.reason
-                answer.timestamp = error.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1_000) }
+        case .headers(let frame):
+            if status == nil {
+                status = frame.headers.first(name: ":status").flatMap { Int($0) }
+                apnsID = frame.headers.first(name: "apns-id")
             }
-            promise.succeed(answer)
+            if frame.endStream { finish() }
+        case .data(let frame):
+            if case .byteBuffer(let buffer) = frame.data, body.count < 4_096 { body += buffer.readableBytesView }
+            if frame.endStream { finish() }
+        default:
+            break
         }
+    }
+
+    private func finish() {
+        guard let status else {
+            promise.fail(APNsTransportError(.lost, "an answer without :status"))
+            return
+        }
+        var answer = APNsAnswer(status: status, apnsID: apnsID)
+        if status != 200, !body.isEmpty, let error = try? JSONDecoder().decode(ErrorBody.self, from: Data(body)) {
+            answer.reason = error.reason
+            answer.timestamp = error.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1_000) }
+        }
+        promise.succeed(answer)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
