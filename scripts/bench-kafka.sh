@@ -37,6 +37,23 @@ trap stop_broker EXIT INT TERM
 rate_rdkafka() {  # the msgs/s figure of rdkafka_performance's summary line
   grep -E "messages (produced|\(.*\) consumed)" | grep -oE "[0-9]+ msgs/s" | tail -1 | grep -oE "^[0-9]+"
 }
+# A new broker with the round's topics (tried three times: a broker that just started sometimes
+# refuses the first admin request).
+fresh_broker() {
+  for _ in 1 2 3; do
+    stop_broker
+    eval "$(scripts/broker.sh)"
+    broker_pid=$ISLET_BROKER_PID
+    b=$ISLET_KAFKA_BOOTSTRAP
+    if "$bench" create-topic --bootstrap "$b" --topic p-islet --partitions 4 >/dev/null &&
+      "$bench" create-topic --bootstrap "$b" --topic p-rdk --partitions 4 >/dev/null &&
+      "$bench" create-topic --bootstrap "$b" --topic c --partitions 4 >/dev/null; then
+      return 0
+    fi
+    echo "(the new broker refused to create topics; starting another)" >&2
+  done
+  return 1
+}
 rate_islet() { python3 -c 'import json,sys; print(int(json.load(sys.stdin)["messagesPerSecond"]))'; }
 
 for size in 300 2048; do
@@ -45,13 +62,7 @@ for size in 300 2048; do
   for r in $(seq 1 "$rounds"); do
     # A fresh broker per round: tansu keeps everything in memory, and a broker grown by earlier
     # rounds slows down unevenly.
-    stop_broker
-    eval "$(scripts/broker.sh)"
-    broker_pid=$ISLET_BROKER_PID
-    b=$ISLET_KAFKA_BOOTSTRAP
-    "$bench" create-topic --bootstrap "$b" --topic "p-islet" --partitions 4
-    "$bench" create-topic --bootstrap "$b" --topic "p-rdk" --partitions 4
-    "$bench" create-topic --bootstrap "$b" --topic "c" --partitions 4
+    fresh_broker
     run_islet() { "$bench" produce --bootstrap "$b" --topic p-islet --count "$count" --size "$size" | rate_islet; }
     run_rdk() { "$rdperf" -P -D -t p-rdk -b "$b" -s "$size" -c "$count" "${producer_props[@]}" 2>&1 | rate_rdkafka; }
     if [ $((r % 2)) -eq 1 ]; then i=$(run_islet); k=$(run_rdk); else k=$(run_rdk); i=$(run_islet); fi

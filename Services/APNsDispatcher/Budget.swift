@@ -69,7 +69,7 @@ public struct Budget: Sendable, Equatable {
 /// using all of it: a throttled activity stops updating on the lock screen, while a downgraded
 /// update (priority 5) still arrives, only not at once. Push-to-start has its own, fixed budget
 /// per device (about 10 in a short window, per Apple DTS); Islet allows 8, then one a minute.
-public struct BudgetPolicy: Sendable, Equatable {
+public struct BudgetPolicy: Sendable {
     public struct Limits: Sendable, Equatable {
         public var capacity: Int
         public var period: Duration
@@ -82,6 +82,9 @@ public struct BudgetPolicy: Sendable, Equatable {
 
     public var standard: Limits
     public var frequent: Limits
+    /// Budgets of particular apps (by bundle id), instead of `standard` and `frequent`: a sports
+    /// app whose users expect every goal at once may be given more than a food-delivery app.
+    public var apps: [String: (standard: Limits, frequent: Limits)] = [:]
     public var pushToStart: Limits
     /// How long a `critical` update waits for budget before it is sent at priority 5 anyway.
     public var criticalMaximumWait: Duration
@@ -98,5 +101,8 @@ public struct BudgetPolicy: Sendable, Equatable {
         self.criticalMaximumWait = criticalMaximumWait
     }
 
-    public func limits(frequentUpdates: Bool) -> Limits { frequentUpdates ? frequent : standard }
+    public func limits(bundleId: String, frequentUpdates: Bool) -> Limits {
+        if let app = apps[bundleId] { return frequentUpdates ? app.frequent : app.standard }
+        return frequentUpdates ? frequent : standard
+    }
 }

@@ -285,7 +285,7 @@ public actor DispatchEngine {
                 pushToStartBudgets[device] = budget
                 priority = request.priority
             } else {
-                let limits = policy.budgets.limits(frequentUpdates: record.frequentUpdatesEnabled)
+                let limits = policy.budgets.limits(bundleId: record.app.bundleId, frequentUpdates: record.frequentUpdatesEnabled)
                 var budget = slot.budget ?? Budget(limits: limits, now: now)
                 if budget.limits != limits { budget.setLimits(limits, now: now) }
                 let decision = PriorityDecision.decide(

@@ -64,6 +64,13 @@ public struct DispatcherSettings: Sendable {
         var policy = DispatcherPolicy()
         policy.budgets.standard.capacity = try config.int("islet.budget.standard.per.hour", default: 12, range: 1...100_000)
         policy.budgets.frequent.capacity = try config.int("islet.budget.frequent.per.hour", default: 240, range: 1...100_000)
+        for (bundle, value) in try config.properties("islet.budget.apps") {
+            let parts = value.split(separator: "/").compactMap { Int($0) }
+            guard parts.count == 2, parts.allSatisfy({ $0 > 0 }) else {
+                throw ConfigurationError(key: "islet.budget.apps", problem: "expects bundle.id=STANDARD/FREQUENT (per hour), got \(bundle)=\(value)")
+            }
+            policy.budgets.apps[bundle] = (.init(capacity: parts[0], period: .seconds(3_600)), .init(capacity: parts[1], period: .seconds(3_600)))
+        }
         policy.budgets.pushToStart.capacity = try config.int("islet.budget.push.to.start.burst", default: 8, range: 1...1_000)
         policy.budgets.criticalMaximumWait = try config.milliseconds("islet.budget.critical.max.wait.ms", default: .seconds(120))
         policy.retry.maximumAttempts = try config.int("islet.retry.max.attempts", default: 8, range: 1...100)

@@ -204,6 +204,20 @@ struct EngineTests {
         await h.stop()
     }
 
+    @Test("an app can have budgets of its own")
+    func appBudget() async throws {
+        var policy = DispatcherPolicy()
+        policy.budgets.apps["com.example.food"] = (.init(capacity: 2, period: .seconds(3_600)), .init(capacity: 3, period: .seconds(3_600)))
+        let h = EngineHarness(policy: policy)
+        h.register("a", token: hexToken(1))
+        for i in 1...3 {
+            await h.submit(h.request("a", sequence: Int64(i), supersedable: false))
+            _ = try await h.outcomes(i)
+        }
+        #expect(h.sink.all.map(\.priorityUsed) == [10, 10, 5])
+        await h.stop()
+    }
+
     @Test("a critical update waits for budget instead of being downgraded, within its bound")
     func criticalWaits() async throws {
         var policy = DispatcherPolicy()
