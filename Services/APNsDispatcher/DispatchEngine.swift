@@ -356,8 +356,9 @@ public actor DispatchEngine {
             let apns = PushOutcome.APNsResponse(status: answer.status, reason: answer.reason, apnsId: answer.apnsID, timestamp: answer.timestamp)
             switch APNsAction.forAnswer(status: answer.status, reason: answer.reason) {
             case .delivered:
-                finish(entry, downgraded ? .deliveredDowngraded : .delivered, apns: apns, priority: priority, fingerprint: fingerprint)
+                // Ended first: finishing may forget an idle activity, and its end must be remembered.
                 if entry.request.event == .end { ended(key) }
+                finish(entry, downgraded ? .deliveredDowngraded : .delivered, apns: apns, priority: priority, fingerprint: fingerprint)
             case .tokenInvalid:
                 deadTokens.insert(fingerprint)
                 finish(entry, .tokenInvalid, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
@@ -438,7 +439,7 @@ public actor DispatchEngine {
 
     /// An `end` was delivered: updates still waiting are pointless.
     private func ended(_ key: String) {
-        guard var slot = slots[key] else { return }
+        var slot = slots[key] ?? Slot()
         slot.ended = true
         slot.endedAt = clock.now()
         let pointless = slot.queue.removeAll { $0.request.event != .start }

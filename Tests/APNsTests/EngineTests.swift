@@ -265,6 +265,19 @@ struct EngineTests {
         await h.stop()
     }
 
+    @Test("an activity whose end was delivered stays ended, even once nothing else is waiting")
+    func endIsRemembered() async throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1), frequent: true)
+        await h.submit(h.request("a", .end, sequence: 1, priority: 5))
+        _ = try await h.outcomes(1)
+        await h.submit(h.request("a", sequence: 2))
+        let outcomes = try await h.outcomes(2)
+        #expect(outcomes.map(\.result) == [.delivered, .expired])
+        #expect(h.sender.sent.count == 1)
+        await h.stop()
+    }
+
     @Test("an older update arriving after a newer one waits is dropped, not sent after it")
     func staleUpdate() async throws {
         let h = EngineHarness()
