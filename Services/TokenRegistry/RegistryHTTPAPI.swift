@@ -33,11 +33,11 @@ public struct RegistryHTTPAPI: Sendable {
         // On the router, not the group: unknown routes get the same JSON answers.
         router.add(middleware: APIErrorMiddleware<Context>(logger: logger))
         let api = router.group("v1")
-        let (registry, authenticator) = (self.registry, self.authenticator)
+        let (registry, authenticator, maxBodyBytes) = (self.registry, self.authenticator, self.maxBodyBytes)
 
         api.put("activities/:activityId/token") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
-            let body = try await decode(RegisterActivityTokenRequest.self, from: request)
+            let body = try await Self.decode(RegisterActivityTokenRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             let result = try await registry.registerActivityToken(user: user, activityId: try context.parameter("activityId"), body)
             return try json(result, status: result.change == .registered ? .created : .ok)
         }
@@ -47,19 +47,19 @@ public struct RegistryHTTPAPI: Sendable {
         }
         api.post("activities/:activityId/invalidate") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
-            let body = try await decode(InvalidateRequest.self, from: request)
+            let body = try await Self.decode(InvalidateRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             return try json(try await registry.invalidateActivity(user: user, activityId: try context.parameter("activityId"), reason: body.reason))
         }
         api.put("activities/:activityId/frequent-updates") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
-            let body = try await decode(FrequentUpdatesRequest.self, from: request)
+            let body = try await Self.decode(FrequentUpdatesRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             return try json(try await registry.setFrequentUpdates(user: user, activityId: try context.parameter("activityId"), enabled: body.enabled))
         }
 
         let pushToStart = "apps/:bundleId/devices/:deviceId/push-to-start/:attributesType"
         api.put(RouterPath(pushToStart)) { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
-            let body = try await decode(RegisterPushToStartTokenRequest.self, from: request)
+            let body = try await Self.decode(RegisterPushToStartTokenRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             let result = try await registry.registerPushToStartToken(
                 user: user, bundleId: try context.parameter("bundleId"), deviceId: try context.parameter("deviceId"),
                 attributesType: try context.parameter("attributesType"), body)
@@ -74,32 +74,32 @@ public struct RegistryHTTPAPI: Sendable {
         }
         api.post(RouterPath(pushToStart + "/invalidate")) { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
-            let body = try await decode(InvalidateRequest.self, from: request)
+            let body = try await Self.decode(InvalidateRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             return try json(
                 try await registry.invalidatePushToStart(
                     user: user, bundleId: try context.parameter("bundleId"), deviceId: try context.parameter("deviceId"),
                     attributesType: try context.parameter("attributesType"), reason: body.reason))
         }
+    }
 
-        /// Reads a JSON body of at most `maxBodyBytes`, decoding it by Islet's conventions.
-        @Sendable func decode<Body: Decodable>(_ type: Body.Type, from request: Request) async throws(APIError) -> Body {
-            guard let contentType = request.headers[.contentType], contentType.lowercased().hasPrefix("application/json") else {
-                throw APIError(.unsupportedMediaType, .unsupportedMediaType, reason: "the body must be application/json")
-            }
-            if let length = request.headers[.contentLength].flatMap(Int.init), length > maxBodyBytes {
-                throw APIError(.contentTooLarge, .bodyTooLarge, reason: "the body must be at most \(maxBodyBytes) bytes")
-            }
-            let buffer: ByteBuffer
-            do {
-                buffer = try await request.body.collect(upTo: maxBodyBytes)
-            } catch {
-                throw APIError(.contentTooLarge, .bodyTooLarge, reason: "the body must be at most \(maxBodyBytes) bytes")
-            }
-            do {
-                return try IsletJSON.decodeValue(type, from: Array(buffer.readableBytesView))
-            } catch {
-                throw APIError(.badRequest, .malformedBody, field: error.path.isEmpty ? nil : error.path, reason: error.message)
-            }
+    /// Reads a JSON body of at most `maxBodyBytes`, decoding it by Islet's conventions.
+    static func decode<Body: Decodable>(_ type: Body.Type, from request: Request, maxBodyBytes: Int) async throws(APIError) -> Body {
+        guard let contentType = request.headers[.contentType], contentType.lowercased().hasPrefix("application/json") else {
+            throw APIError(.unsupportedMediaType, .unsupportedMediaType, reason: "the body must be application/json")
+        }
+        if let length = request.headers[.contentLength].flatMap(Int.init), length > maxBodyBytes {
+            throw APIError(.contentTooLarge, .bodyTooLarge, reason: "the body must be at most \(maxBodyBytes) bytes")
+        }
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.body.collect(upTo: maxBodyBytes)
+        } catch {
+            throw APIError(.contentTooLarge, .bodyTooLarge, reason: "the body must be at most \(maxBodyBytes) bytes")
+        }
+        do {
+            return try IsletJSON.decodeValue(type, from: Array(buffer.readableBytesView))
+        } catch {
+            throw APIError(.badRequest, .malformedBody, field: error.path.isEmpty ? nil : error.path, reason: error.message)
         }
     }
 }

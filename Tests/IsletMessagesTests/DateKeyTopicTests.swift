@@ -181,3 +181,37 @@ struct TopicTests {
         }
     }
 }
+
+@Suite("Dates: Islet's own formatter and parser agree with Foundation's")
+struct DateFastPathTests {
+    @Test("for 20,000 dates from 1900 to 2200: the text is Foundation's, and parsing it gives the date back to the millisecond")
+    func agreesWithFoundation() {
+        var state: UInt64 = 0x1234_5678
+        for _ in 0..<20_000 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            let milliseconds = Int64(bitPattern: state >> 1) % 9_467_280_000_000 - 2_208_988_800_000  // 1900 ... 2200
+            let date = Date(timeIntervalSince1970: Double(milliseconds) / 1_000)
+            let text = IsletDate.format(date)
+            let (seconds, fraction) = milliseconds.quotientAndRemainder(dividingBy: 1_000)
+            let whole = fraction < 0 ? seconds - 1 : seconds
+            let foundation = Date(timeIntervalSince1970: Double(whole)).formatted(Date.ISO8601FormatStyle(timeZone: .gmt))
+            #expect(text.hasPrefix(String(foundation.dropLast())), "\(text) vs \(foundation)")
+            #expect(IsletDate.parse(text) == IsletDate.truncatedToMilliseconds(date), "\(text)")
+        }
+    }
+
+    @Test("impossible dates in the canonical form are refused", arguments: [
+        "2026-02-29T10:00:00.000Z", "2026-13-01T10:00:00.000Z", "2026-04-31T10:00:00.000Z", "2026-01-01T24:00:00.000Z",
+        "2026-01-01T10:60:00.000Z", "2026-01-01T10:00:60.000Z", "2026-0a-01T10:00:00.000Z",
+    ])
+    func impossibleDates(text: String) {
+        #expect(IsletDate.parse(text) == nil)
+    }
+
+    @Test("leap days parse")
+    func leapDays() {
+        #expect(IsletDate.parse("2024-02-29T23:59:59.999Z") != nil)
+        #expect(IsletDate.parse("2000-02-29T00:00:00.000Z") != nil)
+        #expect(IsletDate.parse("1900-02-29T00:00:00.000Z") == nil)
+    }
+}
