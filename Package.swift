@@ -227,6 +227,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/Dispatcher",
+            exclude: ["aioapns_bench.py"],
             swiftSettings: strict
         ),
 
