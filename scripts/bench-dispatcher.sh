@@ -120,7 +120,9 @@ echo "== latency at 1,000 requests/s for 20 s"
 start_broker
 "$bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count 0 >/dev/null
 start_dispatcher
-# Warm up: the dispatcher has joined its group and opened its connections before timing starts.
+# Warm up: the dispatcher has joined its group (the local broker takes about 5 s) and opened its
+# connections before timing starts.
+reset_simulator
 "$bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count 500 >/dev/null
 for _ in $(seq 1 600); do
   [ "$(stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["accepted"])')" -ge 500 ] && break

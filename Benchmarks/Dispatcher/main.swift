@@ -7,6 +7,7 @@ import Foundation
 import IsletKafka
 import IsletMessages
 import Logging
+import Synchronization
 
 let benchLogger: Logger = {
     var logger = Logger(label: "islet.dispatch-bench")
@@ -121,6 +122,7 @@ struct Paced: AsyncParsableCommand {
     func run() async throws {
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: common.bootstrap), logger: benchLogger)
         var lines: [String] = []
+        let acknowledged = AckLog()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await producer.run() }
             if withTokens { try await tokens(common, producer: producer) }
@@ -133,8 +135,10 @@ struct Paced: AsyncParsableCommand {
                 let now = Date()
                 let r = request(i, activities: common.activities, bundle: common.bundle, size: common.size, createdAt: now)
                 lines.append("\(r.requestId) \(Int64(now.timeIntervalSince1970 * 1_000_000))")
+                let sentAt = clock.now
                 try producer.produce(topic: IsletTopics.pushRequests.name, key: Array(r.key!.utf8), value: try IsletJSON.encode(r)) { result in
                     if case .failure(let error) = result { FileHandle.standardError.write(Data("send failed: \(error)\n".utf8)) }
+                    acknowledged.record(i, clock.now - sentAt)
                 }
             }
             while producer.inFlightCount > 0 { try await Task.sleep(for: .milliseconds(10)) }
@@ -142,5 +146,18 @@ struct Paced: AsyncParsableCommand {
             try await group.waitForAll()
         }
         try (lines.joined(separator: "\n") + "\n").write(toFile: out, atomically: true, encoding: .utf8)
+        // How long Kafka took to acknowledge, per second of the run: a slow start shows here.
+        let bySecond = Dictionary(grouping: acknowledged.all, by: { $0.0 / rate })
+        for second in bySecond.keys.sorted() {
+            let delays = bySecond[second]!.map { $0.1 / .milliseconds(1) }.sorted()
+            FileHandle.standardError.write(Data("produce ack second \(second): p50 \(Int(delays[delays.count / 2])) ms, max \(Int(delays.last!)) ms\n".utf8))
+        }
     }
+}
+
+/// Acknowledgement delays by record number.
+final class AckLog: Sendable {
+    private let entries = Mutex<[(Int, Duration)]>([])
+    func record(_ index: Int, _ delay: Duration) { entries.withLock { $0.append((index, delay)) } }
+    var all: [(Int, Duration)] { entries.withLock { $0 } }
 }
