@@ -174,9 +174,19 @@ public struct RecentOutcomes: Sendable {
                 bootstrapServers: bootstrapServers, topics: [topic], partitions: partitions, since: since, clientID: "apns-dispatcher.outcomes",
                 settings: settings),
             logger: logger)
+        let logger = self.logger
         return try await withThrowingTaskGroup(of: Set<String>?.self) { group in
             group.addTask {
                 try await reader.run()
+                return nil
+            }
+            group.addTask {
+                // A partition that never reports its end must not hold the assignment for ever.
+                try? await Task.sleep(for: .seconds(30))
+                if !Task.isCancelled {
+                    logger.warning("recent outcomes: reading cut short after 30 s; requests read again may be sent again")
+                    reader.shutdown()
+                }
                 return nil
             }
             group.addTask {
@@ -202,6 +212,7 @@ public struct RecentOutcomes: Sendable {
                 if let ids = next {
                     result = ids
                     reader.shutdown()
+                    group.cancelAll()
                 }
             }
             return result
