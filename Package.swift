@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "IsletKafka", targets: ["IsletKafka"]),
         .library(name: "IsletRuntime", targets: ["IsletRuntime"]),
         .library(name: "IsletProtos", targets: ["IsletProtos"]),
+        .library(name: "IsletLinks", targets: ["IsletLinks"]),
         .executable(name: "token-registry", targets: ["TokenRegistryExecutable"]),
         .executable(name: "apns-simulator", targets: ["APNsSimulatorExecutable"]),
         .executable(name: "apns-dispatcher", targets: ["APNsDispatcherExecutable"]),
@@ -107,6 +108,18 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
             ],
             path: "Shared/IsletRuntime",
+            swiftSettings: strict
+        ),
+
+        // Signed widget links: the analytics parameters content-service puts into every widgetUrl and
+        // Link, and analytics-ingest verifies.
+        .target(
+            name: "IsletLinks",
+            dependencies: [
+                "IsletMessages",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            path: "Shared/IsletLinks",
             swiftSettings: strict
         ),
 
@@ -323,6 +336,12 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Tests/APNsDispatcherIntegrationTests",
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "IsletLinksTests",
+            dependencies: ["IsletLinks", "IsletMessages"],
+            path: "Tests/IsletLinksTests",
             swiftSettings: strict
         ),
         .testTarget(

@@ -1,0 +1,267 @@
+import Crypto
+import Foundation
+import IsletMessages
+
+/// What a widget link leads to, for analytics: which activity, which surface and element was
+/// tapped, and which content the phone was showing.
+public struct TapTarget: Sendable, Hashable {
+    public var activityId: String
+    /// The Swift type name of the widget's `ActivityAttributes`.
+    public var attributesType: String
+    public var surface: Surface
+    /// The element's id in the layout (`eta`, `courier`, `score`), or `widget` for the whole view.
+    public var element: String
+    /// The `contentSequence` of the content the link was part of.
+    public var contentSequence: Int64
+
+    public init(activityId: String, attributesType: String, surface: Surface, element: String, contentSequence: Int64) {
+        self.activityId = activityId
+        self.attributesType = attributesType
+        self.surface = surface
+        self.element = element
+        self.contentSequence = contentSequence
+    }
+}
+
+/// A key links are signed with: an id (carried in the link) and a secret of at least 32 bytes.
+public struct LinkKey: Sendable {
+    public let id: String
+    let key: SymmetricKey
+
+    public init(id: String, secret: [UInt8]) throws(LinkError) {
+        guard DeepLinkCodec.isIdentifier(id, maxLength: 32) else {
+            throw LinkError("a link key id must be 1-32 characters of letters, digits and . _ ~ -, got \"\(id.prefix(40))\"")
+        }
+        guard secret.count >= 32 else { throw LinkError("the secret of link key \(id) must be at least 32 bytes") }
+        self.id = id
+        self.key = SymmetricKey(data: secret)
+    }
+}
+
+/// The keys of a service: the one it signs with, and every one it still accepts. Rotation: add a
+/// new key to both sides' accepted keys, then sign with it, then retire the old one once links
+/// signed with it have expired (12 hours).
+public struct LinkKeyring: Sendable {
+    public let signing: LinkKey
+    private let accepted: [String: LinkKey]
+
+    public init(signing: LinkKey, accepted: [LinkKey] = []) {
+        self.signing = signing
+        var keys = Dictionary(accepted.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        keys[signing.id] = signing
+        self.accepted = keys
+    }
+
+    func key(id: String) -> LinkKey? { accepted[id] }
+}
+
+/// A link that verified: what was tapped, signed by which key, when.
+public struct VerifiedLink: Sendable, Equatable {
+    public var target: TapTarget
+    public var keyId: String
+    public var issuedAt: Date
+    /// The app's own URL, without Islet's parameters.
+    public var baseURL: String
+}
+
+/// Why a link did not verify: the reason analytics-ingest reports, and a detail naming the
+/// parameter or check at fault.
+public struct LinkRejection: Error, Sendable, Equatable, CustomStringConvertible {
+    public var reason: ClickRejectionReason
+    public var detail: String
+
+    public init(_ reason: ClickRejectionReason, _ detail: String) {
+        self.reason = reason
+        self.detail = detail
+    }
+
+    public var description: String { "\(reason.rawValue): \(detail)" }
+}
+
+/// A link that cannot be made (a bad base URL or target).
+public struct LinkError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Signs and verifies the analytics parameters of widget links (`widgetURL`, `Link`).
+///
+/// content-service appends to the app's own URL:
+///
+/// ```
+/// fooddelivery://order/42?tab=status&isl_a=order-42&isl_t=DeliveryAttributes&isl_s=lockScreen
+///     &isl_e=eta&isl_q=7&isl_i=1795000000&isl_k=k2&isl_sig=Qm9vbV9zaWduYXR1cmUx
+/// ```
+///
+/// | parameter | value |
+/// | --- | --- |
+/// | `isl_a` | activity id |
+/// | `isl_t` | attributes type |
+/// | `isl_s` | surface: `lockScreen`, `islandExpanded`, `compactLeading`, `compactTrailing`, `minimal` |
+/// | `isl_e` | element id |
+/// | `isl_q` | content sequence |
+/// | `isl_i` | issued at, epoch seconds |
+/// | `isl_k` | key id |
+/// | `isl_sig` | the first 16 bytes of HMAC-SHA256 over the canonical form, base64url without padding |
+///
+/// The canonical form is `islet-link-v1`, the base URL (the link without Islet's parameters, its
+/// other query parameters in their order), then the seven values, separated by newlines — so the
+/// parameters cannot be moved to another URL, reordered into another meaning, or changed.
+public enum DeepLinkCodec {
+    /// How long after it was issued a link counts a tap.
+    public static let maximumAge: TimeInterval = 12 * 3_600
+    /// Clock skew tolerated between the signing service and the phone.
+    public static let clockSkew: TimeInterval = 300
+
+    static let prefix = "isl_"
+    static let names = ["isl_a", "isl_t", "isl_s", "isl_e", "isl_q", "isl_i", "isl_k", "isl_sig"]
+
+    /// The app's URL with the signed analytics parameters appended.
+    public static func sign(baseURL: String, target: TapTarget, issuedAt: Date, key: LinkKey) throws(LinkError) -> String {
+        guard let schemeEnd = baseURL.range(of: ":"), !baseURL[..<schemeEnd.lowerBound].isEmpty, !baseURL.contains("#") else {
+            throw LinkError("the base URL must have a scheme and no fragment: \(baseURL.prefix(80))")
+        }
+        guard !split(baseURL).items.contains(where: { $0.hasPrefix(prefix) }) else {
+            throw LinkError("the base URL already has parameters starting with \(prefix)")
+        }
+        guard isIdentifier(target.activityId, maxLength: 128), !target.activityId.contains(":") else {
+            throw LinkError("activity id \(target.activityId.prefix(40)) is not a link identifier")
+        }
+        guard isTypeName(target.attributesType), isIdentifier(target.element, maxLength: 64), target.surface.isKnown,
+            target.contentSequence >= 0
+        else { throw LinkError("the tap target has a field links cannot carry: \(target)") }
+        let (path, items) = split(baseURL)
+        let base = items.isEmpty ? String(path) : String(path) + "?" + items.joined(separator: "&")
+        let values = values(of: target, issuedAt: Int64(issuedAt.timeIntervalSince1970.rounded(.down)), keyId: key.id)
+        let signature = self.signature(base: base, values: values, key: key)
+        let parameters = zip(names, values + [signature]).map { "\($0)=\($1)" }.joined(separator: "&")
+        return base + (items.isEmpty ? "?" : "&") + parameters
+    }
+
+    /// Verifies a link as the app received it, for a tap at `tappedAt`.
+    public static func verify(_ url: String, keyring: LinkKeyring, tappedAt: Date) -> Result<VerifiedLink, LinkRejection> {
+        guard url.utf8.count <= 4_096 else { return .failure(LinkRejection(.malformedUrl, "longer than 4096 bytes")) }
+        guard let schemeEnd = url.firstIndex(of: ":"), url[..<schemeEnd].utf8.allSatisfy(isSchemeByte), !url[..<schemeEnd].isEmpty else {
+            return .failure(LinkRejection(.malformedUrl, "no URL scheme"))
+        }
+        guard !url.contains("#") else { return .failure(LinkRejection(.malformedUrl, "a fragment is not part of an Islet link")) }
+        let (path, items) = split(url)
+        var ours: [String: String] = [:]
+        var theirs: [Substring] = []
+        for item in items {
+            let name = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)[0]
+            guard name.hasPrefix(prefix) else {
+                theirs.append(item)
+                continue
+            }
+            let nameText = String(name)
+            guard names.contains(nameText) else { return .failure(LinkRejection(.invalidParameter, "unknown parameter \(nameText.prefix(20))")) }
+            guard ours[nameText] == nil else { return .failure(LinkRejection(.duplicateParameter, "\(nameText) appears more than once")) }
+            let raw = item.dropFirst(name.count + 1)
+            guard item.count > name.count, let value = String(raw).removingPercentEncoding else {
+                return .failure(LinkRejection(.invalidParameter, "\(nameText) has no readable value"))
+            }
+            ours[nameText] = value
+        }
+        for name in names where ours[name] == nil { return .failure(LinkRejection(.missingParameter, "\(name) is missing")) }
+        let base = theirs.isEmpty ? String(path) : String(path) + "?" + theirs.joined(separator: "&")
+
+        // The fields, checked before the signature so that a broken link says what is broken.
+        let (activityId, attributesType, surfaceText, element) = (ours["isl_a"]!, ours["isl_t"]!, ours["isl_s"]!, ours["isl_e"]!)
+        guard isIdentifier(activityId, maxLength: 128) else { return .failure(LinkRejection(.invalidParameter, "isl_a is not an activity id")) }
+        guard isTypeName(attributesType) else { return .failure(LinkRejection(.invalidParameter, "isl_t is not a type name")) }
+        let surface = Surface(rawValue: surfaceText)
+        guard surface.isKnown else { return .failure(LinkRejection(.invalidParameter, "isl_s is not a known surface")) }
+        guard isIdentifier(element, maxLength: 64) else { return .failure(LinkRejection(.invalidParameter, "isl_e is not an element id")) }
+        guard let sequence = decimal(ours["isl_q"]!), sequence >= 0 else {
+            return .failure(LinkRejection(.invalidParameter, "isl_q is not a content sequence"))
+        }
+        guard let issued = decimal(ours["isl_i"]!) else { return .failure(LinkRejection(.invalidParameter, "isl_i is not a time")) }
+        guard let key = keyring.key(id: ours["isl_k"]!) else {
+            return .failure(LinkRejection(.unknownKeyId, "key \(ours["isl_k"]!.prefix(32)) is not one of the accepted keys"))
+        }
+        guard let given = base64URLDecode(ours["isl_sig"]!), given.count == 16 else {
+            return .failure(LinkRejection(.badSignature, "isl_sig is not a 16-byte base64url value"))
+        }
+        let expected = Array(HMAC<SHA256>.authenticationCode(for: Array(canonical(base: base, values: Self.names.dropLast().map { ours[$0]! }).utf8), using: key.key).prefix(16))
+        guard constantTimeEqual(given, expected) else { return .failure(LinkRejection(.badSignature, "the signature does not match")) }
+
+        let issuedAt = Date(timeIntervalSince1970: TimeInterval(issued))
+        guard issuedAt <= tappedAt.addingTimeInterval(clockSkew) else {
+            return .failure(LinkRejection(.invalidParameter, "issued after the tap"))
+        }
+        guard tappedAt.timeIntervalSince(issuedAt) <= maximumAge else {
+            return .failure(LinkRejection(.expired, "issued more than 12 hours before the tap"))
+        }
+        return .success(
+            VerifiedLink(
+                target: TapTarget(activityId: activityId, attributesType: attributesType, surface: surface, element: element, contentSequence: sequence),
+                keyId: key.id, issuedAt: issuedAt, baseURL: base))
+    }
+
+    // MARK: Pieces
+
+    static func values(of target: TapTarget, issuedAt: Int64, keyId: String) -> [String] {
+        [target.activityId, target.attributesType, target.surface.rawValue, target.element, String(target.contentSequence), String(issuedAt), keyId]
+    }
+
+    static func canonical(base: String, values: [String]) -> String {
+        (["islet-link-v1", base] + values).joined(separator: "\n")
+    }
+
+    static func signature(base: String, values: [String], key: LinkKey) -> String {
+        let code = HMAC<SHA256>.authenticationCode(for: Array(canonical(base: base, values: values).utf8), using: key.key)
+        return base64URLEncode(Array(code.prefix(16)))
+    }
+
+    /// The part before the query, and the query's items (empty ones dropped).
+    static func split(_ url: String) -> (path: Substring, items: [Substring]) {
+        guard let questionMark = url.firstIndex(of: "?") else { return (url[...], []) }
+        return (url[..<questionMark], url[url.index(after: questionMark)...].split(separator: "&"))
+    }
+
+    static func isIdentifier(_ text: String, maxLength: Int) -> Bool {
+        let bytes = text.utf8
+        return !bytes.isEmpty && bytes.count <= maxLength && bytes.allSatisfy { isAlphanumeric($0) || "._~-".utf8.contains($0) }
+    }
+
+    static func isTypeName(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        guard let first = bytes.first, bytes.count <= 100, !(UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first) else { return false }
+        return bytes.allSatisfy { isAlphanumeric($0) || $0 == UInt8(ascii: "_") }
+    }
+
+    private static func decimal(_ text: String) -> Int64? {
+        guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) else { return nil }
+        return Int64(text)
+    }
+
+    private static func isAlphanumeric(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+            || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+    }
+
+    private static func isSchemeByte(_ byte: UInt8) -> Bool {
+        isAlphanumeric(byte) || byte == UInt8(ascii: "+") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
+    }
+
+    /// Compares in time that depends only on the length, not on where the bytes differ.
+    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count == b.count else { return false }
+        var difference: UInt8 = 0
+        for i in a.indices { difference |= a[i] ^ b[i] }
+        return difference == 0
+    }
+
+    static func base64URLEncode(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    static func base64URLDecode(_ text: String) -> [UInt8]? {
+        guard text.utf8.allSatisfy({ isAlphanumeric($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }) else { return nil }
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        return Data(base64Encoded: base64).map(Array.init)
+    }
+}

@@ -1,0 +1,144 @@
+import Foundation
+import IsletMessages
+import Testing
+@testable import IsletLinks
+
+private let k1 = try! LinkKey(id: "k1", secret: Array("the-first-link-key-at-least-32-bytes!".utf8))
+private let k2 = try! LinkKey(id: "k2", secret: Array("the-second-link-key-at-least-32-byte!".utf8))
+private let issued = Date(timeIntervalSince1970: 1_795_000_000)
+
+/// A small seeded generator, so a failing case can be replayed.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+extension SplitMix {
+    mutating func identifier(_ maximum: Int) -> String {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._~-")
+        return String((0..<Int.random(in: 1...maximum, using: &self)).map { _ in alphabet.randomElement(using: &self)! })
+    }
+
+    mutating func baseURL() -> String {
+        let paths = ["order/42", "ride/abc-9", "score", "café/ünïcode", "a%20b/c", ""]
+        let queries = ["", "tab=status", "x=1&y=%C3%A9", "q=a+b&empty=", "redirect=https%3A%2F%2Fexample.com%2F%3Fa%3D1"]
+        let scheme = ["fooddelivery", "ride+app", "https"].randomElement(using: &self)!
+        let host = scheme == "https" ? "example.com/" : ""
+        let query = queries.randomElement(using: &self)!
+        return "\(scheme)://\(host)\(paths.randomElement(using: &self)!)" + (query.isEmpty ? "" : "?" + query)
+    }
+
+    mutating func target() -> TapTarget {
+        TapTarget(
+            activityId: identifier(64), attributesType: ["DeliveryAttributes", "RideAttributes", "Score_v2"].randomElement(using: &self)!,
+            surface: Surface.knownValues.randomElement(using: &self)!, element: identifier(20), contentSequence: Int64.random(in: 0...1_000_000, using: &self))
+    }
+}
+
+@Suite("Signed widget links")
+struct DeepLinkCodecTests {
+    let keyring = LinkKeyring(signing: k2, accepted: [k1])
+
+    @Test("signed links verify and give back their target, for 2,000 generated links and base URLs")
+    func roundTrip() throws {
+        var random = SplitMix(seed: 42)
+        for _ in 0..<2_000 {
+            let base = random.baseURL()
+            let target = random.target()
+            let url = try DeepLinkCodec.sign(baseURL: base, target: target, issuedAt: issued, key: k2)
+            let verified = try DeepLinkCodec.verify(url, keyring: keyring, tappedAt: issued.addingTimeInterval(60)).get()
+            #expect(verified.target == target)
+            #expect(verified.keyId == "k2")
+            #expect(verified.issuedAt == issued)
+            #expect(verified.baseURL == base.replacingOccurrences(of: "?&", with: "?"), "\(url)")
+        }
+    }
+
+    @Test("changing any single parameter's value, or the base URL, or the signature is caught")
+    func tampering() throws {
+        var random = SplitMix(seed: 7)
+        for _ in 0..<300 {
+            let url = try DeepLinkCodec.sign(baseURL: random.baseURL(), target: random.target(), issuedAt: issued, key: k2)
+            let items = url.split(separator: "?", maxSplits: 1)
+            let (path, query) = (items[0], items.count > 1 ? String(items[1]) : "")
+            var parts = query.split(separator: "&").map(String.init)
+            let index = Int.random(in: 0..<parts.count, using: &random)
+            let pair = parts[index].split(separator: "=", maxSplits: 1).map(String.init)
+            let value = pair.count > 1 ? pair[1] : ""
+            // A different value of the same kind, so that it still parses.
+            var changed = value
+            while changed == value {
+                changed = value.allSatisfy(\.isNumber) && !value.isEmpty ? String(Int64(value)! + Int64.random(in: 1...5, using: &random)) : random.identifier(max(1, value.count))
+            }
+            if pair[0] == "isl_s" { changed = value == "minimal" ? "lockScreen" : "minimal" }
+            if pair[0] == "isl_t" { changed = value == "RideAttributes" ? "DeliveryAttributes" : "RideAttributes" }
+            parts[index] = pair[0] + "=" + changed
+            let tampered = String(path) + "?" + parts.joined(separator: "&")
+            let result = DeepLinkCodec.verify(tampered, keyring: keyring, tappedAt: issued.addingTimeInterval(60))
+            guard case .failure(let rejection) = result else {
+                Issue.record("accepted a tampered link: \(tampered)")
+                continue
+            }
+            let expected: [ClickRejectionReason] = [.badSignature, .unknownKeyId, .invalidParameter, .expired]
+            #expect(expected.contains(rejection.reason), "\(rejection) for \(pair[0])")
+        }
+    }
+
+    @Test("each rejection has its reason")
+    func rejections() throws {
+        let target = TapTarget(activityId: "order-42", attributesType: "DeliveryAttributes", surface: .islandExpanded, element: "eta", contentSequence: 7)
+        let url = try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42?tab=status", target: target, issuedAt: issued, key: k2)
+        func reason(_ link: String, at tap: Date = issued.addingTimeInterval(60), keyring: LinkKeyring? = nil) -> ClickRejectionReason? {
+            if case .failure(let rejection) = DeepLinkCodec.verify(link, keyring: keyring ?? self.keyring, tappedAt: tap) { return rejection.reason }
+            return nil
+        }
+        #expect(reason(url) == nil)
+        #expect(reason(url, at: issued.addingTimeInterval(12 * 3_600 + 1)) == .expired)
+        #expect(reason(url, at: issued.addingTimeInterval(-600)) == .invalidParameter, "issued after the tap")
+        #expect(reason(url, keyring: LinkKeyring(signing: k1)) == .unknownKeyId, "k2 retired")
+        #expect(reason(url.replacingOccurrences(of: "&isl_e=eta", with: "")) == .missingParameter)
+        #expect(reason(url + "&isl_a=order-43") == .duplicateParameter)
+        #expect(reason(url + "&isl_x=1") == .invalidParameter)
+        #expect(reason(url.replacingOccurrences(of: "isl_q=7", with: "isl_q=seven")) == .invalidParameter)
+        #expect(reason(url.replacingOccurrences(of: "isl_s=islandExpanded", with: "isl_s=watch")) == .invalidParameter)
+        #expect(reason(url.replacingOccurrences(of: "tab=status", with: "tab=orders")) == .badSignature, "the base URL is signed too")
+        #expect(reason(url.replacingOccurrences(of: "isl_k=k2", with: "isl_k=k1")) == .badSignature)
+        #expect(reason(url + "#frag") == .malformedUrl)
+        #expect(reason("not a url") == .malformedUrl)
+        #expect(reason(String(repeating: "a", count: 5_000)) == .malformedUrl)
+        #expect(reason(url.replacingOccurrences(of: "isl_e=eta", with: "isl_e=%ZZ")) == .invalidParameter)
+        // Percent-encoding of our own values is read as the value.
+        #expect(reason(url.replacingOccurrences(of: "isl_e=eta", with: "isl_e=%65ta")) == nil)
+        // A parameter name smuggled in percent-encoded is the app's, so the base changed.
+        #expect(reason(url + "&isl%5Fa=evil") == .badSignature)
+        // Links of the old key still verify while it is accepted (rotation).
+        let old = try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42", target: target, issuedAt: issued, key: k1)
+        #expect(reason(old) == nil)
+    }
+
+    @Test("links that cannot be made are refused")
+    func signingErrors() {
+        let target = TapTarget(activityId: "a", attributesType: "T", surface: .minimal, element: "e", contentSequence: 1)
+        #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "no-scheme", target: target, issuedAt: issued, key: k1) }
+        #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://x#f", target: target, issuedAt: issued, key: k1) }
+        #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://x?isl_a=1", target: target, issuedAt: issued, key: k1) }
+        var bad = target
+        bad.activityId = "a:b"
+        #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://x", target: bad, issuedAt: issued, key: k1) }
+        #expect(throws: LinkError.self) { try LinkKey(id: "short", secret: Array("too short".utf8)) }
+    }
+
+    @Test("constant-time comparison compares whole values")
+    func constantTime() {
+        #expect(DeepLinkCodec.constantTimeEqual([1, 2, 3], [1, 2, 3]))
+        #expect(!DeepLinkCodec.constantTimeEqual([1, 2, 3], [1, 2, 4]))
+        #expect(!DeepLinkCodec.constantTimeEqual([1, 2, 3], [1, 2]))
+    }
+}
