@@ -47,6 +47,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
+        .package(url: "https://github.com/jpsim/Yams", from: "5.0.1"),
     ],
     targets: [
         // librdkafka (>= 2.3) through pkg-config; scripts/bootstrap.sh installs it.
@@ -218,6 +220,19 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // content-service: domain events → ActivityKit payloads from templates kept as data.
+        .target(
+            name: "ContentService",
+            dependencies: [
+                "IsletMessages", "IsletLinks",
+                .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "Yams", package: "Yams"),
+            ],
+            path: "Services/ContentService",
+            exclude: ["Templates"],
+            swiftSettings: strict
+        ),
+
         // Produce/consume throughput of the wrapper, compared by scripts/bench-kafka.sh with rdkafka_performance.
         .executableTarget(
             name: "IsletKafkaBench",
@@ -336,6 +351,13 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Tests/APNsDispatcherIntegrationTests",
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "ContentServiceTests",
+            dependencies: ["ContentService", "IsletMessages", "IsletLinks"],
+            path: "Tests/ContentServiceTests",
+            exclude: ["Golden"],
             swiftSettings: strict
         ),
         .testTarget(

@@ -1,0 +1,135 @@
+import Foundation
+import IsletMessages
+import Mustache
+import Yams
+
+/// How one attributes type turns domain events into ActivityKit content: the content-state schema
+/// the app decodes (fields, types, defaults, the app version each appeared in), the server-driven
+/// layout, and per state its stale time, relevance, alert and links. Loaded from a YAML (or JSON)
+/// file at start-up, so product teams change a Live Activity without a Swift release.
+/// docs/templates.md describes the format.
+public struct ActivityTemplate: Sendable {
+    public struct Field: Sendable {
+        public enum Kind: String, Sendable, Decodable {
+            case string, int, double, bool, date
+        }
+
+        /// The content-state key (the Swift property of `ContentState`).
+        public var name: String
+        public var kind: Kind
+        /// The first app version whose `ContentState` has this field: older apps are not sent it,
+        /// newer ones always are (with `fallback` when the event lacks a value).
+        public var since: AppVersion
+        /// Where the value comes from: a domain field (dotted path) …
+        public var source: String?
+        /// … or a Mustache template over the domain fields and the state (strings only).
+        public var template: MustacheTemplate?
+        /// The value when the event has none. Required unless `optional`.
+        public var fallback: JSONValue?
+        /// A Swift optional in the app: `null` is a value.
+        public var optional: Bool
+    }
+
+    /// One element of the server-driven UI.
+    public enum Component: Sendable {
+        /// Texts, icons and timers in a row, read out as `accessibility`.
+        case richText([RichTextElement], accessibility: MustacheTemplate?)
+        /// A progress bar, 0–100, with marks (route points) along it.
+        case progressBar(position: MustacheTemplate, points: [Double], accessibility: MustacheTemplate?)
+        /// An image by URL; its 72×72 JPEG may be inlined while it fits the payload.
+        case remoteImage(url: MustacheTemplate, accessibility: MustacheTemplate?)
+    }
+
+    public struct RichTextElement: Sendable {
+        public enum Kind: Sendable {
+            case text(MustacheTemplate)
+            case icon(String)
+            /// A countdown or count-up to a date field.
+            case timer(field: String, countsDown: Bool)
+        }
+
+        public var kind: Kind
+        /// Texts with a rank may be dropped, lowest rank first, when the payload is over 4 KB.
+        public var rank: Int?
+        /// This element links somewhere (a `Link`): its URL is signed like the widget's.
+        public var element: String?
+    }
+
+    public struct Layout: Sendable {
+        /// The first app version that renders server-driven layouts.
+        public var since: AppVersion
+        public var minimal: [Component]
+        public var compactLeading: [Component]
+        public var compactTrailing: [Component]
+        public var expanded: [Component]
+    }
+
+    public struct Alert: Sendable {
+        public var title: MustacheTemplate
+        public var body: MustacheTemplate
+        public var sound: String?
+    }
+
+    public struct State: Sendable {
+        public var name: String
+        /// Shown as `state.text` to templates.
+        public var text: MustacheTemplate?
+        public var staleAfter: Duration
+        public var relevance: Double
+        /// The alert to show when the activity enters this state (subject to the alert policy).
+        public var alert: Alert?
+    }
+
+    public var attributesType: String
+    public var description: String
+    /// The domain field whose value names the state (`status`).
+    public var stateField: String
+    /// The app's URL for the activity (Mustache over the domain fields); analytics parameters are added.
+    public var link: MustacheTemplate
+    public var attributes: [Field]
+    public var contentState: [Field]
+    public var layout: Layout?
+    public var states: [String: State]
+    /// The state an unknown or missing state value falls back to.
+    public var defaultState: String
+}
+
+/// An app's `CFBundleShortVersionString`, compared number by number (5.10 > 5.9).
+public struct AppVersion: Sendable, Comparable, CustomStringConvertible, Decodable {
+    public let parts: [Int]
+
+    public init?(_ text: String) {
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false).map { Int($0) }
+        guard !parts.isEmpty, parts.count <= 4, parts.allSatisfy({ $0 != nil && $0! >= 0 }) else { return nil }
+        self.parts = parts.map { $0! }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let version = AppVersion(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not an app version: \(text)"))
+        }
+        self = version
+    }
+
+    public static func < (lhs: AppVersion, rhs: AppVersion) -> Bool {
+        for i in 0..<max(lhs.parts.count, rhs.parts.count) {
+            let (a, b) = (i < lhs.parts.count ? lhs.parts[i] : 0, i < rhs.parts.count ? rhs.parts[i] : 0)
+            if a != b { return a < b }
+        }
+        return false
+    }
+
+    public static func == (lhs: AppVersion, rhs: AppVersion) -> Bool { !(lhs < rhs) && !(rhs < lhs) }
+
+    public var description: String { parts.map(String.init).joined(separator: ".") }
+}
+
+/// A template file that cannot be used: which file, where in it, and why.
+public struct TemplateError: Error, Sendable, CustomStringConvertible {
+    public var file: String
+    public var path: String
+    public var problem: String
+
+    public var description: String { "\(file): \(path.isEmpty ? "" : path + ": ")\(problem)" }
+}

@@ -1,0 +1,96 @@
+import Foundation
+import IsletLinks
+import IsletMessages
+import Mustache
+
+/// Renders a template's server-driven layout for one event into the JSON the app's widget reads
+/// (Lyft's RichText / ProgressBar / RemoteImage models), with a signed link on every surface and
+/// on every element that has one.
+///
+/// ```json
+/// {"minimal": [{"richText": {"elements": [{"icon": "bag.fill"}], "accessibility": "Order 42"}}],
+///  "expanded": [{"progressBar": {"position": 60, "points": [0, 50, 100]}}, …], …}
+/// ```
+struct LayoutRenderer {
+    let template: ActivityTemplate
+    let context: [String: Any]
+    let contentState: [String: JSONValue]
+    let keyring: LinkKeyring
+    let activityId: String
+    let sequence: Int64
+    let issuedAt: Date
+
+    /// The surfaces' components; texts ranked below `droppingRanksBelow` are left out.
+    func render(_ layout: ActivityTemplate.Layout, droppingRanksBelow threshold: Int) throws(ContentError) -> JSONValue {
+        .object([
+            "minimal": try components(layout.minimal, surface: .minimal, threshold: threshold),
+            "compactLeading": try components(layout.compactLeading, surface: .compactLeading, threshold: threshold),
+            "compactTrailing": try components(layout.compactTrailing, surface: .compactTrailing, threshold: threshold),
+            "expanded": try components(layout.expanded, surface: .islandExpanded, threshold: threshold),
+        ])
+    }
+
+    /// The widget URL of each surface (`widgetURL`), signed.
+    func widgetLinks() throws(ContentError) -> JSONValue {
+        var links: [String: JSONValue] = [:]
+        for surface in Surface.knownValues {
+            links[surface.rawValue] = .string(try link(surface: surface, element: "widget"))
+        }
+        return .object(links)
+    }
+
+    private func link(surface: Surface, element: String) throws(ContentError) -> String {
+        do {
+            return try DeepLinkCodec.sign(
+                baseURL: template.link.render(context),
+                target: TapTarget(activityId: activityId, attributesType: template.attributesType, surface: surface, element: element, contentSequence: sequence),
+                issuedAt: issuedAt, key: keyring.signing)
+        } catch {
+            throw ContentError(field: "link", problem: "\(error)")
+        }
+    }
+
+    private func components(_ components: [ActivityTemplate.Component], surface: Surface, threshold: Int) throws(ContentError) -> JSONValue {
+        var rendered: [JSONValue] = []
+        for component in components {
+            switch component {
+            case .richText(let elements, let accessibility):
+                var items: [JSONValue] = []
+                for element in elements where (element.rank ?? Int.max) >= threshold {
+                    var item: [String: JSONValue]
+                    switch element.kind {
+                    case .text(let text):
+                        // A text with nothing to say (its fields are missing) is left out.
+                        let rendered = text.render(context)
+                        guard !rendered.trimmingCharacters(in: .whitespaces).isEmpty else { continue }
+                        item = ["text": .string(rendered)]
+                    case .icon(let name): item = ["icon": .string(name)]
+                    case .timer(let field, let countsDown):
+                        guard let target = contentState[field] else { continue }  // not in this app version
+                        item = ["timer": target, "countsDown": .bool(countsDown)]
+                    }
+                    if let id = element.element { item["link"] = .string(try link(surface: surface, element: id)) }
+                    items.append(.object(item))
+                }
+                var richText: [String: JSONValue] = ["elements": .array(items)]
+                if let accessibility { richText["accessibility"] = .string(accessibility.render(context)) }
+                rendered.append(.object(["richText": .object(richText)]))
+            case .progressBar(let position, let points, let accessibility):
+                let text = position.render(context).trimmingCharacters(in: .whitespaces)
+                guard let value = Double(text) else {
+                    throw ContentError(field: "layout.progressBar.position", problem: "renders to \"\(text.prefix(20))\", not a number")
+                }
+                var bar: [String: JSONValue] = ["position": .number(min(100, max(0, value))), "points": .array(points.map { .number($0) })]
+                if let accessibility { bar["accessibility"] = .string(accessibility.render(context)) }
+                rendered.append(.object(["progressBar": .object(bar)]))
+            case .remoteImage(let url, let accessibility):
+                let address = url.render(context)
+                guard !address.isEmpty else { continue }  // no image for this event
+                var image: [String: JSONValue] = ["url": .string(address)]
+                if let accessibility { image["accessibility"] = .string(accessibility.render(context)) }
+                rendered.append(.object(["remoteImage": .object(image)]))
+            }
+        }
+        return .array(rendered)
+    }
+}

@@ -1,0 +1,204 @@
+import Foundation
+import IsletLinks
+import IsletMessages
+import Mustache
+
+/// What content-service remembers of an activity between events (rebuilt from its own output).
+public struct ActivityMemory: Sendable, Equatable {
+    /// The highest event sequence applied: older or equal ones are ignored.
+    public var lastSequence: Int64?
+    /// The last `aps.timestamp` sent: the next is always higher.
+    public var lastTimestamp: Int64?
+    /// The state of the last content sent (alerts fire on a change of state).
+    public var lastState: String?
+    /// When alerts were sent, within the alert window.
+    public var alertTimes: [Date] = []
+    public var startedAt: Date?
+    public var ended = false
+
+    public init() {}
+}
+
+/// The rules of content: alert fatigue, priority, dismissal.
+public struct ContentPolicy: Sendable {
+    public enum Dismissal: Sendable, Equatable {
+        /// Leave the ended activity on the Lock Screen as iOS decides (up to 4 hours).
+        case system
+        /// Remove it at once.
+        case immediate
+        /// Remove it this long after the end (at most 4 hours).
+        case after(Duration)
+    }
+
+    /// At most this many alerting pushes per activity in ``alertWindow`` (reminder fatigue).
+    public var maximumAlerts = 3
+    public var alertWindow: Duration = .seconds(3_600)
+    public var dismissal: Dismissal = .after(.seconds(900))
+
+    public init() {}
+
+    /// Priority 10 for what the user must see now, 5 for the rest.
+    public func priority(for urgency: Urgency) -> Int { urgency == .routine ? 5 : 10 }
+}
+
+/// Turns one domain event into the APNs requests for it: the content state for the app version,
+/// the layout, signed links, `aps` with timestamp, stale date, relevance, alert, dismissal — within
+/// 4 KB, shrinking in a declared order when it is not.
+public struct PayloadAssembler: Sendable {
+    public let templates: [String: ActivityTemplate]
+    public let keyring: LinkKeyring
+    public let policy: ContentPolicy
+
+    public init(templates: [String: ActivityTemplate], keyring: LinkKeyring, policy: ContentPolicy = ContentPolicy()) {
+        self.templates = templates
+        self.keyring = keyring
+        self.policy = policy
+    }
+
+    /// What one event produces.
+    public struct Result: Sendable {
+        public var requests: [PushRequest]
+        /// What had to go to fit 4 KB (`rank 1 texts`), in order.
+        public var shrinks: [String]
+    }
+
+    /// The requests for `event`, sent to `app` for an app of `appVersion`; updates `memory`.
+    /// Throws (nothing is produced) when the event does not fit its template, or cannot fit 4 KB.
+    public func assemble(
+        _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, memory: inout ActivityMemory, now: Date
+    ) throws(ContentError) -> Result {
+        guard let template = templates[event.attributesType] else {
+            throw ContentError(field: "attributesType", problem: "\(event.attributesType) has no template")
+        }
+        let builder = ContentBuilder(template: template)
+        let state = builder.state(of: event.fields)
+        let context = builder.context(fields: event.fields, state: state)
+        var contentState = try builder.contentState(fields: event.fields, context: context, appVersion: appVersion)
+
+        // The alert policy: on a change of state that matters, within the fatigue limit.
+        let recentAlerts = memory.alertTimes.filter { now.timeIntervalSince($0) < policy.alertWindow / .seconds(1) }
+        let stateChanged = memory.lastState != state.name
+        var alert = state.alert.flatMap { alert -> JSONValue? in
+            guard event.urgency != .routine, stateChanged, recentAlerts.count < policy.maximumAlerts else { return nil }
+            return Self.alertJSON(alert, context: context)
+        }
+        let isPushToStart = event.kind == .start && event.startTarget != nil
+        if isPushToStart, alert == nil {
+            // A push-to-start must alert (ActivityKit requires it); the state's text, or the type.
+            alert = .object(["title": .string(context["state"].flatMap { ($0 as? [String: Any])?["text"] as? String } ?? template.description)])
+        }
+
+        // Timestamps only move forward; the stale date is never in the past.
+        // The event's own time (a backend clock far ahead is not believed: iOS drops a timestamp
+        // more than 8 hours ahead).
+        var timestamp = min(Int64(event.occurredAt.timeIntervalSince1970.rounded(.down)), Int64(now.timeIntervalSince1970.rounded(.down)) + 60)
+        if let last = memory.lastTimestamp, timestamp <= last { timestamp = last + 1 }
+        let staleDate = now.addingTimeInterval(state.staleAfter / .seconds(1))
+        let key = isPushToStart ? MessageKey.pushToStart(bundleId: app.bundleId, deviceId: event.startTarget!.deviceId, attributesType: template.attributesType) : event.activityId
+
+        let attributes = isPushToStart ? try builder.attributes(event.attributes ?? event.fields, context: context) : [:]
+        // The layout renders over the domain fields and, where the event lacks one, the content
+        // state's value (its default).
+        var layoutContext = context
+        for (name, value) in contentState where layoutContext[name] == nil { layoutContext[name] = FieldValue.renderable(value) }
+
+        // Layout and links, shrunk rank by rank until the payload fits.
+        let layoutIncluded = template.layout.map { appVersion >= $0.since } ?? false
+        let ranks = layoutIncluded ? Self.ranks(in: template.layout!) : []
+        var shrinks: [String] = []
+        var requests: [PushRequest] = []
+        for dropBelow in [Int.min] + ranks.map({ $0 + 1 }) {
+            if layoutIncluded, let layout = template.layout {
+                let renderer = LayoutRenderer(
+                    template: template, context: layoutContext, contentState: contentState, keyring: keyring, activityId: event.activityId,
+                    sequence: event.sequence, issuedAt: now)
+                contentState["layout"] = try renderer.render(layout, droppingRanksBelow: dropBelow)
+                contentState["links"] = try renderer.widgetLinks()
+            }
+            var aps: [String: JSONValue] = [
+                "timestamp": .integer(timestamp), "event": .string(event.kind.rawValue), "content-state": .object(contentState),
+                "stale-date": .integer(Int64(staleDate.timeIntervalSince1970.rounded(.up))), "relevance-score": .number(state.relevance),
+            ]
+            if isPushToStart {
+                aps["attributes-type"] = .string(template.attributesType)
+                aps["attributes"] = .object(attributes)
+                aps["input-push-token"] = .integer(1)
+                aps["alert"] = alert
+            }
+            var built: [(ActivityEventKind, [String: JSONValue], Bool)] = []
+            if event.kind == .end {
+                // iOS ignores an alert on end: an alerting update goes first, with the final content.
+                if let alert {
+                    var update = aps
+                    update["event"] = .string("update")
+                    update["alert"] = alert
+                    built.append((.update, update, true))
+                    aps["timestamp"] = .integer(timestamp + 1)
+                }
+                switch policy.dismissal {
+                case .system: break
+                case .immediate: aps["dismissal-date"] = .integer(Int64(now.timeIntervalSince1970.rounded(.down)) - 1)
+                case .after(let delay):
+                    let seconds = min(delay / .seconds(1), 4 * 3_600)
+                    aps["dismissal-date"] = .integer(Int64(now.addingTimeInterval(seconds).timeIntervalSince1970.rounded(.up)))
+                }
+                built.append((.end, aps, false))
+            } else {
+                if !isPushToStart, let alert { aps["alert"] = alert }
+                built.append((event.kind, aps, alert != nil))
+            }
+
+            let payloads = built.map { kind, aps, alerting in (kind, Self.encode(["aps": .object(aps)]), alerting) }
+            if let tooLarge = payloads.first(where: { $0.1.utf8.count > PushRequest.maximumPayloadBytes }) {
+                guard dropBelow != ranks.map({ $0 + 1 }).last, !ranks.isEmpty else {
+                    throw ContentError(
+                        field: "payload",
+                        problem: "is \(tooLarge.1.utf8.count) bytes after every shrink, more than \(PushRequest.maximumPayloadBytes)")
+                }
+                shrinks.append("texts of rank \(dropBelow == Int.min ? ranks.first! : dropBelow)")
+                continue
+            }
+            let priority = policy.priority(for: event.urgency)
+            requests = payloads.enumerated().map { index, item in
+                let (kind, payload, alerting) = item
+                return PushRequest(
+                    requestId: UUID().uuidString.lowercased(), activityId: isPushToStart ? nil : event.activityId,
+                    pushToStartKey: isPushToStart ? key : nil, event: kind, app: app, attributesType: template.attributesType, payload: payload,
+                    priority: priority, urgency: event.urgency, supersedable: kind == .update && !alerting, alerting: alerting,
+                    apnsTimestamp: timestamp + Int64(index), contentSequence: event.sequence, staleDate: staleDate,
+                    expiration: kind == .update ? staleDate : now.addingTimeInterval(3_600), createdAt: now, sourceEventId: event.eventId)
+            }
+            break
+        }
+
+        memory.lastSequence = event.sequence
+        memory.lastTimestamp = requests.last.map(\.apnsTimestamp) ?? timestamp
+        memory.lastState = state.name
+        memory.alertTimes = recentAlerts + (requests.contains(where: \.alerting) ? [now] : [])
+        if event.kind == .start { memory.startedAt = memory.startedAt ?? now }
+        if event.kind == .end { memory.ended = true }
+        return Result(requests: requests, shrinks: shrinks)
+    }
+
+    static func alertJSON(_ alert: ActivityTemplate.Alert, context: [String: Any]) -> JSONValue {
+        var members: [String: JSONValue] = ["title": .string(alert.title.render(context)), "body": .string(alert.body.render(context))]
+        if let sound = alert.sound { members["sound"] = .string(sound) }
+        return .object(members)
+    }
+
+    /// The distinct ranks of droppable texts, lowest first.
+    static func ranks(in layout: ActivityTemplate.Layout) -> [Int] {
+        var ranks: Set<Int> = []
+        for component in layout.minimal + layout.compactLeading + layout.compactTrailing + layout.expanded {
+            if case .richText(let elements, _) = component {
+                for element in elements { if let rank = element.rank { ranks.insert(rank) } }
+            }
+        }
+        return ranks.sorted()
+    }
+
+    static func encode(_ value: [String: JSONValue]) -> String {
+        // Sorted keys and no escaped slashes: equal content is equal bytes, and URLs stay short.
+        String(decoding: (try? IsletJSON.encode(JSONValue.object(value))) ?? [], as: UTF8.self)
+    }
+}

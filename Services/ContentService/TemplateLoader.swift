@@ -1,0 +1,272 @@
+import Foundation
+import IsletMessages
+import Mustache
+import Yams
+
+/// Reads template files (`*.yaml`, `*.yml`, `*.json`) and checks them: every Mustache template
+/// parses, every type and version is known, every field that may be missing has a default, every
+/// state named exists, every timer names a date field. A bad file stops the service at start-up
+/// with the file, the place in it and the problem.
+public enum TemplateLoader {
+    /// Every template in `directory`, by attributes type.
+    public static func load(directory: String) throws -> [String: ActivityTemplate] {
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory)
+            .filter { $0.hasSuffix(".yaml") || $0.hasSuffix(".yml") || $0.hasSuffix(".json") }.sorted()
+        var templates: [String: ActivityTemplate] = [:]
+        for file in files {
+            let path = (directory as NSString).appendingPathComponent(file)
+            let template = try load(text: try String(contentsOfFile: path, encoding: .utf8), file: file)
+            guard templates[template.attributesType] == nil else {
+                throw TemplateError(file: file, path: "attributesType", problem: "\(template.attributesType) is described by another file too")
+            }
+            templates[template.attributesType] = template
+        }
+        return templates
+    }
+
+    /// One template from its text (YAML, of which JSON is a part).
+    public static func load(text: String, file: String) throws -> ActivityTemplate {
+        let raw: RawTemplate
+        do {
+            raw = try YAMLDecoder().decode(RawTemplate.self, from: text)
+        } catch let error as DecodingError {
+            throw TemplateError(file: file, path: Self.path(of: error), problem: Self.problem(of: error))
+        } catch {
+            throw TemplateError(file: file, path: "", problem: "not YAML: \(error)")
+        }
+        return try Compiler(file: file).compile(raw)
+    }
+
+    static func path(of error: DecodingError) -> String {
+        let context: DecodingError.Context? =
+            switch error {
+            case .typeMismatch(_, let c), .valueNotFound(_, let c), .keyNotFound(_, let c), .dataCorrupted(let c): c
+            @unknown default: nil
+            }
+        var path = context?.codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".") ?? ""
+        if case .keyNotFound(let key, _) = error { path += (path.isEmpty ? "" : ".") + key.stringValue }
+        return path.replacingOccurrences(of: ".[", with: "[")
+    }
+
+    static func problem(of error: DecodingError) -> String {
+        switch error {
+        case .keyNotFound: "is required"
+        case .typeMismatch(let type, _): "must be \(type)"
+        case .valueNotFound(let type, _): "must be \(type), not null"
+        case .dataCorrupted(let context): context.debugDescription
+        @unknown default: "\(error)"
+        }
+    }
+
+    // MARK: The file's shape
+
+    struct RawTemplate: Decodable {
+        var attributesType: String
+        var description: String?
+        var stateField: String?
+        var defaultState: String
+        var link: String
+        var attributes: [RawField]?
+        var contentState: [RawField]
+        var layout: RawLayout?
+        var states: [String: RawState]
+    }
+
+    struct RawField: Decodable {
+        var name: String
+        var type: ActivityTemplate.Field.Kind
+        var since: AppVersion?
+        var from: String?
+        var value: String?
+        var `default`: JSONValue?
+        var optional: Bool?
+        /// The event must carry it (no default): an event without it is refused.
+        var required: Bool?
+
+        enum CodingKeys: String, CodingKey { case name, type, since, from, value, `default`, optional, required }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            name = try container.decode(String.self, forKey: .name)
+            type = try container.decode(ActivityTemplate.Field.Kind.self, forKey: .type)
+            since = try container.decodeIfPresent(AppVersion.self, forKey: .since)
+            from = try container.decodeIfPresent(String.self, forKey: .from)
+            value = try container.decodeIfPresent(String.self, forKey: .value)
+            // Present but null (which is also how YAML reads `""`) is a value: null.
+            if container.contains(.default) {
+                self.default = try container.decodeNil(forKey: .default) ? .null : try container.decode(JSONValue.self, forKey: .default)
+            }
+            optional = try container.decodeIfPresent(Bool.self, forKey: .optional)
+            required = try container.decodeIfPresent(Bool.self, forKey: .required)
+        }
+    }
+
+    struct RawLayout: Decodable {
+        var since: AppVersion
+        var minimal: [RawComponent]?
+        var compactLeading: [RawComponent]?
+        var compactTrailing: [RawComponent]?
+        var expanded: [RawComponent]?
+    }
+
+    struct RawComponent: Decodable {
+        var richText: [RawElement]?
+        var progressBar: RawProgressBar?
+        var remoteImage: RawImage?
+        var accessibility: String?
+    }
+
+    struct RawElement: Decodable {
+        var text: String?
+        var icon: String?
+        var timer: String?
+        var countsDown: Bool?
+        var rank: Int?
+        var element: String?
+    }
+
+    struct RawProgressBar: Decodable {
+        var position: String
+        var points: [Double]?
+    }
+
+    struct RawImage: Decodable {
+        var url: String
+    }
+
+    struct RawState: Decodable {
+        var text: String?
+        var staleAfterSeconds: Int?
+        var relevance: Double?
+        var alert: RawAlert?
+    }
+
+    struct RawAlert: Decodable {
+        var title: String
+        var body: String
+        var sound: String?
+    }
+
+    // MARK: Checking
+
+    struct Compiler {
+        let file: String
+
+        func fail(_ path: String, _ problem: String) -> TemplateError { TemplateError(file: file, path: path, problem: problem) }
+
+        func mustache(_ text: String, at path: String) throws -> MustacheTemplate {
+            do {
+                // Plain text, not HTML: "Tom & Jerry" stays as it is.
+                return try MustacheTemplate(string: "{{% CONTENT_TYPE: TEXT}}" + text)
+            } catch {
+                throw fail(path, "not a Mustache template: \(error)")
+            }
+        }
+
+        func compile(_ raw: RawTemplate) throws -> ActivityTemplate {
+            guard isTypeName(raw.attributesType) else { throw fail("attributesType", "must be a Swift type name") }
+            guard !raw.states.isEmpty else { throw fail("states", "must name at least one state") }
+            guard raw.states[raw.defaultState] != nil else { throw fail("defaultState", "\(raw.defaultState) is not one of the states") }
+            // Attributes without a default are required: a push-to-start must say them.
+            let attributes = try (raw.attributes ?? []).enumerated().map { i, field in
+                var field = field
+                if field.default == nil && field.optional != true { field.required = true }
+                return try compile(field, at: "attributes[\(i)]")
+            }
+            let contentState = try raw.contentState.enumerated().map { i, field in try compile(field, at: "contentState[\(i)]") }
+            var seen: Set<String> = []
+            for (i, field) in contentState.enumerated() where !seen.insert(field.name).inserted {
+                throw fail("contentState[\(i)].name", "\(field.name) appears twice")
+            }
+            guard !seen.contains("layout"), !seen.contains("links") else {
+                throw fail("contentState", "layout and links are added by the service; no field may take those names")
+            }
+            let dates = Set(contentState.filter { $0.kind == .date }.map(\.name))
+            var layout: ActivityTemplate.Layout?
+            if let rawLayout = raw.layout {
+                func components(_ list: [RawComponent]?, _ name: String) throws -> [ActivityTemplate.Component] {
+                    try (list ?? []).enumerated().map { i, c in try compile(c, at: "layout.\(name)[\(i)]", dates: dates) }
+                }
+                layout = ActivityTemplate.Layout(
+                    since: rawLayout.since, minimal: try components(rawLayout.minimal, "minimal"),
+                    compactLeading: try components(rawLayout.compactLeading, "compactLeading"),
+                    compactTrailing: try components(rawLayout.compactTrailing, "compactTrailing"), expanded: try components(rawLayout.expanded, "expanded"))
+            }
+            var states: [String: ActivityTemplate.State] = [:]
+            for (name, state) in raw.states {
+                let path = "states.\(name)"
+                let staleAfter = state.staleAfterSeconds ?? 180
+                guard (10...8 * 3_600).contains(staleAfter) else { throw fail(path + ".staleAfterSeconds", "must be 10 to 28800") }
+                let relevance = state.relevance ?? 50
+                guard relevance >= 0, relevance <= 100 else { throw fail(path + ".relevance", "must be 0 to 100") }
+                states[name] = ActivityTemplate.State(
+                    name: name, text: try state.text.map { try mustache($0, at: path + ".text") }, staleAfter: .seconds(staleAfter),
+                    relevance: relevance,
+                    alert: try state.alert.map {
+                        ActivityTemplate.Alert(
+                            title: try mustache($0.title, at: path + ".alert.title"), body: try mustache($0.body, at: path + ".alert.body"), sound: $0.sound)
+                    })
+            }
+            return ActivityTemplate(
+                attributesType: raw.attributesType, description: raw.description ?? "", stateField: raw.stateField ?? "status",
+                link: try mustache(raw.link, at: "link"), attributes: attributes, contentState: contentState, layout: layout, states: states,
+                defaultState: raw.defaultState)
+        }
+
+        func compile(_ raw: RawField, at path: String) throws -> ActivityTemplate.Field {
+            var raw = raw
+            // YAML reads `""` as null; for a string that is not optional it means the empty string.
+            if raw.type == .string, raw.optional != true, raw.default == .null { raw.default = .string("") }
+            guard isTypeName(raw.name) else { throw fail(path + ".name", "must be a Swift property name") }
+            if raw.value != nil && raw.from != nil { throw fail(path, "takes either from or value, not both") }
+            if raw.value != nil && raw.type != .string { throw fail(path + ".value", "templates make strings only") }
+            let optional = raw.optional ?? false
+            if raw.default == nil && !optional && raw.value == nil && raw.required != true {
+                throw fail(path + ".default", "is required (an event may lack \(raw.from ?? raw.name)), unless the field is optional or required")
+            }
+            if let fallback = raw.default, fallback != .null, !FieldValue.matches(fallback, raw.type) {
+                throw fail(path + ".default", "is not a \(raw.type.rawValue)")
+            }
+            return ActivityTemplate.Field(
+                name: raw.name, kind: raw.type, since: raw.since ?? AppVersion("0")!, source: raw.value == nil ? (raw.from ?? raw.name) : nil,
+                template: try raw.value.map { try mustache($0, at: path + ".value") }, fallback: raw.default, optional: optional)
+        }
+
+        func compile(_ raw: RawComponent, at path: String, dates: Set<String>) throws -> ActivityTemplate.Component {
+            let accessibility = try raw.accessibility.map { try mustache($0, at: path + ".accessibility") }
+            switch (raw.richText, raw.progressBar, raw.remoteImage) {
+            case (let elements?, nil, nil):
+                return .richText(
+                    try elements.enumerated().map { i, e in try compile(e, at: "\(path).richText[\(i)]", dates: dates) }, accessibility: accessibility)
+            case (nil, let bar?, nil):
+                let points = bar.points ?? []
+                guard points.allSatisfy({ (0...100).contains($0) }) else { throw fail(path + ".progressBar.points", "must be 0 to 100") }
+                return .progressBar(position: try mustache(bar.position, at: path + ".progressBar.position"), points: points, accessibility: accessibility)
+            case (nil, nil, let image?):
+                return .remoteImage(url: try mustache(image.url, at: path + ".remoteImage.url"), accessibility: accessibility)
+            default:
+                throw fail(path, "must be exactly one of richText, progressBar, remoteImage")
+            }
+        }
+
+        func compile(_ raw: RawElement, at path: String, dates: Set<String>) throws -> ActivityTemplate.RichTextElement {
+            if let element = raw.element, !isTypeName(element) { throw fail(path + ".element", "must be an identifier") }
+            switch (raw.text, raw.icon, raw.timer) {
+            case (let text?, nil, nil):
+                return .init(kind: .text(try mustache(text, at: path + ".text")), rank: raw.rank, element: raw.element)
+            case (nil, let icon?, nil):
+                return .init(kind: .icon(icon), rank: raw.rank, element: raw.element)
+            case (nil, nil, let field?):
+                guard dates.contains(field) else { throw fail(path + ".timer", "\(field) is not a date field of the content state") }
+                return .init(kind: .timer(field: field, countsDown: raw.countsDown ?? true), rank: raw.rank, element: raw.element)
+            default:
+                throw fail(path, "must be exactly one of text, icon, timer")
+            }
+        }
+
+        func isTypeName(_ text: String) -> Bool {
+            guard let first = text.unicodeScalars.first, first.properties.isAlphabetic || first == "_", text.count <= 100 else { return false }
+            return text.unicodeScalars.allSatisfy { ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) || $0 == "_" }
+        }
+    }
+}

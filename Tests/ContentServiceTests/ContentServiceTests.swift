@@ -1,0 +1,211 @@
+import Foundation
+import IsletLinks
+import IsletMessages
+import Testing
+@testable import ContentService
+
+let templatesDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    .appendingPathComponent("Services/ContentService/Templates").path
+let goldenDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Golden").path
+let linkKey = try! LinkKey(id: "k1", secret: Array("a-content-service-test-key-32-bytes!".utf8))
+let now = Date(timeIntervalSince1970: 1_795_000_000)
+let app = AppTarget(bundleId: "com.example.food", environment: .production)
+
+func assembler(_ policy: ContentPolicy = ContentPolicy()) throws -> PayloadAssembler {
+    PayloadAssembler(templates: try TemplateLoader.load(directory: templatesDirectory), keyring: LinkKeyring(signing: linkKey), policy: policy)
+}
+
+func event(
+    _ type: String, _ kind: ActivityEventKind = .update, sequence: Int64, urgency: Urgency = .important, at offset: TimeInterval = 0,
+    _ fields: [String: JSONValue], startTarget: ActivityEvent.PushToStartTarget? = nil, attributes: [String: JSONValue]? = nil
+) -> ActivityEvent {
+    ActivityEvent(
+        eventId: "e\(sequence)", activityId: "order-42", kind: kind, attributesType: type, fields: fields, urgency: urgency,
+        occurredAt: now.addingTimeInterval(offset), sequence: sequence, startTarget: startTarget, attributes: attributes)
+}
+
+func aps(_ request: PushRequest) throws -> [String: JSONValue] {
+    guard case .object(let root) = try JSONDecoder().decode(JSONValue.self, from: Data(request.payload.utf8)), case .object(let aps)? = root["aps"] else {
+        throw ContentError(field: "payload", problem: "no aps")
+    }
+    return aps
+}
+
+@Suite("Templates as data")
+struct TemplateTests {
+    @Test("the three example templates load and check")
+    func examples() throws {
+        let templates = try TemplateLoader.load(directory: templatesDirectory)
+        #expect(Set(templates.keys) == ["DeliveryAttributes", "RideAttributes", "MatchAttributes"])
+        #expect(templates["DeliveryAttributes"]?.states.count == 6)
+    }
+
+    @Test("a broken template is refused with its place and problem", arguments: [
+        ("attributesType: X\ndefaultState: a\nlink: x\ncontentState: []\nstates: {}", "states"),
+        ("attributesType: X\ndefaultState: b\nlink: x\ncontentState: []\nstates: {a: {}}", "defaultState"),
+        ("attributesType: X\ndefaultState: a\nlink: x\ncontentState: [{name: f, type: string}]\nstates: {a: {}}", "contentState[0].default"),
+        ("attributesType: X\ndefaultState: a\nlink: x\ncontentState: [{name: f, type: colour, default: red}]\nstates: {a: {}}", "contentState[0].type"),
+        ("attributesType: X\ndefaultState: a\nlink: x\ncontentState: [{name: f, type: int, default: many}]\nstates: {a: {}}", "contentState[0].default"),
+        ("attributesType: X\ndefaultState: a\nlink: \"{{#x}}\"\ncontentState: []\nstates: {a: {}}", "link"),
+        ("attributesType: X\ndefaultState: a\nlink: x\ncontentState: []\nlayout: {since: \"1.0\", minimal: [{richText: [{timer: eta}]}]}\nstates: {a: {}}", "layout.minimal[0].richText[0].timer"),
+        ("attributesType: X\ndefaultState: a\nlink: x\ncontentState: []\nstates: {a: {relevance: 500}}", "states.a.relevance"),
+        ("attributesType: 9X\ndefaultState: a\nlink: x\ncontentState: []\nstates: {a: {}}", "attributesType"),
+        ("defaultState: a\nlink: x\ncontentState: []\nstates: {a: {}}", "attributesType"),
+    ])
+    func broken(text: String, path: String) {
+        let error = #expect(throws: TemplateError.self) { try TemplateLoader.load(text: text, file: "broken.yaml") }
+        #expect(error?.path == path, "\(String(describing: error))")
+        #expect(error?.file == "broken.yaml")
+    }
+
+    @Test("app versions compare number by number")
+    func versions() {
+        #expect(AppVersion("5.10")! > AppVersion("5.9")!)
+        #expect(AppVersion("2.0")! == AppVersion("2")!)
+        #expect(AppVersion("1.2.3")! < AppVersion("1.3")!)
+        #expect(AppVersion("x") == nil)
+    }
+}
+
+@Suite("Payload assembly")
+struct PayloadTests {
+    let courier: [String: JSONValue] = ["name": .string("Ana"), "photoUrl": .string("https://img.example.com/ana.jpg")]
+
+    @Test("every field an old app version expects is there, with defaults; newer fields and the layout are left out")
+    func schemaAcrossVersions() throws {
+        let assembler = try assembler()
+        var memory = ActivityMemory()
+        let old = try assembler.assemble(
+            event("DeliveryAttributes", sequence: 1, ["status": .string("preparing")]), app: app, appVersion: AppVersion("1.0")!, memory: &memory, now: now)
+        guard case .object(let state)? = try aps(old.requests[0])["content-state"] else { Issue.record("no content-state"); return }
+        #expect(Set(state.keys) == ["status", "headline", "etaAt"])
+        #expect(state["etaAt"] == .null)
+        #expect(state["headline"] == .string("Preparing your order"))
+
+        memory = ActivityMemory()
+        let new = try assembler.assemble(
+            event("DeliveryAttributes", sequence: 1, ["status": .string("preparing"), "etaAt": .string("2026-11-17T08:30:00.000Z")]), app: app,
+            appVersion: AppVersion("2.0")!, memory: &memory, now: now)
+        guard case .object(let newState)? = try aps(new.requests[0])["content-state"] else { Issue.record("no content-state"); return }
+        #expect(Set(newState.keys) == ["status", "headline", "etaAt", "courierName", "progress", "layout", "links"])
+        #expect(newState["courierName"] == .string(""))
+        // A date as ActivityKit's default decoding reads it: seconds since 2001-01-01.
+        let expected = IsletDate.parse("2026-11-17T08:30:00.000Z")!.timeIntervalSinceReferenceDate
+        switch newState["etaAt"] {
+        case .integer(let seconds)?: #expect(Double(seconds) == expected)
+        case .number(let seconds)?: #expect(seconds == expected)
+        default: Issue.record("etaAt is not a number: \(String(describing: newState["etaAt"]))")
+        }
+    }
+
+    @Test("a field of the wrong type or a missing required attribute is refused, naming it")
+    func invalidFields() throws {
+        let assembler = try assembler()
+        var memory = ActivityMemory()
+        let wrongType = #expect(throws: ContentError.self) {
+            try assembler.assemble(
+                event("DeliveryAttributes", sequence: 1, ["status": .string("preparing"), "progress": .string("half")]), app: app,
+                appVersion: AppVersion("2.0")!, memory: &memory, now: now)
+        }
+        #expect(wrongType?.field == "fields.progress")
+        let unknown = #expect(throws: ContentError.self) {
+            try assembler.assemble(event("PizzaAttributes", sequence: 1, [:]), app: app, appVersion: AppVersion("2.0")!, memory: &memory, now: now)
+        }
+        #expect(unknown?.field == "attributesType")
+        let noOrder = #expect(throws: ContentError.self) {
+            try assembler.assemble(
+                event("DeliveryAttributes", .start, sequence: 1, [:], startTarget: .init(app: app, deviceId: "d1"), attributes: [:]), app: app,
+                appVersion: AppVersion("2.0")!, memory: &memory, now: now)
+        }
+        #expect(noOrder?.field == "attributes.orderId")
+    }
+
+    @Test("alerts: only on a change into an alerting state, never routine, at most 3 an hour; the end's alert goes on an update before it")
+    func alertPolicy() throws {
+        let assembler = try assembler()
+        var memory = ActivityMemory()
+        func send(_ status: String, _ sequence: Int64, urgency: Urgency = .important, kind: ActivityEventKind = .update, at offset: TimeInterval = 0) throws -> [PushRequest] {
+            try assembler.assemble(
+                event("DeliveryAttributes", kind, sequence: sequence, urgency: urgency, ["status": .string(status), "courier": .object(courier)]),
+                app: app, appVersion: AppVersion("2.0")!, memory: &memory, now: now.addingTimeInterval(offset)
+            ).requests
+        }
+        #expect(try send("preparing", 1).map(\.alerting) == [false])
+        #expect(try send("out_for_delivery", 2, urgency: .routine).map(\.alerting) == [false], "routine never alerts")
+        memory.lastState = "preparing"
+        #expect(try send("out_for_delivery", 3).map(\.alerting) == [true])
+        #expect(try send("out_for_delivery", 4).map(\.alerting) == [false], "no change of state")
+        #expect(try send("arriving", 5).map(\.alerting) == [true])
+        memory.lastState = "preparing"
+        #expect(try send("out_for_delivery", 6).map(\.alerting) == [true])
+        memory.lastState = "preparing"
+        #expect(try send("out_for_delivery", 7).map(\.alerting) == [false], "three an hour")
+        memory.lastState = "preparing"
+        #expect(try send("out_for_delivery", 8, at: 3_601).map(\.alerting) == [true], "the window moved on")
+
+        let end = try send("delivered", 9, kind: .end, at: 3_700)
+        #expect(end.map(\.event) == [.update, .end])
+        #expect(end.map(\.alerting) == [true, false])
+        #expect(try aps(end[0])["alert"] != nil)
+        #expect(try aps(end[1])["alert"] == nil, "iOS ignores an alert on end")
+        #expect(end[1].apnsTimestamp > end[0].apnsTimestamp)
+        #expect(try aps(end[1])["dismissal-date"] != nil)
+    }
+
+    @Test("timestamps only move forward; the stale date is never in the past; routine goes at 5, important at 10")
+    func timesAndPriority() throws {
+        let assembler = try assembler()
+        var memory = ActivityMemory()
+        let first = try assembler.assemble(
+            event("MatchAttributes", sequence: 1, urgency: .routine, at: 0, ["homeScore": .integer(1)]), app: app, appVersion: AppVersion("2.1")!,
+            memory: &memory, now: now)
+        let second = try assembler.assemble(
+            event("MatchAttributes", sequence: 2, at: -30, ["homeScore": .integer(2)]), app: app, appVersion: AppVersion("2.1")!, memory: &memory,
+            now: now.addingTimeInterval(5))
+        #expect(second.requests[0].apnsTimestamp > first.requests[0].apnsTimestamp)
+        #expect(first.requests[0].priority == 5)
+        #expect(second.requests[0].priority == 10)
+        guard case .integer(let stale)? = try aps(second.requests[0])["stale-date"] else { Issue.record("no stale-date"); return }
+        #expect(stale >= Int64(now.timeIntervalSince1970))
+    }
+
+    @Test("an oversized payload sheds ranked texts, lowest first; one that cannot fit is refused with its size")
+    func budget() throws {
+        let assembler = try assembler()
+        var memory = ActivityMemory()
+        let long = String(repeating: "Ana the very fast courier ", count: 100)  // 2.6 KB, in a text of rank 1
+        let shrunk = try assembler.assemble(
+            event("DeliveryAttributes", sequence: 1, ["status": .string("courier_assigned"), "storeName": .string(long), "courier": .object(["name": .string("Ana")])]),
+            app: app, appVersion: AppVersion("2.0")!, memory: &memory, now: now)
+        #expect(shrunk.shrinks == ["texts of rank 1"])
+        #expect(shrunk.requests[0].payload.utf8.count <= 4_096)
+        #expect(!shrunk.requests[0].payload.contains("very fast courier Ana the very fast"))
+
+        memory = ActivityMemory()
+        let hopeless = #expect(throws: ContentError.self) {
+            try assembler.assemble(
+                event("DeliveryAttributes", sequence: 1, ["status": .string("preparing"), "courier": .object(["name": .string(long + long)])]),
+                app: app, appVersion: AppVersion("2.0")!, memory: &memory, now: now)
+        }
+        #expect(hopeless?.field == "payload")
+        #expect(hopeless?.problem.contains("bytes") == true)
+    }
+
+    @Test("every link in a payload verifies and names its surface and element")
+    func links() throws {
+        let assembler = try assembler()
+        var memory = ActivityMemory()
+        let result = try assembler.assemble(
+            event("DeliveryAttributes", sequence: 3, ["status": .string("out_for_delivery"), "orderId": .string("42"), "courier": .object(courier)]),
+            app: app, appVersion: AppVersion("2.0")!, memory: &memory, now: now)
+        let payload = result.requests[0].payload
+        let urls = payload.components(separatedBy: "\"").filter { $0.hasPrefix("fooddelivery://") }
+        #expect(urls.count >= 7)  // five surfaces, the status text and the courier text
+        for url in urls {
+            let verified = try DeepLinkCodec.verify(url, keyring: LinkKeyring(signing: linkKey), tappedAt: now.addingTimeInterval(30)).get()
+            #expect(verified.target.activityId == "order-42")
+            #expect(verified.target.contentSequence == 3)
+            #expect(verified.baseURL == "fooddelivery://order/42")
+        }
+    }
+}
