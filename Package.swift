@@ -25,6 +25,7 @@ let package = Package(
         .executable(name: "token-registry", targets: ["TokenRegistryExecutable"]),
         .executable(name: "apns-simulator", targets: ["APNsSimulatorExecutable"]),
         .executable(name: "apns-dispatcher", targets: ["APNsDispatcherExecutable"]),
+        .executable(name: "content-service", targets: ["ContentServiceExecutable"]),
         .executable(name: "islet-kafka-bench", targets: ["IsletKafkaBench"]),
         .executable(name: "islet-dispatch-bench", targets: ["IsletDispatchBench"]),
     ],
@@ -224,12 +225,21 @@ let package = Package(
         .target(
             name: "ContentService",
             dependencies: [
-                "IsletMessages", "IsletLinks",
+                "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens",
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "Yams", package: "Yams"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/ContentService",
             exclude: ["Templates"],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "ContentServiceExecutable",
+            dependencies: ["ContentService", "IsletRuntime"],
+            path: "Services/ContentServiceExecutable",
             swiftSettings: strict
         ),
 
@@ -355,7 +365,11 @@ let package = Package(
         ),
         .testTarget(
             name: "ContentServiceTests",
-            dependencies: ["ContentService", "IsletMessages", "IsletLinks"],
+            dependencies: [
+                "ContentService", "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             path: "Tests/ContentServiceTests",
             exclude: ["Golden"],
             swiftSettings: strict

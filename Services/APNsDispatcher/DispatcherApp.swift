@@ -70,22 +70,6 @@ public struct DispatcherApp: Sendable {
         self.engine = engine
         self.client = client
         self.tokens = tokens
-        self.services = [producer, loader, TableGate(health: health, check: Self.tableCheck, then: dispatcher), runtime.httpServer(router: runtime.makeRouter().buildResponder())]
-    }
-}
-
-/// Starts a service only once a readiness check is ready (the dispatcher must not judge requests
-/// against a half-built token table).
-struct TableGate<Wrapped: Service>: Service {
-    let health: HealthRegistry
-    let check: String
-    let then: Wrapped
-
-    func run() async throws {
-        while health.report().checks[check] != .ready {
-            // Shut down before the table was ready: nothing to stop.
-            guard (try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(50)) }) != nil else { return }
-        }
-        try await then.run()
+        self.services = [producer, loader, ReadinessGate(health: health, check: Self.tableCheck, then: dispatcher), runtime.httpServer(router: runtime.makeRouter().buildResponder())]
     }
 }

@@ -82,6 +82,9 @@ public struct ActivityTemplate: Sendable {
 
     public var attributesType: String
     public var description: String
+    /// The app the activities of this type belong to, for requests whose activity has no token
+    /// registered yet (the token's own app and environment win once it has one).
+    public var app: AppTarget?
     /// The domain field whose value names the state (`status`).
     public var stateField: String
     /// The app's URL for the activity (Mustache over the domain fields); analytics parameters are added.

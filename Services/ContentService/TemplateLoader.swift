@@ -63,6 +63,7 @@ public enum TemplateLoader {
     struct RawTemplate: Decodable {
         var attributesType: String
         var description: String?
+        var app: AppTarget?
         var stateField: String?
         var defaultState: String
         var link: String
@@ -166,6 +167,7 @@ public enum TemplateLoader {
         func compile(_ raw: RawTemplate) throws -> ActivityTemplate {
             guard isTypeName(raw.attributesType) else { throw fail("attributesType", "must be a Swift type name") }
             guard !raw.states.isEmpty else { throw fail("states", "must name at least one state") }
+            if let app = raw.app, !app.environment.isKnown { throw fail("app.environment", "must be production or sandbox") }
             guard raw.states[raw.defaultState] != nil else { throw fail("defaultState", "\(raw.defaultState) is not one of the states") }
             // Attributes without a default are required: a push-to-start must say them.
             let attributes = try (raw.attributes ?? []).enumerated().map { i, field in
@@ -208,7 +210,7 @@ public enum TemplateLoader {
                     })
             }
             return ActivityTemplate(
-                attributesType: raw.attributesType, description: raw.description ?? "", stateField: raw.stateField ?? "status",
+                attributesType: raw.attributesType, description: raw.description ?? "", app: raw.app, stateField: raw.stateField ?? "status",
                 link: try mustache(raw.link, at: "link"), attributes: attributes, contentState: contentState, layout: layout, states: states,
                 defaultState: raw.defaultState)
         }

@@ -1,0 +1,132 @@
+import Foundation
+import IsletKafka
+import IsletLinks
+import IsletMessages
+import IsletRuntime
+import Logging
+import ServiceLifecycle
+import Testing
+@testable import ContentService
+
+private let logger: Logger = {
+    var logger = Logger(label: "islet.test.content-integration")
+    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
+    return logger
+}()
+
+private let brokerExpected =
+    ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"] != nil || ProcessInfo.processInfo.environment["ISLET_REQUIRE_BROKER"] == "1"
+
+private var servers: String {
+    get throws { try #require(ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"], "ISLET_KAFKA_BOOTSTRAP is not set: run scripts/test.sh") }
+}
+
+/// Reads `count` records of `topic` from the start (at most 30 s).
+private func read(_ topic: String, count: Int) async throws -> [KafkaMessage] {
+    let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: try servers, topics: [topic]), logger: logger)
+    return try await withThrowingTaskGroup(of: [KafkaMessage]?.self) { group in
+        group.addTask {
+            try await reader.run()
+            return nil
+        }
+        group.addTask {
+            try? await Task.sleep(for: .seconds(30))
+            reader.shutdown()
+            return nil
+        }
+        group.addTask {
+            var messages: [KafkaMessage] = []
+            for await message in reader.messages {
+                messages.append(message)
+                if messages.count >= count { break }
+            }
+            return messages
+        }
+        var result: [KafkaMessage] = []
+        while let next = try await group.next() {
+            if let next {
+                result = next
+                reader.shutdown()
+                group.cancelAll()
+            }
+        }
+        return result.sorted { ($0.partition, $0.offset) < ($1.partition, $1.offset) }
+    }
+}
+
+@Suite("content-service against the broker", .enabled(if: brokerExpected), .timeLimit(.minutes(2)))
+struct ContentServiceIntegrationTests {
+    @Test("events become push requests for the token's app version; duplicates and old sequences are skipped; bad events are dead letters")
+    func eventsToRequests() async throws {
+        var topics = ContentServiceApp.Topics()
+        let suffix = UUID().uuidString.prefix(8).lowercased()
+        topics.tokens = "test.tokens.\(suffix)"
+        topics.activityEvents = "test.events.\(suffix)"
+        topics.pushRequests = "test.requests.\(suffix)"
+        topics.deadLetters = "test.dlq.\(suffix)"
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try servers), logger: logger)
+        _ = try await admin.createTopics([
+            .init(name: topics.tokens, partitions: 2, configs: ["cleanup.policy": "compact"]), .init(name: topics.activityEvents, partitions: 2),
+            .init(name: topics.pushRequests, partitions: 2), .init(name: topics.deadLetters, partitions: 1),
+        ])
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: try servers), logger: logger)
+        let producing = Task { try await producer.run() }
+        let registered = Date()
+        // An old app (1.0) holds the activity's token.
+        try await producer.send(
+            TokenRecord(
+                kind: .update, activityId: "order-7", userId: "u", token: String(repeating: "ab", count: 40), app: app,
+                attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: registered,
+                updatedAt: registered),
+            to: topics.tokens)
+
+        let settings = try ServiceSettings(
+            from: .variables(["ISLET_KAFKA_BOOTSTRAP": try servers, "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]),
+            serviceName: "content-\(suffix)", defaultHTTPPort: 0)
+        let runtime = ServiceRuntime(settings: settings, logger: logger)
+        let service = try ContentServiceApp(
+            runtime: runtime, settings: ContentSettings(templatesDirectory: templatesDirectory, keyring: LinkKeyring(signing: linkKey)), topics: topics)
+        let group = runtime.makeServiceGroup(service.services)
+        let running = Task { try await group.run() }
+
+        func send(_ sequence: Int64, _ status: String, kind: ActivityEventKind = .update, type: String = "DeliveryAttributes") async throws {
+            try await producer.send(
+                ActivityEvent(
+                    eventId: "e\(sequence)-\(status)", activityId: "order-7", kind: kind, attributesType: type,
+                    fields: ["status": .string(status), "orderId": .string("7"), "courier": .object(["name": .string("Ana")])], urgency: .important,
+                    occurredAt: Date(), sequence: sequence),
+                to: topics.activityEvents)
+        }
+        try await send(1, "preparing")
+        try await send(1, "preparing")  // duplicate
+        try await send(3, "out_for_delivery")
+        try await send(2, "courier_assigned")  // older than the last applied
+        try await send(4, "x", type: "PizzaAttributes")  // no template
+        try await producer.send(topic: topics.activityEvents, key: "order-7", value: Array("{not json".utf8))
+        try await send(5, "delivered", kind: .end)
+
+        let requests = try await read(topics.pushRequests, count: 4).map { try IsletJSON.decode(PushRequest.self, from: $0.value ?? []) }
+        #expect(requests.map(\.event) == [.update, .update, .update, .end])
+        #expect(requests.map(\.contentSequence) == [1, 3, 5, 5])
+        #expect(requests.map(\.alerting) == [false, true, true, false])
+        #expect(requests.allSatisfy { $0.activityId == "order-7" && $0.app == app })
+        let stamps = requests.map(\.apnsTimestamp)
+        #expect(stamps == stamps.sorted() && Set(stamps).count == stamps.count, "timestamps strictly increase")
+        // The 1.0 app gets exactly the fields it decodes, and no layout.
+        let payload = try JSONDecoder().decode(JSONValue.self, from: Data(requests[0].payload.utf8))
+        guard case .object(let state)? = payload["aps"]?["content-state"] else {
+            Issue.record("no content-state")
+            return
+        }
+        #expect(Set(state.keys) == ["status", "headline", "etaAt"])
+
+        let deadLetters = try await read(topics.deadLetters, count: 2).map { try IsletJSON.decode(DeadLetterRecord.self, from: $0.value ?? []) }
+        #expect(Set(deadLetters.map(\.reason)) == [.unprocessable, .undecodable])
+        #expect(deadLetters.contains { $0.detail.contains("PizzaAttributes") })
+
+        await group.triggerGracefulShutdown()
+        try await running.value
+        producer.shutdown()
+        try await producing.value
+    }
+}
