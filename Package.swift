@@ -77,6 +77,8 @@ let package = Package(
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCProtobuf", package: "grpc-swift-protobuf"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Shared/IsletProtos",
             exclude: ["token_registry.proto"],
@@ -225,7 +227,11 @@ let package = Package(
         .target(
             name: "ContentService",
             dependencies: [
-                "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens",
+                "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "Logging", package: "swift-log"),
@@ -366,7 +372,10 @@ let package = Package(
         .testTarget(
             name: "ContentServiceTests",
             dependencies: [
-                "ContentService", "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens",
+                "ContentService", "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos",
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

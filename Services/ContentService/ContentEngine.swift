@@ -7,15 +7,31 @@ import Synchronization
 /// activity that has ended), refused (it does not fit its template), or push requests for the app
 /// version its token was registered with. The activity's memory moves on only once the requests
 /// are persisted (``commit(_:)``): a failed send leaves the event to be handled again.
+///
+/// It also watches what it sent (the freshness monitor, ``sweep()``): content gone stale is sent
+/// again, an activity stale for too long or near iOS's 8-hour limit is ended.
+///
+/// ``prepare(_:)``/``commit(_:)`` and ``sweep()``/``commit(_:)`` pairs must not interleave for one
+/// activity: ``ContentServiceLoop`` runs them one at a time.
 public final class ContentEngine: Sendable {
     public let assembler: PayloadAssembler
+    public let freshness: FreshnessPolicy
     private let tokens: TokenTable
-    private let memories = Mutex<[String: ActivityMemory]>([:])
-    private let now: @Sendable () -> Date
+    private struct State {
+        var memories: [String: ActivityMemory] = [:]
+        /// Push-to-start keys of recent starts → the backend's activity id (their outcomes carry the key).
+        var startOwners: [String: String] = [:]
+    }
+    private let state = Mutex(State())
+    let now: @Sendable () -> Date
 
-    public init(assembler: PayloadAssembler, tokens: TokenTable, now: @escaping @Sendable () -> Date = Date.init) {
+    public init(
+        assembler: PayloadAssembler, tokens: TokenTable, freshness: FreshnessPolicy = FreshnessPolicy(),
+        now: @escaping @Sendable () -> Date = Date.init
+    ) {
         self.assembler = assembler
         self.tokens = tokens
+        self.freshness = freshness
         self.now = now
     }
 
@@ -38,8 +54,10 @@ public final class ContentEngine: Sendable {
     /// (extra fields are ignored by the app's decoder; a missing one would break it).
     static let newest = AppVersion("999999")!
 
-    public func prepare(_ event: ActivityEvent) throws(ContentError) -> Decision {
-        var memory = memories.withLock { $0[event.activityId] } ?? ActivityMemory()
+    /// - Parameter partition: the partition the event was read from (its activity's partition).
+    public func prepare(_ event: ActivityEvent, partition: Int32? = nil) throws(ContentError) -> Decision {
+        var memory = state.withLock { $0.memories[event.activityId] } ?? ActivityMemory()
+        if let partition { memory.partition = partition }
         if let last = memory.lastSequence, event.sequence <= last {
             return .ignore(event.sequence == last ? "duplicate sequence \(event.sequence)" : "sequence \(event.sequence) is older than \(last)")
         }
@@ -65,9 +83,113 @@ public final class ContentEngine: Sendable {
 
     /// The prepared requests are persisted: the activity's memory moves on.
     public func commit(_ prepared: Prepared) {
-        memories.withLock { $0[prepared.activityId] = prepared.memory }
+        state.withLock { state in
+            state.memories[prepared.activityId] = prepared.memory
+            for request in prepared.requests { if let key = request.pushToStartKey { state.startOwners[key] = prepared.activityId } }
+        }
     }
 
+    /// A request read back from `islet.push-requests.v1`: the memory of its activity catches up
+    /// (after a restart, or when another instance handled the activity before).
+    /// - Parameter partition: the partition it was read from.
+    public func replay(_ request: PushRequest, partition: Int32? = nil) {
+        guard let activityId = request.sourceActivityId ?? request.activityId else { return }
+        state.withLock { state in
+            state.memories[activityId, default: ActivityMemory()].replay(request)
+            // Requests to a running activity are keyed (and partitioned) like its events.
+            if let partition, request.activityId != nil { state.memories[activityId]?.partition = partition }
+            if let key = request.pushToStartKey { state.startOwners[key] = activityId }
+        }
+    }
+
+    /// The dispatcher's final answer to a request.
+    public func record(_ outcome: PushOutcome) {
+        state.withLock { state in
+            guard let activityId = outcome.activityId ?? outcome.pushToStartKey.flatMap({ state.startOwners[$0] }) else { return }
+            state.memories[activityId]?.record(outcome)
+        }
+    }
+
+    /// The freshness monitor's pass: for each live activity, what to send by itself — its latest
+    /// content again when stale (at most ``FreshnessPolicy/maximumResends`` times, spaced), its
+    /// end when severely stale or at the end of its lifetime. Forgets activities not heard of
+    /// within the retention. Send the results, then ``commit(_:)`` each.
+    /// - Parameter owned: the partitions this instance owns (`nil`: all); other instances look
+    ///   after the rest.
+    public func sweep(owned: Set<Int32>? = nil) -> [Prepared] {
+        let now = now()
+        let policy = freshness
+        return state.withLock { state -> [Prepared] in
+            var prepared: [Prepared] = []
+            for (activityId, memory) in state.memories {
+                guard let latest = memory.latest else { continue }
+                if let owned, !(memory.partition.map(owned.contains) ?? false) { continue }
+                if !memory.isLive {
+                    if now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) { state.memories[activityId] = nil }
+                    continue
+                }
+                let followUp: FollowUp
+                if let started = memory.startedAt, now.timeIntervalSince(started) >= policy.lifetime / .seconds(1) {
+                    followUp = .end(.lifetimeExceeded)
+                } else {
+                    switch memory.freshness(now: now, policy: policy) {
+                    case .severelyStale?:
+                        followUp = .end(.severelyStale)
+                    case .staleRecoverable?:
+                        guard memory.resends < policy.maximumResends else { continue }
+                        if let last = memory.lastResendAt, now.timeIntervalSince(last) < policy.resendSpacing / .seconds(1) { continue }
+                        followUp = .resend
+                    case .fresh?, nil:
+                        continue
+                    }
+                }
+                let requestId = followUp == .resend
+                    ? RequestIds.resend(of: memory.contentRequestId ?? latest.requestId, number: memory.resends + 1)
+                    : RequestIds.end(after: latest.requestId)
+                let timestamp = max((memory.lastTimestamp ?? 0) + 1, Int64(now.timeIntervalSince1970.rounded(.down)))
+                guard let request = assembler.followUp(followUp, of: latest, requestId: requestId, timestamp: timestamp, now: now) else { continue }
+                var next = memory
+                next.replay(request)
+                prepared.append(Prepared(requests: [request], shrinks: [], activityId: activityId, memory: next))
+            }
+            if state.startOwners.count > state.memories.count {
+                state.startOwners = state.startOwners.filter { state.memories[$0.value] != nil }
+            }
+            return prepared
+        }
+    }
+
+    /// The live activities that are not fresh, most stale first.
+    public func staleActivities(limit: Int = 1_000) -> [StaleActivity] {
+        let now = now()
+        let policy = freshness
+        let stale = state.withLock { state in
+            state.memories.compactMap { activityId, memory -> StaleActivity? in
+                guard let freshness = memory.freshness(now: now, policy: policy), freshness != .fresh,
+                    let since = memory.staleSince(now: now), let latest = memory.latest
+                else { return nil }
+                return StaleActivity(
+                    activityId: activityId, attributesType: latest.attributesType, freshness: freshness, staleSince: since,
+                    contentSequence: latest.contentSequence, resends: memory.resends)
+            }
+        }
+        return Array(stale.sorted { ($0.staleSince, $0.activityId) < ($1.staleSince, $1.activityId) }.prefix(limit))
+    }
+
+    /// Live activities per freshness class (for /metrics).
+    public func freshnessCounts() -> [Freshness: Int] {
+        let now = now()
+        let policy = freshness
+        return state.withLock { state in
+            var counts = Dictionary(uniqueKeysWithValues: Freshness.allCases.map { ($0, 0) })
+            for memory in state.memories.values { if let class_ = memory.freshness(now: now, policy: policy) { counts[class_, default: 0] += 1 } }
+            return counts
+        }
+    }
+
+    /// What is remembered of an activity (tests, diagnostics).
+    public func memory(of activityId: String) -> ActivityMemory? { state.withLock { $0.memories[activityId] } }
+
     /// Activities remembered.
-    public var activityCount: Int { memories.withLock { $0.count } }
+    public var activityCount: Int { state.withLock { $0.memories.count } }
 }

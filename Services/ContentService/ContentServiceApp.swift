@@ -1,7 +1,10 @@
 import Foundation
+import GRPCCore
+import Hummingbird
 import IsletKafka
 import IsletLinks
 import IsletMessages
+import IsletProtos
 import IsletRuntime
 import IsletTokens
 import Logging
@@ -15,11 +18,25 @@ public struct ContentSettings: Sendable {
     /// `ISLET_LINK_SIGNING_KEY` (the kid to sign with; needed when there are several).
     public var keyring: LinkKeyring
     public var policy: ContentPolicy
+    public var freshness: FreshnessPolicy
+    /// `ISLET_GRPC_HOST` (default `0.0.0.0`) and `ISLET_GRPC_PORT` (default 9083): the `ActivityService` API.
+    public var grpcHost: String
+    public var grpcPort: Int
+    /// `ISLET_KAFKA_SEND_TIMEOUT_MS` (default 5000): how long a record may wait for Kafka's
+    /// acknowledgement (a gRPC call then fails with UNAVAILABLE; push requests are sent again).
+    public var sendTimeout: Duration
 
-    public init(templatesDirectory: String, keyring: LinkKeyring, policy: ContentPolicy = ContentPolicy()) {
+    public init(
+        templatesDirectory: String, keyring: LinkKeyring, policy: ContentPolicy = ContentPolicy(), freshness: FreshnessPolicy = FreshnessPolicy(),
+        grpcHost: String = "0.0.0.0", grpcPort: Int = 9_083, sendTimeout: Duration = .seconds(5)
+    ) {
         self.templatesDirectory = templatesDirectory
         self.keyring = keyring
         self.policy = policy
+        self.freshness = freshness
+        self.grpcHost = grpcHost
+        self.grpcPort = grpcPort
+        self.sendTimeout = sendTimeout
     }
 
     public init(from config: IsletConfig) throws {
@@ -49,9 +66,18 @@ public struct ContentSettings: Sendable {
             }
             policy.dismissal = .after(.seconds(seconds))
         }
+        var freshness = FreshnessPolicy()
+        freshness.checkInterval = .seconds(try config.int("islet.freshness.interval.seconds", default: 5, range: 1...3_600))
+        freshness.maximumResends = try config.int("islet.freshness.resends", default: 3, range: 0...100)
+        freshness.resendSpacing = .seconds(try config.int("islet.freshness.resend.spacing.seconds", default: 60, range: 1...3_600))
+        freshness.severeAfter = .seconds(try config.int("islet.freshness.severe.seconds", default: 600, range: 60...28_800))
+        freshness.lifetime = .seconds(try config.int("islet.activity.lifetime.seconds", default: 28_200, range: 60...28_800))
         self.init(
             templatesDirectory: try config.string("islet.templates.dir", default: "Services/ContentService/Templates"),
-            keyring: LinkKeyring(signing: signing, accepted: linkKeys), policy: policy)
+            keyring: LinkKeyring(signing: signing, accepted: linkKeys), policy: policy, freshness: freshness,
+            grpcHost: try config.string("islet.grpc.host", default: "0.0.0.0"),
+            grpcPort: try config.int("islet.grpc.port", default: 9_083, range: 0...65_535),
+            sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)))
     }
 }
 
@@ -61,13 +87,17 @@ public struct ContentServiceApp: Sendable {
         public var tokens = IsletTopics.tokens.name
         public var activityEvents = IsletTopics.activityEvents.name
         public var pushRequests = IsletTopics.pushRequests.name
+        public var pushOutcomes = IsletTopics.pushOutcomes.name
         public var deadLetters = IsletTopics.deadLetters.name
         public init() {}
     }
 
     public static let tableCheck = "tokens-table"
+    public static let memoryCheck = "activity-memory"
 
     public let engine: ContentEngine
+    public let monitor: FreshnessMonitor
+    public let grpc: GRPCServerService
     public let services: [any Service]
 
     public init(runtime: ServiceRuntime, settings: ContentSettings, topics: Topics = Topics()) throws {
@@ -75,24 +105,87 @@ public struct ContentServiceApp: Sendable {
         let service = runtime.settings.serviceName
         let templates = try TemplateLoader.load(directory: settings.templatesDirectory)
         logger.info("templates loaded", metadata: ["templates": "\(templates.keys.sorted())"])
-        let producer = try KafkaProducer(configuration: runtime.settings.producerConfiguration(), logger: logger)
-        let tokens = TokenTable()
+        var producerConfiguration = runtime.settings.producerConfiguration()
+        if producerConfiguration.settings["message.timeout.ms"] == nil {
+            producerConfiguration.settings["message.timeout.ms"] = "\(Int(settings.sendTimeout / .milliseconds(1)))"
+        }
+        let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
         let health = runtime.health
+
+        // The token table (which app, version and environment an activity has).
+        let tokens = TokenTable()
         health.register(Self.tableCheck)
-        let replica = try KafkaConsumer(
+        let tokenReplica = try KafkaConsumer(
             configuration: .replica(
                 bootstrapServers: runtime.settings.kafkaBootstrap, topics: [topics.tokens], clientID: service, settings: runtime.settings.consumerProperties),
             logger: logger)
-        let loader = TokenTableLoader(consumer: replica, table: tokens, service: service, logger: logger) { health.setReady(Self.tableCheck) }
+        let tokenLoader = TokenTableLoader(consumer: tokenReplica, table: tokens, service: service, logger: logger) { health.setReady(Self.tableCheck) }
+
+        // The activities' memory, from the service's own output and the dispatcher's answers.
+        let engine = ContentEngine(
+            assembler: PayloadAssembler(templates: templates, keyring: settings.keyring, policy: settings.policy), tokens: tokens,
+            freshness: settings.freshness)
+        health.register(Self.memoryCheck)
+        let memoryReplica = try KafkaConsumer(
+            configuration: .replica(
+                bootstrapServers: runtime.settings.kafkaBootstrap, topics: [topics.pushRequests, topics.pushOutcomes],
+                since: Date().addingTimeInterval(-(settings.freshness.retention / .seconds(1))), clientID: service,
+                settings: runtime.settings.consumerProperties),
+            logger: logger)
+        let memoryLoader = ContentMemoryLoader(
+            consumer: memoryReplica, engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes, logger: logger
+        ) { health.setReady(Self.memoryCheck) }
+
         let consumer = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.activityEvents]), logger: logger)
-        let engine = ContentEngine(assembler: PayloadAssembler(templates: templates, keyring: settings.keyring, policy: settings.policy), tokens: tokens)
+        let sender = RequestSender(producer: producer, engine: engine, topic: topics.pushRequests, logger: logger)
         let loop = ContentServiceLoop(
-            consumer: consumer, producer: producer,
+            consumer: consumer,
             deadLetters: DeadLetterWriter(producer: producer, consumer: consumer, service: service, logger: logger, topic: topics.deadLetters),
-            engine: engine, requestsTopic: topics.pushRequests, logger: logger)
+            engine: engine, sender: sender, logger: logger)
+        let monitor = FreshnessMonitor(engine: engine, sender: sender, logger: logger)
+        let ready: @Sendable () -> Bool = {
+            let checks = health.report().checks
+            return checks[Self.tableCheck] == .ready && checks[Self.memoryCheck] == .ready
+        }
+        let grpc = GRPCServerService(
+            host: settings.grpcHost, port: settings.grpcPort,
+            services: [ActivityGRPCService(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready)])
+
+        let router = runtime.makeRouter()
+        router.get("v1/activities/stale") { request, _ -> Response in
+            let limit = request.uri.queryParameters.get("limit", as: Int.self) ?? 1_000
+            let stale = engine.staleActivities(limit: min(max(limit, 1), 1_000)).map(StaleActivityJSON.init)
+            return Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(bytes: try IsletJSON.encode(["activities": stale]))))
+        }
         self.engine = engine
+        self.monitor = monitor
+        self.grpc = grpc
         self.services = [
-            producer, loader, ReadinessGate(health: health, check: Self.tableCheck, then: loop), runtime.httpServer(router: runtime.makeRouter().buildResponder()),
+            producer, tokenLoader, memoryLoader,
+            ReadinessGate(health: health, check: Self.tableCheck, then: ReadinessGate(health: health, check: Self.memoryCheck, then: loop)),
+            ReadinessGate(health: health, check: Self.memoryCheck, then: monitor),
+            grpc, runtime.httpServer(router: router.buildResponder()),
         ]
+    }
+}
+
+/// A stale activity as `GET /v1/activities/stale` lists it.
+struct StaleActivityJSON: Encodable {
+    var activityId: String
+    var attributesType: String
+    var freshness: String
+    var staleSince: Date
+    var contentSequence: Int64
+    var resends: Int
+
+    init(_ stale: StaleActivity) {
+        activityId = stale.activityId
+        attributesType = stale.attributesType
+        freshness = stale.freshness.rawValue
+        staleSince = stale.staleSince
+        contentSequence = stale.contentSequence
+        resends = stale.resends
     }
 }

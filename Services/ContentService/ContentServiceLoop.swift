@@ -4,29 +4,28 @@ import IsletMessages
 import Logging
 import Metrics
 import ServiceLifecycle
+import Synchronization
 
 /// The Kafka side of content-service: reads `islet.activity-events.v1` in its consumer group,
 /// turns each event into push requests (``ContentEngine``), sends them to
 /// `islet.push-requests.v1` and marks the event processed only once they are acknowledged. An
 /// event that does not decode, or does not fit its template, goes to the dead-letter topic with
 /// the reason and the field; one that is a duplicate or out of order is counted and skipped.
+///
+/// The freshness monitor runs in the same loop's turn (``FreshnessMonitor``): what it sends for
+/// an activity never interleaves with an event of that activity.
 public struct ContentServiceLoop: Service {
     let consumer: KafkaConsumer
-    let producer: KafkaProducer
     let deadLetters: DeadLetterWriter
     let engine: ContentEngine
-    let requestsTopic: String
+    let sender: RequestSender
     let logger: Logger
 
-    public init(
-        consumer: KafkaConsumer, producer: KafkaProducer, deadLetters: DeadLetterWriter, engine: ContentEngine,
-        requestsTopic: String = IsletTopics.pushRequests.name, logger: Logger
-    ) {
+    public init(consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: ContentEngine, sender: RequestSender, logger: Logger) {
         self.consumer = consumer
-        self.producer = producer
         self.deadLetters = deadLetters
         self.engine = engine
-        self.requestsTopic = requestsTopic
+        self.sender = sender
         self.logger = logger
     }
 
@@ -34,19 +33,29 @@ public struct ContentServiceLoop: Service {
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await consumer.run() }
             for try await event in consumer.decoded(as: ActivityEvent.self, deadLetters: deadLetters) {
-                guard case .message(let activityEvent, let raw) = event else { continue }
-                try await handle(activityEvent, raw)
+                switch event {
+                case .partitionsAssigned(let partitions):
+                    sender.own(partitions.map(\.partition))
+                case .partitionsRevoked(let partitions):
+                    sender.disown(partitions.map(\.partition))
+                case .message(let activityEvent, let raw):
+                    try await sender.turn { try await handle(activityEvent, raw) }
+                default:
+                    continue
+                }
             }
             consumer.shutdown()
         }
     }
 
     private func handle(_ event: ActivityEvent, _ raw: KafkaMessage) async throws {
+        Counter(label: "islet_content_events_in_total", dimensions: [("event", event.kind.rawValue)]).increment()
         let decision: ContentEngine.Decision
         do {
-            decision = try engine.prepare(event)
+            decision = try engine.prepare(event, partition: raw.partition)
         } catch {
             Counter(label: "islet_content_events_total", dimensions: [("result", "refused")]).increment()
+            logger.info("event refused", metadata: ["activity.id": "\(event.activityId)", "error": "\(error.description)"])
             try await deadLetters.deadLetter(raw, reason: .unprocessable, detail: error.description)
             return
         }
@@ -56,29 +65,142 @@ public struct ContentServiceLoop: Service {
             logger.debug("event ignored", metadata: ["activity.id": "\(event.activityId)", "event.why": "\(why)"])
             consumer.markProcessed(raw)
         case .send(let prepared):
-            var backoff = Duration.milliseconds(100)
-            while true {
-                do {
-                    for request in prepared.requests {
-                        try await producer.send(request, to: requestsTopic)
-                    }
-                    break
-                } catch {
-                    // Kafka refused: the same requests again (same request ids), until it takes them.
-                    logger.warning("push requests not persisted; retrying", metadata: ["activity.id": "\(event.activityId)", "error": "\(error)"])
-                    try await Task.sleep(for: backoff)
-                    backoff = min(backoff * 2, .seconds(5))
-                }
-            }
-            engine.commit(prepared)
+            try await sender.persist(prepared)
             Counter(label: "islet_content_events_total", dimensions: [("result", "sent")]).increment()
-            for request in prepared.requests {
-                Counter(label: "islet_content_requests_total", dimensions: [("event", request.event.rawValue), ("priority", "\(request.priority)")])
-                    .increment()
-                Recorder(label: "islet_content_payload_bytes").record(request.payload.utf8.count)
-            }
             if !prepared.shrinks.isEmpty { Counter(label: "islet_content_shrinks_total").increment() }
             consumer.markProcessed(raw)
         }
+    }
+}
+
+/// Sends prepared requests to `islet.push-requests.v1` until Kafka takes them, then commits them to
+/// the engine's memory; and runs the work of the event loop and of the freshness monitor one turn
+/// at a time.
+public final class RequestSender: Sendable {
+    let producer: KafkaProducer
+    let engine: ContentEngine
+    let topic: String
+    let logger: Logger
+    private let gate = TurnGate()
+    private let owned = Mutex<Set<Int32>>([])
+
+    public init(producer: KafkaProducer, engine: ContentEngine, topic: String = IsletTopics.pushRequests.name, logger: Logger) {
+        self.producer = producer
+        self.engine = engine
+        self.topic = topic
+        self.logger = logger
+    }
+
+    /// The activity-event partitions this instance owns.
+    var ownedPartitions: Set<Int32> { owned.withLock { $0 } }
+    func own(_ partitions: [Int32]) { owned.withLock { $0.formUnion(partitions) } }
+    func disown(_ partitions: [Int32]) { owned.withLock { $0.subtract(partitions) } }
+
+    /// Runs `body` when no other turn runs.
+    func turn<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        await gate.enter()
+        defer { gate.leave() }
+        return try await body()
+    }
+
+    /// Sends the requests (the same ones again while Kafka refuses: same request ids), then moves
+    /// the activity's memory on. Throws only when cancelled.
+    func persist(_ prepared: ContentEngine.Prepared) async throws {
+        var backoff = Duration.milliseconds(100)
+        while true {
+            do {
+                for request in prepared.requests { try await producer.send(request, to: topic) }
+                break
+            } catch {
+                logger.warning("push requests not persisted; retrying", metadata: ["activity.id": "\(prepared.activityId)", "error": "\(error)"])
+                try await Task.sleep(for: backoff)
+                backoff = min(backoff * 2, .seconds(5))
+            }
+        }
+        engine.commit(prepared)
+        for request in prepared.requests {
+            Counter(label: "islet_content_requests_total", dimensions: [("event", request.event.rawValue), ("priority", "\(request.priority)")])
+                .increment()
+            Recorder(label: "islet_content_payload_bytes").record(request.payload.utf8.count)
+        }
+    }
+}
+
+/// One turn at a time, in arrival order, across suspension points (a mutex cannot be held across
+/// an `await`).
+final class TurnGate: Sendable {
+    private struct State {
+        var busy = false
+        var waiting: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = Mutex(State())
+
+    func enter() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let go = state.withLock { state -> Bool in
+                if state.busy {
+                    state.waiting.append(continuation)
+                    return false
+                }
+                state.busy = true
+                return true
+            }
+            if go { continuation.resume() }
+        }
+    }
+
+    func leave() {
+        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            if state.waiting.isEmpty {
+                state.busy = false
+                return nil
+            }
+            return state.waiting.removeFirst()
+        }
+        next?.resume()
+    }
+}
+
+/// The freshness monitor (Lyft): every ``FreshnessPolicy/checkInterval``, looks at the live
+/// activities of the partitions this instance owns, re-sends stale content, ends the severely stale
+/// and the old, and reports the classes on /metrics.
+public struct FreshnessMonitor: Service {
+    let engine: ContentEngine
+    let sender: RequestSender
+    let logger: Logger
+
+    public init(engine: ContentEngine, sender: RequestSender, logger: Logger) {
+        self.engine = engine
+        self.sender = sender
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        while !Task.isCancelled {
+            guard (try? await cancelWhenGracefulShutdown { try await Task.sleep(for: engine.freshness.checkInterval) }) != nil else { return }
+            try await check()
+        }
+    }
+
+    /// One pass (tests call it with a manual clock).
+    @discardableResult
+    public func check() async throws -> [PushRequest] {
+        let sent = try await sender.turn { () async throws -> [PushRequest] in
+            var sent: [PushRequest] = []
+            for prepared in engine.sweep(owned: sender.ownedPartitions) {
+                try await sender.persist(prepared)
+                for request in prepared.requests {
+                    let action = request.event == .end ? "end" : "resend"
+                    Counter(label: "islet_content_freshness_actions_total", dimensions: [("action", action)]).increment()
+                    logger.info("freshness monitor", metadata: ["activity.id": "\(prepared.activityId)", "action": "\(action)"])
+                }
+                sent += prepared.requests
+            }
+            return sent
+        }
+        for (freshness, count) in engine.freshnessCounts() {
+            Gauge(label: "islet_content_activities", dimensions: [("freshness", freshness.rawValue)]).record(count)
+        }
+        return sent
     }
 }

@@ -3,7 +3,8 @@ import IsletLinks
 import IsletMessages
 import Mustache
 
-/// What content-service remembers of an activity between events (rebuilt from its own output).
+/// What content-service remembers of an activity between events. Rebuilt after a restart from its
+/// own output (`islet.push-requests.v1`) and the dispatcher's answers (`islet.push-outcomes.v1`).
 public struct ActivityMemory: Sendable, Equatable {
     /// The highest event sequence applied: older or equal ones are ignored.
     public var lastSequence: Int64?
@@ -15,8 +16,59 @@ public struct ActivityMemory: Sendable, Equatable {
     public var alertTimes: [Date] = []
     public var startedAt: Date?
     public var ended = false
+    /// The last request sent: what the phone should show (re-sent when it goes stale).
+    public var latest: PushRequest?
+    /// The dispatcher's answers to the activity's recent requests, by request id.
+    public var outcomes: [String: PushResult] = [:]
+    /// The request of the latest event's content (re-sends are numbered after it).
+    public var contentRequestId: String?
+    /// Re-sends of the latest event's content so far, and the last one's time.
+    public var resends = 0
+    public var lastResendAt: Date?
+    /// The activity's token is dead (APNs said so): nothing more is sent to it.
+    public var gone = false
+    /// The partition of the activity's records: the freshness monitor of the instance that owns it
+    /// looks after it.
+    public var partition: Int32?
 
     public init() {}
+
+    /// A request read back from `islet.push-requests.v1` (this instance's or another's): applied
+    /// when it is newer than what is remembered, so reading one twice changes nothing.
+    mutating func replay(_ request: PushRequest) {
+        if let last = lastTimestamp, request.apnsTimestamp <= last { return }
+        lastTimestamp = request.apnsTimestamp
+        latest = request
+        if let state = request.state { lastState = state }
+        if request.sourceEventId != nil {
+            lastSequence = max(lastSequence ?? request.contentSequence, request.contentSequence)
+            contentRequestId = request.requestId
+            resends = 0
+            lastResendAt = nil
+        } else if request.event == .update {
+            resends += 1
+            lastResendAt = request.createdAt
+        }
+        if request.alerting {
+            alertTimes.append(request.createdAt)
+            if alertTimes.count > 16 { alertTimes.removeFirst(alertTimes.count - 16) }
+        }
+        if request.event == .start {
+            startedAt = request.createdAt
+            ended = false
+            gone = false
+        } else if startedAt == nil {
+            startedAt = request.createdAt
+        }
+        if request.event == .end { ended = true }
+    }
+
+    /// The dispatcher's final answer to one of the activity's requests.
+    mutating func record(_ outcome: PushOutcome) {
+        if outcomes.count >= 8, let oldest = outcomes.keys.first(where: { $0 != latest?.requestId }) { outcomes[oldest] = nil }
+        outcomes[outcome.requestId] = outcome.result
+        if outcome.result == .tokenInvalid, outcome.requestId == latest?.requestId, latest?.pushToStartKey == nil { gone = true }
+    }
 }
 
 /// The rules of content: alert fatigue, priority, dismissal.
@@ -36,6 +88,15 @@ public struct ContentPolicy: Sendable {
     public var dismissal: Dismissal = .after(.seconds(900))
 
     public init() {}
+
+    /// The `aps.dismissal-date` of an end sent at `now` (`nil`: iOS decides).
+    public func dismissalDate(now: Date) -> Int64? {
+        switch dismissal {
+        case .system: nil
+        case .immediate: Int64(now.timeIntervalSince1970.rounded(.down)) - 1
+        case .after(let delay): Int64(now.addingTimeInterval(min(delay / .seconds(1), 4 * 3_600)).timeIntervalSince1970.rounded(.up))
+        }
+    }
 
     /// Priority 10 for what the user must see now, 5 for the rest.
     public func priority(for urgency: Urgency) -> Int { urgency == .routine ? 5 : 10 }
@@ -135,14 +196,14 @@ public struct PayloadAssembler: Sendable {
                     built.append((.update, update, true))
                     aps["timestamp"] = .integer(timestamp + 1)
                 }
-                switch policy.dismissal {
-                case .system: break
-                case .immediate: aps["dismissal-date"] = .integer(Int64(now.timeIntervalSince1970.rounded(.down)) - 1)
-                case .after(let delay):
-                    let seconds = min(delay / .seconds(1), 4 * 3_600)
-                    aps["dismissal-date"] = .integer(Int64(now.addingTimeInterval(seconds).timeIntervalSince1970.rounded(.up)))
-                }
+                if let dismissal = policy.dismissalDate(now: now) { aps["dismissal-date"] = .integer(dismissal) }
                 built.append((.end, aps, false))
+            } else if event.kind == .start, !isPushToStart {
+                // The app started the activity itself: its first content is an update (a `start`
+                // event goes only to a push-to-start token).
+                aps["event"] = .string("update")
+                if let alert { aps["alert"] = alert }
+                built.append((.update, aps, alert != nil))
             } else {
                 if !isPushToStart, let alert { aps["alert"] = alert }
                 built.append((event.kind, aps, alert != nil))
@@ -161,22 +222,29 @@ public struct PayloadAssembler: Sendable {
             let priority = policy.priority(for: event.urgency)
             requests = payloads.enumerated().map { index, item in
                 let (kind, payload, alerting) = item
+                let isAlertBeforeEnd = event.kind == .end && index < payloads.count - 1
                 return PushRequest(
-                    requestId: UUID().uuidString.lowercased(), activityId: isPushToStart ? nil : event.activityId,
+                    requestId: isAlertBeforeEnd
+                        ? RequestIds.alertBeforeEnd(activityId: event.activityId, eventId: event.eventId)
+                        : RequestIds.content(activityId: event.activityId, eventId: event.eventId),
+                    activityId: isPushToStart ? nil : event.activityId,
                     pushToStartKey: isPushToStart ? key : nil, event: kind, app: app, attributesType: template.attributesType, payload: payload,
                     priority: priority, urgency: event.urgency, supersedable: kind == .update && !alerting, alerting: alerting,
                     apnsTimestamp: timestamp + Int64(index), contentSequence: event.sequence, staleDate: staleDate,
-                    expiration: kind == .update ? staleDate : now.addingTimeInterval(3_600), createdAt: now, sourceEventId: event.eventId)
+                    expiration: kind == .update ? staleDate : now.addingTimeInterval(3_600), createdAt: now, sourceEventId: event.eventId,
+                    sourceActivityId: event.activityId, state: state.name)
             }
             break
         }
 
-        memory.lastSequence = event.sequence
-        memory.lastTimestamp = requests.last.map(\.apnsTimestamp) ?? timestamp
-        memory.lastState = state.name
-        memory.alertTimes = recentAlerts + (requests.contains(where: \.alerting) ? [now] : [])
-        if event.kind == .start { memory.startedAt = memory.startedAt ?? now }
-        if event.kind == .end { memory.ended = true }
+        memory.alertTimes = recentAlerts
+        if event.kind == .start {
+            // A (re)start: a new life for the activity id.
+            memory.ended = false
+            memory.gone = false
+            memory.startedAt = nil
+        }
+        for request in requests { memory.replay(request) }
         return Result(requests: requests, shrinks: shrinks)
     }
 

@@ -117,26 +117,3 @@ extension APIError {
         return RPCError(code: code, message: field.map { "\($0): \(reason)" } ?? reason)
     }
 }
-
-/// A gRPC server as a `Service`: serves until graceful shutdown, then finishes the calls in flight.
-public struct GRPCServerService: Service {
-    public let server: GRPCServer<HTTP2ServerTransport.Posix>
-
-    public init(host: String, port: Int, services: [any RegistrableRPCService]) {
-        self.server = GRPCServer(
-            transport: .http2NIOPosix(address: .ipv4(host: host, port: port), transportSecurity: .plaintext), services: services)
-    }
-
-    public func run() async throws {
-        try await withGracefulShutdownHandler {
-            try await server.serve()
-        } onGracefulShutdown: {
-            server.beginGracefulShutdown()
-        }
-    }
-
-    /// The port the server listens on, once it does (useful with port 0).
-    public var listeningPort: Int? {
-        get async throws { try await server.listeningAddress?.ipv4?.port }
-    }
-}

@@ -1,6 +1,7 @@
 import Hummingbird
 import IsletKafka
 import IsletMessages
+import IsletProtos
 import IsletRuntime
 import IsletTokens
 import Logging

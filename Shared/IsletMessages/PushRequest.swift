@@ -53,12 +53,19 @@ public struct PushRequest: IsletMessage {
     public var createdAt: Date
     /// The ``ActivityEvent/eventId`` this request was built from, if any (not for freshness resends).
     public var sourceEventId: String?
+    /// The backend's activity id (``ActivityEvent/activityId``) the content belongs to. Set on every
+    /// request content-service makes, push-to-start included (whose `activityId` is absent): it
+    /// rebuilds its per-activity memory from these after a restart.
+    public var sourceActivityId: String?
+    /// The template state of the content (`out_for_delivery`): alerts fire on a change of state.
+    public var state: String?
 
     public init(
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, event: ActivityEventKind, app: AppTarget,
         attributesType: String, payload: String, priority: Int, urgency: Urgency, supersedable: Bool, alerting: Bool,
         apnsTimestamp: Int64, contentSequence: Int64, staleDate: Date? = nil, expiration: Date? = nil, createdAt: Date,
-        sourceEventId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        sourceEventId: String? = nil, sourceActivityId: String? = nil, state: String? = nil,
+        schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
@@ -78,6 +85,8 @@ public struct PushRequest: IsletMessage {
         self.expiration = expiration
         self.createdAt = createdAt
         self.sourceEventId = sourceEventId
+        self.sourceActivityId = sourceActivityId
+        self.state = state
     }
 
     /// The activity id, or the push-to-start key for a push-to-start request.

@@ -1,7 +1,10 @@
 import Foundation
+import GRPCCore
+import GRPCNIOTransportHTTP2
 import IsletKafka
 import IsletLinks
 import IsletMessages
+import IsletProtos
 import IsletRuntime
 import Logging
 import ServiceLifecycle
@@ -54,6 +57,43 @@ private func read(_ topic: String, count: Int) async throws -> [KafkaMessage] {
     }
 }
 
+/// Reads `topic` from the start until every id in `ids` was seen as a push request (at most 60 s);
+/// returns every request read.
+private func readRequests(_ topic: String, until ids: Set<String>) async throws -> [PushRequest] {
+    let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: try servers, topics: [topic]), logger: logger)
+    return try await withThrowingTaskGroup(of: [PushRequest]?.self) { group in
+        group.addTask {
+            try await reader.run()
+            return nil
+        }
+        group.addTask {
+            try? await Task.sleep(for: .seconds(60))
+            reader.shutdown()
+            return nil
+        }
+        group.addTask {
+            var requests: [PushRequest] = []
+            var missing = ids
+            for await message in reader.messages {
+                let request = try IsletJSON.decode(PushRequest.self, from: message.value ?? [])
+                requests.append(request)
+                missing.remove(request.requestId)
+                if missing.isEmpty { break }
+            }
+            return requests
+        }
+        var result: [PushRequest] = []
+        while let next = try await group.next() {
+            if let next {
+                result = next
+                reader.shutdown()
+                group.cancelAll()
+            }
+        }
+        return result
+    }
+}
+
 @Suite("content-service against the broker", .enabled(if: brokerExpected), .timeLimit(.minutes(2)))
 struct ContentServiceIntegrationTests {
     @Test("events become push requests for the token's app version; duplicates and old sequences are skipped; bad events are dead letters")
@@ -64,10 +104,12 @@ struct ContentServiceIntegrationTests {
         topics.activityEvents = "test.events.\(suffix)"
         topics.pushRequests = "test.requests.\(suffix)"
         topics.deadLetters = "test.dlq.\(suffix)"
+        topics.pushOutcomes = "test.outcomes.\(suffix)"
         let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try servers), logger: logger)
         _ = try await admin.createTopics([
             .init(name: topics.tokens, partitions: 2, configs: ["cleanup.policy": "compact"]), .init(name: topics.activityEvents, partitions: 2),
             .init(name: topics.pushRequests, partitions: 2), .init(name: topics.deadLetters, partitions: 1),
+            .init(name: topics.pushOutcomes, partitions: 2),
         ])
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: try servers), logger: logger)
         let producing = Task { try await producer.run() }
@@ -80,14 +122,20 @@ struct ContentServiceIntegrationTests {
                 updatedAt: registered),
             to: topics.tokens)
 
-        let settings = try ServiceSettings(
-            from: .variables(["ISLET_KAFKA_BOOTSTRAP": try servers, "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]),
-            serviceName: "content-\(suffix)", defaultHTTPPort: 0)
-        let runtime = ServiceRuntime(settings: settings, logger: logger)
-        let service = try ContentServiceApp(
-            runtime: runtime, settings: ContentSettings(templatesDirectory: templatesDirectory, keyring: LinkKeyring(signing: linkKey)), topics: topics)
-        let group = runtime.makeServiceGroup(service.services)
-        let running = Task { try await group.run() }
+        /// A content-service instance in consumer group `name`.
+        func start(_ name: String) throws -> (ContentServiceApp, ServiceGroup, Task<Void, any Error>) {
+            let settings = try ServiceSettings(
+                from: .variables(["ISLET_KAFKA_BOOTSTRAP": try servers, "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]),
+                serviceName: name, defaultHTTPPort: 0)
+            let runtime = ServiceRuntime(settings: settings, logger: logger)
+            let service = try ContentServiceApp(
+                runtime: runtime,
+                settings: ContentSettings(templatesDirectory: templatesDirectory, keyring: LinkKeyring(signing: linkKey), grpcHost: "127.0.0.1", grpcPort: 0),
+                topics: topics)
+            let group = runtime.makeServiceGroup(service.services)
+            return (service, group, Task { try await group.run() })
+        }
+        let (service, group, running) = try start("content-\(suffix)")
 
         func send(_ sequence: Int64, _ status: String, kind: ActivityEventKind = .update, type: String = "DeliveryAttributes") async throws {
             try await producer.send(
@@ -124,8 +172,56 @@ struct ContentServiceIntegrationTests {
         #expect(Set(deadLetters.map(\.reason)) == [.unprocessable, .undecodable])
         #expect(deadLetters.contains { $0.detail.contains("PizzaAttributes") })
 
+        // gRPC: a push-to-start through the running service; the answer names the request the
+        // owner then makes. An invalid call names the field.
+        let port = try #require(try await service.grpc.listeningPort)
+        let startIds = try await withGRPCClient(
+            transport: .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: port), transportSecurity: .plaintext)
+        ) { client in
+            let activities = Islet_Content_V1_ActivityService.Client(wrapping: client)
+            var start = Islet_Content_V1_ActivityEventRequest.with {
+                $0.eventID = "grpc-1"
+                $0.activityID = "order-8"
+                $0.attributesType = "DeliveryAttributes"
+                $0.urgency = "important"
+                $0.sequence = 1
+                $0.fields = .with { $0.fields = ["status": .init(stringValue: "placed"), "orderId": .init(stringValue: "8")] }
+                $0.startTarget = .with { $0.bundleID = app.bundleId; $0.deviceID = "device-1" }
+            }
+            // Until the service has rebuilt its tables it answers UNAVAILABLE; it is ready here.
+            let reply = try await activities.start(start)
+            start.eventID = "grpc-bad"
+            start.fields.fields["status"] = .init(numberValue: 3.5)
+            await #expect { _ = try await activities.start(start) } throws: {
+                ($0 as? RPCError)?.code == .invalidArgument && ($0 as? RPCError)?.message.hasPrefix("fields.status") == true
+            }
+            return reply.requestIds
+        }
+        #expect(startIds == [RequestIds.content(activityId: "order-8", eventId: "grpc-1")])
+        let afterGRPC = try await readRequests(topics.pushRequests, until: Set(startIds))
+        let pushToStart = try #require(afterGRPC.first { $0.requestId == startIds[0] })
+        #expect(pushToStart.event == .start && pushToStart.pushToStartKey != nil && pushToStart.sourceActivityId == "order-8")
+
         await group.triggerGracefulShutdown()
         try await running.value
+
+        // A new instance in a new consumer group reads every event again from the start: its memory,
+        // rebuilt from the requests already sent, recognises them all. Only the two new events count.
+        let (_, secondGroup, secondRunning) = try start("content-\(suffix)-restarted")
+        try await send(6, "preparing", kind: .start)
+        try await producer.send(
+            ActivityEvent(
+                eventId: "grpc-2", activityId: "order-8", kind: .update, attributesType: "DeliveryAttributes",
+                fields: ["status": .string("preparing"), "orderId": .string("8")], urgency: .routine, occurredAt: Date(), sequence: 2),
+            to: topics.activityEvents)
+        let newIds: Set<String> = [
+            RequestIds.content(activityId: "order-7", eventId: "e6-preparing"), RequestIds.content(activityId: "order-8", eventId: "grpc-2"),
+        ]
+        let all = try await readRequests(topics.pushRequests, until: newIds)
+        #expect(all.count == afterGRPC.count + 2, "\(all.map { ($0.sourceActivityId ?? "?", $0.contentSequence) })")
+        #expect(Set(all.map(\.requestId)).count == all.count, "no request was made twice")
+        await secondGroup.triggerGracefulShutdown()
+        try await secondRunning.value
         producer.shutdown()
         try await producing.value
     }

@@ -39,7 +39,7 @@ struct ToleranceTests {
         let expected: [String: Set<String>] = [
             "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt"],
             "ActivityEvent": ["startTarget", "attributes", "source"],
-            "PushRequest": ["activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId"],
+            "PushRequest": ["activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state"],
             "PushOutcome": [
                 "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "priorityUsed", "latencyMilliseconds",
                 "tokenFingerprint", "supersededBy", "detail",

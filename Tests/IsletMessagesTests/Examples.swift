@@ -70,7 +70,8 @@ enum Examples {
         payload: #"{"aps":{"timestamp":1795342530,"event":"update","content-state":{"status":"out_for_delivery","etaMinutes":12,"courierName":"Ana","distanceKm":3.4},"stale-date":1795344330,"relevance-score":80,"alert":{"title":"Order 42 is on its way","body":"Ana will be there in about 12 minutes.","sound":"default"}}}"#,
         priority: 10, urgency: .important, supersedable: true, alerting: true, apnsTimestamp: 1_795_342_530, contentSequence: 5,
         staleDate: utc(2026, 11, 22, 10, 45, 30), expiration: utc(2026, 11, 22, 10, 25, 30),
-        createdAt: utc(2026, 11, 22, 10, 15, 30, 214), sourceEventId: "orders-outbox-88314")
+        createdAt: utc(2026, 11, 22, 10, 15, 30, 214), sourceEventId: "orders-outbox-88314", sourceActivityId: "order-42",
+        state: "out_for_delivery")
 
     static let pushRequestPushToStart = PushRequest(
         requestId: "EBB93B8D-EF2E-4821-9238-20A483574786", pushToStartKey: pushToStartKey, event: .start, app: foodApp,
@@ -78,7 +79,8 @@ enum Examples {
         payload: #"{"aps":{"timestamp":1795341729,"event":"start","content-state":{"status":"preparing","etaMinutes":35},"attributes-type":"DeliveryAttributes","attributes":{"orderId":"42","restaurantName":"Casa Lola"},"alert":{"title":"Order 42 confirmed","body":"Casa Lola is preparing your order."},"input-push-token":1,"stale-date":1795343529}}"#,
         priority: 10, urgency: .important, supersedable: false, alerting: true, apnsTimestamp: 1_795_341_729, contentSequence: 1,
         staleDate: utc(2026, 11, 22, 10, 32, 9), expiration: utc(2026, 11, 22, 10, 32, 9),
-        createdAt: utc(2026, 11, 22, 10, 2, 9, 955), sourceEventId: "orders-outbox-88207")
+        createdAt: utc(2026, 11, 22, 10, 2, 9, 955), sourceEventId: "orders-outbox-88207", sourceActivityId: "order-42",
+        state: "preparing")
 
     // MARK: PushOutcome
 

@@ -1,0 +1,138 @@
+import Foundation
+import GRPCCore
+import IsletKafka
+import IsletMessages
+import IsletProtos
+import SwiftProtobuf
+
+/// The backends' gRPC API (`islet.content.v1.ActivityService`, Shared/IsletProtos/activity_service.proto):
+/// the same domain events as `islet.activity-events.v1`, one call each.
+///
+/// A call is checked against its template here (INVALID_ARGUMENT naming the field, nothing
+/// written), then published to `islet.activity-events.v1` and answered once Kafka acknowledged it,
+/// with the ids of the push requests it becomes. The instance owning the activity's partition
+/// turns it into pushes, in order with the activity's other events; request ids are derived from
+/// the event id, so they are known before the requests exist and a retried call changes nothing.
+public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServiceProtocol {
+    /// Where the events go; throws when they are not acknowledged.
+    public typealias Publish = @Sendable (ActivityEvent) async throws -> Void
+
+    let engine: ContentEngine
+    let publish: Publish
+    let isReady: @Sendable () -> Bool
+
+    public init(engine: ContentEngine, isReady: @escaping @Sendable () -> Bool = { true }, publish: @escaping Publish) {
+        self.engine = engine
+        self.isReady = isReady
+        self.publish = publish
+    }
+
+    public init(engine: ContentEngine, producer: KafkaProducer, topic: String = IsletTopics.activityEvents.name, isReady: @escaping @Sendable () -> Bool) {
+        self.init(engine: engine, isReady: isReady) { event in _ = try await producer.send(event, to: topic) }
+    }
+
+    public func start(request: Islet_Content_V1_ActivityEventRequest, context: ServerContext) async throws -> Islet_Content_V1_ActivityEventReply {
+        try await handle(request, kind: .start)
+    }
+
+    public func update(request: Islet_Content_V1_ActivityEventRequest, context: ServerContext) async throws -> Islet_Content_V1_ActivityEventReply {
+        try await handle(request, kind: .update)
+    }
+
+    public func end(request: Islet_Content_V1_ActivityEventRequest, context: ServerContext) async throws -> Islet_Content_V1_ActivityEventReply {
+        try await handle(request, kind: .end)
+    }
+
+    public func listStaleActivities(
+        request: Islet_Content_V1_ListStaleActivitiesRequest, context: ServerContext
+    ) async throws -> Islet_Content_V1_ListStaleActivitiesResponse {
+        guard (0...1_000).contains(request.limit) else {
+            throw RPCError(code: .invalidArgument, message: "limit: must be between 1 and 1000 (0 means 1000)")
+        }
+        return .with {
+            $0.activities = engine.staleActivities(limit: request.limit == 0 ? 1_000 : Int(request.limit)).map { stale in
+                .with {
+                    $0.activityID = stale.activityId
+                    $0.attributesType = stale.attributesType
+                    $0.freshness = stale.freshness.rawValue
+                    $0.staleSince = Google_Protobuf_Timestamp(date: stale.staleSince)
+                    $0.contentSequence = stale.contentSequence
+                    $0.resends = Int32(clamping: stale.resends)
+                }
+            }
+        }
+    }
+
+    private func handle(_ request: Islet_Content_V1_ActivityEventRequest, kind: ActivityEventKind) async throws -> Islet_Content_V1_ActivityEventReply {
+        guard isReady() else { throw RPCError(code: .unavailable, message: "starting: the token table and activity memory are being rebuilt") }
+        let event = try Self.event(from: request, kind: kind, now: engine.now())
+        let requestIds: [String]
+        do {
+            // A dry run: the requests are made (and checked) but not kept; the owner makes them again.
+            switch try engine.prepare(event) {
+            case .send(let prepared): requestIds = prepared.requests.map(\.requestId)
+            case .ignore: requestIds = []
+            }
+        } catch {
+            throw RPCError(code: .invalidArgument, message: error.description)
+        }
+        do {
+            try await publish(event)
+        } catch {
+            throw RPCError(code: .unavailable, message: "the event was not acknowledged by Kafka; retry the call (same event_id): \(error)")
+        }
+        return .with {
+            $0.eventID = event.eventId
+            $0.requestIds = requestIds
+        }
+    }
+
+    /// The event a call describes; INVALID_ARGUMENT naming the field when it cannot be one.
+    static func event(from request: Islet_Content_V1_ActivityEventRequest, kind: ActivityEventKind, now: Date) throws(RPCError) -> ActivityEvent {
+        func invalid(_ field: String, _ problem: String) -> RPCError { RPCError(code: .invalidArgument, message: "\(field): \(problem)") }
+        let eventId = request.eventID.isEmpty ? UUID().uuidString.lowercased() : request.eventID
+        guard eventId.utf8.count <= 128 else { throw invalid("event_id", "must be at most 128 bytes") }
+        guard !request.activityID.isEmpty, request.activityID.utf8.count <= 128 else { throw invalid("activity_id", "must be 1-128 bytes") }
+        guard !request.attributesType.isEmpty else { throw invalid("attributes_type", "is required") }
+        let urgency = request.urgency.isEmpty ? Urgency.routine : Urgency(rawValue: request.urgency)
+        guard Urgency.knownValues.contains(urgency) else { throw invalid("urgency", "must be routine, important or critical") }
+        var target: ActivityEvent.PushToStartTarget?
+        if request.hasStartTarget {
+            guard kind == .start else { throw invalid("start_target", "only allowed in Start") }
+            let given = request.startTarget
+            guard !given.bundleID.isEmpty else { throw invalid("start_target.bundle_id", "is required") }
+            guard !given.deviceID.isEmpty, !given.deviceID.contains(":") else { throw invalid("start_target.device_id", "is required, without ':'") }
+            let environment = given.environment.isEmpty ? APNsEnvironment.production : APNsEnvironment(rawValue: given.environment)
+            guard APNsEnvironment.knownValues.contains(environment) else { throw invalid("start_target.environment", "must be production or sandbox") }
+            target = .init(app: AppTarget(bundleId: given.bundleID, environment: environment), deviceId: given.deviceID)
+        }
+        if request.hasAttributes, kind != .start { throw invalid("attributes", "only allowed in Start") }
+        let event = ActivityEvent(
+            eventId: eventId, activityId: request.activityID, kind: kind, attributesType: request.attributesType,
+            fields: request.fields.fields.mapValues(JSONValue.init(protobuf:)), urgency: urgency,
+            occurredAt: request.hasOccurredAt ? request.occurredAt.date : now, sequence: request.sequence, startTarget: target,
+            attributes: request.hasAttributes ? request.attributes.fields.mapValues(JSONValue.init(protobuf:)) : nil,
+            source: request.source.isEmpty ? nil : request.source)
+        do {
+            try event.validate()
+        } catch {
+            throw invalid(error.field, error.problem)
+        }
+        return event
+    }
+}
+
+extension JSONValue {
+    /// A `google.protobuf.Value` as JSON; whole numbers (protobuf has only doubles) as integers.
+    init(protobuf value: Google_Protobuf_Value) {
+        switch value.kind {
+        case .nullValue?, nil: self = .null
+        case .boolValue(let b)?: self = .bool(b)
+        case .stringValue(let s)?: self = .string(s)
+        case .numberValue(let n)?:
+            self = n.rounded() == n && abs(n) <= 9_007_199_254_740_992 ? .integer(Int64(n)) : .number(n)
+        case .structValue(let s)?: self = .object(s.fields.mapValues(JSONValue.init(protobuf:)))
+        case .listValue(let l)?: self = .array(l.values.map(JSONValue.init(protobuf:)))
+        }
+    }
+}

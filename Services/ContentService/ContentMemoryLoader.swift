@@ -1,0 +1,86 @@
+import Foundation
+import IsletKafka
+import IsletMessages
+import Logging
+import Metrics
+import ServiceLifecycle
+
+/// Rebuilds and keeps up the engine's per-activity memory from the service's own output
+/// (`islet.push-requests.v1`: sequences, timestamps, states, alerts, the latest content) and the
+/// dispatcher's answers (`islet.push-outcomes.v1`), read as a replica of every partition from
+/// `since` (the activities' retention). Once every partition was read to its end the first time,
+/// `onReady` is called: the event loop may start, and an event already handled before a restart
+/// is then recognised as such.
+public struct ContentMemoryLoader: Service {
+    let consumer: KafkaConsumer
+    let engine: ContentEngine
+    let requestsTopic: String
+    let outcomesTopic: String
+    let onReady: @Sendable () -> Void
+    let logger: Logger
+
+    public init(
+        consumer: KafkaConsumer, engine: ContentEngine, requestsTopic: String = IsletTopics.pushRequests.name,
+        outcomesTopic: String = IsletTopics.pushOutcomes.name, logger: Logger, onReady: @escaping @Sendable () -> Void = {}
+    ) {
+        self.consumer = consumer
+        self.engine = engine
+        self.requestsTopic = requestsTopic
+        self.outcomesTopic = outcomesTopic
+        self.logger = logger
+        self.onReady = onReady
+    }
+
+    public func run() async throws {
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { try await consumer.run() }
+            await load()
+            consumer.shutdown()
+        }
+    }
+
+    private func load() async {
+        let started = ContinuousClock.now
+        var assigned: Set<KafkaTopicPartition> = []
+        var ended: Set<KafkaTopicPartition> = []
+        var ready = false
+        var records = 0
+        for await event in consumer.events {
+            switch event {
+            case .partitionsAssigned(let partitions):
+                assigned.formUnion(partitions)
+            case .partitionsRevoked(let partitions):
+                assigned.subtract(partitions)
+            case .partitionEnd(let partition):
+                guard !ready else { continue }
+                ended.insert(partition)
+                if !assigned.isEmpty, ended.isSuperset(of: assigned), Set(assigned.map(\.topic)).count == 2 {
+                    ready = true
+                    let seconds = (ContinuousClock.now - started) / .seconds(1)
+                    Gauge(label: "islet_content_memory_rebuild_seconds").record(seconds)
+                    logger.info(
+                        "activity memory rebuilt",
+                        metadata: ["records": "\(records)", "activities": "\(engine.activityCount)", "rebuild.seconds": "\(seconds)"])
+                    onReady()
+                }
+            case .message(let message):
+                records += 1
+                apply(message)
+            }
+        }
+    }
+
+    private func apply(_ message: KafkaMessage) {
+        do {
+            if message.topic == requestsTopic {
+                engine.replay(try IsletJSON.decode(PushRequest.self, from: message.value ?? []), partition: message.partition)
+            } else if message.topic == outcomesTopic {
+                engine.record(try IsletJSON.decode(PushOutcome.self, from: message.value ?? []))
+            }
+        } catch {
+            // Written by Islet's own services: a record that does not decode is a bug, not input to guess at.
+            Counter(label: "islet_content_memory_invalid_records_total").increment()
+            logger.error("record ignored", metadata: ["kafka.topic": "\(message.topic)", "kafka.offset": "\(message.offset)", "error": "\(error)"])
+        }
+    }
+}

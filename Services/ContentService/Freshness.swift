@@ -1,0 +1,107 @@
+import Foundation
+import IsletMessages
+
+/// The freshness monitor's rules (Lyft's Freshness Monitor): what the phone shows goes out of date
+/// at the content's stale date, or at once when its delivery failed. A stale activity is first
+/// re-sent its latest content at priority 10 (a bounded number of times, spaced); one stale for
+/// longer than `severeAfter` is ended with its final content. Independently, every activity is
+/// ended with its latest content before iOS's 8-hour limit, at `lifetime` after its start.
+public struct FreshnessPolicy: Sendable {
+    /// How often the monitor looks (`ISLET_FRESHNESS_INTERVAL_SECONDS`, default 5).
+    public var checkInterval: Duration = .seconds(5)
+    /// Re-sends of one content at most (`ISLET_FRESHNESS_RESENDS`, default 3).
+    public var maximumResends = 3
+    /// At least this long between two re-sends of an activity (`ISLET_FRESHNESS_RESEND_SPACING_SECONDS`, default 60).
+    public var resendSpacing: Duration = .seconds(60)
+    /// Stale for this long: severely stale, ended (`ISLET_FRESHNESS_SEVERE_SECONDS`, default 600).
+    public var severeAfter: Duration = .seconds(600)
+    /// Ended with its final content this long after its start (`ISLET_ACTIVITY_LIFETIME_SECONDS`,
+    /// default 7 h 50 min: iOS stops showing updates at 8 hours).
+    public var lifetime: Duration = .seconds(7 * 3_600 + 50 * 60)
+    /// An activity not heard of for this long is forgotten (its events are then treated as new).
+    public var retention: Duration = .seconds(9 * 3_600)
+
+    public init() {}
+}
+
+/// How current an activity's content on the phone is.
+public enum Freshness: String, Sendable, CaseIterable {
+    /// Delivered (or on its way) and before its stale date.
+    case fresh
+    /// Past its stale date, or its delivery failed: the latest content is sent again.
+    case staleRecoverable
+    /// Stale for longer than the policy allows: the activity is ended with its final content.
+    case severelyStale
+}
+
+/// One live activity that is not fresh, for the stale-activities query.
+public struct StaleActivity: Sendable, Equatable {
+    public var activityId: String
+    public var attributesType: String
+    public var freshness: Freshness
+    public var staleSince: Date
+    public var contentSequence: Int64
+    public var resends: Int
+}
+
+extension ActivityMemory {
+    /// Whether the service still sends to this activity: started or updated, not ended, token alive.
+    var isLive: Bool { latest != nil && !ended && !gone }
+
+    /// Since when the content on the phone is out of date (`nil`: it is not, or the activity is not live).
+    func staleSince(now: Date) -> Date? {
+        guard isLive, let latest else { return nil }
+        if let result = outcomes[latest.requestId], result == .failed || result == .expired { return latest.createdAt }
+        let staleDate = latest.staleDate ?? latest.createdAt.addingTimeInterval(180)
+        return now >= staleDate ? staleDate : nil
+    }
+
+    func freshness(now: Date, policy: FreshnessPolicy) -> Freshness? {
+        guard isLive else { return nil }
+        guard let since = staleSince(now: now) else { return .fresh }
+        return now.timeIntervalSince(since) >= policy.severeAfter / .seconds(1) ? .severelyStale : .staleRecoverable
+    }
+}
+
+/// What the monitor does about one activity.
+enum FollowUp: Equatable {
+    case resend
+    case end(InvalidationReason)
+}
+
+extension PayloadAssembler {
+    /// A request the service sends by itself after `latest`: its content again as an update (a
+    /// re-send, at priority 10, with a new stale date and no alert), or as the activity's `end`.
+    /// `nil` when the rewritten payload would not fit (it never grows by more than a few bytes).
+    func followUp(
+        _ kind: FollowUp, of latest: PushRequest, requestId: String, timestamp: Int64, now: Date
+    ) -> PushRequest? {
+        guard case .object(var body)? = try? IsletJSON.decodeValue(JSONValue.self, from: Array(latest.payload.utf8)),
+            case .object(var aps)? = body["aps"]
+        else { return nil }
+        // The content as it is, as an update or end of the running activity (never a second start).
+        for key in ["alert", "attributes-type", "attributes", "input-push-token", "dismissal-date"] { aps[key] = nil }
+        let staleAfter = latest.staleDate.map { max(60, $0.timeIntervalSince(latest.createdAt)) } ?? 180
+        let staleDate = now.addingTimeInterval(staleAfter)
+        aps["timestamp"] = .integer(timestamp)
+        aps["stale-date"] = .integer(Int64(staleDate.timeIntervalSince1970.rounded(.up)))
+        let event: ActivityEventKind
+        switch kind {
+        case .resend:
+            event = .update
+        case .end:
+            event = .end
+            if let dismissal = policy.dismissalDate(now: now) { aps["dismissal-date"] = .integer(dismissal) }
+        }
+        aps["event"] = .string(event.rawValue)
+        body["aps"] = .object(aps)
+        let payload = Self.encode(body)
+        guard payload.utf8.count <= PushRequest.maximumPayloadBytes else { return nil }
+        return PushRequest(
+            requestId: requestId, activityId: latest.sourceActivityId ?? latest.activityId, event: event, app: latest.app,
+            attributesType: latest.attributesType, payload: payload, priority: 10, urgency: .important, supersedable: event == .update,
+            alerting: false, apnsTimestamp: timestamp, contentSequence: latest.contentSequence, staleDate: staleDate,
+            expiration: event == .update ? staleDate : now.addingTimeInterval(3_600), createdAt: now, sourceEventId: nil,
+            sourceActivityId: latest.sourceActivityId ?? latest.activityId, state: latest.state)
+    }
+}

@@ -1,0 +1,51 @@
+import Crypto
+import Foundation
+
+/// Request ids (sent as `apns-id`) derived from what the request is, not drawn at random: the same
+/// event handled twice (a crash before its offset was stored, a retried gRPC call) produces the
+/// same ids, so the dispatcher and the phone see one request, and a gRPC call can answer with the
+/// ids before the requests exist. Name-based UUIDs, version 5 (RFC 9562: SHA-1 over a namespace
+/// and a name).
+enum RequestIds {
+    /// Islet's namespace for request ids.
+    static let namespace: [UInt8] = Array(UUID(uuidString: "5b1f7c7e-2d4a-4f0e-9a51-3c6e0b8d2f10")!.bytes)
+
+    /// The request for an event's own content.
+    static func content(activityId: String, eventId: String) -> String {
+        make("event:\(activityId):\(eventId)")
+    }
+
+    /// The alerting update sent just before an end whose final state alerts.
+    static func alertBeforeEnd(activityId: String, eventId: String) -> String {
+        make("event:\(activityId):\(eventId):alert")
+    }
+
+    /// The freshness monitor's n-th re-send of a request's content.
+    static func resend(of requestId: String, number: Int) -> String {
+        make("resend:\(requestId):\(number)")
+    }
+
+    /// The end the service sends by itself (lifetime or severe staleness) after a request's content.
+    static func end(after requestId: String) -> String {
+        make("end:\(requestId)")
+    }
+
+    static func make(_ name: String) -> String {
+        var hash = Insecure.SHA1()
+        hash.update(data: namespace)
+        hash.update(data: Array(name.utf8))
+        var bytes = Array(hash.finalize().prefix(16))
+        bytes[6] = (bytes[6] & 0x0F) | 0x50  // version 5
+        bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC variant
+        let uuid = UUID(uuid: (
+            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+            bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+        return uuid.uuidString.lowercased()
+    }
+}
+
+extension UUID {
+    fileprivate var bytes: [UInt8] {
+        withUnsafeBytes(of: uuid) { Array($0) }
+    }
+}

@@ -1,0 +1,140 @@
+import Foundation
+import GRPCCore
+import GRPCNIOTransportHTTP2
+import IsletMessages
+import IsletProtos
+import IsletTokens
+import SwiftProtobuf
+import Synchronization
+import Testing
+@testable import ContentService
+
+/// Collects what the service publishes; fails while `failing` is set.
+final class RecordingEvents: Sendable {
+    private let state = Mutex<(events: [ActivityEvent], failing: Bool)>(([], false))
+    var events: [ActivityEvent] { state.withLock { $0.events } }
+    func fail(_ failing: Bool) { state.withLock { $0.failing = failing } }
+    func publish(_ event: ActivityEvent) throws {
+        try state.withLock {
+            if $0.failing { throw ContentError(field: "kafka", problem: "not acknowledged") }
+            $0.events.append(event)
+        }
+    }
+}
+
+extension Islet_Content_V1_ActivityEventRequest {
+    func changing(_ change: (inout Self) -> Void) -> Self {
+        var copy = self
+        change(&copy)
+        return copy
+    }
+}
+
+private func fields(_ members: [String: Google_Protobuf_Value]) -> Google_Protobuf_Struct { .with { $0.fields = members } }
+
+@Suite("ActivityService over gRPC, through a real server", .timeLimit(.minutes(1)))
+struct ActivityGRPCTests {
+    @Test("Start/Update/End publish the event and answer with the ids of its requests; invalid calls name the field; Kafka down is UNAVAILABLE")
+    func api() async throws {
+        let clock = ManualClock(now)
+        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { clock.now })
+        let published = RecordingEvents()
+        let service = GRPCServerService(
+            host: "127.0.0.1", port: 0, services: [ActivityGRPCService(engine: engine) { try published.publish($0) }])
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { try await service.server.serve() }
+            let port = try #require(try await service.listeningPort)
+            try await withGRPCClient(
+                transport: .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: port), transportSecurity: .plaintext)
+            ) { client in
+                let activities = Islet_Content_V1_ActivityService.Client(wrapping: client)
+                var update = Islet_Content_V1_ActivityEventRequest.with {
+                    $0.eventID = "ev-1"
+                    $0.activityID = "order-42"
+                    $0.attributesType = "DeliveryAttributes"
+                    $0.urgency = "important"
+                    $0.sequence = 1
+                    $0.fields = fields([
+                        "status": .init(stringValue: "out_for_delivery"), "orderId": .init(stringValue: "42"),
+                        "progress": .init(numberValue: 40), "courier": .init(structValue: fields(["name": .init(stringValue: "Ana")])),
+                    ])
+                }
+                let reply = try await activities.update(update)
+                #expect(reply.eventID == "ev-1")
+                #expect(reply.requestIds == [RequestIds.content(activityId: "order-42", eventId: "ev-1")])
+                let event = try #require(published.events.last)
+                #expect(event.kind == .update && event.sequence == 1 && event.urgency == .important)
+                #expect(event.fields["progress"] == .integer(40), "whole numbers arrive as integers")
+                #expect(event.fields["courier"]?["name"] == .string("Ana"))
+                #expect(event.occurredAt == clock.now)
+
+                // An end whose final state alerts: the alerting update first, then the end.
+                update.eventID = "ev-2"
+                update.sequence = 2
+                update.fields.fields["status"] = .init(stringValue: "delivered")
+                let end = try await activities.end(update)
+                #expect(end.requestIds == [
+                    RequestIds.alertBeforeEnd(activityId: "order-42", eventId: "ev-2"), RequestIds.content(activityId: "order-42", eventId: "ev-2"),
+                ])
+                #expect(published.events.map(\.kind) == [.update, .end])
+
+                // Refused, naming the field; nothing published.
+                let refusals: [(Islet_Content_V1_ActivityEventRequest, String)] = [
+                    (update.changing { $0.attributesType = "PizzaAttributes" }, "attributesType"),
+                    (update.changing { $0.fields.fields["progress"] = .init(stringValue: "far") }, "fields.progress"),
+                    (update.changing { $0.activityID = "" }, "activity_id"),
+                    (update.changing { $0.activityID = "a:b" }, "activityId"),
+                    (update.changing { $0.urgency = "whenever" }, "urgency"),
+                    (update.changing { $0.sequence = -1 }, "sequence"),
+                    (update.changing { $0.startTarget = .with { $0.bundleID = "com.example.food"; $0.deviceID = "d1" } }, "start_target"),
+                ]
+                for (request, field) in refusals {
+                    await #expect {
+                        _ = try await activities.update(request)
+                    } throws: { error in
+                        guard let error = error as? RPCError else { return false }
+                        return error.code == .invalidArgument && error.message.hasPrefix(field + ":")
+                    }
+                }
+                await #expect {
+                    _ = try await activities.start(update.changing {
+                        $0.startTarget = .with { $0.bundleID = "com.example.food"; $0.deviceID = "d1"; $0.environment = "staging" }
+                    })
+                } throws: { ($0 as? RPCError)?.message.hasPrefix("start_target.environment:") == true }
+                #expect(published.events.count == 2)
+
+                // Kafka does not acknowledge: UNAVAILABLE, retry with the same event id.
+                published.fail(true)
+                await #expect { _ = try await activities.update(update.changing { $0.eventID = "ev-3"; $0.sequence = 3 }) } throws: {
+                    ($0 as? RPCError)?.code == .unavailable
+                }
+                published.fail(false)
+                let limit = try await activities.listStaleActivities(.with { $0.limit = 10 })
+                #expect(limit.activities.isEmpty)
+                await #expect { _ = try await activities.listStaleActivities(.with { $0.limit = 5_000 }) } throws: {
+                    ($0 as? RPCError)?.code == .invalidArgument
+                }
+            }
+            service.server.beginGracefulShutdown()
+        }
+    }
+
+    @Test("stale activities are listed, most stale first")
+    func staleList() async throws {
+        let clock = ManualClock(now)
+        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { clock.now })
+        for (index, id) in ["a1", "a2"].enumerated() {
+            let request = ActivityEvent(
+                eventId: "e", activityId: id, kind: .update, attributesType: "DeliveryAttributes",
+                fields: ["status": .string("arriving"), "orderId": .string("1")], urgency: .routine, occurredAt: clock.now, sequence: 1)
+            guard case .send(let prepared) = try engine.prepare(request) else { Issue.record("not sent"); return }
+            engine.commit(prepared)
+            clock.advance(Double(index + 1) * 10)
+        }
+        clock.advance(200)
+        let service = ActivityGRPCService(engine: engine) { _ in }
+        let list = try await service.listStaleActivities(request: .init(), context: .init(descriptor: .init(fullyQualifiedService: "s", method: "m"), remotePeer: "", localPeer: "", cancellation: .init()))
+        #expect(list.activities.map(\.activityID) == ["a1", "a2"])
+        #expect(list.activities.allSatisfy { $0.freshness == "staleRecoverable" && $0.contentSequence == 1 })
+    }
+}

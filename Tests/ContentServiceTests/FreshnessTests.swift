@@ -1,0 +1,207 @@
+import Foundation
+import IsletMessages
+import IsletTokens
+import Synchronization
+import Testing
+@testable import ContentService
+
+/// A clock the test moves.
+final class ManualClock: Sendable {
+    private let current: Mutex<Date>
+    init(_ start: Date) { current = Mutex(start) }
+    var now: Date { current.withLock { $0 } }
+    func advance(_ seconds: TimeInterval) { current.withLock { $0 = $0.addingTimeInterval(seconds) } }
+}
+
+private func engine(_ clock: ManualClock, freshness: FreshnessPolicy = FreshnessPolicy()) throws -> ContentEngine {
+    ContentEngine(assembler: try assembler(), tokens: TokenTable(), freshness: freshness, now: { clock.now })
+}
+
+/// Prepares and commits one event (what the loop does once Kafka acknowledged the requests).
+@discardableResult
+private func apply(_ engine: ContentEngine, _ event: ActivityEvent, partition: Int32? = 0) throws -> [PushRequest] {
+    guard case .send(let prepared) = try engine.prepare(event, partition: partition) else { return [] }
+    engine.commit(prepared)
+    return prepared.requests
+}
+
+/// One monitor pass, committed.
+private func sweep(_ engine: ContentEngine, owned: Set<Int32>? = nil) -> [PushRequest] {
+    let prepared = engine.sweep(owned: owned)
+    for item in prepared { engine.commit(item) }
+    return prepared.flatMap(\.requests)
+}
+
+private let courier: [String: JSONValue] = ["orderId": .string("42"), "courier": .object(["name": .string("Ana")])]
+
+private func delivery(_ status: String, _ kind: ActivityEventKind = .update, sequence: Int64, at clock: ManualClock) -> ActivityEvent {
+    var fields = courier
+    fields["status"] = .string(status)
+    return event("DeliveryAttributes", kind, sequence: sequence, at: clock.now.timeIntervalSince(now), fields)
+}
+
+@Suite("Request ids and the activity memory")
+struct MemoryTests {
+    @Test("request ids come from the event: the same event gives the same ids, another event other ids")
+    func deterministicIds() throws {
+        let clock = ManualClock(now)
+        let first = try engine(clock).prepare(delivery("out_for_delivery", sequence: 1, at: clock))
+        clock.advance(30)
+        let again = try engine(clock).prepare(delivery("out_for_delivery", sequence: 1, at: clock))
+        guard case .send(let a) = first, case .send(let b) = again else { Issue.record("nothing to send"); return }
+        #expect(a.requests.map(\.requestId) == b.requests.map(\.requestId))
+        #expect(a.requests.allSatisfy { UUID(uuidString: $0.requestId) != nil })
+        #expect(RequestIds.content(activityId: "order-42", eventId: "e1") != RequestIds.content(activityId: "order-42", eventId: "e2"))
+        #expect(RequestIds.content(activityId: "order-42", eventId: "e1") != RequestIds.content(activityId: "order-43", eventId: "e1"))
+        // The version and variant bits of a name-based (SHA-1) UUID.
+        let id = RequestIds.make("x")
+        #expect(Array(id)[14] == "5" && "89ab".contains(Array(id)[19]))
+    }
+
+    @Test("an activity the app started itself gets its first content as an update, not a start")
+    func appStarted() throws {
+        let clock = ManualClock(now)
+        let requests = try apply(try engine(clock), delivery("placed", .start, sequence: 1, at: clock))
+        #expect(requests.map(\.event) == [.update])
+        #expect(try aps(requests[0])["event"] == .string("update"))
+        #expect(try aps(requests[0])["input-push-token"] == nil)
+    }
+
+    @Test("memory rebuilt from the service's own output equals the memory it had: handled events are recognised after a restart")
+    func rebuiltFromOutput() throws {
+        let clock = ManualClock(now)
+        let original = try engine(clock)
+        var sent: [PushRequest] = []
+        for (sequence, status) in [(1, "preparing"), (2, "out_for_delivery"), (3, "arriving")] {
+            sent += try apply(original, delivery(status, sequence: Int64(sequence), at: clock))
+            clock.advance(60)
+        }
+        let restarted = try engine(clock)
+        for request in sent { restarted.replay(request, partition: 0) }
+        for request in sent { restarted.replay(request, partition: 0) }  // read twice: no change
+        #expect(restarted.memory(of: "order-42") == original.memory(of: "order-42"))
+        // The last event again (its offset was not stored before the crash): recognised.
+        guard case .ignore = try restarted.prepare(delivery("arriving", sequence: 3, at: clock)) else {
+            Issue.record("a handled event was handled again")
+            return
+        }
+        // The next one continues the timestamps and the alert memory (arriving → delivered alerts once more at most).
+        let next = try apply(restarted, delivery("delivered", .end, sequence: 4, at: clock))
+        #expect(next.first!.apnsTimestamp > sent.last!.apnsTimestamp)
+    }
+}
+
+@Suite("Freshness monitor")
+struct FreshnessMonitorTests {
+    @Test("fresh until the stale date; then the latest content again at priority 10 (no alert, later timestamp, new stale date), spaced and bounded; then the end")
+    func staleThenResentThenEnded() throws {
+        let clock = ManualClock(now)
+        var policy = FreshnessPolicy()
+        policy.maximumResends = 2
+        policy.resendSpacing = .seconds(60)
+        policy.severeAfter = .seconds(600)
+        let engine = try engine(clock, freshness: policy)
+        let sent = try apply(engine, delivery("out_for_delivery", sequence: 1, at: clock))  // stale after 180 s, alerting
+        #expect(sweep(engine).isEmpty)
+        #expect(engine.freshnessCounts()[.fresh] == 1)
+
+        clock.advance(181)
+        #expect(engine.staleActivities().map(\.freshness) == [.staleRecoverable])
+        let resend = sweep(engine)
+        #expect(resend.count == 1)
+        let first = try #require(resend.first)
+        #expect(first.event == .update && first.priority == 10 && !first.alerting && first.sourceEventId == nil)
+        #expect(first.apnsTimestamp > sent[0].apnsTimestamp)
+        #expect(first.staleDate! > clock.now)
+        #expect(try aps(first)["content-state"] == (try aps(sent[0])["content-state"]))
+        #expect(try aps(first)["alert"] == nil)
+        #expect(first.requestId == RequestIds.resend(of: sent[0].requestId, number: 1))
+        #expect(engine.freshnessCounts()[.fresh] == 1)
+
+        // Stale again after the re-send's stale date: the second (and last) re-send.
+        clock.advance(181)
+        #expect(sweep(engine).map(\.requestId) == [RequestIds.resend(of: sent[0].requestId, number: 2)])
+        clock.advance(181)
+        #expect(sweep(engine).isEmpty, "re-sends are bounded")
+        #expect(engine.staleActivities().first?.resends == 2)
+        // Severely stale: ended with the final content.
+        clock.advance(600)
+        #expect(engine.staleActivities().map(\.freshness) == [.severelyStale])
+        let end = sweep(engine)
+        #expect(end.map(\.event) == [.end])
+        #expect(try aps(end[0])["dismissal-date"] != nil)
+        #expect(try aps(end[0])["content-state"] == (try aps(sent[0])["content-state"]))
+        #expect(sweep(engine).isEmpty && engine.staleActivities().isEmpty, "an ended activity is left alone")
+        // A late event for the ended activity is ignored.
+        guard case .ignore = try engine.prepare(delivery("arriving", sequence: 2, at: clock)) else {
+            Issue.record("an event after the end was sent")
+            return
+        }
+    }
+
+    @Test("a failed delivery makes the content stale at once; re-sends are spaced")
+    func failedDelivery() throws {
+        let clock = ManualClock(now)
+        let engine = try engine(clock)
+        let sent = try apply(engine, delivery("preparing", sequence: 1, at: clock))
+        engine.record(outcome(sent[0], .failed, at: clock))
+        #expect(engine.staleActivities().map(\.freshness) == [.staleRecoverable])
+        let resent = sweep(engine)
+        #expect(resent.count == 1)
+        engine.record(outcome(resent[0], .failed, at: clock))
+        clock.advance(30)
+        #expect(sweep(engine).isEmpty, "60 s between re-sends")
+        clock.advance(31)
+        #expect(sweep(engine).count == 1)
+    }
+
+    @Test("a dead token ends the watch; a delivered update keeps the activity fresh")
+    func deadToken() throws {
+        let clock = ManualClock(now)
+        let engine = try engine(clock)
+        let sent = try apply(engine, delivery("preparing", sequence: 1, at: clock))
+        engine.record(outcome(sent[0], .delivered, at: clock))
+        #expect(engine.freshnessCounts()[.fresh] == 1)
+        engine.record(outcome(sent[0], .tokenInvalid, at: clock))
+        clock.advance(3_600)
+        #expect(sweep(engine).isEmpty)
+        #expect(engine.staleActivities().isEmpty)
+    }
+
+    @Test("every activity is ended with its latest content 7 h 50 min after its start, before iOS's 8 hours")
+    func lifetime() throws {
+        let clock = ManualClock(now)
+        var policy = FreshnessPolicy()
+        policy.severeAfter = .seconds(28_800)
+        policy.maximumResends = 0
+        let engine = try engine(clock, freshness: policy)
+        try apply(engine, delivery("placed", .start, sequence: 1, at: clock))
+        var sequence: Int64 = 1
+        // Updates keep coming every 20 minutes: never stale, but the lifetime runs out.
+        while clock.now.timeIntervalSince(now) < 7 * 3_600 + 40 * 60 {
+            clock.advance(1_200)
+            sequence += 1
+            try apply(engine, delivery("preparing", sequence: sequence, at: clock))
+            #expect(sweep(engine).isEmpty)
+        }
+        clock.advance(10 * 60)
+        let end = sweep(engine)
+        #expect(end.map(\.event) == [.end])
+        #expect(end.first?.contentSequence == sequence)
+        #expect(clock.now.timeIntervalSince(now) < 8 * 3_600)
+    }
+
+    @Test("an instance looks after the activities of its own partitions only")
+    func ownedPartitions() throws {
+        let clock = ManualClock(now)
+        let engine = try engine(clock)
+        try apply(engine, delivery("preparing", sequence: 1, at: clock), partition: 3)
+        clock.advance(3_600)
+        #expect(engine.sweep(owned: [0, 1]).isEmpty)
+        #expect(engine.sweep(owned: [3]).count == 1)
+    }
+}
+
+private func outcome(_ request: PushRequest, _ result: PushResult, at clock: ManualClock) -> PushOutcome {
+    PushOutcome(requestId: request.requestId, activityId: request.activityId, result: result, attempts: 1, completedAt: clock.now)
+}
