@@ -50,6 +50,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
         .package(url: "https://github.com/jpsim/Yams", from: "5.0.1"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // librdkafka (>= 2.3) through pkg-config; scripts/bootstrap.sh installs it.
@@ -58,6 +59,14 @@ let package = Package(
             path: "Shared/CRdKafka",
             pkgConfig: "rdkafka",
             providers: [.apt(["librdkafka-dev"])]
+        ),
+
+        // libgd through pkg-config, for content-service's thumbnails; scripts/bootstrap.sh installs it.
+        .systemLibrary(
+            name: "CGD",
+            path: "Shared/CGD",
+            pkgConfig: "gdlib",
+            providers: [.apt(["libgd-dev"])]
         ),
 
         // The wire contract: every topic's message type, its key rule and its JSON conventions.
@@ -227,7 +236,10 @@ let package = Package(
         .target(
             name: "ContentService",
             dependencies: [
-                "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos",
+                "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos", "CGD",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
@@ -372,7 +384,9 @@ let package = Package(
         .testTarget(
             name: "ContentServiceTests",
             dependencies: [
-                "ContentService", "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos",
+                "ContentService", "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos", "CGD",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),

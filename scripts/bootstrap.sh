@@ -36,6 +36,7 @@ fi
 apt_packages=(
   build-essential pkg-config curl ca-certificates python3 python3-pip unzip
   libssl-dev libcurl4-openssl-dev zlib1g-dev libzstd-dev liblz4-dev libsasl2-dev
+  libgd-dev  # content-service thumbnails (crop, scale, JPEG) through Shared/CGD
 )
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -55,7 +55,8 @@ public final class ContentEngine: Sendable {
     static let newest = AppVersion("999999")!
 
     /// - Parameter partition: the partition the event was read from (its activity's partition).
-    public func prepare(_ event: ActivityEvent, partition: Int32? = nil) throws(ContentError) -> Decision {
+    /// - Parameter images: thumbnails by image URL (``ThumbnailService``); without, images go by URL only.
+    public func prepare(_ event: ActivityEvent, partition: Int32? = nil, images: [String: [String]] = [:]) throws(ContentError) -> Decision {
         var memory = state.withLock { $0.memories[event.activityId] } ?? ActivityMemory()
         if let partition { memory.partition = partition }
         if let last = memory.lastSequence, event.sequence <= last {
@@ -77,7 +78,7 @@ public final class ContentEngine: Sendable {
             throw ContentError(field: "activityId", problem: "no token is registered for it, and template \(template.attributesType) names no app")
         }
         let version = record.flatMap { AppVersion($0.appVersion) } ?? Self.newest
-        let result = try assembler.assemble(event, app: app, appVersion: version, memory: &memory, now: now())
+        let result = try assembler.assemble(event, app: app, appVersion: version, memory: &memory, now: now(), images: images)
         return .send(Prepared(requests: result.requests, shrinks: result.shrinks, activityId: event.activityId, memory: memory))
     }
 

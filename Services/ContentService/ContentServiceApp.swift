@@ -25,6 +25,8 @@ public struct ContentSettings: Sendable {
     /// `ISLET_KAFKA_SEND_TIMEOUT_MS` (default 5000): how long a record may wait for Kafka's
     /// acknowledgement (a gRPC call then fails with UNAVAILABLE; push requests are sent again).
     public var sendTimeout: Duration
+    /// Thumbnails of layout images (`ISLET_THUMBNAIL_HOSTS`, `_MAX_BYTES`, `_TIMEOUT_MS`).
+    public var thumbnails = ThumbnailService.Settings()
 
     public init(
         templatesDirectory: String, keyring: LinkKeyring, policy: ContentPolicy = ContentPolicy(), freshness: FreshnessPolicy = FreshnessPolicy(),
@@ -78,6 +80,10 @@ public struct ContentSettings: Sendable {
             grpcHost: try config.string("islet.grpc.host", default: "0.0.0.0"),
             grpcPort: try config.int("islet.grpc.port", default: 9_083, range: 0...65_535),
             sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)))
+        thumbnails.allowedHosts = (config.optionalString("islet.thumbnail.hosts") ?? "").split(separator: ",")
+            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        thumbnails.maximumBytes = try config.int("islet.thumbnail.max.bytes", default: 2_000_000, range: 1_000...50_000_000)
+        thumbnails.timeout = try config.milliseconds("islet.thumbnail.timeout.ms", default: .milliseconds(1_500))
     }
 }
 
@@ -138,10 +144,11 @@ public struct ContentServiceApp: Sendable {
 
         let consumer = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.activityEvents]), logger: logger)
         let sender = RequestSender(producer: producer, engine: engine, topic: topics.pushRequests, logger: logger)
+        let thumbnails = settings.thumbnails.allowedHosts.isEmpty ? nil : ThumbnailService(settings: settings.thumbnails, logger: logger)
         let loop = ContentServiceLoop(
             consumer: consumer,
             deadLetters: DeadLetterWriter(producer: producer, consumer: consumer, service: service, logger: logger, topic: topics.deadLetters),
-            engine: engine, sender: sender, logger: logger)
+            engine: engine, sender: sender, thumbnails: thumbnails, logger: logger)
         let monitor = FreshnessMonitor(engine: engine, sender: sender, logger: logger)
         let ready: @Sendable () -> Bool = {
             let checks = health.report().checks
@@ -162,7 +169,7 @@ public struct ContentServiceApp: Sendable {
         self.engine = engine
         self.monitor = monitor
         self.grpc = grpc
-        self.services = [
+        self.services = (thumbnails.map { [$0] } ?? []) + [
             producer, tokenLoader, memoryLoader,
             ReadinessGate(health: health, check: Self.tableCheck, then: ReadinessGate(health: health, check: Self.memoryCheck, then: loop)),
             ReadinessGate(health: health, check: Self.memoryCheck, then: monitor),

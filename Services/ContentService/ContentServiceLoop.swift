@@ -19,13 +19,18 @@ public struct ContentServiceLoop: Service {
     let deadLetters: DeadLetterWriter
     let engine: ContentEngine
     let sender: RequestSender
+    let thumbnails: ThumbnailService?
     let logger: Logger
 
-    public init(consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: ContentEngine, sender: RequestSender, logger: Logger) {
+    public init(
+        consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: ContentEngine, sender: RequestSender, thumbnails: ThumbnailService? = nil,
+        logger: Logger
+    ) {
         self.consumer = consumer
         self.deadLetters = deadLetters
         self.engine = engine
         self.sender = sender
+        self.thumbnails = thumbnails
         self.logger = logger
     }
 
@@ -50,9 +55,16 @@ public struct ContentServiceLoop: Service {
 
     private func handle(_ event: ActivityEvent, _ raw: KafkaMessage) async throws {
         Counter(label: "islet_content_events_in_total", dimensions: [("event", event.kind.rawValue)]).increment()
+        // Thumbnails of the images the activity has not had inline yet (cached; a failure means by URL only).
+        var images: [String: [String]] = [:]
+        if let thumbnails {
+            let inlined = engine.memory(of: event.activityId)?.inlinedImages ?? []
+            let urls = engine.assembler.imageURLs(for: event).filter { !inlined.contains($0) }
+            if !urls.isEmpty { images = await thumbnails.thumbnails(for: urls) }
+        }
         let decision: ContentEngine.Decision
         do {
-            decision = try engine.prepare(event, partition: raw.partition)
+            decision = try engine.prepare(event, partition: raw.partition, images: images)
         } catch {
             Counter(label: "islet_content_events_total", dimensions: [("result", "refused")]).increment()
             logger.info("event refused", metadata: ["activity.id": "\(event.activityId)", "error": "\(error.description)"])

@@ -19,6 +19,23 @@ struct LayoutRenderer {
     let activityId: String
     let sequence: Int64
     let issuedAt: Date
+    /// Thumbnails by image URL (base64 JPEG, best first), the rung of them to inline (`nil`: none),
+    /// and the URLs already inlined in an earlier payload of the activity (not again).
+    var images: [String: [String]] = [:]
+    var imageRung: Int? = nil
+    var alreadyInlined: Set<String> = []
+
+    /// The image URLs the layout shows for this event.
+    func imageURLs(_ layout: ActivityTemplate.Layout) -> [String] {
+        var urls: [String] = []
+        for component in layout.minimal + layout.compactLeading + layout.compactTrailing + layout.expanded {
+            if case .remoteImage(let url, _) = component {
+                let address = url.render(context)
+                if !address.isEmpty, !urls.contains(address) { urls.append(address) }
+            }
+        }
+        return urls
+    }
 
     /// The surfaces' components; texts ranked below `droppingRanksBelow` are left out.
     func render(_ layout: ActivityTemplate.Layout, droppingRanksBelow threshold: Int) throws(ContentError) -> JSONValue {
@@ -87,6 +104,9 @@ struct LayoutRenderer {
                 let address = url.render(context)
                 guard !address.isEmpty else { continue }  // no image for this event
                 var image: [String: JSONValue] = ["url": .string(address)]
+                if let rung = imageRung, !alreadyInlined.contains(address), let variants = images[address], rung < variants.count {
+                    image["data"] = .string(variants[rung])
+                }
                 if let accessibility { image["accessibility"] = .string(accessibility.render(context)) }
                 rendered.append(.object(["remoteImage": .object(image)]))
             }

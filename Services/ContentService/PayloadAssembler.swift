@@ -27,6 +27,8 @@ public struct ActivityMemory: Sendable, Equatable {
     public var lastResendAt: Date?
     /// The activity's token is dead (APNs said so): nothing more is sent to it.
     public var gone = false
+    /// The image URLs whose data was inlined in one of the activity's payloads (only the first gets it).
+    public var inlinedImages: Set<String> = []
     /// The partition of the activity's records: the freshness monitor of the instance that owns it
     /// looks after it.
     public var partition: Int32?
@@ -61,6 +63,21 @@ public struct ActivityMemory: Sendable, Equatable {
             startedAt = request.createdAt
         }
         if request.event == .end { ended = true }
+        if request.payload.contains(#""data":"#) { inlinedImages.formUnion(Self.inlinedImageURLs(in: request.payload)) }
+    }
+
+    /// The URLs of the remote images carrying inline data in a payload.
+    static func inlinedImageURLs(in payload: String) -> Set<String> {
+        guard let root = try? IsletJSON.decodeValue(JSONValue.self, from: Array(payload.utf8)),
+            case .object(let layout)? = root["aps"]?["content-state"]?["layout"]
+        else { return [] }
+        var urls: Set<String> = []
+        for case .array(let components) in layout.values {
+            for component in components {
+                if let image = component["remoteImage"], image["data"] != nil, let url = image["url"]?.stringValue { urls.insert(url) }
+            }
+        }
+        return urls
     }
 
     /// The dispatcher's final answer to one of the activity's requests.
@@ -125,8 +142,9 @@ public struct PayloadAssembler: Sendable {
 
     /// The requests for `event`, sent to `app` for an app of `appVersion`; updates `memory`.
     /// Throws (nothing is produced) when the event does not fit its template, or cannot fit 4 KB.
+    /// - Parameter images: thumbnails by image URL (base64 JPEG, best first; ``ThumbnailService``).
     public func assemble(
-        _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, memory: inout ActivityMemory, now: Date
+        _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, memory: inout ActivityMemory, now: Date, images: [String: [String]] = [:]
     ) throws(ContentError) -> Result {
         guard let template = templates[event.attributesType] else {
             throw ContentError(field: "attributesType", problem: "\(event.attributesType) has no template")
@@ -163,18 +181,27 @@ public struct PayloadAssembler: Sendable {
         var layoutContext = context
         for (name, value) in contentState where layoutContext[name] == nil { layoutContext[name] = FieldValue.renderable(value) }
 
-        // Layout and links, shrunk rank by rank until the payload fits.
+        // Layout and links, shrunk until the payload fits: inline images smaller, then without
+        // their data (the URL stays), then texts rank by rank.
         let layoutIncluded = template.layout.map { appVersion >= $0.since } ?? false
         let ranks = layoutIncluded ? Self.ranks(in: template.layout!) : []
+        let rungs = layoutIncluded ? images.values.map(\.count).max() ?? 0 : 0
+        // Each attempt, and what it gives up compared with the one before.
+        let attempts: [(imageRung: Int?, dropBelow: Int, shrink: String)] =
+            (0..<rungs).map { ($0, Int.min, "inline image at size \($0 + 1)") } + [(nil, Int.min, rungs > 0 ? "inline image data" : "")]
+            + ranks.map { (nil, $0 + 1, "texts of rank \($0)") }
         var shrinks: [String] = []
         var requests: [PushRequest] = []
-        for dropBelow in [Int.min] + ranks.map({ $0 + 1 }) {
+        var inlined: Set<String> = []
+        for (attempt, (imageRung, dropBelow, _)) in attempts.enumerated() {
+            if attempt > 0 { shrinks.append(attempts[attempt].shrink) }
             if layoutIncluded, let layout = template.layout {
                 let renderer = LayoutRenderer(
                     template: template, context: layoutContext, contentState: contentState, keyring: keyring, activityId: event.activityId,
-                    sequence: event.sequence, issuedAt: now)
+                    sequence: event.sequence, issuedAt: now, images: images, imageRung: imageRung, alreadyInlined: memory.inlinedImages)
                 contentState["layout"] = try renderer.render(layout, droppingRanksBelow: dropBelow)
                 contentState["links"] = try renderer.widgetLinks()
+                inlined = imageRung == nil ? [] : Set(renderer.imageURLs(layout)).subtracting(memory.inlinedImages).filter { images[$0] != nil }
             }
             var aps: [String: JSONValue] = [
                 "timestamp": .integer(timestamp), "event": .string(event.kind.rawValue), "content-state": .object(contentState),
@@ -211,12 +238,11 @@ public struct PayloadAssembler: Sendable {
 
             let payloads = built.map { kind, aps, alerting in (kind, Self.encode(["aps": .object(aps)]), alerting) }
             if let tooLarge = payloads.first(where: { $0.1.utf8.count > PushRequest.maximumPayloadBytes }) {
-                guard dropBelow != ranks.map({ $0 + 1 }).last, !ranks.isEmpty else {
+                guard attempt < attempts.count - 1 else {
                     throw ContentError(
                         field: "payload",
                         problem: "is \(tooLarge.1.utf8.count) bytes after every shrink, more than \(PushRequest.maximumPayloadBytes)")
                 }
-                shrinks.append("texts of rank \(dropBelow == Int.min ? ranks.first! : dropBelow)")
                 continue
             }
             let priority = policy.priority(for: event.urgency)
@@ -238,6 +264,7 @@ public struct PayloadAssembler: Sendable {
         }
 
         memory.alertTimes = recentAlerts
+        memory.inlinedImages.formUnion(inlined)
         if event.kind == .start {
             // A (re)start: a new life for the activity id.
             memory.ended = false
@@ -246,6 +273,17 @@ public struct PayloadAssembler: Sendable {
         }
         for request in requests { memory.replay(request) }
         return Result(requests: requests, shrinks: shrinks)
+    }
+
+    /// The image URLs the event's layout shows (to fetch their thumbnails before assembling).
+    public func imageURLs(for event: ActivityEvent) -> [String] {
+        guard let template = templates[event.attributesType], let layout = template.layout else { return [] }
+        let builder = ContentBuilder(template: template)
+        let context = builder.context(fields: event.fields, state: builder.state(of: event.fields))
+        return LayoutRenderer(
+            template: template, context: context, contentState: [:], keyring: keyring, activityId: event.activityId, sequence: event.sequence,
+            issuedAt: Date()
+        ).imageURLs(layout)
     }
 
     static func alertJSON(_ alert: ActivityTemplate.Alert, context: [String: Any]) -> JSONValue {

@@ -1,0 +1,161 @@
+import CGD
+import Foundation
+import Hummingbird
+import IsletMessages
+import IsletTokens
+import Logging
+import NIOCore
+import Synchronization
+import Testing
+@testable import ContentService
+
+/// A real picture, encoded by libgd: three vertical bands (red, green, blue) of `width`×`height`.
+func bands(width: Int, height: Int, png: Bool) -> [UInt8] {
+    let image = gdImageCreateTrueColor(Int32(width), Int32(height))!
+    defer { gdImageDestroy(image) }
+    let colours: [Int32] = [0xFF0000, 0x00FF00, 0x0000FF]
+    for (index, colour) in colours.enumerated() {
+        gdImageFilledRectangle(image, Int32(index * width / 3), 0, Int32((index + 1) * width / 3 - 1), Int32(height - 1), colour)
+    }
+    var size: Int32 = 0
+    let data = png ? gdImagePngPtr(image, &size)! : gdImageJpegPtr(image, &size, 90)!
+    defer { gdFree(data) }
+    return Array(UnsafeRawBufferPointer(start: data, count: Int(size)))
+}
+
+/// The size and the centre pixel's colour of a JPEG.
+func inspect(_ jpeg: [UInt8]) throws -> (width: Int, height: Int, centre: (r: Int, g: Int, b: Int)) {
+    #expect(jpeg.starts(with: [0xFF, 0xD8]), "a JPEG file")
+    var bytes = jpeg
+    let image = try #require(bytes.withUnsafeMutableBytes { gdImageCreateFromJpegPtr(Int32($0.count), $0.baseAddress) })
+    defer { gdImageDestroy(image) }
+    let (w, h) = (Int(image.pointee.sx), Int(image.pointee.sy))
+    let pixel = gdImageGetTrueColorPixel(image, Int32(w / 2), Int32(h / 2))
+    return (w, h, (Int(pixel >> 16 & 0xFF), Int(pixel >> 8 & 0xFF), Int(pixel & 0xFF)))
+}
+
+@Suite("Thumbnails")
+struct ThumbnailTests {
+    @Test("JPEG and PNG become square JPEG thumbnails of the centre, at every size of the ladder", arguments: [true, false])
+    func thumbnails(png: Bool) throws {
+        // 300×100: the centre square is the green band.
+        let thumbnails = try Thumbnailer.thumbnails(of: bands(width: 300, height: 100, png: png))
+        #expect(thumbnails.count == Thumbnailer.ladder.count)
+        for (thumbnail, size) in zip(thumbnails, Thumbnailer.ladder) {
+            let (width, height, centre) = try inspect(thumbnail)
+            #expect(width == size.side && height == size.side)
+            #expect(centre.g > 180 && centre.r < 80 && centre.b < 80, "the centre square (green) was kept: \(centre)")
+        }
+        #expect(thumbnails[0].count < 2_500, "a 72×72 JPEG is small: \(thumbnails[0].count) bytes")
+        #expect(thumbnails.last!.count < thumbnails.first!.count)
+    }
+
+    @Test("what is not a picture, or claims a huge one, is refused before decoding")
+    func refused() throws {
+        #expect(throws: ThumbnailError.self) { try Thumbnailer.thumbnails(of: Array("<html>".utf8)) }
+        #expect(throws: ThumbnailError.self) { try Thumbnailer.thumbnails(of: []) }
+        // A PNG header claiming 100000×100000 (a decompression bomb).
+        var bomb: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 13] + Array("IHDR".utf8)
+        bomb += [0x00, 0x01, 0x86, 0xA0, 0x00, 0x01, 0x86, 0xA0, 8, 2, 0, 0, 0]
+        let error = #expect(throws: ThumbnailError.self) { try Thumbnailer.thumbnails(of: bomb) }
+        #expect(error?.description.contains("100000") == true)
+        // Truncated files do not crash the decoder.
+        let jpeg = bands(width: 90, height: 90, png: false)
+        #expect(throws: ThumbnailError.self) { try Thumbnailer.thumbnails(of: Array(jpeg.prefix(40))) }
+        let png = bands(width: 90, height: 90, png: true)
+        #expect(throws: ThumbnailError.self) { try Thumbnailer.thumbnails(of: Array(png.prefix(60))) }
+    }
+
+    @Test("fetched from allowed hosts only, within the size and time limits, without redirects; cached")
+    func fetching() async throws {
+        let hits = Mutex(0)
+        let picture = bands(width: 120, height: 120, png: true)
+        let router = Router()
+        router.get("photo.png") { _, _ -> Response in
+            hits.withLock { $0 += 1 }
+            return Response(status: .ok, headers: [.contentType: "image/png"], body: .init(byteBuffer: ByteBuffer(bytes: picture)))
+        }
+        router.get("big.png") { _, _ in Response(status: .ok, body: .init(byteBuffer: ByteBuffer(repeating: 7, count: 300_000))) }
+        router.get("slow.png") { _, _ -> Response in
+            try await Task.sleep(for: .seconds(5))
+            return Response(status: .ok, body: .init(byteBuffer: ByteBuffer(bytes: picture)))
+        }
+        router.get("moved.png") { _, _ in Response(status: .found, headers: [.location: "http://127.0.0.1:1/photo.png"]) }
+        let port = Mutex<Int?>(nil)
+        let server = Application(
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)), onServerRunning: { channel in port.withLock { $0 = channel.localAddress?.port } },
+            logger: Logger(label: "test.images"))
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { try await server.runService() }
+            while port.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(10)) }
+            let host = "127.0.0.1:\(port.withLock { $0! })"
+            var settings = ThumbnailService.Settings(allowedHosts: [host, "*.example.com"])
+            settings.maximumBytes = 100_000
+            settings.timeout = .milliseconds(500)
+            let service = ThumbnailService(settings: settings, logger: Logger(label: "test.thumbnails"))
+            group.addTask { try await service.run() }
+
+            #expect(service.isAllowed(URL(string: "http://\(host)/a.png")!))
+            #expect(service.isAllowed(URL(string: "https://img.example.com/a.png")!))
+            #expect(!service.isAllowed(URL(string: "https://example.com.evil.net/a.png")!))
+            #expect(!service.isAllowed(URL(string: "http://127.0.0.1:1/a.png")!), "another port")
+            #expect(!service.isAllowed(URL(string: "file:///etc/passwd")!))
+            #expect(!service.isAllowed(URL(string: "http://user@\(host)/a.png")!))
+
+            let urls = ["photo", "big", "slow", "moved"].map { "http://\(host)/\($0).png" } + ["http://not-allowed.test/photo.png"]
+            let made = await service.thumbnails(for: urls)
+            #expect(Set(made.keys) == ["http://\(host)/photo.png"])
+            #expect(try inspect(Array(Data(base64Encoded: made["http://\(host)/photo.png"]![0])!)).width == 72)
+            _ = await service.thumbnails(for: [urls[0]])
+            #expect(hits.withLock { $0 } == 1, "the second time comes from the cache")
+            group.cancelAll()
+        }
+    }
+
+    @Test("inline only in the first payload of the activity that shows it; smaller, then without data (URL kept) when it does not fit")
+    func inlining() throws {
+        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        let url = "https://img.example.com/ana.jpg"
+        let small = try Thumbnailer.thumbnails(of: bands(width: 200, height: 200, png: false)).map { Data($0).base64EncodedString() }
+        func image(_ request: PushRequest) throws -> [String: JSONValue]? {
+            guard case .array(let expanded)? = try aps(request)["content-state"]?["layout"]?["expanded"] else { return nil }
+            return expanded.compactMap { $0["remoteImage"]?.objectValue }.first
+        }
+        var fields: [String: JSONValue] = [
+            "status": .string("courier_assigned"), "orderId": .string("42"),
+            "courier": .object(["name": .string("Ana"), "photoUrl": .string(url)]),
+        ]
+        #expect(try engine.assembler.imageURLs(for: event("DeliveryAttributes", sequence: 1, fields)) == [url])
+        guard case .send(let first) = try engine.prepare(event("DeliveryAttributes", sequence: 1, fields), images: [url: small]) else {
+            Issue.record("nothing sent")
+            return
+        }
+        engine.commit(first)
+        let inline = try #require(try image(first.requests[0]))
+        #expect(inline["url"] == .string(url))
+        #expect(inline["data"] != nil, "the first payload carries the picture")
+        #expect(first.requests[0].payload.utf8.count <= 4_096)
+        #expect(engine.memory(of: "order-42")?.inlinedImages == [url])
+
+        fields["status"] = .string("out_for_delivery")
+        guard case .send(let second) = try engine.prepare(event("DeliveryAttributes", sequence: 2, fields), images: [url: small]) else { return }
+        #expect(try image(second.requests[0])?["data"] == nil, "not again")
+        #expect(try image(second.requests[0])?["url"] == .string(url))
+
+        // Too large to inline at any size: the URL stays, the data goes, and the shrink is reported.
+        let huge = [String](repeating: String(repeating: "A", count: 3_000), count: 2)
+        let other = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        guard case .send(let shrunk) = try other.prepare(event("DeliveryAttributes", sequence: 1, fields), images: [url: huge]) else { return }
+        #expect(try image(shrunk.requests[0])?["data"] == nil)
+        #expect(try image(shrunk.requests[0])?["url"] == .string(url))
+        #expect(shrunk.shrinks == ["inline image at size 2", "inline image data"])
+        #expect(other.memory(of: "order-42")?.inlinedImages == nil || other.memory(of: "order-42")?.inlinedImages == [])
+        // A smaller rung that fits is used.
+        let third = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        guard case .send(let smaller) = try third.prepare(event("DeliveryAttributes", sequence: 1, fields), images: [url: [huge[0], small[2]]]) else {
+            return
+        }
+        #expect(try image(smaller.requests[0])?["data"] == .string(small[2]))
+        #expect(smaller.shrinks == ["inline image at size 2"])
+    }
+}
