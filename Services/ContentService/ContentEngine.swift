@@ -59,10 +59,13 @@ public final class ContentEngine: Sendable {
     public func prepare(_ event: ActivityEvent, partition: Int32? = nil, images: [String: [String]] = [:]) throws(ContentError) -> Decision {
         var memory = state.withLock { $0.memories[event.activityId] } ?? ActivityMemory()
         if let partition { memory.partition = partition }
+        // An event that is not applied is still checked: a caller (gRPC) learns that it is invalid.
+        var ignored: String?
         if let last = memory.lastSequence, event.sequence <= last {
-            return .ignore(event.sequence == last ? "duplicate sequence \(event.sequence)" : "sequence \(event.sequence) is older than \(last)")
+            ignored = event.sequence == last ? "duplicate sequence \(event.sequence)" : "sequence \(event.sequence) is older than \(last)"
+        } else if memory.ended, event.kind != .start {
+            ignored = "the activity has ended"
         }
-        if memory.ended, event.kind != .start { return .ignore("the activity has ended") }
         guard let template = assembler.templates[event.attributesType] else {
             throw ContentError(field: "attributesType", problem: "\(event.attributesType) has no template")
         }
@@ -79,6 +82,7 @@ public final class ContentEngine: Sendable {
         }
         let version = record.flatMap { AppVersion($0.appVersion) } ?? Self.newest
         let result = try assembler.assemble(event, app: app, appVersion: version, memory: &memory, now: now(), images: images)
+        if let ignored { return .ignore(ignored) }
         return .send(Prepared(requests: result.requests, shrinks: result.shrinks, activityId: event.activityId, memory: memory))
     }
 

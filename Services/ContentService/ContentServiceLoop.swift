@@ -21,6 +21,8 @@ public struct ContentServiceLoop: Service {
     let sender: RequestSender
     let thumbnails: ThumbnailService?
     let logger: Logger
+    /// Events are marked processed in offset order, once their requests are acknowledged.
+    private let tracker = OffsetTracker()
 
     public init(
         consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: ContentEngine, sender: RequestSender, thumbnails: ThumbnailService? = nil,
@@ -43,7 +45,9 @@ public struct ContentServiceLoop: Service {
                     sender.own(partitions.map(\.partition))
                 case .partitionsRevoked(let partitions):
                     sender.disown(partitions.map(\.partition))
+                    tracker.revoke(partitions)
                 case .message(let activityEvent, let raw):
+                    tracker.begin(raw)
                     try await sender.turn { try await handle(activityEvent, raw) }
                 default:
                     continue
@@ -53,7 +57,12 @@ public struct ContentServiceLoop: Service {
         }
     }
 
+    private func done(_ raw: KafkaMessage) {
+        if let release = tracker.complete(raw) { consumer.markProcessed(release) }
+    }
+
     private func handle(_ event: ActivityEvent, _ raw: KafkaMessage) async throws {
+        try await sender.repair()
         Counter(label: "islet_content_events_in_total", dimensions: [("event", event.kind.rawValue)]).increment()
         // Thumbnails of the images the activity has not had inline yet (cached; a failure means by URL only).
         var images: [String: [String]] = [:]
@@ -68,26 +77,31 @@ public struct ContentServiceLoop: Service {
         } catch {
             Counter(label: "islet_content_events_total", dimensions: [("result", "refused")]).increment()
             logger.info("event refused", metadata: ["activity.id": "\(event.activityId)", "error": "\(error.description)"])
-            try await deadLetters.deadLetter(raw, reason: .unprocessable, detail: error.description)
+            try await deadLetters.send(raw, reason: .unprocessable, detail: error.description)
+            done(raw)
             return
         }
         switch decision {
         case .ignore(let why):
             Counter(label: "islet_content_events_total", dimensions: [("result", "ignored")]).increment()
             logger.debug("event ignored", metadata: ["activity.id": "\(event.activityId)", "event.why": "\(why)"])
-            consumer.markProcessed(raw)
+            done(raw)
         case .send(let prepared):
-            try await sender.persist(prepared)
             Counter(label: "islet_content_events_total", dimensions: [("result", "sent")]).increment()
             if !prepared.shrinks.isEmpty { Counter(label: "islet_content_shrinks_total").increment() }
-            consumer.markProcessed(raw)
+            // In flight: the next event goes on while Kafka acknowledges these.
+            try await sender.enqueue(prepared) { done(raw) }
         }
     }
 }
 
-/// Sends prepared requests to `islet.push-requests.v1` until Kafka takes them, then commits them to
-/// the engine's memory; and runs the work of the event loop and of the freshness monitor one turn
-/// at a time.
+/// Sends prepared requests to `islet.push-requests.v1` and commits them to the engine's memory;
+/// runs the work of the event loop and of the freshness monitor one turn at a time.
+///
+/// Requests are handed to librdkafka in order and acknowledged in the background (up to
+/// `window` events in flight); an event is done once all its requests are. A request Kafka did
+/// not take is sent again, the same bytes, before the next event (``repair()``): its event stays
+/// open (unmarked) until then, so a crash cannot skip it.
 public final class RequestSender: Sendable {
     let producer: KafkaProducer
     let engine: ContentEngine
@@ -95,11 +109,29 @@ public final class RequestSender: Sendable {
     let logger: Logger
     private let gate = TurnGate()
     private let owned = Mutex<Set<Int32>>([])
+    private let inFlight: InFlightLimit
+    private let failed = Mutex<[(PushRequest, Completion)]>([])
 
-    public init(producer: KafkaProducer, engine: ContentEngine, topic: String = IsletTopics.pushRequests.name, logger: Logger) {
+    /// Counts down an event's requests; calls `onDone` at zero.
+    final class Completion: Sendable {
+        private let remaining: Mutex<Int>
+        private let onDone: @Sendable () -> Void
+        init(count: Int, onDone: @escaping @Sendable () -> Void) {
+            remaining = Mutex(count)
+            self.onDone = onDone
+        }
+        func one() {
+            if remaining.withLock({ $0 -= 1; return $0 == 0 }) { onDone() }
+        }
+    }
+
+    public init(
+        producer: KafkaProducer, engine: ContentEngine, topic: String = IsletTopics.pushRequests.name, window: Int = 2_000, logger: Logger
+    ) {
         self.producer = producer
         self.engine = engine
         self.topic = topic
+        self.inFlight = InFlightLimit(window)
         self.logger = logger
     }
 
@@ -115,26 +147,111 @@ public final class RequestSender: Sendable {
         return try await body()
     }
 
+    /// Hands the requests to Kafka in order and moves the activity's memory on; `onPersisted` is
+    /// called once every one is acknowledged.
+    func enqueue(_ prepared: ContentEngine.Prepared, onPersisted: @escaping @Sendable () -> Void) async throws {
+        await inFlight.acquire()
+        let limit = inFlight
+        let completion = Completion(count: prepared.requests.count) {
+            limit.release()
+            onPersisted()
+        }
+        for request in prepared.requests {
+            let value = try IsletJSON.encode(request)
+            while true {
+                do {
+                    try producer.produce(topic: topic, key: request.key.map { Array($0.utf8) }, value: value) { [self] result in
+                        switch result {
+                        case .success: completion.one()
+                        case .failure: self.failed.withLock { $0.append((request, completion)) }
+                        }
+                    }
+                    break
+                } catch where error.isQueueFull {
+                    await producer.waitForCapacity()
+                } catch {
+                    failed.withLock { $0.append((request, completion)) }
+                    break
+                }
+            }
+            count(request)
+        }
+        engine.commit(prepared)
+    }
+
+    /// Sends again, until Kafka takes them, the requests it refused.
+    func repair() async throws {
+        while let (request, completion) = failed.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) {
+            try await sendUntilAcknowledged(request, activityId: request.sourceActivityId ?? request.key ?? "")
+            completion.one()
+        }
+    }
+
     /// Sends the requests (the same ones again while Kafka refuses: same request ids), then moves
     /// the activity's memory on. Throws only when cancelled.
     func persist(_ prepared: ContentEngine.Prepared) async throws {
+        try await repair()
+        for request in prepared.requests {
+            try await sendUntilAcknowledged(request, activityId: prepared.activityId)
+            count(request)
+        }
+        engine.commit(prepared)
+    }
+
+    private func sendUntilAcknowledged(_ request: PushRequest, activityId: String) async throws {
         var backoff = Duration.milliseconds(100)
         while true {
             do {
-                for request in prepared.requests { try await producer.send(request, to: topic) }
-                break
+                try await producer.send(request, to: topic)
+                return
             } catch {
-                logger.warning("push requests not persisted; retrying", metadata: ["activity.id": "\(prepared.activityId)", "error": "\(error)"])
+                logger.warning("push request not persisted; retrying", metadata: ["activity.id": "\(activityId)", "error": "\(error)"])
                 try await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(5))
             }
         }
-        engine.commit(prepared)
-        for request in prepared.requests {
-            Counter(label: "islet_content_requests_total", dimensions: [("event", request.event.rawValue), ("priority", "\(request.priority)")])
-                .increment()
-            Recorder(label: "islet_content_payload_bytes").record(request.payload.utf8.count)
+    }
+
+    private func count(_ request: PushRequest) {
+        Counter(label: "islet_content_requests_total", dimensions: [("event", request.event.rawValue), ("priority", "\(request.priority)")])
+            .increment()
+        Recorder(label: "islet_content_payload_bytes").record(request.payload.utf8.count)
+    }
+}
+
+/// At most `limit` events in flight: ``acquire()`` waits for a ``release()``.
+final class InFlightLimit: Sendable {
+    private struct State {
+        var available: Int
+        var waiting: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state: Mutex<State>
+
+    init(_ limit: Int) { state = Mutex(State(available: limit)) }
+
+    func acquire() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let go = state.withLock { state -> Bool in
+                if state.available > 0 {
+                    state.available -= 1
+                    return true
+                }
+                state.waiting.append(continuation)
+                return false
+            }
+            if go { continuation.resume() }
         }
+    }
+
+    func release() {
+        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            if state.waiting.isEmpty {
+                state.available += 1
+                return nil
+            }
+            return state.waiting.removeFirst()
+        }
+        next?.resume()
     }
 }
 

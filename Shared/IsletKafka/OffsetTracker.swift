@@ -1,4 +1,3 @@
-import IsletKafka
 import Synchronization
 
 /// Marks input records processed in offset order although their outcomes complete in any order:

@@ -1,0 +1,36 @@
+import IsletKafka
+import Testing
+
+@Suite("OffsetTracker")
+struct OffsetTrackerTests {
+    private func message(_ partition: Int32, _ offset: Int64) -> KafkaMessage {
+        KafkaMessage(topic: "t", partition: partition, offset: offset, key: nil, value: nil)
+    }
+
+    @Test("a record is released only when it and every earlier record of its partition are done; partitions are independent")
+    func inOrder() {
+        let tracker = OffsetTracker()
+        for offset in 0..<4 { tracker.begin(message(0, Int64(offset))) }
+        tracker.begin(message(1, 10))
+        #expect(tracker.complete(message(0, 2)) == nil)
+        #expect(tracker.complete(message(0, 1)) == nil)
+        #expect(tracker.complete(message(1, 10))?.offset == 10)
+        #expect(tracker.complete(message(0, 0))?.offset == 2, "the run 0, 1, 2 is released at once, as its last")
+        #expect(tracker.open == 1)
+        #expect(tracker.complete(message(0, 3))?.offset == 3)
+        #expect(tracker.complete(message(0, 7)) == nil, "never begun")
+    }
+
+    @Test("revoked partitions are forgotten; thousands of records stay cheap")
+    func revokeAndCompaction() {
+        let tracker = OffsetTracker()
+        for offset in 0..<5_000 { tracker.begin(message(0, Int64(offset))) }
+        var released: Int64 = -1
+        for offset in 0..<4_000 { if let r = tracker.complete(message(0, Int64(offset))) { released = r.offset } }
+        #expect(released == 3_999)
+        #expect(tracker.open == 1_000)
+        tracker.revoke([KafkaTopicPartition(topic: "t", partition: 0)])
+        #expect(tracker.open == 0)
+        #expect(tracker.complete(message(0, 4_500)) == nil)
+    }
+}
