@@ -28,6 +28,7 @@ let package = Package(
         .executable(name: "content-service", targets: ["ContentServiceExecutable"]),
         .executable(name: "islet-kafka-bench", targets: ["IsletKafkaBench"]),
         .executable(name: "islet-dispatch-bench", targets: ["IsletDispatchBench"]),
+        .executable(name: "islet-content-bench", targets: ["IsletContentBench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -270,6 +271,19 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/KafkaThroughput",
+            swiftSettings: strict
+        ),
+
+        // content-service's assembly and pipeline figures, for scripts/bench-content.sh.
+        .executableTarget(
+            name: "IsletContentBench",
+            dependencies: [
+                "ContentService", "CGD", "IsletKafka", "IsletLinks", "IsletMessages", "IsletRuntime", "IsletTokens",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Benchmarks/ContentService",
             swiftSettings: strict
         ),
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# content-service's figures: payload assembly per event in process (without and with an inline
+# thumbnail, and the thumbnail itself), then events per second through one in-process instance
+# against a fresh local broker (event read → push request acknowledged) next to a pass-through that
+# reads the same events and writes them back with the same settings and the same in-order marking.
+#
+#   scripts/bench-content.sh             # 3 rounds of each, 20,000 events
+#   ROUNDS=5 EVENTS=50000 scripts/bench-content.sh
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
+mkdir -p "$ISLET_RUN_DIR"
+rounds=${ROUNDS:-3}
+events=${EVENTS:-20000}
+
+scripts/bootstrap.sh
+swift build -c release --product islet-content-bench >/dev/null
+bench=$(swift build -c release --show-bin-path)/islet-content-bench
+
+echo "== assembly (in process, median of 5 rounds of $events events)"
+"$bench" assembly --events "$events"
+
+broker_pid=""
+stop_broker() { if [ -n "$broker_pid" ]; then kill "$broker_pid" 2>/dev/null || true; wait "$broker_pid" 2>/dev/null || true; fi; broker_pid=""; }
+trap stop_broker EXIT INT TERM
+
+echo "== pipeline ($events events over 1,000 activities, 4 partitions; a fresh broker per round)"
+for r in $(seq 1 "$rounds"); do
+  stop_broker
+  eval "$(scripts/broker.sh)"
+  broker_pid=$ISLET_BROKER_PID
+  echo "round $r: $("$bench" pipeline --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --events "$events" | tr '\n' ' ')"
+done
