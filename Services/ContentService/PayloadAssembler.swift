@@ -37,7 +37,9 @@ public struct ActivityMemory: Sendable, Equatable {
 
     /// A request read back from `islet.push-requests.v1` (this instance's or another's): applied
     /// when it is newer than what is remembered, so reading one twice changes nothing.
-    mutating func replay(_ request: PushRequest) {
+    /// - Parameter scanImages: look for inlined images in the payload (when read back from Kafka;
+    ///   the assembler knows what it inlined).
+    mutating func replay(_ request: PushRequest, scanImages: Bool = true) {
         if let last = lastTimestamp, request.apnsTimestamp <= last { return }
         lastTimestamp = request.apnsTimestamp
         latest = request
@@ -63,7 +65,18 @@ public struct ActivityMemory: Sendable, Equatable {
             startedAt = request.createdAt
         }
         if request.event == .end { ended = true }
-        if request.payload.contains(#""data":"#) { inlinedImages.formUnion(Self.inlinedImageURLs(in: request.payload)) }
+        if scanImages, request.payload.utf8.count > 1_500, Self.contains(request.payload.utf8, #""data":"#.utf8) {
+            inlinedImages.formUnion(Self.inlinedImageURLs(in: request.payload))
+        }
+    }
+
+    static func contains(_ text: String.UTF8View, _ needle: String.UTF8View) -> Bool {
+        let (haystack, pattern) = (Array(text), Array(needle))
+        guard haystack.count >= pattern.count else { return false }
+        for start in 0...(haystack.count - pattern.count) where haystack[start] == pattern[0] {
+            if haystack[start..<(start + pattern.count)].elementsEqual(pattern) { return true }
+        }
+        return false
     }
 
     /// The URLs of the remote images carrying inline data in a payload.
@@ -271,7 +284,7 @@ public struct PayloadAssembler: Sendable {
             memory.gone = false
             memory.startedAt = nil
         }
-        for request in requests { memory.replay(request) }
+        for request in requests { memory.replay(request, scanImages: false) }
         return Result(requests: requests, shrinks: shrinks)
     }
 
@@ -305,6 +318,6 @@ public struct PayloadAssembler: Sendable {
 
     static func encode(_ value: [String: JSONValue]) -> String {
         // Sorted keys and no escaped slashes: equal content is equal bytes, and URLs stay short.
-        String(decoding: (try? IsletJSON.encode(JSONValue.object(value))) ?? [], as: UTF8.self)
+        String(decoding: JSONValue.object(value).jsonBytes, as: UTF8.self)
     }
 }

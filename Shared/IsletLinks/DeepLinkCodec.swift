@@ -118,7 +118,9 @@ public enum DeepLinkCodec {
 
     /// The app's URL with the signed analytics parameters appended.
     public static func sign(baseURL: String, target: TapTarget, issuedAt: Date, key: LinkKey) throws(LinkError) -> String {
-        guard let schemeEnd = baseURL.range(of: ":"), !baseURL[..<schemeEnd.lowerBound].isEmpty, !baseURL.contains("#") else {
+        guard let schemeEnd = baseURL.utf8.firstIndex(of: UInt8(ascii: ":")), schemeEnd != baseURL.utf8.startIndex,
+            !baseURL.utf8.contains(UInt8(ascii: "#"))
+        else {
             throw LinkError("the base URL must have a scheme and no fragment: \(baseURL.prefix(80))")
         }
         guard !split(baseURL).items.contains(where: { $0.hasPrefix(prefix) }) else {
@@ -254,8 +256,15 @@ public enum DeepLinkCodec {
     }
 
     static func base64URLEncode(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        let base64 = Data(bytes).base64EncodedString().utf8.compactMap { byte -> UInt8? in
+            switch byte {
+            case UInt8(ascii: "+"): UInt8(ascii: "-")
+            case UInt8(ascii: "/"): UInt8(ascii: "_")
+            case UInt8(ascii: "="): nil
+            default: byte
+            }
+        }
+        return String(decoding: base64, as: UTF8.self)
     }
 
     static func base64URLDecode(_ text: String) -> [UInt8]? {

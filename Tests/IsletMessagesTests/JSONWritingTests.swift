@@ -1,0 +1,39 @@
+import Foundation
+import IsletMessages
+import Testing
+
+@Suite("JSONValue's own writer")
+struct JSONWritingTests {
+    /// A random JSON value: every kind, awkward strings and numbers, nesting.
+    static func random(_ rng: inout some RandomNumberGenerator, depth: Int = 0) -> JSONValue {
+        let strings = ["", "plain", "a\"b\\c/d", "line\nbreak\r\ttab", "\u{0}\u{1}\u{8}\u{c}\u{1f}\u{7f}", "é漢字😀", "\u{2028}"]
+        let numbers: [Double] = [0.1, 3.4, -2.5, 1e-7, 1e21, 100, -0.0, 123456.789, 1.5e300, 2.5e-5, 9007199254740993]
+        switch Int.random(in: 0..<(depth > 3 ? 5 : 7), using: &rng) {
+        case 0: return .null
+        case 1: return .bool(Bool.random(using: &rng))
+        case 2: return .integer(Int64.random(in: Int64.min...Int64.max, using: &rng))
+        case 3: return .number(numbers.randomElement(using: &rng)! * Double(Int.random(in: 1...9, using: &rng)))
+        case 4: return .string(strings.randomElement(using: &rng)! + String(Int.random(in: 0...99, using: &rng)))
+        case 5: return .array((0..<Int.random(in: 0...4, using: &rng)).map { _ in random(&rng, depth: depth + 1) })
+        default:
+            var members: [String: JSONValue] = [:]
+            for _ in 0..<Int.random(in: 0...5, using: &rng) { members[strings.randomElement(using: &rng)! + "k"] = random(&rng, depth: depth + 1) }
+            return .object(members)
+        }
+    }
+
+    @Test("writes exactly what IsletJSON's encoder writes, for 2,000 random values")
+    func sameBytesAsTheEncoder() throws {
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            let value = Self.random(&rng)
+            #expect(value.jsonBytes == (try IsletJSON.encode(value)), "\(value)")
+        }
+    }
+
+    @Test("what it writes reads back as the same value")
+    func roundTrip() throws {
+        let value: JSONValue = .object(["aps": .object(["timestamp": .integer(1_795_000_000), "relevance-score": .number(40.5), "event": .string("update")])])
+        #expect(try IsletJSON.decodeValue(JSONValue.self, from: value.jsonBytes) == value)
+    }
+}
