@@ -19,6 +19,8 @@ struct LayoutRenderer {
     let activityId: String
     let sequence: Int64
     let issuedAt: Date
+    /// The app's URL for the activity (the template's `link`, rendered once per event).
+    let baseURL: String
     /// Thumbnails by image URL (base64 JPEG, best first), the rung of them to inline (`nil`: none),
     /// and the URLs already inlined in an earlier payload of the activity (not again).
     var images: [String: [String]] = [:]
@@ -59,7 +61,7 @@ struct LayoutRenderer {
     private func link(surface: Surface, element: String) throws(ContentError) -> String {
         do {
             return try DeepLinkCodec.sign(
-                baseURL: template.link.render(context),
+                baseURL: baseURL,
                 target: TapTarget(activityId: activityId, attributesType: template.attributesType, surface: surface, element: element, contentSequence: sequence),
                 issuedAt: issuedAt, key: keyring.signing)
         } catch {

@@ -206,12 +206,13 @@ public struct PayloadAssembler: Sendable {
         var shrinks: [String] = []
         var requests: [PushRequest] = []
         var inlined: Set<String> = []
+        let baseURL = layoutIncluded ? template.link.render(layoutContext) : ""
         for (attempt, (imageRung, dropBelow, _)) in attempts.enumerated() {
             if attempt > 0 { shrinks.append(attempts[attempt].shrink) }
             if layoutIncluded, let layout = template.layout {
                 let renderer = LayoutRenderer(
                     template: template, context: layoutContext, contentState: contentState, keyring: keyring, activityId: event.activityId,
-                    sequence: event.sequence, issuedAt: now, images: images, imageRung: imageRung, alreadyInlined: memory.inlinedImages)
+                    sequence: event.sequence, issuedAt: now, baseURL: baseURL, images: images, imageRung: imageRung, alreadyInlined: memory.inlinedImages)
                 contentState["layout"] = try renderer.render(layout, droppingRanksBelow: dropBelow)
                 contentState["links"] = try renderer.widgetLinks()
                 inlined = imageRung == nil ? [] : Set(renderer.imageURLs(layout)).subtracting(memory.inlinedImages).filter { images[$0] != nil }
@@ -295,7 +296,7 @@ public struct PayloadAssembler: Sendable {
         let context = builder.context(fields: event.fields, state: builder.state(of: event.fields))
         return LayoutRenderer(
             template: template, context: context, contentState: [:], keyring: keyring, activityId: event.activityId, sequence: event.sequence,
-            issuedAt: Date()
+            issuedAt: Date(), baseURL: ""
         ).imageURLs(layout)
     }
 
