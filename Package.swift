@@ -29,6 +29,7 @@ let package = Package(
         .executable(name: "islet-kafka-bench", targets: ["IsletKafkaBench"]),
         .executable(name: "islet-dispatch-bench", targets: ["IsletDispatchBench"]),
         .executable(name: "islet-content-bench", targets: ["IsletContentBench"]),
+        .executable(name: "islet-demo", targets: ["IsletDemo"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -271,6 +272,22 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/KafkaThroughput",
+            swiftSettings: strict
+        ),
+
+        // The local demo's app and backend (scripts/demo.sh).
+        .executableTarget(
+            name: "IsletDemo",
+            dependencies: [
+                "APNsSimulator", "CGD", "ContentService", "IsletKafka", "IsletMessages", "TokenRegistry",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "Tools/IsletDemo",
             swiftSettings: strict
         ),
 

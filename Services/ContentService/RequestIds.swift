@@ -6,27 +6,27 @@ import Foundation
 /// same ids, so the dispatcher and the phone see one request, and a gRPC call can answer with the
 /// ids before the requests exist. Name-based UUIDs, version 5 (RFC 9562: SHA-1 over a namespace
 /// and a name).
-enum RequestIds {
+public enum RequestIds {
     /// Islet's namespace for request ids.
     static let namespace: [UInt8] = Array(UUID(uuidString: "5b1f7c7e-2d4a-4f0e-9a51-3c6e0b8d2f10")!.bytes)
 
     /// The request for an event's own content.
-    static func content(activityId: String, eventId: String) -> String {
+    public static func content(activityId: String, eventId: String) -> String {
         make("event:\(activityId):\(eventId)")
     }
 
     /// The alerting update sent just before an end whose final state alerts.
-    static func alertBeforeEnd(activityId: String, eventId: String) -> String {
+    public static func alertBeforeEnd(activityId: String, eventId: String) -> String {
         make("event:\(activityId):\(eventId):alert")
     }
 
     /// The freshness monitor's n-th re-send of a request's content.
-    static func resend(of requestId: String, number: Int) -> String {
+    public static func resend(of requestId: String, number: Int) -> String {
         make("resend:\(requestId):\(number)")
     }
 
     /// The end the service sends by itself (lifetime or severe staleness) after a request's content.
-    static func end(after requestId: String) -> String {
+    public static func end(after requestId: String) -> String {
         make("end:\(requestId)")
     }
 

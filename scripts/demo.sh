@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The local demo: installs what is missing, builds, starts a broker, the services and the APNs
+# simulator as local processes, and plays two scenarios through them the way an iOS app and a
+# backend would (Tools/IsletDemo): a food order and a ride. What it prints after "↳" comes from
+# the services: the pushes as the simulator received them, the registry's and ingest's answers,
+# records read from the topics. Then it leaves everything running and prints the URLs.
+#
+#   scripts/demo.sh           # Ctrl-C stops everything
+#   scripts/demo.sh --exit    # stop after the scenarios
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
+run=$ISLET_RUN_DIR/demo
+rm -rf "$run" && mkdir -p "$run"
+exit_after=no
+[ "${1:-}" = "--exit" ] && exit_after=yes
+
+scripts/bootstrap.sh
+echo "== build (several minutes the first time)"
+swift build 2>&1 | grep -E "error|warning: unre|Compiling|Build complete" | grep -v "^\[" | tail -3
+bin=$(swift build --show-bin-path)
+
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done; pids=(); }
+trap cleanup EXIT INT TERM
+wait_ready() {  # name, URL: until /health answers 200 (ready), at most 90 s
+  for _ in $(seq 1 900); do curl -sf "$2/health" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "$1 did not become ready; the end of its log ($run/$1.log):" >&2; tail -20 "$run/$1.log" >&2; return 1
+}
+secret() { python3 -c 'import secrets; print(secrets.token_hex(32))'; }
+
+echo "== broker"
+eval "$(scripts/broker.sh)"
+pids+=("$ISLET_BROKER_PID")
+bootstrap=$ISLET_KAFKA_BOOTSTRAP
+"$bin/islet-demo" setup --bootstrap "$bootstrap"
+
+echo "== services (logs in $run)"
+key_id=DEMOKEY001; team=DEMOTEAM01
+"$bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"
+link_secret=$(secret); jwt_secret=$(secret)
+common=(ISLET_KAFKA_BOOTSTRAP="$bootstrap" ISLET_HTTP_HOST=127.0.0.1 ISLET_LOG_LEVEL="${ISLET_LOG_LEVEL:-notice}")
+
+"$bin/islet-demo" serve-images --port 8099 >"$run/images.log" 2>&1 &
+pids+=("$!")
+env "${common[@]}" ISLET_SIMULATOR_KEYS="$key_id=$team:$run/AuthKey.p8" ISLET_HTTP_PORT=8090 ISLET_SIMULATOR_PORT=2197 \
+  ISLET_SIMULATOR_TLS_CERTIFICATE_OUT="$run/simulator.pem" "$bin/apns-simulator" >"$run/apns-simulator.log" 2>&1 &
+pids+=("$!")
+wait_ready apns-simulator http://127.0.0.1:8090
+env "${common[@]}" ISLET_HTTP_PORT=8081 ISLET_GRPC_PORT=9081 ISLET_AUTH_HS256_KEYS="demo=$jwt_secret" \
+  "$bin/token-registry" >"$run/token-registry.log" 2>&1 &
+pids+=("$!")
+env "${common[@]}" ISLET_HTTP_PORT=8083 ISLET_GRPC_PORT=9083 ISLET_LINK_KEYS="demo=$link_secret" ISLET_THUMBNAIL_HOSTS=127.0.0.1:8099 \
+  "$bin/content-service" >"$run/content-service.log" 2>&1 &
+pids+=("$!")
+# The ride app gets a small priority-10 budget (3 an hour) so the demo shows updates falling to 5.
+env "${common[@]}" ISLET_HTTP_PORT=8082 ISLET_APNS_KEYS="$team=$key_id:$run/AuthKey.p8" \
+  ISLET_APNS_APPS="com.example.food=$team,com.example.ride=$team" ISLET_APNS_URL=https://127.0.0.1:2197 \
+  ISLET_APNS_CA_FILE="$run/simulator.pem" ISLET_BUDGET_APPS="com.example.ride=3/6" \
+  "$bin/apns-dispatcher" >"$run/apns-dispatcher.log" 2>&1 &
+pids+=("$!")
+env "${common[@]}" ISLET_HTTP_PORT=8084 ISLET_LINK_KEYS="demo=$link_secret" \
+  "$bin/analytics-ingest" >"$run/analytics-ingest.log" 2>&1 &
+pids+=("$!")
+for service in token-registry:8081 content-service:8083 apns-dispatcher:8082 analytics-ingest:8084; do
+  wait_ready "${service%%:*}" "http://127.0.0.1:${service##*:}"
+done
+
+echo "== scenarios"
+"$bin/islet-demo" play --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret"
+
+cat <<TEXT
+
+== running
+  Kafka (tansu)       $bootstrap
+  token-registry      http://127.0.0.1:8081 (gRPC 9081)   JWT key: demo=$jwt_secret
+  content-service     http://127.0.0.1:8083 (gRPC 9083)   stale activities: /v1/activities/stale
+  apns-dispatcher     http://127.0.0.1:8082/metrics
+  analytics-ingest    http://127.0.0.1:8084
+  APNs simulator      https://127.0.0.1:2197, admin http://127.0.0.1:8090/admin/notifications
+  logs                $run
+TEXT
+if [ "$exit_after" = yes ]; then exit 0; fi
+echo "Ctrl-C stops everything."
+wait
