@@ -259,7 +259,22 @@ struct World {
     }
 
     func service(_ name: String, _ text: String) {
-        print("          ↳ \(name): \(text)")
+        print("          ↳ \(name): \(Self.summary(text))")
+    }
+
+    /// The gist of a service's JSON answer (`201 {…}`): what changed and the state, not every field.
+    static func summary(_ answer: String) -> String {
+        guard let brace = answer.firstIndex(of: "{"), case .object(let body)? = try? IsletJSON.decodeValue(JSONValue.self, from: Array(answer[brace...].utf8))
+        else { return answer }
+        let status = answer[..<brace].trimmingCharacters(in: .whitespaces)
+        let record = body["token"]?.objectValue ?? body
+        var parts: [String] = []
+        if let change = body["change"]?.stringValue { parts.append(change) }
+        for key in ["kind", "activityId", "state"] { if let value = record[key]?.stringValue { parts.append("\(key) \(value)") } }
+        if let fingerprint = record["tokenFingerprint"]?.stringValue { parts.append("token \(fingerprint)… (fingerprint)") }
+        if let reason = record["invalidation"]?["reason"]?.stringValue { parts.append("reason \(reason)") }
+        for (key, value) in body where !["change", "token"].contains(key) && parts.isEmpty { parts.append("\(key) \(value)") }
+        return "\(status) " + (parts.isEmpty ? String(answer[brace...].prefix(200)) : parts.joined(separator: " · "))
     }
 
     /// Waits until the simulator received the push `apnsId` for `token`; prints every push to the
