@@ -95,6 +95,9 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// At most this many records wait between librdkafka and the caller's loop; the poll thread
     /// waits when it is full. Default 4,096.
     public var bufferCapacity: Int
+    /// How long the poll thread waits in librdkafka when nothing arrives (it returns at once when
+    /// a record does). Bounds how long shutdown waits for the thread. Default 100 ms.
+    public var pollTimeout: Duration = .milliseconds(100)
     /// Any other librdkafka property, by its dotted name. Overrides ``defaultSettings``.
     public var settings: [String: String]
     /// A group member (the default) or a replica of every partition.

@@ -97,6 +97,7 @@ public final class KafkaConsumer: Service, Sendable {
         let replicaPartitions = configuration.replicaPartitions
         let replicaSince = configuration.replicaSince.map { Int64(($0.timeIntervalSince1970 * 1_000).rounded(.down)) }
         let batchSize = configuration.batchSize
+        let pollMilliseconds = Int32(clamping: configuration.pollTimeout.components.seconds * 1_000 + configuration.pollTimeout.components.attoseconds / 1_000_000_000_000_000)
         let logger = self.logger
         let subscribeError: KafkaError? = await withTaskCancellationHandler {
             await withGracefulShutdownHandler {
@@ -123,7 +124,7 @@ public final class KafkaConsumer: Service, Sendable {
                         core.applyBackpressure(client)
                         var batch: [KafkaConsumerEvent] = []
                         // Epochs are read after the call: rebalances happen inside it.
-                        let errors = reader.read(from: client, timeoutMilliseconds: 100, into: &batch) { core.assignmentEpochs() }
+                        let errors = reader.read(from: client, timeoutMilliseconds: pollMilliseconds, into: &batch) { core.assignmentEpochs() }
                         for error in errors {
                             core.consumeError(error)
                         }

@@ -75,3 +75,43 @@ struct ReplicaTests {
         await #expect(throws: KafkaError.self) { try await missing.run() }
     }
 }
+
+@Suite("Consumer latency against the broker", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(2)))
+struct ConsumerLatencyTests {
+    /// Regression: the poll thread called `rd_kafka_consume_batch_queue` with its timeout, which
+    /// returns only when the batch is full or the timeout has passed — at a low rate every record
+    /// waited out the whole timeout (100 ms per hop by default). With a 5 s poll timeout, a single
+    /// record must arrive long before it runs out.
+    @Test("a record is handed over when it arrives, not when the poll timeout runs out")
+    func recordsArriveWithoutWaitingOutThePollTimeout() async throws {
+        let servers = try TestBroker.servers()
+        let topic = uniqueName("latency")
+        try await createTopic(servers, topic, partitions: 1)
+        var configuration = KafkaConsumerConfiguration.replica(bootstrapServers: servers, topics: [topic])
+        configuration.pollTimeout = .seconds(5)
+        let replica = try KafkaConsumer(configuration: configuration, logger: testLogger)
+        let producer = try makeProducer(servers)
+        let trips = try await withRunning([replica, producer], limit: .seconds(60), "three records' trips") { () async throws -> [Duration] in
+            var trips: [Duration] = []
+            var sentAt = ContinuousClock.now
+            reading: for await event in replica.events {
+                switch event {
+                case .partitionEnd where trips.isEmpty:
+                    // Caught up with the empty topic: one record at a time from here.
+                    sentAt = ContinuousClock.now
+                    try await producer.send(topic: topic, key: "k", value: Array("0".utf8))
+                case .message:
+                    trips.append(ContinuousClock.now - sentAt)
+                    if trips.count == 3 { break reading }
+                    sentAt = ContinuousClock.now
+                    try await producer.send(topic: topic, key: "k", value: Array("\(trips.count)".utf8))
+                default:
+                    continue
+                }
+            }
+            return trips
+        }
+        #expect(trips.count == 3)
+        #expect(trips.allSatisfy { $0 < .milliseconds(2_500) }, "trips: \(trips)")
+    }
+}

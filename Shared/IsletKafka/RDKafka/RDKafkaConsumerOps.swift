@@ -123,12 +123,27 @@ final class RDKafkaBatchReader: @unchecked Sendable {
     /// `timeoutMilliseconds` for the first, and appends them as events stamped with their
     /// partition's assignment epoch (`epochs` is asked once, after librdkafka answered). Serves
     /// rebalance and error callbacks meanwhile.
+    ///
+    /// `rd_kafka_consume_batch_queue` with a timeout waits until the batch is full or the timeout
+    /// has passed, even with records in hand: at a few thousand records a second that held every
+    /// record up to the whole timeout. So the queue is drained without waiting, and only when it
+    /// is empty does the thread wait — for one record (`rd_kafka_consume_queue` returns as soon as
+    /// one arrives), then drains again.
     func read(
         from client: RDKafkaClient, timeoutMilliseconds: Int32, into events: inout [KafkaConsumerEvent],
         epochs: () -> [KafkaTopicPartition: UInt64]
     ) -> [KafkaError] {
         guard let queue = client.consumerQueue else { return [] }
-        let count = rd_kafka_consume_batch_queue(queue, timeoutMilliseconds, buffer, capacity)
+        var count = rd_kafka_consume_batch_queue(queue, 0, buffer, capacity)
+        if count == 0 {
+            guard let first = rd_kafka_consume_queue(queue, timeoutMilliseconds) else {
+                let error = rd_kafka_last_error()
+                if error == RD_KAFKA_RESP_ERR_NO_ERROR || error == RD_KAFKA_RESP_ERR__TIMED_OUT { return [] }
+                return [KafkaError(code: .consumer, error, context: "consume failed")]
+            }
+            buffer[0] = first
+            count = 1 + max(0, rd_kafka_consume_batch_queue(queue, 0, buffer + 1, capacity - 1))
+        }
         guard count > 0 else {
             if count < 0 {
                 return [KafkaError(code: .consumer, rd_kafka_last_error(), context: "consume failed")]
