@@ -26,6 +26,7 @@ let package = Package(
         .executable(name: "apns-simulator", targets: ["APNsSimulatorExecutable"]),
         .executable(name: "apns-dispatcher", targets: ["APNsDispatcherExecutable"]),
         .executable(name: "content-service", targets: ["ContentServiceExecutable"]),
+        .executable(name: "islet", targets: ["IsletCLI"]),
         .executable(name: "islet-kafka-bench", targets: ["IsletKafkaBench"]),
         .executable(name: "islet-dispatch-bench", targets: ["IsletDispatchBench"]),
         .executable(name: "islet-content-bench", targets: ["IsletContentBench"]),
@@ -318,6 +319,25 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // The admin CLI `islet` (docs/cli.md): publish events, register test tokens, tail topics, look up activities.
+        .executableTarget(
+            name: "IsletCLI",
+            dependencies: [
+                "IsletKafka", "IsletMessages", "IsletProtos",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ],
+            path: "Tools/IsletCLI",
+            swiftSettings: strict
+        ),
+
         .testTarget(
             name: "IsletMessagesTests",
             dependencies: ["IsletMessages"],
@@ -391,11 +411,13 @@ let package = Package(
         .testTarget(
             name: "APNsTests",
             dependencies: [
-                "APNsSimulator", "APNsDispatcher", "IsletMessages", "IsletTokens",
+                "APNsSimulator", "APNsDispatcher", "IsletMessages", "IsletTokens", "IsletRuntime",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             path: "Tests/APNsTests",
             swiftSettings: strict
@@ -446,6 +468,20 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Tests/IsletRuntimeTests",
+            swiftSettings: strict
+        ),
+        // The CLI: argument parsing and formatting; publish + tail against the broker (ISLET_KAFKA_BOOTSTRAP).
+        .testTarget(
+            name: "IsletCLITests",
+            dependencies: [
+                "IsletCLI", "IsletKafka", "IsletMessages", "IsletProtos",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ],
+            path: "Tests/IsletCLITests",
             swiftSettings: strict
         ),
     ]

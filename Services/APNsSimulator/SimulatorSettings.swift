@@ -12,6 +12,10 @@ public struct SimulatorSettings: Sendable {
     public var tls: SimulatorTLS
     /// Where to write the certificate clients must trust (when it was generated).
     public var certificateOut: String?
+    /// The names a generated certificate is valid for (`ISLET_SIMULATOR_TLS_HOSTS`): DNS names or
+    /// IPv4 addresses. In a container network the dispatcher reaches the simulator by its service
+    /// name, which must be among them for the TLS handshake to verify.
+    public var tlsHosts: [String]
     public var maxConcurrentStreams: Int
     public var recordCapacity: Int
     public var faults: [Fault]
@@ -46,8 +50,14 @@ public struct SimulatorSettings: Sendable {
             }
             tls = try SimulatorTLS.files(certificate: certificate, privateKey: key)
             certificateOut = nil
+            tlsHosts = []
         } else {
-            tls = try SimulatorTLS.selfSigned()
+            tlsHosts = (config.optionalString("islet.simulator.tls.hosts") ?? "localhost,127.0.0.1")
+                .split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            guard !tlsHosts.isEmpty else {
+                throw ConfigurationError(key: "islet.simulator.tls.hosts", problem: "must name at least one host")
+            }
+            tls = try SimulatorTLS.selfSigned(hosts: tlsHosts)
             certificateOut = config.optionalString("islet.simulator.tls.certificate.out")
         }
         maxConcurrentStreams = try config.int("islet.simulator.max.concurrent.streams", default: 1_000, range: 1...100_000)

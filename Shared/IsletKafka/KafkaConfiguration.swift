@@ -152,6 +152,11 @@ public struct KafkaConsumerConfiguration: Sendable {
     public var replicaPartitions: [Int32]?
     /// Where a replica starts: the first record at or after this time (`nil`: the first offset).
     public var replicaSince: Date?
+    /// Where a replica starts in particular partitions: partition → offset (the next record to
+    /// read). Overrides ``replicaSince`` for the partitions it names; an offset outside what the
+    /// partition holds starts at its first record (`auto.offset.reset=earliest`). For tools that
+    /// read from a known position (`islet tail --offset`).
+    public var replicaStartOffsets: [Int32: Int64]?
 
     public init(
         bootstrapServers: String,

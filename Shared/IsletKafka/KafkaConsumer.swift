@@ -96,6 +96,7 @@ public final class KafkaConsumer: Service, Sendable {
         let membership = configuration.membership
         let replicaPartitions = configuration.replicaPartitions
         let replicaSince = configuration.replicaSince.map { Int64(($0.timeIntervalSince1970 * 1_000).rounded(.down)) }
+        let replicaStartOffsets = configuration.replicaStartOffsets ?? [:]
         let batchSize = configuration.batchSize
         let pollMilliseconds = Int32(clamping: configuration.pollTimeout.components.seconds * 1_000 + configuration.pollTimeout.components.attoseconds / 1_000_000_000_000_000)
         let logger = self.logger
@@ -110,7 +111,8 @@ public final class KafkaConsumer: Service, Sendable {
                             try client.subscribe(topics)
                         case .replica:
                             // No group, no rebalances: the whole topics, assigned once, from the start.
-                            core.didAssign(try client.assignReplica(topics, partitions: replicaPartitions, sinceMilliseconds: replicaSince))
+                            core.didAssign(try client.assignReplica(
+                                topics, partitions: replicaPartitions, sinceMilliseconds: replicaSince, startOffsets: replicaStartOffsets))
                         }
                     } catch {
                         core.finishEvents()

@@ -242,7 +242,9 @@ extension RDKafkaClient {
     /// Assigns the partitions of `topics` (all, or those numbered in `partitions`) without a group,
     /// at their first offset or at the first record written at or after `sinceMilliseconds`.
     /// Blocking (asks the cluster for metadata, and for offsets by time).
-    func assignReplica(_ topics: [String], partitions only: [Int32]?, sinceMilliseconds: Int64?) throws(KafkaError) -> [KafkaTopicPartition] {
+    func assignReplica(
+        _ topics: [String], partitions only: [Int32]?, sinceMilliseconds: Int64?, startOffsets: [Int32: Int64] = [:]
+    ) throws(KafkaError) -> [KafkaTopicPartition] {
         var partitions: [KafkaTopicPartition] = []
         for topic in topics {
             guard let count = try partitionCount(topic: topic, timeoutMilliseconds: 10_000) else {
@@ -268,6 +270,12 @@ extension RDKafkaClient {
             for i in 0..<Int(list.pointee.cnt) where list.pointee.elems[i].offset < 0 {
                 // No record at or after the time: start at the end.
                 list.pointee.elems[i].offset = RDKafkaConstants.offsetEnd
+            }
+        }
+        for i in 0..<Int(list.pointee.cnt) {
+            if let offset = startOffsets[list.pointee.elems[i].partition] {
+                // Below the log start (deleted by retention) librdkafka resets to the earliest offset.
+                list.pointee.elems[i].offset = max(offset, 0)
             }
         }
         let result = rd_kafka_assign(handle, list)

@@ -1,0 +1,119 @@
+import Foundation
+import IsletKafka
+import IsletMessages
+import Logging
+import Synchronization
+import Testing
+@testable import IsletCLI
+
+// Against the broker scripts/test.sh starts (ISLET_KAFKA_BOOTSTRAP); with ISLET_REQUIRE_BROKER=1 a
+// missing broker fails the suite instead of skipping it.
+
+private let logger: Logger = {
+    var logger = Logger(label: "islet.test.cli-integration")
+    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
+    return logger
+}()
+
+private let brokerExpected =
+    ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"] != nil || ProcessInfo.processInfo.environment["ISLET_REQUIRE_BROKER"] == "1"
+
+private var servers: String {
+    get throws { try #require(ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"], "ISLET_KAFKA_BOOTSTRAP is not set: run scripts/test.sh") }
+}
+
+/// Creates the topics (if missing) as the compose file's kafka-init would, with fewer partitions.
+private func ensureTopics(_ topics: [IsletTopic]) async throws {
+    let admin = try KafkaAdmin(configuration: KafkaAdminConfiguration(bootstrapServers: try servers), logger: logger)
+    _ = try await admin.createTopics(topics.map { KafkaAdmin.TopicSpec($0, partitions: 4) })
+}
+
+/// What `islet tail` printed.
+private final class Lines: Sendable {
+    private let lines = Mutex<[String]>([])
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
+    var all: [String] { lines.withLock { $0 } }
+}
+
+@Suite(.enabled(if: brokerExpected), .timeLimit(.minutes(2)))
+struct CLIIntegrationTests {
+    @Test func publishedEventsAreTailedDecoded() async throws {
+        try await ensureTopics([IsletTopics.activityEvents])
+        let start = Date().addingTimeInterval(-2)
+        let activity = "cli-\(UUID().uuidString.lowercased())"
+        var published: [String: KafkaDeliveryReport] = [:]
+        for (sequence, status) in ["preparing", "out_for_delivery", "delivered"].enumerated() {
+            let command = try Islet.parseAsRoot([
+                "publish-event", "--activity", activity, "--type", "DeliveryAttributes", "--kind", sequence == 2 ? "end" : "update",
+                "--sequence", "\(sequence + 1)", "--field", "status=\(status)", "--field", "courier.name=Ana", "--bootstrap", try servers,
+            ]) as! PublishEvent
+            let event = try command.event()
+            published[event.eventId] = try await PublishEvent.publish(event, servers: command.kafka.servers(), logger: logger)
+        }
+        #expect(Set(published.values.map(\.partition)).count == 1, "one key, one partition")
+
+        // From a time, to the end of every partition, only this activity's records.
+        let tail = try Islet.parseAsRoot([
+            "tail", "events", "--since", IsletDate.format(start), "--no-follow", "--key", activity, "--bootstrap", try servers,
+        ]) as! Tail
+        let lines = Lines()
+        let printed = try await Tail.tail(try tail.request(), logger: logger) { lines.append($0) }
+        #expect(printed == 3)
+        #expect(lines.all.count == 3)
+        for (eventId, report) in published {
+            let line = try #require(lines.all.first { $0.contains("event=\(eventId)") }, "no line for \(eventId) in \(lines.all)")
+            #expect(line.contains(" \(report.partition)@\(report.offset!) ActivityEvent "))
+            #expect(line.contains(" \(activity) DeliveryAttributes seq="))
+            #expect(line.contains(#""courier":{"name":"Ana"}"#))
+        }
+        #expect(lines.all.contains { $0.contains("ActivityEvent end \(activity)") && $0.contains(#""status":"delivered""#) })
+
+        // From an offset in the activity's partition: the same records, followed until the limit.
+        let partition = published.values.first!.partition
+        let first = published.values.compactMap(\.offset).min()!
+        let fromOffset = try Islet.parseAsRoot([
+            "tail", IsletTopics.activityEvents.name, "--offset", "\(first)", "--partition", "\(partition)", "--key", activity,
+            "--limit", "3", "--bootstrap", try servers,
+        ]) as! Tail
+        let again = Lines()
+        #expect(try await Tail.tail(try fromOffset.request(), logger: logger) { again.append($0) } == 3)
+        #expect(Set(again.all) == Set(lines.all))
+    }
+
+    @Test func tokensAreTailedAsFingerprints() async throws {
+        try await ensureTopics([IsletTopics.tokens])
+        let start = Date().addingTimeInterval(-2)
+        let activity = "cli-\(UUID().uuidString.lowercased())"
+        let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let record = TokenRecord(
+            kind: .update, activityId: activity, userId: "alice", token: token, app: AppTarget(bundleId: "com.example.food", environment: .sandbox),
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active,
+            registeredAt: Date(), updatedAt: Date())
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: try servers), logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await producer.run() }
+            defer { producer.shutdown() }
+            try await producer.send(record)
+        }
+
+        var request = TailRequest(topic: IsletTopics.tokens, servers: try servers)
+        request.since = start
+        request.follow = false
+        request.key = activity
+        let lines = Lines()
+        #expect(try await Tail.tail(request, logger: logger) { lines.append($0) } == 1)
+        let line = try #require(lines.all.first)
+        #expect(line.contains("TokenRecord update \(activity) state=active token=\(TokenFingerprint.of(token: token))"))
+        #expect(!line.contains(token))
+    }
+
+    @Test func aPartitionTheTopicLacksIsNamed() async throws {
+        var request = TailRequest(topic: IsletTopics.clicks, servers: try servers)
+        request.partitions = [9_999]
+        request.follow = false
+        try await ensureTopics([IsletTopics.clicks])
+        await #expect { try await Tail.tail(request, logger: logger) { _ in } } throws: { error in
+            "\(error)".contains("there is no partition 9999")
+        }
+    }
+}

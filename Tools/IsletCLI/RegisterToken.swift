@@ -1,0 +1,260 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import IsletMessages
+import JWTKit
+import NIOCore
+
+/// `islet register-token`: registers an activity's update token with token-registry, as the app would.
+struct RegisterToken: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "register-token",
+        abstract: "Register an activity's push token with token-registry (PUT /v1/activities/{id}/token).",
+        discussion: """
+            The registry wants the app's bearer JWT: give one with --jwt, or let the command sign one \
+            for --user with a key the registry knows, --hs256-key kid=secret (as in ISLET_AUTH_HS256_KEYS) \
+            or --es256-key kid=/path/private.pem. Without --token a random 32-byte test token is made. \
+            The answer shows the token's fingerprint, never the token.
+
+              islet register-token --activity order-42 --type DeliveryAttributes --bundle-id com.example.food \\
+                --hs256-key app=$SECRET --user alice --frequent-updates
+            """)
+
+    @Option(help: "token-registry's base URL (default: $ISLET_CLI_REGISTRY_URL, else http://localhost:8081).")
+    var registry: String?
+
+    @Option(name: .customLong("activity"), help: "The activity id, e.g. order-42.")
+    var activityId: String
+
+    @Option(help: "The push token, hex (default: 32 random bytes, for a test).")
+    var token: String?
+
+    @Option(name: .customLong("type"), help: "The widget's ActivityAttributes type, e.g. DeliveryAttributes.")
+    var attributesType: String
+
+    @Option(name: .customLong("bundle-id"), help: "The app's bundle id.")
+    var bundleId: String
+
+    @Option(help: "production (default) or sandbox.")
+    var environment = "production"
+
+    @Flag(inversion: .prefixedNo, help: "Whether the app has frequent updates enabled (default: no).")
+    var frequentUpdates = false
+
+    @Option(name: .customLong("app-version"), help: "The app's version (default 1.0).")
+    var appVersion = "1.0"
+
+    @Option(name: .customLong("activity-started-at"), help: "When the activity started, ISO 8601 (default: now).")
+    var activityStartedAt: String?
+
+    @Option(name: .customLong("device-id"), help: "The app's id for the device (optional).")
+    var deviceId: String?
+
+    @OptionGroup var auth: BearerOptions
+
+    func validate() throws {
+        _ = try PublishEvent.known(APNsEnvironment.self, environment, option: "--environment")
+        if let activityStartedAt, IsletDate.parse(activityStartedAt) == nil {
+            throw ValidationError("--activity-started-at must be ISO 8601, got \(activityStartedAt)")
+        }
+        try auth.check()
+    }
+
+    /// The request body (`token` as given, or `randomToken`).
+    func body(now: Date = Date(), randomToken: () -> String = TestToken.random) -> TokenRegistrationBody {
+        TokenRegistrationBody(
+            token: token ?? randomToken(), attributesType: attributesType, app: .init(bundleId: bundleId, environment: environment),
+            frequentUpdatesEnabled: frequentUpdates, appVersion: appVersion,
+            activityStartedAt: activityStartedAt.flatMap(IsletDate.parse) ?? now, deviceId: deviceId)
+    }
+
+    func url(environment variables: [String: String] = ProcessInfo.processInfo.environment) throws -> String {
+        let base = registry ?? variables["ISLET_CLI_REGISTRY_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? "http://localhost:8081"
+        guard let components = URLComponents(string: base), components.scheme == "http" || components.scheme == "https", components.host != nil else {
+            throw ValidationError("--registry must be an http(s) URL, got \(base)")
+        }
+        let path = activityId.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? activityId
+        return base.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/v1/activities/\(path)/token"
+    }
+
+    mutating func run() async throws {
+        let body = body()
+        let bearer = try await auth.bearer()
+        let url = try url()
+        var request = HTTPClientRequest(url: url)
+        request.method = .PUT
+        request.headers.add(name: "Authorization", value: "Bearer \(bearer)")
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.body = .bytes(ByteBuffer(bytes: try IsletJSON.encode(body)))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(15))
+        let bytes = Array(buffer: try await response.body.collect(upTo: 1 << 20))
+        let text = RegistryAnswer.describe(status: Int(response.status.code), body: bytes, activityId: activityId)
+        if (200..<300).contains(Int(response.status.code)) {
+            print(text)
+            print("token fingerprint \(TokenFingerprint.of(token: body.token)) (the token itself is not shown)")
+        } else {
+            FileHandle.standardError.write(Data((text + "\n").utf8))
+            throw ExitCode(1)
+        }
+    }
+}
+
+/// The body of `PUT /v1/activities/{activityId}/token` (docs/token-registry.md).
+struct TokenRegistrationBody: Encodable, Sendable, Equatable {
+    struct App: Encodable, Sendable, Equatable {
+        var bundleId: String
+        var environment: String
+    }
+    var token: String
+    var attributesType: String
+    var app: App
+    var frequentUpdatesEnabled: Bool
+    var appVersion: String
+    var activityStartedAt: Date
+    var deviceId: String?
+}
+
+/// A random token for tests: 32 bytes, hex.
+enum TestToken {
+    static func random() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+    }
+}
+
+/// token-registry's answer, in one line.
+enum RegistryAnswer {
+    private struct Success: Decodable {
+        struct Token: Decodable {
+            var state: String
+            var tokenFingerprint: String
+        }
+        var change: String
+        var token: Token
+    }
+
+    private struct Failure: Decodable {
+        var error: String
+        var field: String?
+        var reason: String?
+    }
+
+    static func describe(status: Int, body: [UInt8], activityId: String) -> String {
+        let decoder = JSONDecoder()
+        if (200..<300).contains(status), let answer = try? decoder.decode(Success.self, from: Data(body)) {
+            return "\(status) \(answer.change) \(activityId): state \(answer.token.state), token \(answer.token.tokenFingerprint)"
+        }
+        if let failure = try? decoder.decode(Failure.self, from: Data(body)) {
+            var text = "\(status) \(failure.error)"
+            if let field = failure.field { text += " field \(field)" }
+            if let reason = failure.reason { text += ": \(reason)" }
+            return text
+        }
+        return "\(status): \(String(decoding: body.prefix(500), as: UTF8.self))"
+    }
+}
+
+/// How the CLI gets the app's bearer JWT for token-registry.
+struct BearerOptions: ParsableArguments {
+    @Option(help: "A bearer JWT to send as it is (default: $ISLET_CLI_JWT).")
+    var jwt: String?
+
+    @Option(name: .customLong("hs256-key"), help: "Sign a JWT with this HS256 key, kid=secret (default: $ISLET_CLI_HS256_KEY).")
+    var hs256Key: String?
+
+    @Option(name: .customLong("es256-key"), help: "Sign a JWT with this ES256 private key, kid=/path/key.pem (default: $ISLET_CLI_ES256_KEY).")
+    var es256Key: String?
+
+    @Option(help: "The JWT's subject: the user who owns the activity (default islet-cli).")
+    var user = "islet-cli"
+
+    @Option(help: "The JWT's iss, when the registry checks it.")
+    var issuer: String?
+
+    @Option(help: "The JWT's aud, when the registry checks it.")
+    var audience: String?
+
+    @Option(name: .customLong("jwt-lifetime"), help: "Seconds the signed JWT is valid (default 300).")
+    var lifetime = 300
+
+    func check(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        let source = try self.source(environment: environment)
+        if case .none = source {
+            throw ValidationError("token-registry needs a JWT: give --jwt, --hs256-key kid=secret or --es256-key kid=/path/key.pem")
+        }
+        if lifetime < 1 { throw ValidationError("--jwt-lifetime must be at least 1 second") }
+    }
+
+    enum Source: Equatable {
+        case none
+        case given(String)
+        case hs256(kid: String, secret: String)
+        case es256(kid: String, path: String)
+    }
+
+    /// A flag, else the first of the environment variables set; at most one flag.
+    func source(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> Source {
+        if [jwt, hs256Key, es256Key].compactMap({ $0 }).count > 1 {
+            throw ValidationError("give one of --jwt, --hs256-key, --es256-key")
+        }
+        let variable = { (name: String) in environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+        let keyFlag = hs256Key != nil || es256Key != nil
+        let given = jwt ?? (keyFlag ? nil : variable("ISLET_CLI_JWT"))
+        if let given { return .given(given) }
+        if let key = hs256Key ?? (es256Key != nil ? nil : variable("ISLET_CLI_HS256_KEY")) {
+            let (kid, secret) = try Self.pair(key, option: "--hs256-key", shape: "kid=secret")
+            return .hs256(kid: kid, secret: secret)
+        }
+        if let key = es256Key ?? variable("ISLET_CLI_ES256_KEY") {
+            let (kid, path) = try Self.pair(key, option: "--es256-key", shape: "kid=/path/key.pem")
+            return .es256(kid: kid, path: path)
+        }
+        return .none
+    }
+
+    private static func pair(_ text: String, option: String, shape: String) throws -> (String, String) {
+        let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
+        guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
+            throw ValidationError("\(option) expects \(shape)")
+        }
+        return (parts[0], parts[1])
+    }
+
+    /// The JWT to send: the one given, or one signed now.
+    func bearer(now: Date = Date(), environment: [String: String] = ProcessInfo.processInfo.environment) async throws -> String {
+        let claims = BearerClaims(
+            sub: .init(value: user), exp: .init(value: now.addingTimeInterval(TimeInterval(lifetime))), iat: .init(value: now),
+            iss: issuer.map { .init(value: $0) }, aud: audience.map { .init(value: [$0]) })
+        switch try source(environment: environment) {
+        case .none:
+            throw ValidationError("token-registry needs a JWT: give --jwt, --hs256-key or --es256-key")
+        case .given(let jwt):
+            return jwt
+        case .hs256(let kid, let secret):
+            let keys = JWTKeyCollection()
+            await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256, kid: JWKIdentifier(string: kid))
+            return try await keys.sign(claims, kid: JWKIdentifier(string: kid))
+        case .es256(let kid, let path):
+            guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw ValidationError("--es256-key: cannot read \(path)")
+            }
+            let keys = JWTKeyCollection()
+            await keys.add(ecdsa: try ES256PrivateKey(pem: pem), kid: JWKIdentifier(string: kid))
+            return try await keys.sign(claims, kid: JWKIdentifier(string: kid))
+        }
+    }
+}
+
+/// The claims token-registry reads: the user in `sub`, an expiry, and `iss`/`aud` when it checks them.
+struct BearerClaims: JWTPayload {
+    var sub: SubjectClaim
+    var exp: ExpirationClaim
+    var iat: IssuedAtClaim
+    var iss: IssuerClaim?
+    var aud: AudienceClaim?
+
+    func verify(using algorithm: some JWTAlgorithm) async throws {
+        try exp.verifyNotExpired()
+    }
+}

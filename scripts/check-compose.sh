@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Validates docker-compose.yml without a Docker engine, then checks it against the code:
+#
+#   1. the compose specification's JSON schema (check-jsonschema's copy, `vendor.compose-spec`);
+#   2. a compose implementation's `config` (podman-compose, dry run: no engine needed), which
+#      interpolates the variables with .env.example, resolves every profile, and refuses unknown
+#      volumes, secrets or services;
+#   3. scripts/check_compose.py on that normalized file: products, variables, topics, health checks.
+#
+# Both Python tools are installed from PyPI into $ISLET_TOOLS/compose-check (default .tools/),
+# pinned; nothing system-wide. Products listed in ISLET_COMPOSE_PENDING_PRODUCTS (comma-separated)
+# are reported as pending instead of failing.
+#
+#   scripts/check-compose.sh
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+tools=${ISLET_TOOLS:-$repo/.tools}
+run_dir=${ISLET_RUN_DIR:-$repo/.islet-run}
+mkdir -p "$run_dir"
+
+CHECK_JSONSCHEMA_VERSION=0.39.0
+PODMAN_COMPOSE_VERSION=1.6.0
+site="$tools/compose-check"
+stamp="$site/.installed-$CHECK_JSONSCHEMA_VERSION-$PODMAN_COMPOSE_VERSION"
+
+if [ ! -f "$stamp" ]; then
+  echo "[check-compose] installing check-jsonschema $CHECK_JSONSCHEMA_VERSION and podman-compose $PODMAN_COMPOSE_VERSION into ${site#"$repo"/}" >&2
+  rm -rf "$site"
+  python3 -m pip install -q --disable-pip-version-check --no-input --target "$site" \
+    "check-jsonschema==$CHECK_JSONSCHEMA_VERSION" "podman-compose==$PODMAN_COMPOSE_VERSION" >&2
+  touch "$stamp"
+fi
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+
+echo "-- compose-spec schema"
+python3 -m check_jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
+
+echo "-- podman-compose config (every profile, variables from .env.example)"
+normalized="$run_dir/compose.config.yml"
+# Only the variables of .env.example: the caller's own environment must not hide a missing default.
+env -i PATH="$PATH" PYTHONPATH="$PYTHONPATH" HOME="${HOME:-/tmp}" \
+  python3 -c 'import sys, podman_compose; sys.exit(podman_compose.main())' \
+  --dry-run --env-file .env.example -f docker-compose.yml --profile dev config >"$normalized"
+echo "ok -- $(python3 -c 'import sys, yaml; print(len(yaml.safe_load(open(sys.argv[1]))["services"]))' "$normalized") services"
+
+echo "-- the file against the code"
+package="$run_dir/package.json"
+# Its own scratch path: no wait for a build that holds .build/.
+swift package dump-package --scratch-path "$run_dir/dump-package" >"$package"
+python3 scripts/check_compose.py "$normalized" "$package" --pending-products "${ISLET_COMPOSE_PENDING_PRODUCTS:-}"
