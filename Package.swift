@@ -26,6 +26,8 @@ let package = Package(
         .executable(name: "apns-simulator", targets: ["APNsSimulatorExecutable"]),
         .executable(name: "apns-dispatcher", targets: ["APNsDispatcherExecutable"]),
         .executable(name: "content-service", targets: ["ContentServiceExecutable"]),
+        .executable(name: "analytics-ingest", targets: ["AnalyticsIngestExecutable"]),
+        .executable(name: "analytics-consumer", targets: ["AnalyticsConsumerExecutable"]),
         .executable(name: "islet-kafka-bench", targets: ["IsletKafkaBench"]),
         .executable(name: "islet-dispatch-bench", targets: ["IsletDispatchBench"]),
     ],
@@ -159,6 +161,48 @@ let package = Package(
             name: "TokenRegistryExecutable",
             dependencies: ["TokenRegistry", "IsletRuntime"],
             path: "Services/TokenRegistryExecutable",
+            swiftSettings: strict
+        ),
+
+        // analytics-ingest: widget taps verified with the shared link codec, published to islet.clicks.v1.
+        .target(
+            name: "AnalyticsIngest",
+            dependencies: [
+                "IsletMessages", "IsletKafka", "IsletRuntime", "IsletLinks",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/AnalyticsIngest",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "AnalyticsIngestExecutable",
+            dependencies: ["AnalyticsIngest", "IsletRuntime"],
+            path: "Services/AnalyticsIngestExecutable",
+            swiftSettings: strict
+        ),
+        // analytics-consumer: the example analytics team — taps per attributes type × surface × element.
+        .target(
+            name: "AnalyticsConsumer",
+            dependencies: [
+                "IsletMessages", "IsletKafka", "IsletRuntime",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/AnalyticsConsumer",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "AnalyticsConsumerExecutable",
+            dependencies: ["AnalyticsConsumer", "IsletRuntime"],
+            path: "Services/AnalyticsConsumerExecutable",
             swiftSettings: strict
         ),
 
@@ -372,6 +416,32 @@ let package = Package(
             ],
             path: "Tests/ContentServiceTests",
             exclude: ["Golden"],
+            swiftSettings: strict
+        ),
+        // analytics-ingest and analytics-consumer without a broker: every verdict, the HTTP API in process, the counts.
+        .testTarget(
+            name: "AnalyticsIngestTests",
+            dependencies: [
+                "AnalyticsIngest", "AnalyticsConsumer", "IsletLinks", "IsletMessages", "IsletRuntime",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            path: "Tests/AnalyticsIngestTests",
+            swiftSettings: strict
+        ),
+        // analytics-ingest and analytics-consumer against the broker.
+        .testTarget(
+            name: "AnalyticsIntegrationTests",
+            dependencies: [
+                "AnalyticsIngest", "AnalyticsConsumer", "IsletLinks", "IsletMessages", "IsletKafka", "IsletRuntime",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Tests/AnalyticsIntegrationTests",
             swiftSettings: strict
         ),
         .testTarget(
