@@ -7,11 +7,16 @@
 //   Services/<Service>/   one folder per service (a library with the logic, a thin executable)
 //   Tests/<Target>Tests/  unit tests per target; integration and fault tests in their own targets
 //   Benchmarks/           benchmark executables, run by scripts/bench-*.sh
+import Foundation
 import PackageDescription
 
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
+
+/// scripts/fuzz-links.sh sets ISLET_FUZZ=1 (in a build directory of its own): the libFuzzer target
+/// for the link parser is added, and IsletLinks is instrumented for it. Other builds never see either.
+let fuzzing = ProcessInfo.processInfo.environment["ISLET_FUZZ"] == "1"
 
 let package = Package(
     name: "islet",
@@ -125,6 +130,13 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Shared/IsletLinks",
+            swiftSettings: strict + (fuzzing ? [.unsafeFlags(["-sanitize=fuzzer"])] : [])
+        ),
+        // The properties the link fuzzer checks, shared with the tests that replay what it found.
+        .target(
+            name: "LinkChecks",
+            dependencies: ["IsletLinks", "IsletMessages"],
+            path: "Fuzz/LinkChecks",
             swiftSettings: strict
         ),
 
@@ -446,7 +458,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IsletLinksTests",
-            dependencies: ["IsletLinks", "IsletMessages"],
+            dependencies: ["IsletLinks", "IsletMessages", "LinkChecks"],
             path: "Tests/IsletLinksTests",
             swiftSettings: strict
         ),
@@ -466,3 +478,16 @@ let package = Package(
         ),
     ]
 )
+
+if fuzzing {
+    package.products.append(.executable(name: "islet-links-fuzz", targets: ["IsletLinksFuzz"]))
+    package.targets.append(
+        .executableTarget(
+            name: "IsletLinksFuzz",
+            dependencies: ["LinkChecks"],
+            path: "Fuzz/LinkParser",
+            exclude: ["regressions", "seeds"],
+            swiftSettings: strict + [.unsafeFlags(["-sanitize=fuzzer"])],
+            linkerSettings: [.unsafeFlags(["-sanitize=fuzzer", "-use-ld=lld"])]
+        ))
+}

@@ -28,3 +28,9 @@ export ISLET_REQUIRE_BROKER=1
 
 echo "== tests"
 swift test --skip-build "$@"
+
+# A bounded run of the link parser's fuzzer (libFuzzer), unless a subset of the tests was asked for.
+if [ "$#" -eq 0 ]; then
+  echo "== fuzz (links, ${ISLET_FUZZ_SECONDS:-25} s)"
+  scripts/fuzz-links.sh "${ISLET_FUZZ_SECONDS:-25}"
+fi
