@@ -7,11 +7,16 @@
 //   Services/<Service>/   one folder per service (a library with the logic, a thin executable)
 //   Tests/<Target>Tests/  unit tests per target; integration and fault tests in their own targets
 //   Benchmarks/           benchmark executables, run by scripts/bench-*.sh
+import Foundation
 import PackageDescription
 
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
+
+/// scripts/fuzz-links.sh sets ISLET_FUZZ=1 (in a build directory of its own): the libFuzzer target
+/// for the link parser is added, and IsletLinks is instrumented for it. Other builds never see either.
+let fuzzing = ProcessInfo.processInfo.environment["ISLET_FUZZ"] == "1"
 
 let package = Package(
     name: "islet",
@@ -27,6 +32,8 @@ let package = Package(
         .executable(name: "apns-dispatcher", targets: ["APNsDispatcherExecutable"]),
         .executable(name: "content-service", targets: ["ContentServiceExecutable"]),
         .executable(name: "islet", targets: ["IsletCLI"]),
+        .executable(name: "analytics-ingest", targets: ["AnalyticsIngestExecutable"]),
+        .executable(name: "analytics-consumer", targets: ["AnalyticsConsumerExecutable"]),
         .executable(name: "islet-kafka-bench", targets: ["IsletKafkaBench"]),
         .executable(name: "islet-dispatch-bench", targets: ["IsletDispatchBench"]),
         .executable(name: "islet-content-bench", targets: ["IsletContentBench"]),
@@ -137,6 +144,13 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Shared/IsletLinks",
+            swiftSettings: strict + (fuzzing ? [.unsafeFlags(["-sanitize=fuzzer"])] : [])
+        ),
+        // The properties the link fuzzer checks, shared with the tests that replay what it found.
+        .target(
+            name: "LinkChecks",
+            dependencies: ["IsletLinks", "IsletMessages"],
+            path: "Fuzz/LinkChecks",
             swiftSettings: strict
         ),
 
@@ -173,6 +187,48 @@ let package = Package(
             name: "TokenRegistryExecutable",
             dependencies: ["TokenRegistry", "IsletRuntime"],
             path: "Services/TokenRegistryExecutable",
+            swiftSettings: strict
+        ),
+
+        // analytics-ingest: widget taps verified with the shared link codec, published to islet.clicks.v1.
+        .target(
+            name: "AnalyticsIngest",
+            dependencies: [
+                "IsletMessages", "IsletKafka", "IsletRuntime", "IsletLinks",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/AnalyticsIngest",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "AnalyticsIngestExecutable",
+            dependencies: ["AnalyticsIngest", "IsletRuntime"],
+            path: "Services/AnalyticsIngestExecutable",
+            swiftSettings: strict
+        ),
+        // analytics-consumer: the example analytics team — taps per attributes type × surface × element.
+        .target(
+            name: "AnalyticsConsumer",
+            dependencies: [
+                "IsletMessages", "IsletKafka", "IsletRuntime",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/AnalyticsConsumer",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "AnalyticsConsumerExecutable",
+            dependencies: ["AnalyticsConsumer", "IsletRuntime"],
+            path: "Services/AnalyticsConsumerExecutable",
             swiftSettings: strict
         ),
 
@@ -450,9 +506,35 @@ let package = Package(
             exclude: ["Golden"],
             swiftSettings: strict
         ),
+        // analytics-ingest and analytics-consumer without a broker: every verdict, the HTTP API in process, the counts.
+        .testTarget(
+            name: "AnalyticsIngestTests",
+            dependencies: [
+                "AnalyticsIngest", "AnalyticsConsumer", "IsletLinks", "IsletMessages", "IsletRuntime",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            path: "Tests/AnalyticsIngestTests",
+            swiftSettings: strict
+        ),
+        // analytics-ingest and analytics-consumer against the broker.
+        .testTarget(
+            name: "AnalyticsIntegrationTests",
+            dependencies: [
+                "AnalyticsIngest", "AnalyticsConsumer", "IsletLinks", "IsletMessages", "IsletKafka", "IsletRuntime",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Tests/AnalyticsIntegrationTests",
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "IsletLinksTests",
-            dependencies: ["IsletLinks", "IsletMessages"],
+            dependencies: ["IsletLinks", "IsletMessages", "LinkChecks"],
             path: "Tests/IsletLinksTests",
             swiftSettings: strict
         ),
@@ -486,3 +568,16 @@ let package = Package(
         ),
     ]
 )
+
+if fuzzing {
+    package.products.append(.executable(name: "islet-links-fuzz", targets: ["IsletLinksFuzz"]))
+    package.targets.append(
+        .executableTarget(
+            name: "IsletLinksFuzz",
+            dependencies: ["LinkChecks"],
+            path: "Fuzz/LinkParser",
+            exclude: ["regressions", "seeds"],
+            swiftSettings: strict + [.unsafeFlags(["-sanitize=fuzzer"])],
+            linkerSettings: [.unsafeFlags(["-sanitize=fuzzer", "-use-ld=lld"])]
+        ))
+}

@@ -15,9 +15,7 @@ scripts/bootstrap.sh
 
 echo "== compose file"
 # Validates docker-compose.yml and checks it against the code (no Docker engine needed).
-# analytics-ingest and analytics-consumer come with the analytics branch: remove them from this
-# default once Package.swift has them (ISLET_COMPOSE_PENDING_PRODUCTS= makes the check strict now).
-ISLET_COMPOSE_PENDING_PRODUCTS=${ISLET_COMPOSE_PENDING_PRODUCTS-analytics-ingest,analytics-consumer} scripts/check-compose.sh
+scripts/check-compose.sh
 
 echo "== build"
 swift build --build-tests
@@ -34,3 +32,16 @@ export ISLET_REQUIRE_BROKER=1
 
 echo "== tests"
 swift test --skip-build "$@"
+
+# A bounded run of the link parser's fuzzer (libFuzzer), unless a subset of the tests was asked for.
+if [ "$#" -eq 0 ]; then
+  echo "== fuzz (links, ${ISLET_FUZZ_SECONDS:-25} s)"
+  scripts/fuzz-links.sh "${ISLET_FUZZ_SECONDS:-25}"
+fi
+
+# The demo, both scenarios through every service and the simulator, then stop: the whole
+# pipeline end to end (unless a subset of the tests was asked for).
+if [ "$#" -eq 0 ]; then
+  echo "== demo (--exit)"
+  scripts/demo.sh --exit
+fi

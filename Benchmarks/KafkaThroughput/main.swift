@@ -16,7 +16,7 @@ struct KafkaBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "islet-kafka-bench",
         abstract: "Produce or consume throughput of Islet's Kafka wrapper.",
-        subcommands: [CreateTopic.self, Produce.self, Send.self, Consume.self])
+        subcommands: [CreateTopic.self, CountRecords.self, Produce.self, Send.self, Consume.self])
 }
 
 struct CreateTopic: AsyncParsableCommand {
@@ -28,6 +28,55 @@ struct CreateTopic: AsyncParsableCommand {
     func run() async throws {
         let admin = try KafkaAdmin(configuration: .init(bootstrapServers: bootstrap), logger: benchLogger)
         _ = try await admin.createTopics([.init(name: topic, partitions: partitions)])
+    }
+}
+
+struct CountRecords: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "count-records",
+        abstract: "Print how many records a topic holds, read from the start to each partition's end.",
+        discussion: "Reads rather than adds up high watermarks: on the local broker (tansu) those advance once per produced batch.")
+    @Option(help: "bootstrap.servers") var bootstrap: String
+    @Option(help: "The topic.") var topic: String
+    @Option(help: "Give up after this many seconds.") var timeout: Int = 120
+
+    func run() async throws {
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: bootstrap), logger: benchLogger)
+        guard let partitions = try await admin.partitionCount(of: topic) else { throw ValidationError("no topic \(topic)") }
+        let consumer = try KafkaConsumer(configuration: .replica(bootstrapServers: bootstrap, topics: [topic]), logger: benchLogger)
+        let seconds = timeout
+        let count = try await withThrowingTaskGroup(of: Int?.self) { group in
+            group.addTask { try await consumer.run(); return nil }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(seconds))
+                consumer.shutdown()
+                return nil
+            }
+            group.addTask {
+                var count = 0
+                var ended = Set<Int32>()
+                for await event in consumer.events {
+                    switch event {
+                    case .message: count += 1
+                    case .partitionEnd(let partition): ended.insert(partition.partition)
+                    default: break
+                    }
+                    if ended.count == partitions { return count }
+                }
+                return nil
+            }
+            var result: Int?
+            while let next = try await group.next() {
+                if let next {
+                    result = next
+                    group.cancelAll()
+                    consumer.shutdown()
+                }
+            }
+            return result
+        }
+        guard let count else { throw ValidationError("\(topic) was not read to its end within \(seconds) s") }
+        print(count)
     }
 }
 

@@ -1,0 +1,37 @@
+-- wrk: one tap per request, each a new tap (a distinct tap time), so every accepted one is a
+-- Kafka write. BENCH_PATH is /v1/taps (the real route) or /bench/noop (the reference: reads the
+-- same body, answers 204). BENCH_URLS holds signed links (space-separated), BENCH_ISSUED the
+-- epoch seconds they were issued at, BENCH_OFFSET_MS where this run's tap times start.
+local threads = {}
+
+function setup(thread)
+  thread:set("thread_id", #threads)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  path = os.getenv("BENCH_PATH")
+  urls = {}
+  for url in string.gmatch(os.getenv("BENCH_URLS"), "%S+") do table.insert(urls, url) end
+  issued = tonumber(os.getenv("BENCH_ISSUED"))
+  -- Each thread takes its own 4-hour window of tap times, in milliseconds.
+  base = tonumber(os.getenv("BENCH_OFFSET_MS")) + thread_id * 4 * 3600 * 1000
+  counter = 0
+  headers = {["Content-Type"] = "application/json"}
+end
+
+function request()
+  counter = counter + 1
+  local ms = base + counter
+  local seconds = issued + math.floor(ms / 1000)
+  local tapped = os.date("!%Y-%m-%dT%H:%M:%S", seconds) .. string.format(".%03dZ", ms % 1000)
+  local url = urls[(counter % #urls) + 1]
+  local body = '{"url":"' .. url .. '","tappedAt":"' .. tapped .. '","appVersion":"5.2.0","osVersion":"18.1"}'
+  return wrk.format("POST", path, headers, body)
+end
+
+function done(summary, latency, requests)
+  io.write(string.format('{"requests":%d,"seconds":%.3f,"non2xx":%d,"errors":%d,"p50ms":%.3f,"p99ms":%.3f}\n',
+    summary.requests, summary.duration / 1e6, summary.errors.status, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000))
+end

@@ -1,0 +1,173 @@
+import Foundation
+import IsletMessages
+
+/// What an analytics team might keep from `islet.clicks.v1` and `islet.push-outcomes.v1`: per
+/// attributes type × surface × element, the taps, and the taps per update delivered to the
+/// activities of that attributes type.
+///
+/// A push outcome does not say the activity's attributes type; a click does. So delivered
+/// updates are counted per activity, and attributed to a type once a click of that activity
+/// tells it (in either order). Updates of activities nobody tapped stay *unattributed*: the
+/// ratio is "taps per update delivered to activities that were tapped at least once". A team
+/// that wants every activity would also read `islet.tokens.v1`, whose records carry the type.
+///
+/// Records arrive at least once: clicks are deduplicated by `clickId`, outcomes by `requestId`,
+/// each over the last ``capacity`` ids. Everything is bounded by ``capacity``.
+public struct ClickStats: Sendable {
+    /// One row of the table.
+    public struct Cell: Hashable, Sendable, Comparable {
+        public var attributesType: String
+        public var surface: String
+        public var element: String
+
+        public init(attributesType: String, surface: String, element: String) {
+            self.attributesType = attributesType
+            self.surface = surface
+            self.element = element
+        }
+
+        public static func < (a: Cell, b: Cell) -> Bool {
+            (a.attributesType, a.surface, a.element) < (b.attributesType, b.surface, b.element)
+        }
+    }
+
+    public struct Row: Sendable, Equatable {
+        public var cell: Cell
+        public var taps: Int
+        /// Updates delivered to the activities of the cell's attributes type.
+        public var deliveredUpdates: Int
+        /// `taps / deliveredUpdates`, or `nil` while nothing was delivered.
+        public var tapsPerDeliveredUpdate: Double? { deliveredUpdates > 0 ? Double(taps) / Double(deliveredUpdates) : nil }
+    }
+
+    private struct Activity {
+        var attributesType: String?
+        var delivered: Int = 0
+    }
+
+    public let capacity: Int
+    public private(set) var taps: [Cell: Int] = [:]
+    public private(set) var deliveredByType: [String: Int] = [:]
+    /// Every delivered update counted, attributed or not.
+    public private(set) var deliveredTotal = 0
+    /// Clicks read again (same `clickId`) and not counted twice.
+    public private(set) var duplicateClicks = 0
+    /// Clicks not counted because the table already has ``capacity`` cells.
+    public private(set) var droppedCells = 0
+    private var activities = BoundedMap<String, Activity>(capacity: 1)
+    private var seenClicks = BoundedMap<String, Bool>(capacity: 1)
+    private var seenOutcomes = BoundedMap<String, Bool>(capacity: 1)
+
+    public init(capacity: Int = 100_000) {
+        self.capacity = capacity
+        activities = BoundedMap(capacity: capacity)
+        seenClicks = BoundedMap(capacity: capacity)
+        seenOutcomes = BoundedMap(capacity: capacity)
+    }
+
+    /// Counts a click (once per `clickId`). Returns the cell it counted in, if it counted.
+    @discardableResult
+    public mutating func record(_ click: ClickEvent) -> Cell? {
+        guard seenClicks[click.clickId] == nil else {
+            duplicateClicks += 1
+            return nil
+        }
+        seenClicks[click.clickId] = true
+        let cell = Cell(attributesType: click.attributesType, surface: click.surface.rawValue, element: click.element)
+        guard taps[cell] != nil || taps.count < capacity else {
+            droppedCells += 1
+            return nil
+        }
+        taps[cell, default: 0] += 1
+        var activity = activities[click.activityId] ?? Activity()
+        if activity.attributesType == nil {
+            activity.attributesType = click.attributesType
+            // Updates delivered before the first click of this activity now have a type.
+            if activity.delivered > 0 { deliveredByType[click.attributesType, default: 0] += activity.delivered }
+        }
+        activities[click.activityId] = activity
+        return cell
+    }
+
+    /// Counts a delivered update (once per `requestId`); other outcomes and push-to-start are ignored.
+    /// Returns the attributes type it was attributed to, if known yet.
+    @discardableResult
+    public mutating func record(_ outcome: PushOutcome) -> String? {
+        guard outcome.result == .delivered || outcome.result == .deliveredDowngraded, let activityId = outcome.activityId,
+            seenOutcomes[outcome.requestId] == nil
+        else { return nil }
+        seenOutcomes[outcome.requestId] = true
+        deliveredTotal += 1
+        var activity = activities[activityId] ?? Activity()
+        activity.delivered += 1
+        activities[activityId] = activity
+        guard let type = activity.attributesType else { return nil }
+        deliveredByType[type, default: 0] += 1
+        return type
+    }
+
+    /// Delivered updates whose activity's type is not known (yet).
+    public var unattributedDelivered: Int { deliveredTotal - deliveredByType.values.reduce(0, +) }
+
+    /// The table, sorted by attributes type, surface, element.
+    public var rows: [Row] {
+        taps.keys.sorted().map { cell in
+            Row(cell: cell, taps: taps[cell]!, deliveredUpdates: deliveredByType[cell.attributesType] ?? 0)
+        }
+    }
+
+    /// The table as text, for the log.
+    public func render() -> String {
+        let header = ["attributes type", "surface", "element", "taps", "delivered updates", "taps / update"]
+        var lines = [header]
+        for row in rows {
+            lines.append([
+                row.cell.attributesType, row.cell.surface, row.cell.element, "\(row.taps)", "\(row.deliveredUpdates)",
+                row.tapsPerDeliveredUpdate.map { String(format: "%.3f", $0) } ?? "-",
+            ])
+        }
+        let widths = header.indices.map { column in lines.map { $0[column].count }.max() ?? 0 }
+        let numeric = Set([3, 4, 5])
+        var text = lines.map { line in
+            line.enumerated().map { column, value in
+                let padding = String(repeating: " ", count: widths[column] - value.count)
+                return numeric.contains(column) ? padding + value : value + padding
+            }.joined(separator: "  ")
+        }.joined(separator: "\n")
+        text += "\n(\(deliveredTotal) updates delivered, \(unattributedDelivered) to activities without a tap yet; \(duplicateClicks) repeated clicks ignored)"
+        return text
+    }
+}
+
+/// A dictionary that keeps the last `capacity` keys inserted, forgetting the oldest first.
+struct BoundedMap<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+    private var values: [Key: Value] = [:]
+    private var order: [Key] = []
+    private var next = 0
+    let capacity: Int
+
+    init(capacity: Int) {
+        self.capacity = max(capacity, 1)
+    }
+
+    subscript(key: Key) -> Value? {
+        get { values[key] }
+        set {
+            guard let newValue else {
+                values.removeValue(forKey: key)
+                return
+            }
+            if values.updateValue(newValue, forKey: key) == nil {
+                if order.count < capacity {
+                    order.append(key)
+                } else {
+                    values.removeValue(forKey: order[next])
+                    order[next] = key
+                    next = (next + 1) % capacity
+                }
+            }
+        }
+    }
+
+    var count: Int { values.count }
+}

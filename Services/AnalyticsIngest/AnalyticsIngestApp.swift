@@ -1,0 +1,54 @@
+import Hummingbird
+import IsletKafka
+import IsletMessages
+import IsletRuntime
+import Logging
+import Prometheus
+import ServiceLifecycle
+
+/// analytics-ingest, assembled: what `main` runs.
+public struct AnalyticsIngestApp: Sendable {
+    /// The topics it writes (tests use their own).
+    public struct Topics: Sendable {
+        public var clicks = IsletTopics.clicks.name
+        public var clicksRejected = IsletTopics.clicksRejected.name
+        public init() {}
+    }
+
+    public let producer: KafkaProducer
+    public let ingestor: Ingestor
+    public let metrics: IngestMetrics
+    /// The HTTP routes (the server in ``services`` serves them; tests can call them in process).
+    public let responder: RouterResponder<IngestRequestContext>
+    /// In start order; ``ServiceRuntime/run(_:)`` stops them in reverse (HTTP first, the producer last).
+    public let services: [any Service]
+
+    public init(runtime: ServiceRuntime, settings: IngestSettings, topics: Topics = Topics()) throws {
+        let logger = runtime.logger
+        var producerConfiguration = runtime.settings.producerConfiguration()
+        // A tap the app waits for fails within sendTimeout instead of after the 30 s default.
+        if producerConfiguration.settings["message.timeout.ms"] == nil {
+            producerConfiguration.settings["message.timeout.ms"] = "\(Int(settings.sendTimeout / .milliseconds(1)))"
+        }
+        let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
+        // Into the runtime's own registry, so /metrics shows them with or without a global bootstrap.
+        let metrics = IngestMetrics(factory: PrometheusMetricsFactory(registry: runtime.metrics))
+        let ingestor = Ingestor(
+            verifier: TapVerifier(keyring: settings.keyring, maxTapAge: settings.maxTapAge),
+            recent: RecentTaps(capacity: settings.recentTaps),
+            publisher: KafkaTapPublisher(producer: producer, clicksTopic: topics.clicks, rejectedTopic: topics.clicksRejected),
+            metrics: metrics, logger: logger)
+        let limiter = RateLimiter(
+            ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst, maxClients: settings.rateClients, clock: ContinuousClock())
+
+        let router = runtime.makeRouter(context: IngestRequestContext.self)
+        router.add(middleware: MetricsMiddleware())
+        IngestHTTPAPI(ingestor: ingestor, limiter: limiter, settings: settings, metrics: metrics, logger: logger).addRoutes(to: router)
+
+        self.producer = producer
+        self.ingestor = ingestor
+        self.metrics = metrics
+        self.responder = router.buildResponder()
+        self.services = [producer, runtime.httpServer(router: responder)]
+    }
+}

@@ -1,0 +1,77 @@
+import Synchronization
+
+/// The taps this instance accepted lately, so that a tap sent twice (the app retried after a lost
+/// answer) is published once.
+///
+/// Bounded: it remembers the last ``capacity`` taps it claimed, and forgets the oldest first. It
+/// is in memory and per instance, so it does not catch a repeat that reaches another instance,
+/// arrives after a restart, or after `capacity` newer taps: those are published again, with the
+/// same deterministic `clickId`, and readers deduplicate by it (docs/analytics.md).
+///
+/// A state machine under one lock: ``claim(_:)`` decides, the caller publishes, then
+/// ``settle(_:acknowledged:)`` records the verdict. A claim that was not acknowledged is
+/// forgotten, so the app's retry is treated as new.
+public final class RecentTaps: Sendable {
+    public enum Claim: Sendable, Equatable {
+        /// Not seen: publish it, then settle.
+        case first
+        /// Acknowledged before: do not publish it again.
+        case duplicate
+        /// Being published by another request right now: answer "retry" (its outcome is not known yet).
+        case inFlight
+    }
+
+    private struct Entry {
+        var acknowledged: Bool
+        var slot: UInt64
+    }
+
+    private struct State {
+        var entries: [String: Entry] = [:]
+        /// The ids in claim order, as a ring; a slot number tells an entry's own slot from a stale one.
+        var ring: [(id: String, slot: UInt64)?]
+        var next: UInt64 = 0
+    }
+
+    public let capacity: Int
+    private let state: Mutex<State>
+
+    public init(capacity: Int) {
+        precondition(capacity > 0, "RecentTaps needs a positive capacity")
+        self.capacity = capacity
+        self.state = Mutex(State(ring: []))
+    }
+
+    public func claim(_ clickId: String) -> Claim {
+        state.withLock { state in
+            if let entry = state.entries[clickId] { return entry.acknowledged ? .duplicate : .inFlight }
+            let slot = state.next
+            state.next += 1
+            let index = Int(slot % UInt64(capacity))
+            if index < state.ring.count {
+                if let old = state.ring[index], state.entries[old.id]?.slot == old.slot {
+                    state.entries.removeValue(forKey: old.id)
+                }
+                state.ring[index] = (clickId, slot)
+            } else {
+                state.ring.append((clickId, slot))
+            }
+            state.entries[clickId] = Entry(acknowledged: false, slot: slot)
+            return .first
+        }
+    }
+
+    /// Records whether the claimed tap was acknowledged by Kafka.
+    public func settle(_ clickId: String, acknowledged: Bool) {
+        state.withLock { state in
+            if acknowledged {
+                state.entries[clickId]?.acknowledged = true
+            } else {
+                state.entries.removeValue(forKey: clickId)
+            }
+        }
+    }
+
+    /// Taps remembered now (at most ``capacity``).
+    public var count: Int { state.withLock { $0.entries.count } }
+}

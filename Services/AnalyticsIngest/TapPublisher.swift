@@ -1,0 +1,57 @@
+import IsletKafka
+import IsletMessages
+
+/// A record analytics-ingest writes: a verified tap, or a rejected one.
+public enum TapRecord: Sendable {
+    case click(ClickEvent)
+    case rejected(RejectedClick)
+}
+
+/// Where taps go. A tap counts only once its record is acknowledged.
+public protocol TapPublisher: Sendable {
+    /// Publishes the records (concurrently) and returns, for each in order, `nil` when it was
+    /// acknowledged or the error why not.
+    func publish(_ records: [TapRecord]) async -> [(any Error)?]
+}
+
+/// Publishes to Kafka: clicks on `islet.clicks.v1` under the activity id, rejected taps on
+/// `islet.clicks-rejected.v1` without a key. How long a record may wait for its acknowledgement
+/// is the producer's `message.timeout.ms`, set from ``IngestSettings/sendTimeout``.
+public struct KafkaTapPublisher: TapPublisher {
+    public let producer: KafkaProducer
+    public let clicksTopic: String
+    public let rejectedTopic: String
+
+    public init(producer: KafkaProducer, clicksTopic: String = IsletTopics.clicks.name, rejectedTopic: String = IsletTopics.clicksRejected.name) {
+        self.producer = producer
+        self.clicksTopic = clicksTopic
+        self.rejectedTopic = rejectedTopic
+    }
+
+    public func publish(_ records: [TapRecord]) async -> [(any Error)?] {
+        if records.count == 1 { return [await send(records[0])] }
+        return await withTaskGroup(of: (Int, (any Error)?).self) { group in
+            for (index, record) in records.enumerated() {
+                group.addTask {
+                    let error = await send(record)
+                    return (index, error)
+                }
+            }
+            var results = [(any Error)?](repeating: nil, count: records.count)
+            for await (index, error) in group { results[index] = error }
+            return results
+        }
+    }
+
+    private func send(_ record: TapRecord) async -> (any Error)? {
+        do {
+            switch record {
+            case .click(let click): try await producer.send(click, to: clicksTopic)
+            case .rejected(let rejected): try await producer.send(rejected, to: rejectedTopic)
+            }
+            return nil
+        } catch {
+            return error
+        }
+    }
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# analytics-ingest throughput: accepted taps per second end to end (HTTP request → signature
+# verified → ClickEvent acknowledged by Kafka → answer), side by side with the same server's no-op
+# route (POST /bench/noop: reads the same body, answers 204), in alternating rounds against the
+# local broker. Load from wrk (Debian) on keep-alive connections; every request is a new tap.
+# Prints medians, the ratio, p99 latency, and checks that the records on islet.clicks.v1 equal
+# the taps the service accepted.
+#
+#   scripts/bench-analytics.sh            # 5 rounds of 15 s each, 2 wrk threads, 32 connections
+#   ROUNDS=3 DURATION=10 CONNECTIONS=64 scripts/bench-analytics.sh
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
+mkdir -p "$ISLET_RUN_DIR"
+rounds=${ROUNDS:-5}
+duration=${DURATION:-15}
+connections=${CONNECTIONS:-32}
+
+scripts/bootstrap.sh
+if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"; $sudo apt-get install -y -q wrk curl >/dev/null
+fi
+swift build -c release --product analytics-ingest >/dev/null
+swift build -c release --product islet-kafka-bench >/dev/null
+bin=$(swift build -c release --show-bin-path)
+
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT INT TERM
+
+eval "$(scripts/broker.sh)"
+pids+=("$ISLET_BROKER_PID")
+for topic in islet.clicks.v1 islet.clicks-rejected.v1; do
+  "$bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
+done
+
+secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+# Every request comes from 127.0.0.1: the rate limiter runs but is set far above the load.
+ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=$port \
+  ISLET_LINK_KEYS="bench=$secret" ISLET_ANALYTICS_BENCH_ROUTE=true ISLET_LOG_LEVEL=warning \
+  ISLET_ANALYTICS_RATE_PER_SECOND=1000000 ISLET_ANALYTICS_RATE_BURST=1000000 \
+  "$bin/analytics-ingest" >"$ISLET_RUN_DIR/bench-analytics.log" 2>&1 &
+pids+=("$!")
+url="http://127.0.0.1:$port"
+for _ in $(seq 1 300); do
+  curl -sf "$url/health" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -sf "$url/health" >/dev/null || { echo "analytics-ingest did not become ready; its log:"; cat "$ISLET_RUN_DIR/bench-analytics.log"; exit 1; }
+
+# Signed links for 64 activities, issued 11 hours ago (tap times then stay within the 12 h
+# validity and before now). The signature is the codec's (docs/links.md), made here in Python.
+export BENCH_ISSUED=$(( $(date +%s) - 11 * 3600 ))
+sign_urls() {
+  python3 - "$secret" "$BENCH_ISSUED" "$1" <<'PY'
+import base64, hashlib, hmac, sys
+secret, issued, run = sys.argv[1].encode(), sys.argv[2], sys.argv[3]
+urls = []
+for i in range(64):
+    base = f"fooddelivery://order/{run}-{i}?tab=status"
+    values = [f"{run}-{i}", "DeliveryAttributes", "lockScreen", "eta", "7", issued, "bench"]
+    mac = hmac.new(secret, "\n".join(["islet-link-v1", base] + values).encode(), hashlib.sha256).digest()[:16]
+    sig = base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+    names = ["isl_a", "isl_t", "isl_s", "isl_e", "isl_q", "isl_i", "isl_k", "isl_sig"]
+    urls.append(base + "&" + "&".join(f"{n}={v}" for n, v in zip(names, values + [sig])))
+print(" ".join(urls))
+PY
+}
+export BENCH_OFFSET_MS=1000
+run_wrk() {  # path, run id, seconds
+  BENCH_PATH=$1 BENCH_URLS=$(sign_urls "$2") wrk -t2 -c"$connections" -d"$3s" --timeout 10s -s Benchmarks/AnalyticsIngest/tap.lua "$url" | grep '^{'
+}
+
+# One tap by hand: it must be accepted (checks the signing above against the service).
+export BENCH_URLS=$(sign_urls check)
+first=${BENCH_URLS%% *}
+tapped=$(date -u -d "@$((BENCH_ISSUED + 5))" +%Y-%m-%dT%H:%M:%S.000Z)
+answer=$(curl -s -X POST "$url/v1/taps" -H 'Content-Type: application/json' \
+  -d "{\"url\":\"$first\",\"tappedAt\":\"$tapped\",\"appVersion\":\"5.2.0\",\"osVersion\":\"18.1\"}")
+case "$answer" in *'"accepted"'*) ;; *) echo "the check tap was not accepted: $answer"; exit 1 ;; esac
+
+results="$ISLET_RUN_DIR/bench-analytics.tsv"
+: > "$results"
+# A short warm-up of both routes.
+run_wrk /v1/taps warm 3 >/dev/null
+run_wrk /bench/noop warm 3 >/dev/null
+for r in $(seq 1 "$rounds"); do
+  run="r$r-$RANDOM"
+  if [ $((r % 2)) -eq 1 ]; then
+    t=$(run_wrk /v1/taps "$run" "$duration"); n=$(run_wrk /bench/noop "$run" "$duration")
+  else
+    n=$(run_wrk /bench/noop "$run" "$duration"); t=$(run_wrk /v1/taps "$run" "$duration")
+  fi
+  printf '%s\t%s\t%s\n' "$r" "$t" "$n" | tee -a "$results"
+done
+
+# Every accepted tap is on the topic, once: the service's count against the topic's.
+accepted=$(curl -s "$url/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="accepted"\}/ {print $2}')
+other=$(curl -s "$url/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="(duplicate|rejected|unavailable)"\}/ {s += $2} END {print s + 0}')
+on_topic=$("$bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.clicks.v1)
+
+python3 - "$results" "$accepted" "$on_topic" "$other" <<'PY'
+import json, statistics, sys
+rows = [line.split("\t") for line in open(sys.argv[1]).read().splitlines() if line]
+t = [json.loads(r[1]) for r in rows]; n = [json.loads(r[2]) for r in rows]
+rate = lambda x: x["requests"] / x["seconds"]
+med = lambda xs, f: statistics.median(f(x) for x in xs)
+for name, xs in (("taps (POST /v1/taps, acked)", t), ("no-op (POST /bench/noop)", n)):
+    bad = sum(x["non2xx"] + x["errors"] for x in xs)
+    print(f"{name:<30} {med(xs, rate):>10,.0f} req/s   p50 {med(xs, lambda x: x['p50ms']):6.2f} ms   p99 {med(xs, lambda x: x['p99ms']):6.2f} ms   non-2xx/errors {bad}")
+print(f"ratio taps / no-op: {med(t, rate) / med(n, rate):.2f}   (medians over {len(rows)} rounds)")
+accepted, on_topic, other = int(float(sys.argv[2])), int(sys.argv[3]), int(float(sys.argv[4]))
+print(f"accepted by the service: {accepted:,}   records on islet.clicks.v1: {on_topic:,}   other verdicts: {other}   "
+      + ("equal" if accepted == on_topic else "MISMATCH"))
+sys.exit(0 if accepted == on_topic else 1)
+PY
