@@ -273,7 +273,9 @@ struct World {
         for key in ["kind", "activityId", "state"] { if let value = record[key]?.stringValue { parts.append("\(key) \(value)") } }
         if let fingerprint = record["tokenFingerprint"]?.stringValue { parts.append("token \(fingerprint)… (fingerprint)") }
         if let reason = record["invalidation"]?["reason"]?.stringValue { parts.append("reason \(reason)") }
-        for (key, value) in body where !["change", "token"].contains(key) && parts.isEmpty { parts.append("\(key) \(value)") }
+        if parts.isEmpty {
+            for key in body.keys.sorted() { parts.append("\(key) \(body[key]!.stringValue ?? String(decoding: body[key]!.jsonBytes, as: UTF8.self))") }
+        }
         return "\(status) " + (parts.isEmpty ? String(answer[brace...].prefix(200)) : parts.joined(separator: " · "))
     }
 
