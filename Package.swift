@@ -367,8 +367,11 @@ let package = Package(
             dependencies: [
                 "APNsDispatcher", "IsletKafka", "IsletMessages",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             path: "Benchmarks/Dispatcher",
             exclude: ["aioapns_bench.py"],

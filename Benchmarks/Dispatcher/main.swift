@@ -2,11 +2,14 @@
 // for h2load, a load of tokens and push requests on the broker, and a paced stream for latency.
 import APNsDispatcher
 import ArgumentParser
+import AsyncHTTPClient
 import Crypto
 import Foundation
 import IsletKafka
 import IsletMessages
 import Logging
+import NIOCore
+import NIOSSL
 import Synchronization
 
 let benchLogger: Logger = {
@@ -19,7 +22,7 @@ let benchLogger: Logger = {
 struct DispatchBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "islet-dispatch-bench", abstract: "Load and measure apns-dispatcher.",
-        subcommands: [Key.self, ProviderToken.self, Load.self, Paced.self])
+        subcommands: [Key.self, ProviderToken.self, Load.self, Paced.self, AHCLoad.self])
 }
 
 /// Writes a new P-256 signing key (.p8 PEM).
@@ -160,4 +163,71 @@ final class AckLog: Sendable {
     private let entries = Mutex<[(Int, Duration)]>([])
     func record(_ index: Int, _ delay: Duration) { entries.withLock { $0.append((index, delay)) } }
     var all: [(Int, Duration)] { entries.withLock { $0 } }
+}
+
+/// AsyncHTTPClient straight to the simulator, for the issue's note: under load AHC 1.37 with
+/// swift-nio-http2 1.46 was seen to send RST_STREAM on streams that had already completed, which an
+/// HTTP/2 server's rapid-reset guard answers with GOAWAY. Every request has a deadline. Prints the
+/// answers and errors; the simulator's /admin/stats tells how many connections it took.
+struct AHCLoad: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ahc")
+    @Option var url: String
+    @Option(help: "The simulator's certificate (PEM), to trust.") var ca: String
+    @Option var key: String
+    @Option var keyID: String
+    @Option var team: String
+    @Option var bundle = "com.example.bench"
+    @Option var count = 50_000
+    @Option var concurrency = 100
+    @Option var size = 1_024
+
+    func run() async throws {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.trustRoots = .file(ca)
+        var configuration = HTTPClient.Configuration(tlsConfiguration: tls)
+        configuration.httpVersion = .automatic
+        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        let signing = try APNsSigningKey(keyID: keyID, teamID: team, pem: try String(contentsOfFile: key, encoding: .utf8))
+        let jwt = try signing.providerToken(issuedAt: Date())
+        let body = Array(payload(sequence: 1, size: size).utf8)
+        let (url, bundle, count, concurrency) = (self.url, self.bundle, self.count, self.concurrency)
+        let started = ContinuousClock.now
+        let results = await withTaskGroup(of: [String: Int].self, returning: [String: Int].self) { group in
+            for worker in 0..<concurrency {
+                group.addTask {
+                    await Self.work(
+                        client: client, url: url, bundle: bundle, jwt: jwt, body: body, indices: Array(stride(from: worker, to: count, by: concurrency)))
+                }
+            }
+            var all: [String: Int] = [:]
+            for await partial in group { all.merge(partial, uniquingKeysWith: +) }
+            return all
+        }
+        let seconds = (ContinuousClock.now - started) / .seconds(1)
+        try await client.shutdown()
+        let answers = results.sorted { $0.key < $1.key }.map { "\"\($0.key)\": \($0.value)" }.joined(separator: ", ")
+        print("{\"seconds\": \(String(format: "%.1f", seconds)), \(answers)}")
+    }
+
+    /// One sender: its share of the requests, one after the other.
+    static func work(client: HTTPClient, url: String, bundle: String, jwt: String, body: [UInt8], indices: [Int]) async -> [String: Int] {
+        var results: [String: Int] = [:]
+        for i in indices {
+            var request = HTTPClientRequest(url: "\(url)/3/device/\(token(i % 2_000))")
+            request.method = .POST
+            request.headers.add(name: "authorization", value: "bearer \(jwt)")
+            request.headers.add(name: "apns-push-type", value: "liveactivity")
+            request.headers.add(name: "apns-topic", value: "\(bundle).push-type.liveactivity")
+            request.headers.add(name: "apns-priority", value: "5")
+            request.body = .bytes(body)
+            do {
+                let response = try await client.execute(request, deadline: .now() + .seconds(10))
+                _ = try await response.body.collect(upTo: 65_536)
+                results["status \(response.status.code)", default: 0] += 1
+            } catch {
+                results["error \(String(describing: error).prefix(80))", default: 0] += 1
+            }
+        }
+        return results
+    }
 }
