@@ -15,7 +15,7 @@ cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
 run=$ISLET_RUN_DIR/bench-dispatcher
 mkdir -p "$run"
-rounds=${ROUNDS:-3}
+rounds=${ROUNDS:-3}  # 0: only the latency run
 count=${COUNT:-50000}
 aio_count=${AIO_COUNT:-5000}
 activities=${ACTIVITIES:-2000}
@@ -139,10 +139,11 @@ python3 - "$results" "$run/paced.txt" "$run/received.json" <<'PY'
 import json, statistics, sys
 from datetime import datetime
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
-d = statistics.median(int(r[1]) for r in rows); h = statistics.median(float(r[2]) for r in rows); a = statistics.median(int(r[3]) for r in rows)
-print(f"{'dispatcher (Kafka → simulator 200)':<36}{d:>10,.0f} pushes/s")
-print(f"{'h2load (straight to the simulator)':<36}{h:>10,.0f} req/s    dispatcher / h2load  = {d / h:.2f}  (target ≥ 0.4)")
-print(f"{'aioapns (straight to the simulator)':<36}{a:>10,.0f} req/s    dispatcher / aioapns = {d / a if a else float('nan'):.1f}  (target ≥ 10)")
+if rows:  # ROUNDS=0 measures the latency only
+    d = statistics.median(int(r[1]) for r in rows); h = statistics.median(float(r[2]) for r in rows); a = statistics.median(int(r[3]) for r in rows)
+    print(f"{'dispatcher (Kafka → simulator 200)':<36}{d:>10,.0f} pushes/s")
+    print(f"{'h2load (straight to the simulator)':<36}{h:>10,.0f} req/s    dispatcher / h2load  = {d / h:.2f}  (target ≥ 0.4)")
+    print(f"{'aioapns (straight to the simulator)':<36}{a:>10,.0f} req/s    dispatcher / aioapns = {d / a if a else float('nan'):.1f}  (target ≥ 10)")
 created = dict(line.split() for line in open(sys.argv[2]).read().splitlines() if line)
 received = json.load(open(sys.argv[3]))
 t = lambda x: datetime.fromisoformat(x.replace("Z", "+00:00")).timestamp()
