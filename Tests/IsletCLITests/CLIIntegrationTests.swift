@@ -22,10 +22,14 @@ private var servers: String {
     get throws { try #require(ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"], "ISLET_KAFKA_BOOTSTRAP is not set: run scripts/test.sh") }
 }
 
-/// Creates the topics (if missing) as the compose file's kafka-init would, with fewer partitions.
+/// Creates Islet's topics (if missing) as the compose file's kafka-init would, with fewer partitions.
+/// The test broker is shared by the whole run: Islet's real topics are always made together, with
+/// 3 partitions (the topic administration test checks exactly that, and co-partitioned topics must
+/// agree), whichever test comes first. `topics` names the ones this test needs.
 private func ensureTopics(_ topics: [IsletTopic]) async throws {
     let admin = try KafkaAdmin(configuration: KafkaAdminConfiguration(bootstrapServers: try servers), logger: logger)
-    _ = try await admin.createTopics(topics.map { KafkaAdmin.TopicSpec($0, partitions: 4) })
+    let created = try await admin.createIsletTopics(partitions: 3)
+    for topic in topics { #expect(created[topic.name] != nil) }
 }
 
 /// What `islet tail` printed.
