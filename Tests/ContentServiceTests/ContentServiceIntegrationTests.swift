@@ -57,8 +57,8 @@ private func read(_ topic: String, count: Int) async throws -> [KafkaMessage] {
     }
 }
 
-/// Reads `topic` from the start until every id in `ids` was seen as a push request (at most 60 s);
-/// returns every request read.
+/// Reads `topic` from the start until every id in `ids` was seen as a push request and every
+/// partition is read to its end (at most 60 s); returns every request read.
 private func readRequests(_ topic: String, until ids: Set<String>) async throws -> [PushRequest] {
     let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: try servers, topics: [topic]), logger: logger)
     return try await withThrowingTaskGroup(of: [PushRequest]?.self) { group in
@@ -74,11 +74,21 @@ private func readRequests(_ topic: String, until ids: Set<String>) async throws 
         group.addTask {
             var requests: [PushRequest] = []
             var missing = ids
-            for await message in reader.messages {
-                let request = try IsletJSON.decode(PushRequest.self, from: message.value ?? [])
-                requests.append(request)
-                missing.remove(request.requestId)
-                if missing.isEmpty { break }
+            var assigned: Set<KafkaTopicPartition> = []
+            // Partitions read to their end since their last record.
+            var atEnd: Set<KafkaTopicPartition> = []
+            for await event in reader.events {
+                switch event {
+                case .partitionsAssigned(let partitions): assigned.formUnion(partitions)
+                case .partitionsRevoked: continue
+                case .partitionEnd(let partition): atEnd.insert(partition)
+                case .message(let message):
+                    atEnd.remove(message.topicPartition)
+                    let request = try IsletJSON.decode(PushRequest.self, from: message.value ?? [])
+                    requests.append(request)
+                    missing.remove(request.requestId)
+                }
+                if missing.isEmpty, !assigned.isEmpty, atEnd.isSuperset(of: assigned) { break }
             }
             return requests
         }
@@ -218,6 +228,7 @@ struct ContentServiceIntegrationTests {
             RequestIds.content(activityId: "order-7", eventId: "e6-preparing"), RequestIds.content(activityId: "order-8", eventId: "grpc-2"),
         ]
         let all = try await readRequests(topics.pushRequests, until: newIds)
+        #expect(afterGRPC.count == requests.count + 1, "the four requests of order-7 and order-8's push-to-start")
         #expect(all.count == afterGRPC.count + 2, "\(all.map { ($0.sourceActivityId ?? "?", $0.contentSequence) })")
         #expect(Set(all.map(\.requestId)).count == all.count, "no request was made twice")
         await secondGroup.triggerGracefulShutdown()
