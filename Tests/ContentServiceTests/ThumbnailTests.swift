@@ -125,7 +125,7 @@ struct ThumbnailTests {
             "status": .string("courier_assigned"), "orderId": .string("42"),
             "courier": .object(["name": .string("Ana"), "photoUrl": .string(url)]),
         ]
-        #expect(try engine.assembler.imageURLs(for: event("DeliveryAttributes", sequence: 1, fields)) == [url])
+        #expect(engine.assembler.imageURLs(for: event("DeliveryAttributes", sequence: 1, fields)) == [url])
         guard case .send(let first) = try engine.prepare(event("DeliveryAttributes", sequence: 1, fields), images: [url: small]) else {
             Issue.record("nothing sent")
             return

@@ -7,7 +7,7 @@ struct JSONWritingTests {
     /// A random JSON value: every kind, awkward strings and numbers, nesting.
     static func random(_ rng: inout some RandomNumberGenerator, depth: Int = 0) -> JSONValue {
         let strings = ["", "plain", "a\"b\\c/d", "line\nbreak\r\ttab", "\u{0}\u{1}\u{8}\u{c}\u{1f}\u{7f}", "é漢字😀", "\u{2028}"]
-        let numbers: [Double] = [0.1, 3.4, -2.5, 1e-7, 1e21, 100, -0.0, 123456.789, 1.5e300, 2.5e-5, 9007199254740993]
+        let numbers: [Double] = [0.1, 3.4, -2.5, 1e-7, 1e21, 100, -0.0, 123456.789, 1.5e300, 2.5e-5, 9_007_199_254_740_992]
         switch Int.random(in: 0..<(depth > 3 ? 5 : 7), using: &rng) {
         case 0: return .null
         case 1: return .bool(Bool.random(using: &rng))
