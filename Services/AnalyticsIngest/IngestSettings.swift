@@ -63,18 +63,14 @@ public struct IngestSettings: Sendable {
     }
 
     public init(from config: IsletConfig) throws(ConfigurationError) {
-        let keys = try config.properties("islet.link.keys").sorted { $0.key < $1.key }
-        var linkKeys: [LinkKey] = []
-        for (kid, secret) in keys {
-            do {
-                linkKeys.append(try LinkKey(id: kid, secret: Array(secret.utf8)))
-            } catch {
-                throw ConfigurationError(key: "islet.link.keys", problem: error.description)
-            }
+        let secrets = try config.properties("islet.link.keys")
+        let linkKeys: [LinkKey]
+        do throws(LinkError) {
+            linkKeys = try LinkKeyring.keys(fromSecrets: secrets)
+        } catch {
+            throw ConfigurationError(key: "islet.link.keys", problem: error.description)
         }
-        guard let first = linkKeys.first else {
-            throw ConfigurationError(key: "islet.link.keys", problem: "must name at least one key: kid=secret")
-        }
+        let first = linkKeys[0]
         let rate = try config.int("islet.analytics.rate.per.second", default: 20, range: 0...1_000_000)
         let burst = try config.int("islet.analytics.rate.burst", default: max(40, rate * 2), range: 1...10_000_000)
         self.init(

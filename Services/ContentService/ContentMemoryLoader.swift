@@ -41,29 +41,18 @@ public struct ContentMemoryLoader: Service {
 
     private func load() async {
         let started = ContinuousClock.now
-        var assigned: Set<KafkaTopicPartition> = []
-        var ended: Set<KafkaTopicPartition> = []
-        var ready = false
+        var catchUp = ReplicaCatchUp(topics: [requestsTopic, outcomesTopic])
         var records = 0
         for await event in consumer.events {
-            switch event {
-            case .partitionsAssigned(let partitions):
-                assigned.formUnion(partitions)
-            case .partitionsRevoked(let partitions):
-                assigned.subtract(partitions)
-            case .partitionEnd(let partition):
-                guard !ready else { continue }
-                ended.insert(partition)
-                if !assigned.isEmpty, ended.isSuperset(of: assigned), Set(assigned.map(\.topic)).count == 2 {
-                    ready = true
-                    let seconds = (ContinuousClock.now - started) / .seconds(1)
-                    Gauge(label: "islet_content_memory_rebuild_seconds").record(seconds)
-                    logger.info(
-                        "activity memory rebuilt",
-                        metadata: ["records": "\(records)", "activities": "\(engine.activityCount)", "rebuild.seconds": "\(seconds)"])
-                    onReady()
-                }
-            case .message(let message):
+            if catchUp.note(event) {
+                let seconds = (ContinuousClock.now - started) / .seconds(1)
+                Gauge(label: "islet_content_memory_rebuild_seconds").record(seconds)
+                logger.info(
+                    "activity memory rebuilt",
+                    metadata: ["records": "\(records)", "activities": "\(engine.activityCount)", "rebuild.seconds": "\(seconds)"])
+                onReady()
+            }
+            if case .message(let message) = event {
                 records += 1
                 apply(message)
             }

@@ -42,15 +42,12 @@ public struct ContentSettings: Sendable {
     }
 
     public init(from config: IsletConfig) throws {
-        let keys = try config.properties("islet.link.keys").sorted { $0.key < $1.key }
-        guard !keys.isEmpty else { throw ConfigurationError(key: "islet.link.keys", problem: "must name at least one key: kid=secret") }
-        var linkKeys: [LinkKey] = []
-        for (kid, secret) in keys {
-            do {
-                linkKeys.append(try LinkKey(id: kid, secret: Array(secret.utf8)))
-            } catch {
-                throw ConfigurationError(key: "islet.link.keys", problem: error.description)
-            }
+        let secrets = try config.properties("islet.link.keys")
+        let linkKeys: [LinkKey]
+        do throws(LinkError) {
+            linkKeys = try LinkKeyring.keys(fromSecrets: secrets)
+        } catch {
+            throw ConfigurationError(key: "islet.link.keys", problem: error.description)
         }
         let signingID = try config.string("islet.link.signing.key", default: linkKeys.count == 1 ? linkKeys[0].id : "")
         guard let signing = linkKeys.first(where: { $0.id == signingID }) else {

@@ -107,9 +107,10 @@ public final class RequestSender: Sendable {
     let engine: ContentEngine
     let topic: String
     let logger: Logger
-    private let gate = TurnGate()
+    /// One turn at a time, in arrival order (a mutex cannot be held across an `await`).
+    private let gate = AsyncSemaphore(1)
     private let owned = Mutex<Set<Int32>>([])
-    private let inFlight: InFlightLimit
+    private let inFlight: AsyncSemaphore
     private let failed = Mutex<[(PushRequest, Completion)]>([])
 
     /// Counts down an event's requests; calls `onDone` at zero.
@@ -131,7 +132,7 @@ public final class RequestSender: Sendable {
         self.producer = producer
         self.engine = engine
         self.topic = topic
-        self.inFlight = InFlightLimit(window)
+        self.inFlight = AsyncSemaphore(window)
         self.logger = logger
     }
 
@@ -142,8 +143,8 @@ public final class RequestSender: Sendable {
 
     /// Runs `body` when no other turn runs.
     func turn<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        await gate.enter()
-        defer { gate.leave() }
+        await gate.acquire()
+        defer { gate.release() }
         return try await body()
     }
 
@@ -219,8 +220,8 @@ public final class RequestSender: Sendable {
     }
 }
 
-/// At most `limit` events in flight: ``acquire()`` waits for a ``release()``.
-final class InFlightLimit: Sendable {
+/// At most `limit` holders at once, served in arrival order: ``acquire()`` waits for a ``release()``.
+final class AsyncSemaphore: Sendable {
     private struct State {
         var available: Int
         var waiting: [CheckedContinuation<Void, Never>] = []
@@ -247,41 +248,6 @@ final class InFlightLimit: Sendable {
         let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
             if state.waiting.isEmpty {
                 state.available += 1
-                return nil
-            }
-            return state.waiting.removeFirst()
-        }
-        next?.resume()
-    }
-}
-
-/// One turn at a time, in arrival order, across suspension points (a mutex cannot be held across
-/// an `await`).
-final class TurnGate: Sendable {
-    private struct State {
-        var busy = false
-        var waiting: [CheckedContinuation<Void, Never>] = []
-    }
-    private let state = Mutex(State())
-
-    func enter() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let go = state.withLock { state -> Bool in
-                if state.busy {
-                    state.waiting.append(continuation)
-                    return false
-                }
-                state.busy = true
-                return true
-            }
-            if go { continuation.resume() }
-        }
-    }
-
-    func leave() {
-        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            if state.waiting.isEmpty {
-                state.busy = false
                 return nil
             }
             return state.waiting.removeFirst()

@@ -53,6 +53,14 @@ public struct LinkKeyring: Sendable {
     }
 
     func key(id: String) -> LinkKey? { accepted[id] }
+
+    /// The keys of a `kid=secret,…` setting (`ISLET_LINK_KEYS`), sorted by id; at least one.
+    public static func keys(fromSecrets secrets: [String: String]) throws(LinkError) -> [LinkKey] {
+        guard !secrets.isEmpty else { throw LinkError("must name at least one key: kid=secret") }
+        var keys: [LinkKey] = []
+        for (kid, secret) in secrets.sorted(by: { $0.key < $1.key }) { keys.append(try LinkKey(id: kid, secret: Array(secret.utf8))) }
+        return keys
+    }
 }
 
 /// A link that verified: what was tapped, signed by which key, when.

@@ -44,29 +44,18 @@ public struct TokenTableLoader: Service {
 
     private func load() async {
         let started = ContinuousClock.now
-        var assigned: Set<KafkaTopicPartition> = []
-        var ended: Set<KafkaTopicPartition> = []
-        var ready = false
+        var catchUp = ReplicaCatchUp()
         for await event in consumer.events {
-            switch event {
-            case .partitionsAssigned(let partitions):
-                assigned.formUnion(partitions)
-            case .partitionsRevoked(let partitions):
-                assigned.subtract(partitions)
-            case .partitionEnd(let partition):
-                guard !ready else { continue }
-                ended.insert(partition)
-                if !assigned.isEmpty, ended.isSuperset(of: assigned) {
-                    ready = true
-                    let seconds = (ContinuousClock.now - started) / .seconds(1)
-                    rebuildSeconds.record(seconds)
-                    tokens.record(Double(table.count))
-                    logger.info("token table rebuilt", metadata: ["tokens.count": "\(table.count)", "rebuild.seconds": "\(seconds)"])
-                    onReady()
-                }
-            case .message(let message):
+            if catchUp.note(event) {
+                let seconds = (ContinuousClock.now - started) / .seconds(1)
+                rebuildSeconds.record(seconds)
+                tokens.record(Double(table.count))
+                logger.info("token table rebuilt", metadata: ["tokens.count": "\(table.count)", "rebuild.seconds": "\(seconds)"])
+                onReady()
+            }
+            if case .message(let message) = event {
                 apply(message)
-                if ready { tokens.record(Double(table.count)) }
+                if catchUp.caughtUp { tokens.record(Double(table.count)) }
             }
         }
     }
