@@ -555,6 +555,23 @@ let package = Package(
             path: "Tests/IsletRuntimeTests",
             swiftSettings: strict
         ),
+        // The whole product as processes (scripts/test.sh runs these with ISLET_E2E=1 on a broker of their own):
+        // happy paths, kill -9 and SIGTERM, APNs faults, hostile input; the ledger of push requests and outcomes.
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: [
+                "APNsSimulator", "ContentService", "TokenRegistry", "IsletKafka", "IsletMessages",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/EndToEndTests",
+            exclude: ["Golden"],
+            swiftSettings: strict
+        ),
         // The CLI: argument parsing and formatting; publish + tail against the broker (ISLET_KAFKA_BOOTSTRAP).
         .testTarget(
             name: "IsletCLITests",

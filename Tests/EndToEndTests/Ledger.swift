@@ -1,0 +1,104 @@
+import Foundation
+import IsletKafka
+import IsletMessages
+import Logging
+
+let e2eLogger: Logger = {
+    var logger = Logger(label: "islet.test.e2e")
+    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
+    return logger
+}()
+
+/// Reads every partition of `topics` from the start to its current end and returns the records.
+func readToEnd(_ topics: [String], bootstrap: String, timeout: Duration = .seconds(120)) async throws -> [KafkaMessage] {
+    let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: bootstrap, topics: topics), logger: e2eLogger)
+    return try await withThrowingTaskGroup(of: [KafkaMessage]?.self) { group in
+        group.addTask {
+            try await reader.run()
+            return nil
+        }
+        group.addTask {
+            try? await Task.sleep(for: timeout)
+            reader.shutdown()
+            return nil
+        }
+        group.addTask {
+            var messages: [KafkaMessage] = []
+            var catchUp = ReplicaCatchUp(topics: Set(topics))
+            for await event in reader.events {
+                if case .message(let message) = event { messages.append(message) }
+                if catchUp.note(event) { return messages }
+            }
+            return nil
+        }
+        while let next = try await group.next() {
+            if let next {
+                reader.shutdown()
+                group.cancelAll()
+                return next
+            }
+        }
+        throw E2EFailure("could not read \(topics) to their end within \(timeout)")
+    }
+}
+
+/// Every push request of a run and every outcome written for them: the invariant of the whole
+/// pipeline is that each request ends in exactly one final outcome.
+struct Ledger {
+    var requests: [String: PushRequest] = [:]
+    /// Copies of the same request id on the topic (content-service wrote it more than once).
+    var requestCopies: [String: Int] = [:]
+    var outcomes: [String: [PushOutcome]] = [:]
+
+    /// The requests whose activity id starts with `prefix` (push-to-start: its source activity), and their outcomes.
+    static func read(bootstrap: String, prefix: String) async throws -> Ledger {
+        let messages = try await readToEnd([IsletTopics.pushRequests.name, IsletTopics.pushOutcomes.name], bootstrap: bootstrap)
+        var ledger = Ledger()
+        var outcomes: [PushOutcome] = []
+        for message in messages {
+            if message.topic == IsletTopics.pushRequests.name {
+                guard let request = try? IsletJSON.decode(PushRequest.self, from: message.value ?? []),
+                    (request.activityId ?? request.sourceActivityId ?? "").hasPrefix(prefix)
+                else { continue }
+                ledger.requests[request.requestId] = request
+                ledger.requestCopies[request.requestId, default: 0] += 1
+            } else if let outcome = try? IsletJSON.decode(PushOutcome.self, from: message.value ?? []) {
+                outcomes.append(outcome)
+            }
+        }
+        for outcome in outcomes where ledger.requests[outcome.requestId] != nil || (outcome.activityId ?? "").hasPrefix(prefix) {
+            ledger.outcomes[outcome.requestId, default: []].append(outcome)
+        }
+        return ledger
+    }
+
+    /// Requests with no outcome yet.
+    var open: [PushRequest] { requests.values.filter { outcomes[$0.requestId] == nil } }
+
+    /// What breaks the invariant: requests without an outcome, with more than one, outcomes of requests never made.
+    var violations: [String] {
+        var problems: [String] = []
+        for request in open { problems.append("request \(request.requestId) (\(request.key ?? "-") \(request.event.rawValue)) has no outcome") }
+        for (id, list) in outcomes where list.count > 1 {
+            problems.append("request \(id) has \(list.count) outcomes: \(list.map(\.result.rawValue))")
+        }
+        for id in outcomes.keys where requests[id] == nil { problems.append("outcome for \(id), which is no request of the run") }
+        return problems
+    }
+
+    /// Outcomes by result.
+    var results: [PushResult: Int] {
+        outcomes.values.compactMap(\.first).reduce(into: [:]) { $0[$1.result, default: 0] += 1 }
+    }
+
+    /// Reads until every request of the run has an outcome or `timeout` passes; returns the last reading.
+    static func settle(bootstrap: String, prefix: String, expecting minimum: Int = 1, timeout: Duration = .seconds(180)) async throws -> Ledger {
+        let deadline = ContinuousClock.now + timeout
+        var ledger = try await read(bootstrap: bootstrap, prefix: prefix)
+        while ContinuousClock.now < deadline, ledger.requests.count < minimum || !ledger.open.isEmpty {
+            try await Task.sleep(for: .seconds(1))
+            ledger = try await read(bootstrap: bootstrap, prefix: prefix)
+        }
+        return ledger
+    }
+}

@@ -1,0 +1,320 @@
+import APNsSimulator
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import IsletKafka
+import IsletMessages
+import JWTKit
+import NIOCore
+import NIOHTTP1
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The end-to-end suites run only when scripts/test.sh asks for them (`ISLET_E2E=1`, with a broker of
+/// their own in `ISLET_KAFKA_BOOTSTRAP` and the built executables in `ISLET_BIN_DIR`).
+let endToEndEnabled = ProcessInfo.processInfo.environment["ISLET_E2E"] == "1"
+
+struct E2EFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// One of the product's executables, run as a child process with its own log file.
+final class ServiceProcess: @unchecked Sendable {
+    enum Name: String, CaseIterable, Sendable {
+        case simulator = "apns-simulator"
+        case registry = "token-registry"
+        case content = "content-service"
+        case dispatcher = "apns-dispatcher"
+        case ingest = "analytics-ingest"
+    }
+
+    let name: Name
+    let environment: [String: String]
+    let healthURL: String
+    let logDirectory: URL
+    private let lock = NSLock()
+    private var process: Process?
+    private var starts = 0
+
+    init(name: Name, environment: [String: String], healthURL: String, logDirectory: URL) {
+        self.name = name
+        self.environment = environment
+        self.healthURL = healthURL
+        self.logDirectory = logDirectory
+    }
+
+    var pid: Int32? { lock.withLock { process.map(\.processIdentifier) } }
+    var isRunning: Bool { lock.withLock { process?.isRunning ?? false } }
+
+    /// Every log file this service wrote in the run (one per start).
+    var logFiles: [URL] { (1...max(1, lock.withLock { starts })).map { logDirectory.appendingPathComponent("\(name.rawValue)-\($0).log") } }
+
+    /// Starts the executable and waits until its `/health` answers 200 (ready), at most `timeout`.
+    func start(timeout: Duration = .seconds(120)) async throws {
+        let process = Process()
+        process.executableURL = Stack.binDirectory.appendingPathComponent(name.rawValue)
+        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ISLET_") }.merging(environment) { $1 }
+        let number = lock.withLock { () -> Int in
+            starts += 1
+            return starts
+        }
+        let log = logDirectory.appendingPathComponent("\(name.rawValue)-\(number).log")
+        FileManager.default.createFile(atPath: log.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: log)
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        lock.withLock { self.process = process }
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            guard process.isRunning else { throw E2EFailure("\(name.rawValue) exited during start-up (status \(process.terminationStatus)); see \(log.path)") }
+            if await HTTP.status(healthURL + "/health") == 200 { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw E2EFailure("\(name.rawValue) was not ready within \(timeout); see \(log.path)")
+    }
+
+    /// `kill -9`: no chance to flush, commit or answer.
+    func kill9() async {
+        guard let process = lock.withLock({ process }), process.isRunning else { return }
+        _ = kill(process.processIdentifier, SIGKILL)
+        _ = await waitForExit(process, within: .seconds(10))
+    }
+
+    /// SIGTERM, then waits for the exit; returns how long it took and the exit status (`nil`: it
+    /// did not exit within `within`, and was killed).
+    func terminate(within: Duration = .seconds(20)) async -> (Duration, Int32?) {
+        guard let process = lock.withLock({ process }), process.isRunning else { return (.zero, 0) }
+        let started = ContinuousClock.now
+        process.terminate()
+        let exited = await waitForExit(process, within: within)
+        let took = ContinuousClock.now - started
+        if !exited {
+            _ = kill(process.processIdentifier, SIGKILL)
+            _ = await waitForExit(process, within: .seconds(10))
+            return (took, nil)
+        }
+        return (took, process.terminationStatus)
+    }
+
+    private func waitForExit(_ process: Process, within: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + within
+        while process.isRunning {
+            if ContinuousClock.now > deadline { return false }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return true
+    }
+}
+
+/// The whole product as processes: the APNs simulator, token-registry, content-service,
+/// apns-dispatcher and analytics-ingest, each on free loopback ports, against the e2e broker.
+final class Stack: Sendable {
+    static var binDirectory: URL {
+        if let directory = ProcessInfo.processInfo.environment["ISLET_BIN_DIR"] { return URL(fileURLWithPath: directory) }
+        return repository.appendingPathComponent(".build/debug")
+    }
+
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    static var bootstrap: String {
+        get throws {
+            guard let servers = ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"] else {
+                throw E2EFailure("ISLET_KAFKA_BOOTSTRAP is not set: run scripts/test.sh")
+            }
+            return servers
+        }
+    }
+
+    let bootstrap: String
+    let directory: URL
+    let teamID = "E2ETEAM001"
+    let keyID = "E2EKEY0001"
+    let jwtKey = (kid: "e2e", secret: Stack.randomHex(32))
+    let linkKey = (kid: "e2e", secret: Stack.randomHex(32))
+    let ports: [ServiceProcess.Name: Int]
+    let grpcPorts: [ServiceProcess.Name: Int]
+    let simulatorPort: Int
+    let services: [ServiceProcess.Name: ServiceProcess]
+
+    /// - Parameters:
+    ///   - name: the test's name, for the log directory.
+    ///   - extra: more environment per service (budgets, timeouts).
+    init(name: String, extra: [ServiceProcess.Name: [String: String]] = [:]) throws {
+        bootstrap = try Self.bootstrap
+        let runDirectory = ProcessInfo.processInfo.environment["ISLET_RUN_DIR"].map { URL(fileURLWithPath: $0) }
+            ?? Self.repository.appendingPathComponent(".islet-run")
+        directory = runDirectory.appendingPathComponent("e2e").appendingPathComponent(name)
+        try? FileManager.default.removeItem(at: directory)
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+
+        var ports: [ServiceProcess.Name: Int] = [:]
+        var grpcPorts: [ServiceProcess.Name: Int] = [:]
+        for name in ServiceProcess.Name.allCases { ports[name] = try Self.freePort() }
+        grpcPorts[.registry] = try Self.freePort()
+        grpcPorts[.content] = try Self.freePort()
+        simulatorPort = try Self.freePort()
+        self.ports = ports
+        self.grpcPorts = grpcPorts
+
+        let keyFile = directory.appendingPathComponent("AuthKey.p8")
+        try P256.Signing.PrivateKey().pemRepresentation.write(to: keyFile, atomically: true, encoding: .utf8)
+        let certificate = directory.appendingPathComponent("simulator.pem")
+        let common = ["ISLET_KAFKA_BOOTSTRAP": bootstrap, "ISLET_HTTP_HOST": "127.0.0.1", "ISLET_LOG_LEVEL": "info"]
+        var environments: [ServiceProcess.Name: [String: String]] = [
+            .simulator: [
+                "ISLET_SIMULATOR_KEYS": "\(keyID)=\(teamID):\(keyFile.path)", "ISLET_SIMULATOR_PORT": "\(simulatorPort)",
+                "ISLET_SIMULATOR_TLS_CERTIFICATE_OUT": certificate.path,
+            ],
+            .registry: ["ISLET_GRPC_PORT": "\(grpcPorts[.registry]!)", "ISLET_AUTH_HS256_KEYS": "\(jwtKey.kid)=\(jwtKey.secret)"],
+            .content: ["ISLET_GRPC_PORT": "\(grpcPorts[.content]!)", "ISLET_LINK_KEYS": "\(linkKey.kid)=\(linkKey.secret)"],
+            .dispatcher: [
+                "ISLET_APNS_KEYS": "\(teamID)=\(keyID):\(keyFile.path)",
+                "ISLET_APNS_APPS": "com.example.food=\(teamID),com.example.ride=\(teamID),com.example.scores=\(teamID)",
+                "ISLET_APNS_URL": "https://127.0.0.1:\(simulatorPort)", "ISLET_APNS_CA_FILE": certificate.path,
+            ],
+            .ingest: ["ISLET_LINK_KEYS": "\(linkKey.kid)=\(linkKey.secret)"],
+        ]
+        var services: [ServiceProcess.Name: ServiceProcess] = [:]
+        for name in ServiceProcess.Name.allCases {
+            environments[name, default: [:]].merge(common) { a, _ in a }
+            environments[name]!["ISLET_HTTP_PORT"] = "\(ports[name]!)"
+            environments[name]!.merge(extra[name] ?? [:]) { $1 }
+            services[name] = ServiceProcess(
+                name: name, environment: environments[name]!, healthURL: "http://127.0.0.1:\(ports[name]!)", logDirectory: directory)
+        }
+        self.services = services
+    }
+
+    subscript(_ name: ServiceProcess.Name) -> ServiceProcess { services[name]! }
+
+    func url(_ name: ServiceProcess.Name) -> String { "http://127.0.0.1:\(ports[name]!)" }
+
+    /// Starts the simulator first (the dispatcher needs its certificate), then the services.
+    func start() async throws {
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: bootstrap), logger: e2eLogger)
+        try await admin.createIsletTopics(partitions: 3)
+        try await self[.simulator].start()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for name in [ServiceProcess.Name.registry, .content, .dispatcher, .ingest] {
+                group.addTask { try await self[name].start() }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    /// Stops everything (SIGTERM, then SIGKILL for what does not stop).
+    func stop() async {
+        for name in [ServiceProcess.Name.ingest, .registry, .content, .dispatcher, .simulator] {
+            _ = await self[name].terminate(within: .seconds(15))
+        }
+    }
+
+    /// Every log line of every service in the run.
+    func logLines() -> [(service: String, line: String)] {
+        services.values.flatMap { service in
+            service.logFiles.flatMap { file -> [(String, String)] in
+                guard let text = try? String(contentsOf: file, encoding: .utf8) else { return [] }
+                return text.split(separator: "\n").map { (file.lastPathComponent, String($0)) }
+            }
+        }
+    }
+
+    // MARK: Clients
+
+    /// A bearer JWT for token-registry's HTTP API, for `user`.
+    func jwt(user: String) async throws -> String {
+        let keys = JWTKeyCollection()
+        await keys.add(hmac: HMACKey(from: jwtKey.secret), digestAlgorithm: .sha256, kid: JWKIdentifier(string: jwtKey.kid))
+        return try await keys.sign(UserClaims(sub: .init(value: user), exp: .init(value: Date().addingTimeInterval(3_600))), kid: JWKIdentifier(string: jwtKey.kid))
+    }
+
+    /// What the simulator accepted (oldest first), to `token` only when given.
+    func received(token: String? = nil, payloads: Bool = true) async throws -> [AcceptedNotification] {
+        var query = payloads ? "" : "payload=false"
+        if let token { query += (query.isEmpty ? "" : "&") + "token=\(token)" }
+        let (status, body) = try await HTTP.request("\(url(.simulator))/admin/notifications?\(query)")
+        guard status == 200 else { throw E2EFailure("the simulator answered \(status)") }
+        return try IsletJSON.decodeValue([AcceptedNotification].self, from: body)
+    }
+
+    func inject(_ fault: Fault) async throws {
+        let (status, body) = try await HTTP.request("\(url(.simulator))/admin/faults", method: .POST, body: try IsletJSON.encode(fault))
+        guard status == 201 else { throw E2EFailure("the simulator refused the fault: \(status) \(String(decoding: body, as: UTF8.self))") }
+    }
+
+    func simulatorStats() async throws -> SimulatorStats {
+        let (_, body) = try await HTTP.request("\(url(.simulator))/admin/stats")
+        return try IsletJSON.decodeValue(SimulatorStats.self, from: body)
+    }
+
+    /// A Prometheus counter's value summed over its label sets (0 when absent).
+    func metric(_ service: ServiceProcess.Name, _ name: String, matching labels: String = "") async throws -> Double {
+        let (_, body) = try await HTTP.request("\(url(service))/metrics")
+        return String(decoding: body, as: UTF8.self).split(separator: "\n").filter { line in
+            !line.hasPrefix("#") && (line.hasPrefix(name + " ") || line.hasPrefix(name + "{")) && (labels.isEmpty || line.contains(labels))
+        }.compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +)
+    }
+
+    // MARK: Pieces
+
+    static func randomHex(_ bytes: Int) -> String {
+        (0..<bytes).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+    }
+
+    /// A port nothing listens on now (the kernel's choice for port 0).
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw E2EFailure("socket() failed") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        guard bound == 0 else { throw E2EFailure("bind() failed") }
+        let named = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        guard named == 0 else { throw E2EFailure("getsockname() failed") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+struct UserClaims: JWTPayload {
+    var sub: SubjectClaim
+    var exp: ExpirationClaim
+    func verify(using algorithm: some JWTAlgorithm) async throws {}
+}
+
+/// Small HTTP helpers over AsyncHTTPClient's shared client.
+enum HTTP {
+    static func request(
+        _ url: String, method: HTTPMethod = .GET, headers: [(String, String)] = [], body: [UInt8]? = nil, timeout: Duration = .seconds(30)
+    ) async throws -> (Int, [UInt8]) {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(body)
+        }
+        let response = try await HTTPClient.shared.execute(request, timeout: .init(timeout))
+        let buffer = try await response.body.collect(upTo: 256 << 20)
+        return (Int(response.status.code), Array(buffer: buffer))
+    }
+
+    /// The status of a GET, `nil` when nothing answers.
+    static func status(_ url: String) async -> Int? {
+        try? await request(url, timeout: .seconds(2)).0
+    }
+}
+
+extension TimeAmount {
+    init(_ duration: Duration) {
+        let (seconds, attoseconds) = duration.components
+        self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+    }
+}
