@@ -33,6 +33,18 @@ export ISLET_REQUIRE_BROKER=1
 echo "== tests"
 swift test --skip-build "$@"
 
+# The end-to-end suites (Tests/EndToEndTests): the product as processes — happy paths, kill -9 and
+# SIGTERM under load, the ledger of every push request — on a broker of their own, unless a subset
+# of the tests was asked for.
+if [ "$#" -eq 0 ]; then
+  echo "== end to end (fresh broker)"
+  stop_broker
+  eval "$(ISLET_RUN_DIR="$ISLET_RUN_DIR/e2e-broker" scripts/broker.sh)"
+  export ISLET_KAFKA_BOOTSTRAP
+  echo "tansu on $ISLET_KAFKA_BOOTSTRAP (pid $ISLET_BROKER_PID)"
+  ISLET_E2E=1 ISLET_BIN_DIR="$(swift build --show-bin-path)" swift test --skip-build --filter EndToEnd
+fi
+
 # A bounded run of the link parser's fuzzer (libFuzzer), unless a subset of the tests was asked for.
 if [ "$#" -eq 0 ]; then
   echo "== fuzz (links, ${ISLET_FUZZ_SECONDS:-25} s)"

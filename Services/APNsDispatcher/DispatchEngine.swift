@@ -98,6 +98,7 @@ public actor DispatchEngine {
     private var publishing = 0
     private var drainWaiters: [CheckedContinuation<Void, Never>] = []
     private var finished: Set<String> = []
+    private var unansweredStarts: Set<String> = []
 
     private let jobs: AsyncStream<@Sendable () async -> Void>
     private let jobsContinuation: AsyncStream<@Sendable () async -> Void>.Continuation
@@ -168,8 +169,12 @@ public actor DispatchEngine {
     }
 
     /// Request ids whose outcome is already on the topic (read at assignment): not sent again.
-    public func alreadyFinished(_ requestIds: some Sequence<String>) {
+    /// `unansweredStarts`: push-to-starts sent before a crash whose answer is unknown: they get
+    /// `failed` instead of a second send (which could start a second activity).
+    public func alreadyFinished(_ requestIds: some Sequence<String>, unansweredStarts: some Sequence<String> = [String]()) {
         finished.formUnion(requestIds)
+        self.unansweredStarts.formUnion(unansweredStarts)
+        self.unansweredStarts.subtract(finished)
     }
 
     /// Takes a request. Returns at once unless too many requests are waiting (then it waits:
@@ -187,6 +192,9 @@ public actor DispatchEngine {
             metrics.duplicate()
             onDone(ticket)
             return
+        }
+        if unansweredStarts.remove(request.requestId) != nil {
+            return finish(entry, .failed, detail: Self.unknownStartAnswer + " (sent before a restart)")
         }
         guard let key = request.key else { return finish(entry, .rejected, detail: "no activity id or push-to-start key") }
         var slot = slots[key, default: Slot()]
@@ -328,7 +336,17 @@ public actor DispatchEngine {
         let environment = record.app.environment
         let fingerprint = TokenFingerprint.of(token: record.token)
         let started = ContinuousClock.now
+        // A push-to-start is announced on the outcomes topic (and acknowledged) before its first
+        // send: after a crash, the next owner knows it may have been delivered and does not send it again.
+        let announcement: PushOutcome? =
+            Self.isPushToStart(request) && entry.attempts == 1
+            ? PushOutcome(
+                requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: .sending, attempts: 1,
+                tokenFingerprint: fingerprint, detail: "push-to-start about to be sent", completedAt: clock.now())
+            : nil
+        let (outcomes, logger) = (self.outcomes, self.logger)
         jobsContinuation.yield { [weak self] in
+            if let announcement { await Self.persist(announcement, to: outcomes, logger: logger) }
             let result: Result<APNsAnswer, any Error>
             do {
                 result = .success(try await sender.send(push, teamID: team, environment: environment))
@@ -391,7 +409,14 @@ public actor DispatchEngine {
         case .failure(let error):
             let transport = error as? APNsTransportError
             metrics.transportError(transport?.kind)
-            if transport?.isAmbiguous ?? true { entry.ambiguous = true }
+            if transport?.isAmbiguous ?? true {
+                entry.ambiguous = true
+                if Self.isPushToStart(entry.request) {
+                    // APNs may have delivered it: a resend could start a second activity.
+                    finish(entry, .failed, priority: priority, fingerprint: fingerprint, detail: Self.unknownStartAnswer + ": \(error)")
+                    break
+                }
+            }
             retry(entry, key: key, apns: nil, priority: priority, fingerprint: fingerprint, detail: "\(error)")
         }
         checkDrained()
@@ -503,21 +528,30 @@ public actor DispatchEngine {
         publishing += 1
         let (outcomes, onDone, ticket, logger) = (self.outcomes, self.onDone, entry.ticket, self.logger)
         jobsContinuation.yield { [weak self] in
-            var delay = Duration.milliseconds(100)
-            while true {
-                do {
-                    try await outcomes.publish(outcome)
-                    break
-                } catch {
-                    logger.warning("outcome not persisted; retrying", metadata: ["outcome.requestId": "\(outcome.requestId)", "error": "\(error)"])
-                    do { try await Task.sleep(for: delay) } catch { break }
-                    delay = min(delay * 2, .seconds(5))
-                }
-            }
+            await Self.persist(outcome, to: outcomes, logger: logger)
             onDone(ticket)
             await self?.published()
         }
     }
+
+    /// Publishes an outcome record, retrying with backoff until Kafka acknowledges it (or the task is cancelled).
+    private static func persist(_ outcome: PushOutcome, to outcomes: any OutcomeSink, logger: Logger) async {
+        var delay = Duration.milliseconds(100)
+        while true {
+            do {
+                try await outcomes.publish(outcome)
+                return
+            } catch {
+                logger.warning("outcome not persisted; retrying", metadata: ["outcome.requestId": "\(outcome.requestId)", "error": "\(error)"])
+                do { try await Task.sleep(for: delay) } catch { return }
+                delay = min(delay * 2, .seconds(5))
+            }
+        }
+    }
+
+    static func isPushToStart(_ request: PushRequest) -> Bool { request.pushToStartKey != nil && request.event == .start }
+
+    static let unknownStartAnswer = "a push-to-start whose answer is unknown is not sent again, so that it can never start two activities"
 
     /// An activity with nothing waiting and nothing to remember (its budget full) is forgotten;
     /// one that ended is remembered for 12 hours (iOS has removed it by then), so that late updates

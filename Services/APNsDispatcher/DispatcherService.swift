@@ -51,9 +51,14 @@ public struct DispatcherService: Service {
             for await event in consumer.events {
                 switch event {
                 case .partitionsAssigned(let partitions):
-                    let finished = await recentOutcomes.requestIds(partitions: partitions.map(\.partition))
-                    await engine.alreadyFinished(finished)
-                    logger.info("partitions assigned", metadata: ["kafka.partitions": "\(partitions)", "outcomes.recent": "\(finished.count)"])
+                    let recent = await recentOutcomes.requestIds(partitions: partitions.map(\.partition))
+                    await engine.alreadyFinished(recent.finished, unansweredStarts: recent.unansweredStarts)
+                    logger.info(
+                        "partitions assigned",
+                        metadata: [
+                            "kafka.partitions": "\(partitions)", "outcomes.recent": "\(recent.finished.count)",
+                            "outcomes.unansweredStarts": "\(recent.unansweredStarts.count)",
+                        ])
                 case .partitionsRevoked(let partitions):
                     let revoked = Set(partitions)
                     let dropped = await engine.dropWaiting { ticket in tickets.partition(of: ticket).map(revoked.contains) ?? false }
@@ -152,8 +157,17 @@ public struct RecentOutcomes: Sendable {
 
     /// The request ids of outcomes written in the last `window` to these partitions. On failure it
     /// logs and answers what it read (duplicates are then possible, as after any crash).
-    func requestIds(partitions: [Int32]) async -> Set<String> {
-        guard !partitions.isEmpty else { return [] }
+    /// Request ids of the partitions' recent outcomes.
+    public struct Ids: Sendable, Equatable {
+        /// With a final outcome: not sent again.
+        public var finished: Set<String> = []
+        /// Push-to-starts announced as `sending` but without a final outcome: sent before a crash,
+        /// answer unknown.
+        public var unansweredStarts: Set<String> = []
+    }
+
+    func requestIds(partitions: [Int32]) async -> Ids {
+        guard !partitions.isEmpty else { return Ids() }
         let since = Date().addingTimeInterval(-(window / .seconds(1)))
         do {
             return try await read(partitions: partitions, since: since)
@@ -163,19 +177,19 @@ public struct RecentOutcomes: Sendable {
                 return try await read(partitions: partitions, since: nil)
             } catch {
                 logger.error("recent outcomes could not be read: requests read again may be sent again", metadata: ["error": "\(error)"])
-                return []
+                return Ids()
             }
         }
     }
 
-    private func read(partitions: [Int32], since: Date?) async throws -> Set<String> {
+    private func read(partitions: [Int32], since: Date?) async throws -> Ids {
         let reader = try KafkaConsumer(
             configuration: .replica(
                 bootstrapServers: bootstrapServers, topics: [topic], partitions: partitions, since: since, clientID: "apns-dispatcher.outcomes",
                 settings: settings),
             logger: logger)
         let logger = self.logger
-        return try await withThrowingTaskGroup(of: Set<String>?.self) { group in
+        return try await withThrowingTaskGroup(of: Ids?.self) { group in
             group.addTask {
                 try await reader.run()
                 return nil
@@ -190,13 +204,17 @@ public struct RecentOutcomes: Sendable {
                 return nil
             }
             group.addTask {
-                var ids: Set<String> = []
+                var ids = Ids()
                 var ended: Set<Int32> = []
                 for await event in reader.events {
                     switch event {
                     case .message(let message):
-                        if let value = message.value, let outcome = try? IsletJSON.decode(PushOutcome.self, from: value) {
-                            ids.insert(outcome.requestId)
+                        guard let value = message.value, let outcome = try? IsletJSON.decode(PushOutcome.self, from: value) else { break }
+                        if outcome.result.isFinal {
+                            ids.finished.insert(outcome.requestId)
+                            ids.unansweredStarts.remove(outcome.requestId)
+                        } else if !ids.finished.contains(outcome.requestId) {
+                            ids.unansweredStarts.insert(outcome.requestId)
                         }
                     case .partitionEnd(let partition):
                         ended.insert(partition.partition)
@@ -207,7 +225,7 @@ public struct RecentOutcomes: Sendable {
                 }
                 return ids
             }
-            var result: Set<String> = []
+            var result = Ids()
             while let next = try await group.next() {
                 if let ids = next {
                     result = ids

@@ -106,10 +106,20 @@ public struct PushResult: OpenEnum {
     public static let rejected = PushResult(rawValue: "rejected")
     /// Not delivered before its `expiration` (or before it was pointless, e.g. the activity ended).
     public static let expired = PushResult(rawValue: "expired")
-    /// Gave up after retries (5xx, 429, connection errors).
+    /// Gave up after retries (5xx, 429, connection errors); or a push-to-start whose answer is
+    /// unknown (a timeout, a lost connection, a crash of the dispatcher): it is not sent again, so
+    /// that it can never start two activities.
     public static let failed = PushResult(rawValue: "failed")
+    /// **Not final.** A push-to-start is about to be sent: the dispatcher writes this record, and
+    /// waits for Kafka's acknowledgement, before it sends one. Its final outcome follows; a
+    /// request that has this record and no final outcome was sent before a crash, and gets
+    /// `failed` rather than a second send.
+    public static let sending = PushResult(rawValue: "sending")
+
+    /// Every result but ``sending`` ends the request: each request gets exactly one of them.
+    public var isFinal: Bool { self != .sending }
 
     public static let knownValues: [PushResult] = [
-        .delivered, .deliveredDowngraded, .coalesced, .tokenInvalid, .rejected, .expired, .failed,
+        .delivered, .deliveredDowngraded, .coalesced, .tokenInvalid, .rejected, .expired, .failed, .sending,
     ]
 }

@@ -48,6 +48,7 @@ final class ScriptedSender: APNsSending {
         var held = false
         var waiting: [CheckedContinuation<Void, Never>] = []
         var renewals = 0
+        var failures: [String: [APNsTransportError]] = [:]
     }
 
     private let state = Mutex(State())
@@ -55,6 +56,8 @@ final class ScriptedSender: APNsSending {
     var sent: [APNsPush] { state.withLock { $0.sent } }
     var renewals: Int { state.withLock { $0.renewals } }
     func script(_ token: String, _ answers: [APNsAnswer]) { state.withLock { $0.script[token, default: []] += answers } }
+    /// The next pushes to `token` get no answer: these transport errors are thrown instead.
+    func fail(_ token: String, _ errors: [APNsTransportError]) { state.withLock { $0.failures[token, default: []] += errors } }
     func hold() { state.withLock { $0.held = true } }
     func release() {
         let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
@@ -74,6 +77,12 @@ final class ScriptedSender: APNsSending {
             }
             if !held { continuation.resume() }
         }
+        let failure = state.withLock { state -> APNsTransportError? in
+            guard var errors = state.failures[push.deviceToken], !errors.isEmpty else { return nil }
+            defer { state.failures[push.deviceToken] = errors }
+            return errors.removeFirst()
+        }
+        if let failure { throw failure }
         return state.withLock { state in
             guard var answers = state.script[push.deviceToken], !answers.isEmpty else { return APNsAnswer(status: 200, apnsID: push.apnsID) }
             let answer = answers.removeFirst()

@@ -1,5 +1,6 @@
 import APNsSimulator
 import ContentService
+import Crypto
 import Foundation
 import IsletKafka
 import IsletMessages
@@ -27,12 +28,9 @@ final class Driver: Sendable {
         _ = try? await producing.value
     }
 
-    /// A 32-byte device token, derived from `seed` (lowercase hex).
+    /// A 32-byte device token derived from `seed` (SHA-256, lowercase hex): distinct seeds, distinct tokens.
     static func token(_ seed: String) -> String {
-        let digest = Array(seed.utf8).reduce(into: [UInt8](repeating: 0, count: 32)) { bytes, byte in
-            for i in bytes.indices { bytes[i] = bytes[i] &* 31 &+ byte &+ UInt8(i) }
-        }
-        return (seed.utf8.map { String(format: "%02x", $0) }.joined() + digest.map { String(format: "%02x", $0) }.joined()).suffix(64).lowercased()
+        SHA256.hash(data: Array(seed.utf8)).map { String(format: "%02x", $0) }.joined()
     }
 
     // MARK: The app

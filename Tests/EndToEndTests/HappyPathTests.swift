@@ -71,94 +71,96 @@ func goldenView(_ notification: AcceptedNotification, role: String, run: String)
     ])
 }
 
-@Suite("End to end: the happy paths", .enabled(if: endToEndEnabled), .serialized, .timeLimit(.minutes(5)))
-struct HappyPathTests {
-    static let goldenDirectory = Stack.repository.appendingPathComponent("Tests/EndToEndTests/Golden")
+extension EndToEnd {
+    @Suite("End to end: the happy paths", .timeLimit(.minutes(5)))
+    struct HappyPathTests {
+        static let goldenDirectory = Stack.repository.appendingPathComponent("Tests/EndToEndTests/Golden")
 
-    @Test("each example type through all four services: the simulator receives the golden pushes in order, a tap becomes a click, the ledger is complete")
-    func happyPaths() async throws {
-        let stack = try Stack(name: "happy-paths")
-        try await stack.start()
-        let driver = try Driver(stack: stack)
-        do {
-            for scenario in Scenario.all {
-                try await play(scenario, driver: driver)
+        @Test("each example type through all four services: the simulator receives the golden pushes in order, a tap becomes a click, the ledger is complete")
+        func happyPaths() async throws {
+            let stack = try Stack(name: "happy-paths")
+            try await stack.start()
+            let driver = try Driver(stack: stack)
+            do {
+                for scenario in Scenario.all {
+                    try await play(scenario, driver: driver)
+                }
+            } catch {
+                Issue.record(error)
             }
-        } catch {
-            Issue.record(error)
+            await driver.close()
+            await stack.stop()
         }
-        await driver.close()
-        await stack.stop()
-    }
 
-    func play(_ scenario: Scenario, driver: Driver) async throws {
-        let activity = "\(driver.run)\(scenario.type)"
-        let token = Driver.token(activity + "-token")
-        let startToken = Driver.token(activity + "-start")
-        let device = "\(driver.run)device"
-        if scenario.pushToStart {
-            try await driver.registerPushToStart(bundleId: scenario.bundleId, device: device, type: scenario.type, token: startToken)
-        } else {
-            try await driver.registerActivity(activity, token: token, type: scenario.type, bundleId: scenario.bundleId, frequent: scenario.frequent)
-        }
-        var requestIds: [String] = []
-        for (index, (kind, urgency, fields)) in scenario.steps.enumerated() {
-            let remote = scenario.pushToStart && kind == .start
-            let event = driver.event(
-                activity, kind, type: scenario.type, sequence: Int64(index + 1), urgency: urgency, fields: fields,
-                startTarget: remote ? .init(app: AppTarget(bundleId: scenario.bundleId, environment: .production), deviceId: device) : nil,
-                attributes: remote ? scenario.attributes : nil)
-            try await driver.publish(event)
-            let id = driver.requestId(event)
-            requestIds.append(id)
-            _ = try await driver.received(token: remote ? startToken : token, through: id)
-            if remote {
-                // iOS started the activity: the app registers the activity's own token.
-                try await driver.registerActivity(activity, token: token, type: scenario.type, bundleId: scenario.bundleId, deviceId: device)
+        func play(_ scenario: Scenario, driver: Driver) async throws {
+            let activity = "\(driver.run)\(scenario.type)"
+            let token = Driver.token(activity + "-token")
+            let startToken = Driver.token(activity + "-start")
+            let device = "\(driver.run)device"
+            if scenario.pushToStart {
+                try await driver.registerPushToStart(bundleId: scenario.bundleId, device: device, type: scenario.type, token: startToken)
+            } else {
+                try await driver.registerActivity(activity, token: token, type: scenario.type, bundleId: scenario.bundleId, frequent: scenario.frequent)
             }
-        }
-        // What the phone received, in order, is the golden sequence; it is exactly the activity's
-        // push requests (an end with an alert is an update, then the end), each delivered once.
-        let ledger = try await Ledger.settle(bootstrap: driver.stack.bootstrap, prefix: activity, expecting: requestIds.count)
-        #expect(ledger.violations.isEmpty, "\(scenario.type): \(ledger.violations)")
-        #expect(ledger.outcomes.values.allSatisfy { $0.first?.result == .delivered }, "\(scenario.type): \(ledger.results)")
-        let pushes = (scenario.pushToStart ? try await driver.stack.received(token: startToken) : []) + (try await driver.stack.received(token: token))
-        #expect(pushes.map { $0.apnsID.lowercased() }.sorted() == ledger.requests.keys.sorted(), "\(scenario.type): each request once, nothing else")
-        #expect(Set(requestIds).isSubset(of: Set(ledger.requests.keys)))
-        for push in pushes {
-            #expect(push.payload == ledger.requests[push.apnsID.lowercased()]?.payload, "the phone got content-service's payload unchanged")
-        }
-        let received = try pushes.map { try goldenView($0, role: $0.token == startToken ? "push-to-start token" : "activity token", run: driver.run) }
-        try compareGolden(received, name: scenario.type, stack: driver.stack)
+            var requestIds: [String] = []
+            for (index, (kind, urgency, fields)) in scenario.steps.enumerated() {
+                let remote = scenario.pushToStart && kind == .start
+                let event = driver.event(
+                    activity, kind, type: scenario.type, sequence: Int64(index + 1), urgency: urgency, fields: fields,
+                    startTarget: remote ? .init(app: AppTarget(bundleId: scenario.bundleId, environment: .production), deviceId: device) : nil,
+                    attributes: remote ? scenario.attributes : nil)
+                try await driver.publish(event)
+                let id = driver.requestId(event)
+                requestIds.append(id)
+                _ = try await driver.received(token: remote ? startToken : token, through: id)
+                if remote {
+                    // iOS started the activity: the app registers the activity's own token.
+                    try await driver.registerActivity(activity, token: token, type: scenario.type, bundleId: scenario.bundleId, deviceId: device)
+                }
+            }
+            // What the phone received, in order, is the golden sequence; it is exactly the activity's
+            // push requests (an end with an alert is an update, then the end), each delivered once.
+            let ledger = try await Ledger.settle(bootstrap: driver.stack.bootstrap, prefix: activity, expecting: requestIds.count)
+            #expect(ledger.violations.isEmpty, "\(scenario.type): \(ledger.violations)")
+            #expect(ledger.outcomes.values.allSatisfy { $0.first?.result == .delivered }, "\(scenario.type): \(ledger.results)")
+            let pushes = (scenario.pushToStart ? try await driver.stack.received(token: startToken) : []) + (try await driver.stack.received(token: token))
+            #expect(pushes.map { $0.apnsID.lowercased() }.sorted() == ledger.requests.keys.sorted(), "\(scenario.type): each request once, nothing else")
+            #expect(Set(requestIds).isSubset(of: Set(ledger.requests.keys)))
+            for push in pushes {
+                #expect(push.payload == ledger.requests[push.apnsID.lowercased()]?.payload, "the phone got content-service's payload unchanged")
+            }
+            let received = try pushes.map { try goldenView($0, role: $0.token == startToken ? "push-to-start token" : "activity token", run: driver.run) }
+            try compareGolden(received, name: scenario.type, stack: driver.stack)
 
-        // A tap on the last update's Lock Screen link becomes a click on islet.clicks.v1.
-        let last = try #require(try await driver.stack.received(token: token).last { $0.event == "update" })
-        let payload = try IsletJSON.decodeValue(JSONValue.self, from: Array(last.payload.utf8))
-        let link = try #require(payload["aps"]?["content-state"]?["links"]?["lockScreen"]?.stringValue, "\(scenario.type): a Lock Screen link")
-        let tap: JSONValue = ["url": .string(link), "tappedAt": .string(IsletDate.format(Date())), "appVersion": "3.0", "osVersion": "18.1"]
-        let (status, answer) = try await HTTP.request(driver.stack.url(.ingest) + "/v1/taps", method: .POST, body: tap.jsonBytes)
-        #expect(status == 200 || status == 202, "tap answered \(status) \(String(decoding: answer, as: UTF8.self))")
-        let click = try await driver.firstRecord(on: IsletTopics.clicks.name, as: ClickEvent.self) { $0.activityId == activity }
-        #expect(click.attributesType == scenario.type)
-        #expect(click.surface == .lockScreen)
-    }
-
-    /// Compares with Tests/EndToEndTests/Golden/<name>.json; `ISLET_UPDATE_GOLDEN=1` rewrites it.
-    func compareGolden(_ received: [JSONValue], name: String, stack: Stack) throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        let actual = try encoder.encode(received) + Data("\n".utf8)
-        let file = Self.goldenDirectory.appendingPathComponent("\(name).json")
-        if ProcessInfo.processInfo.environment["ISLET_UPDATE_GOLDEN"] == "1" {
-            try FileManager.default.createDirectory(at: Self.goldenDirectory, withIntermediateDirectories: true)
-            try actual.write(to: file)
-            return
+            // A tap on the last update's Lock Screen link becomes a click on islet.clicks.v1.
+            let last = try #require(try await driver.stack.received(token: token).last { $0.event == "update" })
+            let payload = try IsletJSON.decodeValue(JSONValue.self, from: Array(last.payload.utf8))
+            let link = try #require(payload["aps"]?["content-state"]?["links"]?["lockScreen"]?.stringValue, "\(scenario.type): a Lock Screen link")
+            let tap: JSONValue = ["url": .string(link), "tappedAt": .string(IsletDate.format(Date())), "appVersion": "3.0", "osVersion": "18.1"]
+            let (status, answer) = try await HTTP.request(driver.stack.url(.ingest) + "/v1/taps", method: .POST, body: tap.jsonBytes)
+            #expect(status == 200 || status == 202, "tap answered \(status) \(String(decoding: answer, as: UTF8.self))")
+            let click = try await driver.firstRecord(on: IsletTopics.clicks.name, as: ClickEvent.self) { $0.activityId == activity }
+            #expect(click.attributesType == scenario.type)
+            #expect(click.surface == .lockScreen)
         }
-        let expected = try Data(contentsOf: file)
-        if expected != actual {
-            let out = stack.directory.appendingPathComponent("\(name).actual.json")
-            try actual.write(to: out)
-            Issue.record("\(name): what the simulator received differs from \(file.lastPathComponent); compare with \(out.path) (ISLET_UPDATE_GOLDEN=1 rewrites it after review)")
+
+        /// Compares with Tests/EndToEndTests/Golden/<name>.json; `ISLET_UPDATE_GOLDEN=1` rewrites it.
+        func compareGolden(_ received: [JSONValue], name: String, stack: Stack) throws {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            let actual = try encoder.encode(received) + Data("\n".utf8)
+            let file = Self.goldenDirectory.appendingPathComponent("\(name).json")
+            if ProcessInfo.processInfo.environment["ISLET_UPDATE_GOLDEN"] == "1" {
+                try FileManager.default.createDirectory(at: Self.goldenDirectory, withIntermediateDirectories: true)
+                try actual.write(to: file)
+                return
+            }
+            let expected = try Data(contentsOf: file)
+            if expected != actual {
+                let out = stack.directory.appendingPathComponent("\(name).actual.json")
+                try actual.write(to: out)
+                Issue.record("\(name): what the simulator received differs from \(file.lastPathComponent); compare with \(out.path) (ISLET_UPDATE_GOLDEN=1 rewrites it after review)")
+            }
         }
     }
 }

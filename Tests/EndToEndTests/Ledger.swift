@@ -48,7 +48,10 @@ struct Ledger {
     var requests: [String: PushRequest] = [:]
     /// Copies of the same request id on the topic (content-service wrote it more than once).
     var requestCopies: [String: Int] = [:]
+    /// Final outcomes by request id.
     var outcomes: [String: [PushOutcome]] = [:]
+    /// Non-final records (`sending`: a push-to-start announced before its send) by request id.
+    var announcements: [String: Int] = [:]
 
     /// The requests whose activity id starts with `prefix` (push-to-start: its source activity), and their outcomes.
     static func read(bootstrap: String, prefix: String) async throws -> Ledger {
@@ -67,7 +70,11 @@ struct Ledger {
             }
         }
         for outcome in outcomes where ledger.requests[outcome.requestId] != nil || (outcome.activityId ?? "").hasPrefix(prefix) {
-            ledger.outcomes[outcome.requestId, default: []].append(outcome)
+            if outcome.result.isFinal {
+                ledger.outcomes[outcome.requestId, default: []].append(outcome)
+            } else {
+                ledger.announcements[outcome.requestId, default: 0] += 1
+            }
         }
         return ledger
     }
@@ -83,6 +90,7 @@ struct Ledger {
             problems.append("request \(id) has \(list.count) outcomes: \(list.map(\.result.rawValue))")
         }
         for id in outcomes.keys where requests[id] == nil { problems.append("outcome for \(id), which is no request of the run") }
+        for (id, count) in announcements where count > 1 { problems.append("push-to-start \(id) was announced \(count) times (sent more than once)") }
         return problems
     }
 

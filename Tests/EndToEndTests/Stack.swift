@@ -7,6 +7,7 @@ import IsletMessages
 import JWTKit
 import NIOCore
 import NIOHTTP1
+import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -15,6 +16,11 @@ import NIOHTTP1
 /// The end-to-end suites run only when scripts/test.sh asks for them (`ISLET_E2E=1`, with a broker of
 /// their own in `ISLET_KAFKA_BOOTSTRAP` and the built executables in `ISLET_BIN_DIR`).
 let endToEndEnabled = ProcessInfo.processInfo.environment["ISLET_E2E"] == "1"
+
+/// Every end-to-end suite is nested here: they run one after the other, never side by side (each
+/// starts the whole product, and the services' consumer groups are shared on the broker).
+@Suite("End to end", .enabled(if: endToEndEnabled), .serialized)
+enum EndToEnd {}
 
 struct E2EFailure: Error, CustomStringConvertible {
     var description: String
@@ -163,7 +169,7 @@ final class Stack: Sendable {
         let keyFile = directory.appendingPathComponent("AuthKey.p8")
         try P256.Signing.PrivateKey().pemRepresentation.write(to: keyFile, atomically: true, encoding: .utf8)
         let certificate = directory.appendingPathComponent("simulator.pem")
-        let common = ["ISLET_KAFKA_BOOTSTRAP": bootstrap, "ISLET_HTTP_HOST": "127.0.0.1", "ISLET_LOG_LEVEL": "info"]
+        let common = ["ISLET_KAFKA_BOOTSTRAP": bootstrap, "ISLET_HTTP_HOST": "127.0.0.1", "ISLET_LOG_LEVEL": ProcessInfo.processInfo.environment["ISLET_E2E_LOG_LEVEL"] ?? "info"]
         var environments: [ServiceProcess.Name: [String: String]] = [
             .simulator: [
                 "ISLET_SIMULATOR_KEYS": "\(keyID)=\(teamID):\(keyFile.path)", "ISLET_SIMULATOR_PORT": "\(simulatorPort)",
@@ -244,6 +250,16 @@ final class Stack: Sendable {
     func inject(_ fault: Fault) async throws {
         let (status, body) = try await HTTP.request("\(url(.simulator))/admin/faults", method: .POST, body: try IsletJSON.encode(fault))
         guard status == 201 else { throw E2EFailure("the simulator refused the fault: \(status) \(String(decoding: body, as: UTF8.self))") }
+    }
+
+    /// Waits until the simulator accepted `count` more pushes than now.
+    func waitForPushes(_ count: Int, within timeout: Duration) async throws {
+        let start = try await simulatorStats().accepted
+        let deadline = ContinuousClock.now + timeout
+        while try await simulatorStats().accepted < start + count {
+            guard ContinuousClock.now < deadline else { throw E2EFailure("fewer than \(count) pushes in \(timeout): the pipeline is not flowing") }
+            try await Task.sleep(for: .milliseconds(100))
+        }
     }
 
     func simulatorStats() async throws -> SimulatorStats {

@@ -1,0 +1,73 @@
+import Foundation
+import IsletMessages
+import IsletTokens
+import Testing
+@testable import APNsDispatcher
+
+/// A push-to-start must never start two activities: it is announced before it is sent, and one
+/// whose answer is unknown is not sent again.
+@Suite("Push-to-start is sent at most once", .timeLimit(.minutes(1)))
+struct PushToStartTests {
+    func registerStart(_ h: EngineHarness, token: String) -> String {
+        let now = h.clock.now()
+        let record = TokenRecord(
+            kind: .pushToStart, deviceId: "device-1", userId: "u", token: token, app: AppTarget(bundleId: "com.example.food", environment: .production),
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
+        h.tokens.apply(record, key: record.key!, at: nil)
+        return record.key!
+    }
+
+    func start(_ h: EngineHarness, key: String) -> PushRequest {
+        var request = h.request("unused", .start, sequence: 1)
+        request.activityId = nil
+        request.pushToStartKey = key
+        request.sourceActivityId = "order-1"
+        return request
+    }
+
+    @Test("the start is announced (sending, acknowledged) before it is sent, then gets its final outcome")
+    func announced() async throws {
+        let h = EngineHarness()
+        let key = registerStart(h, token: hexToken(7))
+        let request = start(h, key: key)
+        await h.submit(request)
+        let outcomes = try await h.outcomes(2)
+        #expect(outcomes.map(\.result) == [.sending, .delivered])
+        #expect(outcomes.allSatisfy { $0.requestId == request.requestId && $0.pushToStartKey == key })
+        #expect(h.sender.sent.count == 1)
+        await h.stop()
+    }
+
+    @Test("a timeout or a lost connection ends it as failed, without a second send; an update is still retried")
+    func ambiguousNotResent() async throws {
+        let h = EngineHarness()
+        let key = registerStart(h, token: hexToken(7))
+        h.sender.fail(hexToken(7), [APNsTransportError(.timeout, "no answer within 10 s")])
+        await h.submit(start(h, key: key))
+        let outcomes = try await h.outcomes(2)
+        #expect(outcomes.last?.result == .failed)
+        #expect(outcomes.last?.detail?.contains("never start two activities") == true)
+        #expect(h.sender.sent.count == 1)
+
+        h.register("a", token: hexToken(8))
+        h.sender.fail(hexToken(8), [APNsTransportError(.lost, "connection closed")])
+        await h.submit(h.request("a", sequence: 1))
+        try await h.until { h.sink.all.count == 3 }
+        #expect(h.sink.all.last?.result == .delivered, "an update whose answer is unknown is sent again")
+        #expect(h.sender.sent.filter { $0.deviceToken == hexToken(8) }.count == 2)
+        await h.stop()
+    }
+
+    @Test("announced before a crash without a final outcome: failed at once, not sent again")
+    func unansweredAfterRestart() async throws {
+        let h = EngineHarness()
+        let key = registerStart(h, token: hexToken(7))
+        let request = start(h, key: key)
+        await h.engine.alreadyFinished([String](), unansweredStarts: [request.requestId])
+        await h.submit(request)
+        let outcomes = try await h.outcomes(1)
+        #expect(outcomes.map(\.result) == [.failed])
+        #expect(h.sender.sent.isEmpty)
+        await h.stop()
+    }
+}
