@@ -560,7 +560,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "APNsSimulator", "ContentService", "TokenRegistry", "IsletKafka", "IsletMessages",
+                "APNsSimulator", "ContentService", "TokenRegistry", "IsletKafka", "IsletLinks", "IsletMessages",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
