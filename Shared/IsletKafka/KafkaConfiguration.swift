@@ -110,18 +110,12 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// - `auto.commit.interval.ms=1000`: at most a second of processed work is redone after a crash.
     /// - `session.timeout.ms=10000`, `heartbeat.interval.ms=1000`: a crashed member's partitions
     ///   move to the others after about 10 s, not librdkafka's default 45 s.
-    /// - `max.poll.interval.ms=20000`: also the group's rebalance timeout — how long a rebalance
-    ///   waits for a member that vanished in the middle of it (killed, or stopped while joining).
-    ///   With librdkafka's 300 s the group stood still for five minutes (seen against the local
-    ///   broker in the end-to-end tests). The consumer's own thread polls all the time (slow
-    ///   processing pauses partitions instead), so 20 s is never reached by a live member.
     /// - `enable.partition.eof=false`: the end of a partition is not an event.
     public static let defaultSettings: [String: String] = [
         "fetch.wait.max.ms": "10",
         "auto.commit.interval.ms": "1000",
         "session.timeout.ms": "10000",
         "heartbeat.interval.ms": "1000",
-        "max.poll.interval.ms": "20000",
         "enable.partition.eof": "false",
     ]
 
