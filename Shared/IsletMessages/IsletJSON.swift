@@ -268,13 +268,19 @@ public enum IsletDate {
     ///
     /// A date less than a microsecond below a millisecond counts as that millisecond: that is below
     /// what `Date` can resolve, and `Date(timeIntervalSince1970: 1_795_342_530.123)`, stored a hair
-    /// below `.123`, must stay `.123`.
+    /// below `.123`, must stay `.123`. Far from 2001 (before about 1700, after about 2240) `Date`
+    /// resolves less than a microsecond, and the margin is a few units of its last place instead.
     public static func truncatedToMilliseconds(_ date: Date) -> Date {
         Self.date(millisecondsSince1970: millisecondsSince1970(date))
     }
 
     private static func millisecondsSince1970(_ date: Date) -> Int64 {
-        Int64((date.timeIntervalSince1970 * 1_000 + 0.001).rounded(.down))
+        // `Date` counts from 2001: `timeIntervalSince1970` adds 978,307,200 s, rounding once more,
+        // so a whole millisecond can come back up to a unit in the last place below itself (a date
+        // parsed from 0911-11-22T10:17:12.004Z came back as .003 when the margin was 1 µs).
+        let milliseconds = date.timeIntervalSince1970 * 1_000
+        let margin = min(0.5, max(0.001, 2 * milliseconds.ulp))
+        return Int64((milliseconds + margin).rounded(.down))
     }
 
     private static func date(millisecondsSince1970 milliseconds: Int64) -> Date {
