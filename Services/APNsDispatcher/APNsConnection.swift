@@ -49,11 +49,13 @@ extension APNsAnswer {
     /// The answer read from a stream: its `:status`, its `apns-id`, and for an error the JSON body's
     /// `reason` and (with a 410) `timestamp`, milliseconds since 1970. A body that is not such JSON
     /// leaves both `nil`; the status alone then decides (``APNsAction/forAnswer(status:reason:)``).
+    /// A timestamp outside the years an outcome can carry (``IsletDate/range``) is left out: the
+    /// outcome would be refused by every reader, and `Int64.max` stopped the dispatcher.
     package init(status: Int, apnsID: String?, body: [UInt8]) {
         self.init(status: status, apnsID: apnsID)
         guard status != 200, !body.isEmpty, let error = try? JSONDecoder().decode(ErrorBody.self, from: Data(body)) else { return }
         reason = error.reason
-        timestamp = error.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1_000) }
+        timestamp = error.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1_000) }.flatMap { IsletDate.range.contains($0) ? $0 : nil }
     }
 
     private struct ErrorBody: Decodable {
