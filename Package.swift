@@ -14,9 +14,11 @@ let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
 
-/// scripts/fuzz-links.sh sets ISLET_FUZZ=1 (in a build directory of its own): the libFuzzer target
-/// for the link parser is added, and IsletLinks is instrumented for it. Other builds never see either.
+/// scripts/fuzz.sh sets ISLET_FUZZ=1 (in a build directory of its own, .build-fuzz): the libFuzzer
+/// targets (Fuzz/) are added, and the modules whose parsers they call are instrumented for them
+/// (`fuzzed`). Other builds never see either.
 let fuzzing = ProcessInfo.processInfo.environment["ISLET_FUZZ"] == "1"
+let fuzzed: [SwiftSetting] = fuzzing ? [.unsafeFlags(["-sanitize=fuzzer"])] : []
 
 let package = Package(
     name: "islet",
@@ -86,7 +88,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Shared/IsletMessages",
-            swiftSettings: strict
+            swiftSettings: strict + fuzzed
         ),
 
         // gRPC APIs: the .proto files and the Swift code generated from them (scripts/generate-protos.sh).
@@ -144,14 +146,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Shared/IsletLinks",
-            swiftSettings: strict + (fuzzing ? [.unsafeFlags(["-sanitize=fuzzer"])] : [])
-        ),
-        // The properties the link fuzzer checks, shared with the tests that replay what it found.
-        .target(
-            name: "LinkChecks",
-            dependencies: ["IsletLinks", "IsletMessages"],
-            path: "Fuzz/LinkChecks",
-            swiftSettings: strict
+            swiftSettings: strict + fuzzed
         ),
 
         // The token table every service that sends or builds pushes keeps, rebuilt from islet.tokens.v1.
@@ -181,7 +176,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/TokenRegistry",
-            swiftSettings: strict
+            swiftSettings: strict + fuzzed
         ),
         .executableTarget(
             name: "TokenRegistryExecutable",
@@ -204,7 +199,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/AnalyticsIngest",
-            swiftSettings: strict
+            swiftSettings: strict + fuzzed
         ),
         .executableTarget(
             name: "AnalyticsIngestExecutable",
@@ -282,7 +277,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/APNsDispatcher",
-            swiftSettings: strict
+            swiftSettings: strict + fuzzed
         ),
         .executableTarget(
             name: "APNsDispatcherExecutable",
@@ -537,8 +532,22 @@ let package = Package(
         ),
         .testTarget(
             name: "IsletLinksTests",
-            dependencies: ["IsletLinks", "IsletMessages", "LinkChecks"],
+            dependencies: ["IsletLinks", "IsletMessages"],
             path: "Tests/IsletLinksTests",
+            swiftSettings: strict
+        ),
+        // The properties the fuzzers check (Fuzz/Checks, one enum per parser), and the tests that replay
+        // every fuzzer's seeds and saved failures through them in the normal test run.
+        .target(
+            name: "FuzzChecks",
+            dependencies: ["IsletLinks", "IsletMessages", "IsletKafka", "TokenRegistry", "AnalyticsIngest", "APNsDispatcher"],
+            path: "Fuzz/Checks",
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "FuzzTests",
+            dependencies: ["FuzzChecks"],
+            path: "Tests/FuzzTests",
             swiftSettings: strict
         ),
         .testTarget(
@@ -589,15 +598,27 @@ let package = Package(
     ]
 )
 
+// The fuzzers: one libFuzzer executable per parser that takes outside input (scripts/fuzz.sh
+// names them by the first word), each a main.swift in Fuzz/<folder> that hands its FuzzChecks
+// property to FuzzDriver; seeds and saved failures next to it.
 if fuzzing {
-    package.products.append(.executable(name: "islet-links-fuzz", targets: ["IsletLinksFuzz"]))
-    package.targets.append(
-        .executableTarget(
-            name: "IsletLinksFuzz",
-            dependencies: ["LinkChecks"],
-            path: "Fuzz/LinkParser",
-            exclude: ["regressions", "seeds"],
-            swiftSettings: strict + [.unsafeFlags(["-sanitize=fuzzer"])],
-            linkerSettings: [.unsafeFlags(["-sanitize=fuzzer", "-use-ld=lld"])]
-        ))
+    package.targets.append(.target(name: "FuzzDriver", path: "Fuzz/Driver", swiftSettings: strict))
+    for (name, target, folder) in [
+        ("links", "IsletLinksFuzz", "LinkParser"),
+        ("registry", "RegistryBodiesFuzz", "RegistryBodies"),
+        ("ingest", "IngestBodiesFuzz", "IngestBodies"),
+        ("messages", "TopicMessagesFuzz", "TopicMessages"),
+        ("apns", "APNsAnswersFuzz", "APNsAnswers"),
+    ] {
+        package.products.append(.executable(name: "islet-\(name)-fuzz", targets: [target]))
+        package.targets.append(
+            .executableTarget(
+                name: target,
+                dependencies: ["FuzzChecks", "FuzzDriver"],
+                path: "Fuzz/\(folder)",
+                exclude: ["dictionary", "regressions", "seeds"],
+                swiftSettings: strict + fuzzed,
+                linkerSettings: [.unsafeFlags(["-sanitize=fuzzer", "-use-ld=lld"])]
+            ))
+    }
 }

@@ -45,10 +45,11 @@ if [ "$#" -eq 0 ]; then
   ISLET_E2E=1 ISLET_BIN_DIR="$(swift build --show-bin-path)" swift test --skip-build --filter EndToEnd
 fi
 
-# A bounded run of the link parser's fuzzer (libFuzzer), unless a subset of the tests was asked for.
+# A bounded run of every fuzzer (libFuzzer; five targets, ISLET_FUZZ_SECONDS each), unless a subset
+# of the tests was asked for.
 if [ "$#" -eq 0 ]; then
-  echo "== fuzz (links, ${ISLET_FUZZ_SECONDS:-25} s)"
-  scripts/fuzz-links.sh "${ISLET_FUZZ_SECONDS:-25}"
+  echo "== fuzz (every target, ${ISLET_FUZZ_SECONDS:-8} s each)"
+  scripts/fuzz.sh "${ISLET_FUZZ_SECONDS:-8}"
 fi
 
 # The demo, both scenarios through every service and the simulator, then stop: the whole

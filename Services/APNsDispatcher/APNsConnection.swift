@@ -1,4 +1,5 @@
 import Foundation
+import IsletMessages
 import Logging
 import NIOCore
 import NIOHPACK
@@ -41,6 +42,30 @@ public struct APNsAnswer: Sendable, Equatable {
         self.reason = reason
         self.timestamp = timestamp
         self.apnsID = apnsID
+    }
+}
+
+extension APNsAnswer {
+    /// The answer read from a stream: its `:status`, its `apns-id`, and for an error the JSON body's
+    /// `reason` and (with a 410) `timestamp`, milliseconds since 1970. A body that is not such JSON
+    /// leaves both `nil`; the status alone then decides (``APNsAction/forAnswer(status:reason:)``).
+    /// A timestamp outside the years an outcome can carry (``IsletDate/range``) is left out: the
+    /// outcome would be refused by every reader, and `Int64.max` stopped the dispatcher.
+    package init(status: Int, apnsID: String?, body: [UInt8]) {
+        self.init(status: status, apnsID: apnsID)
+        guard status != 200, !body.isEmpty, let error = try? JSONDecoder().decode(ErrorBody.self, from: Data(body)) else { return }
+        reason = error.reason
+        timestamp = error.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1_000) }.flatMap { IsletDate.range.contains($0) ? $0 : nil }
+    }
+
+    private struct ErrorBody: Decodable {
+        var reason: String?
+        var timestamp: Int64?
+    }
+
+    /// The answer as a push outcome records it.
+    package var response: PushOutcome.APNsResponse {
+        PushOutcome.APNsResponse(status: status, reason: reason, apnsId: apnsID, timestamp: timestamp)
     }
 }
 
@@ -233,12 +258,7 @@ final class APNsStreamHandler: ChannelInboundHandler {
             promise.fail(APNsTransportError(.lost, "an answer without :status"))
             return
         }
-        var answer = APNsAnswer(status: status, apnsID: apnsID)
-        if status != 200, !body.isEmpty, let error = try? JSONDecoder().decode(ErrorBody.self, from: Data(body)) {
-            answer.reason = error.reason
-            answer.timestamp = error.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1_000) }
-        }
-        promise.succeed(answer)
+        promise.succeed(APNsAnswer(status: status, apnsID: apnsID, body: body))
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -257,8 +277,4 @@ final class APNsStreamHandler: ChannelInboundHandler {
         promise.fail(APNsTransportError(processed == false ? .notProcessed : .lost, detail))
     }
 
-    private struct ErrorBody: Decodable {
-        var reason: String?
-        var timestamp: Int64?
-    }
 }

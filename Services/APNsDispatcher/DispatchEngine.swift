@@ -371,7 +371,7 @@ public actor DispatchEngine {
         switch result {
         case .success(let answer):
             metrics.answer(status: answer.status, priority: priority, seconds: seconds)
-            let apns = PushOutcome.APNsResponse(status: answer.status, reason: answer.reason, apnsId: answer.apnsID, timestamp: answer.timestamp)
+            let apns = answer.response
             switch APNsAction.forAnswer(status: answer.status, reason: answer.reason) {
             case .delivered:
                 // Ended first: finishing may forget an idle activity, and its end must be remembered.

@@ -81,8 +81,10 @@ public struct TapVerifier: Sendable {
             && !text.unicodeScalars.contains { $0.properties.generalCategory == .control || $0.properties.generalCategory == .format }
     }
 
-    /// Versions kept on a rejected record are cut like its URL.
+    /// Versions kept on a rejected record are cut like its URL: to at most ``maximumVersionBytes``
+    /// UTF-8 bytes, on a character boundary (a cut to 64 characters kept up to four times that, and
+    /// a single character can be any length).
     static func cut(_ text: String) -> String {
-        String(text.prefix(maximumVersionBytes))
+        RejectedClick.truncated(text, toUTF8Bytes: maximumVersionBytes)
     }
 }

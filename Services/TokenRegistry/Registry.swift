@@ -38,12 +38,9 @@ public final class Registry: Sendable {
         -> WriteResponse
     {
         let activityId = try Validation.identifier(activityId, field: "activityId")
-        let token = try Validation.token(request.token)
-        let attributesType = try Validation.attributesType(request.attributesType)
-        let app = AppTarget(bundleId: try Validation.bundleId(request.app.bundleId), environment: try Validation.environment(request.app.environment))
-        let appVersion = try Validation.appVersion(request.appVersion)
-        let startedAt = try Validation.activityStart(request.activityStartedAt, now: now())
-        let deviceId = try request.deviceId.map { id throws(APIError) in try Validation.identifier(id, field: "deviceId") }
+        let request = try Validation.activityToken(request, now: now())
+        let (token, attributesType, app, appVersion) = (request.token, request.attributesType, request.app, request.appVersion)
+        let (startedAt, deviceId) = (request.activityStartedAt, request.deviceId)
 
         return try await write(key: MessageKey.activity(activityId)) { current, now throws(APIError) in
             guard let current else {
@@ -81,9 +78,8 @@ public final class Registry: Sendable {
         user: String, bundleId: String, deviceId: String, attributesType: String, _ request: RegisterPushToStartTokenRequest
     ) async throws(APIError) -> WriteResponse {
         let key = try Self.pushToStartKey(bundleId: bundleId, deviceId: deviceId, attributesType: attributesType)
-        let token = try Validation.token(request.token)
-        let environment = try Validation.environment(request.environment, field: "environment")
-        let appVersion = try Validation.appVersion(request.appVersion)
+        let request = try Validation.pushToStartToken(request)
+        let (token, environment, appVersion) = (request.token, request.environment, request.appVersion)
         if let owner = table.owner(bundleId: bundleId, deviceId: deviceId), owner != user {
             throw APIError(.forbidden, .forbidden, field: "deviceId", reason: "the device belongs to another user")
         }

@@ -87,11 +87,35 @@ public enum Validation {
     /// The reasons an app may give for invalidating a token.
     static let clientReasons: [InvalidationReason] = [.clientEnded, .userDismissed, .ineligible]
 
-    static func clientReason(_ reason: InvalidationReason, field: String = "reason") throws(APIError) -> InvalidationReason {
+    package static func clientReason(_ reason: InvalidationReason, field: String = "reason") throws(APIError) -> InvalidationReason {
         guard clientReasons.contains(reason) else {
             throw .invalid(field, "must be one of \(clientReasons.map(\.rawValue).joined(separator: ", "))")
         }
         return reason
+    }
+
+    // MARK: Whole bodies
+
+    /// A `PUT …/token` body as the registry keeps it: every field checked, in the order of the
+    /// body's fields, the token lowercased. The first broken rule throws.
+    package static func activityToken(_ request: RegisterActivityTokenRequest, now: Date) throws(APIError) -> RegisterActivityTokenRequest {
+        var checked = request
+        checked.token = try token(request.token)
+        checked.attributesType = try attributesType(request.attributesType)
+        checked.app = AppTarget(bundleId: try bundleId(request.app.bundleId), environment: try environment(request.app.environment))
+        checked.appVersion = try appVersion(request.appVersion)
+        checked.activityStartedAt = try activityStart(request.activityStartedAt, now: now)
+        checked.deviceId = try request.deviceId.map { id throws(APIError) in try identifier(id, field: "deviceId") }
+        return checked
+    }
+
+    /// A push-to-start registration body as the registry keeps it: every field checked, the token lowercased.
+    package static func pushToStartToken(_ request: RegisterPushToStartTokenRequest) throws(APIError) -> RegisterPushToStartTokenRequest {
+        var checked = request
+        checked.token = try token(request.token)
+        checked.environment = try environment(request.environment, field: "environment")
+        checked.appVersion = try appVersion(request.appVersion)
+        return checked
     }
 
     private static func isDigit(_ byte: UInt8) -> Bool { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) }

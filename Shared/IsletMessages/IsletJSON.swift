@@ -134,6 +134,12 @@ public enum IsletJSON {
 /// fraction directly would write `.122`, and parsing would give a `Date` a hair away from the one
 /// the writer meant. Here `parse(format(date)) == truncatedToMilliseconds(date)`, exactly.
 public enum IsletDate {
+    /// The dates Islet's JSON carries: years 0000 to 9999, what the four digits of its form hold.
+    /// ``parse(_:)`` refuses any other; a writer must not hand ``format(_:)`` one either (it would
+    /// write text no reader accepts), so a date from outside (APNs's 410 timestamp) is checked
+    /// against this first.
+    public static let range = date(millisecondsSince1970: -62_167_219_200_000)...date(millisecondsSince1970: 253_402_300_799_999)
+
     /// `2026-11-22T10:15:30.123Z`: UTC, milliseconds.
     public static func format(_ date: Date) -> String {
         let milliseconds = millisecondsSince1970(date)
@@ -243,7 +249,8 @@ public enum IsletDate {
         return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 
-    /// Accepts any offset, with or without a fraction; digits after the third fractional one are dropped.
+    /// Accepts any offset, with or without a fraction; digits after the third fractional one are
+    /// dropped. A date outside ``range`` is refused (Foundation's parser reads longer years).
     public static func parse(_ text: String) -> Date? {
         switch parseCanonical(text) {
         case .date(let date): return date
@@ -259,7 +266,7 @@ public enum IsletDate {
             millisecond = Int64(String(digits.prefix(3)).padding(toLength: 3, withPad: "0", startingAt: 0)) ?? 0
             wholeText = String(text[..<dot]) + text[digits.endIndex...]
         }
-        guard let whole = try? Date.ISO8601FormatStyle().parse(wholeText) else { return nil }
+        guard let whole = try? Date.ISO8601FormatStyle().parse(wholeText), range.contains(whole) else { return nil }
         let seconds = Int64(whole.timeIntervalSince1970.rounded())
         return date(millisecondsSince1970: seconds * 1_000 + millisecond)
     }
@@ -268,13 +275,20 @@ public enum IsletDate {
     ///
     /// A date less than a microsecond below a millisecond counts as that millisecond: that is below
     /// what `Date` can resolve, and `Date(timeIntervalSince1970: 1_795_342_530.123)`, stored a hair
-    /// below `.123`, must stay `.123`.
+    /// below `.123`, must stay `.123`. Far from 2001 (before about 1700, after about 2240) `Date`
+    /// resolves less than a microsecond, and the margin is a few units of its last place instead.
     public static func truncatedToMilliseconds(_ date: Date) -> Date {
         Self.date(millisecondsSince1970: millisecondsSince1970(date))
     }
 
     private static func millisecondsSince1970(_ date: Date) -> Int64 {
-        Int64((date.timeIntervalSince1970 * 1_000 + 0.001).rounded(.down))
+        // `Date` counts from 2001: `timeIntervalSince1970` adds 978,307,200 s, rounding once more,
+        // so a whole millisecond can come back up to a unit in the last place below itself (a date
+        // parsed from 0911-11-22T10:17:12.004Z came back as .003 when the margin was 1 µs).
+        let milliseconds = date.timeIntervalSince1970 * 1_000
+        let margin = min(0.5, max(0.001, 2 * milliseconds.ulp))
+        // Beyond what 64 bits of milliseconds hold (300 million years): the nearest end, not a trap.
+        return Int64(exactly: (milliseconds + margin).rounded(.down)) ?? (milliseconds < 0 ? .min : .max)
     }
 
     private static func date(millisecondsSince1970 milliseconds: Int64) -> Date {

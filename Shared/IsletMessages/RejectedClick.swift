@@ -48,7 +48,7 @@ public struct RejectedClick: IsletMessage {
     public var key: String? { nil }
 
     /// The longest prefix of whole characters that fits in `limit` UTF-8 bytes.
-    static func truncated(_ text: String, toUTF8Bytes limit: Int) -> String {
+    package static func truncated(_ text: String, toUTF8Bytes limit: Int) -> String {
         guard text.utf8.count > limit else { return text }
         var bytes = 0
         var characters = 0

@@ -61,6 +61,20 @@ struct StateTests {
         #expect((0..<100).allSatisfy { _ in off.admit("a") == .allowed })
     }
 
+    @Test("a rejected tap keeps at most 64 bytes of each version, cut on a character boundary (found by the body fuzzer)")
+    func rejectedVersionsCutToBytes() throws {
+        let verifier = TapVerifier(keyring: TestLinks.keyring, maxTapAge: .seconds(86_400))
+        // 40 characters of 2 bytes, and one character of 201 bytes (a letter and 100 combining accents).
+        let tap = TestLinks.tap(appVersion: String(repeating: "é", count: 40), osVersion: "a" + String(repeating: "\u{301}", count: 100))
+        guard case .invalid(let rejected, let field) = verifier.check(tap, receivedAt: TestLinks.now, clientId: nil) else {
+            Issue.record("a version over 64 bytes must reject the tap")
+            return
+        }
+        #expect(field == "appVersion")
+        #expect(rejected.appVersion == String(repeating: "é", count: 32))
+        #expect(rejected.osVersion == "")
+    }
+
     @Test("click ids are deterministic in the URL and the tap time (to the millisecond)")
     func clickIds() {
         let url = TestLinks.url()

@@ -200,6 +200,39 @@ struct DateFastPathTests {
         }
     }
 
+    @Test("far from 2001 too, a date read from the wire is written back as the same text (the topic fuzzer found year 911 a millisecond off)")
+    func farDatesRoundTrip() throws {
+        let found = "0911-11-22T10:17:12.004Z"
+        #expect(IsletDate.format(try #require(IsletDate.parse(found))) == found)
+        var state: UInt64 = 0x9e37_79b9
+        for _ in 0..<20_000 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            // 0000 ... 9999: every date the canonical form can hold.
+            let milliseconds = Int64(bitPattern: state >> 1) % 315_569_520_000_000 - 62_167_219_200_000
+            let date = Date(timeIntervalSince1970: Double(milliseconds) / 1_000)
+            let text = IsletDate.format(date)
+            #expect(IsletDate.truncatedToMilliseconds(date) == date, "\(text)")
+            #expect(IsletDate.format(try #require(IsletDate.parse(text))) == text)
+        }
+    }
+
+    @Test(
+        "dates outside the years 0000-9999 are refused when read (the topic fuzzer found year 200261 read, then written as text no reader accepts)",
+        arguments: ["200261-1-22T10:16:05.611Z", "10000-01-01T00:00:00Z", "9999-12-31T23:59:59-01:00"])
+    func yearsOutOfRange(text: String) {
+        #expect(IsletDate.parse(text) == nil)
+    }
+
+    @Test("the last date in range reads through Foundation's parser too, and a date beyond what 64 bits of milliseconds hold is written without a trap")
+    func rangeEnds() {
+        #expect(IsletDate.parse("9999-12-31T23:59:59Z") == Date(timeIntervalSince1970: 253_402_300_799))
+        #expect(IsletDate.range.upperBound == IsletDate.parse("9999-12-31T23:59:59.999Z"))
+        #expect(IsletDate.range.lowerBound == IsletDate.parse("0000-01-01T00:00:00.000Z"))
+        for far in [Date(timeIntervalSince1970: 1e16), Date(timeIntervalSince1970: -1e16)] {
+            #expect(IsletDate.parse(IsletDate.format(far)) == nil)
+        }
+    }
+
     @Test("impossible dates in the canonical form are refused", arguments: [
         "2026-02-29T10:00:00.000Z", "2026-13-01T10:00:00.000Z", "2026-04-31T10:00:00.000Z", "2026-01-01T24:00:00.000Z",
         "2026-01-01T10:60:00.000Z", "2026-01-01T10:00:60.000Z", "2026-0a-01T10:00:00.000Z",
