@@ -7,6 +7,8 @@
 #
 #   scripts/demo.sh           # Ctrl-C stops everything
 #   scripts/demo.sh --exit    # stop after the scenarios
+#   scripts/demo.sh --latency [islet-demo latency options]   # instead of the scenarios: the
+#                             # end-to-end latency benchmark (scripts/bench-e2e.sh: release build)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,12 +17,15 @@ export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
 run=$ISLET_RUN_DIR/demo
 rm -rf "$run" && mkdir -p "$run"
 exit_after=no
+latency=no
 [ "${1:-}" = "--exit" ] && exit_after=yes
+if [ "${1:-}" = "--latency" ]; then latency=yes; exit_after=yes; shift; fi
+configuration=${ISLET_BUILD_CONFIGURATION:-debug}
 
 scripts/bootstrap.sh
 echo "== build (several minutes the first time)"
-swift build 2>&1 | grep -E "error|warning: unre|Compiling|Build complete" | grep -v "^\[" | tail -3
-bin=$(swift build --show-bin-path)
+swift build -c "$configuration" 2>&1 | grep -E "error|warning: unre|Compiling|Build complete" | grep -v "^\[" | tail -3
+bin=$(swift build -c "$configuration" --show-bin-path)
 
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done; pids=(); }
@@ -67,6 +72,12 @@ pids+=("$!")
 for service in token-registry:8081 content-service:8083 apns-dispatcher:8082 analytics-ingest:8084; do
   wait_ready "${service%%:*}" "http://127.0.0.1:${service##*:}"
 done
+
+if [ "$latency" = yes ]; then
+  echo "== end-to-end latency ($configuration build)"
+  "$bin/islet-demo" latency --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" "$@"
+  exit 0
+fi
 
 echo "== scenarios"
 "$bin/islet-demo" play --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret"

@@ -27,7 +27,7 @@ let quiet: Logger = {
 @main
 struct Demo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "islet-demo", abstract: "The local demo's app and backend.", subcommands: [Setup.self, ServeImages.self, Play.self])
+        commandName: "islet-demo", abstract: "The local demo's app and backend.", subcommands: [Setup.self, ServeImages.self, Play.self, Latency.self])
 }
 
 /// Creates every Islet topic (4 partitions; compaction and retention as in docs/topics.md).
@@ -406,4 +406,101 @@ final class Printed: @unchecked Sendable {
     private let lock = NSLock()
     func contains(_ key: String) -> Bool { lock.withLock { seen.contains(key) } }
     func insert(_ key: String) { lock.withLock { _ = seen.insert(key) } }
+}
+
+/// End-to-end latency: domain events produced at a steady rate to many activities (each gets one
+/// every `activities / rate` seconds, so nothing waits for an activity's previous push and nothing is
+/// coalesced; routine updates go at priority 5, so no budget holds them back) → the time each push
+/// reached the simulator. scripts/bench-e2e.sh runs it against the whole product.
+struct Latency: AsyncParsableCommand {
+    @Option var bootstrap: String
+    @Option var registry = "http://127.0.0.1:8081"
+    @Option var simulator = "http://127.0.0.1:8090"
+    @Option(help: "The registry's HS256 key, kid=secret.") var jwtKey: String
+    @Option var rate = 1_000
+    @Option var seconds = 30
+    @Option var activities = 2_000
+
+    func run() async throws {
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
+        let producing = Task { try await producer.run() }
+        let play = try Play.parse(["--bootstrap", bootstrap, "--registry", registry, "--simulator", simulator, "--jwt-key", jwtKey])
+        let world = try await World(play: play, producer: producer)
+        let run = world.run
+        let names = (0..<activities).map { "lat-\(run)-\($0)" }
+        let app = AppTarget(bundleId: "com.example.food", environment: .production)
+        print("registering \(activities) activities")
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for slice in 0..<8 {
+                group.addTask {
+                    for (index, name) in names.enumerated() where index % 8 == slice {
+                        _ = try await world.put(
+                            "/v1/activities/\(name)/token",
+                            RegisterActivityTokenRequest(
+                                token: World.token("1a7" + name), attributesType: "DeliveryAttributes", app: app, frequentUpdatesEnabled: false,
+                                appVersion: "2.1", activityStartedAt: Date()))
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        @Sendable func event(_ index: Int) -> ActivityEvent {
+            let name = names[index % names.count]
+            let round = index / names.count
+            return ActivityEvent(
+                eventId: "\(name)-\(round)", activityId: name, kind: round == 0 ? .start : .update, attributesType: "DeliveryAttributes",
+                fields: ["orderId": .string(name), "storeName": .string("Casa Lola"), "status": .string("out_for_delivery"), "progress": .integer(Int64(round % 100))],
+                urgency: .routine, occurredAt: Date(), sequence: Int64(round + 1), source: "latency-bench")
+        }
+        // Warm-up: every activity's first event (its first content), not measured.
+        print("warm-up: \(activities) first events")
+        try await pace(0..<activities, producer: producer, event: event, produced: nil)
+        try await Task.sleep(for: .seconds(5))
+
+        let total = rate * seconds
+        print("measuring: \(total) events at \(rate)/s over \(activities) activities")
+        let produced = ProducedAt()
+        try await pace(activities..<(activities + total), producer: producer, event: event, produced: produced)
+        try await Task.sleep(for: .seconds(5))
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(simulator)/admin/notifications?payload=false"), timeout: .seconds(60))
+        let received = try IsletJSON.decodeValue([AcceptedNotification].self, from: Array(buffer: try await response.body.collect(upTo: 1 << 30)))
+        let arrival = Dictionary(received.map { ($0.apnsID.lowercased(), $0.receivedAt) }) { first, _ in first }
+        var latencies: [Double] = []
+        var missing = 0
+        for (id, at) in produced.all {
+            if let receivedAt = arrival[id] { latencies.append(receivedAt.timeIntervalSince(at) * 1_000) } else { missing += 1 }
+        }
+        latencies.sort()
+        func percentile(_ p: Double) -> Double { latencies.isEmpty ? .nan : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
+        print(String(format: "end-to-end latency (event produced → simulator received), %d events at %d/s: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms; %d not received",
+            latencies.count, rate, percentile(0.5), percentile(0.9), percentile(0.99), latencies.last ?? .nan, missing))
+        producer.shutdown()
+        try await producing.value
+    }
+
+    /// Produces the events of `indices` at `rate` per second (each send in its own task); records when each was handed over.
+    func pace(_ indices: Range<Int>, producer: KafkaProducer, event: @escaping @Sendable (Int) -> ActivityEvent, produced: ProducedAt?) async throws {
+        let start = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in indices {
+                let due = start + .seconds(Double(index - indices.lowerBound) / Double(rate))
+                if due > ContinuousClock.now { try await Task.sleep(until: due) }
+                group.addTask {
+                    let event = event(index)
+                    let at = Date()
+                    try await producer.send(event, to: IsletTopics.activityEvents.name)
+                    produced?.record(RequestIds.content(activityId: event.activityId, eventId: event.eventId), at)
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+}
+
+/// When each measured event was produced, by the request id its push carries.
+final class ProducedAt: @unchecked Sendable {
+    private var times: [String: Date] = [:]
+    private let lock = NSLock()
+    func record(_ id: String, _ at: Date) { lock.withLock { times[id] = at } }
+    var all: [String: Date] { lock.withLock { times } }
 }

@@ -1,0 +1,170 @@
+import Foundation
+import IsletLinks
+import IsletMessages
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension EndToEnd {
+    @Suite("End to end: hostile input", .timeLimit(.minutes(10)))
+    struct HostileInputTests {
+        @Test("oversize and nested bodies, bad UTF-8, wrong token lengths, forged and replayed taps, another user's activity, slow clients: only 4xx or a closed connection, the services stay up with bounded memory, and no log line holds a token or a key")
+        func hostile() async throws {
+            let stack = try Stack(name: "hostile-input")
+            try await stack.start()
+            let driver = try Driver(stack: stack)
+            do {
+                try await run(stack: stack, driver: driver)
+            } catch {
+                Issue.record(error)
+            }
+            await driver.close()
+            await stack.stop()
+            scanLogs(of: stack)
+        }
+
+        /// Sends `body` and returns the status, or `nil` when the server closed the connection instead.
+        func send(_ stack: Stack, _ service: ServiceProcess.Name, _ method: String, _ path: String, _ body: [UInt8], jwt: String? = nil) async -> Int? {
+            let headers = jwt.map { [("Authorization", "Bearer \($0)")] } ?? []
+            return try? await HTTP.request(stack.url(service) + path, method: .init(rawValue: method), headers: headers, body: body, timeout: .seconds(20)).0
+        }
+
+        func run(stack: Stack, driver: Driver) async throws {
+            let jwt = try await stack.jwt(user: "user-1")
+            let intruder = try await stack.jwt(user: "user-2")
+            let activity = driver.run + "mine"
+            let token = Driver.token(activity)
+            try await driver.registerActivity(activity, token: token, type: "DeliveryAttributes", bundleId: "com.example.food")
+            func registration(token: String) -> [UInt8] {
+                Array(#"{"token":"\#(token)","attributesType":"DeliveryAttributes","app":{"bundleId":"com.example.food","environment":"production"},"frequentUpdatesEnabled":false,"appVersion":"3.0"}"#.utf8)
+            }
+            let nesting = Array(String(repeating: "[", count: 100_000).utf8) + Array(String(repeating: "]", count: 100_000).utf8)
+            // Deep but small: within the 8 KB body limit, so the JSON parser itself meets it.
+            let smallNesting = Array(String(repeating: "[", count: 4_000).utf8) + Array(String(repeating: "]", count: 4_000).utf8)
+            let objectNesting = Array(String(repeating: #"{"a":"#, count: 50_000).utf8) + [UInt8(ascii: "1")] + Array(String(repeating: "}", count: 50_000).utf8)
+            let badUTF8: [UInt8] = Array(#"{"token":""#.utf8) + [0xC3, 0x28, 0xFF, 0xFE] + Array(#"","appVersion":"3.0"}"#.utf8)
+            let registryPath = "/v1/activities/\(driver.run)other/token"
+
+            var statuses: [(String, Int?)] = []
+            func expectRefused(_ what: String, _ status: Int?) {
+                statuses.append((what, status))
+                #expect(status == nil || (400..<500).contains(status!), "\(what): answered \(status.map(String.init) ?? "-")")
+            }
+            // token-registry
+            expectRefused("registry: 2 MB body", await send(stack, .registry, "PUT", registryPath, [UInt8](repeating: UInt8(ascii: "a"), count: 2 << 20), jwt: jwt))
+            expectRefused("registry: array nesting bomb", await send(stack, .registry, "PUT", registryPath, nesting, jwt: jwt))
+            expectRefused("registry: 4,000 levels of nesting in 8 KB", await send(stack, .registry, "PUT", registryPath, smallNesting, jwt: jwt))
+            expectRefused("registry: object nesting bomb", await send(stack, .registry, "PUT", registryPath, objectNesting, jwt: jwt))
+            expectRefused("registry: bad UTF-8", await send(stack, .registry, "PUT", registryPath, badUTF8, jwt: jwt))
+            for length in [0, 63, 65, 10_000] {
+                expectRefused("registry: token of \(length) hex digits", await send(stack, .registry, "PUT", registryPath, registration(token: String(repeating: "a", count: length)), jwt: jwt))
+            }
+            expectRefused("registry: non-hex token", await send(stack, .registry, "PUT", registryPath, registration(token: String(repeating: "zz", count: 32)), jwt: jwt))
+            expectRefused("registry: no JWT", await send(stack, .registry, "PUT", registryPath, registration(token: Driver.token("x"))))
+            expectRefused("registry: forged JWT", await send(stack, .registry, "PUT", registryPath, registration(token: Driver.token("x")), jwt: jwt.dropLast(4) + "AAAA"))
+            // Another user's activity: neither readable nor changeable.
+            expectRefused(
+                "registry: another user reads it",
+                try? await HTTP.request(stack.url(.registry) + "/v1/activities/\(activity)", headers: [("Authorization", "Bearer \(intruder)")]).0)
+            expectRefused("registry: another user re-registers it", await send(stack, .registry, "PUT", "/v1/activities/\(activity)/token", registration(token: Driver.token("hijack")), jwt: intruder))
+            expectRefused("registry: another user invalidates it", await send(stack, .registry, "POST", "/v1/activities/\(activity)/invalidate", Array(#"{"reason":"clientEnded"}"#.utf8), jwt: intruder))
+            let (mineStatus, mine) = try await HTTP.request(stack.url(.registry) + "/v1/activities/\(activity)", headers: [("Authorization", "Bearer \(jwt)")])
+            #expect(mineStatus == 200 && String(decoding: mine, as: UTF8.self).contains("\"active\""), "the owner's token is untouched")
+
+            // analytics-ingest
+            expectRefused("ingest: 2 MB body", await send(stack, .ingest, "POST", "/v1/taps", [UInt8](repeating: UInt8(ascii: "a"), count: 2 << 20)))
+            expectRefused("ingest: array nesting bomb", await send(stack, .ingest, "POST", "/v1/taps", nesting))
+            expectRefused("ingest: 4,000 levels of nesting in 8 KB", await send(stack, .ingest, "POST", "/v1/taps", smallNesting))
+            expectRefused("ingest: 4,000 levels of nesting in a batch", await send(stack, .ingest, "POST", "/v1/taps/batch", smallNesting))
+            expectRefused("ingest: object nesting bomb", await send(stack, .ingest, "POST", "/v1/taps/batch", objectNesting))
+            expectRefused("ingest: bad UTF-8", await send(stack, .ingest, "POST", "/v1/taps", badUTF8))
+            let key = try #require(try LinkKeyring.keys(fromSecrets: [stack.linkKey.kid: stack.linkKey.secret]).first)
+            let link = try DeepLinkCodec.sign(
+                baseURL: "fooddelivery://order/1",
+                target: TapTarget(activityId: activity, attributesType: "DeliveryAttributes", surface: .lockScreen, element: "status", contentSequence: 1),
+                issuedAt: Date(), key: key)
+            let forged = link.replacingOccurrences(of: "isl_q=1", with: "isl_q=2")
+            func tap(_ url: String, at: Date = Date()) -> [UInt8] {
+                JSONValue.object(["url": .string(url), "tappedAt": .string(IsletDate.format(at)), "appVersion": "3.0", "osVersion": "18.1"]).jsonBytes
+            }
+            expectRefused("ingest: forged tap", await send(stack, .ingest, "POST", "/v1/taps", tap(forged)))
+            let when = Date()
+            let first = try await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap(link, at: when))
+            let replay = try await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap(link, at: when))
+            #expect(first.0 == 200 && String(decoding: first.1, as: UTF8.self).contains("accepted"))
+            #expect(replay.0 == 200 && String(decoding: replay.1, as: UTF8.self).contains("duplicate"), "a replayed tap is counted once")
+
+            // Slow clients: connections that send a few header bytes and then nothing, while others are served.
+            let slow = try (0..<50).map { _ in try SlowClient(port: stack.ports[.ingest]!) }
+            let slowRegistry = try (0..<50).map { _ in try SlowClient(port: stack.ports[.registry]!) }
+            for _ in 0..<20 {
+                let (status, _) = try await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap(link), timeout: .seconds(10))
+                #expect(status == 200, "served beside 50 slow clients")
+                let health = await HTTP.status(stack.url(.registry) + "/health")
+                #expect(health == 200)
+            }
+            slow.forEach { $0.close() }
+            slowRegistry.forEach { $0.close() }
+
+            // Still up, memory bounded.
+            for name in ServiceProcess.Name.allCases {
+                #expect(stack[name].isRunning, "\(name.rawValue) is running")
+                let rss = stack[name].pid.flatMap(Self.residentMegabytes) ?? 0
+                print("hostile input: \(name.rawValue) resident \(rss) MB")
+                #expect(rss < 600, "\(name.rawValue) uses \(rss) MB")
+            }
+            print("hostile input: " + statuses.map { "\($0.0) → \($0.1.map(String.init) ?? "closed")" }.joined(separator: "; "))
+        }
+
+        /// No log line of any end-to-end run holds a device token, a key or a JWT.
+        func scanLogs(of stack: Stack) {
+            let directory = stack.directory.deletingLastPathComponent()
+            let files = (FileManager.default.enumerator(atPath: directory.path)?.allObjects as? [String] ?? []).filter { $0.hasSuffix(".log") }
+            #expect(!files.isEmpty)
+            let secrets = [stack.jwtKey.secret, stack.linkKey.secret, "PRIVATE KEY", "eyJ"]
+            var lines = 0
+            for file in files {
+                guard let text = try? String(contentsOfFile: directory.appendingPathComponent(file).path, encoding: .utf8) else { continue }
+                for line in text.split(separator: "\n") {
+                    lines += 1
+                    // A device token (or a 32-byte key) is 64 hex digits in a row.
+                    if line.contains(/[0-9a-fA-F]{64}/) || secrets.contains(where: line.contains) {
+                        Issue.record("\(file): a log line holds a token or a key: \(line.prefix(200))")
+                    }
+                }
+            }
+            print("hostile input: scanned \(lines) log lines in \(files.count) files")
+        }
+
+        static func residentMegabytes(_ pid: Int32) -> Int? {
+            guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+                let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+                let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
+            else { return nil }
+            return kilobytes / 1_024
+        }
+    }
+}
+
+/// A client that opens a connection, sends part of a request's headers, and then nothing.
+final class SlowClient: Sendable {
+    let fd: Int32
+
+    init(port: Int) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw E2EFailure("connect failed") }
+        let partial = Array("POST /v1/taps HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le".utf8)
+        _ = partial.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    }
+
+    func close() { _ = Glibc.close(fd) }
+}
