@@ -553,28 +553,45 @@ public actor DispatchEngine {
 
     static let unknownStartAnswer = "a push-to-start whose answer is unknown is not sent again, so that it can never start two activities"
 
-    /// An activity with nothing waiting and nothing to remember (its budget full) is forgotten;
-    /// one that ended is remembered for 12 hours (iOS has removed it by then), so that late updates
-    /// are not sent.
+    /// An activity with nothing waiting and nothing to remember (its budget full) is forgotten now;
+    /// the others are looked at again by the periodic sweep.
     private func forgetIfIdle(_ key: String, now: Date) {
-        guard var slot = slots[key], slot.queue.isEmpty, slot.inFlight == nil, slot.wakeAt == nil else { return }
-        if slot.ended { return }
-        if var budget = slot.budget {
-            guard budget.remaining(now: now) >= budget.limits.capacity else { return }
-            slot.budget = budget
-        }
-        slots[key] = nil
-        sweepEnded(now: now)
+        if let slot = slots[key], Self.isForgettable(slot, now: now) { slots[key] = nil }
+        sweep(now: now)
+    }
+
+    /// A slot that says nothing a fresh one would not: nothing waiting, in flight or scheduled, no
+    /// backoff still running, not ended, and its budget full again.
+    private static func isForgettable(_ slot: Slot, now: Date) -> Bool {
+        guard slot.queue.isEmpty, slot.inFlight == nil, slot.wakeAt == nil, !slot.ended, (slot.notBefore ?? now) <= now else { return false }
+        guard var budget = slot.budget else { return true }
+        return budget.remaining(now: now) >= budget.limits.capacity
     }
 
     private var lastSweep = Date.distantPast
 
-    private func sweepEnded(now: Date) {
+    /// At most every 10 minutes (on the engine's clock), whenever an outcome is finished: forgets the
+    /// idle activities whose budget has refilled, those that ended more than 12 hours ago (iOS has
+    /// removed them by then; a late update is stopped by the 8-hour lifetime guard), and the
+    /// push-to-start budgets that are full again. Without it, an activity that spent budget and then
+    /// got no more requests would be remembered for ever.
+    private func sweep(now: Date) {
         guard now.timeIntervalSince(lastSweep) > 600 else { return }
         lastSweep = now
         let horizon = now.addingTimeInterval(-12 * 3_600)
-        slots = slots.filter { _, slot in !(slot.ended && (slot.endedAt ?? now) < horizon && slot.queue.isEmpty && slot.inFlight == nil) }
+        slots = slots.filter { _, slot in
+            if slot.ended { return !((slot.endedAt ?? now) < horizon && slot.queue.isEmpty && slot.inFlight == nil) }
+            return !Self.isForgettable(slot, now: now)
+        }
+        pushToStartBudgets = pushToStartBudgets.filter { _, budget in
+            var budget = budget
+            return budget.remaining(now: now) < budget.limits.capacity
+        }
     }
+
+    /// How many activities and push-to-start devices the engine remembers (for tests: it must not
+    /// grow with every activity ever seen).
+    var remembered: (activities: Int, pushToStartDevices: Int) { (slots.count, pushToStartBudgets.count) }
 
     private func published() {
         publishing -= 1

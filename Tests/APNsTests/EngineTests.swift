@@ -98,6 +98,7 @@ final class ScriptedSender: APNsSending {
 final class RecordingSink: OutcomeSink {
     private let outcomes = Mutex<[PushOutcome]>([])
     var all: [PushOutcome] { outcomes.withLock { $0 } }
+    var final: [PushOutcome] { all.filter(\.result.isFinal) }
     func publish(_ outcome: PushOutcome) async throws { outcomes.withLock { $0.append(outcome) } }
 }
 
@@ -149,13 +150,15 @@ final class EngineHarness: Sendable {
     }
 
     /// Waits until `count` outcomes were published (at most 5 s of real time).
+    /// Waits until `count` final outcomes were published (at most 5 s of real time) and returns
+    /// them (a push-to-start's `sending` announcement is in `sink.all`, not here).
     func outcomes(_ count: Int) async throws -> [PushOutcome] {
         for _ in 0..<500 {
-            if sink.all.count >= count { return sink.all }
+            if sink.final.count >= count { return sink.final }
             try await Task.sleep(for: .milliseconds(10))
         }
-        Issue.record("expected \(count) outcomes, got \(sink.all.count): \(sink.all.map(\.result.rawValue))")
-        return sink.all
+        Issue.record("expected \(count) outcomes, got \(sink.final.count): \(sink.final.map(\.result.rawValue))")
+        return sink.final
     }
 
     /// Lets jobs run.
@@ -385,6 +388,49 @@ struct EngineTests {
         let outcomes = try await h.outcomes(3)
         #expect(outcomes.suffix(2).map(\.result) == [.rejected, .rejected])
         #expect(h.sender.sent.count == 3, "no hot loop: the lane stopped after the first refusal")
+        await h.stop()
+    }
+
+    @Test("what the engine remembers does not grow with every activity ever seen: spent budgets once refilled, ended activities after 12 hours")
+    func forgetsIdleActivities() async throws {
+        let h = EngineHarness()
+        h.register("quiet", token: hexToken(1))
+        h.register("ended", token: hexToken(2))
+        h.register("busy", token: hexToken(3))
+        let now = h.clock.now()
+        h.tokens.apply(
+            TokenRecord(
+                kind: .pushToStart, deviceId: "phone", userId: "u", token: hexToken(4), app: AppTarget(bundleId: "com.example.food", environment: .production),
+                attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now),
+            key: "pts-phone", at: nil)
+        let start = PushRequest(
+            requestId: UUID().uuidString.lowercased(), pushToStartKey: "pts-phone", event: .start,
+            app: AppTarget(bundleId: "com.example.food", environment: .production), attributesType: "DeliveryAttributes",
+            payload: payload(event: "start"), priority: 10, urgency: .routine, supersedable: false, alerting: false, apnsTimestamp: 1_795_000_000,
+            contentSequence: 0, createdAt: now)
+        await h.submit(h.request("quiet", sequence: 1))
+        await h.submit(h.request("ended", .end, sequence: 1))
+        await h.submit(start)
+        _ = try await h.outcomes(3)
+        var remembered = await h.engine.remembered
+        #expect(remembered == (2, 1), "\(remembered): spent budgets are remembered: quiet's, the ended activity's, the phone's push-to-start")
+
+        // An hour later quiet's budget is full again: it says nothing a fresh slot would not. It
+        // is forgotten when the next outcome is finished, although that is another activity's.
+        h.clock.advance(3_601)
+        await h.submit(h.request("busy", sequence: 1))
+        _ = try await h.outcomes(4)
+        remembered = await h.engine.remembered
+        #expect(remembered == (2, 0), "\(remembered): quiet and the phone forgotten; ended and busy (budget just spent) remembered")
+
+        h.clock.advance(12 * 3_600 + 1)
+        h.register("later", token: hexToken(5))
+        await h.submit(h.request("later", sequence: 1))
+        _ = try await h.outcomes(5)
+        remembered = await h.engine.remembered
+        #expect(remembered == (1, 0), "\(remembered): the end is forgotten 12 hours on, busy once its budget refilled; later (budget just spent) remembered")
+        await h.submit(h.request("ended", sequence: 2))
+        #expect(try await h.outcomes(6).last?.result == .expired, "a late update to it is still not sent: the activity is past its lifetime")
         await h.stop()
     }
 
