@@ -227,8 +227,11 @@ public actor DispatchEngine {
     // MARK: Sending
 
     /// Sends the activity's first waiting request if nothing stops it; otherwise schedules a retry
-    /// of this decision for when something may have changed.
+    /// of this decision for when something may have changed. Once a drain began, nothing new is
+    /// sent: a send started then could be cut off by the shutdown after it reached APNs, without
+    /// an outcome, and be sent again by the next owner.
     private func pump(_ key: String) {
+        guard accepting else { return }
         while true {
             guard var slot = slots[key], slot.inFlight == nil, let head = slot.queue.first else { return }
             let now = clock.now()
@@ -496,7 +499,7 @@ public actor DispatchEngine {
     }
 
     private func pumpReady() {
-        while inFlight < policy.maximumInFlight, !ready.isEmpty {
+        while accepting, inFlight < policy.maximumInFlight, !ready.isEmpty {
             let key = ready.removeFirst()
             readySet.remove(key)
             pump(key)

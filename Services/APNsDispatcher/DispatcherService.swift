@@ -51,6 +51,7 @@ public struct DispatcherService: Service {
             for await event in consumer.events {
                 switch event {
                 case .partitionsAssigned(let partitions):
+                    let reading = ContinuousClock.now
                     let recent = await recentOutcomes.requestIds(partitions: partitions.map(\.partition))
                     await engine.alreadyFinished(recent.finished, unansweredStarts: recent.unansweredStarts)
                     logger.info(
@@ -58,6 +59,7 @@ public struct DispatcherService: Service {
                         metadata: [
                             "kafka.partitions": "\(partitions)", "outcomes.recent": "\(recent.finished.count)",
                             "outcomes.unansweredStarts": "\(recent.unansweredStarts.count)",
+                            "outcomes.readMilliseconds": "\((ContinuousClock.now - reading) / .milliseconds(1))",
                         ])
                 case .partitionsRevoked(let partitions):
                     let revoked = Set(partitions)

@@ -434,6 +434,38 @@ struct EngineTests {
         await h.stop()
     }
 
+    @Test("a graceful stop finishes what is in flight and starts nothing more: queued updates and retries are left to the next owner")
+    func drainStartsNothing() async throws {
+        // Found by the end-to-end graceful-stop suite: the engine kept sending while the service
+        // committed and left the group; the sends the shutdown then cut off got no outcome, and the
+        // next owner sent them again.
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        h.register("b", token: hexToken(2))
+        h.sender.script(hexToken(2), [APNsAnswer(status: 503, reason: "ServiceUnavailable")])
+        await h.submit(h.request("b", sequence: 1))
+        try await h.until { h.sender.sent.count == 1 }  // b's first attempt was answered 503: a retry waits for its backoff
+        h.sender.hold()
+        await h.submit(h.request("a", sequence: 1, supersedable: false))
+        await h.submit(h.request("a", sequence: 2, supersedable: false))  // waits behind the one in flight
+        try await h.until { h.sender.sent.count == 2 }
+        let drained = Task { await h.engine.drain(timeout: .seconds(8)) }
+        try await h.settle()
+        h.sender.release()
+        await drained.value
+        #expect(h.sink.final.count == 1, "the push in flight got its outcome before the drain ended")
+        #expect(h.done.value.count == 1, "and its input was released")
+        // Time passes while the service commits and leaves its group: nothing more is sent.
+        for _ in 0..<20 {
+            h.clock.advance(30)
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        try await h.settle()
+        #expect(h.sender.sent.count == 2, "sent after the drain: \(h.sender.sent.count - 2)")
+        #expect(h.sink.final.count == 1, "requests not sent have no outcome: the next owner reads them again")
+        await h.stop()
+    }
+
     @Test("a resend after an ambiguous failure carries no alert, so the phone does not alert twice")
     func ambiguousResend() {
         let text = payload(alert: true)
