@@ -40,7 +40,9 @@ public struct DispatcherService: Service {
     public func run() async throws {
         let (consumer, engine, tickets, drainTimeout) = (self.consumer, self.engine, self.tickets, self.drainTimeout)
         try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await consumer.run() }
+            // The consumer does not stop by itself on graceful shutdown: it would end this loop and
+            // cancel the pushes in flight (sent, no outcome: the next owner sends them again).
+            group.addTask { try await consumer.run(stoppingOnGracefulShutdown: false) }
             group.addTask { await engine.run() }
             group.addTask {
                 // Graceful shutdown (or the loop below ending): finish what is in flight, then commit and leave.

@@ -85,8 +85,16 @@ public final class KafkaConsumer: Service, Sendable {
     }
 
     /// Joins the group (subscribes) and drives librdkafka until shutdown, then commits what was
-    /// marked and leaves the group. A consumer that is never run never joins its group.
+    /// marked and leaves the group. A consumer that is never run never joins its group. A graceful
+    /// shutdown of the service group stops it at once.
     public func run() async throws {
+        try await run(stoppingOnGracefulShutdown: true)
+    }
+
+    /// ``run()``, for a service that must finish its work in flight before the consumer commits
+    /// and leaves the group: with `false`, graceful shutdown does not stop the consumer; the
+    /// service calls ``shutdown()`` once it is done. Cancellation still stops it.
+    public func run(stoppingOnGracefulShutdown: Bool) async throws {
         guard core.start() else {
             throw KafkaError(code: .shutdown, message: "KafkaConsumer.run() may be called once")
         }
@@ -100,53 +108,56 @@ public final class KafkaConsumer: Service, Sendable {
         let batchSize = configuration.batchSize
         let pollMilliseconds = Int32(clamping: configuration.pollTimeout.components.seconds * 1_000 + configuration.pollTimeout.components.attoseconds / 1_000_000_000_000_000)
         let logger = self.logger
-        let subscribeError: KafkaError? = await withTaskCancellationHandler {
-            await withGracefulShutdownHandler {
-                await DedicatedThread.run(name: "islet-kafka-consumer") { () -> KafkaError? in
-                    // Subscribing makes librdkafka join the group, which needs this loop to answer
-                    // rebalances: a member that joined without polling would hold partitions hostage.
-                    do throws(KafkaError) {
-                        switch membership {
-                        case .group:
-                            try client.subscribe(topics)
-                        case .replica:
-                            // No group, no rebalances: the whole topics, assigned once, from the start.
-                            core.didAssign(try client.assignReplica(
-                                topics, partitions: replicaPartitions, sinceMilliseconds: replicaSince, startOffsets: replicaStartOffsets))
-                        }
-                    } catch {
-                        core.finishEvents()
-                        return error
+        let loop: @Sendable () async -> KafkaError? = {
+            await DedicatedThread.run(name: "islet-kafka-consumer") { () -> KafkaError? in
+                // Subscribing makes librdkafka join the group, which needs this loop to answer
+                // rebalances: a member that joined without polling would hold partitions hostage.
+                do throws(KafkaError) {
+                    switch membership {
+                    case .group:
+                        try client.subscribe(topics)
+                    case .replica:
+                        // No group, no rebalances: the whole topics, assigned once, from the start.
+                        core.didAssign(try client.assignReplica(
+                            topics, partitions: replicaPartitions, sinceMilliseconds: replicaSince, startOffsets: replicaStartOffsets))
                     }
-                    let reader = RDKafkaBatchReader(capacity: batchSize)
-                    while !core.stopRequested {
-                        core.storeMarkedOffsets(into: client)
-                        // A full buffer pauses fetching rather than this loop: rebalances and the
-                        // group's poll interval keep being served while the caller catches up.
-                        core.applyBackpressure(client)
-                        var batch: [KafkaConsumerEvent] = []
-                        // Epochs are read after the call: rebalances happen inside it.
-                        let errors = reader.read(from: client, timeoutMilliseconds: pollMilliseconds, into: &batch) { core.assignmentEpochs() }
-                        for error in errors {
-                            core.consumeError(error)
-                        }
-                        if !batch.isEmpty {
-                            core.deliver(batch)
-                        }
-                    }
-                    if core.abandonRequested {
-                        core.finishEvents()
-                        return nil
-                    }
+                } catch {
+                    core.finishEvents()
+                    return error
+                }
+                let reader = RDKafkaBatchReader(capacity: batchSize)
+                while !core.stopRequested {
                     core.storeMarkedOffsets(into: client)
-                    if let error = client.closeConsumer() {
-                        logger.warning("consumer close reported an error", metadata: ["kafka.error": "\(error)"])
+                    // A full buffer pauses fetching rather than this loop: rebalances and the
+                    // group's poll interval keep being served while the caller catches up.
+                    core.applyBackpressure(client)
+                    var batch: [KafkaConsumerEvent] = []
+                    // Epochs are read after the call: rebalances happen inside it.
+                    let errors = reader.read(from: client, timeoutMilliseconds: pollMilliseconds, into: &batch) { core.assignmentEpochs() }
+                    for error in errors {
+                        core.consumeError(error)
                     }
+                    if !batch.isEmpty {
+                        core.deliver(batch)
+                    }
+                }
+                if core.abandonRequested {
                     core.finishEvents()
                     return nil
                 }
-            } onGracefulShutdown: {
-                self.shutdown()
+                core.storeMarkedOffsets(into: client)
+                if let error = client.closeConsumer() {
+                    logger.warning("consumer close reported an error", metadata: ["kafka.error": "\(error)"])
+                }
+                core.finishEvents()
+                return nil
+            }
+        }
+        let subscribeError: KafkaError? = await withTaskCancellationHandler {
+            if stoppingOnGracefulShutdown {
+                await withGracefulShutdownHandler(operation: loop, onGracefulShutdown: { self.shutdown() })
+            } else {
+                await loop()
             }
         } onCancel: {
             self.shutdown()

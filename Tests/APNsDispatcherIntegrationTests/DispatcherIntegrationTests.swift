@@ -227,19 +227,67 @@ struct DispatcherIntegrationTests {
         #expect(outcomes[answered[2].requestId]?.first?.result == .rejected)
         #expect(outcomes[answered[2].requestId]?.first?.attempts == 1)
 
-        // Connection faults: whatever was in flight on the connection is resent, and delivered.
+        // Connection faults: whatever was in flight on the connection is resent, and delivered. One
+        // at a time: a reset closes the connection under every push on it, so a push resent after
+        // the GOAWAY on the connection the reset then closes is rightly resent once more (its
+        // answer was lost; it may have arrived) and reaches the simulator twice. Both faults at once
+        // made that happen in both sanitizer runs, where everything is slower.
         rig.simulator.state.add(Fault(kind: .goAway, token: hexToken(103)))
+        let goneAway = rig.request(activity: "a3", sequence: 1)
+        try await rig.send([goneAway])
+        outcomes = Dictionary(grouping: try await rig.outcomes(for: Set((answered + [goneAway]).map(\.requestId))), by: \.requestId)
+        #expect(outcomes[goneAway.requestId]?.first?.result == .delivered)
+        #expect(rig.simulator.state.notifications(token: hexToken(103)).map(\.apnsID) == [goneAway.requestId], "the stream past GOAWAY was not processed")
         rig.simulator.state.add(Fault(kind: .reset, token: hexToken(104)))
-        let faulted = [rig.request(activity: "a3", sequence: 1), rig.request(activity: "a4", sequence: 1)]
-        try await rig.send(faulted)
-        outcomes = Dictionary(grouping: try await rig.outcomes(for: Set((answered + faulted).map(\.requestId))), by: \.requestId)
-        #expect(outcomes[faulted[0].requestId]?.first?.result == .delivered)
-        #expect(outcomes[faulted[1].requestId]?.first?.result == .delivered)
+        let reset = rig.request(activity: "a4", sequence: 1)
+        try await rig.send([reset])
+        outcomes = Dictionary(grouping: try await rig.outcomes(for: Set((answered + [goneAway, reset]).map(\.requestId))), by: \.requestId)
+        #expect(outcomes[reset.requestId]?.first?.result == .delivered)
         #expect(outcomes.values.allSatisfy { $0.count == 1 }, "one outcome each")
-        #expect(rig.simulator.state.notifications(token: hexToken(103)).map(\.apnsID) == [faulted[0].requestId], "the stream past GOAWAY was not processed")
         #expect(rig.simulator.state.stats.goAways == 1)
         #expect(rig.simulator.state.stats.resets == 1)
         try await dispatcher.stop()
+        await rig.stop()
+    }
+
+    @Test("a graceful stop with pushes in flight waits for their answers and writes their outcomes; the next dispatcher sends none of them again")
+    func gracefulStopInFlight() async throws {
+        // Found by the end-to-end graceful-stop suite: the consumer closed itself as soon as graceful
+        // shutdown began, beside the drain; the loop then ended and cancelled the pushes in flight,
+        // which got no outcome, and the next dispatcher sent them again.
+        let rig = try await Rig()
+        let activities = (0..<20).map { "g\($0)" }
+        for (a, activity) in activities.enumerated() { try await rig.register(activity, token: hexToken(400 + a)) }
+        let group = "dispatcher-\(UUID())"
+        let first = try await rig.startDispatcher(group: group)
+        let warmUp = rig.request(activity: activities[0], sequence: 1, priority: 5)
+        try await rig.send([warmUp])
+        _ = try await rig.outcomes(for: [warmUp.requestId])
+
+        // APNs answers late: every push is in flight when the stop begins.
+        rig.simulator.state.add(Fault(kind: .delay, delayMilliseconds: 1_500, count: nil))
+        let inFlight = activities.map { rig.request(activity: $0, sequence: 2, priority: 5) }
+        try await rig.send(inFlight)
+        for _ in 0..<500 where rig.simulator.state.notifications().count < 1 + inFlight.count {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        try #require(rig.simulator.state.notifications().count == 1 + inFlight.count, "the pushes did not reach the simulator")
+        try await first.stop()
+        rig.simulator.state.clearFaults()
+
+        let second = try await rig.startDispatcher(group: group)
+        let marker = rig.request(activity: activities[1], sequence: 3, priority: 5)
+        try await rig.send([marker])
+        let outcomes = try await rig.outcomes(for: Set((inFlight + [marker]).map(\.requestId)))
+        try await second.stop()
+        let byRequest = Dictionary(grouping: outcomes, by: \.requestId)
+        for request in inFlight {
+            #expect(byRequest[request.requestId]?.map(\.result) == [.delivered], "one outcome, delivered")
+        }
+        let received = Dictionary(grouping: rig.simulator.state.notifications(), by: \.apnsID)
+        let resent = inFlight.filter { (received[$0.requestId]?.count ?? 0) != 1 }
+        #expect(resent.isEmpty, "\(resent.count) of \(inFlight.count) pushes in flight at the stop reached APNs twice")
+        #expect(received[marker.requestId]?.count == 1, "the second dispatcher took over")
         await rig.stop()
     }
 
