@@ -9,6 +9,8 @@
 #   scripts/demo.sh --exit    # stop after the scenarios
 #   scripts/demo.sh --latency [islet-demo latency options]   # instead of the scenarios: the
 #                             # end-to-end latency benchmark (scripts/bench-e2e.sh: release build)
+#   scripts/demo.sh --memory [islet-demo memory options]     # instead of the scenarios: memory
+#                             # per live activity (scripts/bench-memory.sh: release build)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,9 +19,9 @@ export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
 run=$ISLET_RUN_DIR/demo
 rm -rf "$run" && mkdir -p "$run"
 exit_after=no
-latency=no
+bench=no
 [ "${1:-}" = "--exit" ] && exit_after=yes
-if [ "${1:-}" = "--latency" ]; then latency=yes; exit_after=yes; shift; fi
+case "${1:-}" in --latency | --memory) bench=${1#--}; exit_after=yes; shift ;; esac
 configuration=${ISLET_BUILD_CONFIGURATION:-debug}
 
 scripts/bootstrap.sh
@@ -59,13 +61,13 @@ env "${common[@]}" ISLET_HTTP_PORT=8081 ISLET_GRPC_PORT=9081 ISLET_AUTH_HS256_KE
 pids+=("$!")
 env "${common[@]}" ISLET_HTTP_PORT=8083 ISLET_GRPC_PORT=9083 ISLET_LINK_KEYS="demo=$link_secret" ISLET_THUMBNAIL_HOSTS=127.0.0.1:8099 \
   "$bin/content-service" >"$run/content-service.log" 2>&1 &
-pids+=("$!")
+pids+=("$!"); content_pid=$!
 # The ride app gets a small priority-10 budget (3 an hour) so the demo shows updates falling to 5.
 env "${common[@]}" ISLET_HTTP_PORT=8082 ISLET_APNS_KEYS="$team=$key_id:$run/AuthKey.p8" \
   ISLET_APNS_APPS="com.example.food=$team,com.example.ride=$team" ISLET_APNS_URL=https://127.0.0.1:2197 \
   ISLET_APNS_CA_FILE="$run/simulator.pem" ISLET_BUDGET_APPS="com.example.ride=3/6" \
   "$bin/apns-dispatcher" >"$run/apns-dispatcher.log" 2>&1 &
-pids+=("$!")
+pids+=("$!"); dispatcher_pid=$!
 env "${common[@]}" ISLET_HTTP_PORT=8084 ISLET_LINK_KEYS="demo=$link_secret" \
   "$bin/analytics-ingest" >"$run/analytics-ingest.log" 2>&1 &
 pids+=("$!")
@@ -73,9 +75,15 @@ for service in token-registry:8081 content-service:8083 apns-dispatcher:8082 ana
   wait_ready "${service%%:*}" "http://127.0.0.1:${service##*:}"
 done
 
-if [ "$latency" = yes ]; then
+if [ "$bench" = latency ]; then
   echo "== end-to-end latency ($configuration build)"
   "$bin/islet-demo" latency --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" "$@"
+  exit 0
+fi
+if [ "$bench" = memory ]; then
+  echo "== memory per live activity ($configuration build)"
+  "$bin/islet-demo" memory --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" \
+    --process "apns-dispatcher=$dispatcher_pid" --process "content-service=$content_pid" "$@"
   exit 0
 fi
 

@@ -27,7 +27,7 @@ let quiet: Logger = {
 @main
 struct Demo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "islet-demo", abstract: "The local demo's app and backend.", subcommands: [Setup.self, ServeImages.self, Play.self, Latency.self])
+        commandName: "islet-demo", abstract: "The local demo's app and backend.", subcommands: [Setup.self, ServeImages.self, Play.self, Latency.self, Memory.self])
 }
 
 /// Creates every Islet topic (4 partitions; compaction and retention as in docs/topics.md).
@@ -430,20 +430,7 @@ struct Latency: AsyncParsableCommand {
         let names = (0..<activities).map { "lat-\(run)-\($0)" }
         let app = AppTarget(bundleId: "com.example.food", environment: .production)
         print("registering \(activities) activities")
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for slice in 0..<8 {
-                group.addTask {
-                    for (index, name) in names.enumerated() where index % 8 == slice {
-                        _ = try await world.put(
-                            "/v1/activities/\(name)/token",
-                            RegisterActivityTokenRequest(
-                                token: World.token("1a7" + name), attributesType: "DeliveryAttributes", app: app, frequentUpdatesEnabled: false,
-                                appVersion: "2.1", activityStartedAt: Date()))
-                    }
-                }
-            }
-            try await group.waitForAll()
-        }
+        try await world.register(names, app: app)
         @Sendable func event(_ index: Int) -> ActivityEvent {
             let name = names[index % names.count]
             let round = index / names.count
@@ -454,13 +441,13 @@ struct Latency: AsyncParsableCommand {
         }
         // Warm-up: every activity's first event (its first content), not measured.
         print("warm-up: \(activities) first events")
-        try await pace(0..<activities, producer: producer, event: event, produced: nil)
+        try await pace(0..<activities, rate: rate, producer: producer, produced: nil, event: event)
         try await Task.sleep(for: .seconds(5))
 
         let total = rate * seconds
         print("measuring: \(total) events at \(rate)/s over \(activities) activities")
         let produced = ProducedAt()
-        try await pace(activities..<(activities + total), producer: producer, event: event, produced: produced)
+        try await pace(activities..<(activities + total), rate: rate, producer: producer, produced: produced, event: event)
         try await Task.sleep(for: .seconds(5))
         let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(simulator)/admin/notifications?payload=false"), timeout: .seconds(60))
         let received = try IsletJSON.decodeValue([AcceptedNotification].self, from: Array(buffer: try await response.body.collect(upTo: 1 << 30)))
@@ -477,23 +464,124 @@ struct Latency: AsyncParsableCommand {
         producer.shutdown()
         try await producing.value
     }
+}
 
-    /// Produces the events of `indices` at `rate` per second (each send in its own task); records when each was handed over.
-    func pace(_ indices: Range<Int>, producer: KafkaProducer, event: @escaping @Sendable (Int) -> ActivityEvent, produced: ProducedAt?) async throws {
-        let start = ContinuousClock.now
+/// Produces the events of `indices` at `rate` per second (each send in its own task); records when each was handed over.
+func pace(
+    _ indices: Range<Int>, rate: Int, producer: KafkaProducer, produced: ProducedAt?, event: @escaping @Sendable (Int) -> ActivityEvent
+) async throws {
+    let start = ContinuousClock.now
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        for index in indices {
+            let due = start + .seconds(Double(index - indices.lowerBound) / Double(rate))
+            if due > ContinuousClock.now { try await Task.sleep(until: due) }
+            group.addTask {
+                let event = event(index)
+                let at = Date()
+                try await producer.send(event, to: IsletTopics.activityEvents.name)
+                produced?.record(RequestIds.content(activityId: event.activityId, eventId: event.eventId), at)
+            }
+        }
+        try await group.waitForAll()
+    }
+}
+
+extension World {
+    /// Registers an update token for each activity with token-registry, 32 at a time, as the apps would.
+    func register(_ names: [String], app: AppTarget) async throws {
+        let lanes = 32
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for index in indices {
-                let due = start + .seconds(Double(index - indices.lowerBound) / Double(rate))
-                if due > ContinuousClock.now { try await Task.sleep(until: due) }
+            for lane in 0..<lanes {
                 group.addTask {
-                    let event = event(index)
-                    let at = Date()
-                    try await producer.send(event, to: IsletTopics.activityEvents.name)
-                    produced?.record(RequestIds.content(activityId: event.activityId, eventId: event.eventId), at)
+                    for (index, name) in names.enumerated() where index % lanes == lane {
+                        _ = try await put(
+                            "/v1/activities/\(name)/token",
+                            RegisterActivityTokenRequest(
+                                token: World.token("1a7" + name), attributesType: "DeliveryAttributes", app: app, frequentUpdatesEnabled: false,
+                                appVersion: "2.1", activityStartedAt: Date()))
+                    }
                 }
             }
             try await group.waitForAll()
         }
+    }
+}
+
+/// Memory per live activity: the resident memory of apns-dispatcher and content-service (by pid)
+/// before and after `activities` activities became live — registered with token-registry (both
+/// services keep the token table) and sent one important event each (content-service remembers the
+/// activity's content; the dispatcher its spent priority-10 budget) — and the growth per activity.
+/// scripts/bench-memory.sh runs it against the whole product.
+struct Memory: AsyncParsableCommand {
+    @Option var bootstrap: String
+    @Option var registry = "http://127.0.0.1:8081"
+    @Option var simulator = "http://127.0.0.1:8090"
+    @Option(help: "The registry's HS256 key, kid=secret.") var jwtKey: String
+    @Option var activities = 100_000
+    @Option(help: "Events per second.") var rate = 1_500
+    @Option(help: "A process to measure, name=pid (repeatable).") var process: [String]
+
+    func run() async throws {
+        let processes = try process.map { entry -> (String, Int32) in
+            let parts = entry.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, let pid = Int32(parts[1]) else { throw ValidationError("--process takes name=pid, not \(entry)") }
+            return (String(parts[0]), pid)
+        }
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
+        let producing = Task { try await producer.run() }
+        let play = try Play.parse(["--bootstrap", bootstrap, "--registry", registry, "--simulator", simulator, "--jwt-key", jwtKey])
+        let world = try await World(play: play, producer: producer)
+        let names = (0..<activities).map { "mem-\(world.run)-\($0)" }
+        let app = AppTarget(bundleId: "com.example.food", environment: .production)
+
+        let before = try processes.map { try Self.residentBytes(pid: $0.1) }
+        let acceptedBefore = try await acceptedPushes()
+        let started = ContinuousClock.now
+        print("registering \(activities) activities")
+        try await world.register(names, app: app)
+        print("registered in \(ContinuousClock.now - started); producing one important event each at \(rate)/s")
+        try await pace(0..<activities, rate: rate, producer: producer, produced: nil) { index in
+            let name = names[index]
+            return ActivityEvent(
+                eventId: "\(name)-0", activityId: name, kind: .start, attributesType: "DeliveryAttributes",
+                fields: ["orderId": .string(name), "storeName": .string("Casa Lola"), "status": .string("preparing"), "progress": .integer(5)],
+                urgency: .important, occurredAt: Date(), sequence: 1, source: "memory-bench")
+        }
+        // Every push reached the simulator (or nothing moved for a minute): the activities are live in both services.
+        var accepted = 0
+        var last = (count: -1, at: ContinuousClock.now)
+        while accepted < activities {
+            accepted = try await acceptedPushes() - acceptedBefore
+            if accepted != last.count { last = (accepted, ContinuousClock.now) }
+            if ContinuousClock.now - last.at > .seconds(60) { break }
+            try await Task.sleep(for: .seconds(1))
+        }
+        try await Task.sleep(for: .seconds(3))
+        let after = try processes.map { try Self.residentBytes(pid: $0.1) }
+        print("\(accepted) of \(activities) pushes received by the simulator after \(ContinuousClock.now - started)")
+        for (index, (name, _)) in processes.enumerated() {
+            let perActivity = Double(after[index] - before[index]) / Double(activities)
+            print(String(format: "%@: %.1f MB resident before, %.1f MB with %d live activities: %.0f bytes per activity",
+                name, Double(before[index]) / 1e6, Double(after[index]) / 1e6, activities, perActivity))
+            print("memory\t\(name)\t\(Int(perActivity.rounded()))\t\(before[index])\t\(after[index])")
+        }
+        producer.shutdown()
+        try await producing.value
+        if accepted < activities { throw ValidationError("only \(accepted) of \(activities) pushes arrived: the figures above undercount") }
+    }
+
+    private func acceptedPushes() async throws -> Int {
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(simulator)/admin/stats"), timeout: .seconds(30))
+        return try IsletJSON.decodeValue(SimulatorStats.self, from: Array(buffer: try await response.body.collect(upTo: 1 << 20))).accepted
+    }
+
+    /// VmRSS of a process, from /proc.
+    static func residentBytes(pid: Int32) throws -> Int {
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+            let kilobytes = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+        else { throw ValidationError("no VmRSS for process \(pid)") }
+        return kilobytes * 1_024
     }
 }
 
