@@ -22,8 +22,8 @@ scripts/bootstrap.sh
 if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"; $sudo apt-get install -y -q wrk curl >/dev/null
 fi
-swift build -c release --product analytics-ingest >/dev/null
-swift build -c release --product islet-kafka-bench >/dev/null
+swift build -c release --product analytics-ingest | { grep -E "error:" >&2 || true; }
+swift build -c release --product islet-kafka-bench | { grep -E "error:" >&2 || true; }
 bin=$(swift build -c release --show-bin-path)
 
 pids=()
@@ -115,5 +115,10 @@ print(f"ratio taps / no-op: {med(t, rate) / med(n, rate):.2f}   (medians over {l
 accepted, on_topic, other = int(float(sys.argv[2])), int(sys.argv[3]), int(float(sys.argv[4]))
 print(f"accepted by the service: {accepted:,}   records on islet.clicks.v1: {on_topic:,}   other verdicts: {other}   "
       + ("equal" if accepted == on_topic else "MISMATCH"))
+# A machine-readable line for scripts/bench-report.sh: result, name, islet, reference, ratio, then details.
+bad = sum(x["non2xx"] + x["errors"] for x in t + n)
+print(f"result\tanalytics.taps\t{med(t, rate):.0f}\t{med(n, rate):.0f}\t{med(t, rate) / med(n, rate):.4f}\trounds={len(rows)}"
+      f"\tp50_ms={med(t, lambda x: x['p50ms']):.2f}\tp99_ms={med(t, lambda x: x['p99ms']):.2f}\tref_p99_ms={med(n, lambda x: x['p99ms']):.2f}\tnon2xx_errors={bad}"
+      f"\taccepted={accepted}\ton_topic={on_topic}")
 sys.exit(0 if accepted == on_topic else 1)
 PY

@@ -8,6 +8,7 @@
 #
 #   scripts/bench-dispatcher.sh                  # 3 rounds of 50,000 pushes
 #   ROUNDS=5 COUNT=100000 scripts/bench-dispatcher.sh
+#   ROUNDS=0 LATENCY_SECONDS=60 scripts/bench-dispatcher.sh   # the latency run only, 60 s instead of 20
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,6 +20,7 @@ rounds=${ROUNDS:-3}  # 0: only the latency run
 count=${COUNT:-50000}
 aio_count=${AIO_COUNT:-5000}
 activities=${ACTIVITIES:-2000}
+latency_seconds=${LATENCY_SECONDS:-20}  # the latency run at 1,000 requests/s
 
 scripts/bootstrap.sh
 if ! command -v h2load >/dev/null || ! command -v curl >/dev/null; then
@@ -26,7 +28,7 @@ if ! command -v h2load >/dev/null || ! command -v curl >/dev/null; then
 fi
 python3 -c 'import aioapns' 2>/dev/null || python3 -m pip install -q 'aioapns==4.0'
 for product in apns-simulator apns-dispatcher islet-dispatch-bench islet-kafka-bench; do
-  swift build -c release --product "$product" >/dev/null
+  swift build -c release --product "$product" | { grep -E "error:" >&2 || true; }
 done
 bin=$(swift build -c release --show-bin-path)
 
@@ -64,7 +66,7 @@ run_h2load() {
   h2load -n "$count" -c 1 -m 100 -t 1 -d "$run/payload.json" \
     -H "authorization: bearer $jwt" -H "apns-push-type: liveactivity" -H "apns-topic: $bundle.push-type.liveactivity" \
     -H "apns-priority: 5" -H "apns-expiration: 0" "https://127.0.0.1:$sim_port/3/device/$token" >"$run/h2load.out" 2>&1
-  grep -oE "finished in [0-9.]+s, [0-9.]+ req/s" "$run/h2load.out" | grep -oE "[0-9.]+ req/s" | grep -oE "^[0-9.]+"
+  grep -oE "finished in [0-9.]+m?s, [0-9.]+ req/s" "$run/h2load.out" | grep -oE "[0-9.]+ req/s" | grep -oE "^[0-9.]+"
 }
 run_aioapns() {
   reset_simulator
@@ -116,7 +118,7 @@ for r in $(seq 1 "$rounds"); do
   printf '%s\t%s\t%s\t%s\n' "$r" "$d" "$h" "$a" | tee -a "$results"
 done
 
-echo "== latency at 1,000 requests/s for 20 s"
+echo "== latency at 1,000 requests/s for $latency_seconds s"
 start_broker
 "$bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count 0 >/dev/null
 start_dispatcher
@@ -129,7 +131,7 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 reset_simulator
-"$bin/islet-dispatch-bench" paced --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --rate 1000 --seconds 20 \
+"$bin/islet-dispatch-bench" paced --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --rate 1000 --seconds "$latency_seconds" \
   --out "$run/paced.txt"
 sleep 3
 curl -sf "$admin/admin/notifications?payload=false" >"$run/received.json"
@@ -151,4 +153,13 @@ lat = sorted((t(n["receivedAt"]) - int(created[n["apnsID"]]) / 1e6) * 1000 for n
 if lat:
     q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
     print(f"latency at 1,000/s: {len(lat)} of {len(created)} pushes, p50 {q(0.5):.1f} ms, p99 {q(0.99):.1f} ms, max {lat[-1]:.1f} ms")
+# Machine-readable lines for scripts/bench-report.sh: result, name, islet, reference, ratio, rounds;
+# latency, name, p50, p90, p99, max (ms), received, sent.
+if rows:
+    print(f"result\tdispatcher.h2load\t{d:.0f}\t{h:.0f}\t{d / h if h else float('nan'):.4f}\trounds={len(rows)}")
+    print(f"result\tdispatcher.aioapns\t{d:.0f}\t{a:.0f}\t{d / a if a else float('nan'):.4f}\trounds={len(rows)}")
+if lat:
+    print(f"latency\tdispatcher\t{q(0.5):.1f}\t{q(0.9):.1f}\t{q(0.99):.1f}\t{lat[-1]:.1f}\t{len(lat)}\t{len(created)}")
+else:
+    print(f"latency\tdispatcher\tnan\tnan\tnan\tnan\t0\t{len(created)}")
 PY

@@ -23,7 +23,7 @@ rounds=${ROUNDS:-5}
 tools=${ISLET_TOOLS:-$repo/.tools}
 
 scripts/bootstrap.sh
-swift build -c release --product islet-kafka-bench >/dev/null
+swift build -c release --product islet-kafka-bench | { grep -E "error:" >&2 || true; }
 bench=$(swift build -c release --show-bin-path)/islet-kafka-bench
 rdperf="$tools/bin/rdkafka_performance"
 producer_props=(-X enable.idempotence=true -X acks=all -X linger.ms=5 -X partitioner=murmur2_random -X message.timeout.ms=30000)
@@ -96,4 +96,12 @@ for what in ("produce", "send", "consume"):
         print(f"{what:<10}{size:>6}{islet:>14,.0f}{rdk:>18,.0f}{islet / rdk:>8.2f}")
 print("produce: one loop, a delivery callback per record; send: the async API from 1,000 concurrent tasks;")
 print("both are compared with rdkafka_performance -P -D.")
+# Machine-readable lines for scripts/bench-report.sh: result, name, islet, reference, ratio, rounds.
+for what in ("produce", "send", "consume"):
+    for size in ("300", "2048"):
+        sel = [r for r in rows if r[0] == what and r[1] == size]
+        if not sel: continue
+        islet = statistics.median(int(r[3]) for r in sel)
+        rdk = statistics.median(int(r[4]) for r in sel)
+        print(f"result\tkafka.{what}.{size}\t{islet:.0f}\t{rdk:.0f}\t{islet / rdk:.4f}\trounds={len(sel)}")
 PY

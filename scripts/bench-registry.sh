@@ -20,8 +20,8 @@ scripts/bootstrap.sh
 if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"; $sudo apt-get install -y -q wrk curl >/dev/null
 fi
-swift build -c release --product token-registry >/dev/null
-swift build -c release --product islet-kafka-bench >/dev/null
+swift build -c release --product token-registry | { grep -E "error:" >&2 || true; }
+swift build -c release --product islet-kafka-bench | { grep -E "error:" >&2 || true; }
 bin=$(swift build -c release --show-bin-path)
 
 pids=()
@@ -87,4 +87,8 @@ for name, xs in (("register (PUT, Kafka write)", w), ("read (GET, no write)", g)
     bad = sum(x["non2xx"] + x["errors"] for x in xs)
     print(f"{name:<30} {med(xs, rate):>10,.0f} req/s   p50 {med(xs, lambda x: x['p50ms']):6.2f} ms   p99 {med(xs, lambda x: x['p99ms']):6.2f} ms   non-2xx/errors {bad}")
 print(f"ratio register / read: {med(w, rate) / med(g, rate):.2f}   (medians over {len(rows)} rounds)")
+# A machine-readable line for scripts/bench-report.sh: result, name, islet, reference, ratio, then details.
+bad = sum(x["non2xx"] + x["errors"] for x in w + g)
+print(f"result\tregistry.register\t{med(w, rate):.0f}\t{med(g, rate):.0f}\t{med(w, rate) / med(g, rate):.4f}\trounds={len(rows)}"
+      f"\tp50_ms={med(w, lambda x: x['p50ms']):.2f}\tp99_ms={med(w, lambda x: x['p99ms']):.2f}\tref_p99_ms={med(g, lambda x: x['p99ms']):.2f}\tnon2xx_errors={bad}")
 PY

@@ -1,0 +1,474 @@
+#!/usr/bin/env bash
+# Every benchmark of the product next to its reference, one after the other in one run, then the
+# generated section of docs/PERFORMANCE.md (between <!-- bench-report:begin --> and
+# <!-- bench-report:end -->) rewritten: the date, the machine, the command and one table.
+#
+#   scripts/bench-report.sh                    # every benchmark at its full size
+#   QUICK=1 scripts/bench-report.sh            # the smallest sizes: checks the script, measures nothing
+#   REPORT_ONLY=1 scripts/bench-report.sh      # re-read the saved logs and rewrite the section; runs nothing
+#   BENCHES="kafka e2e" scripts/bench-report.sh   # only some (the others' rows say "not run")
+#
+# Benchmarks, in order: kafka registry dispatcher content analytics e2e memory (scripts/bench-<name>.sh;
+# memory when scripts/bench-memory.sh exists). Each one's sizes: <NAME>_<VARIABLE> if set
+# (KAFKA_ROUNDS=3, KAFKA_COUNT_SMALL, REGISTRY_DURATION=10, DISPATCHER_COUNT=20000,
+# DISPATCHER_LATENCY_SECONDS, CONTENT_EVENTS, ANALYTICS_CONNECTIONS, E2E_SECONDS=60, E2E_RATE,
+# E2E_ACTIVITIES, MEMORY_ACTIVITIES, MEMORY_RATE…: the variables each bench script reads, prefixed),
+# else the QUICK size, else the variable itself if set (ROUNDS=3 goes to every script that reads
+# ROUNDS), else the script's default. Every script's full output is kept in $ISLET_RUN_DIR/bench-report/<name>.log
+# (with status.tsv, meta.tsv and section.md). A benchmark that fails, or runs longer than
+# BENCH_TIMEOUT seconds (3600), does not stop the others: its row says so; the script then exits 1,
+# as it does when a log has no figures to read. REPORT_DOC=<file> writes the section to another copy
+# of the document (it must hold the two markers).
+#
+# The figures come from the machine-readable lines the bench scripts print last
+# (result<TAB>name<TAB>islet<TAB>reference<TAB>ratio[<TAB>key=value…], latency<TAB>name<TAB>p50<TAB>p90<TAB>p99<TAB>max<TAB>received<TAB>sent,
+# memory<TAB>service<TAB>bytes-per-activity<TAB>baseline-rss<TAB>rss-at-100k) and, for bench-e2e.sh,
+# from islet-demo's "end-to-end latency (…)" line.
+set -uo pipefail  # no -e: a failing benchmark must not stop the others
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+if [ $# -gt 0 ]; then sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; fi
+user_run_dir=${ISLET_RUN_DIR:-}
+export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
+dir=$ISLET_RUN_DIR/bench-report
+doc=${REPORT_DOC:-docs/PERFORMANCE.md}
+quick=${QUICK:-0}
+report_only=${REPORT_ONLY:-0}
+limit=${BENCH_TIMEOUT:-3600}
+all=(kafka registry dispatcher content analytics e2e memory)
+read -r -a chosen <<<"${BENCHES:-${all[*]}}"
+for name in "${chosen[@]}"; do
+  case " ${all[*]} " in *" $name "*) ;; *) echo "BENCHES: unknown benchmark '$name' (known: ${all[*]})" >&2; exit 2 ;; esac
+done
+mkdir -p "$dir"
+
+# A path for the report: relative to the repository when inside it, never the machine's absolute path.
+show() {
+  case "$1" in
+    "$repo"/*) echo "${1#"$repo"/}" ;;
+    "$ISLET_RUN_DIR"/*) echo "\$ISLET_RUN_DIR/${1#"$ISLET_RUN_DIR"/}" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# The command line this run stands for: the variables that shape it, then the script.
+command_line() {
+  local words=() v
+  for v in $(compgen -e | sort); do
+    case "$v" in
+      QUICK | BENCHES | BENCH_TIMEOUT | ROUNDS | COUNT_SMALL | COUNT_LARGE | COUNT | AIO_COUNT | ACTIVITIES | LATENCY_SECONDS | \
+        DURATION | CONNECTIONS | EVENTS | KAFKA_* | REGISTRY_* | DISPATCHER_* | CONTENT_* | ANALYTICS_* | E2E_* | MEMORY_* | ISLET_*) ;;
+      *) continue ;;
+    esac
+    case "$v" in ISLET_RUN_DIR | ISLET_TOOLS) continue ;; esac  # paths: the run directory is added below
+    words+=("$(printf '%q' "$v=${!v}")")
+  done
+  if [ -n "$user_run_dir" ]; then
+    case "$user_run_dir" in "$repo"/*) words=("ISLET_RUN_DIR=${user_run_dir#"$repo"/}" "${words[@]}") ;;
+      /*) words=("ISLET_RUN_DIR=(outside the repository)" "${words[@]}") ;; *) words=("ISLET_RUN_DIR=$user_run_dir" "${words[@]}") ;; esac
+  fi
+  echo "${words[*]+${words[*]} }scripts/bench-report.sh"
+}
+
+# One of a benchmark's sizes: <PREFIX>_<VARIABLE>, else the QUICK size, else (when the variable is
+# shared by the bench scripts) the variable from the environment; empty: the script's default.
+pick() {  # prefix variable quick-size shared(yes/no)
+  local own="${1}_$2"
+  if [ -n "${!own:-}" ]; then echo "${!own}"
+  elif [ "$quick" = 1 ] && [ -n "$3" ]; then echo "$3"
+  elif [ "$4" = yes ] && [ -n "${!2:-}" ]; then echo "${!2}"
+  fi
+}
+settings=()
+setting() {  # prefix variable quick-size: appends VARIABLE=value to $settings when there is one
+  local value; value=$(pick "$1" "$2" "$3" yes)
+  if [ -n "$value" ]; then settings+=("$2=$value"); fi
+}
+
+child=""
+on_signal() {
+  if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null; fi
+  echo "bench-report: interrupted" >&2
+  exit 130
+}
+trap on_signal INT TERM
+
+# Runs one benchmark with $settings in its environment, its output in <name>.log, under a time limit
+# (timeout runs it in its own process group and ends the whole group: brokers and services too).
+run_one() {  # name command…
+  local name=$1; shift
+  local log="$dir/$name.log" cmd started rc elapsed
+  cmd=$(printf '%q ' "${settings[@]}" "$@"); cmd=${cmd% }
+  echo "== $name: $cmd   (log: $(show "$log"))"
+  started=$(date +%s)
+  env "${settings[@]}" timeout -k 30 "$limit" "$@" >"$log" 2>&1 </dev/null &
+  child=$!
+  wait "$child"; rc=$?
+  child=""
+  elapsed=$(($(date +%s) - started))
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "bench-report: stopped after BENCH_TIMEOUT=$limit s (exit $rc)" >>"$log"; fi
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$elapsed" "$cmd" >>"$dir/status.tsv"
+  if [ "$rc" -eq 0 ]; then
+    echo "   done in ${elapsed} s"
+  else
+    echo "   FAILED (exit $rc) after ${elapsed} s; the end of $(show "$log"):"
+    grep -v -e 'CMakeLists.txt' -e 'which are unhandled' "$log" | tail -5 | sed 's/^/   | /'
+  fi
+}
+
+bench_kafka() {
+  settings=(); setting KAFKA ROUNDS 1; setting KAFKA COUNT_SMALL 20000; setting KAFKA COUNT_LARGE 5000
+  run_one kafka scripts/bench-kafka.sh
+}
+bench_registry() {
+  settings=(); setting REGISTRY ROUNDS 1; setting REGISTRY DURATION 3; setting REGISTRY CONNECTIONS ""
+  run_one registry scripts/bench-registry.sh
+}
+bench_dispatcher() {
+  settings=(); setting DISPATCHER ROUNDS 1; setting DISPATCHER COUNT 2000; setting DISPATCHER AIO_COUNT 500
+  setting DISPATCHER ACTIVITIES ""; setting DISPATCHER LATENCY_SECONDS 5
+  run_one dispatcher scripts/bench-dispatcher.sh
+}
+bench_content() {
+  settings=(); setting CONTENT ROUNDS 1; setting CONTENT EVENTS 2000
+  run_one content scripts/bench-content.sh
+}
+bench_analytics() {
+  settings=(); setting ANALYTICS ROUNDS 1; setting ANALYTICS DURATION 3; setting ANALYTICS CONNECTIONS ""
+  run_one analytics scripts/bench-analytics.sh
+}
+bench_e2e() {
+  settings=()
+  local args=() v
+  v=$(pick E2E RATE "" no); if [ -n "$v" ]; then args+=(--rate "$v"); fi
+  v=$(pick E2E SECONDS 10 no); if [ -n "$v" ]; then args+=(--seconds "$v"); fi
+  v=$(pick E2E ACTIVITIES "" no); if [ -n "$v" ]; then args+=(--activities "$v"); fi
+  demo_ports_free e2e scripts/bench-e2e.sh "${args[@]}" && run_one e2e scripts/bench-e2e.sh "${args[@]}"
+}
+# scripts/demo.sh (which bench-e2e.sh and bench-memory.sh run) listens on fixed ports; if something
+# already answers on one of them (a demo, the other engineer's bench), its services would not start
+# and the benchmark would talk to the other ones. Then the benchmark is not run and its row says why.
+demo_ports_free() {  # name command…
+  local name=$1 busy; shift
+  busy=$(python3 -c '
+import socket
+busy = []
+for port in (2197, 8081, 8082, 8083, 8084, 8090, 8099):  # scripts/demo.sh
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", port)) == 0: busy.append(str(port))
+print(" ".join(busy))')
+  [ -z "$busy" ] && return 0
+  echo "== $name: NOT RUN: ports $busy are in use (scripts/demo.sh needs 2197, 8081-8084, 8090, 8099: is a demo running?)"
+  echo "bench-report: not run: ports $busy are in use; scripts/demo.sh needs 2197, 8081-8084, 8090 and 8099" >"$dir/$name.log"
+  printf '%s\t%s\t%s\t%s\n' "$name" 1 0 "$*" >>"$dir/status.tsv"
+  return 1
+}
+# --- memory per live activity at 100,000 activities: HOOK --------------------------------------------
+# scripts/bench-memory.sh is written separately. When it exists it runs like the others (with
+# --activities/--rate from MEMORY_ACTIVITIES/MEMORY_RATE; QUICK: 2,000 activities), and its lines
+#   memory<TAB><service><TAB><bytes-per-activity><TAB><baseline-rss-bytes><TAB><rss-at-100k-bytes>
+# fill the rows of apns-dispatcher and content-service. Without it those rows say
+# "not measured: scripts/bench-memory.sh missing".
+bench_memory() {
+  settings=()
+  local args=() v
+  v=$(pick MEMORY ACTIVITIES 2000 no); if [ -n "$v" ]; then args+=(--activities "$v"); fi
+  v=$(pick MEMORY RATE "" no); if [ -n "$v" ]; then args+=(--rate "$v"); fi
+  if [ -f scripts/bench-memory.sh ]; then
+    local command=(scripts/bench-memory.sh)
+    [ -x scripts/bench-memory.sh ] || command=(bash scripts/bench-memory.sh)
+    demo_ports_free memory "${command[@]}" "${args[@]}" && run_one memory "${command[@]}" "${args[@]}"
+  else
+    echo "== memory: not measured: scripts/bench-memory.sh missing"
+    printf '%s\t%s\t%s\t%s\n' memory missing 0 scripts/bench-memory.sh >>"$dir/status.tsv"
+  fi
+}
+
+machine() {  # key<TAB>value lines about this machine and checkout
+  local kb
+  printf 'cpu\t%s\n' "$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+  printf 'cpus\t%s\n' "$(nproc)"
+  kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+  printf 'memory\t%s GiB\n' "$(awk -v kb="$kb" 'BEGIN {printf "%.1f", kb / 1048576}')"
+  printf 'os\t%s\n' "$(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-unknown}")"
+  printf 'swift\t%s\n' "$(swift --version 2>&1 | grep -oE 'Swift version [0-9][0-9.]*' | head -1 | sed 's/Swift version //')"
+  printf 'librdkafka\t%s\n' "$(pkg-config --modversion rdkafka 2>/dev/null)"  # as scripts/bootstrap.sh finds it
+  printf 'tansu\t%s\n' "$("${ISLET_TOOLS:-$repo/.tools}/bin/tansu" --version 2>/dev/null | grep -oE '[0-9][0-9.]*' | head -1)"
+  printf 'commit\t%s\n' "$(git rev-parse --short HEAD 2>/dev/null)"
+  printf 'dirty\t%s\n' "$(git --no-optional-locks status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo yes || echo no)"
+}
+
+if [ "$report_only" != 1 ]; then
+  rm -f "$dir"/*.log "$dir/status.tsv" "$dir/meta.tsv" "$dir/section.md"
+  {
+    printf 'started\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    printf 'command\t%s\n' "$(command_line)"
+    printf 'quick\t%s\n' "$quick"
+    printf 'benches\t%s\n' "${chosen[*]}"
+    machine
+    printf 'load_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+  } >"$dir/meta.tsv"
+  echo "bench-report: $(command_line); logs in $(show "$dir")"
+
+  # Build once, so that no benchmark's time includes the build (each script's own build is then a check).
+  echo "== release build (log: $(show "$dir/build.log"))"
+  started=$(date +%s)
+  (scripts/bootstrap.sh && swift build -c release) >"$dir/build.log" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\t%s\n' build "$rc" "$(($(date +%s) - started))" "swift build -c release" >>"$dir/status.tsv"
+  [ "$rc" -eq 0 ] || { echo "   FAILED (exit $rc); the benchmarks will try their own builds"; grep -v -e 'CMakeLists.txt' -e 'which are unhandled' "$dir/build.log" | tail -5 | sed 's/^/   | /'; }
+
+  for name in "${all[@]}"; do
+    case " ${chosen[*]} " in *" $name "*) "bench_$name" ;; esac
+  done
+  {
+    printf 'finished\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    printf 'load_end\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+  } >>"$dir/meta.tsv"
+fi
+
+[ -f "$dir/meta.tsv" ] || { echo "bench-report: no saved run in $(show "$dir"): run scripts/bench-report.sh first" >&2; exit 1; }
+
+# The report: read the logs, write the section (also to section.md and stdout).
+python3 - "$repo" "$dir" "$doc" "$report_only" "$(show "$dir")" <<'PY'
+import datetime, math, os, re, sys
+
+repo, out, doc, report_only, out_shown = sys.argv[1:6]
+BEGIN, END = "<!-- bench-report:begin -->", "<!-- bench-report:end -->"
+
+def table(path):
+    try:
+        return [line.rstrip("\n").split("\t") for line in open(path, encoding="utf-8") if line.strip()]
+    except FileNotFoundError:
+        return []
+meta = {r[0]: (r[1] if len(r) > 1 else "") for r in table(os.path.join(out, "meta.tsv"))}
+status = {r[0]: {"rc": r[1], "seconds": int(r[2]) if r[2].isdigit() else 0, "cmd": r[3]} for r in table(os.path.join(out, "status.tsv")) if len(r) >= 4}
+chosen = meta.get("benches", "").split()
+
+SCRIPTS = {"kafka": "scripts/bench-kafka.sh", "registry": "scripts/bench-registry.sh", "dispatcher": "scripts/bench-dispatcher.sh",
+           "content": "scripts/bench-content.sh", "analytics": "scripts/bench-analytics.sh", "e2e": "scripts/bench-e2e.sh",
+           "memory": "scripts/bench-memory.sh"}
+E2E_LINE = re.compile(r"end-to-end latency \(.*?\), (\d+) events at (\d+)/s: p50 (\S+) ms, p90 (\S+) ms, p99 (\S+) ms, max (\S+) ms; (\d+) not received")
+
+def parse(name):
+    """The machine-readable lines of a benchmark's log: {(kind, key): [fields…]}."""
+    try:
+        text = open(os.path.join(out, name + ".log"), encoding="utf-8", errors="replace").read()
+    except FileNotFoundError:
+        return None
+    found = {}
+    for line in text.splitlines():
+        f = line.split("\t")
+        if f[0] in ("result", "latency", "memory") and len(f) >= 3:
+            found[(f[0], f[1])] = f[2:]
+        m = re.match(r"(\S+): .* with (\d+) live activities", line)  # bench-memory's line for people: how many
+        if m:
+            found[("activities", m.group(1))] = [m.group(2)]
+    if name == "e2e":
+        for m in E2E_LINE.finditer(text):  # the last one counts
+            received, rate, p50, p90, p99, mx, missing = m.groups()
+            found[("latency", "e2e")] = [p50, p90, p99, mx, received, str(int(received) + int(missing)), rate]
+    return found
+
+def num(x):
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+def extras(fields):
+    return dict(f.split("=", 1) for f in fields if "=" in f)
+def n0(v): return f"{v:,.0f}"
+def ms(v): return "—" if v is None else f"{v:,.1f} ms"
+def mb(v): return f"{v / 1e6:,.1f} MB"
+def duration(s):
+    s = int(s)
+    if s < 60: return f"{s} s"
+    if s < 3600: return f"{s // 60} min" + (f" {s % 60} s" if s % 60 else "")
+    return f"{s // 3600} h {s % 3600 // 60} min"
+def fmt_ratio(r, target):
+    text = f"{r:.2f}"
+    if target is not None and r < target and round(r, 2) >= target:
+        text = f"{r:.3f}"
+    return text
+
+# Each row: benchmark, what, kind, key, reference text, target (minimum ratio) or None, units (Islet, reference).
+ROWS = [
+    ("kafka", "Kafka wrapper: produce, 300 B", "ratio", "kafka.produce.300", "`rdkafka_performance -P -D`", 0.8, ("msg/s", "msg/s")),
+    ("kafka", "Kafka wrapper: produce, 2 KB", "ratio", "kafka.produce.2048", "`rdkafka_performance -P -D`", 0.8, ("msg/s", "msg/s")),
+    ("kafka", "Kafka wrapper: consume, 300 B", "ratio", "kafka.consume.300", "`rdkafka_performance -C -G`", 0.8, ("msg/s", "msg/s")),
+    ("kafka", "Kafka wrapper: consume, 2 KB", "ratio", "kafka.consume.2048", "`rdkafka_performance -C -G`", 0.8, ("msg/s", "msg/s")),
+    ("kafka", "Kafka wrapper: async `send` from 1,000 tasks, 300 B", "ratio", "kafka.send.300", "`rdkafka_performance -P -D`", None, ("msg/s", "msg/s")),
+    ("kafka", "Kafka wrapper: async `send` from 1,000 tasks, 2 KB", "ratio", "kafka.send.2048", "`rdkafka_performance -P -D`", None, ("msg/s", "msg/s")),
+    ("registry", "token-registry: registrations acknowledged by Kafka", "ratio", "registry.register", "its cheapest read, `GET /v1/activities/{id}`", None, ("registrations/s", "reads/s")),
+    ("dispatcher", "apns-dispatcher: Kafka → simulator 200, next to h2load", "ratio", "dispatcher.h2load", "h2load straight to the simulator", 0.4, ("pushes/s", "req/s")),
+    ("dispatcher", "apns-dispatcher: Kafka → simulator 200, next to aioapns", "ratio", "dispatcher.aioapns", "aioapns straight to the simulator", 10, ("pushes/s", "req/s")),
+    ("dispatcher", "apns-dispatcher: latency at 1,000 requests/s (produced → simulator)", "latency", "dispatcher", "—", None, ("", "")),
+    ("content", "content-service: event → push request acknowledged", "ratio", "content.pipeline", "Kafka pass-through", None, ("events/s", "events/s")),
+    ("content", "content-service: payload assembly", "figure", "content.assembly", "—", None, ("µs/event", "")),
+    ("content", "content-service: assembly with an inline thumbnail", "figure", "content.assembly_thumbnail", "—", None, ("µs/event", "")),
+    ("analytics", "analytics-ingest: tap → click acknowledged by Kafka", "ratio", "analytics.taps", "its no-op route, `POST /bench/noop`", 0.7, ("taps/s", "req/s")),
+    ("e2e", "end to end: event produced → push at the simulator, 1,000 events/s", "e2e", "e2e", None, None, ("", "")),
+    ("memory", "apns-dispatcher: memory per live activity (at 100,000 activities)", "memory", "apns-dispatcher", "—", None, ("", "")),
+    ("memory", "content-service: memory per live activity (at 100,000 activities)", "memory", "content-service", "—", None, ("", "")),
+]
+E2E_REFERENCE = "two Kafka hops: **not measured** (note 2)"
+E2E_TARGET = (18.0, 35.0)
+
+logs = {}
+def log_of(bench):
+    if bench not in logs:
+        logs[bench] = parse(bench)
+    return logs[bench]
+
+rows, problems, first_of, unparsed = [], [], set(), {}
+for bench, what, kind, key, reference, target, (unit, ref_unit) in ROWS:
+    st = status.get(bench)
+    log_path = f"`{out_shown}/{bench}.log`"
+    if bench not in first_of:
+        first_of.add(bench)
+        if st is None:
+            where = "not run" + (" (not in `BENCHES`)" if chosen and bench not in chosen else "")
+        elif st["rc"] == "missing":
+            where = "`scripts/bench-memory.sh` is not in the repository yet"
+        else:
+            where = f"`{st['cmd']}` ({duration(st['seconds'])}); log {log_path}"
+    else:
+        where = "same run" if st is not None and st["rc"] != "missing" else "—"
+    cells = {"islet": "—", "ref": reference or "—", "ratio": "—", "target": "—", "met": "—"}
+    if kind == "ratio" and target is not None:
+        cells["target"] = f"≥ {target:g}"
+    if kind == "e2e":
+        cells["target"] = f"p50 ≤ {E2E_TARGET[0]:g} ms, p99 ≤ {E2E_TARGET[1]:g} ms"
+        cells["ref"] = E2E_REFERENCE
+    if st is None:
+        cells["islet"] = "not run"
+        if f"{bench}: not run" not in problems: problems.append(f"{bench}: not run")
+    elif st["rc"] == "missing":
+        cells["islet"] = "not measured: scripts/bench-memory.sh missing"
+    elif st["rc"] != "0":
+        rc = st["rc"]
+        why = f"timed out (exit {rc})" if rc in ("124", "137") else f"exit {rc}"
+        cells["islet"] = f"**failed** ({why})"
+        cells["met"] = "**failed**"
+        note = f"{bench}: failed ({why}), log {out_shown}/{bench}.log"
+        if note not in problems: problems.append(note)
+    else:
+        found = log_of(bench)
+        line_kind = {"ratio": "result", "figure": "result", "latency": "latency", "e2e": "latency", "memory": "memory"}[kind]
+        f = (found or {}).get((line_kind, key))
+        try:
+            if found is None:
+                raise ValueError("the log is missing:")
+            if f is None:
+                raise ValueError(f"no `{line_kind}` line for `{key}`")
+            if kind == "ratio":
+                islet, ref, ratio = num(f[0]), num(f[1]), num(f[2])
+                if islet is None or ref is None:
+                    raise ValueError(f"`{key}`: not a number")
+                x = extras(f[3:])
+                detail = []
+                if "p99_ms" in x: detail.append(f"p99 {float(x['p99_ms']):.1f} ms")
+                if x.get("non2xx_errors", "0") != "0": detail.append(f"{x['non2xx_errors']} non-2xx/errors")
+                if "accepted" in x:
+                    detail.append(f"{int(x['accepted']):,} accepted " + ("= on the topic" if x["accepted"] == x.get("on_topic") else f"≠ {int(x.get('on_topic', '0')):,} on the topic"))
+                cells["islet"] = f"{n0(islet)} {unit}" + (f" ({'; '.join(detail)})" if detail else "")
+                ref_detail = f", p99 {float(x['ref_p99_ms']):.1f} ms" if "ref_p99_ms" in x else ""
+                cells["ref"] = f"{n0(ref)} {ref_unit}{ref_detail}: {reference}"
+                if ratio is not None:
+                    cells["ratio"] = fmt_ratio(ratio, target)
+                    if target is not None:
+                        cells["met"] = "yes" if ratio >= target else "**no**"
+                elif target is not None:
+                    cells["met"] = "**no** (no reference figure)"
+            elif kind == "figure":
+                v = num(f[0])
+                if v is None:
+                    raise ValueError(f"`{key}`: not a number")
+                x = extras(f[3:])
+                cells["islet"] = f"{v:,.0f} {unit}" + (f" ({int(x['payload_bytes']):,}-byte payload)" if x.get("payload_bytes", "").isdigit() else "")
+            elif kind in ("latency", "e2e"):
+                p50, p90, p99, mx = (num(v) for v in f[:4])
+                received, sent = int(f[4]), int(f[5])
+                cells["islet"] = f"p50 {ms(p50)}, p90 {ms(p90)}, p99 {ms(p99)}, max {ms(mx)} ({received:,} of {sent:,} received)"
+                if kind == "e2e":
+                    if p50 is None or p99 is None:
+                        cells["met"] = "**no** (nothing received)"
+                    elif received < sent:
+                        cells["met"] = f"**no** ({sent - received:,} not received)"
+                    else:
+                        cells["met"] = "yes" if p50 <= E2E_TARGET[0] and p99 <= E2E_TARGET[1] else "**no**"
+            elif kind == "memory":
+                per, base, at = (num(v) for v in f[:3])
+                if per is None or base is None or at is None:
+                    raise ValueError(f"`{key}`: not a number")
+                count = (found.get(("activities", key)) or [None])[0]
+                with_what = f"with {int(count):,} activities" if count else "after"
+                cells["islet"] = f"{n0(per)} bytes/activity (RSS {mb(base)} before, {mb(at)} {with_what})"
+        except Exception as e:  # a figure that cannot be read is a row that says so, never a crash
+            why = str(e) if isinstance(e, ValueError) and str(e).startswith(("no ", "the log", "`")) else f"a malformed `{line_kind}` line for `{key}`"
+            cells["islet"] = f"**not parsed**: {why} in {log_path}" if not why.endswith(":") else f"**not parsed**: {why} {log_path}"
+            cells["met"] = "**not parsed**"
+            unparsed.setdefault(bench, []).append(key)
+    rows.append([what, cells["islet"], cells["ref"], cells["ratio"], cells["target"], cells["met"], where])
+
+def esc(cell): return cell.replace("|", "\\|")
+def when(iso):
+    try:
+        return datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return None
+started, finished = when(meta.get("started", "")), when(meta.get("finished", ""))
+took = f", {duration((finished - started).total_seconds())}" if started and finished else " (did not finish)"
+build = status.get("build")
+build_text = "" if build is None else (f"; the release build before them {duration(build['seconds'])}" if build["rc"] == "0"
+                                       else f"; the release build before them **failed** (log `{out_shown}/build.log`)")
+machine = ", ".join(x for x in [
+    meta.get("cpu") or "CPU unknown", f"{meta.get('cpus', '?')} CPUs", meta.get("memory", "? GiB"), meta.get("os") or "OS unknown",
+    f"Swift {meta.get('swift') or '?'}", f"librdkafka {meta.get('librdkafka') or '?'}", f"tansu {meta.get('tansu') or '?'} (in memory, loopback)"])
+commit = meta.get("commit", "?") + (" with uncommitted changes" if meta.get("dirty") == "yes" else "")
+
+lines = [
+    "## Latest report: every benchmark next to its reference",
+    "",
+    "<!-- Generated by scripts/bench-report.sh: everything between the markers is rewritten; edit the script, not this text. -->",
+    "",
+    f"- **When**: {started.strftime('%Y-%m-%d %H:%M UTC') if started else '?'}{took}{build_text}.",
+    f"- **Machine**: {machine}; load average {meta.get('load_start', '?')} at the start" + (f", {meta['load_end']} at the end" if meta.get("load_end") else "") + ".",
+    f"- **Code**: commit {commit}.",
+    f"- **Command**: `{meta.get('command', 'scripts/bench-report.sh')}`"
+    + (f" (this section rewritten from its logs by `REPORT_ONLY=1 scripts/bench-report.sh`, {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')})" if report_only == "1" else "") + ".",
+]
+if meta.get("quick") == "1":
+    lines.append("- **QUICK=1**: the smallest sizes (one round, a few thousand messages, seconds of load), to check the script: **these figures measure nothing**.")
+lines += [
+    "",
+    "| benchmark | Islet | reference | ratio | target | met? | log / command |",
+    "| --- | --- | --- | ---: | --- | --- | --- |",
+]
+lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+lines += [
+    "",
+    "1. Ratios are Islet / reference, each side the median of its rounds, measured in alternating rounds in the same run (a p99 next to a rate is the median of the rounds' p99). The sections below describe each benchmark.",
+    "2. The end-to-end figure crosses two Kafka hops (event → content-service, push request → apns-dispatcher). Its target assumes a floor of about 8 ms p50 / 15 ms p99 per hop with `fetch.wait.max.ms=10`, but no benchmark here measures one Kafka hop's latency alone (`Benchmarks/` and `Tools/IsletDemo` time throughput, or a hop plus a service; librdkafka's `rdkafka_performance -l`, which `scripts/bootstrap.sh` builds, could, but no script runs it), so there is no reference figure; the dispatcher's latency row (one hop, the dispatcher and the push) is the nearest measured one.",
+]
+problems += [f"{bench}: not parsed ({', '.join(keys)})" for bench, keys in unparsed.items()]
+if problems:
+    lines.append("3. Not measured in this run: " + "; ".join(problems) + ".")
+section = "\n".join(lines) + "\n"
+
+open(os.path.join(out, "section.md"), "w", encoding="utf-8").write(section)
+print(section)
+doc_path = doc if os.path.isabs(doc) else os.path.join(repo, doc)
+text = open(doc_path, encoding="utf-8").read()
+if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+    sys.exit(f"bench-report: {doc} must hold {BEGIN} once, then {END} once; the section is in {out_shown}/section.md")
+head, rest = text.split(BEGIN, 1)
+_, tail = rest.split(END, 1)
+tmp = doc_path + ".bench-report.tmp"
+open(tmp, "w", encoding="utf-8").write(head + BEGIN + "\n" + section + END + tail)
+os.replace(tmp, doc_path)
+print(f"bench-report: rewrote the section of {doc}" + (f"; not measured: {', '.join(p.split(':')[0] for p in problems)}" if problems else ""))
+sys.exit(1 if any("failed" in p or "not parsed" in p for p in problems) else 0)
+PY
