@@ -54,7 +54,7 @@ common=(ISLET_KAFKA_BOOTSTRAP="$bootstrap" ISLET_HTTP_HOST=127.0.0.1 ISLET_LOG_L
 pids+=("$!")
 env "${common[@]}" ISLET_SIMULATOR_KEYS="$key_id=$team:$run/AuthKey.p8" ISLET_HTTP_PORT=8090 ISLET_SIMULATOR_PORT=2197 \
   ISLET_SIMULATOR_TLS_CERTIFICATE_OUT="$run/simulator.pem" "$bin/apns-simulator" >"$run/apns-simulator.log" 2>&1 &
-pids+=("$!")
+pids+=("$!"); simulator_pid=$!
 wait_ready apns-simulator http://127.0.0.1:8090
 env "${common[@]}" ISLET_HTTP_PORT=8081 ISLET_GRPC_PORT=9081 ISLET_AUTH_HS256_KEYS="demo=$jwt_secret" \
   "$bin/token-registry" >"$run/token-registry.log" 2>&1 &
@@ -77,7 +77,8 @@ done
 
 if [ "$bench" = latency ]; then
   echo "== end-to-end latency ($configuration build)"
-  "$bin/islet-demo" latency --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" "$@"
+  "$bin/islet-demo" latency --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" --process "broker=$ISLET_BROKER_PID" \
+    --process "apns-simulator=$simulator_pid" --process "content-service=$content_pid" --process "apns-dispatcher=$dispatcher_pid" "$@"
   exit 0
 fi
 if [ "$bench" = memory ]; then

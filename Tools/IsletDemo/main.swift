@@ -420,8 +420,10 @@ struct Latency: AsyncParsableCommand {
     @Option var rate = 1_000
     @Option var seconds = 30
     @Option var activities = 2_000
+    @Option(help: "A process whose CPU time is reported per event, name=pid (repeatable).") var process: [String] = []
 
     func run() async throws {
+        let processes = try ProcessStats.parse(process)
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
         let producing = Task { try await producer.run() }
         let play = try Play.parse(["--bootstrap", bootstrap, "--registry", registry, "--simulator", simulator, "--jwt-key", jwtKey])
@@ -447,8 +449,10 @@ struct Latency: AsyncParsableCommand {
         let total = rate * seconds
         print("measuring: \(total) events at \(rate)/s over \(activities) activities")
         let produced = ProducedAt()
+        let cpuBefore = try processes.map { try ProcessStats.cpuSeconds(pid: $0.1) }
         try await pace(activities..<(activities + total), rate: rate, producer: producer, produced: produced, event: event)
         try await Task.sleep(for: .seconds(5))
+        let cpuAfter = try processes.map { try ProcessStats.cpuSeconds(pid: $0.1) }
         let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(simulator)/admin/notifications?payload=false"), timeout: .seconds(60))
         let received = try IsletJSON.decodeValue([AcceptedNotification].self, from: Array(buffer: try await response.body.collect(upTo: 1 << 30)))
         let arrival = Dictionary(received.map { ($0.apnsID.lowercased(), $0.receivedAt) }) { first, _ in first }
@@ -461,8 +465,92 @@ struct Latency: AsyncParsableCommand {
         func percentile(_ p: Double) -> Double { latencies.isEmpty ? .nan : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
         print(String(format: "end-to-end latency (event produced → simulator received), %d events at %d/s: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms; %d not received",
             latencies.count, rate, percentile(0.5), percentile(0.9), percentile(0.99), latencies.last ?? .nan, missing))
+
+        // Where the time goes: content-service stamps each request when it makes it (createdAt).
+        let created = try await requestTimes(ids: Set(produced.all.keys))
+        var first: [Double] = []
+        var second: [Double] = []
+        for (id, at) in produced.all {
+            guard let createdAt = created[id] else { continue }
+            first.append(createdAt.timeIntervalSince(at) * 1_000)
+            if let receivedAt = arrival[id] { second.append(receivedAt.timeIntervalSince(createdAt) * 1_000) }
+        }
+        for (name, values) in [("event produced → request made by content-service", first), ("request made → simulator received", second)] {
+            let sorted = values.sorted()
+            func p(_ q: Double) -> Double { sorted.isEmpty ? .nan : sorted[min(sorted.count - 1, Int(Double(sorted.count) * q))] }
+            print(String(format: "  %@: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms (%d)", name, p(0.5), p(0.9), p(0.99), sorted.count))
+        }
+        // CPU time each process spent per event while the events were produced (and 5 s after).
+        for (index, (name, _)) in processes.enumerated() {
+            let perEvent = (cpuAfter[index] - cpuBefore[index]) / Double(total) * 1_000
+            print(String(format: "  CPU %@: %.3f ms per event", name, perEvent))
+            print("cpu\t\(name)\t\(String(format: "%.4f", perEvent))")
+        }
         producer.shutdown()
         try await producing.value
+    }
+
+    /// When content-service made each of these requests, read from `islet.push-requests.v1` to its end.
+    func requestTimes(ids: Set<String>) async throws -> [String: Date] {
+        let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: bootstrap, topics: [IsletTopics.pushRequests.name]), logger: quiet)
+        return try await withThrowingTaskGroup(of: [String: Date]?.self) { group in
+            group.addTask {
+                try await reader.run()
+                return nil
+            }
+            group.addTask {
+                var times: [String: Date] = [:]
+                var catchUp = ReplicaCatchUp()
+                for await event in reader.events {
+                    if case .message(let message) = event, let request = try? IsletJSON.decode(PushRequest.self, from: message.value ?? []),
+                        ids.contains(request.requestId)
+                    {
+                        times[request.requestId] = request.createdAt
+                    }
+                    if catchUp.note(event) { break }
+                }
+                return times
+            }
+            var times: [String: Date] = [:]
+            while let next = try await group.next() {
+                if let next {
+                    times = next
+                    reader.shutdown()
+                }
+            }
+            return times
+        }
+    }
+}
+
+/// What /proc says about a process of the product.
+enum ProcessStats {
+    /// `name=pid` options.
+    static func parse(_ options: [String]) throws -> [(String, Int32)] {
+        try options.map { entry in
+            let parts = entry.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, let pid = Int32(parts[1]) else { throw ValidationError("--process takes name=pid, not \(entry)") }
+            return (String(parts[0]), pid)
+        }
+    }
+
+    /// VmRSS of a process, from /proc.
+    static func residentBytes(pid: Int32) throws -> Int {
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+            let kilobytes = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+        else { throw ValidationError("no VmRSS for process \(pid)") }
+        return kilobytes * 1_024
+    }
+
+    /// User and system CPU time of a process so far, in seconds (/proc/<pid>/stat, fields 14 and 15).
+    static func cpuSeconds(pid: Int32) throws -> Double {
+        let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+        // The command name (field 2) is in parentheses and may hold spaces: count from after it.
+        guard let close = stat.lastIndex(of: ")") else { throw ValidationError("unreadable /proc/\(pid)/stat") }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { throw ValidationError("unreadable /proc/\(pid)/stat") }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 }
 
@@ -522,11 +610,7 @@ struct Memory: AsyncParsableCommand {
     @Option(help: "A process to measure, name=pid (repeatable).") var process: [String]
 
     func run() async throws {
-        let processes = try process.map { entry -> (String, Int32) in
-            let parts = entry.split(separator: "=", maxSplits: 1)
-            guard parts.count == 2, let pid = Int32(parts[1]) else { throw ValidationError("--process takes name=pid, not \(entry)") }
-            return (String(parts[0]), pid)
-        }
+        let processes = try ProcessStats.parse(process)
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
         let producing = Task { try await producer.run() }
         let play = try Play.parse(["--bootstrap", bootstrap, "--registry", registry, "--simulator", simulator, "--jwt-key", jwtKey])
@@ -534,7 +618,7 @@ struct Memory: AsyncParsableCommand {
         let names = (0..<activities).map { "mem-\(world.run)-\($0)" }
         let app = AppTarget(bundleId: "com.example.food", environment: .production)
 
-        let before = try processes.map { try Self.residentBytes(pid: $0.1) }
+        let before = try processes.map { try ProcessStats.residentBytes(pid: $0.1) }
         let acceptedBefore = try await acceptedPushes()
         let started = ContinuousClock.now
         print("registering \(activities) activities")
@@ -557,7 +641,7 @@ struct Memory: AsyncParsableCommand {
             try await Task.sleep(for: .seconds(1))
         }
         try await Task.sleep(for: .seconds(3))
-        let after = try processes.map { try Self.residentBytes(pid: $0.1) }
+        let after = try processes.map { try ProcessStats.residentBytes(pid: $0.1) }
         print("\(accepted) of \(activities) pushes received by the simulator after \(ContinuousClock.now - started)")
         for (index, (name, _)) in processes.enumerated() {
             let perActivity = Double(after[index] - before[index]) / Double(activities)
@@ -573,15 +657,6 @@ struct Memory: AsyncParsableCommand {
     private func acceptedPushes() async throws -> Int {
         let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(simulator)/admin/stats"), timeout: .seconds(30))
         return try IsletJSON.decodeValue(SimulatorStats.self, from: Array(buffer: try await response.body.collect(upTo: 1 << 20))).accepted
-    }
-
-    /// VmRSS of a process, from /proc.
-    static func residentBytes(pid: Int32) throws -> Int {
-        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
-        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-            let kilobytes = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
-        else { throw ValidationError("no VmRSS for process \(pid)") }
-        return kilobytes * 1_024
     }
 }
 
