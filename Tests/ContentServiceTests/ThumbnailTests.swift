@@ -91,8 +91,9 @@ struct ThumbnailTests {
             let host = "127.0.0.1:\(port.withLock { $0! })"
             var settings = ThumbnailService.Settings(allowedHosts: [host, "*.example.com"])
             settings.maximumBytes = 100_000
-            // Generous for a loaded CI machine; the slow route answers far later still.
-            settings.timeout = .seconds(3)
+            // Generous for a loaded CI machine and ThreadSanitizer (3 s was too short there); the
+            // slow route answers far later still.
+            settings.timeout = .seconds(8)
             let service = ThumbnailService(settings: settings, logger: Logger(label: "test.thumbnails"))
             group.addTask { try await service.run() }
 
