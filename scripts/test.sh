@@ -30,12 +30,6 @@ echo "tansu on $ISLET_KAFKA_BOOTSTRAP (pid $ISLET_BROKER_PID)"
 # Integration tests fail instead of skipping when this is set and the broker is missing.
 export ISLET_REQUIRE_BROKER=1
 
-# The budget under load (BudgetLoadTests) at the size: 1,000 activities, an update a second
-# each for a simulated hour (3.6 million requests; about 7 minutes of a debug build here, beside
-# the other tests). A plain `swift test` runs it at 100 activities.
-export ISLET_BUDGET_LOAD_ACTIVITIES=${ISLET_BUDGET_LOAD_ACTIVITIES:-1000}
-export ISLET_BUDGET_LOAD_SECONDS=${ISLET_BUDGET_LOAD_SECONDS:-3600}
-
 echo "== tests"
 swift test --skip-build "$@"
 
@@ -53,9 +47,10 @@ fi
 
 # A bounded run of every fuzzer (libFuzzer; five targets, ISLET_FUZZ_SECONDS each) after their
 # instrumented build (a second full build, in .build-fuzz: about 20 minutes on a fresh 2-core
-# machine, incremental later); ISLET_TEST_FUZZ=0 skips it. Every target's seeds and saved failures
+# machine, incremental later). Every target's seeds and saved failures
 # are also replayed by FuzzTests in every run; scripts/fuzz.sh runs the fuzzers for longer.
-if [ "$#" -eq 0 ] && [ "${ISLET_TEST_FUZZ:-1}" = 1 ]; then
+# Off by default (ISLET_TEST_FUZZ=1 turns it on) until CI's runs with it are confirmed in time.
+if [ "$#" -eq 0 ] && [ "${ISLET_TEST_FUZZ:-0}" = 1 ]; then
   echo "== fuzz (every target, ${ISLET_FUZZ_SECONDS:-8} s each)"
   scripts/fuzz.sh "${ISLET_FUZZ_SECONDS:-8}"
 fi
