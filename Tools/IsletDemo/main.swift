@@ -408,15 +408,28 @@ final class Printed: @unchecked Sendable {
     func insert(_ key: String) { lock.withLock { _ = seen.insert(key) } }
 }
 
+/// Where the running product is, for the benchmarks that drive it (`latency`, `memory`).
+struct StackOptions: ParsableArguments {
+    @Option var bootstrap: String
+    @Option var registry = "http://127.0.0.1:8081"
+    @Option var simulator = "http://127.0.0.1:8090"
+    @Option(help: "The registry's HS256 key, kid=secret.") var jwtKey: String
+
+    /// A running producer and the demo's world (its registry client and JWT) on top of it.
+    func connect() async throws -> (KafkaProducer, Task<Void, any Error>, World) {
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
+        let producing = Task { try await producer.run() }
+        let play = try Play.parse(["--bootstrap", bootstrap, "--registry", registry, "--simulator", simulator, "--jwt-key", jwtKey])
+        return (producer, producing, try await World(play: play, producer: producer))
+    }
+}
+
 /// End-to-end latency: domain events produced at a steady rate to many activities (each gets one
 /// every `activities / rate` seconds, so nothing waits for an activity's previous push and nothing is
 /// coalesced; routine updates go at priority 5, so no budget holds them back) → the time each push
 /// reached the simulator. scripts/bench-e2e.sh runs it against the whole product.
 struct Latency: AsyncParsableCommand {
-    @Option var bootstrap: String
-    @Option var registry = "http://127.0.0.1:8081"
-    @Option var simulator = "http://127.0.0.1:8090"
-    @Option(help: "The registry's HS256 key, kid=secret.") var jwtKey: String
+    @OptionGroup var stack: StackOptions
     @Option var rate = 1_000
     @Option var seconds = 30
     @Option var activities = 2_000
@@ -424,10 +437,7 @@ struct Latency: AsyncParsableCommand {
 
     func run() async throws {
         let processes = try ProcessStats.parse(process)
-        let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
-        let producing = Task { try await producer.run() }
-        let play = try Play.parse(["--bootstrap", bootstrap, "--registry", registry, "--simulator", simulator, "--jwt-key", jwtKey])
-        let world = try await World(play: play, producer: producer)
+        let (producer, producing, world) = try await stack.connect()
         let run = world.run
         let names = (0..<activities).map { "lat-\(run)-\($0)" }
         let app = AppTarget(bundleId: "com.example.food", environment: .production)
@@ -453,7 +463,7 @@ struct Latency: AsyncParsableCommand {
         try await pace(activities..<(activities + total), rate: rate, producer: producer, produced: produced, event: event)
         try await Task.sleep(for: .seconds(5))
         let cpuAfter = try processes.map { try ProcessStats.cpuSeconds(pid: $0.1) }
-        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(simulator)/admin/notifications?payload=false"), timeout: .seconds(60))
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(stack.simulator)/admin/notifications?payload=false"), timeout: .seconds(60))
         let received = try IsletJSON.decodeValue([AcceptedNotification].self, from: Array(buffer: try await response.body.collect(upTo: 1 << 30)))
         let arrival = Dictionary(received.map { ($0.apnsID.lowercased(), $0.receivedAt) }) { first, _ in first }
         var latencies: [Double] = []
@@ -492,7 +502,7 @@ struct Latency: AsyncParsableCommand {
 
     /// When content-service made each of these requests, read from `islet.push-requests.v1` to its end.
     func requestTimes(ids: Set<String>) async throws -> [String: Date] {
-        let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: bootstrap, topics: [IsletTopics.pushRequests.name]), logger: quiet)
+        let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: stack.bootstrap, topics: [IsletTopics.pushRequests.name]), logger: quiet)
         return try await withThrowingTaskGroup(of: [String: Date]?.self) { group in
             group.addTask {
                 try await reader.run()
@@ -601,20 +611,14 @@ extension World {
 /// activity's content; the dispatcher its spent priority-10 budget) — and the growth per activity.
 /// scripts/bench-memory.sh runs it against the whole product.
 struct Memory: AsyncParsableCommand {
-    @Option var bootstrap: String
-    @Option var registry = "http://127.0.0.1:8081"
-    @Option var simulator = "http://127.0.0.1:8090"
-    @Option(help: "The registry's HS256 key, kid=secret.") var jwtKey: String
+    @OptionGroup var stack: StackOptions
     @Option var activities = 100_000
     @Option(help: "Events per second.") var rate = 1_500
     @Option(help: "A process to measure, name=pid (repeatable).") var process: [String]
 
     func run() async throws {
         let processes = try ProcessStats.parse(process)
-        let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
-        let producing = Task { try await producer.run() }
-        let play = try Play.parse(["--bootstrap", bootstrap, "--registry", registry, "--simulator", simulator, "--jwt-key", jwtKey])
-        let world = try await World(play: play, producer: producer)
+        let (producer, producing, world) = try await stack.connect()
         let names = (0..<activities).map { "mem-\(world.run)-\($0)" }
         let app = AppTarget(bundleId: "com.example.food", environment: .production)
 
@@ -655,7 +659,7 @@ struct Memory: AsyncParsableCommand {
     }
 
     private func acceptedPushes() async throws -> Int {
-        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(simulator)/admin/stats"), timeout: .seconds(30))
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(stack.simulator)/admin/stats"), timeout: .seconds(30))
         return try IsletJSON.decodeValue(SimulatorStats.self, from: Array(buffer: try await response.body.collect(upTo: 1 << 20))).accepted
     }
 }
