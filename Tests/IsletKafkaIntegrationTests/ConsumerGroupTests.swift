@@ -245,12 +245,14 @@ struct ConsumerGroupTests {
                         case .partitionsRevoked(let partitions): await ledger.revoked("stalled", partitions)
                         case .partitionEnd: Issue.record("a group member reported a partition end without asking for it")
                         case .message(let message):
+                            // Delivered now, whatever happens while the loop stalls: recording it
+                            // after the stall would count it as delivered after the joiner marked it.
+                            let value = String(decoding: message.value ?? [], as: UTF8.self)
+                            await ledger.delivered(value)
                             if first {
                                 first = false
                                 for await _ in gate.stream {}  // the loop stalls here until the gate opens
                             }
-                            let value = String(decoding: message.value ?? [], as: UTF8.self)
-                            await ledger.delivered(value)
                             if stalled.markProcessed(message) { await ledger.markAccepted(value, by: "stalled") }
                         }
                         if await ledger.markedCount == total { break }
@@ -262,13 +264,19 @@ struct ConsumerGroupTests {
                 try await waitUntil("the joiner gets partitions while the other loop is stalled", timeout: .seconds(40)) {
                     await !(ledger.assignments["joiner"] ?? []).isEmpty
                 }
+                // The joiner works while the stalled loop still holds a message, perhaps of a
+                // partition that moved: that one's mark must then be refused.
+                try await waitUntil("the joiner processes records while the other loop is stalled") {
+                    await ledger.marked.values.contains("joiner")
+                }
                 gate.continuation.finish()
                 try await waitUntil("every record is processed") { await ledger.markedCount == total }
                 joiner.shutdown()
                 try await group.waitForAll()
             }
         }
-        #expect(await ledger.redeliveredAfterMark == [], "no record processed again after it was marked")
+        let redelivered = await ledger.redeliveredAfterMark
+        #expect(redelivered == [], "no record processed again after it was marked: \(redelivered)")
         #expect(Set(await ledger.marked.keys) == Set((0..<total).map { "m\($0)" }))
     }
 }
