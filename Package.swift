@@ -532,7 +532,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IsletLinksTests",
-            dependencies: ["IsletLinks", "IsletMessages"],
+            dependencies: ["IsletLinks", "IsletMessages", .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/IsletLinksTests",
             swiftSettings: strict
         ),

@@ -81,7 +81,7 @@ struct LayoutRenderer {
                     case .text(let text):
                         // A text with nothing to say (its fields are missing) is left out.
                         let rendered = text.render(context)
-                        guard !rendered.trimmingCharacters(in: .whitespaces).isEmpty else { continue }
+                        guard !rendered.isBlank else { continue }
                         item = ["text": .string(rendered)]
                     case .icon(let name): item = ["icon": .string(name)]
                     case .timer(let field, let countsDown):
@@ -95,7 +95,7 @@ struct LayoutRenderer {
                 if let accessibility { richText["accessibility"] = .string(accessibility.render(context)) }
                 rendered.append(.object(["richText": .object(richText)]))
             case .progressBar(let position, let points, let accessibility):
-                let text = position.render(context).trimmingCharacters(in: .whitespaces)
+                let text = position.render(context).trimmedOfWhitespace
                 guard let value = Double(text) else {
                     throw ContentError(field: "layout.progressBar.position", problem: "renders to \"\(text.prefix(20))\", not a number")
                 }
@@ -114,5 +114,23 @@ struct LayoutRenderer {
             }
         }
         return .array(rendered)
+    }
+}
+
+extension String {
+    /// Whether nothing but whitespace (`CharacterSet.whitespaces`: spaces and tabs) is left.
+    var isBlank: Bool {
+        // Any ASCII byte other than space or tab settles it; otherwise Foundation decides.
+        if utf8.contains(where: { $0 < 0x80 && $0 != 0x20 && $0 != 0x09 }) { return false }
+        return trimmingCharacters(in: .whitespaces).isEmpty
+    }
+
+    /// `trimmingCharacters(in: .whitespaces)`, without Foundation's cost when there is nothing to
+    /// trim (an ASCII character other than space or tab at both ends).
+    var trimmedOfWhitespace: String {
+        if let first = utf8.first, let last = utf8.last, first < 0x80, last < 0x80, first != 0x20, first != 0x09, last != 0x20, last != 0x09 {
+            return self
+        }
+        return trimmingCharacters(in: .whitespaces)
     }
 }

@@ -26,7 +26,9 @@ public struct TapTarget: Sendable, Hashable {
 /// A key links are signed with: an id (carried in the link) and a secret of at least 32 bytes.
 public struct LinkKey: Sendable {
     public let id: String
-    let key: SymmetricKey
+    /// HMAC-SHA256 with this key and no message yet: each signature starts from a copy (the key's
+    /// padding is hashed once, not per link).
+    let mac: HMAC<SHA256>
 
     public init(id: String, secret: [UInt8]) throws(LinkError) {
         guard DeepLinkCodec.isIdentifier(id, maxLength: 32) else {
@@ -34,7 +36,7 @@ public struct LinkKey: Sendable {
         }
         guard secret.count >= 32 else { throw LinkError("the secret of link key \(id) must be at least 32 bytes") }
         self.id = id
-        self.key = SymmetricKey(data: secret)
+        self.mac = HMAC<SHA256>(key: SymmetricKey(data: secret))
     }
 }
 
@@ -134,7 +136,7 @@ public enum DeepLinkCodec {
         guard !split(baseURL).items.contains(where: { $0.hasPrefix(prefix) }) else {
             throw LinkError("the base URL already has parameters starting with \(prefix)")
         }
-        guard isIdentifier(target.activityId, maxLength: 128), !target.activityId.contains(":") else {
+        guard isIdentifier(target.activityId, maxLength: 128), !target.activityId.utf8.contains(UInt8(ascii: ":")) else {
             throw LinkError("activity id \(target.activityId.prefix(40)) is not a link identifier")
         }
         guard isTypeName(target.attributesType), isIdentifier(target.element, maxLength: 64), target.surface.isKnown,
@@ -144,8 +146,15 @@ public enum DeepLinkCodec {
         let base = items.isEmpty ? String(path) : String(path) + "?" + items.joined(separator: "&")
         let values = values(of: target, issuedAt: Int64(issuedAt.timeIntervalSince1970.rounded(.down)), keyId: key.id)
         let signature = self.signature(base: base, values: values, key: key)
-        let parameters = zip(names, values + [signature]).map { "\($0)=\($1)" }.joined(separator: "&")
-        return base + (items.isEmpty ? "?" : "&") + parameters
+        var link = base
+        link.reserveCapacity(base.utf8.count + 160)
+        for (index, value) in (values + [signature]).enumerated() {
+            link += index == 0 ? (items.isEmpty ? "?" : "&") : "&"
+            link += names[index]
+            link += "="
+            link += value
+        }
+        return link
     }
 
     /// Verifies a link as the app received it, for a tap at `tappedAt`.
@@ -193,7 +202,7 @@ public enum DeepLinkCodec {
         guard let given = base64URLDecode(ours["isl_sig"]!), given.count == 16 else {
             return .failure(LinkRejection(.badSignature, "isl_sig is not a 16-byte base64url value"))
         }
-        let expected = Array(HMAC<SHA256>.authenticationCode(for: Array(canonical(base: base, values: Self.names.dropLast().map { ours[$0]! }).utf8), using: key.key).prefix(16))
+        let expected = mac(base: base, values: Self.names.dropLast().map { ours[$0]! }, key: key)
         guard constantTimeEqual(given, expected) else { return .failure(LinkRejection(.badSignature, "the signature does not match")) }
 
         let issuedAt = Date(timeIntervalSince1970: TimeInterval(issued))
@@ -219,14 +228,28 @@ public enum DeepLinkCodec {
         (["islet-link-v1", base] + values).joined(separator: "\n")
     }
 
+    /// The first 16 bytes of HMAC-SHA256 over the canonical form (fed to the MAC piece by piece:
+    /// the same bytes as `canonical(base:values:)`).
+    static func mac(base: String, values: [String], key: LinkKey) -> [UInt8] {
+        var mac = key.mac
+        mac.update(data: Array("islet-link-v1\n".utf8))
+        mac.update(data: Array(base.utf8))
+        for value in values {
+            mac.update(data: [UInt8(ascii: "\n")])
+            mac.update(data: Array(value.utf8))
+        }
+        return Array(mac.finalize().prefix(16))
+    }
+
     static func signature(base: String, values: [String], key: LinkKey) -> String {
-        let code = HMAC<SHA256>.authenticationCode(for: Array(canonical(base: base, values: values).utf8), using: key.key)
-        return base64URLEncode(Array(code.prefix(16)))
+        base64URLEncode(mac(base: base, values: values, key: key))
     }
 
     /// The part before the query, and the query's items (empty ones dropped).
     static func split(_ url: String) -> (path: Substring, items: [Substring]) {
-        guard let questionMark = url.firstIndex(of: "?") else { return (url[...], []) }
+        // Searched by code unit (a Character search is far slower); "?" is never part of a
+        // multi-scalar Character in a URL the codec accepts.
+        guard let questionMark = url.utf8.firstIndex(of: UInt8(ascii: "?")) else { return (url[...], []) }
         return (url[..<questionMark], url[url.index(after: questionMark)...].split(separator: "&"))
     }
 
@@ -263,16 +286,19 @@ public enum DeepLinkCodec {
         return difference == 0
     }
 
+    /// Base64url (RFC 4648 §5) without padding.
     static func base64URLEncode(_ bytes: [UInt8]) -> String {
-        let base64 = Data(bytes).base64EncodedString().utf8.compactMap { byte -> UInt8? in
-            switch byte {
-            case UInt8(ascii: "+"): UInt8(ascii: "-")
-            case UInt8(ascii: "/"): UInt8(ascii: "_")
-            case UInt8(ascii: "="): nil
-            default: byte
-            }
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+        var output: [UInt8] = []
+        output.reserveCapacity((bytes.count * 4 + 2) / 3)
+        var index = 0
+        while index < bytes.count {
+            let remaining = bytes.count - index
+            let chunk = UInt32(bytes[index]) << 16 | (remaining > 1 ? UInt32(bytes[index + 1]) << 8 : 0) | (remaining > 2 ? UInt32(bytes[index + 2]) : 0)
+            for position in 0..<min(remaining + 1, 4) { output.append(alphabet[Int(chunk >> (18 - 6 * UInt32(position)) & 0x3F)]) }
+            index += 3
         }
-        return String(decoding: base64, as: UTF8.self)
+        return String(decoding: output, as: UTF8.self)
     }
 
     static func base64URLDecode(_ text: String) -> [UInt8]? {

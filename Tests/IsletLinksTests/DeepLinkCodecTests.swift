@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import IsletMessages
 import Testing
@@ -58,6 +59,40 @@ struct DeepLinkCodecTests {
             #expect(verified.keyId == "k2")
             #expect(verified.issuedAt == issued)
             #expect(verified.baseURL == base.replacingOccurrences(of: "?&", with: "?"), "\(url)")
+        }
+    }
+
+    @Test("a link is exactly what the format says: signatures computed independently (Python's hmac) match")
+    func knownAnswers() throws {
+        // Computed outside Swift: base64url(HMAC-SHA256(secret, canonical form)[0..<16]), no padding.
+        let target = TapTarget(activityId: "order-42", attributesType: "DeliveryAttributes", surface: .lockScreen, element: "eta", contentSequence: 7)
+        let common = "isl_a=order-42&isl_t=DeliveryAttributes&isl_s=lockScreen&isl_e=eta&isl_q=7&isl_i=1795000000&isl_k=k1"
+        #expect(
+            try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42?tab=status", target: target, issuedAt: issued, key: k1)
+                == "fooddelivery://order/42?tab=status&\(common)&isl_sig=JrQcHO-eZBCe1Xfb-AoC1g")
+        #expect(
+            try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42", target: target, issuedAt: issued, key: k1)
+                == "fooddelivery://order/42?\(common)&isl_sig=Ghy8OUYtWpQq20PC8StywA")
+    }
+
+    @Test("base64url without padding, for every length up to 40 bytes", arguments: 0...40)
+    func base64URL(length: Int) {
+        var random = SplitMix(seed: UInt64(length))
+        let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &random) }
+        let expected = Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        #expect(DeepLinkCodec.base64URLEncode(bytes) == expected)
+        #expect(DeepLinkCodec.base64URLDecode(expected) == bytes)
+    }
+
+    @Test("the MAC is computed over exactly the canonical form")
+    func macOverCanonicalForm() {
+        var random = SplitMix(seed: 7)
+        for _ in 0..<200 {
+            let base = random.baseURL()
+            let values = DeepLinkCodec.values(of: random.target(), issuedAt: 1_795_000_000, keyId: "k2")
+            let whole = HMAC<SHA256>.authenticationCode(for: Array(DeepLinkCodec.canonical(base: base, values: values).utf8), using: SymmetricKey(data: Array("the-second-link-key-at-least-32-byte!".utf8)))
+            #expect(DeepLinkCodec.mac(base: base, values: values, key: k2) == Array(whole.prefix(16)))
         }
     }
 
