@@ -228,16 +228,20 @@ public enum DeepLinkCodec {
         (["islet-link-v1", base] + values).joined(separator: "\n")
     }
 
-    /// The first 16 bytes of HMAC-SHA256 over the canonical form (fed to the MAC piece by piece:
-    /// the same bytes as `canonical(base:values:)`).
+    /// The first 16 bytes of HMAC-SHA256 over the canonical form: the same bytes as
+    /// `canonical(base:values:)`, gathered into one buffer (each `update` call costs more than
+    /// copying a few hundred bytes).
     static func mac(base: String, values: [String], key: LinkKey) -> [UInt8] {
-        var mac = key.mac
-        mac.update(data: Array("islet-link-v1\n".utf8))
-        mac.update(data: Array(base.utf8))
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(base.utf8.count + values.reduce(0) { $0 + $1.utf8.count } + 24)
+        bytes.append(contentsOf: "islet-link-v1\n".utf8)
+        bytes.append(contentsOf: base.utf8)
         for value in values {
-            mac.update(data: [UInt8(ascii: "\n")])
-            mac.update(data: Array(value.utf8))
+            bytes.append(UInt8(ascii: "\n"))
+            bytes.append(contentsOf: value.utf8)
         }
+        var mac = key.mac
+        mac.update(data: bytes)
         return Array(mac.finalize().prefix(16))
     }
 
