@@ -47,8 +47,9 @@ public struct DispatcherApp: Sendable {
         let health = runtime.health
         health.register(Self.tableCheck)
         let replica = try KafkaConsumer(
-            configuration: .replica(
-                bootstrapServers: runtime.settings.kafkaBootstrap, topics: [topics.tokens], clientID: service, settings: runtime.settings.consumerProperties),
+            configuration: TokenTableLoader.replicaConfiguration(
+                bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.tokens, clientID: service,
+                settings: runtime.settings.consumerProperties),
             logger: logger)
         let loader = TokenTableLoader(consumer: replica, table: tokens, service: service, logger: logger) { health.setReady(Self.tableCheck) }
 

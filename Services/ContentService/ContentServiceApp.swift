@@ -119,8 +119,9 @@ public struct ContentServiceApp: Sendable {
         let tokens = TokenTable()
         health.register(Self.tableCheck)
         let tokenReplica = try KafkaConsumer(
-            configuration: .replica(
-                bootstrapServers: runtime.settings.kafkaBootstrap, topics: [topics.tokens], clientID: service, settings: runtime.settings.consumerProperties),
+            configuration: TokenTableLoader.replicaConfiguration(
+                bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.tokens, clientID: service,
+                settings: runtime.settings.consumerProperties),
             logger: logger)
         let tokenLoader = TokenTableLoader(consumer: tokenReplica, table: tokens, service: service, logger: logger) { health.setReady(Self.tableCheck) }
 

@@ -37,8 +37,8 @@ public struct TokenRegistryApp: Sendable {
         let registry = Registry(table: TokenTable(), publisher: KafkaTokenPublisher(producer: producer, topic: topics.tokens), logger: logger)
 
         let replica = try KafkaConsumer(
-            configuration: .replica(
-                bootstrapServers: runtime.settings.kafkaBootstrap, topics: [topics.tokens], clientID: runtime.settings.serviceName,
+            configuration: TokenTableLoader.replicaConfiguration(
+                bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.tokens, clientID: runtime.settings.serviceName,
                 settings: runtime.settings.consumerProperties),
             logger: logger)
         let health = runtime.health
@@ -48,7 +48,11 @@ public struct TokenRegistryApp: Sendable {
             health.setReady(Self.tableCheck)
         }
 
-        let outcomes = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.pushOutcomes]), logger: logger)
+        // An invalidation must show within a second, not within the hot path's 10 ms: a longer fetch
+        // wait spares the broker a fetch every 10 ms.
+        var outcomesConfiguration = runtime.settings.consumerConfiguration(topics: [topics.pushOutcomes])
+        if outcomesConfiguration.settings["fetch.wait.max.ms"] == nil { outcomesConfiguration.settings["fetch.wait.max.ms"] = "100" }
+        let outcomes = try KafkaConsumer(configuration: outcomesConfiguration, logger: logger)
         let listener = OutcomeListener(
             consumer: outcomes, deadLetters: DeadLetterWriter(
                 producer: producer, consumer: outcomes, service: runtime.settings.serviceName, logger: logger, topic: topics.deadLetters),

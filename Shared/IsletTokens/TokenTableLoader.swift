@@ -22,6 +22,15 @@ public struct TokenTableLoader: Service {
     private let tokens: Gauge
     private let invalid: Counter
 
+    /// The replica of `topic` a loader reads. The table is read on the hot path (a token registered
+    /// just before an activity's first event must be known when the event arrives), so it fetches
+    /// with the hot path's 10 ms wait, not a replica's default.
+    public static func replicaConfiguration(
+        bootstrapServers: String, topic: String, clientID: String, settings: [String: String]
+    ) -> KafkaConsumerConfiguration {
+        .replica(bootstrapServers: bootstrapServers, topics: [topic], clientID: clientID, fetchWait: .milliseconds(10), settings: settings)
+    }
+
     /// - Parameter service: the service name, a dimension of the metrics.
     public init(consumer: KafkaConsumer, table: TokenTable, service: String, logger: Logger, onReady: @escaping @Sendable () -> Void = {}) {
         self.consumer = consumer

@@ -71,6 +71,17 @@ struct ConfigurationTests {
         #expect(noEnds.message.contains("enable.partition.eof"))
     }
 
+    @Test("a replica fetches with a 100 ms wait unless told otherwise; the user's setting wins")
+    func replicaFetchWait() {
+        #expect(KafkaConsumerConfiguration.replica(bootstrapServers: "b", topics: ["t"]).settings["fetch.wait.max.ms"] == "100")
+        #expect(KafkaConsumerConfiguration.replica(bootstrapServers: "b", topics: ["t"], fetchWait: .milliseconds(10)).settings["fetch.wait.max.ms"] == "10")
+        let user = KafkaConsumerConfiguration.replica(bootstrapServers: "b", topics: ["t"], fetchWait: .milliseconds(10), settings: ["fetch.wait.max.ms": "5"])
+        #expect(user.settings["fetch.wait.max.ms"] == "5")
+        // A group member keeps the hot path's default (10 ms, applied when the client is made).
+        #expect(KafkaConsumerConfiguration(bootstrapServers: "b", groupID: "g", topics: ["t"]).settings["fetch.wait.max.ms"] == nil)
+        #expect(KafkaConsumerConfiguration.defaultSettings["fetch.wait.max.ms"] == "10")
+    }
+
     @Test("a consumer needs topics, and a buffer at least as large as a batch")
     func consumerShape() throws {
         #expect(throws: KafkaError.self) {
