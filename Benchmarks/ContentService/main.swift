@@ -107,7 +107,29 @@ struct Assembly: ParsableCommand {
             for _ in 0..<count { _ = try Thumbnailer.thumbnails(of: photo) }
             thumbnail.append((ContinuousClock.now - started) / .microseconds(1) / Double(count))
         }
+        // Reading them back as the services do: the event (content-service), the request
+        // (content-service's memory, the dispatcher), the payload as a JSON tree (the APNs simulator).
+        let event = try IsletJSON.encode(deliveryEvent(activity: 1, sequence: 7))
+        let engine = try makeEngine(templates: templates)
+        guard case .send(let prepared) = try engine.prepare(deliveryEvent(activity: 1, sequence: 7)) else { fatalError("not sent") }
+        let request = try IsletJSON.encode(prepared.requests[0])
+        let payload = Array(prepared.requests[0].payload.utf8)
+        var decode: [String: [Double]] = [:]
+        for _ in 0..<rounds {
+            let count = events
+            var started = ContinuousClock.now
+            for _ in 0..<count { _ = try IsletJSON.decode(ActivityEvent.self, from: event) }
+            decode["event", default: []].append((ContinuousClock.now - started) / .microseconds(1) / Double(count))
+            started = ContinuousClock.now
+            for _ in 0..<count { _ = try IsletJSON.decode(PushRequest.self, from: request) }
+            decode["request", default: []].append((ContinuousClock.now - started) / .microseconds(1) / Double(count))
+            started = ContinuousClock.now
+            for _ in 0..<count { _ = try IsletJSON.decodeValue(JSONValue.self, from: payload) }
+            decode["payload", default: []].append((ContinuousClock.now - started) / .microseconds(1) / Double(count))
+        }
         print(String(format: "assembly_us_per_event=%.1f payload_bytes=%d", median(plain), bytes.0))
+        print(String(format: "decode_us event=%.1f request=%.1f payload_tree=%.1f (bytes %d, %d, %d)",
+            median(decode["event"]!), median(decode["request"]!), median(decode["payload"]!), event.count, request.count, payload.count))
         print(String(format: "assembly_with_thumbnail_us_per_event=%.1f payload_bytes=%d", median(withImage), bytes.1))
         print(String(format: "thumbnail_us_per_image=%.1f source_bytes=%d ladder=%d", median(thumbnail), photo.count, Thumbnailer.ladder.count))
     }

@@ -109,7 +109,7 @@ public enum NotificationValidator {
         guard request.body.count <= maximumPayloadBytes else { return .failure(APNsRejection(413, "PayloadTooLarge")) }
 
         // The payload: JSON with an aps dictionary that ActivityKit can act on.
-        guard let payload = try? JSONDecoder().decode(JSONValue.self, from: Data(request.body)), let aps = payload["aps"],
+        guard let payload = try? IsletJSON.decodeValue(JSONValue.self, from: request.body), let aps = payload["aps"],
             case .object = aps
         else { return .failure(APNsRejection(400, "BadPayload")) }
         guard let event = aps["event"]?.stringValue, ["start", "update", "end"].contains(event) else {

@@ -114,6 +114,7 @@ public enum IsletJSON {
 
     static func makeDecoder() -> JSONDecoder {
         let decoder = JSONDecoder()
+        decoder.userInfo[JSONValue.fromJSONText] = true
         decoder.dateDecodingStrategy = .custom { decoder in
             let container = try decoder.singleValueContainer()
             let text = try container.decode(String.self)

@@ -10,9 +10,18 @@ public enum JSONValue: Hashable, Sendable, Codable {
     case array([JSONValue])
     case object([String: JSONValue])
 
+    /// Set to `true` in a decoder's `userInfo` when it reads JSON text (``IsletJSON`` does): each
+    /// value is then of exactly one kind, so the likeliest kinds are tried first. Every kind tried
+    /// in vain costs a thrown error, and a payload is mostly objects and strings. Without it the
+    /// order suits decoders that read a scalar as any kind it spells (YAML's `true` is also a
+    /// string), where the narrowest kind must win.
+    public static let fromJSONText = CodingUserInfoKey(rawValue: "islet.JSONValue.fromJSONText")!
+
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
-        if container.decodeNil() {
+        if decoder.userInfo[Self.fromJSONText] as? Bool == true {
+            self = try Self.decodeJSONText(container)
+        } else if container.decodeNil() {
             self = .null
         } else if let value = try? container.decode(Bool.self) {
             self = .bool(value)
@@ -29,6 +38,17 @@ public enum JSONValue: Hashable, Sendable, Codable {
         } else {
             throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a JSON value")
         }
+    }
+
+    private static func decodeJSONText(_ container: any SingleValueDecodingContainer) throws -> JSONValue {
+        if container.decodeNil() { return .null }
+        if let value = try? container.decode(String.self) { return .string(value) }
+        if let value = try? container.decode([String: JSONValue].self) { return .object(value) }
+        if let value = try? container.decode([JSONValue].self) { return .array(value) }
+        if let value = try? container.decode(Int64.self) { return .integer(value) }
+        if let value = try? container.decode(Double.self) { return .number(value) }
+        if let value = try? container.decode(Bool.self) { return .bool(value) }
+        throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a JSON value")
     }
 
     public func encode(to encoder: any Encoder) throws {

@@ -31,6 +31,26 @@ struct JSONWritingTests {
         }
     }
 
+    @Test("reading JSON text (kinds tried likeliest first) gives what the general order gives, for 2,000 random values and edge cases")
+    func jsonTextOrderAgrees() throws {
+        let general = JSONDecoder()  // no JSONValue.fromJSONText: the order for any decoder
+        var texts: [[UInt8]] = [
+            "null", "true", "false", "0", "-1", "12.0", "1.2e1", "1.5", "9223372036854775807", "9223372036854775808", "-0.0", "\"\"",
+            "\"true\"", "\"12\"", "[]", "{}", "[null,true,1,1.5,\"s\",[],{}]", "{\"a\":{\"b\":[{\"c\":null}]}}",
+        ].map { Array($0.utf8) }
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 { texts.append(Self.random(&rng).jsonBytes) }
+        for text in texts {
+            let expected = try general.decode(JSONValue.self, from: Data(text))
+            #expect(try IsletJSON.decodeValue(JSONValue.self, from: text) == expected, "\(String(decoding: text, as: UTF8.self))")
+        }
+        // What is not a JSON value fails either way.
+        for text in ["1e400", "{\"a\":1e400}", "[1,1e400]"] {
+            #expect(throws: (any Error).self) { try general.decode(JSONValue.self, from: Data(text.utf8)) }
+            #expect(throws: MessageDecodingError.self) { try IsletJSON.decodeValue(JSONValue.self, from: Array(text.utf8)) }
+        }
+    }
+
     @Test("what it writes reads back as the same value")
     func roundTrip() throws {
         let value: JSONValue = .object(["aps": .object(["timestamp": .integer(1_795_000_000), "relevance-score": .number(40.5), "event": .string("update")])])
