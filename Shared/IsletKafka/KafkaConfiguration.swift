@@ -124,9 +124,9 @@ public struct KafkaConsumerConfiguration: Sendable {
         "enable.auto.commit": "true",
     ]
 
-    /// A replica has no group to commit to, and reports partition ends (how it knows it caught up).
     static let fetchWaitKey = "fetch.wait.max.ms"
 
+    /// A replica has no group to commit to, and reports partition ends (how it knows it caught up).
     static let enforcedReplicaSettings: [String: String] = [
         "enable.auto.offset.store": "false",
         "enable.auto.commit": "false",
