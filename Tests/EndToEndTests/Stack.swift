@@ -281,21 +281,32 @@ final class Stack: Sendable {
         (0..<bytes).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
     }
 
-    /// A port nothing listens on now (the kernel's choice for port 0).
+    /// A port nothing listens on now, below the kernel's range for outgoing connections: a port
+    /// the kernel picked for `bind(0)` comes from that range, and before the service binds it an
+    /// outgoing connection (to the broker, say) could take it as its local port. Seen in CI: the
+    /// dispatcher exited with "Address already in use" on port 60157.
     static func freePort() throws -> Int {
+        let range = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))?
+            .split(whereSeparator: \.isWhitespace).compactMap { Int($0) } ?? []
+        let ephemeralStart = range.first ?? 32_768
+        let candidates = 10_000..<max(10_001, ephemeralStart)
+        for _ in 0..<200 {
+            let port = Int.random(in: candidates)
+            if try canBind(port) { return port }
+        }
+        throw E2EFailure("no free port below \(ephemeralStart) after 200 tries")
+    }
+
+    private static func canBind(_ port: Int) throws -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw E2EFailure("socket() failed") }
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
+        address.sin_port = UInt16(port).bigEndian
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-        guard bound == 0 else { throw E2EFailure("bind() failed") }
-        let named = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        guard named == 0 else { throw E2EFailure("getsockname() failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } } == 0
     }
 }
 
