@@ -51,7 +51,7 @@ public struct TokenRegistryApp: Sendable {
         // An invalidation must show within a second, not within the hot path's 10 ms: a longer fetch
         // wait spares the broker a fetch every 10 ms.
         var outcomesConfiguration = runtime.settings.consumerConfiguration(topics: [topics.pushOutcomes])
-        if outcomesConfiguration.settings["fetch.wait.max.ms"] == nil { outcomesConfiguration.settings["fetch.wait.max.ms"] = "100" }
+        outcomesConfiguration.preferFetchWait(.milliseconds(100))
         let outcomes = try KafkaConsumer(configuration: outcomesConfiguration, logger: logger)
         let listener = OutcomeListener(
             consumer: outcomes, deadLetters: DeadLetterWriter(

@@ -124,7 +124,12 @@ public struct KafkaConsumerConfiguration: Sendable {
         "enable.auto.commit": "true",
     ]
 
-    static let fetchWaitKey = "fetch.wait.max.ms"
+    /// Sets `fetch.wait.max.ms` to `wait` unless ``settings`` already names it (an operator's
+    /// choice wins). For a consumer off the hot path: every fetch waiting 10 ms is work for the
+    /// broker even when nothing arrives.
+    public mutating func preferFetchWait(_ wait: Duration) {
+        if settings["fetch.wait.max.ms"] == nil { settings["fetch.wait.max.ms"] = "\(Int(wait / .milliseconds(1)))" }
+    }
 
     /// A replica has no group to commit to, and reports partition ends (how it knows it caught up).
     static let enforcedReplicaSettings: [String: String] = [
@@ -145,11 +150,10 @@ public struct KafkaConsumerConfiguration: Sendable {
         bootstrapServers: String, topics: [String], partitions: [Int32]? = nil, since: Date? = nil, clientID: String = "islet",
         bufferCapacity: Int = 4_096, fetchWait: Duration = .milliseconds(100), settings: [String: String] = [:]
     ) -> KafkaConsumerConfiguration {
-        var settings = settings
-        if settings[fetchWaitKey] == nil { settings[fetchWaitKey] = "\(Int(fetchWait / .milliseconds(1)))" }
         var configuration = KafkaConsumerConfiguration(
             bootstrapServers: bootstrapServers, groupID: "", topics: topics, clientID: clientID, offsetReset: .earliest,
             bufferCapacity: bufferCapacity, settings: settings)
+        configuration.preferFetchWait(fetchWait)
         configuration.membership = .replica
         configuration.replicaPartitions = partitions
         configuration.replicaSince = since
