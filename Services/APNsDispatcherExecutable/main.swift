@@ -1,14 +1,9 @@
 // apns-dispatcher: HTTP/2 to APNs with budgets, coalescing, retries. Configuration: docs/apns-dispatcher.md.
+// Any error at start (configuration included) is printed and the process exits with status 1.
 import APNsDispatcher
 import IsletRuntime
 
-let runtime = try ServiceRuntime.bootstrap(serviceName: "apns-dispatcher", defaultHTTPPort: 8082)
-let settings: DispatcherSettings
-do {
-    settings = try DispatcherSettings(from: .environment())
-} catch {
-    runtime.logger.critical("\(error)")
-    throw error
+await ServiceRuntime.main(serviceName: "apns-dispatcher", defaultHTTPPort: 8082) { runtime in
+    let settings = try DispatcherSettings(from: .environment())
+    return try DispatcherApp(runtime: runtime, settings: settings).services
 }
-let app = try DispatcherApp(runtime: runtime, settings: settings)
-try await runtime.run(app.services)

@@ -18,18 +18,24 @@ do {
     logger.critical("\(error)")
     exit(1)
 }
-if let path = settings.certificateOut {
-    try settings.tls.certificatePEM.write(toFile: path, atomically: true, encoding: .utf8)
+do {
+    if let path = settings.certificateOut {
+        try settings.tls.certificatePEM.write(toFile: path, atomically: true, encoding: .utf8)
+    }
+    let state = SimulatorState(capacity: settings.recordCapacity)
+    for fault in settings.faults { state.add(fault) }
+    let server = APNsSimulatorServer(
+        configuration: .init(
+            host: settings.host, port: settings.port, keys: settings.keys, tls: settings.tls, maxConcurrentStreams: settings.maxConcurrentStreams),
+        state: state, logger: logger)
+    let router = Router()
+    SimulatorAdminAPI.addRoutes(to: router, state: state, certificatePEM: settings.tls.certificatePEM)
+    let admin = Application(router: router, configuration: .init(address: .hostname(settings.adminHost, port: settings.adminPort)), logger: logger)
+    try await ServiceGroup(
+        configuration: .init(services: [.init(service: server), .init(service: admin)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+    ).run()
+} catch {
+    // Printed, and exit status 1 (an error thrown from top-level code would trap).
+    logger.critical("apns-simulator stopped: \(error)")
+    exit(1)
 }
-let state = SimulatorState(capacity: settings.recordCapacity)
-for fault in settings.faults { state.add(fault) }
-let server = APNsSimulatorServer(
-    configuration: .init(
-        host: settings.host, port: settings.port, keys: settings.keys, tls: settings.tls, maxConcurrentStreams: settings.maxConcurrentStreams),
-    state: state, logger: logger)
-let router = Router()
-SimulatorAdminAPI.addRoutes(to: router, state: state, certificatePEM: settings.tls.certificatePEM)
-let admin = Application(router: router, configuration: .init(address: .hostname(settings.adminHost, port: settings.adminPort)), logger: logger)
-try await ServiceGroup(
-    configuration: .init(services: [.init(service: server), .init(service: admin)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-).run()

@@ -1,15 +1,10 @@
 // analytics-consumer: an example analytics team's consumer of islet.clicks.v1 and
 // islet.push-outcomes.v1 (taps per attributes type × surface × element). See docs/analytics.md.
+// Any error at start (configuration included) is printed and the process exits with status 1.
 import AnalyticsConsumer
 import IsletRuntime
 
-let runtime = try ServiceRuntime.bootstrap(serviceName: "analytics-consumer", defaultHTTPPort: 8085)
-let settings: AnalyticsConsumerSettings
-do {
-    settings = try AnalyticsConsumerSettings(from: .environment())
-} catch {
-    runtime.logger.critical("\(error)")
-    throw error
+await ServiceRuntime.main(serviceName: "analytics-consumer", defaultHTTPPort: 8085) { runtime in
+    let settings = try AnalyticsConsumerSettings(from: .environment())
+    return try AnalyticsConsumerApp(runtime: runtime, settings: settings).services
 }
-let app = try AnalyticsConsumerApp(runtime: runtime, settings: settings)
-try await runtime.run(app.services)

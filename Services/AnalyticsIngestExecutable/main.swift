@@ -1,14 +1,9 @@
 // analytics-ingest: widget taps → verified click events. Configuration: docs/analytics.md.
+// Any error at start (configuration included) is printed and the process exits with status 1.
 import AnalyticsIngest
 import IsletRuntime
 
-let runtime = try ServiceRuntime.bootstrap(serviceName: "analytics-ingest", defaultHTTPPort: 8084)
-let settings: IngestSettings
-do {
-    settings = try IngestSettings(from: .environment())
-} catch {
-    runtime.logger.critical("\(error)")
-    throw error
+await ServiceRuntime.main(serviceName: "analytics-ingest", defaultHTTPPort: 8084) { runtime in
+    let settings = try IngestSettings(from: .environment())
+    return try AnalyticsIngestApp(runtime: runtime, settings: settings).services
 }
-let app = try AnalyticsIngestApp(runtime: runtime, settings: settings)
-try await runtime.run(app.services)

@@ -1,14 +1,9 @@
 // token-registry: push tokens and activity lifecycle. Configuration: docs/configuration.md.
-import IsletRuntime
+// Any error at start (configuration included) is printed and the process exits with status 1.
 import TokenRegistry
+import IsletRuntime
 
-let runtime = try ServiceRuntime.bootstrap(serviceName: "token-registry", defaultHTTPPort: 8081)
-let settings: RegistrySettings
-do {
-    settings = try RegistrySettings(from: .environment())
-} catch {
-    runtime.logger.critical("\(error)")
-    throw error
+await ServiceRuntime.main(serviceName: "token-registry", defaultHTTPPort: 8081) { runtime in
+    let settings = try RegistrySettings(from: .environment())
+    return try await TokenRegistryApp(runtime: runtime, settings: settings).services
 }
-let app = try await TokenRegistryApp(runtime: runtime, settings: settings)
-try await runtime.run(app.services)

@@ -10,11 +10,12 @@ import UnixSignals
 /// logger, metrics exported on `/metrics`, readiness on `/health`, and a run loop that shuts
 /// everything down gracefully on SIGTERM/SIGINT.
 ///
-/// A service's `main` is short:
+/// A service's `main` is short (see ``main(serviceName:defaultHTTPPort:config:services:)``):
 /// ```swift
-/// let runtime = try ServiceRuntime.bootstrap(serviceName: "token-registry", defaultHTTPPort: 8081)
-/// let producer = try KafkaProducer(configuration: runtime.settings.producerConfiguration(), logger: runtime.logger)
-/// try await runtime.run([producer, myService, runtime.httpServer(router: myRouter)])
+/// await ServiceRuntime.main(serviceName: "token-registry", defaultHTTPPort: 8081) { runtime in
+///     let producer = try KafkaProducer(configuration: runtime.settings.producerConfiguration(), logger: runtime.logger)
+///     return [producer, myService, runtime.httpServer(router: myRouter)]
+/// }
 /// ```
 public struct ServiceRuntime: Sendable {
     public let settings: ServiceSettings
@@ -55,6 +56,42 @@ public struct ServiceRuntime: Sendable {
         var logger = Logger(label: "islet.\(serviceName)")
         logger.logLevel = level
         return ServiceRuntime(settings: settings, logger: logger, metrics: registry)
+    }
+
+    /// The whole `main` of a service executable: ``bootstrap(serviceName:defaultHTTPPort:config:)``,
+    /// the service's own setup (`services`: its settings, clients and services), then
+    /// ``run(_:)``. An error on the way is printed (a configuration error names its variable) and
+    /// the process exits with status 1, instead of trapping on an error thrown from top-level code.
+    ///
+    /// ```swift
+    /// await ServiceRuntime.main(serviceName: "token-registry", defaultHTTPPort: 8081) { runtime in
+    ///     try await TokenRegistryApp(runtime: runtime, settings: try RegistrySettings(from: .environment())).services
+    /// }
+    /// ```
+    public static func main(
+        serviceName: String, defaultHTTPPort: Int, config: IsletConfig = .environment(),
+        services: (ServiceRuntime) async throws -> [any Service]
+    ) async -> Never {
+        let runtime: ServiceRuntime
+        do {
+            runtime = try bootstrap(serviceName: serviceName, defaultHTTPPort: defaultHTTPPort, config: config)
+        } catch {
+            exit(1)  // bootstrap printed it
+        }
+        let group: [any Service]
+        do {
+            group = try await services(runtime)
+        } catch {
+            runtime.logger.critical("\(serviceName) cannot start: \(error)")
+            exit(1)
+        }
+        do {
+            try await runtime.run(group)
+        } catch {
+            runtime.logger.critical("\(serviceName) stopped: \(error)")
+            exit(1)
+        }
+        exit(0)
     }
 
     /// A router with `/health`, `/health/live` and `/metrics`; add the service's own routes to it.
