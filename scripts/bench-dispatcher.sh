@@ -10,6 +10,7 @@
 #   ROUNDS=5 COUNT=100000 scripts/bench-dispatcher.sh
 #   ROUNDS=0 LATENCY_SECONDS=60 scripts/bench-dispatcher.sh   # the latency run only, 60 s instead of 20
 set -euo pipefail
+shopt -s inherit_errexit  # a failure inside `d=$(run_dispatcher)` fails the script, not just prints 0
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -99,14 +100,20 @@ run_dispatcher() {
     [ "$(stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["accepted"])')" -ge "$count" ] && break
     sleep 0.25
   done
-  stats | python3 -c '
+  local rate
+  rate=$(stats | python3 -c '
 import json, sys
 from datetime import datetime
 s = json.load(sys.stdin)
 t = lambda x: datetime.fromisoformat(x.replace("Z", "+00:00")).timestamp()
-span = t(s["lastAcceptedAt"]) - t(s["firstAcceptedAt"])
-print(int(s["accepted"] / span) if s["accepted"] >= '"$count"' and span > 0 else 0)'
+accepted = s["accepted"]
+span = t(s["lastAcceptedAt"]) - t(s["firstAcceptedAt"]) if accepted else 0
+if accepted < '"$count"' or span <= 0:
+    sys.exit(f"dispatcher round failed: {accepted} of '"$count"' pushes reached the simulator (log: '"$run"'/dispatcher.log)")
+print(int(accepted / span))') || true
   cleanup_round
+  [ -n "$rate" ] || return 1
+  echo "$rate"
 }
 cleanup_round() { kill "$dispatcher_pid" "$ISLET_BROKER_PID" 2>/dev/null || true; wait "$dispatcher_pid" "$ISLET_BROKER_PID" 2>/dev/null || true; }
 
