@@ -615,19 +615,42 @@ struct Memory: AsyncParsableCommand {
     @Option var activities = 100_000
     @Option(help: "Events per second.") var rate = 1_500
     @Option(help: "A process to measure, name=pid (repeatable).") var process: [String]
+    @Option(help: "apns-dispatcher's Prometheus metrics.") var dispatcherMetrics = "http://127.0.0.1:8082/metrics"
+    @Option(help: "content-service's Prometheus metrics.") var contentMetrics = "http://127.0.0.1:8083/metrics"
 
     func run() async throws {
         let processes = try ProcessStats.parse(process)
         let (producer, producing, world) = try await stack.connect()
         let names = (0..<activities).map { "mem-\(world.run)-\($0)" }
         let app = AppTarget(bundleId: "com.example.food", environment: .production)
+        let services = [("apns-dispatcher", dispatcherMetrics), ("content-service", contentMetrics)]
 
         let before = try processes.map { try ProcessStats.residentBytes(pid: $0.1) }
         let acceptedBefore = try await acceptedPushes()
+        let metricsBefore = try await services.asyncMap { try await PrometheusSample.scrape($0.1) }
         let started = ContinuousClock.now
         print("registering \(activities) activities")
         try await world.register(names, app: app)
-        print("registered in \(ContinuousClock.now - started); producing one important event each at \(rate)/s")
+        print("registered in \(ContinuousClock.now - started)")
+        // The services learn the tokens from the token topic: a push whose token has not reached the
+        // dispatcher's table within its token wait ends as token-invalid. How far behind they are:
+        let registered = ContinuousClock.now
+        for (index, (name, url)) in services.enumerated() {
+            let target = metricsBefore[index].sum("islet_tokens_table_size") + Double(activities)
+            var last = (size: -1.0, at: ContinuousClock.now)
+            while true {
+                let size = try await PrometheusSample.scrape(url).sum("islet_tokens_table_size")
+                if size >= target { break }
+                if size != last.size { last = (size, ContinuousClock.now) }
+                if ContinuousClock.now - last.at > .seconds(60) {
+                    print("\(name)'s token table stopped at \(Int(size)) of \(Int(target)) tokens")
+                    break
+                }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            print("\(name)'s token table had every token \(ContinuousClock.now - registered) after the last registration was answered")
+        }
+        print("producing one important event each at \(rate)/s")
         try await pace(0..<activities, rate: rate, producer: producer, produced: nil) { index in
             let name = names[index]
             return ActivityEvent(
@@ -647,6 +670,13 @@ struct Memory: AsyncParsableCommand {
         try await Task.sleep(for: .seconds(3))
         let after = try processes.map { try ProcessStats.residentBytes(pid: $0.1) }
         print("\(accepted) of \(activities) pushes received by the simulator after \(ContinuousClock.now - started)")
+        // Where the events went: content-service's results and the dispatcher's final outcomes.
+        for (index, (name, url)) in services.enumerated() {
+            let family = name == "apns-dispatcher" ? "islet_dispatcher_outcomes_total" : "islet_content_events_total"
+            let counts = try await PrometheusSample.scrape(url).subtracting(metricsBefore[index]).byLabel(family, "result")
+            let listed: [String] = counts.keys.sorted().map { key in "\(key) \(Int(counts[key] ?? 0))" }
+            print("\(name) \(family): \(listed.joined(separator: ", "))")
+        }
         for (index, (name, _)) in processes.enumerated() {
             let perActivity = Double(after[index] - before[index]) / Double(activities)
             print(String(format: "%@: %.1f MB resident before, %.1f MB with %d live activities: %.0f bytes per activity",
@@ -661,6 +691,64 @@ struct Memory: AsyncParsableCommand {
     private func acceptedPushes() async throws -> Int {
         let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(stack.simulator)/admin/stats"), timeout: .seconds(30))
         return try IsletJSON.decodeValue(SimulatorStats.self, from: Array(buffer: try await response.body.collect(upTo: 1 << 20))).accepted
+    }
+}
+
+/// A service's Prometheus metrics at one moment: each sample line's name, labels and value.
+struct PrometheusSample {
+    struct Sample: Hashable {
+        var name: String
+        var labels: [String: String]
+    }
+    var samples: [Sample: Double] = [:]
+
+    static func scrape(_ url: String) async throws -> PrometheusSample {
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: .seconds(30))
+        guard response.status == .ok else { throw ValidationError("\(url) answered \(response.status)") }
+        return PrometheusSample(text: String(buffer: try await response.body.collect(upTo: 1 << 24)))
+    }
+
+    /// Prometheus's text format: `name{label="value",...} number`, `#` lines are comments.
+    init(text: String) {
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            guard let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else { continue }
+            let series = line[..<space]
+            var labels: [String: String] = [:]
+            let name: Substring
+            if let open = series.firstIndex(of: "{"), series.hasSuffix("}") {
+                name = series[..<open]
+                for pair in series[series.index(after: open)..<series.index(before: series.endIndex)].split(separator: ",") {
+                    let parts = pair.split(separator: "=", maxSplits: 1)
+                    if parts.count == 2 { labels[String(parts[0])] = String(parts[1].trimmingCharacters(in: CharacterSet(charactersIn: "\""))) }
+                }
+            } else {
+                name = series
+            }
+            samples[Sample(name: String(name), labels: labels), default: 0] += value
+        }
+    }
+
+    private init(samples: [Sample: Double]) { self.samples = samples }
+
+    /// The family's value summed over its label sets (0 when absent).
+    func sum(_ name: String) -> Double { samples.filter { $0.key.name == name }.values.reduce(0, +) }
+
+    /// The family's values summed by one label.
+    func byLabel(_ name: String, _ label: String) -> [String: Double] {
+        samples.filter { $0.key.name == name }.reduce(into: [:]) { $0[$1.key.labels[label] ?? "", default: 0] += $1.value }
+    }
+
+    /// What changed since `earlier` (counters).
+    func subtracting(_ earlier: PrometheusSample) -> PrometheusSample {
+        PrometheusSample(samples: samples.reduce(into: [:]) { $0[$1.key] = $1.value - (earlier.samples[$1.key] ?? 0) })
+    }
+}
+
+extension Array {
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var results: [T] = []
+        for element in self { results.append(try await transform(element)) }
+        return results
     }
 }
 
