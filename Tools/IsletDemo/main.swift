@@ -108,8 +108,16 @@ struct World {
     let play: Play
     let producer: KafkaProducer
     let jwt: String
-    let http = HTTPClient.shared
+    let http = World.client
     let started = Date()
+
+    /// Up to 256 connections to a host: registrations in flight at once (`memory --lanes`) are
+    /// not queued behind AsyncHTTPClient's default of 8 connections.
+    static let client: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 256
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
     let run = String(UUID().uuidString.prefix(6).lowercased())
 
     init(play: Play, producer: KafkaProducer) async throws {
@@ -585,9 +593,8 @@ func pace(
 }
 
 extension World {
-    /// Registers an update token for each activity with token-registry, 32 at a time, as the apps would.
-    func register(_ names: [String], app: AppTarget) async throws {
-        let lanes = 32
+    /// Registers an update token for each activity with token-registry, `lanes` at a time, as the apps would.
+    func register(_ names: [String], app: AppTarget, lanes: Int = 32) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for lane in 0..<lanes {
                 group.addTask {
@@ -614,6 +621,7 @@ struct Memory: AsyncParsableCommand {
     @OptionGroup var stack: StackOptions
     @Option var activities = 100_000
     @Option(help: "Events per second.") var rate = 1_500
+    @Option(help: "Registrations in flight at once.") var lanes = 256
     @Option(help: "A process to measure, name=pid (repeatable).") var process: [String]
     @Option(help: "apns-dispatcher's Prometheus metrics.") var dispatcherMetrics = "http://127.0.0.1:8082/metrics"
     @Option(help: "content-service's Prometheus metrics.") var contentMetrics = "http://127.0.0.1:8083/metrics"
@@ -629,8 +637,8 @@ struct Memory: AsyncParsableCommand {
         let acceptedBefore = try await acceptedPushes()
         let metricsBefore = try await services.asyncMap { try await PrometheusSample.scrape($0.1) }
         let started = ContinuousClock.now
-        print("registering \(activities) activities")
-        try await world.register(names, app: app)
+        print("registering \(activities) activities, \(lanes) at a time")
+        try await world.register(names, app: app, lanes: lanes)
         print("registered in \(ContinuousClock.now - started)")
         // The services learn the tokens from the token topic: a push whose token has not reached the
         // dispatcher's table within its token wait ends as token-invalid. How far behind they are:
