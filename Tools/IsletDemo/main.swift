@@ -484,6 +484,21 @@ struct Latency: AsyncParsableCommand {
         print(String(format: "end-to-end latency (event produced → simulator received), %d events at %d/s: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms; %d not received",
             latencies.count, rate, percentile(0.5), percentile(0.9), percentile(0.99), latencies.last ?? .nan, missing))
 
+        // Over the run: a stack that keeps up has the same latency in every window; one whose
+        // broker slows as its topics grow (docs/operations.md) gets slower window by window.
+        if let start = produced.all.values.min() {
+            var windows: [Int: [Double]] = [:]
+            for (id, at) in produced.all {
+                guard let receivedAt = arrival[id] else { continue }
+                windows[Int(at.timeIntervalSince(start) / 10), default: []].append(receivedAt.timeIntervalSince(at) * 1_000)
+            }
+            let medians: [String] = windows.keys.sorted().map { window in
+                let sorted = windows[window, default: []].sorted()
+                return String(format: "%.0f", sorted[sorted.count / 2])
+            }
+            print("  p50 by 10 s of production (ms): \(medians.joined(separator: ", "))")
+        }
+
         // Where the time goes: content-service stamps each request when it makes it (createdAt).
         let created = try await requestTimes(ids: Set(produced.all.keys))
         var first: [Double] = []
