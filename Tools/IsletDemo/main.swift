@@ -650,7 +650,8 @@ struct Memory: AsyncParsableCommand {
 
         let before = try processes.map { try ProcessStats.residentBytes(pid: $0.1) }
         let acceptedBefore = try await acceptedPushes()
-        let metricsBefore = try await services.asyncMap { try await PrometheusSample.scrape($0.1) }
+        var metricsBefore: [PrometheusSample] = []
+        for (_, url) in services { metricsBefore.append(try await PrometheusSample.scrape(url)) }
         let started = ContinuousClock.now
         print("registering \(activities) activities, \(lanes) at a time")
         try await world.register(names, app: app, lanes: lanes)
@@ -764,14 +765,6 @@ struct PrometheusSample {
     /// What changed since `earlier` (counters).
     func subtracting(_ earlier: PrometheusSample) -> PrometheusSample {
         PrometheusSample(samples: samples.reduce(into: [:]) { $0[$1.key] = $1.value - (earlier.samples[$1.key] ?? 0) })
-    }
-}
-
-extension Array {
-    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
-        var results: [T] = []
-        for element in self { results.append(try await transform(element)) }
-        return results
     }
 }
 
