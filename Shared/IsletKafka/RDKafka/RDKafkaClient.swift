@@ -18,6 +18,8 @@ struct RDKafkaCallbacks: Sendable {
     var onError: (@Sendable (KafkaError) -> Void)?
     /// Consumer-group rebalances (consumers only).
     var rebalance: RDKafkaRebalanceHooks?
+    /// librdkafka's statistics (JSON), every `statistics.interval.ms`, on the poll thread.
+    var onStatistics: (@Sendable (String) -> Void)?
 }
 
 /// What a consumer does around a rebalance. librdkafka's rebalance callback performs the C side
@@ -76,6 +78,9 @@ final class RDKafkaClient: @unchecked Sendable {
         }
         if callbacks.rebalance != nil {
             rd_kafka_conf_set_rebalance_cb(conf, rdkafkaRebalanceCallback)
+        }
+        if callbacks.onStatistics != nil {
+            rd_kafka_conf_set_stats_cb(conf, rdkafkaStatisticsCallback)
         }
 
         // On success rd_kafka_new takes ownership of conf; on failure it is ours to destroy.
@@ -300,6 +305,15 @@ private let rdkafkaLogCallback: @convention(c) (OpaquePointer?, Int32, UnsafePoi
         }
     callbacks.logger.log(
         level: logLevel, "\(message)", metadata: ["kafka.facility": "\(facility)", "kafka.client": "\(String(cString: rd_kafka_name(rk)))"])
+}
+
+/// Returns 0: librdkafka frees the JSON.
+private let rdkafkaStatisticsCallback: @convention(c) (OpaquePointer?, UnsafeMutablePointer<CChar>?, Int, UnsafeMutableRawPointer?) -> Int32 = {
+    _, json, length, opaque in
+    guard let json, let onStatistics = context(from: opaque)?.callbacks.onStatistics else { return 0 }
+    let bytes = UnsafeRawBufferPointer(start: json, count: length)
+    onStatistics(String(decoding: bytes, as: UTF8.self))
+    return 0
 }
 
 private let rdkafkaErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
