@@ -61,8 +61,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- librdkafka ----------------------------------------------------------------------------------
-# Downloads librdkafka's source from Debian 13 (trixie) with a throw-away apt configuration, so the
-# machine's own sources stay untouched; apt checks the signed index, we check the tarball's hash.
+# librdkafka's source, patched, in $tools/src (extracted again when the patches changed). The
+# tarball comes from Debian 13 (trixie) through a throw-away apt configuration, so the machine's
+# own sources stay untouched; apt checks the signed index, we check the tarball's hash.
 fetch_rdkafka_source() {
   local dir="$tools/src/librdkafka-$RDKAFKA_SRC_VERSION"
   if [ -f "$dir/configure" ] && [ "$(cat "$dir/.islet-patches" 2>/dev/null)" = "$rdkafka_patch_id" ]; then echo "$dir"; return; fi
