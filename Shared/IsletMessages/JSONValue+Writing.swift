@@ -16,10 +16,13 @@ extension JSONValue {
         case .bool(let value): out.append(contentsOf: (value ? "true" : "false").utf8)
         case .integer(let value): out.append(contentsOf: String(value).utf8)
         case .number(let value):
-            // Foundation's form: Swift's shortest representation, a whole number without ".0".
-            var text = value.description
-            if text.hasSuffix(".0") { text.removeLast(2) }
-            out.append(contentsOf: text.utf8)
+            if let whole = Int64(exactly: value) {
+                // As ``encode(to:)`` writes it: digits, since it reads back as `.integer`.
+                out.append(contentsOf: String(whole).utf8)
+            } else {
+                // Foundation's form: Swift's shortest representation.
+                out.append(contentsOf: value.description.utf8)
+            }
         case .string(let value): Self.writeString(value, into: &out)
         case .array(let items):
             out.append(UInt8(ascii: "["))

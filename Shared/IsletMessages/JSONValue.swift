@@ -3,7 +3,9 @@ public enum JSONValue: Hashable, Sendable, Codable {
     case null
     case bool(Bool)
     /// A whole number that fits 64 bits. JSON does not tell `12` from `12.0` or `1.2e1`: all three
-    /// read as `.integer(12)`, so a `.number(12.0)` written out reads back as `.integer(12)`.
+    /// read as `.integer(12)`, so a `.number(12.0)` written out reads back as `.integer(12)`. So
+    /// does a number whose nearest double is whole: `18446744073709550.5` reads as
+    /// `.integer(18446744073709552)`.
     case integer(Int64)
     case number(Double)
     case string(String)
@@ -28,7 +30,7 @@ public enum JSONValue: Hashable, Sendable, Codable {
         } else if let value = try? container.decode(Int64.self) {
             self = .integer(value)
         } else if let value = try? container.decode(Double.self) {
-            self = .number(value)
+            self = Self.reading(value)
         } else if let value = try? container.decode(String.self) {
             self = .string(value)
         } else if let value = try? container.decode([JSONValue].self) {
@@ -46,9 +48,15 @@ public enum JSONValue: Hashable, Sendable, Codable {
         if let value = try? container.decode([String: JSONValue].self) { return .object(value) }
         if let value = try? container.decode([JSONValue].self) { return .array(value) }
         if let value = try? container.decode(Int64.self) { return .integer(value) }
-        if let value = try? container.decode(Double.self) { return .number(value) }
+        if let value = try? container.decode(Double.self) { return Self.reading(value) }
         if let value = try? container.decode(Bool.self) { return .bool(value) }
         throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a JSON value")
+    }
+
+    /// A number read as a double: `.integer` when it is whole and fits 64 bits, as it is once written.
+    private static func reading(_ value: Double) -> JSONValue {
+        if let whole = Int64(exactly: value) { return .integer(whole) }
+        return .number(value)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -57,7 +65,12 @@ public enum JSONValue: Hashable, Sendable, Codable {
         case .null: try container.encodeNil()
         case .bool(let value): try container.encode(value)
         case .integer(let value): try container.encode(value)
-        case .number(let value): try container.encode(value)
+        case .number(let value):
+            // A whole number that fits 64 bits reads back as `.integer`, so it is written as one.
+            // Foundation would write 1.844674407370955e16 as `1.844674407370955e+16`, which reads
+            // back as the integer 18446744073709550, not the double's exact 18446744073709552:
+            // written again, the text would change.
+            if let whole = Int64(exactly: value) { try container.encode(whole) } else { try container.encode(value) }
         case .string(let value): try container.encode(value)
         case .array(let value): try container.encode(value)
         case .object(let value): try container.encode(value)
