@@ -98,6 +98,19 @@ public struct ContentServiceApp: Sendable {
     public static let tableCheck = "tokens-table"
     public static let memoryCheck = "activity-memory"
 
+    /// The service's producer: `message.timeout.ms` is the send timeout, and `linger.ms` is 1
+    /// instead of Islet's 5, because push requests are on the path from a domain event to the lock
+    /// screen (PERFORMANCE.md, end-to-end latency). What the operator set in
+    /// `ISLET_KAFKA_PRODUCER_PROPERTIES` wins.
+    public static func producerConfiguration(_ base: KafkaProducerConfiguration, sendTimeout: Duration) -> KafkaProducerConfiguration {
+        var configuration = base
+        if configuration.settings["message.timeout.ms"] == nil {
+            configuration.settings["message.timeout.ms"] = "\(Int(sendTimeout / .milliseconds(1)))"
+        }
+        if configuration.settings["linger.ms"] == nil { configuration.settings["linger.ms"] = "1" }
+        return configuration
+    }
+
     public let engine: ContentEngine
     public let monitor: FreshnessMonitor
     public let grpc: GRPCServerService
@@ -108,11 +121,8 @@ public struct ContentServiceApp: Sendable {
         let service = runtime.settings.serviceName
         let templates = try TemplateLoader.load(directory: settings.templatesDirectory)
         logger.info("templates loaded", metadata: ["templates": "\(templates.keys.sorted())"])
-        var producerConfiguration = runtime.settings.producerConfiguration()
-        if producerConfiguration.settings["message.timeout.ms"] == nil {
-            producerConfiguration.settings["message.timeout.ms"] = "\(Int(settings.sendTimeout / .milliseconds(1)))"
-        }
-        let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
+        let producer = try KafkaProducer(
+            configuration: Self.producerConfiguration(runtime.settings.producerConfiguration(), sendTimeout: settings.sendTimeout), logger: logger)
         let health = runtime.health
 
         // The token table (which app, version and environment an activity has).

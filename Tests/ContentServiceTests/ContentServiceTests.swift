@@ -1,4 +1,5 @@
 import Foundation
+import IsletKafka
 import IsletLinks
 import IsletMessages
 import Testing
@@ -207,5 +208,20 @@ struct PayloadTests {
             #expect(verified.target.contentSequence == 3)
             #expect(verified.baseURL == "fooddelivery://order/42")
         }
+    }
+}
+
+@Suite("content-service's producer settings")
+struct ProducerSettingsTests {
+    @Test("push requests linger 1 ms and time out at the send timeout, unless the operator set them")
+    func lingerAndTimeout() {
+        let defaults = ContentServiceApp.producerConfiguration(.init(bootstrapServers: "broker:9092"), sendTimeout: .milliseconds(2_500))
+        #expect(defaults.settings["linger.ms"] == "1")
+        #expect(defaults.settings["message.timeout.ms"] == "2500")
+
+        let chosen = ContentServiceApp.producerConfiguration(
+            .init(bootstrapServers: "broker:9092", settings: ["linger.ms": "20", "message.timeout.ms": "9000"]), sendTimeout: .seconds(5))
+        #expect(chosen.settings["linger.ms"] == "20")
+        #expect(chosen.settings["message.timeout.ms"] == "9000")
     }
 }
