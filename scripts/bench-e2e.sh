@@ -9,9 +9,22 @@
 # linger.ms=5, fetch.wait.max.ms=10. The product's path has two such hops (event → content-service,
 # push request → apns-dispatcher), plus the services' work and the HTTP/2 send.
 #
+# It runs on two brokers, each with its own reference (E2E_BROKERS, default "tansu mock"):
+# - tansu, the broker of the tests and the demo (in memory): its reads get slower as its topics
+#   fill (docs/operations.md), so its figure grows with the length of the run;
+# - librdkafka's mock cluster (`islet-demo mock-broker`, ISLET_BROKER=mock in scripts/broker.sh): a
+#   broker in one thread of its own process whose reads do not slow down as it fills. Like tansu,
+#   it holds a fetch for fetch.wait.max.ms when a partition has nothing new and does not answer
+#   early when a record arrives (Apache Kafka does), which is what the 10 ms wait costs each hop.
+#
 #   scripts/bench-e2e.sh                         # 1,000 events/s for 30 s over 2,000 activities
 #   scripts/bench-e2e.sh --rate 500 --seconds 60
+#   E2E_BROKERS=mock scripts/bench-e2e.sh        # one broker only
 #   HOP_RATE=1000 HOP_SECONDS=20 scripts/bench-e2e.sh   # the reference's rate and length
+#
+# Besides what people read, it prints for each broker b: latency<TAB>kafka.hop.b<TAB>p50…,
+# latency<TAB>e2e.b<TAB>p50<TAB>p90<TAB>p99<TAB>max<TAB>received<TAB>sent, and detail<TAB>b<TAB>text
+# (scripts/bench-report.sh reads them).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -21,37 +34,66 @@ hop_count=$((hop_rate * ${HOP_SECONDS:-20}))
 rdperf=${ISLET_TOOLS:-$repo/.tools}/bin/rdkafka_performance
 
 scripts/bootstrap.sh
-echo "== reference: one Kafka hop (rdkafka_performance -l, $hop_count messages of 300 bytes at $hop_rate/s, a fresh broker)"
-hop_dir=$ISLET_RUN_DIR/bench-e2e-hop
-rm -rf "$hop_dir" && mkdir -p "$hop_dir"
-eval "$(ISLET_RUN_DIR="$hop_dir" scripts/broker.sh)"
-hop_pids=("$ISLET_BROKER_PID")
-stop_hop() { for pid in "${hop_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; hop_pids=(); }
-trap stop_hop EXIT INT TERM
-settings=(-b "$ISLET_KAFKA_BOOTSTRAP" -t e2e-hop -p 0 -X enable.idempotence=true -X acks=all -X linger.ms=5)
-# The topic exists (one partition) before the consumer starts at its end.
-"$rdperf" -P "${settings[@]}" -c 1 -s 300 >"$hop_dir/create.log" 2>&1
-"$rdperf" -C -l -A "$hop_dir/latency.txt" -b "$ISLET_KAFKA_BOOTSTRAP" -t e2e-hop -p 0 -o end -c "$hop_count" \
-  -X fetch.wait.max.ms=10 >"$hop_dir/consumer.log" 2>&1 &
-hop_pids+=("$!")
-consumer=$!
-sleep 2  # the consumer has fetched the partition's end
-"$rdperf" -P -l "${settings[@]}" -r "$hop_rate" -c "$hop_count" -s 300 >"$hop_dir/producer.log" 2>&1
-for _ in $(seq 1 100); do kill -0 "$consumer" 2>/dev/null || break; sleep 0.1; done  # at most 10 s more
-stop_hop
-trap - EXIT INT TERM
-python3 - "$hop_dir/latency.txt" "$hop_count" <<'PY'
+echo "== build (release)"
+swift build -c release 2>&1 | grep -E "error|Build complete" | tail -3
+export ISLET_BUILD_CONFIGURATION=release
+brokers=${E2E_BROKERS:-tansu mock}
+
+hop() {  # broker: one Kafka hop on a fresh broker of that kind
+  local broker=$1
+  echo "== reference on $broker: one Kafka hop (rdkafka_performance -l, $hop_count messages of 300 bytes at $hop_rate/s, a fresh broker)"
+  local hop_dir=$ISLET_RUN_DIR/bench-e2e-hop-$broker
+  rm -rf "$hop_dir" && mkdir -p "$hop_dir"
+  eval "$(ISLET_BROKER=$broker ISLET_BROKER_TOPICS=e2e-hop:1 ISLET_RUN_DIR="$hop_dir" scripts/broker.sh)"
+  hop_pids=("$ISLET_BROKER_PID")
+  trap stop_hop EXIT INT TERM
+  local settings=(-b "$ISLET_KAFKA_BOOTSTRAP" -t e2e-hop -p 0 -X enable.idempotence=true -X acks=all -X linger.ms=5)
+  # The topic exists (one partition) before the consumer starts at its end.
+  "$rdperf" -P "${settings[@]}" -c 1 -s 300 >"$hop_dir/create.log" 2>&1
+  "$rdperf" -C -l -A "$hop_dir/latency.txt" -b "$ISLET_KAFKA_BOOTSTRAP" -t e2e-hop -p 0 -o end -c "$hop_count" \
+    -X fetch.wait.max.ms=10 >"$hop_dir/consumer.log" 2>&1 &
+  hop_pids+=("$!")
+  local consumer=$!
+  sleep 2  # the consumer has fetched the partition's end
+  "$rdperf" -P -l "${settings[@]}" -r "$hop_rate" -c "$hop_count" -s 300 >"$hop_dir/producer.log" 2>&1
+  for _ in $(seq 1 100); do kill -0 "$consumer" 2>/dev/null || break; sleep 0.1; done  # at most 10 s more
+  stop_hop
+  trap - EXIT INT TERM
+  python3 - "$hop_dir/latency.txt" "$hop_count" "$broker" <<'PY'
 import sys
-path, sent = sys.argv[1], int(sys.argv[2])
+path, sent, broker = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 try:
     values = sorted(int(line) / 1000 for line in open(path) if line.strip().isdigit())
 except FileNotFoundError:
     values = []
 if not values:
-    sys.exit("one Kafka hop: the consumer recorded nothing (see the logs next to latency.txt)")
+    sys.exit(f"one Kafka hop on {broker}: the consumer recorded nothing (see the logs next to {path})")
 p = lambda q: values[min(len(values) - 1, int(len(values) * q))]
-print(f"one Kafka hop (rdkafka_performance), {len(values)} of {sent} messages: p50 {p(0.5):.1f} ms, p90 {p(0.9):.1f} ms, p99 {p(0.99):.1f} ms, max {values[-1]:.1f} ms")
-print(f"latency\tkafka.hop\t{p(0.5):.2f}\t{p(0.9):.2f}\t{p(0.99):.2f}\t{values[-1]:.2f}\t{len(values)}\t{sent}")
+print(f"one Kafka hop on {broker} (rdkafka_performance), {len(values)} of {sent} messages: p50 {p(0.5):.1f} ms, p90 {p(0.9):.1f} ms, p99 {p(0.99):.1f} ms, max {values[-1]:.1f} ms")
+print(f"latency\tkafka.hop.{broker}\t{p(0.5):.2f}\t{p(0.9):.2f}\t{p(0.99):.2f}\t{values[-1]:.2f}\t{len(values)}\t{sent}")
 PY
+}
+stop_hop() { for pid in "${hop_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; hop_pids=(); }
 
-ISLET_BUILD_CONFIGURATION=release ISLET_LOG_LEVEL=${ISLET_LOG_LEVEL:-warning} exec scripts/demo.sh --latency "$@"
+for broker in $brokers; do
+  case $broker in tansu | mock) ;; *) echo "E2E_BROKERS: tansu and/or mock, got $broker" >&2; exit 2 ;; esac
+  hop "$broker"
+  echo "== end to end on $broker"
+  out=$ISLET_RUN_DIR/bench-e2e-$broker.txt
+  ISLET_BROKER=$broker ISLET_LOG_LEVEL=${ISLET_LOG_LEVEL:-warning} scripts/demo.sh --latency "$@" | tee "$out"
+  python3 - "$out" "$broker" <<'PY'
+import re, sys
+path, broker = sys.argv[1], sys.argv[2]
+text = open(path, encoding="utf-8", errors="replace").read()
+m = None
+for m in re.finditer(r"end-to-end latency \(.*?\), (\d+) events at (\d+)/s: p50 (\S+) ms, p90 (\S+) ms, p99 (\S+) ms, max (\S+) ms; (\d+) not received", text):
+    pass
+if m is None:
+    sys.exit(f"end to end on {broker}: no result in {path}")
+received, rate, p50, p90, p99, mx, missing = m.groups()
+print(f"latency\te2e.{broker}\t{p50}\t{p90}\t{p99}\t{mx}\t{received}\t{int(received) + int(missing)}\trate={rate}")
+for line in text.splitlines():
+    if line.startswith(("  p50 by", "  event produced", "  request made", "  CPU ")):
+        print(f"detail\t{broker}\t{line.strip()}")
+PY
+done

@@ -5,6 +5,11 @@
 # on stdout, ready to `eval`. The broker's log goes to $ISLET_RUN_DIR/broker.log.
 #
 #   eval "$(scripts/broker.sh)"; ...; kill "$ISLET_BROKER_PID"
+#
+# ISLET_BROKER=mock starts librdkafka's mock cluster instead (`islet-demo mock-broker`, from the
+# build of ISLET_BUILD_CONFIGURATION, which must exist): a broker for benchmarks whose reads do not
+# get slower as it fills. It already has every Islet topic (4 partitions) and those named in
+# ISLET_BROKER_TOPICS ("name:partitions ..."); it cannot create topics on request.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -13,6 +18,31 @@ run_dir=${ISLET_RUN_DIR:-$repo/.islet-run}
 mkdir -p "$run_dir"
 tansu="$tools/bin/tansu"
 [ -x "$tansu" ] || { echo "tansu not found at $tansu: run scripts/bootstrap.sh" >&2; exit 1; }
+
+if [ "${ISLET_BROKER:-tansu}" = mock ]; then
+  demo=$(cd "$repo" && swift build -c "${ISLET_BUILD_CONFIGURATION:-debug}" --show-bin-path)/islet-demo
+  [ -x "$demo" ] || { echo "$demo not found: build first" >&2; exit 1; }
+  topics=()
+  for topic in ${ISLET_BROKER_TOPICS:-}; do topics+=(--topic "$topic"); done
+  "$demo" mock-broker ${topics[@]+"${topics[@]}"} >"$run_dir/broker.address" 2>"$run_dir/broker.log" </dev/null &
+  pid=$!
+  for _ in $(seq 1 100); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "the mock broker exited during start-up; its log:" >&2; cat "$run_dir/broker.log" >&2; exit 1
+    fi
+    if grep -q '^ISLET_KAFKA_BOOTSTRAP=' "$run_dir/broker.address"; then
+      grep '^ISLET_KAFKA_BOOTSTRAP=' "$run_dir/broker.address"
+      echo "ISLET_BROKER_PID=$pid"
+      exit 0
+    fi
+    sleep 0.1
+  done
+  echo "the mock broker did not start within 10 s" >&2
+  kill "$pid" 2>/dev/null || true
+  exit 1
+elif [ "${ISLET_BROKER:-tansu}" != tansu ]; then
+  echo "ISLET_BROKER must be tansu or mock, got $ISLET_BROKER" >&2; exit 1
+fi
 
 port=${ISLET_BROKER_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')}
 "$tansu" broker \

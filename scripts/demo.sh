@@ -11,6 +11,8 @@
 #                             # end-to-end latency benchmark (scripts/bench-e2e.sh: release build)
 #   scripts/demo.sh --memory [islet-demo memory options]     # instead of the scenarios: memory
 #                             # per live activity (scripts/bench-memory.sh: release build)
+#   ISLET_BROKER=mock scripts/demo.sh --latency ...   # on librdkafka's mock cluster instead of
+#                             # tansu (scripts/broker.sh)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -42,7 +44,8 @@ echo "== broker"
 eval "$(scripts/broker.sh)"
 pids+=("$ISLET_BROKER_PID")
 bootstrap=$ISLET_KAFKA_BOOTSTRAP
-"$bin/islet-demo" setup --bootstrap "$bootstrap"
+# The mock broker (ISLET_BROKER=mock, benchmarks only) starts with the topics; tansu creates them.
+[ "${ISLET_BROKER:-tansu}" = mock ] || "$bin/islet-demo" setup --bootstrap "$bootstrap"
 
 echo "== services (logs in $run)"
 key_id=DEMOKEY001; team=DEMOTEAM01

@@ -16,6 +16,7 @@ import IsletMessages
 import JWTKit
 import Logging
 import NIOCore
+import Synchronization
 import TokenRegistry
 
 let quiet: Logger = {
@@ -27,7 +28,7 @@ let quiet: Logger = {
 @main
 struct Demo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "islet-demo", abstract: "The local demo's app and backend.", subcommands: [Setup.self, ServeImages.self, Play.self, Latency.self, Memory.self])
+        commandName: "islet-demo", abstract: "The local demo's app and backend.", subcommands: [Setup.self, MockBroker.self, ServeImages.self, Play.self, Latency.self, Memory.self])
 }
 
 /// Creates every Islet topic (4 partitions; compaction and retention as in docs/topics.md).
@@ -40,6 +41,51 @@ struct Setup: AsyncParsableCommand {
         _ = try await admin.createTopics(IsletTopics.all.map { .init(name: $0.name, partitions: partitions, configs: $0.configs) })
         print("topics: \(IsletTopics.all.map(\.name).joined(separator: ", "))")
     }
+}
+
+/// A broker for benchmarks whose reads do not get slower as it fills: librdkafka's mock cluster (one
+/// broker, in memory, in this process; real Kafka protocol over TCP) with every Islet topic and the
+/// extra topics named by `--topic NAME:PARTITIONS`. It keeps about the last 5 MB of each partition.
+/// Prints `ISLET_KAFKA_BOOTSTRAP=host:port` and runs until SIGTERM or SIGINT (scripts/broker.sh
+/// starts it with `ISLET_BROKER=mock`). It creates no topic on request: the mock cluster has no
+/// CreateTopics.
+struct MockBroker: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "mock-broker")
+    @Option var partitions = 4
+    @Option(name: .customLong("topic"), help: "NAME:PARTITIONS, another topic to create (repeatable)") var topics: [String] = []
+
+    func run() async throws {
+        var wanted = IsletTopics.all.map { ($0.name, partitions) }
+        for spec in topics {
+            let parts = spec.split(separator: ":")
+            guard parts.count == 2, let count = Int(parts[1]), count > 0 else {
+                throw ValidationError("--topic takes NAME:PARTITIONS, got \(spec)")
+            }
+            wanted.append((String(parts[0]), count))
+        }
+        let cluster = try KafkaMockCluster(brokers: 1)
+        for (name, count) in wanted { try cluster.createTopic(name, partitions: count) }
+        // Unbuffered: the script reads it while this process keeps running.
+        FileHandle.standardOutput.write(Data("ISLET_KAFKA_BOOTSTRAP=\(cluster.bootstrapServers)\n".utf8))
+        signal(SIGTERM, SIG_IGN)
+        signal(SIGINT, SIG_IGN)
+        let sources = [SIGTERM, SIGINT].map { DispatchSource.makeSignalSource(signal: $0) }
+        await withCheckedContinuation { (stopped: CheckedContinuation<Void, Never>) in
+            let once = OnceFlag()
+            for source in sources {
+                source.setEventHandler { if once.take() { stopped.resume() } }
+                source.resume()
+            }
+        }
+        for source in sources { source.cancel() }
+        withExtendedLifetime(cluster) {}
+    }
+}
+
+/// True the first time only.
+final class OnceFlag: Sendable {
+    private let taken = Mutex(false)
+    func take() -> Bool { taken.withLock { taken in defer { taken = true }; return !taken } }
 }
 
 /// Serves the photos the events point at (a courier's and a driver's), as a CDN would.
