@@ -109,18 +109,13 @@ public enum NotificationValidator {
         guard request.body.count <= maximumPayloadBytes else { return .failure(APNsRejection(413, "PayloadTooLarge")) }
 
         // The payload: JSON with an aps dictionary that ActivityKit can act on.
-        guard let payload = try? IsletJSON.decodeValue(JSONValue.self, from: request.body), let aps = payload["aps"],
-            case .object = aps
-        else { return .failure(APNsRejection(400, "BadPayload")) }
-        guard let event = aps["event"]?.stringValue, ["start", "update", "end"].contains(event) else {
+        guard let aps = (try? IsletJSON.decodeValue(PayloadShape.self, from: request.body))?.aps else {
             return .failure(APNsRejection(400, "BadPayload"))
         }
-        guard case .integer(let timestamp) = aps["timestamp"] else { return .failure(APNsRejection(400, "BadPayload")) }
-        guard case .object = aps["content-state"] else { return .failure(APNsRejection(400, "BadPayload")) }
+        guard let event = aps.event, ["start", "update", "end"].contains(event) else { return .failure(APNsRejection(400, "BadPayload")) }
+        guard let timestamp = aps.timestamp, aps.hasContentState else { return .failure(APNsRejection(400, "BadPayload")) }
         if event == "start" {
-            guard aps["attributes-type"]?.stringValue != nil, case .object = aps["attributes"], aps["alert"] != nil else {
-                return .failure(APNsRejection(400, "BadPayload"))
-            }
+            guard aps.hasAttributesType, aps.hasAttributes, aps.hasAlert else { return .failure(APNsRejection(400, "BadPayload")) }
         }
         return .success(
             AcceptedNotification(
@@ -128,6 +123,46 @@ public enum NotificationValidator {
                 collapseID: collapseID, event: event, timestamp: timestamp,
                 payload: String(decoding: request.body, as: UTF8.self), payloadBytes: request.body.count, receivedAt: now,
                 connection: connection, stream: stream))
+    }
+
+    /// What the check reads of a payload: the fields of its `aps` object, without building a tree
+    /// of the whole document (most of the simulator's CPU when it did). The document is still
+    /// parsed whole: malformed JSON anywhere is a BadPayload.
+    struct PayloadShape: Decodable {
+        struct APS: Decodable {
+            enum Key: String, CodingKey {
+                case event, timestamp, alert, attributes
+                case contentState = "content-state"
+                case attributesType = "attributes-type"
+            }
+            /// A string, else nil.
+            var event: String?
+            /// A whole number that fits 64 bits (as JSONValue reads `.integer`), else nil.
+            var timestamp: Int64?
+            /// An object, present.
+            var hasContentState: Bool
+            var hasAttributes: Bool
+            /// A string, present.
+            var hasAttributesType: Bool
+            /// Any value, even null.
+            var hasAlert: Bool
+
+            init(from decoder: any Decoder) throws {
+                let aps = try decoder.container(keyedBy: Key.self)
+                event = try? aps.decodeIfPresent(String.self, forKey: .event)
+                if let whole = try? aps.decodeIfPresent(Int64.self, forKey: .timestamp) {
+                    timestamp = whole
+                } else if let number = try? aps.decodeIfPresent(Double.self, forKey: .timestamp), number.rounded() == number {
+                    timestamp = Int64(exactly: number)
+                }
+                hasContentState = (try? aps.nestedContainer(keyedBy: Key.self, forKey: .contentState)) != nil
+                hasAttributes = (try? aps.nestedContainer(keyedBy: Key.self, forKey: .attributes)) != nil
+                hasAttributesType = ((try? aps.decodeIfPresent(String.self, forKey: .attributesType)) ?? nil) != nil
+                hasAlert = aps.contains(.alert)
+            }
+        }
+        /// An object.
+        var aps: APS
     }
 
     private static func isHexDigit(_ byte: UInt8) -> Bool {

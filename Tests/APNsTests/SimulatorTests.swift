@@ -1,6 +1,7 @@
 import APNsSimulator
 import Crypto
 import Foundation
+import IsletMessages
 import Testing
 @testable import APNsDispatcher
 
@@ -52,6 +53,48 @@ struct SimulatorRuleTests {
         #expect(verdict(request(body: #"{"aps":{"event":"update","timestamp":"now","content-state":{}}}"#)) == "400 BadPayload")
         #expect(verdict(request(body: #"{"aps":{"event":"update","timestamp":1}}"#)) == "400 BadPayload")
         #expect(verdict(request(body: #"{"aps":{"event":"start","timestamp":1,"content-state":{}}}"#)) == "400 BadPayload")
+    }
+
+    /// The payload check as it was written on a JSONValue tree of the whole document (the reference
+    /// for the check that reads only the aps fields).
+    static func acceptedByTree(_ body: String) -> Bool {
+        guard let payload = try? IsletJSON.decodeValue(JSONValue.self, from: Array(body.utf8)), let aps = payload["aps"], case .object = aps,
+            let event = aps["event"]?.stringValue, ["start", "update", "end"].contains(event), case .integer = aps["timestamp"],
+            case .object = aps["content-state"]
+        else { return false }
+        if event == "start" {
+            guard aps["attributes-type"]?.stringValue != nil, case .object = aps["attributes"], aps["alert"] != nil else { return false }
+        }
+        return true
+    }
+
+    @Test(
+        "the payload check reading only the aps fields accepts exactly what a check of the whole JSON tree accepts",
+        arguments: [
+            #"{"aps":{"event":"update","timestamp":1,"content-state":{}}}"#,
+            #"{"aps":{"event":"update","timestamp":12.0,"content-state":{"a":[1,{"b":null}]}}}"#,
+            #"{"aps":{"event":"update","timestamp":1.2e1,"content-state":{}}}"#,
+            #"{"aps":{"event":"update","timestamp":12.5,"content-state":{}}}"#,
+            #"{"aps":{"event":"update","timestamp":1e30,"content-state":{}}}"#,
+            #"{"aps":{"event":"update","timestamp":-3,"content-state":{}}}"#,
+            #"{"aps":{"event":"update","timestamp":"12","content-state":{}}}"#,
+            #"{"aps":{"event":"update","timestamp":null,"content-state":{}}}"#,
+            #"{"aps":{"event":"update","timestamp":1,"content-state":[]}}"#,
+            #"{"aps":{"event":"update","timestamp":1,"content-state":null}}"#,
+            #"{"aps":{"event":7,"timestamp":1,"content-state":{}}}"#,
+            #"{"aps":{"event":"start","timestamp":1,"content-state":{},"attributes-type":"T","attributes":{},"alert":{"title":"x"}}}"#,
+            #"{"aps":{"event":"start","timestamp":1,"content-state":{},"attributes-type":"T","attributes":{},"alert":null}}"#,
+            #"{"aps":{"event":"start","timestamp":1,"content-state":{},"attributes-type":"T","attributes":{}}}"#,
+            #"{"aps":{"event":"start","timestamp":1,"content-state":{},"attributes-type":5,"attributes":{},"alert":"x"}}"#,
+            #"{"aps":{"event":"start","timestamp":1,"content-state":{},"attributes-type":"T","attributes":"x","alert":"x"}}"#,
+            #"{"aps":null}"#, #"{"aps":[]}"#, #"[]"#, #"{}"#, #""aps""#,
+            #"{"aps":{"event":"update","timestamp":1,"content-state":{}}} trailing"#,
+            #"{"aps":{"event":"update","timestamp":1,"content-state":{}},"other":[1,2,}"#,
+            #"{"aps":{"event":"end","timestamp":1,"content-state":{},"dismissal-date":5},"deep":[[[[[[[[{}]]]]]]]]}"#,
+        ])
+    func payloadShape(_ body: String) {
+        let accepted = verdict(request(body: body)) == "200"
+        #expect(accepted == Self.acceptedByTree(body), "\(body)")
     }
 
     @Test("provider tokens: known key and team, valid signature, less than an hour old")
