@@ -10,20 +10,25 @@ import ServiceLifecycle
 /// dispatcher's answers (`islet.push-outcomes.v1`), read as a replica of every partition from
 /// `since` (the activities' retention). Once every partition was read to its end the first time,
 /// `onReady` is called: the event loop may start, and an event already handled before a restart
-/// is then recognised as such.
+/// is then recognised as such. A request this process wrote itself (its ``RequestSender/writer``
+/// header) is skipped without decoding: the engine committed it when it sent it, and replaying it
+/// would change nothing (a memory never moves back to an older timestamp).
 public struct ContentMemoryLoader: Service {
     let consumer: KafkaConsumer
     let engine: ContentEngine
     let requestsTopic: String
     let outcomesTopic: String
+    let ownWrites: KafkaHeader?
     let onReady: @Sendable () -> Void
     let logger: Logger
 
     public init(
         consumer: KafkaConsumer, engine: ContentEngine, requestsTopic: String = IsletTopics.pushRequests.name,
-        outcomesTopic: String = IsletTopics.pushOutcomes.name, logger: Logger, onReady: @escaping @Sendable () -> Void = {}
+        outcomesTopic: String = IsletTopics.pushOutcomes.name, ownWrites: KafkaHeader? = nil, logger: Logger,
+        onReady: @escaping @Sendable () -> Void = {}
     ) {
         self.consumer = consumer
+        self.ownWrites = ownWrites
         self.engine = engine
         self.requestsTopic = requestsTopic
         self.outcomesTopic = outcomesTopic
@@ -59,9 +64,13 @@ public struct ContentMemoryLoader: Service {
         }
     }
 
-    private func apply(_ message: KafkaMessage) {
+    func apply(_ message: KafkaMessage) {
         do {
             if message.topic == requestsTopic {
+                if let ownWrites, message.header(ownWrites.name) == ownWrites {
+                    Counter(label: "islet_content_memory_own_requests_skipped_total").increment()
+                    return
+                }
                 engine.replay(try IsletJSON.decode(PushRequest.self, from: message.value ?? []), partition: message.partition)
             } else if message.topic == outcomesTopic {
                 engine.record(try IsletJSON.decode(PushOutcome.self, from: message.value ?? []))

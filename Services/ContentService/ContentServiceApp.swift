@@ -146,12 +146,13 @@ public struct ContentServiceApp: Sendable {
                 since: Date().addingTimeInterval(-(settings.freshness.retention / .seconds(1))), clientID: service,
                 settings: runtime.settings.consumerProperties),
             logger: logger)
+        let sender = RequestSender(producer: producer, engine: engine, topic: topics.pushRequests, logger: logger)
         let memoryLoader = ContentMemoryLoader(
-            consumer: memoryReplica, engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes, logger: logger
+            consumer: memoryReplica, engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes,
+            ownWrites: sender.writer, logger: logger
         ) { health.setReady(Self.memoryCheck) }
 
         let consumer = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.activityEvents]), logger: logger)
-        let sender = RequestSender(producer: producer, engine: engine, topic: topics.pushRequests, logger: logger)
         let thumbnails = settings.thumbnails.allowedHosts.isEmpty ? nil : ThumbnailService(settings: settings.thumbnails, logger: logger)
         let loop = ContentServiceLoop(
             consumer: consumer,

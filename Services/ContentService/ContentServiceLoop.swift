@@ -107,6 +107,12 @@ public final class RequestSender: Sendable {
     let engine: ContentEngine
     let topic: String
     let logger: Logger
+    /// Names this process as the writer of its push requests (a header on each), so that its
+    /// memory replica need not decode them again (``ContentMemoryLoader``): the engine has their
+    /// effect already. New with each process: after a restart every request is read back.
+    public let writer: KafkaHeader = KafkaHeader(name: RequestSender.writerHeader, value: Array(UUID().uuidString.utf8))
+    /// The header naming the content-service process that wrote a push request.
+    public static let writerHeader = "islet-writer"
     /// One turn at a time, in arrival order (a mutex cannot be held across an `await`).
     private let gate = AsyncSemaphore(1)
     private let owned = Mutex<Set<Int32>>([])
@@ -161,7 +167,7 @@ public final class RequestSender: Sendable {
             let value = try IsletJSON.encode(request)
             while true {
                 do {
-                    try producer.produce(topic: topic, key: request.key.map { Array($0.utf8) }, value: value) { [self] result in
+                    try producer.produce(topic: topic, key: request.key.map { Array($0.utf8) }, value: value, headers: [writer]) { [self] result in
                         switch result {
                         case .success: completion.one()
                         case .failure: self.failed.withLock { $0.append((request, completion)) }
@@ -203,7 +209,7 @@ public final class RequestSender: Sendable {
         var backoff = Duration.milliseconds(100)
         while true {
             do {
-                try await producer.send(request, to: topic)
+                try await producer.send(request, to: topic, headers: [writer])
                 return
             } catch {
                 logger.warning("push request not persisted; retrying", metadata: ["activity.id": "\(activityId)", "error": "\(error)"])

@@ -2,6 +2,8 @@ import Foundation
 import IsletKafka
 import IsletLinks
 import IsletMessages
+import IsletTokens
+import Logging
 import Testing
 @testable import ContentService
 
@@ -223,5 +225,43 @@ struct ProducerSettingsTests {
             .init(bootstrapServers: "broker:9092", settings: ["linger.ms": "20", "message.timeout.ms": "9000"]), sendTimeout: .seconds(5))
         #expect(chosen.settings["linger.ms"] == "20")
         #expect(chosen.settings["message.timeout.ms"] == "9000")
+    }
+}
+
+@Suite("content-service's memory replica")
+struct MemoryReplicaTests {
+    @Test("skips the push requests this process wrote (the engine has them) and replays those of another writer")
+    func ownWritesSkipped() throws {
+        let writer = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        guard case .send(let prepared) = try writer.prepare(event("DeliveryAttributes", sequence: 1, ["status": .string("preparing"), "orderId": .string("42")]))
+        else {
+            Issue.record("nothing sent")
+            return
+        }
+        let value = try IsletJSON.encode(prepared.requests[0])
+        let own = KafkaHeader(name: RequestSender.writerHeader, string: "this-process")
+        func record(_ header: KafkaHeader?) -> KafkaMessage {
+            KafkaMessage(
+                topic: IsletTopics.pushRequests.name, partition: 0, offset: 0, key: Array("order-42".utf8), value: value,
+                headers: header.map { [$0] } ?? [])
+        }
+        // Never connects: the loader's apply is called directly.
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        let consumer = try KafkaConsumer(
+            configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: [IsletTopics.pushRequests.name], since: now), logger: quiet)
+        func loader(_ engine: ContentEngine) -> ContentMemoryLoader {
+            ContentMemoryLoader(consumer: consumer, engine: engine, ownWrites: own, logger: quiet)
+        }
+
+        let reader = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        loader(reader).apply(record(own))
+        #expect(reader.memory(of: "order-42") == nil, "its own request is not decoded again")
+        loader(reader).apply(record(KafkaHeader(name: RequestSender.writerHeader, string: "another-process")))
+        #expect(reader.memory(of: "order-42")?.latest?.requestId == prepared.requests[0].requestId)
+
+        let restarted = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        loader(restarted).apply(record(nil))
+        #expect(restarted.memory(of: "order-42")?.latest?.requestId == prepared.requests[0].requestId, "a request without the header is replayed")
     }
 }
