@@ -5,8 +5,8 @@
 #
 # Its reference, measured first in the same run: one Kafka hop on a fresh broker of the same kind,
 # librdkafka's own rdkafka_performance in latency mode (a producer stamping each message, a consumer
-# reading the stamp) at the same rate with the services' settings — idempotent, acks=all,
-# linger.ms=5, fetch.wait.max.ms=10. The product's path has two such hops (event → content-service,
+# reading the stamp) at the same rate with the load generator's settings — idempotent, acks=all,
+# linger.ms=5, fetch.wait.max.ms=10 (content-service's own producer lingers 1 ms). The product's path has two such hops (event → content-service,
 # push request → apns-dispatcher), plus the services' work and the HTTP/2 send.
 #
 # It runs on two brokers, each with its own reference (E2E_BROKERS, default "tansu mock"):
@@ -38,13 +38,16 @@ echo "== build (release)"
 swift build -c release 2>&1 | grep -E "error|Build complete" | tail -3
 export ISLET_BUILD_CONFIGURATION=release
 brokers=${E2E_BROKERS:-tansu mock}
+hop_pids=()
 
 hop() {  # broker: one Kafka hop on a fresh broker of that kind
   local broker=$1
   echo "== reference on $broker: one Kafka hop (rdkafka_performance -l, $hop_count messages of 300 bytes at $hop_rate/s, a fresh broker)"
   local hop_dir=$ISLET_RUN_DIR/bench-e2e-hop-$broker
   rm -rf "$hop_dir" && mkdir -p "$hop_dir"
-  eval "$(ISLET_BROKER=$broker ISLET_BROKER_TOPICS=e2e-hop:1 ISLET_RUN_DIR="$hop_dir" scripts/broker.sh)"
+  local started
+  started=$(ISLET_BROKER=$broker ISLET_BROKER_TOPICS=e2e-hop:1 ISLET_RUN_DIR="$hop_dir" scripts/broker.sh) || return 1
+  eval "$started"
   hop_pids=("$ISLET_BROKER_PID")
   trap stop_hop EXIT INT TERM
   local settings=(-b "$ISLET_KAFKA_BOOTSTRAP" -t e2e-hop -p 0 -X enable.idempotence=true -X acks=all -X linger.ms=5)
@@ -75,12 +78,21 @@ PY
 }
 stop_hop() { for pid in "${hop_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; hop_pids=(); }
 
+# One broker failing does not stop the other's measurement; the script fails at the end.
+failed=()
 for broker in $brokers; do
   case $broker in tansu | mock) ;; *) echo "E2E_BROKERS: tansu and/or mock, got $broker" >&2; exit 2 ;; esac
-  hop "$broker"
+  if ! hop "$broker"; then
+    stop_hop
+    failed+=("$broker (reference)")
+    continue
+  fi
   echo "== end to end on $broker"
   out=$ISLET_RUN_DIR/bench-e2e-$broker.txt
-  ISLET_BROKER=$broker ISLET_LOG_LEVEL=${ISLET_LOG_LEVEL:-warning} scripts/demo.sh --latency "$@" | tee "$out"
+  if ! ISLET_BROKER=$broker ISLET_LOG_LEVEL=${ISLET_LOG_LEVEL:-warning} scripts/demo.sh --latency "$@" | tee "$out"; then
+    failed+=("$broker")
+    continue
+  fi
   python3 - "$out" "$broker" <<'PY'
 import re, sys
 path, broker = sys.argv[1], sys.argv[2]
@@ -97,3 +109,7 @@ for line in text.splitlines():
         print(f"detail\t{broker}\t{line.strip()}")
 PY
 done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "end to end failed on: ${failed[*]}" >&2
+  exit 1
+fi

@@ -24,6 +24,7 @@ if [ "${ISLET_BROKER:-tansu}" = mock ]; then
   [ -x "$demo" ] || { echo "$demo not found: build first" >&2; exit 1; }
   topics=()
   for topic in ${ISLET_BROKER_TOPICS:-}; do topics+=(--topic "$topic"); done
+  rm -f "$run_dir/broker.address"  # never read the address of an earlier run's broker
   "$demo" mock-broker ${topics[@]+"${topics[@]}"} >"$run_dir/broker.address" 2>"$run_dir/broker.log" </dev/null &
   pid=$!
   for _ in $(seq 1 100); do

@@ -97,7 +97,7 @@ echo "== scenarios"
 cat <<TEXT
 
 == running
-  Kafka (tansu)       $bootstrap
+  Kafka (${ISLET_BROKER:-tansu})       $bootstrap
   token-registry      http://127.0.0.1:8081 (gRPC 9081)   JWT key: demo=$jwt_secret
   content-service     http://127.0.0.1:8083 (gRPC 9083)   stale activities: /v1/activities/stale
   apns-dispatcher     http://127.0.0.1:8082/metrics

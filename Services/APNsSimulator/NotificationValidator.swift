@@ -127,7 +127,8 @@ public enum NotificationValidator {
 
     /// What the check reads of a payload: the fields of its `aps` object, without building a tree
     /// of the whole document (most of the simulator's CPU when it did). The document is still
-    /// parsed whole: malformed JSON anywhere is a BadPayload.
+    /// parsed whole: malformed JSON anywhere is a BadPayload. A value it does not read is checked
+    /// for syntax only (a number beyond a Double's range, a lone surrogate escape pass).
     struct PayloadShape: Decodable {
         struct APS: Decodable {
             enum Key: String, CodingKey {

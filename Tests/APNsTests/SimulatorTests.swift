@@ -69,7 +69,7 @@ struct SimulatorRuleTests {
     }
 
     @Test(
-        "the payload check reading only the aps fields accepts exactly what a check of the whole JSON tree accepts",
+        "the payload check reading only the aps fields gives the verdicts of a check of the whole JSON tree",
         arguments: [
             #"{"aps":{"event":"update","timestamp":1,"content-state":{}}}"#,
             #"{"aps":{"event":"update","timestamp":12.0,"content-state":{"a":[1,{"b":null}]}}}"#,
@@ -95,6 +95,18 @@ struct SimulatorRuleTests {
     func payloadShape(_ body: String) {
         let accepted = verdict(request(body: body)) == "200"
         #expect(accepted == Self.acceptedByTree(body), "\(body)")
+    }
+
+    @Test(
+        "a value the check does not read is checked for JSON syntax only (the tree check also refused what Swift cannot represent)",
+        arguments: [
+            #"{"aps":{"event":"update","timestamp":1,"content-state":{"eta":1e400}}}"#,
+            #"{"aps":{"event":"update","timestamp":1,"content-state":{"name":"\ud800"}}}"#,
+        ])
+    func unreadValues(_ body: String) {
+        #expect(verdict(request(body: body)) == "200")
+        #expect(!Self.acceptedByTree(body))
+        #expect(verdict(request(body: String(body.dropLast()))) == "400 BadPayload", "still parsed whole")
     }
 
     @Test("provider tokens: known key and team, valid signature, less than an hour old")
