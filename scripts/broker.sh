@@ -16,9 +16,6 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools=${ISLET_TOOLS:-$repo/.tools}
 run_dir=${ISLET_RUN_DIR:-$repo/.islet-run}
 mkdir -p "$run_dir"
-tansu="$tools/bin/tansu"
-[ -x "$tansu" ] || { echo "tansu not found at $tansu: run scripts/bootstrap.sh" >&2; exit 1; }
-
 if [ "${ISLET_BROKER:-tansu}" = mock ]; then
   demo=$(cd "$repo" && swift build -c "${ISLET_BUILD_CONFIGURATION:-debug}" --show-bin-path)/islet-demo
   [ -x "$demo" ] || { echo "$demo not found: build first" >&2; exit 1; }
@@ -44,6 +41,9 @@ if [ "${ISLET_BROKER:-tansu}" = mock ]; then
 elif [ "${ISLET_BROKER:-tansu}" != tansu ]; then
   echo "ISLET_BROKER must be tansu or mock, got $ISLET_BROKER" >&2; exit 1
 fi
+
+tansu="$tools/bin/tansu"
+[ -x "$tansu" ] || { echo "tansu not found at $tansu: run scripts/bootstrap.sh" >&2; exit 1; }
 
 port=${ISLET_BROKER_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')}
 "$tansu" broker \

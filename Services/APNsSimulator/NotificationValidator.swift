@@ -158,7 +158,7 @@ public enum NotificationValidator {
                 }
                 hasContentState = (try? aps.nestedContainer(keyedBy: Key.self, forKey: .contentState)) != nil
                 hasAttributes = (try? aps.nestedContainer(keyedBy: Key.self, forKey: .attributes)) != nil
-                hasAttributesType = ((try? aps.decodeIfPresent(String.self, forKey: .attributesType)) ?? nil) != nil
+                hasAttributesType = (try? aps.decodeIfPresent(String.self, forKey: .attributesType)) != nil
                 hasAlert = aps.contains(.alert)
             }
         }

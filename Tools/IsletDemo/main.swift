@@ -16,8 +16,8 @@ import IsletMessages
 import JWTKit
 import Logging
 import NIOCore
-import Synchronization
 import TokenRegistry
+import UnixSignals
 
 let quiet: Logger = {
     var logger = Logger(label: "islet.demo")
@@ -67,25 +67,9 @@ struct MockBroker: AsyncParsableCommand {
         for (name, count) in wanted { try cluster.createTopic(name, partitions: count) }
         // Unbuffered: the script reads it while this process keeps running.
         FileHandle.standardOutput.write(Data("ISLET_KAFKA_BOOTSTRAP=\(cluster.bootstrapServers)\n".utf8))
-        signal(SIGTERM, SIG_IGN)
-        signal(SIGINT, SIG_IGN)
-        let sources = [SIGTERM, SIGINT].map { DispatchSource.makeSignalSource(signal: $0) }
-        await withCheckedContinuation { (stopped: CheckedContinuation<Void, Never>) in
-            let once = OnceFlag()
-            for source in sources {
-                source.setEventHandler { if once.take() { stopped.resume() } }
-                source.resume()
-            }
-        }
-        for source in sources { source.cancel() }
+        for await _ in await UnixSignalsSequence(trapping: .sigterm, .sigint) { break }
         withExtendedLifetime(cluster) {}
     }
-}
-
-/// True the first time only.
-final class OnceFlag: Sendable {
-    private let taken = Mutex(false)
-    func take() -> Bool { taken.withLock { taken in defer { taken = true }; return !taken } }
 }
 
 /// Serves the photos the events point at (a courier's and a driver's), as a CDN would.
