@@ -163,9 +163,9 @@ public enum DeepLinkCodec {
         guard let schemeEnd = url.firstIndex(of: ":"), url[..<schemeEnd].utf8.allSatisfy(isSchemeByte), !url[..<schemeEnd].isEmpty else {
             return .failure(LinkRejection(.malformedUrl, "no URL scheme"))
         }
-        guard !url.contains("#") else { return .failure(LinkRejection(.malformedUrl, "a fragment is not part of an Islet link")) }
+        guard !url.utf8.contains(UInt8(ascii: "#")) else { return .failure(LinkRejection(.malformedUrl, "a fragment is not part of an Islet link")) }
         let (path, items) = split(url)
-        var ours: [String: String] = [:]
+        var ours = [String?](repeating: nil, count: names.count)  // by position in `names`
         var theirs: [Substring] = []
         for item in items {
             let name = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)[0]
@@ -173,36 +173,37 @@ public enum DeepLinkCodec {
                 theirs.append(item)
                 continue
             }
-            let nameText = String(name)
-            guard names.contains(nameText) else { return .failure(LinkRejection(.invalidParameter, "unknown parameter \(nameText.prefix(20))")) }
-            guard ours[nameText] == nil else { return .failure(LinkRejection(.duplicateParameter, "\(nameText) appears more than once")) }
-            let raw = item.dropFirst(name.count + 1)
-            guard item.count > name.count, let value = String(raw).removingPercentEncoding else {
-                return .failure(LinkRejection(.invalidParameter, "\(nameText) has no readable value"))
+            guard let slot = names.firstIndex(where: { $0.utf8.elementsEqual(name.utf8) }) else {
+                return .failure(LinkRejection(.invalidParameter, "unknown parameter \(name.prefix(20))"))
             }
-            ours[nameText] = value
+            guard ours[slot] == nil else { return .failure(LinkRejection(.duplicateParameter, "\(names[slot]) appears more than once")) }
+            guard name.endIndex < item.endIndex, let value = percentDecoded(item[item.index(after: name.endIndex)...]) else {
+                return .failure(LinkRejection(.invalidParameter, "\(names[slot]) has no readable value"))
+            }
+            ours[slot] = value
         }
-        for name in names where ours[name] == nil { return .failure(LinkRejection(.missingParameter, "\(name) is missing")) }
+        for (slot, name) in names.enumerated() where ours[slot] == nil { return .failure(LinkRejection(.missingParameter, "\(name) is missing")) }
+        let values = ours.map { $0! }
         let base = theirs.isEmpty ? String(path) : String(path) + "?" + theirs.joined(separator: "&")
 
         // The fields, checked before the signature so that a broken link says what is broken.
-        let (activityId, attributesType, surfaceText, element) = (ours["isl_a"]!, ours["isl_t"]!, ours["isl_s"]!, ours["isl_e"]!)
+        let (activityId, attributesType, surfaceText, element) = (values[0], values[1], values[2], values[3])
         guard isIdentifier(activityId, maxLength: 128) else { return .failure(LinkRejection(.invalidParameter, "isl_a is not an activity id")) }
         guard isTypeName(attributesType) else { return .failure(LinkRejection(.invalidParameter, "isl_t is not a type name")) }
         let surface = Surface(rawValue: surfaceText)
         guard surface.isKnown else { return .failure(LinkRejection(.invalidParameter, "isl_s is not a known surface")) }
         guard isIdentifier(element, maxLength: 64) else { return .failure(LinkRejection(.invalidParameter, "isl_e is not an element id")) }
-        guard let sequence = decimal(ours["isl_q"]!), sequence >= 0 else {
+        guard let sequence = decimal(values[4]), sequence >= 0 else {
             return .failure(LinkRejection(.invalidParameter, "isl_q is not a content sequence"))
         }
-        guard let issued = decimal(ours["isl_i"]!) else { return .failure(LinkRejection(.invalidParameter, "isl_i is not a time")) }
-        guard let key = keyring.key(id: ours["isl_k"]!) else {
-            return .failure(LinkRejection(.unknownKeyId, "key \(ours["isl_k"]!.prefix(32)) is not one of the accepted keys"))
+        guard let issued = decimal(values[5]) else { return .failure(LinkRejection(.invalidParameter, "isl_i is not a time")) }
+        guard let key = keyring.key(id: values[6]) else {
+            return .failure(LinkRejection(.unknownKeyId, "key \(values[6].prefix(32)) is not one of the accepted keys"))
         }
-        guard let given = base64URLDecode(ours["isl_sig"]!), given.count == 16 else {
+        guard let given = base64URLDecode(values[7]), given.count == 16 else {
             return .failure(LinkRejection(.badSignature, "isl_sig is not a 16-byte base64url value"))
         }
-        let expected = mac(base: base, values: Self.names.dropLast().map { ours[$0]! }, key: key)
+        let expected = mac(base: base, values: values.dropLast(), key: key)
         guard constantTimeEqual(given, expected) else { return .failure(LinkRejection(.badSignature, "the signature does not match")) }
 
         let issuedAt = Date(timeIntervalSince1970: TimeInterval(issued))
@@ -231,7 +232,7 @@ public enum DeepLinkCodec {
     /// The first 16 bytes of HMAC-SHA256 over the canonical form: the same bytes as
     /// `canonical(base:values:)`, gathered into one buffer (each `update` call costs more than
     /// copying a few hundred bytes).
-    static func mac(base: String, values: [String], key: LinkKey) -> [UInt8] {
+    static func mac(base: String, values: some Collection<String>, key: LinkKey) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(base.utf8.count + values.reduce(0) { $0 + $1.utf8.count } + 24)
         bytes.append(contentsOf: "islet-link-v1\n".utf8)
@@ -307,10 +308,70 @@ public enum DeepLinkCodec {
         return String(decoding: output, as: UTF8.self)
     }
 
+    /// Strict: only the alphabet, no padding, and the bits left over after the last whole byte
+    /// are zero, so one byte string has exactly one text (a signature cannot be re-spelled).
     static func base64URLDecode(_ text: String) -> [UInt8]? {
-        guard text.utf8.allSatisfy({ isAlphanumeric($0) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }) else { return nil }
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        return Data(base64Encoded: base64).map(Array.init)
+        let bytes = text.utf8
+        guard bytes.count % 4 != 1 else { return nil }
+        var output: [UInt8] = []
+        output.reserveCapacity(bytes.count * 3 / 4)
+        var accumulator: UInt32 = 0
+        var bits: UInt32 = 0
+        for byte in bytes {
+            guard let value = base64URLValue(byte) else { return nil }
+            accumulator = accumulator << 6 | value
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                output.append(UInt8(truncatingIfNeeded: accumulator >> bits))
+                accumulator &= (1 << bits) - 1
+            }
+        }
+        return accumulator == 0 ? output : nil
+    }
+
+    private static func base64URLValue(_ byte: UInt8) -> UInt32? {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"): UInt32(byte - UInt8(ascii: "A"))
+        case UInt8(ascii: "a")...UInt8(ascii: "z"): UInt32(byte - UInt8(ascii: "a")) + 26
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt32(byte - UInt8(ascii: "0")) + 52
+        case UInt8(ascii: "-"): 62
+        case UInt8(ascii: "_"): 63
+        default: nil
+        }
+    }
+
+    /// Percent-decoding on bytes, as Foundation's `removingPercentEncoding` (which showed in
+    /// profiles): nil when a `%` is not followed by two hex digits or when the decoded bytes are not
+    /// UTF-8 (Foundation on Linux turns some of those into U+FFFD); `+` stays `+`.
+    static func percentDecoded(_ text: Substring) -> String? {
+        let bytes = text.utf8
+        guard bytes.contains(UInt8(ascii: "%")) else { return String(text) }
+        var output: [UInt8] = []
+        output.reserveCapacity(bytes.count)
+        var index = bytes.startIndex
+        while index != bytes.endIndex {
+            let byte = bytes[index]
+            index = bytes.index(after: index)
+            guard byte == UInt8(ascii: "%") else {
+                output.append(byte)
+                continue
+            }
+            guard index != bytes.endIndex, let high = hexValue(bytes[index]) else { return nil }
+            index = bytes.index(after: index)
+            guard index != bytes.endIndex, let low = hexValue(bytes[index]) else { return nil }
+            index = bytes.index(after: index)
+            output.append(high << 4 | low)
+        }
+        return String(validating: output, as: UTF8.self)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
     }
 }

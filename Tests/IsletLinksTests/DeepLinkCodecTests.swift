@@ -85,6 +85,40 @@ struct DeepLinkCodecTests {
         #expect(DeepLinkCodec.base64URLDecode(expected) == bytes)
     }
 
+    @Test("a byte string has one base64url spelling: text with bits set past the last byte is refused")
+    func base64URLIsCanonical() {
+        let bytes = Array(0..<16).map(UInt8.init)
+        let text = DeepLinkCodec.base64URLEncode(bytes)  // 22 characters: the last carries 2 bits and 4 zero bits
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+        let last = alphabet.firstIndex(of: text.last!)!
+        for extra in 1..<16 {
+            #expect(DeepLinkCodec.base64URLDecode(String(text.dropLast()) + String(alphabet[last | extra])) == nil)
+        }
+        for text in ["A", "AAAAA", "AB=", "AB+", "AB/", "AB C"] { #expect(DeepLinkCodec.base64URLDecode(text) == nil, "\(text)") }
+    }
+
+    @Test("percent decoding reads what Foundation's removingPercentEncoding reads, and refuses every byte sequence that is not UTF-8")
+    func percentDecoding() {
+        var samples = [
+            "", "eta", "%65ta", "%", "%6", "%6g", "%zz", "a%2", "%C3%A9", "%c3%a9", "%C3", "%FF", "%00", "%2B+", "café",
+            "%E2%82%AC", "%ED%A0%80", "%F0%9F%98%80", "%F4%90%80%80", "%C0%AF", "100%",
+        ]
+        var random = SplitMix(seed: 11)
+        let pieces = ["a", "%", "%4", "%41", "%C3", "%A9", "%e2%82", "%AC", "é", "+", "%25", "%zz", "%0", "=", "&"]
+        for _ in 0..<3_000 {
+            samples.append((0..<Int.random(in: 0...6, using: &random)).map { _ in pieces.randomElement(using: &random)! }.joined())
+        }
+        for sample in samples {
+            // Foundation on Linux turns some bytes that are not UTF-8 into U+FFFD (a lone %A9) and
+            // refuses others (%AC, %FF); the codec refuses them all.
+            let foundation = sample.removingPercentEncoding
+            let expected = foundation?.unicodeScalars.contains("\u{FFFD}") == true ? nil : foundation
+            #expect(DeepLinkCodec.percentDecoded(sample[...]) == expected, "\(sample)")
+        }
+        #expect(DeepLinkCodec.percentDecoded("%A9") == nil)
+        #expect(DeepLinkCodec.percentDecoded("%EF%BF%BD") == "\u{FFFD}", "an encoded U+FFFD is UTF-8")
+    }
+
     @Test("the MAC is computed over exactly the canonical form")
     func macOverCanonicalForm() {
         var random = SplitMix(seed: 7)
@@ -145,6 +179,11 @@ struct DeepLinkCodecTests {
         #expect(reason(url.replacingOccurrences(of: "isl_s=islandExpanded", with: "isl_s=watch")) == .invalidParameter)
         #expect(reason(url.replacingOccurrences(of: "tab=status", with: "tab=orders")) == .badSignature, "the base URL is signed too")
         #expect(reason(url.replacingOccurrences(of: "isl_k=k2", with: "isl_k=k1")) == .badSignature)
+        // The same signature bytes spelled with a bit set past the last byte is not the signature.
+        let signature = String(url[url.range(of: "isl_sig=")!.upperBound...])
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+        let respelled = String(signature.dropLast()) + String(alphabet[alphabet.firstIndex(of: signature.last!)! | 1])
+        #expect(reason(url.replacingOccurrences(of: "isl_sig=" + signature, with: "isl_sig=" + respelled)) == .badSignature)
         #expect(reason(url + "#frag") == .malformedUrl)
         #expect(reason("not a url") == .malformedUrl)
         #expect(reason(String(repeating: "a", count: 5_000)) == .malformedUrl)
