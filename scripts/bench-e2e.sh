@@ -6,8 +6,9 @@
 # Its reference, measured first in the same run: one Kafka hop on a fresh broker of the same kind,
 # librdkafka's own rdkafka_performance in latency mode (a producer stamping each message, a consumer
 # reading the stamp) at the same rate with the load generator's settings — idempotent, acks=all,
-# linger.ms=5, fetch.wait.max.ms=10 (content-service's own producer lingers 1 ms). The product's path has two such hops (event → content-service,
-# push request → apns-dispatcher), plus the services' work and the HTTP/2 send.
+# linger.ms=5, fetch.wait.max.ms=10 (content-service's own producer lingers 1 ms). The product's
+# path has two such hops (event → content-service, push request → apns-dispatcher), plus the
+# services' work and the HTTP/2 send.
 #
 # It runs on two brokers, each with its own reference (E2E_BROKERS, default "tansu mock"):
 # - tansu, the broker of the tests and the demo (in memory): its reads get slower as its topics

@@ -292,7 +292,7 @@ public enum DeepLinkCodec {
     }
 
     /// Base64url (RFC 4648 §5) without padding.
-    private static let base64URLAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    static let base64URLAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
     static func base64URLEncode(_ bytes: [UInt8]) -> String {
         let alphabet = base64URLAlphabet
@@ -318,8 +318,9 @@ public enum DeepLinkCodec {
         var accumulator: UInt32 = 0
         var bits: UInt32 = 0
         for byte in bytes {
-            guard let value = base64URLValue(byte) else { return nil }
-            accumulator = accumulator << 6 | value
+            let value = base64URLValues[Int(byte)]
+            guard value != 0xFF else { return nil }
+            accumulator = accumulator << 6 | UInt32(value)
             bits += 6
             if bits >= 8 {
                 bits -= 8
@@ -330,16 +331,12 @@ public enum DeepLinkCodec {
         return accumulator == 0 ? output : nil
     }
 
-    private static func base64URLValue(_ byte: UInt8) -> UInt32? {
-        switch byte {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"): UInt32(byte - UInt8(ascii: "A"))
-        case UInt8(ascii: "a")...UInt8(ascii: "z"): UInt32(byte - UInt8(ascii: "a")) + 26
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt32(byte - UInt8(ascii: "0")) + 52
-        case UInt8(ascii: "-"): 62
-        case UInt8(ascii: "_"): 63
-        default: nil
-        }
-    }
+    /// Each byte's position in the alphabet; 0xFF for a byte outside it.
+    private static let base64URLValues: [UInt8] = {
+        var values = [UInt8](repeating: 0xFF, count: 256)
+        for (value, byte) in base64URLAlphabet.enumerated() { values[Int(byte)] = UInt8(value) }
+        return values
+    }()
 
     /// Percent-decoding on bytes, as Foundation's `removingPercentEncoding` (which showed in
     /// profiles): nil when a `%` is not followed by two hex digits or when the decoded bytes are not

@@ -89,10 +89,10 @@ struct DeepLinkCodecTests {
     func base64URLIsCanonical() {
         let bytes = Array(0..<16).map(UInt8.init)
         let text = DeepLinkCodec.base64URLEncode(bytes)  // 22 characters: the last carries 2 bits and 4 zero bits
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
-        let last = alphabet.firstIndex(of: text.last!)!
+        let alphabet = DeepLinkCodec.base64URLAlphabet
+        let last = alphabet.firstIndex(of: text.utf8.last!)!
         for extra in 1..<16 {
-            #expect(DeepLinkCodec.base64URLDecode(String(text.dropLast()) + String(alphabet[last | extra])) == nil)
+            #expect(DeepLinkCodec.base64URLDecode(String(text.dropLast()) + String(decoding: [alphabet[last | extra]], as: UTF8.self)) == nil)
         }
         for text in ["A", "AAAAA", "AB=", "AB+", "AB/", "AB C"] { #expect(DeepLinkCodec.base64URLDecode(text) == nil, "\(text)") }
     }
@@ -181,8 +181,8 @@ struct DeepLinkCodecTests {
         #expect(reason(url.replacingOccurrences(of: "isl_k=k2", with: "isl_k=k1")) == .badSignature)
         // The same signature bytes spelled with a bit set past the last byte is not the signature.
         let signature = String(url[url.range(of: "isl_sig=")!.upperBound...])
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
-        let respelled = String(signature.dropLast()) + String(alphabet[alphabet.firstIndex(of: signature.last!)! | 1])
+        let alphabet = DeepLinkCodec.base64URLAlphabet
+        let respelled = String(signature.dropLast()) + String(decoding: [alphabet[alphabet.firstIndex(of: signature.utf8.last!)! | 1]], as: UTF8.self)
         #expect(reason(url.replacingOccurrences(of: "isl_sig=" + signature, with: "isl_sig=" + respelled)) == .badSignature)
         #expect(reason(url + "#frag") == .malformedUrl)
         #expect(reason("not a url") == .malformedUrl)
