@@ -555,6 +555,7 @@ let package = Package(
             name: "IsletRuntimeTests",
             dependencies: [
                 "IsletRuntime",
+                "IsletKafka",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

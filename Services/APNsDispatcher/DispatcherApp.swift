@@ -68,6 +68,12 @@ public struct DispatcherApp: Sendable {
                 settings: runtime.settings.consumerProperties, logger: logger),
             logger: logger)
 
+        // Readiness follows the Kafka clients too: not ready while one cannot reach the cluster or
+        // is being recreated; not live once recreation keeps failing.
+        health.register("kafka.producer") { producer.health }
+        health.register("kafka.tokens") { replica.health }
+        health.register("kafka.requests") { consumer.health }
+
         self.engine = engine
         self.client = client
         self.tokens = tokens

@@ -61,6 +61,10 @@ public struct AnalyticsConsumerApp: Sendable {
                 producer: producer, consumer: consumer, service: runtime.settings.serviceName, logger: logger, topic: topics.deadLetters),
             store: store, clicksTopic: topics.clicks, logger: logger,
             onAssigned: { health.setReady(Self.assignedCheck) })
+        // Readiness follows the Kafka clients too: not ready while one cannot reach the cluster or
+        // is being recreated; not live once recreation keeps failing.
+        health.register("kafka.producer") { producer.health }
+        health.register("kafka.consumer") { consumer.health }
         let router = runtime.makeRouter()
         self.store = store
         self.services = [

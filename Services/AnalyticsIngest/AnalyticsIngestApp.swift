@@ -45,6 +45,10 @@ public struct AnalyticsIngestApp: Sendable {
         router.add(middleware: MetricsMiddleware())
         IngestHTTPAPI(ingestor: ingestor, limiter: limiter, settings: settings, metrics: metrics, logger: logger).addRoutes(to: router)
 
+        // Readiness follows the Kafka producer: not ready while the producer cannot reach the cluster or
+        // is being recreated; not live once recreation keeps failing.
+        runtime.health.register("kafka.producer") { producer.health }
+
         self.producer = producer
         self.ingestor = ingestor
         self.metrics = metrics

@@ -175,6 +175,13 @@ public struct ContentServiceApp: Sendable {
                 status: .ok, headers: [.contentType: "application/json"],
                 body: .init(byteBuffer: ByteBuffer(bytes: try IsletJSON.encode(["activities": stale]))))
         }
+        // Readiness follows the Kafka clients too: not ready while one cannot reach the cluster or
+        // is being recreated; not live once recreation keeps failing.
+        health.register("kafka.producer") { producer.health }
+        health.register("kafka.tokens") { tokenReplica.health }
+        health.register("kafka.memory") { memoryReplica.health }
+        health.register("kafka.events") { consumer.health }
+
         self.engine = engine
         self.monitor = monitor
         self.grpc = grpc

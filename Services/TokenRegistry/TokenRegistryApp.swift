@@ -64,6 +64,12 @@ public struct TokenRegistryApp: Sendable {
         RegistryHTTPAPI(registry: registry, authenticator: authenticator, maxBodyBytes: settings.maxBodyBytes, logger: logger).addRoutes(to: router)
         let grpc = GRPCServerService(host: settings.grpcHost, port: settings.grpcPort, services: [RegistryGRPCService(registry: registry)])
 
+        // Readiness follows the Kafka clients too: not ready while one cannot reach the cluster or
+        // is being recreated; not live once recreation keeps failing.
+        health.register("kafka.producer") { producer.health }
+        health.register("kafka.tokens") { replica.health }
+        health.register("kafka.outcomes") { outcomes.health }
+
         self.registry = registry
         self.producer = producer
         self.grpc = grpc

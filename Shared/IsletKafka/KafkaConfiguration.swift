@@ -16,6 +16,8 @@ public struct KafkaProducerConfiguration: Sendable {
     public var flushTimeout: Duration
     /// Any other librdkafka property, by its dotted name. Overrides ``defaultSettings``.
     public var settings: [String: String]
+    /// When the producer counts as out of touch with the cluster and how it recovers (``KafkaProducer/health``).
+    public var health = KafkaHealthPolicy()
 
     /// What Islet sets unless ``settings`` says otherwise.
     ///
@@ -102,6 +104,8 @@ public struct KafkaConsumerConfiguration: Sendable {
     public var settings: [String: String]
     /// A group member (the default) or a replica of every partition.
     public var membership: Membership
+    /// When the consumer counts as out of touch with the cluster (``KafkaConsumer/health``).
+    public var health = KafkaHealthPolicy()
 
     /// What Islet sets unless ``settings`` says otherwise.
     ///

@@ -48,7 +48,8 @@ public final class KafkaConsumer: Service, Sendable {
     private let logger: Logger
 
     public init(configuration: KafkaConsumerConfiguration, logger: Logger) throws(KafkaError) {
-        let core = ConsumerCore(capacity: configuration.bufferCapacity, logger: logger)
+        let core = ConsumerCore(
+            capacity: configuration.bufferCapacity, inGroup: configuration.membership == .group, policy: configuration.health, logger: logger)
         self.core = core
         self.configuration = configuration
         self.logger = logger
@@ -153,6 +154,8 @@ public final class KafkaConsumer: Service, Sendable {
                 return nil
             }
         }
+        let probe = Task { await self.probeWhileRunning() }
+        defer { probe.cancel() }
         let subscribeError: KafkaError? = await withTaskCancellationHandler {
             if stoppingOnGracefulShutdown {
                 await withGracefulShutdownHandler(operation: loop, onGracefulShutdown: { self.shutdown() })
@@ -171,6 +174,31 @@ public final class KafkaConsumer: Service, Sendable {
         }
         if let fatal = core.fatalError {
             throw fatal
+        }
+    }
+
+    /// What the consumer can do now (for `/health`): ready while the cluster answers it and — in a
+    /// group — the group gave it its partitions (possibly none); `failed` after a fatal error
+    /// (``run()`` then throws it and the service stops, to be restarted).
+    public var health: KafkaClientHealth { core.health() }
+
+    /// While the consumer runs: asks the cluster for metadata whenever nothing was heard from it
+    /// for a probe interval, so that ``health`` knows whether it answers on quiet topics too.
+    private func probeWhileRunning() async {
+        let policy = configuration.health
+        let interval = MonotonicTime.nanoseconds(policy.probeInterval)
+        let timeout = policy.probeTimeout.librdkafkaMilliseconds
+        let client = self.client
+        var first = true
+        while !core.stopRequested && !Task.isCancelled {
+            if !first {
+                guard (try? await Task.sleep(for: policy.probeInterval)) != nil else { return }
+            }
+            first = false
+            guard MonotonicTime.now() &- core.lastContact >= interval else { continue }
+            if await DedicatedThread.run(name: "islet-kafka-probe", { client.probe(timeoutMilliseconds: timeout) }) {
+                core.contact(at: MonotonicTime.now())
+            }
         }
     }
 
@@ -331,7 +359,7 @@ final class ConsumerCore: Sendable {
         var iteratorClaimed = false
     }
 
-    private enum Lifecycle { case idle, running }
+    private enum Lifecycle { case idle, running, finished }
 
     private let marks = Mutex(Marks())
     private let buffer = Mutex(Buffer())
@@ -343,14 +371,43 @@ final class ConsumerCore: Sendable {
     private let abandon = Atomic<Bool>(false)
     private let generationCounter = Atomic<UInt64>(0)
     private let fatal = Mutex<KafkaError?>(nil)
+    /// When the cluster last answered (``MonotonicTime``; 0: never).
+    private let contactAt = Atomic<UInt64>(0)
+    /// A group member that has not been given its partitions since it (re)joined.
+    private let awaitingAssignment: Atomic<Bool>
     private let capacity: Int
+    private let policy: KafkaHealthPolicy
     private let logger: Logger
     private let consumedMetric = Counter(label: "islet_kafka_consumer_messages_total")
     private let errorMetric = Counter(label: "islet_kafka_consumer_errors_total")
 
-    init(capacity: Int, logger: Logger) {
+    init(capacity: Int, inGroup: Bool = true, policy: KafkaHealthPolicy = KafkaHealthPolicy(), logger: Logger) {
         self.capacity = capacity
+        self.awaitingAssignment = Atomic(inGroup)
+        self.policy = policy
         self.logger = logger
+    }
+
+    // MARK: Health
+
+    var lastContact: UInt64 { contactAt.load(ordering: .acquiring) }
+
+    /// The cluster answered (records fetched, a rebalance, a probe).
+    func contact(at now: UInt64 = MonotonicTime.now()) {
+        contactAt.store(now, ordering: .releasing)
+    }
+
+    func health(now: UInt64 = MonotonicTime.now()) -> KafkaClientHealth {
+        if let fatal = fatalError { return .failed("fatal error: \(fatal)") }
+        let phase: KafkaHealthSnapshot.Phase
+        switch lifecycle.withLock({ $0 }) {
+        case .idle: phase = .notStarted
+        case .running: phase = stopRequested ? .stopping : .running
+        case .finished: phase = .stopping
+        }
+        let snapshot = KafkaHealthSnapshot(
+            phase: phase, consecutiveRecoveries: 0, lastContact: lastContact, awaitingAssignment: awaitingAssignment.load(ordering: .acquiring))
+        return snapshot.health(now: now, policy: policy)
     }
 
     /// The latest revocation's generation; the iterator compares it lock-free on every event.
@@ -483,6 +540,8 @@ final class ConsumerCore: Sendable {
     // MARK: Rebalance (poll thread, inside librdkafka's rebalance callback)
 
     func didAssign(_ partitions: [KafkaTopicPartition]) {
+        contact()
+        awaitingAssignment.store(false, ordering: .releasing)
         marks.withLock { marks in
             for tp in partitions {
                 let epoch = marks.nextEpoch
@@ -509,6 +568,8 @@ final class ConsumerCore: Sendable {
             return toStore
         }
         paused.withLock { $0.subtract(partitions) }
+        // Lost: the group dropped this member; it is not ready until it rejoined and got partitions.
+        if lost { awaitingAssignment.store(true, ordering: .releasing) }
         buffer.withLock { buffer in
             let before = buffer.items.count
             buffer.items.removeAll { event in
@@ -558,6 +619,7 @@ final class ConsumerCore: Sendable {
     /// Hands a batch of messages (stamped with their assignment epoch) to the caller's loop. Never
     /// waits: ``applyBackpressure(_:)`` keeps the buffer near its capacity. Poll thread only.
     func deliver(_ stamped: [KafkaConsumerEvent]) {
+        contact()
         consumedMetric.increment(by: Int64(stamped.count))
         let waiter = buffer.withLock { buffer in
             if buffer.items.isEmpty {
@@ -631,6 +693,7 @@ final class ConsumerCore: Sendable {
 
     /// No more events after what is buffered. Poll thread only, after close.
     func finishEvents() {
+        lifecycle.withLock { $0 = .finished }
         let waiter = buffer.withLock { buffer in
             buffer.finished = true
             return takeForWaiter(&buffer)

@@ -2,8 +2,9 @@
 ///
 /// ``code`` says what went wrong at the wrapper's level; ``librdkafkaCode`` and
 /// ``librdkafkaName`` carry librdkafka's own error when there is one, so that its documentation
-/// applies. ``isRetriable`` tells a caller whether trying again may succeed; ``isFatal`` that the
-/// client is unusable and must be recreated (the process should stop).
+/// applies. ``isRetriable`` tells a caller whether trying again may succeed; ``isFatal`` that
+/// librdkafka declared the client unusable; ``requiresNewClient`` that the client must be recreated
+/// (the wrapper's clients do that by themselves).
 public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         let name: String
@@ -13,7 +14,8 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let configuration = Code(name: "configuration")
         /// A record was not persisted: the delivery report carried an error.
         public static let delivery = Code(name: "delivery")
-        /// The client hit a fatal error (e.g. the idempotent producer lost its guarantees).
+        /// The client hit an error it cannot recover from by itself (e.g. the idempotent producer
+        /// lost its guarantees); it is being recreated.
         public static let fatal = Code(name: "fatal")
         /// The client was shut down (or never started) before the operation completed.
         public static let shutdown = Code(name: "shutdown")
@@ -53,6 +55,28 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
 
     /// librdkafka's local queue is full (`queue.buffering.max.messages`): wait briefly and retry.
     public var isQueueFull: Bool { librdkafkaName == "_QUEUE_FULL" }
+
+    /// The client that reported this cannot go on by itself and must be recreated: librdkafka
+    /// declared it fatal, or the broker refused the idempotent producer's identity. The second
+    /// kind arrives on every delivery report without librdkafka raising a fatal error: after its
+    /// requests timed out during a broker stall, librdkafka bumps the producer epoch itself, and a
+    /// broker that does not accept that (tansu) answers PRODUCER_FENCED from then on. A new client
+    /// asks for a new producer id. ``KafkaProducer`` and ``KafkaConsumer`` recreate themselves.
+    public var requiresNewClient: Bool {
+        isFatal || librdkafkaName.map(Self.clientIdentityErrors.contains) == true
+    }
+
+    /// librdkafka's names of the errors that leave an idempotent producer's identity (producer id,
+    /// epoch, sequence numbers) unusable.
+    static let clientIdentityErrors: Set<String> = [
+        "_FATAL", "_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "OUT_OF_ORDER_SEQUENCE_NUMBER",
+        "UNKNOWN_PRODUCER_ID", "INVALID_PRODUCER_ID_MAPPING", "_INCONSISTENT",
+    ]
+
+    /// The producer is being recreated (``requiresNewClient``): nothing is accepted meanwhile. Retriable.
+    static func recovering(_ reason: String) -> KafkaError {
+        KafkaError(code: .fatal, message: "the producer is being recreated after: \(reason)", isRetriable: true)
+    }
 
     public var description: String {
         var text = "KafkaError.\(code): \(message)"

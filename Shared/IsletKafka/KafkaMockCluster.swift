@@ -20,6 +20,13 @@ public final class KafkaMockCluster: Sendable {
         public static let notEnoughReplicas = ErrorCode(rawValue: 19)
         public static let notEnoughReplicasAfterAppend = ErrorCode(rawValue: 20)
         public static let leaderNotAvailable = ErrorCode(rawValue: 5)
+        /// The idempotent producer's sequence numbers do not match the broker's.
+        public static let outOfOrderSequenceNumber = ErrorCode(rawValue: 45)
+        public static let invalidProducerEpoch = ErrorCode(rawValue: 47)
+        /// The broker no longer knows the producer id (its state expired or was lost).
+        public static let unknownProducerId = ErrorCode(rawValue: 59)
+        /// A newer producer with the same identity exists: this one is fenced.
+        public static let producerFenced = ErrorCode(rawValue: 90)
         /// librdkafka's name for the code.
         public var description: String { RDKafkaMockClusterHandle.errorName(rawValue) }
     }

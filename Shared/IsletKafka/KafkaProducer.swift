@@ -9,8 +9,15 @@ import Synchronization
 ///
 /// Batching is librdkafka's. The producer is a `Service`: ``run()`` serves delivery reports on a
 /// thread of its own until shutdown, then flushes, so that every `send` gets exactly one verdict
-/// and nothing acknowledged is lost. A fatal librdkafka error fails pending and later sends and
-/// makes ``run()`` throw it.
+/// and nothing acknowledged is lost.
+///
+/// It recovers by itself. When librdkafka declares the client unusable — a fatal error, or the
+/// broker refusing the idempotent producer's identity (``KafkaError/requiresNewClient``) — the
+/// client is closed and a new one takes its place: what the old one held is failed to its senders
+/// (a retriable error; an HTTP caller answers 503 and the client retries), sends during the swap
+/// fail at once, and sending works again without a restart. ``health`` says what it can do now:
+/// not ready while the cluster does not answer or the client is being recreated, `failed` when
+/// recreation keeps failing (``KafkaHealthPolicy/maximumRecoveries``).
 ///
 /// ```swift
 /// let producer = try KafkaProducer(configuration: .init(bootstrapServers: "127.0.0.1:9092"), logger: logger)
@@ -21,9 +28,18 @@ import Synchronization
 /// }
 /// ```
 public final class KafkaProducer: Service, Sendable {
-    private let client: RDKafkaClient
+    /// The client in use and its generation (bumped by every recreation). `nil` while one is
+    /// being recreated.
+    private struct Current {
+        var client: RDKafkaClient?
+        var generation: UInt64
+    }
+
+    private let current: Mutex<Current>
     private let core: ProducerCore
     private let configuration: KafkaProducerConfiguration
+    private let properties: [String: String]
+    private let statistics: (@Sendable (String) -> Void)?
     private let logger: Logger
 
     /// - Parameter statistics: receives librdkafka's statistics (its JSON document) every
@@ -31,17 +47,27 @@ public final class KafkaProducer: Service, Sendable {
     public init(
         configuration: KafkaProducerConfiguration, logger: Logger, statistics: (@Sendable (String) -> Void)? = nil
     ) throws(KafkaError) {
-        let core = ProducerCore(logger: logger)
+        let core = ProducerCore(logger: logger, policy: configuration.health)
+        let properties = try configuration.librdkafkaProperties()
         self.core = core
         self.configuration = configuration
+        self.properties = properties
+        self.statistics = statistics
         self.logger = logger
-        self.client = try RDKafkaClient(
+        let client = try Self.makeClient(properties: properties, core: core, logger: logger, statistics: statistics, generation: 1)
+        self.current = Mutex(Current(client: client, generation: 1))
+    }
+
+    private static func makeClient(
+        properties: [String: String], core: ProducerCore, logger: Logger, statistics: (@Sendable (String) -> Void)?, generation: UInt64
+    ) throws(KafkaError) -> RDKafkaClient {
+        try RDKafkaClient(
             kind: .producer,
-            properties: try configuration.librdkafkaProperties(),
+            properties: properties,
             callbacks: RDKafkaCallbacks(
                 logger: logger,
-                onDelivery: { delivered in core.reported(delivered: delivered) },
-                onError: { error in core.clientError(error) },
+                onDelivery: { failure in core.reported(failure, generation: generation) },
+                onError: { error in core.clientError(error, generation: generation) },
                 onStatistics: statistics))
     }
 
@@ -86,12 +112,14 @@ public final class KafkaProducer: Service, Sendable {
     /// the usual API.
     ///
     /// Throws without calling `onDelivery` when the record was not accepted: the producer is shut
-    /// down, or librdkafka refused it (its queue is full: `isRetriable`, try again shortly).
+    /// down or being recreated, or librdkafka refused it (its queue is full: `isRetriable`, try
+    /// again shortly).
     public func produce(
         topic: String, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil,
         onDelivery: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
     ) throws(KafkaError) {
         try core.whileAccepting { () throws(KafkaError) in
+            guard let client = current.withLock({ $0.client }) else { throw core.recoveringError() }
             let generation = core.reportGeneration
             let delivery = RDKafkaDelivery(topic: topic, handler: onDelivery)
             if let error = client.produce(topic: topic, partition: partition, key: key, value: value, headers: headers, delivery: delivery) {
@@ -120,42 +148,51 @@ public final class KafkaProducer: Service, Sendable {
         try await send(topic: topic, key: key.map { Array($0.utf8) }, value: value, headers: headers, partition: partition)
     }
 
+    /// What the producer can do now (for `/health`).
+    public var health: KafkaClientHealth { core.health() }
+
     /// Serves delivery reports until shutdown (graceful shutdown, task cancellation or ``shutdown()``),
     /// then flushes what is in flight (up to the configured flush timeout), fails what could not be
-    /// flushed, and returns. Throws the fatal error if librdkafka raised one.
+    /// flushed, and returns. Recreates the client whenever librdkafka declares it unusable; never
+    /// throws for that.
     public func run() async throws {
         guard core.start() else {
             throw KafkaError(code: .shutdown, message: "KafkaProducer.run() may be called once")
         }
-        let client = self.client
         let core = self.core
         let flushMilliseconds = configuration.flushTimeout.librdkafkaMilliseconds
         let logger = self.logger
         await withTaskCancellationHandler {
             await withGracefulShutdownHandler {
-                await DedicatedThread.run(name: "islet-kafka-producer") {
-                    while !core.stopRequested {
-                        if client.poll(timeoutMilliseconds: 100) > 0 {
-                            core.servedReports()
+                await withDiscardingTaskGroup { group in
+                    group.addTask { await self.probeWhileRunning() }
+                    await DedicatedThread.run(name: "islet-kafka-producer") {
+                        var seenDeliveries = core.deliveries
+                        while !core.stopRequested {
+                            let (client, generation) = self.current.withLock { ($0.client, $0.generation) }
+                            if let client, client.poll(timeoutMilliseconds: 100) > 0 {
+                                core.servedReports()
+                            }
+                            let deliveries = core.deliveries
+                            if deliveries != seenDeliveries {
+                                seenDeliveries = deliveries
+                                core.delivered(at: MonotonicTime.now())
+                            }
+                            if let reason = core.recreationRequested(for: generation) {
+                                self.recreate(generation: generation, reason: reason)
+                            }
                         }
+                        core.stopAccepting()
+                        let client = self.current.withLock { $0.client }
+                        if let client, !client.flush(timeoutMilliseconds: flushMilliseconds) {
+                            logger.warning(
+                                "producer flush timed out: failing the records still in flight",
+                                metadata: ["kafka.outstanding": "\(client.outstandingCount)"])
+                            Self.failOutstanding(of: client, core: core, logger: logger)
+                        }
+                        core.servedReports()  // releases every sender still waiting for queue space
                     }
-                    core.stopAccepting()
-                    if !client.flush(timeoutMilliseconds: flushMilliseconds) {
-                        logger.warning(
-                            "producer flush timed out: failing the records still in flight",
-                            metadata: ["kafka.outstanding": "\(client.outstandingCount)"])
-                        client.purgeAll()
-                        // librdkafka reports every purged record (_PURGE_QUEUE, _PURGE_INFLIGHT):
-                        // serve those reports so each send gets its verdict.
-                        let deadline = ContinuousClock.now + .seconds(30)
-                        while core.inFlight > 0 && ContinuousClock.now < deadline {
-                            client.poll(timeoutMilliseconds: 100)
-                        }
-                        if core.inFlight > 0 {
-                            logger.critical("librdkafka did not report purged records", metadata: ["kafka.records": "\(core.inFlight)"])
-                        }
-                    }
-                    core.servedReports()  // releases every sender still waiting for queue space
+                    group.cancelAll()
                 }
             } onGracefulShutdown: {
                 self.shutdown()
@@ -163,25 +200,95 @@ public final class KafkaProducer: Service, Sendable {
         } onCancel: {
             self.shutdown()
         }
-        if let fatal = core.fatalError {
-            throw fatal
+    }
+
+    /// Replaces the client of `generation`, which librdkafka declared unusable: no record goes to it
+    /// any more, what it holds is failed to its senders, then — after a backoff when this is not
+    /// the first recreation in a row — a new client takes its place. Poll thread only.
+    private func recreate(generation: UInt64, reason: KafkaError) {
+        let attempt = core.beginRecovery(reason: reason)
+        logger.error(
+            "the Kafka producer cannot go on: failing what it holds and recreating it",
+            metadata: ["kafka.error": "\(reason)", "kafka.recovery": "\(attempt)"])
+        let old = current.withLock { current -> RDKafkaClient? in
+            defer {
+                current.client = nil
+                current.generation += 1
+            }
+            return current.client
+        }
+        // Calls already inside produce may still hold the old client: let them finish first.
+        core.waitForProduceCalls()
+        if let old { Self.failOutstanding(of: old, core: core, logger: logger) }
+        core.servedReports()
+        // The old handle is destroyed on a thread of its own when its last reference goes.
+        var backoff = configuration.health.backoff(beforeRecovery: attempt)
+        while !core.stopRequested {
+            if backoff > .zero && !core.sleep(backoff) { return }
+            let generation = current.withLock { $0.generation }
+            do {
+                let client = try Self.makeClient(properties: properties, core: core, logger: logger, statistics: statistics, generation: generation)
+                current.withLock { $0.client = client }
+                core.endRecovery()
+                logger.notice("the Kafka producer was recreated", metadata: ["kafka.recovery": "\(attempt)"])
+                return
+            } catch {
+                logger.error("recreating the Kafka producer failed", metadata: ["kafka.error": "\(error)"])
+                backoff = max(backoff * 2, configuration.health.recoveryBackoff)
+                backoff = min(backoff, configuration.health.maximumRecoveryBackoff)
+            }
+        }
+    }
+
+    /// Purges what `client` holds and serves the reports, so that each sender gets its verdict.
+    private static func failOutstanding(of client: RDKafkaClient, core: ProducerCore, logger: Logger) {
+        client.purgeAll()
+        // librdkafka reports every purged record (_PURGE_QUEUE, _PURGE_INFLIGHT): serve those reports.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while client.outstandingCount > 0 && ContinuousClock.now < deadline {
+            client.poll(timeoutMilliseconds: 100)
+        }
+        if client.outstandingCount > 0 {
+            logger.critical("librdkafka did not report purged records", metadata: ["kafka.records": "\(client.outstandingCount)"])
+        }
+    }
+
+    /// While the producer runs: asks the cluster for metadata whenever nothing was heard from it
+    /// for a probe interval, so that ``health`` knows whether it answers even when nothing is sent.
+    private func probeWhileRunning() async {
+        let policy = configuration.health
+        let interval = MonotonicTime.nanoseconds(policy.probeInterval)
+        let timeout = policy.probeTimeout.librdkafkaMilliseconds
+        var first = true
+        while !core.stopRequested {
+            if !first {
+                guard (try? await Task.sleep(for: policy.probeInterval)) != nil else { return }
+            }
+            first = false
+            guard MonotonicTime.now() &- core.lastContact >= interval, let client = current.withLock({ $0.client }) else { continue }
+            if await DedicatedThread.run(name: "islet-kafka-probe", { client.probe(timeoutMilliseconds: timeout) }) {
+                core.contact(at: MonotonicTime.now())
+            }
         }
     }
 
     /// Asks ``run()`` to flush and return.
     public func shutdown() {
         core.requestStop()
-        client.wakeUp()
+        current.withLock { $0.client }?.wakeUp()
     }
 
     /// Makes librdkafka raise a fatal error, as when the idempotent producer loses its guarantees.
-    /// For tests of fatal-error handling only: the producer is unusable afterwards.
+    /// For tests of fatal-error handling: the client is recreated afterwards.
     public func simulateFatalError(reason: String) {
-        client.raiseFatalErrorForTesting(reason: reason)
+        current.withLock { $0.client }?.raiseFatalErrorForTesting(reason: reason)
     }
 
     /// Records handed to librdkafka and not yet reported on.
     public var inFlightCount: Int { core.inFlight }
+
+    /// How many times the client was recreated since the producer started.
+    public var recoveries: Int { core.recoveries }
 }
 
 enum SendAttempt: Sendable {
@@ -189,12 +296,22 @@ enum SendAttempt: Sendable {
     case queueFull
 }
 
-/// The producer's Swift state: whether records are accepted, how many await their report, and
-/// the fatal error if librdkafka raised one. Lock-free on the produce path: each record's handler
-/// travels with it through librdkafka (``RDKafkaDelivery``).
+/// The producer's Swift state: whether records are accepted, how many await their report, whether
+/// the client must be recreated, and what its health is built from. Lock-free on the produce path:
+/// each record's handler travels with it through librdkafka (``RDKafkaDelivery``).
 final class ProducerCore: Sendable {
     private enum Lifecycle: UInt8 {
         case idle, running, stopping
+    }
+
+    private struct Recovery {
+        /// The generation whose client must be replaced, and why.
+        var requested: (generation: UInt64, reason: KafkaError)?
+        /// Why the client is being recreated now (`nil`: it is not).
+        var under: String?
+        var consecutive = 0
+        var total = 0
+        var lastReason: String?
     }
 
     private let lifecycle = Atomic<UInt8>(Lifecycle.idle.rawValue)
@@ -203,19 +320,25 @@ final class ProducerCore: Sendable {
     private let producing = Atomic<Int>(0)
     private let pending = Atomic<Int>(0)
     private let stop = Atomic<Bool>(false)
-    private let fatal = Mutex<KafkaError?>(nil)
-    /// Set with ``fatal``: lets the produce path check without taking the lock.
-    private let failed = Atomic<Bool>(false)
+    private let recovery = Mutex(Recovery())
+    /// Successful deliveries so far (the poll loop notices when the count moves).
+    private let deliveredCount = Atomic<UInt64>(0)
+    /// When the cluster last answered (``MonotonicTime``; 0: never).
+    private let contactAt = Atomic<UInt64>(0)
+    /// Since when records have been waiting without a successful delivery (0: none waiting).
+    private let waitingSince = Atomic<UInt64>(0)
     private let logger: Logger
+    private let policy: KafkaHealthPolicy
     let deliveredMetric = Counter(label: "islet_kafka_producer_delivered_total")
     let failedMetric = Counter(label: "islet_kafka_producer_failed_total")
+    let recreatedMetric = Counter(label: "islet_kafka_producer_recreated_total")
 
-    init(logger: Logger) {
+    init(logger: Logger, policy: KafkaHealthPolicy) {
         self.logger = logger
+        self.policy = policy
     }
 
     var stopRequested: Bool { stop.load(ordering: .acquiring) }
-    var fatalError: KafkaError? { fatal.withLock { $0 } }
     var inFlight: Int { pending.load(ordering: .acquiring) }
 
     func start() -> Bool {
@@ -236,14 +359,41 @@ final class ProducerCore: Sendable {
         guard lifecycle.load(ordering: .sequentiallyConsistent) != Lifecycle.stopping.rawValue else {
             throw .shutdown("the producer is shut down")
         }
-        if failed.load(ordering: .acquiring), let fatal = fatalError { throw fatal }
-        pending.wrappingAdd(1, ordering: .relaxed)
+        if pending.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue == 1 {
+            waitingSince.compareExchange(expected: 0, desired: MonotonicTime.now(), ordering: .relaxed)
+        }
         do {
             try enqueue()
         } catch {
-            pending.wrappingSubtract(1, ordering: .relaxed)
+            if pending.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue == 0 { waitingSince.store(0, ordering: .relaxed) }
             throw error
         }
+    }
+
+    /// Why sends fail while the client is being recreated.
+    func recoveringError() -> KafkaError {
+        .recovering(recovery.withLock { $0.under ?? $0.lastReason ?? "a fatal error" })
+    }
+
+    /// Returns once the produce calls under way are done (at most 1 s): after the client was taken
+    /// away, none of them still holds it when it is purged.
+    func waitForProduceCalls() {
+        let deadline = MonotonicTime.now() &+ 1_000_000_000
+        while producing.load(ordering: .sequentiallyConsistent) > 0 && MonotonicTime.now() < deadline {
+            sched_yield()
+        }
+    }
+
+    /// Sleeps `duration` on the calling (poll) thread, in short steps; `false` when the producer
+    /// was asked to stop meanwhile.
+    func sleep(_ duration: Duration) -> Bool {
+        let deadline = MonotonicTime.now() &+ MonotonicTime.nanoseconds(duration)
+        while !stopRequested {
+            let now = MonotonicTime.now()
+            guard now < deadline else { return true }
+            usleep(useconds_t(min(deadline - now, 50_000_000) / 1_000))
+        }
+        return false
     }
 
     private struct CapacityWaiters {
@@ -305,21 +455,95 @@ final class ProducerCore: Sendable {
         for continuation in woken { continuation.resume() }
     }
 
-    /// A delivery report arrived (poll thread).
-    func reported(delivered: Bool) {
-        pending.wrappingSubtract(1, ordering: .releasing)
-        if delivered { deliveredMetric.increment() } else { failedMetric.increment() }
+    /// A delivery report arrived from the client of `generation` (poll thread): `failure` is `nil`
+    /// when the record was persisted. A failure that leaves the client unusable asks for it to be
+    /// recreated.
+    func reported(_ failure: KafkaError?, generation: UInt64) {
+        if pending.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue == 0 { waitingSince.store(0, ordering: .relaxed) }
+        guard let failure else {
+            deliveredMetric.increment()
+            deliveredCount.wrappingAdd(1, ordering: .releasing)
+            return
+        }
+        failedMetric.increment()
+        if failure.requiresNewClient { requestRecreation(of: generation, reason: failure) }
     }
 
-    func clientError(_ error: KafkaError) {
-        if error.isFatal {
-            logger.error("fatal producer error: the producer stops", metadata: ["kafka.error": "\(error)"])
-            fatal.withLock { if $0 == nil { $0 = error } }
-            failed.store(true, ordering: .releasing)
-            requestStop()
+    /// librdkafka raised an error on the client of `generation`.
+    func clientError(_ error: KafkaError, generation: UInt64) {
+        if error.requiresNewClient {
+            requestRecreation(of: generation, reason: error)
         } else {
             logger.warning("producer error", metadata: ["kafka.error": "\(error)"])
         }
+    }
+
+    private func requestRecreation(of generation: UInt64, reason: KafkaError) {
+        recovery.withLock { recovery in
+            if recovery.requested == nil { recovery.requested = (generation, reason) }
+        }
+    }
+
+    /// Whether the client of `generation` must be recreated, and why (poll thread). A request for
+    /// an older client (its last reports) is dropped.
+    func recreationRequested(for generation: UInt64) -> KafkaError? {
+        recovery.withLock { recovery in
+            guard let requested = recovery.requested else { return nil }
+            recovery.requested = nil
+            return requested.generation == generation ? requested.reason : nil
+        }
+    }
+
+    /// A recreation starts; returns how many there were in a row, this one included.
+    func beginRecovery(reason: KafkaError) -> Int {
+        recreatedMetric.increment()
+        return recovery.withLock { recovery in
+            recovery.consecutive += 1
+            recovery.total += 1
+            recovery.under = "\(reason)"
+            recovery.lastReason = "\(reason)"
+            return recovery.consecutive
+        }
+    }
+
+    /// The new client is in place (sending is accepted again).
+    func endRecovery() {
+        recovery.withLock { $0.under = nil }
+    }
+
+    var recoveries: Int { recovery.withLock { $0.total } }
+
+    /// Successful deliveries so far.
+    var deliveries: UInt64 { deliveredCount.load(ordering: .acquiring) }
+
+    /// Records were persisted (poll thread, at `now`): the cluster answers and the client works,
+    /// so the recreations in a row are over.
+    func delivered(at now: UInt64) {
+        contactAt.store(now, ordering: .releasing)
+        waitingSince.store(pending.load(ordering: .acquiring) > 0 ? now : 0, ordering: .relaxed)
+        recovery.withLock { $0.consecutive = 0 }
+    }
+
+    /// When the cluster last answered (``MonotonicTime``; 0: never).
+    var lastContact: UInt64 { contactAt.load(ordering: .acquiring) }
+
+    /// The cluster answered a probe at `now`.
+    func contact(at now: UInt64) {
+        contactAt.store(now, ordering: .releasing)
+    }
+
+    func health(now: UInt64 = MonotonicTime.now()) -> KafkaClientHealth {
+        let phase: KafkaHealthSnapshot.Phase
+        let (under, consecutive, lastReason) = recovery.withLock { ($0.under, $0.consecutive, $0.lastReason) }
+        switch Lifecycle(rawValue: lifecycle.load(ordering: .acquiring)) {
+        case .idle, nil: phase = .notStarted
+        case .stopping: phase = .stopping
+        case .running: phase = under.map { .recovering(reason: $0) } ?? (stopRequested ? .stopping : .running)
+        }
+        let snapshot = KafkaHealthSnapshot(
+            phase: phase, consecutiveRecoveries: consecutive, lastRecoveryReason: lastReason, lastContact: lastContact,
+            waiting: inFlight, waitingSince: waitingSince.load(ordering: .relaxed))
+        return snapshot.health(now: now, policy: policy)
     }
 
     /// From now on produce calls are refused; returns once the calls already under way are done,

@@ -2,20 +2,24 @@ import Foundation
 import Hummingbird
 import Prometheus
 
-/// `/health`, `/health/live` and `/metrics`, added to any Hummingbird router, so a service with
+/// `/health` (readiness, also `/health/ready`), `/health/live` and `/metrics`, added to any Hummingbird router, so a service with
 /// its own API serves them on the same port.
 public enum OperationsRoutes {
     public static func add<Context: RequestContext>(
         to router: Router<Context>, health: HealthRegistry, metrics: PrometheusCollectorRegistry
     ) {
-        // Readiness: 200 when every check is ready, 503 while starting or stopping.
-        router.get("/health") { _, _ -> Response in
+        // Readiness: 200 when every check is ready; 503 while starting, not ready, failed or stopping.
+        let readiness: @Sendable (Request, Context) async throws -> Response = { _, _ in
             let report = health.report()
             return jsonResponse(report, status: report.status == .ready ? .ok : .serviceUnavailable)
         }
-        // Liveness: the process answers.
+        router.get("/health", use: readiness)
+        router.get("/health/ready", use: readiness)
+        // Liveness: 200 while the process works and can recover by itself; 503 once recovery
+        // keeps failing (restart it).
         router.get("/health/live") { _, _ -> Response in
-            jsonResponse(["status": "alive"], status: .ok)
+            let liveness = health.liveness()
+            return jsonResponse(liveness, status: liveness.isAlive ? .ok : .serviceUnavailable)
         }
         // Prometheus text exposition format.
         router.get("/metrics") { _, _ -> Response in

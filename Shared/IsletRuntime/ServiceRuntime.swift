@@ -126,6 +126,10 @@ public struct ServiceRuntime: Sendable {
     public func makeServiceGroup(_ services: [any Service], signals: [UnixSignal] = []) -> ServiceGroup {
         var configurations = services.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) }
         configurations.append(.init(service: ShutdownAnnouncer(health: health, logger: logger), serviceName: "shutdown-announcer"))
+        if settings.livenessExitAfter > .zero {
+            configurations.append(
+                .init(service: LivenessWatchdog(health: health, exitAfter: settings.livenessExitAfter, logger: logger), serviceName: "liveness-watchdog"))
+        }
         var configuration = ServiceGroupConfiguration(
             services: configurations, gracefulShutdownSignals: signals, cancellationSignals: [], logger: logger)
         configuration.maximumGracefulShutdownDuration = settings.shutdownTimeout
@@ -142,6 +146,42 @@ struct ShutdownAnnouncer: Service {
         try? await gracefulShutdown()
         health.markStopping()
         logger.info("graceful shutdown started")
+    }
+}
+
+/// Stops the service (an error: the process exits with status 1) once `/health/live` has failed for
+/// `exitAfter` without a break: a service whose Kafka client cannot be recreated is replaced by its
+/// restart policy instead of lingering.
+struct LivenessWatchdog: Service {
+    struct Failure: Error, CustomStringConvertible {
+        let reasons: [String: String]
+        var description: String {
+            "not live: " + reasons.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: "; ")
+        }
+    }
+
+    let health: HealthRegistry
+    let exitAfter: Duration
+    var interval: Duration = .seconds(1)
+    let logger: Logger
+
+    func run() async throws {
+        let clock = ContinuousClock()
+        var failingSince: ContinuousClock.Instant?
+        while (try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }) != nil {
+            let liveness = health.liveness()
+            guard !liveness.isAlive else {
+                failingSince = nil
+                continue
+            }
+            let since = failingSince ?? clock.now
+            failingSince = since
+            if clock.now - since >= exitAfter {
+                let failure = Failure(reasons: liveness.reasons ?? [:])
+                logger.critical("the service cannot recover by itself: stopping so that it is restarted", metadata: ["health.live": "\(failure)"])
+                throw failure
+            }
+        }
     }
 }
 

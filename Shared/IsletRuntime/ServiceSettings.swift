@@ -19,6 +19,10 @@ public struct ServiceSettings: Sendable {
     public var logLevel: Logger.Level
     /// `ISLET_SHUTDOWN_TIMEOUT_MS` (default 10000): graceful shutdown escalates to cancellation after this.
     public var shutdownTimeout: Duration
+    /// `ISLET_LIVENESS_EXIT_AFTER_MS` (default 30000; 0: never): once `/health/live` has failed
+    /// this long (a Kafka client whose recreation keeps failing), the service shuts down and exits
+    /// with status 1, so that a restart policy (compose's `restart: unless-stopped`) replaces it.
+    public var livenessExitAfter: Duration
 
     public init(from config: IsletConfig, serviceName: String, defaultHTTPPort: Int) throws(ConfigurationError) {
         self.serviceName = serviceName
@@ -29,6 +33,7 @@ public struct ServiceSettings: Sendable {
         self.httpPort = try config.int("islet.http.port", default: defaultHTTPPort, range: 0...65_535)
         self.logLevel = try config.choice("islet.log.level", default: .info, allowed: Logger.Level.allCases)
         self.shutdownTimeout = try config.milliseconds("islet.shutdown.timeout.ms", default: .seconds(10))
+        self.livenessExitAfter = try config.milliseconds("islet.liveness.exit.after.ms", default: .seconds(30))
     }
 
     /// The producer configuration: Islet's defaults plus ``producerProperties``.

@@ -84,41 +84,6 @@ struct ProducerLifecycleTests {
     }
 }
 
-@Suite("Producer fatal errors", .timeLimit(.minutes(1)))
-struct ProducerFatalErrorTests {
-    @Test("a fatal error fails the records in flight and later sends, and run() throws it")
-    func fatalErrorSurfaces() async throws {
-        let producer = try KafkaProducer(
-            configuration: .init(bootstrapServers: nowhere, settings: ["message.timeout.ms": "60000"]), logger: quietLogger)
-        let verdicts = Mutex<[Result<KafkaDeliveryReport, KafkaError>]>([])
-        let thrown: (any Error)? = await {
-            do {
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask { try await producer.run() }
-                    for i in 0..<20 {
-                        try producer.produce(topic: "t", key: nil, value: [UInt8(i)]) { result in
-                            verdicts.withLock { $0.append(result) }
-                        }
-                    }
-                    producer.simulateFatalError(reason: "sequence gap")
-                    try await group.waitForAll()
-                }
-                return nil
-            } catch {
-                return error
-            }
-        }()
-        let fatal = try #require(thrown as? KafkaError, "run() returned without the fatal error")
-        #expect(fatal.isFatal)
-        #expect(fatal.code == .fatal)
-        #expect(fatal.message.contains("sequence gap"))
-        let results = verdicts.withLock { $0 }
-        #expect(results.count == 20, "every record in flight got its verdict")
-        #expect(results.allSatisfy { if case .failure = $0 { true } else { false } })
-        await #expect(throws: KafkaError.self) { try await producer.send(topic: "t", key: "k", value: [1]) }
-    }
-}
-
 @Suite("Clients that are never run", .timeLimit(.minutes(1)))
 struct NeverRunTests {
     @Test("a producer dropped without being run still gives every accepted record its verdict")

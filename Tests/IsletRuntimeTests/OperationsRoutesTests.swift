@@ -1,4 +1,6 @@
 import Foundation
+import IsletKafka
+import Synchronization
 import Hummingbird
 import HummingbirdTesting
 import IsletRuntime
@@ -40,6 +42,55 @@ struct OperationsRoutesTests {
                 #expect(response.status == .ok)
             }
         }
+    }
+
+    @Test("live probes: /health and /health/ready follow them with their reasons; /health/live fails only when one failed")
+    func probes() async throws {
+        let runtime = try runtime()
+        let kafka = Mutex(KafkaClientHealth.notReady("no answer from Kafka for 6.0 s"))
+        runtime.health.register("kafka.producer") { kafka.withLock { $0 } }
+        let app = Application(router: runtime.makeRouter())
+        try await app.test(.router) { client in
+            for uri in ["/health", "/health/ready"] {
+                try await client.execute(uri: uri, method: .get) { response in
+                    #expect(response.status == .serviceUnavailable)
+                    let report = try JSONDecoder().decode(HealthRegistry.Report.self, from: Data(buffer: response.body))
+                    #expect(report.status == .notReady)
+                    #expect(report.checks == ["kafka.producer": .notReady])
+                    #expect(report.reasons == ["kafka.producer": "no answer from Kafka for 6.0 s"])
+                }
+            }
+            try await client.execute(uri: "/health/live", method: .get) { response in
+                #expect(response.status == .ok, "an unreachable broker is not a reason to restart")
+            }
+            kafka.withLock { $0 = .ready }
+            try await client.execute(uri: "/health/ready", method: .get) { response in
+                #expect(response.status == .ok)
+            }
+            kafka.withLock { $0 = .failed("recreated 5 times in a row without a success") }
+            try await client.execute(uri: "/health", method: .get) { response in
+                #expect(response.status == .serviceUnavailable)
+                let report = try JSONDecoder().decode(HealthRegistry.Report.self, from: Data(buffer: response.body))
+                #expect(report.status == .failed)
+            }
+            try await client.execute(uri: "/health/live", method: .get) { response in
+                #expect(response.status == .serviceUnavailable)
+                let liveness = try JSONDecoder().decode(HealthRegistry.Liveness.self, from: Data(buffer: response.body))
+                #expect(liveness.status == "failed")
+                #expect(liveness.reasons == ["kafka.producer": "recreated 5 times in a row without a success"])
+            }
+        }
+    }
+
+    @Test("a service that stays not live past ISLET_LIVENESS_EXIT_AFTER_MS stops with an error (its process exits 1)")
+    func livenessWatchdog() async throws {
+        let settings = try ServiceSettings(
+            from: .variables(["ISLET_KAFKA_BOOTSTRAP": "k:1", "ISLET_LIVENESS_EXIT_AFTER_MS": "300"]), serviceName: "test-service", defaultHTTPPort: 0)
+        let runtime = ServiceRuntime(settings: settings, logger: Logger(label: "test"))
+        runtime.health.register("kafka.producer") { .failed("recreation keeps failing") }
+        let started = ContinuousClock.now
+        await #expect(throws: (any Error).self) { try await runtime.makeServiceGroup([]).run() }
+        #expect(ContinuousClock.now - started < .seconds(10))
     }
 
     @Test("/metrics exposes what the service's metrics factory records, in Prometheus text format")

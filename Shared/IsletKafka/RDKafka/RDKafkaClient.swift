@@ -11,9 +11,9 @@ import Synchronization
 /// that is on the client's own poll thread; log lines arrive on librdkafka's internal threads.
 struct RDKafkaCallbacks: Sendable {
     var logger: Logger
-    /// Called for every delivery report, before the record's own handler (producers only; `true`
-    /// when the record was persisted).
-    var onDelivery: (@Sendable (_ delivered: Bool) -> Void)?
+    /// Called for every delivery report, before the record's own handler (producers only; `nil`
+    /// when the record was persisted, otherwise why not).
+    var onDelivery: (@Sendable (_ failure: KafkaError?) -> Void)?
     /// librdkafka raised an error (`isFatal` tells whether the client is now unusable).
     var onError: (@Sendable (KafkaError) -> Void)?
     /// Consumer-group rebalances (consumers only).
@@ -140,6 +140,17 @@ final class RDKafkaClient: @unchecked Sendable {
     /// Records waiting in librdkafka (queued or in flight).
     var outstandingCount: Int32 { rd_kafka_outq_len(handle) }
 
+    /// Asks the cluster for metadata (of the topics the client knows): `true` when a broker answered
+    /// within the timeout. Blocking: how a client that has nothing else to do learns that the
+    /// cluster still answers.
+    func probe(timeoutMilliseconds: Int32) -> Bool {
+        guard !abandoned.load(ordering: .acquiring) else { return false }
+        var metadata: UnsafePointer<rd_kafka_metadata>?
+        let result = rd_kafka_metadata(handle, 0, nil, &metadata, timeoutMilliseconds)
+        if let metadata { rd_kafka_metadata_destroy(metadata) }
+        return result == RD_KAFKA_RESP_ERR_NO_ERROR
+    }
+
     /// The fatal error librdkafka raised, if any.
     func fatalError() -> KafkaError? {
         var buffer = [CChar](repeating: 0, count: 512)
@@ -177,7 +188,9 @@ final class RDKafkaClient: @unchecked Sendable {
     }
 
     /// Destroys the handle without closing the consumer (no commit, no LeaveGroup): what a
-    /// process killed with SIGKILL leaves behind. Tests only; the client is unusable afterwards.
+    /// process killed with SIGKILL leaves behind (tests), and how a consumer that librdkafka
+    /// declared fatal is let go before it is recreated (it can no longer commit or leave). The
+    /// client is unusable afterwards. Blocking: joins librdkafka's threads.
     func abandon() {
         guard !abandoned.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let topics = topicHandles.withLock { handles in
@@ -338,15 +351,15 @@ private let rdkafkaDeliveryCallback: @convention(c) (OpaquePointer?, UnsafePoint
     guard let message, let record = message.pointee._private else { return }
     // The record's handler was retained when it was produced; this report is its one release.
     let delivery = Unmanaged<RDKafkaDelivery>.fromOpaque(record).takeRetainedValue()
-    let result: Result<KafkaDeliveryReport, KafkaError>
     if message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR {
         let offset = message.pointee.offset
-        result = .success(KafkaDeliveryReport(topic: delivery.topic, partition: message.pointee.partition, offset: offset >= 0 ? offset : nil))
+        context(from: opaque)?.callbacks.onDelivery?(nil)
+        delivery.handler(.success(KafkaDeliveryReport(topic: delivery.topic, partition: message.pointee.partition, offset: offset >= 0 ? offset : nil)))
     } else {
-        result = .failure(KafkaError(code: .delivery, message.pointee.err, context: "record to \(delivery.topic) not persisted"))
+        let error = KafkaError(code: .delivery, message.pointee.err, context: "record to \(delivery.topic) not persisted")
+        context(from: opaque)?.callbacks.onDelivery?(error)
+        delivery.handler(.failure(error))
     }
-    context(from: opaque)?.callbacks.onDelivery?(message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR)
-    delivery.handler(result)
 }
 
 private let rdkafkaRebalanceCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?) -> Void = {

@@ -1,0 +1,139 @@
+import Dispatch
+
+/// What a Kafka client can do now: what a service's `/health` reports for it.
+///
+/// - `ready`: it reached the cluster recently and nothing stops it (for a consumer in a group:
+///   the group gave it its partitions, possibly none).
+/// - `notReady`: it cannot do its job now but is working on it (the cluster does not answer, the
+///   client is being recreated, the group is rebalancing). An orchestrator should send it no work.
+/// - `failed`: recovery keeps failing; the process should be restarted.
+public struct KafkaClientHealth: Sendable, Equatable, CustomStringConvertible {
+    public enum Status: String, Sendable, Equatable {
+        case ready, notReady, failed
+    }
+
+    public var status: Status
+    /// Why it is not ready (`nil` when ready).
+    public var reason: String?
+
+    public init(status: Status, reason: String? = nil) {
+        self.status = status
+        self.reason = reason
+    }
+
+    public static let ready = KafkaClientHealth(status: .ready)
+    public static func notReady(_ reason: String) -> KafkaClientHealth { KafkaClientHealth(status: .notReady, reason: reason) }
+    public static func failed(_ reason: String) -> KafkaClientHealth { KafkaClientHealth(status: .failed, reason: reason) }
+
+    public var description: String { reason.map { "\(status.rawValue): \($0)" } ?? status.rawValue }
+}
+
+/// When a client counts as out of touch with the cluster, and how it recovers.
+///
+/// A client is in touch while the cluster answers it: a delivery acknowledged, a record fetched,
+/// or — when it has nothing else to do — a metadata request answered (the probe). A broker that is
+/// stopped (SIGSTOP, a long GC pause) keeps its TCP connections open, so only answers tell.
+public struct KafkaHealthPolicy: Sendable, Equatable {
+    /// How often a client that heard nothing from the cluster for this long asks it for metadata.
+    /// Default 1 s.
+    public var probeInterval: Duration
+    /// How long one probe may wait for its answer. Default 2 s.
+    public var probeTimeout: Duration
+    /// No answer from the cluster for this long — or records waiting this long without an
+    /// acknowledgement — and the client is not ready. Default 5 s.
+    public var unreachableAfter: Duration
+    /// A client that librdkafka declared unusable is recreated; after this many recreations in a
+    /// row without a success between them it is reported `failed`. Default 5.
+    public var maximumRecoveries: Int
+    /// The wait before the second recreation in a row; it doubles with each further one, up to
+    /// ``maximumRecoveryBackoff``. The first recreation is immediate. Default 500 ms.
+    public var recoveryBackoff: Duration
+    /// Default 30 s.
+    public var maximumRecoveryBackoff: Duration
+
+    public init(
+        probeInterval: Duration = .seconds(1), probeTimeout: Duration = .seconds(2), unreachableAfter: Duration = .seconds(5),
+        maximumRecoveries: Int = 5, recoveryBackoff: Duration = .milliseconds(500), maximumRecoveryBackoff: Duration = .seconds(30)
+    ) {
+        self.probeInterval = probeInterval
+        self.probeTimeout = probeTimeout
+        self.unreachableAfter = unreachableAfter
+        self.maximumRecoveries = max(1, maximumRecoveries)
+        self.recoveryBackoff = recoveryBackoff
+        self.maximumRecoveryBackoff = maximumRecoveryBackoff
+    }
+
+    /// The wait before the `attempt`-th recreation in a row (1-based): none for the first.
+    public func backoff(beforeRecovery attempt: Int) -> Duration {
+        guard attempt > 1 else { return .zero }
+        let exponent = min(attempt - 2, 20)
+        return min(recoveryBackoff * (1 << exponent), maximumRecoveryBackoff)
+    }
+}
+
+/// Monotonic nanoseconds (since boot), for timestamps kept in atomics.
+enum MonotonicTime {
+    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    static func nanoseconds(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        return UInt64(max(0, seconds)) &* 1_000_000_000 &+ UInt64(max(0, attoseconds / 1_000_000_000))
+    }
+
+    /// `later - earlier` as a readable number of seconds ("7.2 s").
+    static func seconds(from earlier: UInt64, to later: UInt64) -> String {
+        let tenths = (later &- earlier) / 100_000_000
+        return "\(tenths / 10).\(tenths % 10) s"
+    }
+}
+
+/// The facts a client's health is decided from, at one moment. Kept apart from the clients so the
+/// rule can be tested without a broker.
+struct KafkaHealthSnapshot: Sendable, Equatable {
+    enum Phase: Sendable, Equatable {
+        /// ``KafkaProducer/run()`` or ``KafkaConsumer/run()`` has not started.
+        case notStarted
+        case running
+        /// Recreating the client after it became unusable.
+        case recovering(reason: String)
+        case stopping
+    }
+
+    var phase: Phase
+    /// Recreations in a row without a success since.
+    var consecutiveRecoveries: Int
+    /// Why the last recreation happened (for the `failed` reason).
+    var lastRecoveryReason: String?
+    /// When the cluster last answered (0: never).
+    var lastContact: UInt64
+    /// Producers: records handed to librdkafka and not yet reported on, and since when that count
+    /// has been above zero without a successful delivery.
+    var waiting: Int = 0
+    var waitingSince: UInt64 = 0
+    /// Consumers in a group: whether the group gave this member its partitions since it (re)joined.
+    var awaitingAssignment: Bool = false
+
+    func health(now: UInt64, policy: KafkaHealthPolicy) -> KafkaClientHealth {
+        if consecutiveRecoveries >= policy.maximumRecoveries {
+            return .failed(
+                "recreated \(consecutiveRecoveries) times in a row without a success"
+                    + (lastRecoveryReason.map { "; last: \($0)" } ?? ""))
+        }
+        let limit = MonotonicTime.nanoseconds(policy.unreachableAfter)
+        switch phase {
+        case .notStarted: return .notReady("not started")
+        case .stopping: return .notReady("stopping")
+        case .recovering(let reason): return .notReady("being recreated after: \(reason)")
+        case .running: break
+        }
+        if lastContact == 0 { return .notReady("no answer from Kafka yet") }
+        if now > lastContact && now - lastContact > limit {
+            return .notReady("no answer from Kafka for \(MonotonicTime.seconds(from: lastContact, to: now))")
+        }
+        if waiting > 0, waitingSince > 0, now > waitingSince, now - waitingSince > limit {
+            return .notReady("\(waiting) records not acknowledged for \(MonotonicTime.seconds(from: waitingSince, to: now))")
+        }
+        if awaitingAssignment { return .notReady("waiting for the consumer group to assign partitions") }
+        return .ready
+    }
+}

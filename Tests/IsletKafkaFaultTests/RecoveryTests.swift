@@ -1,0 +1,180 @@
+import Foundation
+import IsletKafka
+import Logging
+import Synchronization
+import Testing
+
+private let logger: Logger = {
+    var logger = Logger(label: "islet.recovery-test")
+    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
+    return logger
+}()
+
+/// Quick to notice and quick to retry, so that the tests stay short.
+private let fastHealth = KafkaHealthPolicy(
+    probeInterval: .milliseconds(200), probeTimeout: .milliseconds(500), unreachableAfter: .seconds(1), maximumRecoveries: 3,
+    recoveryBackoff: .milliseconds(100), maximumRecoveryBackoff: .milliseconds(400))
+
+/// Polls `condition` every 50 ms until it holds; fails the test after `timeout`.
+private func eventually(
+    _ what: String, timeout: Duration = .seconds(30), sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async -> Bool
+) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if await condition() { return }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    Issue.record("not within \(timeout): \(what)", sourceLocation: sourceLocation)
+}
+
+/// Runs `producer` while `body` runs, then shuts it down; fails if run() throws.
+private func running<T: Sendable>(_ producer: KafkaProducer, _ body: @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask {
+            try await producer.run()
+            return nil
+        }
+        let result = try await body()
+        producer.shutdown()
+        try await group.waitForAll()
+        return result
+    }
+}
+
+/// Sends `count` records at once and returns each one's verdict (a librdkafka error name, or "delivered").
+private func sendMany(_ producer: KafkaProducer, topic: String, count: Int) async -> [String] {
+    await withTaskGroup(of: String.self) { sends in
+        for i in 0..<count {
+            sends.addTask {
+                do {
+                    try await producer.send(topic: topic, key: "k\(i)", value: Array("\(i)".utf8))
+                    return "delivered"
+                } catch let error as KafkaError {
+                    return error.librdkafkaName ?? "\(error.code)"
+                } catch {
+                    return "\(error)"
+                }
+            }
+        }
+        var verdicts: [String] = []
+        for await verdict in sends { verdicts.append(verdict) }
+        return verdicts
+    }
+}
+
+@Suite("Kafka clients recover by themselves (librdkafka mock cluster)", .timeLimit(.minutes(3)))
+struct RecoveryTests {
+    @Test(
+        "a produce error that leaves the idempotent producer unusable: the records get their verdicts, the client is recreated, sending works again",
+        arguments: [
+            KafkaMockCluster.ErrorCode.producerFenced, .outOfOrderSequenceNumber, .unknownProducerId, .invalidProducerEpoch,
+        ])
+    func identityErrors(_ error: KafkaMockCluster.ErrorCode) async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        let topic = "recovery-\(error.rawValue)"
+        try cluster.createTopic(topic, partitions: 2)
+        var configuration = KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers, settings: ["message.timeout.ms": "10000"])
+        configuration.health = fastHealth
+        let producer = try KafkaProducer(configuration: configuration, logger: logger)
+        try await running(producer) {
+            try await producer.send(topic: topic, key: "warm", value: [1])
+            cluster.injectErrors(Array(repeating: error, count: 3), into: .produce)
+            let verdicts = await sendMany(producer, topic: topic, count: 50)
+            #expect(verdicts.count == 50, "one verdict per record")
+            // Within 30 s a send is acknowledged again, without a restart.
+            var delivered = false
+            try await eventually("a send acknowledged after \(error)") {
+                delivered = (try? await producer.send(topic: topic, key: "after", value: [2])) != nil
+                return delivered
+            }
+            try await eventually("ready again") { producer.health == .ready }
+            #expect(producer.health.status != .failed)
+        }
+    }
+
+    @Test("librdkafka's fatal error: what was in flight fails, run() goes on, the client is recreated once and delivers")
+    func fatalErrorRecovers() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        try cluster.createTopic("fatal", partitions: 1)
+        cluster.setBroker(1, up: false)  // the records stay in flight until the fatal error
+        var configuration = KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers, settings: ["message.timeout.ms": "60000"])
+        configuration.health = fastHealth
+        let producer = try KafkaProducer(configuration: configuration, logger: logger)
+        let verdicts = Mutex<[Result<KafkaDeliveryReport, KafkaError>]>([])
+        try await running(producer) {
+            for i in 0..<20 {
+                try producer.produce(topic: "fatal", key: nil, value: [UInt8(i)]) { result in verdicts.withLock { $0.append(result) } }
+            }
+            producer.simulateFatalError(reason: "sequence gap")
+            try await eventually("every record in flight got its verdict") { verdicts.withLock { $0.count } == 20 }
+            #expect(verdicts.withLock { $0 }.allSatisfy { if case .failure = $0 { true } else { false } })
+            try await eventually("recreated") { producer.recoveries == 1 }
+            cluster.setBroker(1, up: true)
+            let report = try await producer.send(topic: "fatal", key: "k", value: [1])
+            #expect(report.offset != nil)
+            try await eventually("ready") { producer.health == .ready }
+            #expect(producer.recoveries == 1)
+        }
+    }
+
+    @Test("health: not ready before run() and while no broker answers, ready again once one does; never failed for an outage")
+    func producerHealthFollowsTheCluster() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        try cluster.createTopic("health", partitions: 1)
+        var configuration = KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers)
+        configuration.health = fastHealth
+        let producer = try KafkaProducer(configuration: configuration, logger: logger)
+        #expect(producer.health.status == .notReady)
+        try await running(producer) {
+            try await eventually("ready while idle (the probe)") { producer.health == .ready }
+            cluster.setBroker(1, up: false)
+            try await eventually("not ready while the broker is down") { producer.health.status == .notReady }
+            #expect(producer.health.reason?.contains("no answer from Kafka") == true, "\(producer.health)")
+            try await Task.sleep(for: .seconds(2))
+            #expect(producer.health.status == .notReady, "an outage is not a failure: \(producer.health)")
+            cluster.setBroker(1, up: true)
+            try await eventually("ready once the broker answers") { producer.health == .ready }
+            try await producer.send(topic: "health", key: "k", value: [1])
+        }
+    }
+
+    @Test("a producer whose recreation keeps failing is reported failed (a restart is due)")
+    func failedAfterRepeatedRecoveries() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        try cluster.createTopic("failing", partitions: 1)
+        var configuration = KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers, settings: ["message.timeout.ms": "5000"])
+        configuration.health = fastHealth
+        let producer = try KafkaProducer(configuration: configuration, logger: logger)
+        try await running(producer) {
+            // Every produce request of every new client is fenced.
+            cluster.injectErrors(Array(repeating: .producerFenced, count: 1_000), into: .produce)
+            try await eventually("failed") {
+                _ = try? await producer.send(topic: "failing", key: "k", value: [1])
+                return producer.health.status == .failed
+            }
+            #expect(producer.recoveries >= fastHealth.maximumRecoveries)
+            #expect(producer.health.reason?.contains("PRODUCER_FENCED") == true, "\(producer.health)")
+        }
+    }
+
+    @Test("a group consumer is ready once the group assigned it partitions and the cluster answers; not ready while it does not")
+    func consumerHealthFollowsTheCluster() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        try cluster.createTopic("consumed", partitions: 2)
+        var configuration = KafkaConsumerConfiguration(bootstrapServers: cluster.bootstrapServers, groupID: "health", topics: ["consumed"])
+        configuration.health = fastHealth
+        let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
+        #expect(consumer.health.status == .notReady)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await consumer.run() }
+            group.addTask { for await _ in consumer.events {} }
+            try await eventually("ready once assigned") { consumer.health == .ready }
+            cluster.setBroker(1, up: false)
+            try await eventually("not ready while the broker is down") { consumer.health.status == .notReady }
+            cluster.setBroker(1, up: true)
+            try await eventually("ready again") { consumer.health == .ready }
+            consumer.shutdown()
+            try await group.waitForAll()
+        }
+    }
+}
