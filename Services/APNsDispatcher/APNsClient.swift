@@ -31,8 +31,13 @@ public final class APNsClient: Sendable {
         public var sandbox: Endpoint
         /// Connections per team and environment.
         public var connectionsPerLane: Int
-        /// How long a push may wait for its answer before its stream is cancelled.
+        /// How long one attempt of a push may take in all — waiting for a connection, a stream,
+        /// flow-control window and the answer — before it fails: as
+        /// ``APNsTransportError/Kind/stalled`` if the request was not completely written by then,
+        /// as ``APNsTransportError/Kind/timeout`` (its stream cancelled) if it was.
         public var requestTimeout: Duration
+        /// How long opening a connection may take: TCP, the TLS handshake and the server's HTTP/2
+        /// SETTINGS.
         public var connectTimeout: Duration
         /// PEM certificates to trust instead of the system's (the simulator's); `nil`: the system's.
         public var trustedCertificatesPEM: String?
@@ -94,16 +99,18 @@ public final class APNsClient: Sendable {
     public func knowsTeam(_ teamID: String) -> Bool { tokenSources[teamID] != nil }
 
     /// Sends one push for `teamID` to `environment`; returns APNs's answer, or throws
-    /// ``APNsTransportError`` when there was none.
+    /// ``APNsTransportError`` when there was none. The attempt, from here to the answer, takes at
+    /// most ``Configuration/requestTimeout``.
     public func send(_ push: APNsPush, teamID: String, environment: APNsEnvironment) async throws -> APNsAnswer {
+        let deadline = NIODeadline.now() + TimeAmount(configuration.requestTimeout)
         guard let lane = lanes[LaneKey(teamID: teamID, environment: environment)], let source = tokenSources[teamID] else {
             throw APNsTransportError(.connect, "no signing key for team \(teamID)")
         }
-        let connection = try await lane.connection()
+        let connection = try await lane.connection(deadline: deadline)
         let now = self.now()
         let candidate = try source.current(now: now)
         let token = connection.providerToken.withLock { $0.use(candidate: candidate, now: now) }
-        return try await connection.send(push, authorization: token, deadline: configuration.requestTimeout)
+        return try await connection.send(push, authorization: token, deadline: deadline)
     }
 
     /// APNs said the provider token expired: mint a new one and reconnect the team's lanes (APNs
@@ -133,12 +140,15 @@ public final class APNsClient: Sendable {
 final class Lane: Sendable {
     private struct Slot {
         var connection: APNsConnection?
-        var connecting: Task<APNsConnection, any Error>?
+        /// The connection being opened, and its id.
+        var connecting: (id: Int, future: EventLoopFuture<APNsConnection>)?
     }
 
     private enum Pick {
         case ready(APNsConnection)
-        case wait(Task<APNsConnection, any Error>)
+        case wait(EventLoopFuture<APNsConnection>)
+        /// A connection this push started to open, in slot `slot`.
+        case opening(id: Int, slot: Int, EventLoopFuture<APNsConnection>)
     }
 
     let name: String
@@ -164,48 +174,57 @@ final class Lane: Sendable {
         self.logger = logger
     }
 
-    /// A usable connection, in turn; opens one when its slot has none.
-    func connection() async throws -> APNsConnection {
-        let index = next.wrappingAdd(1, ordering: .relaxed).oldValue
+    /// A usable connection, in turn; opens one when its slot has none. Waits for one being opened
+    /// until `deadline` at most (the opening goes on, bounded by the connect timeout, for the next
+    /// pushes); past it, fails with ``APNsTransportError/Kind/stalled``.
+    func connection(deadline: NIODeadline) async throws -> APNsConnection {
+        let (index, name) = (next.wrappingAdd(1, ordering: .relaxed).oldValue, self.name)
         let pick = slots.withLock { slots -> Pick in
             let i = index % slots.count
             if let connection = slots[i].connection, connection.isUsable { return .ready(connection) }
-            if let connecting = slots[i].connecting { return .wait(connecting) }
-            slots[i].connection?.close()
+            if let connecting = slots[i].connecting { return .wait(connecting.future) }
+            // Closed, GOAWAY or stalled: the pushes still waiting for an answer on it get one.
+            slots[i].connection?.retire()
             slots[i].connection = nil
             let (endpoint, sslContext, connectTimeout, group) = (self.endpoint, self.sslContext, self.connectTimeout, self.group)
             let id = connectionIDs.wrappingAdd(1, ordering: .relaxed).newValue
             let serverHostname = endpoint.host.first?.isNumber == true ? nil : endpoint.host
-            let task = Task {
+            let future = group.any().makeFutureWithTask {
                 try await APNsConnection.connect(
                     id: id, host: endpoint.host, port: endpoint.port, sslContext: sslContext, serverHostname: serverHostname,
                     connectTimeout: connectTimeout, group: group)
             }
-            slots[i].connecting = task
-            return .wait(task)
+            slots[i].connecting = (id, future)
+            return .opening(id: id, slot: i, future)
         }
+        let future: EventLoopFuture<APNsConnection>
         switch pick {
         case .ready(let connection):
             return connection
-        case .wait(let task):
-            let i = index % slots.withLock { $0.count }
-            do {
-                let connection = try await task.value
+        case .wait(let connecting):
+            future = connecting
+        case .opening(let id, let i, let opening):
+            // The slot takes the connection even when every push that waited for it gave up.
+            opening.whenComplete { [self] result in
                 slots.withLock { slots in
-                    if slots[i].connecting == task {
-                        slots[i].connection = connection
-                        slots[i].connecting = nil
-                    }
+                    guard slots[i].connecting?.id == id else { return }
+                    slots[i].connecting = nil
+                    if case .success(let connection) = result { slots[i].connection = connection }
                 }
-                logger.debug("APNs connection opened", metadata: ["apns.lane": "\(name)", "apns.connection": "\(connection.id)"])
-                return connection
-            } catch {
-                slots.withLock { slots in
-                    if slots[i].connecting == task { slots[i].connecting = nil }
+                if case .success(let connection) = result {
+                    logger.debug("APNs connection opened", metadata: ["apns.lane": "\(name)", "apns.connection": "\(connection.id)"])
                 }
-                throw error
             }
+            future = opening
         }
+        // Each push waits on a promise of its own, failed at its own deadline.
+        let waiter = future.eventLoop.makePromise(of: APNsConnection.self)
+        future.cascade(to: waiter)
+        let timeout = future.eventLoop.scheduleTask(deadline: deadline) {
+            waiter.fail(APNsTransportError(.stalled, "no connection to \(name) by the deadline"))
+        }
+        waiter.futureResult.whenComplete { _ in timeout.cancel() }
+        return try await waiter.futureResult.get()
     }
 
     /// Closes every connection; the next pushes open new ones.

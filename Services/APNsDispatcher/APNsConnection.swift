@@ -78,7 +78,13 @@ public struct APNsTransportError: Error, Sendable, Equatable, CustomStringConver
         case notProcessed
         /// The connection or stream ended without an answer; APNs may or may not have delivered it.
         case lost
-        /// No answer within the deadline; the stream was cancelled. APNs may have delivered it.
+        /// The deadline passed before the request was completely written (no connection in time,
+        /// or the server granted no flow-control window, or did not read): APNs cannot have
+        /// processed a request whose end it never received, so it is safe to send again unchanged.
+        /// The connection it waited on takes no more pushes.
+        case stalled
+        /// No answer within the deadline, after the request was written; the stream was cancelled.
+        /// APNs may have delivered it.
         case timeout
     }
 
@@ -90,17 +96,33 @@ public struct APNsTransportError: Error, Sendable, Equatable, CustomStringConver
         self.detail = detail
     }
 
-    /// Whether APNs may have delivered the push (a resend could reach the phone twice).
+    /// Whether APNs may have delivered the push (a resend could reach the phone twice): after a
+    /// lost connection or a timeout, not after a failed connect, a GOAWAY or a stall.
     public var isAmbiguous: Bool { kind == .lost || kind == .timeout }
     public var description: String { "\(kind): \(detail)" }
 }
 
 /// One HTTP/2 connection to APNs over TLS, carrying many pushes at once (one stream each).
+///
+/// Every wait has a bound: ``connect(id:host:port:sslContext:serverHostname:connectTimeout:group:)``
+/// returns only once the TLS handshake is done and the server's HTTP/2 SETTINGS arrived, within
+/// the connect timeout; ``send(_:authorization:deadline:)`` fails at its deadline whatever it is
+/// waiting for (a stream, flow-control window, the answer).
 final class APNsConnection: Sendable {
+    private struct State {
+        /// Pushes started on it and not finished.
+        var active = 0
+        /// A request was not written within its deadline: it takes no new pushes.
+        var stalled = false
+        /// Replaced in its lane: closed once no push is active on it.
+        var retired = false
+    }
+
     let id: Int
     private let channel: any Channel
     private let multiplexer: NIOHTTP2Handler.StreamMultiplexer
     private let goAway: GoAwayWatcher
+    private let state = Mutex(State())
     let authority: String
     /// The provider token in use on this connection.
     let providerToken = Mutex(ConnectionToken())
@@ -113,43 +135,87 @@ final class APNsConnection: Sendable {
         self.authority = authority
     }
 
-    /// Whether new pushes may use it (open, and no GOAWAY received).
-    var isUsable: Bool { channel.isActive && !goAway.received }
+    /// Whether new pushes may use it (open, no GOAWAY received, no write stalled on it).
+    var isUsable: Bool { channel.isActive && !goAway.received && !state.withLock { $0.stalled } }
 
+    /// Opens a connection: TCP, the TLS handshake and the server's HTTP/2 SETTINGS, all within
+    /// `connectTimeout`; throws ``APNsTransportError/Kind/connect`` otherwise (a server that
+    /// accepts and never answers the handshake included).
     static func connect(
         id: Int, host: String, port: Int, sslContext: NIOSSLContext, serverHostname: String?, connectTimeout: Duration,
         group: any EventLoopGroup
     ) async throws -> APNsConnection {
+        let deadline = NIODeadline.now() + TimeAmount(connectTimeout)
         let goAway = GoAwayWatcher()
-        var connectionConfiguration = NIOHTTP2Handler.ConnectionConfiguration()
-        connectionConfiguration.initialSettings = [
-            HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
-            HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
-            HTTP2Setting(parameter: .enablePush, value: 0),
-        ]
+        let connectionConfiguration = {
+            var configuration = NIOHTTP2Handler.ConnectionConfiguration()
+            configuration.initialSettings = [
+                HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
+                HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
+                HTTP2Setting(parameter: .enablePush, value: 0),
+            ]
+            return configuration
+        }()
+        let (channel, multiplexer, ready): (any Channel, NIOHTTP2Handler.StreamMultiplexer, EventLoopPromise<Void>)
         do {
-            let (channel, multiplexer) = try await ClientBootstrap(group: group)
+            (channel, multiplexer, ready) = try await ClientBootstrap(group: group)
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
-                .connectTimeout(.nanoseconds(Int64(connectTimeout / .nanoseconds(1))))
+                .connectTimeout(TimeAmount(connectTimeout))
                 .connect(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        let ready = channel.eventLoop.makePromise(of: Void.self)
                         try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
                         let multiplexer = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
                             mode: .client, connectionConfiguration: connectionConfiguration, streamConfiguration: .init()
                         ) { inbound in inbound.close() }
+                        try channel.pipeline.syncOperations.addHandler(SettingsWatcher(ready: ready))
                         try channel.pipeline.syncOperations.addHandler(goAway)
-                        return (channel, multiplexer)
+                        return (channel, multiplexer, ready)
                     }
                 }
-            return APNsConnection(id: id, channel: channel, multiplexer: multiplexer, goAway: goAway, authority: host)
         } catch {
             throw APNsTransportError(.connect, "\(host):\(port): \(error)")
         }
+        // The server's SETTINGS come after the TLS handshake: both are done when they arrive.
+        let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
+            ready.fail(APNsTransportError(.connect, "\(host):\(port): no TLS handshake and HTTP/2 SETTINGS within \(connectTimeout)"))
+        }
+        ready.futureResult.whenComplete { _ in timeout.cancel() }
+        do {
+            try await ready.futureResult.get()
+        } catch {
+            channel.close(promise: nil)
+            throw error as? APNsTransportError ?? APNsTransportError(.connect, "\(host):\(port): \(error)")
+        }
+        return APNsConnection(id: id, channel: channel, multiplexer: multiplexer, goAway: goAway, authority: host)
     }
 
-    /// Sends one push and waits for the answer, at most `deadline`.
-    func send(_ push: APNsPush, authorization: String, deadline: Duration) async throws -> APNsAnswer {
+    /// Sends one push and waits for its answer until `deadline`, which bounds the whole attempt:
+    /// a stream (the server's MAX_CONCURRENT_STREAMS), flow-control window to write the body, and
+    /// the answer. At the deadline the stream is cancelled (RST_STREAM if it was opened); the error
+    /// is ``APNsTransportError/Kind/timeout`` (ambiguous) if the request was completely written,
+    /// ``APNsTransportError/Kind/stalled`` (not processed) if it was not — and then the connection
+    /// takes no new pushes and closes once its other pushes are finished.
+    func send(_ push: APNsPush, authorization: String, deadline: NIODeadline) async throws -> APNsAnswer {
         let promise = channel.eventLoop.makePromise(of: APNsAnswer.self)
+        let attempt = Attempt()
+        state.withLock { $0.active += 1 }
+        promise.futureResult.whenComplete { _ in
+            attempt.finish()
+            self.finished()
+        }
+        let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
+            guard let expired = attempt.expire() else { return }
+            if expired.written {
+                promise.fail(APNsTransportError(.timeout, "no answer by the deadline"))
+            } else {
+                self.state.withLock { $0.stalled = true }
+                promise.fail(APNsTransportError(.stalled, "not completely written by the deadline (no stream, no flow-control window, or a server not reading)"))
+            }
+            expired.stream?.close(promise: nil)
+        }
+        promise.futureResult.whenComplete { _ in timeout.cancel() }
+
         let goAway = self.goAway
         let authority = self.authority
         let streamFuture = multiplexer.createStreamChannel { stream in
@@ -162,6 +228,11 @@ final class APNsConnection: Sendable {
             case .failure(let error):
                 promise.fail(APNsTransportError(goAway.received ? .notProcessed : .lost, "stream not opened: \(error)"))
             case .success(let stream):
+                // The deadline passed while the stream was being opened: nothing is written.
+                guard attempt.opened(stream) else {
+                    stream.close(promise: nil)
+                    return
+                }
                 var headers = HPACKHeaders()
                 headers.reserveCapacity(11)
                 headers.add(name: ":method", value: "POST")
@@ -176,23 +247,38 @@ final class APNsConnection: Sendable {
                 headers.add(name: "apns-expiration", value: String(push.expiration))
                 headers.add(name: "content-length", value: String(push.payload.readableBytes))
                 stream.write(HTTP2Frame.FramePayload.headers(.init(headers: headers)), promise: nil)
-                // The deadline runs from when the request left (a stream may first wait for the
-                // server's MAX_CONCURRENT_STREAMS), and cancels the stream (RST_STREAM) only if no
-                // answer came.
+                // Written once the body with END_STREAM is on the socket: from then on APNs may
+                // have processed it, and a deadline is a timeout rather than a stall.
                 stream.writeAndFlush(HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(push.payload), endStream: true))).whenComplete { written in
-                    if case .failure(let error) = written {
+                    switch written {
+                    case .success:
+                        attempt.wrote()
+                    case .failure(let error):
                         promise.fail(APNsTransportError(goAway.received ? .notProcessed : .lost, "request not written: \(error)"))
-                        return
                     }
-                    let timeout = stream.eventLoop.scheduleTask(in: .nanoseconds(Int64(deadline / .nanoseconds(1)))) {
-                        promise.fail(APNsTransportError(.timeout, "no answer within \(deadline)"))
-                        stream.close(promise: nil)
-                    }
-                    promise.futureResult.whenComplete { _ in timeout.cancel() }
                 }
             }
         }
         return try await promise.futureResult.get()
+    }
+
+    /// A push on it finished: a stalled or retired connection closes once none is left.
+    private func finished() {
+        let close = state.withLock { state in
+            state.active -= 1
+            return state.active == 0 && (state.stalled || state.retired)
+        }
+        if close { channel.close(promise: nil) }
+    }
+
+    /// Closes it once no push is active on it (at once if none is): its lane replaced it, and the
+    /// pushes waiting for an answer on it still get one.
+    func retire() {
+        let close = state.withLock { state in
+            state.retired = true
+            return state.active == 0
+        }
+        if close { channel.close(promise: nil) }
     }
 
     func close() {
@@ -200,6 +286,66 @@ final class APNsConnection: Sendable {
     }
 
     var closeFuture: EventLoopFuture<Void> { channel.closeFuture }
+}
+
+/// Where one push's attempt stands, for its deadline: its stream, and whether the request was
+/// completely written. Touched on the connection's event loop only; the lock makes it `Sendable`.
+private final class Attempt: Sendable {
+    private struct State {
+        var stream: (any Channel)?
+        var written = false
+        var finished = false
+    }
+
+    private let state = Mutex(State())
+
+    func wrote() { state.withLock { $0.written = true } }
+
+    /// Notes the stream; `false` when the attempt already finished (its deadline passed).
+    func opened(_ stream: any Channel) -> Bool {
+        state.withLock { state in
+            guard !state.finished else { return false }
+            state.stream = stream
+            return true
+        }
+    }
+
+    /// The attempt has its result (an answer, an error, or its deadline).
+    func finish() { state.withLock { $0.finished = true } }
+
+    /// The deadline passed: the stream to cancel and whether the request was written, or `nil`
+    /// when the attempt already had its result. A stream that got its answer is never reset (a
+    /// server may read RST_STREAM on completed streams as a rapid-reset attack).
+    func expire() -> (stream: (any Channel)?, written: Bool)? {
+        state.withLock { state in
+            guard !state.finished else { return nil }
+            return (state.stream, state.written)
+        }
+    }
+}
+
+/// Completes `ready` when the server's first SETTINGS frame arrives (the TLS handshake is done
+/// and the server speaks HTTP/2); fails it if the connection fails or closes first.
+final class SettingsWatcher: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+    private let ready: EventLoopPromise<Void>
+
+    init(ready: EventLoopPromise<Void>) { self.ready = ready }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .settings(.settings) = unwrapInboundIn(data).payload { ready.succeed() }
+        context.fireChannelRead(data)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        ready.fail(error)
+        context.fireErrorCaught(error)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        ready.fail(APNsTransportError(.connect, "closed before the HTTP/2 SETTINGS"))
+        context.fireChannelInactive()
+    }
 }
 
 /// Notes a GOAWAY from the server: the last stream it processed.

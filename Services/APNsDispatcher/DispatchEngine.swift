@@ -48,8 +48,8 @@ public struct DispatcherPolicy: Sendable {
     public var tokenWait: Duration = .seconds(5)
     /// Updates to activities older than this are not sent: iOS stops showing updates after 8 hours.
     public var activityLifetime: Duration = .seconds(8 * 3_600)
-    /// After APNs refused a team's credentials (403), its pushes are refused for this long before
-    /// one is tried again.
+    /// After APNs refused a team's credentials (403), its pushes are held this long; then one is
+    /// sent to probe whether APNs accepts them again, and the others wait for its answer.
     public var laneCooldown: Duration = .seconds(60)
 
     public init() {}
@@ -74,6 +74,22 @@ public actor DispatchEngine {
         var endedAt: Date?
     }
 
+    /// A team whose credentials APNs refused (a 403 other than ExpiredProviderToken). Its pushes
+    /// are held in their queues, not sent and not given up, until `until`; then one request probes
+    /// the lane while the others wait for its answer. An answer that shows the credentials were
+    /// accepted reopens the lane; another refusal starts the cooldown again; an answer that says
+    /// nothing about them (5xx, a provider-token problem, no answer) lets another request probe.
+    /// A held request keeps its bounds: its `expiration`, and the retry policy's deadline.
+    private struct StoppedLane {
+        var until: Date
+        /// APNs's reason for the last refusal.
+        var reason: String
+        /// The request id of the probe in flight.
+        var probe: String?
+        /// The activities whose next request is held: pumped again when the probe is answered.
+        var held: Set<String> = []
+    }
+
     private let sender: any APNsSending
     private let tokens: TokenTable
     private let outcomes: any OutcomeSink
@@ -88,7 +104,7 @@ public actor DispatchEngine {
     private var slots: [String: Slot] = [:]
     private var deadTokens: Set<String> = []
     private var pushToStartBudgets: [String: Budget] = [:]
-    private var stoppedLanes: [String: Date] = [:]
+    private var stoppedLanes: [String: StoppedLane] = [:]
     private var inFlight = 0
     private var queued = 0
     private var ready: [String] = []
@@ -269,13 +285,22 @@ public actor DispatchEngine {
                 finish(head, .rejected, detail: "no APNs signing key is configured for \(record.app.bundleId)")
                 continue
             }
-            if let until = stoppedLanes[team] {
-                if until > now {
+            // A stopped lane: held during the cooldown and while its probe is in flight, within
+            // the request's bounds.
+            if let lane = stoppedLanes[team], lane.probe != nil || lane.until > now {
+                let deadline = policy.retry.deadline(expiration: request.expiration, firstAttempt: head.firstAttemptAt ?? head.enqueuedAt)
+                if deadline <= now {
                     dropHead(key)
-                    finish(head, .rejected, detail: "APNs refused team \(team)'s credentials; its pushes are stopped until \(IsletDate.format(until))")
+                    let refused = "APNs refused team \(team)'s credentials (\(lane.reason))"
+                    if request.expiration != nil {
+                        finish(head, .expired, detail: "apns-expiration passed while \(refused)")
+                    } else {
+                        finish(head, .failed, detail: "\(refused) and did not accept them again before the request's deadline")
+                    }
                     continue
                 }
-                stoppedLanes[team] = nil
+                stoppedLanes[team]?.held.insert(key)
+                return wake(key, at: lane.probe == nil ? min(lane.until, deadline) : deadline)
             }
             // A send slot.
             guard inFlight < policy.maximumInFlight else {
@@ -313,6 +338,10 @@ public actor DispatchEngine {
                     downgraded = isDowngrade
                     if request.priority == 10 { metrics.budgetRemaining(budget.remaining(now: now)) }
                 }
+            }
+            if stoppedLanes[team] != nil {
+                // The cooldown is over: this request probes the lane; the team's others wait for its answer.
+                stoppedLanes[team]?.probe = request.requestId
             }
             var sending = slot.queue.removeFirst()
             queued -= 1
@@ -371,11 +400,15 @@ public actor DispatchEngine {
         slots[key]?.inFlight = nil
         var entry = entry
         let now = clock.now()
+        // Whether APNs accepted the team's credentials (for a stopped lane's probe).
+        var credentialsAccepted = false
         switch result {
         case .success(let answer):
             metrics.answer(status: answer.status, priority: priority, seconds: seconds)
             let apns = answer.response
-            switch APNsAction.forAnswer(status: answer.status, reason: answer.reason) {
+            let action = APNsAction.forAnswer(status: answer.status, reason: answer.reason)
+            credentialsAccepted = ![.stopLane, .retry, .renewProviderToken, .providerTokenChurn].contains(action)
+            switch action {
             case .delivered:
                 // Ended first: finishing may forget an idle activity, and its end must be remembered.
                 if entry.request.event == .end { ended(key) }
@@ -394,12 +427,17 @@ public actor DispatchEngine {
                     requeue(entry, key: key, at: now)
                 }
             case .stopLane:
-                stoppedLanes[team] = now.addingTimeInterval(policy.laneCooldown / .seconds(1))
-                logger.error(
-                    "APNs refused the team's credentials: its pushes stop for a while",
-                    metadata: ["apns.team": "\(team)", "apns.reason": "\(answer.reason ?? "")"])
-                metrics.laneStopped(team: team)
-                finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs refused the credentials: \(answer.reason ?? "")")
+                // Held, not finished: a start or an end lost to a credential hiccup is an activity
+                // that never appears or never ends. Sent again once the lane reopens.
+                let reason = answer.reason ?? "403"
+                if entry.attempts >= policy.retry.maximumAttempts {
+                    finish(
+                        entry, .failed, apns: apns, priority: priority, fingerprint: fingerprint,
+                        detail: "gave up after \(entry.attempts) attempts: APNs refused team \(team)'s credentials (\(reason))")
+                } else {
+                    requeue(entry, key: key, at: now)
+                }
+                stopLane(team, reason: reason, refused: entry.request.requestId, now: now)
             case .backOffToken:
                 slots[key]?.notBefore = now.addingTimeInterval(policy.retry.tokenBackoff / .seconds(1))
                 retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint, minimumDelay: policy.retry.tokenBackoff)
@@ -422,9 +460,51 @@ public actor DispatchEngine {
             }
             retry(entry, key: key, apns: nil, priority: priority, fingerprint: fingerprint, detail: "\(error)")
         }
+        if stoppedLanes[team]?.probe == entry.request.requestId {
+            probeAnswered(team, credentialsAccepted: credentialsAccepted)
+        }
         checkDrained()
         pumpReady()
         pump(key)
+    }
+
+    /// APNs refused a team's credentials: its pushes are held for the cooldown (from now, also when
+    /// the lane was stopped already).
+    private func stopLane(_ team: String, reason: String, refused requestId: String, now: Date) {
+        let until = now.addingTimeInterval(policy.laneCooldown / .seconds(1))
+        var lane = stoppedLanes[team] ?? StoppedLane(until: until, reason: reason)
+        lane.until = until
+        lane.reason = reason
+        let probed = lane.probe == requestId
+        if probed { lane.probe = nil }
+        stoppedLanes[team] = lane
+        logger.error(
+            "APNs refused the team's credentials: its pushes are held until one probe is accepted",
+            metadata: ["apns.team": "\(team)", "apns.reason": "\(reason)", "apns.lane.probe.at": "\(IsletDate.format(until))"])
+        metrics.laneStopped(team: team)
+        // The held activities wait for the new reopening time instead of the probe's answer.
+        if probed { pumpHeld(team) }
+    }
+
+    /// A stopped lane's probe got an answer that is not a refusal (or got none): the lane reopens
+    /// if the answer shows the credentials were accepted; otherwise another request probes it.
+    /// Either way the held activities are pumped again.
+    private func probeAnswered(_ team: String, credentialsAccepted: Bool) {
+        if credentialsAccepted {
+            let lane = stoppedLanes.removeValue(forKey: team)
+            logger.info("APNs accepted the team's credentials again: its held pushes are sent", metadata: ["apns.team": "\(team)"])
+            for key in lane?.held ?? [] { pump(key) }
+        } else {
+            stoppedLanes[team]?.probe = nil
+            pumpHeld(team)
+        }
+    }
+
+    /// Pumps a stopped lane's held activities again (those still held note themselves again).
+    private func pumpHeld(_ team: String) {
+        let held = stoppedLanes[team]?.held ?? []
+        stoppedLanes[team]?.held = []
+        for key in held { pump(key) }
     }
 
     /// Another attempt later, within the retry policy's bounds; otherwise the final outcome.

@@ -5,11 +5,13 @@ import Synchronization
 import Testing
 @testable import APNsDispatcher
 
-/// A clock tests move by hand; sleepers wake when it passes their time.
+/// A clock tests move by hand; sleepers wake when it passes their time, or when their task is
+/// cancelled (as with a real clock: the engine cancels its timers when it finishes).
 final class ManualClock: DispatchClock {
     private struct State {
         var now: Date
-        var sleepers: [(Date, CheckedContinuation<Void, Never>)] = []
+        var nextID = 0
+        var sleepers: [(Date, Int, CheckedContinuation<Void, Never>)] = []
     }
 
     private let state: Mutex<State>
@@ -18,21 +20,34 @@ final class ManualClock: DispatchClock {
     func now() -> Date { state.withLock { $0.now } }
 
     func sleep(until date: Date) async throws {
-        await withCheckedContinuation { continuation in
-            let ready = state.withLock { state -> Bool in
-                if date <= state.now { return true }
-                state.sleepers.append((date, continuation))
-                return false
-            }
-            if ready { continuation.resume() }
+        let id = state.withLock { state in
+            defer { state.nextID += 1 }
+            return state.nextID
         }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let ready = state.withLock { state -> Bool in
+                    if date <= state.now || Task.isCancelled { return true }
+                    state.sleepers.append((date, id, continuation))
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        } onCancel: {
+            let sleeper = state.withLock { state -> CheckedContinuation<Void, Never>? in
+                guard let index = state.sleepers.firstIndex(where: { $0.1 == id }) else { return nil }
+                return state.sleepers.remove(at: index).2
+            }
+            sleeper?.resume()
+        }
+        try Task.checkCancellation()
     }
 
     func advance(_ seconds: TimeInterval) {
         let due = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.now = state.now.addingTimeInterval(seconds)
             let now = state.now
-            let due = state.sleepers.filter { $0.0 <= now }.map(\.1)
+            let due = state.sleepers.filter { $0.0 <= now }.map(\.2)
             state.sleepers.removeAll { $0.0 <= now }
             return due
         }
@@ -112,20 +127,22 @@ final class EngineHarness: Sendable {
     let engine: DispatchEngine
     private let runner: Task<Void, Never>
 
-    init(policy: DispatcherPolicy = DispatcherPolicy()) {
+    init(policy: DispatcherPolicy = DispatcherPolicy(), teams: [String: String] = ["com.example.food": "TEAM123456"]) {
         let done = self.done
         engine = DispatchEngine(
-            sender: sender, tokens: tokens, outcomes: sink, policy: policy, teams: ["com.example.food": "TEAM123456"], clock: clock,
+            sender: sender, tokens: tokens, outcomes: sink, policy: policy, teams: teams, clock: clock,
             random: { 0.5 }, logger: quietLogger, onDone: { ticket in done.value.append(ticket) })
         let engine = self.engine
         runner = Task { await engine.run() }
     }
 
-    func register(_ activity: String, token: String, frequent: Bool = false, startedAt: Date? = nil, state: TokenState = .active) {
+    func register(
+        _ activity: String, token: String, frequent: Bool = false, startedAt: Date? = nil, state: TokenState = .active, bundleId: String = "com.example.food"
+    ) {
         let now = clock.now()
         tokens.apply(
             TokenRecord(
-                kind: .update, activityId: activity, userId: "u", token: token, app: AppTarget(bundleId: "com.example.food", environment: .production),
+                kind: .update, activityId: activity, userId: "u", token: token, app: AppTarget(bundleId: bundleId, environment: .production),
                 attributesType: "DeliveryAttributes", frequentUpdatesEnabled: frequent, appVersion: "1.0", state: state,
                 invalidation: state == .invalidated ? .init(reason: .clientEnded, invalidatedAt: now) : nil, activityStartedAt: startedAt ?? now,
                 registeredAt: now, updatedAt: now),
@@ -373,7 +390,7 @@ struct EngineTests {
         await h.stop()
     }
 
-    @Test("403 ExpiredProviderToken renews the token and retries once; other 403s stop the team's lane")
+    @Test("403 ExpiredProviderToken renews the token and retries once; other 403s hold the team's pushes until the cooldown ends, not reject them")
     func providerTokenAnswers() async throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1))
@@ -385,9 +402,82 @@ struct EngineTests {
         h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "InvalidProviderToken")])
         await h.submit(h.request("a", sequence: 2, supersedable: false))
         await h.submit(h.request("a", sequence: 3, supersedable: false))
-        let outcomes = try await h.outcomes(3)
-        #expect(outcomes.suffix(2).map(\.result) == [.rejected, .rejected])
+        try await h.settle()
+        h.clock.advance(59)
+        try await h.settle()
+        #expect(h.sink.final.count == 1, "held, not rejected: \(h.sink.final.map(\.result.rawValue))")
         #expect(h.sender.sent.count == 3, "no hot loop: the lane stopped after the first refusal")
+        h.clock.advance(2)
+        let outcomes = try await h.outcomes(3)
+        #expect(outcomes.suffix(2).map(\.result) == [.delivered, .delivered])
+        #expect(outcomes.suffix(2).map(\.attempts) == [2, 1], "the refused one was sent again")
+        #expect(h.sender.sent.count == 5)
+        await h.stop()
+    }
+
+    @Test("a start and an end held by a 403 are both delivered after the cooldown; one probe while the lane is stopped; the team's other activities wait for its answer; other teams are unaffected")
+    func stoppedLaneProbe() async throws {
+        let h = EngineHarness(teams: ["com.example.food": "TEAM123456", "com.example.taxi": "TEAM654321"])
+        for (activity, seed) in [("a", 1), ("b", 2), ("c", 3)] { h.register(activity, token: hexToken(seed)) }
+        h.register("taxi", token: hexToken(4), bundleId: "com.example.taxi")
+        h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "InvalidProviderToken")])
+        let start = h.request("a", .start, sequence: 0)
+        await h.submit(start)
+        try await h.until(step: 0) { h.sender.sent.count == 1 }
+        try await h.settle()
+        let end = h.request("a", .end, sequence: 1)
+        let others = [h.request("b", sequence: 1), h.request("c", sequence: 1)]
+        await h.submit(end)
+        for request in others { await h.submit(request) }
+        let taxi = h.request("taxi", sequence: 1)
+        await h.submit(taxi)
+        let first = try await h.outcomes(1)
+        #expect(first.map(\.requestId) == [taxi.requestId], "another team's lane is open")
+        #expect(first.first?.result == .delivered)
+        h.clock.advance(30)
+        try await h.settle()
+        #expect(h.sender.sent.count == 2, "nothing of the team is sent during the cooldown")
+
+        // The cooldown ends: one request probes; the rest wait for its answer, however long it takes.
+        h.sender.hold()
+        h.clock.advance(31)
+        try await h.settle()
+        h.clock.advance(60)
+        try await h.settle()
+        #expect(h.sender.sent.count == 3, "one probe: \(h.sender.sent.count - 2) sent")
+        #expect(h.sink.final.count == 1)
+        h.sender.release()
+
+        let outcomes = try await h.outcomes(5)
+        #expect(outcomes.allSatisfy { $0.result == .delivered }, "\(outcomes.map(\.result.rawValue))")
+        #expect(Set(outcomes.map(\.requestId)) == Set(([start, end, taxi] + others).map(\.requestId)))
+        #expect(h.sender.sent.filter { $0.deviceToken == hexToken(1) }.map(\.apnsID) == [start.requestId, start.requestId, end.requestId])
+        #expect(h.sender.sent.count == 6)
+        await h.stop()
+    }
+
+    @Test("a held request keeps its bounds: expired at its apns-expiration, failed at the retry deadline; a refused probe starts the cooldown again")
+    func stoppedLaneBounds() async throws {
+        var policy = DispatcherPolicy()
+        policy.retry.maximumDuration = .seconds(150)
+        let h = EngineHarness(policy: policy)
+        h.register("a", token: hexToken(1))
+        h.register("b", token: hexToken(2))
+        h.sender.script(hexToken(1), Array(repeating: APNsAnswer(status: 403, reason: "InvalidProviderToken"), count: 5))
+        let refused = h.request("a", sequence: 1)
+        await h.submit(refused)
+        try await h.until(step: 0) { h.sender.sent.count == 1 }
+        var expiring = h.request("b", sequence: 1)
+        expiring.expiration = h.clock.now().addingTimeInterval(30)
+        await h.submit(expiring)
+        try await h.until(step: 1) { h.sink.final.count == 2 }
+        let outcomes = h.sink.final
+        let failed = try #require(outcomes.first { $0.requestId == refused.requestId })
+        #expect(failed.result == .failed)
+        #expect(failed.detail?.contains("refused team TEAM123456's credentials (InvalidProviderToken)") == true, "\(failed.detail ?? "")")
+        #expect(failed.attempts == 3)
+        #expect(outcomes.first { $0.requestId == expiring.requestId }?.result == .expired)
+        #expect(h.sender.sent.map(\.deviceToken) == Array(repeating: hexToken(1), count: 3), "the first send, then a probe at 60 s and at 120 s")
         await h.stop()
     }
 
@@ -477,7 +567,7 @@ struct EngineTests {
         #expect(stripped.contains("1795000000"))
     }
 
-    @Test("for random request sequences: one outcome each, priority-10 sends within the budget, content never goes back, start and end always sent", arguments: 1...12)
+    @Test("for random request sequences (with 503s and a 403 on the way): one outcome each, priority-10 sends within the budget, content never goes back, start and end always sent", arguments: 1...12)
     func randomSequences(seed: UInt64) async throws {
         var random = SplitMix(seed: seed)
         var policy = DispatcherPolicy()
@@ -491,6 +581,7 @@ struct EngineTests {
         }
         requests.append(h.request("a", .end, sequence: Int64(requests.count)))
         if random.next() % 2 == 0 { h.sender.script(hexToken(1), [APNsAnswer(status: 503, reason: "ServiceUnavailable")]) }
+        if random.next() % 3 == 0 { h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "InvalidProviderToken")]) }
         for request in requests {
             if random.next() % 3 == 0 { h.sender.hold() }
             await h.submit(request)

@@ -60,6 +60,24 @@ struct PushToStartTests {
         await h.stop()
     }
 
+    @Test("a start that stalled before it was completely written is sent again, alert and all: APNs cannot have processed it")
+    func stalledResent() async throws {
+        let h = EngineHarness()
+        let key = registerStart(h, token: hexToken(7))
+        var request = start(h, key: key)
+        request.alerting = true
+        h.sender.fail(hexToken(7), [APNsTransportError(.stalled, "not completely written by the deadline")])
+        await h.submit(request)
+        try await h.until { h.sink.final.count == 1 }
+        #expect(h.sink.all.map(\.result) == [.sending, .delivered])
+        #expect(h.sink.final.first?.attempts == 2)
+        let sent = h.sender.sent.map { String(buffer: $0.payload) }
+        #expect(sent.count == 2)
+        #expect(Set(sent).count == 1, "sent again unchanged")
+        #expect(sent.first?.contains("alert") == true)
+        await h.stop()
+    }
+
     @Test("announced before a crash without a final outcome: failed at once, not sent again")
     func unansweredAfterRestart() async throws {
         let h = EngineHarness()

@@ -50,13 +50,15 @@ func withSimulator<T: Sendable>(
     }
 }
 
-func makeClient(port: Int, trust: String, connections: Int = 1, timeout: Duration = .seconds(5), now: @escaping @Sendable () -> Date = Date.init) throws
-    -> APNsClient
-{
+func makeClient(
+    port: Int, trust: String, connections: Int = 1, timeout: Duration = .seconds(5), connectTimeout: Duration = .seconds(5),
+    now: @escaping @Sendable () -> Date = Date.init
+) throws -> APNsClient {
     let endpoint = APNsClient.Endpoint(host: "127.0.0.1", port: port)
     return try APNsClient(
         configuration: .init(
-            production: endpoint, sandbox: endpoint, connectionsPerLane: connections, requestTimeout: timeout, trustedCertificatesPEM: trust),
+            production: endpoint, sandbox: endpoint, connectionsPerLane: connections, requestTimeout: timeout, connectTimeout: connectTimeout,
+            trustedCertificatesPEM: trust),
         keys: [signingKey], logger: quietLogger, now: now)
 }
 

@@ -1,0 +1,131 @@
+import APNsSimulator
+import Foundation
+import NIOCore
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import Synchronization
+import Testing
+@testable import APNsDispatcher
+
+/// Connections that hang before the request is written: the attempt's deadline covers them, and
+/// the failure says APNs cannot have processed the push.
+@Suite("APNs connections that hang before the request is written", .timeLimit(.minutes(1)))
+struct StalledConnectionTests {
+    @Test("a server that never answers the TLS handshake: the send fails at its deadline as not processed; the connect gives up at its own timeout")
+    func handshakeNeverCompletes() async throws {
+        try await withServer(.silent) { port, trust, server in
+            let client = try makeClient(port: port, trust: trust, timeout: .seconds(1), connectTimeout: .seconds(30))
+            let started = ContinuousClock.now
+            let error = await #expect(throws: APNsTransportError.self) {
+                try await client.send(push(hexToken(1)), teamID: signingKey.teamID, environment: .production)
+            }
+            let elapsed = ContinuousClock.now - started
+            #expect(error?.kind == .stalled)
+            #expect(error?.isAmbiguous == false)
+            #expect(elapsed >= .milliseconds(900) && elapsed < .seconds(3), "\(elapsed)")
+            #expect(server.accepted == 1)
+
+            let connectStarted = ContinuousClock.now
+            let connectError = await #expect(throws: APNsTransportError.self) {
+                try await APNsConnection.connect(
+                    id: 1, host: "127.0.0.1", port: port, sslContext: client.sslContext, serverHostname: nil, connectTimeout: .milliseconds(500),
+                    group: .singletonMultiThreadedEventLoopGroup)
+            }
+            let connectElapsed = ContinuousClock.now - connectStarted
+            #expect(connectError?.kind == .connect)
+            #expect(connectElapsed >= .milliseconds(400) && connectElapsed < .seconds(3), "\(connectElapsed)")
+            client.shutdown()
+        }
+    }
+
+    @Test("a server that grants no flow-control window: the send fails at its deadline as not processed; the next push goes over a new connection")
+    func zeroWindow() async throws {
+        try await withServer(.zeroWindow) { port, trust, server in
+            let client = try makeClient(port: port, trust: trust, timeout: .seconds(1))
+            for attempt in 1...2 {
+                let started = ContinuousClock.now
+                let error = await #expect(throws: APNsTransportError.self) {
+                    try await client.send(push(hexToken(attempt)), teamID: signingKey.teamID, environment: .production)
+                }
+                let elapsed = ContinuousClock.now - started
+                #expect(error?.kind == .stalled)
+                #expect(error?.isAmbiguous == false)
+                #expect(elapsed >= .milliseconds(900) && elapsed < .seconds(3), "\(elapsed)")
+                #expect(server.streams == attempt, "the request's HEADERS went out; its body had no window")
+                #expect(server.accepted == attempt, "a stalled connection is not used again")
+            }
+            // The stalled connections are closed (they had no other push).
+            var open = server.open
+            for _ in 0..<200 where open > 0 {
+                try await Task.sleep(for: .milliseconds(10))
+                open = server.open
+            }
+            #expect(open == 0)
+            client.shutdown()
+        }
+    }
+}
+
+/// A test server that misbehaves: it accepts TCP connections and then either never answers the TLS
+/// handshake, or completes TLS and HTTP/2 but advertises SETTINGS_INITIAL_WINDOW_SIZE = 0 and never
+/// sends WINDOW_UPDATE (and never answers).
+private final class MisbehavingServer: Sendable {
+    enum Kind { case silent, zeroWindow }
+
+    private struct State {
+        var children: [any Channel] = []
+        var streams = 0
+    }
+
+    private let state = Mutex(State())
+    var accepted: Int { state.withLock { $0.children.count } }
+    var open: Int { state.withLock { $0.children.filter(\.isActive).count } }
+    var streams: Int { state.withLock { $0.streams } }
+
+    func accept(_ channel: any Channel) { state.withLock { $0.children.append(channel) } }
+    func openedStream() { state.withLock { $0.streams += 1 } }
+    func closeAll() { for child in state.withLock({ $0.children }) { child.close(promise: nil) } }
+}
+
+private func withServer(
+    _ kind: MisbehavingServer.Kind, _ body: @Sendable (Int, String, MisbehavingServer) async throws -> Void
+) async throws {
+    let tls = try SimulatorTLS.selfSigned()
+    var configuration = TLSConfiguration.makeServerConfiguration(
+        certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(tls.certificatePEM.utf8)).map { .certificate($0) },
+        privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(tls.privateKeyPEM.utf8), format: .pem)))
+    configuration.applicationProtocols = ["h2"]
+    let sslContext = try NIOSSLContext(configuration: configuration)
+    let server = MisbehavingServer()
+    let listener = try await ServerBootstrap(group: .singletonMultiThreadedEventLoopGroup)
+        .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+        .childChannelInitializer { channel in
+            server.accept(channel)
+            return channel.eventLoop.makeCompletedFuture {
+                guard kind == .zeroWindow else { return }
+                try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
+                var http2 = NIOHTTP2Handler.ConnectionConfiguration()
+                http2.initialSettings = [
+                    HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
+                    HTTP2Setting(parameter: .initialWindowSize, value: 0),
+                ]
+                _ = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
+                    mode: .server, connectionConfiguration: http2, streamConfiguration: .init()
+                ) { stream in
+                    server.openedStream()
+                    return stream.eventLoop.makeSucceededVoidFuture()
+                }
+            }
+        }
+        .bind(host: "127.0.0.1", port: 0).get()
+    do {
+        try await body(try #require(listener.localAddress?.port), tls.certificatePEM, server)
+    } catch {
+        server.closeAll()
+        try await listener.close()
+        throw error
+    }
+    server.closeAll()
+    try await listener.close()
+}
