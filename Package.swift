@@ -426,6 +426,7 @@ let package = Package(
             name: "IsletKafkaFaultTests",
             dependencies: [
                 "IsletKafka",
+                "IsletMessages",
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/IsletKafkaFaultTests",

@@ -23,7 +23,13 @@ swift build --build-tests
 echo "== broker"
 eval "$(scripts/broker.sh)"
 export ISLET_KAFKA_BOOTSTRAP
-stop_broker() { kill "$ISLET_BROKER_PID" 2>/dev/null || true; wait "$ISLET_BROKER_PID" 2>/dev/null || true; }
+# SIGCONT first: the broker-fault suite stops the broker with SIGSTOP, and a stopped process does
+# not act on SIGTERM.
+stop_broker() {
+  kill -CONT "$ISLET_BROKER_PID" 2>/dev/null || true
+  kill "$ISLET_BROKER_PID" 2>/dev/null || true
+  wait "$ISLET_BROKER_PID" 2>/dev/null || true
+}
 trap stop_broker EXIT INT TERM
 echo "tansu on $ISLET_KAFKA_BOOTSTRAP (pid $ISLET_BROKER_PID)"
 
@@ -51,7 +57,8 @@ if [ "$#" -eq 0 ]; then
   echo "== end to end (fresh broker)"
   stop_broker
   eval "$(ISLET_RUN_DIR="$ISLET_RUN_DIR/e2e-broker" scripts/broker.sh)"
-  export ISLET_KAFKA_BOOTSTRAP
+  # The broker-fault suite stops and resumes the broker by its pid.
+  export ISLET_KAFKA_BOOTSTRAP ISLET_BROKER_PID
   echo "tansu on $ISLET_KAFKA_BOOTSTRAP (pid $ISLET_BROKER_PID)"
   ISLET_E2E=1 ISLET_BIN_DIR="$(swift build --show-bin-path)" swift test --skip-build --filter EndToEnd
 fi

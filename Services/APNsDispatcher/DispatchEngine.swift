@@ -114,6 +114,10 @@ public actor DispatchEngine {
     private var publishing = 0
     private var drainWaiters: [CheckedContinuation<Void, Never>] = []
     private var finished: Set<String> = []
+    /// The request ids this engine gave a final outcome to, most recent 100,000: a copy read again
+    /// (its partition lost in a broker stall and assigned back before the outcome was on the topic
+    /// for ``alreadyFinished(_:unansweredStarts:)`` to see) is not sent again.
+    private var ownFinished = RecentIDs(capacity: 100_000)
     private var unansweredStarts: Set<String> = []
 
     private let jobs: AsyncStream<@Sendable () async -> Void>
@@ -203,7 +207,7 @@ public actor DispatchEngine {
         metrics.received(request)
         let now = clock.now()
         let entry = QueuedRequest(request: request, ticket: ticket, enqueuedAt: now)
-        if finished.contains(request.requestId) {
+        if finished.contains(request.requestId) || ownFinished.contains(request.requestId) {
             // Sent before a restart: its outcome is on the topic already.
             metrics.duplicate()
             onDone(ticket)
@@ -257,6 +261,14 @@ public actor DispatchEngine {
                 slots[key] = slot
             }
             let request = head.request
+            // A copy of a request that finished while this one waited behind it (read again after
+            // its partition came back): its outcome is on its way to the topic already.
+            if ownFinished.contains(request.requestId) {
+                dropHead(key)
+                metrics.duplicate()
+                onDone(head.ticket)
+                continue
+            }
 
             // The token: present, active, not refused by APNs.
             let record = tokens.record(forKey: key)
@@ -607,6 +619,7 @@ public actor DispatchEngine {
             latencyMilliseconds: apns == nil ? nil : max(0, now.timeIntervalSince(request.createdAt) * 1_000), tokenFingerprint: fingerprint,
             supersededBy: supersededBy, detail: detail, completedAt: now)
         metrics.outcome(result)
+        ownFinished.insert(request.requestId)
         if let key = request.key { forgetIfIdle(key, now: now) }
         publishing += 1
         let (outcomes, onDone, ticket, logger) = (self.outcomes, self.onDone, entry.ticket, self.logger)
@@ -691,5 +704,28 @@ public actor DispatchEngine {
         root["aps"] = .object(aps)
         guard let data = try? JSONEncoder().encode(JSONValue.object(root)) else { return payload }
         return String(decoding: data, as: UTF8.self)
+    }
+}
+
+/// A set of the most recent `capacity` ids (the oldest is forgotten first).
+struct RecentIDs {
+    private var members: Set<String> = []
+    private var order: [String] = []
+    private var head = 0
+    let capacity: Int
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    func contains(_ id: String) -> Bool { members.contains(id) }
+
+    mutating func insert(_ id: String) {
+        guard members.insert(id).inserted else { return }
+        if order.count < capacity {
+            order.append(id)
+        } else {
+            members.remove(order[head])
+            order[head] = id
+            head = (head + 1) % capacity
+        }
     }
 }

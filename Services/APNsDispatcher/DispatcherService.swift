@@ -74,11 +74,13 @@ public struct DispatcherService: Service {
                     case .success(let request):
                         await engine.submit(request, ticket: ticket)
                     case .failure(let rejection):
+                        // Sent until persisted; the ticket is done (and the partition's marks move on)
+                        // only then. Throws only at shutdown: the record is read again after it.
                         do {
                             try await deadLetters.send(raw, reason: rejection.reason, detail: rejection.detail)
                             tickets.done(ticket)
                         } catch {
-                            logger.error("dead letter not written: the record will be read again", metadata: ["error": "\(error)"])
+                            logger.warning("shut down while a dead letter was being written: the record will be read again", metadata: ["error": "\(error)"])
                         }
                     }
                 case .partitionEnd:

@@ -49,6 +49,11 @@ public struct ContentServiceLoop: Service {
                 case .message(let activityEvent, let raw):
                     tracker.begin(raw)
                     try await sender.turn { try await handle(activityEvent, raw) }
+                case .deadLettered(let raw):
+                    // Marked only once the events before it on its partition are done: up to
+                    // 2,000 may still be in flight, and a commit past them would lose them in a crash.
+                    tracker.begin(raw)
+                    done(raw)
                 default:
                     continue
                 }

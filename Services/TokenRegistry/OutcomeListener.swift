@@ -30,6 +30,7 @@ public struct OutcomeListener: Service {
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await consumer.run() }
             for try await event in consumer.decoded(as: PushOutcome.self, deadLetters: deadLetters) {
+                if case .deadLettered(let raw) = event { consumer.markProcessed(raw) }  // one at a time: in order
                 guard case .message(let outcome, let raw) = event else { continue }
                 var backoff = Duration.milliseconds(100)
                 while true {

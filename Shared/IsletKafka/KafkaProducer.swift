@@ -119,7 +119,8 @@ public final class KafkaProducer: Service, Sendable {
         onDelivery: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
     ) throws(KafkaError) {
         try core.whileAccepting { () throws(KafkaError) in
-            guard let client = current.withLock({ $0.client }) else { throw core.recoveringError() }
+            let (client, clientGeneration) = current.withLock { ($0.client, $0.generation) }
+            guard let client else { throw core.recoveringError() }
             let generation = core.reportGeneration
             let delivery = RDKafkaDelivery(topic: topic, handler: onDelivery)
             if let error = client.produce(topic: topic, partition: partition, key: key, value: value, headers: headers, delivery: delivery) {
@@ -127,6 +128,8 @@ public final class KafkaProducer: Service, Sendable {
                     core.refusedForCapacity(at: generation)
                 } else {
                     core.failedMetric.increment()
+                    // A client in librdkafka's fatal state refuses every record: replace it.
+                    if error.requiresNewClient { core.requestRecreation(of: clientGeneration, reason: error) }
                 }
                 throw error
             }
@@ -478,9 +481,12 @@ final class ProducerCore: Sendable {
         }
     }
 
-    private func requestRecreation(of generation: UInt64, reason: KafkaError) {
+    /// Asks the poll loop to replace the client of `generation`. A request for a newer client
+    /// replaces one for an older client (whose last reports may still arrive while it is purged).
+    func requestRecreation(of generation: UInt64, reason: KafkaError) {
         recovery.withLock { recovery in
-            if recovery.requested == nil { recovery.requested = (generation, reason) }
+            if let requested = recovery.requested, requested.generation >= generation { return }
+            recovery.requested = (generation, reason)
         }
     }
 

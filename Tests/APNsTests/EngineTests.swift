@@ -456,6 +456,27 @@ struct EngineTests {
         await h.stop()
     }
 
+    @Test("a request read again (its partition lost in a broker stall and assigned back) is sent once: a copy behind the one in flight and a copy after its outcome are released without a send")
+    func copiesReadAgain() async throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        let request = h.request("a", sequence: 1, supersedable: false)
+        h.sender.hold()
+        await h.submit(request)
+        try await h.until(step: 0) { h.sender.sent.count == 1 }
+        await h.submit(request)  // read again while the first copy is in flight
+        h.sender.release()
+        let outcomes = try await h.outcomes(1)
+        try await h.until(step: 0) { h.done.value.count == 2 }
+        await h.submit(request)  // read again after its outcome
+        try await h.until(step: 0) { h.done.value.count == 3 }
+        try await h.settle()
+        #expect(h.sender.sent.count == 1)
+        #expect(h.sink.final.count == 1)
+        #expect(outcomes.first?.result == .delivered)
+        await h.stop()
+    }
+
     @Test("a held request keeps its bounds: expired at its apns-expiration, failed at the retry deadline; a refused probe starts the cooldown again")
     func stoppedLaneBounds() async throws {
         var policy = DispatcherPolicy()

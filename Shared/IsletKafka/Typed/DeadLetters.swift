@@ -4,8 +4,10 @@ import Logging
 import Metrics
 
 /// Decodes consumed records as Islet messages, and sends what cannot be decoded or processed to
-/// the dead-letter topic (`islet.dlq.v1`) with the reason and its origin, then marks it processed:
-/// the consumer moves on, and nothing is skipped silently.
+/// the dead-letter topic (`islet.dlq.v1`) with the reason and its origin: the consumer moves on,
+/// and nothing is skipped silently. A dead letter is sent until Kafka persists it — a record is
+/// never given up because Kafka refused it for a while — and is marked processed only after that,
+/// in its partition's order.
 public struct DeadLetterWriter: Sendable {
     public let producer: KafkaProducer
     public let consumer: KafkaConsumer
@@ -17,9 +19,8 @@ public struct DeadLetterWriter: Sendable {
     private let now: @Sendable () -> Date
     private let deadLettered: Counter
 
-    /// How often a dead-letter send is tried, for retriable errors, before the error is thrown
-    /// (the message then stays unmarked and is read again after a restart).
-    public static let attempts = 5
+    /// The longest wait between two tries of a dead-letter send (the first is 100 ms, doubling).
+    public static let maximumBackoff: Duration = .seconds(5)
 
     public init(
         producer: KafkaProducer, consumer: KafkaConsumer, service: String, logger: Logger,
@@ -87,6 +88,11 @@ public struct DeadLetterWriter: Sendable {
     /// Sends `raw` to the dead-letter topic and returns once the record is persisted, without
     /// marking it processed: for loops that keep several messages in flight and mark in order
     /// themselves.
+    ///
+    /// Tries again, with a backoff up to ``maximumBackoff``, whatever Kafka answers — a broker that
+    /// does not answer, a producer being recreated, a topic refusing writes — until the record is
+    /// persisted; throws only when the producer shut down or the task was cancelled (the record
+    /// then stays unmarked and is read again by the partition's next owner).
     public func send(_ raw: KafkaMessage, reason: DeadLetterRecord.Reason, detail: String) async throws {
         let record = DeadLetterRecord(
             reason: reason, detail: detail,
@@ -96,17 +102,19 @@ public struct DeadLetterWriter: Sendable {
             originalKey: raw.key.map { String(decoding: $0, as: UTF8.self) }, originalValue: raw.value, service: service,
             deadLetteredAt: now())
         var attempt = 1
+        var backoff = Duration.milliseconds(100)
         while true {
             do {
                 try await producer.send(record, to: topic)
                 break
             } catch {
-                // Shutdown and fatal errors end at once; a transient one is tried again.
-                guard attempt < Self.attempts, (error as? KafkaError)?.isRetriable == true else { throw error }
+                if error is CancellationError || (error as? KafkaError)?.code == .shutdown { throw error }
+                try Task.checkCancellation()
                 logger.warning(
                     "dead-letter send failed, retrying",
-                    metadata: ["kafka.error": "\(error)", "kafka.attempt": "\(attempt)"])
-                try await Task.sleep(for: .milliseconds(100 << min(attempt, 5)))
+                    metadata: ["kafka.error": "\(error)", "kafka.attempt": "\(attempt)", "retry.in": "\(backoff)"])
+                try await Task.sleep(for: backoff)
+                backoff = min(backoff * 2, Self.maximumBackoff)
                 attempt += 1
             }
         }
@@ -129,18 +137,24 @@ public enum TypedConsumerEvent<Message: IsletMessage>: Sendable {
     case tombstone(key: String?, KafkaMessage)
     /// A replica read the partition to its end (``KafkaConsumerEvent/partitionEnd(_:)``).
     case partitionEnd(KafkaTopicPartition)
+    /// A record that did not decode or validate, now persisted on the dead-letter topic. Mark it
+    /// processed like a message, in its partition's order: marking covers every earlier record of
+    /// the partition, so a loop with several records in flight marks it once those are done.
+    case deadLettered(KafkaMessage)
     case partitionsRevoked([KafkaTopicPartition])
 }
 
 extension KafkaConsumer {
     /// The consumer's events with records decoded as `Message`; records that do not decode or
-    /// validate go to the dead-letter topic and are marked processed, and the loop moves on.
+    /// validate go to the dead-letter topic and come as ``TypedConsumerEvent/deadLettered(_:)``
+    /// once persisted there, for the loop to mark processed in order.
     public func decoded<Message: IsletMessage>(as type: Message.Type, deadLetters: DeadLetterWriter) -> TypedConsumerEvents<Message> {
         TypedConsumerEvents(events: events, deadLetters: deadLetters)
     }
 }
 
-/// A consumer's events, decoded. Throws only if a dead letter cannot be written.
+/// A consumer's events, decoded. Throws only if a dead letter was being written when the producer
+/// shut down or the task was cancelled.
 public struct TypedConsumerEvents<Message: IsletMessage>: AsyncSequence, Sendable {
     public typealias Element = TypedConsumerEvent<Message>
     let events: KafkaConsumerEvents
@@ -174,7 +188,8 @@ public struct TypedConsumerEvents<Message: IsletMessage>: AsyncSequence, Sendabl
                     case .success(let message):
                         return .message(message, raw)
                     case .failure(let rejection):
-                        try await deadLetters.deadLetter(raw, reason: rejection.reason, detail: rejection.detail)
+                        try await deadLetters.send(raw, reason: rejection.reason, detail: rejection.detail)
+                        return .deadLettered(raw)
                     }
                 }
             }

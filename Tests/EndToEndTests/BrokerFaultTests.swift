@@ -1,0 +1,260 @@
+import APNsSimulator
+import Foundation
+import IsletLinks
+import IsletMessages
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The broker's process id (scripts/test.sh exports it for the end-to-end broker): the broker-fault
+/// suite stops and resumes it.
+private let brokerPID = ProcessInfo.processInfo.environment["ISLET_BROKER_PID"].flatMap(Int32.init)
+/// The stalls to try, in seconds (the issue's 10 and 60 by default).
+private let stalls = ProcessInfo.processInfo.environment["ISLET_E2E_STALLS"].map { $0.split(separator: ",").compactMap { Int($0) } } ?? [10, 60]
+
+extension EndToEnd {
+    @Suite("End to end: the broker stalls", .timeLimit(.minutes(10)))
+    struct BrokerStallTests {
+        @Test("the broker stopped with SIGSTOP for 10 s and for 60 s under steady load: /health/ready says not ready during the stall, every service serves again within 30 s of SIGCONT, the ledger holds")
+        func stalls() async throws {
+            let pid = try #require(brokerPID, "ISLET_BROKER_PID is not set: run scripts/test.sh")
+            let stack = try Stack(name: "broker-stall")
+            try await stack.start()
+            let driver = try Driver(stack: stack)
+            let load = SteadyLoad(stack: stack, driver: driver)
+            do {
+                try await load.prepare()
+                let running = Task { await load.run() }
+                try await stack.waitForPushes(20, within: .seconds(60))
+                for seconds in brokerStalls {
+                    let stall = try await BrokerStall.run(pid: pid, for: .seconds(seconds), stack: stack, driver: driver)
+                    print("broker stall \(seconds) s: \(stall.summary)")
+                    #expect(stall.readyWhileStalled.isEmpty, "said ready during the stall: \(stall.readyWhileStalled)")
+                    for (what, took) in stall.recovery {
+                        #expect(took != nil && took! <= .seconds(30), "\(what) after a \(seconds) s stall: \(took.map { "\($0)" } ?? "not within 60 s")")
+                    }
+                }
+                load.stop()
+                await running.value
+                let published = load.published
+                let ledger = try await Ledger.settle(bootstrap: stack.bootstrap, prefix: driver.run, expecting: published, timeout: .seconds(120))
+                let received = try await stack.received(payloads: false).filter { ledger.requests[$0.apnsID.lowercased()] != nil }
+                let clicks = Set(
+                    try await readToEnd([IsletTopics.clicks.name], bootstrap: stack.bootstrap).compactMap {
+                        try? IsletJSON.decode(ClickEvent.self, from: $0.value ?? []).clickId
+                    })
+                let tokenKeys = Set(try await readToEnd([IsletTopics.tokens.name], bootstrap: stack.bootstrap).compactMap { $0.key.map { String(decoding: $0, as: UTF8.self) } })
+                print("broker stall: \(published) events acknowledged, \(ledger.requests.count) requests, outcomes \(ledger.results.map { "\($0.key.rawValue) \($0.value)" }.sorted()); registrations \(load.registrations.summary); taps \(load.taps.summary)")
+                #expect(ledger.violations.isEmpty, "\(ledger.violations.prefix(20)) (\(ledger.violations.count) in all)")
+                #expect(ledger.requests.count >= published, "every acknowledged event has its push request")
+                let duplicates = Dictionary(grouping: received) { $0.apnsID.lowercased() }.values.filter { $0.count > 1 }
+                for copies in duplicates {
+                    #expect(Set(copies.map(\.timestamp)).count == 1, "a duplicate differs: \(copies.map(\.timestamp))")
+                }
+                #expect(load.taps.accepted.isSubset(of: clicks), "accepted taps missing on the clicks topic: \(load.taps.accepted.subtracting(clicks).count)")
+                let missing = load.registrations.accepted.filter { !tokenKeys.contains($0) }
+                #expect(missing.isEmpty, "registrations answered 201 and not on the tokens topic: \(missing.prefix(5))")
+            } catch {
+                Issue.record(error)
+            }
+            _ = kill(pid, SIGCONT)  // whatever happened, the broker runs again for the suites after this one
+            load.stop()
+            await driver.close()
+            await stack.stop()
+        }
+    }
+}
+
+private let brokerStalls = stalls
+
+/// What the clients got: accepted ids and refusals by status.
+final class Answers: Sendable {
+    private let state = Mutex<(accepted: [String], refused: [Int: Int])>(([], [:]))
+    func accept(_ id: String) { state.withLock { $0.accepted.append(id) } }
+    func refuse(_ status: Int) { state.withLock { $0.refused[status, default: 0] += 1 } }
+    var accepted: Set<String> { Set(state.withLock { $0.accepted }) }
+    var summary: String {
+        state.withLock { state in
+            "\(state.accepted.count) accepted, refused \(state.refused.sorted { $0.key < $1.key }.map { "\($0.key == 0 ? "no answer" : String($0.key)) ×\($0.value)" })"
+        }
+    }
+}
+
+/// A steady trickle through every service while the broker misbehaves: a registration, a tap and
+/// an event every quarter of a second. The backend retries an event until Kafka acknowledges it
+/// (same event id); the app's registrations and taps are not retried (each attempt is counted).
+final class SteadyLoad: Sendable {
+    let stack: Stack
+    let driver: Driver
+    let registrations = Answers()
+    let taps = Answers()
+    private let activities = (0..<20).map { "steady-\($0)" }
+    private let running = Atomic<Bool>(true)
+    private let acknowledged = Atomic<Int>(0)
+
+    init(stack: Stack, driver: Driver) {
+        self.stack = stack
+        self.driver = driver
+    }
+
+    /// Events acknowledged by Kafka.
+    var published: Int { acknowledged.load(ordering: .acquiring) }
+
+    func stop() { running.store(false, ordering: .releasing) }
+
+    /// Registers the activities the events go to.
+    func prepare() async throws {
+        for activity in activities {
+            try await driver.registerActivity(driver.run + activity, token: Driver.token(driver.run + activity), type: "DeliveryAttributes", bundleId: "com.example.food")
+        }
+    }
+
+    func run() async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.events() }
+            group.addTask { await self.registerAndTap() }
+        }
+    }
+
+    private func events() async {
+        var sequence: Int64 = 0
+        while running.load(ordering: .acquiring) {
+            sequence += 1
+            for activity in activities where running.load(ordering: .acquiring) {
+                let kind: ActivityEventKind = sequence == 1 ? .start : .update
+                let event = driver.event(
+                    driver.run + activity, kind, type: "DeliveryAttributes", sequence: sequence,
+                    fields: ["orderId": .string(activity), "storeName": "Casa Lola", "status": "out_for_delivery", "courier": ["name": "Ana"], "progress": .integer(sequence % 100)])
+                // The backend retries until Kafka acknowledges (a retry is the same event).
+                while true {
+                    do {
+                        try await driver.publish(event)
+                        acknowledged.add(1, ordering: .releasing)
+                        break
+                    } catch {
+                        try? await Task.sleep(for: .milliseconds(250))
+                    }
+                }
+                try? await Task.sleep(for: .milliseconds(250))
+            }
+        }
+    }
+
+    private func registerAndTap() async {
+        var number = 0
+        while running.load(ordering: .acquiring) {
+            number += 1
+            let activity = "\(driver.run)reg-\(number)"
+            do {
+                let status = try await driver.registerActivity(activity, token: Driver.token(activity), type: "DeliveryAttributes", bundleId: "com.example.food", retryFor: .zero)
+                if status == 201 || status == 200 { registrations.accept(activity) } else { registrations.refuse(status) }
+            } catch let failure as E2EFailure {
+                registrations.refuse(Int(failure.description.split(separator: "→ ").last?.prefix(3) ?? "") ?? 0)
+            } catch {
+                registrations.refuse(0)
+            }
+            switch await BrokerStall.tap(stack: stack, activity: driver.run + activities[number % activities.count]) {
+            case .success(let id): taps.accept(id)
+            case .failure(let status): taps.refuse(status.code)
+            }
+            try? await Task.sleep(for: .milliseconds(250))
+        }
+    }
+}
+
+/// One stall of the broker and what the services did.
+struct BrokerStall {
+    struct Status: Error { let code: Int }
+
+    /// `/health/ready` answers of 200 in the stall's second half (by then every service must
+    /// know: 5 s without an answer from Kafka makes a client not ready).
+    var readyWhileStalled: [String] = []
+    /// How long after SIGCONT each kind of work succeeded again (`nil`: not within 60 s).
+    var recovery: [(String, Duration?)] = []
+
+    var summary: String {
+        recovery.map { "\($0.0) \($0.1.map { String(format: "%.1f s", Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) } ?? "—")" }
+            .joined(separator: ", ")
+    }
+
+    static let services: [ServiceProcess.Name] = [.registry, .content, .dispatcher, .ingest]
+
+    static func run(pid: Int32, for length: Duration, stack: Stack, driver: Driver) async throws -> BrokerStall {
+        var stall = BrokerStall()
+        guard kill(pid, SIGSTOP) == 0 else { throw E2EFailure("SIGSTOP to the broker (pid \(pid)) failed") }
+        let stopped = ContinuousClock.now
+        // The second half of the stall (at least 8 s in): every service says not ready.
+        let from = stopped + max(.seconds(8), length / 2)
+        try await Task.sleep(until: from)
+        while ContinuousClock.now < stopped + length - .milliseconds(500) {
+            for service in services where await HTTP.status(stack.url(service) + "/health/ready") == 200 {
+                stall.readyWhileStalled.append("\(service.rawValue) at \(ContinuousClock.now - stopped)")
+            }
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        try await Task.sleep(until: stopped + length)
+        guard kill(pid, SIGCONT) == 0 else { throw E2EFailure("SIGCONT to the broker (pid \(pid)) failed") }
+        let resumed = ContinuousClock.now
+        let limit = resumed + .seconds(60)
+
+        func first(_ attempt: @Sendable () async -> Bool) async -> Duration? {
+            while ContinuousClock.now < limit {
+                if await attempt() { return ContinuousClock.now - resumed }
+                try? await Task.sleep(for: .milliseconds(250))
+            }
+            return nil
+        }
+        let run = driver.run
+        let marker = "\(run)after-\(Int(length.components.seconds))"
+        async let registration = first {
+            let activity = "\(marker)-probe-\(UUID().uuidString.prefix(6))"
+            return (try? await driver.registerActivity(activity, token: Driver.token(activity), type: "DeliveryAttributes", bundleId: "com.example.food", retryFor: .zero)) != nil
+        }
+        async let tap = first {
+            if case .success = await Self.tap(stack: stack, activity: marker) { return true }
+            return false
+        }
+        async let ready = first {
+            for service in services where await HTTP.status(stack.url(service) + "/health/ready") != 200 { return false }
+            return true
+        }
+        // An event for a new activity reaches the simulator: registered (retried), published
+        // (retried), turned into a push and sent.
+        async let push: Duration? = {
+            let token = Driver.token(marker)
+            guard (try? await driver.registerActivity(marker, token: token, type: "DeliveryAttributes", bundleId: "com.example.food", retryFor: .seconds(60))) != nil
+            else { return nil }
+            let event = driver.event(
+                marker, .update, type: "DeliveryAttributes", sequence: 1,
+                fields: ["orderId": .string(marker), "storeName": "Casa Lola", "status": "out_for_delivery", "courier": ["name": "Ana"], "progress": 50])
+            while ContinuousClock.now < limit {
+                if (try? await driver.publish(event)) != nil { break }
+                try? await Task.sleep(for: .milliseconds(250))
+            }
+            return await first { ((try? await stack.received(token: token, payloads: false)) ?? []).isEmpty == false }
+        }()
+        stall.recovery = [
+            ("registration 201", await registration), ("tap 200", await tap), ("event at APNs", await push), ("every /health/ready 200", await ready),
+        ]
+        return stall
+    }
+
+    /// Forwards one tap on a signed widget link of `activity`: its click id, or the status.
+    static func tap(stack: Stack, activity: String) async -> Result<String, Status> {
+        guard let key = try? LinkKeyring.keys(fromSecrets: [stack.linkKey.kid: stack.linkKey.secret]).first,
+            let link = try? DeepLinkCodec.sign(
+                baseURL: "fooddelivery://order/1",
+                target: TapTarget(activityId: activity, attributesType: "DeliveryAttributes", surface: .lockScreen, element: "status", contentSequence: 1),
+                issuedAt: Date(), key: key)
+        else { return .failure(Status(code: -1)) }
+        let tap: JSONValue = ["url": .string(link), "tappedAt": .string(IsletDate.format(Date())), "appVersion": "3.0", "osVersion": "18.1"]
+        guard let (status, body) = try? await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap.jsonBytes, timeout: .seconds(10)) else {
+            return .failure(Status(code: 0))
+        }
+        if status == 200, let answer = try? IsletJSON.decodeValue(JSONValue.self, from: body), let id = answer["clickId"]?.stringValue { return .success(id) }
+        return .failure(Status(code: status))
+    }
+}
