@@ -51,6 +51,8 @@ final class RDKafkaClient: @unchecked Sendable {
     private let topicHandles = Mutex<[String: RDKafkaTopicHandle]>([:])
     /// Set once the handle was destroyed by ``abandon()`` (tests): nothing may touch it again.
     private let abandoned = Atomic<Bool>(false)
+    /// Probes inside librdkafka now: ``abandon()`` waits for them before it destroys the handle.
+    private let probing = Atomic<Int>(0)
 
     /// Keeps the callbacks alive for as long as librdkafka may call them.
     final class CallbackContext: Sendable {
@@ -144,7 +146,11 @@ final class RDKafkaClient: @unchecked Sendable {
     /// within the timeout. Blocking: how a client that has nothing else to do learns that the
     /// cluster still answers.
     func probe(timeoutMilliseconds: Int32) -> Bool {
-        guard !abandoned.load(ordering: .acquiring) else { return false }
+        // Counted before the check, and abandon() sets its flag before it reads the count: either
+        // this probe sees the flag, or abandon() waits for it.
+        probing.add(1, ordering: .sequentiallyConsistent)
+        defer { probing.subtract(1, ordering: .sequentiallyConsistent) }
+        guard !abandoned.load(ordering: .sequentiallyConsistent) else { return false }
         var metadata: UnsafePointer<rd_kafka_metadata>?
         let result = rd_kafka_metadata(handle, 0, nil, &metadata, timeoutMilliseconds)
         if let metadata { rd_kafka_metadata_destroy(metadata) }
@@ -188,11 +194,11 @@ final class RDKafkaClient: @unchecked Sendable {
     }
 
     /// Destroys the handle without closing the consumer (no commit, no LeaveGroup): what a
-    /// process killed with SIGKILL leaves behind (tests), and how a consumer that librdkafka
-    /// declared fatal is let go before it is recreated (it can no longer commit or leave). The
-    /// client is unusable afterwards. Blocking: joins librdkafka's threads.
+    /// process killed with SIGKILL leaves behind. Tests only; the client is unusable afterwards.
+    /// Blocking: waits for a probe under way (at most its timeout) and joins librdkafka's threads.
     func abandon() {
-        guard !abandoned.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard !abandoned.exchange(true, ordering: .sequentiallyConsistent) else { return }
+        while probing.load(ordering: .sequentiallyConsistent) > 0 { usleep(1_000) }
         let topics = topicHandles.withLock { handles in
             defer { handles.removeAll() }
             return Array(handles.values)
