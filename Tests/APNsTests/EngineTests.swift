@@ -43,6 +43,10 @@ final class ManualClock: DispatchClock {
         try Task.checkCancellation()
     }
 
+    /// Whether something sleeps until exactly `date` (how a test knows the engine scheduled a
+    /// wake-up before it moves the clock past it).
+    func hasSleeper(until date: Date) -> Bool { state.withLock { $0.sleepers.contains { $0.0 == date } } }
+
     func advance(_ seconds: TimeInterval) {
         let due = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.now = state.now.addingTimeInterval(seconds)
@@ -400,9 +404,12 @@ struct EngineTests {
         #expect(h.sender.renewals == 1)
 
         h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "InvalidProviderToken")])
+        let reopening = h.clock.now().addingTimeInterval(60)
         await h.submit(h.request("a", sequence: 2, supersedable: false))
         await h.submit(h.request("a", sequence: 3, supersedable: false))
-        try await h.settle()
+        // The clock moves only once the refusal was handled (the lane waits for its reopening):
+        // moved earlier, the cooldown would start later than the test counts (seen in CI).
+        try await h.until(step: 0) { h.clock.hasSleeper(until: reopening) }
         h.clock.advance(59)
         try await h.settle()
         #expect(h.sink.final.count == 1, "held, not rejected: \(h.sink.final.map(\.result.rawValue))")
@@ -422,9 +429,9 @@ struct EngineTests {
         h.register("taxi", token: hexToken(4), bundleId: "com.example.taxi")
         h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "InvalidProviderToken")])
         let start = h.request("a", .start, sequence: 0)
+        let reopening = h.clock.now().addingTimeInterval(60)
         await h.submit(start)
-        try await h.until(step: 0) { h.sender.sent.count == 1 }
-        try await h.settle()
+        try await h.until(step: 0) { h.clock.hasSleeper(until: reopening) }
         let end = h.request("a", .end, sequence: 1)
         let others = [h.request("b", sequence: 1), h.request("c", sequence: 1)]
         await h.submit(end)
@@ -441,7 +448,7 @@ struct EngineTests {
         // The cooldown ends: one request probes; the rest wait for its answer, however long it takes.
         h.sender.hold()
         h.clock.advance(31)
-        try await h.settle()
+        try await h.until(step: 0) { h.sender.sent.count == 3 }
         h.clock.advance(60)
         try await h.settle()
         #expect(h.sender.sent.count == 3, "one probe: \(h.sender.sent.count - 2) sent")
