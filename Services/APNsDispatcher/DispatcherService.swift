@@ -14,7 +14,9 @@ import Synchronization
 /// `islet.push-outcomes.v1`: both are keyed by activity), so that requests read again after a
 /// crash, whose outcome was already published, are not sent again — a push-to-start must never
 /// start two activities. On graceful shutdown it stops taking requests, waits for the pushes in
-/// flight and their outcomes (at most `drainTimeout`), then commits and leaves the group.
+/// flight and their outcomes (at most `drainTimeout`), then commits and leaves the group. A
+/// partition revoked by a rebalance is given up the same way: nothing new is sent for it, and its
+/// pushes in flight finish before its offsets are committed (``TicketBook/finishRevoked(_:engine:timeout:)``).
 public struct DispatcherService: Service {
     let consumer: KafkaConsumer
     let deadLetters: DeadLetterWriter
@@ -38,7 +40,20 @@ public struct DispatcherService: Service {
     }
 
     public func run() async throws {
-        let (consumer, engine, tickets, drainTimeout) = (self.consumer, self.engine, self.tickets, self.drainTimeout)
+        let (consumer, engine, tickets, drainTimeout, logger) = (self.consumer, self.engine, self.tickets, self.drainTimeout, self.logger)
+        // A partition moving to another dispatcher (a rebalance, this one stopping): nothing new
+        // is sent for it, and the pushes in flight finish and have their outcomes written before
+        // its offsets are committed, so that the next owner sends none of them again.
+        consumer.onRevocation(timeout: drainTimeout + .seconds(1)) { partitions in
+            let started = ContinuousClock.now
+            let finished = await tickets.finishRevoked(partitions, engine: engine, timeout: drainTimeout)
+            let metadata: Logger.Metadata = ["kafka.partitions": "\(partitions)", "took": "\(ContinuousClock.now - started)"]
+            if finished {
+                logger.info("partitions revoked: their pushes in flight finished, the rest is left to the next owner", metadata: metadata)
+            } else {
+                logger.warning("partitions revoked before their pushes in flight finished: the next owner may send those again", metadata: metadata)
+            }
+        }
         try await withThrowingDiscardingTaskGroup { group in
             // The consumer does not stop by itself on graceful shutdown: it would end this loop and
             // cancel the pushes in flight (sent, no outcome: the next owner sends them again).
@@ -69,7 +84,8 @@ public struct DispatcherService: Service {
                     tickets.forget(dropped)
                     tickets.revoke(partitions)
                 case .message(let raw):
-                    let ticket = tickets.open(raw)
+                    // nil: its partition is being revoked; the next owner reads it.
+                    guard let ticket = tickets.open(raw) else { continue }
                     switch DeadLetterWriter.check(PushRequest.self, raw) {
                     case .success(let request):
                         await engine.submit(request, ticket: ticket)
@@ -108,8 +124,9 @@ public final class TicketBook: Sendable {
         self.consumer = consumer
     }
 
-    func open(_ message: KafkaMessage) -> UInt64 {
-        tracker.begin(message)
+    /// A ticket for a record read, or `nil` when its partition is being revoked (not worked on).
+    func open(_ message: KafkaMessage) -> UInt64? {
+        guard tracker.begin(message) else { return nil }
         return state.withLock { state in
             let ticket = state.next
             state.next += 1
@@ -138,6 +155,20 @@ public final class TicketBook: Sendable {
 
     func revoke(_ partitions: [KafkaTopicPartition]) {
         tracker.revoke(partitions)
+    }
+
+    /// Before these partitions are revoked: no record of theirs is taken any more, their requests
+    /// waiting in the engine (not sent; retries waiting for their backoff too) are dropped, and
+    /// those in flight finish (their outcome persisted). Returns whether all finished within `timeout`.
+    func finishRevoked(_ partitions: [KafkaTopicPartition], engine: DispatchEngine, timeout: Duration) async -> Bool {
+        tracker.beginRevoking(partitions)
+        let revoked = Set(partitions)
+        return await tracker.waitUntilClosed(partitions, timeout: timeout) {
+            // Again on every check: an attempt that failed goes back to waiting for its retry.
+            let dropped = await engine.dropWaiting { ticket in self.partition(of: ticket).map(revoked.contains) ?? false }
+            let messages = state.withLock { state in dropped.compactMap { state.open.removeValue(forKey: $0) } }
+            for message in messages { tracker.abandon(message) }
+        }
     }
 
     /// Records read and not yet released.

@@ -23,11 +23,14 @@ public struct ContentServiceLoop: Service {
     let logger: Logger
     /// Events are marked processed in offset order, once their requests are acknowledged.
     private let tracker = OffsetTracker()
+    /// How long a partition's revocation waits for its events under way.
+    let revocationTimeout: Duration
 
     public init(
         consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: ContentEngine, sender: RequestSender, thumbnails: ThumbnailService? = nil,
-        logger: Logger
+        revocationTimeout: Duration = .seconds(8), logger: Logger
     ) {
+        self.revocationTimeout = revocationTimeout
         self.consumer = consumer
         self.deadLetters = deadLetters
         self.engine = engine
@@ -37,6 +40,22 @@ public struct ContentServiceLoop: Service {
     }
 
     public func run() async throws {
+        // A partition moving to another instance (a rebalance, this one stopping): its events
+        // still arriving are skipped, and those under way finish (their requests acknowledged
+        // and the events marked) before its offsets are committed, so that the next owner does
+        // none of them again.
+        let (tracker, logger) = (self.tracker, self.logger)
+        consumer.onRevocation(timeout: revocationTimeout + .seconds(1)) { [revocationTimeout] partitions in
+            tracker.beginRevoking(partitions)
+            let started = ContinuousClock.now
+            let finished = await tracker.waitUntilClosed(partitions, timeout: revocationTimeout)
+            let metadata: Logger.Metadata = ["kafka.partitions": "\(partitions)", "took": "\(ContinuousClock.now - started)"]
+            if finished {
+                logger.info("partitions revoked: their events under way finished", metadata: metadata)
+            } else {
+                logger.warning("partitions revoked before their events under way finished: the next owner does those again", metadata: metadata)
+            }
+        }
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await consumer.run() }
             for try await event in consumer.decoded(as: ActivityEvent.self, deadLetters: deadLetters) {
@@ -47,12 +66,13 @@ public struct ContentServiceLoop: Service {
                     sender.disown(partitions.map(\.partition))
                     tracker.revoke(partitions)
                 case .message(let activityEvent, let raw):
-                    tracker.begin(raw)
+                    // false: its partition is being revoked; the next owner reads it.
+                    guard tracker.begin(raw) else { continue }
                     try await sender.turn { try await handle(activityEvent, raw) }
                 case .deadLettered(let raw):
                     // Marked only once the events before it on its partition are done: up to
                     // 2,000 may still be in flight, and a commit past them would lose them in a crash.
-                    tracker.begin(raw)
+                    guard tracker.begin(raw) else { continue }
                     done(raw)
                 default:
                     continue

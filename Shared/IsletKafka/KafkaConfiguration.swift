@@ -115,7 +115,14 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// - `session.timeout.ms=10000`, `heartbeat.interval.ms=1000`: a crashed member's partitions
     ///   move to the others after about 10 s, not librdkafka's default 45 s.
     /// - `enable.partition.eof=false`: the end of a partition is not an event.
+    /// - `partition.assignment.strategy=range`, librdkafka's eager protocol: a rebalance revokes
+    ///   every partition of every member, and each member finishes its work in flight first
+    ///   (``KafkaConsumer/onRevocation(timeout:_:)``). `cooperative-sticky` (only the partitions that
+    ///   move are revoked) is supported on Apache Kafka, where it is the better choice; it is not the
+    ///   default because the local broker, tansu, loses track of a group rebalancing that way (see
+    ///   docs/operations.md). Every member of a group must use the same protocol.
     public static let defaultSettings: [String: String] = [
+        "partition.assignment.strategy": "range",
         "fetch.wait.max.ms": "10",
         "auto.commit.interval.ms": "1000",
         "session.timeout.ms": "10000",

@@ -202,6 +202,20 @@ public final class KafkaConsumer: Service, Sendable {
         }
     }
 
+    /// Lets the caller finish its work on partitions before they are revoked: `handler` is called
+    /// with the partitions about to go (by a rebalance, or by the close at shutdown), after their
+    /// buffered messages were dropped and before their marked offsets are committed; librdkafka
+    /// waits for it, at most `timeout`. What it marks processed meanwhile is committed, so the
+    /// partitions' next owner starts after it: work in flight (a push sent, its outcome not yet
+    /// written) is finished here instead of done again there. The handler should stop starting
+    /// new work on those partitions (messages already on their way to the caller's loop still
+    /// arrive) and return once the work under way is finished. Not called when the partitions
+    /// were lost (the group moved them on already: there is nothing to commit). Set it before
+    /// ``run()``.
+    public func onRevocation(timeout: Duration, _ handler: @escaping @Sendable ([KafkaTopicPartition]) async -> Void) {
+        core.setRevocationHandler(.init(timeout: timeout, body: handler))
+    }
+
     /// Asks ``run()`` to commit, leave the group and return.
     public func shutdown() {
         core.requestStop()
@@ -345,6 +359,9 @@ final class ConsumerCore: Sendable {
         var nextEpoch: UInt64 = 1
         /// Whether any partition has a pending mark.
         var dirty = false
+        /// Partitions being revoked while the caller finishes its work on them: their messages are
+        /// not delivered any more, their marks still count.
+        var revoking: Set<KafkaTopicPartition> = []
     }
 
     private struct Buffer {
@@ -360,6 +377,14 @@ final class ConsumerCore: Sendable {
     }
 
     private enum Lifecycle { case idle, running, finished }
+
+    /// The caller's work to finish before partitions are revoked (``KafkaConsumer/onRevocation(timeout:_:)``).
+    struct RevocationHandler: Sendable {
+        var timeout: Duration
+        var body: @Sendable ([KafkaTopicPartition]) async -> Void
+    }
+
+    private let revocationHandler = Mutex<RevocationHandler?>(nil)
 
     private let marks = Mutex(Marks())
     private let buffer = Mutex(Buffer())
@@ -556,11 +581,21 @@ final class ConsumerCore: Sendable {
         enqueue(.partitionsAssigned(partitions))
     }
 
+    func setRevocationHandler(_ handler: RevocationHandler) {
+        revocationHandler.withLock { $0 = handler }
+    }
+
     func willRevoke(_ partitions: [KafkaTopicPartition], lost: Bool) -> [KafkaTopicPartition: Int64] {
         let revoked = Set(partitions)
-        // From here on marks of these partitions are refused and their buffered messages dropped.
+        if !lost, !partitions.isEmpty, let handler = revocationHandler.withLock({ $0 }) {
+            marks.withLock { $0.revoking.formUnion(revoked) }
+            dropBuffered(revoked)
+            finishWork(on: partitions, handler)
+        }
+        // From here on marks of these partitions are refused (and their messages still buffered dropped).
         let toStore = marks.withLock { marks -> [KafkaTopicPartition: Int64] in
             var toStore: [KafkaTopicPartition: Int64] = [:]
+            marks.revoking.subtract(revoked)
             for tp in partitions {
                 guard let epoch = marks.epochOf.removeValue(forKey: tp) else { continue }
                 if let offset = marks.byEpoch.removeValue(forKey: epoch)?.pending { toStore[tp] = offset }
@@ -570,6 +605,32 @@ final class ConsumerCore: Sendable {
         paused.withLock { $0.subtract(partitions) }
         // Lost: the group dropped this member; it is not ready until it rejoined and got partitions.
         if lost { awaitingAssignment.store(true, ordering: .releasing) }
+        dropBuffered(revoked)
+        return lost ? [:] : toStore
+    }
+
+    /// Runs the caller's revocation handler and waits for it (poll thread: a thread of its own,
+    /// never one of Swift's cooperative pool), at most its timeout.
+    private func finishWork(on partitions: [KafkaTopicPartition], _ handler: RevocationHandler) {
+        let finished = DispatchSemaphore(value: 0)
+        let started = ContinuousClock.now
+        Task.detached {
+            await handler.body(partitions)
+            finished.signal()
+        }
+        let seconds = Double(handler.timeout.components.seconds) + Double(handler.timeout.components.attoseconds) / 1e18
+        if finished.wait(timeout: .now() + seconds) == .timedOut {
+            logger.warning(
+                "work on revoked partitions did not finish in time: their next owner does again what was not marked processed",
+                metadata: ["kafka.partitions": "\(partitions)", "timeout": "\(handler.timeout)"])
+        } else {
+            logger.debug(
+                "work on revoked partitions finished", metadata: ["kafka.partitions": "\(partitions)", "took": "\(ContinuousClock.now - started)"])
+        }
+    }
+
+    /// Drops the buffered messages of these partitions: they are never delivered.
+    private func dropBuffered(_ revoked: Set<KafkaTopicPartition>) {
         buffer.withLock { buffer in
             let before = buffer.items.count
             buffer.items.removeAll { event in
@@ -580,7 +641,6 @@ final class ConsumerCore: Sendable {
             buffer.generation &+= 1
             generationCounter.store(buffer.generation, ordering: .releasing)
         }
-        return lost ? [:] : toStore
     }
 
     func didRevoke(_ partitions: [KafkaTopicPartition]) {
@@ -592,7 +652,7 @@ final class ConsumerCore: Sendable {
         marks.withLock { marks in
             events.filter { event in
                 guard case .message(let message) = event else { return true }
-                return marks.byEpoch[message.assignmentEpoch] != nil
+                return marks.byEpoch[message.assignmentEpoch] != nil && !marks.revoking.contains(message.topicPartition)
             }
         }
     }

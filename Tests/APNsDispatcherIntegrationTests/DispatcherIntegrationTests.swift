@@ -6,6 +6,7 @@ import IsletMessages
 import IsletRuntime
 import Logging
 import ServiceLifecycle
+import Synchronization
 import Testing
 @testable import APNsDispatcher
 
@@ -291,6 +292,54 @@ struct DispatcherIntegrationTests {
         let resent = inFlight.filter { (received[$0.requestId]?.count ?? 0) != 1 }
         #expect(resent.count == 0, "\(resent.count) of \(inFlight.count) pushes in flight at the stop reached APNs twice")
         #expect(received[marker.requestId]?.count == 1, "the second dispatcher took over")
+        await rig.stop()
+    }
+
+    @Test("a second dispatcher joins, and one leaves, while pushes are in flight: the partitions that move finish their pushes and write their outcomes before the next owner reads them; none reaches APNs twice")
+    func rebalanceInFlight() async throws {
+        let rig = try await Rig()
+        let activities = (0..<12).map { "rb\($0)" }
+        for (a, activity) in activities.enumerated() { try await rig.register(activity, token: hexToken(500 + a)) }
+        var ptsKeys: [String] = []
+        for d in 0..<6 { ptsKeys.append(try await rig.registerPushToStart(device: "rb-device-\(d)", token: hexToken(600 + d))) }
+        let group = "dispatcher-\(UUID())"
+        let first = try await rig.startDispatcher(group: group)
+        let warmUp = rig.request(activity: activities[0], sequence: 1, priority: 5)
+        try await rig.send([warmUp])
+        _ = try await rig.outcomes(for: [warmUp.requestId])
+        // APNs answers late: at any moment some pushes of every partition are in flight.
+        rig.simulator.state.add(Fault(kind: .delay, delayMilliseconds: 200, count: nil))
+        let sent = Mutex<[PushRequest]>([])
+        let stream = Task {
+            var sequence: Int64 = 2
+            var starts = ptsKeys.makeIterator()
+            while !Task.isCancelled {
+                var batch = activities.map { rig.request(activity: $0, sequence: sequence, priority: 5) }
+                if sequence % 4 == 0, let key = starts.next() { batch.append(rig.request(pushToStartKey: key, event: .start, sequence: sequence)) }
+                try await rig.send(batch)
+                sent.withLock { $0 += batch }
+                sequence += 1
+                try await Task.sleep(for: .milliseconds(400))
+            }
+        }
+        try await Task.sleep(for: .seconds(2))
+        let second = try await rig.startDispatcher(group: group)  // takes partitions over from the first
+        try await Task.sleep(for: .seconds(8))
+        try await first.stop()  // gives its partitions to the second
+        try await Task.sleep(for: .seconds(3))
+        stream.cancel()
+        _ = try? await stream.value
+        rig.simulator.state.clearFaults()
+        let requests = sent.withLock { $0 }
+        let outcomes = try await rig.outcomes(for: Set(requests.map(\.requestId)), limit: .seconds(90))
+        try await second.stop()
+        let missing = Set(requests.map(\.requestId)).subtracting(outcomes.map(\.requestId))
+        #expect(missing.isEmpty, "\(missing.count) of \(requests.count) requests without an outcome, e.g. \(Array(missing.prefix(3)))")
+        let received = Dictionary(grouping: rig.simulator.state.notifications(), by: \.apnsID)
+        let twice = requests.filter { (received[$0.requestId]?.count ?? 0) > 1 }
+        #expect(twice.isEmpty, "\(twice.count) of \(requests.count) pushes reached APNs twice")
+        let starts = requests.filter { $0.event == .start }
+        #expect(!starts.isEmpty && starts.allSatisfy { received[$0.requestId]?.count == 1 }, "each push-to-start sent once")
         await rig.stop()
     }
 

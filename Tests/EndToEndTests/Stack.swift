@@ -45,8 +45,12 @@ final class ServiceProcess: @unchecked Sendable {
     private var process: Process?
     private var starts = 0
 
-    init(name: Name, environment: [String: String], healthURL: String, logDirectory: URL) {
+    /// Names the log files of a second instance of the same service ("content-service-b-1.log").
+    let instance: String?
+
+    init(name: Name, environment: [String: String], healthURL: String, logDirectory: URL, instance: String? = nil) {
         self.name = name
+        self.instance = instance
         self.environment = environment
         self.healthURL = healthURL
         self.logDirectory = logDirectory
@@ -56,7 +60,9 @@ final class ServiceProcess: @unchecked Sendable {
     var isRunning: Bool { lock.withLock { process?.isRunning ?? false } }
 
     /// Every log file this service wrote in the run (one per start).
-    var logFiles: [URL] { (1...max(1, lock.withLock { starts })).map { logDirectory.appendingPathComponent("\(name.rawValue)-\($0).log") } }
+    var logFiles: [URL] { (1...max(1, lock.withLock { starts })).map { logDirectory.appendingPathComponent("\(logName)-\($0).log") } }
+
+    private var logName: String { instance.map { "\(name.rawValue)-\($0)" } ?? name.rawValue }
 
     /// Starts the executable and waits until its `/health` answers 200 (ready), at most `timeout`.
     func start(timeout: Duration = .seconds(120)) async throws {
@@ -67,7 +73,7 @@ final class ServiceProcess: @unchecked Sendable {
             starts += 1
             return starts
         }
-        let log = logDirectory.appendingPathComponent("\(name.rawValue)-\(number).log")
+        let log = logDirectory.appendingPathComponent("\(logName)-\(number).log")
         FileManager.default.createFile(atPath: log.path, contents: nil)
         let handle = try FileHandle(forWritingTo: log)
         process.standardOutput = handle
@@ -196,6 +202,16 @@ final class Stack: Sendable {
     }
 
     subscript(_ name: ServiceProcess.Name) -> ServiceProcess { services[name]! }
+
+    /// Another instance of a service: the same configuration (the same consumer group), ports of
+    /// its own, log files named after `instance`. Not started, and not stopped by ``stop()``.
+    func another(_ name: ServiceProcess.Name, instance: String) throws -> ServiceProcess {
+        var environment = self[name].environment
+        let port = try Self.freePort()
+        environment["ISLET_HTTP_PORT"] = "\(port)"
+        if environment["ISLET_GRPC_PORT"] != nil { environment["ISLET_GRPC_PORT"] = "\(try Self.freePort())" }
+        return ServiceProcess(name: name, environment: environment, healthURL: "http://127.0.0.1:\(port)", logDirectory: directory, instance: instance)
+    }
 
     func url(_ name: ServiceProcess.Name) -> String { "http://127.0.0.1:\(ports[name]!)" }
 

@@ -1,5 +1,6 @@
 import Foundation
 import IsletKafka
+import Synchronization
 import Testing
 
 /// What the members of one group did, as seen by the test.
@@ -279,4 +280,96 @@ struct ConsumerGroupTests {
         #expect(redelivered == [], "no record processed again after it was marked: \(redelivered)")
         #expect(Set(await ledger.marked.keys) == Set((0..<total).map { "m\($0)" }))
     }
+
+    @Test(
+        "a member joins while work is in flight: the revoked partitions' work finishes and is committed before the new member reads them, so nothing is processed twice (eager: all four revoked; cooperative: only the two that move)",
+        arguments: ["range", "cooperative-sticky"])
+    func revocationWaitsForWorkInFlight(strategy: String) async throws {
+        let servers = try TestBroker.servers()
+        let topic = uniqueName("inflight")
+        let groupID = uniqueName("g")
+        let total = 400
+        try await createTopic(servers, topic, partitions: 4)
+        let settings = ["session.timeout.ms": "6000", "partition.assignment.strategy": strategy]
+        let ledger = GroupLedger()
+        let first = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
+        let second = try makeConsumer(servers, group: groupID, topics: [topic], settings: settings)
+        let producer = try makeProducer(servers)
+        // The first member's work runs concurrently (as the dispatcher's pushes do) and lasts
+        // until half a second after a revocation began (at most 20 s): work is in flight when the
+        // partitions move. Records are marked in offset order as they finish.
+        let tracker = OffsetTracker()
+        let revocations = RevocationLog()
+        first.onRevocation(timeout: .seconds(20)) { partitions in
+            tracker.beginRevoking(partitions)
+            revocations.started(partitions, openAtStart: tracker.isOpen(in: Set(partitions)))
+            revocations.finished(await tracker.waitUntilClosed(partitions, timeout: .seconds(15)))
+        }
+
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await producer.run() }
+            group.addTask { try await first.run() }
+            group.addTask {
+                try await withThrowingDiscardingTaskGroup { work in
+                    for await event in first.events {
+                        switch event {
+                        case .partitionsAssigned(let partitions): await ledger.assigned("first", partitions)
+                        case .partitionsRevoked(let partitions):
+                            await ledger.revoked("first", partitions)
+                            tracker.revoke(partitions)
+                        case .partitionEnd: break
+                        case .message(let message):
+                            guard tracker.begin(message) else { continue }
+                            let value = String(decoding: message.value ?? [], as: UTF8.self)
+                            await ledger.delivered(value)
+                            work.addTask {
+                                let deadline = ContinuousClock.now + .seconds(20)
+                                while revocations.entries.isEmpty && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+                                try await Task.sleep(for: .milliseconds(500))
+                                await ledger.markAccepted(value, by: "first")
+                                if let release = tracker.complete(message) { first.markProcessed(release) }
+                            }
+                        }
+                    }
+                }
+            }
+            try await waitUntil("the first member owns the four partitions") { await ledger.assignments["first"]?.count == 4 }
+            for i in 0..<total / 2 { try await producer.send(topic: topic, key: "k\(i)", value: Array("m\(i)".utf8)) }
+            try await waitUntil("the first half is in flight") { await ledger.deliveries >= total / 2 }
+            // The second member joins while all of them are in flight.
+            group.addTask { try await runMember(second, name: "second", ledger: ledger) }
+            try await waitUntil("the second member gets partitions") { await !(ledger.assignments["second"] ?? []).isEmpty }
+            for i in total / 2..<total { try await producer.send(topic: topic, key: "k\(i)", value: Array("m\(i)".utf8)) }
+            try await waitUntil("every record is processed") { await ledger.markedCount == total }
+            for consumer in [first, second] { consumer.shutdown() }
+            producer.shutdown()
+            try await group.waitForAll()
+        }
+
+        let redelivered = await ledger.redeliveredAfterMark
+        #expect(redelivered == [], "processed twice: \(redelivered.count) records")
+        #expect(await ledger.deliveries == total, "each record delivered once")
+        let log = revocations.entries
+        let moved = log.first
+        #expect(moved?.partitions.count == (strategy == "range" ? 4 : 2), "\(strategy): \(log)")
+        #expect(moved?.openAtStart == true, "the revocation found work in flight (the test exercised the wait)")
+        #expect(moved?.finished == true, "and the work finished within the timeout")
+        #expect(Set(await ledger.marked.values) == ["first", "second"])
+    }
+}
+
+/// What a member's revocation handler saw.
+final class RevocationLog: Sendable {
+    struct Entry: Sendable, CustomStringConvertible {
+        var partitions: [KafkaTopicPartition]
+        var openAtStart: Bool
+        var finished: Bool?
+        var description: String { "\(partitions.map(\.partition)) open: \(openAtStart) finished: \(finished.map(String.init) ?? "-")" }
+    }
+    private let state = Mutex<[Entry]>([])
+    var entries: [Entry] { state.withLock { $0 } }
+    func started(_ partitions: [KafkaTopicPartition], openAtStart: Bool) {
+        state.withLock { $0.append(Entry(partitions: partitions, openAtStart: openAtStart)) }
+    }
+    func finished(_ finished: Bool) { state.withLock { $0[$0.count - 1].finished = finished } }
 }

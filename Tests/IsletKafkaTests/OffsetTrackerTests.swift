@@ -33,4 +33,39 @@ struct OffsetTrackerTests {
         #expect(tracker.open == 0)
         #expect(tracker.complete(message(0, 4_500)) == nil)
     }
+
+    @Test("a partition being revoked takes no new record; a record abandoned there is not waited for and nothing is released past it; the others are unaffected")
+    func revoking() async {
+        let tracker = OffsetTracker()
+        let p0 = KafkaTopicPartition(topic: "t", partition: 0)
+        for offset in 0..<3 { tracker.begin(message(0, Int64(offset))) }
+        tracker.begin(message(1, 0))
+        tracker.beginRevoking([p0])
+        #expect(!tracker.begin(message(0, 3)), "refused: the next owner reads it")
+        #expect(tracker.begin(message(1, 1)), "another partition goes on")
+        #expect(tracker.isOpen(in: [p0]))
+        #expect(tracker.complete(message(0, 0))?.offset == 0)
+        tracker.abandon(message(0, 1))  // dropped before it was sent
+        #expect(tracker.complete(message(0, 2)) == nil, "never released past the abandoned record")
+        #expect(!tracker.isOpen(in: [p0]), "nothing left to wait for")
+        #expect(await tracker.waitUntilClosed([p0], timeout: .zero))
+        tracker.revoke([p0])
+        #expect(tracker.begin(message(0, 3)), "assigned again later: taken")
+    }
+
+    @Test("waiting for a revoked partition's records ends when the last completes, or at the timeout")
+    func waitUntilClosed() async {
+        let tracker = OffsetTracker()
+        let p0 = KafkaTopicPartition(topic: "t", partition: 0)
+        tracker.begin(message(0, 0))
+        tracker.beginRevoking([p0])
+        #expect(await tracker.waitUntilClosed([p0], timeout: .milliseconds(30)) == false)
+        var checks = 0
+        let closed = await tracker.waitUntilClosed([p0], timeout: .seconds(30)) {
+            checks += 1
+            if checks == 3 { _ = tracker.complete(message(0, 0)) }
+        }
+        #expect(closed)
+        #expect(checks == 3)
+    }
 }
