@@ -198,12 +198,19 @@ public actor DispatchEngine {
     }
 
     /// Takes a request. Returns at once unless too many requests are waiting (then it waits:
-    /// backpressure on the input).
-    public func submit(_ request: PushRequest, ticket: UInt64) async {
+    /// backpressure on the input). Returns `false` when a drain began: the request was not taken
+    /// (its ticket will never be done; the next owner reads it again).
+    @discardableResult
+    public func submit(_ request: PushRequest, ticket: UInt64) async -> Bool {
         while accepting && queued >= policy.maximumQueued {
             await withCheckedContinuation { submitWaiters.append($0) }
         }
-        guard accepting else { return }
+        guard accepting else { return false }
+        take(request, ticket: ticket)
+        return true
+    }
+
+    private func take(_ request: PushRequest, ticket: UInt64) {
         metrics.received(request)
         let now = clock.now()
         let entry = QueuedRequest(request: request, ticket: ticket, enqueuedAt: now)

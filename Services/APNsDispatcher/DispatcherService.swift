@@ -88,7 +88,8 @@ public struct DispatcherService: Service {
                     guard let ticket = tickets.open(raw) else { continue }
                     switch DeadLetterWriter.check(PushRequest.self, raw) {
                     case .success(let request):
-                        await engine.submit(request, ticket: ticket)
+                        // Not taken once a drain began: the next owner reads it again.
+                        if !(await engine.submit(request, ticket: ticket)) { tickets.abandon([ticket]) }
                     case .failure(let rejection):
                         // Sent until persisted; the ticket is done (and the partition's marks move on)
                         // only then. Throws only at shutdown: the record is read again after it.
@@ -165,10 +166,15 @@ public final class TicketBook: Sendable {
         let revoked = Set(partitions)
         return await tracker.waitUntilClosed(partitions, timeout: timeout) {
             // Again on every check: an attempt that failed goes back to waiting for its retry.
-            let dropped = await engine.dropWaiting { ticket in self.partition(of: ticket).map(revoked.contains) ?? false }
-            let messages = state.withLock { state in dropped.compactMap { state.open.removeValue(forKey: $0) } }
-            for message in messages { tracker.abandon(message) }
+            abandon(await engine.dropWaiting { ticket in self.partition(of: ticket).map(revoked.contains) ?? false })
         }
+    }
+
+    /// These records' work will not be done here (dropped, or not taken after a drain began):
+    /// nothing waits for them, nothing is marked past them; the next owner reads them again.
+    func abandon(_ tickets: [UInt64]) {
+        let messages = state.withLock { state in tickets.compactMap { state.open.removeValue(forKey: $0) } }
+        for message in messages { tracker.abandon(message) }
     }
 
     /// Records read and not yet released.

@@ -581,6 +581,9 @@ struct EngineTests {
         try await h.settle()
         #expect(h.sender.sent.count == 2, "sent after the drain: \(h.sender.sent.count - 2)")
         #expect(h.sink.final.count == 1, "requests not sent have no outcome: the next owner reads them again")
+        // A request read after the drain began is not taken, and says so (its caller abandons its
+        // ticket: found by the end-to-end graceful stop, where the consumer's close waited 8 s for it).
+        #expect(await h.engine.submit(h.request("a", sequence: 3, supersedable: false), ticket: 999) == false)
         await h.stop()
     }
 
