@@ -24,6 +24,16 @@ public enum APNsAction: Equatable, Sendable {
     /// 500, 503 (and connection loss, GOAWAY, timeouts): retry with backoff on a fresh connection.
     case retry
 
+    /// Whether the answer shows that APNs accepted the team's credentials (what a stopped lane's
+    /// probe waits for): every answer about the push or its token does; a credentials refusal,
+    /// an expired or churned provider token, and a server error do not.
+    public var acceptsCredentials: Bool {
+        switch self {
+        case .delivered, .tokenInvalid, .rejected, .backOffToken: true
+        case .renewProviderToken, .stopLane, .providerTokenChurn, .retry: false
+        }
+    }
+
     public static func forAnswer(status: Int, reason: String?) -> APNsAction {
         switch (status, reason ?? "") {
         case (200, _): .delivered

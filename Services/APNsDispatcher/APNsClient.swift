@@ -220,10 +220,7 @@ final class Lane: Sendable {
         // Each push waits on a promise of its own, failed at its own deadline.
         let waiter = future.eventLoop.makePromise(of: APNsConnection.self)
         future.cascade(to: waiter)
-        let timeout = future.eventLoop.scheduleTask(deadline: deadline) {
-            waiter.fail(APNsTransportError(.stalled, "no connection to \(name) by the deadline"))
-        }
-        waiter.futureResult.whenComplete { _ in timeout.cancel() }
+        waiter.fail(APNsTransportError(.stalled, "no connection to \(name) by the deadline"), at: deadline)
         return try await waiter.futureResult.get()
     }
 

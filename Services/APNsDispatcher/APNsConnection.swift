@@ -112,9 +112,8 @@ final class APNsConnection: Sendable {
     private struct State {
         /// Pushes started on it and not finished.
         var active = 0
-        /// A request was not written within its deadline: it takes no new pushes.
-        var stalled = false
-        /// Replaced in its lane: closed once no push is active on it.
+        /// It takes no new pushes and closes once none is active: a request on it was not written
+        /// within its deadline, or its lane replaced it.
         var retired = false
     }
 
@@ -136,7 +135,7 @@ final class APNsConnection: Sendable {
     }
 
     /// Whether new pushes may use it (open, no GOAWAY received, no write stalled on it).
-    var isUsable: Bool { channel.isActive && !goAway.received && !state.withLock { $0.stalled } }
+    var isUsable: Bool { channel.isActive && !goAway.received && !state.withLock { $0.retired } }
 
     /// Opens a connection: TCP, the TLS handshake and the server's HTTP/2 SETTINGS, all within
     /// `connectTimeout`; throws ``APNsTransportError/Kind/connect`` otherwise (a server that
@@ -177,10 +176,7 @@ final class APNsConnection: Sendable {
             throw APNsTransportError(.connect, "\(host):\(port): \(error)")
         }
         // The server's SETTINGS come after the TLS handshake: both are done when they arrive.
-        let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
-            ready.fail(APNsTransportError(.connect, "\(host):\(port): no TLS handshake and HTTP/2 SETTINGS within \(connectTimeout)"))
-        }
-        ready.futureResult.whenComplete { _ in timeout.cancel() }
+        ready.fail(APNsTransportError(.connect, "\(host):\(port): no TLS handshake and HTTP/2 SETTINGS within \(connectTimeout)"), at: deadline)
         do {
             try await ready.futureResult.get()
         } catch {
@@ -200,21 +196,21 @@ final class APNsConnection: Sendable {
         let promise = channel.eventLoop.makePromise(of: APNsAnswer.self)
         let attempt = Attempt()
         state.withLock { $0.active += 1 }
-        promise.futureResult.whenComplete { _ in
-            attempt.finish()
-            self.finished()
-        }
         let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
             guard let expired = attempt.expire() else { return }
             if expired.written {
                 promise.fail(APNsTransportError(.timeout, "no answer by the deadline"))
             } else {
-                self.state.withLock { $0.stalled = true }
+                self.state.withLock { $0.retired = true }
                 promise.fail(APNsTransportError(.stalled, "not completely written by the deadline (no stream, no flow-control window, or a server not reading)"))
             }
             expired.stream?.close(promise: nil)
         }
-        promise.futureResult.whenComplete { _ in timeout.cancel() }
+        promise.futureResult.whenComplete { _ in
+            timeout.cancel()
+            attempt.finish()
+            self.finished()
+        }
 
         let goAway = self.goAway
         let authority = self.authority
@@ -262,11 +258,11 @@ final class APNsConnection: Sendable {
         return try await promise.futureResult.get()
     }
 
-    /// A push on it finished: a stalled or retired connection closes once none is left.
+    /// A push on it finished: a retired connection closes once none is left.
     private func finished() {
         let close = state.withLock { state in
             state.active -= 1
-            return state.active == 0 && (state.stalled || state.retired)
+            return state.active == 0 && state.retired
         }
         if close { channel.close(promise: nil) }
     }
@@ -326,15 +322,18 @@ private final class Attempt: Sendable {
 
 /// Completes `ready` when the server's first SETTINGS frame arrives (the TLS handshake is done
 /// and the server speaks HTTP/2); fails it if the connection fails or closes first.
-final class SettingsWatcher: ChannelInboundHandler {
+final class SettingsWatcher: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTP2Frame
     private let ready: EventLoopPromise<Void>
 
     init(ready: EventLoopPromise<Void>) { self.ready = ready }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .settings(.settings) = unwrapInboundIn(data).payload { ready.succeed() }
+        guard case .settings(.settings) = unwrapInboundIn(data).payload else { return context.fireChannelRead(data) }
+        ready.succeed()
         context.fireChannelRead(data)
+        // Its work is done: the connection's later frames do not pass through it.
+        context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -423,4 +422,12 @@ final class APNsStreamHandler: ChannelInboundHandler {
         promise.fail(APNsTransportError(processed == false ? .notProcessed : .lost, detail))
     }
 
+}
+
+extension EventLoopPromise {
+    /// Fails the promise with `error` at `deadline` unless it completed before.
+    func fail(_ error: any Error, at deadline: NIODeadline) {
+        let timeout = futureResult.eventLoop.scheduleTask(deadline: deadline) { self.fail(error) }
+        futureResult.whenComplete { _ in timeout.cancel() }
+    }
 }

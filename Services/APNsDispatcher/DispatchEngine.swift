@@ -426,7 +426,7 @@ public actor DispatchEngine {
             metrics.answer(status: answer.status, priority: priority, seconds: seconds)
             let apns = answer.response
             let action = APNsAction.forAnswer(status: answer.status, reason: answer.reason)
-            credentialsAccepted = ![.stopLane, .retry, .renewProviderToken, .providerTokenChurn].contains(action)
+            credentialsAccepted = action.acceptsCredentials
             switch action {
             case .delivered:
                 // Ended first: finishing may forget an idle activity, and its end must be remembered.

@@ -46,7 +46,8 @@ public struct SimulatorTLS: Sendable {
         return SimulatorTLS(certificatePEM: try certificate.serializeAsPEM().pemString, privateKeyPEM: key.pemRepresentation)
     }
 
-    func serverConfiguration() throws -> TLSConfiguration {
+    /// A TLS server configuration with this certificate, offering HTTP/2 (ALPN `h2`).
+    public func serverConfiguration() throws -> TLSConfiguration {
         var configuration = TLSConfiguration.makeServerConfiguration(
             certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(certificatePEM.utf8)).map { .certificate($0) },
             privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(privateKeyPEM.utf8), format: .pem)))

@@ -154,7 +154,9 @@ public final class KafkaConsumer: Service, Sendable {
                 return nil
             }
         }
-        let probe = Task { await self.probeWhileRunning() }
+        let probe = Task { [configuration] in
+            await core.cluster.probe(policy: configuration.health, while: { !core.stopRequested }) { client }
+        }
         defer { probe.cancel() }
         let subscribeError: KafkaError? = await withTaskCancellationHandler {
             if stoppingOnGracefulShutdown {
@@ -181,26 +183,6 @@ public final class KafkaConsumer: Service, Sendable {
     /// group — the group gave it its partitions (possibly none); `failed` after a fatal error
     /// (``run()`` then throws it and the service stops, to be restarted).
     public var health: KafkaClientHealth { core.health() }
-
-    /// While the consumer runs: asks the cluster for metadata whenever nothing was heard from it
-    /// for a probe interval, so that ``health`` knows whether it answers on quiet topics too.
-    private func probeWhileRunning() async {
-        let policy = configuration.health
-        let interval = MonotonicTime.nanoseconds(policy.probeInterval)
-        let timeout = policy.probeTimeout.librdkafkaMilliseconds
-        let client = self.client
-        var first = true
-        while !core.stopRequested && !Task.isCancelled {
-            if !first {
-                guard (try? await Task.sleep(for: policy.probeInterval)) != nil else { return }
-            }
-            first = false
-            guard MonotonicTime.now() &- core.lastContact >= interval else { continue }
-            if await DedicatedThread.run(name: "islet-kafka-probe", { client.probe(timeoutMilliseconds: timeout) }) {
-                core.contact(at: MonotonicTime.now())
-            }
-        }
-    }
 
     /// Lets the caller finish its work on partitions before they are revoked: `handler` is called
     /// with the partitions about to go (by a rebalance, or by the close at shutdown), after their
@@ -396,8 +378,8 @@ final class ConsumerCore: Sendable {
     private let abandon = Atomic<Bool>(false)
     private let generationCounter = Atomic<UInt64>(0)
     private let fatal = Mutex<KafkaError?>(nil)
-    /// When the cluster last answered (``MonotonicTime``; 0: never).
-    private let contactAt = Atomic<UInt64>(0)
+    /// When the cluster last answered, and the probe that asks it.
+    let cluster = ClusterContact()
     /// A group member that has not been given its partitions since it (re)joined.
     private let awaitingAssignment: Atomic<Bool>
     private let capacity: Int
@@ -415,11 +397,9 @@ final class ConsumerCore: Sendable {
 
     // MARK: Health
 
-    var lastContact: UInt64 { contactAt.load(ordering: .acquiring) }
-
-    /// The cluster answered (records fetched, a rebalance, a probe).
+    /// The cluster answered (records fetched, a rebalance).
     func contact(at now: UInt64 = MonotonicTime.now()) {
-        contactAt.store(now, ordering: .releasing)
+        cluster.heard(at: now)
     }
 
     func health(now: UInt64 = MonotonicTime.now()) -> KafkaClientHealth {
@@ -431,7 +411,7 @@ final class ConsumerCore: Sendable {
         case .finished: phase = .stopping
         }
         let snapshot = KafkaHealthSnapshot(
-            phase: phase, consecutiveRecoveries: 0, lastContact: lastContact, awaitingAssignment: awaitingAssignment.load(ordering: .acquiring))
+            phase: phase, consecutiveRecoveries: 0, lastContact: cluster.last, awaitingAssignment: awaitingAssignment.load(ordering: .acquiring))
         return snapshot.health(now: now, policy: policy)
     }
 
@@ -613,19 +593,15 @@ final class ConsumerCore: Sendable {
     /// never one of Swift's cooperative pool), at most its timeout.
     private func finishWork(on partitions: [KafkaTopicPartition], _ handler: RevocationHandler) {
         let finished = DispatchSemaphore(value: 0)
-        let started = ContinuousClock.now
         Task.detached {
             await handler.body(partitions)
             finished.signal()
         }
-        let seconds = Double(handler.timeout.components.seconds) + Double(handler.timeout.components.attoseconds) / 1e18
-        if finished.wait(timeout: .now() + seconds) == .timedOut {
+        // The handler logs how its work went; this says only that the consumer stopped waiting.
+        if finished.wait(timeout: .now() + .milliseconds(Int(handler.timeout.librdkafkaMilliseconds))) == .timedOut {
             logger.warning(
                 "work on revoked partitions did not finish in time: their next owner does again what was not marked processed",
                 metadata: ["kafka.partitions": "\(partitions)", "timeout": "\(handler.timeout)"])
-        } else {
-            logger.debug(
-                "work on revoked partitions finished", metadata: ["kafka.partitions": "\(partitions)", "took": "\(ContinuousClock.now - started)"])
         }
     }
 

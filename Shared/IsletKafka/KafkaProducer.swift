@@ -168,7 +168,11 @@ public final class KafkaProducer: Service, Sendable {
         await withTaskCancellationHandler {
             await withGracefulShutdownHandler {
                 await withDiscardingTaskGroup { group in
-                    group.addTask { await self.probeWhileRunning() }
+                    group.addTask {
+                        await core.cluster.probe(policy: self.configuration.health, while: { !core.stopRequested }) {
+                            self.current.withLock { $0.client }
+                        }
+                    }
                     await DedicatedThread.run(name: "islet-kafka-producer") {
                         var seenDeliveries = core.deliveries
                         while !core.stopRequested {
@@ -225,8 +229,9 @@ public final class KafkaProducer: Service, Sendable {
         if let old { Self.failOutstanding(of: old, core: core, logger: logger) }
         core.servedReports()
         // The old handle is destroyed on a thread of its own when its last reference goes.
-        var backoff = configuration.health.backoff(beforeRecovery: attempt)
+        var failures = 0
         while !core.stopRequested {
+            let backoff = configuration.health.backoff(beforeRecovery: attempt + failures)
             if backoff > .zero && !core.sleep(backoff) { return }
             let generation = current.withLock { $0.generation }
             do {
@@ -237,41 +242,16 @@ public final class KafkaProducer: Service, Sendable {
                 return
             } catch {
                 logger.error("recreating the Kafka producer failed", metadata: ["kafka.error": "\(error)"])
-                backoff = max(backoff * 2, configuration.health.recoveryBackoff)
-                backoff = min(backoff, configuration.health.maximumRecoveryBackoff)
+                failures += 1
             }
         }
     }
 
     /// Purges what `client` holds and serves the reports, so that each sender gets its verdict.
     private static func failOutstanding(of client: RDKafkaClient, core: ProducerCore, logger: Logger) {
-        client.purgeAll()
-        // librdkafka reports every purged record (_PURGE_QUEUE, _PURGE_INFLIGHT): serve those reports.
-        let deadline = ContinuousClock.now + .seconds(30)
-        while client.outstandingCount > 0 && ContinuousClock.now < deadline {
-            client.poll(timeoutMilliseconds: 100)
-        }
-        if client.outstandingCount > 0 {
-            logger.critical("librdkafka did not report purged records", metadata: ["kafka.records": "\(client.outstandingCount)"])
-        }
-    }
-
-    /// While the producer runs: asks the cluster for metadata whenever nothing was heard from it
-    /// for a probe interval, so that ``health`` knows whether it answers even when nothing is sent.
-    private func probeWhileRunning() async {
-        let policy = configuration.health
-        let interval = MonotonicTime.nanoseconds(policy.probeInterval)
-        let timeout = policy.probeTimeout.librdkafkaMilliseconds
-        var first = true
-        while !core.stopRequested {
-            if !first {
-                guard (try? await Task.sleep(for: policy.probeInterval)) != nil else { return }
-            }
-            first = false
-            guard MonotonicTime.now() &- core.lastContact >= interval, let client = current.withLock({ $0.client }) else { continue }
-            if await DedicatedThread.run(name: "islet-kafka-probe", { client.probe(timeoutMilliseconds: timeout) }) {
-                core.contact(at: MonotonicTime.now())
-            }
+        let unreported = client.purgeAndServeReports(within: .seconds(30))
+        if unreported > 0 {
+            logger.critical("librdkafka did not report purged records", metadata: ["kafka.records": "\(unreported)"])
         }
     }
 
@@ -300,8 +280,9 @@ enum SendAttempt: Sendable {
 }
 
 /// The producer's Swift state: whether records are accepted, how many await their report, whether
-/// the client must be recreated, and what its health is built from. Lock-free on the produce path:
-/// each record's handler travels with it through librdkafka (``RDKafkaDelivery``).
+/// the client must be recreated, and what its health is built from. Lock-free on the produce path
+/// (the producer itself takes one uncontended lock per record, to read its current client): each
+/// record's handler travels with it through librdkafka (``RDKafkaDelivery``).
 final class ProducerCore: Sendable {
     private enum Lifecycle: UInt8 {
         case idle, running, stopping
@@ -323,11 +304,13 @@ final class ProducerCore: Sendable {
     private let producing = Atomic<Int>(0)
     private let pending = Atomic<Int>(0)
     private let stop = Atomic<Bool>(false)
+    /// Ends a ``sleep(_:)`` early when a stop is requested.
+    private let wake = DispatchSemaphore(value: 0)
     private let recovery = Mutex(Recovery())
     /// Successful deliveries so far (the poll loop notices when the count moves).
     private let deliveredCount = Atomic<UInt64>(0)
-    /// When the cluster last answered (``MonotonicTime``; 0: never).
-    private let contactAt = Atomic<UInt64>(0)
+    /// When the cluster last answered, and the probe that asks it.
+    let cluster = ClusterContact()
     /// Since when records have been waiting without a successful delivery (0: none waiting).
     private let waitingSince = Atomic<UInt64>(0)
     private let logger: Logger
@@ -352,6 +335,7 @@ final class ProducerCore: Sendable {
 
     func requestStop() {
         stop.store(true, ordering: .releasing)
+        wake.signal()
     }
 
     /// Runs `enqueue` (one produce call) unless the producer stopped accepting records; counts the
@@ -381,7 +365,11 @@ final class ProducerCore: Sendable {
     /// Returns once the produce calls under way are done (at most 1 s): after the client was taken
     /// away, none of them still holds it when it is purged.
     func waitForProduceCalls() {
-        let deadline = MonotonicTime.now() &+ 1_000_000_000
+        awaitProduceCalls(until: MonotonicTime.now() &+ 1_000_000_000)
+    }
+
+    /// Spins until no produce call is under way (or `deadline`, ``MonotonicTime``).
+    private func awaitProduceCalls(until deadline: UInt64 = .max) {
         while producing.load(ordering: .sequentiallyConsistent) > 0 && MonotonicTime.now() < deadline {
             sched_yield()
         }
@@ -390,13 +378,9 @@ final class ProducerCore: Sendable {
     /// Sleeps `duration` on the calling (poll) thread, in short steps; `false` when the producer
     /// was asked to stop meanwhile.
     func sleep(_ duration: Duration) -> Bool {
-        let deadline = MonotonicTime.now() &+ MonotonicTime.nanoseconds(duration)
-        while !stopRequested {
-            let now = MonotonicTime.now()
-            guard now < deadline else { return true }
-            usleep(useconds_t(min(deadline - now, 50_000_000) / 1_000))
-        }
-        return false
+        guard !stopRequested else { return false }
+        _ = wake.wait(timeout: .now() + .nanoseconds(Int(clamping: MonotonicTime.nanoseconds(duration))))
+        return !stopRequested
     }
 
     private struct CapacityWaiters {
@@ -525,17 +509,9 @@ final class ProducerCore: Sendable {
     /// Records were persisted (poll thread, at `now`): the cluster answers and the client works,
     /// so the recreations in a row are over.
     func delivered(at now: UInt64) {
-        contactAt.store(now, ordering: .releasing)
+        cluster.heard(at: now)
         waitingSince.store(pending.load(ordering: .acquiring) > 0 ? now : 0, ordering: .relaxed)
         recovery.withLock { $0.consecutive = 0 }
-    }
-
-    /// When the cluster last answered (``MonotonicTime``; 0: never).
-    var lastContact: UInt64 { contactAt.load(ordering: .acquiring) }
-
-    /// The cluster answered a probe at `now`.
-    func contact(at now: UInt64) {
-        contactAt.store(now, ordering: .releasing)
     }
 
     func health(now: UInt64 = MonotonicTime.now()) -> KafkaClientHealth {
@@ -547,7 +523,7 @@ final class ProducerCore: Sendable {
         case .running: phase = under.map { .recovering(reason: $0) } ?? (stopRequested ? .stopping : .running)
         }
         let snapshot = KafkaHealthSnapshot(
-            phase: phase, consecutiveRecoveries: consecutive, lastRecoveryReason: lastReason, lastContact: lastContact,
+            phase: phase, consecutiveRecoveries: consecutive, lastRecoveryReason: lastReason, lastContact: cluster.last,
             waiting: inFlight, waitingSince: waitingSince.load(ordering: .relaxed))
         return snapshot.health(now: now, policy: policy)
     }
@@ -556,8 +532,6 @@ final class ProducerCore: Sendable {
     /// so that the flush that follows covers every accepted record.
     func stopAccepting() {
         lifecycle.store(Lifecycle.stopping.rawValue, ordering: .sequentiallyConsistent)
-        while producing.load(ordering: .sequentiallyConsistent) > 0 {
-            sched_yield()
-        }
+        awaitProduceCalls()
     }
 }

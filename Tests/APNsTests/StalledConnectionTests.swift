@@ -92,11 +92,7 @@ private func withServer(
     _ kind: MisbehavingServer.Kind, _ body: @Sendable (Int, String, MisbehavingServer) async throws -> Void
 ) async throws {
     let tls = try SimulatorTLS.selfSigned()
-    var configuration = TLSConfiguration.makeServerConfiguration(
-        certificateChain: try NIOSSLCertificate.fromPEMBytes(Array(tls.certificatePEM.utf8)).map { .certificate($0) },
-        privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(tls.privateKeyPEM.utf8), format: .pem)))
-    configuration.applicationProtocols = ["h2"]
-    let sslContext = try NIOSSLContext(configuration: configuration)
+    let sslContext = try NIOSSLContext(configuration: tls.serverConfiguration())
     let server = MisbehavingServer()
     let listener = try await ServerBootstrap(group: .singletonMultiThreadedEventLoopGroup)
         .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

@@ -13,7 +13,7 @@ import Testing
 /// suite stops and resumes it.
 private let brokerPID = ProcessInfo.processInfo.environment["ISLET_BROKER_PID"].flatMap(Int32.init)
 /// The stalls to try, in seconds (the issue's 10 and 60 by default).
-private let stalls = ProcessInfo.processInfo.environment["ISLET_E2E_STALLS"].map { $0.split(separator: ",").compactMap { Int($0) } } ?? [10, 60]
+private let brokerStalls = ProcessInfo.processInfo.environment["ISLET_E2E_STALLS"].map { $0.split(separator: ",").compactMap { Int($0) } } ?? [10, 60]
 
 extension EndToEnd {
     @Suite("End to end: the broker stalls", .timeLimit(.minutes(10)))
@@ -73,20 +73,6 @@ extension EndToEnd {
     }
 }
 
-private let brokerStalls = stalls
-
-/// What the clients got: accepted ids and refusals by status.
-final class Answers: Sendable {
-    private let state = Mutex<(accepted: [String], refused: [Int: Int])>(([], [:]))
-    func accept(_ id: String) { state.withLock { $0.accepted.append(id) } }
-    func refuse(_ status: Int) { state.withLock { $0.refused[status, default: 0] += 1 } }
-    var accepted: Set<String> { Set(state.withLock { $0.accepted }) }
-    var summary: String {
-        state.withLock { state in
-            "\(state.accepted.count) accepted, refused \(state.refused.sorted { $0.key < $1.key }.map { "\($0.key == 0 ? "no answer" : String($0.key)) ×\($0.value)" })"
-        }
-    }
-}
 
 /// A steady trickle through every service while the broker misbehaves: a registration, a tap and
 /// an event every quarter of a second. The backend retries an event until Kafka acknowledges it
@@ -97,7 +83,7 @@ final class SteadyLoad: Sendable {
     let registrations = Answers()
     let taps = Answers()
     private let activities = (0..<20).map { "steady-\($0)" }
-    private let running = Atomic<Bool>(true)
+    private let running = Flag()
     private let acknowledged = Atomic<Int>(0)
 
     init(stack: Stack, driver: Driver) {
@@ -108,7 +94,7 @@ final class SteadyLoad: Sendable {
     /// Events acknowledged by Kafka.
     var published: Int { acknowledged.load(ordering: .acquiring) }
 
-    func stop() { running.store(false, ordering: .releasing) }
+    func stop() { running.lower() }
 
     /// Registers the activities the events go to.
     func prepare() async throws {
@@ -126,9 +112,9 @@ final class SteadyLoad: Sendable {
 
     private func events() async {
         var sequence: Int64 = 0
-        while running.load(ordering: .acquiring) {
+        while running.isRaised {
             sequence += 1
-            for activity in activities where running.load(ordering: .acquiring) {
+            for activity in activities where running.isRaised {
                 let kind: ActivityEventKind = sequence == 1 ? .start : .update
                 let event = driver.event(
                     driver.run + activity, kind, type: "DeliveryAttributes", sequence: sequence,
@@ -150,20 +136,20 @@ final class SteadyLoad: Sendable {
 
     private func registerAndTap() async {
         var number = 0
-        while running.load(ordering: .acquiring) {
+        while running.isRaised {
             number += 1
             let activity = "\(driver.run)reg-\(number)"
             do {
-                let status = try await driver.registerActivity(activity, token: Driver.token(activity), type: "DeliveryAttributes", bundleId: "com.example.food", retryFor: .zero)
-                if status == 201 || status == 200 { registrations.accept(activity) } else { registrations.refuse(status) }
+                _ = try await driver.registerActivity(activity, token: Driver.token(activity), type: "DeliveryAttributes", bundleId: "com.example.food", retryFor: .zero)
+                registrations.accept(activity)
             } catch let failure as E2EFailure {
-                registrations.refuse(Int(failure.description.split(separator: "→ ").last?.prefix(3) ?? "") ?? 0)
+                registrations.refuse(failure.status ?? 0)
             } catch {
                 registrations.refuse(0)
             }
-            switch await BrokerStall.tap(stack: stack, activity: driver.run + activities[number % activities.count]) {
+            switch await stack.forwardTap(activity: driver.run + activities[number % activities.count]) {
             case .success(let id): taps.accept(id)
-            case .failure(let status): taps.refuse(status.code)
+            case .failure(let refused): taps.refuse(refused.status)
             }
             try? await Task.sleep(for: .milliseconds(250))
         }
@@ -172,8 +158,6 @@ final class SteadyLoad: Sendable {
 
 /// One stall of the broker and what the services did.
 struct BrokerStall {
-    struct Status: Error { let code: Int }
-
     /// `/health/ready` answers of 200 in the stall's second half (by then every service must
     /// know: 5 s without an answer from Kafka makes a client not ready).
     var readyWhileStalled: [String] = []
@@ -181,7 +165,7 @@ struct BrokerStall {
     var recovery: [(String, Duration?)] = []
 
     var summary: String {
-        recovery.map { "\($0.0) \($0.1.map { String(format: "%.1f s", Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) } ?? "—")" }
+        recovery.map { "\($0.0) \($0.1.map { String(format: "%.1f s", $0 / .seconds(1)) } ?? "—")" }
             .joined(separator: ", ")
     }
 
@@ -219,7 +203,7 @@ struct BrokerStall {
             return (try? await driver.registerActivity(activity, token: Driver.token(activity), type: "DeliveryAttributes", bundleId: "com.example.food", retryFor: .zero)) != nil
         }
         async let tap = first {
-            if case .success = await Self.tap(stack: stack, activity: marker) { return true }
+            if case .success = await stack.forwardTap(activity: marker) { return true }
             return false
         }
         async let ready = first {
@@ -245,21 +229,5 @@ struct BrokerStall {
             ("registration 201", await registration), ("tap 200", await tap), ("event at APNs", await push), ("every /health/ready 200", await ready),
         ]
         return stall
-    }
-
-    /// Forwards one tap on a signed widget link of `activity`: its click id, or the status.
-    static func tap(stack: Stack, activity: String) async -> Result<String, Status> {
-        guard let key = try? LinkKeyring.keys(fromSecrets: [stack.linkKey.kid: stack.linkKey.secret]).first,
-            let link = try? DeepLinkCodec.sign(
-                baseURL: "fooddelivery://order/1",
-                target: TapTarget(activityId: activity, attributesType: "DeliveryAttributes", surface: .lockScreen, element: "status", contentSequence: 1),
-                issuedAt: Date(), key: key)
-        else { return .failure(Status(code: -1)) }
-        let tap: JSONValue = ["url": .string(link), "tappedAt": .string(IsletDate.format(Date())), "appVersion": "3.0", "osVersion": "18.1"]
-        guard let (status, body) = try? await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap.jsonBytes, timeout: .seconds(10)) else {
-            return .failure(Status(code: 0))
-        }
-        if status == 200, let answer = try? IsletJSON.decodeValue(JSONValue.self, from: body), let id = answer["clickId"]?.stringValue { return .success(id) }
-        return .failure(Status(code: status))
     }
 }

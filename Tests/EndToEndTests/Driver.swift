@@ -61,7 +61,7 @@ final class Driver: Sendable {
                 let (status, answer) = try await HTTP.request(
                     stack.url(.registry) + path, method: .PUT, headers: [("Authorization", "Bearer \(jwt)")], body: body, timeout: .seconds(10))
                 if status < 500 || ContinuousClock.now > deadline {
-                    guard (200..<300).contains(status) else { throw E2EFailure("registry: PUT \(path) → \(status) \(String(decoding: answer, as: UTF8.self))") }
+                    guard (200..<300).contains(status) else { throw E2EFailure("registry: PUT \(path) → \(status) \(String(decoding: answer, as: UTF8.self))", status: status) }
                     return status
                 }
             } catch let error as E2EFailure {

@@ -24,7 +24,12 @@ enum EndToEnd {}
 
 struct E2EFailure: Error, CustomStringConvertible {
     var description: String
-    init(_ description: String) { self.description = description }
+    /// The HTTP status that failed the call, when one did.
+    var status: Int?
+    init(_ description: String, status: Int? = nil) {
+        self.description = description
+        self.status = status
+    }
 }
 
 /// One of the product's executables, run as a child process with its own log file.

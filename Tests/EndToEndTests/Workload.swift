@@ -5,13 +5,41 @@ import IsletMessages
 import Synchronization
 import Testing
 
-/// Taps the workload forwarded and what ingest answered.
-final class TapLog: Sendable {
+/// What a client's calls got: the ids accepted (taps' click ids, registered activities) and the
+/// refusals by status (0: no answer).
+final class Answers: Sendable {
     private let state = Mutex<(accepted: Set<String>, refused: [Int: Int])>(([], [:]))
     var accepted: Set<String> { state.withLock { $0.accepted } }
     var refused: [Int: Int] { state.withLock { $0.refused } }
-    func accept(_ clickId: String) { state.withLock { _ = $0.accepted.insert(clickId) } }
+    func accept(_ id: String) { state.withLock { _ = $0.accepted.insert(id) } }
     func refuse(_ status: Int) { state.withLock { $0.refused[status, default: 0] += 1 } }
+    var summary: String {
+        state.withLock { state in
+            "\(state.accepted.count) accepted, refused \(state.refused.sorted { $0.key < $1.key }.map { "\($0.key == 0 ? "no answer" : String($0.key)) ×\($0.value)" })"
+        }
+    }
+}
+
+/// Ingest refused a tap: its HTTP status (0: no answer; -1: the link could not be signed).
+struct TapRefused: Error { let status: Int }
+
+extension Stack {
+    /// The app forwards a tap on a widget link of `activity`, signed with content-service's key as
+    /// the phone received it: the click id when ingest answered 200.
+    func forwardTap(activity: String) async -> Result<String, TapRefused> {
+        guard let key = try? LinkKeyring.keys(fromSecrets: [linkKey.kid: linkKey.secret]).first,
+            let link = try? DeepLinkCodec.sign(
+                baseURL: "fooddelivery://order/1",
+                target: TapTarget(activityId: activity, attributesType: "DeliveryAttributes", surface: .lockScreen, element: "status", contentSequence: 1),
+                issuedAt: Date(), key: key)
+        else { return .failure(TapRefused(status: -1)) }
+        let tap: JSONValue = ["url": .string(link), "tappedAt": .string(IsletDate.format(Date())), "appVersion": "3.0", "osVersion": "18.1"]
+        guard let (status, body) = try? await HTTP.request(url(.ingest) + "/v1/taps", method: .POST, body: tap.jsonBytes, timeout: .seconds(10)) else {
+            return .failure(TapRefused(status: 0))
+        }
+        if status == 200, let answer = try? IsletJSON.decodeValue(JSONValue.self, from: body), let id = answer["clickId"]?.stringValue { return .success(id) }
+        return .failure(TapRefused(status: status))
+    }
 }
 
 /// A flag one task lowers and others watch.
@@ -46,7 +74,7 @@ struct Workload {
         var ledger: Ledger
         /// The pushes the simulator accepted for the run's requests (without payloads).
         var received: [AcceptedNotification]
-        var taps: TapLog
+        var taps: Answers
         var clicks: Set<String>
         /// Events of the run without a push request.
         var missingEvents: [String]
@@ -58,7 +86,7 @@ struct Workload {
 
     func run(disrupt: @escaping @Sendable () async throws -> Void) async throws -> Report {
         try await register()
-        let taps = TapLog()
+        let taps = Answers()
         let streaming = Flag()
         let disruption = Task { try await disrupt() }
         defer { disruption.cancel() }
@@ -131,25 +159,13 @@ struct Workload {
 
     /// The app: forwards taps on widget links (signed with content-service's key, as the phones
     /// received them), about 10 a second, while `flag` is raised.
-    func tap(into taps: TapLog, while flag: Flag) async throws {
-        let key = try #require(try LinkKeyring.keys(fromSecrets: [stack.linkKey.kid: stack.linkKey.secret]).first)
+    func tap(into taps: Answers, while flag: Flag) async throws {
         var number = 0
         while flag.isRaised {
             number += 1
-            let target = TapTarget(
-                activityId: activities[number % activities.count], attributesType: "DeliveryAttributes", surface: .lockScreen, element: "status",
-                contentSequence: 1)
-            let link = try DeepLinkCodec.sign(baseURL: "fooddelivery://order/1", target: target, issuedAt: Date(), key: key)
-            let tap: JSONValue = ["url": .string(link), "tappedAt": .string(IsletDate.format(Date())), "appVersion": "3.0", "osVersion": "18.1"]
-            do {
-                let (status, body) = try await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap.jsonBytes, timeout: .seconds(10))
-                if status == 200, let answer = try? IsletJSON.decodeValue(JSONValue.self, from: body), let id = answer["clickId"]?.stringValue {
-                    taps.accept(id)
-                } else {
-                    taps.refuse(status)
-                }
-            } catch {
-                taps.refuse(0)  // no answer (ingest was down): the app would retry later
+            switch await stack.forwardTap(activity: activities[number % activities.count]) {
+            case .success(let id): taps.accept(id)
+            case .failure(let refused): taps.refuse(refused.status)  // 0: ingest was down; the app would retry later
             }
             try await Task.sleep(for: .milliseconds(100))
         }

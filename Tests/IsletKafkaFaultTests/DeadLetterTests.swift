@@ -4,12 +4,6 @@ import IsletMessages
 import Logging
 import Testing
 
-private let logger: Logger = {
-    var logger = Logger(label: "islet.dead-letter-test")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
-    return logger
-}()
-
 @Suite("Dead letters never commit past unfinished work (librdkafka mock cluster)", .timeLimit(.minutes(2)))
 struct DeadLetterOrderTests {
     @Test("a bad record behind one still in flight: sent to the dead-letter topic (retried while Kafka refuses), handed to the loop, not committed past the one in flight")

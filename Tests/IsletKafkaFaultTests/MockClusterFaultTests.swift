@@ -4,12 +4,6 @@ import Logging
 import Synchronization
 import Testing
 
-private let logger: Logger = {
-    var logger = Logger(label: "islet.fault-test")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
-    return logger
-}()
-
 /// Every verdict the producer gave, by record number.
 final class VerdictLog: Sendable {
     private let verdicts = Mutex<[Int: [Result<KafkaDeliveryReport, KafkaError>]]>([:])
@@ -175,27 +169,7 @@ struct MockClusterFaultTests {
         cluster.setBroker(1, up: false)
         let producer = try KafkaProducer(
             configuration: .init(bootstrapServers: cluster.bootstrapServers, settings: ["message.timeout.ms": "1000"]), logger: logger)
-        let outcomes = try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await producer.run() }
-            let outcomes = try await withThrowingTaskGroup(of: String.self) { sends in
-                for i in 0..<100 {
-                    sends.addTask {
-                        do {
-                            try await producer.send(topic: topic, key: "k\(i)", value: Array("\(i)".utf8))
-                            return "delivered"
-                        } catch let error as KafkaError {
-                            return error.librdkafkaName ?? "\(error.code)"
-                        }
-                    }
-                }
-                var outcomes: [String] = []
-                for try await outcome in sends { outcomes.append(outcome) }
-                return outcomes
-            }
-            producer.shutdown()
-            try await group.waitForAll()
-            return outcomes
-        }
+        let outcomes = try await running(producer) { await sendMany(producer, topic: topic, count: 100) }
         #expect(outcomes.count == 100)
         #expect(Set(outcomes) == ["_MSG_TIMED_OUT"])
     }

@@ -4,63 +4,11 @@ import Logging
 import Synchronization
 import Testing
 
-private let logger: Logger = {
-    var logger = Logger(label: "islet.recovery-test")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
-    return logger
-}()
-
 /// Quick to notice and quick to retry, so that the tests stay short.
 private let fastHealth = KafkaHealthPolicy(
     probeInterval: .milliseconds(200), probeTimeout: .milliseconds(500), unreachableAfter: .seconds(1), maximumRecoveries: 3,
     recoveryBackoff: .milliseconds(100), maximumRecoveryBackoff: .milliseconds(400))
 
-/// Polls `condition` every 50 ms until it holds; fails the test after `timeout`.
-private func eventually(
-    _ what: String, timeout: Duration = .seconds(30), sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async -> Bool
-) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if await condition() { return }
-        try await Task.sleep(for: .milliseconds(50))
-    }
-    Issue.record("not within \(timeout): \(what)", sourceLocation: sourceLocation)
-}
-
-/// Runs `producer` while `body` runs, then shuts it down; fails if run() throws.
-private func running<T: Sendable>(_ producer: KafkaProducer, _ body: @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask {
-            try await producer.run()
-            return nil
-        }
-        let result = try await body()
-        producer.shutdown()
-        try await group.waitForAll()
-        return result
-    }
-}
-
-/// Sends `count` records at once and returns each one's verdict (a librdkafka error name, or "delivered").
-private func sendMany(_ producer: KafkaProducer, topic: String, count: Int) async -> [String] {
-    await withTaskGroup(of: String.self) { sends in
-        for i in 0..<count {
-            sends.addTask {
-                do {
-                    try await producer.send(topic: topic, key: "k\(i)", value: Array("\(i)".utf8))
-                    return "delivered"
-                } catch let error as KafkaError {
-                    return error.librdkafkaName ?? "\(error.code)"
-                } catch {
-                    return "\(error)"
-                }
-            }
-        }
-        var verdicts: [String] = []
-        for await verdict in sends { verdicts.append(verdict) }
-        return verdicts
-    }
-}
 
 @Suite("Kafka clients recover by themselves (librdkafka mock cluster)", .timeLimit(.minutes(3)))
 struct RecoveryTests {

@@ -11,8 +11,9 @@ import Testing
 
 @Suite("/health and /metrics")
 struct OperationsRoutesTests {
-    func runtime() throws -> ServiceRuntime {
-        let settings = try ServiceSettings(from: .variables(["ISLET_KAFKA_BOOTSTRAP": "k:1"]), serviceName: "test-service", defaultHTTPPort: 0)
+    func runtime(_ extra: [String: String] = [:]) throws -> ServiceRuntime {
+        let settings = try ServiceSettings(
+            from: .variables(["ISLET_KAFKA_BOOTSTRAP": "k:1"].merging(extra) { $1 }), serviceName: "test-service", defaultHTTPPort: 0)
         return ServiceRuntime(settings: settings, logger: Logger(label: "test"))
     }
 
@@ -84,9 +85,7 @@ struct OperationsRoutesTests {
 
     @Test("a service that stays not live past ISLET_LIVENESS_EXIT_AFTER_MS stops with an error (its process exits 1)")
     func livenessWatchdog() async throws {
-        let settings = try ServiceSettings(
-            from: .variables(["ISLET_KAFKA_BOOTSTRAP": "k:1", "ISLET_LIVENESS_EXIT_AFTER_MS": "300"]), serviceName: "test-service", defaultHTTPPort: 0)
-        let runtime = ServiceRuntime(settings: settings, logger: Logger(label: "test"))
+        let runtime = try runtime(["ISLET_LIVENESS_EXIT_AFTER_MS": "300"])
         runtime.health.register("kafka.producer") { .failed("recreation keeps failing") }
         let started = ContinuousClock.now
         await #expect(throws: (any Error).self) { try await runtime.makeServiceGroup([]).run() }

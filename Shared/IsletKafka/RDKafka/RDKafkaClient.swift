@@ -228,11 +228,7 @@ private struct RDKafkaDoomedHandle: @unchecked Sendable {
         if kind == .producer {
             // A producer that was never run (or not to the end) may still hold records: purge them
             // and serve their reports, so that every sender gets its verdict before the handle goes.
-            _ = rd_kafka_purge(handle, RDKafkaConstants.purgeQueue | RDKafkaConstants.purgeInFlight)
-            let deadline = ContinuousClock.now + .seconds(10)
-            while rd_kafka_outq_len(handle) > 0 && ContinuousClock.now < deadline {
-                rd_kafka_poll(handle, 100)
-            }
+            _ = RDKafkaClient.purgeAndServeReports(handle, within: .seconds(10))
         }
         for topic in topics { rd_kafka_topic_destroy(topic.pointer) }
         for queue in queues { rd_kafka_queue_destroy(queue) }

@@ -86,9 +86,22 @@ extension RDKafkaClient {
         rd_kafka_flush(handle, timeoutMilliseconds) == RD_KAFKA_RESP_ERR_NO_ERROR
     }
 
-    /// Fails every queued and in-flight record; their delivery reports follow on the next poll.
-    func purgeAll() {
+    /// Fails every queued and in-flight record and serves the delivery reports that follow (at
+    /// most `limit`), so that each sender gets its verdict. Returns how many records are still
+    /// unreported (0 normally).
+    func purgeAndServeReports(within limit: Duration) -> Int32 {
+        Self.purgeAndServeReports(handle, within: limit)
+    }
+
+    /// ``purgeAndServeReports(within:)`` on a bare producer handle (also one being destroyed).
+    static func purgeAndServeReports(_ handle: OpaquePointer, within limit: Duration) -> Int32 {
         _ = rd_kafka_purge(handle, RDKafkaConstants.purgeQueue | RDKafkaConstants.purgeInFlight)
+        // librdkafka reports every purged record (_PURGE_QUEUE, _PURGE_INFLIGHT): serve those reports.
+        let deadline = ContinuousClock.now + limit
+        while rd_kafka_outq_len(handle) > 0 && ContinuousClock.now < deadline {
+            rd_kafka_poll(handle, 100)
+        }
+        return rd_kafka_outq_len(handle)
     }
 }
 
