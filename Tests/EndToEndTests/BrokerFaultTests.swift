@@ -39,29 +39,7 @@ extension EndToEnd {
                 }
                 load.stop()
                 await running.value
-                let published = load.published
-                let ledger = try await Ledger.settle(bootstrap: stack.bootstrap, prefix: driver.run, expecting: published, timeout: .seconds(120))
-                let received = try await stack.received(payloads: false).filter { ledger.requests[$0.apnsID.lowercased()] != nil }
-                let clicks = Set(
-                    try await readToEnd([IsletTopics.clicks.name], bootstrap: stack.bootstrap).compactMap {
-                        try? IsletJSON.decode(ClickEvent.self, from: $0.value ?? []).clickId
-                    })
-                let tokenKeys = Set(try await readToEnd([IsletTopics.tokens.name], bootstrap: stack.bootstrap).compactMap { $0.key.map { String(decoding: $0, as: UTF8.self) } })
-                print("broker stall: \(published) events acknowledged, \(ledger.requests.count) requests, outcomes \(ledger.results.map { "\($0.key.rawValue) \($0.value)" }.sorted()); registrations \(load.registrations.summary); taps \(load.taps.summary)")
-                // An outcome whose write timed out during the stall while the broker had it is
-                // written again: identical copies of one outcome, counted apart.
-                let violations = ledger.violations(countingCopies: false)
-                print("broker stall: \(ledger.copiedOutcomes) outcomes written twice (identical copies after a write timed out in the stall)")
-                #expect(violations.isEmpty, "\(violations.prefix(20)) (\(violations.count) in all)")
-                #expect(ledger.requests.count >= published, "every acknowledged event has its push request")
-                let duplicates = Dictionary(grouping: received) { $0.apnsID.lowercased() }.values.filter { $0.count > 1 }
-                #expect(duplicates.isEmpty, "pushes received twice: \(duplicates.count)")
-                for copies in duplicates {
-                    #expect(Set(copies.map(\.timestamp)).count == 1, "a duplicate differs: \(copies.map(\.timestamp))")
-                }
-                #expect(load.taps.accepted.isSubset(of: clicks), "accepted taps missing on the clicks topic: \(load.taps.accepted.subtracting(clicks).count)")
-                let missing = load.registrations.accepted.filter { !tokenKeys.contains($0) }
-                #expect(missing.isEmpty, "registrations answered 201 and not on the tokens topic: \(missing.prefix(5))")
+                try await load.verify(label: "broker stall")
             } catch {
                 Issue.record(error)
             }
@@ -95,6 +73,34 @@ final class SteadyLoad: Sendable {
     var published: Int { acknowledged.load(ordering: .acquiring) }
 
     func stop() { running.lower() }
+
+    /// After the load stopped: every acknowledged event has its push request and each request
+    /// exactly one outcome (identical copies of an outcome written again after a write timed out
+    /// are counted apart), no push reached the simulator twice, every accepted tap is on the clicks
+    /// topic and every registration answered 201 on the tokens topic.
+    func verify(label: String) async throws {
+        let published = self.published
+        let ledger = try await Ledger.settle(bootstrap: stack.bootstrap, prefix: driver.run, expecting: published, timeout: .seconds(120))
+        let received = try await stack.received(payloads: false).filter { ledger.requests[$0.apnsID.lowercased()] != nil }
+        let clicks = Set(
+            try await readToEnd([IsletTopics.clicks.name], bootstrap: stack.bootstrap).compactMap {
+                try? IsletJSON.decode(ClickEvent.self, from: $0.value ?? []).clickId
+            })
+        let tokenKeys = Set(try await readToEnd([IsletTopics.tokens.name], bootstrap: stack.bootstrap).compactMap { $0.key.map { String(decoding: $0, as: UTF8.self) } })
+        print("\(label): \(published) events acknowledged, \(ledger.requests.count) requests, outcomes \(ledger.results.map { "\($0.key.rawValue) \($0.value)" }.sorted()); registrations \(registrations.summary); taps \(taps.summary)")
+        let violations = ledger.violations(countingCopies: false)
+        print("\(label): \(ledger.copiedOutcomes) outcomes written twice (identical copies after a write timed out)")
+        #expect(violations.isEmpty, "\(violations.prefix(20)) (\(violations.count) in all)")
+        #expect(ledger.requests.count >= published, "every acknowledged event has its push request")
+        let duplicates = Dictionary(grouping: received) { $0.apnsID.lowercased() }.values.filter { $0.count > 1 }
+        #expect(duplicates.isEmpty, "pushes received twice: \(duplicates.count)")
+        for copies in duplicates {
+            #expect(Set(copies.map(\.timestamp)).count == 1, "a duplicate differs: \(copies.map(\.timestamp))")
+        }
+        #expect(taps.accepted.isSubset(of: clicks), "accepted taps missing on the clicks topic: \(taps.accepted.subtracting(clicks).count)")
+        let missing = registrations.accepted.filter { !tokenKeys.contains($0) }
+        #expect(missing.isEmpty, "registrations answered 201 and not on the tokens topic: \(missing.prefix(5))")
+    }
 
     /// Registers the activities the events go to.
     func prepare() async throws {
@@ -156,12 +162,32 @@ final class SteadyLoad: Sendable {
     }
 }
 
-/// One stall of the broker and what the services did.
+/// Something done to the broker for a while, then undone.
+struct BrokerFault: Sendable {
+    /// For the log and the probes' activity ids ("stall-10", "down-12" …).
+    let name: String
+    /// Whether the broker stops answering meanwhile: then every service must say not ready in
+    /// the fault's second half. A fault the broker keeps answering through (a leader moving, a few
+    /// refused requests) need not make a service not ready.
+    let outage: Bool
+    let begin: @Sendable () throws -> Void
+    let end: @Sendable () throws -> Void
+
+    /// The broker process stopped with SIGSTOP, then resumed with SIGCONT.
+    static func stall(pid: Int32, seconds: Int) -> BrokerFault {
+        BrokerFault(
+            name: "stall-\(seconds)", outage: true,
+            begin: { guard kill(pid, SIGSTOP) == 0 else { throw E2EFailure("SIGSTOP to the broker (pid \(pid)) failed") } },
+            end: { guard kill(pid, SIGCONT) == 0 else { throw E2EFailure("SIGCONT to the broker (pid \(pid)) failed") } })
+    }
+}
+
+/// One fault of the broker and what the services did.
 struct BrokerStall {
-    /// `/health/ready` answers of 200 in the stall's second half (by then every service must
+    /// `/health/ready` answers of 200 in the outage's second half (by then every service must
     /// know: 5 s without an answer from Kafka makes a client not ready).
     var readyWhileStalled: [String] = []
-    /// How long after SIGCONT each kind of work succeeded again (`nil`: not within 60 s).
+    /// How long after the fault ended each kind of work succeeded again (`nil`: not within 60 s).
     var recovery: [(String, Duration?)] = []
 
     var summary: String {
@@ -172,20 +198,26 @@ struct BrokerStall {
     static let services: [ServiceProcess.Name] = [.registry, .content, .dispatcher, .ingest]
 
     static func run(pid: Int32, for length: Duration, stack: Stack, driver: Driver) async throws -> BrokerStall {
+        try await run(.stall(pid: pid, seconds: Int(length.components.seconds)), for: length, stack: stack, driver: driver)
+    }
+
+    static func run(_ fault: BrokerFault, for length: Duration, stack: Stack, driver: Driver) async throws -> BrokerStall {
         var stall = BrokerStall()
-        guard kill(pid, SIGSTOP) == 0 else { throw E2EFailure("SIGSTOP to the broker (pid \(pid)) failed") }
+        try fault.begin()
         let stopped = ContinuousClock.now
-        // The second half of the stall (at least 8 s in): every service says not ready.
-        let from = stopped + max(.seconds(8), length / 2)
-        try await Task.sleep(until: from)
-        while ContinuousClock.now < stopped + length - .milliseconds(500) {
-            for service in services where await HTTP.status(stack.url(service) + "/health/ready") == 200 {
-                stall.readyWhileStalled.append("\(service.rawValue) at \(ContinuousClock.now - stopped)")
+        if fault.outage {
+            // The second half of the outage (at least 8 s in): every service says not ready.
+            let from = stopped + max(.seconds(8), length / 2)
+            try await Task.sleep(until: from)
+            while ContinuousClock.now < stopped + length - .milliseconds(500) {
+                for service in services where await HTTP.status(stack.url(service) + "/health/ready") == 200 {
+                    stall.readyWhileStalled.append("\(service.rawValue) at \(ContinuousClock.now - stopped)")
+                }
+                try await Task.sleep(for: .milliseconds(500))
             }
-            try await Task.sleep(for: .milliseconds(500))
         }
         try await Task.sleep(until: stopped + length)
-        guard kill(pid, SIGCONT) == 0 else { throw E2EFailure("SIGCONT to the broker (pid \(pid)) failed") }
+        try fault.end()
         let resumed = ContinuousClock.now
         let limit = resumed + .seconds(60)
 
@@ -197,7 +229,7 @@ struct BrokerStall {
             return nil
         }
         let run = driver.run
-        let marker = "\(run)after-\(Int(length.components.seconds))"
+        let marker = "\(run)after-\(fault.name)"
         async let registration = first {
             let activity = "\(marker)-probe-\(UUID().uuidString.prefix(6))"
             return (try? await driver.registerActivity(activity, token: Driver.token(activity), type: "DeliveryAttributes", bundleId: "com.example.food", retryFor: .zero)) != nil

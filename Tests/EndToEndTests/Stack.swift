@@ -147,6 +147,8 @@ final class Stack: Sendable {
     }
 
     let bootstrap: String
+    /// Whether ``start()`` creates the Islet topics (not on a broker the test brought).
+    let createsTopics: Bool
     let directory: URL
     let teamID = "E2ETEAM001"
     let keyID = "E2EKEY0001"
@@ -160,8 +162,11 @@ final class Stack: Sendable {
     /// - Parameters:
     ///   - name: the test's name, for the log directory.
     ///   - extra: more environment per service (budgets, timeouts).
-    init(name: String, extra: [ServiceProcess.Name: [String: String]] = [:]) throws {
-        bootstrap = try Self.bootstrap
+    ///   - broker: a broker of the test's own that already has every Islet topic (librdkafka's mock
+    ///     cluster, which cannot create topics on request); the e2e broker when `nil`.
+    init(name: String, extra: [ServiceProcess.Name: [String: String]] = [:], broker: String? = nil) throws {
+        bootstrap = try broker ?? Self.bootstrap
+        createsTopics = broker == nil
         let runDirectory = ProcessInfo.processInfo.environment["ISLET_RUN_DIR"].map { URL(fileURLWithPath: $0) }
             ?? Self.repository.appendingPathComponent(".islet-run")
         directory = runDirectory.appendingPathComponent("e2e").appendingPathComponent(name)
@@ -222,8 +227,10 @@ final class Stack: Sendable {
 
     /// Starts the simulator first (the dispatcher needs its certificate), then the services.
     func start() async throws {
-        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: bootstrap), logger: e2eLogger)
-        try await admin.createIsletTopics(partitions: 3)
+        if createsTopics {
+            let admin = try KafkaAdmin(configuration: .init(bootstrapServers: bootstrap), logger: e2eLogger)
+            try await admin.createIsletTopics(partitions: 3)
+        }
         try await self[.simulator].start()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for name in [ServiceProcess.Name.registry, .content, .dispatcher, .ingest] {
