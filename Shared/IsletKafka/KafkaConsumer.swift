@@ -42,9 +42,11 @@ public enum KafkaConsumerEvent: Sendable {
 /// }
 /// ```
 public final class KafkaConsumer: Service, Sendable {
-    private let client: RDKafkaClient
+    /// The librdkafka handle; replaced when librdkafka declares it unusable (a fatal error).
+    private let current: CurrentClient
     private let core: ConsumerCore
     private let configuration: KafkaConsumerConfiguration
+    private let properties: [String: String]
     private let logger: Logger
 
     public init(configuration: KafkaConsumerConfiguration, logger: Logger) throws(KafkaError) {
@@ -53,9 +55,15 @@ public final class KafkaConsumer: Service, Sendable {
         self.core = core
         self.configuration = configuration
         self.logger = logger
-        self.client = try RDKafkaClient(
+        let properties = try configuration.librdkafkaProperties()
+        self.properties = properties
+        self.current = CurrentClient(try Self.makeClient(properties: properties, core: core, logger: logger))
+    }
+
+    private static func makeClient(properties: [String: String], core: ConsumerCore, logger: Logger) throws(KafkaError) -> RDKafkaClient {
+        try RDKafkaClient(
             kind: .consumer,
-            properties: try configuration.librdkafkaProperties(),
+            properties: properties,
             callbacks: RDKafkaCallbacks(
                 logger: logger,
                 onDelivery: nil,
@@ -65,6 +73,8 @@ public final class KafkaConsumer: Service, Sendable {
                     willRevoke: { core.willRevoke($0, lost: $1) },
                     didRevoke: { core.didRevoke($0) })))
     }
+
+    private var client: RDKafkaClient { current.client }
 
     /// Assignments, messages and revocations, in order. Iterate it once; leaving the loop stops
     /// the consumer.
@@ -99,7 +109,6 @@ public final class KafkaConsumer: Service, Sendable {
         guard core.start() else {
             throw KafkaError(code: .shutdown, message: "KafkaConsumer.run() may be called once")
         }
-        let client = self.client
         let core = self.core
         let topics = configuration.topics
         let membership = configuration.membership
@@ -109,25 +118,46 @@ public final class KafkaConsumer: Service, Sendable {
         let batchSize = configuration.batchSize
         let pollMilliseconds = Int32(clamping: configuration.pollTimeout.components.seconds * 1_000 + configuration.pollTimeout.components.attoseconds / 1_000_000_000_000_000)
         let logger = self.logger
+        let health = configuration.health
+        let properties = self.properties
+        let current = self.current
         let loop: @Sendable () async -> KafkaError? = {
             await DedicatedThread.run(name: "islet-kafka-consumer") { () -> KafkaError? in
+                /// Where a replica goes on after its handle was replaced: the next offset of each partition.
+                var positions: [KafkaTopicPartition: Int64] = [:]
                 // Subscribing makes librdkafka join the group, which needs this loop to answer
                 // rebalances: a member that joined without polling would hold partitions hostage.
-                do throws(KafkaError) {
+                func join(_ client: RDKafkaClient) throws(KafkaError) {
                     switch membership {
                     case .group:
                         try client.subscribe(topics)
                     case .replica:
-                        // No group, no rebalances: the whole topics, assigned once, from the start.
+                        // No group, no rebalances: the whole topics, assigned once, from the start
+                        // (or, for a replaced handle, from where the old one stopped).
                         core.didAssign(try client.assignReplica(
-                            topics, partitions: replicaPartitions, sinceMilliseconds: replicaSince, startOffsets: replicaStartOffsets))
+                            topics, partitions: replicaPartitions, sinceMilliseconds: replicaSince, startOffsets: replicaStartOffsets,
+                            resumeAt: positions))
                     }
+                }
+                var client = current.client
+                do throws(KafkaError) {
+                    try join(client)
                 } catch {
                     core.finishEvents()
                     return error
                 }
                 let reader = RDKafkaBatchReader(capacity: batchSize)
                 while !core.stopRequested {
+                    if let fatal = client.fatalError() {
+                        guard let replacement = Self.replace(client, after: fatal, core: core, health: health, logger: logger, current: current, make: {
+                            () throws(KafkaError) -> RDKafkaClient in
+                            let client = try Self.makeClient(properties: properties, core: core, logger: logger)
+                            try join(client)
+                            return client
+                        }) else { break }
+                        client = replacement
+                        continue
+                    }
                     core.storeMarkedOffsets(into: client)
                     // A full buffer pauses fetching rather than this loop: rebalances and the
                     // group's poll interval keep being served while the caller catches up.
@@ -139,8 +169,16 @@ public final class KafkaConsumer: Service, Sendable {
                         core.consumeError(error)
                     }
                     if !batch.isEmpty {
+                        if membership == .replica {
+                            for case .message(let message) in batch { positions[message.topicPartition] = message.offset + 1 }
+                        }
                         core.deliver(batch)
                     }
+                }
+                if core.stopRequested && client.isAbandoned {
+                    // Stopped while its replacement was being made: nothing left to close.
+                    core.finishEvents()
+                    return nil
                 }
                 if core.abandonRequested {
                     core.finishEvents()
@@ -172,17 +210,63 @@ public final class KafkaConsumer: Service, Sendable {
         }
         if core.abandonRequested {
             // rd_kafka_destroy joins librdkafka's threads: not on the cooperative pool.
+            let client = self.client
             await DedicatedThread.run(name: "islet-kafka-destroy") { client.abandon() }
-        }
-        if let fatal = core.fatalError {
-            throw fatal
         }
     }
 
+    /// Replaces `old`, which librdkafka declared unusable (a fatal error: the member was fenced,
+    /// say). A group member's partitions are given up as lost — nothing more is committed for
+    /// them, their buffered messages are dropped and the caller gets
+    /// ``KafkaConsumerEvent/partitionsRevoked(_:)`` — the old handle is destroyed without closing
+    /// (it can neither commit nor leave the group), and a new one joins as a new member (a replica
+    /// goes on after the last record it buffered),
+    /// after a backoff when this is not the first replacement in a row. Returns the new handle,
+    /// or `nil` when the consumer was stopped meanwhile. Poll thread only.
+    private static func replace(
+        _ old: RDKafkaClient, after reason: KafkaError, core: ConsumerCore, health: KafkaHealthPolicy, logger: Logger,
+        current: CurrentClient, make: () throws(KafkaError) -> RDKafkaClient
+    ) -> RDKafkaClient? {
+        let attempt = core.beginRecovery(reason: reason)
+        logger.error(
+            "the Kafka consumer cannot go on: giving up its partitions and joining again with a new handle",
+            metadata: ["kafka.error": "\(reason)", "kafka.recovery": "\(attempt)"])
+        core.loseEverything()
+        old.abandon()
+        var failures = 0
+        while !core.stopRequested {
+            let backoff = health.backoff(beforeRecovery: attempt + failures)
+            if backoff > .zero && !core.sleep(backoff) { return nil }
+            do {
+                let client = try make()
+                current.client = client
+                core.endRecovery()
+                logger.notice("the Kafka consumer was recreated", metadata: ["kafka.recovery": "\(attempt)"])
+                return client
+            } catch {
+                logger.error("recreating the Kafka consumer failed", metadata: ["kafka.error": "\(error)"])
+                failures += 1
+            }
+        }
+        return nil
+    }
+
     /// What the consumer can do now (for `/health`): ready while the cluster answers it and — in a
-    /// group — the group gave it its partitions (possibly none); `failed` after a fatal error
-    /// (``run()`` then throws it and the service stops, to be restarted).
+    /// group — the group gave it its partitions (possibly none); not ready while its handle is
+    /// being replaced after a fatal error; `failed` after ``KafkaHealthPolicy/maximumRecoveries``
+    /// replacements in a row without a record or an assignment between them (a restart is due).
     public var health: KafkaClientHealth { core.health() }
+
+    /// How many times the handle was replaced after a fatal error.
+    public var recoveries: Int { core.recoveries }
+
+    /// Raises a fabricated fatal error in librdkafka (`rd_kafka_test_fatal_error`), as a fenced
+    /// member would get one. Tests only.
+    public func simulateFatalError(reason: String) {
+        let client = self.client
+        client.raiseFatalErrorForTesting(reason: reason)
+        client.wakeUp()
+    }
 
     /// Lets the caller finish its work on partitions before they are revoked: `handler` is called
     /// with the partitions about to go (by a rebalance, or by the close at shutdown), after their
@@ -209,10 +293,12 @@ public final class KafkaConsumer: Service, Sendable {
         -> [KafkaTopicPartition: Int64?]
     {
         let client = self.client
-        guard !client.isAbandoned else { throw KafkaError.shutdown("the consumer's handle was destroyed") }
         let timeoutMilliseconds = timeout.librdkafkaMilliseconds
         return try await DedicatedThread.run(name: "islet-kafka-committed") {
-            try client.committedOffsets(partitions, timeoutMilliseconds: timeoutMilliseconds)
+            // A handle replaced meanwhile (a fatal error) is not asked; the caller may ask again.
+            guard let offsets = try client.borrowing({ () throws(KafkaError) in try client.committedOffsets(partitions, timeoutMilliseconds: timeoutMilliseconds) })
+            else { throw KafkaError.shutdown("the consumer's handle was destroyed") }
+            return offsets
         }
     }
 
@@ -221,6 +307,16 @@ public final class KafkaConsumer: Service, Sendable {
     public func simulateCrash() {
         core.requestAbandon()
         client.wakeUp()
+    }
+}
+
+/// The consumer's librdkafka handle, which the poll thread replaces after a fatal error.
+final class CurrentClient: Sendable {
+    private let slot: Mutex<RDKafkaClient>
+    init(_ client: RDKafkaClient) { slot = Mutex(client) }
+    var client: RDKafkaClient {
+        get { slot.withLock { $0 } }
+        set { slot.withLock { $0 = newValue } }
     }
 }
 
@@ -360,6 +456,16 @@ final class ConsumerCore: Sendable {
 
     private enum Lifecycle { case idle, running, finished }
 
+    /// Replacements of the handle after fatal errors.
+    private struct Recovery {
+        /// In a row, without a record or an assignment since.
+        var consecutive = 0
+        var total = 0
+        /// The fatal error of the replacement under way (`nil`: none).
+        var under: String?
+        var lastReason: String?
+    }
+
     /// The caller's work to finish before partitions are revoked (``KafkaConsumer/onRevocation(timeout:_:)``).
     struct RevocationHandler: Sendable {
         var timeout: Duration
@@ -374,15 +480,18 @@ final class ConsumerCore: Sendable {
     /// Partitions paused because the buffer was full (poll thread and rebalance callbacks only).
     private let paused = Mutex<Set<KafkaTopicPartition>>([])
     private let space = DispatchSemaphore(value: 0)
+    /// Signalled by a stop request only (wakes a recovery's backoff).
+    private let stopSignal = DispatchSemaphore(value: 0)
     private let stop = Atomic<Bool>(false)
     private let abandon = Atomic<Bool>(false)
     private let generationCounter = Atomic<UInt64>(0)
-    private let fatal = Mutex<KafkaError?>(nil)
+    private let recovery = Mutex(Recovery())
     /// When the cluster last answered, and the probe that asks it.
     let cluster = ClusterContact()
     /// A group member that has not been given its partitions since it (re)joined.
     private let awaitingAssignment: Atomic<Bool>
     private let capacity: Int
+    private let inGroup: Bool
     private let policy: KafkaHealthPolicy
     private let logger: Logger
     private let consumedMetric = Counter(label: "islet_kafka_consumer_messages_total")
@@ -390,6 +499,7 @@ final class ConsumerCore: Sendable {
 
     init(capacity: Int, inGroup: Bool = true, policy: KafkaHealthPolicy = KafkaHealthPolicy(), logger: Logger) {
         self.capacity = capacity
+        self.inGroup = inGroup
         self.awaitingAssignment = Atomic(inGroup)
         self.policy = policy
         self.logger = logger
@@ -403,23 +513,64 @@ final class ConsumerCore: Sendable {
     }
 
     func health(now: UInt64 = MonotonicTime.now()) -> KafkaClientHealth {
-        if let fatal = fatalError { return .failed("fatal error: \(fatal)") }
+        let (under, consecutive, lastReason) = recovery.withLock { ($0.under, $0.consecutive, $0.lastReason) }
         let phase: KafkaHealthSnapshot.Phase
         switch lifecycle.withLock({ $0 }) {
         case .idle: phase = .notStarted
-        case .running: phase = stopRequested ? .stopping : .running
+        case .running: phase = under.map { .recovering(reason: $0) } ?? (stopRequested ? .stopping : .running)
         case .finished: phase = .stopping
         }
         let snapshot = KafkaHealthSnapshot(
-            phase: phase, consecutiveRecoveries: 0, lastContact: cluster.last, awaitingAssignment: awaitingAssignment.load(ordering: .acquiring))
+            phase: phase, consecutiveRecoveries: consecutive, lastRecoveryReason: lastReason, lastContact: cluster.last,
+            awaitingAssignment: awaitingAssignment.load(ordering: .acquiring))
         return snapshot.health(now: now, policy: policy)
+    }
+
+    // MARK: Recovery (poll thread)
+
+    /// A replacement of the handle begins; returns how many in a row this is.
+    func beginRecovery(reason: KafkaError) -> Int {
+        recovery.withLock { recovery in
+            recovery.consecutive += 1
+            recovery.total += 1
+            recovery.under = "\(reason)"
+            recovery.lastReason = "\(reason)"
+            return recovery.consecutive
+        }
+    }
+
+    func endRecovery() {
+        recovery.withLock { $0.under = nil }
+    }
+
+    var recoveries: Int { recovery.withLock { $0.total } }
+
+    /// The new handle works (records came, or the group assigned it partitions).
+    private func recovered() {
+        recovery.withLock { if $0.under == nil { $0.consecutive = 0 } }
+    }
+
+    /// A group member's owned partitions are given up as lost (nothing more committed for them,
+    /// their buffered messages dropped), and the caller told so; it waits for its next assignment.
+    /// A replica keeps what it buffered: its next handle starts after it.
+    func loseEverything() {
+        guard inGroup else { return }
+        let owned = Array(marks.withLock { $0.epochOf.keys })
+        _ = willRevoke(owned, lost: true)
+        if !owned.isEmpty { didRevoke(owned) }
+    }
+
+    /// Waits `duration`, or less once a stop was requested; `false` if it was.
+    func sleep(_ duration: Duration) -> Bool {
+        guard !stopRequested else { return false }
+        _ = stopSignal.wait(timeout: .now() + .milliseconds(Int(duration.librdkafkaMilliseconds)))
+        return !stopRequested
     }
 
     /// The latest revocation's generation; the iterator compares it lock-free on every event.
     var generation: UInt64 { generationCounter.load(ordering: .acquiring) }
     var stopRequested: Bool { stop.load(ordering: .acquiring) }
     var abandonRequested: Bool { abandon.load(ordering: .acquiring) }
-    var fatalError: KafkaError? { fatal.withLock { $0 } }
 
     func start() -> Bool {
         lifecycle.withLock { state in
@@ -439,6 +590,7 @@ final class ConsumerCore: Sendable {
     func requestStop() {
         stop.store(true, ordering: .releasing)
         space.signal()
+        stopSignal.signal()
     }
 
     func requestAbandon() {
@@ -546,6 +698,7 @@ final class ConsumerCore: Sendable {
 
     func didAssign(_ partitions: [KafkaTopicPartition]) {
         contact()
+        recovered()
         awaitingAssignment.store(false, ordering: .releasing)
         marks.withLock { marks in
             for tp in partitions {
@@ -637,9 +790,8 @@ final class ConsumerCore: Sendable {
 
     func clientError(_ error: KafkaError) {
         if error.isFatal {
-            logger.error("fatal consumer error: the consumer stops", metadata: ["kafka.error": "\(error)"])
-            fatal.withLock { if $0 == nil { $0 = error } }
-            requestStop()
+            // The poll loop sees it (rd_kafka_fatal_error) and replaces the handle.
+            logger.error("fatal consumer error", metadata: ["kafka.error": "\(error)"])
         } else {
             logger.warning("consumer error", metadata: ["kafka.error": "\(error)"])
         }
@@ -656,6 +808,7 @@ final class ConsumerCore: Sendable {
     /// waits: ``applyBackpressure(_:)`` keeps the buffer near its capacity. Poll thread only.
     func deliver(_ stamped: [KafkaConsumerEvent]) {
         contact()
+        recovered()
         consumedMetric.increment(by: Int64(stamped.count))
         let waiter = buffer.withLock { buffer in
             if buffer.items.isEmpty {

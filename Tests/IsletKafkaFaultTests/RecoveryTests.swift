@@ -125,4 +125,124 @@ struct RecoveryTests {
             try await group.waitForAll()
         }
     }
+
+    @Test("a group consumer's fatal error: its partitions are given up (revoked event), a new handle joins the group, what was not marked processed comes again and new records follow")
+    func groupConsumerFatalErrorRecovers() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        try cluster.createTopic("consumed-fatal", partitions: 2)
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: cluster.bootstrapServers), logger: logger)
+        var configuration = KafkaConsumerConfiguration(bootstrapServers: cluster.bootstrapServers, groupID: "fatal", topics: ["consumed-fatal"])
+        configuration.health = fastHealth
+        // The destroyed handle never leaves the group: the new one gets the partitions once the
+        // old member's session expired.
+        configuration.settings["session.timeout.ms"] = "3000"
+        let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
+        let seen = Locked<[String]>([])
+        let revoked = Locked(0)
+        try await running(producer) {
+            for i in 0..<10 { try await producer.send(topic: "consumed-fatal", key: "k\(i)", value: Array("before-\(i)".utf8)) }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await consumer.run() }
+                group.addTask {
+                    for await event in consumer.events {
+                        switch event {
+                        case .message(let message):
+                            let value = String(decoding: message.value ?? [], as: UTF8.self)
+                            let firstSight = seen.withLock { seen in
+                                defer { seen.append(value) }
+                                return !seen.contains(value)
+                            }
+                            // before-5 … before-9 are still being worked on when the error comes.
+                            if !firstSight || !["before-5", "before-6", "before-7", "before-8", "before-9"].contains(value) {
+                                consumer.markProcessed(message)
+                            }
+                        case .partitionsRevoked: revoked.withLock { $0 += 1 }
+                        default: break
+                        }
+                    }
+                }
+                try await eventually("the records before the error read") { seen.withLock { $0.count } >= 10 }
+                try await eventually("ready") { consumer.health == .ready }
+                consumer.simulateFatalError(reason: "fenced")
+                try await eventually("recreated") { consumer.recoveries == 1 }
+                try await eventually("the caller told its partitions are gone") { revoked.withLock { $0 } >= 1 }
+                for i in 0..<5 { try await producer.send(topic: "consumed-fatal", key: "k\(i)", value: Array("after-\(i)".utf8)) }
+                try await eventually("the records after the error read") { seen.withLock { $0.filter { $0.hasPrefix("after-") }.count } == 5 }
+                try await eventually("ready again") { consumer.health == .ready }
+                consumer.shutdown()
+                try await group.waitForAll()
+            }
+        }
+        let values = seen.withLock { $0 }
+        // Nothing lost; the records not marked processed before the error come again (at least once).
+        #expect(Set(values) == Set((0..<10).map { "before-\($0)" } + (0..<5).map { "after-\($0)" }))
+        #expect(values.filter { $0.hasPrefix("after-") }.count == 5)
+        #expect(consumer.recoveries == 1)
+    }
+
+    @Test("a replica's fatal error: a new handle goes on after what the old one read (delivered or still buffered), nothing read twice, nothing missed")
+    func replicaFatalErrorRecovers() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        try cluster.createTopic("replica-fatal", partitions: 2)
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: cluster.bootstrapServers), logger: logger)
+        var configuration = KafkaConsumerConfiguration.replica(bootstrapServers: cluster.bootstrapServers, topics: ["replica-fatal"])
+        configuration.health = fastHealth
+        let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
+        let seen = Locked<[String]>([])
+        try await running(producer) {
+            for i in 0..<20 { try await producer.send(topic: "replica-fatal", key: "k\(i)", value: Array("before-\(i)".utf8)) }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await consumer.run() }
+                // Nobody takes the records yet: they wait in the consumer's buffer when the error comes.
+                try await eventually("ready") { consumer.health == .ready }
+                try await Task.sleep(for: .milliseconds(500))
+                consumer.simulateFatalError(reason: "test")
+                try await eventually("recreated") { consumer.recoveries == 1 && consumer.health == .ready }
+                group.addTask {
+                    for await message in consumer.messages { seen.withLock { $0.append(String(decoding: message.value ?? [], as: UTF8.self)) } }
+                }
+                try await eventually("the records before the error read") { seen.withLock { $0.count } >= 20 }
+                for i in 0..<20 { try await producer.send(topic: "replica-fatal", key: "k\(i)", value: Array("after-\(i)".utf8)) }
+                try await eventually("the records after the error read") { seen.withLock { $0.count } >= 40 }
+                // A second error after records were handed over.
+                consumer.simulateFatalError(reason: "test again")
+                try await eventually("recreated again") { consumer.recoveries == 2 && consumer.health == .ready }
+                for i in 0..<5 { try await producer.send(topic: "replica-fatal", key: "k\(i)", value: Array("last-\(i)".utf8)) }
+                try await eventually("the last records read") { seen.withLock { $0.count } >= 45 }
+                try await Task.sleep(for: .milliseconds(300))  // anything read twice would arrive meanwhile
+                consumer.shutdown()
+                try await group.waitForAll()
+            }
+        }
+        let values = seen.withLock { $0 }
+        #expect(values.count == 45, "read twice: \(Dictionary(grouping: values) { $0 }.filter { $0.value.count > 1 }.keys.sorted())")
+        #expect(Set(values) == Set((0..<20).map { "before-\($0)" } + (0..<20).map { "after-\($0)" } + (0..<5).map { "last-\($0)" }))
+    }
+
+    @Test("a consumer whose new handles keep failing is reported failed (a restart is due); run() goes on until stopped")
+    func consumerFailedAfterRepeatedRecoveries() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        try cluster.createTopic("consumed-failing", partitions: 1)
+        var configuration = KafkaConsumerConfiguration(bootstrapServers: cluster.bootstrapServers, groupID: "failing", topics: ["consumed-failing"])
+        configuration.health = fastHealth
+        let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await consumer.run() }
+            group.addTask { for await _ in consumer.events {} }
+            try await eventually("ready") { consumer.health == .ready }
+            // The broker gone, no new handle gets an assignment: each fails again before it could.
+            cluster.setBroker(1, up: false)
+            for attempt in 1...fastHealth.maximumRecoveries {
+                consumer.simulateFatalError(reason: "fenced \(attempt)")
+                try await eventually("replacement \(attempt)") {
+                    consumer.recoveries == attempt && consumer.health.reason?.contains("being recreated") != true
+                }
+            }
+            #expect(consumer.health.status == .failed, "\(consumer.health)")
+            #expect(consumer.health.reason?.contains("fenced") == true, "\(consumer.health)")
+            cluster.setBroker(1, up: true)
+            consumer.shutdown()
+            try await group.waitForAll()
+        }
+    }
 }

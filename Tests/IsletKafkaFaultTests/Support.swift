@@ -1,6 +1,7 @@
 import Foundation
 import IsletKafka
 import Logging
+import Synchronization
 import Testing
 
 /// The fault suites' logger: quiet unless ISLET_TEST_LOG_LEVEL says otherwise.
@@ -55,4 +56,11 @@ func sendMany(_ producer: KafkaProducer, topic: String, count: Int) async -> [St
         for await verdict in sends { verdicts.append(verdict) }
         return verdicts
     }
+}
+
+/// A value the test's tasks share (a `Mutex` that closures can capture).
+final class Locked<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    func withLock<R: Sendable>(_ body: (inout sending Value) -> sending R) -> R { mutex.withLock(body) }
 }

@@ -51,8 +51,20 @@ final class RDKafkaClient: @unchecked Sendable {
     private let topicHandles = Mutex<[String: RDKafkaTopicHandle]>([:])
     /// Set once the handle was destroyed by ``abandon()`` (tests): nothing may touch it again.
     private let abandoned = Atomic<Bool>(false)
-    /// Probes inside librdkafka now: ``abandon()`` waits for them before it destroys the handle.
-    private let probing = Atomic<Int>(0)
+    /// Calls from other threads inside librdkafka now (probes, wake-ups): ``abandon()`` waits for
+    /// them before it destroys the handle.
+    private let borrowers = Atomic<Int>(0)
+
+    /// Runs `body` unless the handle was destroyed (then `nil`), and keeps ``abandon()`` from
+    /// destroying it meanwhile. For calls from threads other than the one that may abandon it.
+    func borrowing<T, Failure: Error>(_ body: () throws(Failure) -> T) throws(Failure) -> T? {
+        // Counted before the check, and abandon() sets its flag before it reads the count: either
+        // this call sees the flag, or abandon() waits for it.
+        borrowers.add(1, ordering: .sequentiallyConsistent)
+        defer { borrowers.subtract(1, ordering: .sequentiallyConsistent) }
+        guard !abandoned.load(ordering: .sequentiallyConsistent) else { return nil }
+        return try body()
+    }
 
     /// Keeps the callbacks alive for as long as librdkafka may call them.
     final class CallbackContext: Sendable {
@@ -132,8 +144,8 @@ final class RDKafkaClient: @unchecked Sendable {
 
     /// Wakes a blocked ``poll(timeoutMilliseconds:)`` or consumer-queue wait, from any thread.
     func wakeUp() {
-        guard !abandoned.load(ordering: .acquiring), let queue = consumerQueue ?? mainQueue else { return }
-        rd_kafka_queue_yield(queue)
+        guard let queue = consumerQueue ?? mainQueue else { return }
+        _ = borrowing { rd_kafka_queue_yield(queue) }
     }
 
     /// Whether ``abandon()`` destroyed the handle (then nothing may touch it).
@@ -146,15 +158,12 @@ final class RDKafkaClient: @unchecked Sendable {
     /// within the timeout. Blocking: how a client that has nothing else to do learns that the
     /// cluster still answers.
     func probe(timeoutMilliseconds: Int32) -> Bool {
-        // Counted before the check, and abandon() sets its flag before it reads the count: either
-        // this probe sees the flag, or abandon() waits for it.
-        probing.add(1, ordering: .sequentiallyConsistent)
-        defer { probing.subtract(1, ordering: .sequentiallyConsistent) }
-        guard !abandoned.load(ordering: .sequentiallyConsistent) else { return false }
-        var metadata: UnsafePointer<rd_kafka_metadata>?
-        let result = rd_kafka_metadata(handle, 0, nil, &metadata, timeoutMilliseconds)
-        if let metadata { rd_kafka_metadata_destroy(metadata) }
-        return result == RD_KAFKA_RESP_ERR_NO_ERROR
+        borrowing { () -> Bool in
+            var metadata: UnsafePointer<rd_kafka_metadata>?
+            let result = rd_kafka_metadata(handle, 0, nil, &metadata, timeoutMilliseconds)
+            if let metadata { rd_kafka_metadata_destroy(metadata) }
+            return result == RD_KAFKA_RESP_ERR_NO_ERROR
+        } ?? false
     }
 
     /// The fatal error librdkafka raised, if any.
@@ -190,15 +199,15 @@ final class RDKafkaClient: @unchecked Sendable {
     /// Raises a fabricated fatal error (librdkafka's `rd_kafka_test_fatal_error`), as if the
     /// idempotent producer had lost its guarantees. Tests only.
     func raiseFatalErrorForTesting(reason: String) {
-        _ = rd_kafka_test_fatal_error(handle, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER, reason)
+        _ = borrowing { rd_kafka_test_fatal_error(handle, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER, reason) }
     }
 
     /// Destroys the handle without closing the consumer (no commit, no LeaveGroup): what a
     /// process killed with SIGKILL leaves behind. Tests only; the client is unusable afterwards.
-    /// Blocking: waits for a probe under way (at most its timeout) and joins librdkafka's threads.
+    /// Blocking: waits for calls from other threads under way (a probe: at most its timeout) and joins librdkafka's threads.
     func abandon() {
         guard !abandoned.exchange(true, ordering: .sequentiallyConsistent) else { return }
-        while probing.load(ordering: .sequentiallyConsistent) > 0 { usleep(1_000) }
+        while borrowers.load(ordering: .sequentiallyConsistent) > 0 { usleep(1_000) }
         let topics = topicHandles.withLock { handles in
             defer { handles.removeAll() }
             return Array(handles.values)

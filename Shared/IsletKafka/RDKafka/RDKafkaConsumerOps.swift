@@ -243,7 +243,8 @@ extension RDKafkaClient {
     /// at their first offset or at the first record written at or after `sinceMilliseconds`.
     /// Blocking (asks the cluster for metadata, and for offsets by time).
     func assignReplica(
-        _ topics: [String], partitions only: [Int32]?, sinceMilliseconds: Int64?, startOffsets: [Int32: Int64] = [:]
+        _ topics: [String], partitions only: [Int32]?, sinceMilliseconds: Int64?, startOffsets: [Int32: Int64] = [:],
+        resumeAt positions: [KafkaTopicPartition: Int64] = [:]
     ) throws(KafkaError) -> [KafkaTopicPartition] {
         var partitions: [KafkaTopicPartition] = []
         for topic in topics {
@@ -273,7 +274,9 @@ extension RDKafkaClient {
             }
         }
         for i in 0..<Int(list.pointee.cnt) {
-            if let offset = startOffsets[list.pointee.elems[i].partition] {
+            let element = list.pointee.elems[i]
+            let position = positions[KafkaTopicPartition(topic: String(cString: element.topic), partition: element.partition)]
+            if let offset = position ?? startOffsets[element.partition] {
                 // Below the log start (deleted by retention) librdkafka resets to the earliest offset.
                 list.pointee.elems[i].offset = max(offset, 0)
             }
