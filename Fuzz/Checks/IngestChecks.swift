@@ -56,10 +56,11 @@ public enum IngestChecks {
 
     static func check(_ tap: TapInput, _ outcome: TapVerifier.Outcome) {
         switch outcome {
-        case .valid(let click):
+        case .valid(let click, _):
             require(MessageChecks.rewritten(click) == click, "the click of \(tap) does not read back as itself")
             require(
-                tap.url.map { TapVerifier.clickId(url: $0, tappedAt: click.tappedAt) } == click.clickId && click.receivedAt == receivedAt,
+                tap.url.flatMap { TapVerifier.clickId(url: $0, tappedAt: click.tappedAt, keyring: verifier.keyring, receivedAt: receivedAt) } == click.clickId
+                    && click.receivedAt == receivedAt,
                 "the click of \(tap) has another id or time of receipt: \(click)")
         case .invalid(let rejected, let field):
             require(["url", "tappedAt", "appVersion", "osVersion"].contains(field), "the rejection of \(tap) names no input field: \(field)")

@@ -24,7 +24,7 @@ public enum LinkChecks {
         baseURL: "fooddelivery://order/42?tab=status&q=%C3%A9",
         target: TapTarget(activityId: "order-42", attributesType: "DeliveryAttributes", surface: .islandExpanded, element: "eta", contentSequence: 7),
         issuedAt: issued, key: key)
-    static let originalLink = try! DeepLinkCodec.verify(original, keyring: keyring, tappedAt: tapped).get()
+    static let originalLink = try! DeepLinkCodec.verify(original, keyring: keyring, tappedAt: tapped, receivedAt: tapped).get()
 
     /// Checks one input; traps (`preconditionFailure`) when a property does not hold.
     public static func check(_ bytes: [UInt8]) {
@@ -56,16 +56,16 @@ public enum LinkChecks {
     }
 
     static func checkChanged(_ text: String) {
-        if case .success(let link) = DeepLinkCodec.verify(text, keyring: keyring, tappedAt: tapped), link != originalLink {
+        if case .success(let link) = DeepLinkCodec.verify(text, keyring: keyring, tappedAt: tapped, receivedAt: tapped), link != originalLink {
             preconditionFailure("a changed link verified to another meaning: \(text.debugDescription)")
         }
         checkRoundTrip(text)
     }
 
     static func checkRoundTrip(_ url: String) {
-        guard case .success(let link) = DeepLinkCodec.verify(url, keyring: keyring, tappedAt: tapped) else { return }
+        guard case .success(let link) = DeepLinkCodec.verify(url, keyring: keyring, tappedAt: tapped, receivedAt: tapped) else { return }
         guard let again = try? DeepLinkCodec.sign(baseURL: link.baseURL, target: link.target, issuedAt: link.issuedAt, key: key),
-            case .success(let reverified) = DeepLinkCodec.verify(again, keyring: keyring, tappedAt: tapped), reverified == link
+            case .success(let reverified) = DeepLinkCodec.verify(again, keyring: keyring, tappedAt: tapped, receivedAt: tapped), reverified == link
         else { preconditionFailure("a verified link does not sign back to itself: \(url.debugDescription)") }
     }
 }

@@ -44,26 +44,33 @@ public struct Ingestor: Sendable {
                 results.append(TapResult(verdict: .rejected, error: rejected.reason.rawValue, field: field, reason: rejected.detail))
                 records.append(.rejected(rejected))
                 owners.append((index, nil))
-            case .valid(let click):
+            case .valid(let click, let link):
                 let claim: RecentTaps.Claim
                 if let first = firstInRequest[click.clickId] {
                     repeatOf[index] = first
                     claim = .duplicate
                 } else {
                     firstInRequest[click.clickId] = index
-                    claim = recent.claim(click.clickId)
+                    claim = recent.claim(click.clickId, link: link, at: receivedAt)
                 }
                 switch claim {
                 case .first:
                     results.append(TapResult(verdict: .accepted, clickId: click.clickId))
                     records.append(.click(click))
                     owners.append((index, click.clickId))
-                case .duplicate:
-                    results.append(TapResult(verdict: .duplicate, clickId: click.clickId))
+                case .duplicate, .tooSoon:
+                    // A tap too soon after another of its link is answered as that click's repeat.
+                    var counted = click.clickId
+                    var detail = "tap \(click.clickId) was already accepted"
+                    if case .tooSoon(let earlier) = claim {
+                        counted = earlier
+                        detail = "its link was counted as tap \(earlier) less than \(RecentTaps.linkWindowDescription) before: one tap per link and second"
+                    }
+                    results.append(TapResult(verdict: .duplicate, clickId: counted))
                     records.append(
                         .rejected(
                             RejectedClick(
-                                reason: .duplicateTap, detail: "tap \(click.clickId) was already accepted", url: tap.url ?? "",
+                                reason: .duplicateTap, detail: detail, url: tap.url ?? "",
                                 tappedAt: click.tappedAt, appVersion: click.appVersion, osVersion: click.osVersion, clientId: clientId,
                                 receivedAt: receivedAt)))
                     owners.append((index, nil))

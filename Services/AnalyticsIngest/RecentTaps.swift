@@ -1,7 +1,10 @@
+import Foundation
 import Synchronization
 
 /// The taps this instance accepted lately, so that a tap sent twice (the app retried after a lost
-/// answer) is published once.
+/// answer) is published once, and the links counted lately, so that one link counts at most once
+/// per ``linkWindow`` of the server's clock (a human taps no faster; a client that sends the same
+/// link with ever new `tappedAt` values does).
 ///
 /// Bounded: it remembers the last ``capacity`` taps it claimed, and forgets the oldest first. It
 /// is in memory and per instance, so it does not catch a repeat that reaches another instance,
@@ -19,15 +22,25 @@ public final class RecentTaps: Sendable {
         case duplicate
         /// Being published by another request right now: answer "retry" (its outcome is not known yet).
         case inFlight
+        /// Another tap of the same link, the click `of`, was counted (or is being recorded) less
+        /// than ``RecentTaps/linkWindow`` before: the same human tap; do not publish it.
+        case tooSoon(of: String)
     }
+
+    /// One tap per link per this much of the server's time.
+    public static let linkWindow: Duration = .seconds(1)
+    static let linkWindowDescription = "1 s"
 
     private struct Entry {
         var acknowledged: Bool
         var slot: UInt64
+        var link: String
     }
 
     private struct State {
         var entries: [String: Entry] = [:]
+        /// Per link identity: the click counted last, and when it arrived.
+        var links: [String: (clickId: String, at: Date)] = [:]
         /// The ids in claim order, as a ring; a slot number tells an entry's own slot from a stale one.
         var ring: [(id: String, slot: UInt64)?]
         var next: UInt64 = 0
@@ -42,9 +55,17 @@ public final class RecentTaps: Sendable {
         self.state = Mutex(State(ring: []))
     }
 
-    public func claim(_ clickId: String) -> Claim {
+    /// Claims a tap of `link` (its ``VerifiedLink/identity``) that arrived at `now`.
+    public func claim(_ clickId: String, link: String, at now: Date) -> Claim {
         state.withLock { state in
             if let entry = state.entries[clickId] { return entry.acknowledged ? .duplicate : .inFlight }
+            let window = Double(Self.linkWindow.components.seconds) + Double(Self.linkWindow.components.attoseconds) / 1e18
+            if let last = state.links[link], now.timeIntervalSince(last.at) < window, last.clickId != clickId { return .tooSoon(of: last.clickId) }
+            if state.links.count >= capacity {
+                // Bounded without forgetting everyone: only links counted longer ago than the window go.
+                state.links = state.links.filter { now.timeIntervalSince($0.value.at) < window }
+            }
+            if state.links.count < capacity { state.links[link] = (clickId, now) }
             let slot = state.next
             state.next += 1
             let index = Int(slot % UInt64(capacity))
@@ -56,7 +77,7 @@ public final class RecentTaps: Sendable {
             } else {
                 state.ring.append((clickId, slot))
             }
-            state.entries[clickId] = Entry(acknowledged: false, slot: slot)
+            state.entries[clickId] = Entry(acknowledged: false, slot: slot, link: link)
             return .first
         }
     }
@@ -67,7 +88,10 @@ public final class RecentTaps: Sendable {
             if acknowledged {
                 state.entries[clickId]?.acknowledged = true
             } else {
-                state.entries.removeValue(forKey: clickId)
+                // The app retries it: the link's window does not hold the retry back.
+                if let link = state.entries.removeValue(forKey: clickId)?.link, state.links[link]?.clickId == clickId {
+                    state.links.removeValue(forKey: link)
+                }
             }
         }
     }

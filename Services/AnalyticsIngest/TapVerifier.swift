@@ -4,13 +4,14 @@ import IsletLinks
 import IsletMessages
 
 /// The checks of one tap, without side effects: the body's fields, then the link with the shared
-/// codec (``DeepLinkCodec/verify(_:keyring:tappedAt:)``: parameters, key id, signature compared in
-/// constant time, issued at most 12 hours before the tap).
+/// codec (``DeepLinkCodec/verify(_:keyring:tappedAt:receivedAt:)``: parameters, key id, signature
+/// compared in constant time, issued at most 12 hours before the tap reached Islet).
 public struct TapVerifier: Sendable {
     /// What the checks found.
     public enum Outcome: Sendable {
-        /// A verified tap, ready for `islet.clicks.v1`.
-        case valid(ClickEvent)
+        /// A verified tap, ready for `islet.clicks.v1`, and the identity of its link
+        /// (``VerifiedLink/identity``).
+        case valid(ClickEvent, link: String)
         /// A failed check, ready for `islet.clicks-rejected.v1`, and the input field at fault.
         case invalid(RejectedClick, field: String)
     }
@@ -52,28 +53,39 @@ public struct TapVerifier: Sendable {
         guard receivedAt.timeIntervalSince(tappedAt) <= maxTapAge else {
             return reject(.expired, "tappedAt", "the tap is older than \(Int(maxTapAge)) s when it arrived")
         }
-        switch DeepLinkCodec.verify(url, keyring: keyring, tappedAt: tappedAt) {
+        switch DeepLinkCodec.verify(url, keyring: keyring, tappedAt: tappedAt, receivedAt: receivedAt) {
         case .failure(let rejection):
             return reject(rejection.reason, "url", rejection.detail)
         case .success(let link):
             return .valid(
                 ClickEvent(
-                    clickId: Self.clickId(url: url, tappedAt: tappedAt), activityId: link.target.activityId,
+                    clickId: Self.clickId(link: link, tappedAt: tappedAt), activityId: link.target.activityId,
                     attributesType: link.target.attributesType, surface: link.target.surface, element: link.target.element,
                     contentSequence: link.target.contentSequence, appVersion: input.appVersion!, osVersion: input.osVersion!,
-                    keyId: link.keyId, issuedAt: link.issuedAt, tappedAt: tappedAt, receivedAt: receivedAt))
+                    keyId: link.keyId, issuedAt: link.issuedAt, tappedAt: tappedAt, receivedAt: receivedAt),
+                link: link.identity)
         }
     }
 
-    /// The tap's id: the first 16 bytes of SHA-256 over the URL as received and the tap time (as
-    /// Islet writes dates: UTC, milliseconds), hex. Deterministic, so a tap sent twice — to this instance or any other,
-    /// now or after a restart — has the same id, and readers of `islet.clicks.v1` can deduplicate.
-    public static func clickId(url: String, tappedAt: Date) -> String {
-        let digest = SHA256.hash(data: Array("islet-click-v1\n\(url)\n\(IsletDate.format(tappedAt))".utf8))
+    /// The tap's id: the first 16 bytes of SHA-256 over the link's identity (its key id and
+    /// signature: the same for every spelling of the link) and the second of the tap, hex.
+    /// Deterministic, so a tap sent twice — respelled or not, to this instance or any other, now or
+    /// after a restart — has the same id, and readers of `islet.clicks.v1` can deduplicate; a
+    /// `tappedAt` moved by less than a second is the same tap.
+    public static func clickId(link: VerifiedLink, tappedAt: Date) -> String {
+        let second = Int64(tappedAt.timeIntervalSince1970.rounded(.down))
+        let digest = SHA256.hash(data: Array("islet-click-v2\n\(link.identity)\n\(second)".utf8))
         return digest.prefix(16).map { byte in
             let hex = Array("0123456789abcdef".utf8)
             return String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]], as: UTF8.self)
         }.joined()
+    }
+
+    /// The id a tap of `url` at `tappedAt`, received at `receivedAt`, gets when its link verifies
+    /// with `keyring` (`nil` when it does not). For tests and tools that predict ids.
+    public static func clickId(url: String, tappedAt: Date, keyring: LinkKeyring, receivedAt: Date) -> String? {
+        guard case .success(let link) = DeepLinkCodec.verify(url, keyring: keyring, tappedAt: tappedAt, receivedAt: receivedAt) else { return nil }
+        return clickId(link: link, tappedAt: tappedAt)
     }
 
     static func isVersion(_ text: String) -> Bool {

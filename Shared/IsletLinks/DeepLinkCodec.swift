@@ -72,6 +72,17 @@ public struct VerifiedLink: Sendable, Equatable {
     public var issuedAt: Date
     /// The app's own URL, without Islet's parameters.
     public var baseURL: String
+    /// The link's 16 signature bytes. With ``keyId`` they name the link however its text was
+    /// spelled: the signature covers the link's canonical form, and it has one spelling only.
+    public var signature: [UInt8]
+
+    /// The link's identity, the same for every spelling of it: the key id and the signature, hex.
+    public var identity: String {
+        keyId + ":" + signature.map { byte in
+            let hex = Array("0123456789abcdef".utf8)
+            return String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]], as: UTF8.self)
+        }.joined()
+    }
 }
 
 /// Why a link did not verify: the reason analytics-ingest reports, and a detail naming the
@@ -157,8 +168,10 @@ public enum DeepLinkCodec {
         return link
     }
 
-    /// Verifies a link as the app received it, for a tap at `tappedAt`.
-    public static func verify(_ url: String, keyring: LinkKeyring, tappedAt: Date) -> Result<VerifiedLink, LinkRejection> {
+    /// Verifies a link as the app received it, for a tap the phone says it made at `tappedAt` and
+    /// that reached Islet at `receivedAt`. The link's age is judged by the server's clock
+    /// (`receivedAt`): a phone's clock, or a `tappedAt` it sends, cannot revive an old link.
+    public static func verify(_ url: String, keyring: LinkKeyring, tappedAt: Date, receivedAt: Date) -> Result<VerifiedLink, LinkRejection> {
         guard url.utf8.count <= 4_096 else { return .failure(LinkRejection(.malformedUrl, "longer than 4096 bytes")) }
         guard let schemeEnd = url.firstIndex(of: ":"), url[..<schemeEnd].utf8.allSatisfy(isSchemeByte), !url[..<schemeEnd].isEmpty else {
             return .failure(LinkRejection(.malformedUrl, "no URL scheme"))
@@ -210,13 +223,13 @@ public enum DeepLinkCodec {
         guard issuedAt <= tappedAt.addingTimeInterval(clockSkew) else {
             return .failure(LinkRejection(.invalidParameter, "issued after the tap"))
         }
-        guard tappedAt.timeIntervalSince(issuedAt) <= maximumAge else {
-            return .failure(LinkRejection(.expired, "issued more than 12 hours before the tap"))
+        guard receivedAt.timeIntervalSince(issuedAt) <= maximumAge else {
+            return .failure(LinkRejection(.expired, "issued more than 12 hours before the tap reached Islet"))
         }
         return .success(
             VerifiedLink(
                 target: TapTarget(activityId: activityId, attributesType: attributesType, surface: surface, element: element, contentSequence: sequence),
-                keyId: key.id, issuedAt: issuedAt, baseURL: base))
+                keyId: key.id, issuedAt: issuedAt, baseURL: base, signature: given))
     }
 
     // MARK: Pieces

@@ -23,7 +23,8 @@ struct HTTPAPITests {
         let metrics = IngestMetrics(factory: PrometheusMetricsFactory(registry: registry))
         let ingestor = Ingestor(
             verifier: TapVerifier(keyring: settings.keyring, maxTapAge: settings.maxTapAge), recent: RecentTaps(capacity: settings.recentTaps),
-            publisher: publisher, metrics: metrics, logger: quietLogger, now: { TestLinks.now })
+            publisher: publisher, metrics: metrics, logger: quietLogger,
+            now: { [clock] in TestLinks.now.addingTimeInterval(clock.now.offset / .seconds(1)) })
         let limiter = RateLimiter(ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst, maxClients: settings.rateClients, clock: clock)
         let router = Router(context: IngestRequestContext.self)
         IngestHTTPAPI(ingestor: ingestor, limiter: limiter, settings: settings, metrics: metrics, logger: quietLogger).addRoutes(to: router)
@@ -51,7 +52,7 @@ struct HTTPAPITests {
                 #expect(response.status == .ok)
                 let result = try Self.result(response)
                 #expect(result.verdict == .accepted)
-                #expect(result.clickId == TapVerifier.clickId(url: tap.url!, tappedAt: IsletDate.parse(tap.tappedAt!)!))
+                #expect(result.clickId == TapVerifier.clickId(url: tap.url!, tappedAt: IsletDate.parse(tap.tappedAt!)!, keyring: TestLinks.keyring, receivedAt: TestLinks.now))
             }
         }
         let click = try #require(publisher.clicks.first)
@@ -156,13 +157,20 @@ struct HTTPAPITests {
         #expect(publisher.rejected.map(\.reason) == [.unknownKeyId, .duplicateTap, .invalidParameter])
     }
 
-    @Test("the same tap (same URL, same tap time) counts once; the same URL tapped at another time counts again")
+    @Test("the same tap counts once; the same link tapped at another time counts again, but not within a second of the server's clock")
     func duplicates() async throws {
         let tap = TestLinks.tap()
         let later = TestLinks.tap(tappedAt: TestLinks.issued.addingTimeInterval(300))
+        let latest = TestLinks.tap(tappedAt: TestLinks.issued.addingTimeInterval(400))
+        let clock = self.clock
         try await withAPI { client in
             var ids: [String?] = []
-            for (body, expected) in [(tap, TapResult.Verdict.accepted), (tap, .duplicate), (later, .accepted), (tap, .duplicate)] {
+            // (tap, verdict, seconds the server's clock moves on first)
+            for (body, expected, wait) in [
+                (tap, TapResult.Verdict.accepted, 0), (tap, .duplicate, 0), (later, .duplicate, 0), (later, .accepted, 1), (tap, .duplicate, 0),
+                (latest, .duplicate, 0.5), (latest, .accepted, 0.5),
+            ] {
+                clock.advance(by: .seconds(wait))
                 try await client.execute(uri: "/v1/taps", method: .post, headers: Self.headers(), body: try Self.body(body)) { (response) async throws in
                     #expect(response.status == .ok)
                     let result = try Self.result(response)
@@ -170,11 +178,12 @@ struct HTTPAPITests {
                     ids.append(result.clickId)
                 }
             }
-            #expect(ids[0] == ids[1] && ids[1] == ids[3])
-            #expect(ids[0] != ids[2])
+            // A tap too soon after its link's last click is answered as a repeat of that click.
+            #expect(ids[0] == ids[1] && ids[1] == ids[2] && ids[2] == ids[4])
+            #expect(ids[3] != ids[0] && ids[5] == ids[3] && ids[6] != ids[3])
         }
-        #expect(publisher.clicks.count == 2)
-        #expect(publisher.rejected.map(\.reason) == [.duplicateTap, .duplicateTap])
+        #expect(publisher.clicks.count == 3)
+        #expect(publisher.rejected.map(\.reason) == [.duplicateTap, .duplicateTap, .duplicateTap, .duplicateTap])
     }
 
     @Test("Kafka down: 503 with Retry-After and nothing counted; the app's retry is then accepted, not a duplicate")

@@ -7,38 +7,63 @@ import Testing
 
 @Suite("analytics-ingest's bounded state")
 struct StateTests {
+    /// A claim of a tap whose link is its own (no window in play) at `second`.
+    static func claim(_ recent: RecentTaps, _ id: String, at second: Double = 0) -> RecentTaps.Claim {
+        recent.claim(id, link: "link-" + id, at: TestLinks.now.addingTimeInterval(second))
+    }
+
     @Test("recent taps: first, in flight until settled, duplicate once acknowledged, forgotten when not")
     func recentTapsStates() {
         let recent = RecentTaps(capacity: 10)
-        #expect(recent.claim("a") == .first)
-        #expect(recent.claim("a") == .inFlight)
+        #expect(Self.claim(recent, "a") == .first)
+        #expect(Self.claim(recent, "a") == .inFlight)
         recent.settle("a", acknowledged: true)
-        #expect(recent.claim("a") == .duplicate)
-        #expect(recent.claim("b") == .first)
+        #expect(Self.claim(recent, "a") == .duplicate)
+        #expect(Self.claim(recent, "b") == .first)
         recent.settle("b", acknowledged: false)
-        #expect(recent.claim("b") == .first, "a tap Kafka did not acknowledge is new again when retried")
+        #expect(Self.claim(recent, "b") == .first, "a tap Kafka did not acknowledge is new again when retried")
     }
 
     @Test("recent taps keep the last `capacity` ids and forget the oldest, and a re-claimed id keeps its newer slot")
     func recentTapsBound() {
         let recent = RecentTaps(capacity: 3)
         for id in ["a", "b", "c"] {
-            #expect(recent.claim(id) == .first)
+            #expect(Self.claim(recent, id) == .first)
             recent.settle(id, acknowledged: true)
         }
-        #expect(recent.claim("d") == .first)  // evicts a
+        #expect(Self.claim(recent, "d") == .first)  // evicts a
         recent.settle("d", acknowledged: true)
         #expect(recent.count == 3)
-        #expect(recent.claim("a") == .first)  // evicts b
+        #expect(Self.claim(recent, "a", at: 2) == .first)  // evicts b
         recent.settle("a", acknowledged: true)
-        #expect(recent.claim("c") == .duplicate)
-        #expect(recent.claim("b") == .first)  // evicts c
+        #expect(Self.claim(recent, "c") == .duplicate)
+        #expect(Self.claim(recent, "b", at: 2) == .first)  // evicts c
         recent.settle("b", acknowledged: false)  // b forgotten; its slot is stale
-        #expect(recent.claim("e") == .first)  // evicts d
-        #expect(recent.claim("a") == .duplicate)
+        #expect(Self.claim(recent, "e") == .first)  // evicts d
+        #expect(Self.claim(recent, "a") == .duplicate)
         #expect(recent.count <= 3)
-        for index in 0..<1_000 { _ = recent.claim("x\(index)") }
+        for index in 0..<1_000 { _ = Self.claim(recent, "x\(index)") }
         #expect(recent.count == 3)
+    }
+
+    @Test("one link counts once per second of the server's clock: another tap time within it is too soon, the next second counts; a tap Kafka refused does not hold the window")
+    func linkWindow() {
+        let recent = RecentTaps(capacity: 10)
+        let at = { (second: Double) in TestLinks.now.addingTimeInterval(second) }
+        #expect(recent.claim("t1", link: "L", at: at(0)) == .first)
+        recent.settle("t1", acknowledged: true)
+        #expect(recent.claim("t2", link: "L", at: at(0.5)) == .tooSoon(of: "t1"), "a re-timed tap of the same link within the window")
+        #expect(recent.claim("t1", link: "L", at: at(0.6)) == .duplicate)
+        #expect(recent.claim("o1", link: "other", at: at(0.6)) == .first, "other links are not held")
+        #expect(recent.claim("t3", link: "L", at: at(1.0)) == .first)
+        recent.settle("t3", acknowledged: false)
+        #expect(recent.claim("t4", link: "L", at: at(1.1)) == .first, "the refused tap released the window")
+        // Bounded: a full table drops only links older than the window, never the recent ones.
+        let small = RecentTaps(capacity: 2)
+        #expect(small.claim("a", link: "A", at: at(0)) == .first)
+        #expect(small.claim("b", link: "B", at: at(0.1)) == .first)
+        #expect(small.claim("c", link: "C", at: at(0.2)) == .first)
+        #expect(small.claim("d", link: "B", at: at(0.3)) == .tooSoon(of: "b"), "B is still remembered")
     }
 
     @Test("rate limiter: token buckets per client on a manual clock, Retry-After rounded up, bounded clients")
@@ -75,13 +100,32 @@ struct StateTests {
         #expect(rejected.osVersion == "")
     }
 
-    @Test("click ids are deterministic in the URL and the tap time (to the millisecond)")
-    func clickIds() {
+    @Test("click ids name the link, not its spelling: respelled links and tap times within one second are one click; another second or another link is another")
+    func clickIds() throws {
         let url = TestLinks.url()
-        let time = TestLinks.issued.addingTimeInterval(1.2345)
-        #expect(TapVerifier.clickId(url: url, tappedAt: time) == TapVerifier.clickId(url: url, tappedAt: time.addingTimeInterval(0.0004)))
-        #expect(TapVerifier.clickId(url: url, tappedAt: time) != TapVerifier.clickId(url: url, tappedAt: time.addingTimeInterval(0.001)))
-        #expect(TapVerifier.clickId(url: url, tappedAt: time) != TapVerifier.clickId(url: url + "&x=1", tappedAt: time))
+        let time = TestLinks.issued.addingTimeInterval(61.2345)
+        func id(_ url: String, _ tappedAt: Date = time) -> String? {
+            TapVerifier.clickId(url: url, tappedAt: tappedAt, keyring: TestLinks.keyring, receivedAt: TestLinks.now)
+        }
+        let original = try #require(id(url))
+        // The respellings an attacker tried: each verifies, and each is the same click.
+        let signature = String(url[url.range(of: "isl_sig=")!.upperBound...])
+        let first = signature.unicodeScalars.first!
+        let respelled = [
+            url + "&",
+            url.replacingOccurrences(of: "&isl_e=", with: "&&isl_e="),
+            url.replacingOccurrences(of: "isl_k=k2", with: "isl_k=%6B2"),
+            url.replacingOccurrences(of: "isl_sig=" + signature, with: "isl_sig=%\(String(first.value, radix: 16, uppercase: true))" + signature.dropFirst()),
+            url.replacingOccurrences(of: "isl_sig=" + signature, with: "isl_sig=%\(String(first.value, radix: 16, uppercase: false))" + signature.dropFirst()),
+            url.replacingOccurrences(of: "&isl_sig=" + signature, with: "").replacingOccurrences(of: "?tab=status", with: "?isl_sig=\(signature)&tab=status"),
+        ]
+        for spelling in respelled {
+            #expect(id(spelling) == original, "\(spelling)")
+        }
+        #expect(id(url, time.addingTimeInterval(0.001)) == original)
+        #expect(id(url, time.addingTimeInterval(0.7)) == original)
+        #expect(id(url, time.addingTimeInterval(1)) != original)
+        #expect(id(TestLinks.url(TestLinks.target(element: "courier"))) != original)
     }
 }
 

@@ -28,10 +28,12 @@ private let brokerExpected =
 private let key = try! LinkKey(id: "k1", secret: Array("an-integration-link-key-of-32-bytes!".utf8))
 private let issued = Date().addingTimeInterval(-600)
 
-private func url(_ activity: String, type: String = "DeliveryAttributes", surface: Surface = .lockScreen, element: String = "eta") -> String {
+private func url(
+    _ activity: String, type: String = "DeliveryAttributes", surface: Surface = .lockScreen, element: String = "eta", sequence: Int64 = 3
+) -> String {
     try! DeepLinkCodec.sign(
         baseURL: "fooddelivery://order/\(activity)",
-        target: TapTarget(activityId: activity, attributesType: type, surface: surface, element: element, contentSequence: 3), issuedAt: issued,
+        target: TapTarget(activityId: activity, attributesType: type, surface: surface, element: element, contentSequence: sequence), issuedAt: issued,
         key: key)
 }
 
@@ -191,7 +193,10 @@ struct AnalyticsIntegrationTests {
         }
         try await running.stop()
 
-        let expectedIds = Set((singles + batch.taps.prefix(8)).map { TapVerifier.clickId(url: $0.url!, tappedAt: IsletDate.parse($0.tappedAt!)!) })
+        let expectedIds = Set(
+            (singles + batch.taps.prefix(8)).map {
+                TapVerifier.clickId(url: $0.url!, tappedAt: IsletDate.parse($0.tappedAt!)!, keyring: LinkKeyring(signing: key), receivedAt: Date())
+            })
         let clicks = try await readAll(ClickEvent.self, from: topics.clicks, partitions: 3)
         #expect(Set(clicks.map(\.clickId)) == expectedIds)
         #expect(clicks.count == 20)
@@ -231,7 +236,7 @@ struct AnalyticsIntegrationTests {
         #expect(await ingestor(up, topics.clicks).ingest([theTap], clientId: nil).map(\.verdict) == [.accepted])
         up.shutdown()
         try await running.value
-        #expect(try await readAll(ClickEvent.self, from: topics.clicks, partitions: 3).map(\.clickId) == [TapVerifier.clickId(url: theTap.url!, tappedAt: IsletDate.parse(theTap.tappedAt!)!)])
+        #expect(try await readAll(ClickEvent.self, from: topics.clicks, partitions: 3).map(\.clickId) == [TapVerifier.clickId(url: theTap.url!, tappedAt: IsletDate.parse(theTap.tappedAt!)!, keyring: LinkKeyring(signing: key), receivedAt: Date())])
     }
 
     @Test("analytics-consumer's counts match what was sent: taps per cell, delivered updates per type, repeats once")
@@ -247,12 +252,13 @@ struct AnalyticsIntegrationTests {
         let ingesting = Running(runtime: ingestRuntime, services: [ingest.producer])
         let consuming = Running(runtime: consumerRuntime, services: consumer.services)
 
-        // Delivery: 3 taps on lockScreen/eta of order-1, 1 on minimal/widget of order-1, 2 on islandExpanded/courier of ride-7.
+        // Delivery: 3 taps on lockScreen/eta of order-1, 1 on minimal/widget of order-1, 2 on islandExpanded/courier of ride-7
+        // (each on the link of another update: one link counts once a second).
         let taps = [
-            tap(url("order-1"), at: 10), tap(url("order-1"), at: 11), tap(url("order-1"), at: 12),
+            tap(url("order-1"), at: 10), tap(url("order-1", sequence: 4), at: 11), tap(url("order-1", sequence: 5), at: 12),
             tap(url("order-1", surface: .minimal, element: "widget"), at: 13),
             tap(url("ride-7", type: "RideAttributes", surface: .islandExpanded, element: "courier"), at: 14),
-            tap(url("ride-7", type: "RideAttributes", surface: .islandExpanded, element: "courier"), at: 15),
+            tap(url("ride-7", type: "RideAttributes", surface: .islandExpanded, element: "courier", sequence: 4), at: 15),
         ]
         try await Application(responder: ingest.responder, logger: logger).test(.router) { client in
             let answer = try IsletJSON.decodeValue(

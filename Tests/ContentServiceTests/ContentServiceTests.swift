@@ -205,7 +205,7 @@ struct PayloadTests {
         let urls = payload.components(separatedBy: "\"").filter { $0.hasPrefix("fooddelivery://") }
         #expect(urls.count >= 7)  // five surfaces, the status text and the courier text
         for url in urls {
-            let verified = try DeepLinkCodec.verify(url, keyring: LinkKeyring(signing: linkKey), tappedAt: now.addingTimeInterval(30)).get()
+            let verified = try DeepLinkCodec.verify(url, keyring: LinkKeyring(signing: linkKey), tappedAt: now.addingTimeInterval(30), receivedAt: now.addingTimeInterval(30)).get()
             #expect(verified.target.activityId == "order-42")
             #expect(verified.target.contentSequence == 3)
             #expect(verified.baseURL == "fooddelivery://order/42")

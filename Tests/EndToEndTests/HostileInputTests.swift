@@ -95,6 +95,23 @@ extension EndToEnd {
             let replay = try await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap(link, at: when))
             #expect(first.0 == 200 && String(decoding: first.1, as: UTF8.self).contains("accepted"))
             #expect(replay.0 == 200 && String(decoding: replay.1, as: UTF8.self).contains("duplicate"), "a replayed tap is counted once")
+            // The respellings and re-timings that were each a new click: every one is the same click.
+            let firstId = (try? IsletJSON.decodeValue(JSONValue.self, from: first.1))?["clickId"]?.stringValue
+            let signature = String(link[link.range(of: "isl_sig=")!.upperBound...])
+            // First the re-timing by seconds: a new click only once the link's second (server time) is over.
+            let variants: [(String, String, Date)] = [
+                ("tappedAt 2 s earlier, within the link's second", link, when.addingTimeInterval(-2)), ("a trailing &", link + "&", when), ("an empty item", link.replacingOccurrences(of: "&isl_e=", with: "&&isl_e="), when),
+                ("isl_k percent-encoded", link.replacingOccurrences(of: "isl_k=e2e", with: "isl_k=%65%32%65"), when),
+                ("isl_sig first", link.replacingOccurrences(of: "&isl_sig=" + signature, with: "").replacingOccurrences(of: "?isl_a=", with: "?isl_sig=\(signature)&isl_a="), when),
+                ("tappedAt + 1 ms", link, when.addingTimeInterval(0.001)),
+            ]
+            for (what, url, at) in variants {
+                let (status, body) = try await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap(url, at: at))
+                let answer = try? IsletJSON.decodeValue(JSONValue.self, from: body)
+                #expect(
+                    status == 200 && answer?["verdict"]?.stringValue == "duplicate" && answer?["clickId"]?.stringValue == firstId,
+                    "ingest: \(what) is the same click: \(status) \(String(decoding: body, as: UTF8.self))")
+            }
 
             // Slow clients: connections that send a few header bytes and then nothing, while others are served.
             let slow = try (0..<50).map { _ in try SlowClient(port: stack.ports[.ingest]!) }

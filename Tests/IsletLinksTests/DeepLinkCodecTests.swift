@@ -54,7 +54,7 @@ struct DeepLinkCodecTests {
             let base = random.baseURL()
             let target = random.target()
             let url = try DeepLinkCodec.sign(baseURL: base, target: target, issuedAt: issued, key: k2)
-            let verified = try DeepLinkCodec.verify(url, keyring: keyring, tappedAt: issued.addingTimeInterval(60)).get()
+            let verified = try DeepLinkCodec.verify(url, keyring: keyring, tappedAt: issued.addingTimeInterval(60), receivedAt: issued.addingTimeInterval(60)).get()
             #expect(verified.target == target)
             #expect(verified.keyId == "k2")
             #expect(verified.issuedAt == issued)
@@ -150,7 +150,7 @@ struct DeepLinkCodecTests {
             if pair[0] == "isl_t" { changed = value == "RideAttributes" ? "DeliveryAttributes" : "RideAttributes" }
             parts[index] = pair[0] + "=" + changed
             let tampered = String(path) + "?" + parts.joined(separator: "&")
-            let result = DeepLinkCodec.verify(tampered, keyring: keyring, tappedAt: issued.addingTimeInterval(60))
+            let result = DeepLinkCodec.verify(tampered, keyring: keyring, tappedAt: issued.addingTimeInterval(60), receivedAt: issued.addingTimeInterval(60))
             guard case .failure(let rejection) = result else {
                 Issue.record("accepted a tampered link: \(tampered)")
                 continue
@@ -165,11 +165,14 @@ struct DeepLinkCodecTests {
         let target = TapTarget(activityId: "order-42", attributesType: "DeliveryAttributes", surface: .islandExpanded, element: "eta", contentSequence: 7)
         let url = try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42?tab=status", target: target, issuedAt: issued, key: k2)
         func reason(_ link: String, at tap: Date = issued.addingTimeInterval(60), keyring: LinkKeyring? = nil) -> ClickRejectionReason? {
-            if case .failure(let rejection) = DeepLinkCodec.verify(link, keyring: keyring ?? self.keyring, tappedAt: tap) { return rejection.reason }
+            if case .failure(let rejection) = DeepLinkCodec.verify(link, keyring: keyring ?? self.keyring, tappedAt: tap, receivedAt: tap) { return rejection.reason }
             return nil
         }
         #expect(reason(url) == nil)
         #expect(reason(url, at: issued.addingTimeInterval(12 * 3_600 + 1)) == .expired)
+        // The age is the server's: a tap the phone dates within the 12 hours, received 3 days on.
+        let late = DeepLinkCodec.verify(url, keyring: keyring, tappedAt: issued.addingTimeInterval(60), receivedAt: issued.addingTimeInterval(3 * 86_400))
+        #expect((try? late.get()) == nil, "a link 3 days old is expired whatever tappedAt says")
         #expect(reason(url, at: issued.addingTimeInterval(-600)) == .invalidParameter, "issued after the tap")
         #expect(reason(url, keyring: LinkKeyring(signing: k1)) == .unknownKeyId, "k2 retired")
         #expect(reason(url.replacingOccurrences(of: "&isl_e=eta", with: "")) == .missingParameter)
