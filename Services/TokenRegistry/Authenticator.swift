@@ -5,13 +5,19 @@ import JWTKit
 ///
 /// A JWT must name its key in `kid` (one of ``RegistrySettings/verificationKeys``), be signed
 /// with that key's algorithm (HS256 or ES256: a token cannot choose a weaker one), carry a
-/// subject (the user id) and an expiry in the future, and match the configured issuer and
-/// audience when those are set.
+/// subject (the user id) and an expiry in the future, be valid already (`nbf`) and issued already
+/// (`iat`) — both with ``leeway`` for the phone's and the issuer's clocks — be valid for at most
+/// ``RegistrySettings/maxTokenLifetime``, and match the configured issuer and audience when those
+/// are set.
 public struct Authenticator: Sendable {
+    /// Clock difference allowed between the token's issuer and this service, for `nbf` and `iat`.
+    public static let leeway: TimeInterval = 60
+
     private let keys: JWTKeyCollection
     private let algorithms: [String: String]
     private let issuer: String?
     private let audience: String?
+    private let maxLifetime: TimeInterval
     private let now: @Sendable () -> Date
 
     /// What a verified JWT says about its caller.
@@ -20,6 +26,8 @@ public struct Authenticator: Sendable {
         var exp: ExpirationClaim
         var iss: IssuerClaim?
         var aud: AudienceClaim?
+        var nbf: NotBeforeClaim?
+        var iat: IssuedAtClaim?
 
         func verify(using algorithm: some JWTAlgorithm) async throws {}
     }
@@ -41,6 +49,7 @@ public struct Authenticator: Sendable {
         self.algorithms = algorithms
         self.issuer = settings.issuer
         self.audience = settings.audience
+        self.maxLifetime = settings.maxTokenLifetime / .seconds(1)
         self.now = now
     }
 
@@ -68,7 +77,18 @@ public struct Authenticator: Sendable {
         } catch {
             throw .unauthenticated("the JWT's signature or claims do not verify")
         }
-        guard now() < claims.exp.value else { throw .unauthenticated("the JWT has expired") }
+        let now = self.now()
+        guard now < claims.exp.value else { throw .unauthenticated("the JWT has expired") }
+        if let notBefore = claims.nbf?.value, notBefore > now.addingTimeInterval(Self.leeway) {
+            throw .unauthenticated("the JWT is not valid yet (nbf)")
+        }
+        if let issuedAt = claims.iat?.value, issuedAt > now.addingTimeInterval(Self.leeway) {
+            throw .unauthenticated("the JWT was issued in the future (iat)")
+        }
+        let validFrom = [claims.iat?.value, claims.nbf?.value].compactMap { $0 }.max() ?? now
+        guard claims.exp.value.timeIntervalSince(min(validFrom, now)) <= maxLifetime + Self.leeway else {
+            throw .unauthenticated("the JWT is valid for longer than \(Int(maxLifetime)) s (ISLET_AUTH_MAX_LIFETIME_MS)")
+        }
         if let issuer, claims.iss?.value != issuer {
             throw .unauthenticated("the JWT was not issued by \(issuer)")
         }

@@ -25,6 +25,10 @@ public struct RegistrySettings: Sendable {
     public var issuer: String?
     /// `ISLET_AUTH_AUDIENCE` (optional): when set, a JWT's `aud` must contain it.
     public var audience: String?
+    /// `ISLET_AUTH_MAX_LIFETIME_MS` (default 86400000, a day): a JWT valid for longer — from its
+    /// `iat` (or from now, without one) to its `exp` — is refused: a stolen token must not open
+    /// the API for years.
+    public var maxTokenLifetime: Duration
     /// `ISLET_HTTP_MAX_BODY_BYTES` (default 8192): larger request bodies get 413.
     public var maxBodyBytes: Int
     /// `ISLET_GRPC_HOST` (default `0.0.0.0`) and `ISLET_GRPC_PORT` (default 9081): the backends' gRPC API.
@@ -35,12 +39,13 @@ public struct RegistrySettings: Sendable {
     public var sendTimeout: Duration
 
     public init(
-        verificationKeys: [VerificationKey], issuer: String? = nil, audience: String? = nil, maxBodyBytes: Int = 8_192,
-        grpcHost: String = "0.0.0.0", grpcPort: Int = 9_081, sendTimeout: Duration = .seconds(5)
+        verificationKeys: [VerificationKey], issuer: String? = nil, audience: String? = nil, maxTokenLifetime: Duration = .seconds(86_400),
+        maxBodyBytes: Int = 8_192, grpcHost: String = "0.0.0.0", grpcPort: Int = 9_081, sendTimeout: Duration = .seconds(5)
     ) {
         self.verificationKeys = verificationKeys
         self.issuer = issuer
         self.audience = audience
+        self.maxTokenLifetime = maxTokenLifetime
         self.maxBodyBytes = maxBodyBytes
         self.grpcHost = grpcHost
         self.grpcPort = grpcPort
@@ -69,6 +74,7 @@ public struct RegistrySettings: Sendable {
             verificationKeys: keys,
             issuer: config.optionalString("islet.auth.issuer"),
             audience: config.optionalString("islet.auth.audience"),
+            maxTokenLifetime: try config.milliseconds("islet.auth.max.lifetime.ms", default: .seconds(86_400)),
             maxBodyBytes: try config.int("islet.http.max.body.bytes", default: 8_192, range: 256...1_048_576),
             grpcHost: try config.string("islet.grpc.host", default: "0.0.0.0"),
             grpcPort: try config.int("islet.grpc.port", default: 9_081, range: 0...65_535),

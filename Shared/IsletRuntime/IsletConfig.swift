@@ -81,10 +81,12 @@ public struct IsletConfig: Sendable {
     public func properties(_ key: String) throws(ConfigurationError) -> [String: String] {
         guard let text = optionalString(key) else { return [:] }
         var properties: [String: String] = [:]
-        for pair in text.split(separator: ",") {
+        for (index, pair) in text.split(separator: ",").enumerated() {
             let parts = pair.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
             guard parts.count == 2, !parts[0].isEmpty else {
-                throw ConfigurationError(key: key, problem: "expects name=value pairs separated by commas, got \"\(pair)\"")
+                // The item itself is not shown: these lists hold secrets (keys of JWTs and links).
+                throw ConfigurationError(
+                    key: key, problem: "expects name=value pairs separated by commas; item \(index + 1) is not one (its text is not shown)")
             }
             properties[parts[0]] = parts[1]
         }

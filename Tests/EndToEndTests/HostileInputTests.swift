@@ -64,6 +64,14 @@ extension EndToEnd {
             expectRefused("registry: non-hex token", await send(stack, .registry, "PUT", registryPath, registration(token: String(repeating: "zz", count: 32)), jwt: jwt))
             expectRefused("registry: no JWT", await send(stack, .registry, "PUT", registryPath, registration(token: Driver.token("x"))))
             expectRefused("registry: forged JWT", await send(stack, .registry, "PUT", registryPath, registration(token: Driver.token("x")), jwt: jwt.dropLast(4) + "AAAA"))
+            for (what, claims) in [
+                ("a JWT valid only from an hour ahead (nbf)", try await stack.jwt(user: "user-1", notBefore: 3_600)),
+                ("a JWT valid for 100 years", try await stack.jwt(user: "user-1", lifetime: 100 * 365 * 86_400)),
+            ] {
+                let status = await send(stack, .registry, "PUT", registryPath, registration(token: Driver.token("x")), jwt: claims)
+                expectRefused("registry: \(what)", status)
+                #expect(status == 401, "registry: \(what): \(status.map(String.init) ?? "-")")
+            }
             // Another user's activity: neither readable nor changeable.
             expectRefused(
                 "registry: another user reads it",

@@ -259,11 +259,15 @@ final class Stack: Sendable {
 
     // MARK: Clients
 
-    /// A bearer JWT for token-registry's HTTP API, for `user`.
-    func jwt(user: String) async throws -> String {
+    /// A bearer JWT for token-registry's HTTP API, for `user`, valid for `lifetime` from now (or
+    /// from `notBefore` seconds from now, when given).
+    func jwt(user: String, lifetime: TimeInterval = 3_600, notBefore: TimeInterval? = nil) async throws -> String {
         let keys = JWTKeyCollection()
         await keys.add(hmac: HMACKey(from: jwtKey.secret), digestAlgorithm: .sha256, kid: JWKIdentifier(string: jwtKey.kid))
-        return try await keys.sign(UserClaims(sub: .init(value: user), exp: .init(value: Date().addingTimeInterval(3_600))), kid: JWKIdentifier(string: jwtKey.kid))
+        let start = Date().addingTimeInterval(notBefore ?? 0)
+        return try await keys.sign(
+            UserClaims(sub: .init(value: user), exp: .init(value: start.addingTimeInterval(lifetime)), nbf: notBefore.map { _ in .init(value: start) }),
+            kid: JWKIdentifier(string: jwtKey.kid))
     }
 
     /// What the simulator accepted (oldest first), to `token` only when given.
@@ -341,6 +345,7 @@ final class Stack: Sendable {
 struct UserClaims: JWTPayload {
     var sub: SubjectClaim
     var exp: ExpirationClaim
+    var nbf: NotBeforeClaim?
     func verify(using algorithm: some JWTAlgorithm) async throws {}
 }
 

@@ -52,13 +52,16 @@ enum TestKeys {
         var exp: ExpirationClaim
         var iss: IssuerClaim?
         var aud: AudienceClaim?
+        var nbf: NotBeforeClaim?
+        var iat: IssuedAtClaim?
         func verify(using algorithm: some JWTAlgorithm) async throws {}
     }
 
     /// A bearer header for `user`, signed by the key `kid` (`hs` or `es`), expiring in `expiresIn` seconds.
     /// `es-as-hs` makes an HS256 token that names the ES256 key (an algorithm-confusion attempt).
     static func bearer(
-        _ user: String, kid: String = "hs", expiresIn: TimeInterval = 3_600, now: Date = Date(), secret: String = hsSecret
+        _ user: String, kid: String = "hs", expiresIn: TimeInterval = 3_600, now: Date = Date(), secret: String = hsSecret,
+        notBefore: TimeInterval? = nil, issuedAt: TimeInterval? = nil
     ) async throws -> String {
         let keys = JWTKeyCollection()
         let signingKid = kid == "es-as-hs" ? "es" : kid
@@ -68,7 +71,10 @@ enum TestKeys {
             await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256, kid: JWKIdentifier(string: signingKid))
         }
         let token = try await keys.sign(
-            Claims(sub: .init(value: user), exp: .init(value: now.addingTimeInterval(expiresIn))), kid: JWKIdentifier(string: signingKid))
+            Claims(
+                sub: .init(value: user), exp: .init(value: now.addingTimeInterval(expiresIn)),
+                nbf: notBefore.map { .init(value: now.addingTimeInterval($0)) }, iat: issuedAt.map { .init(value: now.addingTimeInterval($0)) }),
+            kid: JWKIdentifier(string: signingKid))
         return "Bearer \(token)"
     }
 }
