@@ -101,11 +101,17 @@ public struct ServiceRuntime: Sendable {
         return router
     }
 
-    /// The HTTP server for `router` on the configured host and port, as a `Service`.
+    /// The HTTP server for `router` on the configured host and port, as a `Service`, with the
+    /// request deadline and the per-address connection cap of ``ServiceSettings/httpLimits``.
     public func httpServer<Responder: HTTPResponder>(router: Responder) -> some Service
     where Responder.Context: InitializableFromSource<ApplicationRequestContextSource> {
-        Application(
+        let limits = settings.httpLimits
+        let counts = ConnectionCounts()
+        let logger = self.logger
+        return Application(
             responder: router,
+            server: .http1(
+                configuration: .init(additionalChannelHandlers: [HTTPConnectionGuard(limits: limits, counts: counts, logger: logger)])),
             configuration: .init(address: .hostname(settings.httpHost, port: settings.httpPort), serverName: settings.serviceName),
             logger: logger)
     }

@@ -15,6 +15,11 @@ public struct ServiceSettings: Sendable {
     public var httpHost: String
     /// `ISLET_HTTP_PORT` (default: the service's own).
     public var httpPort: Int
+    /// `ISLET_HTTP_REQUEST_TIMEOUT_MS` (default 15000; 0: none): a client must send a whole request
+    /// within this time of opening its connection or of the previous response, or the connection
+    /// is closed. `ISLET_HTTP_MAX_CONNECTIONS_PER_ADDRESS` (default 256; 0: no cap): connections
+    /// one remote address may hold at once.
+    public var httpLimits: HTTPConnectionLimits
     /// `ISLET_LOG_LEVEL` (default `info`): trace, debug, info, notice, warning, error, critical.
     public var logLevel: Logger.Level
     /// `ISLET_SHUTDOWN_TIMEOUT_MS` (default 10000): graceful shutdown escalates to cancellation after this.
@@ -31,6 +36,9 @@ public struct ServiceSettings: Sendable {
         self.consumerProperties = try config.properties("islet.kafka.consumer.properties")
         self.httpHost = try config.string("islet.http.host", default: "0.0.0.0")
         self.httpPort = try config.int("islet.http.port", default: defaultHTTPPort, range: 0...65_535)
+        self.httpLimits = HTTPConnectionLimits(
+            requestTimeout: try config.milliseconds("islet.http.request.timeout.ms", default: .seconds(15)),
+            maxConnectionsPerAddress: try config.int("islet.http.max.connections.per.address", default: 256, range: 0...1_000_000))
         self.logLevel = try config.choice("islet.log.level", default: .info, allowed: Logger.Level.allCases)
         self.shutdownTimeout = try config.milliseconds("islet.shutdown.timeout.ms", default: .seconds(10))
         self.livenessExitAfter = try config.milliseconds("islet.liveness.exit.after.ms", default: .seconds(30))

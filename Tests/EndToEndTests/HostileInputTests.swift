@@ -10,9 +10,14 @@ import Testing
 extension EndToEnd {
     @Suite("End to end: hostile input", .timeLimit(.minutes(10)))
     struct HostileInputTests {
+        static let requestTimeout: Duration = .seconds(4)
+
         @Test("oversize and nested bodies, bad UTF-8, wrong token lengths, forged and replayed taps, another user's activity, slow clients: only 4xx or a closed connection, the services stay up with bounded memory, and no log line holds a token or a key")
         func hostile() async throws {
-            let stack = try Stack(name: "hostile-input")
+            // Short request deadlines and a small cap per address, so that the slow clients below
+            // meet both within the test.
+            let limits = ["ISLET_HTTP_REQUEST_TIMEOUT_MS": "\(Int(Self.requestTimeout.components.seconds) * 1_000)", "ISLET_HTTP_MAX_CONNECTIONS_PER_ADDRESS": "40"]
+            let stack = try Stack(name: "hostile-input", extra: [.registry: limits, .ingest: limits])
             try await stack.start()
             let driver = try Driver(stack: stack)
             do {
@@ -121,15 +126,25 @@ extension EndToEnd {
                     "ingest: \(what) is the same click: \(status) \(String(decoding: body, as: UTF8.self))")
             }
 
-            // Slow clients: connections that send a few header bytes and then nothing, while others are served.
-            let slow = try (0..<50).map { _ in try SlowClient(port: stack.ports[.ingest]!) }
-            let slowRegistry = try (0..<50).map { _ in try SlowClient(port: stack.ports[.registry]!) }
+            // Slow clients, from another address (127.0.0.2): connections that send a few header
+            // bytes and then nothing, while others are served. Past the cap of 40 per address a
+            // connection is closed at once; the others when the request deadline passes.
+            let opened = ContinuousClock.now
+            let slow = try (0..<50).map { _ in try SlowClient(port: stack.ports[.ingest]!, from: "127.0.0.2") }
+            let slowRegistry = try (0..<50).map { _ in try SlowClient(port: stack.ports[.registry]!, from: "127.0.0.2") }
             for _ in 0..<20 {
                 let (status, _) = try await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap(link), timeout: .seconds(10))
                 #expect(status == 200, "served beside 50 slow clients")
                 let health = await HTTP.status(stack.url(.registry) + "/health")
                 #expect(health == 200)
             }
+            let closedAtOnce = (slow + slowRegistry).filter(\.closedByPeer).count
+            #expect(closedAtOnce >= 20, "past the cap of 40 per address: \(closedAtOnce) of 100 closed at once")
+            while ContinuousClock.now < opened + Self.requestTimeout + .seconds(3), !(slow + slowRegistry).allSatisfy(\.closedByPeer) {
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            let stillOpen = (slow + slowRegistry).filter { !$0.closedByPeer }.count
+            #expect(stillOpen == 0, "\(stillOpen) slow connections still open \(ContinuousClock.now - opened) after they opened (request timeout \(Self.requestTimeout))")
             slow.forEach { $0.close() }
             slowRegistry.forEach { $0.close() }
 
@@ -177,8 +192,15 @@ extension EndToEnd {
 final class SlowClient: Sendable {
     let fd: Int32
 
-    init(port: Int) throws {
+    init(port: Int, from source: String = "127.0.0.1") throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var local = sockaddr_in()
+        local.sin_family = sa_family_t(AF_INET)
+        local.sin_addr.s_addr = inet_addr(source)
+        let bound = withUnsafePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else { throw E2EFailure("bind to \(source) failed") }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -192,4 +214,11 @@ final class SlowClient: Sendable {
     }
 
     func close() { _ = Glibc.close(fd) }
+
+    /// Whether the server closed the connection (a read finds the end of the stream, or a reset).
+    var closedByPeer: Bool {
+        var byte: UInt8 = 0
+        let read = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        return read == 0 || (read < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+    }
 }

@@ -1,0 +1,152 @@
+import Logging
+import NIOCore
+import NIOHTTPTypes
+import Synchronization
+
+/// Limits what one client can hold on a public HTTP port: each request must arrive in full within
+/// a deadline, and one address may keep only so many connections open.
+///
+/// A slow client (headers a line every few seconds, a body a byte at a time, or a connection opened
+/// and left) otherwise holds its connection — memory, a file descriptor, a place in the server —
+/// for as long as it likes, and a few hundred of them fill a port.
+public struct HTTPConnectionLimits: Sendable, Equatable {
+    /// How long a client has to send a whole request (head and body): from the connection's
+    /// opening, and from the end of the previous response on a kept-alive connection. Past it the
+    /// connection is closed. Zero turns it off.
+    public var requestTimeout: Duration
+    /// Connections one remote address may hold at once; the next is closed as soon as it opens.
+    /// Zero turns it off (behind a proxy every connection comes from the proxy's address: let the
+    /// proxy enforce it).
+    public var maxConnectionsPerAddress: Int
+
+    public init(requestTimeout: Duration = .seconds(15), maxConnectionsPerAddress: Int = 256) {
+        self.requestTimeout = requestTimeout
+        self.maxConnectionsPerAddress = maxConnectionsPerAddress
+    }
+}
+
+/// The connections each remote address holds now, shared by the handlers of one listener.
+public final class ConnectionCounts: Sendable {
+    private let counts = Mutex<[String: Int]>([:])
+
+    public init() {}
+
+    /// Counts a new connection of `address`; `false` (and not counted) when it already holds `limit`.
+    func open(_ address: String, limit: Int) -> Bool {
+        counts.withLock { counts in
+            let current = counts[address, default: 0]
+            guard limit <= 0 || current < limit else { return false }
+            counts[address] = current + 1
+            return true
+        }
+    }
+
+    func close(_ address: String) {
+        counts.withLock { counts in
+            guard let current = counts[address] else { return }
+            counts[address] = current > 1 ? current - 1 : nil
+        }
+    }
+
+    /// Connections of `address` now (tests).
+    public func count(of address: String) -> Int { counts.withLock { $0[address, default: 0] } }
+}
+
+/// The channel handler that enforces ``HTTPConnectionLimits`` on one connection. It sits after the
+/// HTTP codec (Hummingbird's `additionalChannelHandlers`), so it sees whole request heads and the
+/// end of each request and response.
+public final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
+    public typealias InboundIn = HTTPRequestPart
+    public typealias InboundOut = HTTPRequestPart
+    public typealias OutboundIn = HTTPResponsePart
+    public typealias OutboundOut = HTTPResponsePart
+
+    private let limits: HTTPConnectionLimits
+    private let counts: ConnectionCounts
+    private let logger: Logger
+    /// The address this connection was counted under (`nil`: not counted, or not yet).
+    private var counted: String?
+    private var started = false
+    private var deadline: Scheduled<Void>?
+    /// Requests read in full and not yet answered in full (more than one when pipelined).
+    private var unanswered = 0
+
+    public init(limits: HTTPConnectionLimits, counts: ConnectionCounts, logger: Logger) {
+        self.limits = limits
+        self.counts = counts
+        self.logger = logger
+    }
+
+    public func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { start(context: context) }
+    }
+
+    public func channelActive(context: ChannelHandlerContext) {
+        start(context: context)
+        context.fireChannelActive()
+    }
+
+    public func channelInactive(context: ChannelHandlerContext) {
+        finish()
+        context.fireChannelInactive()
+    }
+
+    public func handlerRemoved(context: ChannelHandlerContext) {
+        finish()
+    }
+
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        // The whole request is in: the server takes its time to answer, not the client.
+        if case .end = unwrapInboundIn(data) {
+            unanswered += 1
+            deadline?.cancel()
+            deadline = nil
+        }
+        context.fireChannelRead(data)
+    }
+
+    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        // The response is complete: the next request on this connection has its own deadline.
+        if case .end = unwrapOutboundIn(data) {
+            unanswered = max(0, unanswered - 1)
+            if unanswered == 0 { armDeadline(context: context) }
+        }
+        context.write(data, promise: promise)
+    }
+
+    private func start(context: ChannelHandlerContext) {
+        guard !started else { return }
+        started = true
+        if limits.maxConnectionsPerAddress > 0, let address = context.channel.remoteAddress?.ipAddress {
+            guard counts.open(address, limit: limits.maxConnectionsPerAddress) else {
+                logger.warning(
+                    "connection refused: its address holds the most connections allowed",
+                    metadata: ["http.client": "\(address)", "limit": "\(limits.maxConnectionsPerAddress)"])
+                context.close(promise: nil)
+                return
+            }
+            counted = address
+        }
+        armDeadline(context: context)
+    }
+
+    private func armDeadline(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        guard limits.requestTimeout > .zero else { return }
+        let timeout = limits.requestTimeout
+        let logger = self.logger
+        deadline = context.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(timeout)) { [context] in
+            logger.debug("connection closed: no whole request within the request timeout", metadata: ["timeout": "\(timeout)"])
+            context.close(promise: nil)
+        }
+    }
+
+    private func finish() {
+        deadline?.cancel()
+        deadline = nil
+        if let address = counted {
+            counts.close(address)
+            counted = nil
+        }
+    }
+}
