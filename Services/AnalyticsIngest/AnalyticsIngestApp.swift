@@ -33,11 +33,17 @@ public struct AnalyticsIngestApp: Sendable {
         let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
         // Into the runtime's own registry, so /metrics shows them with or without a global bootstrap.
         let metrics = IngestMetrics(factory: PrometheusMetricsFactory(registry: runtime.metrics))
+        // One bucket for the whole instance: rejected taps written per second at most.
+        let rejectedSample = RateLimiter(
+            ratePerSecond: Double(max(settings.rejectedPerSecond, 1)), burst: Double(max(settings.rejectedPerSecond, 1)), maxClients: 1,
+            clock: ContinuousClock())
+        let recordsRejected = settings.rejectedPerSecond > 0
         let ingestor = Ingestor(
             verifier: TapVerifier(keyring: settings.keyring, maxTapAge: settings.maxTapAge),
             recent: RecentTaps(capacity: settings.recentTaps),
             publisher: KafkaTapPublisher(producer: producer, clicksTopic: topics.clicks, rejectedTopic: topics.clicksRejected),
-            metrics: metrics, logger: logger)
+            metrics: metrics, logger: logger,
+            recordRejected: { recordsRejected && rejectedSample.admit("rejected") == .allowed })
         let limiter = RateLimiter(
             ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst, maxClients: settings.rateClients, clock: ContinuousClock())
 

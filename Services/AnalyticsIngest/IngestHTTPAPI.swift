@@ -79,13 +79,12 @@ public struct IngestHTTPAPI<C: Clock>: Sendable where C.Duration == Duration {
 
     /// The caller, for rate limiting and the rejected-tap record: an address (see ``IngestSettings/ClientIdentity``).
     func clientId(_ request: Request, context: some RemoteAddressRequestContext) -> String {
-        if case .forwardedHeader(let name) = settings.clientIdentity,
-            let field = request.headers.last(where: { $0.name.canonicalName == name.lowercased() }),
-            let last = field.value.split(separator: ",").last?.trimmingCharacters(in: .whitespaces), !last.isEmpty
-        {
-            return String(last.prefix(64))
+        let peer = context.remoteAddress?.ipAddress
+        if case .forwardedHeader(let name, let proxies) = settings.clientIdentity {
+            let values = request.headers.filter { $0.name.canonicalName == name.lowercased() }.map(\.value)
+            return String((proxies.client(peer: peer, forwardedFor: values) ?? "unknown").prefix(64))
         }
-        return context.remoteAddress?.ipAddress ?? "unknown"
+        return peer ?? "unknown"
     }
 
     func admit(_ request: Request, context: some RemoteAddressRequestContext) throws(IngestAPIError) {

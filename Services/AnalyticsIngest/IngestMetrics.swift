@@ -17,6 +17,7 @@ public final class IngestMetrics: Sendable {
     private let otherReason: Counter
     private let refusals: [String: Counter]
     private let otherRefusal: Counter
+    private let unrecordedCounter: Counter
     private let tapLatency: Metrics.Timer
     private let batchLatency: Metrics.Timer
     private let ack: Metrics.Timer
@@ -40,6 +41,7 @@ public final class IngestMetrics: Sendable {
                 ($0, Counter(label: "islet_analytics_refused_requests_total", dimensions: [("error", $0)], factory: factory))
             })
         otherRefusal = Counter(label: "islet_analytics_refused_requests_total", dimensions: [("error", "other")], factory: factory)
+        unrecordedCounter = Counter(label: "islet_analytics_rejected_unrecorded_total", factory: factory)
         tapLatency = Metrics.Timer(label: "islet_analytics_request_duration_seconds", dimensions: [("route", "tap")], factory: factory)
         batchLatency = Metrics.Timer(label: "islet_analytics_request_duration_seconds", dimensions: [("route", "batch")], factory: factory)
         ack = Metrics.Timer(label: "islet_analytics_ack_duration_seconds", factory: factory)
@@ -51,6 +53,9 @@ public final class IngestMetrics: Sendable {
             (reasons[ClickRejectionReason(rawValue: error)] ?? otherReason).increment()
         }
     }
+
+    /// A rejected tap past the sample of ``IngestSettings/rejectedPerSecond``: counted, not written.
+    func unrecorded() { unrecordedCounter.increment() }
 
     func refused(_ code: String) {
         (refusals[code] ?? otherRefusal).increment()

@@ -12,11 +12,14 @@ public struct Ingestor: Sendable {
     public let publisher: any TapPublisher
     let metrics: IngestMetrics
     let now: @Sendable () -> Date
+    /// Whether the next rejected tap is written to `islet.clicks-rejected.v1` (a sample, bounded
+    /// per second: the API takes no credentials, so anyone can send rejected taps).
+    let recordRejected: @Sendable () -> Bool
     let logger: Logger
 
     public init(
         verifier: TapVerifier, recent: RecentTaps, publisher: any TapPublisher, metrics: IngestMetrics, logger: Logger,
-        now: @escaping @Sendable () -> Date = Date.init
+        now: @escaping @Sendable () -> Date = Date.init, recordRejected: @escaping @Sendable () -> Bool = { true }
     ) {
         self.verifier = verifier
         self.recent = recent
@@ -24,6 +27,7 @@ public struct Ingestor: Sendable {
         self.metrics = metrics
         self.logger = logger
         self.now = now
+        self.recordRejected = recordRejected
     }
 
     /// The verdict of each tap, in order, once every record written for them is acknowledged.
@@ -42,8 +46,12 @@ public struct Ingestor: Sendable {
             switch verifier.check(tap, receivedAt: receivedAt, clientId: clientId) {
             case .invalid(let rejected, let field):
                 results.append(TapResult(verdict: .rejected, error: rejected.reason.rawValue, field: field, reason: rejected.detail))
-                records.append(.rejected(rejected))
-                owners.append((index, nil))
+                if recordRejected() {
+                    records.append(.rejected(rejected))
+                    owners.append((index, nil))
+                } else {
+                    metrics.unrecorded()
+                }
             case .valid(let click, let link):
                 let claim: RecentTaps.Claim
                 if let first = firstInRequest[click.clickId] {
@@ -67,6 +75,10 @@ public struct Ingestor: Sendable {
                         detail = "its link was counted as tap \(earlier) less than \(RecentTaps.linkWindowDescription) before: one tap per link and second"
                     }
                     results.append(TapResult(verdict: .duplicate, clickId: counted))
+                    guard recordRejected() else {
+                        metrics.unrecorded()
+                        break
+                    }
                     records.append(
                         .rejected(
                             RejectedClick(

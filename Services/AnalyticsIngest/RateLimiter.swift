@@ -5,8 +5,9 @@ import Synchronization
 ///
 /// Bounded: it tracks at most ``maxClients`` clients. When full, it forgets the clients whose
 /// bucket has refilled (idle ones, which lose nothing by being forgotten); if every one is still
-/// active, it forgets them all — under a flood of more active addresses than that, limiting is
-/// briefly weaker rather than memory unbounded.
+/// active, it forgets the tenth of them seen least recently — never everyone, so that a flood of
+/// new addresses cannot reset the buckets of the clients being limited right now (and one sort
+/// per tenth keeps the cost per new client small).
 public final class RateLimiter<C: Clock>: Sendable where C.Duration == Duration {
     public enum Decision: Sendable, Equatable {
         case allowed
@@ -63,7 +64,10 @@ public final class RateLimiter<C: Clock>: Sendable where C.Duration == Duration 
 
     private func evict(_ buckets: inout [String: Bucket], now: C.Instant) {
         buckets = buckets.filter { _, bucket in bucket.tokens + Self.seconds(bucket.updated.duration(to: now)) * ratePerSecond < burst }
-        if buckets.count >= maxClients { buckets.removeAll() }
+        if buckets.count >= maxClients {
+            let oldest = buckets.sorted { $0.value.updated < $1.value.updated }.prefix(max(1, maxClients / 10))
+            for (client, _) in oldest { buckets.removeValue(forKey: client) }
+        }
     }
 
     static func seconds(_ duration: Duration) -> Double {

@@ -15,10 +15,12 @@ struct HTTPAPITests {
 
     static let settings = IngestSettings(
         keyring: TestLinks.keyring, maxBodyBytes: 16_384, maxBatch: 5, ratePerSecond: 1, rateBurst: 3, rateClients: 100,
-        clientIdentity: .forwardedHeader("X-Forwarded-For"), recentTaps: 1_000, maxTapAge: .seconds(86_400))
+        clientIdentity: .forwardedHeader("X-Forwarded-For", trusting: try! TrustedProxies(["127.0.0.1", "::1"])), recentTaps: 1_000,
+        maxTapAge: .seconds(86_400))
 
     func withAPI(
-        settings: IngestSettings = Self.settings, testing: TestingSetup = .router, _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
+        // Live: requests come over a real socket, from 127.0.0.1, the proxy the settings trust.
+        settings: IngestSettings = Self.settings, testing: TestingSetup = .live, _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void
     ) async throws {
         let metrics = IngestMetrics(factory: PrometheusMetricsFactory(registry: registry))
         let ingestor = Ingestor(
@@ -32,7 +34,7 @@ struct HTTPAPITests {
     }
 
     /// Each test request comes from its own client unless told otherwise (the rate limit has its own test).
-    static func headers(client: String = UUID().uuidString) -> HTTPFields {
+    static func headers(client: String = "2001:db8::" + String(UInt16.random(in: 1...UInt16.max), radix: 16) + ":" + String(UInt16.random(in: 1...UInt16.max), radix: 16)) -> HTTPFields {
         [.contentType: "application/json", .init("X-Forwarded-For")!: "10.0.0.1, \(client)"]
     }
 
@@ -314,6 +316,22 @@ struct HTTPAPITests {
         #expect(publisher.rejected.map(\.clientId) == ["127.0.0.1"])
         #expect(publisher.clicks.isEmpty)
     }
+
+    @Test("X-Forwarded-For from a peer that is not a trusted proxy is the client's own claim: ignored, the peer is the client")
+    func untrustedForwardedFor() async throws {
+        var settings = Self.settings
+        settings.clientIdentity = .forwardedHeader("X-Forwarded-For", trusting: try TrustedProxies(["10.9.9.9"]))
+        settings.rateBurst = 1
+        try await withAPI(settings: settings) { client in
+            // Two "different" clients by the header, one peer: the second is rate limited.
+            try await client.execute(uri: "/v1/taps", method: .post, headers: Self.headers(client: "192.0.2.10"), body: try Self.body(TestLinks.tap())) {
+                #expect($0.status == .ok)
+            }
+            try await client.execute(uri: "/v1/taps", method: .post, headers: Self.headers(client: "192.0.2.11"), body: try Self.body(TestLinks.tap())) {
+                #expect($0.status == .tooManyRequests)
+            }
+        }
+    }
 }
 
 enum TestInputs {
@@ -329,5 +347,31 @@ extension PrometheusCollectorRegistry {
         var buffer: [UInt8] = []
         emit(into: &buffer)
         return String(decoding: buffer, as: UTF8.self)
+    }
+
+}
+
+@Suite("Trusted proxies: whose forwarded-for is believed, and which entry is the client")
+struct TrustedProxiesTests {
+    @Test("addresses and networks, IPv4 and IPv6 (IPv4-mapped counts as IPv4)")
+    func matching() throws {
+        let proxies = try TrustedProxies(["10.0.0.0/8", "192.0.2.7", "2001:db8:1::/48"])
+        #expect(proxies.contains("10.200.3.4") && proxies.contains("192.0.2.7") && proxies.contains("2001:db8:1:ffff::1"))
+        #expect(proxies.contains("::ffff:10.1.1.1"))
+        #expect(!proxies.contains("11.0.0.1") && !proxies.contains("192.0.2.8") && !proxies.contains("2001:db8:2::1") && !proxies.contains("nonsense"))
+        #expect(throws: TrustedProxiesError.self) { try TrustedProxies(["10.0.0.0/33"]) }
+        #expect(throws: TrustedProxiesError.self) { try TrustedProxies(["10.0.0.0", "proxy.example"]) }
+    }
+
+    @Test("the client: the peer unless it is a trusted proxy; then the right-most untrusted forwarded-for entry; a chain with junk is not believed")
+    func client() throws {
+        let proxies = try TrustedProxies(["10.0.0.0/8"])
+        #expect(proxies.client(peer: "198.51.100.1", forwardedFor: ["203.0.113.5"]) == "198.51.100.1", "not from a proxy: its own claim")
+        #expect(proxies.client(peer: "10.0.0.2", forwardedFor: ["1.2.3.4, 203.0.113.5"]) == "203.0.113.5")
+        #expect(proxies.client(peer: "10.0.0.2", forwardedFor: ["1.2.3.4, 203.0.113.5, 10.0.0.3"]) == "203.0.113.5", "through two proxies")
+        #expect(proxies.client(peer: "10.0.0.2", forwardedFor: ["1.2.3.4", "203.0.113.5"]) == "203.0.113.5", "the header repeated")
+        #expect(proxies.client(peer: "10.0.0.2", forwardedFor: []) == "10.0.0.2")
+        #expect(proxies.client(peer: "10.0.0.2", forwardedFor: ["1.2.3.4, not-an-address"]) == "10.0.0.2")
+        #expect(proxies.client(peer: nil, forwardedFor: ["1.2.3.4"]) == nil)
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import IsletMessages
 import Prometheus
+import Synchronization
 import Testing
 @testable import AnalyticsConsumer
 @testable import AnalyticsIngest
@@ -66,6 +67,34 @@ struct StateTests {
         #expect(small.claim("d", link: "B", at: at(0.3)) == .tooSoon(of: "b"), "B is still remembered")
     }
 
+    /// Says yes `count` times, then no.
+    final class Allowance: Sendable {
+        private let left: Mutex<Int>
+        init(_ count: Int) { left = Mutex(count) }
+        func take() -> Bool {
+            left.withLock { left in
+                defer { left -= 1 }
+                return left > 0
+            }
+        }
+    }
+
+    @Test("rejected taps past the sample are answered the same and counted, not written")
+    func rejectedSample() async {
+        let publisher = RecordingPublisher()
+        let registry = PrometheusCollectorRegistry()
+        let allowance = Allowance(2)
+        let ingestor = Ingestor(
+            verifier: TapVerifier(keyring: TestLinks.keyring, maxTapAge: .seconds(86_400)), recent: RecentTaps(capacity: 10), publisher: publisher,
+            metrics: IngestMetrics(factory: PrometheusMetricsFactory(registry: registry)), logger: quietLogger, now: { TestLinks.now },
+            recordRejected: { allowance.take() })
+        let forged = TestLinks.tap(TestLinks.url(key: TestLinks.stranger))
+        let results = await ingestor.ingest(Array(repeating: forged, count: 5), clientId: "192.0.2.1")
+        #expect(results.map(\.verdict) == Array(repeating: .rejected, count: 5))
+        #expect(publisher.rejected.count == 2)
+        #expect(registry.emitted.contains("islet_analytics_rejected_unrecorded_total 3"), "\(registry.emitted)")
+    }
+
     @Test("rate limiter: token buckets per client on a manual clock, Retry-After rounded up, bounded clients")
     func rateLimiter() {
         let clock = ManualClock()
@@ -82,6 +111,16 @@ struct StateTests {
         // A third client while both are active: the limiter forgets rather than grows.
         #expect(limiter.admit("c") == .allowed)
         #expect(limiter.trackedClients <= 2)
+        // A flood of new addresses does not reset a client being limited now.
+        let flooded = RateLimiter(ratePerSecond: 0.1, burst: 1, maxClients: 100, clock: clock)
+        #expect(flooded.admit("victim-of-its-own-flood") == .allowed)
+        clock.advance(by: .milliseconds(10))
+        for index in 0..<1_000 {
+            _ = flooded.admit("new-\(index)")
+            if index % 50 == 0 { #expect(flooded.admit("victim-of-its-own-flood") != .allowed, "still limited after \(index) new addresses") }
+            clock.advance(by: .milliseconds(1))
+        }
+        #expect(flooded.trackedClients <= 100)
         let off = RateLimiter(ratePerSecond: 0, burst: 1, maxClients: 1, clock: clock)
         #expect((0..<100).allSatisfy { _ in off.admit("a") == .allowed })
     }
