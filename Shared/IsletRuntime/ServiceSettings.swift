@@ -7,9 +7,12 @@ public struct ServiceSettings: Sendable {
     public var serviceName: String
     /// `ISLET_KAFKA_BOOTSTRAP` (required): `host:port[,host:port…]`.
     public var kafkaBootstrap: String
-    /// `ISLET_KAFKA_PRODUCER_PROPERTIES`: extra librdkafka producer properties, `name=value,…`.
+    /// `ISLET_KAFKA_PRODUCER_PROPERTIES`: extra librdkafka producer properties, `name=value,…`,
+    /// after the security properties (``KafkaSecurity``: `ISLET_KAFKA_SECURITY_PROTOCOL`,
+    /// `ISLET_KAFKA_SASL_USERNAME` …), which every client gets.
     public var producerProperties: [String: String]
-    /// `ISLET_KAFKA_CONSUMER_PROPERTIES`: extra librdkafka consumer properties, `name=value,…`.
+    /// `ISLET_KAFKA_CONSUMER_PROPERTIES`: extra librdkafka consumer properties, `name=value,…`,
+    /// after the security properties.
     public var consumerProperties: [String: String]
     /// `ISLET_HTTP_HOST` (default `0.0.0.0`): where /health and /metrics (and the service's API) listen.
     public var httpHost: String
@@ -32,8 +35,13 @@ public struct ServiceSettings: Sendable {
     public init(from config: IsletConfig, serviceName: String, defaultHTTPPort: Int) throws(ConfigurationError) {
         self.serviceName = serviceName
         self.kafkaBootstrap = try config.string("islet.kafka.bootstrap")
-        self.producerProperties = try config.properties("islet.kafka.producer.properties")
-        self.consumerProperties = try config.properties("islet.kafka.consumer.properties")
+        var security: [String: String] = [:]
+        for name in KafkaSecurity.propertyNames {
+            let secret = name.hasSuffix("password") || name.hasSuffix("secret") || name.hasSuffix(".pem")
+            if let value = config.optionalString("islet.kafka." + name, isSecret: secret) { security[name] = value }
+        }
+        self.producerProperties = security.merging(try config.properties("islet.kafka.producer.properties")) { $1 }
+        self.consumerProperties = security.merging(try config.properties("islet.kafka.consumer.properties")) { $1 }
         self.httpHost = try config.string("islet.http.host", default: "0.0.0.0")
         self.httpPort = try config.int("islet.http.port", default: defaultHTTPPort, range: 0...65_535)
         self.httpLimits = HTTPConnectionLimits(

@@ -1,3 +1,4 @@
+import IsletKafka
 import IsletRuntime
 import Logging
 import Testing
@@ -39,6 +40,23 @@ struct ConfigTests {
         #expect(settings.shutdownTimeout == .milliseconds(2500))
         #expect(settings.consumerProperties == ["fetch.wait.max.ms": "5", "session.timeout.ms": "6000"])
         #expect(settings.producerConfiguration().settings == ["linger.ms": "1"])
+    }
+
+    @Test("librdkafka's security properties come from ISLET_KAFKA_<NAME> and reach every client: producers, consumers, replicas; explicit properties win")
+    func securityProperties() throws {
+        let settings = try ServiceSettings(
+            from: .variables([
+                "ISLET_KAFKA_BOOTSTRAP": "kafka:9092", "ISLET_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "ISLET_KAFKA_SASL_MECHANISMS": "SCRAM-SHA-512",
+                "ISLET_KAFKA_SASL_USERNAME": "token-registry", "ISLET_KAFKA_SASL_PASSWORD": "s3cret", "ISLET_KAFKA_SSL_CA_LOCATION": "/run/ca.pem",
+                "ISLET_KAFKA_CONSUMER_PROPERTIES": "sasl.username=reader",
+            ]), serviceName: "s", defaultHTTPPort: 1)
+        let security = [
+            "security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "token-registry", "sasl.password": "s3cret",
+            "ssl.ca.location": "/run/ca.pem",
+        ]
+        #expect(settings.producerConfiguration().settings == security)
+        #expect(settings.consumerConfiguration(topics: ["t"]).settings == security.merging(["sasl.username": "reader"]) { $1 })
+        #expect(KafkaSecurity.properties(from: ["ISLET_KAFKA_SASL_PASSWORD": "p", "ISLET_KAFKA_SSL_KEY_LOCATION": "", "OTHER": "x"]) == ["sasl.password": "p"])
     }
 
     @Test("a missing or invalid value is an error that names the variable", arguments: [

@@ -2,6 +2,7 @@
 // that tests call directly; the commands only parse arguments and print.
 import ArgumentParser
 import Foundation
+import IsletKafka
 import Logging
 
 @main
@@ -27,6 +28,12 @@ struct KafkaOptions: ParsableArguments {
         if let bootstrap, !bootstrap.isEmpty { return bootstrap }
         if let value = environment["ISLET_KAFKA_BOOTSTRAP"], !value.isEmpty { return value }
         return "localhost:9094"
+    }
+
+    /// librdkafka's security properties from `ISLET_KAFKA_SECURITY_PROTOCOL`, `ISLET_KAFKA_SASL_*`,
+    /// `ISLET_KAFKA_SSL_*` (``KafkaSecurity``), as the services read them.
+    func security(environment: [String: String] = ProcessInfo.processInfo.environment) -> [String: String] {
+        KafkaSecurity.properties(from: environment)
     }
 
     var logger: Logger { CLILog.logger(verbose: verbose) }

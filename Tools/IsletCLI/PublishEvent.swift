@@ -155,14 +155,15 @@ struct PublishEvent: AsyncParsableCommand {
             print(try IsletJSON.encodePretty(event))
             return
         }
-        let report = try await Self.publish(event, servers: kafka.servers(), logger: kafka.logger)
+        let report = try await Self.publish(event, servers: kafka.servers(), security: kafka.security(), logger: kafka.logger)
         print("published \(event.kind) \(event.activityId) sequence \(event.sequence) (event \(event.eventId)) to \(report.topic) partition \(report.partition) offset \(report.offset.map(String.init) ?? "?")")
     }
 
     /// Sends one event and returns once Kafka acknowledged it.
-    static func publish(_ event: ActivityEvent, servers: String, logger: Logger) async throws -> KafkaDeliveryReport {
+    static func publish(_ event: ActivityEvent, servers: String, security: [String: String] = [:], logger: Logger) async throws -> KafkaDeliveryReport {
         let producer = try KafkaProducer(
-            configuration: KafkaProducerConfiguration(bootstrapServers: servers, clientID: "islet-cli", settings: ["message.timeout.ms": "15000"]),
+            configuration: KafkaProducerConfiguration(
+                bootstrapServers: servers, clientID: "islet-cli", settings: security.merging(["message.timeout.ms": "15000"]) { $1 }),
             logger: logger)
         return try await withThrowingTaskGroup(of: KafkaDeliveryReport?.self) { group in
             group.addTask {

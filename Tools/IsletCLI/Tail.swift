@@ -57,6 +57,7 @@ struct Tail: AsyncParsableCommand {
     func request(now: Date = Date(), environment: [String: String] = ProcessInfo.processInfo.environment) throws -> TailRequest {
         let topic = try TopicNames.resolve(topic)
         var request = TailRequest(topic: topic, servers: kafka.servers(environment: environment))
+        request.security = kafka.security(environment: environment)
         request.partitions = partitions.isEmpty ? nil : partitions
         if let since {
             request.since = try SinceParsing.date(since, now: now)
@@ -79,7 +80,8 @@ struct Tail: AsyncParsableCommand {
     /// Reads the topic as `request` says, handing each printed line to `emit`; returns how many.
     @discardableResult
     static func tail(_ request: TailRequest, logger: Logger, emit: @escaping @Sendable (String) -> Void) async throws -> Int {
-        let admin = try KafkaAdmin(configuration: KafkaAdminConfiguration(bootstrapServers: request.servers, clientID: "islet-cli"), logger: logger)
+        let admin = try KafkaAdmin(
+            configuration: KafkaAdminConfiguration(bootstrapServers: request.servers, clientID: "islet-cli", settings: request.security), logger: logger)
         guard let count = try await admin.partitionCount(of: request.topic.name) else {
             throw ValidationError("\(request.topic.name) does not exist on \(request.servers)")
         }
@@ -88,7 +90,8 @@ struct Tail: AsyncParsableCommand {
             throw ValidationError("\(request.topic.name) has \(count) partitions: there is no partition \(missing)")
         }
         var configuration = KafkaConsumerConfiguration.replica(
-            bootstrapServers: request.servers, topics: [request.topic.name], partitions: partitions, since: request.since, clientID: "islet-cli")
+            bootstrapServers: request.servers, topics: [request.topic.name], partitions: partitions, since: request.since, clientID: "islet-cli",
+            settings: request.security)
         if let offset = request.startOffset {
             configuration.replicaStartOffsets = Dictionary(uniqueKeysWithValues: partitions.map { ($0, offset) })
         }
@@ -142,6 +145,8 @@ struct Tail: AsyncParsableCommand {
 struct TailRequest: Sendable, Equatable {
     var topic: IsletTopic
     var servers: String
+    /// librdkafka's security properties (``KafkaSecurity``).
+    var security: [String: String] = [:]
     /// Partitions to read (`nil`: all).
     var partitions: [Int32]?
     /// Start at the first record at or after this time (`nil` and no offset: the first record).
