@@ -102,6 +102,7 @@ let package = Package(
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Shared/IsletProtos",
             exclude: ["token_registry.proto"],
@@ -580,8 +581,10 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "APNsSimulator", "ContentService", "TokenRegistry", "IsletKafka", "IsletLinks", "IsletMessages",
+                "APNsSimulator", "ContentService", "TokenRegistry", "IsletKafka", "IsletLinks", "IsletMessages", "IsletProtos",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -50,7 +50,9 @@ bootstrap=$ISLET_KAFKA_BOOTSTRAP
 echo "== services (logs in $run)"
 key_id=DEMOKEY001; team=DEMOTEAM01
 "$bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"
-link_secret=$(secret); jwt_secret=$(secret)
+link_secret=$(secret); jwt_secret=$(secret); backend_key=$(secret)
+# The backends' gRPC APIs (loopback only) take calls from this key: `islet activity`, `islet stale`.
+grpc_keys="demo-backend=$backend_key:read+write"
 common=(ISLET_KAFKA_BOOTSTRAP="$bootstrap" ISLET_HTTP_HOST=127.0.0.1 ISLET_LOG_LEVEL="${ISLET_LOG_LEVEL:-notice}")
 
 "$bin/islet-demo" serve-images --port 8099 >"$run/images.log" 2>&1 &
@@ -59,10 +61,11 @@ env "${common[@]}" ISLET_SIMULATOR_KEYS="$key_id=$team:$run/AuthKey.p8" ISLET_HT
   ISLET_SIMULATOR_TLS_CERTIFICATE_OUT="$run/simulator.pem" "$bin/apns-simulator" >"$run/apns-simulator.log" 2>&1 &
 pids+=("$!"); simulator_pid=$!
 wait_ready apns-simulator http://127.0.0.1:8090
-env "${common[@]}" ISLET_HTTP_PORT=8081 ISLET_GRPC_PORT=9081 ISLET_AUTH_HS256_KEYS="demo=$jwt_secret" \
+env "${common[@]}" ISLET_HTTP_PORT=8081 ISLET_GRPC_PORT=9081 ISLET_GRPC_KEYS="$grpc_keys" ISLET_AUTH_HS256_KEYS="demo=$jwt_secret" \
   "$bin/token-registry" >"$run/token-registry.log" 2>&1 &
 pids+=("$!")
-env "${common[@]}" ISLET_HTTP_PORT=8083 ISLET_GRPC_PORT=9083 ISLET_LINK_KEYS="demo=$link_secret" ISLET_THUMBNAIL_HOSTS=127.0.0.1:8099 \
+env "${common[@]}" ISLET_HTTP_PORT=8083 ISLET_GRPC_PORT=9083 ISLET_GRPC_KEYS="$grpc_keys" ISLET_LINK_KEYS="demo=$link_secret" \
+  ISLET_THUMBNAIL_HOSTS=127.0.0.1:8099 \
   "$bin/content-service" >"$run/content-service.log" 2>&1 &
 pids+=("$!"); content_pid=$!
 # The ride app gets a small priority-10 budget (3 an hour) so the demo shows updates falling to 5.
@@ -100,6 +103,7 @@ cat <<TEXT
   Kafka (${ISLET_BROKER:-tansu})       $bootstrap
   token-registry      http://127.0.0.1:8081 (gRPC 9081)   JWT key: demo=$jwt_secret
   content-service     http://127.0.0.1:8083 (gRPC 9083)   stale activities: /v1/activities/stale
+  gRPC backend key    ISLET_CLI_GRPC_KEY=$backend_key  (for islet activity <id>, islet stale)
   apns-dispatcher     http://127.0.0.1:8082/metrics
   analytics-ingest    http://127.0.0.1:8084
   APNs simulator      https://127.0.0.1:2197, admin http://127.0.0.1:8090/admin/notifications

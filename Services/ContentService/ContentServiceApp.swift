@@ -19,9 +19,13 @@ public struct ContentSettings: Sendable {
     public var keyring: LinkKeyring
     public var policy: ContentPolicy
     public var freshness: FreshnessPolicy
-    /// `ISLET_GRPC_HOST` (default `0.0.0.0`) and `ISLET_GRPC_PORT` (default 9083): the `ActivityService` API.
+    /// `ISLET_GRPC_HOST` (default `127.0.0.1`: the backends' API is not for the open network) and
+    /// `ISLET_GRPC_PORT` (default 9083): the `ActivityService` API.
     public var grpcHost: String
     public var grpcPort: Int
+    /// `ISLET_GRPC_KEYS`: the backends that may call the gRPC API, `name=key:read+write,…`
+    /// (``BackendKeys``). None: every call is refused.
+    public var backendKeys: BackendKeys
     /// `ISLET_KAFKA_SEND_TIMEOUT_MS` (default 5000): how long a record may wait for Kafka's
     /// acknowledgement (a gRPC call then fails with UNAVAILABLE; push requests are sent again).
     public var sendTimeout: Duration
@@ -30,8 +34,9 @@ public struct ContentSettings: Sendable {
 
     public init(
         templatesDirectory: String, keyring: LinkKeyring, policy: ContentPolicy = ContentPolicy(), freshness: FreshnessPolicy = FreshnessPolicy(),
-        grpcHost: String = "0.0.0.0", grpcPort: Int = 9_083, sendTimeout: Duration = .seconds(5)
+        grpcHost: String = "127.0.0.1", grpcPort: Int = 9_083, sendTimeout: Duration = .seconds(5), backendKeys: BackendKeys = try! BackendKeys([:])
     ) {
+        self.backendKeys = backendKeys
         self.templatesDirectory = templatesDirectory
         self.keyring = keyring
         self.policy = policy
@@ -74,9 +79,10 @@ public struct ContentSettings: Sendable {
         self.init(
             templatesDirectory: try config.string("islet.templates.dir", default: "Services/ContentService/Templates"),
             keyring: LinkKeyring(signing: signing, accepted: linkKeys), policy: policy, freshness: freshness,
-            grpcHost: try config.string("islet.grpc.host", default: "0.0.0.0"),
+            grpcHost: try config.string("islet.grpc.host", default: "127.0.0.1"),
             grpcPort: try config.int("islet.grpc.port", default: 9_083, range: 0...65_535),
-            sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)))
+            sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)),
+            backendKeys: try config.properties("islet.grpc.keys") { try BackendKeys($0) })
         thumbnails.allowedHosts = (config.optionalString("islet.thumbnail.hosts") ?? "").split(separator: ",")
             .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         thumbnails.maximumBytes = try config.int("islet.thumbnail.max.bytes", default: 2_000_000, range: 1_000...50_000_000)
@@ -163,9 +169,11 @@ public struct ContentServiceApp: Sendable {
             let checks = health.report().checks
             return checks[Self.tableCheck] == .ready && checks[Self.memoryCheck] == .ready
         }
+        if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC API refuses every call") }
         let grpc = GRPCServerService(
             host: settings.grpcHost, port: settings.grpcPort,
-            services: [ActivityGRPCService(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready)])
+            services: [ActivityGRPCService(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready)],
+            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.activityServiceMethods)])
 
         let router = runtime.makeRouter()
         router.get("v1/activities/stale") { request, _ -> Response in

@@ -1,4 +1,5 @@
 import Foundation
+import IsletProtos
 import IsletRuntime
 
 /// token-registry's own settings (besides ``ServiceSettings``), read from the environment.
@@ -31,17 +32,23 @@ public struct RegistrySettings: Sendable {
     public var maxTokenLifetime: Duration
     /// `ISLET_HTTP_MAX_BODY_BYTES` (default 8192): larger request bodies get 413.
     public var maxBodyBytes: Int
-    /// `ISLET_GRPC_HOST` (default `0.0.0.0`) and `ISLET_GRPC_PORT` (default 9081): the backends' gRPC API.
+    /// `ISLET_GRPC_HOST` (default `127.0.0.1`: the backends' API is not for the open network) and
+    /// `ISLET_GRPC_PORT` (default 9081): the backends' gRPC API.
     public var grpcHost: String
     public var grpcPort: Int
+    /// `ISLET_GRPC_KEYS`: the backends that may call the gRPC API, `name=key:read+write,…`
+    /// (``BackendKeys``). None: every call is refused.
+    public var backendKeys: BackendKeys
     /// `ISLET_KAFKA_SEND_TIMEOUT_MS` (default 5000): an app's change not acknowledged by Kafka
     /// within this time is answered 503 (the app retries; a late write is the same idempotent change).
     public var sendTimeout: Duration
 
     public init(
         verificationKeys: [VerificationKey], issuer: String? = nil, audience: String? = nil, maxTokenLifetime: Duration = .seconds(86_400),
-        maxBodyBytes: Int = 8_192, grpcHost: String = "0.0.0.0", grpcPort: Int = 9_081, sendTimeout: Duration = .seconds(5)
+        maxBodyBytes: Int = 8_192, grpcHost: String = "127.0.0.1", grpcPort: Int = 9_081, sendTimeout: Duration = .seconds(5),
+        backendKeys: BackendKeys = try! BackendKeys([:])
     ) {
+        self.backendKeys = backendKeys
         self.verificationKeys = verificationKeys
         self.issuer = issuer
         self.audience = audience
@@ -76,8 +83,9 @@ public struct RegistrySettings: Sendable {
             audience: config.optionalString("islet.auth.audience"),
             maxTokenLifetime: try config.milliseconds("islet.auth.max.lifetime.ms", default: .seconds(86_400)),
             maxBodyBytes: try config.int("islet.http.max.body.bytes", default: 8_192, range: 256...1_048_576),
-            grpcHost: try config.string("islet.grpc.host", default: "0.0.0.0"),
+            grpcHost: try config.string("islet.grpc.host", default: "127.0.0.1"),
             grpcPort: try config.int("islet.grpc.port", default: 9_081, range: 0...65_535),
-            sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)))
+            sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)),
+            backendKeys: try config.properties("islet.grpc.keys") { try BackendKeys($0) })
     }
 }

@@ -62,7 +62,10 @@ public struct TokenRegistryApp: Sendable {
         let router = runtime.makeRouter()
         router.add(middleware: MetricsMiddleware())
         RegistryHTTPAPI(registry: registry, authenticator: authenticator, maxBodyBytes: settings.maxBodyBytes, logger: logger).addRoutes(to: router)
-        let grpc = GRPCServerService(host: settings.grpcHost, port: settings.grpcPort, services: [RegistryGRPCService(registry: registry)])
+        if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC API refuses every call") }
+        let grpc = GRPCServerService(
+            host: settings.grpcHost, port: settings.grpcPort, services: [RegistryGRPCService(registry: registry)],
+            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.tokenRegistryMethods)])
 
         // Readiness follows the Kafka clients too: not ready while one cannot reach the cluster or
         // is being recreated; not live once recreation keeps failing.

@@ -6,9 +6,10 @@ import ServiceLifecycle
 public struct GRPCServerService: Service {
     public let server: GRPCServer<HTTP2ServerTransport.Posix>
 
-    public init(host: String, port: Int, services: [any RegistrableRPCService]) {
+    public init(host: String, port: Int, services: [any RegistrableRPCService], interceptors: [any ServerInterceptor] = []) {
         self.server = GRPCServer(
-            transport: .http2NIOPosix(address: .ipv4(host: host, port: port), transportSecurity: .plaintext), services: services)
+            transport: .http2NIOPosix(address: .ipv4(host: host, port: port), transportSecurity: .plaintext), services: services,
+            interceptors: interceptors)
     }
 
     public func run() async throws {

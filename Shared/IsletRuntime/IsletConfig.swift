@@ -92,6 +92,17 @@ public struct IsletConfig: Sendable {
         }
         return properties
     }
+
+    /// The `name=value` pairs of `key` (``properties(_:)``), made into a value by `make`; its
+    /// error's description becomes the configuration error (it must not quote secrets).
+    public func properties<Value>(_ key: String, as make: ([String: String]) throws -> Value) throws(ConfigurationError) -> Value {
+        let properties = try properties(key)
+        do {
+            return try make(properties)
+        } catch {
+            throw ConfigurationError(key: key, problem: "\(error)")
+        }
+    }
 }
 
 /// A configuration value is missing or invalid. The message names the environment variable.

@@ -106,6 +106,9 @@ private func readRequests(_ topic: String, until ids: Set<String>) async throws 
 
 @Suite("content-service against the broker", .enabled(if: brokerExpected), .timeLimit(.minutes(2)))
 struct ContentServiceIntegrationTests {
+    /// The gRPC key of the test's backend (read and write).
+    static let backendKey = "an-orders-backend-key-of-32-characters-at-least"
+
     @Test("events become push requests for the token's app version; duplicates and old sequences are skipped; bad events are dead letters")
     func eventsToRequests() async throws {
         var topics = ContentServiceApp.Topics()
@@ -140,7 +143,9 @@ struct ContentServiceIntegrationTests {
             let runtime = ServiceRuntime(settings: settings, logger: logger)
             let service = try ContentServiceApp(
                 runtime: runtime,
-                settings: ContentSettings(templatesDirectory: templatesDirectory, keyring: LinkKeyring(signing: linkKey), grpcHost: "127.0.0.1", grpcPort: 0),
+                settings: ContentSettings(
+                    templatesDirectory: templatesDirectory, keyring: LinkKeyring(signing: linkKey), grpcHost: "127.0.0.1", grpcPort: 0,
+                    backendKeys: try BackendKeys(["orders": Self.backendKey + ":read+write"])),
                 topics: topics)
             let group = runtime.makeServiceGroup(service.services)
             return (service, group, Task { try await group.run() })
@@ -199,10 +204,10 @@ struct ContentServiceIntegrationTests {
                 $0.startTarget = .with { $0.bundleID = app.bundleId; $0.deviceID = "device-1" }
             }
             // Until the service has rebuilt its tables it answers UNAVAILABLE; it is ready here.
-            let reply = try await activities.start(start)
+            let reply = try await activities.start(start, metadata: ["authorization": "Bearer \(Self.backendKey)"])
             start.eventID = "grpc-bad"
             start.fields.fields["status"] = .init(numberValue: 3.5)
-            await #expect { _ = try await activities.start(start) } throws: {
+            await #expect { _ = try await activities.start(start, metadata: ["authorization": "Bearer \(Self.backendKey)"]) } throws: {
                 ($0 as? RPCError)?.code == .invalidArgument && ($0 as? RPCError)?.message.hasPrefix("fields.status") == true
             }
             return reply.requestIds

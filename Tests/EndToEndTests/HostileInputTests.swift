@@ -1,4 +1,7 @@
 import Foundation
+import GRPCCore
+import GRPCNIOTransportHTTP2
+import IsletProtos
 import IsletLinks
 import IsletMessages
 import Testing
@@ -83,6 +86,43 @@ extension EndToEnd {
                 try? await HTTP.request(stack.url(.registry) + "/v1/activities/\(activity)", headers: [("Authorization", "Bearer \(intruder)")]).0)
             expectRefused("registry: another user re-registers it", await send(stack, .registry, "PUT", "/v1/activities/\(activity)/token", registration(token: Driver.token("hijack")), jwt: intruder))
             expectRefused("registry: another user invalidates it", await send(stack, .registry, "POST", "/v1/activities/\(activity)/invalidate", Array(#"{"reason":"clientEnded"}"#.utf8), jwt: intruder))
+            // The backends' gRPC APIs: no key, or a wrong one, is UNAUTHENTICATED; the configured key works.
+            try await withGRPCClient(
+                transport: .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: stack.grpcPorts[.registry]!), transportSecurity: .plaintext)
+            ) { client in
+                let registry = Islet_Tokens_V1_TokenRegistry.Client(wrapping: client)
+                let lookup = Islet_Tokens_V1_LookupActivityRequest.with { $0.activityID = activity }
+                let invalidate = Islet_Tokens_V1_InvalidateActivityRequest.with {
+                    $0.activityID = activity
+                    $0.reason = "backendEnded"
+                }
+                for (what, metadata) in [("no key", Metadata()), ("a wrong key", ["authorization": "Bearer \(Stack.randomHex(32))"] as Metadata)] {
+                    await #expect("registry gRPC lookup with \(what)") { _ = try await registry.lookupActivity(lookup, metadata: metadata) } throws: {
+                        ($0 as? RPCError)?.code == .unauthenticated
+                    }
+                    await #expect("registry gRPC invalidation with \(what)") { _ = try await registry.invalidateActivity(invalidate, metadata: metadata) } throws: {
+                        ($0 as? RPCError)?.code == .unauthenticated
+                    }
+                }
+                let state = try await registry.lookupActivity(lookup, metadata: ["authorization": "Bearer \(stack.backendKey)"])
+                #expect(state.userID == "user-1", "the backend's key reads the activity")
+            }
+            try await withGRPCClient(
+                transport: .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: stack.grpcPorts[.content]!), transportSecurity: .plaintext)
+            ) { client in
+                let content = Islet_Content_V1_ActivityService.Client(wrapping: client)
+                let alert = Islet_Content_V1_ActivityEventRequest.with {
+                    $0.eventID = "hostile-1"
+                    $0.activityID = activity
+                    $0.attributesType = "DeliveryAttributes"
+                    $0.urgency = "important"
+                    $0.sequence = 99
+                    $0.fields = .with { $0.fields = ["status": .init(stringValue: "delivered"), "orderId": .init(stringValue: "1")] }
+                }
+                await #expect("content gRPC update without a key") { _ = try await content.update(alert) } throws: {
+                    ($0 as? RPCError)?.code == .unauthenticated
+                }
+            }
             let (mineStatus, mine) = try await HTTP.request(stack.url(.registry) + "/v1/activities/\(activity)", headers: [("Authorization", "Bearer \(jwt)")])
             #expect(mineStatus == 200 && String(decoding: mine, as: UTF8.self).contains("\"active\""), "the owner's token is untouched")
 

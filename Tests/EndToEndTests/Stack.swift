@@ -154,6 +154,8 @@ final class Stack: Sendable {
     let keyID = "E2EKEY0001"
     let jwtKey = (kid: "e2e", secret: Stack.randomHex(32))
     let linkKey = (kid: "e2e", secret: Stack.randomHex(32))
+    /// The backend key the gRPC APIs take (read and write).
+    let backendKey = Stack.randomHex(32)
     let ports: [ServiceProcess.Name: Int]
     let grpcPorts: [ServiceProcess.Name: Int]
     let simulatorPort: Int
@@ -191,8 +193,14 @@ final class Stack: Sendable {
                 "ISLET_SIMULATOR_KEYS": "\(keyID)=\(teamID):\(keyFile.path)", "ISLET_SIMULATOR_PORT": "\(simulatorPort)",
                 "ISLET_SIMULATOR_TLS_CERTIFICATE_OUT": certificate.path,
             ],
-            .registry: ["ISLET_GRPC_PORT": "\(grpcPorts[.registry]!)", "ISLET_AUTH_HS256_KEYS": "\(jwtKey.kid)=\(jwtKey.secret)"],
-            .content: ["ISLET_GRPC_PORT": "\(grpcPorts[.content]!)", "ISLET_LINK_KEYS": "\(linkKey.kid)=\(linkKey.secret)"],
+            .registry: [
+                "ISLET_GRPC_PORT": "\(grpcPorts[.registry]!)", "ISLET_AUTH_HS256_KEYS": "\(jwtKey.kid)=\(jwtKey.secret)",
+                "ISLET_GRPC_KEYS": "e2e-backend=\(backendKey):read+write",
+            ],
+            .content: [
+                "ISLET_GRPC_PORT": "\(grpcPorts[.content]!)", "ISLET_LINK_KEYS": "\(linkKey.kid)=\(linkKey.secret)",
+                "ISLET_GRPC_KEYS": "e2e-backend=\(backendKey):read+write",
+            ],
             .dispatcher: [
                 "ISLET_APNS_KEYS": "\(teamID)=\(keyID):\(keyFile.path)",
                 "ISLET_APNS_APPS": "com.example.food=\(teamID),com.example.ride=\(teamID),com.example.scores=\(teamID)",

@@ -18,14 +18,17 @@ struct ActivityCommand: AsyncParsableCommand {
     @Option(name: .customLong("registry-grpc"), help: "token-registry's gRPC host:port (default: $ISLET_CLI_REGISTRY_GRPC, else localhost:9081).")
     var endpoint: String?
 
+    @OptionGroup var key: BackendKeyOption
+
     mutating func run() async throws {
         let target = try HostPort.resolve(endpoint, variable: "ISLET_CLI_REGISTRY_GRPC", default: "localhost:9081")
         let id = activityId
+        let metadata = try key.metadata()
         do {
             let state = try await withGRPCClient(
                 transport: .http2NIOPosix(target: .dns(host: target.host, port: target.port), transportSecurity: .plaintext)
             ) { client in
-                try await Islet_Tokens_V1_TokenRegistry.Client(wrapping: client).lookupActivity(.with { $0.activityID = id })
+                try await Islet_Tokens_V1_TokenRegistry.Client(wrapping: client).lookupActivity(.with { $0.activityID = id }, metadata: metadata)
             }
             print(Self.describe(state))
         } catch let error as RPCError where error.code == .notFound {
@@ -64,6 +67,8 @@ struct StaleCommand: AsyncParsableCommand {
     @Option(help: "At most this many (1...1000, default 100).")
     var limit: Int32 = 100
 
+    @OptionGroup var key: BackendKeyOption
+
     func validate() throws {
         guard (1...1_000).contains(limit) else { throw ValidationError("--limit must be in 1...1000") }
     }
@@ -71,10 +76,11 @@ struct StaleCommand: AsyncParsableCommand {
     mutating func run() async throws {
         let target = try HostPort.resolve(endpoint, variable: "ISLET_CLI_CONTENT_GRPC", default: "localhost:9083")
         let limit = self.limit
+        let metadata = try key.metadata()
         let response = try await withGRPCClient(
             transport: .http2NIOPosix(target: .dns(host: target.host, port: target.port), transportSecurity: .plaintext)
         ) { client in
-            try await Islet_Content_V1_ActivityService.Client(wrapping: client).listStaleActivities(.with { $0.limit = limit })
+            try await Islet_Content_V1_ActivityService.Client(wrapping: client).listStaleActivities(.with { $0.limit = limit }, metadata: metadata)
         }
         print(Self.describe(response.activities, now: Date()))
     }
@@ -100,5 +106,19 @@ struct StaleCommand: AsyncParsableCommand {
         if seconds < 3_600 { return "\(seconds / 60)m" }
         let minutes = seconds / 60 % 60
         return minutes == 0 ? "\(seconds / 3_600)h" : "\(seconds / 3_600)h \(minutes)m"
+    }
+}
+
+/// The backend key the gRPC lookups present (`authorization: Bearer <key>`; the services'
+/// `ISLET_GRPC_KEYS` must list it with `read`).
+struct BackendKeyOption: ParsableArguments {
+    @Option(name: .customLong("grpc-key"), help: "The backend key for the gRPC APIs (default: $ISLET_CLI_GRPC_KEY).")
+    var key: String?
+
+    func metadata(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> Metadata {
+        guard let key = key ?? environment["ISLET_CLI_GRPC_KEY"], !key.isEmpty else {
+            throw ValidationError("the gRPC APIs need a backend key: --grpc-key or ISLET_CLI_GRPC_KEY (one of the services' ISLET_GRPC_KEYS, with read)")
+        }
+        return ["authorization": "Bearer \(key)"]
     }
 }

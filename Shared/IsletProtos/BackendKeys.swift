@@ -1,0 +1,120 @@
+import Crypto
+import GRPCCore
+
+/// What a backend may do with the gRPC APIs.
+public enum BackendPermission: String, Sendable, Hashable, CaseIterable {
+    /// Lookups: an activity's state, a user's activities, the stale activities.
+    case read
+    /// Changes: publishing events (start, update, end, push-to-start), invalidating an activity.
+    case write
+}
+
+/// The backends allowed to call a service's gRPC API: each with a name, an API key (sent as
+/// `authorization: Bearer <key>`) and its permissions. `ISLET_GRPC_KEYS`:
+/// `name=key:read+write,other=key2:read` (keys of at least 32 characters; only their SHA-256 is
+/// kept).
+public struct BackendKeys: Sendable {
+    struct Backend: Sendable {
+        var name: String
+        var digest: [UInt8]
+        var permissions: Set<BackendPermission>
+    }
+
+    let backends: [Backend]
+
+    public var isEmpty: Bool { backends.isEmpty }
+    public var names: [String] { backends.map(\.name) }
+
+    /// Parses `name → key:permission+permission`. Errors never quote a key.
+    public init(_ entries: [String: String]) throws(BackendKeysError) {
+        var backends: [Backend] = []
+        for (name, value) in entries.sorted(by: { $0.key < $1.key }) {
+            guard let colon = value.lastIndex(of: ":") else {
+                throw BackendKeysError("the entry of backend \"\(name.prefix(40))\" must be key:permissions (read, write, read+write)")
+            }
+            let key = value[..<colon]
+            let permissions = value[value.index(after: colon)...].split(separator: "+").map { BackendPermission(rawValue: String($0)) }
+            guard !permissions.isEmpty, permissions.allSatisfy({ $0 != nil }) else {
+                throw BackendKeysError("the permissions of backend \"\(name.prefix(40))\" must be read, write or read+write")
+            }
+            guard key.utf8.count >= 32 else { throw BackendKeysError("the key of backend \"\(name.prefix(40))\" must be at least 32 characters") }
+            let digest = Array(SHA256.hash(data: Array(key.utf8)))
+            guard !backends.contains(where: { $0.digest == digest }) else {
+                throw BackendKeysError("backend \"\(name.prefix(40))\" has the key of another backend")
+            }
+            backends.append(Backend(name: name, digest: digest, permissions: Set(permissions.compactMap { $0 })))
+        }
+        self.backends = backends
+    }
+
+    /// The backend whose key this is (compared by digest, in time independent of where it differs).
+    func backend(key: String) -> Backend? {
+        let digest = Array(SHA256.hash(data: Array(key.utf8)))
+        var found: Backend?
+        for backend in backends {
+            var difference: UInt8 = 0
+            for (a, b) in zip(backend.digest, digest) { difference |= a ^ b }
+            if difference == 0 { found = backend }
+        }
+        return found
+    }
+}
+
+public struct BackendKeysError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Checks every call of a gRPC API: an `authorization: Bearer <key>` metadata entry naming a
+/// configured backend (else UNAUTHENTICATED), which holds the permission the method needs (else
+/// PERMISSION_DENIED). A method missing from `permissions` is refused to everyone.
+public struct BackendAuthInterceptor: ServerInterceptor {
+    let keys: BackendKeys
+    /// The permission each method (`fullyQualifiedMethod`, e.g. `islet.registry.v1.TokenRegistry/LookupActivity`) needs.
+    let permissions: [String: BackendPermission]
+
+    public init(keys: BackendKeys, permissions: [MethodDescriptor: BackendPermission]) {
+        self.keys = keys
+        self.permissions = Dictionary(uniqueKeysWithValues: permissions.map { ($0.key.fullyQualifiedMethod, $0.value) })
+    }
+
+    public func intercept<Input: Sendable, Output: Sendable>(
+        request: StreamingServerRequest<Input>,
+        context: ServerContext,
+        next: @Sendable (StreamingServerRequest<Input>, ServerContext) async throws -> StreamingServerResponse<Output>
+    ) async throws -> StreamingServerResponse<Output> {
+        guard let needed = permissions[context.descriptor.fullyQualifiedMethod] else {
+            return StreamingServerResponse(error: RPCError(code: .permissionDenied, message: "this method is not open to backends"))
+        }
+        let values = request.metadata[stringValues: "authorization"].map { $0 }
+        guard values.count == 1, let value = values.first, value.lowercased().hasPrefix("bearer "), value.utf8.count <= 1_024 else {
+            return StreamingServerResponse(
+                error: RPCError(code: .unauthenticated, message: "a backend key is required: send one 'authorization: Bearer <key>' metadata entry"))
+        }
+        guard let backend = keys.backend(key: String(value.dropFirst("bearer ".count))) else {
+            return StreamingServerResponse(error: RPCError(code: .unauthenticated, message: "the backend key is not one of the configured keys"))
+        }
+        guard backend.permissions.contains(needed) else {
+            return StreamingServerResponse(
+                error: RPCError(code: .permissionDenied, message: "backend \(backend.name) may not \(needed.rawValue): it holds \(backend.permissions.map(\.rawValue).sorted().joined(separator: "+"))"))
+        }
+        return try await next(request, context)
+    }
+}
+
+extension BackendAuthInterceptor {
+    /// token-registry's methods: lookups read, invalidation writes.
+    public static let tokenRegistryMethods: [MethodDescriptor: BackendPermission] = [
+        Islet_Tokens_V1_TokenRegistry.Method.LookupActivity.descriptor: .read,
+        Islet_Tokens_V1_TokenRegistry.Method.ListUserActivities.descriptor: .read,
+        Islet_Tokens_V1_TokenRegistry.Method.InvalidateActivity.descriptor: .write,
+    ]
+
+    /// content-service's methods: publishing events writes, the stale list reads.
+    public static let activityServiceMethods: [MethodDescriptor: BackendPermission] = [
+        Islet_Content_V1_ActivityService.Method.Start.descriptor: .write,
+        Islet_Content_V1_ActivityService.Method.Update.descriptor: .write,
+        Islet_Content_V1_ActivityService.Method.End.descriptor: .write,
+        Islet_Content_V1_ActivityService.Method.ListStaleActivities.descriptor: .read,
+    ]
+}
