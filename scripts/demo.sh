@@ -61,7 +61,9 @@ env "${common[@]}" ISLET_SIMULATOR_KEYS="$key_id=$team:$run/AuthKey.p8" ISLET_HT
   ISLET_SIMULATOR_TLS_CERTIFICATE_OUT="$run/simulator.pem" "$bin/apns-simulator" >"$run/apns-simulator.log" 2>&1 &
 pids+=("$!"); simulator_pid=$!
 wait_ready apns-simulator http://127.0.0.1:8090
-env "${common[@]}" ISLET_HTTP_PORT=8081 ISLET_GRPC_PORT=9081 ISLET_GRPC_KEYS="$grpc_keys" ISLET_AUTH_HS256_KEYS="demo=$jwt_secret" \
+# The latency and memory runs register thousands of activities for one user: no quota for them.
+quota=(); [ "$bench" = no ] || quota=(ISLET_QUOTA_LIVE_ACTIVITIES=0)
+env "${common[@]}" ${quota[@]+"${quota[@]}"} ISLET_HTTP_PORT=8081 ISLET_GRPC_PORT=9081 ISLET_GRPC_KEYS="$grpc_keys" ISLET_AUTH_HS256_KEYS="demo=$jwt_secret" \
   "$bin/token-registry" >"$run/token-registry.log" 2>&1 &
 pids+=("$!")
 env "${common[@]}" ISLET_HTTP_PORT=8083 ISLET_GRPC_PORT=9083 ISLET_GRPC_KEYS="$grpc_keys" ISLET_LINK_KEYS="demo=$link_secret" \

@@ -26,6 +26,8 @@ public struct APIError: Error, HTTPResponseError, Sendable, Equatable, CustomStr
         public static let notFound = Code(rawValue: "notFound")
         /// The change cannot be made in the resource's state (e.g. the activity has ended).
         public static let conflict = Code(rawValue: "conflict")
+        /// The user holds as many live activities (or push-to-start tokens) as allowed: end one first.
+        public static let quotaExceeded = Code(rawValue: "quotaExceeded")
         /// The body is larger than the service accepts.
         public static let bodyTooLarge = Code(rawValue: "bodyTooLarge")
         /// The body is not `application/json`.

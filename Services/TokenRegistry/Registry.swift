@@ -9,7 +9,21 @@ import Synchronization
 /// push outcome kills a token. Every change is published to `islet.tokens.v1` and applied to the
 /// table only once Kafka acknowledged it; a request that changes nothing writes nothing.
 public final class Registry: Sendable {
+    /// How many active tokens one user may hold (0: no limit): what one account can make every
+    /// service keep in memory.
+    public struct Quotas: Sendable, Equatable {
+        /// Live activities (update tokens). Default 1000.
+        public var liveActivities: Int
+        /// Push-to-start tokens (one per device and attributes type). Default 100.
+        public var pushToStart: Int
+        public init(liveActivities: Int = 1_000, pushToStart: Int = 100) {
+            self.liveActivities = liveActivities
+            self.pushToStart = pushToStart
+        }
+    }
+
     public let table: TokenTable
+    private let quotas: Quotas
     private let publisher: any TokenRecordPublisher
     private let locks = KeyedLocks()
     private let now: @Sendable () -> Date
@@ -17,8 +31,12 @@ public final class Registry: Sendable {
     private let metrics = RegistryMetrics()
     private let loaded = Atomic<Bool>(false)
 
-    public init(table: TokenTable, publisher: any TokenRecordPublisher, logger: Logger, now: @escaping @Sendable () -> Date = Date.init) {
+    public init(
+        table: TokenTable, publisher: any TokenRecordPublisher, logger: Logger, quotas: Quotas = Quotas(),
+        now: @escaping @Sendable () -> Date = Date.init
+    ) {
         self.table = table
+        self.quotas = quotas
         self.publisher = publisher
         self.logger = logger
         // Times are kept at the wire's precision (milliseconds), so that the table holds exactly
@@ -42,7 +60,7 @@ public final class Registry: Sendable {
         let (token, attributesType, app, appVersion) = (request.token, request.attributesType, request.app, request.appVersion)
         let (startedAt, deviceId) = (request.activityStartedAt, request.deviceId)
 
-        return try await write(key: MessageKey.activity(activityId)) { current, now throws(APIError) in
+        return try await register(user: user, kind: .update, key: MessageKey.activity(activityId)) { current, now throws(APIError) in
             guard let current else {
                 return (
                     TokenRecord(
@@ -83,7 +101,7 @@ public final class Registry: Sendable {
         if let owner = table.owner(bundleId: bundleId, deviceId: deviceId), owner != user {
             throw APIError(.forbidden, .forbidden, field: "deviceId", reason: "the device belongs to another user")
         }
-        return try await write(key: key) { current, now throws(APIError) in
+        return try await register(user: user, kind: .pushToStart, key: key) { current, now throws(APIError) in
             let app = AppTarget(bundleId: bundleId, environment: environment)
             guard let current else {
                 return (
@@ -243,6 +261,27 @@ public final class Registry: Sendable {
 
     /// Under the key's lock: reads its record, lets `decide` say what to write, publishes it and
     /// applies it once acknowledged. `decide` returning `.unchanged` writes nothing.
+    /// ``write(key:_:)`` for a registration of `user`: one of the user's registrations at a time, and
+    /// refused (429 `quotaExceeded`) when it would make one token of `kind` more active than the
+    /// user's quota allows.
+    private func register(
+        user: String, kind: TokenKind, key: String, _ decide: @escaping @Sendable (TokenRecord?, Date) throws(APIError) -> (TokenRecord, Change)
+    ) async throws(APIError) -> WriteResponse {
+        let (table, limit) = (self.table, kind == .update ? quotas.liveActivities : quotas.pushToStart)
+        let what = kind == .update ? "live activities (the most allowed): end one first" : "push-to-start tokens (the most allowed): invalidate one first"
+        // Serialised per user, so that registrations in parallel cannot pass the quota together.
+        return try await locks.withLock("user:" + user) { () async throws(APIError) -> WriteResponse in
+            try await self.write(key: key) { current, now throws(APIError) in
+                if current?.state != .active, limit > 0, table.activeCount(ofUser: user, kind: kind) >= limit {
+                    throw APIError(
+                        .tooManyRequests, .quotaExceeded, field: kind == .update ? "activityId" : "deviceId",
+                        reason: "this user already has \(limit) \(what)")
+                }
+                return try decide(current, now)
+            }
+        }
+    }
+
     private func write(
         key: String, _ decide: @Sendable (TokenRecord?, Date) throws(APIError) -> (TokenRecord, Change)
     ) async throws(APIError) -> WriteResponse {

@@ -36,6 +36,9 @@ public struct RegistrySettings: Sendable {
     /// `ISLET_GRPC_PORT` (default 9081): the backends' gRPC API.
     public var grpcHost: String
     public var grpcPort: Int
+    /// `ISLET_QUOTA_LIVE_ACTIVITIES` (default 1000) and `ISLET_QUOTA_PUSH_TO_START` (default 100):
+    /// active tokens one user may hold; past them a registration is 429 `quotaExceeded`. 0: no limit.
+    public var quotas = Registry.Quotas()
     /// `ISLET_GRPC_KEYS`: the backends that may call the gRPC API, `name=key:read+write,…`
     /// (``BackendKeys``). None: every call is refused.
     public var backendKeys: BackendKeys
@@ -87,5 +90,8 @@ public struct RegistrySettings: Sendable {
             grpcPort: try config.int("islet.grpc.port", default: 9_081, range: 0...65_535),
             sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)),
             backendKeys: try config.properties("islet.grpc.keys") { try BackendKeys($0) })
+        quotas = Registry.Quotas(
+            liveActivities: try config.int("islet.quota.live.activities", default: 1_000, range: 0...10_000_000),
+            pushToStart: try config.int("islet.quota.push.to.start", default: 100, range: 0...10_000_000))
     }
 }

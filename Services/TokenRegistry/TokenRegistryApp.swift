@@ -34,7 +34,8 @@ public struct TokenRegistryApp: Sendable {
             producerConfiguration.settings["message.timeout.ms"] = "\(Int(settings.sendTimeout / .milliseconds(1)))"
         }
         let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
-        let registry = Registry(table: TokenTable(), publisher: KafkaTokenPublisher(producer: producer, topic: topics.tokens), logger: logger)
+        let registry = Registry(
+            table: TokenTable(), publisher: KafkaTokenPublisher(producer: producer, topic: topics.tokens), logger: logger, quotas: settings.quotas)
 
         let replica = try KafkaConsumer(
             configuration: TokenTableLoader.replicaConfiguration(

@@ -30,6 +30,8 @@ public final class TokenTable: Sendable {
         var entries: [String: Entry] = [:]
         /// user → keys of their update tokens.
         var activitiesByUser: [String: Set<String>] = [:]
+        /// Each user's push-to-start token keys.
+        var pushToStartByUser: [String: Set<String>] = [:]
         /// `bundleId:deviceId` → the user who first registered a token for that device.
         var deviceOwners: [String: String] = [:]
     }
@@ -50,6 +52,8 @@ public final class TokenTable: Sendable {
             state.entries[key] = Entry(record: record, position: position)
             if record.kind == .update {
                 state.activitiesByUser[record.userId, default: []].insert(key)
+            } else {
+                state.pushToStartByUser[record.userId, default: []].insert(key)
             }
             if let deviceId = record.deviceId {
                 let device = Self.deviceKey(bundleId: record.app.bundleId, deviceId: deviceId)
@@ -66,6 +70,7 @@ public final class TokenTable: Sendable {
             if let old = current.position, let new = position, old.partition == new.partition, new.offset <= old.offset { return }
             state.entries[key] = nil
             state.activitiesByUser[current.record.userId]?.remove(key)
+            state.pushToStartByUser[current.record.userId]?.remove(key)
         }
     }
 
@@ -87,6 +92,14 @@ public final class TokenTable: Sendable {
     }
 
     public var count: Int { state.withLock { $0.entries.count } }
+
+    /// How many of `user`'s tokens of `kind` are active (for quotas).
+    public func activeCount(ofUser user: String, kind: TokenKind) -> Int {
+        state.withLock { state in
+            let keys = (kind == .update ? state.activitiesByUser[user] : state.pushToStartByUser[user]) ?? []
+            return keys.reduce(0) { count, key in count + (state.entries[key]?.record.state == .active ? 1 : 0) }
+        }
+    }
 
     private static func deviceKey(bundleId: String, deviceId: String) -> String { "\(bundleId):\(deviceId)" }
 }

@@ -14,13 +14,16 @@ extension EndToEnd {
     @Suite("End to end: hostile input", .timeLimit(.minutes(10)))
     struct HostileInputTests {
         static let requestTimeout: Duration = .seconds(4)
+        static let quota = 3
 
         @Test("oversize and nested bodies, bad UTF-8, wrong token lengths, forged and replayed taps, another user's activity, slow clients: only 4xx or a closed connection, the services stay up with bounded memory, and no log line holds a token or a key")
         func hostile() async throws {
             // Short request deadlines and a small cap per address, so that the slow clients below
             // meet both within the test.
             let limits = ["ISLET_HTTP_REQUEST_TIMEOUT_MS": "\(Int(Self.requestTimeout.components.seconds) * 1_000)", "ISLET_HTTP_MAX_CONNECTIONS_PER_ADDRESS": "40"]
-            let stack = try Stack(name: "hostile-input", extra: [.registry: limits, .ingest: limits])
+            // A small quota of live activities per user, met by a user of this run's own.
+            let quota = ["ISLET_QUOTA_LIVE_ACTIVITIES": "\(Self.quota)"]
+            let stack = try Stack(name: "hostile-input", extra: [.registry: limits.merging(quota) { $1 }, .ingest: limits])
             try await stack.start()
             let driver = try Driver(stack: stack)
             do {
@@ -40,11 +43,13 @@ extension EndToEnd {
         }
 
         func run(stack: Stack, driver: Driver) async throws {
-            let jwt = try await stack.jwt(user: "user-1")
+            // Users of this run only: earlier suites on the same broker registered many activities for "user-1".
+            let owner = "owner-" + UUID().uuidString.prefix(8).lowercased()
+            let jwt = try await stack.jwt(user: owner)
             let intruder = try await stack.jwt(user: "user-2")
             let activity = driver.run + "mine"
             let token = Driver.token(activity)
-            try await driver.registerActivity(activity, token: token, type: "DeliveryAttributes", bundleId: "com.example.food")
+            try await driver.registerActivity(activity, token: token, type: "DeliveryAttributes", bundleId: "com.example.food", user: owner)
             func registration(token: String) -> [UInt8] {
                 Array(#"{"token":"\#(token)","attributesType":"DeliveryAttributes","app":{"bundleId":"com.example.food","environment":"production"},"frequentUpdatesEnabled":false,"appVersion":"3.0"}"#.utf8)
             }
@@ -105,7 +110,7 @@ extension EndToEnd {
                     }
                 }
                 let state = try await registry.lookupActivity(lookup, metadata: ["authorization": "Bearer \(stack.backendKey)"])
-                #expect(state.userID == "user-1", "the backend's key reads the activity")
+                #expect(state.userID == owner, "the backend's key reads the activity")
             }
             try await withGRPCClient(
                 transport: .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: stack.grpcPorts[.content]!), transportSecurity: .plaintext)
@@ -123,6 +128,16 @@ extension EndToEnd {
                     ($0 as? RPCError)?.code == .unauthenticated
                 }
             }
+            // The quota: a user with as many live activities as allowed gets 429 for one more, and nothing is written.
+            let greedy = "greedy-" + UUID().uuidString.prefix(8).lowercased()
+            for number in 0..<Self.quota {
+                let id = "\(driver.run)greedy-\(number)"
+                try await driver.registerActivity(id, token: Driver.token(id), type: "DeliveryAttributes", bundleId: "com.example.food", user: greedy)
+            }
+            let (quotaStatus, quotaBody) = try await HTTP.request(
+                stack.url(.registry) + "/v1/activities/\(driver.run)greedy-more/token", method: .PUT,
+                headers: [("Authorization", "Bearer \(try await stack.jwt(user: greedy))")], body: registration(token: Driver.token("more")))
+            #expect(quotaStatus == 429 && String(decoding: quotaBody, as: UTF8.self).contains("quotaExceeded"), "over the quota: \(quotaStatus) \(String(decoding: quotaBody, as: UTF8.self))")
             let (mineStatus, mine) = try await HTTP.request(stack.url(.registry) + "/v1/activities/\(activity)", headers: [("Authorization", "Bearer \(jwt)")])
             #expect(mineStatus == 200 && String(decoding: mine, as: UTF8.self).contains("\"active\""), "the owner's token is untouched")
 

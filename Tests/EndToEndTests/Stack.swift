@@ -196,6 +196,8 @@ final class Stack: Sendable {
             .registry: [
                 "ISLET_GRPC_PORT": "\(grpcPorts[.registry]!)", "ISLET_AUTH_HS256_KEYS": "\(jwtKey.kid)=\(jwtKey.secret)",
                 "ISLET_GRPC_KEYS": "e2e-backend=\(backendKey):read+write",
+                // The load runs register thousands of activities for one user, on a broker the suites share.
+                "ISLET_QUOTA_LIVE_ACTIVITIES": "0", "ISLET_QUOTA_PUSH_TO_START": "0",
             ],
             .content: [
                 "ISLET_GRPC_PORT": "\(grpcPorts[.content]!)", "ISLET_LINK_KEYS": "\(linkKey.kid)=\(linkKey.secret)",

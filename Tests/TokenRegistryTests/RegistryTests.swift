@@ -15,6 +15,32 @@ struct RegistryTests {
         return registry
     }
 
+    @Test("quotas: a user with as many live activities or push-to-start tokens as allowed gets 429 quotaExceeded for one more and nothing is written; re-registering one held, or ending one, is fine; other users are not affected")
+    func quotas() async throws {
+        let registry = Registry(
+            table: TokenTable(), publisher: publisher, logger: quietLogger, quotas: .init(liveActivities: 2, pushToStart: 1), now: { [clock] in clock.now })
+        registry.markReady()
+        _ = try await registry.registerActivityToken(user: "u", activityId: "a1", activityRequest(token: hexToken(1)))
+        _ = try await registry.registerActivityToken(user: "u", activityId: "a2", activityRequest(token: hexToken(2)))
+        let written = publisher.records.count
+        let over = await #expect(throws: APIError.self) {
+            try await registry.registerActivityToken(user: "u", activityId: "a3", activityRequest(token: hexToken(3)))
+        }
+        #expect(over?.status == .tooManyRequests && over?.code == .quotaExceeded, "\(String(describing: over))")
+        #expect(publisher.records.count == written, "nothing written")
+        #expect(try await registry.registerActivityToken(user: "u", activityId: "a2", activityRequest(token: hexToken(4))).change == .rotated)
+        #expect(try await registry.registerActivityToken(user: "v", activityId: "b1", activityRequest(token: hexToken(5))).change == .registered)
+        _ = try await registry.invalidateActivity(user: "u", activityId: "a1", reason: .clientEnded)
+        #expect(try await registry.registerActivityToken(user: "u", activityId: "a3", activityRequest(token: hexToken(3))).change == .registered)
+
+        let body = RegisterPushToStartTokenRequest(token: hexToken(6), environment: .production, frequentUpdatesEnabled: false, appVersion: "3.0")
+        _ = try await registry.registerPushToStartToken(user: "u", bundleId: "com.example.ride", deviceId: "d1", attributesType: "RideAttributes", body)
+        let overPTS = await #expect(throws: APIError.self) {
+            try await registry.registerPushToStartToken(user: "u", bundleId: "com.example.ride", deviceId: "d2", attributesType: "RideAttributes", body)
+        }
+        #expect(overPTS?.code == .quotaExceeded)
+    }
+
     @Test("registering writes one active record keyed by the activity; repeating it writes nothing")
     func registerIsIdempotent() async throws {
         let registry = makeRegistry()
