@@ -309,6 +309,35 @@ public final class Registry: Sendable {
         }
     }
 
+    /// Deletes from `islet.tokens.v1` (a tombstone) every record invalidated more than `retention`
+    /// ago, so that the table of every service stays the size of what is alive. Each key is
+    /// checked again under its lock (a re-registration since wins). Returns how many were deleted;
+    /// a tombstone Kafka does not acknowledge is left for the next sweep.
+    public func sweep(invalidatedFor retention: Duration) async -> Int {
+        guard isReady else { return 0 }
+        let cutoff = now().addingTimeInterval(-(retention / .seconds(1)))
+        var deleted = 0
+        for key in table.keys(invalidatedBefore: cutoff) {
+            let (publisher, table, logger) = (self.publisher, self.table, self.logger)
+            let done = await locks.withLock(key) { () async -> Bool in
+                guard let record = table.record(forKey: key), record.state == .invalidated,
+                    let at = record.invalidation?.invalidatedAt, at < cutoff
+                else { return false }
+                do {
+                    let position = try await publisher.tombstone(key: key)
+                    table.remove(key: key, at: position)
+                    return true
+                } catch {
+                    logger.warning("tombstone not acknowledged by Kafka: the next sweep tries again", metadata: ["token.key": "\(key)", "kafka.error": "\(error)"])
+                    return false
+                }
+            }
+            if done { deleted += 1 }
+        }
+        if deleted > 0 { logger.info("ended tokens deleted from the topic", metadata: ["count": "\(deleted)", "retention": "\(retention)"]) }
+        return deleted
+    }
+
     /// A registration for a key that has a record: rotation, reactivation, an update of other
     /// fields, or nothing.
     private static func reregistration(of current: TokenRecord, as proposed: TokenRecord, now: Date) -> (TokenRecord, Change) {

@@ -39,6 +39,10 @@ public struct RegistrySettings: Sendable {
     /// `ISLET_QUOTA_LIVE_ACTIVITIES` (default 1000) and `ISLET_QUOTA_PUSH_TO_START` (default 100):
     /// active tokens one user may hold; past them a registration is 429 `quotaExceeded`. 0: no limit.
     public var quotas = Registry.Quotas()
+    /// `ISLET_TOKEN_RETENTION_MS` (default 7 days; 0: kept for ever): an ended or invalidated
+    /// token is deleted from `islet.tokens.v1` (a tombstone; every service's table drops it) this
+    /// long after it ended. Checked hourly.
+    public var tokenRetention: Duration = .seconds(7 * 86_400)
     /// `ISLET_GRPC_KEYS`: the backends that may call the gRPC API, `name=key:read+write,…`
     /// (``BackendKeys``). None: every call is refused.
     public var backendKeys: BackendKeys
@@ -90,6 +94,7 @@ public struct RegistrySettings: Sendable {
             grpcPort: try config.int("islet.grpc.port", default: 9_081, range: 0...65_535),
             sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)),
             backendKeys: try config.properties("islet.grpc.keys") { try BackendKeys($0) })
+        tokenRetention = try config.milliseconds("islet.token.retention.ms", default: .seconds(7 * 86_400))
         quotas = Registry.Quotas(
             liveActivities: try config.int("islet.quota.live.activities", default: 1_000, range: 0...10_000_000),
             pushToStart: try config.int("islet.quota.push.to.start", default: 100, range: 0...10_000_000))

@@ -8,6 +8,8 @@ public protocol TokenRecordPublisher: Sendable {
     /// Persists `record` under its key; returns where it landed (`nil` if the broker did not say).
     /// Throws when the record was not acknowledged.
     func publish(_ record: TokenRecord) async throws -> TokenTable.Position?
+    /// Deletes `key` from the compacted topic (a record without a value); throws when it was not acknowledged.
+    func tombstone(key: String) async throws -> TokenTable.Position?
 }
 
 /// Publishes to Kafka. How long a record may wait for its acknowledgement is the producer's
@@ -24,6 +26,11 @@ public struct KafkaTokenPublisher: TokenRecordPublisher {
 
     public func publish(_ record: TokenRecord) async throws -> TokenTable.Position? {
         let report = try await producer.send(record, to: topic)
+        return report.offset.map { TokenTable.Position(partition: report.partition, offset: $0) }
+    }
+
+    public func tombstone(key: String) async throws -> TokenTable.Position? {
+        let report = try await producer.send(topic: topic, key: key, value: nil)
         return report.offset.map { TokenTable.Position(partition: report.partition, offset: $0) }
     }
 }

@@ -77,6 +77,7 @@ public struct TokenRegistryApp: Sendable {
         self.registry = registry
         self.producer = producer
         self.grpc = grpc
-        self.services = [producer, loader, listener, grpc, runtime.httpServer(router: router.buildResponder())]
+        let sweeper = TokenSweeper(registry: registry, retention: settings.tokenRetention, interval: .seconds(3_600))
+        self.services = [producer, loader, listener, sweeper, grpc, runtime.httpServer(router: router.buildResponder())]
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import IsletKafka
 import IsletMessages
 import Synchronization
@@ -92,6 +93,16 @@ public final class TokenTable: Sendable {
     }
 
     public var count: Int { state.withLock { $0.entries.count } }
+
+    /// The keys of records invalidated before `date` (for the retention sweep).
+    public func keys(invalidatedBefore date: Date) -> [String] {
+        state.withLock { state in
+            state.entries.compactMap { key, entry in
+                guard entry.record.state == .invalidated, let at = entry.record.invalidation?.invalidatedAt, at < date else { return nil }
+                return key
+            }
+        }
+    }
 
     /// How many of `user`'s tokens of `kind` are active (for quotas).
     public func activeCount(ofUser user: String, kind: TokenKind) -> Int {

@@ -41,6 +41,28 @@ struct RegistryTests {
         #expect(overPTS?.code == .quotaExceeded)
     }
 
+    @Test("the retention sweep deletes (tombstones) records invalidated longer ago than the retention, keeps the others and the live ones, and leaves what Kafka refused for the next sweep")
+    func retentionSweep() async throws {
+        let registry = makeRegistry()
+        _ = try await registry.registerActivityToken(user: "u", activityId: "old", activityRequest(token: hexToken(1)))
+        _ = try await registry.invalidateActivity(user: "u", activityId: "old", reason: .clientEnded)
+        clock.advance(3 * 86_400)
+        _ = try await registry.registerActivityToken(user: "u", activityId: "recent", activityRequest(token: hexToken(2)))
+        _ = try await registry.invalidateActivity(user: "u", activityId: "recent", reason: .clientEnded)
+        _ = try await registry.registerActivityToken(user: "u", activityId: "live", activityRequest(token: hexToken(3)))
+        clock.advance(5 * 86_400)
+        publisher.refuse(true)
+        #expect(await registry.sweep(invalidatedFor: .seconds(7 * 86_400)) == 0, "Kafka refused: nothing deleted")
+        #expect(registry.table.record(forKey: MessageKey.activity("old")) != nil)
+        publisher.refuse(false)
+        #expect(await registry.sweep(invalidatedFor: .seconds(7 * 86_400)) == 1)
+        #expect(publisher.tombstones == [MessageKey.activity("old")])
+        #expect(registry.table.record(forKey: MessageKey.activity("old")) == nil)
+        #expect(registry.table.record(forKey: MessageKey.activity("recent")) != nil)
+        #expect(registry.table.record(forKey: MessageKey.activity("live"))?.state == .active)
+        #expect(await registry.sweep(invalidatedFor: .seconds(7 * 86_400)) == 0, "nothing more to delete")
+    }
+
     @Test("registering writes one active record keyed by the activity; repeating it writes nothing")
     func registerIsIdempotent() async throws {
         let registry = makeRegistry()

@@ -14,16 +14,25 @@ let quietLogger: Logger = {
 
 /// A publisher that keeps what it was given, in order, and can be told to refuse (Kafka down).
 final class RecordingPublisher: TokenRecordPublisher {
-    private let state = Mutex<(records: [TokenRecord], refusing: Bool)>(([], false))
+    private let state = Mutex<(records: [TokenRecord], tombstones: [String], refusing: Bool)>(([], [], false))
 
     var records: [TokenRecord] { state.withLock { $0.records } }
+    var tombstones: [String] { state.withLock { $0.tombstones } }
     func refuse(_ refusing: Bool) { state.withLock { $0.refusing = refusing } }
 
     func publish(_ record: TokenRecord) async throws -> TokenTable.Position? {
         try state.withLock { state in
             if state.refusing { throw TestKafkaDown() }
             state.records.append(record)
-            return TokenTable.Position(partition: 0, offset: Int64(state.records.count - 1))
+            return TokenTable.Position(partition: 0, offset: Int64(state.records.count + state.tombstones.count - 1))
+        }
+    }
+
+    func tombstone(key: String) async throws -> TokenTable.Position? {
+        try state.withLock { state in
+            if state.refusing { throw TestKafkaDown() }
+            state.tombstones.append(key)
+            return TokenTable.Position(partition: 0, offset: Int64(state.records.count + state.tombstones.count - 1))
         }
     }
 }
