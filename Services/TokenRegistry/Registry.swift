@@ -59,6 +59,9 @@ public final class Registry: Sendable {
         let request = try Validation.activityToken(request, now: now())
         let (token, attributesType, app, appVersion) = (request.token, request.attributesType, request.app, request.appVersion)
         let (startedAt, deviceId) = (request.activityStartedAt, request.deviceId)
+        if let deviceId, let owner = table.owner(bundleId: request.app.bundleId, deviceId: deviceId), owner != user {
+            throw APIError(.forbidden, .forbidden, field: "deviceId", reason: "the device belongs to another user")
+        }
 
         return try await register(user: user, kind: .update, key: MessageKey.activity(activityId)) { current, now throws(APIError) in
             guard let current else {

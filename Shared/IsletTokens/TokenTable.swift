@@ -33,7 +33,7 @@ public final class TokenTable: Sendable {
         var activitiesByUser: [String: Set<String>] = [:]
         /// Each user's push-to-start token keys.
         var pushToStartByUser: [String: Set<String>] = [:]
-        /// `bundleId:deviceId` → the user who first registered a token for that device.
+        /// `bundleId:deviceId` → the user who first registered a push-to-start token for that device.
         var deviceOwners: [String: String] = [:]
     }
 
@@ -56,7 +56,9 @@ public final class TokenTable: Sendable {
             } else {
                 state.pushToStartByUser[record.userId, default: []].insert(key)
             }
-            if let deviceId = record.deviceId {
+            // Only a push-to-start registration makes its user the device's owner: an activity
+            // registration may name any device id, and must not claim one by naming it.
+            if record.kind == .pushToStart, let deviceId = record.deviceId {
                 let device = Self.deviceKey(bundleId: record.app.bundleId, deviceId: deviceId)
                 if state.deviceOwners[device] == nil { state.deviceOwners[device] = record.userId }
             }

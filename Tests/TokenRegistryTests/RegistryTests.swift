@@ -63,6 +63,25 @@ struct RegistryTests {
         #expect(await registry.sweep(invalidatedFor: .seconds(7 * 86_400)) == 0, "nothing more to delete")
     }
 
+    @Test("a device belongs to the user of its push-to-start registration, not to whoever names it in an activity registration; naming another user's device is 403")
+    func deviceOwnership() async throws {
+        let registry = makeRegistry()
+        var squat = activityRequest(token: hexToken(1))
+        squat.deviceId = "victims-device"
+        squat.app = AppTarget(bundleId: "com.example.ride", environment: .production)
+        _ = try await registry.registerActivityToken(user: "mallory", activityId: "m1", squat)
+        let body = RegisterPushToStartTokenRequest(token: hexToken(2), environment: .production, frequentUpdatesEnabled: false, appVersion: "3.0")
+        let claimed = try await registry.registerPushToStartToken(
+            user: "victim", bundleId: "com.example.ride", deviceId: "victims-device", attributesType: "RideAttributes", body)
+        #expect(claimed.change == .registered, "naming a device in an activity registration did not make it mallory's")
+        var again = activityRequest(token: hexToken(3))
+        again.deviceId = "victims-device"
+        again.app = AppTarget(bundleId: "com.example.ride", environment: .production)
+        let refused = await #expect(throws: APIError.self) { try await registry.registerActivityToken(user: "mallory", activityId: "m2", again) }
+        #expect(refused?.status == .forbidden && refused?.field == "deviceId")
+        #expect(try await registry.registerActivityToken(user: "victim", activityId: "v1", again).change == .registered)
+    }
+
     @Test("registering writes one active record keyed by the activity; repeating it writes nothing")
     func registerIsIdempotent() async throws {
         let registry = makeRegistry()
