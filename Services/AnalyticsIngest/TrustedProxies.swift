@@ -66,11 +66,21 @@ public struct TrustedProxies: Sendable, Equatable {
         guard let peer else { return nil }
         guard contains(peer) else { return peer }
         let entries = values.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
-        for entry in entries.reversed() where !entry.isEmpty {
+        for raw in entries.reversed() where !raw.isEmpty {
+            let entry = Self.address(of: raw)
             guard Self.bytes(entry) != nil else { return peer }  // not an address: the chain is not to be believed
             if !contains(entry) { return entry }
         }
         return peer
+    }
+
+    /// The address of a forwarded-for entry, without the port or brackets some proxies add
+    /// (`203.0.113.5:4711`, `[2001:db8::1]:443`, `[2001:db8::1]`).
+    static func address(of entry: String) -> String {
+        if entry.hasPrefix("["), let close = entry.firstIndex(of: "]") { return String(entry[entry.index(after: entry.startIndex)..<close]) }
+        let colons = entry.filter { $0 == ":" }.count
+        if colons == 1, let colon = entry.firstIndex(of: ":") { return String(entry[..<colon]) }
+        return entry
     }
 
     /// The bytes of an IPv4 or IPv6 address in text; `nil` when it is neither.

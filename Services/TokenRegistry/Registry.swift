@@ -262,11 +262,9 @@ public final class Registry: Sendable {
         }
     }
 
-    /// Under the key's lock: reads its record, lets `decide` say what to write, publishes it and
-    /// applies it once acknowledged. `decide` returning `.unchanged` writes nothing.
-    /// ``write(key:_:)`` for a registration of `user`: one of the user's registrations at a time, and
-    /// refused (429 `quotaExceeded`) when it would make one token of `kind` more active than the
-    /// user's quota allows.
+    /// ``write(key:_:)`` for a registration of `user`: one of the user's registrations at a time (on
+    /// this instance), and refused (429 `quotaExceeded`) when it would make one token of `kind`
+    /// more active than the user's quota allows.
     private func register(
         user: String, kind: TokenKind, key: String, _ decide: @escaping @Sendable (TokenRecord?, Date) throws(APIError) -> (TokenRecord, Change)
     ) async throws(APIError) -> WriteResponse {
@@ -285,6 +283,8 @@ public final class Registry: Sendable {
         }
     }
 
+    /// Under the key's lock: reads its record, lets `decide` say what to write, publishes it and
+    /// applies it once acknowledged. `decide` returning `.unchanged` writes nothing.
     private func write(
         key: String, _ decide: @Sendable (TokenRecord?, Date) throws(APIError) -> (TokenRecord, Change)
     ) async throws(APIError) -> WriteResponse {

@@ -88,13 +88,15 @@ public struct RegistrySettings: Sendable {
             verificationKeys: keys,
             issuer: config.optionalString("islet.auth.issuer"),
             audience: config.optionalString("islet.auth.audience"),
-            maxTokenLifetime: try config.milliseconds("islet.auth.max.lifetime.ms", default: .seconds(86_400)),
+            // A minute at least (0 would refuse every JWT), a year at most.
+            maxTokenLifetime: .milliseconds(try config.int("islet.auth.max.lifetime.ms", default: 86_400_000, range: 60_000...31_536_000_000)),
             maxBodyBytes: try config.int("islet.http.max.body.bytes", default: 8_192, range: 256...1_048_576),
             grpcHost: try config.string("islet.grpc.host", default: "127.0.0.1"),
             grpcPort: try config.int("islet.grpc.port", default: 9_081, range: 0...65_535),
             sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)),
             backendKeys: try config.properties("islet.grpc.keys") { try BackendKeys($0) })
-        tokenRetention = try config.milliseconds("islet.token.retention.ms", default: .seconds(7 * 86_400))
+        // Up to a year (more than the 24 days a 32-bit millisecond count allows).
+        tokenRetention = .milliseconds(try config.int("islet.token.retention.ms", default: 604_800_000, range: 0...31_536_000_000))
         quotas = Registry.Quotas(
             liveActivities: try config.int("islet.quota.live.activities", default: 1_000, range: 0...10_000_000),
             pushToStart: try config.int("islet.quota.push.to.start", default: 100, range: 0...10_000_000))

@@ -8,7 +8,11 @@ struct TokenSweeper: Service {
     let interval: Duration
 
     func run() async throws {
-        guard retention > .zero else { return }
+        guard retention > .zero else {
+            // Nothing to sweep; a service that returned early would end the whole group.
+            try await gracefulShutdown()
+            return
+        }
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 _ = await registry.sweep(invalidatedFor: retention)

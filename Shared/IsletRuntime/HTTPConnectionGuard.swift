@@ -68,8 +68,10 @@ public final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHa
     private var counted: String?
     private var started = false
     private var deadline: Scheduled<Void>?
-    /// Requests read in full and not yet answered in full (more than one when pipelined).
-    private var unanswered = 0
+    /// A request's head arrived and its end has not.
+    private var reading = false
+    /// Requests whose head arrived and whose response has not ended (more than one when pipelined).
+    private var owed = 0
 
     public init(limits: HTTPConnectionLimits, counts: ConnectionCounts, logger: Logger) {
         self.limits = limits
@@ -95,21 +97,39 @@ public final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHa
         finish()
     }
 
+    // The deadline runs while the client owes bytes: from the connection's opening (or the end of
+    // what it last sent or was last answered) until a request is in full. It is off only while the
+    // server owes a response to a request read in full.
+
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        // The whole request is in: the server takes its time to answer, not the client.
-        if case .end = unwrapInboundIn(data) {
-            unanswered += 1
-            deadline?.cancel()
-            deadline = nil
+        switch unwrapInboundIn(data) {
+        case .head:
+            reading = true
+            owed += 1
+            // A pipelined request read while the server is busy: its deadline starts now.
+            if deadline == nil { armDeadline(context: context) }
+        case .body:
+            break
+        case .end:
+            reading = false
+            if owed > 0 {
+                // The whole request is in: the server takes its time to answer, not the client.
+                deadline?.cancel()
+                deadline = nil
+            } else {
+                // Answered before its body was in (a 404, a 413): the next request has its own deadline.
+                armDeadline(context: context)
+            }
         }
         context.fireChannelRead(data)
     }
 
     public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        // The response is complete: the next request on this connection has its own deadline.
         if case .end = unwrapOutboundIn(data) {
-            unanswered = max(0, unanswered - 1)
-            if unanswered == 0 { armDeadline(context: context) }
+            owed = max(0, owed - 1)
+            // Every request answered: the next one has its own deadline. A request still being read
+            // (answered early) keeps the deadline it has.
+            if owed == 0 && !reading { armDeadline(context: context) }
         }
         context.write(data, promise: promise)
     }
@@ -119,7 +139,8 @@ public final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHa
         started = true
         if limits.maxConnectionsPerAddress > 0, let address = context.channel.remoteAddress?.ipAddress {
             guard counts.open(address, limit: limits.maxConnectionsPerAddress) else {
-                logger.warning(
+                // Debug, not warning: a flood of refused connections must not flood the log too.
+                logger.debug(
                     "connection refused: its address holds the most connections allowed",
                     metadata: ["http.client": "\(address)", "limit": "\(limits.maxConnectionsPerAddress)"])
                 context.close(promise: nil)

@@ -96,11 +96,13 @@ public final class TokenTable: Sendable {
 
     public var count: Int { state.withLock { $0.entries.count } }
 
-    /// The keys of records invalidated before `date` (for the retention sweep).
+    /// The keys of activity (update) records invalidated before `date` (for the retention sweep).
+    /// Push-to-start records are kept: they carry the device's owner.
     public func keys(invalidatedBefore date: Date) -> [String] {
         state.withLock { state in
             state.entries.compactMap { key, entry in
-                guard entry.record.state == .invalidated, let at = entry.record.invalidation?.invalidatedAt, at < date else { return nil }
+                guard entry.record.kind == .update, entry.record.state == .invalidated, let at = entry.record.invalidation?.invalidatedAt, at < date
+                else { return nil }
                 return key
             }
         }

@@ -373,5 +373,10 @@ struct TrustedProxiesTests {
         #expect(proxies.client(peer: "10.0.0.2", forwardedFor: []) == "10.0.0.2")
         #expect(proxies.client(peer: "10.0.0.2", forwardedFor: ["1.2.3.4, not-an-address"]) == "10.0.0.2")
         #expect(proxies.client(peer: nil, forwardedFor: ["1.2.3.4"]) == nil)
+        // Entries with ports or brackets, as some proxies write them.
+        #expect(proxies.client(peer: "10.0.0.2", forwardedFor: ["203.0.113.5:4711"]) == "203.0.113.5")
+        #expect(proxies.client(peer: "10.0.0.2", forwardedFor: ["[2001:db8::1]:443"]) == "2001:db8::1")
+        #expect(proxies.client(peer: "10.0.0.2", forwardedFor: ["[2001:db8::7]"]) == "2001:db8::7")
+        #expect(proxies.client(peer: "10.0.0.2", forwardedFor: ["2001:db8::9"]) == "2001:db8::9")
     }
 }

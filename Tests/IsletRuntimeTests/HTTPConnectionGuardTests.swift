@@ -57,6 +57,22 @@ struct HTTPConnectionGuardTests {
         #expect(!channel.isActive, "kept alive and idle for the request timeout")
     }
 
+    @Test("a request answered before its body is in (a 404, a 413) does not switch the deadline off: the body and the next request must still come in time")
+    func answeredEarly() throws {
+        let counts = ConnectionCounts()
+        let channel = try Self.connection(counts: counts)
+        try channel.writeInbound(Self.head)
+        try channel.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .notFound)))
+        try channel.writeOutbound(HTTPResponsePart.end(nil))
+        channel.embeddedEventLoop.advanceTime(by: .seconds(10))
+        try channel.writeInbound(HTTPRequestPart.end(nil))
+        // The next request trickles: a head never completes.
+        channel.embeddedEventLoop.advanceTime(by: .seconds(14))
+        #expect(channel.isActive)
+        channel.embeddedEventLoop.advanceTime(by: .seconds(1))
+        #expect(!channel.isActive, "15 s after the early-answered request was in, nothing more came in full")
+    }
+
     @Test("one address holds at most the cap; the next connection is closed at once, others are not affected, a closed one frees its place")
     func perAddressCap() throws {
         let counts = ConnectionCounts()

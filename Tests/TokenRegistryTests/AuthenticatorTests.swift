@@ -1,5 +1,7 @@
 import Foundation
 import IsletRuntime
+import IsletTokens
+import Synchronization
 import Testing
 @testable import TokenRegistry
 
@@ -39,6 +41,29 @@ struct AuthenticatorTests {
         #expect(verdict.contains(claims.3), "\(verdict)")
     }
 
+    @Test("settings: a lifetime of 0 is refused (it would refuse every JWT); a retention of 0 keeps tokens for ever and the sweeper waits for shutdown instead of ending the service")
+    func lifetimeAndRetentionSettings() async throws {
+        let keys = "k=\(String(repeating: "s", count: 40))"
+        #expect(throws: ConfigurationError.self) { try RegistrySettings(from: .variables(["ISLET_AUTH_HS256_KEYS": keys, "ISLET_AUTH_MAX_LIFETIME_MS": "0"])) }
+        let settings = try RegistrySettings(from: .variables(["ISLET_AUTH_HS256_KEYS": keys, "ISLET_TOKEN_RETENTION_MS": "0"]))
+        #expect(settings.tokenRetention == .zero)
+        #expect(try RegistrySettings(from: .variables(["ISLET_AUTH_HS256_KEYS": keys, "ISLET_TOKEN_RETENTION_MS": "2592000000"])).tokenRetention == .seconds(30 * 86_400))
+        // The sweeper with retention 0 runs until cancelled, as a service of the group must.
+        let registry = Registry(table: TokenTable(), publisher: RecordingPublisher(), logger: quietLogger)
+        let finished = Finished()
+        let sweeper = Task {
+            try? await TokenSweeper(registry: registry, retention: .zero, interval: .seconds(3_600)).run()
+            finished.value.store(true, ordering: .releasing)
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        let endedEarly = finished.value.load(ordering: .acquiring)
+        #expect(!endedEarly, "the sweeper ended on its own: the service group would stop")
+        sweeper.cancel()
+        await sweeper.value
+        let ended = finished.value.load(ordering: .acquiring)
+        #expect(ended)
+    }
+
     @Test("a malformed key list does not echo its text (it holds secrets) in the start-up error")
     func keyListErrorHidesSecrets() {
         let secret = "this-is-a-secret-of-more-than-32-bytes-in-all"
@@ -52,4 +77,9 @@ struct AuthenticatorTests {
             #expect("\(error)".contains("item 2"), "\(error)")
         }
     }
+}
+
+/// Set once a task finished.
+final class Finished: Sendable {
+    let value = Atomic<Bool>(false)
 }
