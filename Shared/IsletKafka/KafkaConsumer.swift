@@ -240,12 +240,13 @@ public final class KafkaConsumer: Service, Sendable {
             do {
                 let client = try make()
                 current.client = client
-                core.endRecovery()
+                core.endRecovery(joined: true)
                 logger.notice("the Kafka consumer was recreated", metadata: ["kafka.recovery": "\(attempt)"])
                 return client
             } catch {
                 logger.error("recreating the Kafka consumer failed", metadata: ["kafka.error": "\(error)"])
                 failures += 1
+                core.countFailedRecovery()
             }
         }
         return nil
@@ -539,8 +540,18 @@ final class ConsumerCore: Sendable {
         }
     }
 
-    func endRecovery() {
-        recovery.withLock { $0.under = nil }
+    /// The replacement is in place. A replica that was assigned its partitions has recovered
+    /// (it has no group to wait for); a group member has once the group assigns it partitions.
+    func endRecovery(joined: Bool) {
+        recovery.withLock { recovery in
+            recovery.under = nil
+            if joined && !inGroup { recovery.consecutive = 0 }
+        }
+    }
+
+    /// A new handle could not be made: it counts toward `failed` like a replacement.
+    func countFailedRecovery() {
+        recovery.withLock { $0.consecutive += 1 }
     }
 
     var recoveries: Int { recovery.withLock { $0.total } }

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 import Logging
 import NIOCore
 import NIOHTTPTypes
@@ -46,6 +51,17 @@ public final class ConnectionCounts: Sendable {
             guard let current = counts[address] else { return }
             counts[address] = current > 1 ? current - 1 : nil
         }
+    }
+
+    /// The client an address stands for: an IPv4 address itself; an IPv6 address by its /64 (one
+    /// subscriber's network: whoever holds one has billions of addresses to open connections from).
+    public static func client(of address: String) -> String {
+        guard address.contains(":") else { return address }
+        var bytes = in6_addr()
+        guard inet_pton(AF_INET6, address, &bytes) == 1 else { return address }
+        let prefix = withUnsafeBytes(of: &bytes) { Array($0.prefix(8)) }
+        if prefix.allSatisfy({ $0 == 0 }) { return address }  // ::1, IPv4-mapped: not a /64 of anyone's
+        return stride(from: 0, to: 8, by: 2).map { String(UInt16(prefix[$0]) << 8 | UInt16(prefix[$0 + 1]), radix: 16) }.joined(separator: ":") + "::/64"
     }
 
     /// Connections of `address` now (tests).
@@ -137,7 +153,7 @@ public final class HTTPConnectionGuard: ChannelDuplexHandler, RemovableChannelHa
     private func start(context: ChannelHandlerContext) {
         guard !started else { return }
         started = true
-        if limits.maxConnectionsPerAddress > 0, let address = context.channel.remoteAddress?.ipAddress {
+        if limits.maxConnectionsPerAddress > 0, let address = context.channel.remoteAddress?.ipAddress.map(ConnectionCounts.client(of:)) {
             guard counts.open(address, limit: limits.maxConnectionsPerAddress) else {
                 // Debug, not warning: a flood of refused connections must not flood the log too.
                 logger.debug(

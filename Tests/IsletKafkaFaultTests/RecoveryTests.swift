@@ -219,6 +219,27 @@ struct RecoveryTests {
         #expect(Set(values) == Set((0..<20).map { "before-\($0)" } + (0..<20).map { "after-\($0)" } + (0..<5).map { "last-\($0)" }))
     }
 
+    @Test("a replica recovers with each new handle that is assigned its partitions: fatal errors one after another, each recovered from, never make it failed")
+    func replicaRecoveriesDoNotAccumulate() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        try cluster.createTopic("replica-recoveries", partitions: 1)
+        var configuration = KafkaConsumerConfiguration.replica(bootstrapServers: cluster.bootstrapServers, topics: ["replica-recoveries"])
+        configuration.health = fastHealth
+        let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await consumer.run() }
+            group.addTask { for await _ in consumer.events {} }
+            try await eventually("ready") { consumer.health == .ready }
+            for attempt in 1...(fastHealth.maximumRecoveries + 2) {
+                consumer.simulateFatalError(reason: "fatal \(attempt)")
+                try await eventually("replacement \(attempt) ready") { consumer.recoveries == attempt && consumer.health == .ready }
+            }
+            #expect(consumer.health == .ready, "\(consumer.health)")
+            consumer.shutdown()
+            try await group.waitForAll()
+        }
+    }
+
     @Test("a consumer whose new handles keep failing is reported failed (a restart is due); run() goes on until stopped")
     func consumerFailedAfterRepeatedRecoveries() async throws {
         let cluster = try KafkaMockCluster(brokers: 1)

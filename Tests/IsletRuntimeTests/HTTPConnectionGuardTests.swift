@@ -88,6 +88,15 @@ struct HTTPConnectionGuardTests {
         #expect(counts.count(of: "198.51.100.7") == 1)
         let again = try Self.connection(counts: counts)
         #expect(again.isActive)
+        // IPv6: one /64 is one client.
+        let v6a = try Self.connection(from: "2001:db8:1:2::a", counts: counts)
+        let v6b = try Self.connection(from: "2001:db8:1:2:ffff::b", counts: counts)
+        let v6c = try Self.connection(from: "2001:db8:1:2::c", counts: counts)
+        let v6other = try Self.connection(from: "2001:db8:1:3::a", counts: counts)
+        #expect(v6a.isActive && v6b.isActive && !v6c.isActive, "three addresses of one /64 past the cap of 2")
+        #expect(v6other.isActive, "another /64 is another client")
+        #expect(ConnectionCounts.client(of: "2001:db8:1:2::a") == "2001:db8:1:2::/64")
+        #expect(ConnectionCounts.client(of: "::1") == "::1" && ConnectionCounts.client(of: "192.0.2.1") == "192.0.2.1")
         // No cap, no deadline: nothing is closed.
         let open = HTTPConnectionLimits(requestTimeout: .zero, maxConnectionsPerAddress: 0)
         let many = try (0..<5).map { _ in try Self.connection(counts: counts, limits: open) }
