@@ -30,6 +30,7 @@ public final class RecentTaps: Sendable {
     /// One tap per link per this much of the server's time.
     public static let linkWindow: Duration = .seconds(1)
     static let linkWindowDescription = "1 s"
+    private static let linkWindowSeconds = Double(linkWindow.components.seconds) + Double(linkWindow.components.attoseconds) / 1e18
 
     private struct Entry {
         var acknowledged: Bool
@@ -59,7 +60,7 @@ public final class RecentTaps: Sendable {
     public func claim(_ clickId: String, link: String, at now: Date) -> Claim {
         state.withLock { state in
             if let entry = state.entries[clickId] { return entry.acknowledged ? .duplicate : .inFlight }
-            let window = Double(Self.linkWindow.components.seconds) + Double(Self.linkWindow.components.attoseconds) / 1e18
+            let window = Self.linkWindowSeconds
             if let last = state.links[link], now.timeIntervalSince(last.at) < window, last.clickId != clickId { return .tooSoon(of: last.clickId) }
             if state.links.count >= capacity {
                 // Bounded without forgetting everyone: only links counted longer ago than the window go.

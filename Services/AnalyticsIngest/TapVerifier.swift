@@ -75,10 +75,7 @@ public struct TapVerifier: Sendable {
     public static func clickId(link: VerifiedLink, tappedAt: Date) -> String {
         let second = Int64(tappedAt.timeIntervalSince1970.rounded(.down))
         let digest = SHA256.hash(data: Array("islet-click-v2\n\(link.identity)\n\(second)".utf8))
-        return digest.prefix(16).map { byte in
-            let hex = Array("0123456789abcdef".utf8)
-            return String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]], as: UTF8.self)
-        }.joined()
+        return DeepLinkCodec.hex(digest.prefix(16))
     }
 
     /// The id a tap of `url` at `tappedAt`, received at `receivedAt`, gets when its link verifies

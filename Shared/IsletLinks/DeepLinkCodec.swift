@@ -77,12 +77,7 @@ public struct VerifiedLink: Sendable, Equatable {
     public var signature: [UInt8]
 
     /// The link's identity, the same for every spelling of it: the key id and the signature, hex.
-    public var identity: String {
-        keyId + ":" + signature.map { byte in
-            let hex = Array("0123456789abcdef".utf8)
-            return String(decoding: [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]], as: UTF8.self)
-        }.joined()
-    }
+    public var identity: String { keyId + ":" + DeepLinkCodec.hex(signature) }
 }
 
 /// Why a link did not verify: the reason analytics-ingest reports, and a detail naming the
@@ -233,6 +228,17 @@ public enum DeepLinkCodec {
     }
 
     // MARK: Pieces
+
+    /// Lower-case hex of `bytes`.
+    public static func hex(_ bytes: some Sequence<UInt8>) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        for byte in bytes {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0xF)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
 
     static func values(of target: TapTarget, issuedAt: Int64, keyId: String) -> [String] {
         [target.activityId, target.attributesType, target.surface.rawValue, target.element, String(target.contentSequence), String(issuedAt), keyId]

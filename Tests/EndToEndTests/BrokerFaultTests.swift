@@ -31,11 +31,7 @@ extension EndToEnd {
                 try await stack.waitForPushes(20, within: .seconds(60))
                 for seconds in brokerStalls {
                     let stall = try await BrokerStall.run(pid: pid, for: .seconds(seconds), stack: stack, driver: driver)
-                    print("broker stall \(seconds) s: \(stall.summary)")
-                    #expect(stall.readyWhileStalled.isEmpty, "said ready during the stall: \(stall.readyWhileStalled)")
-                    for (what, took) in stall.recovery {
-                        #expect(took != nil && took! <= .seconds(30), "\(what) after a \(seconds) s stall: \(took.map { "\($0)" } ?? "not within 60 s")")
-                    }
+                    stall.expectRecovered(after: "broker stall \(seconds) s")
                 }
                 load.stop()
                 await running.value
@@ -196,6 +192,18 @@ struct BrokerStall {
     }
 
     static let services: [ServiceProcess.Name] = [.registry, .content, .dispatcher, .ingest]
+
+    /// Prints the recovery times and expects what every fault must show: no `/health/ready` 200
+    /// during an outage, and every kind of work back within 30 s.
+    func expectRecovered(after fault: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        print("\(fault): \(summary)")
+        #expect(readyWhileStalled.isEmpty, "said ready during \(fault): \(readyWhileStalled)", sourceLocation: sourceLocation)
+        for (what, took) in recovery {
+            #expect(
+                took != nil && took! <= .seconds(30), "\(what) after \(fault): \(took.map { "\($0)" } ?? "not within 60 s")",
+                sourceLocation: sourceLocation)
+        }
+    }
 
     static func run(pid: Int32, for length: Duration, stack: Stack, driver: Driver) async throws -> BrokerStall {
         try await run(.stall(pid: pid, seconds: Int(length.components.seconds)), for: length, stack: stack, driver: driver)

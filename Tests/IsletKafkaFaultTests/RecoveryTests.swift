@@ -113,16 +113,12 @@ struct RecoveryTests {
         configuration.health = fastHealth
         let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
         #expect(consumer.health.status == .notReady)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await consumer.run() }
-            group.addTask { for await _ in consumer.events {} }
+        try await consuming(consumer) {
             try await eventually("ready once assigned") { consumer.health == .ready }
             cluster.setBroker(1, up: false)
             try await eventually("not ready while the broker is down") { consumer.health.status == .notReady }
             cluster.setBroker(1, up: true)
             try await eventually("ready again") { consumer.health == .ready }
-            consumer.shutdown()
-            try await group.waitForAll()
         }
     }
 
@@ -226,17 +222,13 @@ struct RecoveryTests {
         var configuration = KafkaConsumerConfiguration.replica(bootstrapServers: cluster.bootstrapServers, topics: ["replica-recoveries"])
         configuration.health = fastHealth
         let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await consumer.run() }
-            group.addTask { for await _ in consumer.events {} }
+        try await consuming(consumer) {
             try await eventually("ready") { consumer.health == .ready }
             for attempt in 1...(fastHealth.maximumRecoveries + 2) {
                 consumer.simulateFatalError(reason: "fatal \(attempt)")
                 try await eventually("replacement \(attempt) ready") { consumer.recoveries == attempt && consumer.health == .ready }
             }
             #expect(consumer.health == .ready, "\(consumer.health)")
-            consumer.shutdown()
-            try await group.waitForAll()
         }
     }
 
@@ -247,9 +239,7 @@ struct RecoveryTests {
         var configuration = KafkaConsumerConfiguration(bootstrapServers: cluster.bootstrapServers, groupID: "failing", topics: ["consumed-failing"])
         configuration.health = fastHealth
         let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await consumer.run() }
-            group.addTask { for await _ in consumer.events {} }
+        try await consuming(consumer) {
             try await eventually("ready") { consumer.health == .ready }
             // The broker gone, no new handle gets an assignment: each fails again before it could.
             cluster.setBroker(1, up: false)
@@ -262,8 +252,6 @@ struct RecoveryTests {
             #expect(consumer.health.status == .failed, "\(consumer.health)")
             #expect(consumer.health.reason?.contains("fenced") == true, "\(consumer.health)")
             cluster.setBroker(1, up: true)
-            consumer.shutdown()
-            try await group.waitForAll()
         }
     }
 }

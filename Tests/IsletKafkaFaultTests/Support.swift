@@ -37,6 +37,17 @@ func running<T: Sendable>(_ producer: KafkaProducer, _ body: @Sendable () async 
     }
 }
 
+/// Runs `consumer` (its events drained) while `body` runs, then shuts it down; fails if run() throws.
+func consuming(_ consumer: KafkaConsumer, _ body: @Sendable () async throws -> Void) async throws {
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await consumer.run() }
+        group.addTask { for await _ in consumer.events {} }
+        try await body()
+        consumer.shutdown()
+        try await group.waitForAll()
+    }
+}
+
 /// Sends `count` records at once and returns each one's verdict (a librdkafka error name, or "delivered").
 func sendMany(_ producer: KafkaProducer, topic: String, count: Int) async -> [String] {
     await withTaskGroup(of: String.self) { sends in
