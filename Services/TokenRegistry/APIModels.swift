@@ -16,10 +16,13 @@ public struct RegisterActivityTokenRequest: Codable, Sendable, Equatable {
     public var activityStartedAt: Date?
     /// The app's own identifier of the device (optional).
     public var deviceId: String?
+    /// The activity's ticket from its backend (``ActivityTickets``): proves the caller owns the
+    /// activity. Optional unless the registry requires tickets.
+    public var ticket: String?
 
     public init(
         token: String, attributesType: String, app: AppTarget, frequentUpdatesEnabled: Bool, appVersion: String,
-        activityStartedAt: Date? = nil, deviceId: String? = nil
+        activityStartedAt: Date? = nil, deviceId: String? = nil, ticket: String? = nil
     ) {
         self.token = token
         self.attributesType = attributesType
@@ -28,6 +31,7 @@ public struct RegisterActivityTokenRequest: Codable, Sendable, Equatable {
         self.appVersion = appVersion
         self.activityStartedAt = activityStartedAt
         self.deviceId = deviceId
+        self.ticket = ticket
     }
 }
 
@@ -81,6 +85,8 @@ public struct TokenStateView: Codable, Sendable, Equatable {
     public var activityStartedAt: Date?
     public var registeredAt: Date
     public var updatedAt: Date
+    /// Whether the owner proved the activity theirs with a ticket (absent: no).
+    public var ownerVerified: Bool?
 
     public init(_ record: TokenRecord) {
         self.kind = record.kind
@@ -96,6 +102,7 @@ public struct TokenStateView: Codable, Sendable, Equatable {
         self.activityStartedAt = record.activityStartedAt
         self.registeredAt = record.registeredAt
         self.updatedAt = record.updatedAt
+        self.ownerVerified = record.ownerVerified
     }
 }
 
@@ -110,6 +117,8 @@ public struct Change: RawRepresentable, Codable, Sendable, Hashable {
     public static let rotated = Change(rawValue: "rotated")
     /// A re-registration after APNs invalidated the token.
     public static let reactivated = Change(rawValue: "reactivated")
+    /// The activity's owner, proven by a ticket, replaced another user's registration that had none.
+    public static let claimed = Change(rawValue: "claimed")
     /// Other fields changed (frequent updates, app version, start time).
     public static let updated = Change(rawValue: "updated")
     public static let invalidated = Change(rawValue: "invalidated")

@@ -24,6 +24,7 @@ public final class Registry: Sendable {
 
     public let table: TokenTable
     private let quotas: Quotas
+    private let tickets: ActivityTickets?
     private let publisher: any TokenRecordPublisher
     private let locks = KeyedLocks()
     private let now: @Sendable () -> Date
@@ -31,12 +32,15 @@ public final class Registry: Sendable {
     private let metrics = RegistryMetrics()
     private let loaded = Atomic<Bool>(false)
 
+    /// `tickets`: verifies the activity tickets of registrations (`nil`: none configured; a
+    /// registration that sends one is refused).
     public init(
         table: TokenTable, publisher: any TokenRecordPublisher, logger: Logger, quotas: Quotas = Quotas(),
-        now: @escaping @Sendable () -> Date = Date.init
+        tickets: ActivityTickets? = nil, now: @escaping @Sendable () -> Date = Date.init
     ) {
         self.table = table
         self.quotas = quotas
+        self.tickets = tickets
         self.publisher = publisher
         self.logger = logger
         // Times are kept at the wire's precision (milliseconds), so that the table holds exactly
@@ -52,6 +56,11 @@ public final class Registry: Sendable {
 
     // MARK: The app's calls
 
+    /// Registers or rotates the update token of `activityId` for `user`. Who owns the activity:
+    /// the user whose registration carried a valid ticket from its backend (``ActivityTickets``);
+    /// without tickets, the first user to register the id. A ticketed registration replaces another
+    /// user's unticketed one (`claimed`: a squatter's token is never used again); a verified
+    /// owner's activity is refused (403) to everyone else.
     public func registerActivityToken(user: String, activityId: String, _ request: RegisterActivityTokenRequest) async throws(APIError)
         -> WriteResponse
     {
@@ -62,19 +71,27 @@ public final class Registry: Sendable {
         if let deviceId, let owner = table.owner(bundleId: request.app.bundleId, deviceId: deviceId), owner != user {
             throw APIError(.forbidden, .forbidden, field: "deviceId", reason: "the device belongs to another user")
         }
+        let verified = try await verifyTicket(request.ticket, user: user, activityId: activityId, bundleId: app.bundleId)
+        let logger = self.logger
 
         return try await register(user: user, kind: .update, key: MessageKey.activity(activityId)) { current, now throws(APIError) in
-            guard let current else {
-                return (
-                    TokenRecord(
-                        kind: .update, activityId: activityId, deviceId: deviceId, userId: user, token: token, app: app,
-                        attributesType: attributesType, frequentUpdatesEnabled: request.frequentUpdatesEnabled, appVersion: appVersion,
-                        state: .active, activityStartedAt: startedAt, registeredAt: now, updatedAt: now),
-                    .registered
-                )
-            }
+            let fresh = TokenRecord(
+                kind: .update, activityId: activityId, deviceId: deviceId, userId: user, token: token, app: app,
+                attributesType: attributesType, frequentUpdatesEnabled: request.frequentUpdatesEnabled, appVersion: appVersion,
+                state: .active, activityStartedAt: startedAt, registeredAt: now, updatedAt: now, ownerVerified: verified ? true : nil)
+            guard let current else { return (fresh, .registered) }
             guard current.userId == user else {
-                throw APIError(.forbidden, .forbidden, field: "activityId", reason: "the activity belongs to another user")
+                if verified && current.ownerVerified != true {
+                    // The first registration was another user's, without proof: the owner's replaces it.
+                    logger.notice(
+                        "an activity's verified owner replaced another user's unticketed registration",
+                        metadata: ["activity.id": "\(activityId)", "token.fingerprint": "\(TokenFingerprint.of(token: current.token))"])
+                    return (fresh, .claimed)
+                }
+                throw APIError(
+                    .forbidden, .forbidden, field: "activityId",
+                    reason: current.ownerVerified == true
+                        ? "the activity belongs to another user" : "the activity belongs to another user (its owner's ticket would prove otherwise)")
             }
             guard current.attributesType == attributesType, current.app.bundleId == app.bundleId else {
                 throw APIError(
@@ -91,8 +108,28 @@ public final class Registry: Sendable {
             next.appVersion = appVersion
             next.activityStartedAt = startedAt ?? current.activityStartedAt
             next.deviceId = deviceId ?? current.deviceId
+            if verified { next.ownerVerified = true }
             return Self.reregistration(of: current, as: next, now: now)
         }
+    }
+
+    /// Whether `ticket` proves `user` owns the activity: `false` when there is none (and none is
+    /// required); a 403 when it does not verify or one is required and missing; a 400 when the
+    /// registry verifies no tickets.
+    private func verifyTicket(_ ticket: String?, user: String, activityId: String, bundleId: String) async throws(APIError) -> Bool {
+        guard let ticket else {
+            if tickets?.required == true {
+                throw APIError(
+                    .forbidden, .forbidden, field: "ticket",
+                    reason: "a ticket from the activity's backend is required to register its token (ISLET_TICKETS_REQUIRED)")
+            }
+            return false
+        }
+        guard let tickets else {
+            throw APIError.invalid("ticket", "this registry verifies no tickets (ISLET_TICKET_HS256_KEYS is not set)")
+        }
+        try await tickets.verify(ticket, user: user, activityId: activityId, bundleId: bundleId)
+        return true
     }
 
     public func registerPushToStartToken(
@@ -273,7 +310,8 @@ public final class Registry: Sendable {
         // Serialised per user, so that registrations in parallel cannot pass the quota together.
         return try await locks.withLock("user:" + user) { () async throws(APIError) -> WriteResponse in
             try await self.write(key: key) { current, now throws(APIError) in
-                if current?.state != .active, limit > 0, table.activeCount(ofUser: user, kind: kind) >= limit {
+                // The user gains an active token unless the key already holds one of theirs.
+                if current?.state != .active || current?.userId != user, limit > 0, table.activeCount(ofUser: user, kind: kind) >= limit {
                     throw APIError(
                         .tooManyRequests, .quotaExceeded, field: kind == .update ? "activityId" : "deviceId",
                         reason: "this user already has \(limit) \(what)")

@@ -46,6 +46,15 @@ public struct RegistrySettings: Sendable {
     /// `ISLET_GRPC_KEYS`: the backends that may call the gRPC API, `name=key:read+write,…`
     /// (``BackendKeys``). None: every call is refused.
     public var backendKeys: BackendKeys
+    /// `ISLET_TICKET_HS256_KEYS`: `kid=secret` pairs (secrets of at least 32 bytes) that verify
+    /// the activity tickets backends issue to owners (``ActivityTickets``). None: tickets are not
+    /// verified, and a registration that sends one is refused.
+    public var ticketKeys: [String: [UInt8]] = [:]
+    /// `ISLET_TICKETS_REQUIRED` (default false): every update-token registration must carry a
+    /// valid ticket (403 without one), so that no user can ever register another's activity.
+    /// False keeps apps that send no ticket working: the first user to register an id owns it
+    /// until its ticketed owner registers.
+    public var ticketsRequired = false
     /// `ISLET_KAFKA_SEND_TIMEOUT_MS` (default 5000): an app's change not acknowledged by Kafka
     /// within this time is answered 503 (the app retries; a late write is the same idempotent change).
     public var sendTimeout: Duration
@@ -97,6 +106,16 @@ public struct RegistrySettings: Sendable {
             backendKeys: try config.properties("islet.grpc.keys") { try BackendKeys($0) })
         // Up to a year (more than the 24 days a 32-bit millisecond count allows).
         tokenRetention = .milliseconds(try config.int("islet.token.retention.ms", default: 604_800_000, range: 0...31_536_000_000))
+        for (kid, secret) in try config.properties("islet.ticket.hs256.keys") {
+            guard secret.utf8.count >= 32 else {
+                throw ConfigurationError(key: "islet.ticket.hs256.keys", problem: "secret of key \"\(kid)\" must be at least 32 bytes")
+            }
+            ticketKeys[kid] = Array(secret.utf8)
+        }
+        ticketsRequired = try config.bool("islet.tickets.required", default: false)
+        if ticketsRequired && ticketKeys.isEmpty {
+            throw ConfigurationError(key: "islet.tickets.required", problem: "needs ISLET_TICKET_HS256_KEYS to verify the tickets")
+        }
         quotas = Registry.Quotas(
             liveActivities: try config.int("islet.quota.live.activities", default: 1_000, range: 0...10_000_000),
             pushToStart: try config.int("islet.quota.push.to.start", default: 100, range: 0...10_000_000))

@@ -34,8 +34,13 @@ public struct TokenRegistryApp: Sendable {
             producerConfiguration.settings["message.timeout.ms"] = "\(Int(settings.sendTimeout / .milliseconds(1)))"
         }
         let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
+        let tickets = settings.ticketKeys.isEmpty ? nil : await ActivityTickets(secrets: settings.ticketKeys, required: settings.ticketsRequired)
+        if tickets == nil {
+            logger.notice("ISLET_TICKET_HS256_KEYS names no key: the first user to register an activity id owns it (docs/token-registry.md)")
+        }
         let registry = Registry(
-            table: TokenTable(), publisher: KafkaTokenPublisher(producer: producer, topic: topics.tokens), logger: logger, quotas: settings.quotas)
+            table: TokenTable(), publisher: KafkaTokenPublisher(producer: producer, topic: topics.tokens), logger: logger, quotas: settings.quotas,
+            tickets: tickets)
 
         let replica = try KafkaConsumer(
             configuration: TokenTableLoader.replicaConfiguration(

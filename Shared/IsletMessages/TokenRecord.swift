@@ -60,12 +60,17 @@ public struct TokenRecord: IsletMessage {
     public var registeredAt: Date
     /// When this record last changed.
     public var updatedAt: Date
+    /// Update tokens: `true` when the user proved with a ticket from the activity's backend that
+    /// the activity is theirs (token-registry's `ActivityTickets`); absent (`nil`) when the first
+    /// user to register the id was taken as its owner. Added in schema 1 without a version bump:
+    /// readers that do not know it ignore it.
+    public var ownerVerified: Bool?
 
     public init(
         kind: TokenKind, activityId: String? = nil, deviceId: String? = nil, userId: String, token: String, app: AppTarget,
         attributesType: String, frequentUpdatesEnabled: Bool, appVersion: String, state: TokenState,
         invalidation: Invalidation? = nil, activityStartedAt: Date? = nil, registeredAt: Date, updatedAt: Date,
-        schemaVersion: Int = Self.currentSchemaVersion
+        ownerVerified: Bool? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.kind = kind
@@ -82,6 +87,7 @@ public struct TokenRecord: IsletMessage {
         self.activityStartedAt = activityStartedAt
         self.registeredAt = registeredAt
         self.updatedAt = updatedAt
+        self.ownerVerified = ownerVerified
     }
 
     /// The activity id for an update token; the push-to-start key for a push-to-start token
