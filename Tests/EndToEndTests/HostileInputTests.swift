@@ -91,6 +91,33 @@ extension EndToEnd {
                 try? await HTTP.request(stack.url(.registry) + "/v1/activities/\(activity)", headers: [("Authorization", "Bearer \(intruder)")]).0)
             expectRefused("registry: another user re-registers it", await send(stack, .registry, "PUT", "/v1/activities/\(activity)/token", registration(token: Driver.token("hijack")), jwt: intruder))
             expectRefused("registry: another user invalidates it", await send(stack, .registry, "POST", "/v1/activities/\(activity)/invalidate", Array(#"{"reason":"clientEnded"}"#.utf8), jwt: intruder))
+            // Squatting a guessable id: another user registers it before its owner. The owner's
+            // registration with the backend's ticket takes it back; the squatter cannot take it
+            // again, nor pass off a ticket of its own for it; the backend's update reaches the
+            // owner's phone and never the squatter's.
+            let order = driver.run + "order-43"
+            let squatter = "squatter-" + UUID().uuidString.prefix(8).lowercased()
+            let (squatterToken, ownerToken) = (Driver.token(order + "-squatter"), Driver.token(order + "-owner"))
+            try await driver.registerActivity(order, token: squatterToken, type: "DeliveryAttributes", bundleId: "com.example.food", user: squatter)
+            func ticketed(token: String, ticket: String) -> [UInt8] {
+                Array(#"{"token":"\#(token)","attributesType":"DeliveryAttributes","app":{"bundleId":"com.example.food","environment":"production"},"frequentUpdatesEnabled":false,"appVersion":"3.0","ticket":"\#(ticket)"}"#.utf8)
+            }
+            let (claimStatus, claimBody) = try await HTTP.request(
+                stack.url(.registry) + "/v1/activities/\(order)/token", method: .PUT, headers: [("Authorization", "Bearer \(jwt)")],
+                body: ticketed(token: ownerToken, ticket: try await stack.ticket(user: owner, activity: order, bundleId: "com.example.food")))
+            #expect(claimStatus == 200 && String(decoding: claimBody, as: UTF8.self).contains("\"claimed\""), "the owner's ticket: \(claimStatus) \(String(decoding: claimBody, as: UTF8.self))")
+            let squatterJWT = try await stack.jwt(user: squatter)
+            let retake = await send(stack, .registry, "PUT", "/v1/activities/\(order)/token", registration(token: squatterToken), jwt: squatterJWT)
+            expectRefused("registry: the squatter registers the claimed id again", retake)
+            #expect(retake == 403, "the squatter again: \(retake.map(String.init) ?? "-")")
+            let ownTicket = try await stack.ticket(user: squatter, activity: order + "x", bundleId: "com.example.food")
+            let otherTicket = await send(stack, .registry, "PUT", "/v1/activities/\(order)/token", ticketed(token: squatterToken, ticket: ownTicket), jwt: squatterJWT)
+            #expect(otherTicket == 403, "the squatter with a ticket for another id: \(otherTicket.map(String.init) ?? "-")")
+            let update = driver.event(order, .update, type: "DeliveryAttributes", sequence: 1, fields: ["orderId": "43", "storeName": "Casa Lola", "status": "preparing"])
+            try await driver.publish(update)
+            _ = try await driver.received(token: ownerToken, through: driver.requestId(update))
+            #expect(try await stack.received(token: squatterToken, payloads: false).isEmpty, "a push reached the squatter's token")
+
             // The backends' gRPC APIs: no key, or a wrong one, is UNAUTHENTICATED; the configured key works.
             try await withGRPCClient(
                 transport: .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: stack.grpcPorts[.registry]!), transportSecurity: .plaintext)

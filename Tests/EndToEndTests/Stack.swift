@@ -156,6 +156,8 @@ final class Stack: Sendable {
     let linkKey = (kid: "e2e", secret: Stack.randomHex(32))
     /// The backend key the gRPC APIs take (read and write).
     let backendKey = Stack.randomHex(32)
+    /// The key backends sign activity tickets with (token-registry verifies them).
+    let ticketKey = (kid: "e2e-orders", secret: Stack.randomHex(32))
     let ports: [ServiceProcess.Name: Int]
     let grpcPorts: [ServiceProcess.Name: Int]
     let simulatorPort: Int
@@ -196,6 +198,7 @@ final class Stack: Sendable {
             .registry: [
                 "ISLET_GRPC_PORT": "\(grpcPorts[.registry]!)", "ISLET_AUTH_HS256_KEYS": "\(jwtKey.kid)=\(jwtKey.secret)",
                 "ISLET_GRPC_KEYS": "e2e-backend=\(backendKey):read+write",
+                "ISLET_TICKET_HS256_KEYS": "\(ticketKey.kid)=\(ticketKey.secret)",
                 // The load runs register thousands of activities for one user, on a broker the suites share.
                 "ISLET_QUOTA_LIVE_ACTIVITIES": "0", "ISLET_QUOTA_PUSH_TO_START": "0",
             ],
@@ -280,6 +283,15 @@ final class Stack: Sendable {
             kid: JWKIdentifier(string: jwtKey.kid))
     }
 
+    /// An activity ticket, as the activity's backend would sign it: `user` owns `activity` of `bundleId`.
+    func ticket(user: String, activity: String, bundleId: String) async throws -> String {
+        let keys = JWTKeyCollection()
+        await keys.add(hmac: HMACKey(from: ticketKey.secret), digestAlgorithm: .sha256, kid: JWKIdentifier(string: ticketKey.kid))
+        return try await keys.sign(
+            TicketClaims(aud: .init(value: ["islet-activity"]), sub: .init(value: user), act: activity, bid: bundleId, exp: .init(value: Date().addingTimeInterval(600))),
+            kid: JWKIdentifier(string: ticketKey.kid))
+    }
+
     /// What the simulator accepted (oldest first), to `token` only when given.
     func received(token: String? = nil, payloads: Bool = true) async throws -> [AcceptedNotification] {
         var query = payloads ? "" : "payload=false"
@@ -350,6 +362,16 @@ final class Stack: Sendable {
         let length = socklen_t(MemoryLayout<sockaddr_in>.size)
         return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } } == 0
     }
+}
+
+/// An activity ticket's claims, as docs/token-registry.md documents them.
+struct TicketClaims: JWTPayload {
+    var aud: AudienceClaim
+    var sub: SubjectClaim
+    var act: String
+    var bid: String
+    var exp: ExpirationClaim
+    func verify(using algorithm: some JWTAlgorithm) async throws {}
 }
 
 struct UserClaims: JWTPayload {

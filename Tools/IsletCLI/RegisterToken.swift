@@ -51,6 +51,14 @@ struct RegisterToken: AsyncParsableCommand {
     @Option(name: .customLong("device-id"), help: "The app's id for the device (optional).")
     var deviceId: String?
 
+    @Option(help: "The activity's ticket from its backend, a JWT sent as it is (docs/token-registry.md, \"Who owns an activity\").")
+    var ticket: String?
+
+    @Option(
+        name: .customLong("ticket-key"),
+        help: "Sign a ticket for --user, --activity and --bundle-id with this key, kid=secret, as a backend would (default: $ISLET_CLI_TICKET_KEY).")
+    var ticketKey: String?
+
     @OptionGroup var auth: BearerOptions
 
     func validate() throws {
@@ -59,6 +67,21 @@ struct RegisterToken: AsyncParsableCommand {
             throw ValidationError("--activity-started-at must be ISO 8601, got \(activityStartedAt)")
         }
         try auth.check()
+        if ticket != nil && ticketKey != nil { throw ValidationError("give one of --ticket, --ticket-key") }
+    }
+
+    /// The ticket to send: the one given, one signed with --ticket-key (or $ISLET_CLI_TICKET_KEY), or none.
+    func activityTicket(now: Date = Date(), environment: [String: String] = ProcessInfo.processInfo.environment) async throws -> String? {
+        if let ticket { return ticket }
+        guard let key = ticketKey ?? environment["ISLET_CLI_TICKET_KEY"].flatMap({ $0.isEmpty ? nil : $0 }) else { return nil }
+        let parts = key.split(separator: "=", maxSplits: 1).map(String.init)
+        guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else { throw ValidationError("--ticket-key expects kid=secret") }
+        let keys = JWTKeyCollection()
+        await keys.add(hmac: HMACKey(from: parts[1]), digestAlgorithm: .sha256, kid: JWKIdentifier(string: parts[0]))
+        let claims = TicketClaims(
+            aud: .init(value: ["islet-activity"]), sub: .init(value: auth.user), act: activityId, bid: bundleId,
+            exp: .init(value: now.addingTimeInterval(3_600)))
+        return try await keys.sign(claims, kid: JWKIdentifier(string: parts[0]))
     }
 
     /// The request body (`token` as given, or `randomToken`).
@@ -79,7 +102,8 @@ struct RegisterToken: AsyncParsableCommand {
     }
 
     mutating func run() async throws {
-        let body = body()
+        var body = body()
+        body.ticket = try await activityTicket()
         let bearer = try await auth.bearer()
         let url = try url()
         var request = HTTPClientRequest(url: url)
@@ -113,6 +137,7 @@ struct TokenRegistrationBody: Encodable, Sendable, Equatable {
     var appVersion: String
     var activityStartedAt: Date
     var deviceId: String?
+    var ticket: String?
 }
 
 /// A random token for tests: 32 bytes, hex.
@@ -247,6 +272,17 @@ struct BearerOptions: ParsableArguments {
 }
 
 /// The claims token-registry reads: the user in `sub`, an expiry, and `iss`/`aud` when it checks them.
+/// An activity ticket's claims (docs/token-registry.md, "Who owns an activity").
+struct TicketClaims: JWTPayload {
+    var aud: AudienceClaim
+    var sub: SubjectClaim
+    var act: String
+    var bid: String
+    var exp: ExpirationClaim
+
+    func verify(using algorithm: some JWTAlgorithm) async throws {}
+}
+
 struct BearerClaims: JWTPayload {
     var sub: SubjectClaim
     var exp: ExpirationClaim
