@@ -39,7 +39,7 @@ public struct RegistryHTTPAPI: Sendable {
             let user = try await authenticator.user(authorization: request.headers[.authorization])
             let body = try await Self.decode(RegisterActivityTokenRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             let result = try await registry.registerActivityToken(user: user, activityId: try context.parameter("activityId"), body)
-            return try json(result, status: result.change == .registered ? .created : .ok)
+            return try json(result, status: [.registered, .claimed].contains(result.change) ? .created : .ok)
         }
         api.get("activities/:activityId") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])

@@ -105,7 +105,7 @@ extension EndToEnd {
             let (claimStatus, claimBody) = try await HTTP.request(
                 stack.url(.registry) + "/v1/activities/\(order)/token", method: .PUT, headers: [("Authorization", "Bearer \(jwt)")],
                 body: ticketed(token: ownerToken, ticket: try await stack.ticket(user: owner, activity: order, bundleId: "com.example.food")))
-            #expect(claimStatus == 200 && String(decoding: claimBody, as: UTF8.self).contains("\"claimed\""), "the owner's ticket: \(claimStatus) \(String(decoding: claimBody, as: UTF8.self))")
+            #expect(claimStatus == 201 && String(decoding: claimBody, as: UTF8.self).contains("\"claimed\""), "the owner's ticket: \(claimStatus) \(String(decoding: claimBody, as: UTF8.self))")
             let squatterJWT = try await stack.jwt(user: squatter)
             let retake = await send(stack, .registry, "PUT", "/v1/activities/\(order)/token", registration(token: squatterToken), jwt: squatterJWT)
             expectRefused("registry: the squatter registers the claimed id again", retake)

@@ -37,7 +37,7 @@ struct ToleranceTests {
     @Test func optionalFieldsAreSeenAcrossTheGoldens() throws {
         // Each type's goldens together contain every field, so the tests above reach all of them.
         let expected: [String: Set<String>] = [
-            "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt"],
+            "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt", "ownerVerified"],
             "ActivityEvent": ["startTarget", "attributes", "source"],
             "PushRequest": ["activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state"],
             "PushOutcome": [
