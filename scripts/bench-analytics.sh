@@ -38,8 +38,9 @@ done
 
 secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+operator_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
 # Every request comes from 127.0.0.1: the rate limiter runs but is set far above the load.
-ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=$port \
+ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=$port ISLET_OPERATOR_PORT=$operator_port \
   ISLET_LINK_KEYS="bench=$secret" ISLET_ANALYTICS_BENCH_ROUTE=true ISLET_LOG_LEVEL=warning \
   ISLET_ANALYTICS_RATE_PER_SECOND=1000000 ISLET_ANALYTICS_RATE_BURST=1000000 \
   "$bin/analytics-ingest" >"$ISLET_RUN_DIR/bench-analytics.log" 2>&1 &
@@ -98,8 +99,8 @@ for r in $(seq 1 "$rounds"); do
 done
 
 # Every accepted tap is on the topic, once: the service's count against the topic's.
-accepted=$(curl -s "$url/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="accepted"\}/ {print $2}')
-other=$(curl -s "$url/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="(duplicate|rejected|unavailable)"\}/ {s += $2} END {print s + 0}')
+accepted=$(curl -s "http://127.0.0.1:$operator_port/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="accepted"\}/ {print $2}')
+other=$(curl -s "http://127.0.0.1:$operator_port/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="(duplicate|rejected|unavailable)"\}/ {s += $2} END {print s + 0}')
 on_topic=$("$bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.clicks.v1)
 
 python3 - "$results" "$accepted" "$on_topic" "$other" <<'PY'

@@ -36,7 +36,7 @@ done
 
 secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
-ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=$port ISLET_GRPC_PORT=0 \
+ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=$port ISLET_GRPC_PORT=0 ISLET_OPERATOR_PORT=0 \
   ISLET_AUTH_HS256_KEYS="bench=$secret" ISLET_LOG_LEVEL=warning ISLET_QUOTA_LIVE_ACTIVITIES=0 \
   "$bin/token-registry" >"$ISLET_RUN_DIR/bench-registry.log" 2>&1 &
 pids+=("$!")

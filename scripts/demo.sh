@@ -103,11 +103,11 @@ cat <<TEXT
 
 == running
   Kafka (${ISLET_BROKER:-tansu})       $bootstrap
-  token-registry      http://127.0.0.1:8081 (gRPC 9081)   JWT key: demo=$jwt_secret
+  token-registry      http://127.0.0.1:8081 (gRPC 9081, metrics http://127.0.0.1:8181/metrics)   JWT key: demo=$jwt_secret
   content-service     http://127.0.0.1:8083 (gRPC 9083)   stale activities: /v1/activities/stale
   gRPC backend key    ISLET_CLI_GRPC_KEY=$backend_key  (for islet activity <id>, islet stale)
   apns-dispatcher     http://127.0.0.1:8082/metrics
-  analytics-ingest    http://127.0.0.1:8084
+  analytics-ingest    http://127.0.0.1:8084 (metrics http://127.0.0.1:8184/metrics)
   APNs simulator      https://127.0.0.1:2197, admin http://127.0.0.1:8090/admin/notifications
   logs                $run
 TEXT

@@ -47,7 +47,8 @@ public struct AnalyticsIngestApp: Sendable {
         let limiter = RateLimiter(
             ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst, maxClients: settings.rateClients, clock: ContinuousClock())
 
-        let router = runtime.makeRouter(context: IngestRequestContext.self)
+        // Phones reach the app port: /health and the API there; /metrics on the operator listener.
+        let router = runtime.makeAppRouter(context: IngestRequestContext.self)
         router.add(middleware: MetricsMiddleware())
         IngestHTTPAPI(ingestor: ingestor, limiter: limiter, settings: settings, metrics: metrics, logger: logger).addRoutes(to: router)
 
@@ -59,6 +60,6 @@ public struct AnalyticsIngestApp: Sendable {
         self.ingestor = ingestor
         self.metrics = metrics
         self.responder = router.buildResponder()
-        self.services = [producer, runtime.httpServer(router: responder)]
+        self.services = [producer, runtime.operatorServer(router: runtime.makeRouter().buildResponder()), runtime.httpServer(router: responder)]
     }
 }

@@ -65,7 +65,8 @@ public struct TokenRegistryApp: Sendable {
             registry: registry, logger: logger)
 
         let authenticator = try await Authenticator(settings: settings)
-        let router = runtime.makeRouter()
+        // Phones reach the app port: /health and the API there; /metrics on the operator listener.
+        let router = runtime.makeAppRouter()
         router.add(middleware: MetricsMiddleware())
         RegistryHTTPAPI(registry: registry, authenticator: authenticator, maxBodyBytes: settings.maxBodyBytes, logger: logger).addRoutes(to: router)
         if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC API refuses every call") }
@@ -83,6 +84,9 @@ public struct TokenRegistryApp: Sendable {
         self.producer = producer
         self.grpc = grpc
         let sweeper = TokenSweeper(registry: registry, retention: settings.tokenRetention, interval: .seconds(3_600))
-        self.services = [producer, loader, listener, sweeper, grpc, runtime.httpServer(router: router.buildResponder())]
+        self.services = [
+            producer, loader, listener, sweeper, grpc, runtime.operatorServer(router: runtime.makeRouter().buildResponder()),
+            runtime.httpServer(router: router.buildResponder()),
+        ]
     }
 }

@@ -8,6 +8,20 @@ public enum OperationsRoutes {
     public static func add<Context: RequestContext>(
         to router: Router<Context>, health: HealthRegistry, metrics: PrometheusCollectorRegistry
     ) {
+        addHealth(to: router, health: health)
+        // Prometheus text exposition format.
+        router.get("/metrics") { _, _ -> Response in
+            var buffer: [UInt8] = []
+            buffer.reserveCapacity(16_384)
+            metrics.emit(into: &buffer)
+            return Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(bytes: buffer)))
+        }
+    }
+
+    /// `/health`, `/health/ready` and `/health/live` only (a port that faces phones).
+    public static func addHealth<Context: RequestContext>(to router: Router<Context>, health: HealthRegistry) {
         // Readiness: 200 when every check is ready; 503 while starting, not ready, failed or stopping.
         let readiness: @Sendable (Request, Context) async throws -> Response = { _, _ in
             let report = health.report()
@@ -20,15 +34,6 @@ public enum OperationsRoutes {
         router.get("/health/live") { _, _ -> Response in
             let liveness = health.liveness()
             return jsonResponse(liveness, status: liveness.isAlive ? .ok : .serviceUnavailable)
-        }
-        // Prometheus text exposition format.
-        router.get("/metrics") { _, _ -> Response in
-            var buffer: [UInt8] = []
-            buffer.reserveCapacity(16_384)
-            metrics.emit(into: &buffer)
-            return Response(
-                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                body: .init(byteBuffer: ByteBuffer(bytes: buffer)))
         }
     }
 

@@ -101,9 +101,29 @@ public struct ServiceRuntime: Sendable {
         return router
     }
 
+    /// A router for a port that faces phones: `/health`, `/health/ready` and `/health/live` only
+    /// (orchestrators probe them there); `/metrics` is on ``operatorServer(router:)``.
+    public func makeAppRouter<Context: RequestContext>(context: Context.Type = BasicRequestContext.self) -> Router<Context> {
+        let router = Router(context: Context.self)
+        OperationsRoutes.addHealth(to: router, health: health)
+        return router
+    }
+
+    /// The operator listener (``ServiceSettings/operatorHost``, ``ServiceSettings/operatorPort``)
+    /// with `router` (``makeRouter(context:)`` plus any operator route), as a `Service`.
+    public func operatorServer<Responder: HTTPResponder>(router: Responder) -> some Service
+    where Responder.Context: InitializableFromSource<ApplicationRequestContextSource> {
+        httpServer(router: router, host: settings.operatorHost, port: settings.operatorPort)
+    }
+
     /// The HTTP server for `router` on the configured host and port, as a `Service`, with the
     /// request deadline and the per-address connection cap of ``ServiceSettings/httpLimits``.
     public func httpServer<Responder: HTTPResponder>(router: Responder) -> some Service
+    where Responder.Context: InitializableFromSource<ApplicationRequestContextSource> {
+        httpServer(router: router, host: settings.httpHost, port: settings.httpPort)
+    }
+
+    private func httpServer<Responder: HTTPResponder>(router: Responder, host: String, port: Int) -> some Service
     where Responder.Context: InitializableFromSource<ApplicationRequestContextSource> {
         let limits = settings.httpLimits
         let counts = ConnectionCounts()
@@ -112,7 +132,7 @@ public struct ServiceRuntime: Sendable {
             responder: router,
             server: .http1(
                 configuration: .init(additionalChannelHandlers: [HTTPConnectionGuard(limits: limits, counts: counts, logger: logger)])),
-            configuration: .init(address: .hostname(settings.httpHost, port: settings.httpPort), serverName: settings.serviceName),
+            configuration: .init(address: .hostname(host, port: port), serverName: settings.serviceName),
             logger: logger)
     }
 

@@ -18,6 +18,13 @@ public struct ServiceSettings: Sendable {
     public var httpHost: String
     /// `ISLET_HTTP_PORT` (default: the service's own).
     public var httpPort: Int
+    /// `ISLET_OPERATOR_HOST` (default `127.0.0.1`) and `ISLET_OPERATOR_PORT` (default the HTTP
+    /// port + 100, or 0 when that is 0): the operator listener of a service whose HTTP port faces
+    /// phones (token-registry, analytics-ingest), with /health and /metrics; the app-facing port
+    /// serves /health and the app's API only. Services without an app API serve /metrics on their
+    /// one HTTP port, which is for operators.
+    public var operatorHost: String
+    public var operatorPort: Int
     /// `ISLET_HTTP_REQUEST_TIMEOUT_MS` (default 15000; 0: none): a client must send a whole request
     /// within this time of opening its connection or of the previous response, or the connection
     /// is closed. `ISLET_HTTP_MAX_CONNECTIONS_PER_ADDRESS` (default 256; 0: no cap): connections
@@ -44,6 +51,11 @@ public struct ServiceSettings: Sendable {
         self.consumerProperties = security.merging(try config.properties("islet.kafka.consumer.properties")) { $1 }
         self.httpHost = try config.string("islet.http.host", default: "0.0.0.0")
         self.httpPort = try config.int("islet.http.port", default: defaultHTTPPort, range: 0...65_535)
+        self.operatorHost = try config.string("islet.operator.host", default: "127.0.0.1")
+        self.operatorPort = try config.int("islet.operator.port", default: httpPort == 0 ? 0 : min(httpPort + 100, 65_535), range: 0...65_535)
+        if operatorPort != 0 && operatorPort == httpPort {
+            throw ConfigurationError(key: "islet.operator.port", problem: "must differ from ISLET_HTTP_PORT (\(httpPort))")
+        }
         self.httpLimits = HTTPConnectionLimits(
             requestTimeout: try config.milliseconds("islet.http.request.timeout.ms", default: .seconds(15)),
             maxConnectionsPerAddress: try config.int("islet.http.max.connections.per.address", default: 256, range: 0...1_000_000))

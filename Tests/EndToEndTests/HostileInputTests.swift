@@ -91,6 +91,13 @@ extension EndToEnd {
                 try? await HTTP.request(stack.url(.registry) + "/v1/activities/\(activity)", headers: [("Authorization", "Bearer \(intruder)")]).0)
             expectRefused("registry: another user re-registers it", await send(stack, .registry, "PUT", "/v1/activities/\(activity)/token", registration(token: Driver.token("hijack")), jwt: intruder))
             expectRefused("registry: another user invalidates it", await send(stack, .registry, "POST", "/v1/activities/\(activity)/invalidate", Array(#"{"reason":"clientEnded"}"#.utf8), jwt: intruder))
+            // Metrics are for operators: not on the ports phones reach, only on the operator listeners.
+            for service in [ServiceProcess.Name.registry, .ingest] {
+                let (appStatus, _) = try await HTTP.request(stack.url(service) + "/metrics")
+                #expect(appStatus == 404, "\(service): /metrics on the app port answered \(appStatus)")
+                let (operatorStatus, _) = try await HTTP.request("http://127.0.0.1:\(stack.operatorPorts[service]!)/metrics")
+                #expect(operatorStatus == 200, "\(service): /metrics on the operator port answered \(operatorStatus)")
+            }
             // Squatting a guessable id: another user registers it before its owner. The owner's
             // registration with the backend's ticket takes it back; the squatter cannot take it
             // again, nor pass off a ticket of its own for it; the backend's update reaches the

@@ -159,6 +159,8 @@ final class Stack: Sendable {
     /// The key backends sign activity tickets with (token-registry verifies them).
     let ticketKey = (kid: "e2e-orders", secret: Stack.randomHex(32))
     let ports: [ServiceProcess.Name: Int]
+    /// The operator listeners (/metrics) of the services whose HTTP port faces phones.
+    let operatorPorts: [ServiceProcess.Name: Int]
     let grpcPorts: [ServiceProcess.Name: Int]
     let simulatorPort: Int
     let services: [ServiceProcess.Name: ServiceProcess]
@@ -182,6 +184,9 @@ final class Stack: Sendable {
         for name in ServiceProcess.Name.allCases { ports[name] = try Self.freePort() }
         grpcPorts[.registry] = try Self.freePort()
         grpcPorts[.content] = try Self.freePort()
+        var operatorPorts: [ServiceProcess.Name: Int] = [:]
+        for name in [ServiceProcess.Name.registry, .ingest] { operatorPorts[name] = try Self.freePort() }
+        self.operatorPorts = operatorPorts
         simulatorPort = try Self.freePort()
         self.ports = ports
         self.grpcPorts = grpcPorts
@@ -217,6 +222,7 @@ final class Stack: Sendable {
         for name in ServiceProcess.Name.allCases {
             environments[name, default: [:]].merge(common) { a, _ in a }
             environments[name]!["ISLET_HTTP_PORT"] = "\(ports[name]!)"
+            if let port = operatorPorts[name] { environments[name]!["ISLET_OPERATOR_PORT"] = "\(port)" }
             environments[name]!.merge(extra[name] ?? [:]) { $1 }
             services[name] = ServiceProcess(
                 name: name, environment: environments[name]!, healthURL: "http://127.0.0.1:\(ports[name]!)", logDirectory: directory)
@@ -233,6 +239,7 @@ final class Stack: Sendable {
         let port = try Self.freePort()
         environment["ISLET_HTTP_PORT"] = "\(port)"
         if environment["ISLET_GRPC_PORT"] != nil { environment["ISLET_GRPC_PORT"] = "\(try Self.freePort())" }
+        if environment["ISLET_OPERATOR_PORT"] != nil { environment["ISLET_OPERATOR_PORT"] = "\(try Self.freePort())" }
         return ServiceProcess(name: name, environment: environment, healthURL: "http://127.0.0.1:\(port)", logDirectory: directory, instance: instance)
     }
 
@@ -323,7 +330,8 @@ final class Stack: Sendable {
 
     /// A Prometheus counter's value summed over its label sets (0 when absent).
     func metric(_ service: ServiceProcess.Name, _ name: String, matching labels: String = "") async throws -> Double {
-        let (_, body) = try await HTTP.request("\(url(service))/metrics")
+        let base = operatorPorts[service].map { "http://127.0.0.1:\($0)" } ?? url(service)
+        let (_, body) = try await HTTP.request("\(base)/metrics")
         return String(decoding: body, as: UTF8.self).split(separator: "\n").filter { line in
             !line.hasPrefix("#") && (line.hasPrefix(name + " ") || line.hasPrefix(name + "{")) && (labels.isEmpty || line.contains(labels))
         }.compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +)

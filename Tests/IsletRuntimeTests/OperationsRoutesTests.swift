@@ -109,6 +109,34 @@ struct OperationsRoutesTests {
         }
     }
 
+    @Test("a port that faces phones answers /health but not /metrics (404), which the operator router serves")
+    func appRouterHasNoMetrics() async throws {
+        let runtime = try runtime()
+        try await Application(router: runtime.makeAppRouter()).test(.router) { client in
+            for uri in ["/health", "/health/ready", "/health/live"] {
+                try await client.execute(uri: uri, method: .get) { response in #expect(response.status == .ok, "\(uri)") }
+            }
+            try await client.execute(uri: "/metrics", method: .get) { response in #expect(response.status == .notFound) }
+        }
+        try await Application(router: runtime.makeRouter()).test(.router) { client in
+            try await client.execute(uri: "/metrics", method: .get) { response in #expect(response.status == .ok) }
+        }
+    }
+
+    @Test("the operator listener: loopback and the HTTP port + 100 unless configured; 0 follows an ephemeral HTTP port; never the HTTP port itself")
+    func operatorListenerSettings() throws {
+        let base = ["ISLET_KAFKA_BOOTSTRAP": "k:1"]
+        let defaults = try ServiceSettings(from: .variables(base), serviceName: "s", defaultHTTPPort: 8081)
+        #expect(defaults.operatorHost == "127.0.0.1" && defaults.operatorPort == 8181)
+        #expect(try ServiceSettings(from: .variables(base), serviceName: "s", defaultHTTPPort: 0).operatorPort == 0)
+        let configured = try ServiceSettings(
+            from: .variables(base.merging(["ISLET_OPERATOR_HOST": "0.0.0.0", "ISLET_OPERATOR_PORT": "9999"]) { $1 }), serviceName: "s", defaultHTTPPort: 8081)
+        #expect(configured.operatorHost == "0.0.0.0" && configured.operatorPort == 9999)
+        #expect(throws: ConfigurationError.self) {
+            try ServiceSettings(from: .variables(base.merging(["ISLET_OPERATOR_PORT": "8081"]) { $1 }), serviceName: "s", defaultHTTPPort: 8081)
+        }
+    }
+
     @Test("over a real HTTP connection: /health, /health/live and /metrics answer")
     func liveServer() async throws {
         let runtime = try runtime()
