@@ -345,6 +345,13 @@ final class SettingsWatcher: ChannelInboundHandler, RemovableChannelHandler {
         ready.fail(APNsTransportError(.connect, "closed before the HTTP/2 SETTINGS"))
         context.fireChannelInactive()
     }
+
+    /// A channel that never became active (its TCP connect failed or timed out) is torn down
+    /// without `channelInactive`: `ready` must complete all the same (a promise left pending is a
+    /// leak, and a crash in debug builds). After the SETTINGS it is already complete: no effect.
+    func handlerRemoved(context: ChannelHandlerContext) {
+        ready.fail(APNsTransportError(.connect, "closed before the HTTP/2 SETTINGS"))
+    }
 }
 
 /// Notes a GOAWAY from the server: the last stream it processed.

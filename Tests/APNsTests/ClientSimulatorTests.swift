@@ -29,7 +29,7 @@ struct ClientSimulatorTests {
     @Test("many pushes share few connections, concurrently")
     func concurrent() async throws {
         try await withSimulator(maxConcurrentStreams: 8) { server, port, trust in
-            let client = try makeClient(port: port, trust: trust, connections: 2)
+            let client = try makeClient(port: port, trust: trust, connections: 2, timeout: .seconds(60))  // 400 sends queue for 16 streams: not a deadline test
             let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
                 for i in 0..<400 {
                     group.addTask { try await client.send(push(hexToken(i)), teamID: signingKey.teamID, environment: .sandbox).status }
