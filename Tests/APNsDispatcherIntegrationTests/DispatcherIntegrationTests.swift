@@ -84,7 +84,7 @@ final class Rig: Sendable {
         let endpoint = APNsClient.Endpoint(host: "127.0.0.1", port: port)
         let dispatcherSettings = DispatcherSettings(
             keys: [signingKey], teams: [bundle: signingKey.teamID],
-            client: .init(production: endpoint, sandbox: endpoint, requestTimeout: .seconds(2), trustedCertificatesPEM: tls.certificatePEM), policy: policy)
+            client: .init(production: endpoint, sandbox: endpoint, requestTimeout: .seconds(10), trustedCertificatesPEM: tls.certificatePEM), policy: policy)
         let app = try DispatcherApp(runtime: runtime, settings: dispatcherSettings, topics: topics)
         return RunningDispatcher(group: runtime.makeServiceGroup(app.services))
     }
@@ -265,7 +265,7 @@ struct DispatcherIntegrationTests {
         try await rig.send([warmUp])
         _ = try await rig.outcomes(for: [warmUp.requestId])
 
-        // APNs answers late, well within the rig's 2 s request timeout (under ThreadSanitizer 1.5 s
+        // APNs answers late, well within the rig's 10 s request timeout (under ThreadSanitizer 1.5 s
         // was not: pushes timed out and were rightly resent by the first dispatcher itself): every
         // push is in flight when the stop begins.
         rig.simulator.state.add(Fault(kind: .delay, delayMilliseconds: 500, count: nil))

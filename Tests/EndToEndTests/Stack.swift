@@ -7,6 +7,7 @@ import IsletMessages
 import JWTKit
 import NIOCore
 import NIOHTTP1
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -347,6 +348,8 @@ final class Stack: Sendable {
     /// the kernel picked for `bind(0)` comes from that range, and before the service binds it an
     /// outgoing connection (to the broker, say) could take it as its local port. Seen in CI: the
     /// dispatcher exited with "Address already in use" on port 60157.
+    private static let handedOut = Mutex<Set<Int>>([])
+
     static func freePort() throws -> Int {
         let range = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))?
             .split(whereSeparator: \.isWhitespace).compactMap { Int($0) } ?? []
@@ -354,6 +357,8 @@ final class Stack: Sendable {
         let candidates = 10_000..<max(10_001, ephemeralStart)
         for _ in 0..<200 {
             let port = Int.random(in: candidates)
+            // Never the same port twice in a run: a port handed out is not bound until its service starts.
+            guard handedOut.withLock({ $0.insert(port).inserted }) else { continue }
             if try canBind(port) { return port }
         }
         throw E2EFailure("no free port below \(ephemeralStart) after 200 tries")

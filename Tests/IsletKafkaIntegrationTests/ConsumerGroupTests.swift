@@ -148,7 +148,12 @@ struct ConsumerGroupTests {
                     seen.append(value)
                     if value == "processed" {
                         #expect(doomed.markProcessed(message))
-                        try await Task.sleep(for: .milliseconds(2_500))  // > auto.commit.interval.ms
+                        // Until the auto-commit reached the broker (a fixed sleep was too short on a starved machine).
+                        let partition = message.topicPartition
+                        let deadline = ContinuousClock.now + .seconds(30)
+                        while ((try? await doomed.committedOffsets(for: [partition]))?[partition] ?? nil) != 1 && ContinuousClock.now < deadline {
+                            try await Task.sleep(for: .milliseconds(100))
+                        }
                     } else {
                         doomed.simulateCrash()
                         break

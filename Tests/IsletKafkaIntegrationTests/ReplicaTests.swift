@@ -112,6 +112,6 @@ struct ConsumerLatencyTests {
             return trips
         }
         #expect(trips.count == 3)
-        #expect(trips.allSatisfy { $0 < .milliseconds(2_500) }, "trips: \(trips)")
+        #expect(trips.allSatisfy { $0 < .milliseconds(4_000) }, "trips: \(trips) (the bug this guards against shows as about 5 s)")
     }
 }

@@ -68,7 +68,10 @@ struct ProducerLifecycleTests {
 
     @Test("cancelling the task stops run() promptly")
     func cancellationStops() async throws {
-        let producer = try KafkaProducer(configuration: .init(bootstrapServers: nowhere), logger: logger)
+        var configuration = KafkaProducerConfiguration(bootstrapServers: nowhere)
+        // run() returns once the health probe's metadata call under way returns (its timeout).
+        configuration.health = KafkaHealthPolicy(probeTimeout: .milliseconds(200))
+        let producer = try KafkaProducer(configuration: configuration, logger: logger)
         let clock = ContinuousClock()
         let elapsed = try await clock.measure {
             try await withThrowingTaskGroup(of: Void.self) { group in

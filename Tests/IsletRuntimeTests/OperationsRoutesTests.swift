@@ -89,7 +89,7 @@ struct OperationsRoutesTests {
         runtime.health.register("kafka.producer") { .failed("recreation keeps failing") }
         let started = ContinuousClock.now
         await #expect(throws: (any Error).self) { try await runtime.makeServiceGroup([]).run() }
-        #expect(ContinuousClock.now - started < .seconds(10))
+        #expect(ContinuousClock.now - started < .seconds(30), "the watchdog stops it (about 2 s; slow only on a starved machine)")
     }
 
     @Test("/metrics exposes what the service's metrics factory records, in Prometheus text format")
