@@ -14,7 +14,11 @@ PACKAGE.json is `swift package dump-package`. Checks:
   3. every topic of Shared/IsletMessages/Topics.swift is created by kafka-init with its cleanup
      policy and retention, co-partitioned topics with one partition count, and no other topic;
   4. every built service has a health check and a restart policy, and a /run/secrets/NAME it names
-     is a secret it mounts.
+     is a secret it mounts;
+  5. the ACLs kafka-init grants agree with docs/topics.md's topic table: a topic's writers are
+     exactly the users its "written by" cell names; its readers include every user its "read by"
+     cell names, and no one else but its writers (a service reads back what it writes); every user
+     that reads has a consumer-group ACL; every Islet service authenticates as its own user.
 
 Products named with --pending-products (services from a branch not merged yet) are reported as
 PENDING instead of failing; once they exist the script says the allowance can go.
@@ -29,6 +33,8 @@ import yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 TOPICS_SWIFT = os.path.join(REPO, "Shared", "IsletMessages", "Topics.swift")
+KAFKA_SECURITY_SWIFT = os.path.join(REPO, "Shared", "IsletKafka", "KafkaSecurity.swift")
+TOPICS_DOC = os.path.join(REPO, "docs", "topics.md")
 
 # IsletConfig's readers (Shared/IsletRuntime/IsletConfig.swift) take the dotted key first.
 CONFIG_CALL = re.compile(r'\b(?:string|optionalString|int|bool|milliseconds|choice|properties)\(\s*"(islet\.[a-z0-9._-]+)"')
@@ -91,6 +97,14 @@ def target_closure(names, targets):
     return seen
 
 
+def kafka_security_variables():
+    """ISLET_KAFKA_<PROPERTY> for each librdkafka security property KafkaSecurity passes through."""
+    with open(KAFKA_SECURITY_SWIFT, encoding="utf-8") as f:
+        text = f.read()
+    listed = re.search(r"static let propertyNames = \[(.*?)\]", text, flags=re.S).group(1)
+    return {"ISLET_KAFKA_" + name.replace(".", "_").upper() for name in re.findall(r'"([a-z0-9.]+)"', listed)}
+
+
 def variables_read(paths):
     found = set()
     for path in paths:
@@ -100,7 +114,12 @@ def variables_read(paths):
                     continue
                 with open(os.path.join(root, file), encoding="utf-8") as f:
                     text = f.read()
-                found.update(variable_name(key) for key in CONFIG_CALL.findall(text))
+                for key in CONFIG_CALL.findall(text):
+                    if key == "islet.kafka.":
+                        # `"islet.kafka." + name` over KafkaSecurity.propertyNames.
+                        found.update(kafka_security_variables())
+                    else:
+                        found.add(variable_name(key))
                 found.update(ENV_LITERAL.findall(text))
     return found
 
@@ -172,6 +191,95 @@ def created_topics(service):
         if topic:
             created[topic] = (partitions, configs)
     return created
+
+
+# ---- ACLs ----------------------------------------------------------------------------------------
+
+# Who a cell of docs/topics.md's topic table names → the Kafka users of the compose file.
+SERVICES = ["token-registry", "content-service", "apns-dispatcher", "analytics-ingest", "analytics-consumer"]
+CONSUMERS = ["token-registry", "content-service", "apns-dispatcher", "analytics-consumer"]
+
+
+def users_named(cell):
+    users = {service for service in SERVICES if service in cell}
+    if "backend teams" in cell:
+        users.add("backend")
+    if "analytics teams" in cell:
+        users.add("analytics-consumer")  # the example analytics consumer
+    if "every Islet consumer" in cell:
+        users.update(CONSUMERS)
+    return users  # "operators": the admin user, a super user with no ACLs
+
+
+def documented_access(report):
+    """topic → (writers, readers) from docs/topics.md's topic table."""
+    with open(TOPICS_DOC, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    access = {}
+    for line in lines:
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0].startswith("`islet."):
+            access[cells[0].strip("`")] = (users_named(cells[3]), users_named(cells[4]))
+    if not access:
+        report.fail("docs/topics.md: no topic table found (| topic | key | cleanup | written by | read by | message |)")
+    return access
+
+
+def granted_acls(service):
+    """(user, operation, resource type, name) for each `kafka-acls.sh … --add` of a kafka-init command."""
+    command = service.get("command")
+    script = "\n".join(command) if isinstance(command, list) else (command or "")
+    grants = set()
+    for line in script.splitlines():
+        if "--allow-principal" not in line:
+            continue
+        words = shlex.split(line.replace("$acls", "").replace("$$acls", ""))
+        values = {words[i]: words[i + 1] for i in range(len(words) - 1) if words[i].startswith("--")}
+        user = values.get("--allow-principal", "").removeprefix("User:")
+        operation = values.get("--operation")
+        if "--topic" in values:
+            grants.add((user, operation, "topic", values["--topic"]))
+        elif "--group" in values:
+            grants.add((user, operation, "group", values["--group"]))
+    return grants
+
+
+def check_acls(report, services):
+    init = services.get("kafka-init") or {}
+    grants = granted_acls(init)
+    documented = documented_access(report)
+    if not grants:
+        report.fail("kafka-init grants no ACL (kafka-acls.sh --add --allow-principal …)")
+        return
+    for topic, (writers, readers) in sorted(documented.items()):
+        granted_writers = {u for (u, op, kind, name) in grants if kind == "topic" and name == topic and op == "Write"}
+        granted_readers = {u for (u, op, kind, name) in grants if kind == "topic" and name == topic and op == "Read"}
+        problems = []
+        if granted_writers != writers:
+            problems.append(f"writers {sorted(granted_writers)}, the table says {sorted(writers)}")
+        if not readers <= granted_readers:
+            problems.append(f"readers the table names without a Read ACL: {sorted(readers - granted_readers)}")
+        if not granted_readers <= readers | writers:
+            problems.append(f"Read granted to {sorted(granted_readers - readers - writers)}, whom the table does not name")
+        if problems:
+            report.fail(f"ACLs of {topic}: " + "; ".join(problems))
+        else:
+            report.ok(f"ACLs of {topic}: written by {sorted(writers)}, read by {sorted(granted_readers)}")
+    for extra in sorted({name for (_, _, kind, name) in grants if kind == "topic"} - set(documented)):
+        report.fail(f"ACL on {extra}, which docs/topics.md's table does not list")
+    readers = {u for (u, op, kind, _) in grants if kind == "topic" and op == "Read"}
+    group_users = {u for (u, op, kind, _) in grants if kind == "group" and op == "Read"}
+    # A replica (no group) needs none: only the users that consume in a group.
+    for user in sorted((readers & set(CONSUMERS + ["backend"])) - group_users):
+        report.fail(f"{user} reads topics but has no consumer-group ACL")
+    for name in SERVICES:
+        environment = (services.get(name) or {}).get("environment") or {}
+        if isinstance(environment, list):
+            environment = dict(item.split("=", 1) if "=" in item else (item, "") for item in environment)
+        if environment.get("ISLET_KAFKA_SASL_USERNAME") != name or not environment.get("ISLET_KAFKA_SASL_PASSWORD"):
+            report.fail(f"{name}: does not authenticate to Kafka as user {name} (ISLET_KAFKA_SASL_USERNAME/PASSWORD)")
+        else:
+            report.ok(f"{name}: authenticates as Kafka user {name} ({environment.get('ISLET_KAFKA_SASL_MECHANISMS')})")
 
 
 # ---- the checks -----------------------------------------------------------------------------------
@@ -275,6 +383,9 @@ def main():
         report.ok(f"co-partitioned topics share {co_partition_counts.pop()} partitions")
     for extra in sorted(set(created) - {topic["name"] for topic in topics}):
         report.fail(f"{extra}: created by kafka-init but not a topic of Topics.swift")
+
+    print("ACLs: kafka-init grants what docs/topics.md's topic table says, and each service is its own user")
+    check_acls(report, services)
 
     print("operations: health checks, restart policies, secrets")
     for name, service in sorted(services.items()):
