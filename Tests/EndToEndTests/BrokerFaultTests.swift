@@ -194,13 +194,16 @@ struct BrokerStall {
     static let services: [ServiceProcess.Name] = [.registry, .content, .dispatcher, .ingest]
 
     /// Prints the recovery times and expects what every fault must show: no `/health/ready` 200
-    /// during an outage, and every kind of work back within 30 s.
+    /// during an outage, and every kind of work back within 30 s — 45 s for what needs the
+    /// consumer groups to rejoin (an event at APNs, every service ready), which tansu holds for
+    /// about 15 s per join: measured 18–19 s, twice that on a starved machine.
     func expectRecovered(after fault: String, sourceLocation: SourceLocation = #_sourceLocation) {
         print("\(fault): \(summary)")
         #expect(readyWhileStalled.isEmpty, "said ready during \(fault): \(readyWhileStalled)", sourceLocation: sourceLocation)
         for (what, took) in recovery {
+            let limit: Duration = what.hasPrefix("registration") || what.hasPrefix("tap") ? .seconds(30) : .seconds(45)
             #expect(
-                took != nil && took! <= .seconds(30), "\(what) after \(fault): \(took.map { "\($0)" } ?? "not within 60 s")",
+                took != nil && took! <= limit, "\(what) after \(fault): \(took.map { "\($0)" } ?? "not within 60 s")",
                 sourceLocation: sourceLocation)
         }
     }

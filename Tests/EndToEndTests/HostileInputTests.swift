@@ -192,7 +192,10 @@ extension EndToEnd {
                 JSONValue.object(["url": .string(url), "tappedAt": .string(IsletDate.format(at)), "appVersion": "3.0", "osVersion": "18.1"]).jsonBytes
             }
             expectRefused("ingest: forged tap", await send(stack, .ingest, "POST", "/v1/taps", tap(forged)))
-            let when = Date()
+            // A tap time 0.2 s into its second (the last second begun): + 1 ms stays in that second.
+            let now = Date().timeIntervalSince1970
+            let when = Date(timeIntervalSince1970: now - now.truncatingRemainder(dividingBy: 1) + 0.2 - (now.truncatingRemainder(dividingBy: 1) < 0.2 ? 1 : 0))
+            let firstSent = ContinuousClock.now
             let first = try await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap(link, at: when))
             let replay = try await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap(link, at: when))
             #expect(first.0 == 200 && String(decoding: first.1, as: UTF8.self).contains("accepted"))
@@ -208,8 +211,15 @@ extension EndToEnd {
                 ("tappedAt + 1 ms", link, when.addingTimeInterval(0.001)),
             ]
             for (what, url, at) in variants {
+                let sentAfter = ContinuousClock.now - firstSent
                 let (status, body) = try await HTTP.request(stack.url(.ingest) + "/v1/taps", method: .POST, body: tap(url, at: at))
                 let answer = try? IsletJSON.decodeValue(JSONValue.self, from: body)
+                if Int(at.timeIntervalSince1970.rounded(.down)) != Int(when.timeIntervalSince1970.rounded(.down)) && sentAfter > .milliseconds(900) {
+                    // Another tap second: the same click only within the link's second of server
+                    // time, which a starved machine may have spent before this request.
+                    print("ingest: \(what) sent \(sentAfter) after the first tap: \(answer?["verdict"]?.stringValue ?? "-")")
+                    continue
+                }
                 #expect(
                     status == 200 && answer?["verdict"]?.stringValue == "duplicate" && answer?["clickId"]?.stringValue == firstId,
                     "ingest: \(what) is the same click: \(status) \(String(decoding: body, as: UTF8.self))")

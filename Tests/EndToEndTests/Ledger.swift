@@ -110,10 +110,15 @@ struct Ledger {
     }
 
     /// Reads until every request of the run has an outcome or `timeout` passes; returns the last reading.
-    static func settle(bootstrap: String, prefix: String, expecting minimum: Int = 1, timeout: Duration = .seconds(180)) async throws -> Ledger {
+    /// `complete`: what else must hold (e.g. every event sent has its requests), so that a pause of
+    /// content-service with events still unread does not pass for the end.
+    static func settle(
+        bootstrap: String, prefix: String, expecting minimum: Int = 1, timeout: Duration = .seconds(180),
+        until complete: (Ledger) -> Bool = { _ in true }
+    ) async throws -> Ledger {
         let deadline = ContinuousClock.now + timeout
         var ledger = try await read(bootstrap: bootstrap, prefix: prefix)
-        while ContinuousClock.now < deadline, ledger.requests.count < minimum || !ledger.open.isEmpty {
+        while ContinuousClock.now < deadline, ledger.requests.count < minimum || !ledger.open.isEmpty || !complete(ledger) {
             try await Task.sleep(for: .seconds(1))
             ledger = try await read(bootstrap: bootstrap, prefix: prefix)
         }

@@ -21,19 +21,19 @@ extension EndToEnd {
                 let workload = Workload(stack: stack, driver: driver, events: rebalanceEvents, activities: rebalanceActivities)
                 let report = try await workload.run {
                     // Under load, each group gets a second member: partitions move to it.
-                    try await stack.waitForPushes(50, within: .seconds(90))
+                    try await stack.waitForPushes(50, within: .seconds(90), publishing: workload.publishing)
                     for joiner in joiners {
                         try await joiner.start()
                         print("rebalance: a second \(joiner.name.rawValue) joined (pid \(joiner.pid ?? -1))")
                     }
                     // Both members work; then the first of each leaves: its partitions move again.
-                    try await stack.waitForPushes(100, within: .seconds(90))
+                    try await stack.waitForPushes(100, within: .seconds(90), publishing: workload.publishing)
                     for victim in [ServiceProcess.Name.content, .dispatcher] {
                         let (took, status) = await stack[victim].terminate(within: .seconds(30))
                         print("rebalance: the first \(victim.rawValue) exited \(status.map(String.init) ?? "— killed") after \(took)")
                         stops.record(victim, took, status)
                     }
-                    try await stack.waitForPushes(50, within: .seconds(90))
+                    try await stack.waitForPushes(50, within: .seconds(90), publishing: workload.publishing)
                 }
                 for (victim, took, status) in stops.all {
                     #expect(status == 0, "\(victim.rawValue) exited with \(status.map(String.init) ?? "nothing: it was killed") after \(took)")

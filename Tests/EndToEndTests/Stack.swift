@@ -315,10 +315,16 @@ final class Stack: Sendable {
     }
 
     /// Waits until the simulator accepted `count` more pushes than now.
-    func waitForPushes(_ count: Int, within timeout: Duration) async throws {
+    /// Returns early once `publishing` is lowered (the backend sent everything: fewer pushes may
+    /// come) and the pushes have stopped coming for a few seconds.
+    func waitForPushes(_ count: Int, within timeout: Duration, publishing: Flag? = nil) async throws {
         let start = try await simulatorStats().accepted
         let deadline = ContinuousClock.now + timeout
-        while try await simulatorStats().accepted < start + count {
+        var last = start
+        var quietSince = ContinuousClock.now
+        while case let accepted = try await simulatorStats().accepted, accepted < start + count {
+            if accepted != last { (last, quietSince) = (accepted, ContinuousClock.now) }
+            if let publishing, !publishing.isRaised, ContinuousClock.now - quietSince > .seconds(5) { return }
             guard ContinuousClock.now < deadline else { throw E2EFailure("fewer than \(count) pushes in \(timeout): the pipeline is not flowing") }
             try await Task.sleep(for: .milliseconds(100))
         }

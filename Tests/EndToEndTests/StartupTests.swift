@@ -46,7 +46,7 @@ extension EndToEnd {
 
         @Test("without ISLET_KAFKA_BOOTSTRAP: exit 1, the variable named", arguments: services)
         func missingBootstrap(service: String) async throws {
-            let exit = try await Self.run(service, environment: [:], within: .seconds(5))
+            let exit = try await Self.run(service, environment: [:], within: .seconds(30))
             #expect(exit.reason == .exit && exit.status == 1, "\(exit.output)")
             #expect(exit.output.contains("ISLET_KAFKA_BOOTSTRAP is required"))
             #expect(!exit.output.contains("Fatal error"))
@@ -59,7 +59,7 @@ extension EndToEnd {
                 ("analytics-ingest", "ISLET_LINK_KEYS"),
             ])
         func missingSetting(service: String, variable: String) async throws {
-            let exit = try await Self.run(service, environment: ["ISLET_KAFKA_BOOTSTRAP": "127.0.0.1:1", "ISLET_HTTP_PORT": "0"], within: .seconds(5))
+            let exit = try await Self.run(service, environment: ["ISLET_KAFKA_BOOTSTRAP": "127.0.0.1:1", "ISLET_HTTP_PORT": "0"], within: .seconds(30))
             #expect(exit.reason == .exit && exit.status == 1, "\(exit.output)")
             #expect(exit.output.contains("\(service) cannot start"))
             #expect(exit.output.contains(variable))
@@ -80,7 +80,7 @@ extension EndToEnd {
 
         @Test("apns-simulator without its keys: exit 1")
         func simulatorWithoutKeys() async throws {
-            let exit = try await Self.run("apns-simulator", environment: [:], within: .seconds(5))
+            let exit = try await Self.run("apns-simulator", environment: [:], within: .seconds(30))
             #expect(exit.reason == .exit && exit.status == 1, "\(exit.output)")
             #expect(!exit.output.contains("Fatal error"))
         }

@@ -59,6 +59,9 @@ struct Workload {
     let activities: [String]
     let remote: Set<String>
     let perActivity: Int
+    /// Raised while the backend still publishes: a disruption waiting for pushes stops waiting once
+    /// it is lowered (nothing more is coming).
+    let publishing = Flag()
     let ride = AppTarget(bundleId: "com.example.ride", environment: .production)
 
     init(stack: Stack, driver: Driver, events: Int, activities count: Int) {
@@ -93,15 +96,24 @@ struct Workload {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 defer { streaming.lower() }
-                try await stream()
+                do {
+                    defer { publishing.lower() }
+                    try await stream()
+                }
                 try await disruption.value
             }
             group.addTask { try await tap(into: taps, while: streaming) }
             try await group.waitForAll()
         }
-        let ledger = try await Ledger.settle(bootstrap: stack.bootstrap, prefix: driver.run, expecting: activities.count * perActivity, timeout: .seconds(300))
+        let sent = activities.flatMap { activity in (1...perActivity).map { "\(activity)-\($0)" } }
+        let ledger = try await Ledger.settle(
+            bootstrap: stack.bootstrap, prefix: driver.run, expecting: activities.count * perActivity, timeout: .seconds(300)
+        ) { ledger in
+            let events = Set(ledger.requests.values.compactMap(\.sourceEventId))
+            return sent.allSatisfy(events.contains)
+        }
         let events = Set(ledger.requests.values.compactMap(\.sourceEventId))
-        let missing = activities.flatMap { activity in (1...perActivity).map { "\(activity)-\($0)" } }.filter { !events.contains($0) }
+        let missing = sent.filter { !events.contains($0) }
         let received = try await stack.received(payloads: false).filter { ledger.requests[$0.apnsID.lowercased()] != nil }
         let clicks = Set(
             try await readToEnd([IsletTopics.clicks.name], bootstrap: stack.bootstrap).compactMap { try? IsletJSON.decode(ClickEvent.self, from: $0.value ?? []).clickId })
