@@ -79,7 +79,7 @@ public struct ActivityTickets: Sendable {
     func verify(_ ticket: String, user: String, activityId: String, bundleId: String) async throws(APIError) {
         func refused(_ reason: String) -> APIError { APIError(.forbidden, .forbidden, field: "ticket", reason: reason) }
         guard ticket.utf8.count <= 4_096 else { throw refused("the ticket is longer than 4096 bytes") }
-        guard let header = Self.header(of: ticket) else { throw refused("the ticket is not a JWT") }
+        guard let header = JWTHeader.of(ticket) else { throw refused("the ticket is not a JWT") }
         guard header.alg == "HS256", let kid = header.kid, kids.contains(kid) else {
             throw refused("the ticket must be HS256 and name a known key in kid")
         }
@@ -98,17 +98,5 @@ public struct ActivityTickets: Sendable {
         guard claims.sub.value == user else { throw refused("the ticket was issued to another user") }
         guard claims.act == activityId else { throw refused("the ticket is for another activity") }
         guard claims.bid == bundleId else { throw refused("the ticket is for another app") }
-    }
-
-    private struct Header: Decodable {
-        var alg: String
-        var kid: String?
-    }
-
-    private static func header(of token: String) -> Header? {
-        guard let first = token.split(separator: ".", omittingEmptySubsequences: false).first,
-            let data = Data(base64URLEncoded: String(first))
-        else { return nil }
-        return try? JSONDecoder().decode(Header.self, from: data)
     }
 }

@@ -64,7 +64,7 @@ public struct Authenticator: Sendable {
         }
         let token = String(parts[1])
         guard token.utf8.count <= 4_096 else { throw .unauthenticated("the JWT is longer than 4096 bytes") }
-        guard let header = Self.header(of: token) else { throw .unauthenticated("the JWT is malformed") }
+        guard let header = JWTHeader.of(token) else { throw .unauthenticated("the JWT is malformed") }
         guard let kid = header.kid, let algorithm = algorithms[kid] else {
             throw .unauthenticated("the JWT's kid does not name a known key")
         }
@@ -102,16 +102,20 @@ public struct Authenticator: Sendable {
         return user
     }
 
-    private struct Header: Decodable {
-        var alg: String
-        var kid: String?
-    }
+}
 
-    private static func header(of token: String) -> Header? {
+/// A JWT's header, read before its signature is checked: which key (`kid`) and algorithm it
+/// claims, so that a token cannot pick a key's algorithm. Shared by the app's JWTs and tickets.
+struct JWTHeader: Decodable {
+    var alg: String
+    var kid: String?
+
+    /// The header of `token`, or `nil` when it is not a JWT.
+    static func of(_ token: String) -> JWTHeader? {
         guard let first = token.split(separator: ".", omittingEmptySubsequences: false).first,
             let data = Data(base64URLEncoded: String(first))
         else { return nil }
-        return try? JSONDecoder().decode(Header.self, from: data)
+        return try? JSONDecoder().decode(JWTHeader.self, from: data)
     }
 }
 
