@@ -50,7 +50,7 @@ bootstrap=$ISLET_KAFKA_BOOTSTRAP
 echo "== services (logs in $run)"
 key_id=DEMOKEY001; team=DEMOTEAM01
 "$bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"
-link_secret=$(secret); jwt_secret=$(secret); backend_key=$(secret)
+link_secret=$(secret); jwt_secret=$(secret); backend_key=$(secret); ticket_secret=$(secret)
 # The backends' gRPC APIs (loopback only) take calls from this key: `islet activity`, `islet stale`.
 grpc_keys="demo-backend=$backend_key:read+write"
 common=(ISLET_KAFKA_BOOTSTRAP="$bootstrap" ISLET_HTTP_HOST=127.0.0.1 ISLET_LOG_LEVEL="${ISLET_LOG_LEVEL:-notice}")
@@ -63,7 +63,7 @@ pids+=("$!"); simulator_pid=$!
 wait_ready apns-simulator http://127.0.0.1:8090
 # The latency and memory runs register thousands of activities for one user: no quota for them.
 quota=(); [ "$bench" = no ] || quota=(ISLET_QUOTA_LIVE_ACTIVITIES=0)
-env "${common[@]}" ${quota[@]+"${quota[@]}"} ISLET_HTTP_PORT=8081 ISLET_GRPC_PORT=9081 ISLET_GRPC_KEYS="$grpc_keys" ISLET_AUTH_HS256_KEYS="demo=$jwt_secret" \
+env "${common[@]}" ${quota[@]+"${quota[@]}"} ISLET_HTTP_PORT=8081 ISLET_GRPC_PORT=9081 ISLET_GRPC_KEYS="$grpc_keys" ISLET_AUTH_HS256_KEYS="demo=$jwt_secret" ISLET_TICKET_HS256_KEYS="orders=$ticket_secret" \
   "$bin/token-registry" >"$run/token-registry.log" 2>&1 &
 pids+=("$!")
 env "${common[@]}" ISLET_HTTP_PORT=8083 ISLET_GRPC_PORT=9083 ISLET_GRPC_KEYS="$grpc_keys" ISLET_LINK_KEYS="demo=$link_secret" \
@@ -106,6 +106,7 @@ cat <<TEXT
   token-registry      http://127.0.0.1:8081 (gRPC 9081, metrics http://127.0.0.1:8181/metrics)   JWT key: demo=$jwt_secret
   content-service     http://127.0.0.1:8083 (gRPC 9083)   stale activities: /v1/activities/stale
   gRPC backend key    ISLET_CLI_GRPC_KEY=$backend_key  (for islet activity <id>, islet stale)
+  activity tickets    ISLET_CLI_TICKET_KEY=orders=$ticket_secret  (islet register-token signs the owner's ticket; docs/token-registry.md)
   apns-dispatcher     http://127.0.0.1:8082/metrics
   analytics-ingest    http://127.0.0.1:8084 (metrics http://127.0.0.1:8184/metrics)
   APNs simulator      https://127.0.0.1:2197, admin http://127.0.0.1:8090/admin/notifications
