@@ -393,7 +393,7 @@ public actor DispatchEngine {
             Self.isPushToStart(request) && entry.attempts == 1
             ? PushOutcome(
                 requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: .sending, attempts: 1,
-                tokenFingerprint: fingerprint, detail: "push-to-start about to be sent", completedAt: clock.now())
+                tokenFingerprint: fingerprint, detail: "push-to-start about to be sent", completedAt: clock.now(), bundleId: request.app.bundleId)
             : nil
         let (outcomes, logger) = (self.outcomes, self.logger)
         jobsContinuation.yield { [weak self] in
@@ -624,7 +624,7 @@ public actor DispatchEngine {
             requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: result, apns: apns,
             priorityUsed: apns == nil ? nil : priority, attempts: entry.attempts,
             latencyMilliseconds: apns == nil ? nil : max(0, now.timeIntervalSince(request.createdAt) * 1_000), tokenFingerprint: fingerprint,
-            supersededBy: supersededBy, detail: detail, completedAt: now)
+            supersededBy: supersededBy, detail: detail, completedAt: now, bundleId: request.app.bundleId)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)
         if let key = request.key { forgetIfIdle(key, now: now) }

@@ -53,6 +53,7 @@ public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServic
             $0.activities = engine.staleActivities(limit: request.limit == 0 ? 1_000 : Int(request.limit)).map { stale in
                 .with {
                     $0.activityID = stale.activityId
+                    $0.bundleID = stale.bundleId
                     $0.attributesType = stale.attributesType
                     $0.freshness = stale.freshness.rawValue
                     $0.staleSince = Google_Protobuf_Timestamp(date: stale.staleSince)
@@ -112,7 +113,7 @@ public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServic
             fields: request.fields.fields.mapValues(JSONValue.init(protobuf:)), urgency: urgency,
             occurredAt: request.hasOccurredAt ? request.occurredAt.date : now, sequence: request.sequence, startTarget: target,
             attributes: request.hasAttributes ? request.attributes.fields.mapValues(JSONValue.init(protobuf:)) : nil,
-            source: request.source.isEmpty ? nil : request.source)
+            source: request.source.isEmpty ? nil : request.source, bundleId: request.bundleID.isEmpty ? nil : request.bundleID)
         do {
             try event.validate()
         } catch {

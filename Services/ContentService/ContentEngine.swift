@@ -18,9 +18,24 @@ public final class ContentEngine: Sendable {
     public let freshness: FreshnessPolicy
     private let tokens: TokenTable
     private struct State {
+        /// By activity of its app (`<bundleId>/<activityId>`: activity ids are scoped per app).
         var memories: [String: ActivityMemory] = [:]
-        /// Push-to-start keys of recent starts → the backend's activity id (their outcomes carry the key).
+        /// Push-to-start keys of recent starts → the activity they started (their outcomes carry the key).
         var startOwners: [String: String] = [:]
+        /// Activity id → the keys of the memories of that id (one per app that uses it).
+        var keysByActivity: [String: Set<String>] = [:]
+
+        /// Sets (or, with `nil`, forgets) the memory of `key`, keeping the index by activity id.
+        mutating func set(_ key: String, _ memory: ActivityMemory?) {
+            let activityId = String(key.drop { $0 != "/" }.dropFirst())
+            memories[key] = memory
+            if memory == nil {
+                keysByActivity[activityId]?.remove(key)
+                if keysByActivity[activityId]?.isEmpty == true { keysByActivity[activityId] = nil }
+            } else {
+                keysByActivity[activityId, default: []].insert(key)
+            }
+        }
     }
     private let state = Mutex(State())
     let now: @Sendable () -> Date
@@ -46,7 +61,8 @@ public final class ContentEngine: Sendable {
     public struct Prepared: Sendable {
         public var requests: [PushRequest]
         public var shrinks: [String]
-        let activityId: String
+        /// The activity, of its app (`<bundleId>/<activityId>`).
+        public let activityKey: String
         let memory: ActivityMemory
     }
 
@@ -57,7 +73,11 @@ public final class ContentEngine: Sendable {
     /// - Parameter partition: the partition the event was read from (its activity's partition).
     /// - Parameter images: thumbnails by image URL (``ThumbnailService``); without, images go by URL only.
     public func prepare(_ event: ActivityEvent, partition: Int32? = nil, images: [String: [String]] = [:]) throws(ContentError) -> Decision {
-        var memory = state.withLock { $0.memories[event.activityId] } ?? ActivityMemory()
+        guard let template = assembler.templates[event.attributesType] else {
+            throw ContentError(field: "attributesType", problem: "\(event.attributesType) has no template")
+        }
+        let activityKey = try activityKey(of: event)
+        var memory = state.withLock { $0.memories[activityKey] } ?? ActivityMemory()
         if let partition { memory.partition = partition }
         // An event that is not applied is still checked: a caller (gRPC) learns that it is invalid.
         var ignored: String?
@@ -66,31 +86,56 @@ public final class ContentEngine: Sendable {
         } else if memory.ended, event.kind != .start {
             ignored = "the activity has ended"
         }
-        guard let template = assembler.templates[event.attributesType] else {
-            throw ContentError(field: "attributesType", problem: "\(event.attributesType) has no template")
-        }
-        // The token tells the app, its environment and its version; without one, the template's app.
+        // The token tells the app's environment and version; without one, the push-to-start
+        // target's or the template's app.
         let key: String
         if let target = event.startTarget {
             key = MessageKey.pushToStart(bundleId: target.app.bundleId, deviceId: target.deviceId, attributesType: event.attributesType)
         } else {
-            key = MessageKey.activity(event.activityId)
+            key = activityKey
         }
         let record = tokens.record(forKey: key)
-        guard let app = record?.app ?? event.startTarget?.app ?? template.app else {
-            throw ContentError(field: "activityId", problem: "no token is registered for it, and template \(template.attributesType) names no app")
+        let bundleId = String(activityKey.prefix { $0 != "/" })
+        guard let app = record?.app ?? event.startTarget?.app ?? template.app.flatMap({ $0.bundleId == bundleId ? $0 : nil }) else {
+            throw ContentError(
+                field: "activityId",
+                problem: "no token is registered for it in \(bundleId), and template \(template.attributesType) names \(template.app.map { "another app (\($0.bundleId))" } ?? "no app")")
         }
         let version = record.flatMap { AppVersion($0.appVersion) } ?? Self.newest
         let result = try assembler.assemble(event, app: app, appVersion: version, memory: &memory, now: now(), images: images)
         if let ignored { return .ignore(ignored) }
-        return .send(Prepared(requests: result.requests, shrinks: result.shrinks, activityId: event.activityId, memory: memory))
+        return .send(Prepared(requests: result.requests, shrinks: result.shrinks, activityKey: activityKey, memory: memory))
+    }
+
+    /// The activity an event is about, of its app (`<bundleId>/<activityId>`; activity ids are
+    /// scoped per app). The app is the event's `bundleId`; for an event without one (written before
+    /// events named their app), its push-to-start target's, else the only app with a token
+    /// registered for the id (or, without a token, the only app remembered with it), else its
+    /// template's. An id in several apps needs the event to name its app.
+    public func activityKey(of event: ActivityEvent) throws(ContentError) -> String {
+        if let bundleId = event.bundleId ?? event.startTarget?.app.bundleId {
+            return MessageKey.activity(bundleId: bundleId, activityId: event.activityId)
+        }
+        var keys = tokens.keys(forActivity: event.activityId)
+        if keys.isEmpty { keys = state.withLock { ($0.keysByActivity[event.activityId] ?? []).sorted() } }
+        if keys.count > 1 {
+            throw ContentError(
+                field: "bundleId",
+                problem: "the activity id is registered in several apps (\(keys.map { String($0.prefix { $0 != "/" }) }.joined(separator: ", "))): the event must name its app")
+        }
+        if let key = keys.first { return key }
+        guard let app = assembler.templates[event.attributesType]?.app else {
+            throw ContentError(
+                field: "bundleId", problem: "the event names no app, no token is registered for its activity, and template \(event.attributesType) names no app")
+        }
+        return MessageKey.activity(bundleId: app.bundleId, activityId: event.activityId)
     }
 
     /// The prepared requests are persisted: the activity's memory moves on.
     public func commit(_ prepared: Prepared) {
         state.withLock { state in
-            state.memories[prepared.activityId] = prepared.memory
-            for request in prepared.requests { if let key = request.pushToStartKey { state.startOwners[key] = prepared.activityId } }
+            state.set(prepared.activityKey, prepared.memory)
+            for request in prepared.requests { if let key = request.pushToStartKey { state.startOwners[key] = prepared.activityKey } }
         }
     }
 
@@ -98,20 +143,32 @@ public final class ContentEngine: Sendable {
     /// (after a restart, or when another instance handled the activity before).
     /// - Parameter partition: the partition it was read from.
     public func replay(_ request: PushRequest, partition: Int32? = nil) {
-        guard let activityId = request.sourceActivityId ?? request.activityId else { return }
+        guard let activityKey = request.activityKey else { return }
         state.withLock { state in
-            state.memories[activityId, default: ActivityMemory()].replay(request)
-            // Requests to a running activity are keyed (and partitioned) like its events.
-            if let partition, request.activityId != nil { state.memories[activityId]?.partition = partition }
-            if let key = request.pushToStartKey { state.startOwners[key] = activityId }
+            var memory = state.memories[activityKey] ?? ActivityMemory()
+            memory.replay(request)
+            // Requests to a running activity are partitioned like its events (by activity id).
+            if let partition, request.activityId != nil { memory.partition = partition }
+            state.set(activityKey, memory)
+            if let key = request.pushToStartKey { state.startOwners[key] = activityKey }
         }
     }
 
     /// The dispatcher's final answer to a request.
     public func record(_ outcome: PushOutcome) {
         state.withLock { state in
-            guard let activityId = outcome.activityId ?? outcome.pushToStartKey.flatMap({ state.startOwners[$0] }) else { return }
-            state.memories[activityId]?.record(outcome)
+            let activityKey: String?
+            if let activityId = outcome.activityId, outcome.bundleId == nil {
+                // Written before outcomes named their app: the only app remembered with the id.
+                let keys = state.keysByActivity[activityId] ?? []
+                activityKey = keys.count == 1 ? keys.first : nil
+            } else if outcome.activityId == nil {
+                activityKey = outcome.pushToStartKey.flatMap { state.startOwners[$0] }
+            } else {
+                activityKey = outcome.key
+            }
+            guard let activityKey else { return }
+            state.memories[activityKey]?.record(outcome)
         }
     }
 
@@ -126,11 +183,11 @@ public final class ContentEngine: Sendable {
         let policy = freshness
         return state.withLock { state -> [Prepared] in
             var prepared: [Prepared] = []
-            for (activityId, memory) in state.memories {
+            for (activityKey, memory) in state.memories {
                 guard let latest = memory.latest else { continue }
                 if let owned, !(memory.partition.map(owned.contains) ?? false) { continue }
                 if !memory.isLive {
-                    if now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) { state.memories[activityId] = nil }
+                    if now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) { state.set(activityKey, nil) }
                     continue
                 }
                 let followUp: FollowUp
@@ -155,7 +212,7 @@ public final class ContentEngine: Sendable {
                 guard let request = assembler.followUp(followUp, of: latest, requestId: requestId, timestamp: timestamp, now: now) else { continue }
                 var next = memory
                 next.replay(request)
-                prepared.append(Prepared(requests: [request], shrinks: [], activityId: activityId, memory: next))
+                prepared.append(Prepared(requests: [request], shrinks: [], activityKey: activityKey, memory: next))
             }
             if state.startOwners.count > state.memories.count {
                 state.startOwners = state.startOwners.filter { state.memories[$0.value] != nil }
@@ -169,16 +226,18 @@ public final class ContentEngine: Sendable {
         let now = now()
         let policy = freshness
         let stale = state.withLock { state in
-            state.memories.compactMap { activityId, memory -> StaleActivity? in
+            state.memories.compactMap { activityKey, memory -> StaleActivity? in
                 guard let freshness = memory.freshness(now: now, policy: policy), freshness != .fresh,
                     let since = memory.staleSince(now: now), let latest = memory.latest
                 else { return nil }
                 return StaleActivity(
-                    activityId: activityId, attributesType: latest.attributesType, freshness: freshness, staleSince: since,
+                    activityId: latest.sourceActivityId ?? latest.activityId ?? String(activityKey.drop { $0 != "/" }.dropFirst()),
+                    bundleId: latest.app.bundleId, attributesType: latest.attributesType, freshness: freshness, staleSince: since,
                     contentSequence: latest.contentSequence, resends: memory.resends)
             }
         }
-        return Array(stale.sorted { ($0.staleSince, $0.activityId) < ($1.staleSince, $1.activityId) }.prefix(limit))
+        return Array(
+            stale.sorted { ($0.staleSince, $0.bundleId, $0.activityId) < ($1.staleSince, $1.bundleId, $1.activityId) }.prefix(limit))
     }
 
     /// Live activities per freshness class (for /metrics).
@@ -192,8 +251,8 @@ public final class ContentEngine: Sendable {
         }
     }
 
-    /// What is remembered of an activity (tests, diagnostics).
-    public func memory(of activityId: String) -> ActivityMemory? { state.withLock { $0.memories[activityId] } }
+    /// What is remembered of an activity, by its key (`<bundleId>/<activityId>`; tests, diagnostics).
+    public func memory(of activityKey: String) -> ActivityMemory? { state.withLock { $0.memories[activityKey] } }
 
     /// Activities remembered.
     public var activityCount: Int { state.withLock { $0.memories.count } }

@@ -205,6 +205,7 @@ public struct ContentServiceApp: Sendable {
 /// A stale activity as `GET /v1/activities/stale` lists it.
 struct StaleActivityJSON: Encodable {
     var activityId: String
+    var bundleId: String
     var attributesType: String
     var freshness: String
     var staleSince: Date
@@ -213,6 +214,7 @@ struct StaleActivityJSON: Encodable {
 
     init(_ stale: StaleActivity) {
         activityId = stale.activityId
+        bundleId = stale.bundleId
         attributesType = stale.attributesType
         freshness = stale.freshness.rawValue
         staleSince = stale.staleSince

@@ -92,7 +92,7 @@ public struct ContentServiceLoop: Service {
         // Thumbnails of the images the activity has not had inline yet (cached; a failure means by URL only).
         var images: [String: [String]] = [:]
         if let thumbnails {
-            let inlined = engine.memory(of: event.activityId)?.inlinedImages ?? []
+            let inlined = (try? engine.activityKey(of: event)).flatMap(engine.memory(of:))?.inlinedImages ?? []
             let urls = engine.assembler.imageURLs(for: event).filter { !inlined.contains($0) }
             if !urls.isEmpty { images = await thumbnails.thumbnails(for: urls) }
         }
@@ -214,7 +214,7 @@ public final class RequestSender: Sendable {
     /// Sends again, until Kafka takes them, the requests it refused.
     func repair() async throws {
         while let (request, completion) = failed.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) {
-            try await sendUntilAcknowledged(request, activityId: request.sourceActivityId ?? request.key ?? "")
+            try await sendUntilAcknowledged(request, activity: request.activityKey ?? request.key ?? "")
             completion.one()
         }
     }
@@ -224,20 +224,20 @@ public final class RequestSender: Sendable {
     func persist(_ prepared: ContentEngine.Prepared) async throws {
         try await repair()
         for request in prepared.requests {
-            try await sendUntilAcknowledged(request, activityId: prepared.activityId)
+            try await sendUntilAcknowledged(request, activity: prepared.activityKey)
             count(request)
         }
         engine.commit(prepared)
     }
 
-    private func sendUntilAcknowledged(_ request: PushRequest, activityId: String) async throws {
+    private func sendUntilAcknowledged(_ request: PushRequest, activity: String) async throws {
         var backoff = Duration.milliseconds(100)
         while true {
             do {
                 try await producer.send(request, to: topic, headers: [writer])
                 return
             } catch {
-                logger.warning("push request not persisted; retrying", metadata: ["activity.id": "\(activityId)", "error": "\(error)"])
+                logger.warning("push request not persisted; retrying", metadata: ["activity.key": "\(activity)", "error": "\(error)"])
                 try await Task.sleep(for: backoff)
                 backoff = min(backoff * 2, .seconds(5))
             }
@@ -318,7 +318,7 @@ public struct FreshnessMonitor: Service {
                 for request in prepared.requests {
                     let action = request.event == .end ? "end" : "resend"
                     Counter(label: "islet_content_freshness_actions_total", dimensions: [("action", action)]).increment()
-                    logger.info("freshness monitor", metadata: ["activity.id": "\(prepared.activityId)", "action": "\(action)"])
+                    logger.info("freshness monitor", metadata: ["activity.key": "\(prepared.activityKey)", "action": "\(action)"])
                 }
                 sent += prepared.requests
             }

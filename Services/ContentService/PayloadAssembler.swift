@@ -265,8 +265,8 @@ public struct PayloadAssembler: Sendable {
                 let isAlertBeforeEnd = event.kind == .end && index < payloads.count - 1
                 return PushRequest(
                     requestId: isAlertBeforeEnd
-                        ? RequestIds.alertBeforeEnd(activityId: event.activityId, eventId: event.eventId)
-                        : RequestIds.content(activityId: event.activityId, eventId: event.eventId),
+                        ? RequestIds.alertBeforeEnd(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId)
+                        : RequestIds.content(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId),
                     activityId: isPushToStart ? nil : event.activityId,
                     pushToStartKey: isPushToStart ? key : nil, event: kind, app: app, attributesType: template.attributesType, payload: payload,
                     priority: priority, urgency: event.urgency, supersedable: kind == .update && !alerting, alerting: alerting,

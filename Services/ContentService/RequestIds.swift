@@ -10,14 +10,15 @@ public enum RequestIds {
     /// Islet's namespace for request ids.
     static let namespace: [UInt8] = Array(UUID(uuidString: "5b1f7c7e-2d4a-4f0e-9a51-3c6e0b8d2f10")!.bytes)
 
-    /// The request for an event's own content.
-    public static func content(activityId: String, eventId: String) -> String {
-        make("event:\(activityId):\(eventId)")
+    /// The request for an event's own content. The app is part of the name: two apps may use the
+    /// same activity id, and their backends the same event ids.
+    public static func content(bundleId: String, activityId: String, eventId: String) -> String {
+        make("event:\(bundleId)/\(activityId):\(eventId)")
     }
 
     /// The alerting update sent just before an end whose final state alerts.
-    public static func alertBeforeEnd(activityId: String, eventId: String) -> String {
-        make("event:\(activityId):\(eventId):alert")
+    public static func alertBeforeEnd(bundleId: String, activityId: String, eventId: String) -> String {
+        make("event:\(bundleId)/\(activityId):\(eventId):alert")
     }
 
     /// The freshness monitor's n-th re-send of a request's content.

@@ -74,7 +74,8 @@ public final class Registry: Sendable {
         let verified = try await verifyTicket(request.ticket, user: user, activityId: activityId, bundleId: app.bundleId)
         let logger = self.logger
 
-        return try await register(user: user, kind: .update, key: MessageKey.activity(activityId)) { current, now throws(APIError) in
+        return try await register(user: user, kind: .update, key: MessageKey.activity(bundleId: app.bundleId, activityId: activityId)) {
+            current, now throws(APIError) in
             let fresh = TokenRecord(
                 kind: .update, activityId: activityId, deviceId: deviceId, userId: user, token: token, app: app,
                 attributesType: attributesType, frequentUpdatesEnabled: request.frequentUpdatesEnabled, appVersion: appVersion,
@@ -93,10 +94,8 @@ public final class Registry: Sendable {
                     reason: current.ownerVerified == true
                         ? "the activity belongs to another user" : "the activity belongs to another user (its owner's ticket would prove otherwise)")
             }
-            guard current.attributesType == attributesType, current.app.bundleId == app.bundleId else {
-                throw APIError(
-                    .conflict, .conflict, field: current.attributesType == attributesType ? "app.bundleId" : "attributesType",
-                    reason: "an activity keeps the app and attributes type it was registered with")
+            guard current.attributesType == attributesType else {
+                throw APIError(.conflict, .conflict, field: "attributesType", reason: "an activity keeps the attributes type it was registered with")
             }
             if current.state == .invalidated, let reason = current.invalidation?.reason, !reason.isFromAPNs {
                 throw APIError(.conflict, .conflict, field: "activityId", reason: "the activity has ended (\(reason.rawValue)): start a new one")
@@ -165,9 +164,12 @@ public final class Registry: Sendable {
     }
 
     /// The app says the activity ended (or was dismissed, or cannot be shown). Repeating it changes nothing.
-    public func invalidateActivity(user: String, activityId: String, reason: InvalidationReason) async throws(APIError) -> WriteResponse {
-        let activityId = try Validation.identifier(activityId, field: "activityId")
-        return try await invalidate(user: user, key: MessageKey.activity(activityId), reason: try Validation.clientReason(reason))
+    /// - Parameter bundleId: the activity's app; `nil`: the caller's only activity of that id.
+    public func invalidateActivity(
+        user: String, activityId: String, bundleId: String? = nil, reason: InvalidationReason
+    ) async throws(APIError) -> WriteResponse {
+        let key = try activityKey(activityId, bundleId: bundleId, user: user)
+        return try await invalidate(user: user, key: key, reason: try Validation.clientReason(reason))
     }
 
     /// The app says a push-to-start token must not be used any more.
@@ -179,8 +181,32 @@ public final class Registry: Sendable {
     }
 
     /// The app's view of one of its activities.
-    public func activity(user: String, activityId: String) throws(APIError) -> TokenStateView {
-        try view(user: user, key: MessageKey.activity(try Validation.identifier(activityId, field: "activityId")))
+    /// - Parameter bundleId: the activity's app; `nil`: the caller's only activity of that id.
+    public func activity(user: String, activityId: String, bundleId: String? = nil) throws(APIError) -> TokenStateView {
+        try requireReady()
+        return try view(user: user, key: try activityKey(activityId, bundleId: bundleId, user: user))
+    }
+
+    /// The key of an activity: of `bundleId`'s app when given; otherwise of the only app in which
+    /// the id is registered — `user`'s activities only when a user asks (another user's are not
+    /// revealed to exist: 404), every app's for a backend. An id in several apps needs the app
+    /// named: 409 `conflict` on field `bundleId`.
+    public func activityKey(_ activityId: String, bundleId: String?, user: String?) throws(APIError) -> String {
+        let activityId = try Validation.identifier(activityId, field: "activityId")
+        if let bundleId {
+            return MessageKey.activity(bundleId: try Validation.bundleId(bundleId, field: "bundleId"), activityId: activityId)
+        }
+        let table = self.table
+        let keys = table.keys(forActivity: activityId).filter { key in user == nil || table.record(forKey: key)?.userId == user }
+        switch keys.count {
+        case 0: throw APIError.notFound
+        case 1: return keys[0]
+        default:
+            let apps = keys.compactMap { table.record(forKey: $0)?.app.bundleId }
+            throw APIError(
+                .conflict, .conflict, field: "bundleId",
+                reason: "the activity id is registered in several apps (\(apps.joined(separator: ", "))): name the app with bundleId")
+        }
     }
 
     /// The app's view of one of its push-to-start tokens.
@@ -207,9 +233,13 @@ public final class Registry: Sendable {
         }
     }
 
-    public func setFrequentUpdates(user: String, activityId: String, enabled: Bool) async throws(APIError) -> WriteResponse {
-        let activityId = try Validation.identifier(activityId, field: "activityId")
-        return try await write(key: MessageKey.activity(activityId)) { current, now throws(APIError) in
+    /// - Parameter bundleId: the activity's app; `nil`: the caller's only activity of that id.
+    public func setFrequentUpdates(user: String, activityId: String, bundleId: String? = nil, enabled: Bool) async throws(APIError)
+        -> WriteResponse
+    {
+        try requireReady()
+        let key = try activityKey(activityId, bundleId: bundleId, user: user)
+        return try await write(key: key) { current, now throws(APIError) in
             guard let current, current.userId == user else { throw APIError.notFound }
             guard current.frequentUpdatesEnabled != enabled else { return (current, .unchanged) }
             var next = current
@@ -260,12 +290,21 @@ public final class Registry: Sendable {
     /// not be persisted (the outcome is then read again).
     @discardableResult
     public func handle(_ outcome: PushOutcome) async throws -> OutcomeDecision {
-        guard outcome.result == .tokenInvalid, let key = outcome.key else {
+        guard outcome.result == .tokenInvalid, var key = outcome.key else {
             metrics.outcome("ignored")
             return .ignore("not a token verdict")
         }
+        if let activityId = outcome.activityId, outcome.bundleId == nil {
+            // Written before outcomes named their app: the activity of the only app that has the id.
+            let keys = table.keys(forActivity: activityId)
+            guard keys.count == 1 else {
+                metrics.outcome("ignored")
+                return .ignore(keys.isEmpty ? "unknown key" : "an outcome without its app, for an id registered in several apps")
+            }
+            key = keys[0]
+        }
         let logger = self.logger
-        let decision = try await locks.withLock(key) { () async throws -> OutcomeDecision in
+        let decision = try await locks.withLock(key) { [key] () async throws -> OutcomeDecision in
             let current = self.table.record(forKey: key)
             let decision = Self.decide(outcome, current: current)
             guard case .invalidate(let reason, let since) = decision, var next = current else { return decision }
@@ -274,7 +313,7 @@ public final class Registry: Sendable {
             next.invalidation = .init(reason: reason, invalidatedAt: now, apnsTimestamp: since)
             next.updatedAt = now
             let position = try await self.publisher.publish(next)
-            self.table.apply(next, key: key, at: position)
+            await self.apply(next, key: key, at: position)
             self.metrics.invalidated(reason)
             self.metrics.changed(next.kind, .invalidated)
             logger.info(
@@ -340,13 +379,27 @@ public final class Registry: Sendable {
                     .serviceUnavailable, .unavailable,
                     reason: "the change was not acknowledged by Kafka and is not confirmed; retry (repeating it is safe)")
             }
-            table.apply(next, key: key, at: position)
+            await self.apply(next, key: key, at: position)
             metrics.changed(next.kind, change)
             if change == .invalidated, let reason = next.invalidation?.reason { metrics.invalidated(reason) }
             logger.debug(
                 "token changed",
                 metadata: ["token.key": "\(key)", "token.change": "\(change.rawValue)", "token.fingerprint": "\(TokenFingerprint.of(token: next.token))"])
             return WriteResponse(change: change, token: TokenStateView(next))
+        }
+    }
+
+    /// Applies a record Kafka acknowledged under `key` to the table. When the record it replaces
+    /// was written under the bare activity id (before ids were scoped per app), that key is deleted
+    /// from the topic, or compaction would keep the old record for ever; a reader that meets the
+    /// old record keeps the newer one (same partition, later offset), so a tombstone Kafka refuses
+    /// is only logged.
+    private func apply(_ record: TokenRecord, key: String, at position: TokenTable.Position?) async {
+        let legacyKey = table.legacyTopicKey(forKey: key)
+        table.apply(record, key: key, at: position)
+        guard let legacyKey else { return }
+        do { _ = try await publisher.tombstone(key: legacyKey) } catch {
+            logger.warning("the unscoped key of a replaced record was not deleted", metadata: ["token.key": "\(legacyKey)", "kafka.error": "\(error)"])
         }
     }
 
@@ -365,8 +418,10 @@ public final class Registry: Sendable {
                     let at = record.invalidation?.invalidatedAt, at < cutoff
                 else { return false }
                 do {
-                    let position = try await publisher.tombstone(key: key)
-                    table.remove(key: key, at: position)
+                    // A record still under its old, unscoped key is deleted under that key.
+                    let topicKey = table.legacyTopicKey(forKey: key) ?? key
+                    let position = try await publisher.tombstone(key: topicKey)
+                    table.remove(key: topicKey, at: position)
                     return true
                 } catch {
                     logger.warning("tombstone not acknowledged by Kafka: the next sweep tries again", metadata: ["token.key": "\(key)", "kafka.error": "\(error)"])

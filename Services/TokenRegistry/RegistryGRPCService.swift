@@ -22,9 +22,9 @@ public struct RegistryGRPCService: Islet_Tokens_V1_TokenRegistry.SimpleServicePr
         request: Islet_Tokens_V1_LookupActivityRequest, context: ServerContext
     ) async throws -> Islet_Tokens_V1_ActivityState {
         try requireReady()
-        let activityId = try Self.activityId(request.activityID)
-        guard let record = registry.table.record(forKey: MessageKey.activity(activityId)) else {
-            throw RPCError(code: .notFound, message: "no activity \(activityId)")
+        let key = try activityKey(request.activityID, bundleId: request.bundleID)
+        guard let record = registry.table.record(forKey: key) else {
+            throw RPCError(code: .notFound, message: "no activity \(key)")
         }
         return Self.state(of: record)
     }
@@ -48,18 +48,19 @@ public struct RegistryGRPCService: Islet_Tokens_V1_TokenRegistry.SimpleServicePr
     public func invalidateActivity(
         request: Islet_Tokens_V1_InvalidateActivityRequest, context: ServerContext
     ) async throws -> Islet_Tokens_V1_ActivityState {
-        let activityId = try Self.activityId(request.activityID)
+        try requireReady()
+        let key = try activityKey(request.activityID, bundleId: request.bundleID)
         let reason = InvalidationReason(rawValue: request.reason)
         guard Self.backendReasons.contains(reason) else {
             throw RPCError(
                 code: .invalidArgument, message: "reason must be one of \(Self.backendReasons.map(\.rawValue).joined(separator: ", "))")
         }
         do {
-            _ = try await registry.invalidate(user: nil, key: MessageKey.activity(activityId), reason: reason)
+            _ = try await registry.invalidate(user: nil, key: key, reason: reason)
         } catch {
             throw error.rpcError
         }
-        guard let record = registry.table.record(forKey: MessageKey.activity(activityId)) else {
+        guard let record = registry.table.record(forKey: key) else {
             throw RPCError(code: .internalError, message: "the activity's state could not be read back")
         }
         return Self.state(of: record)
@@ -72,11 +73,16 @@ public struct RegistryGRPCService: Islet_Tokens_V1_TokenRegistry.SimpleServicePr
         guard registry.isReady else { throw RPCError(code: .unavailable, message: "the registry is loading its tokens; retry shortly") }
     }
 
-    private static func activityId(_ text: String) throws -> String {
-        guard Validation.isIdentifier(text, maxLength: 128) else {
+    /// The activity's key: of `bundleId`'s app, or (empty) of the only app that has the id.
+    private func activityKey(_ activityId: String, bundleId: String) throws -> String {
+        guard Validation.isIdentifier(activityId, maxLength: 128) else {
             throw RPCError(code: .invalidArgument, message: "activity_id must be 1-128 characters of letters, digits and . _ ~ -")
         }
-        return text
+        do {
+            return try registry.activityKey(activityId, bundleId: bundleId.isEmpty ? nil : bundleId, user: nil)
+        } catch {
+            throw error.status == .notFound ? RPCError(code: .notFound, message: "no activity \(activityId)") : error.rpcError
+        }
     }
 
     static func state(of record: TokenRecord) -> Islet_Tokens_V1_ActivityState {

@@ -10,7 +10,7 @@ import Logging
 /// | route | does |
 /// | --- | --- |
 /// | `PUT /v1/activities/{activityId}/token` | register or rotate the activity's update token |
-/// | `GET /v1/activities/{activityId}` | the activity's token state (never the token) |
+/// | `GET /v1/activities/{activityId}[?bundleId=]` | the activity's token state (never the token) |
 /// | `POST /v1/activities/{activityId}/invalidate` | the activity ended / was dismissed / is ineligible |
 /// | `PUT /v1/activities/{activityId}/frequent-updates` | the user changed the frequent-updates setting |
 /// | `PUT /v1/apps/{bundleId}/devices/{deviceId}/push-to-start/{attributesType}` | register or rotate a push-to-start token |
@@ -41,19 +41,26 @@ public struct RegistryHTTPAPI: Sendable {
             let result = try await registry.registerActivityToken(user: user, activityId: try context.parameter("activityId"), body)
             return try json(result, status: [.registered, .claimed].contains(result.change) ? .created : .ok)
         }
+        // Activity ids are scoped per app: `?bundleId=` names the app; without it, the caller's
+        // only activity of that id (409 when the caller has it in several apps).
         api.get("activities/:activityId") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
-            return try json(try registry.activity(user: user, activityId: try context.parameter("activityId")))
+            return try json(
+                try registry.activity(user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter))
         }
         api.post("activities/:activityId/invalidate") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
             let body = try await Self.decode(InvalidateRequest.self, from: request, maxBodyBytes: maxBodyBytes)
-            return try json(try await registry.invalidateActivity(user: user, activityId: try context.parameter("activityId"), reason: body.reason))
+            return try json(
+                try await registry.invalidateActivity(
+                    user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter, reason: body.reason))
         }
         api.put("activities/:activityId/frequent-updates") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
             let body = try await Self.decode(FrequentUpdatesRequest.self, from: request, maxBodyBytes: maxBodyBytes)
-            return try json(try await registry.setFrequentUpdates(user: user, activityId: try context.parameter("activityId"), enabled: body.enabled))
+            return try json(
+                try await registry.setFrequentUpdates(
+                    user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter, enabled: body.enabled))
         }
 
         let pushToStart = "apps/:bundleId/devices/:deviceId/push-to-start/:attributesType"
@@ -108,6 +115,11 @@ public struct RegistryHTTPAPI: Sendable {
             throw APIError(.badRequest, .malformedBody, field: error.path.isEmpty ? nil : error.path, reason: error.message)
         }
     }
+}
+
+extension Request {
+    /// The `bundleId` query parameter: the app of the activity in the path.
+    var bundleIdParameter: String? { uri.queryParameters.get("bundleId") }
 }
 
 extension RequestContext {

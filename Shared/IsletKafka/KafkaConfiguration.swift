@@ -24,13 +24,15 @@ public struct KafkaProducerConfiguration: Sendable {
     /// - `linger.ms=5`: batching is librdkafka's; 5 ms keeps a hop's latency low.
     /// - `message.timeout.ms=30000`: a record not persisted within 30 s fails its `send`, so an
     ///   HTTP caller gets a 503 in bounded time instead of librdkafka's default 5 minutes.
-    /// - `partitioner=murmur2_random`: the Java client's partitioner, so a backend producing with
-    ///   any Kafka client puts a key in the same partition as Islet does (co-partitioning by
-    ///   activity id depends on it). librdkafka's own default (CRC32) would not.
+    ///
+    /// The partitioner is not a setting: every producer partitions by activity, with the Java
+    /// client's murmur2 over the activity id part of the key (``MessageKey/partitionKeyStart(of:)``),
+    /// so that a backend producing `order-42` with any Kafka client and Islet writing
+    /// `com.example.food/order-42` reach the same partition (co-partitioning depends on it).
+    /// librdkafka's own default (CRC32) would not; a `partitioner` setting is ignored.
     public static let defaultSettings: [String: String] = [
         "linger.ms": "5",
         "message.timeout.ms": "30000",
-        "partitioner": "murmur2_random",
     ]
 
     static let enforcedSettings: [String: String] = [

@@ -27,8 +27,13 @@ public struct ActivityEvent: IsletMessage {
     public var schemaVersion: Int
     /// The producer's id for this event, unique per producer; a repeated id is a duplicate.
     public var eventId: String
-    /// The backend's id for the activity, e.g. `order-42`. Never contains `:`.
+    /// The backend's id for the activity, e.g. `order-42`. Never contains `:` or `/`.
     public var activityId: String
+    /// The app the activity lives in (`com.example.food`): activity ids are scoped per app, and two
+    /// apps may use the same one. Optional for events written before it existed: without it, the
+    /// app is the one whose token is registered for `activityId` (the push-to-start target's, for a
+    /// remote start), and an event whose id is registered in several apps is refused.
+    public var bundleId: String?
     /// Start, update or end the activity.
     public var kind: ActivityEventKind
     /// The Swift type name of the widget's `ActivityAttributes`, e.g. `DeliveryAttributes`.
@@ -54,11 +59,13 @@ public struct ActivityEvent: IsletMessage {
     public init(
         eventId: String, activityId: String, kind: ActivityEventKind, attributesType: String, fields: [String: JSONValue],
         urgency: Urgency, occurredAt: Date, sequence: Int64, startTarget: PushToStartTarget? = nil,
-        attributes: [String: JSONValue]? = nil, source: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        attributes: [String: JSONValue]? = nil, source: String? = nil, bundleId: String? = nil,
+        schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.eventId = eventId
         self.activityId = activityId
+        self.bundleId = bundleId
         self.kind = kind
         self.attributesType = attributesType
         self.fields = fields
@@ -70,7 +77,8 @@ public struct ActivityEvent: IsletMessage {
         self.source = source
     }
 
-    /// The activity id.
+    /// The activity id (the app is in the value: a backend keys its events as it always did, and
+    /// the id alone decides the partition either way).
     public var key: String? { MessageKey.activity(activityId) }
 
     public func validate() throws(MessageValidationError) {
@@ -79,8 +87,13 @@ public struct ActivityEvent: IsletMessage {
         guard !activityId.isEmpty else {
             throw MessageValidationError(field: "activityId", problem: "must not be empty")
         }
-        guard !activityId.contains(":") else {
-            throw MessageValidationError(field: "activityId", problem: "must not contain ':' (it would collide with push-to-start keys)")
+        try MessageKey.requireActivityId(activityId)
+        if let bundleId {
+            try MessageKey.requireBundleId(bundleId, field: "bundleId")
+            if let target = startTarget, target.app.bundleId != bundleId {
+                throw MessageValidationError(
+                    field: "startTarget.app.bundleId", problem: "must be the event's bundleId (\(bundleId)), is \(target.app.bundleId)")
+            }
         }
         guard sequence >= 0 else {
             throw MessageValidationError(field: "sequence", problem: "must not be negative (is \(sequence))")

@@ -35,6 +35,9 @@ public struct PushOutcome: IsletMessage {
     public var activityId: String?
     /// The request's push-to-start key. Exactly one of `activityId` and `pushToStartKey` is set.
     public var pushToStartKey: String?
+    /// The request's app (`app.bundleId`): with `activityId`, the activity it concerns (activity
+    /// ids are scoped per app). Absent in outcomes written before it existed.
+    public var bundleId: String?
     /// What happened to the request.
     public var result: PushResult
     /// APNs's answer to the last attempt; `nil` when APNs was never asked (coalesced, no token, …).
@@ -59,12 +62,13 @@ public struct PushOutcome: IsletMessage {
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, result: PushResult,
         apns: APNsResponse? = nil, priorityUsed: Int? = nil, attempts: Int, latencyMilliseconds: Double? = nil,
         tokenFingerprint: String? = nil, supersededBy: String? = nil, detail: String? = nil, completedAt: Date,
-        schemaVersion: Int = Self.currentSchemaVersion
+        bundleId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
         self.activityId = activityId
         self.pushToStartKey = pushToStartKey
+        self.bundleId = bundleId
         self.result = result
         self.apns = apns
         self.priorityUsed = priorityUsed
@@ -76,8 +80,12 @@ public struct PushOutcome: IsletMessage {
         self.completedAt = completedAt
     }
 
-    /// The request's key: the activity id, or the push-to-start key.
-    public var key: String? { activityId ?? pushToStartKey }
+    /// The request's key: the activity of its app (`<bundleId>/<activityId>`; the bare activity id
+    /// for an outcome written before outcomes named their app), or the push-to-start key.
+    public var key: String? {
+        guard let activityId else { return pushToStartKey }
+        return bundleId.map { MessageKey.activity(bundleId: $0, activityId: activityId) } ?? MessageKey.activity(activityId)
+    }
 
     public func validate() throws(MessageValidationError) {
         try result.requireKnown(field: "result")

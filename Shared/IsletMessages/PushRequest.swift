@@ -89,8 +89,15 @@ public struct PushRequest: IsletMessage {
         self.state = state
     }
 
-    /// The activity id, or the push-to-start key for a push-to-start request.
-    public var key: String? { activityId ?? pushToStartKey }
+    /// The activity of its app (`<bundleId>/<activityId>`), or the push-to-start key for a
+    /// push-to-start request.
+    public var key: String? { activityId.map { MessageKey.activity(bundleId: app.bundleId, activityId: $0) } ?? pushToStartKey }
+
+    /// The activity whose content this is, of its app (`<bundleId>/<activityId>`): for a
+    /// push-to-start, the activity it starts (``sourceActivityId``). `nil` when neither is known.
+    public var activityKey: String? {
+        (sourceActivityId ?? activityId).map { MessageKey.activity(bundleId: app.bundleId, activityId: $0) }
+    }
 
     public func validate() throws(MessageValidationError) {
         try requireExactlyOneTarget(activityId: activityId, pushToStartKey: pushToStartKey)

@@ -90,13 +90,21 @@ public struct TokenRecord: IsletMessage {
         self.ownerVerified = ownerVerified
     }
 
-    /// The activity id for an update token; the push-to-start key for a push-to-start token
-    /// (`nil` when the id it needs is missing, which `validate()` rejects).
+    /// `<bundleId>/<activityId>` for an update token (activity ids are scoped per app); the
+    /// push-to-start key for a push-to-start token (`nil` when the id it needs is missing, which
+    /// `validate()` rejects).
     public var key: String? {
         if kind == .pushToStart {
             return deviceId.map { MessageKey.pushToStart(bundleId: app.bundleId, deviceId: $0, attributesType: attributesType) }
         }
-        return activityId.map(MessageKey.activity)
+        return activityId.map { MessageKey.activity(bundleId: app.bundleId, activityId: $0) }
+    }
+
+    /// The key an update token had before activity ids were scoped per app (the bare activity id):
+    /// records written then are still read under it. `nil` for push-to-start tokens, whose key
+    /// has not changed.
+    public var legacyKey: String? {
+        kind == .update ? activityId.map(MessageKey.activity) : nil
     }
 
     public func validate() throws(MessageValidationError) {
@@ -105,9 +113,7 @@ public struct TokenRecord: IsletMessage {
             guard let activityId, !activityId.isEmpty else {
                 throw MessageValidationError(field: "activityId", problem: "required for an update token")
             }
-            guard !activityId.contains(":") else {
-                throw MessageValidationError(field: "activityId", problem: "must not contain ':' (it would collide with push-to-start keys)")
-            }
+            try MessageKey.requireActivityId(activityId)
         } else {
             guard let deviceId, !deviceId.isEmpty else {
                 throw MessageValidationError(field: "deviceId", problem: "required for a push-to-start token")

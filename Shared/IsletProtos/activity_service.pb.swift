@@ -36,7 +36,7 @@ public nonisolated struct Islet_Content_V1_ActivityEventRequest: Sendable {
   /// Your id for the event, so a retried call is recognised; a UUID is made when empty.
   public var eventID: String = String()
 
-  /// Your id for the activity, e.g. "order-42" (no ':').
+  /// Your id for the activity, e.g. "order-42" (no ':' or '/').
   public var activityID: String = String()
 
   /// The widget's ActivityAttributes type, e.g. "DeliveryAttributes".
@@ -91,6 +91,11 @@ public nonisolated struct Islet_Content_V1_ActivityEventRequest: Sendable {
 
   /// Your service's name, for tracing.
   public var source: String = String()
+
+  /// The app the activity lives in, e.g. "com.example.food" (activity ids are scoped per app).
+  /// Empty: the app whose token is registered for activity_id (start_target's, for a remote start);
+  /// refused when the id is registered in several apps.
+  public var bundleID: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -169,6 +174,9 @@ public nonisolated struct Islet_Content_V1_StaleActivity: Sendable {
 
   public var activityID: String = String()
 
+  /// The activity's app.
+  public var bundleID: String = String()
+
   public var attributesType: String = String()
 
   /// staleRecoverable or severelyStale.
@@ -202,7 +210,7 @@ fileprivate nonisolated let _protobuf_package = "islet.content.v1"
 
 nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ActivityEventRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}event_id\0\u{3}activity_id\0\u{3}attributes_type\0\u{1}fields\0\u{1}urgency\0\u{3}occurred_at\0\u{1}sequence\0\u{3}start_target\0\u{1}attributes\0\u{1}source\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}event_id\0\u{3}activity_id\0\u{3}attributes_type\0\u{1}fields\0\u{1}urgency\0\u{3}occurred_at\0\u{1}sequence\0\u{3}start_target\0\u{1}attributes\0\u{1}source\0\u{3}bundle_id\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -220,6 +228,7 @@ nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Messa
       case 8: try { try decoder.decodeSingularMessageField(value: &self._startTarget) }()
       case 9: try { try decoder.decodeSingularMessageField(value: &self._attributes) }()
       case 10: try { try decoder.decodeSingularStringField(value: &self.source) }()
+      case 11: try { try decoder.decodeSingularStringField(value: &self.bundleID) }()
       default: break
       }
     }
@@ -260,6 +269,9 @@ nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Messa
     if !self.source.isEmpty {
       try visitor.visitSingularStringField(value: self.source, fieldNumber: 10)
     }
+    if !self.bundleID.isEmpty {
+      try visitor.visitSingularStringField(value: self.bundleID, fieldNumber: 11)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -274,6 +286,7 @@ nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Messa
     if lhs._startTarget != rhs._startTarget {return false}
     if lhs._attributes != rhs._attributes {return false}
     if lhs.source != rhs.source {return false}
+    if lhs.bundleID != rhs.bundleID {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -416,7 +429,7 @@ nonisolated extension Islet_Content_V1_ListStaleActivitiesResponse: SwiftProtobu
 
 nonisolated extension Islet_Content_V1_StaleActivity: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".StaleActivity"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}activity_id\0\u{3}attributes_type\0\u{1}freshness\0\u{3}stale_since\0\u{3}content_sequence\0\u{1}resends\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}activity_id\0\u{3}attributes_type\0\u{1}freshness\0\u{3}stale_since\0\u{3}content_sequence\0\u{1}resends\0\u{3}bundle_id\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -430,6 +443,7 @@ nonisolated extension Islet_Content_V1_StaleActivity: SwiftProtobuf.Message, Swi
       case 4: try { try decoder.decodeSingularMessageField(value: &self._staleSince) }()
       case 5: try { try decoder.decodeSingularInt64Field(value: &self.contentSequence) }()
       case 6: try { try decoder.decodeSingularInt32Field(value: &self.resends) }()
+      case 7: try { try decoder.decodeSingularStringField(value: &self.bundleID) }()
       default: break
       }
     }
@@ -458,11 +472,15 @@ nonisolated extension Islet_Content_V1_StaleActivity: SwiftProtobuf.Message, Swi
     if self.resends != 0 {
       try visitor.visitSingularInt32Field(value: self.resends, fieldNumber: 6)
     }
+    if !self.bundleID.isEmpty {
+      try visitor.visitSingularStringField(value: self.bundleID, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Islet_Content_V1_StaleActivity, rhs: Islet_Content_V1_StaleActivity) -> Bool {
     if lhs.activityID != rhs.activityID {return false}
+    if lhs.bundleID != rhs.bundleID {return false}
     if lhs.attributesType != rhs.attributesType {return false}
     if lhs.freshness != rhs.freshness {return false}
     if lhs._staleSince != rhs._staleSince {return false}

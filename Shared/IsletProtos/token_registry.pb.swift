@@ -33,6 +33,10 @@ public nonisolated struct Islet_Tokens_V1_LookupActivityRequest: Sendable {
 
   public var activityID: String = String()
 
+  /// The activity's app (activity ids are scoped per app). Empty: the only app in which the id is
+  /// registered; FAILED_PRECONDITION when it is registered in several.
+  public var bundleID: String = String()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -74,6 +78,9 @@ public nonisolated struct Islet_Tokens_V1_InvalidateActivityRequest: Sendable {
 
   /// Why: one of clientEnded, userDismissed, ineligible, severelyStale, lifetimeExceeded.
   public var reason: String = String()
+
+  /// The activity's app, as in LookupActivityRequest.
+  public var bundleID: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -195,7 +202,7 @@ fileprivate nonisolated let _protobuf_package = "islet.tokens.v1"
 
 nonisolated extension Islet_Tokens_V1_LookupActivityRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".LookupActivityRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}activity_id\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}activity_id\0\u{3}bundle_id\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -204,6 +211,7 @@ nonisolated extension Islet_Tokens_V1_LookupActivityRequest: SwiftProtobuf.Messa
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.activityID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.bundleID) }()
       default: break
       }
     }
@@ -213,11 +221,15 @@ nonisolated extension Islet_Tokens_V1_LookupActivityRequest: SwiftProtobuf.Messa
     if !self.activityID.isEmpty {
       try visitor.visitSingularStringField(value: self.activityID, fieldNumber: 1)
     }
+    if !self.bundleID.isEmpty {
+      try visitor.visitSingularStringField(value: self.bundleID, fieldNumber: 2)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Islet_Tokens_V1_LookupActivityRequest, rhs: Islet_Tokens_V1_LookupActivityRequest) -> Bool {
     if lhs.activityID != rhs.activityID {return false}
+    if lhs.bundleID != rhs.bundleID {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -290,7 +302,7 @@ nonisolated extension Islet_Tokens_V1_ListUserActivitiesResponse: SwiftProtobuf.
 
 nonisolated extension Islet_Tokens_V1_InvalidateActivityRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".InvalidateActivityRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}activity_id\0\u{1}reason\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}activity_id\0\u{1}reason\0\u{3}bundle_id\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -300,6 +312,7 @@ nonisolated extension Islet_Tokens_V1_InvalidateActivityRequest: SwiftProtobuf.M
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.activityID) }()
       case 2: try { try decoder.decodeSingularStringField(value: &self.reason) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.bundleID) }()
       default: break
       }
     }
@@ -312,12 +325,16 @@ nonisolated extension Islet_Tokens_V1_InvalidateActivityRequest: SwiftProtobuf.M
     if !self.reason.isEmpty {
       try visitor.visitSingularStringField(value: self.reason, fieldNumber: 2)
     }
+    if !self.bundleID.isEmpty {
+      try visitor.visitSingularStringField(value: self.bundleID, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Islet_Tokens_V1_InvalidateActivityRequest, rhs: Islet_Tokens_V1_InvalidateActivityRequest) -> Bool {
     if lhs.activityID != rhs.activityID {return false}
     if lhs.reason != rhs.reason {return false}
+    if lhs.bundleID != rhs.bundleID {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

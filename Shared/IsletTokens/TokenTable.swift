@@ -25,34 +25,59 @@ public final class TokenTable: Sendable {
     struct Entry: Sendable {
         var record: TokenRecord
         var position: Position?
+        /// The key the record has on the topic: the table's key, or the bare activity id of a
+        /// record written before activity ids were scoped per app (``TokenRecord/legacyKey``).
+        var topicKey: String
     }
 
     private struct State {
+        /// By ``TokenRecord/key``: `<bundleId>/<activityId>` or the push-to-start key.
         var entries: [String: Entry] = [:]
         /// user → keys of their update tokens.
         var activitiesByUser: [String: Set<String>] = [:]
         /// Each user's push-to-start token keys.
         var pushToStartByUser: [String: Set<String>] = [:]
+        /// activity id → the keys of the update tokens of that id, one per app that has it.
+        var keysByActivity: [String: Set<String>] = [:]
+        /// A record still held under its old topic key (the bare activity id) → its key.
+        var legacyKeys: [String: String] = [:]
         /// `bundleId:deviceId` → the user who first registered a push-to-start token for that device.
         var deviceOwners: [String: String] = [:]
+
+        mutating func unindex(_ key: String, _ entry: Entry) {
+            activitiesByUser[entry.record.userId]?.remove(key)
+            pushToStartByUser[entry.record.userId]?.remove(key)
+            if let activityId = entry.record.activityId, entry.record.kind == .update {
+                keysByActivity[activityId]?.remove(key)
+                if keysByActivity[activityId]?.isEmpty == true { keysByActivity[activityId] = nil }
+            }
+            if entry.topicKey != key { legacyKeys[entry.topicKey] = nil }
+        }
     }
 
     private let state = Mutex(State())
 
     public init() {}
 
-    /// Applies a record read from, or acknowledged by, the topic; returns whether it changed the table.
+    /// Applies a record read from, or acknowledged by, the topic under `topicKey` (its key there);
+    /// returns whether it changed the table. The table keeps it under ``TokenRecord/key``, which
+    /// differs from `topicKey` only for a record written before activity ids were scoped per app.
+    /// A record older in its partition than what the key holds is ignored: the table never moves back.
     @discardableResult
-    public func apply(_ record: TokenRecord, key: String, at position: Position?) -> Bool {
-        state.withLock { state in
-            if let current = state.entries[key], let old = current.position, let new = position,
-                old.partition == new.partition, new.offset <= old.offset
-            {
-                return false
+    public func apply(_ record: TokenRecord, key topicKey: String, at position: Position?) -> Bool {
+        let key = record.key ?? topicKey
+        return state.withLock { state in
+            if let current = state.entries[key] {
+                if let old = current.position, let new = position, old.partition == new.partition, new.offset <= old.offset {
+                    return false
+                }
+                state.unindex(key, current)
             }
-            state.entries[key] = Entry(record: record, position: position)
+            state.entries[key] = Entry(record: record, position: position, topicKey: topicKey)
+            if topicKey != key { state.legacyKeys[topicKey] = key }
             if record.kind == .update {
                 state.activitiesByUser[record.userId, default: []].insert(key)
+                if let activityId = record.activityId { state.keysByActivity[activityId, default: []].insert(key) }
             } else {
                 state.pushToStartByUser[record.userId, default: []].insert(key)
             }
@@ -66,19 +91,33 @@ public final class TokenTable: Sendable {
         }
     }
 
-    /// A tombstone: the key was deleted from the compacted topic.
-    public func remove(key: String, at position: Position?) {
+    /// A tombstone: `topicKey` was deleted from the compacted topic. It removes the record held
+    /// under that topic key only (a tombstone of a record's old, unscoped key leaves the record
+    /// written since under its new key).
+    public func remove(key topicKey: String, at position: Position?) {
         state.withLock { state in
-            guard let current = state.entries[key] else { return }
+            let key = state.legacyKeys[topicKey] ?? topicKey
+            guard let current = state.entries[key], current.topicKey == topicKey else { return }
             if let old = current.position, let new = position, old.partition == new.partition, new.offset <= old.offset { return }
             state.entries[key] = nil
-            state.activitiesByUser[current.record.userId]?.remove(key)
-            state.pushToStartByUser[current.record.userId]?.remove(key)
+            state.unindex(key, current)
         }
     }
 
     public func record(forKey key: String) -> TokenRecord? {
         state.withLock { $0.entries[key]?.record }
+    }
+
+    /// The key `key`'s record has on the topic, when it is not `key` itself (a record written
+    /// before activity ids were scoped per app, under the bare activity id).
+    public func legacyTopicKey(forKey key: String) -> String? {
+        state.withLock { state in state.entries[key].flatMap { $0.topicKey == key ? nil : $0.topicKey } }
+    }
+
+    /// The keys (`<bundleId>/<activityId>`) of every app's update token for `activityId`, sorted:
+    /// one when a single app uses the id.
+    public func keys(forActivity activityId: String) -> [String] {
+        state.withLock { ($0.keysByActivity[activityId] ?? []).sorted() }
     }
 
     /// The user who owns a device's tokens, if any were registered.

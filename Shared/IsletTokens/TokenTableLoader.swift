@@ -83,7 +83,9 @@ public struct TokenTableLoader: Service {
         do {
             let record = try IsletJSON.decode(TokenRecord.self, from: value)
             try record.validate()
-            guard record.key == key else {
+            // An update token written before activity ids were scoped per app has the bare
+            // activity id as its key: it is read, and kept under its app's key.
+            guard record.key == key || record.legacyKey == key else {
                 throw MessageValidationError(field: "key", problem: "the record's key rule gives \(record.key ?? "none"), not \(key)")
             }
             table.apply(record, key: key, at: position)

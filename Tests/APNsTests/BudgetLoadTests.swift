@@ -51,7 +51,8 @@ struct BudgetLoadTests {
 
         let start = clock.now()
         for activity in 0..<activities {
-            tokens.apply(load.tokenRecord(activity, now: start), key: LoadPlan.activityId(activity), at: nil)
+            let record = load.tokenRecord(activity, now: start)
+            tokens.apply(record, key: record.key!, at: nil)
         }
 
         let began = ContinuousClock.now

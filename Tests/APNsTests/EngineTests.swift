@@ -150,15 +150,15 @@ final class EngineHarness: Sendable {
                 attributesType: "DeliveryAttributes", frequentUpdatesEnabled: frequent, appVersion: "1.0", state: state,
                 invalidation: state == .invalidated ? .init(reason: .clientEnded, invalidatedAt: now) : nil, activityStartedAt: startedAt ?? now,
                 registeredAt: now, updatedAt: now),
-            key: activity, at: nil)
+            key: MessageKey.activity(bundleId: bundleId, activityId: activity), at: nil)
     }
 
     func request(
         _ activity: String, _ event: ActivityEventKind = .update, sequence: Int64, priority: Int = 10, urgency: Urgency = .routine,
-        supersedable: Bool? = nil, alerting: Bool = false
+        supersedable: Bool? = nil, alerting: Bool = false, bundleId: String = "com.example.food"
     ) -> PushRequest {
         PushRequest(
-            requestId: UUID().uuidString.lowercased(), activityId: activity, event: event, app: AppTarget(bundleId: "com.example.food", environment: .production),
+            requestId: UUID().uuidString.lowercased(), activityId: activity, event: event, app: AppTarget(bundleId: bundleId, environment: .production),
             attributesType: "DeliveryAttributes", payload: payload(event: event.rawValue, alert: alerting, extra: #","sequence":\#(sequence)"#),
             priority: priority, urgency: urgency, supersedable: supersedable ?? (event == .update), alerting: alerting,
             apnsTimestamp: 1_795_000_000 + sequence, contentSequence: sequence, createdAt: clock.now())
@@ -436,7 +436,7 @@ struct EngineTests {
         let others = [h.request("b", sequence: 1), h.request("c", sequence: 1)]
         await h.submit(end)
         for request in others { await h.submit(request) }
-        let taxi = h.request("taxi", sequence: 1)
+        let taxi = h.request("taxi", sequence: 1, bundleId: "com.example.taxi")
         await h.submit(taxi)
         let first = try await h.outcomes(1)
         #expect(first.map(\.requestId) == [taxi.requestId], "another team's lane is open")
@@ -520,9 +520,9 @@ struct EngineTests {
             TokenRecord(
                 kind: .pushToStart, deviceId: "phone", userId: "u", token: hexToken(4), app: AppTarget(bundleId: "com.example.food", environment: .production),
                 attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now),
-            key: "pts-phone", at: nil)
+            key: MessageKey.pushToStart(bundleId: "com.example.food", deviceId: "phone", attributesType: "DeliveryAttributes"), at: nil)
         let start = PushRequest(
-            requestId: UUID().uuidString.lowercased(), pushToStartKey: "pts-phone", event: .start,
+            requestId: UUID().uuidString.lowercased(), pushToStartKey: MessageKey.pushToStart(bundleId: "com.example.food", deviceId: "phone", attributesType: "DeliveryAttributes"), event: .start,
             app: AppTarget(bundleId: "com.example.food", environment: .production), attributesType: "DeliveryAttributes",
             payload: payload(event: "start"), priority: 10, urgency: .routine, supersedable: false, alerting: false, apnsTimestamp: 1_795_000_000,
             contentSequence: 0, createdAt: now)

@@ -61,7 +61,7 @@ struct ActivityGRPCTests {
                 }
                 let reply = try await activities.update(update)
                 #expect(reply.eventID == "ev-1")
-                #expect(reply.requestIds == [RequestIds.content(activityId: "order-42", eventId: "ev-1")])
+                #expect(reply.requestIds == [RequestIds.content(bundleId: "com.example.food", activityId: "order-42", eventId: "ev-1")])
                 let event = try #require(published.events.last)
                 #expect(event.kind == .update && event.sequence == 1 && event.urgency == .important)
                 #expect(event.fields["progress"] == .integer(40), "whole numbers arrive as integers")
@@ -74,7 +74,8 @@ struct ActivityGRPCTests {
                 update.fields.fields["status"] = .init(stringValue: "delivered")
                 let end = try await activities.end(update)
                 #expect(end.requestIds == [
-                    RequestIds.alertBeforeEnd(activityId: "order-42", eventId: "ev-2"), RequestIds.content(activityId: "order-42", eventId: "ev-2"),
+                    RequestIds.alertBeforeEnd(bundleId: "com.example.food", activityId: "order-42", eventId: "ev-2"),
+                    RequestIds.content(bundleId: "com.example.food", activityId: "order-42", eventId: "ev-2"),
                 ])
                 #expect(published.events.map(\.kind) == [.update, .end])
 

@@ -212,7 +212,7 @@ struct ContentServiceIntegrationTests {
             }
             return reply.requestIds
         }
-        #expect(startIds == [RequestIds.content(activityId: "order-8", eventId: "grpc-1")])
+        #expect(startIds == [RequestIds.content(bundleId: app.bundleId, activityId: "order-8", eventId: "grpc-1")])
         let afterGRPC = try await readRequests(topics.pushRequests, until: Set(startIds))
         let pushToStart = try #require(afterGRPC.first { $0.requestId == startIds[0] })
         #expect(pushToStart.event == .start && pushToStart.pushToStartKey != nil && pushToStart.sourceActivityId == "order-8")
@@ -230,7 +230,8 @@ struct ContentServiceIntegrationTests {
                 fields: ["status": .string("preparing"), "orderId": .string("8")], urgency: .routine, occurredAt: Date(), sequence: 2),
             to: topics.activityEvents)
         let newIds: Set<String> = [
-            RequestIds.content(activityId: "order-7", eventId: "e6-preparing"), RequestIds.content(activityId: "order-8", eventId: "grpc-2"),
+            RequestIds.content(bundleId: app.bundleId, activityId: "order-7", eventId: "e6-preparing"),
+            RequestIds.content(bundleId: app.bundleId, activityId: "order-8", eventId: "grpc-2"),
         ]
         let all = try await readRequests(topics.pushRequests, until: newIds)
         #expect(afterGRPC.count == requests.count + 1, "the four requests of order-7 and order-8's push-to-start")

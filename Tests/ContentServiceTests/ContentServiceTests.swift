@@ -256,12 +256,12 @@ struct MemoryReplicaTests {
 
         let reader = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
         loader(reader).apply(record(own))
-        #expect(reader.memory(of: "order-42") == nil, "its own request is not decoded again")
+        #expect(reader.memory(of: "com.example.food/order-42") == nil, "its own request is not decoded again")
         loader(reader).apply(record(KafkaHeader(name: RequestSender.writerHeader, string: "another-process")))
-        #expect(reader.memory(of: "order-42")?.latest?.requestId == prepared.requests[0].requestId)
+        #expect(reader.memory(of: "com.example.food/order-42")?.latest?.requestId == prepared.requests[0].requestId)
 
         let restarted = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
         loader(restarted).apply(record(nil))
-        #expect(restarted.memory(of: "order-42")?.latest?.requestId == prepared.requests[0].requestId, "a request without the header is replayed")
+        #expect(restarted.memory(of: "com.example.food/order-42")?.latest?.requestId == prepared.requests[0].requestId, "a request without the header is replayed")
     }
 }

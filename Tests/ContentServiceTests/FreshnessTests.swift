@@ -51,8 +51,11 @@ struct MemoryTests {
         guard case .send(let a) = first, case .send(let b) = again else { Issue.record("nothing to send"); return }
         #expect(a.requests.map(\.requestId) == b.requests.map(\.requestId))
         #expect(a.requests.allSatisfy { UUID(uuidString: $0.requestId) != nil })
-        #expect(RequestIds.content(activityId: "order-42", eventId: "e1") != RequestIds.content(activityId: "order-42", eventId: "e2"))
-        #expect(RequestIds.content(activityId: "order-42", eventId: "e1") != RequestIds.content(activityId: "order-43", eventId: "e1"))
+        let food = "com.example.food"
+        #expect(RequestIds.content(bundleId: food, activityId: "order-42", eventId: "e1") != RequestIds.content(bundleId: food, activityId: "order-42", eventId: "e2"))
+        #expect(RequestIds.content(bundleId: food, activityId: "order-42", eventId: "e1") != RequestIds.content(bundleId: food, activityId: "order-43", eventId: "e1"))
+        // Two apps may use the same activity id, and their backends the same event ids.
+        #expect(RequestIds.content(bundleId: food, activityId: "order-42", eventId: "e1") != RequestIds.content(bundleId: "com.example.ride", activityId: "order-42", eventId: "e1"))
         // The version and variant bits of a name-based (SHA-1) UUID.
         let id = RequestIds.make("x")
         #expect(Array(id)[14] == "5" && "89ab".contains(Array(id)[19]))
@@ -79,7 +82,7 @@ struct MemoryTests {
         let restarted = try engine(clock)
         for request in sent { restarted.replay(request, partition: 0) }
         for request in sent { restarted.replay(request, partition: 0) }  // read twice: no change
-        #expect(restarted.memory(of: "order-42") == original.memory(of: "order-42"))
+        #expect(restarted.memory(of: "com.example.food/order-42") == original.memory(of: "com.example.food/order-42"))
         // The last event again (its offset was not stored before the crash): recognised.
         guard case .ignore = try restarted.prepare(delivery("arriving", sequence: 3, at: clock)) else {
             Issue.record("a handled event was handled again")
@@ -203,5 +206,7 @@ struct FreshnessMonitorTests {
 }
 
 private func outcome(_ request: PushRequest, _ result: PushResult, at clock: ManualClock) -> PushOutcome {
-    PushOutcome(requestId: request.requestId, activityId: request.activityId, result: result, attempts: 1, completedAt: clock.now)
+    PushOutcome(
+        requestId: request.requestId, activityId: request.activityId, result: result, attempts: 1, completedAt: clock.now,
+        bundleId: request.app.bundleId)
 }

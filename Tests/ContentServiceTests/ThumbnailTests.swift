@@ -138,7 +138,7 @@ struct ThumbnailTests {
         #expect(inline["url"] == .string(url))
         #expect(inline["data"] != nil, "the first payload carries the picture")
         #expect(first.requests[0].payload.utf8.count <= 4_096)
-        #expect(engine.memory(of: "order-42")?.inlinedImages == [url])
+        #expect(engine.memory(of: "com.example.food/order-42")?.inlinedImages == [url])
 
         fields["status"] = .string("out_for_delivery")
         guard case .send(let second) = try engine.prepare(event("DeliveryAttributes", sequence: 2, fields), images: [url: small]) else { return }
@@ -152,7 +152,7 @@ struct ThumbnailTests {
         #expect(try image(shrunk.requests[0])?["data"] == nil)
         #expect(try image(shrunk.requests[0])?["url"] == .string(url))
         #expect(shrunk.shrinks == ["inline image at size 2", "inline image data"])
-        #expect(other.memory(of: "order-42")?.inlinedImages == nil || other.memory(of: "order-42")?.inlinedImages == [])
+        #expect(other.memory(of: "com.example.food/order-42")?.inlinedImages == nil || other.memory(of: "com.example.food/order-42")?.inlinedImages == [])
         // A smaller rung that fits is used.
         let third = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
         guard case .send(let smaller) = try third.prepare(event("DeliveryAttributes", sequence: 1, fields), images: [url: [huge[0], small[2]]]) else {

@@ -79,17 +79,26 @@ final class Driver: Sendable {
         try await producer.send(event, to: IsletTopics.activityEvents.name)
     }
 
+    /// The example templates' apps, by attributes type.
+    static let apps = ["DeliveryAttributes": "com.example.food", "RideAttributes": "com.example.ride", "MatchAttributes": "com.example.scores"]
+
+    /// An event of the backend; it names its app (`bundleId`, by default its type's app), as backends do.
     func event(
         _ activity: String, _ kind: ActivityEventKind, type: String, sequence: Int64, urgency: Urgency = .routine, fields: [String: JSONValue],
-        startTarget: ActivityEvent.PushToStartTarget? = nil, attributes: [String: JSONValue]? = nil
+        startTarget: ActivityEvent.PushToStartTarget? = nil, attributes: [String: JSONValue]? = nil, bundleId: String? = nil
     ) -> ActivityEvent {
         ActivityEvent(
             eventId: "\(activity)-\(sequence)", activityId: activity, kind: kind, attributesType: type, fields: fields, urgency: urgency,
-            occurredAt: Date(), sequence: sequence, startTarget: startTarget, attributes: attributes, source: "e2e-backend")
+            occurredAt: Date(), sequence: sequence, startTarget: startTarget, attributes: attributes, source: "e2e-backend",
+            bundleId: bundleId ?? startTarget?.app.bundleId ?? Self.apps[type])
     }
 
     /// The request id content-service gives the event's push (deterministic).
-    func requestId(_ event: ActivityEvent) -> String { RequestIds.content(activityId: event.activityId, eventId: event.eventId) }
+    func requestId(_ event: ActivityEvent, bundleId: String? = nil) -> String {
+        RequestIds.content(
+            bundleId: bundleId ?? event.bundleId ?? event.startTarget?.app.bundleId ?? Self.apps[event.attributesType] ?? "",
+            activityId: event.activityId, eventId: event.eventId)
+    }
 
     /// Waits until the simulator accepted the push `apnsId` for `token`; returns every push to the token so far.
     func received(token: String, through apnsId: String, timeout: Duration = .seconds(60)) async throws -> [AcceptedNotification] {

@@ -125,6 +125,42 @@ extension EndToEnd {
             _ = try await driver.received(token: ownerToken, through: driver.requestId(update))
             #expect(try await stack.received(token: squatterToken, payloads: false).isEmpty, "a push reached the squatter's token")
 
+            // Activity ids are scoped per app: a user of the ride app registers the same id there
+            // (201, not the 409 of one namespace for every app). Each backend's update reaches its
+            // own app's token only; an event that names no app, for an id two apps use, is refused
+            // (dead-lettered) and reaches nobody.
+            let rider = "rider-" + UUID().uuidString.prefix(8).lowercased()
+            let riderToken = Driver.token(order + "-rider")
+            let rideStatus = try await driver.registerActivity(order, token: riderToken, type: "RideAttributes", bundleId: "com.example.ride", user: rider)
+            #expect(rideStatus == 201, "the same id in another app: \(rideStatus)")
+            let (ownStatus, own) = try await HTTP.request(stack.url(.registry) + "/v1/activities/\(order)", headers: [("Authorization", "Bearer \(jwt)")])
+            #expect(ownStatus == 200 && String(decoding: own, as: UTF8.self).contains("com.example.food"), "the owner still reads its own: \(ownStatus)")
+            let rideFields: [String: JSONValue] = [
+                "rideId": .string(order), "phase": "en_route", "driver": ["name": "Sam", "vehicle": "Blue Prius", "plate": "KX 42 LT"], "progress": 40,
+            ]
+            let rideUpdate = driver.event(order, .update, type: "RideAttributes", sequence: 1, fields: rideFields, bundleId: "com.example.ride")
+            let foodUpdate = driver.event(
+                order, .update, type: "DeliveryAttributes", sequence: 2, fields: ["orderId": "43", "storeName": "Casa Lola", "status": "out_for_delivery"],
+                bundleId: "com.example.food")
+            let unnamed = ActivityEvent(
+                eventId: order + "-unnamed", activityId: order, kind: .update, attributesType: "DeliveryAttributes",
+                fields: ["orderId": "43", "storeName": "Casa Lola", "status": "arriving"], urgency: .important, occurredAt: Date(), sequence: 3)
+            let last = driver.event(
+                order, .update, type: "DeliveryAttributes", sequence: 4, fields: ["orderId": "43", "storeName": "Casa Lola", "status": "arriving"],
+                bundleId: "com.example.food")
+            for event in [rideUpdate, foodUpdate, unnamed, last] { try await driver.publish(event) }
+            // One partition holds all four (partitioned by the activity id): once the last arrived, the rest were handled.
+            _ = try await driver.received(token: riderToken, through: driver.requestId(rideUpdate))
+            let toOwner = try await driver.received(token: ownerToken, through: driver.requestId(last)).map { $0.apnsID.lowercased() }
+            let toRider = try await stack.received(token: riderToken, payloads: false).map { $0.apnsID.lowercased() }
+            #expect(toOwner.contains(driver.requestId(foodUpdate)) && !toOwner.contains(driver.requestId(rideUpdate)), "the food owner got the ride's update")
+            #expect(!toRider.contains(driver.requestId(foodUpdate)) && !toRider.contains(driver.requestId(last)), "the rider got the food order's update")
+            for bundleId in ["com.example.food", "com.example.ride"] {
+                let id = driver.requestId(unnamed, bundleId: bundleId)
+                #expect(!toOwner.contains(id) && !toRider.contains(id), "an event naming no app, for an id two apps use, was sent to \(bundleId)")
+            }
+            #expect(try await stack.received(token: squatterToken, payloads: false).isEmpty, "a push reached the squatter's token")
+
             // The backends' gRPC APIs: no key, or a wrong one, is UNAUTHENTICATED; the configured key works.
             try await withGRPCClient(
                 transport: .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: stack.grpcPorts[.registry]!), transportSecurity: .plaintext)

@@ -107,7 +107,7 @@ struct CLIIntegrationTests {
         let lines = Lines()
         #expect(try await Tail.tail(request, logger: logger) { lines.append($0) } == 1)
         let line = try #require(lines.all.first)
-        #expect(line.contains("TokenRecord update \(activity) state=active token=\(TokenFingerprint.of(token: token))"))
+        #expect(line.contains("TokenRecord update com.example.food/\(activity) state=active token=\(TokenFingerprint.of(token: token))"))
         #expect(!line.contains(token))
     }
 

@@ -189,7 +189,7 @@ private func parse<Command: ParsableCommand>(_ type: Command.Type, _ arguments: 
         #expect(!line.contains(token))
         #expect(!line.contains(token.prefix(16)))
         #expect(line.contains("token=\(TokenFingerprint.of(token: token))"))
-        #expect(line.hasPrefix("2026-11-22T10:15:30.123Z 3@17 TokenRecord update order-42 state=active"))
+        #expect(line.hasPrefix("2026-11-22T10:15:30.123Z 3@17 TokenRecord update com.example.food/order-42 state=active"))
         #expect(line.contains("app=com.example.food/production"))
         #expect(!line.contains("\n"))
     }
@@ -256,6 +256,19 @@ private func parse<Command: ParsableCommand>(_ type: Command.Type, _ arguments: 
         #expect(!lines.contains { $0.hasPrefix("started at") })
     }
 
+    @Test("--key: an activity id matches every app's activity of that id; an app's activity, or a push-to-start key, only itself")
+    func tailKeys() {
+        var request = TailRequest(topic: IsletTopics.tokens, servers: "-")
+        #expect(request.matches("com.example.food/order-42") && request.matches(nil), "no --key: everything")
+        request.key = "order-42"
+        #expect(request.matches("order-42") && request.matches("com.example.food/order-42") && request.matches("com.example.ride/order-42"))
+        #expect(!request.matches("com.example.food/order-421") && !request.matches("border-42") && !request.matches(nil))
+        request.key = "com.example.food/order-42"
+        #expect(request.matches("com.example.food/order-42") && !request.matches("com.example.ride/order-42") && !request.matches("order-42"))
+        request.key = "pts:com.example.ride:d1:RideAttributes"
+        #expect(request.matches("pts:com.example.ride:d1:RideAttributes") && !request.matches("x/pts:com.example.ride:d1:RideAttributes"))
+    }
+
     @Test func staleActivities() throws {
         let activities = [
             Islet_Content_V1_StaleActivity.with {
@@ -270,6 +283,9 @@ private func parse<Command: ParsableCommand>(_ type: Command.Type, _ arguments: 
         #expect(StaleCommand.describe(activities, now: now)
             == "ride-7  RideAttributes  severelyStale  stale since 2026-11-22T09:10:30.123Z (1h 5m ago)  content seq 12  resends 3")
         #expect(StaleCommand.describe([], now: now) == "no stale activities")
+        var named = activities
+        named[0].bundleID = "com.example.ride"
+        #expect(StaleCommand.describe(named, now: now).hasPrefix("com.example.ride/ride-7  RideAttributes"))
         #expect(StaleCommand.age(45) == "45s")
         #expect(StaleCommand.age(720) == "12m")
         #expect(StaleCommand.age(7_200) == "2h")

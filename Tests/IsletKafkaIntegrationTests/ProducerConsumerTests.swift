@@ -37,6 +37,36 @@ struct ProducerConsumerTests {
         #expect(received.timestampMilliseconds != nil)
     }
 
+    @Test("records are partitioned by activity id: an app's activity (com.example.food/order-7) lands with the bare id, where the Java client's murmur2 puts it")
+    func partitionedByActivity() async throws {
+        let servers = try TestBroker.servers()
+        let topic = uniqueName("partitions")
+        let partitions = 8
+        try await createTopic(servers, topic, partitions: partitions)
+        let ids = (0..<24).map { "order-\($0)" }
+        let reports = try await withProducer(try makeProducer(servers)) { producer in
+            var reports: [String: Int32] = [:]
+            for id in ids {
+                for key in [id, "com.example.food/\(id)", "com.example.ride/\(id)"] {
+                    reports[key] = try await producer.send(topic: topic, key: key, value: [1]).partition
+                }
+            }
+            for key in ["pts:com.example.ride:device-1:RideAttributes", "pts:com.example.ride:device-2:RideAttributes"] {
+                reports[key] = try await producer.send(topic: topic, key: key, value: [1]).partition
+            }
+            return reports
+        }
+        for id in ids {
+            let expected = javaPartition(Array(id.utf8), partitions: partitions)
+            #expect(reports[id] == expected, "\(id): the Java client's partition")
+            #expect(reports["com.example.food/\(id)"] == expected && reports["com.example.ride/\(id)"] == expected, "\(id) in either app")
+        }
+        #expect(Set(ids.map { reports[$0]! }).count > 1, "the ids spread over partitions")
+        for key in ["pts:com.example.ride:device-1:RideAttributes", "pts:com.example.ride:device-2:RideAttributes"] {
+            #expect(reports[key] == javaPartition(Array(key.utf8), partitions: partitions), "a push-to-start key is hashed whole")
+        }
+    }
+
     @Test("10,000 records sent, then a shutdown: all 10,000 are on the topic, where their delivery reports said")
     func tenThousandThenShutdown() async throws {
         let servers = try TestBroker.servers()
@@ -97,4 +127,33 @@ struct ProducerConsumerTests {
         }
         #expect(delivered == 2_000)
     }
+}
+
+/// The partition Kafka's Java client gives a key: murmur2 (seed 0x9747b28c) of its bytes, made
+/// positive, modulo the partition count. Written from the algorithm, not from Islet's code.
+func javaPartition(_ key: [UInt8], partitions: Int) -> Int32 {
+    let m: UInt32 = 0x5bd1_e995
+    let r: UInt32 = 24
+    var h: UInt32 = 0x9747_b28c ^ UInt32(key.count)
+    let whole = key.count / 4
+    for i in 0..<whole {
+        var k = UInt32(key[i * 4]) | UInt32(key[i * 4 + 1]) << 8 | UInt32(key[i * 4 + 2]) << 16 | UInt32(key[i * 4 + 3]) << 24
+        k = k &* m
+        k ^= k >> r
+        k = k &* m
+        h = h &* m
+        h ^= k
+    }
+    let tail = key.count % 4
+    let base = whole * 4
+    if tail == 3 { h ^= UInt32(key[base + 2]) << 16 }
+    if tail >= 2 { h ^= UInt32(key[base + 1]) << 8 }
+    if tail >= 1 {
+        h ^= UInt32(key[base])
+        h = h &* m
+    }
+    h ^= h >> 13
+    h = h &* m
+    h ^= h >> 15
+    return Int32((h & 0x7fff_ffff) % UInt32(partitions))
 }

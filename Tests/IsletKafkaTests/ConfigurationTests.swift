@@ -12,7 +12,7 @@ struct ConfigurationTests {
         configuration.clientID = "token-registry"
         // Creating a producer validates every property with librdkafka itself.
         _ = try KafkaProducer(configuration: configuration, logger: logger)
-        #expect(KafkaProducerConfiguration.defaultSettings["partitioner"] == "murmur2_random")
+        #expect(KafkaProducerConfiguration.defaultSettings["linger.ms"] == "5")
     }
 
     @Test("turning off the delivery guarantees is refused, naming the property", arguments: [

@@ -95,8 +95,10 @@ struct KeyTests {
     }
 
     @Test func tokenKeys() {
-        #expect(Examples.tokenRecord.key == "order-42")
-        #expect(Examples.tokenRecordInvalidated.key == "ride-7f3a9c")
+        #expect(Examples.tokenRecord.key == "com.example.fooddelivery/order-42")
+        #expect(Examples.tokenRecord.legacyKey == "order-42")
+        #expect(Examples.tokenRecordInvalidated.key == "com.example.rides/ride-7f3a9c")
+        #expect(Examples.tokenRecordPushToStart.legacyKey == nil)
         #expect(Examples.tokenRecordPushToStart.key == "pts:com.example.fooddelivery:5D3F8A2E-9C41-4B7A-8E06-1F2A3B4C5D6E:DeliveryAttributes")
         // The update token's key ignores its deviceId; a push-to-start token's ignores any activityId.
         var pushToStart = Examples.tokenRecordPushToStart
@@ -109,18 +111,54 @@ struct KeyTests {
         #expect(update.key == nil)
     }
 
+    @Test("an activity of an app is keyed <bundleId>/<activityId>, and partitioned by its activity id alone")
+    func activityKeysAreScopedPerApp() {
+        let food = MessageKey.activity(bundleId: "com.example.food", activityId: "order-42")
+        let ride = MessageKey.activity(bundleId: "com.example.ride", activityId: "order-42")
+        #expect(food == "com.example.food/order-42" && food != ride, "two apps' activities of one id are two keys")
+        func partitionBytes(_ key: String) -> Substring {
+            let bytes = Array(key.utf8)
+            return Substring(decoding: bytes[MessageKey.partitionKeyStart(of: bytes)...], as: UTF8.self)
+        }
+        #expect(partitionBytes(food) == "order-42" && partitionBytes(ride) == "order-42", "they land where the backend's event keyed order-42 does")
+        #expect(partitionBytes("order-42") == "order-42")
+        #expect(partitionBytes(Examples.pushToStartKey) == Substring(Examples.pushToStartKey), "a push-to-start key is hashed whole")
+        #expect(partitionBytes("pts:com.example.food:dev/ice:T") == "pts:com.example.food:dev/ice:T", "a ':' before the '/': not an app's activity")
+        #expect(partitionBytes("") == "")
+    }
+
+    @Test("activity ids hold neither ':' nor '/'; an event's bundleId is a bundle id, and a push-to-start target's app is the event's")
+    func activityIdsAndBundleIds() throws {
+        for bad in ["order:42", "orders/42"] {
+            var event = Examples.activityEvent
+            event.activityId = bad
+            #expect(throws: MessageValidationError.self) { try event.validate() }
+        }
+        for bad in ["", "food", "com..food", "com.example/food", "com.example.food:x"] {
+            var event = Examples.activityEvent
+            event.bundleId = bad
+            #expect(throws: MessageValidationError.self, "\(bad)") { try event.validate() }
+        }
+        var event = Examples.activityEventPushToStart
+        event.bundleId = "com.example.other"
+        #expect { try event.validate() } throws: { ($0 as? MessageValidationError)?.field == "startTarget.app.bundleId" }
+        event.bundleId = nil
+        try event.validate()
+    }
+
     @Test func activityEventKeyIsTheActivity() {
         #expect(Examples.activityEvent.key == "order-42")
         #expect(Examples.activityEventPushToStart.key == "order-42")
     }
 
     @Test func requestAndOutcomeShareTheTokenKey() {
-        #expect(Examples.pushRequest.key == "order-42")
+        #expect(Examples.pushRequest.key == "com.example.fooddelivery/order-42")
         #expect(Examples.pushRequest.key == Examples.tokenRecord.key)
         #expect(Examples.pushRequestPushToStart.key == Examples.pushToStartKey)
         // A push-to-start request lands where its token is.
         #expect(Examples.pushRequestPushToStart.key == Examples.tokenRecordPushToStart.key)
-        #expect(Examples.pushOutcome.key == "order-42")
+        #expect(Examples.pushOutcome.key == "com.example.fooddelivery/order-42")
+        #expect(Examples.pushOutcomeMinimal.key == "order-42", "an outcome written before outcomes named their app keeps the bare id")
         var outcome = Examples.pushOutcome
         outcome.activityId = nil
         outcome.pushToStartKey = Examples.pushToStartKey

@@ -38,11 +38,11 @@ struct ToleranceTests {
         // Each type's goldens together contain every field, so the tests above reach all of them.
         let expected: [String: Set<String>] = [
             "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt", "ownerVerified"],
-            "ActivityEvent": ["startTarget", "attributes", "source"],
+            "ActivityEvent": ["startTarget", "attributes", "source", "bundleId"],
             "PushRequest": ["activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state"],
             "PushOutcome": [
                 "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "priorityUsed", "latencyMilliseconds",
-                "tokenFingerprint", "supersededBy", "detail",
+                "tokenFingerprint", "supersededBy", "detail", "bundleId",
             ],
             "ClickEvent": ["app"],
             "RejectedClick": ["tappedAt", "appVersion", "osVersion", "clientId"],

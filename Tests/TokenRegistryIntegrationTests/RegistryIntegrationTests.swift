@@ -129,7 +129,7 @@ struct RegistryIntegrationTests {
 
         let records = try await readTokens(topics.tokens, count: 2)
         #expect(records.map(\.token) == [token(1), token(2)])
-        #expect(records.allSatisfy { $0.key == "order-1" && $0.state == .active })
+        #expect(records.allSatisfy { $0.key == "com.example.food/order-1" && $0.state == .active })
         #expect(records[1].registeredAt >= records[0].registeredAt)
     }
 
@@ -189,16 +189,16 @@ struct RegistryIntegrationTests {
         try await producing.value
 
         let deadline = ContinuousClock.now + .seconds(30)
-        while registry.table.record(forKey: "dead-1")?.state != .invalidated, ContinuousClock.now < deadline {
+        while registry.table.record(forKey: "com.example.food/dead-1")?.state != .invalidated, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(50))
         }
-        let dead = try #require(registry.table.record(forKey: "dead-1"))
+        let dead = try #require(registry.table.record(forKey: "com.example.food/dead-1"))
         #expect(dead.state == .invalidated)
         #expect(dead.invalidation?.reason == .apnsUnregistered)
         #expect(dead.invalidation?.apnsTimestamp != nil)
         // Give the listener time to act on the second outcome too, then check it did nothing.
         try await Task.sleep(for: .seconds(1))
-        #expect(registry.table.record(forKey: "alive-1")?.state == .active)
+        #expect(registry.table.record(forKey: "com.example.food/alive-1")?.state == .active)
         try await running.stop()
 
         let records = try await readTokens(topics.tokens, count: 3)
@@ -221,7 +221,7 @@ struct RegistryIntegrationTests {
         }
         #expect(error?.status == .serviceUnavailable)
         #expect(ContinuousClock.now - started < .seconds(5))
-        #expect(registry.table.record(forKey: "a") == nil)
+        #expect(registry.table.record(forKey: "com.example.food/a") == nil)
         producer.shutdown()
         try await producing.value
     }

@@ -44,7 +44,7 @@ struct ActivityTicketTests {
             user: "alice", activityId: "order-43", request(token: hexToken(1), ticket: try await ticket(user: "alice")))
         #expect(claimed.change == .claimed)
         #expect(claimed.token.ownerVerified == true)
-        let record = try #require(registry.table.record(forKey: MessageKey.activity("order-43")))
+        let record = try #require(registry.table.record(forKey: MessageKey.activity(bundleId: "com.example.food", activityId: "order-43")))
         #expect(record.userId == "alice" && record.token == hexToken(1) && record.state == .active, "the squatter's token is gone from the key")
 
         let back = await #expect(throws: APIError.self) {

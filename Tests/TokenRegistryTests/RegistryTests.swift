@@ -53,13 +53,13 @@ struct RegistryTests {
         clock.advance(5 * 86_400)
         publisher.refuse(true)
         #expect(await registry.sweep(invalidatedFor: .seconds(7 * 86_400)) == 0, "Kafka refused: nothing deleted")
-        #expect(registry.table.record(forKey: MessageKey.activity("old")) != nil)
+        #expect(registry.table.record(forKey: MessageKey.activity(bundleId: "com.example.food", activityId: "old")) != nil)
         publisher.refuse(false)
         #expect(await registry.sweep(invalidatedFor: .seconds(7 * 86_400)) == 1)
-        #expect(publisher.tombstones == [MessageKey.activity("old")])
-        #expect(registry.table.record(forKey: MessageKey.activity("old")) == nil)
-        #expect(registry.table.record(forKey: MessageKey.activity("recent")) != nil)
-        #expect(registry.table.record(forKey: MessageKey.activity("live"))?.state == .active)
+        #expect(publisher.tombstones == [MessageKey.activity(bundleId: "com.example.food", activityId: "old")])
+        #expect(registry.table.record(forKey: MessageKey.activity(bundleId: "com.example.food", activityId: "old")) == nil)
+        #expect(registry.table.record(forKey: MessageKey.activity(bundleId: "com.example.food", activityId: "recent")) != nil)
+        #expect(registry.table.record(forKey: MessageKey.activity(bundleId: "com.example.food", activityId: "live"))?.state == .active)
         #expect(await registry.sweep(invalidatedFor: .seconds(7 * 86_400)) == 0, "nothing more to delete")
     }
 
@@ -93,7 +93,7 @@ struct RegistryTests {
         #expect(again.change == .unchanged)
         #expect(publisher.records.count == 1)
         let record = try #require(publisher.records.first)
-        #expect(record.key == "order-42")
+        #expect(record.key == "com.example.food/order-42")
         #expect(record.userId == "u1")
         #expect(record.token == hexToken(1))
         #expect(throws: Never.self) { try record.validate() }
@@ -143,7 +143,7 @@ struct RegistryTests {
         _ = try await registry.registerActivityToken(user: "u", activityId: "dead", activityRequest())
         clock.advance(10)
         try await registry.handle(outcome(for: "dead", token: hexToken(1), status: 410, reason: "Unregistered", timestamp: clock.now))
-        #expect(registry.table.record(forKey: "dead")?.state == .invalidated)
+        #expect(registry.table.record(forKey: "com.example.food/dead")?.state == .invalidated)
         clock.advance(10)
         let revived = try await registry.registerActivityToken(user: "u", activityId: "dead", activityRequest())
         #expect(revived.change == .reactivated)
@@ -188,7 +188,7 @@ struct RegistryTests {
             try await registry.registerActivityToken(user: "u", activityId: "a", activityRequest())
         }
         #expect(error?.status == .serviceUnavailable)
-        #expect(registry.table.record(forKey: "a") == nil)
+        #expect(registry.table.record(forKey: "com.example.food/a") == nil)
         publisher.refuse(false)
         #expect(try await registry.registerActivityToken(user: "u", activityId: "a", activityRequest()).change == .registered)
     }

@@ -15,6 +15,9 @@ struct ActivityCommand: AsyncParsableCommand {
     @Argument(help: "The activity id, e.g. order-42.")
     var activityId: String
 
+    @Option(name: .customLong("bundle-id"), help: "The activity's app (needed when the id is registered in several apps).")
+    var bundleId: String?
+
     @Option(name: .customLong("registry-grpc"), help: "token-registry's gRPC host:port (default: $ISLET_CLI_REGISTRY_GRPC, else localhost:9081).")
     var endpoint: String?
 
@@ -22,17 +25,24 @@ struct ActivityCommand: AsyncParsableCommand {
 
     mutating func run() async throws {
         let target = try HostPort.resolve(endpoint, variable: "ISLET_CLI_REGISTRY_GRPC", default: "localhost:9081")
-        let id = activityId
+        let (id, bundle) = (activityId, bundleId ?? "")
         let metadata = try key.metadata()
         do {
             let state = try await withGRPCClient(
                 transport: .http2NIOPosix(target: .dns(host: target.host, port: target.port), transportSecurity: .plaintext)
             ) { client in
-                try await Islet_Tokens_V1_TokenRegistry.Client(wrapping: client).lookupActivity(.with { $0.activityID = id }, metadata: metadata)
+                try await Islet_Tokens_V1_TokenRegistry.Client(wrapping: client).lookupActivity(
+                    .with {
+                        $0.activityID = id
+                        $0.bundleID = bundle
+                    }, metadata: metadata)
             }
             print(Self.describe(state))
         } catch let error as RPCError where error.code == .notFound {
-            FileHandle.standardError.write(Data("token-registry knows no activity \(id)\n".utf8))
+            FileHandle.standardError.write(Data("token-registry knows no activity \(id)\(bundle.isEmpty ? "" : " in \(bundle)")\n".utf8))
+            throw ExitCode(1)
+        } catch let error as RPCError where error.code == .failedPrecondition {
+            FileHandle.standardError.write(Data("\(error.message)\n".utf8))
             throw ExitCode(1)
         }
     }
@@ -92,7 +102,8 @@ struct StaleCommand: AsyncParsableCommand {
             let since = activity.hasStaleSince ? activity.staleSince.date : nil
             let age = since.map { " (\(Self.age(now.timeIntervalSince($0))) ago)" } ?? ""
             return [
-                activity.activityID, activity.attributesType, activity.freshness,
+                activity.bundleID.isEmpty ? activity.activityID : "\(activity.bundleID)/\(activity.activityID)", activity.attributesType,
+                activity.freshness,
                 "stale since \(since.map(IsletDate.format) ?? "-")\(age)", "content seq \(activity.contentSequence)",
                 "resends \(activity.resends)",
             ].joined(separator: "  ")

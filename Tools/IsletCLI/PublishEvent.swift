@@ -26,6 +26,9 @@ struct PublishEvent: AsyncParsableCommand {
     @Option(name: .customLong("activity"), help: "The activity id, e.g. order-42 (the record key).")
     var activityId: String?
 
+    @Option(name: .customLong("bundle-id"), help: "The app the activity lives in, e.g. com.example.food (activity ids are scoped per app; without it, the app whose token is registered for the id).")
+    var bundleId: String?
+
     @Option(help: "start, update or end (default update).")
     var kind: String?
 
@@ -69,7 +72,7 @@ struct PublishEvent: AsyncParsableCommand {
     var dryRun = false
 
     private var usesEventFlags: Bool {
-        activityId != nil || kind != nil || attributesType != nil || !fields.isEmpty || fieldsJSON != nil || urgency != nil
+        activityId != nil || bundleId != nil || kind != nil || attributesType != nil || !fields.isEmpty || fieldsJSON != nil || urgency != nil
             || sequence != nil || eventId != nil || occurredAt != nil || !attributes.isEmpty || startBundleId != nil
             || startDeviceId != nil || startEnvironment != nil || source != nil
     }
@@ -128,7 +131,8 @@ struct PublishEvent: AsyncParsableCommand {
             eventId: eventId ?? newID(), activityId: activityId ?? "", kind: try Self.known(ActivityEventKind.self, kind ?? "update", option: "--kind"),
             attributesType: attributesType ?? "", fields: domain, urgency: try Self.known(Urgency.self, urgency ?? "routine", option: "--urgency"),
             occurredAt: occurred, sequence: sequence ?? Int64((now.timeIntervalSince1970 * 1_000).rounded(.down)),
-            startTarget: target, attributes: staticAttributes.isEmpty ? nil : staticAttributes, source: source ?? "islet-cli")
+            startTarget: target, attributes: staticAttributes.isEmpty ? nil : staticAttributes, source: source ?? "islet-cli",
+            bundleId: bundleId)
         return try checked(event)
     }
 

@@ -41,7 +41,7 @@ struct Tail: AsyncParsableCommand {
     @Option(help: "Stop after printing this many records.")
     var limit: Int?
 
-    @Option(help: "Only records with this key (an activity id, or a push-to-start key).")
+    @Option(help: "Only records with this key: an activity id (every app's activity of that id), an app's activity (com.example.food/order-42), or a push-to-start key.")
     var key: String?
 
     func validate() throws {
@@ -128,7 +128,7 @@ struct Tail: AsyncParsableCommand {
                 assigned.subtract(partitions)
             case .message(let message):
                 atEnd.remove(message.topicPartition)
-                if let key = request.key, message.keyString != key { continue }
+                if !request.matches(message.keyString) { continue }
                 emit(MessageFormatter.line(for: message, topic: request.topic))
                 printed += 1
                 if let limit = request.limit, printed >= limit { return printed }
@@ -160,6 +160,14 @@ struct TailRequest: Sendable, Equatable {
     init(topic: IsletTopic, servers: String) {
         self.topic = topic
         self.servers = servers
+    }
+
+    /// Whether a record's key is the one asked for: the same key, or, asked for an activity id, an
+    /// app's activity of that id (`<bundleId>/<activityId>`).
+    func matches(_ recordKey: String?) -> Bool {
+        guard let key else { return true }
+        guard let recordKey else { return false }
+        return recordKey == key || (!key.contains("/") && !key.contains(":") && recordKey.hasSuffix("/" + key))
     }
 }
 

@@ -193,10 +193,10 @@ struct World {
             fields.merge(extra) { $1 }
             let event = ActivityEvent(
                 eventId: "food-\(run)-\(index)", activityId: order, kind: kind, attributesType: "DeliveryAttributes", fields: fields,
-                urgency: urgency, occurredAt: Date(), sequence: Int64(index + 1), source: "orders-backend")
+                urgency: urgency, occurredAt: Date(), sequence: Int64(index + 1), source: "orders-backend", bundleId: app.bundleId)
             step("backend", "\(what): \(kind.rawValue) \(status) (\(urgency.rawValue)) on islet.activity-events.v1")
             try await producer.send(event, to: IsletTopics.activityEvents.name)
-            last = try await received(token: token, through: RequestIds.content(activityId: order, eventId: event.eventId))
+            last = try await received(token: token, through: RequestIds.content(bundleId: app.bundleId, activityId: order, eventId: event.eventId))
         }
 
         // A tap on the Lock Screen widget, forwarded by the app.
@@ -229,9 +229,10 @@ struct World {
         step("backend", "the rider books: start with push-to-start on islet.activity-events.v1")
         let start = ActivityEvent(
             eventId: "ride-\(run)-0", activityId: ride, kind: .start, attributesType: "RideAttributes", fields: fields, urgency: .important,
-            occurredAt: Date(), sequence: 1, startTarget: .init(app: app, deviceId: device), attributes: ["rideId": .string(run)], source: "rides-backend")
+            occurredAt: Date(), sequence: 1, startTarget: .init(app: app, deviceId: device), attributes: ["rideId": .string(run)], source: "rides-backend",
+            bundleId: app.bundleId)
         try await producer.send(start, to: IsletTopics.activityEvents.name)
-        _ = try await received(token: startToken, through: RequestIds.content(activityId: ride, eventId: start.eventId))
+        _ = try await received(token: startToken, through: RequestIds.content(bundleId: app.bundleId, activityId: ride, eventId: start.eventId))
 
         step("app", "iOS started the activity; the app registers the activity's own push token")
         service("token-registry", try await put(
@@ -250,9 +251,9 @@ struct World {
             let sequence = Int64(progress / 10 + 1)
             let event = ActivityEvent(
                 eventId: "ride-\(run)-\(sequence)", activityId: ride, kind: .update, attributesType: "RideAttributes", fields: fields,
-                urgency: .important, occurredAt: Date(), sequence: sequence, source: "rides-backend")
+                urgency: .important, occurredAt: Date(), sequence: sequence, source: "rides-backend", bundleId: app.bundleId)
             try await producer.send(event, to: IsletTopics.activityEvents.name)
-            _ = try await received(token: token, through: RequestIds.content(activityId: ride, eventId: event.eventId))
+            _ = try await received(token: token, through: RequestIds.content(bundleId: app.bundleId, activityId: ride, eventId: event.eventId))
         }
 
         step("app", "the user deletes the app: APNs answers 410 Unregistered for its token from now on")
@@ -267,13 +268,13 @@ struct World {
         fields["progress"] = .integer(90)
         let arriving = ActivityEvent(
             eventId: "ride-\(run)-9", activityId: ride, kind: .update, attributesType: "RideAttributes", fields: fields, urgency: .important,
-            occurredAt: Date(), sequence: 9, source: "rides-backend")
+            occurredAt: Date(), sequence: 9, source: "rides-backend", bundleId: app.bundleId)
         step("backend", "the driver arrives: update on islet.activity-events.v1")
         try await producer.send(arriving, to: IsletTopics.activityEvents.name)
-        let requestId = RequestIds.content(activityId: ride, eventId: arriving.eventId)
+        let requestId = RequestIds.content(bundleId: app.bundleId, activityId: ride, eventId: arriving.eventId)
         let outcome = try await firstRecord(on: IsletTopics.pushOutcomes.name, as: PushOutcome.self) { $0.requestId == requestId }
         service("islet.push-outcomes.v1", "\(outcome.result.rawValue): APNs \(outcome.apns.map { "\($0.status) \($0.reason ?? "")" } ?? "-") after \(outcome.attempts) attempt(s)")
-        let state = try await waitForRegistry("/v1/activities/\(ride)") { $0.contains("\"invalidated\"") }
+        let state = try await waitForRegistry("/v1/activities/\(ride)?bundleId=\(app.bundleId)") { $0.contains("\"invalidated\"") }
         service("token-registry", state)
     }
 
@@ -487,7 +488,7 @@ struct Latency: AsyncParsableCommand {
             return ActivityEvent(
                 eventId: "\(name)-\(round)", activityId: name, kind: round == 0 ? .start : .update, attributesType: "DeliveryAttributes",
                 fields: ["orderId": .string(name), "storeName": .string("Casa Lola"), "status": .string("out_for_delivery"), "progress": .integer(Int64(round % 100))],
-                urgency: .routine, occurredAt: Date(), sequence: Int64(round + 1), source: "latency-bench")
+                urgency: .routine, occurredAt: Date(), sequence: Int64(round + 1), source: "latency-bench", bundleId: app.bundleId)
         }
         // Warm-up: every activity's first event (its first content), not measured.
         print("warm-up: \(activities) first events")
@@ -630,7 +631,9 @@ func pace(
                 let event = event(index)
                 let at = Date()
                 try await producer.send(event, to: IsletTopics.activityEvents.name)
-                produced?.record(RequestIds.content(activityId: event.activityId, eventId: event.eventId), at)
+                if let bundleId = event.bundleId {
+                    produced?.record(RequestIds.content(bundleId: bundleId, activityId: event.activityId, eventId: event.eventId), at)
+                }
             }
         }
         try await group.waitForAll()
@@ -710,7 +713,7 @@ struct Memory: AsyncParsableCommand {
             return ActivityEvent(
                 eventId: "\(name)-0", activityId: name, kind: .start, attributesType: "DeliveryAttributes",
                 fields: ["orderId": .string(name), "storeName": .string("Casa Lola"), "status": .string("preparing"), "progress": .integer(5)],
-                urgency: .important, occurredAt: Date(), sequence: 1, source: "memory-bench")
+                urgency: .important, occurredAt: Date(), sequence: 1, source: "memory-bench", bundleId: app.bundleId)
         }
         // Every push reached the simulator (or nothing moved for a minute): the activities are live in both services.
         var accepted = 0

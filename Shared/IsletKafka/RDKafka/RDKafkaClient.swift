@@ -2,6 +2,7 @@
 // Code outside it sees Swift types only.
 import CRdKafka
 import Foundation
+import IsletMessages
 import Logging
 import Synchronization
 
@@ -95,6 +96,17 @@ final class RDKafkaClient: @unchecked Sendable {
         }
         if callbacks.onStatistics != nil {
             rd_kafka_conf_set_stats_cb(conf, rdkafkaStatisticsCallback)
+        }
+        if kind == .producer {
+            // Every topic of this producer partitions by activity (``MessageKey/partitionKeyStart(of:)``).
+            let topicConf: OpaquePointer
+            if let existing = rd_kafka_conf_get_default_topic_conf(conf) {
+                topicConf = existing
+            } else {
+                topicConf = rd_kafka_topic_conf_new()
+                rd_kafka_conf_set_default_topic_conf(conf, topicConf)
+            }
+            rd_kafka_topic_conf_set_partitioner_cb(topicConf, rdkafkaActivityPartitioner)
         }
 
         // On success rd_kafka_new takes ownership of conf; on failure it is ours to destroy.
@@ -339,6 +351,19 @@ private let rdkafkaStatisticsCallback: @convention(c) (OpaquePointer?, UnsafeMut
     onStatistics(String(decoding: bytes, as: UTF8.self))
     return 0
 }
+
+/// Islet's partitioner: librdkafka's murmur2 (the Java client's: a record keyed `order-42` goes
+/// where any Kafka client puts it) over the part of the key that names the activity, so that
+/// `com.example.food/order-42` lands with `order-42`. A record without a key gets a random partition.
+private let rdkafkaActivityPartitioner:
+    @convention(c) (OpaquePointer?, UnsafeRawPointer?, Int, Int32, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32 = {
+        topic, key, length, partitions, topicOpaque, messageOpaque in
+        guard let key else {
+            return rd_kafka_msg_partitioner_murmur2_random(topic, nil, 0, partitions, topicOpaque, messageOpaque)
+        }
+        let start = MessageKey.partitionKeyStart(of: UnsafeRawBufferPointer(start: key, count: length))
+        return rd_kafka_msg_partitioner_murmur2_random(topic, key + start, length - start, partitions, topicOpaque, messageOpaque)
+    }
 
 private let rdkafkaErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
     rk, code, reason, opaque in
