@@ -104,7 +104,7 @@ cat <<TEXT
 == running
   Kafka (${ISLET_BROKER:-tansu})       $bootstrap
   token-registry      http://127.0.0.1:8081 (gRPC 9081, metrics http://127.0.0.1:8181/metrics)   JWT key: demo=$jwt_secret
-  content-service     http://127.0.0.1:8083 (gRPC 9083)   stale activities: /v1/activities/stale
+  content-service     http://127.0.0.1:8083 (gRPC 9083)   stale activities: http://127.0.0.1:8183/v1/activities/stale
   gRPC backend key    ISLET_CLI_GRPC_KEY=$backend_key  (for islet activity <id>, islet stale)
   activity tickets    ISLET_CLI_TICKET_KEY=orders=$ticket_secret  (islet register-token signs the owner's ticket; docs/token-registry.md)
   apns-dispatcher     http://127.0.0.1:8082/metrics

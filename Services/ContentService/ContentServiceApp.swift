@@ -175,8 +175,10 @@ public struct ContentServiceApp: Sendable {
             services: [ActivityGRPCService(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready)],
             interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.activityServiceMethods)])
 
-        let router = runtime.makeRouter()
-        router.get("v1/activities/stale") { request, _ -> Response in
+        // The stale list names activities: on the operator listener (loopback unless
+        // ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.
+        let operatorRouter = runtime.makeRouter()
+        operatorRouter.get("v1/activities/stale") { request, _ -> Response in
             let limit = request.uri.queryParameters.get("limit", as: Int.self) ?? 1_000
             let stale = engine.staleActivities(limit: min(max(limit, 1), 1_000)).map(StaleActivityJSON.init)
             return Response(
@@ -197,7 +199,8 @@ public struct ContentServiceApp: Sendable {
             producer, tokenLoader, memoryLoader,
             ReadinessGate(health: health, check: Self.tableCheck, then: ReadinessGate(health: health, check: Self.memoryCheck, then: loop)),
             ReadinessGate(health: health, check: Self.memoryCheck, then: monitor),
-            grpc, runtime.httpServer(router: router.buildResponder()),
+            grpc, runtime.httpServer(router: runtime.makeRouter().buildResponder()),
+            runtime.operatorServer(router: operatorRouter.buildResponder()),
         ]
     }
 }

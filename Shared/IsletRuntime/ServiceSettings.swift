@@ -19,10 +19,10 @@ public struct ServiceSettings: Sendable {
     /// `ISLET_HTTP_PORT` (default: the service's own).
     public var httpPort: Int
     /// `ISLET_OPERATOR_HOST` (default `127.0.0.1`) and `ISLET_OPERATOR_PORT` (default the HTTP
-    /// port + 100, or 0 when that is 0): the operator listener of a service whose HTTP port faces
-    /// phones (token-registry, analytics-ingest), with /health and /metrics; the app-facing port
-    /// serves /health and the app's API only. Services without an app API serve /metrics on their
-    /// one HTTP port, which is for operators.
+    /// port + 100, or 0 when that is 0): the operator listener. token-registry and
+    /// analytics-ingest, whose HTTP port faces phones, serve /health and /metrics there (the
+    /// app-facing port serves /health and the app's API only); content-service serves its list of
+    /// stale activities there (it names activities), and /health and /metrics on its HTTP port.
     public var operatorHost: String
     public var operatorPort: Int
     /// `ISLET_HTTP_REQUEST_TIMEOUT_MS` (default 15000; 0: none): a client must send a whole request

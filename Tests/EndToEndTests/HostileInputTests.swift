@@ -98,6 +98,11 @@ extension EndToEnd {
                 let (operatorStatus, _) = try await HTTP.request("http://127.0.0.1:\(stack.operatorPorts[service]!)/metrics")
                 #expect(operatorStatus == 200, "\(service): /metrics on the operator port answered \(operatorStatus)")
             }
+            // content-service's stale list names activities: on its operator listener, not on the port orchestrators probe.
+            let (staleOnHTTP, _) = try await HTTP.request(stack.url(.content) + "/v1/activities/stale")
+            #expect(staleOnHTTP == 404, "content-service: the stale list on its HTTP port answered \(staleOnHTTP)")
+            let (staleOnOperator, staleBody) = try await HTTP.request("http://127.0.0.1:\(stack.operatorPorts[.content]!)/v1/activities/stale")
+            #expect(staleOnOperator == 200 && String(decoding: staleBody, as: UTF8.self).hasPrefix("{\"activities\":"), "content-service: the stale list on its operator port answered \(staleOnOperator)")
             // Squatting a guessable id: another user registers it before its owner. The owner's
             // registration with the backend's ticket takes it back; the squatter cannot take it
             // again, nor pass off a ticket of its own for it; the backend's update reaches the

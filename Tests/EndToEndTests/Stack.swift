@@ -186,7 +186,7 @@ final class Stack: Sendable {
         grpcPorts[.registry] = try Self.freePort()
         grpcPorts[.content] = try Self.freePort()
         var operatorPorts: [ServiceProcess.Name: Int] = [:]
-        for name in [ServiceProcess.Name.registry, .ingest] { operatorPorts[name] = try Self.freePort() }
+        for name in [ServiceProcess.Name.registry, .ingest, .content] { operatorPorts[name] = try Self.freePort() }
         self.operatorPorts = operatorPorts
         simulatorPort = try Self.freePort()
         self.ports = ports
