@@ -64,7 +64,7 @@ wait_ready apns-simulator http://127.0.0.1:8090
 # The latency and memory runs register thousands of activities for one user: no quota for them.
 quota=(); [ "$bench" = no ] || quota=(ISLET_QUOTA_LIVE_ACTIVITIES=0)
 env "${common[@]}" ${quota[@]+"${quota[@]}"} ISLET_HTTP_PORT=8081 ISLET_GRPC_PORT=9081 ISLET_GRPC_KEYS="$grpc_keys" ISLET_AUTH_HS256_KEYS="demo=$jwt_secret" ISLET_TICKET_HS256_KEYS="orders=$ticket_secret" \
-  "$bin/token-registry" >"$run/token-registry.log" 2>&1 &
+  ISLET_APPS=com.example.food,com.example.ride,com.example.scores "$bin/token-registry" >"$run/token-registry.log" 2>&1 &
 pids+=("$!")
 env "${common[@]}" ISLET_HTTP_PORT=8083 ISLET_GRPC_PORT=9083 ISLET_GRPC_KEYS="$grpc_keys" ISLET_LINK_KEYS="demo=$link_secret" \
   ISLET_THUMBNAIL_HOSTS=127.0.0.1:8099 \

@@ -96,7 +96,11 @@ public final class ContentEngine: Sendable {
         }
         let record = tokens.record(forKey: key)
         let bundleId = String(activityKey.prefix { $0 != "/" })
-        guard let app = record?.app ?? event.startTarget?.app ?? template.app.flatMap({ $0.bundleId == bundleId ? $0 : nil }) else {
+        // Without a token yet: the push-to-start target's app, else the app of what was last sent
+        // (a remote start's), else the template's when it is that app.
+        guard let app = record?.app ?? event.startTarget?.app ?? memory.latest?.app
+                ?? template.app.flatMap({ $0.bundleId == bundleId ? $0 : nil })
+        else {
             throw ContentError(
                 field: "activityId",
                 problem: "no token is registered for it in \(bundleId), and template \(template.attributesType) names \(template.app.map { "another app (\($0.bundleId))" } ?? "no app")")
@@ -108,25 +112,29 @@ public final class ContentEngine: Sendable {
     }
 
     /// The activity an event is about, of its app (`<bundleId>/<activityId>`; activity ids are
-    /// scoped per app). The app is the event's `bundleId`; for an event without one (written before
-    /// events named their app), its push-to-start target's, else the only app with a token
-    /// registered for the id (or, without a token, the only app remembered with it), else its
-    /// template's. An id in several apps needs the event to name its app.
+    /// scoped per app). The app is the event's `bundleId`, else its push-to-start target's. An
+    /// event without either (written before events named their app) goes to the only app that
+    /// has the id live — an active token registered for it, or a live activity this service
+    /// remembers — else to its template's app; when several apps have it, it is refused: the
+    /// event must name its app (a guess could show one user's order on another's phone).
     public func activityKey(of event: ActivityEvent) throws(ContentError) -> String {
         if let bundleId = event.bundleId ?? event.startTarget?.app.bundleId {
             return MessageKey.activity(bundleId: bundleId, activityId: event.activityId)
         }
-        var keys = tokens.keys(forActivity: event.activityId)
-        if keys.isEmpty { keys = state.withLock { ($0.keysByActivity[event.activityId] ?? []).sorted() } }
+        let tokens = self.tokens
+        var keys = Set(tokens.keys(forActivity: event.activityId).filter { tokens.record(forKey: $0)?.state == .active })
+        state.withLock { state in
+            for key in state.keysByActivity[event.activityId] ?? [] where state.memories[key]?.isLive == true { keys.insert(key) }
+        }
         if keys.count > 1 {
             throw ContentError(
                 field: "bundleId",
-                problem: "the activity id is registered in several apps (\(keys.map { String($0.prefix { $0 != "/" }) }.joined(separator: ", "))): the event must name its app")
+                problem: "the activity id is live in several apps (\(keys.sorted().map { String($0.prefix { $0 != "/" }) }.joined(separator: ", "))): the event must name its app")
         }
         if let key = keys.first { return key }
         guard let app = assembler.templates[event.attributesType]?.app else {
             throw ContentError(
-                field: "bundleId", problem: "the event names no app, no token is registered for its activity, and template \(event.attributesType) names no app")
+                field: "bundleId", problem: "the event names no app, no app has the activity live, and template \(event.attributesType) names no app")
         }
         return MessageKey.activity(bundleId: app.bundleId, activityId: event.activityId)
     }

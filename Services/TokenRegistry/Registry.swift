@@ -24,6 +24,8 @@ public final class Registry: Sendable {
 
     public let table: TokenTable
     private let quotas: Quotas
+    /// The apps served (``RegistrySettings/apps``); empty: any.
+    private let apps: Set<String>
     private let tickets: ActivityTickets?
     private let publisher: any TokenRecordPublisher
     private let locks = KeyedLocks()
@@ -31,15 +33,19 @@ public final class Registry: Sendable {
     private let logger: Logger
     private let metrics = RegistryMetrics()
     private let loaded = Atomic<Bool>(false)
+    /// Unscoped topic keys whose records were replaced under their app's key, and whose tombstone
+    /// Kafka refused: the next sweep deletes them.
+    private let pendingLegacyKeys = Mutex(Set<String>())
 
     /// `tickets`: verifies the activity tickets of registrations (`nil`: none configured; a
     /// registration that sends one is refused).
     public init(
         table: TokenTable, publisher: any TokenRecordPublisher, logger: Logger, quotas: Quotas = Quotas(),
-        tickets: ActivityTickets? = nil, now: @escaping @Sendable () -> Date = Date.init
+        tickets: ActivityTickets? = nil, apps: Set<String> = [], now: @escaping @Sendable () -> Date = Date.init
     ) {
         self.table = table
         self.quotas = quotas
+        self.apps = apps
         self.tickets = tickets
         self.publisher = publisher
         self.logger = logger
@@ -66,6 +72,7 @@ public final class Registry: Sendable {
     {
         let activityId = try Validation.identifier(activityId, field: "activityId")
         let request = try Validation.activityToken(request, now: now())
+        try requireServed(request.app.bundleId, field: "app.bundleId")
         let (token, attributesType, app, appVersion) = (request.token, request.attributesType, request.app, request.appVersion)
         let (startedAt, deviceId) = (request.activityStartedAt, request.deviceId)
         if let deviceId, let owner = table.owner(bundleId: request.app.bundleId, deviceId: deviceId), owner != user {
@@ -135,6 +142,7 @@ public final class Registry: Sendable {
         user: String, bundleId: String, deviceId: String, attributesType: String, _ request: RegisterPushToStartTokenRequest
     ) async throws(APIError) -> WriteResponse {
         let key = try Self.pushToStartKey(bundleId: bundleId, deviceId: deviceId, attributesType: attributesType)
+        try requireServed(bundleId, field: "bundleId")
         let request = try Validation.pushToStartToken(request)
         let (token, environment, appVersion) = (request.token, request.environment, request.appVersion)
         if let owner = table.owner(bundleId: bundleId, deviceId: deviceId), owner != user {
@@ -168,6 +176,7 @@ public final class Registry: Sendable {
     public func invalidateActivity(
         user: String, activityId: String, bundleId: String? = nil, reason: InvalidationReason
     ) async throws(APIError) -> WriteResponse {
+        try requireReady()
         let key = try activityKey(activityId, bundleId: bundleId, user: user)
         return try await invalidate(user: user, key: key, reason: try Validation.clientReason(reason))
     }
@@ -312,8 +321,9 @@ public final class Registry: Sendable {
             next.state = .invalidated
             next.invalidation = .init(reason: reason, invalidatedAt: now, apnsTimestamp: since)
             next.updatedAt = now
+            let legacyKey = self.table.legacyTopicKey(forKey: key)
             let position = try await self.publisher.publish(next)
-            await self.apply(next, key: key, at: position)
+            await self.apply(next, key: key, at: position, replacing: legacyKey)
             self.metrics.invalidated(reason)
             self.metrics.changed(next.kind, .invalidated)
             logger.info(
@@ -331,6 +341,13 @@ public final class Registry: Sendable {
     }
 
     // MARK: The write path
+
+    /// A registration is for one of the apps this registry serves (any, when none are configured).
+    private func requireServed(_ bundleId: String, field: String) throws(APIError) {
+        guard apps.isEmpty || apps.contains(bundleId) else {
+            throw APIError.invalid(field, "is not an app this registry serves (ISLET_APPS)")
+        }
+    }
 
     private func requireReady() throws(APIError) {
         guard isReady else {
@@ -370,6 +387,8 @@ public final class Registry: Sendable {
         return try await locks.withLock(key) { () async throws(APIError) -> WriteResponse in
             let (next, change) = try decide(table.record(forKey: key), now())
             guard change != .unchanged else { return WriteResponse(change: change, token: TokenStateView(next)) }
+            // Read before the write: once it is acknowledged, the table's loader may apply it first.
+            let legacyKey = table.legacyTopicKey(forKey: key)
             let position: TokenTable.Position?
             do {
                 position = try await publisher.publish(next)
@@ -379,7 +398,7 @@ public final class Registry: Sendable {
                     .serviceUnavailable, .unavailable,
                     reason: "the change was not acknowledged by Kafka and is not confirmed; retry (repeating it is safe)")
             }
-            await self.apply(next, key: key, at: position)
+            await self.apply(next, key: key, at: position, replacing: legacyKey)
             metrics.changed(next.kind, change)
             if change == .invalidated, let reason = next.invalidation?.reason { metrics.invalidated(reason) }
             logger.debug(
@@ -390,16 +409,25 @@ public final class Registry: Sendable {
     }
 
     /// Applies a record Kafka acknowledged under `key` to the table. When the record it replaces
-    /// was written under the bare activity id (before ids were scoped per app), that key is deleted
-    /// from the topic, or compaction would keep the old record for ever; a reader that meets the
-    /// old record keeps the newer one (same partition, later offset), so a tombstone Kafka refuses
-    /// is only logged.
-    private func apply(_ record: TokenRecord, key: String, at position: TokenTable.Position?) async {
-        let legacyKey = table.legacyTopicKey(forKey: key)
+    /// was under the bare activity id on the topic (`legacyKey`: written before ids were scoped
+    /// per app), that key is deleted from the topic, or compaction would keep the old record for
+    /// ever. A reader that meets the old record keeps the newer one (same partition, later
+    /// offset); a tombstone Kafka refuses is tried again by the next ``sweep(invalidatedFor:)``.
+    private func apply(_ record: TokenRecord, key: String, at position: TokenTable.Position?, replacing legacyKey: String?) async {
         table.apply(record, key: key, at: position)
         guard let legacyKey else { return }
-        do { _ = try await publisher.tombstone(key: legacyKey) } catch {
-            logger.warning("the unscoped key of a replaced record was not deleted", metadata: ["token.key": "\(legacyKey)", "kafka.error": "\(error)"])
+        await deleteLegacyKey(legacyKey)
+    }
+
+    private func deleteLegacyKey(_ legacyKey: String) async {
+        do {
+            _ = try await publisher.tombstone(key: legacyKey)
+            pendingLegacyKeys.withLock { _ = $0.remove(legacyKey) }
+        } catch {
+            pendingLegacyKeys.withLock { _ = $0.insert(legacyKey) }
+            logger.warning(
+                "the unscoped key of a replaced record was not deleted: the next sweep tries again",
+                metadata: ["token.key": "\(legacyKey)", "kafka.error": "\(error)"])
         }
     }
 
@@ -409,6 +437,8 @@ public final class Registry: Sendable {
     /// a tombstone Kafka does not acknowledge is left for the next sweep.
     public func sweep(invalidatedFor retention: Duration) async -> Int {
         guard isReady else { return 0 }
+        for legacyKey in pendingLegacyKeys.withLock({ $0 }) { await deleteLegacyKey(legacyKey) }
+        guard retention > .zero else { return 0 }
         let cutoff = now().addingTimeInterval(-(retention / .seconds(1)))
         var deleted = 0
         for key in table.keys(invalidatedBefore: cutoff) {

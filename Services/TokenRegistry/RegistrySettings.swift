@@ -55,6 +55,10 @@ public struct RegistrySettings: Sendable {
     /// False keeps apps that send no ticket working: the first user to register an id owns it
     /// until its ticketed owner registers.
     public var ticketsRequired = false
+    /// `ISLET_APPS` (comma-separated bundle ids; default none: any app): the apps this registry
+    /// serves. A registration for another app is 400 on `app.bundleId` (`{bundleId}`): nobody can
+    /// park an activity id or a device under an app that does not exist.
+    public var apps: Set<String> = []
     /// `ISLET_KAFKA_SEND_TIMEOUT_MS` (default 5000): an app's change not acknowledged by Kafka
     /// within this time is answered 503 (the app retries; a late write is the same idempotent change).
     public var sendTimeout: Duration
@@ -115,6 +119,13 @@ public struct RegistrySettings: Sendable {
         ticketsRequired = try config.bool("islet.tickets.required", default: false)
         if ticketsRequired && ticketKeys.isEmpty {
             throw ConfigurationError(key: "islet.tickets.required", problem: "needs ISLET_TICKET_HS256_KEYS to verify the tickets")
+        }
+        for app in (config.optionalString("islet.apps") ?? "").split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) })
+        where !app.isEmpty {
+            guard (try? Validation.bundleId(app)) != nil else {
+                throw ConfigurationError(key: "islet.apps", problem: "\(app) is not a bundle id (com.example.app)")
+            }
+            apps.insert(app)
         }
         quotas = Registry.Quotas(
             liveActivities: try config.int("islet.quota.live.activities", default: 1_000, range: 0...10_000_000),

@@ -38,9 +38,12 @@ public struct TokenRegistryApp: Sendable {
         if tickets == nil {
             logger.notice("ISLET_TICKET_HS256_KEYS names no key: the first user to register an activity id owns it (docs/token-registry.md)")
         }
+        if settings.apps.isEmpty {
+            logger.notice("ISLET_APPS names no app: registrations for any bundle id are taken (docs/token-registry.md)")
+        }
         let registry = Registry(
             table: TokenTable(), publisher: KafkaTokenPublisher(producer: producer, topic: topics.tokens), logger: logger, quotas: settings.quotas,
-            tickets: tickets)
+            tickets: tickets, apps: settings.apps)
 
         let replica = try KafkaConsumer(
             configuration: TokenTableLoader.replicaConfiguration(

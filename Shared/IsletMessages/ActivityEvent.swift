@@ -31,8 +31,8 @@ public struct ActivityEvent: IsletMessage {
     public var activityId: String
     /// The app the activity lives in (`com.example.food`): activity ids are scoped per app, and two
     /// apps may use the same one. Optional for events written before it existed: without it, the
-    /// app is the one whose token is registered for `activityId` (the push-to-start target's, for a
-    /// remote start), and an event whose id is registered in several apps is refused.
+    /// app is the push-to-start target's, else the only app that has `activityId` live, and an
+    /// event whose id is live in several apps is refused.
     public var bundleId: String?
     /// Start, update or end the activity.
     public var kind: ActivityEventKind

@@ -73,6 +73,15 @@ public final class TokenTable: Sendable {
                 }
                 state.unindex(key, current)
             }
+            // On the topic the latest record of a key replaces the one before, even when the two
+            // belong to different apps (an old, unscoped key: a ticketed owner's record after a
+            // squatter's in another app). The earlier one is gone, and so is it here.
+            if topicKey != key, let previous = state.legacyKeys[topicKey], previous != key, let earlier = state.entries[previous],
+                earlier.topicKey == topicKey
+            {
+                state.entries[previous] = nil
+                state.unindex(previous, earlier)
+            }
             state.entries[key] = Entry(record: record, position: position, topicKey: topicKey)
             if topicKey != key { state.legacyKeys[topicKey] = key }
             if record.kind == .update {

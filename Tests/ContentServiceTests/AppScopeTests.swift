@@ -76,6 +76,34 @@ struct ContentAppScopeTests {
         #expect { try none.prepare(delivery(2, bundleId: "com.example.other")) } throws: { ($0 as? ContentError)?.field == "activityId" }
     }
 
+    @Test("an event without its app never goes to another app's token: an app remembered live with the id (a push-to-start) and another's token make it ambiguous; an ended token does not count")
+    func rememberedAppCounts() throws {
+        let engine = ContentEngine(assembler: try assembler(), tokens: table([(Self.food, "alice", 1)]), now: { now })
+        // The ride app started order-42 remotely (its update token not registered yet).
+        let target = ActivityEvent.PushToStartTarget(app: Self.other, deviceId: "device-1")
+        var start = event("DeliveryAttributes", .start, sequence: 1, ["orderId": .string("42"), "status": .string("placed")], startTarget: target)
+        start.attributes = ["orderId": .string("42"), "storeName": .string("Casa Lola")]
+        #expect(try prepared(engine, start).activityKey == "com.example.other/order-42")
+        #expect { try engine.prepare(delivery(2, bundleId: nil)) } throws: { ($0 as? ContentError)?.field == "bundleId" }
+        // Named, it goes where it says, to the app (and environment) of its remote start, its token not registered yet.
+        let update = try prepared(engine, delivery(2, bundleId: "com.example.other")).requests
+        #expect(update.map(\.key) == ["com.example.other/order-42"] && update.map(\.app) == [Self.other])
+
+        // Only a remembered live activity, no token: that app, not the template's.
+        let remembered = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        _ = try prepared(remembered, start)
+        #expect(try remembered.activityKey(of: delivery(2, bundleId: nil)) == "com.example.other/order-42")
+
+        // An invalidated token of another app does not claim the id.
+        let table = table([(Self.food, "alice", 1), (Self.other, "bob", 2)])
+        var dead = try #require(table.record(forKey: "com.example.food/order-42"))
+        dead.state = .invalidated
+        dead.invalidation = .init(reason: .clientEnded, invalidatedAt: now)
+        table.apply(dead, key: dead.key!, at: nil)
+        let withDead = ContentEngine(assembler: try assembler(), tokens: table, now: { now })
+        #expect(try withDead.activityKey(of: delivery(1, bundleId: nil)) == "com.example.other/order-42")
+    }
+
     @Test("an outcome written before outcomes named their app lands in the only app remembered with the id, and in none when two are")
     func legacyOutcomes() throws {
         let engine = ContentEngine(assembler: try assembler(), tokens: table([(Self.food, "alice", 1), (Self.other, "bob", 2)]), now: { now })

@@ -136,6 +136,11 @@ extension EndToEnd {
             // (dead-lettered) and reaches nobody.
             let rider = "rider-" + UUID().uuidString.prefix(8).lowercased()
             let riderToken = Driver.token(order + "-rider")
+            // Only the apps the registry serves (ISLET_APPS): an id cannot be parked under an app that does not exist.
+            let fakeApp = await #expect(throws: E2EFailure.self) {
+                try await driver.registerActivity(order, token: riderToken, type: "RideAttributes", bundleId: "com.fake.app", user: rider, retryFor: .zero)
+            }
+            #expect(fakeApp?.status == 400, "an app the registry does not serve: \(fakeApp.map(String.init(describing:)) ?? "-")")
             let rideStatus = try await driver.registerActivity(order, token: riderToken, type: "RideAttributes", bundleId: "com.example.ride", user: rider)
             #expect(rideStatus == 201, "the same id in another app: \(rideStatus)")
             let (ownStatus, own) = try await HTTP.request(stack.url(.registry) + "/v1/activities/\(order)", headers: [("Authorization", "Bearer \(jwt)")])

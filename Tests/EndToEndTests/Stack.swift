@@ -205,6 +205,7 @@ final class Stack: Sendable {
                 "ISLET_GRPC_PORT": "\(grpcPorts[.registry]!)", "ISLET_AUTH_HS256_KEYS": "\(jwtKey.kid)=\(jwtKey.secret)",
                 "ISLET_GRPC_KEYS": "e2e-backend=\(backendKey):read+write",
                 "ISLET_TICKET_HS256_KEYS": "\(ticketKey.kid)=\(ticketKey.secret)",
+                "ISLET_APPS": Driver.apps.values.sorted().joined(separator: ","),
                 // The load runs register thousands of activities for one user, on a broker the suites share.
                 "ISLET_QUOTA_LIVE_ACTIVITIES": "0", "ISLET_QUOTA_PUSH_TO_START": "0",
             ],

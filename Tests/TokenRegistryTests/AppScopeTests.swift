@@ -1,5 +1,7 @@
 import Foundation
 import GRPCCore
+import IsletRuntime
+import Synchronization
 import GRPCNIOTransportHTTP2
 import IsletMessages
 import IsletProtos
@@ -126,6 +128,96 @@ struct AppScopeTests {
         #expect(rebuilt.record(forKey: "com.example.food/order-5") == nil && rebuilt.keys(forActivity: "order-5").isEmpty)
     }
 
+    @Test("the bare key's later record replaces its earlier one even across apps (a squatter's record in one app, then the ticketed owner's in another): a rebuild keeps only the owner's")
+    func legacyKeyAcrossApps() {
+        let table = TokenTable()
+        let now = clock.now
+        let squat = TokenRecord(
+            kind: .update, activityId: "order-42", userId: "mallory", token: hexToken(1), app: Self.ride, attributesType: "RideAttributes",
+            frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
+        var owner = squat
+        owner.userId = "alice"
+        owner.app = Self.food
+        owner.ownerVerified = true
+        table.apply(squat, key: "order-42", at: .init(partition: 0, offset: 10))
+        table.apply(owner, key: "order-42", at: .init(partition: 0, offset: 20))
+        #expect(table.record(forKey: "com.example.ride/order-42") == nil, "the squatter's record was replaced on the topic")
+        #expect(table.record(forKey: "com.example.food/order-42")?.userId == "alice")
+        #expect(table.keys(forActivity: "order-42") == ["com.example.food/order-42"])
+        #expect(table.activeCount(ofUser: "mallory", kind: .update) == 0)
+        table.remove(key: "order-42", at: .init(partition: 0, offset: 30))
+        #expect(table.count == 0)
+    }
+
+    @Test("the bare key is deleted even when the table's loader applies the new record before the write returns (it is read before the write)")
+    func legacyTombstoneRace() async throws {
+        let table = TokenTable()
+        let now = clock.now
+        let old = TokenRecord(
+            kind: .update, activityId: "order-6", userId: "alice", token: hexToken(1), app: Self.food, attributesType: "DeliveryAttributes",
+            frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
+        table.apply(old, key: "order-6", at: nil)
+        let publisher = LoaderFirstPublisher(table: table)
+        let registry = Registry(table: table, publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
+        registry.markReady()
+        _ = try await registry.setFrequentUpdates(user: "alice", activityId: "order-6", enabled: true)
+        #expect(publisher.tombstones == ["order-6"])
+    }
+
+    @Test("a bare key Kafka refused to delete is deleted by the next sweep")
+    func legacyTombstoneRetried() async throws {
+        let table = TokenTable()
+        let now = clock.now
+        let old = TokenRecord(
+            kind: .update, activityId: "order-7", userId: "alice", token: hexToken(1), app: Self.food, attributesType: "DeliveryAttributes",
+            frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
+        table.apply(old, key: "order-7", at: nil)
+        let publisher = LoaderFirstPublisher(table: table)
+        publisher.refuseTombstones = true
+        let registry = Registry(table: table, publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
+        registry.markReady()
+        _ = try await registry.setFrequentUpdates(user: "alice", activityId: "order-7", enabled: true)
+        #expect(publisher.tombstones.isEmpty)
+        publisher.refuseTombstones = false
+        _ = await registry.sweep(invalidatedFor: .zero)
+        #expect(publisher.tombstones == ["order-7"])
+        _ = await registry.sweep(invalidatedFor: .zero)
+        #expect(publisher.tombstones == ["order-7"], "once")
+    }
+
+    @Test("ISLET_APPS: a registration for an app the registry does not serve is 400 on the app, and nothing is written")
+    func servedApps() async throws {
+        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, apps: ["com.example.food"], now: { [clock] in clock.now })
+        registry.markReady()
+        let error = await #expect(throws: APIError.self) {
+            try await registry.registerActivityToken(user: "mallory", activityId: "order-43", request(Self.ride, token: hexToken(1)))
+        }
+        #expect(error?.status == .badRequest && error?.field == "app.bundleId")
+        let device = await #expect(throws: APIError.self) {
+            try await registry.registerPushToStartToken(
+                user: "mallory", bundleId: "com.fake.app", deviceId: "d1", attributesType: "RideAttributes",
+                RegisterPushToStartTokenRequest(token: hexToken(2), environment: .production, frequentUpdatesEnabled: false, appVersion: "1.0"))
+        }
+        #expect(device?.status == .badRequest && device?.field == "bundleId")
+        #expect(publisher.records.isEmpty)
+        #expect(try await registry.registerActivityToken(user: "alice", activityId: "order-43", request(Self.food, token: hexToken(3))).change == .registered)
+        let settings = try RegistrySettings(
+            from: .variables(["ISLET_AUTH_HS256_KEYS": "k=\(TestKeys.hsSecret)", "ISLET_APPS": "com.example.food, com.example.ride"]))
+        #expect(settings.apps == ["com.example.food", "com.example.ride"])
+        #expect(throws: ConfigurationError.self) {
+            try RegistrySettings(from: .variables(["ISLET_AUTH_HS256_KEYS": "k=\(TestKeys.hsSecret)", "ISLET_APPS": "food"]))
+        }
+    }
+
+    @Test("while the table is being rebuilt, an invalidation is 503 (retry), not 404")
+    func invalidateWhileLoading() async throws {
+        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
+        let error = await #expect(throws: APIError.self) {
+            try await registry.invalidateActivity(user: "alice", activityId: "order-1", reason: .clientEnded)
+        }
+        #expect(error?.status == .serviceUnavailable)
+    }
+
     @Test("a claimed activity leaves the squatter's indexes: it is not listed, nor counted toward its quota")
     func claimMovesTheUserIndex() {
         let table = TokenTable()
@@ -190,5 +282,34 @@ extension PushOutcome {
         var copy = self
         copy.activityId = activityId
         return copy
+    }
+}
+
+/// A publisher whose writes the table's loader applies before the write returns (the loader of the
+/// same process reads fast), and that can refuse tombstones.
+final class LoaderFirstPublisher: TokenRecordPublisher {
+    let table: TokenTable
+    private let state = Mutex<(offset: Int64, tombstones: [String], refusing: Bool)>((100, [], false))
+    init(table: TokenTable) { self.table = table }
+
+    var tombstones: [String] { state.withLock { $0.tombstones } }
+    var refuseTombstones: Bool {
+        get { state.withLock { $0.refusing } }
+        set { state.withLock { $0.refusing = newValue } }
+    }
+
+    func publish(_ record: TokenRecord) async throws -> TokenTable.Position? {
+        let position = TokenTable.Position(partition: 0, offset: state.withLock { $0.offset += 1; return $0.offset })
+        table.apply(record, key: record.key!, at: position)
+        return position
+    }
+
+    func tombstone(key: String) async throws -> TokenTable.Position? {
+        try state.withLock { state in
+            if state.refusing { throw TestKafkaDown() }
+            state.tombstones.append(key)
+            state.offset += 1
+            return TokenTable.Position(partition: 0, offset: state.offset)
+        }
     }
 }
