@@ -472,7 +472,8 @@ let package = Package(
         .testTarget(
             name: "APNsTests",
             dependencies: [
-                "APNsSimulator", "APNsDispatcher", "IsletMessages", "IsletTokens", "IsletRuntime",
+                // TokenRegistry: the answer table is checked against the registry's use of it.
+                "APNsSimulator", "APNsDispatcher", "IsletMessages", "IsletTokens", "IsletRuntime", "TokenRegistry",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

@@ -67,6 +67,7 @@ env "${common[@]}" ${quota[@]+"${quota[@]}"} ISLET_HTTP_PORT=8081 ISLET_GRPC_POR
   ISLET_APPS=com.example.food,com.example.ride,com.example.scores "$bin/token-registry" >"$run/token-registry.log" 2>&1 &
 pids+=("$!")
 env "${common[@]}" ISLET_HTTP_PORT=8083 ISLET_GRPC_PORT=9083 ISLET_GRPC_KEYS="$grpc_keys" ISLET_LINK_KEYS="demo=$link_secret" \
+  ISLET_REGISTRY_GRPC=127.0.0.1:9081 ISLET_REGISTRY_GRPC_KEY="$backend_key" \
   ISLET_THUMBNAIL_HOSTS=127.0.0.1:8099 \
   "$bin/content-service" >"$run/content-service.log" 2>&1 &
 pids+=("$!"); content_pid=$!

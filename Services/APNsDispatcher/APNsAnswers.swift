@@ -35,9 +35,10 @@ public enum APNsAction: Equatable, Sendable {
     }
 
     public static func forAnswer(status: Int, reason: String?) -> APNsAction {
-        switch (status, reason ?? "") {
+        // Whether the token is dead is the table every service shares (InvalidationReason).
+        if InvalidationReason(apnsStatus: status, reason: reason) != nil { return .tokenInvalid }
+        return switch (status, reason ?? "") {
         case (200, _): .delivered
-        case (410, _), (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"): .tokenInvalid
         case (403, "ExpiredProviderToken"): .renewProviderToken
         case (403, _): .stopLane
         case (429, "TooManyProviderTokenUpdates"): .providerTokenChurn

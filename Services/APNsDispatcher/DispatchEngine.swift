@@ -43,9 +43,12 @@ public struct DispatcherPolicy: Sendable {
     public var maximumInFlight = 1_024
     /// At most this many requests wait in the activities' queues; reading more input waits.
     public var maximumQueued = 20_000
-    /// A request whose key has no token yet waits this long for the token to arrive (the registry's
-    /// record and the request travel different topics) before it is given up as `tokenInvalid`.
-    public var tokenWait: Duration = .seconds(5)
+    /// A request whose key has no token yet waits for one — the app registers it over HTTP while the
+    /// backend's event travels Kafka, and a remotely started activity gets its token only once iOS
+    /// started it — at most this long, and never past its `apns-expiration`. Newer content for the
+    /// activity replaces it meanwhile (coalesced). A request still without a token then ends as
+    /// `awaitingToken` (never `tokenInvalid`: nothing says the activity is gone).
+    public var tokenWait: Duration = .seconds(600)
     /// Updates to activities older than this are not sent: iOS stops showing updates after 8 hours.
     public var activityLifetime: Duration = .seconds(8 * 3_600)
     /// After APNs refused a team's credentials (403), its pushes are held this long; then one is
@@ -102,7 +105,9 @@ public actor DispatchEngine {
     private let metrics = DispatcherMetrics()
 
     private var slots: [String: Slot] = [:]
-    private var deadTokens: Set<String> = []
+    /// Tokens APNs declared dead, by key, until token-registry's invalidation reaches the table
+    /// (or the app registers the token again: a later registration time revives it).
+    private var deadTokens: [String: DeadToken] = [:]
     private var pushToStartBudgets: [String: Budget] = [:]
     private var stoppedLanes: [String: StoppedLane] = [:]
     private var inFlight = 0
@@ -279,12 +284,21 @@ public actor DispatchEngine {
 
             // The token: present, active, not refused by APNs.
             let record = tokens.record(forKey: key)
-            guard let record, record.state == .active, !deadTokens.contains(TokenFingerprint.of(token: record.token)) else {
-                if record == nil, now < head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)) {
-                    return wake(key, at: min(now.addingTimeInterval(0.25), head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1))))
+            guard let record else {
+                let waitEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)), request.expiration ?? .distantFuture)
+                if now < waitEnd {
+                    // Looked at again soon after the request came (the token is usually a moment
+                    // behind), then less often: every 2 s at most.
+                    let step = min(max(0.25, now.timeIntervalSince(head.enqueuedAt) / 4), 2)
+                    return wake(key, at: min(now.addingTimeInterval(step), waitEnd))
                 }
                 dropHead(key)
-                finish(head, .tokenInvalid, detail: record == nil ? "no token for this key" : "the token is \(record!.state == .active ? "refused by APNs" : record!.state.rawValue)")
+                finish(head, .awaitingToken, detail: "no token was registered for the activity while the content was current")
+                continue
+            }
+            guard record.state == .active, !(deadTokens[key]?.kills(record) ?? false) else {
+                dropHead(key)
+                finish(head, .tokenInvalid, detail: "the token is \(record.state == .active ? "refused by APNs" : record.state.rawValue)")
                 continue
             }
             // The guards.
@@ -377,6 +391,18 @@ public actor DispatchEngine {
         }
     }
 
+    /// A token APNs declared dead: its fingerprint and the registration time of the record it was
+    /// sent from. A record registered later (the app registered the token again) is alive.
+    private struct DeadToken {
+        var fingerprint: String
+        var registeredAt: Date
+        var at: Date
+
+        func kills(_ record: TokenRecord) -> Bool {
+            record.registeredAt <= registeredAt && TokenFingerprint.of(token: record.token) == fingerprint
+        }
+    }
+
     private func send(_ entry: QueuedRequest, key: String, record: TokenRecord, team: String, priority: Int, downgraded: Bool) {
         let request = entry.request
         let payload = entry.ambiguous && request.alerting ? Self.withoutAlert(request.payload) : request.payload
@@ -405,13 +431,13 @@ public actor DispatchEngine {
                 result = .failure(error)
             }
             await self?.completed(
-                entry, key: key, team: team, fingerprint: fingerprint, priority: priority, downgraded: downgraded, result: result,
-                seconds: (ContinuousClock.now - started) / .seconds(1))
+                entry, key: key, team: team, fingerprint: fingerprint, registeredAt: record.registeredAt, priority: priority,
+                downgraded: downgraded, result: result, seconds: (ContinuousClock.now - started) / .seconds(1))
         }
     }
 
     private func completed(
-        _ entry: QueuedRequest, key: String, team: String, fingerprint: String, priority: Int, downgraded: Bool,
+        _ entry: QueuedRequest, key: String, team: String, fingerprint: String, registeredAt: Date, priority: Int, downgraded: Bool,
         result: Result<APNsAnswer, any Error>, seconds: Double
     ) {
         inFlight -= 1
@@ -433,7 +459,7 @@ public actor DispatchEngine {
                 if entry.request.event == .end { ended(key) }
                 finish(entry, downgraded ? .deliveredDowngraded : .delivered, apns: apns, priority: priority, fingerprint: fingerprint)
             case .tokenInvalid:
-                deadTokens.insert(fingerprint)
+                deadTokens[key] = DeadToken(fingerprint: fingerprint, registeredAt: registeredAt, at: now)
                 finish(entry, .tokenInvalid, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
             case .rejected:
                 finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
@@ -686,6 +712,8 @@ public actor DispatchEngine {
             if slot.ended { return !((slot.endedAt ?? now) < horizon && slot.queue.isEmpty && slot.inFlight == nil) }
             return !Self.isForgettable(slot, now: now)
         }
+        // By now token-registry has invalidated them (within seconds), or the app registered them again.
+        deadTokens = deadTokens.filter { now.timeIntervalSince($0.value.at) < 3_600 }
         pushToStartBudgets = pushToStartBudgets.filter { _, budget in
             var budget = budget
             return budget.remaining(now: now) < budget.limits.capacity

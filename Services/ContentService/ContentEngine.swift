@@ -64,6 +64,9 @@ public final class ContentEngine: Sendable {
         /// The activity, of its app (`<bundleId>/<activityId>`).
         public let activityKey: String
         let memory: ActivityMemory
+        /// The freshness monitor ended the activity by itself, for this reason: its token is to be
+        /// invalidated in token-registry once the end is persisted.
+        public var invalidation: InvalidationReason? = nil
     }
 
     /// An app version newer than any: when the activity's version is unknown every field is sent
@@ -85,6 +88,10 @@ public final class ContentEngine: Sendable {
             ignored = event.sequence == last ? "duplicate sequence \(event.sequence)" : "sequence \(event.sequence) is older than \(last)"
         } else if memory.ended, event.kind != .start {
             ignored = "the activity has ended"
+        } else if event.kind == .start, memory.isLive {
+            // A second start would put a second Live Activity on the phone (a push-to-start) or
+            // restart one that is running: end it first.
+            throw ContentError(field: "kind", problem: "the activity is live (started, not ended): end it before starting it again")
         }
         // The token tells the app's environment and version; without one, the push-to-start
         // target's or the template's app.
@@ -191,9 +198,15 @@ public final class ContentEngine: Sendable {
         let policy = freshness
         return state.withLock { state -> [Prepared] in
             var prepared: [Prepared] = []
-            for (activityKey, memory) in state.memories {
+            for (activityKey, var memory) in state.memories {
                 guard let latest = memory.latest else { continue }
                 if let owned, !(memory.partition.map(owned.contains) ?? false) { continue }
+                if memory.gone, Self.registeredAgain(memory, token: tokens.record(forKey: activityKey)) {
+                    // The app registered a token after APNs's verdict (a new one, or the same
+                    // again): the activity is watched again.
+                    memory.gone = false
+                    state.memories[activityKey] = memory
+                }
                 if !memory.isLive {
                     if now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) { state.set(activityKey, nil) }
                     continue
@@ -220,13 +233,23 @@ public final class ContentEngine: Sendable {
                 guard let request = assembler.followUp(followUp, of: latest, requestId: requestId, timestamp: timestamp, now: now) else { continue }
                 var next = memory
                 next.replay(request)
-                prepared.append(Prepared(requests: [request], shrinks: [], activityKey: activityKey, memory: next))
+                var item = Prepared(requests: [request], shrinks: [], activityKey: activityKey, memory: next)
+                if case .end(let reason) = followUp { item.invalidation = reason }
+                prepared.append(item)
             }
             if state.startOwners.count > state.memories.count {
                 state.startOwners = state.startOwners.filter { state.memories[$0.value] != nil }
             }
             return prepared
         }
+    }
+
+    /// Whether the activity's token, declared dead, was registered since: an active record with
+    /// another token, or registered after the verdict.
+    static func registeredAgain(_ memory: ActivityMemory, token record: TokenRecord?) -> Bool {
+        guard let record, record.state == .active else { return false }
+        if let dead = memory.goneToken, dead != TokenFingerprint.of(token: record.token) { return true }
+        return record.registeredAt > (memory.goneAt ?? .distantFuture)
     }
 
     /// The live activities that are not fresh, most stale first.

@@ -31,6 +31,10 @@ public struct ContentSettings: Sendable {
     public var sendTimeout: Duration
     /// Thumbnails of layout images (`ISLET_THUMBNAIL_HOSTS`, `_MAX_BYTES`, `_TIMEOUT_MS`).
     public var thumbnails = ThumbnailService.Settings()
+    /// `ISLET_REGISTRY_GRPC` (`host:port` of token-registry's gRPC API) and `ISLET_REGISTRY_GRPC_KEY`
+    /// (a backend key of its `ISLET_GRPC_KEYS` with `write`): where an activity the freshness
+    /// monitor ended has its token invalidated. Unset: the token stays active until the app ends it.
+    public var registry: (host: String, port: Int, key: String)?
 
     public init(
         templatesDirectory: String, keyring: LinkKeyring, policy: ContentPolicy = ContentPolicy(), freshness: FreshnessPolicy = FreshnessPolicy(),
@@ -87,6 +91,16 @@ public struct ContentSettings: Sendable {
             .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         thumbnails.maximumBytes = try config.int("islet.thumbnail.max.bytes", default: 2_000_000, range: 1_000...50_000_000)
         thumbnails.timeout = try config.milliseconds("islet.thumbnail.timeout.ms", default: .milliseconds(1_500))
+        if let target = config.optionalString("islet.registry.grpc") {
+            let parts = target.split(separator: ":")
+            guard parts.count == 2, !parts[0].isEmpty, let port = Int(parts[1]), (1...65_535).contains(port) else {
+                throw ConfigurationError(key: "islet.registry.grpc", problem: "must be host:port, got \(target)")
+            }
+            guard let key = config.optionalString("islet.registry.grpc.key", isSecret: true), key.utf8.count >= 32 else {
+                throw ConfigurationError(key: "islet.registry.grpc.key", problem: "is required with ISLET_REGISTRY_GRPC: a backend key of token-registry's ISLET_GRPC_KEYS with write (at least 32 characters)")
+            }
+            registry = (String(parts[0]), port, key)
+        }
     }
 }
 
@@ -164,7 +178,11 @@ public struct ContentServiceApp: Sendable {
             consumer: consumer,
             deadLetters: DeadLetterWriter(producer: producer, consumer: consumer, service: service, logger: logger, topic: topics.deadLetters),
             engine: engine, sender: sender, thumbnails: thumbnails, logger: logger)
-        let monitor = FreshnessMonitor(engine: engine, sender: sender, logger: logger)
+        if settings.registry == nil {
+            logger.notice("ISLET_REGISTRY_GRPC is not set: activities the freshness monitor ends keep their token active until the app ends them")
+        }
+        let invalidator = settings.registry.map { RegistryInvalidator(host: $0.host, port: $0.port, key: $0.key) }
+        let monitor = FreshnessMonitor(engine: engine, sender: sender, logger: logger, invalidator: invalidator)
         let ready: @Sendable () -> Bool = {
             let checks = health.report().checks
             return checks[Self.tableCheck] == .ready && checks[Self.memoryCheck] == .ready

@@ -294,11 +294,16 @@ public struct FreshnessMonitor: Service {
     let engine: ContentEngine
     let sender: RequestSender
     let logger: Logger
+    /// The tokens of the activities the monitor ended, to invalidate in token-registry.
+    let invalidations: TokenInvalidations
 
-    public init(engine: ContentEngine, sender: RequestSender, logger: Logger) {
+    /// - Parameter invalidator: where an activity the monitor ended has its token invalidated
+    ///   (`nil`: not configured; the token stays active until the app ends the activity).
+    public init(engine: ContentEngine, sender: RequestSender, logger: Logger, invalidator: (any ActivityInvalidating)? = nil) {
         self.engine = engine
         self.sender = sender
         self.logger = logger
+        self.invalidations = TokenInvalidations(invalidator: invalidator, logger: logger)
     }
 
     public func run() async throws {
@@ -321,9 +326,13 @@ public struct FreshnessMonitor: Service {
                     logger.info("freshness monitor", metadata: ["activity.key": "\(prepared.activityKey)", "action": "\(action)"])
                 }
                 sent += prepared.requests
+                if let reason = prepared.invalidation, let request = prepared.requests.last {
+                    invalidations.add(.init(activityId: request.sourceActivityId ?? request.activityId ?? "", bundleId: request.app.bundleId, reason: reason))
+                }
             }
             return sent
         }
+        await invalidations.flush()
         for (freshness, count) in engine.freshnessCounts() {
             Gauge(label: "islet_content_activities", dimensions: [("freshness", freshness.rawValue)]).record(count)
         }

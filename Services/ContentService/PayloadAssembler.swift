@@ -25,10 +25,17 @@ public struct ActivityMemory: Sendable, Equatable {
     /// Re-sends of the latest event's content so far, and the last one's time.
     public var resends = 0
     public var lastResendAt: Date?
-    /// The activity's token is dead (APNs said so): nothing more is sent to it.
+    /// The activity's token is dead (APNs said so): nothing more is sent to it, until the app
+    /// registers it again (``goneAt``, ``goneToken``: the verdict, and the token's fingerprint).
     public var gone = false
-    /// The image URLs whose data was inlined in one of the activity's payloads (only the first gets it).
+    public var goneAt: Date?
+    public var goneToken: String?
+    /// The image URLs whose data reached the phone inlined in one of the activity's payloads (APNs
+    /// accepted that push): later payloads carry the URL only.
     public var inlinedImages: Set<String> = []
+    /// Images inlined in requests not delivered yet, by request id: they count as inlined once
+    /// their request is delivered; coalesced or failed, the next payload inlines them again.
+    public var pendingImages: [String: Set<String>] = [:]
     /// The partition of the activity's records: the freshness monitor of the instance that owns it
     /// looks after it.
     public var partition: Int32?
@@ -66,7 +73,8 @@ public struct ActivityMemory: Sendable, Equatable {
         }
         if request.event == .end { ended = true }
         if scanImages, request.payload.utf8.count > 1_500, Self.contains(request.payload.utf8, #""data":"#.utf8) {
-            inlinedImages.formUnion(Self.inlinedImageURLs(in: request.payload))
+            let urls = Self.inlinedImageURLs(in: request.payload).subtracting(inlinedImages)
+            if !urls.isEmpty { pendingImages[request.requestId] = urls }
         }
     }
 
@@ -97,7 +105,16 @@ public struct ActivityMemory: Sendable, Equatable {
     mutating func record(_ outcome: PushOutcome) {
         if outcomes.count >= 8, let oldest = outcomes.keys.first(where: { $0 != latest?.requestId }) { outcomes[oldest] = nil }
         outcomes[outcome.requestId] = outcome.result
-        if outcome.result == .tokenInvalid, outcome.requestId == latest?.requestId, latest?.pushToStartKey == nil { gone = true }
+        if let images = pendingImages.removeValue(forKey: outcome.requestId), outcome.result == .delivered || outcome.result == .deliveredDowngraded {
+            inlinedImages.formUnion(images)
+        }
+        if outcome.result == .tokenInvalid, outcome.requestId == latest?.requestId, latest?.pushToStartKey == nil {
+            gone = true
+            goneAt = outcome.completedAt
+            goneToken = outcome.tokenFingerprint
+        } else if outcome.result == .delivered || outcome.result == .deliveredDowngraded, outcome.requestId == latest?.requestId {
+            gone = false
+        }
     }
 }
 
@@ -278,7 +295,12 @@ public struct PayloadAssembler: Sendable {
         }
 
         memory.alertTimes = recentAlerts
-        memory.inlinedImages.formUnion(inlined)
+        // Inlined once delivered (``ActivityMemory/record(_:)``): the request that carries them.
+        if !inlined.isEmpty {
+            for request in requests where ActivityMemory.contains(request.payload.utf8, #""data":"#.utf8) {
+                memory.pendingImages[request.requestId] = inlined
+            }
+        }
         if event.kind == .start {
             // A (re)start: a new life for the activity id.
             memory.ended = false

@@ -34,7 +34,12 @@ public enum TemplateLoader {
         } catch {
             throw TemplateError(file: file, path: "", problem: "not YAML: \(error)")
         }
-        return try Compiler(file: file).compile(raw)
+        let compiler = Compiler(file: file)
+        let template = try compiler.compile(raw)
+        if let examples = raw.examples {
+            try ExampleCheck(file: file, template: template, examples: examples).check(compiler.sources)
+        }
+        return template
     }
 
     static func path(of error: DecodingError) -> String {
@@ -71,6 +76,9 @@ public enum TemplateLoader {
         var contentState: [RawField]
         var layout: RawLayout?
         var states: [String: RawState]
+        /// Domain fields of example events (one per state, typically): every template variable must
+        /// render something in at least one of them (``ExampleCheck``).
+        var examples: [[String: JSONValue]]?
     }
 
     struct RawField: Decodable {
@@ -150,12 +158,17 @@ public enum TemplateLoader {
 
     // MARK: Checking
 
-    struct Compiler {
+    final class Compiler {
         let file: String
+        /// Every Mustache text of the file, with its place in it.
+        private(set) var sources: [(path: String, text: String)] = []
+
+        init(file: String) { self.file = file }
 
         func fail(_ path: String, _ problem: String) -> TemplateError { TemplateError(file: file, path: path, problem: problem) }
 
         func mustache(_ text: String, at path: String) throws -> MustacheTemplate {
+            sources.append((path, text))
             do {
                 // Plain text, not HTML: "Tom & Jerry" stays as it is.
                 return try MustacheTemplate(string: "{{% CONTENT_TYPE: TEXT}}" + text)
@@ -269,6 +282,70 @@ public enum TemplateLoader {
         func isTypeName(_ text: String) -> Bool {
             guard let first = text.unicodeScalars.first, first.properties.isAlphabetic || first == "_", text.count <= 100 else { return false }
             return text.unicodeScalars.allSatisfy { ($0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0))) || $0 == "_" }
+        }
+    }
+}
+
+/// A template variable that renders nothing whatever the event (`{{etaText}}` where no field is
+/// called that) makes a text that reads "Arrives at " — on the Lock Screen, or to VoiceOver. Each
+/// variable of each text must render something for at least one of the template's `examples`
+/// (the context a text sees: the example's fields, the content state's defaults, and `state.name`
+/// and `state.text` of the example's state); one that renders nothing in every example stops the
+/// service at start-up, naming the file, the place and the variable.
+struct ExampleCheck {
+    let file: String
+    let template: ActivityTemplate
+    let examples: [[String: JSONValue]]
+
+    func check(_ sources: [(path: String, text: String)]) throws {
+        guard !examples.isEmpty else { throw TemplateError(file: file, path: "examples", problem: "must list at least one example event's fields") }
+        let builder = ContentBuilder(template: template)
+        let contexts = examples.map { fields -> [String: Any] in
+            var context = builder.context(fields: fields, state: builder.state(of: fields))
+            for field in template.contentState where context[field.name] == nil {
+                if let fallback = field.fallback, fallback != .null { context[field.name] = FieldValue.renderable(fallback) }
+            }
+            return context
+        }
+        for (path, text) in sources {
+            for variable in Self.variables(in: text) where !contexts.contains(where: { Self.renders(variable, in: $0) }) {
+                throw TemplateError(
+                    file: file, path: path,
+                    problem: "{{\(variable)}} renders nothing in every example (examples[0...\(examples.count - 1)]): no field gives it a value")
+            }
+        }
+    }
+
+    /// The names a Mustache text looks up: variables and section names (`{{a.b}}`, `{{#a}}`,
+    /// `{{^a}}`, `{{{a}}}`, `{{&a}}`); not comments, partials, delimiters, pragmas or `{{.}}`.
+    static func variables(in text: String) -> [String] {
+        var names: [String] = []
+        var rest = text[...]
+        while let open = rest.range(of: "{{") {
+            guard let close = rest.range(of: "}}", range: open.upperBound..<rest.endIndex) else { break }
+            var tag = rest[open.upperBound..<close.lowerBound].trimmingCharacters(in: .whitespaces)
+            rest = rest[close.upperBound...]
+            if rest.hasPrefix("}") { rest = rest.dropFirst() }
+            guard let first = tag.first, !"!>=%/".contains(first) else { continue }
+            if "#^&{".contains(first) { tag = String(tag.dropFirst()).trimmingCharacters(in: .whitespaces) }
+            if tag.hasSuffix("}") { tag = String(tag.dropLast()) }
+            if !tag.isEmpty, tag != ".", !names.contains(tag) { names.append(tag) }
+        }
+        return names
+    }
+
+    /// Whether `path` (`courier.name`) has a value that renders as something in `context`.
+    static func renders(_ path: String, in context: [String: Any]) -> Bool {
+        var current: Any = context
+        for part in path.split(separator: ".") {
+            guard let object = current as? [String: Any], let next = object[String(part)] else { return false }
+            current = next
+        }
+        switch current {
+        case let text as String: return !text.isEmpty
+        case let list as [Any]: return !list.isEmpty
+        case let object as [String: Any]: return !object.isEmpty
+        default: return true
         }
     }
 }

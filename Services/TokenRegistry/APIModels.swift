@@ -121,6 +121,9 @@ public struct Change: RawRepresentable, Codable, Sendable, Hashable {
     public static let claimed = Change(rawValue: "claimed")
     /// Other fields changed (frequent updates, app version, start time).
     public static let updated = Change(rawValue: "updated")
+    /// The same token registered again, more than ``Registry/confirmationInterval`` after its
+    /// registration time, which moves on: APNs's verdict on the token from before it is not believed.
+    public static let confirmed = Change(rawValue: "confirmed")
     public static let invalidated = Change(rawValue: "invalidated")
     /// The request repeated the current state: nothing was written.
     public static let unchanged = Change(rawValue: "unchanged")

@@ -481,24 +481,24 @@ public final class Registry: Sendable {
             next.updatedAt = now
             return (next, .rotated)
         }
-        if next == current { return (current, .unchanged) }
+        if next == current {
+            // The app confirms the token is its own now: a 410 timestamped before this must not
+            // kill it. Within a minute of the last registration nothing is written (a repeat).
+            guard now.timeIntervalSince(current.registeredAt) >= Self.confirmationInterval / .seconds(1) else { return (current, .unchanged) }
+            next.registeredAt = now
+            next.updatedAt = now
+            return (next, .confirmed)
+        }
         next.updatedAt = now
         return (next, .updated)
     }
+
+    /// A re-registration of the same token within this time of the last registration writes
+    /// nothing; later, it moves the registration time on (``Change/confirmed``).
+    public static let confirmationInterval: Duration = .seconds(60)
 }
 
 extension InvalidationReason {
-    /// The reason for APNs's answer, when that answer means the token is dead.
-    init?(apnsStatus status: Int, reason: String?) {
-        switch (status, reason) {
-        case (410, "Unregistered"): self = .apnsUnregistered
-        case (410, "ExpiredToken"): self = .apnsExpiredToken
-        case (400, "BadDeviceToken"): self = .apnsBadDeviceToken
-        case (400, "DeviceTokenNotForTopic"): self = .apnsDeviceTokenNotForTopic
-        default: return nil
-        }
-    }
-
     /// Whether APNs said so (the app may register the token again), rather than the app or a backend.
     var isFromAPNs: Bool {
         [.apnsUnregistered, .apnsExpiredToken, .apnsBadDeviceToken, .apnsDeviceTokenNotForTopic].contains(self)

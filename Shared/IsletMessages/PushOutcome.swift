@@ -107,9 +107,13 @@ public struct PushResult: OpenEnum {
     public static let deliveredDowngraded = PushResult(rawValue: "deliveredDowngraded")
     /// Not sent: a newer update of the same activity replaced it (`supersededBy`), or an `end` cancelled it.
     public static let coalesced = PushResult(rawValue: "coalesced")
-    /// APNs rejected the token (410, `BadDeviceToken`, `DeviceTokenNotForTopic`), or there was no
-    /// valid token to send to; token-registry invalidates it.
+    /// APNs rejected the token (410, `BadDeviceToken`, `DeviceTokenNotForTopic`; token-registry
+    /// invalidates it), or the activity's token was invalidated or refused before it was sent.
     public static let tokenInvalid = PushResult(rawValue: "tokenInvalid")
+    /// Not sent: no token was ever registered for its activity while it waited (the dispatcher's
+    /// token wait, or until its `expiration`). Nothing says the activity is gone: its next content
+    /// is sent once the app registers the token.
+    public static let awaitingToken = PushResult(rawValue: "awaitingToken")
     /// APNs rejected the request itself (400/403/413 other than for the token): retrying cannot help.
     public static let rejected = PushResult(rawValue: "rejected")
     /// Not delivered before its `expiration` (or before it was pointless, e.g. the activity ended).
@@ -128,6 +132,6 @@ public struct PushResult: OpenEnum {
     public var isFinal: Bool { self != .sending }
 
     public static let knownValues: [PushResult] = [
-        .delivered, .deliveredDowngraded, .coalesced, .tokenInvalid, .rejected, .expired, .failed, .sending,
+        .delivered, .deliveredDowngraded, .coalesced, .tokenInvalid, .awaitingToken, .rejected, .expired, .failed, .sending,
     ]
 }

@@ -195,4 +195,19 @@ public struct InvalidationReason: OpenEnum {
         .clientEnded, .userDismissed, .ineligible, .apnsUnregistered, .apnsExpiredToken, .apnsBadDeviceToken,
         .apnsDeviceTokenNotForTopic, .severelyStale, .lifetimeExceeded, .backendEnded,
     ]
+
+    /// APNs's answer as a verdict on the token it was sent to — the one table apns-dispatcher (which
+    /// stops sending to the token) and token-registry (which invalidates it) both read. Every 410
+    /// says the token is no longer active for the topic (`Unregistered`, `ExpiredToken`, or a
+    /// reason APNs adds later); 400 `BadDeviceToken` and `DeviceTokenNotForTopic` say it never
+    /// will be. `nil`: the answer says nothing against the token.
+    public init?(apnsStatus status: Int, reason: String?) {
+        switch (status, reason) {
+        case (410, "ExpiredToken"): self = .apnsExpiredToken
+        case (410, _): self = .apnsUnregistered
+        case (400, "BadDeviceToken"): self = .apnsBadDeviceToken
+        case (400, "DeviceTokenNotForTopic"): self = .apnsDeviceTokenNotForTopic
+        default: return nil
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import IsletMessages
+import TokenRegistry
 import Testing
 @testable import APNsDispatcher
 
@@ -30,5 +31,38 @@ struct AnswerTests {
             requestId: "7f1c6b1e-2d4a-4c8e-9a51-0c3f5e6d7b8a", activityId: "order-42", result: .tokenInvalid, apns: answer.response, attempts: 1,
             completedAt: Date(timeIntervalSince1970: 1_795_000_000))
         #expect(try IsletJSON.decode(PushOutcome.self, from: try IsletJSON.encode(outcome)) == outcome)
+    }
+}
+
+@Suite("One answer table for the dispatcher and the registry")
+struct AnswerTableTests {
+    static let statuses = [200, 400, 403, 404, 405, 410, 413, 429, 500, 503]
+    static let reasons: [String?] = [
+        nil, "Unregistered", "ExpiredToken", "BadDeviceToken", "DeviceTokenNotForTopic", "BadTopic", "TooManyRequests", "SomethingNew",
+    ]
+
+    @Test("an answer the dispatcher treats as a dead token is one the registry invalidates the token for, and no other")
+    func sameVerdict() {
+        let now = Date(timeIntervalSince1970: 1_795_000_000)
+        let token = String(repeating: "ab", count: 32)
+        let record = TokenRecord(
+            kind: .update, activityId: "order-1", userId: "u", token: token, app: AppTarget(bundleId: "com.example.food", environment: .production),
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
+        for status in Self.statuses {
+            for reason in Self.reasons {
+                let dispatcher = APNsAction.forAnswer(status: status, reason: reason) == .tokenInvalid
+                let outcome = PushOutcome(
+                    requestId: "r", activityId: "order-1", result: .tokenInvalid,
+                    apns: .init(status: status, reason: reason, timestamp: now.addingTimeInterval(60)), attempts: 1,
+                    tokenFingerprint: TokenFingerprint.of(token: token), completedAt: now.addingTimeInterval(60), bundleId: "com.example.food")
+                let registry: Bool
+                if case .invalidate = Registry.decide(outcome, current: record) { registry = true } else { registry = false }
+                #expect(dispatcher == registry, "\(status) \(reason ?? "-"): dispatcher \(dispatcher), registry \(registry)")
+            }
+        }
+        // Every 410 is a dead token, whatever its reason (APNs may add reasons).
+        #expect(APNsAction.forAnswer(status: 410, reason: "SomethingNew") == .tokenInvalid)
+        #expect(InvalidationReason(apnsStatus: 410, reason: "SomethingNew") == .apnsUnregistered)
+        #expect(InvalidationReason(apnsStatus: 410, reason: "ExpiredToken") == .apnsExpiredToken)
     }
 }

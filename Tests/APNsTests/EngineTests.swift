@@ -373,9 +373,53 @@ struct EngineTests {
         await h.submit(h.request("ended", sequence: 1))
         #expect(try await h.outcomes(3).last?.result == .tokenInvalid)
 
-        await h.submit(h.request("nobody", sequence: 1))
-        h.clock.advance(6)  // the token did not arrive within the wait
-        #expect(try await h.outcomes(4).last?.result == .tokenInvalid)
+        #expect(h.sender.sent.count == 1)
+        await h.stop()
+    }
+
+    @Test("a token declared dead by APNs is alive again once the app registers it again (a later registration time): the next update is sent")
+    func deadTokenRevived() async throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        h.sender.script(hexToken(1), [APNsAnswer(status: 410, reason: "Unregistered", timestamp: h.clock.now())])
+        await h.submit(h.request("a", sequence: 1))
+        #expect(try await h.outcomes(1).map(\.result) == [.tokenInvalid])
+        // Before the registry's invalidation reaches the table, the same record is still refused without asking APNs.
+        await h.submit(h.request("a", sequence: 2))
+        #expect(try await h.outcomes(2).map(\.result) == [.tokenInvalid, .tokenInvalid])
+        #expect(h.sender.sent.count == 1)
+        // The app reinstalled and registered the same token again (token-registry: reactivated).
+        h.clock.advance(60)
+        h.register("a", token: hexToken(1))
+        await h.submit(h.request("a", sequence: 3))
+        #expect(try await h.outcomes(3).last?.result == .delivered)
+        #expect(h.sender.sent.count == 2, "sent to APNs again")
+        await h.stop()
+    }
+
+    @Test("no token yet: the request waits, newer content replaces it, and the latest is sent once the token arrives; still none at the end of the wait: awaitingToken, never tokenInvalid")
+    func awaitingToken() async throws {
+        let h = EngineHarness()
+        let start = h.clock.now()
+        let first = h.request("late", sequence: 1)
+        await h.submit(first)
+        try await h.until(step: 1) { h.clock.now() >= start.addingTimeInterval(20) }
+        #expect(h.sink.final.isEmpty, "waiting, not given up: \(h.sink.final.map(\.result.rawValue))")
+        let second = h.request("late", sequence: 2)
+        await h.submit(second)
+        let coalesced = try await h.outcomes(1)
+        #expect(coalesced.map(\.requestId) == [first.requestId] && coalesced.map(\.result) == [.coalesced])
+        // The app registers the token 20 s after the backend's first event: the latest content goes.
+        h.register("late", token: hexToken(3))
+        try await h.until(step: 0.5) { h.sink.final.count == 2 }
+        #expect(h.sink.final.last?.requestId == second.requestId && h.sink.final.last?.result == .delivered)
+
+        // No token ever: ended as awaitingToken at the end of the wait (10 minutes), nothing sent.
+        let never = h.request("never", sequence: 1)
+        await h.submit(never)
+        try await h.until(step: 5) { h.sink.final.count == 3 }
+        #expect(h.sink.final.last?.requestId == never.requestId && h.sink.final.last?.result == .awaitingToken)
+        #expect(h.clock.now() >= start.addingTimeInterval(20 + 600), "not before the wait is over")
         #expect(h.sender.sent.count == 1)
         await h.stop()
     }

@@ -61,6 +61,39 @@ struct TemplateTests {
         #expect(error?.file == "broken.yaml")
     }
 
+    @Test("a template variable that renders nothing in every example is refused at load, naming the file, the place and the variable; one that some example fills is fine")
+    func variablesRenderSomething() throws {
+        let base = """
+            attributesType: X
+            defaultState: a
+            link: "app://x/{{id}}"
+            contentState: [{ name: progress, type: double, default: 0 }]
+            layout:
+              since: "1.0"
+              compactTrailing:
+                - richText: [{ text: "{{#courier.name}}Courier {{courier.name}}{{/courier.name}}" }]
+                  accessibility: "Arrives at %@"
+            states: { a: { text: "At {{progress}} percent" }, b: { alert: { title: "T", body: "{{state.text}}" } } }
+            examples:
+              - { id: "1" }
+              - { id: "2", courier: { name: Ana } }
+            """
+        let error = #expect(throws: TemplateError.self) {
+            try TemplateLoader.load(text: base.replacingOccurrences(of: "%@", with: "{{etaText}}"), file: "delivery.yaml")
+        }
+        #expect(error?.file == "delivery.yaml" && error?.path == "layout.compactTrailing[0].accessibility", "\(String(describing: error))")
+        #expect(error?.problem.contains("{{etaText}}") == true)
+        // Filled by one example (courier), by a content-state default (progress), by the state (state.text): loads.
+        _ = try TemplateLoader.load(text: base.replacingOccurrences(of: "%@", with: "{{{courier.name}}}"), file: "delivery.yaml")
+        // An empty example list checks nothing and is refused; a file without examples is not checked.
+        #expect(throws: TemplateError.self) {
+            try TemplateLoader.load(
+                text: base.replacingOccurrences(of: "%@", with: "x").replacingOccurrences(of: "examples:\n  - { id: \"1\" }\n  - { id: \"2\", courier: { name: Ana } }", with: "examples: []"),
+                file: "e.yaml")
+        }
+        #expect(ExampleCheck.variables(in: "{{! note}}{{> part}}{{#a.b}}{{.}}{{/a.b}}{{^c}}{{{d}}}{{&e}} {{ f }}") == ["a.b", "c", "d", "e", "f"])
+    }
+
     @Test("app versions compare number by number")
     func versions() {
         #expect(AppVersion("5.10")! > AppVersion("5.9")!)

@@ -1,6 +1,7 @@
 import Foundation
 import IsletMessages
 import IsletTokens
+import Logging
 import Synchronization
 import Testing
 @testable import ContentService
@@ -171,6 +172,72 @@ struct FreshnessMonitorTests {
         #expect(engine.staleActivities().isEmpty)
     }
 
+    @Test("a dead token ends the watch until the app registers a token again: then the activity is watched (and refreshed) again")
+    func tokenRegisteredAgain() throws {
+        let clock = ManualClock(now)
+        let tokens = TokenTable()
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, now: { clock.now })
+        func register(_ seed: UInt8) {
+            let record = TokenRecord(
+                kind: .update, activityId: "order-42", userId: "u", token: String(repeating: String(format: "%02x", seed), count: 32), app: app,
+                attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: clock.now,
+                updatedAt: clock.now)
+            tokens.apply(record, key: record.key!, at: nil)
+        }
+        register(1)
+        let sent = try apply(engine, delivery("preparing", sequence: 1, at: clock))
+        var dead = outcome(sent[0], .tokenInvalid, at: clock)
+        dead.tokenFingerprint = TokenFingerprint.of(token: String(repeating: "01", count: 32))
+        engine.record(dead)
+        clock.advance(3_600)
+        #expect(sweep(engine).isEmpty, "the token is dead: nothing is refreshed")
+        // The same token registered again after the verdict (token-registry: reactivated).
+        register(1)
+        let refreshed = sweep(engine)
+        #expect(refreshed.count == 1, "watched again: its stale content is sent again")
+        #expect(engine.memory(of: "com.example.food/order-42")?.gone == false)
+    }
+
+    @Test("an activity ended by the monitor (severely stale, too old) is to have its token invalidated, with the reason")
+    func endsInvalidate() throws {
+        let clock = ManualClock(now)
+        var policy = FreshnessPolicy()
+        policy.maximumResends = 0
+        let engine = try engine(clock, freshness: policy)
+        try apply(engine, delivery("preparing", sequence: 1, at: clock))
+        clock.advance(3_600)
+        let prepared = engine.sweep()
+        #expect(prepared.map(\.invalidation) == [.severelyStale])
+        #expect(prepared.first?.requests.map(\.event) == [.end])
+    }
+
+    @Test("invalidations owed to token-registry are sent, and what fails is sent again on the next pass (bounded)")
+    func invalidationsRetried() async throws {
+        let fake = FakeInvalidator()
+        let invalidations = TokenInvalidations(invalidator: fake, logger: Logger(label: "test"), capacity: 3)
+        let item = TokenInvalidations.Item(activityId: "order-42", bundleId: "com.example.food", reason: .severelyStale)
+        invalidations.add(item)
+        invalidations.add(item)
+        fake.failing = true
+        await invalidations.flush()
+        #expect(invalidations.count == 1 && fake.calls.isEmpty)
+        fake.failing = false
+        await invalidations.flush()
+        #expect(fake.calls == ["com.example.food/order-42 severelyStale"] && invalidations.count == 0)
+        for i in 0..<5 { invalidations.add(.init(activityId: "a\(i)", bundleId: "com.example.food", reason: .lifetimeExceeded)) }
+        #expect(invalidations.count == 3, "at most its capacity")
+    }
+
+    @Test("a second start for a live activity is refused (it would put a second Live Activity on the phone); after the end it may start again")
+    func secondStart() throws {
+        let clock = ManualClock(now)
+        let engine = try engine(clock)
+        try apply(engine, delivery("placed", .start, sequence: 1, at: clock))
+        #expect { try engine.prepare(delivery("placed", .start, sequence: 2, at: clock)) } throws: { ($0 as? ContentError)?.field == "kind" }
+        try apply(engine, delivery("delivered", .end, sequence: 3, at: clock))
+        #expect(try apply(engine, delivery("placed", .start, sequence: 4, at: clock)).map(\.event) == [.update], "a new life for the id")
+    }
+
     @Test("every activity is ended with its latest content 7 h 50 min after its start, before iOS's 8 hours")
     func lifetime() throws {
         let clock = ManualClock(now)
@@ -209,4 +276,20 @@ private func outcome(_ request: PushRequest, _ result: PushResult, at clock: Man
     PushOutcome(
         requestId: request.requestId, activityId: request.activityId, result: result, attempts: 1, completedAt: clock.now,
         bundleId: request.app.bundleId)
+}
+
+final class FakeInvalidator: ActivityInvalidating {
+    private let state = Mutex<(calls: [String], failing: Bool)>(([], false))
+    var calls: [String] { state.withLock { $0.calls } }
+    var failing: Bool {
+        get { state.withLock { $0.failing } }
+        set { state.withLock { $0.failing = newValue } }
+    }
+
+    func invalidate(activityId: String, bundleId: String, reason: InvalidationReason) async throws {
+        try state.withLock { state in
+            if state.failing { throw ContentError(field: "registry", problem: "unreachable") }
+            state.calls.append("\(bundleId)/\(activityId) \(reason.rawValue)")
+        }
+    }
 }

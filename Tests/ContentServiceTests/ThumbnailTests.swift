@@ -115,7 +115,7 @@ struct ThumbnailTests {
         }
     }
 
-    @Test("inline only in the first payload of the activity that shows it; smaller, then without data (URL kept) when it does not fit")
+    @Test("inline until a payload carrying the picture is delivered, then never again; smaller, then without data (URL kept) when it does not fit")
     func inlining() throws {
         let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
         let url = "https://img.example.com/ana.jpg"
@@ -138,12 +138,26 @@ struct ThumbnailTests {
         #expect(inline["url"] == .string(url))
         #expect(inline["data"] != nil, "the first payload carries the picture")
         #expect(first.requests[0].payload.utf8.count <= 4_096)
-        #expect(engine.memory(of: "com.example.food/order-42")?.inlinedImages == [url])
+        #expect(engine.memory(of: "com.example.food/order-42")?.inlinedImages == [], "not delivered yet")
+        #expect(engine.memory(of: "com.example.food/order-42")?.pendingImages == [first.requests[0].requestId: [url]])
 
+        // Coalesced away before it was sent: the picture never reached the phone, the next payload carries it.
+        func outcome(_ request: PushRequest, _ result: PushResult) -> PushOutcome {
+            PushOutcome(requestId: request.requestId, activityId: "order-42", result: result, attempts: 1, completedAt: now, bundleId: "com.example.food")
+        }
         fields["status"] = .string("out_for_delivery")
         guard case .send(let second) = try engine.prepare(event("DeliveryAttributes", sequence: 2, fields), images: [url: small]) else { return }
-        #expect(try image(second.requests[0])?["data"] == nil, "not again")
-        #expect(try image(second.requests[0])?["url"] == .string(url))
+        engine.commit(second)
+        engine.record(outcome(first.requests[0], .coalesced))
+        #expect(try image(second.requests[0])?["data"] != nil, "inlined again: the first was not delivered yet")
+        #expect(engine.memory(of: "com.example.food/order-42")?.inlinedImages == [])
+        engine.record(outcome(second.requests[0], .delivered))
+        #expect(engine.memory(of: "com.example.food/order-42")?.inlinedImages == [url])
+        #expect(engine.memory(of: "com.example.food/order-42")?.pendingImages == [:])
+
+        guard case .send(let third) = try engine.prepare(event("DeliveryAttributes", sequence: 3, fields), images: [url: small]) else { return }
+        #expect(try image(third.requests[0])?["data"] == nil, "not again once delivered")
+        #expect(try image(third.requests[0])?["url"] == .string(url))
 
         // Too large to inline at any size: the URL stays, the data goes, and the shrink is reported.
         let huge = [String](repeating: String(repeating: "A", count: 3_000), count: 2)
@@ -154,8 +168,8 @@ struct ThumbnailTests {
         #expect(shrunk.shrinks == ["inline image at size 2", "inline image data"])
         #expect(other.memory(of: "com.example.food/order-42")?.inlinedImages == nil || other.memory(of: "com.example.food/order-42")?.inlinedImages == [])
         // A smaller rung that fits is used.
-        let third = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
-        guard case .send(let smaller) = try third.prepare(event("DeliveryAttributes", sequence: 1, fields), images: [url: [huge[0], small[2]]]) else {
+        let fresh = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        guard case .send(let smaller) = try fresh.prepare(event("DeliveryAttributes", sequence: 1, fields), images: [url: [huge[0], small[2]]]) else {
             return
         }
         #expect(try image(smaller.requests[0])?["data"] == .string(small[2]))

@@ -99,6 +99,27 @@ struct RegistryTests {
         #expect(throws: Never.self) { try record.validate() }
     }
 
+    @Test("the same token registered again after a minute moves its registration time on (confirmed): a 410 timestamped before that does not kill it; within the minute nothing is written")
+    func confirmation() async throws {
+        let registry = makeRegistry()
+        _ = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest())
+        let registered = clock.now
+        clock.advance(30)
+        #expect(try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest()).change == .unchanged)
+        #expect(publisher.records.count == 1)
+        clock.advance(90)
+        let confirmed = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest())
+        #expect(confirmed.change == .confirmed && confirmed.token.registeredAt == clock.now)
+        #expect(publisher.records.count == 2)
+        // APNs's 410 from between the first registration and this one (the app was reinstalled) is not believed.
+        let verdict = registered.addingTimeInterval(60)
+        let outcome = PushOutcome(
+            requestId: "r1", activityId: "a1", result: .tokenInvalid, apns: .init(status: 410, reason: "Unregistered", timestamp: verdict), attempts: 1,
+            tokenFingerprint: TokenFingerprint.of(token: hexToken(1)), completedAt: clock.now, bundleId: "com.example.food")
+        #expect(try await registry.handle(outcome) == .ignore("the token was registered again after APNs's verdict"))
+        #expect(registry.table.record(forKey: "com.example.food/a1")?.state == .active)
+    }
+
     @Test("a new token rotates: the record carries it with a new registration time; uppercase hex is the same token")
     func rotation() async throws {
         let registry = makeRegistry()
