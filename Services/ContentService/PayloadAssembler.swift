@@ -212,19 +212,24 @@ public struct PayloadAssembler: Sendable {
         for (name, value) in contentState where layoutContext[name] == nil { layoutContext[name] = FieldValue.renderable(value) }
 
         // Layout and links, shrunk until the payload fits: inline images smaller, then without
-        // their data (the URL stays), then texts rank by rank.
+        // their data (the URL stays), then texts rank by rank (lowest first), then every text
+        // still too long is cut (on a character, with an ellipsis) to a shorter and shorter
+        // length, down to ``textFloor`` characters; only a payload that cannot fit with every text
+        // at the floor is refused.
         let layoutIncluded = template.layout.map { appVersion >= $0.since } ?? false
         let ranks = layoutIncluded ? Self.ranks(in: template.layout!) : []
         let rungs = layoutIncluded ? images.values.map(\.count).max() ?? 0 : 0
+        let allRanksDropped = ranks.last.map { $0 + 1 } ?? Int.min
         // Each attempt, and what it gives up compared with the one before.
-        let attempts: [(imageRung: Int?, dropBelow: Int, shrink: String)] =
-            (0..<rungs).map { ($0, Int.min, "inline image at size \($0 + 1)") } + [(nil, Int.min, rungs > 0 ? "inline image data" : "")]
-            + ranks.map { (nil, $0 + 1, "texts of rank \($0)") }
+        let attempts: [(imageRung: Int?, dropBelow: Int, cap: Int?, shrink: String)] =
+            (0..<rungs).map { ($0, Int.min, nil, "inline image at size \($0 + 1)") } + [(nil, Int.min, nil, rungs > 0 ? "inline image data" : "")]
+            + ranks.map { (nil, $0 + 1, nil, "texts of rank \($0)") }
+            + Self.textCaps.map { (nil, allRanksDropped, $0, "texts cut to \($0) characters") }
         var shrinks: [String] = []
         var requests: [PushRequest] = []
         var inlined: Set<String> = []
         let baseURL = layoutIncluded ? template.link.render(layoutContext) : ""
-        for (attempt, (imageRung, dropBelow, _)) in attempts.enumerated() {
+        for (attempt, (imageRung, dropBelow, cap, _)) in attempts.enumerated() {
             if attempt > 0 { shrinks.append(attempts[attempt].shrink) }
             if layoutIncluded, let layout = template.layout {
                 let renderer = LayoutRenderer(
@@ -243,6 +248,12 @@ public struct PayloadAssembler: Sendable {
                 aps["attributes"] = .object(attributes)
                 aps["input-push-token"] = .integer(1)
                 aps["alert"] = alert
+            }
+            var alert = alert
+            if let cap {
+                let keep: Set<String> = Self.untouchedKeys.union([template.stateField])
+                for name in ["content-state", "attributes", "alert"] { aps[name] = aps[name].map { Self.cut($0, to: cap, keeping: keep) } }
+                alert = alert.map { Self.cut($0, to: cap, keeping: keep) }
             }
             var built: [(ActivityEventKind, [String: JSONValue], Bool)] = []
             if event.kind == .end {
@@ -329,6 +340,30 @@ public struct PayloadAssembler: Sendable {
     }
 
     /// The distinct ranks of droppable texts, lowest first.
+    /// The lengths texts are cut to, in turn, when the payload does not fit otherwise; the last is
+    /// the floor.
+    static let textCaps = [1_024, 512, 256, 128, 64, textFloor]
+    /// No text is cut shorter than this many characters (with its ellipsis).
+    static let textFloor = 32
+    /// Values that are not texts for people: links, image URLs and data, icons, timers, and the
+    /// ActivityKit keys.
+    static let untouchedKeys: Set<String> = ["links", "link", "url", "data", "icon", "timer", "event", "attributes-type", "sound"]
+
+    /// `value` with every string longer than `cap` characters cut to `cap` (the last an ellipsis),
+    /// on a character boundary, except under `keeping` keys.
+    static func cut(_ value: JSONValue, to cap: Int, keeping: Set<String>) -> JSONValue {
+        switch value {
+        case .string(let text) where text.count > cap:
+            return .string(String(text.prefix(cap - 1)) + "…")
+        case .object(let members):
+            return .object(Dictionary(uniqueKeysWithValues: members.map { key, member in (key, keeping.contains(key) ? member : cut(member, to: cap, keeping: keeping)) }))
+        case .array(let items):
+            return .array(items.map { cut($0, to: cap, keeping: keeping) })
+        default:
+            return value
+        }
+    }
+
     static func ranks(in layout: ActivityTemplate.Layout) -> [Int] {
         var ranks: Set<Int> = []
         for component in layout.minimal + layout.compactLeading + layout.compactTrailing + layout.expanded {

@@ -205,7 +205,7 @@ struct PayloadTests {
         #expect(stale >= Int64(now.timeIntervalSince1970))
     }
 
-    @Test("an oversized payload sheds ranked texts, lowest first; one that cannot fit is refused with its size")
+    @Test("an oversized payload sheds ranked texts, lowest first, then cuts every long text (alerts too) down to a floor; only one that cannot fit at the floor is refused with its size")
     func budget() throws {
         let assembler = try assembler()
         var memory = ActivityMemory()
@@ -217,10 +217,28 @@ struct PayloadTests {
         #expect(shrunk.requests[0].payload.utf8.count <= 4_096)
         #expect(!shrunk.requests[0].payload.contains("very fast courier Ana the very fast"))
 
+        // A required text too long for any payload (the courier's name, in the content state, the
+        // layout and the alert): cut, on a character, with an ellipsis, until it fits — not refused.
+        memory = ActivityMemory()
+        let name = String(repeating: "Ana the very fast courier ", count: 200) + "🚲"
+        let cut = try assembler.assemble(
+            event("DeliveryAttributes", sequence: 1, ["status": .string("out_for_delivery"), "orderId": .string("42"), "courier": .object(["name": .string(name)])]),
+            app: app, appVersion: AppVersion("2.0")!, memory: &memory, now: now)
+        #expect(cut.requests[0].payload.utf8.count <= 4_096)
+        #expect(cut.shrinks.last?.hasPrefix("texts cut to") == true, "\(cut.shrinks)")
+        let aps = try aps(cut.requests[0])
+        let courier = try #require(aps["content-state"]?["courierName"]?.stringValue)
+        #expect(courier.hasSuffix("…") && courier.hasPrefix("Ana the very fast courier") && courier.count <= 1_024)
+        #expect(aps["alert"]?["body"]?.stringValue?.hasSuffix("…") == true, "the alert is cut too")
+        #expect(aps["content-state"]?["status"] == .string("out_for_delivery"), "the state is never cut")
+        #expect(aps["content-state"]?["links"]?["lockScreen"]?.stringValue?.contains("isl_sig=") == true, "links are never cut")
+        #expect(ActivityMemory.contains(cut.requests[0].payload.utf8, "fast courier".utf8))
+
+        // Only what cannot fit with every text at the floor is refused: a state value (never cut) of 8 KB.
         memory = ActivityMemory()
         let hopeless = #expect(throws: ContentError.self) {
             try assembler.assemble(
-                event("DeliveryAttributes", sequence: 1, ["status": .string("preparing"), "courier": .object(["name": .string(long + long)])]),
+                event("DeliveryAttributes", sequence: 1, ["status": .string(long + long + long), "courier": .object(["name": .string("Ana")])]),
                 app: app, appVersion: AppVersion("2.0")!, memory: &memory, now: now)
         }
         #expect(hopeless?.field == "payload")
