@@ -419,7 +419,8 @@ public actor DispatchEngine {
             Self.isPushToStart(request) && entry.attempts == 1
             ? PushOutcome(
                 requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: .sending, attempts: 1,
-                tokenFingerprint: fingerprint, detail: "push-to-start about to be sent", completedAt: clock.now(), bundleId: request.app.bundleId)
+                tokenFingerprint: fingerprint, detail: "push-to-start about to be sent", completedAt: clock.now(), bundleId: request.app.bundleId,
+                attributesType: request.attributesType)
             : nil
         let (outcomes, logger) = (self.outcomes, self.logger)
         jobsContinuation.yield { [weak self] in
@@ -650,7 +651,7 @@ public actor DispatchEngine {
             requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: result, apns: apns,
             priorityUsed: apns == nil ? nil : priority, attempts: entry.attempts,
             latencyMilliseconds: apns == nil ? nil : max(0, now.timeIntervalSince(request.createdAt) * 1_000), tokenFingerprint: fingerprint,
-            supersededBy: supersededBy, detail: detail, completedAt: now, bundleId: request.app.bundleId)
+            supersededBy: supersededBy, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)
         if let key = request.key { forgetIfIdle(key, now: now) }

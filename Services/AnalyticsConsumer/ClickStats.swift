@@ -2,14 +2,13 @@ import Foundation
 import IsletMessages
 
 /// What an analytics team might keep from `islet.clicks.v1` and `islet.push-outcomes.v1`: per
-/// attributes type × surface × element, the taps, and the taps per update delivered to the
-/// activities of that attributes type.
+/// attributes type × surface × element, the taps, and the taps per update delivered to every
+/// activity of that attributes type (every delivered push shows every surface, so each cell of a
+/// type has the type's deliveries as its denominator), tapped or not.
 ///
-/// A push outcome does not say the activity's attributes type; a click does. So delivered
-/// updates are counted per activity, and attributed to a type once a click of that activity
-/// tells it (in either order). Updates of activities nobody tapped stay *unattributed*: the
-/// ratio is "taps per update delivered to activities that were tapped at least once". A team
-/// that wants every activity would also read `islet.tokens.v1`, whose records carry the type.
+/// An outcome names its request's attributes type. One written before outcomes did is counted
+/// for its activity, and attributed to a type once a click of that activity tells it (in either
+/// order); until then it is *unattributed*.
 ///
 /// Records arrive at least once: clicks are deduplicated by `clickId`, outcomes by `requestId`,
 /// each over the last ``capacity`` ids. Everything is bounded by ``capacity``.
@@ -89,13 +88,20 @@ public struct ClickStats: Sendable {
         return cell
     }
 
-    /// Counts a delivered update (once per `requestId`); other outcomes and push-to-start are ignored.
-    /// Returns the attributes type it was attributed to, if known yet.
+    /// Counts a delivered push (once per `requestId`) for its attributes type; other outcomes are
+    /// ignored, and so is an old outcome (without its type) of a push-to-start. Returns the
+    /// attributes type it was attributed to, if known yet.
     @discardableResult
     public mutating func record(_ outcome: PushOutcome) -> String? {
-        guard outcome.result == .delivered || outcome.result == .deliveredDowngraded, let activityId = outcome.activityId,
-            seenOutcomes[outcome.requestId] == nil
-        else { return nil }
+        guard outcome.result == .delivered || outcome.result == .deliveredDowngraded, seenOutcomes[outcome.requestId] == nil else { return nil }
+        if let type = outcome.attributesType {
+            // Every delivered push (a push-to-start too) shows the activity on every surface.
+            seenOutcomes[outcome.requestId] = true
+            deliveredTotal += 1
+            deliveredByType[type, default: 0] += 1
+            return type
+        }
+        guard let activityId = outcome.activityId else { return nil }
         seenOutcomes[outcome.requestId] = true
         deliveredTotal += 1
         var activity = activities[activityId] ?? Activity()

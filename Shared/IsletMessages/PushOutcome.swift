@@ -38,6 +38,9 @@ public struct PushOutcome: IsletMessage {
     /// The request's app (`app.bundleId`): with `activityId`, the activity it concerns (activity
     /// ids are scoped per app). Absent in outcomes written before it existed.
     public var bundleId: String?
+    /// The request's attributes type (`DeliveryAttributes`): what analytics counts deliveries by.
+    /// Absent in outcomes written before it existed.
+    public var attributesType: String?
     /// What happened to the request.
     public var result: PushResult
     /// APNs's answer to the last attempt; `nil` when APNs was never asked (coalesced, no token, …).
@@ -62,13 +65,14 @@ public struct PushOutcome: IsletMessage {
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, result: PushResult,
         apns: APNsResponse? = nil, priorityUsed: Int? = nil, attempts: Int, latencyMilliseconds: Double? = nil,
         tokenFingerprint: String? = nil, supersededBy: String? = nil, detail: String? = nil, completedAt: Date,
-        bundleId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        bundleId: String? = nil, attributesType: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
         self.activityId = activityId
         self.pushToStartKey = pushToStartKey
         self.bundleId = bundleId
+        self.attributesType = attributesType
         self.result = result
         self.apns = apns
         self.priorityUsed = priorityUsed

@@ -182,7 +182,7 @@ struct ClickStatsTests {
         PushOutcome(requestId: id, activityId: activity, result: result, attempts: 1, completedAt: TestLinks.now)
     }
 
-    @Test("taps per cell, delivered updates per type in either order, repeats counted once, other outcomes ignored")
+    @Test("old outcomes (without their type): taps per cell, delivered updates per type in either order, repeats counted once, other outcomes ignored")
     func counts() {
         var stats = ClickStats()
         stats.record(Self.delivered("r1", activity: "a1"))  // before a1's type is known
@@ -210,6 +210,26 @@ struct ClickStatsTests {
         let text = stats.render()
         #expect(text.contains("RideAttributes"))
         #expect(text.contains("0.500"))
+    }
+
+    @Test("an outcome naming its attributes type counts for that type, tapped or not, push-to-start included: every activity's deliveries are the denominator")
+    func everyActivityCounts() {
+        var stats = ClickStats()
+        func delivered(_ id: String, activity: String?, type: String) -> PushOutcome {
+            PushOutcome(
+                requestId: id, activityId: activity, pushToStartKey: activity == nil ? "pts:com.example.food:d1:\(type)" : nil, result: .delivered,
+                attempts: 1, completedAt: TestLinks.now, bundleId: "com.example.food", attributesType: type)
+        }
+        stats.record(Self.click("c1", activity: "a1"))
+        stats.record(delivered("r1", activity: "a1", type: "DeliveryAttributes"))
+        stats.record(delivered("r2", activity: "a2", type: "DeliveryAttributes"))  // never tapped
+        stats.record(delivered("r3", activity: nil, type: "DeliveryAttributes"))  // a push-to-start
+        stats.record(delivered("r3", activity: nil, type: "DeliveryAttributes"))  // repeat
+        stats.record(delivered("r4", activity: "b1", type: "RideAttributes"))
+        #expect(stats.deliveredByType == ["DeliveryAttributes": 3, "RideAttributes": 1])
+        #expect(stats.unattributedDelivered == 0)
+        #expect(stats.rows.map(\.deliveredUpdates) == [3])
+        #expect(stats.rows.first?.tapsPerDeliveredUpdate == 1.0 / 3.0)
     }
 
     @Test("bounded: at most `capacity` cells; clicks beyond are not counted and are reported")

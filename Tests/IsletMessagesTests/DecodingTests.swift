@@ -42,7 +42,7 @@ struct ToleranceTests {
             "PushRequest": ["activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state"],
             "PushOutcome": [
                 "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "priorityUsed", "latencyMilliseconds",
-                "tokenFingerprint", "supersededBy", "detail", "bundleId",
+                "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType",
             ],
             "ClickEvent": ["app"],
             "RejectedClick": ["tappedAt", "appVersion", "osVersion", "clientId"],

@@ -90,7 +90,7 @@ enum Examples {
         requestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", activityId: "order-42", result: .delivered,
         apns: .init(status: 200, apnsId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B"), priorityUsed: 10, attempts: 1,
         latencyMilliseconds: 187.6, tokenFingerprint: "48160203cc296dc0", completedAt: utc(2026, 11, 22, 10, 15, 30, 402),
-        bundleId: foodApp.bundleId)
+        bundleId: foodApp.bundleId, attributesType: "DeliveryAttributes")
 
     static let pushOutcomeTokenInvalid = PushOutcome(
         requestId: "5A0FA772-2594-4FEB-A31A-BD2B593AEA89", activityId: "ride-7f3a9c", result: .tokenInvalid,
@@ -98,18 +98,18 @@ enum Examples {
             status: 410, reason: "Unregistered", apnsId: "5A0FA772-2594-4FEB-A31A-BD2B593AEA89", timestamp: utc(2026, 11, 22, 8, 41, 17)),
         priorityUsed: 10, attempts: 1, latencyMilliseconds: 95.25, tokenFingerprint: "ed53cfd0932de6c9",
         detail: "APNs 410 Unregistered: the token is no longer valid", completedAt: utc(2026, 11, 22, 9, 12, 44, 871),
-        bundleId: rideApp.bundleId)
+        bundleId: rideApp.bundleId, attributesType: "RideAttributes")
 
     static let pushOutcomePushToStart = PushOutcome(
         requestId: "EBB93B8D-EF2E-4821-9238-20A483574786", pushToStartKey: pushToStartKey, result: .delivered,
         apns: .init(status: 200, apnsId: "EBB93B8D-EF2E-4821-9238-20A483574786"), priorityUsed: 10, attempts: 1,
         latencyMilliseconds: 143.5, tokenFingerprint: "1dc680413d2f03b8", completedAt: utc(2026, 11, 22, 10, 2, 10, 99),
-        bundleId: foodApp.bundleId)
+        bundleId: foodApp.bundleId, attributesType: "DeliveryAttributes")
 
     static let pushOutcomeCoalesced = PushOutcome(
         requestId: "41482ABD-1BF0-4A3C-BDFA-483C5B7DB965", activityId: "order-42", result: .coalesced, attempts: 0,
         supersededBy: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", detail: "replaced by newer content before it was sent",
-        completedAt: utc(2026, 11, 22, 10, 15, 30, 230), bundleId: foodApp.bundleId)
+        completedAt: utc(2026, 11, 22, 10, 15, 30, 230), bundleId: foodApp.bundleId, attributesType: "DeliveryAttributes")
 
     static let pushOutcomeMinimal = PushOutcome(
         requestId: "89E99B52-1A63-47D1-B995-6016882F37C4", activityId: "order-42", result: .failed, attempts: 3,
