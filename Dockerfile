@@ -5,7 +5,7 @@
 #   docker build --build-arg SERVICE=token-registry -t islet/token-registry .
 #
 # SERVICE is an executable product of Package.swift: token-registry, apns-dispatcher,
-# content-service, apns-simulator (and, once merged, analytics-ingest, analytics-consumer).
+# content-service, apns-simulator, analytics-ingest, analytics-consumer.
 # docker-compose.yml builds each service this way; docs/deployment.md explains the result.
 #
 # The build stage is Ubuntu 24.04 (noble) because Islet needs librdkafka >= 2.3: noble ships

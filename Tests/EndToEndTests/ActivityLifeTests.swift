@@ -1,0 +1,80 @@
+import APNsSimulator
+import Foundation
+import IsletMessages
+import Testing
+
+extension EndToEnd {
+    /// An activity's life through the edges where updates used to be lost without a word.
+    @Suite("End to end: an activity's life", .timeLimit(.minutes(5)))
+    struct ActivityLifeTests {
+        @Test("APNs answers 410 for a token, the registry invalidates it, the app registers the same token again: the next update reaches the phone; and the backend's first event, 20 s before the app registers its token, is delivered once it does")
+        func life() async throws {
+            let stack = try Stack(name: "activity-life")
+            try await stack.start()
+            let driver = try Driver(stack: stack)
+            do {
+                try await reinstall(stack: stack, driver: driver)
+                try await lateToken(stack: stack, driver: driver)
+            } catch {
+                Issue.record(error)
+            }
+            await driver.close()
+            await stack.stop()
+        }
+
+        static let fields: [String: JSONValue] = ["orderId": "7", "storeName": "Casa Lola", "status": "preparing"]
+
+        /// The user deletes the app (APNs: 410), reinstalls it, and the app registers the same token again.
+        func reinstall(stack: Stack, driver: Driver) async throws {
+            let order = driver.run + "reinstalled"
+            let token = Driver.token(order)
+            try await driver.registerActivity(order, token: token, type: "DeliveryAttributes", bundleId: "com.example.food")
+            let first = driver.event(order, .start, type: "DeliveryAttributes", sequence: 1, fields: Self.fields)
+            try await driver.publish(first)
+            _ = try await driver.received(token: token, through: driver.requestId(first))
+
+            try await stack.inject(.reject(410, "Unregistered", token: token, count: 1, timestamp: Date()))
+            let refused = driver.event(order, .update, type: "DeliveryAttributes", sequence: 2, fields: Self.fields.merging(["status": "out_for_delivery"]) { $1 })
+            try await driver.publish(refused)
+            #expect(try await state(of: order, stack: stack, until: "invalidated") == "invalidated", "token-registry acts on APNs's 410")
+
+            // Reinstalled: the same token registered again, after APNs's verdict.
+            try await Task.sleep(for: .seconds(1))
+            try await driver.registerActivity(order, token: token, type: "DeliveryAttributes", bundleId: "com.example.food")
+            #expect(try await state(of: order, stack: stack, until: "active") == "active")
+            let next = driver.event(order, .update, type: "DeliveryAttributes", sequence: 3, fields: Self.fields.merging(["status": "arriving"]) { $1 })
+            try await driver.publish(next)
+            let received = try await driver.received(token: token, through: driver.requestId(next), timeout: .seconds(30))
+            #expect(received.contains { $0.apnsID.lowercased() == driver.requestId(next) }, "the update after the reinstall reached the phone")
+            #expect(!received.contains { $0.apnsID.lowercased() == driver.requestId(refused) }, "the refused one was not accepted")
+        }
+
+        /// The backend is quicker than the app: its first event comes 20 s before the token.
+        func lateToken(stack: Stack, driver: Driver) async throws {
+            let order = driver.run + "late-token"
+            let token = Driver.token(order)
+            let first = driver.event(order, .start, type: "DeliveryAttributes", sequence: 1, fields: Self.fields)
+            try await driver.publish(first)
+            try await Task.sleep(for: .seconds(20))
+            #expect(try await stack.received(token: token, payloads: false).isEmpty)
+            try await driver.registerActivity(order, token: token, type: "DeliveryAttributes", bundleId: "com.example.food")
+            let received = try await driver.received(token: token, through: driver.requestId(first), timeout: .seconds(30))
+            #expect(received.count == 1, "the first content, once the token arrived")
+        }
+
+        /// The app's view of its activity's token state, asked every 200 ms until it is `expected` (at most 20 s).
+        func state(of activity: String, stack: Stack, until expected: String) async throws -> String? {
+            let jwt = try await stack.jwt(user: "user-1")
+            let deadline = ContinuousClock.now + .seconds(20)
+            var state: String?
+            while ContinuousClock.now < deadline {
+                let (status, body) = try await HTTP.request(
+                    stack.url(.registry) + "/v1/activities/\(activity)?bundleId=com.example.food", headers: [("Authorization", "Bearer \(jwt)")])
+                if status == 200, case .object(let view)? = try? IsletJSON.decodeValue(JSONValue.self, from: body) { state = view["state"]?.stringValue }
+                if state == expected { return state }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            return state
+        }
+    }
+}
