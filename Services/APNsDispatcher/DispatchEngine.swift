@@ -48,7 +48,11 @@ public struct DispatcherPolicy: Sendable {
     /// started it — at most this long, and never past its `apns-expiration`. Newer content for the
     /// activity replaces it meanwhile (coalesced). A request still without a token then ends as
     /// `awaitingToken` (never `tokenInvalid`: nothing says the activity is gone).
-    public var tokenWait: Duration = .seconds(600)
+    public var tokenWait: Duration = .seconds(120)
+    /// At most this many activities wait for their token at once (their requests do not count
+    /// against ``maximumQueued``: activities without a token must not hold up everyone's input);
+    /// past it, the one whose wait ends first ends as `awaitingToken` at once.
+    public var maximumAwaitingToken = 50_000
     /// Updates to activities older than this are not sent: iOS stops showing updates after 8 hours.
     public var activityLifetime: Duration = .seconds(8 * 3_600)
     /// After APNs refused a team's credentials (403), its pushes are held this long; then one is
@@ -112,6 +116,12 @@ public actor DispatchEngine {
     private var stoppedLanes: [String: StoppedLane] = [:]
     private var inFlight = 0
     private var queued = 0
+    /// Activities whose first request waits for a token: when that wait ends, and how many of the
+    /// `queued` requests they hold (``awaitingRequests`` in all; not counted for backpressure).
+    private var awaiting: [String: (until: Date, requests: Int)] = [:]
+    private var awaitingRequests = 0
+    /// When the next check of the waits that ended is scheduled.
+    private var awaitingCheckAt: Date?
     private var ready: [String] = []
     private var readySet: Set<String> = []
     private var submitWaiters: [CheckedContinuation<Void, Never>] = []
@@ -146,6 +156,11 @@ public actor DispatchEngine {
         self.logger = logger
         self.onDone = onDone
         (jobs, jobsContinuation) = AsyncStream.makeStream(bufferingPolicy: .unbounded)
+        // A token a request waits for arrives: that activity is looked at again (no polling).
+        let engine = WeakEngine(self)
+        tokens.onApply { [jobsContinuation] key in
+            jobsContinuation.yield { await engine.value?.tokenArrived(key) }
+        }
     }
 
     /// Runs the engine's jobs until ``finish()``.
@@ -207,7 +222,7 @@ public actor DispatchEngine {
     /// (its ticket will never be done; the next owner reads it again).
     @discardableResult
     public func submit(_ request: PushRequest, ticket: UInt64) async -> Bool {
-        while accepting && queued >= policy.maximumQueued {
+        while accepting && queued - awaitingRequests >= policy.maximumQueued {
             await withCheckedContinuation { submitWaiters.append($0) }
         }
         guard accepting else { return false }
@@ -249,6 +264,7 @@ public actor DispatchEngine {
         for key in Array(slots.keys) {
             let removed = slots[key]!.queue.removeAll { matches($0.ticket) }
             queued -= removed.count
+            if let waiting = awaiting[key] { setAwaiting(key, until: waiting.until, requests: slots[key]!.queue.pending.count) }
             dropped += removed.map(\.ticket)
             if slots[key]!.queue.isEmpty && slots[key]!.inFlight == nil && !slots[key]!.ended { slots[key] = nil }
         }
@@ -265,7 +281,10 @@ public actor DispatchEngine {
     private func pump(_ key: String) {
         guard accepting else { return }
         while true {
-            guard var slot = slots[key], slot.inFlight == nil, let head = slot.queue.first else { return }
+            guard var slot = slots[key], slot.inFlight == nil, let head = slot.queue.first else {
+                setAwaiting(key, until: nil)
+                return
+            }
             let now = clock.now()
             if let notBefore = slot.notBefore {
                 if notBefore > now { return wake(key, at: notBefore) }
@@ -285,17 +304,15 @@ public actor DispatchEngine {
             // The token: present, active, not refused by APNs.
             let record = tokens.record(forKey: key)
             guard let record else {
+                // Looked at again when its token arrives (``tokenArrived(_:)``), or when the wait ends.
                 let waitEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)), request.expiration ?? .distantFuture)
-                if now < waitEnd {
-                    // Looked at again soon after the request came (the token is usually a moment
-                    // behind), then less often: every 2 s at most.
-                    let step = min(max(0.25, now.timeIntervalSince(head.enqueuedAt) / 4), 2)
-                    return wake(key, at: min(now.addingTimeInterval(step), waitEnd))
-                }
+                if now < waitEnd { return setAwaiting(key, until: waitEnd, requests: slot.queue.pending.count) }
+                setAwaiting(key, until: nil)
                 dropHead(key)
                 finish(head, .awaitingToken, detail: "no token was registered for the activity while the content was current")
                 continue
             }
+            setAwaiting(key, until: nil)
             guard record.state == .active, !(deadTokens[key]?.kills(record) ?? false) else {
                 dropHead(key)
                 finish(head, .tokenInvalid, detail: "the token is \(record.state == .active ? "refused by APNs" : record.state.rawValue)")
@@ -389,6 +406,61 @@ public actor DispatchEngine {
             send(sending, key: key, record: record, team: team, priority: priority, downgraded: downgraded)
             return
         }
+    }
+
+    /// Notes that `key`'s first request waits for a token until `until` (`nil`: it does not wait),
+    /// holding `requests` of the queued requests; schedules the check of the waits that end.
+    private func setAwaiting(_ key: String, until: Date?, requests: Int = 0) {
+        let previous = awaiting[key]
+        awaitingRequests -= previous?.requests ?? 0
+        guard let until, requests > 0 else {
+            if previous != nil { awaiting[key] = nil }
+            return
+        }
+        if previous == nil, awaiting.count >= policy.maximumAwaitingToken, let oldest = awaiting.min(by: { $0.value.until < $1.value.until })?.key {
+            giveUpWaiting(oldest, detail: "more than \(policy.maximumAwaitingToken) activities wait for their token")
+        }
+        awaiting[key] = (until, requests)
+        awaitingRequests += requests
+        resumeSubmitters()
+        if awaitingCheckAt.map({ until < $0 }) ?? true {
+            awaitingCheckAt = until
+            let clock = self.clock
+            jobsContinuation.yield { [weak self] in
+                try? await clock.sleep(until: until)
+                await self?.checkAwaiting(scheduledAt: until)
+            }
+        }
+    }
+
+    /// The waits that ended: their requests end as `awaitingToken` (and the next in line is looked at).
+    private func checkAwaiting(scheduledAt: Date) {
+        if awaitingCheckAt == scheduledAt { awaitingCheckAt = nil }
+        let now = clock.now()
+        for (key, waiting) in awaiting where waiting.until <= now { pump(key) }
+        if awaitingCheckAt == nil, let next = awaiting.values.map(\.until).min() {
+            awaitingCheckAt = next
+            let clock = self.clock
+            jobsContinuation.yield { [weak self] in
+                try? await clock.sleep(until: next)
+                await self?.checkAwaiting(scheduledAt: next)
+            }
+        }
+    }
+
+    /// Ends every request of `key` that waits for a token, now.
+    private func giveUpWaiting(_ key: String, detail: String) {
+        setAwaiting(key, until: nil)
+        guard slots[key] != nil else { return }
+        let waiting = slots[key]!.queue.removeAll { _ in true }
+        queued -= waiting.count
+        for entry in waiting { finish(entry, .awaitingToken, detail: detail) }
+        resumeSubmitters()
+    }
+
+    /// A token record was applied to the table: if requests wait for it, they go now.
+    private func tokenArrived(_ key: String) {
+        if awaiting[key] != nil { pump(key) }
     }
 
     /// A token APNs declared dead: its fingerprint and the registration time of the record it was
@@ -633,7 +705,7 @@ public actor DispatchEngine {
     }
 
     private func resumeSubmitters() {
-        while queued < policy.maximumQueued, !submitWaiters.isEmpty {
+        while queued - awaitingRequests < policy.maximumQueued, !submitWaiters.isEmpty {
             submitWaiters.removeFirst().resume()
         }
     }
@@ -764,4 +836,10 @@ struct RecentIDs {
             head = (head + 1) % capacity
         }
     }
+}
+
+/// The engine, not kept alive by the token table's observer.
+private final class WeakEngine: Sendable {
+    weak let value: DispatchEngine?
+    init(_ value: DispatchEngine) { self.value = value }
 }

@@ -78,7 +78,7 @@ public struct DispatcherSettings: Sendable {
         policy.retry.maximumDuration = try config.milliseconds("islet.retry.max.duration.ms", default: .seconds(300))
         policy.retry.tokenBackoff = try config.milliseconds("islet.retry.token.backoff.ms", default: .seconds(30))
         policy.maximumInFlight = try config.int("islet.dispatcher.max.in.flight", default: 1_024, range: 1...100_000)
-        policy.tokenWait = try config.milliseconds("islet.dispatcher.token.wait.ms", default: .seconds(600))
+        policy.tokenWait = try config.milliseconds("islet.dispatcher.token.wait.ms", default: .seconds(120))
         self.init(
             keys: keys, teams: teams, client: client, policy: policy,
             dedupeWindow: try config.milliseconds("islet.dispatcher.dedupe.window.ms", default: .seconds(3_600)))

@@ -28,6 +28,9 @@ public struct ActivityTemplate: Sendable {
         public var fallback: JSONValue?
         /// A Swift optional in the app: `null` is a value.
         public var optional: Bool
+        /// A text for people (`text: true`, or any `value:` template): may be cut, with an ellipsis,
+        /// to fit 4 KB. Other fields (ids, states, URLs) are never cut.
+        public var isText = false
     }
 
     /// One element of the server-driven UI.

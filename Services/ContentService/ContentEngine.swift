@@ -88,7 +88,7 @@ public final class ContentEngine: Sendable {
             ignored = event.sequence == last ? "duplicate sequence \(event.sequence)" : "sequence \(event.sequence) is older than \(last)"
         } else if memory.ended, event.kind != .start {
             ignored = "the activity has ended"
-        } else if event.kind == .start, memory.isLive {
+        } else if event.kind == .start, memory.isLive, !memory.startNeverArrived {
             // A second start would put a second Live Activity on the phone (a push-to-start) or
             // restart one that is running: end it first.
             throw ContentError(field: "kind", problem: "the activity is live (started, not ended): end it before starting it again")
@@ -280,6 +280,11 @@ public final class ContentEngine: Sendable {
             for memory in state.memories.values { if let class_ = memory.freshness(now: now, policy: policy) { counts[class_, default: 0] += 1 } }
             return counts
         }
+    }
+
+    /// The dispatcher's final outcome of one of the activity's recent requests, if it came.
+    public func outcome(of requestId: String, activityKey: String) -> PushResult? {
+        state.withLock { $0.memories[activityKey]?.outcomes[requestId] }
     }
 
     /// What is remembered of an activity, by its key (`<bundleId>/<activityId>`; tests, diagnostics).

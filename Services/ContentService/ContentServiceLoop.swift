@@ -327,12 +327,19 @@ public struct FreshnessMonitor: Service {
                 }
                 sent += prepared.requests
                 if let reason = prepared.invalidation, let request = prepared.requests.last {
-                    invalidations.add(.init(activityId: request.sourceActivityId ?? request.activityId ?? "", bundleId: request.app.bundleId, reason: reason))
+                    invalidations.add(.init(
+                        activityId: request.sourceActivityId ?? request.activityId ?? "", bundleId: request.app.bundleId, reason: reason,
+                        endRequestId: request.requestId, endSentAt: request.createdAt))
                 }
             }
             return sent
         }
-        await invalidations.flush()
+        // Once the end has its outcome: invalidated earlier, the dispatcher would not send the end.
+        let (memory, now) = (self.engine, self.engine.now())
+        await invalidations.flush { item in
+            memory.outcome(of: item.endRequestId, activityKey: MessageKey.activity(bundleId: item.bundleId, activityId: item.activityId)) != nil
+                || now.timeIntervalSince(item.endSentAt) > TokenInvalidations.endWait
+        }
         for (freshness, count) in engine.freshnessCounts() {
             Gauge(label: "islet_content_activities", dimensions: [("freshness", freshness.rawValue)]).record(count)
         }

@@ -35,7 +35,17 @@ public struct ActivityMemory: Sendable, Equatable {
     public var inlinedImages: Set<String> = []
     /// Images inlined in requests not delivered yet, by request id: they count as inlined once
     /// their request is delivered; coalesced or failed, the next payload inlines them again.
-    public var pendingImages: [String: Set<String>] = [:]
+    public var pendingImages: [String: PendingImages] = [:]
+
+    public struct PendingImages: Sendable, Equatable {
+        public var urls: Set<String>
+        /// When the request carrying them was made: one whose outcome never comes (it was read
+        /// before a rebuild reached it) counts as delivered after ``ActivityMemory/pendingLifetime``.
+        public var since: Date
+    }
+
+    /// How long an inlined image waits for its request's outcome before it counts as delivered.
+    static let pendingLifetime: TimeInterval = 600
     /// The partition of the activity's records: the freshness monitor of the instance that owns it
     /// looks after it.
     public var partition: Int32?
@@ -74,7 +84,17 @@ public struct ActivityMemory: Sendable, Equatable {
         if request.event == .end { ended = true }
         if scanImages, request.payload.utf8.count > 1_500, Self.contains(request.payload.utf8, #""data":"#.utf8) {
             let urls = Self.inlinedImageURLs(in: request.payload).subtracting(inlinedImages)
-            if !urls.isEmpty { pendingImages[request.requestId] = urls }
+            switch outcomes[request.requestId] {
+            case .delivered?, .deliveredDowngraded?: inlinedImages.formUnion(urls)  // its outcome was read first
+            case .some: break
+            case nil: if !urls.isEmpty { pendingImages[request.requestId] = PendingImages(urls: urls, since: request.createdAt) }
+            }
+        }
+        // Outcomes that never came (their request read back, their outcome not): delivered, as
+        // most are, rather than inlined again for ever.
+        for (id, pending) in pendingImages where request.createdAt.timeIntervalSince(pending.since) > Self.pendingLifetime {
+            inlinedImages.formUnion(pending.urls)
+            pendingImages[id] = nil
         }
     }
 
@@ -101,12 +121,20 @@ public struct ActivityMemory: Sendable, Equatable {
         return urls
     }
 
+    /// The activity's last request was a push-to-start that certainly did not start it (APNs
+    /// refused it or its token, it expired, no token was there): the backend may try a new start.
+    /// Not after `failed`: its answer was unknown, and it may have started the activity.
+    var startNeverArrived: Bool {
+        guard let latest, latest.pushToStartKey != nil, let result = outcomes[latest.requestId] else { return false }
+        return [.rejected, .expired, .awaitingToken, .tokenInvalid, .coalesced].contains(result)
+    }
+
     /// The dispatcher's final answer to one of the activity's requests.
     mutating func record(_ outcome: PushOutcome) {
         if outcomes.count >= 8, let oldest = outcomes.keys.first(where: { $0 != latest?.requestId }) { outcomes[oldest] = nil }
         outcomes[outcome.requestId] = outcome.result
         if let images = pendingImages.removeValue(forKey: outcome.requestId), outcome.result == .delivered || outcome.result == .deliveredDowngraded {
-            inlinedImages.formUnion(images)
+            inlinedImages.formUnion(images.urls)
         }
         if outcome.result == .tokenInvalid, outcome.requestId == latest?.requestId, latest?.pushToStartKey == nil {
             gone = true
@@ -183,13 +211,17 @@ public struct PayloadAssembler: Sendable {
         let state = builder.state(of: event.fields)
         let context = builder.context(fields: event.fields, state: state)
         var contentState = try builder.contentState(fields: event.fields, context: context, appVersion: appVersion)
+        // The layout, the link and the alert render over the domain fields and, where the event
+        // lacks one, the content state's value (its default: a goal alert shows "1 – 0", not "1 – ").
+        var layoutContext = context
+        for (name, value) in contentState where layoutContext[name] == nil { layoutContext[name] = FieldValue.renderable(value) }
 
         // The alert policy: on a change of state that matters, within the fatigue limit.
         let recentAlerts = memory.alertTimes.filter { now.timeIntervalSince($0) < policy.alertWindow / .seconds(1) }
         let stateChanged = memory.lastState != state.name
         var alert = state.alert.flatMap { alert -> JSONValue? in
             guard event.urgency != .routine, stateChanged, recentAlerts.count < policy.maximumAlerts else { return nil }
-            return Self.alertJSON(alert, context: context)
+            return Self.alertJSON(alert, context: layoutContext)
         }
         let isPushToStart = event.kind == .start && event.startTarget != nil
         if isPushToStart, alert == nil {
@@ -206,10 +238,6 @@ public struct PayloadAssembler: Sendable {
         let key = isPushToStart ? MessageKey.pushToStart(bundleId: app.bundleId, deviceId: event.startTarget!.deviceId, attributesType: template.attributesType) : event.activityId
 
         let attributes = isPushToStart ? try builder.attributes(event.attributes ?? event.fields, context: context) : [:]
-        // The layout renders over the domain fields and, where the event lacks one, the content
-        // state's value (its default).
-        var layoutContext = context
-        for (name, value) in contentState where layoutContext[name] == nil { layoutContext[name] = FieldValue.renderable(value) }
 
         // Layout and links, shrunk until the payload fits: inline images smaller, then without
         // their data (the URL stays), then texts rank by rank (lowest first), then every text
@@ -250,10 +278,16 @@ public struct PayloadAssembler: Sendable {
                 aps["alert"] = alert
             }
             var alert = alert
-            if let cap {
-                let keep: Set<String> = Self.untouchedKeys.union([template.stateField])
-                for name in ["content-state", "attributes", "alert"] { aps[name] = aps[name].map { Self.cut($0, to: cap, keeping: keep) } }
-                alert = alert.map { Self.cut($0, to: cap, keeping: keep) }
+            if let cap, case .object(var state)? = aps["content-state"] {
+                // Texts for people only: the layout's texts and labels, the content state's text
+                // fields, the alert. Never ids, states, links, URLs, dates or the static attributes.
+                for field in template.contentState where field.isText {
+                    state[field.name] = state[field.name].map { Self.cut($0, to: cap, keeping: []) }
+                }
+                state["layout"] = state["layout"].map { Self.cut($0, to: cap, keeping: Self.untouchedKeys) }
+                aps["content-state"] = .object(state)
+                alert = alert.map { Self.cut($0, to: cap, keeping: ["sound"]) }
+                if aps["alert"] != nil { aps["alert"] = alert }
             }
             var built: [(ActivityEventKind, [String: JSONValue], Bool)] = []
             if event.kind == .end {
@@ -309,7 +343,7 @@ public struct PayloadAssembler: Sendable {
         // Inlined once delivered (``ActivityMemory/record(_:)``): the request that carries them.
         if !inlined.isEmpty {
             for request in requests where ActivityMemory.contains(request.payload.utf8, #""data":"#.utf8) {
-                memory.pendingImages[request.requestId] = inlined
+                memory.pendingImages[request.requestId] = ActivityMemory.PendingImages(urls: inlined, since: now)
             }
         }
         if event.kind == .start {
@@ -345,9 +379,8 @@ public struct PayloadAssembler: Sendable {
     static let textCaps = [1_024, 512, 256, 128, 64, textFloor]
     /// No text is cut shorter than this many characters (with its ellipsis).
     static let textFloor = 32
-    /// Values that are not texts for people: links, image URLs and data, icons, timers, and the
-    /// ActivityKit keys.
-    static let untouchedKeys: Set<String> = ["links", "link", "url", "data", "icon", "timer", "event", "attributes-type", "sound"]
+    /// What in a layout is not a text for people: links, image URLs and data, icons, timers.
+    static let untouchedKeys: Set<String> = ["links", "link", "url", "data", "icon", "timer"]
 
     /// `value` with every string longer than `cap` characters cut to `cap` (the last an ellipsis),
     /// on a character boundary, except under `keeping` keys.

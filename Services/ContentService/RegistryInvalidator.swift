@@ -21,11 +21,14 @@ public struct RegistryInvalidator: ActivityInvalidating {
     let host: String
     let port: Int
     let key: String
+    /// A call not answered within this (connecting included) fails, and is tried again later.
+    let timeout: Duration
 
-    public init(host: String, port: Int, key: String) {
+    public init(host: String, port: Int, key: String, timeout: Duration = .seconds(5)) {
         self.host = host
         self.port = port
         self.key = key
+        self.timeout = timeout
     }
 
     public func invalidate(activityId: String, bundleId: String, reason: InvalidationReason) async throws {
@@ -35,9 +38,11 @@ public struct RegistryInvalidator: ActivityInvalidating {
             $0.reason = reason.rawValue
         }
         let metadata: Metadata = ["authorization": "Bearer \(key)"]
+        var options = CallOptions.defaults
+        options.timeout = timeout
         do {
             _ = try await withGRPCClient(transport: .http2NIOPosix(target: .dns(host: host, port: port), transportSecurity: .plaintext)) { client in
-                try await Islet_Tokens_V1_TokenRegistry.Client(wrapping: client).invalidateActivity(request, metadata: metadata)
+                try await Islet_Tokens_V1_TokenRegistry.Client(wrapping: client).invalidateActivity(request, metadata: metadata, options: options)
             }
         } catch let error as RPCError where error.code == .notFound {
             return  // no token: nothing to end
@@ -53,7 +58,24 @@ public final class TokenInvalidations: Sendable {
         public var activityId: String
         public var bundleId: String
         public var reason: InvalidationReason
+        /// The end the monitor sent: the token is invalidated once that end has its outcome (or
+        /// ``TokenInvalidations/endWait`` after it was sent), so that the end still reaches the phone.
+        public var endRequestId: String
+        public var endSentAt: Date
+
+        public init(activityId: String, bundleId: String, reason: InvalidationReason, endRequestId: String = "", endSentAt: Date = .distantPast) {
+            self.activityId = activityId
+            self.bundleId = bundleId
+            self.reason = reason
+            self.endRequestId = endRequestId
+            self.endSentAt = endSentAt
+        }
     }
+
+    /// How long an invalidation waits for its end's outcome at most.
+    public static let endWait: TimeInterval = 600
+    /// At most this many calls per pass (the rest wait for the next): a slow token-registry does not hold up the monitor for long.
+    public static let callsPerPass = 100
 
     let invalidator: (any ActivityInvalidating)?
     let logger: Logger
@@ -77,9 +99,18 @@ public final class TokenInvalidations: Sendable {
     /// Waiting to be sent.
     public var count: Int { items.withLock { $0.count } }
 
-    /// Sends what is owed; what fails waits for the next call.
-    public func flush() async {
-        let owed = items.withLock { items in defer { items.removeAll() }; return items }
+    /// Sends what is owed and `ready` (its end has its outcome), at most ``callsPerPass``; what
+    /// fails for a reason that may pass waits for the next call, what cannot succeed is dropped.
+    public func flush(ready: (Item) -> Bool = { _ in true }) async {
+        let owed = items.withLock { items -> [Item] in
+            var taken: [Item] = []
+            items.removeAll { item in
+                guard taken.count < Self.callsPerPass, ready(item) else { return false }
+                taken.append(item)
+                return true
+            }
+            return taken
+        }
         guard let invalidator else {
             for item in owed {
                 logger.notice(
@@ -92,6 +123,10 @@ public final class TokenInvalidations: Sendable {
             do {
                 try await invalidator.invalidate(activityId: item.activityId, bundleId: item.bundleId, reason: item.reason)
                 Counter(label: "islet_content_invalidations_total", dimensions: [("reason", item.reason.rawValue)]).increment()
+            } catch let error as RPCError where [.invalidArgument, .permissionDenied, .unauthenticated, .failedPrecondition].contains(error.code) {
+                logger.error(
+                    "token-registry refused to invalidate an activity's token (check ISLET_REGISTRY_GRPC_KEY: a key with write): not tried again",
+                    metadata: ["activity.id": "\(item.activityId)", "app": "\(item.bundleId)", "error": "\(error)"])
             } catch {
                 add(item)
                 logger.warning(

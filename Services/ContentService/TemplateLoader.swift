@@ -91,8 +91,10 @@ public enum TemplateLoader {
         var optional: Bool?
         /// The event must carry it (no default): an event without it is refused.
         var required: Bool?
+        /// A text for people: may be cut to fit 4 KB.
+        var text: Bool?
 
-        enum CodingKeys: String, CodingKey { case name, type, since, from, value, `default`, optional, required }
+        enum CodingKeys: String, CodingKey { case name, type, since, from, value, `default`, optional, required, text }
 
         init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -107,6 +109,7 @@ public enum TemplateLoader {
             }
             optional = try container.decodeIfPresent(Bool.self, forKey: .optional)
             required = try container.decodeIfPresent(Bool.self, forKey: .required)
+            text = try container.decodeIfPresent(Bool.self, forKey: .text)
         }
     }
 
@@ -242,9 +245,11 @@ public enum TemplateLoader {
             if let fallback = raw.default, fallback != .null, !FieldValue.matches(fallback, raw.type) {
                 throw fail(path + ".default", "is not a \(raw.type.rawValue)")
             }
+            if raw.text == true && raw.type != .string { throw fail(path + ".text", "only a string is a text") }
             return ActivityTemplate.Field(
                 name: raw.name, kind: raw.type, since: raw.since ?? AppVersion("0")!, source: raw.value == nil ? (raw.from ?? raw.name) : nil,
-                template: try raw.value.map { try mustache($0, at: path + ".value") }, fallback: raw.default, optional: optional)
+                template: try raw.value.map { try mustache($0, at: path + ".value") }, fallback: raw.default, optional: optional,
+                isText: raw.text ?? (raw.value != nil))
         }
 
         func compile(_ raw: RawComponent, at path: String, dates: Set<String>) throws -> ActivityTemplate.Component {
@@ -288,10 +293,11 @@ public enum TemplateLoader {
 
 /// A template variable that renders nothing whatever the event (`{{etaText}}` where no field is
 /// called that) makes a text that reads "Arrives at " — on the Lock Screen, or to VoiceOver. Each
-/// variable of each text must render something for at least one of the template's `examples`
-/// (the context a text sees: the example's fields, the content state's defaults, and `state.name`
-/// and `state.text` of the example's state); one that renders nothing in every example stops the
-/// service at start-up, naming the file, the place and the variable.
+/// variable of each text must render something for at least one of the template's `examples`, in
+/// the context that text is rendered with: a state's text and a content-state `value:` see the
+/// example's fields and `state.name`/`state.text`; the layout, the link and the alerts see the
+/// content state's values too (what the event lacks, from the defaults). One that renders nothing in
+/// every example stops the service at start-up, naming the file, the place and the variable.
 struct ExampleCheck {
     let file: String
     let template: ActivityTemplate
@@ -300,15 +306,17 @@ struct ExampleCheck {
     func check(_ sources: [(path: String, text: String)]) throws {
         guard !examples.isEmpty else { throw TemplateError(file: file, path: "examples", problem: "must list at least one example event's fields") }
         let builder = ContentBuilder(template: template)
-        let contexts = examples.map { fields -> [String: Any] in
-            var context = builder.context(fields: fields, state: builder.state(of: fields))
-            for field in template.contentState where context[field.name] == nil {
-                if let fallback = field.fallback, fallback != .null { context[field.name] = FieldValue.renderable(fallback) }
-            }
-            return context
+        let contexts = examples.map { fields -> (base: [String: Any], layout: [String: Any]) in
+            let base = builder.context(fields: fields, state: builder.state(of: fields))
+            var layout = base
+            let values = (try? builder.contentState(fields: fields, context: base, appVersion: ContentEngine.newest)) ?? [:]
+            for (name, value) in values where layout[name] == nil { layout[name] = FieldValue.renderable(value) }
+            return (base, layout)
         }
         for (path, text) in sources {
-            for variable in Self.variables(in: text) where !contexts.contains(where: { Self.renders(variable, in: $0) }) {
+            let seesContentState = !(path.hasPrefix("contentState") || (path.hasPrefix("states.") && path.hasSuffix(".text")))
+            for variable in Self.variables(in: text)
+            where !contexts.contains(where: { Self.renders(variable, in: seesContentState ? $0.layout : $0.base) }) {
                 throw TemplateError(
                     file: file, path: path,
                     problem: "{{\(variable)}} renders nothing in every example (examples[0...\(examples.count - 1)]): no field gives it a value")

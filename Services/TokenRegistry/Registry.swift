@@ -490,6 +490,8 @@ public final class Registry: Sendable {
             return (next, .confirmed)
         }
         next.updatedAt = now
+        // The same token with other fields is a confirmation too (see above).
+        if now.timeIntervalSince(current.registeredAt) >= Self.confirmationInterval / .seconds(1) { next.registeredAt = now }
         return (next, .updated)
     }
 

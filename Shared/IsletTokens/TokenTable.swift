@@ -56,8 +56,16 @@ public final class TokenTable: Sendable {
     }
 
     private let state = Mutex(State())
+    private let observers = Mutex<[@Sendable (String) -> Void]>([])
 
     public init() {}
+
+    /// Calls `observer` with the key of every record applied from now on (after the table changed,
+    /// on the applier's thread: keep it short). apns-dispatcher learns this way that a token its
+    /// requests wait for arrived.
+    public func onApply(_ observer: @escaping @Sendable (String) -> Void) {
+        observers.withLock { $0.append(observer) }
+    }
 
     /// Applies a record read from, or acknowledged by, the topic under `topicKey` (its key there);
     /// returns whether it changed the table. The table keeps it under ``TokenRecord/key``, which
@@ -66,7 +74,15 @@ public final class TokenTable: Sendable {
     @discardableResult
     public func apply(_ record: TokenRecord, key topicKey: String, at position: Position?) -> Bool {
         let key = record.key ?? topicKey
-        return state.withLock { state in
+        let changed = applyLocked(record, key: key, topicKey: topicKey, at: position)
+        if changed {
+            for observer in observers.withLock({ $0 }) { observer(key) }
+        }
+        return changed
+    }
+
+    private func applyLocked(_ record: TokenRecord, key: String, topicKey: String, at position: Position?) -> Bool {
+        state.withLock { state in
             if let current = state.entries[key] {
                 if let old = current.position, let new = position, old.partition == new.partition, new.offset <= old.offset {
                     return false

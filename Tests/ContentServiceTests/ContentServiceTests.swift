@@ -73,7 +73,10 @@ struct TemplateTests {
               compactTrailing:
                 - richText: [{ text: "{{#courier.name}}Courier {{courier.name}}{{/courier.name}}" }]
                   accessibility: "Arrives at %@"
-            states: { a: { text: "At {{progress}} percent" }, b: { alert: { title: "T", body: "{{state.text}}" } } }
+              expanded:
+                - progressBar: { position: "{{progress}}" }
+                  accessibility: "{{progress}} percent"
+            states: { a: { text: "Order {{id}}" }, b: { alert: { title: "T", body: "{{state.text}}, {{progress}} percent" } } }
             examples:
               - { id: "1" }
               - { id: "2", courier: { name: Ana } }
@@ -83,8 +86,16 @@ struct TemplateTests {
         }
         #expect(error?.file == "delivery.yaml" && error?.path == "layout.compactTrailing[0].accessibility", "\(String(describing: error))")
         #expect(error?.problem.contains("{{etaText}}") == true)
-        // Filled by one example (courier), by a content-state default (progress), by the state (state.text): loads.
+        // Filled by one example (courier), by a content-state default (progress, in the layout and
+        // the alert), by the state (state.text): loads.
         _ = try TemplateLoader.load(text: base.replacingOccurrences(of: "%@", with: "{{{courier.name}}}"), file: "delivery.yaml")
+        // A state's text is rendered before the content state: a default does not fill it there.
+        let stateText = #expect(throws: TemplateError.self) {
+            try TemplateLoader.load(
+                text: base.replacingOccurrences(of: "%@", with: "x").replacingOccurrences(of: "Order {{id}}", with: "At {{progress}} percent"),
+                file: "delivery.yaml")
+        }
+        #expect(stateText?.path == "states.a.text", "\(String(describing: stateText))")
         // An empty example list checks nothing and is refused; a file without examples is not checked.
         #expect(throws: TemplateError.self) {
             try TemplateLoader.load(
@@ -233,6 +244,14 @@ struct PayloadTests {
         #expect(aps["content-state"]?["status"] == .string("out_for_delivery"), "the state is never cut")
         #expect(aps["content-state"]?["links"]?["lockScreen"]?.stringValue?.contains("isl_sig=") == true, "links are never cut")
         #expect(ActivityMemory.contains(cut.requests[0].payload.utf8, "fast courier".utf8))
+        // Ids are never cut, however long: the order id (not a text field) stays whole.
+        memory = ActivityMemory()
+        let longId = String(repeating: "7", count: 100)
+        let withId = try assembler.assemble(
+            event("DeliveryAttributes", sequence: 1, ["status": .string("out_for_delivery"), "orderId": .string(longId), "courier": .object(["name": .string(name)])]),
+            app: app, appVersion: AppVersion("2.0")!, memory: &memory, now: now)
+        #expect(withId.shrinks.last?.hasPrefix("texts cut to") == true)
+        #expect(ActivityMemory.contains(withId.requests[0].payload.utf8, "order/\(longId)?".utf8), "the link keeps the id whole")
 
         // Only what cannot fit with every text at the floor is refused: a state value (never cut) of 8 KB.
         memory = ActivityMemory()

@@ -1,4 +1,5 @@
 import Foundation
+import GRPCCore
 import IsletMessages
 import IsletTokens
 import Logging
@@ -226,6 +227,13 @@ struct FreshnessMonitorTests {
         #expect(fake.calls == ["com.example.food/order-42 severelyStale"] && invalidations.count == 0)
         for i in 0..<5 { invalidations.add(.init(activityId: "a\(i)", bundleId: "com.example.food", reason: .lifetimeExceeded)) }
         #expect(invalidations.count == 3, "at most its capacity")
+        // Only once the end has its outcome: invalidated earlier, the dispatcher would not send the end.
+        await invalidations.flush { $0.activityId == "a4" }
+        #expect(invalidations.count == 2 && fake.calls.last == "com.example.food/a4 lifetimeExceeded")
+        // Refused for good (a key without write): dropped, not tried on every pass.
+        fake.refusal = RPCError(code: .permissionDenied, message: "read only")
+        await invalidations.flush()
+        #expect(invalidations.count == 0)
     }
 
     @Test("a second start for a live activity is refused (it would put a second Live Activity on the phone); after the end it may start again")
@@ -236,6 +244,29 @@ struct FreshnessMonitorTests {
         #expect { try engine.prepare(delivery("placed", .start, sequence: 2, at: clock)) } throws: { ($0 as? ContentError)?.field == "kind" }
         try apply(engine, delivery("delivered", .end, sequence: 3, at: clock))
         #expect(try apply(engine, delivery("placed", .start, sequence: 4, at: clock)).map(\.event) == [.update], "a new life for the id")
+
+        // A push-to-start APNs refused never started the activity: the backend may try again; one
+        // whose answer is unknown (failed) may have, and is not started twice.
+        let target = ActivityEvent.PushToStartTarget(app: app, deviceId: "device-1")
+        func remoteStart(_ sequence: Int64) -> ActivityEvent {
+            var start = delivery("placed", .start, sequence: sequence, at: clock)
+            start.activityId = "order-43"
+            start.startTarget = target
+            start.attributes = ["orderId": .string("43")]
+            return start
+        }
+        for (result, again) in [(PushResult.rejected, true), (.awaitingToken, true), (.failed, false)] {
+            let remote = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { clock.now })
+            let sent = try apply(remote, remoteStart(1))
+            remote.record(PushOutcome(
+                requestId: sent[0].requestId, pushToStartKey: sent[0].pushToStartKey, result: result, attempts: 1, completedAt: clock.now,
+                bundleId: app.bundleId))
+            if again {
+                #expect(try apply(remote, remoteStart(2)).map(\.event) == [.start], "after \(result.rawValue)")
+            } else {
+                #expect(throws: ContentError.self, "after \(result.rawValue)") { try remote.prepare(remoteStart(2)) }
+            }
+        }
     }
 
     @Test("every activity is ended with its latest content 7 h 50 min after its start, before iOS's 8 hours")
@@ -279,15 +310,20 @@ private func outcome(_ request: PushRequest, _ result: PushResult, at clock: Man
 }
 
 final class FakeInvalidator: ActivityInvalidating {
-    private let state = Mutex<(calls: [String], failing: Bool)>(([], false))
+    private let state = Mutex<(calls: [String], failing: Bool, refusal: RPCError?)>(([], false, nil))
     var calls: [String] { state.withLock { $0.calls } }
     var failing: Bool {
         get { state.withLock { $0.failing } }
         set { state.withLock { $0.failing = newValue } }
     }
+    var refusal: RPCError? {
+        get { state.withLock { $0.refusal } }
+        set { state.withLock { $0.refusal = newValue } }
+    }
 
     func invalidate(activityId: String, bundleId: String, reason: InvalidationReason) async throws {
         try state.withLock { state in
+            if let refusal = state.refusal { throw refusal }
             if state.failing { throw ContentError(field: "registry", problem: "unreachable") }
             state.calls.append("\(bundleId)/\(activityId) \(reason.rawValue)")
         }

@@ -139,14 +139,17 @@ struct ThumbnailTests {
         #expect(inline["data"] != nil, "the first payload carries the picture")
         #expect(first.requests[0].payload.utf8.count <= 4_096)
         #expect(engine.memory(of: "com.example.food/order-42")?.inlinedImages == [], "not delivered yet")
-        #expect(engine.memory(of: "com.example.food/order-42")?.pendingImages == [first.requests[0].requestId: [url]])
+        #expect(engine.memory(of: "com.example.food/order-42")?.pendingImages[first.requests[0].requestId]?.urls == [url])
 
         // Coalesced away before it was sent: the picture never reached the phone, the next payload carries it.
         func outcome(_ request: PushRequest, _ result: PushResult) -> PushOutcome {
             PushOutcome(requestId: request.requestId, activityId: "order-42", result: result, attempts: 1, completedAt: now, bundleId: "com.example.food")
         }
         fields["status"] = .string("out_for_delivery")
-        guard case .send(let second) = try engine.prepare(event("DeliveryAttributes", sequence: 2, fields), images: [url: small]) else { return }
+        guard case .send(let second) = try engine.prepare(event("DeliveryAttributes", sequence: 2, fields), images: [url: small]) else {
+            Issue.record("nothing sent")
+            return
+        }
         engine.commit(second)
         engine.record(outcome(first.requests[0], .coalesced))
         #expect(try image(second.requests[0])?["data"] != nil, "inlined again: the first was not delivered yet")
@@ -155,14 +158,20 @@ struct ThumbnailTests {
         #expect(engine.memory(of: "com.example.food/order-42")?.inlinedImages == [url])
         #expect(engine.memory(of: "com.example.food/order-42")?.pendingImages == [:])
 
-        guard case .send(let third) = try engine.prepare(event("DeliveryAttributes", sequence: 3, fields), images: [url: small]) else { return }
+        guard case .send(let third) = try engine.prepare(event("DeliveryAttributes", sequence: 3, fields), images: [url: small]) else {
+            Issue.record("nothing sent")
+            return
+        }
         #expect(try image(third.requests[0])?["data"] == nil, "not again once delivered")
         #expect(try image(third.requests[0])?["url"] == .string(url))
 
         // Too large to inline at any size: the URL stays, the data goes, and the shrink is reported.
         let huge = [String](repeating: String(repeating: "A", count: 3_000), count: 2)
         let other = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
-        guard case .send(let shrunk) = try other.prepare(event("DeliveryAttributes", sequence: 1, fields), images: [url: huge]) else { return }
+        guard case .send(let shrunk) = try other.prepare(event("DeliveryAttributes", sequence: 1, fields), images: [url: huge]) else {
+            Issue.record("nothing sent")
+            return
+        }
         #expect(try image(shrunk.requests[0])?["data"] == nil)
         #expect(try image(shrunk.requests[0])?["url"] == .string(url))
         #expect(shrunk.shrinks == ["inline image at size 2", "inline image data"])

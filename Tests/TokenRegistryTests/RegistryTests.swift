@@ -118,6 +118,10 @@ struct RegistryTests {
             tokenFingerprint: TokenFingerprint.of(token: hexToken(1)), completedAt: clock.now, bundleId: "com.example.food")
         #expect(try await registry.handle(outcome) == .ignore("the token was registered again after APNs's verdict"))
         #expect(registry.table.record(forKey: "com.example.food/a1")?.state == .active)
+        // The same token with another app version a minute later: updated, and confirmed too.
+        clock.advance(90)
+        let updated = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest(version: "5.3.0"))
+        #expect(updated.change == .updated && updated.token.registeredAt == clock.now)
     }
 
     @Test("a new token rotates: the record carries it with a new registration time; uppercase hex is the same token")
