@@ -24,6 +24,25 @@ struct AppScopeTests {
         return registry
     }
 
+    /// An active update token of `activity` in `app`, registered now.
+    func record(_ activity: String, user: String = "alice", app: AppTarget = Self.food, token: String = hexToken(1)) -> TokenRecord {
+        TokenRecord(
+            kind: .update, activityId: activity, userId: user, token: token, app: app,
+            attributesType: app == Self.ride ? "RideAttributes" : "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0",
+            state: .active, registeredAt: clock.now, updatedAt: clock.now)
+    }
+
+    /// A registry over a table holding `activity`'s record under its bare id (written before ids
+    /// were scoped per app), publishing through a loader-first publisher.
+    func legacyRegistry(_ activity: String) -> (TokenTable, LoaderFirstPublisher, Registry) {
+        let table = TokenTable()
+        table.apply(record(activity), key: activity, at: nil)
+        let publisher = LoaderFirstPublisher(table: table)
+        let registry = Registry(table: table, publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
+        registry.markReady()
+        return (table, publisher, registry)
+    }
+
     func request(_ app: AppTarget, token: String) -> RegisterActivityTokenRequest {
         RegisterActivityTokenRequest(
             token: token, attributesType: app == Self.ride ? "RideAttributes" : "DeliveryAttributes", app: app,
@@ -99,10 +118,7 @@ struct AppScopeTests {
     @Test("a record written under the bare activity id (before ids were scoped) is read under its app's key; the next change writes the app's key and deletes the bare one")
     func legacyRecords() async throws {
         let table = TokenTable()
-        let now = clock.now
-        let old = TokenRecord(
-            kind: .update, activityId: "order-5", userId: "alice", token: hexToken(1), app: Self.food, attributesType: "DeliveryAttributes",
-            frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
+        let old = record("order-5")
         #expect(old.legacyKey == "order-5")
         // (No position: the recording publisher numbers its own writes from offset 0.)
         table.apply(old, key: "order-5", at: nil)
@@ -131,10 +147,7 @@ struct AppScopeTests {
     @Test("the bare key's later record replaces its earlier one even across apps (a squatter's record in one app, then the ticketed owner's in another): a rebuild keeps only the owner's")
     func legacyKeyAcrossApps() {
         let table = TokenTable()
-        let now = clock.now
-        let squat = TokenRecord(
-            kind: .update, activityId: "order-42", userId: "mallory", token: hexToken(1), app: Self.ride, attributesType: "RideAttributes",
-            frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
+        let squat = record("order-42", user: "mallory", app: Self.ride)
         var owner = squat
         owner.userId = "alice"
         owner.app = Self.food
@@ -151,31 +164,15 @@ struct AppScopeTests {
 
     @Test("the bare key is deleted even when the table's loader applies the new record before the write returns (it is read before the write)")
     func legacyTombstoneRace() async throws {
-        let table = TokenTable()
-        let now = clock.now
-        let old = TokenRecord(
-            kind: .update, activityId: "order-6", userId: "alice", token: hexToken(1), app: Self.food, attributesType: "DeliveryAttributes",
-            frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
-        table.apply(old, key: "order-6", at: nil)
-        let publisher = LoaderFirstPublisher(table: table)
-        let registry = Registry(table: table, publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
-        registry.markReady()
+        let (_, publisher, registry) = legacyRegistry("order-6")
         _ = try await registry.setFrequentUpdates(user: "alice", activityId: "order-6", enabled: true)
         #expect(publisher.tombstones == ["order-6"])
     }
 
     @Test("a bare key Kafka refused to delete is deleted by the next sweep")
     func legacyTombstoneRetried() async throws {
-        let table = TokenTable()
-        let now = clock.now
-        let old = TokenRecord(
-            kind: .update, activityId: "order-7", userId: "alice", token: hexToken(1), app: Self.food, attributesType: "DeliveryAttributes",
-            frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
-        table.apply(old, key: "order-7", at: nil)
-        let publisher = LoaderFirstPublisher(table: table)
+        let (_, publisher, registry) = legacyRegistry("order-7")
         publisher.refuseTombstones = true
-        let registry = Registry(table: table, publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
-        registry.markReady()
         _ = try await registry.setFrequentUpdates(user: "alice", activityId: "order-7", enabled: true)
         #expect(publisher.tombstones.isEmpty)
         publisher.refuseTombstones = false
@@ -221,15 +218,12 @@ struct AppScopeTests {
     @Test("a claimed activity leaves the squatter's indexes: it is not listed, nor counted toward its quota")
     func claimMovesTheUserIndex() {
         let table = TokenTable()
-        let now = clock.now
-        var record = TokenRecord(
-            kind: .update, activityId: "order-43", userId: "mallory", token: hexToken(1), app: Self.food, attributesType: "DeliveryAttributes",
-            frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
-        table.apply(record, key: record.key!, at: .init(partition: 0, offset: 0))
+        var squat = record("order-43", user: "mallory")
+        table.apply(squat, key: squat.key!, at: .init(partition: 0, offset: 0))
         #expect(table.activeCount(ofUser: "mallory", kind: .update) == 1)
-        record.userId = "alice"
-        record.ownerVerified = true
-        table.apply(record, key: record.key!, at: .init(partition: 0, offset: 1))
+        squat.userId = "alice"
+        squat.ownerVerified = true
+        table.apply(squat, key: squat.key!, at: .init(partition: 0, offset: 1))
         #expect(table.activities(ofUser: "mallory", in: [.active], limit: 10).isEmpty, "the owner's activity is not listed as the squatter's")
         #expect(table.activeCount(ofUser: "mallory", kind: .update) == 0)
         #expect(table.activities(ofUser: "alice", in: [.active], limit: 10).map(\.userId) == ["alice"])
