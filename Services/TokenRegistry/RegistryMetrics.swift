@@ -5,7 +5,7 @@ import Metrics
 /// token-registry's metrics (Prometheus names on /metrics). Request latency by route comes from
 /// Hummingbird's `MetricsMiddleware` (`http_server_request_duration_seconds`).
 struct RegistryMetrics: Sendable {
-    /// `islet_registry_changes_total{kind, change}`: registered, rotated, reactivated, updated, invalidated.
+    /// `islet_registry_changes_total{kind, change}`: registered, claimed, rotated, reactivated, updated, confirmed, invalidated.
     func changed(_ kind: TokenKind, _ change: Change) {
         Counter(label: "islet_registry_changes_total", dimensions: [("kind", kind.rawValue), ("change", change.rawValue)]).increment()
     }

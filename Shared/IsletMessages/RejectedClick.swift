@@ -24,7 +24,8 @@ public struct RejectedClick: IsletMessage {
     public var appVersion: String?
     /// The iOS version, if the app said.
     public var osVersion: String?
-    /// The caller's identity as analytics-ingest saw it (e.g. the JWT subject or the app install id), if any.
+    /// The client's address as analytics-ingest's rate limiter saw it: the TCP peer, or a trusted
+    /// proxy's `X-Forwarded-For` entry.
     public var clientId: String?
     /// When analytics-ingest received the tap.
     public var receivedAt: Date

@@ -125,8 +125,8 @@ enum Examples {
 
     static let rejectedClick = RejectedClick(
         reason: .badSignature, detail: "signature does not match the parameters (key k2026-11)",
-        url: "fooddelivery://orders/42?ia=order-42&is=5&ie=trackOrder&if=lockScreen&ik=k2026-11&it=1795342530214&isig=Jx3kP0o9cW5Zb1mR7tQ2vA",
-        tappedAt: utc(2026, 11, 22, 10, 17, 12, 4), appVersion: "5.12.0", osVersion: "26.1", clientId: "user-1842",
+        url: "fooddelivery://order/42?isl_a=order-42&isl_t=DeliveryAttributes&isl_s=lockScreen&isl_e=trackOrder&isl_q=7&isl_i=1795342530&isl_k=k2026-11&isl_sig=Jx3kP0o9cW5Zb1mR7tQ2vA",
+        tappedAt: utc(2026, 11, 22, 10, 17, 12, 4), appVersion: "5.12.0", osVersion: "26.1", clientId: "203.0.113.7",
         receivedAt: utc(2026, 11, 22, 10, 17, 12, 398))
 
     // MARK: DeadLetterRecord
