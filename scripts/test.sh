@@ -3,8 +3,19 @@
 # test (unit, integration against the broker, fault tests on librdkafka's mock cluster) and stops
 # the broker whatever happens. Extra arguments go to `swift test` (e.g. --filter Consumer).
 #
-#   scripts/test.sh
+#   scripts/test.sh            what CI runs
+#   scripts/test.sh --quick    the edit-test loop: unit and integration tests only (no full-size
+#                              budget test, no end-to-end suites, no fuzz build, no demo)
 set -euo pipefail
+
+quick=0
+if [ "${1:-}" = "--quick" ]; then
+  quick=1
+  shift
+fi
+# The whole run: no arguments for `swift test`, and not --quick.
+full=0
+[ "$#" -eq 0 ] && [ "$quick" = 0 ] && full=1
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -39,13 +50,13 @@ export ISLET_REQUIRE_BROKER=1
 echo "== tests"
 # Without arguments the budget test runs once, at full size, in its own step below.
 skip=()
-[ "$#" -eq 0 ] && skip=(--skip BudgetLoadTests)
-swift test --skip-build "${skip[@]}" "$@"
+[ "$full" = 1 ] && skip=(--skip BudgetLoadTests)
+swift test --skip-build ${skip[@]+"${skip[@]}"} "$@"
 
 # The dispatch engine's budget test at the issue's full size — 1,000 activities, an update a second
 # each for a simulated hour (3.6 million requests, about 7 minutes in a debug build) — on its own:
 # beside the other suites it would take their CPU (`swift test` alone runs it at 100 activities).
-if [ "$#" -eq 0 ]; then
+if [ "$full" = 1 ]; then
   echo "== budget under load, full size (1,000 activities × 3,600 simulated seconds)"
   ISLET_BUDGET_LOAD_ACTIVITIES=1000 ISLET_BUDGET_LOAD_SECONDS=3600 swift test --skip-build --filter BudgetLoadTests
 fi
@@ -53,7 +64,7 @@ fi
 # The end-to-end suites (Tests/EndToEndTests): the product as processes — happy paths, kill -9 and
 # SIGTERM under load, the ledger of every push request — on a broker of their own, unless a subset
 # of the tests was asked for.
-if [ "$#" -eq 0 ]; then
+if [ "$full" = 1 ]; then
   echo "== end to end (fresh broker)"
   stop_broker
   eval "$(ISLET_RUN_DIR="$ISLET_RUN_DIR/e2e-broker" scripts/broker.sh)"
@@ -68,14 +79,14 @@ fi
 # machine, incremental later). Every target's seeds and saved failures
 # are also replayed by FuzzTests in every run; scripts/fuzz.sh runs the fuzzers for longer.
 # ISLET_TEST_FUZZ=0 leaves this step out (a quicker local run).
-if [ "$#" -eq 0 ] && [ "${ISLET_TEST_FUZZ:-1}" = 1 ]; then
+if [ "$full" = 1 ] && [ "${ISLET_TEST_FUZZ:-1}" = 1 ]; then
   echo "== fuzz (every target, ${ISLET_FUZZ_SECONDS:-8} s each)"
   scripts/fuzz.sh "${ISLET_FUZZ_SECONDS:-8}"
 fi
 
 # The demo, both scenarios through every service and the simulator, then stop: the whole
 # pipeline end to end (unless a subset of the tests was asked for).
-if [ "$#" -eq 0 ]; then
+if [ "$full" = 1 ]; then
   echo "== demo (--exit)"
   scripts/demo.sh --exit
 fi
