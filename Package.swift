@@ -10,8 +10,13 @@
 import Foundation
 import PackageDescription
 
-let strict: [SwiftSetting] = [
+/// Settings every Swift target gets (applied in a loop at the end of this file): Swift 6's strict
+/// concurrency is the tools version's default language mode; `any` is spelled out for existentials;
+/// a file sees only the members of modules it imports itself.
+let shared: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
     .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
 ]
 
 /// scripts/fuzz.sh sets ISLET_FUZZ=1 (in a build directory of its own, .build-fuzz): the libFuzzer
@@ -90,7 +95,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Shared/IsletMessages",
-            swiftSettings: strict + fuzzed
+            swiftSettings: fuzzed
         ),
 
         // gRPC APIs: the .proto files and the Swift code generated from them (scripts/generate-protos.sh).
@@ -105,8 +110,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Shared/IsletProtos",
-            exclude: ["token_registry.proto"],
-            swiftSettings: strict
+            exclude: ["token_registry.proto"]
         ),
 
         // Kafka over librdkafka: producer, consumer groups, admin, typed helpers, mock cluster.
@@ -119,8 +123,7 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            path: "Shared/IsletKafka",
-            swiftSettings: strict
+            path: "Shared/IsletKafka"
         ),
 
         // What every service executable needs: configuration, logging, metrics, /health, /metrics, shutdown.
@@ -138,8 +141,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
             ],
-            path: "Shared/IsletRuntime",
-            swiftSettings: strict
+            path: "Shared/IsletRuntime"
         ),
 
         // Signed widget links: the analytics parameters content-service puts into every widgetUrl and
@@ -151,7 +153,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Shared/IsletLinks",
-            swiftSettings: strict + fuzzed
+            swiftSettings: fuzzed
         ),
 
         // The token table every service that sends or builds pushes keeps, rebuilt from islet.tokens.v1.
@@ -163,8 +165,7 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            path: "Shared/IsletTokens",
-            swiftSettings: strict
+            path: "Shared/IsletTokens"
         ),
 
         // token-registry: push tokens and activity lifecycle (HTTP/JSON for the app, gRPC for backends).
@@ -179,15 +180,16 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "HTTPTypes", package: "swift-http-types"),
+            .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ],
             path: "Services/TokenRegistry",
-            swiftSettings: strict + fuzzed
+            swiftSettings: fuzzed
         ),
         .executableTarget(
             name: "TokenRegistryExecutable",
             dependencies: ["TokenRegistry", "IsletRuntime"],
-            path: "Services/TokenRegistryExecutable",
-            swiftSettings: strict
+            path: "Services/TokenRegistryExecutable"
         ),
 
         // analytics-ingest: widget taps verified with the shared link codec, published to islet.clicks.v1.
@@ -204,13 +206,12 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/AnalyticsIngest",
-            swiftSettings: strict + fuzzed
+            swiftSettings: fuzzed
         ),
         .executableTarget(
             name: "AnalyticsIngestExecutable",
             dependencies: ["AnalyticsIngest", "IsletRuntime"],
-            path: "Services/AnalyticsIngestExecutable",
-            swiftSettings: strict
+            path: "Services/AnalyticsIngestExecutable"
         ),
         // analytics-consumer: the example analytics team — taps per attributes type × surface × element.
         .target(
@@ -221,15 +222,14 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Hummingbird", package: "hummingbird"),
             ],
-            path: "Services/AnalyticsConsumer",
-            swiftSettings: strict
+            path: "Services/AnalyticsConsumer"
         ),
         .executableTarget(
             name: "AnalyticsConsumerExecutable",
             dependencies: ["AnalyticsConsumer", "IsletRuntime"],
-            path: "Services/AnalyticsConsumerExecutable",
-            swiftSettings: strict
+            path: "Services/AnalyticsConsumerExecutable"
         ),
 
         // The APNs simulator: the provider API over HTTP/2 + TLS, with faults on command and a record of what it accepted.
@@ -250,8 +250,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            path: "Services/APNsSimulator",
-            swiftSettings: strict
+            path: "Services/APNsSimulator"
         ),
         .executableTarget(
             name: "APNsSimulatorExecutable",
@@ -260,9 +259,9 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
-            path: "Services/APNsSimulatorExecutable",
-            swiftSettings: strict
+            path: "Services/APNsSimulatorExecutable"
         ),
 
         // apns-dispatcher: HTTP/2 to APNs with budgets, coalescing, retries and one outcome per request.
@@ -280,15 +279,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Hummingbird", package: "hummingbird"),
             ],
             path: "Services/APNsDispatcher",
-            swiftSettings: strict + fuzzed
+            swiftSettings: fuzzed
         ),
         .executableTarget(
             name: "APNsDispatcherExecutable",
             dependencies: ["APNsDispatcher", "IsletRuntime"],
-            path: "Services/APNsDispatcherExecutable",
-            swiftSettings: strict
+            path: "Services/APNsDispatcherExecutable"
         ),
 
         // content-service: domain events → ActivityKit payloads from templates kept as data.
@@ -308,16 +307,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
             ],
             path: "Services/ContentService",
-            exclude: ["Templates"],
-            swiftSettings: strict
+            exclude: ["Templates"]
         ),
         .executableTarget(
             name: "ContentServiceExecutable",
             dependencies: ["ContentService", "IsletRuntime"],
-            path: "Services/ContentServiceExecutable",
-            swiftSettings: strict
+            path: "Services/ContentServiceExecutable"
         ),
 
         // Produce/consume throughput of the wrapper, compared by scripts/bench-kafka.sh with rdkafka_performance.
@@ -328,8 +326,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
-            path: "Benchmarks/KafkaThroughput",
-            swiftSettings: strict
+            path: "Benchmarks/KafkaThroughput"
         ),
 
         // The local demo's app and backend (scripts/demo.sh).
@@ -344,9 +341,9 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
-            path: "Tools/IsletDemo",
-            swiftSettings: strict
+            path: "Tools/IsletDemo"
         ),
 
         // content-service's assembly and pipeline figures, for scripts/bench-content.sh.
@@ -358,8 +355,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            path: "Benchmarks/ContentService",
-            swiftSettings: strict
+            path: "Benchmarks/ContentService"
         ),
 
         // Loads and paces push requests for scripts/bench-dispatcher.sh.
@@ -373,10 +369,10 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             path: "Benchmarks/Dispatcher",
-            exclude: ["aioapns_bench.py"],
-            swiftSettings: strict
+            exclude: ["aioapns_bench.py"]
         ),
 
         // The admin CLI `islet` (docs/cli.md): publish events, register test tokens, tail topics, look up activities.
@@ -393,17 +389,16 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
-            path: "Tools/IsletCLI",
-            swiftSettings: strict
+            path: "Tools/IsletCLI"
         ),
 
         .testTarget(
             name: "IsletMessagesTests",
             dependencies: ["IsletMessages"],
             path: "Tests/IsletMessagesTests",
-            resources: [.copy("Golden")],
-            swiftSettings: strict
+            resources: [.copy("Golden")]
         ),
         .testTarget(
             name: "IsletKafkaTests",
@@ -411,8 +406,7 @@ let package = Package(
                 "IsletKafka",
                 .product(name: "Logging", package: "swift-log"),
             ],
-            path: "Tests/IsletKafkaTests",
-            swiftSettings: strict
+            path: "Tests/IsletKafkaTests"
         ),
         // Needs a broker: ISLET_KAFKA_BOOTSTRAP, set by scripts/test.sh.
         .testTarget(
@@ -423,8 +417,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            path: "Tests/IsletKafkaIntegrationTests",
-            swiftSettings: strict
+            path: "Tests/IsletKafkaIntegrationTests"
         ),
         // librdkafka's mock cluster: broker down/up and injected produce errors.
         .testTarget(
@@ -434,8 +427,7 @@ let package = Package(
                 "IsletMessages",
                 .product(name: "Logging", package: "swift-log"),
             ],
-            path: "Tests/IsletKafkaFaultTests",
-            swiftSettings: strict
+            path: "Tests/IsletKafkaFaultTests"
         ),
         // token-registry without a broker: validation, auth, the table, every HTTP route in process, gRPC through a real server.
         .testTarget(
@@ -449,9 +441,10 @@ let package = Package(
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "HTTPTypes", package: "swift-http-types"),
+            .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ],
-            path: "Tests/TokenRegistryTests",
-            swiftSettings: strict
+            path: "Tests/TokenRegistryTests"
         ),
         // token-registry against the broker: publish, rebuild after a restart, push-outcome invalidations.
         .testTarget(
@@ -463,9 +456,9 @@ let package = Package(
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "HTTPTypes", package: "swift-http-types"),
             ],
-            path: "Tests/TokenRegistryIntegrationTests",
-            swiftSettings: strict
+            path: "Tests/TokenRegistryIntegrationTests"
         ),
         // The APNs simulator and the dispatcher without a broker: validation, JWTs, policies, and the
         // HTTP/2 client against the simulator over TLS with every APNs answer and fault.
@@ -480,9 +473,11 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
+            .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
-            path: "Tests/APNsTests",
-            swiftSettings: strict
+            path: "Tests/APNsTests"
         ),
         // apns-dispatcher against the broker and the simulator: requests in, pushes out, one outcome each.
         .testTarget(
@@ -493,8 +488,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            path: "Tests/APNsDispatcherIntegrationTests",
-            swiftSettings: strict
+            path: "Tests/APNsDispatcherIntegrationTests"
         ),
         .testTarget(
             name: "ContentServiceTests",
@@ -509,8 +503,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Tests/ContentServiceTests",
-            exclude: ["Golden"],
-            swiftSettings: strict
+            exclude: ["Golden"]
         ),
         // analytics-ingest and analytics-consumer without a broker: every verdict, the HTTP API in process, the counts.
         .testTarget(
@@ -522,8 +515,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
-            path: "Tests/AnalyticsIngestTests",
-            swiftSettings: strict
+            path: "Tests/AnalyticsIngestTests"
         ),
         // analytics-ingest and analytics-consumer against the broker.
         .testTarget(
@@ -535,28 +527,24 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            path: "Tests/AnalyticsIntegrationTests",
-            swiftSettings: strict
+            path: "Tests/AnalyticsIntegrationTests"
         ),
         .testTarget(
             name: "IsletLinksTests",
             dependencies: ["IsletLinks", "IsletMessages", .product(name: "Crypto", package: "swift-crypto")],
-            path: "Tests/IsletLinksTests",
-            swiftSettings: strict
+            path: "Tests/IsletLinksTests"
         ),
         // The properties the fuzzers check (Fuzz/Checks, one enum per parser), and the tests that replay
         // every fuzzer's seeds and saved failures through them in the normal test run.
         .target(
             name: "FuzzChecks",
-            dependencies: ["IsletLinks", "IsletMessages", "IsletKafka", "TokenRegistry", "AnalyticsIngest", "APNsDispatcher"],
-            path: "Fuzz/Checks",
-            swiftSettings: strict
+            dependencies: ["IsletLinks", "IsletMessages", "IsletKafka", "TokenRegistry", "AnalyticsIngest", "APNsDispatcher", .product(name: "HTTPTypes", package: "swift-http-types")],
+            path: "Fuzz/Checks"
         ),
         .testTarget(
             name: "FuzzTests",
             dependencies: ["FuzzChecks"],
-            path: "Tests/FuzzTests",
-            swiftSettings: strict
+            path: "Tests/FuzzTests"
         ),
         .testTarget(
             name: "IsletRuntimeTests",
@@ -573,9 +561,10 @@ let package = Package(
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+            .product(name: "NIOFoundationCompat", package: "swift-nio"),
+            .product(name: "Prometheus", package: "swift-prometheus"),
             ],
-            path: "Tests/IsletRuntimeTests",
-            swiftSettings: strict
+            path: "Tests/IsletRuntimeTests"
         ),
         // The whole product as processes (scripts/test.sh runs these with ISLET_E2E=1 on a broker of their own):
         // happy paths, kill -9 and SIGTERM, APNs faults, hostile input; the ledger of push requests and outcomes.
@@ -591,10 +580,10 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
+            .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ],
             path: "Tests/EndToEndTests",
-            exclude: ["Golden"],
-            swiftSettings: strict
+            exclude: ["Golden"]
         ),
         // The CLI: argument parsing and formatting; publish + tail against the broker (ISLET_KAFKA_BOOTSTRAP).
         .testTarget(
@@ -607,8 +596,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ],
-            path: "Tests/IsletCLITests",
-            swiftSettings: strict
+            path: "Tests/IsletCLITests"
         ),
     ]
 )
@@ -617,7 +605,7 @@ let package = Package(
 // names them by the first word), each a main.swift in Fuzz/<folder> that hands its FuzzChecks
 // property to FuzzDriver; seeds and saved failures next to it.
 if fuzzing {
-    package.targets.append(.target(name: "FuzzDriver", path: "Fuzz/Driver", swiftSettings: strict))
+    package.targets.append(.target(name: "FuzzDriver", path: "Fuzz/Driver"))
     for (name, target, folder) in [
         ("links", "IsletLinksFuzz", "LinkParser"),
         ("registry", "RegistryBodiesFuzz", "RegistryBodies"),
@@ -632,8 +620,12 @@ if fuzzing {
                 dependencies: ["FuzzChecks", "FuzzDriver"],
                 path: "Fuzz/\(folder)",
                 exclude: ["dictionary", "regressions", "seeds"],
-                swiftSettings: strict + fuzzed,
+                swiftSettings: fuzzed,
                 linkerSettings: [.unsafeFlags(["-sanitize=fuzzer", "-use-ld=lld"])]
             ))
     }
+}
+
+for target in package.targets where target.type != .system {
+    target.swiftSettings = shared + (target.swiftSettings ?? [])
 }

@@ -9,6 +9,7 @@ import IsletKafka
 import IsletMessages
 import Logging
 import NIOCore
+import NIOHTTP1
 import NIOSSL
 import Synchronization
 

@@ -1,5 +1,6 @@
 import AnalyticsIngest
 import Foundation
+import HTTPTypes
 import IsletLinks
 import IsletMessages
 

@@ -1,3 +1,4 @@
+import Hummingbird
 import IsletKafka
 import IsletMessages
 import IsletRuntime

@@ -6,6 +6,7 @@ import Hummingbird
 import IsletRuntime
 import Logging
 import ServiceLifecycle
+import UnixSignals
 
 LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
 var logger = Logger(label: "islet.apns-simulator")

@@ -5,6 +5,7 @@ import IsletMessages
 import IsletProtos
 import Logging
 import Metrics
+import SwiftProtobuf
 import Synchronization
 
 /// Ends an activity's token in token-registry (its gRPC `InvalidateActivity`): what the freshness

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import JWTKit
 
 /// Verifies activity tickets: the proof, issued by the activity's backend, that a user owns an

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import IsletKafka
 import IsletMessages
 import IsletTokens

@@ -1,9 +1,10 @@
 import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2
+import HTTPTypes
 import IsletMessages
-import IsletTokens
 import IsletProtos
+import IsletTokens
 import Logging
 import ServiceLifecycle
 import SwiftProtobuf

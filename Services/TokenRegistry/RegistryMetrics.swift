@@ -1,3 +1,4 @@
+import HTTPTypes
 import IsletMessages
 import IsletTokens
 import Metrics

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Logging
 import Metrics
 import ServiceLifecycle

@@ -1,4 +1,5 @@
 /// librdkafka's connection-security properties, which every Islet process takes from its
+import Foundation
 /// environment under librdkafka's own names: `ISLET_KAFKA_` and the name in capitals with `_` for
 /// `.` (`security.protocol` → `ISLET_KAFKA_SECURITY_PROTOCOL`, `sasl.password` →
 /// `ISLET_KAFKA_SASL_PASSWORD`). They apply to every client of the process: producers, group

@@ -1,4 +1,5 @@
 import Configuration
+import Foundation
 
 /// Reads a service's configuration by dotted key (`islet.kafka.bootstrap`) from the environment
 /// (`ISLET_KAFKA_BOOTSTRAP`), validating as it goes: a bad or missing value is an error that

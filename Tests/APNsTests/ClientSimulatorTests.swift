@@ -5,6 +5,7 @@ import NIOCore
 import Synchronization
 import Testing
 @testable import APNsDispatcher
+import NIOPosix
 
 @Suite("HTTP/2 client against the simulator, over TLS", .timeLimit(.minutes(2)))
 struct ClientSimulatorTests {

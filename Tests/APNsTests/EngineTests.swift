@@ -4,6 +4,7 @@ import IsletTokens
 import Synchronization
 import Testing
 @testable import APNsDispatcher
+import NIOCore
 
 /// A clock tests move by hand; sleepers wake when it passes their time, or when their task is
 /// cancelled (as with a real clock: the engine cancels its timers when it finishes).

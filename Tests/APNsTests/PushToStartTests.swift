@@ -3,6 +3,7 @@ import IsletMessages
 import IsletTokens
 import Testing
 @testable import APNsDispatcher
+import NIOCore
 
 /// A push-to-start must never start two activities: it is announced before it is sent, and one
 /// whose answer is unknown is not sent again.

@@ -7,6 +7,7 @@ import NIOSSL
 import Synchronization
 import Testing
 @testable import APNsDispatcher
+import IsletMessages
 
 /// Connections that hang before the request is written: the attempt's deadline covers them, and
 /// the failure says APNs cannot have processed the push.

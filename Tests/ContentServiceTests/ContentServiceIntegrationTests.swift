@@ -10,6 +10,7 @@ import Logging
 import ServiceLifecycle
 import Testing
 @testable import ContentService
+import SwiftProtobuf
 
 private let logger: Logger = {
     var logger = Logger(label: "islet.test.content-integration")

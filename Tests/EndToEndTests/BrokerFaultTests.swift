@@ -1,5 +1,6 @@
 import APNsSimulator
 import Foundation
+import IsletKafka
 import IsletLinks
 import IsletMessages
 import Synchronization

@@ -4,6 +4,7 @@ import Crypto
 import Foundation
 import IsletKafka
 import IsletMessages
+import NIOHTTP1
 import TokenRegistry
 
 /// The outside world of a run: the iOS app (registers tokens, forwards taps) and a backend

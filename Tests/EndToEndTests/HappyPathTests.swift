@@ -1,6 +1,7 @@
 import APNsSimulator
 import Foundation
 import IsletMessages
+import NIOHTTP1
 import Testing
 
 /// One scenario's steps: the backend's events, the app's registrations in between.

@@ -1,9 +1,12 @@
+import APNsSimulator
 import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2
-import IsletProtos
 import IsletLinks
 import IsletMessages
+import IsletProtos
+import NIOHTTP1
+import SwiftProtobuf
 import Testing
 
 #if canImport(Glibc)

@@ -1,7 +1,9 @@
 import APNsSimulator
 import Foundation
+import IsletKafka
 import IsletLinks
 import IsletMessages
+import NIOHTTP1
 import Synchronization
 import Testing
 

@@ -5,6 +5,7 @@ import Logging
 import Synchronization
 import Testing
 @testable import IsletCLI
+import ArgumentParser
 
 // Against the broker scripts/test.sh starts (ISLET_KAFKA_BOOTSTRAP); with ISLET_REQUIRE_BROKER=1 a
 // missing broker fails the suite instead of skipping it.

@@ -1,12 +1,14 @@
 import Foundation
-import IsletKafka
-import Synchronization
 import Hummingbird
 import HummingbirdTesting
+import IsletKafka
 import IsletRuntime
 import Logging
 import Metrics
+import NIOFoundationCompat
 import Prometheus
+import ServiceLifecycle
+import Synchronization
 import Testing
 
 @Suite("/health and /metrics")

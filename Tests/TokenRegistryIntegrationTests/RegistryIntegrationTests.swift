@@ -1,12 +1,13 @@
 import Foundation
 import IsletKafka
 import IsletMessages
-import IsletTokens
 import IsletRuntime
+import IsletTokens
 import Logging
 import ServiceLifecycle
 import Testing
 @testable import TokenRegistry
+import HTTPTypes
 
 private let logger: Logger = {
     var logger = Logger(label: "islet.test.registry-integration")

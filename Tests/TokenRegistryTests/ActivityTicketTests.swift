@@ -4,6 +4,7 @@ import IsletRuntime
 import IsletTokens
 import Testing
 @testable import TokenRegistry
+import HTTPTypes
 
 /// Who owns an activity: the user its backend's ticket names, whoever registered the id first.
 @Suite("Activity tickets")

@@ -1,13 +1,15 @@
 import Foundation
 import GRPCCore
-import IsletRuntime
-import Synchronization
 import GRPCNIOTransportHTTP2
 import IsletMessages
 import IsletProtos
+import IsletRuntime
 import IsletTokens
+import Synchronization
 import Testing
 @testable import TokenRegistry
+import HTTPTypes
+import SwiftProtobuf
 
 /// Activity ids are chosen by backends, so two apps may use the same one: an activity is its app
 /// and its id together (`<bundleId>/<activityId>`), everywhere the registry keys state.

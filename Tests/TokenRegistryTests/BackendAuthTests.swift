@@ -5,6 +5,7 @@ import IsletProtos
 import IsletTokens
 import Testing
 @testable import TokenRegistry
+import SwiftProtobuf
 
 @Suite("The backends' gRPC API: a key per backend, checked on every call, with read or write permission")
 struct BackendAuthTests {

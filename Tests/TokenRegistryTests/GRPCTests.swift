@@ -2,10 +2,11 @@ import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2
 import IsletMessages
-import IsletTokens
 import IsletProtos
+import IsletTokens
 import Testing
 @testable import TokenRegistry
+import SwiftProtobuf
 
 @Suite("The backends' gRPC API, through a real server", .timeLimit(.minutes(1)))
 struct GRPCTests {

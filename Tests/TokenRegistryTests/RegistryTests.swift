@@ -3,6 +3,7 @@ import IsletMessages
 import IsletTokens
 import Testing
 @testable import TokenRegistry
+import HTTPTypes
 
 @Suite("Registry rules")
 struct RegistryTests {

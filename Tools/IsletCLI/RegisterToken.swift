@@ -5,6 +5,7 @@ import Foundation
 import IsletMessages
 import JWTKit
 import NIOCore
+import NIOHTTP1
 
 /// `islet register-token`: registers an activity's update token with token-registry, as the app would.
 struct RegisterToken: AsyncParsableCommand {

@@ -16,6 +16,7 @@ import IsletMessages
 import JWTKit
 import Logging
 import NIOCore
+import NIOHTTP1
 import TokenRegistry
 import UnixSignals
 
