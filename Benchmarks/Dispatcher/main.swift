@@ -35,13 +35,13 @@ struct Key: ParsableCommand {
 }
 
 /// Prints a provider token (for h2load's authorization header).
-struct ProviderToken: ParsableCommand {
+struct ProviderToken: AsyncParsableCommand {
     @Option var key: String
     @Option var keyID: String
     @Option var team: String
-    func run() throws {
+    func run() async throws {
         let signing = try APNsSigningKey(keyID: keyID, teamID: team, pem: try String(contentsOfFile: key, encoding: .utf8))
-        print(try signing.providerToken(issuedAt: Date()))
+        print(try await signing.providerToken(issuedAt: Date()))
     }
 }
 
@@ -189,7 +189,7 @@ struct AHCLoad: AsyncParsableCommand {
         configuration.httpVersion = .automatic
         let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         let signing = try APNsSigningKey(keyID: keyID, teamID: team, pem: try String(contentsOfFile: key, encoding: .utf8))
-        let jwt = try signing.providerToken(issuedAt: Date())
+        let jwt = try await signing.providerToken(issuedAt: Date())
         let body = Array(payload(sequence: 1, size: size).utf8)
         let (url, bundle, count, concurrency) = (self.url, self.bundle, self.count, self.concurrency)
         let started = ContinuousClock.now

@@ -108,7 +108,7 @@ public final class APNsClient: Sendable {
         }
         let connection = try await lane.connection(deadline: deadline)
         let now = self.now()
-        let candidate = try source.current(now: now)
+        let candidate = try await source.current(now: now)
         let token = connection.providerToken.withLock { $0.use(candidate: candidate, now: now) }
         return try await connection.send(push, authorization: token, deadline: deadline)
     }
@@ -117,7 +117,7 @@ public final class APNsClient: Sendable {
     /// may refuse a new token on a connection that used another).
     public func renewProviderToken(teamID: String) {
         guard let source = tokenSources[teamID] else { return }
-        _ = try? source.renew(now: now())
+        source.renew(now: now())
         for environment in [APNsEnvironment.production, .sandbox] {
             lanes[LaneKey(teamID: teamID, environment: environment)]?.reconnect()
         }

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import JWTKit
 import Synchronization
 
 /// An APNs signing key (the `.p8` file) and the team it belongs to. The key is read once and
@@ -23,19 +24,27 @@ public struct APNsSigningKey: Sendable, CustomStringConvertible {
 
     public var description: String { "APNsSigningKey(team: \(teamID), key: \(keyID))" }
 
-    /// A provider token (ES256 JWT: header `{alg, kid}`, claims `{iss, iat}`) issued at `issuedAt`.
-    public func providerToken(issuedAt: Date) throws -> String {
-        let header = Self.base64URL(Array(#"{"alg":"ES256","kid":"\#(keyID)"}"#.utf8))
-        let claims = Self.base64URL(Array(#"{"iss":"\#(teamID)","iat":\#(Int64(issuedAt.timeIntervalSince1970))}"#.utf8))
-        let signingInput = header + "." + claims
-        let signature = try privateKey.signature(for: Array(signingInput.utf8))
-        return signingInput + "." + Self.base64URL(Array(signature.rawRepresentation))
+    /// A provider token (an ES256 JWT signed with JWTKit: header `{alg, kid, typ}`, claims `{iss, iat}`)
+    /// issued at `issuedAt`, rounded down to the second (APNs reads `iat` as whole seconds).
+    public func providerToken(issuedAt: Date) async throws -> String {
+        let keys = JWTKeyCollection()
+        let kid = JWKIdentifier(string: keyID)
+        await keys.add(ecdsa: try ES256PrivateKey(backing: privateKey), kid: kid)
+        let claims = ProviderTokenClaims(
+            iss: IssuerClaim(value: teamID),
+            iat: IssuedAtClaim(value: Date(timeIntervalSince1970: issuedAt.timeIntervalSince1970.rounded(.down)))
+        )
+        return try await keys.sign(claims, kid: kid)
     }
+}
 
-    static func base64URL(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
+/// The claims of an APNs provider token: the team that issued it and when.
+struct ProviderTokenClaims: JWTPayload {
+    var iss: IssuerClaim
+    var iat: IssuedAtClaim
+
+    /// APNs, not the sender, judges a provider token's age.
+    func verify(using algorithm: some JWTAlgorithm) throws {}
 }
 
 /// The provider tokens of one signing key: one per fixed time window, shared by every connection
@@ -50,6 +59,8 @@ public final class ProviderTokenSource: Sendable {
     public let key: APNsSigningKey
     public let window: TimeInterval
     private let cache = Mutex<(windowStart: Date, token: String)?>(nil)
+    /// The window whose token must be minted afresh, issued at the moment it is (after ``renew(now:)``).
+    private let renewed = Mutex<Date?>(nil)
 
     public init(key: APNsSigningKey, window: Duration = .seconds(1_800)) {
         self.key = key
@@ -57,20 +68,28 @@ public final class ProviderTokenSource: Sendable {
     }
 
     /// The token of the window `now` falls in (minted on first use).
-    public func current(now: Date) throws -> String {
-        let start = Date(timeIntervalSince1970: (now.timeIntervalSince1970 / window).rounded(.down) * window)
+    public func current(now: Date) async throws -> String {
+        let start = windowStart(now)
         if let cached = cache.withLock({ $0 }), cached.windowStart == start { return cached.token }
-        let token = try key.providerToken(issuedAt: start)
+        let fresh = renewed.withLock { renewed in
+            defer { renewed = nil }
+            return renewed == start
+        }
+        let token = try await key.providerToken(issuedAt: fresh ? now : start)
         cache.withLock { $0 = (start, token) }
         return token
     }
 
-    /// A token issued now, after APNs said the current one expired; it serves the rest of the window.
-    public func renew(now: Date) throws -> String {
-        let start = Date(timeIntervalSince1970: (now.timeIntervalSince1970 / window).rounded(.down) * window)
-        let token = try key.providerToken(issuedAt: now)
-        cache.withLock { $0 = (start, token) }
-        return token
+    /// APNs said the current token expired: the next ``current(now:)`` mints one issued then, which
+    /// serves the rest of the window.
+    public func renew(now: Date) {
+        let start = windowStart(now)
+        renewed.withLock { $0 = start }
+        cache.withLock { $0 = nil }
+    }
+
+    private func windowStart(_ now: Date) -> Date {
+        Date(timeIntervalSince1970: (now.timeIntervalSince1970 / window).rounded(.down) * window)
     }
 }
 

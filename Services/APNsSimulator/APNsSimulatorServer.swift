@@ -72,7 +72,7 @@ public final class APNsSimulatorServer: Service, Sendable {
     public func run() async throws {
         let sslContext = try NIOSSLContext(configuration: configuration.tls.serverConfiguration())
         let state = self.state
-        let verifier = ProviderTokenVerifier(keys: configuration.keys)
+        let verifier = try await ProviderTokenVerifier(keys: configuration.keys)
         let now = configuration.now
         var connectionConfiguration = NIOHTTP2Handler.ConnectionConfiguration()
         connectionConfiguration.initialSettings = [
@@ -134,12 +134,16 @@ final class ConnectionContext: Sendable {
 
     init(id: Int) { self.id = id }
 
-    /// The answer APNs gives for this provider token on this connection, or `nil` when it is fine.
-    func checkProviderToken(_ authorization: String?, verifier: ProviderTokenVerifier, now: Date) -> APNsRejection? {
-        if let authorization, let cached = verified.withLock({ $0 }), cached.authorization == authorization {
-            return now.timeIntervalSince(cached.issuedAt) > ProviderTokenVerifier.maximumAge ? APNsRejection(403, "ExpiredProviderToken") : nil
-        }
-        switch verifier.verify(authorization: authorization, now: now) {
+    /// The answer APNs gives for this provider token on this connection when it is the token that
+    /// last verified here (`.some(nil)`: fine), or `nil` when it must be verified first.
+    func knownVerdict(_ authorization: String?, now: Date) -> APNsRejection?? {
+        guard let authorization, let cached = verified.withLock({ $0 }), cached.authorization == authorization else { return nil }
+        return .some(now.timeIntervalSince(cached.issuedAt) > ProviderTokenVerifier.maximumAge ? APNsRejection(403, "ExpiredProviderToken") : nil)
+    }
+
+    /// The answer APNs gives once the token has been verified (`verdict`), or `nil` when it is fine.
+    func admit(_ authorization: String?, verdict: Result<ProviderTokenVerifier.Verified, ProviderTokenVerifier.Failure>, now: Date) -> APNsRejection? {
+        switch verdict {
         case .failure(let failure):
             return APNsRejection(403, failure.reason)
         case .success(let token):
@@ -223,9 +227,26 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         case .failure(let rejection): return reject(rejection, apnsID: fields["apns-id"], context: context)
         case .success(let value): token = value
         }
-        if let rejection = connection.checkProviderToken(fields["authorization"], verifier: verifier, now: now) {
-            return reject(rejection, apnsID: fields["apns-id"], context: context)
+        let authorization = fields["authorization"]
+        if let known = connection.knownVerdict(authorization, now: now) {
+            if let rejection = known { return reject(rejection, apnsID: fields["apns-id"], context: context) }
+            return answer(request, token: token, fields: fields, now: now, context: context)
         }
+        // A token not seen on this connection yet: its signature is checked off the event loop,
+        // and the answer is written back on it.
+        let verifier = self.verifier
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.makeFutureWithTask { await verifier.verify(authorization: authorization, now: now) }.whenSuccess { verdict in
+            let (handler, context) = loopBound.value
+            if let rejection = handler.connection.admit(authorization, verdict: verdict, now: now) {
+                return handler.reject(rejection, apnsID: fields["apns-id"], context: context)
+            }
+            handler.answer(request, token: token, fields: fields, now: now, context: context)
+        }
+    }
+
+    /// The answer to a request whose provider token is fine: validation, then a fault if one is armed.
+    private func answer(_ request: NotificationValidator.Request, token: String, fields: [String: String], now: Date, context: ChannelHandlerContext) {
         let streamID = (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)).map { Int($0) } ?? 0
         let notification: AcceptedNotification
         switch NotificationValidator.validate(request, token: token, now: now, connection: connection.id, stream: streamID) {

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import JWTKit
 
 /// Checks APNs provider tokens (ES256 JWTs) the way APNs does: the key named by `kid` must be
 /// known, `iss` must be that key's team, the signature must verify, and `iat` must be less than an
@@ -39,47 +40,43 @@ public struct ProviderTokenVerifier: Sendable {
         public var issuedAt: Date
     }
 
-    private let keys: [String: Key]
+    private let keys: JWTKeyCollection
+    private let teams: [String: String]
     /// APNs refuses tokens older than this.
     public static let maximumAge: TimeInterval = 3_600
 
-    public init(keys: [Key]) {
-        self.keys = Dictionary(keys.map { ($0.keyID, $0) }, uniquingKeysWith: { $1 })
+    public init(keys: [Key]) async throws {
+        let collection = JWTKeyCollection()
+        for key in keys {
+            await collection.add(ecdsa: try ES256PublicKey(backing: key.publicKey), kid: JWKIdentifier(string: key.keyID))
+        }
+        self.keys = collection
+        self.teams = Dictionary(keys.map { ($0.keyID, $0.teamID) }, uniquingKeysWith: { $1 })
     }
 
     /// Verifies `authorization` (`bearer <jwt>`) at time `now`.
-    public func verify(authorization: String?, now: Date) -> Result<Verified, Failure> {
+    public func verify(authorization: String?, now: Date) async -> Result<Verified, Failure> {
         guard let authorization, !authorization.isEmpty else { return .failure(.missing) }
         let parts = authorization.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { return .failure(.invalid) }
-        let segments = parts[1].split(separator: ".", omittingEmptySubsequences: false)
-        guard segments.count == 3,
-            let headerData = Data(base64URL: segments[0]), let claimsData = Data(base64URL: segments[1]),
-            let signatureData = Data(base64URL: segments[2]),
-            let header = try? JSONDecoder().decode(Header.self, from: headerData),
-            let claims = try? JSONDecoder().decode(Claims.self, from: claimsData)
+        let token = Array(parts[1].utf8)
+        // The header first: the key it names must be known and the algorithm must be that key's.
+        guard let header = try? DefaultJWTParser().parse(token, as: Claims.self).header,
+            header.alg == "ES256", let kid = header.kid, let team = teams[kid],
+            let claims = try? await keys.verify(token, as: Claims.self), claims.iss.value == team
         else { return .failure(.invalid) }
-        guard header.alg == "ES256", let kid = header.kid, let key = keys[kid], claims.iss == key.teamID else {
-            return .failure(.invalid)
-        }
-        let signingInput = Data(parts[1].utf8.prefix(segments[0].utf8.count + 1 + segments[1].utf8.count))
-        guard let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureData),
-            key.publicKey.isValidSignature(signature, for: signingInput)
-        else { return .failure(.invalid) }
-        let issuedAt = Date(timeIntervalSince1970: TimeInterval(claims.iat))
+        let issuedAt = claims.iat.value
         guard issuedAt <= now.addingTimeInterval(60) else { return .failure(.invalid) }
         guard now.timeIntervalSince(issuedAt) <= Self.maximumAge else { return .failure(.expired) }
-        return .success(Verified(keyID: kid, teamID: key.teamID, issuedAt: issuedAt))
+        return .success(Verified(keyID: kid, teamID: team, issuedAt: issuedAt))
     }
 
-    private struct Header: Decodable {
-        var alg: String
-        var kid: String?
-    }
+    /// A provider token's claims; their age is judged by ``verify(authorization:now:)`` with its `now`.
+    private struct Claims: JWTPayload {
+        var iss: IssuerClaim
+        var iat: IssuedAtClaim
 
-    private struct Claims: Decodable {
-        var iss: String
-        var iat: Int64
+        func verify(using algorithm: some JWTAlgorithm) throws {}
     }
 }
 
@@ -100,14 +97,5 @@ public struct ConnectionTokenState: Sendable {
         self.token = token
         self.since = now
         return true
-    }
-}
-
-extension Data {
-    /// Decodes unpadded base64url (RFC 4648 §5).
-    init?(base64URL text: Substring) {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        self.init(base64Encoded: base64)
     }
 }

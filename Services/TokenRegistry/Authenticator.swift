@@ -64,7 +64,7 @@ public struct Authenticator: Sendable {
         }
         let token = String(parts[1])
         guard token.utf8.count <= 4_096 else { throw .unauthenticated("the JWT is longer than 4096 bytes") }
-        guard let header = JWTHeader.of(token) else { throw .unauthenticated("the JWT is malformed") }
+        guard let header = UnverifiedHeader.of(token) else { throw .unauthenticated("the JWT is malformed") }
         guard let kid = header.kid, let algorithm = algorithms[kid] else {
             throw .unauthenticated("the JWT's kid does not name a known key")
         }
@@ -104,26 +104,17 @@ public struct Authenticator: Sendable {
 
 }
 
-/// A JWT's header, read before its signature is checked: which key (`kid`) and algorithm it
-/// claims, so that a token cannot pick a key's algorithm. Shared by the app's JWTs and tickets.
-struct JWTHeader: Decodable {
-    var alg: String
-    var kid: String?
-
-    /// The header of `token`, or `nil` when it is not a JWT.
+/// A JWT's header (JWTKit's), read before its signature is checked: which key (`kid`) and
+/// algorithm it claims, so that a token cannot pick a key's algorithm. Shared by the app's JWTs
+/// and tickets.
+enum UnverifiedHeader {
+    /// The header of `token`, or `nil` when it is not a JWT (three base64url parts, JSON objects).
     static func of(_ token: String) -> JWTHeader? {
-        guard let first = token.split(separator: ".", omittingEmptySubsequences: false).first,
-            let data = Data(base64URLEncoded: String(first))
-        else { return nil }
-        return try? JSONDecoder().decode(JWTHeader.self, from: data)
+        try? DefaultJWTParser().parse(Array(token.utf8), as: AnyClaims.self).header
     }
-}
 
-extension Data {
-    /// Decodes unpadded base64url (RFC 4648 §5), as JWTs use.
-    init?(base64URLEncoded text: String) {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        self.init(base64Encoded: base64)
+    /// Any payload that is a JSON object; its claims are read only after the signature verified.
+    private struct AnyClaims: JWTPayload {
+        func verify(using algorithm: some JWTAlgorithm) throws {}
     }
 }

@@ -144,8 +144,8 @@ struct ClientSimulatorTests {
             let connection = try await APNsConnection.connect(
                 id: 1, host: "127.0.0.1", port: port, sslContext: try makeClient(port: port, trust: trust).sslContext, serverHostname: nil,
                 connectTimeout: .seconds(5), group: .singletonMultiThreadedEventLoopGroup)
-            let first = try signingKey.providerToken(issuedAt: Date())
-            let second = try signingKey.providerToken(issuedAt: Date().addingTimeInterval(-10))
+            let first = try await signingKey.providerToken(issuedAt: Date())
+            let second = try await signingKey.providerToken(issuedAt: Date().addingTimeInterval(-10))
             #expect(try await connection.send(push(hexToken(1)), authorization: first, deadline: .now() + .seconds(5)).status == 200)
             let churn = try await connection.send(push(hexToken(1)), authorization: second, deadline: .now() + .seconds(5))
             #expect(churn.status == 429)

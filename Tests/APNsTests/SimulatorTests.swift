@@ -110,19 +110,56 @@ struct SimulatorRuleTests {
     }
 
     @Test("provider tokens: known key and team, valid signature, less than an hour old")
-    func providerTokens() throws {
-        let verifier = ProviderTokenVerifier(keys: [.init(keyID: signingKey.keyID, teamID: signingKey.teamID, publicKey: teamKey.publicKey)])
+    func providerTokens() async throws {
+        let verifier = try await ProviderTokenVerifier(keys: [.init(keyID: signingKey.keyID, teamID: signingKey.teamID, publicKey: teamKey.publicKey)])
         let now = Date()
-        let token = try signingKey.providerToken(issuedAt: now.addingTimeInterval(-60))
-        #expect(verifier.verify(authorization: "bearer \(token)", now: now).map(\.teamID) == .success(signingKey.teamID))
-        #expect(verifier.verify(authorization: nil, now: now) == .failure(.missing))
-        #expect(verifier.verify(authorization: "bearer a.b.c", now: now) == .failure(.invalid))
-        let old = try signingKey.providerToken(issuedAt: now.addingTimeInterval(-3_700))
-        #expect(verifier.verify(authorization: "bearer \(old)", now: now) == .failure(.expired))
+        let token = try await signingKey.providerToken(issuedAt: now.addingTimeInterval(-60))
+        #expect(await verifier.verify(authorization: "bearer \(token)", now: now).map(\.teamID) == .success(signingKey.teamID))
+        #expect(await verifier.verify(authorization: nil, now: now) == .failure(.missing))
+        #expect(await verifier.verify(authorization: "bearer a.b.c", now: now) == .failure(.invalid))
+        #expect(await verifier.verify(authorization: "basic \(token)", now: now) == .failure(.invalid))
+        let old = try await signingKey.providerToken(issuedAt: now.addingTimeInterval(-3_700))
+        #expect(await verifier.verify(authorization: "bearer \(old)", now: now) == .failure(.expired))
+        let future = try await signingKey.providerToken(issuedAt: now.addingTimeInterval(120))
+        #expect(await verifier.verify(authorization: "bearer \(future)", now: now) == .failure(.invalid))
         let otherTeam = APNsSigningKey(keyID: signingKey.keyID, teamID: "OTHERTEAM1", privateKey: teamKey)
-        #expect(verifier.verify(authorization: "bearer \(try otherTeam.providerToken(issuedAt: now))", now: now) == .failure(.invalid))
+        #expect(await verifier.verify(authorization: "bearer \(try await otherTeam.providerToken(issuedAt: now))", now: now) == .failure(.invalid))
         let otherKey = APNsSigningKey(keyID: signingKey.keyID, teamID: signingKey.teamID, privateKey: P256.Signing.PrivateKey())
-        #expect(verifier.verify(authorization: "bearer \(try otherKey.providerToken(issuedAt: now))", now: now) == .failure(.invalid))
+        #expect(await verifier.verify(authorization: "bearer \(try await otherKey.providerToken(issuedAt: now))", now: now) == .failure(.invalid))
+        let unknownKey = APNsSigningKey(keyID: "UNKNOWNKEY", teamID: signingKey.teamID, privateKey: teamKey)
+        #expect(await verifier.verify(authorization: "bearer \(try await unknownKey.providerToken(issuedAt: now))", now: now) == .failure(.invalid))
+        // The header names another algorithm over the same claims and signature: refused.
+        let parts = token.split(separator: ".").map(String.init)
+        let hs256 = Data(#"{"alg":"HS256","kid":"\#(signingKey.keyID)"}"#.utf8).base64EncodedString()
+            .replacingOccurrences(of: "=", with: "").replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        #expect(await verifier.verify(authorization: "bearer \(hs256).\(parts[1]).\(parts[2])", now: now) == .failure(.invalid))
+    }
+
+    @Test("a provider token is what APNs documents: header alg ES256 and kid, claims iss and iat in whole seconds")
+    func providerTokenShape() async throws {
+        let token = try await signingKey.providerToken(issuedAt: Date(timeIntervalSince1970: 1_800_000_000.75))
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        #expect(parts.count == 3)
+        func object(_ part: Substring) throws -> [String: Any] {
+            let data = try #require(Data(base64Encoded: base64(part)))
+            return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        }
+        let header = try object(parts[0])
+        #expect(header["alg"] as? String == "ES256")
+        #expect(header["kid"] as? String == signingKey.keyID)
+        let claims = try object(parts[1])
+        #expect(Set(claims.keys) == ["iss", "iat"])
+        #expect(claims["iss"] as? String == signingKey.teamID)
+        let iatText = try #require(String(data: try JSONSerialization.data(withJSONObject: ["iat": claims["iat"]!]), encoding: .utf8))
+        #expect(iatText == #"{"iat":1800000000}"#)
+        let signature = try #require(Data(base64Encoded: base64(parts[2])))
+        #expect(signature.count == 64, "ES256's raw r‖s, as APNs expects")
+    }
+
+    private func base64(_ part: Substring) -> String {
+        var text = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while text.count % 4 != 0 { text += "=" }
+        return text
     }
 
     @Test("a connection takes a new provider token at most every 20 minutes")
