@@ -11,6 +11,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
 mkdir -p "$ISLET_RUN_DIR"
@@ -37,8 +39,8 @@ for topic in islet.clicks.v1 islet.clicks-rejected.v1; do
 done
 
 secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
-operator_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+port=$(free_port)
+operator_port=$(free_port)
 # Every request comes from 127.0.0.1: the rate limiter runs but is set far above the load.
 ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=$port ISLET_OPERATOR_PORT=$operator_port \
   ISLET_LINK_KEYS="bench=$secret" ISLET_ANALYTICS_BENCH_ROUTE=true ISLET_LOG_LEVEL=warning \

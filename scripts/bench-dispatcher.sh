@@ -13,6 +13,8 @@ set -euo pipefail
 shopt -s inherit_errexit  # a failure inside `d=$(run_dispatcher)` fails the script, not just prints 0
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
 run=$ISLET_RUN_DIR/bench-dispatcher
@@ -36,7 +38,6 @@ bin=$(swift build -c release --show-bin-path)
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; pids=(); }
 trap cleanup EXIT INT TERM
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 wait_http() { for _ in $(seq 1 600); do curl -sf "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
 
 key_id=BENCHKEY01; team=BENCHTEAM1; bundle=com.example.bench

@@ -9,6 +9,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
 mkdir -p "$ISLET_RUN_DIR"
@@ -35,7 +37,7 @@ for topic in islet.tokens.v1 islet.push-outcomes.v1 islet.dlq.v1; do
 done
 
 secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+port=$(free_port)
 ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=$port ISLET_GRPC_PORT=0 ISLET_OPERATOR_PORT=0 \
   ISLET_AUTH_HS256_KEYS="bench=$secret" ISLET_LOG_LEVEL=warning ISLET_QUOTA_LIVE_ACTIVITIES=0 \
   "$bin/token-registry" >"$ISLET_RUN_DIR/bench-registry.log" 2>&1 &

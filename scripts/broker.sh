@@ -13,6 +13,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 tools=${ISLET_TOOLS:-$repo/.tools}
 run_dir=${ISLET_RUN_DIR:-$repo/.islet-run}
 mkdir -p "$run_dir"
@@ -45,7 +47,7 @@ fi
 tansu="$tools/bin/tansu"
 [ -x "$tansu" ] || { echo "tansu not found at $tansu: run scripts/bootstrap.sh" >&2; exit 1; }
 
-port=${ISLET_BROKER_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')}
+port=${ISLET_BROKER_PORT:-$(free_port)}
 "$tansu" broker \
   --listener-url "tcp://127.0.0.1:$port" \
   --advertised-listener-url "tcp://127.0.0.1:$port" \

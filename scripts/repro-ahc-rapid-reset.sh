@@ -10,6 +10,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
 run=$ISLET_RUN_DIR/repro-ahc
@@ -20,7 +22,6 @@ concurrency=${CONCURRENCY:-100}
 scripts/bootstrap.sh
 for product in apns-simulator islet-dispatch-bench; do swift build -c release --product "$product" >/dev/null; done
 bin=$(swift build -c release --show-bin-path)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 key_id=REPROKEY01; team=REPROTEAM1
 "$bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"
