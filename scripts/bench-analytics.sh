@@ -22,14 +22,13 @@ connections=${CONNECTIONS:-32}
 
 scripts/bootstrap.sh
 if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"; $sudo apt-get install -y -q wrk curl >/dev/null
+  as_root apt-get install -y -q wrk curl >/dev/null
 fi
-swift build -c release --product analytics-ingest | { grep -E "error:" >&2 || true; }
-swift build -c release --product islet-kafka-bench | { grep -E "error:" >&2 || true; }
+build_release analytics-ingest islet-kafka-bench
 bin=$(swift build -c release --show-bin-path)
 
 pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
+cleanup() { stop_pids "${pids[@]}"; }
 trap cleanup EXIT INT TERM
 
 eval "$(scripts/broker.sh)"
@@ -38,7 +37,7 @@ for topic in islet.clicks.v1 islet.clicks-rejected.v1; do
   "$bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
 done
 
-secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+secret=$(new_secret)
 port=$(free_port)
 operator_port=$(free_port)
 # Every request comes from 127.0.0.1: the rate limiter runs but is set far above the load.
@@ -48,11 +47,7 @@ ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTT
   "$bin/analytics-ingest" >"$ISLET_RUN_DIR/bench-analytics.log" 2>&1 &
 pids+=("$!")
 url="http://127.0.0.1:$port"
-for _ in $(seq 1 300); do
-  curl -sf "$url/health" >/dev/null 2>&1 && break
-  sleep 0.1
-done
-curl -sf "$url/health" >/dev/null || { echo "analytics-ingest did not become ready; its log:"; cat "$ISLET_RUN_DIR/bench-analytics.log"; exit 1; }
+wait_http "$url/health" 300 || { echo "analytics-ingest did not become ready; its log:"; cat "$ISLET_RUN_DIR/bench-analytics.log"; exit 1; }
 
 # Signed links for 64 activities, issued 11 hours ago (tap times then stay within the 12 h
 # validity and before now). The signature is the codec's (docs/links.md), made here in Python.

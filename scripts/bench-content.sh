@@ -9,6 +9,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
 mkdir -p "$ISLET_RUN_DIR"
@@ -16,14 +18,14 @@ rounds=${ROUNDS:-3}
 events=${EVENTS:-20000}
 
 scripts/bootstrap.sh
-swift build -c release --product islet-content-bench | { grep -E "error:" >&2 || true; }
+build_release islet-content-bench
 bench=$(swift build -c release --show-bin-path)/islet-content-bench
 
 echo "== assembly (in process, median of 5 rounds of $events events)"
 "$bench" assembly --events "$events" | tee "$ISLET_RUN_DIR/bench-content-assembly.txt"
 
 broker_pid=""
-stop_broker() { if [ -n "$broker_pid" ]; then kill "$broker_pid" 2>/dev/null || true; wait "$broker_pid" 2>/dev/null || true; fi; broker_pid=""; }
+stop_broker() { if [ -n "$broker_pid" ]; then stop_pids "$broker_pid"; fi; broker_pid=""; }
 trap stop_broker EXIT INT TERM
 
 echo "== pipeline ($events events over 1,000 activities, 4 partitions; a fresh broker per round)"

@@ -27,18 +27,15 @@ latency_seconds=${LATENCY_SECONDS:-20}  # the latency run at 1,000 requests/s
 
 scripts/bootstrap.sh
 if ! command -v h2load >/dev/null || ! command -v curl >/dev/null; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"; $sudo apt-get install -y -q nghttp2-client curl >/dev/null
+  as_root apt-get install -y -q nghttp2-client curl >/dev/null
 fi
 python3 -c 'import aioapns' 2>/dev/null || python3 -m pip install -q 'aioapns==4.0'
-for product in apns-simulator apns-dispatcher islet-dispatch-bench islet-kafka-bench; do
-  swift build -c release --product "$product" | { grep -E "error:" >&2 || true; }
-done
+build_release apns-simulator apns-dispatcher islet-dispatch-bench islet-kafka-bench
 bin=$(swift build -c release --show-bin-path)
 
 pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; pids=(); }
+cleanup() { stop_pids "${pids[@]}"; pids=(); }
 trap cleanup EXIT INT TERM
-wait_http() { for _ in $(seq 1 600); do curl -sf "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
 
 key_id=BENCHKEY01; team=BENCHTEAM1; bundle=com.example.bench
 "$bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"

@@ -28,6 +28,8 @@
 # (scripts/bench-report.sh reads them).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
 hop_rate=${HOP_RATE:-1000}
@@ -77,7 +79,7 @@ print(f"one Kafka hop on {broker} (rdkafka_performance), {len(values)} of {sent}
 print(f"latency\tkafka.hop.{broker}\t{p(0.5):.2f}\t{p(0.9):.2f}\t{p(0.99):.2f}\t{values[-1]:.2f}\t{len(values)}\t{sent}")
 PY
 }
-stop_hop() { for pid in "${hop_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; hop_pids=(); }
+stop_hop() { stop_pids "${hop_pids[@]}"; hop_pids=(); }
 
 # One broker failing does not stop the other's measurement; the script fails at the end.
 failed=()

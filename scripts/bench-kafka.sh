@@ -16,6 +16,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
 mkdir -p "$ISLET_RUN_DIR"
@@ -23,7 +25,7 @@ rounds=${ROUNDS:-5}
 tools=${ISLET_TOOLS:-$repo/.tools}
 
 scripts/bootstrap.sh
-swift build -c release --product islet-kafka-bench | { grep -E "error:" >&2 || true; }
+build_release islet-kafka-bench
 bench=$(swift build -c release --show-bin-path)/islet-kafka-bench
 rdperf="$tools/bin/rdkafka_performance"
 producer_props=(-X enable.idempotence=true -X acks=all -X linger.ms=5 -X partitioner=murmur2_random -X message.timeout.ms=30000)
@@ -31,7 +33,7 @@ results="$ISLET_RUN_DIR/bench-kafka.tsv"
 : > "$results"
 
 broker_pid=""
-stop_broker() { if [ -n "$broker_pid" ]; then kill "$broker_pid" 2>/dev/null || true; wait "$broker_pid" 2>/dev/null || true; fi; broker_pid=""; }
+stop_broker() { if [ -n "$broker_pid" ]; then stop_pids "$broker_pid"; fi; broker_pid=""; }
 trap stop_broker EXIT INT TERM
 
 rate_rdkafka() {  # the msgs/s figure of rdkafka_performance's summary line

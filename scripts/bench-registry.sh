@@ -20,14 +20,13 @@ connections=${CONNECTIONS:-32}
 
 scripts/bootstrap.sh
 if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"; $sudo apt-get install -y -q wrk curl >/dev/null
+  as_root apt-get install -y -q wrk curl >/dev/null
 fi
-swift build -c release --product token-registry | { grep -E "error:" >&2 || true; }
-swift build -c release --product islet-kafka-bench | { grep -E "error:" >&2 || true; }
+build_release token-registry islet-kafka-bench
 bin=$(swift build -c release --show-bin-path)
 
 pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
+cleanup() { stop_pids "${pids[@]}"; }
 trap cleanup EXIT INT TERM
 
 eval "$(scripts/broker.sh)"
@@ -36,18 +35,14 @@ for topic in islet.tokens.v1 islet.push-outcomes.v1 islet.dlq.v1; do
   "$bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
 done
 
-secret=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+secret=$(new_secret)
 port=$(free_port)
 ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=$port ISLET_GRPC_PORT=0 ISLET_OPERATOR_PORT=0 \
   ISLET_AUTH_HS256_KEYS="bench=$secret" ISLET_LOG_LEVEL=warning ISLET_QUOTA_LIVE_ACTIVITIES=0 \
   "$bin/token-registry" >"$ISLET_RUN_DIR/bench-registry.log" 2>&1 &
 pids+=("$!")
 url="http://127.0.0.1:$port"
-for _ in $(seq 1 300); do
-  curl -sf "$url/health" >/dev/null 2>&1 && break
-  sleep 0.1
-done
-curl -sf "$url/health" >/dev/null || { echo "token-registry did not become ready; its log:"; cat "$ISLET_RUN_DIR/bench-registry.log"; exit 1; }
+wait_http "$url/health" 300 || { echo "token-registry did not become ready; its log:"; cat "$ISLET_RUN_DIR/bench-registry.log"; exit 1; }
 
 # An HS256 JWT for one user, valid for an hour.
 export BENCH_JWT=$(python3 - "$secret" <<'PY'

@@ -9,10 +9,12 @@
 #   scripts/broker-batches.sh
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}/broker-batches
 scripts/bootstrap.sh
-swift build -c release --product islet-kafka-bench | { grep -E "error:" >&2 || true; }
+build_release islet-kafka-bench
 bench=$(swift build -c release --show-bin-path)/islet-kafka-bench
 perf=${ISLET_TOOLS:-$repo/.tools}/bin/rdkafka_performance
 eval "$(scripts/broker.sh)"

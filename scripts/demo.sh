@@ -16,6 +16,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
 run=$ISLET_RUN_DIR/demo
@@ -35,10 +37,9 @@ pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done; pids=(); }
 trap cleanup EXIT INT TERM
 wait_ready() {  # name, URL: until /health answers 200 (ready), at most 90 s
-  for _ in $(seq 1 900); do curl -sf "$2/health" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  wait_http "$2/health" 900 && return 0
   echo "$1 did not become ready; the end of its log ($run/$1.log):" >&2; tail -20 "$run/$1.log" >&2; return 1
 }
-secret() { python3 -c 'import secrets; print(secrets.token_hex(32))'; }
 
 echo "== broker"
 eval "$(scripts/broker.sh)"
@@ -50,7 +51,7 @@ bootstrap=$ISLET_KAFKA_BOOTSTRAP
 echo "== services (logs in $run)"
 key_id=DEMOKEY001; team=DEMOTEAM01
 "$bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"
-link_secret=$(secret); jwt_secret=$(secret); backend_key=$(secret); ticket_secret=$(secret)
+link_secret=$(new_secret); jwt_secret=$(new_secret); backend_key=$(new_secret); ticket_secret=$(new_secret)
 # The backends' gRPC APIs (loopback only) take calls from this key: `islet activity`, `islet stale`.
 grpc_keys="demo-backend=$backend_key:read+write"
 common=(ISLET_KAFKA_BOOTSTRAP="$bootstrap" ISLET_HTTP_HOST=127.0.0.1 ISLET_LOG_LEVEL="${ISLET_LOG_LEVEL:-notice}")

@@ -8,11 +8,12 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 cd "$repo"
 
 if ! command -v protoc >/dev/null; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get install -y -q protobuf-compiler
+  as_root apt-get install -y -q protobuf-compiler
 fi
 
 # The plugins build in a package of their own (so this works even when the generated code is

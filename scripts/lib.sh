@@ -8,3 +8,29 @@
 
 # A free TCP port on 127.0.0.1: the kernel's choice, free when printed (not reserved).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+
+# Waits until URL answers with a 2xx, trying every 0.1 s, at most TRIES times (default 600: 60 s);
+# fails with "no answer from URL" on stderr.
+wait_http() {  # URL [tries]
+  for _ in $(seq 1 "${2:-600}"); do curl -sf "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "no answer from $1" >&2; return 1
+}
+
+# Stops each process (SIGTERM) and waits for it; one already gone is no error.
+stop_pids() {  # pid…
+  local pid
+  for pid in "$@"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+}
+
+# 32 random bytes as hex: a key for the services' HMAC settings.
+new_secret() { python3 -c 'import secrets; print(secrets.token_hex(32))'; }
+
+# Runs a command as root: directly when root, else through sudo.
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# Builds each product in release mode, showing only the compiler's error lines (on stderr). A failed
+# build fails the caller under `set -eo pipefail`.
+build_release() {  # product…
+  local product
+  for product in "$@"; do swift build -c release --product "$product" | { grep -E "error:" >&2 || true; }; done
+}

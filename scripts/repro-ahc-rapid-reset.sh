@@ -30,8 +30,8 @@ ISLET_SIMULATOR_KEYS="$key_id=$team:$run/AuthKey.p8" ISLET_SIMULATOR_PORT=$sim_p
   ISLET_SIMULATOR_TLS_CERTIFICATE_OUT="$run/simulator.pem" ISLET_SIMULATOR_RECORD_CAPACITY=1000 ISLET_LOG_LEVEL=warning \
   "$bin/apns-simulator" >"$run/simulator.log" 2>&1 &
 sim_pid=$!
-trap 'kill $sim_pid 2>/dev/null || true; wait $sim_pid 2>/dev/null || true' EXIT INT TERM
-for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$admin_port/health" >/dev/null 2>&1 && break; sleep 0.1; done
+trap 'stop_pids "$sim_pid"' EXIT INT TERM
+wait_http "http://127.0.0.1:$admin_port/health" 300 || true  # the client run below shows what went wrong
 
 echo "== AsyncHTTPClient: $count pushes, $concurrency in flight"
 "$bin/islet-dispatch-bench" ahc --url "https://127.0.0.1:$sim_port" --ca "$run/simulator.pem" --key "$run/AuthKey.p8" \

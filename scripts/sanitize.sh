@@ -14,6 +14,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
 cd "$repo"
 kind=${1:-}
 case "$kind" in
@@ -36,7 +38,7 @@ built=$(seconds)
 echo "== broker"
 eval "$(scripts/broker.sh)"
 export ISLET_KAFKA_BOOTSTRAP
-stop_broker() { kill "$ISLET_BROKER_PID" 2>/dev/null || true; wait "$ISLET_BROKER_PID" 2>/dev/null || true; }
+stop_broker() { stop_pids "$ISLET_BROKER_PID"; }
 trap stop_broker EXIT INT TERM
 echo "tansu on $ISLET_KAFKA_BOOTSTRAP (pid $ISLET_BROKER_PID)"
 export ISLET_REQUIRE_BROKER=1
