@@ -43,18 +43,4 @@ stop_broker
 
 # Medians, and machine-readable lines for scripts/bench-report.sh: result, name, islet, reference,
 # ratio (- when there is no reference), then details.
-python3 - "$ISLET_RUN_DIR/bench-content-assembly.txt" "$results" <<'PY'
-import statistics, sys
-fields = lambda text: dict(w.split("=", 1) for w in text.split() if "=" in w)
-rows = [fields(l.split("\t", 1)[1]) for l in open(sys.argv[2]).read().splitlines() if "\t" in l]
-if rows:
-    content = statistics.median(float(r["content_events_per_s"]) for r in rows)
-    passthrough = statistics.median(float(r["passthrough_events_per_s"]) for r in rows)
-    print(f"pipeline, medians over {len(rows)} rounds: content-service {content:,.0f} events/s, pass-through {passthrough:,.0f} events/s, ratio {content / passthrough:.2f}")
-    print(f"result\tcontent.pipeline\t{content:.0f}\t{passthrough:.0f}\t{content / passthrough:.4f}\trounds={len(rows)}")
-for line in open(sys.argv[1]).read().splitlines():  # one figure per line, its name first
-    f = fields(line)
-    for key, name in (("assembly_us_per_event", "content.assembly"), ("assembly_with_thumbnail_us_per_event", "content.assembly_thumbnail")):
-        if key in f:
-            print(f"result\t{name}\t{float(f[key]):.1f}\t-\t-\tpayload_bytes={f.get('payload_bytes', '?')}")
-PY
+python3 scripts/bench_content.py "$ISLET_RUN_DIR/bench-content-assembly.txt" "$results"

@@ -85,21 +85,4 @@ done
 stop_broker
 
 echo
-python3 - "$results" <<'PY'
-import statistics, sys
-rows = [line.split("\t") for line in open(sys.argv[1]).read().split("\n") if line]
-medians = []  # (what, size, islet, librdkafka, rounds)
-for what in ("produce", "send", "consume"):
-    for size in ("300", "2048"):
-        sel = [r for r in rows if r[0] == what and r[1] == size]
-        if sel:
-            medians.append((what, size, statistics.median(int(r[3]) for r in sel), statistics.median(int(r[4]) for r in sel), len(sel)))
-print(f"{'what':<10}{'size':>6}{'islet msg/s':>14}{'librdkafka msg/s':>18}{'ratio':>8}   (medians; ratio of medians)")
-for what, size, islet, rdk, _ in medians:
-    print(f"{what:<10}{size:>6}{islet:>14,.0f}{rdk:>18,.0f}{islet / rdk:>8.2f}")
-print("produce: one loop, a delivery callback per record; send: the async API from 1,000 concurrent tasks;")
-print("both are compared with rdkafka_performance -P -D.")
-# Machine-readable lines for scripts/bench-report.sh: result, name, islet, reference, ratio, rounds.
-for what, size, islet, rdk, rounds in medians:
-    print(f"result\tkafka.{what}.{size}\t{islet:.0f}\t{rdk:.0f}\t{islet / rdk:.4f}\trounds={rounds}")
-PY
+python3 scripts/bench_kafka.py "$results"
