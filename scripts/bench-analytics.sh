@@ -50,22 +50,10 @@ url="http://127.0.0.1:$port"
 wait_http "$url/health" 300 || { echo "analytics-ingest did not become ready; its log:"; cat "$ISLET_RUN_DIR/bench-analytics.log"; exit 1; }
 
 # Signed links for 64 activities, issued 11 hours ago (tap times then stay within the 12 h
-# validity and before now). The signature is the codec's (docs/links.md), made here in Python.
+# validity and before now). The signature is the codec's (docs/links.md), made in scripts/bench_analytics.py.
 export BENCH_ISSUED=$(( $(date +%s) - 11 * 3600 ))
 sign_urls() {
-  python3 - "$secret" "$BENCH_ISSUED" "$1" <<'PY'
-import base64, hashlib, hmac, sys
-secret, issued, run = sys.argv[1].encode(), sys.argv[2], sys.argv[3]
-urls = []
-for i in range(64):
-    base = f"fooddelivery://order/{run}-{i}?tab=status"
-    values = [f"{run}-{i}", "DeliveryAttributes", "lockScreen", "eta", "7", issued, "bench"]
-    mac = hmac.new(secret, "\n".join(["islet-link-v1", base] + values).encode(), hashlib.sha256).digest()[:16]
-    sig = base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
-    names = ["isl_a", "isl_t", "isl_s", "isl_e", "isl_q", "isl_i", "isl_k", "isl_sig"]
-    urls.append(base + "&" + "&".join(f"{n}={v}" for n, v in zip(names, values + [sig])))
-print(" ".join(urls))
-PY
+  python3 scripts/bench_analytics.py links "$secret" "$BENCH_ISSUED" "$1"
 }
 export BENCH_OFFSET_MS=1000
 run_wrk() {  # path, run id, seconds
@@ -100,23 +88,4 @@ accepted=$(curl -s "http://127.0.0.1:$operator_port/metrics" | awk -F' ' '/^isle
 other=$(curl -s "http://127.0.0.1:$operator_port/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="(duplicate|rejected|unavailable)"\}/ {s += $2} END {print s + 0}')
 on_topic=$("$bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.clicks.v1)
 
-python3 - "$results" "$accepted" "$on_topic" "$other" <<'PY'
-import json, statistics, sys
-rows = [line.split("\t") for line in open(sys.argv[1]).read().splitlines() if line]
-t = [json.loads(r[1]) for r in rows]; n = [json.loads(r[2]) for r in rows]
-rate = lambda x: x["requests"] / x["seconds"]
-med = lambda xs, f: statistics.median(f(x) for x in xs)
-for name, xs in (("taps (POST /v1/taps, acked)", t), ("no-op (POST /bench/noop)", n)):
-    bad = sum(x["non2xx"] + x["errors"] for x in xs)
-    print(f"{name:<30} {med(xs, rate):>10,.0f} req/s   p50 {med(xs, lambda x: x['p50ms']):6.2f} ms   p99 {med(xs, lambda x: x['p99ms']):6.2f} ms   non-2xx/errors {bad}")
-print(f"ratio taps / no-op: {med(t, rate) / med(n, rate):.2f}   (medians over {len(rows)} rounds)")
-accepted, on_topic, other = int(float(sys.argv[2])), int(sys.argv[3]), int(float(sys.argv[4]))
-print(f"accepted by the service: {accepted:,}   records on islet.clicks.v1: {on_topic:,}   other verdicts: {other}   "
-      + ("equal" if accepted == on_topic else "MISMATCH"))
-# A machine-readable line for scripts/bench-report.sh: result, name, islet, reference, ratio, then details.
-bad = sum(x["non2xx"] + x["errors"] for x in t + n)
-print(f"result\tanalytics.taps\t{med(t, rate):.0f}\t{med(n, rate):.0f}\t{med(t, rate) / med(n, rate):.4f}\trounds={len(rows)}"
-      f"\tp50_ms={med(t, lambda x: x['p50ms']):.2f}\tp99_ms={med(t, lambda x: x['p99ms']):.2f}\tref_p99_ms={med(n, lambda x: x['p99ms']):.2f}\tnon2xx_errors={bad}"
-      f"\taccepted={accepted}\ton_topic={on_topic}")
-sys.exit(0 if accepted == on_topic else 1)
-PY
+python3 scripts/bench_analytics.py summary "$results" "$accepted" "$on_topic" "$other"

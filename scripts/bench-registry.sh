@@ -45,15 +45,7 @@ url="http://127.0.0.1:$port"
 wait_http "$url/health" 300 || { echo "token-registry did not become ready; its log:"; cat "$ISLET_RUN_DIR/bench-registry.log"; exit 1; }
 
 # An HS256 JWT for one user, valid for an hour.
-export BENCH_JWT=$(python3 - "$secret" <<'PY'
-import base64, hashlib, hmac, json, sys, time
-enc = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
-header = enc(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "bench"}).encode())
-claims = enc(json.dumps({"sub": "bench-user", "exp": int(time.time()) + 3600}).encode())
-signature = enc(hmac.new(sys.argv[1].encode(), f"{header}.{claims}".encode(), hashlib.sha256).digest())
-print(f"{header}.{claims}.{signature}")
-PY
-)
+export BENCH_JWT=$(python3 scripts/bench_registry.py jwt "$secret")
 export BENCH_ACTIVITY=bench-read
 curl -sf -X PUT "$url/v1/activities/$BENCH_ACTIVITY/token" -H "Authorization: Bearer $BENCH_JWT" -H "Content-Type: application/json" \
   -d "{\"token\":\"$(printf 'cd%.0s' $(seq 1 80))\",\"attributesType\":\"DeliveryAttributes\",\"app\":{\"bundleId\":\"com.example.food\",\"environment\":\"production\"},\"frequentUpdatesEnabled\":false,\"appVersion\":\"5.2.0\"}" >/dev/null
@@ -74,18 +66,4 @@ for r in $(seq 1 "$rounds"); do
   printf '%s\t%s\t%s\n' "$r" "$w" "$g" | tee -a "$results"
 done
 
-python3 - "$results" <<'PY'
-import json, statistics, sys
-rows = [line.split("\t") for line in open(sys.argv[1]).read().splitlines() if line]
-w = [json.loads(r[1]) for r in rows]; g = [json.loads(r[2]) for r in rows]
-rate = lambda x: x["requests"] / x["seconds"]
-med = lambda xs, f: statistics.median(f(x) for x in xs)
-for name, xs in (("register (PUT, Kafka write)", w), ("read (GET, no write)", g)):
-    bad = sum(x["non2xx"] + x["errors"] for x in xs)
-    print(f"{name:<30} {med(xs, rate):>10,.0f} req/s   p50 {med(xs, lambda x: x['p50ms']):6.2f} ms   p99 {med(xs, lambda x: x['p99ms']):6.2f} ms   non-2xx/errors {bad}")
-print(f"ratio register / read: {med(w, rate) / med(g, rate):.2f}   (medians over {len(rows)} rounds)")
-# A machine-readable line for scripts/bench-report.sh: result, name, islet, reference, ratio, then details.
-bad = sum(x["non2xx"] + x["errors"] for x in w + g)
-print(f"result\tregistry.register\t{med(w, rate):.0f}\t{med(g, rate):.0f}\t{med(w, rate) / med(g, rate):.4f}\trounds={len(rows)}"
-      f"\tp50_ms={med(w, lambda x: x['p50ms']):.2f}\tp99_ms={med(w, lambda x: x['p99ms']):.2f}\tref_p99_ms={med(g, lambda x: x['p99ms']):.2f}\tnon2xx_errors={bad}")
-PY
+python3 scripts/bench_registry.py summary "$results"

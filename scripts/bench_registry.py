@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""The Python of scripts/bench-registry.sh.
+
+  bench_registry.py jwt SECRET
+      prints an HS256 JWT (key id "bench") for the user bench-user, valid for an hour.
+  bench_registry.py summary RESULTS.tsv
+      prints the medians of the rounds (wrk's JSON lines: round<TAB>register<TAB>read), the ratio
+      register / read, and a machine-readable `result` line for scripts/bench-report.sh.
+"""
+import base64, hashlib, hmac, json, statistics, sys, time
+
+
+def jwt(secret):
+    enc = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+    header = enc(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "bench"}).encode())
+    claims = enc(json.dumps({"sub": "bench-user", "exp": int(time.time()) + 3600}).encode())
+    signature = enc(hmac.new(secret.encode(), f"{header}.{claims}".encode(), hashlib.sha256).digest())
+    print(f"{header}.{claims}.{signature}")
+
+
+def summary(results):
+    rows = [line.split("\t") for line in open(results).read().splitlines() if line]
+    w = [json.loads(r[1]) for r in rows]; g = [json.loads(r[2]) for r in rows]
+    rate = lambda x: x["requests"] / x["seconds"]
+    med = lambda xs, f: statistics.median(f(x) for x in xs)
+    for name, xs in (("register (PUT, Kafka write)", w), ("read (GET, no write)", g)):
+        bad = sum(x["non2xx"] + x["errors"] for x in xs)
+        print(f"{name:<30} {med(xs, rate):>10,.0f} req/s   p50 {med(xs, lambda x: x['p50ms']):6.2f} ms   p99 {med(xs, lambda x: x['p99ms']):6.2f} ms   non-2xx/errors {bad}")
+    print(f"ratio register / read: {med(w, rate) / med(g, rate):.2f}   (medians over {len(rows)} rounds)")
+    # A machine-readable line for scripts/bench-report.sh: result, name, islet, reference, ratio, then details.
+    bad = sum(x["non2xx"] + x["errors"] for x in w + g)
+    print(f"result\tregistry.register\t{med(w, rate):.0f}\t{med(g, rate):.0f}\t{med(w, rate) / med(g, rate):.4f}\trounds={len(rows)}"
+          f"\tp50_ms={med(w, lambda x: x['p50ms']):.2f}\tp99_ms={med(w, lambda x: x['p99ms']):.2f}\tref_p99_ms={med(g, lambda x: x['p99ms']):.2f}\tnon2xx_errors={bad}")
+
+
+if __name__ == "__main__":
+    commands = {"jwt": jwt, "summary": summary}
+    if len(sys.argv) != 3 or sys.argv[1] not in commands:
+        sys.exit(__doc__)
+    commands[sys.argv[1]](sys.argv[2])
