@@ -51,13 +51,7 @@ reset_simulator() { curl -sf -X DELETE "$admin/admin/notifications" >/dev/null; 
 
 # The same request for h2load: one activity's token, a 1 KB update.
 jwt=$("$bin/islet-dispatch-bench" provider-token --key "$run/AuthKey.p8" --key-id "$key_id" --team "$team")
-python3 - "$run/payload.json" <<'PY'
-import json, sys
-body = {"aps": {"event": "update", "timestamp": 1795000001, "content-state": {"sequence": 1, "pad": ""}}}
-text = json.dumps(body, separators=(",", ":"))
-body["aps"]["content-state"]["pad"] = "x" * (1024 - len(text))
-open(sys.argv[1], "w").write(json.dumps(body, separators=(",", ":")))
-PY
+python3 scripts/bench_dispatcher.py payload "$run/payload.json"
 token=$(printf 'ab%.0s' $(seq 1 80))
 
 run_h2load() {
@@ -99,16 +93,7 @@ run_dispatcher() {
     sleep 0.25
   done
   local rate
-  rate=$(stats | python3 -c '
-import json, sys
-from datetime import datetime
-s = json.load(sys.stdin)
-t = lambda x: datetime.fromisoformat(x.replace("Z", "+00:00")).timestamp()
-accepted = s["accepted"]
-span = t(s["lastAcceptedAt"]) - t(s["firstAcceptedAt"]) if accepted else 0
-if accepted < '"$count"' or span <= 0:
-    sys.exit(f"dispatcher round failed: {accepted} of '"$count"' pushes reached the simulator (log: '"$run"'/dispatcher.log)")
-print(int(accepted / span))') || true
+  rate=$(stats | python3 scripts/bench_dispatcher.py rate "$count" "$run") || true
   cleanup_round
   [ -n "$rate" ] || return 1
   echo "$rate"
@@ -142,29 +127,4 @@ sleep 3
 curl -sf "$admin/admin/notifications?payload=false" >"$run/received.json"
 cleanup_round
 
-python3 - "$results" "$run/paced.txt" "$run/received.json" <<'PY'
-import json, statistics, sys
-from datetime import datetime
-rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
-if rows:  # ROUNDS=0 measures the latency only
-    d = statistics.median(int(r[1]) for r in rows); h = statistics.median(float(r[2]) for r in rows); a = statistics.median(int(r[3]) for r in rows)
-    print(f"{'dispatcher (Kafka → simulator 200)':<36}{d:>10,.0f} pushes/s")
-    print(f"{'h2load (straight to the simulator)':<36}{h:>10,.0f} req/s    dispatcher / h2load  = {d / h:.2f}  (target ≥ 0.4)")
-    print(f"{'aioapns (straight to the simulator)':<36}{a:>10,.0f} req/s    dispatcher / aioapns = {d / a if a else float('nan'):.1f}  (target ≥ 10)")
-created = dict(line.split() for line in open(sys.argv[2]).read().splitlines() if line)
-received = json.load(open(sys.argv[3]))
-t = lambda x: datetime.fromisoformat(x.replace("Z", "+00:00")).timestamp()
-lat = sorted((t(n["receivedAt"]) - int(created[n["apnsID"]]) / 1e6) * 1000 for n in received if n["apnsID"] in created)
-if lat:
-    q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]
-    print(f"latency at 1,000/s: {len(lat)} of {len(created)} pushes, p50 {q(0.5):.1f} ms, p99 {q(0.99):.1f} ms, max {lat[-1]:.1f} ms")
-# Machine-readable lines for scripts/bench-report.sh: result, name, islet, reference, ratio, rounds;
-# latency, name, p50, p90, p99, max (ms), received, sent.
-if rows:
-    print(f"result\tdispatcher.h2load\t{d:.0f}\t{h:.0f}\t{d / h if h else float('nan'):.4f}\trounds={len(rows)}")
-    print(f"result\tdispatcher.aioapns\t{d:.0f}\t{a:.0f}\t{d / a if a else float('nan'):.4f}\trounds={len(rows)}")
-if lat:
-    print(f"latency\tdispatcher\t{q(0.5):.1f}\t{q(0.9):.1f}\t{q(0.99):.1f}\t{lat[-1]:.1f}\t{len(lat)}\t{len(created)}")
-else:
-    print(f"latency\tdispatcher\tnan\tnan\tnan\tnan\t0\t{len(created)}")
-PY
+python3 scripts/bench_dispatcher.py summary "$results" "$run/paced.txt" "$run/received.json"
