@@ -65,19 +65,7 @@ hop() {  # broker: one Kafka hop on a fresh broker of that kind
   for _ in $(seq 1 100); do kill -0 "$consumer" 2>/dev/null || break; sleep 0.1; done  # at most 10 s more
   stop_hop
   trap - EXIT INT TERM
-  python3 - "$hop_dir/latency.txt" "$hop_count" "$broker" <<'PY'
-import sys
-path, sent, broker = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-try:
-    values = sorted(int(line) / 1000 for line in open(path) if line.strip().isdigit())
-except FileNotFoundError:
-    values = []
-if not values:
-    sys.exit(f"one Kafka hop on {broker}: the consumer recorded nothing (see the logs next to {path})")
-p = lambda q: values[min(len(values) - 1, int(len(values) * q))]
-print(f"one Kafka hop on {broker} (rdkafka_performance), {len(values)} of {sent} messages: p50 {p(0.5):.1f} ms, p90 {p(0.9):.1f} ms, p99 {p(0.99):.1f} ms, max {values[-1]:.1f} ms")
-print(f"latency\tkafka.hop.{broker}\t{p(0.5):.2f}\t{p(0.9):.2f}\t{p(0.99):.2f}\t{values[-1]:.2f}\t{len(values)}\t{sent}")
-PY
+  python3 scripts/bench_e2e.py hop "$hop_dir/latency.txt" "$hop_count" "$broker"
 }
 stop_hop() { stop_pids "${hop_pids[@]}"; hop_pids=(); }
 
@@ -96,21 +84,7 @@ for broker in $brokers; do
     failed+=("$broker")
     continue
   fi
-  python3 - "$out" "$broker" <<'PY'
-import re, sys
-path, broker = sys.argv[1], sys.argv[2]
-text = open(path, encoding="utf-8", errors="replace").read()
-m = None
-for m in re.finditer(r"end-to-end latency \(.*?\), (\d+) events at (\d+)/s: p50 (\S+) ms, p90 (\S+) ms, p99 (\S+) ms, max (\S+) ms; (\d+) not received", text):
-    pass
-if m is None:
-    sys.exit(f"end to end on {broker}: no result in {path}")
-received, rate, p50, p90, p99, mx, missing = m.groups()
-print(f"latency\te2e.{broker}\t{p50}\t{p90}\t{p99}\t{mx}\t{received}\t{int(received) + int(missing)}\trate={rate}")
-for line in text.splitlines():
-    if line.startswith(("  p50 by", "  event produced", "  request made", "  CPU ")):
-        print(f"detail\t{broker}\t{line.strip()}")
-PY
+  python3 scripts/bench_e2e.py result "$out" "$broker"
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "end to end failed on: ${failed[*]}" >&2
