@@ -156,6 +156,18 @@ let package = Package(
             swiftSettings: fuzzed
         ),
 
+        // What the test targets share (Tests/*): the test broker and topic readers, loggers, ids and tokens, timeouts.
+        .target(
+            name: "IsletTesting",
+            dependencies: [
+                "IsletKafka", "IsletMessages", "IsletProtos",
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Shared/IsletTesting"
+        ),
+
         // The token table every service that sends or builds pushes keeps, rebuilt from islet.tokens.v1.
         .target(
             name: "IsletTokens",
@@ -414,6 +426,7 @@ let package = Package(
         .testTarget(
             name: "IsletKafkaIntegrationTests",
             dependencies: [
+                "IsletTesting",
                 "IsletKafka",
                 "IsletMessages",
                 .product(name: "Logging", package: "swift-log"),
@@ -425,6 +438,7 @@ let package = Package(
         .testTarget(
             name: "IsletKafkaFaultTests",
             dependencies: [
+                "IsletTesting",
                 "IsletKafka",
                 "IsletMessages",
                 .product(name: "Logging", package: "swift-log"),
@@ -435,6 +449,7 @@ let package = Package(
         .testTarget(
             name: "TokenRegistryTests",
             dependencies: [
+                "IsletTesting",
                 "TokenRegistry", "IsletMessages", "IsletKafka", "IsletRuntime", "IsletProtos", "IsletTokens",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
@@ -452,6 +467,7 @@ let package = Package(
         .testTarget(
             name: "TokenRegistryIntegrationTests",
             dependencies: [
+                "IsletTesting",
                 "TokenRegistry", "IsletMessages", "IsletKafka", "IsletRuntime", "IsletTokens",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
@@ -467,6 +483,7 @@ let package = Package(
         .testTarget(
             name: "APNsTests",
             dependencies: [
+                "IsletTesting",
                 // TokenRegistry: the answer table is checked against the registry's use of it.
                 "APNsSimulator", "APNsDispatcher", "IsletMessages", "IsletTokens", "IsletRuntime", "TokenRegistry",
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -485,6 +502,7 @@ let package = Package(
         .testTarget(
             name: "APNsDispatcherIntegrationTests",
             dependencies: [
+                "IsletTesting",
                 "APNsSimulator", "APNsDispatcher", "IsletMessages", "IsletKafka", "IsletRuntime", "IsletTokens",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -495,6 +513,7 @@ let package = Package(
         .testTarget(
             name: "ContentServiceTests",
             dependencies: [
+                "IsletTesting",
                 "ContentService", "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos", "CGD",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -511,6 +530,7 @@ let package = Package(
         .testTarget(
             name: "AnalyticsIngestTests",
             dependencies: [
+                "IsletTesting",
                 "AnalyticsIngest", "AnalyticsConsumer", "IsletLinks", "IsletMessages", "IsletRuntime",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
@@ -523,6 +543,7 @@ let package = Package(
         .testTarget(
             name: "AnalyticsIntegrationTests",
             dependencies: [
+                "IsletTesting",
                 "AnalyticsIngest", "AnalyticsConsumer", "IsletLinks", "IsletMessages", "IsletKafka", "IsletRuntime",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
@@ -533,7 +554,7 @@ let package = Package(
         ),
         .testTarget(
             name: "IsletLinksTests",
-            dependencies: ["IsletLinks", "IsletMessages", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["IsletLinks", "IsletMessages", "IsletTesting", .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/IsletLinksTests"
         ),
         // The properties the fuzzers check (Fuzz/Checks, one enum per parser), and the tests that replay
@@ -573,6 +594,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
+                "IsletTesting",
                 "APNsSimulator", "ContentService", "TokenRegistry", "IsletKafka", "IsletLinks", "IsletMessages", "IsletProtos",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
@@ -591,6 +613,7 @@ let package = Package(
         .testTarget(
             name: "IsletCLITests",
             dependencies: [
+                "IsletTesting",
                 "IsletCLI", "IsletKafka", "IsletMessages", "IsletProtos",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "JWTKit", package: "jwt-kit"),

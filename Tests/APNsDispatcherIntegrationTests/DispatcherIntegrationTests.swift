@@ -4,32 +4,18 @@ import Foundation
 import IsletKafka
 import IsletMessages
 import IsletRuntime
+import IsletTesting
 import Logging
 import ServiceLifecycle
 import Synchronization
 import Testing
 @testable import APNsDispatcher
 
-private let logger: Logger = {
-    var logger = Logger(label: "islet.test.dispatcher-integration")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
-    return logger
-}()
-
-private let brokerExpected =
-    ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"] != nil || ProcessInfo.processInfo.environment["ISLET_REQUIRE_BROKER"] == "1"
-
-private var servers: String {
-    get throws { try #require(ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"], "ISLET_KAFKA_BOOTSTRAP is not set: run scripts/test.sh") }
-}
+private let logger = testLogger("islet.test.dispatcher-integration")
 
 private let teamKey = P256.Signing.PrivateKey()
 private let signingKey = APNsSigningKey(keyID: "KEY1234567", teamID: "TEAM123456", privateKey: teamKey)
 private let bundle = "com.example.food"
-
-func hexToken(_ seed: Int) -> String {
-    (0..<80).map { i in String(format: "%02x", (seed &* 31 &+ i &* 7) & 0xFF) }.joined()
-}
 
 /// A simulator, topics of its own, and a way to run dispatchers against them.
 final class Rig: Sendable {
@@ -47,7 +33,7 @@ final class Rig: Sendable {
         topics.pushRequests = "test.requests.\(suffix)"
         topics.pushOutcomes = "test.outcomes.\(suffix)"
         topics.deadLetters = "test.dlq.\(suffix)"
-        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try servers), logger: logger)
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         _ = try await admin.createTopics([
             .init(name: topics.tokens, partitions: 3, configs: ["cleanup.policy": "compact"]), .init(name: topics.pushRequests, partitions: 3),
             .init(name: topics.pushOutcomes, partitions: 3), .init(name: topics.deadLetters, partitions: 1),
@@ -56,7 +42,7 @@ final class Rig: Sendable {
         tls = try SimulatorTLS.selfSigned()
         simulator = APNsSimulatorServer(
             configuration: .init(keys: [.init(keyID: signingKey.keyID, teamID: signingKey.teamID, publicKey: teamKey.publicKey)], tls: tls), logger: logger)
-        producer = try KafkaProducer(configuration: .init(bootstrapServers: try servers), logger: logger)
+        producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         let (simulator, producer) = (self.simulator, self.producer)
         tasks = Task {
             try await withThrowingDiscardingTaskGroup { group in
@@ -75,7 +61,7 @@ final class Rig: Sendable {
 
     func startDispatcher(group: String) async throws -> RunningDispatcher {
         let settings = try ServiceSettings(
-            from: .variables(["ISLET_KAFKA_BOOTSTRAP": try servers, "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]), serviceName: group,
+            from: .variables(["ISLET_KAFKA_BOOTSTRAP": try TestBroker.servers(), "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]), serviceName: group,
             defaultHTTPPort: 0)
         let runtime = ServiceRuntime(settings: settings, logger: logger)
         var policy = DispatcherPolicy()
@@ -129,38 +115,14 @@ final class Rig: Sendable {
 
     /// Reads outcomes until every one of `requestIds` has one (at most `limit`).
     func outcomes(for requestIds: Set<String>, limit: Duration = .seconds(60)) async throws -> [PushOutcome] {
-        let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: try servers, topics: [topics.pushOutcomes]), logger: logger)
-        return try await withThrowingTaskGroup(of: [PushOutcome]?.self) { group in
-            group.addTask {
-                try await reader.run()
-                return nil
+        let seen = Mutex<Set<String>>([])
+        let progress = try await TopicSnapshot.read([topics.pushOutcomes], bootstrapServers: try TestBroker.servers(), timeout: limit, logger: logger) {
+            if let outcome = $0.latest.flatMap({ try? IsletJSON.decode(PushOutcome.self, from: $0.value ?? []) }) {
+                seen.withLock { _ = $0.insert(outcome.requestId) }
             }
-            group.addTask {
-                try? await Task.sleep(for: limit)
-                reader.shutdown()
-                return nil
-            }
-            group.addTask {
-                var outcomes: [PushOutcome] = []
-                var seen: Set<String> = []
-                for await message in reader.messages {
-                    guard let outcome = try? IsletJSON.decode(PushOutcome.self, from: message.value ?? []) else { continue }
-                    outcomes.append(outcome)
-                    seen.insert(outcome.requestId)
-                    if seen.isSuperset(of: requestIds) { break }
-                }
-                return outcomes
-            }
-            var result: [PushOutcome] = []
-            while let next = try await group.next() {
-                if let next {
-                    result = next
-                    reader.shutdown()
-                    group.cancelAll()
-                }
-            }
-            return result
+            return seen.withLock { $0.isSuperset(of: requestIds) }
         }
+        return progress.messages.compactMap { try? IsletJSON.decode(PushOutcome.self, from: $0.value ?? []) }
     }
 }
 
@@ -179,7 +141,7 @@ final class RunningDispatcher: Sendable {
     }
 }
 
-@Suite("apns-dispatcher against the broker and the simulator", .enabled(if: brokerExpected), .timeLimit(.minutes(4)))
+@Suite("apns-dispatcher against the broker and the simulator", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(4)))
 struct DispatcherIntegrationTests {
     @Test("requests become pushes the phone receives in order, each with exactly one outcome")
     func happyPath() async throws {

@@ -1,6 +1,7 @@
 import APNsSimulator
 import Foundation
 import IsletMessages
+import IsletTesting
 import NIOCore
 import Synchronization
 import Testing

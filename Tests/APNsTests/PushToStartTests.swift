@@ -1,5 +1,6 @@
 import Foundation
 import IsletMessages
+import IsletTesting
 import IsletTokens
 import Testing
 @testable import APNsDispatcher

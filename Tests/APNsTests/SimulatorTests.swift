@@ -2,6 +2,7 @@ import APNsSimulator
 import Crypto
 import Foundation
 import IsletMessages
+import IsletTesting
 import Testing
 @testable import APNsDispatcher
 

@@ -1,5 +1,6 @@
 import APNsSimulator
 import Foundation
+import IsletTesting
 import NIOCore
 import NIOHTTP2
 import NIOPosix

@@ -1,25 +1,18 @@
 import APNsSimulator
 import Crypto
 import Foundation
+import IsletTesting
 import Logging
 import NIOCore
 import ServiceLifecycle
 import Synchronization
 @testable import APNsDispatcher
 
-let quietLogger: Logger = {
-    var logger = Logger(label: "islet.test.apns")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
-    return logger
-}()
+let quietLogger = testLogger("islet.test.apns", level: .critical)
 
 /// A team's signing key, known to the simulator.
 let teamKey = P256.Signing.PrivateKey()
 let signingKey = APNsSigningKey(keyID: "KEY1234567", teamID: "TEAM123456", privateKey: teamKey)
-
-func hexToken(_ seed: Int, bytes: Int = 80) -> String {
-    (0..<bytes).map { i in String(format: "%02x", (seed &* 31 &+ i &* 7) & 0xFF) }.joined()
-}
 
 func payload(event: String = "update", timestamp: Int64 = 1_795_000_000, alert: Bool = false, extra: String = "") -> String {
     let alertPart = alert ? #","alert":{"title":"Out for delivery","body":"Ana is on the way"},"sound":"default""# : ""

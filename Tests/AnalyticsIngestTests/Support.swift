@@ -1,16 +1,13 @@
 import Foundation
 import IsletLinks
 import IsletMessages
+import IsletTesting
 import Logging
 import Synchronization
 import Testing
 @testable import AnalyticsIngest
 
-let quietLogger: Logger = {
-    var logger = Logger(label: "islet.test.analytics")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
-    return logger
-}()
+let quietLogger = testLogger("islet.test.analytics", level: .critical)
 
 enum TestLinks {
     static let k1 = try! LinkKey(id: "k1", secret: Array("the-first-link-key-at-least-32-bytes!".utf8))

@@ -5,6 +5,7 @@ import IsletKafka
 import IsletLinks
 import IsletMessages
 import IsletRuntime
+import IsletTesting
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -12,18 +13,7 @@ import Testing
 @testable import AnalyticsConsumer
 @testable import AnalyticsIngest
 
-private let logger: Logger = {
-    var logger = Logger(label: "islet.test.analytics-integration")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
-    return logger
-}()
-
-private var servers: String {
-    get throws { try #require(ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"], "ISLET_KAFKA_BOOTSTRAP is not set: run scripts/test.sh") }
-}
-
-private let brokerExpected =
-    ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"] != nil || ProcessInfo.processInfo.environment["ISLET_REQUIRE_BROKER"] == "1"
+private let logger = testLogger("islet.test.analytics-integration")
 
 private let key = try! LinkKey(id: "k1", secret: Array("an-integration-link-key-of-32-bytes!".utf8))
 private let issued = Date().addingTimeInterval(-600)
@@ -64,7 +54,7 @@ final class Running: Sendable {
 }
 
 func runtime(_ name: String) throws -> ServiceRuntime {
-    let variables = ["ISLET_KAFKA_BOOTSTRAP": try servers, "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]
+    let variables = ["ISLET_KAFKA_BOOTSTRAP": try TestBroker.servers(), "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]
     return ServiceRuntime(settings: try ServiceSettings(from: .variables(variables), serviceName: name, defaultHTTPPort: 0), logger: logger)
 }
 
@@ -77,7 +67,7 @@ func uniqueTopics() async throws -> (ingest: AnalyticsIngestApp.Topics, consumer
     consumer.clicks = ingest.clicks
     consumer.pushOutcomes = "test.outcomes.\(suffix)"
     consumer.deadLetters = "test.dlq.\(suffix)"
-    let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try servers), logger: logger)
+    let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
     _ = try await admin.createTopics([
         .init(name: ingest.clicks, partitions: 3), .init(name: ingest.clicksRejected, partitions: 2),
         .init(name: consumer.pushOutcomes, partitions: 3), .init(name: consumer.deadLetters, partitions: 1),
@@ -85,73 +75,12 @@ func uniqueTopics() async throws -> (ingest: AnalyticsIngestApp.Topics, consumer
     return (ingest, consumer)
 }
 
-/// Every record of `topic` now: read from the start until each of its `partitions` reported its
-/// end (the broker's high watermarks are not a record count on tansu: they undercount batches).
-func readAll<Message: IsletMessage>(_ type: Message.Type, from topic: String, partitions: Int) async throws -> [Message] {
-    let consumer = try KafkaConsumer(configuration: .replica(bootstrapServers: try servers, topics: [topic]), logger: logger)
-    return try await withThrowingTaskGroup(of: [Message]?.self) { group in
-        group.addTask { try await consumer.run(); return nil }
-        group.addTask {
-            try? await Task.sleep(for: .seconds(30))
-            consumer.shutdown()
-            return nil
-        }
-        group.addTask {
-            var messages: [Message] = []
-            var ended = Set<Int32>()
-            for await event in consumer.events {
-                switch event {
-                case .message(let message): messages.append(try IsletJSON.decode(type, from: message.value ?? []))
-                case .partitionEnd(let partition): ended.insert(partition.partition)
-                default: break
-                }
-                if ended.count == partitions { return messages }
-            }
-            throw AnalyticsTestError("\(topic): only \(ended.count) of \(partitions) partitions reached their end")
-        }
-        var result: [Message] = []
-        while let next = try await group.next() {
-            if let next {
-                result = next
-                group.cancelAll()
-                consumer.shutdown()
-            }
-        }
-        return result
-    }
+/// Every record of `topic` now, as `Message`s (read from the start to every partition's end).
+func readAll<Message: IsletMessage>(_ type: Message.Type, from topic: String) async throws -> [Message] {
+    try await TestBroker.readToEnd([topic]).map { try IsletJSON.decode(type, from: $0.value ?? []) }
 }
 
-/// Reads `count` records of `topic` from the start (any order across partitions), at most 30 s.
-func read<Message: IsletMessage>(_ type: Message.Type, from topic: String, count: Int) async throws -> [Message] {
-    let consumer = try KafkaConsumer(configuration: .replica(bootstrapServers: try servers, topics: [topic]), logger: logger)
-    return try await withThrowingTaskGroup(of: [Message]?.self) { group in
-        group.addTask { try await consumer.run(); return nil }
-        group.addTask {
-            try? await Task.sleep(for: .seconds(30))
-            consumer.shutdown()
-            return nil
-        }
-        group.addTask {
-            var messages: [Message] = []
-            for await message in consumer.messages {
-                messages.append(try IsletJSON.decode(type, from: message.value ?? []))
-                if messages.count >= count { break }
-            }
-            return messages
-        }
-        var result: [Message] = []
-        while let next = try await group.next() {
-            if let next {
-                result = next
-                group.cancelAll()
-                consumer.shutdown()
-            }
-        }
-        return result
-    }
-}
-
-@Suite("analytics against the broker", .enabled(if: brokerExpected), .timeLimit(.minutes(3)))
+@Suite("analytics against the broker", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(3)))
 struct AnalyticsIntegrationTests {
     static func settings() -> IngestSettings {
         IngestSettings(keyring: LinkKeyring(signing: key), ratePerSecond: 0, sendTimeout: .seconds(10))
@@ -197,13 +126,13 @@ struct AnalyticsIntegrationTests {
             (singles + batch.taps.prefix(8)).map {
                 TapVerifier.clickId(url: $0.url!, tappedAt: IsletDate.parse($0.tappedAt!)!, keyring: LinkKeyring(signing: key), receivedAt: Date())
             })
-        let clicks = try await readAll(ClickEvent.self, from: topics.clicks, partitions: 3)
+        let clicks = try await readAll(ClickEvent.self, from: topics.clicks)
         #expect(Set(clicks.map(\.clickId)) == expectedIds)
         #expect(clicks.count == 20)
         #expect(Set(clicks.map(\.activityId)).isSuperset(of: ["order-0", "order-3", "order-b7"]))
 
         // 1 + 1 malformed in the batch, 5 + 8 repeats, 1 forged.
-        let rejected = try await readAll(RejectedClick.self, from: topics.clicksRejected, partitions: 2)
+        let rejected = try await readAll(RejectedClick.self, from: topics.clicksRejected)
         #expect(rejected.count == 16)
         let reasons = Dictionary(grouping: rejected, by: \.reason).mapValues(\.count)
         #expect(reasons == [.missingParameter: 2, .duplicateTap: 13, .badSignature: 1])
@@ -231,12 +160,12 @@ struct AnalyticsIntegrationTests {
         try await producing.value
 
         let (topics, _) = try await uniqueTopics()
-        let up = try KafkaProducer(configuration: .init(bootstrapServers: try servers), logger: logger)
+        let up = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         let running = Task { try await up.run() }
         #expect(await ingestor(up, topics.clicks).ingest([theTap], clientId: nil).map(\.verdict) == [.accepted])
         up.shutdown()
         try await running.value
-        #expect(try await readAll(ClickEvent.self, from: topics.clicks, partitions: 3).map(\.clickId) == [TapVerifier.clickId(url: theTap.url!, tappedAt: IsletDate.parse(theTap.tappedAt!)!, keyring: LinkKeyring(signing: key), receivedAt: Date())])
+        #expect(try await readAll(ClickEvent.self, from: topics.clicks).map(\.clickId) == [TapVerifier.clickId(url: theTap.url!, tappedAt: IsletDate.parse(theTap.tappedAt!)!, keyring: LinkKeyring(signing: key), receivedAt: Date())])
     }
 
     @Test("analytics-consumer's counts match what was sent: taps per cell, delivered updates per type, repeats once")
@@ -279,7 +208,7 @@ struct AnalyticsIntegrationTests {
         ]
         for outcome in outcomes { try await producer.send(outcome, to: topics.pushOutcomes) }
         // A repeated click record (at least once): counted once.
-        let first = try await read(ClickEvent.self, from: ingestTopics.clicks, count: 1)
+        let first = try await TestBroker.read(ClickEvent.self, from: ingestTopics.clicks, count: 1)
         try await producer.send(try #require(first.first), to: topics.clicks)
         // Not a click at all: dead-lettered, the loop goes on.
         try await producer.send(topic: topics.clicks, key: "order-1", value: Array("{not json".utf8))
@@ -303,7 +232,7 @@ struct AnalyticsIntegrationTests {
         // The dead letter may be written after the counts above are complete (its partition is read on its own).
         var deadLetters: [DeadLetterRecord] = []
         while ContinuousClock.now < deadline {
-            deadLetters = try await readAll(DeadLetterRecord.self, from: topics.deadLetters, partitions: 1)
+            deadLetters = try await readAll(DeadLetterRecord.self, from: topics.deadLetters)
             if !deadLetters.isEmpty { break }
             try await Task.sleep(for: .milliseconds(200))
         }

@@ -3,6 +3,7 @@ import GRPCCore
 import GRPCNIOTransportHTTP2
 import IsletMessages
 import IsletProtos
+import IsletTesting
 import IsletTokens
 import SwiftProtobuf
 import Synchronization
@@ -39,84 +40,81 @@ struct ActivityGRPCTests {
         let clock = ManualClock(now)
         let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { clock.now })
         let published = RecordingEvents()
-        let service = GRPCServerService(
-            host: "127.0.0.1", port: 0, services: [ActivityGRPCService(engine: engine) { try published.publish($0) }])
-        try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await service.server.serve() }
-            let port = try #require(try await service.listeningPort)
-            try await withGRPCClient(
-                transport: .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: port), transportSecurity: .plaintext)
-            ) { client in
-                let activities = Islet_Content_V1_ActivityService.Client(wrapping: client)
-                var update = Islet_Content_V1_ActivityEventRequest.with {
-                    $0.eventID = "ev-1"
-                    $0.activityID = "order-42"
-                    $0.attributesType = "DeliveryAttributes"
-                    $0.urgency = "important"
-                    $0.sequence = 1
-                    $0.fields = fields([
-                        "status": .init(stringValue: "out_for_delivery"), "orderId": .init(stringValue: "42"),
-                        "progress": .init(numberValue: 40), "courier": .init(structValue: fields(["name": .init(stringValue: "Ana")])),
-                    ])
-                }
-                let reply = try await activities.update(update)
-                #expect(reply.eventID == "ev-1")
-                #expect(reply.requestIds == [RequestIds.content(bundleId: "com.example.food", activityId: "order-42", eventId: "ev-1")])
-                let event = try #require(published.events.last)
-                #expect(event.kind == .update && event.sequence == 1 && event.urgency == .important)
-                #expect(event.fields["progress"] == .integer(40), "whole numbers arrive as integers")
-                #expect(event.fields["courier"]?["name"] == .string("Ana"))
-                #expect(event.occurredAt == clock.now)
+        let api = ActivityGRPCService(engine: engine) { try published.publish($0) }
+        try await withGRPCServer([api]) { client in
+            try await Self.exercise(Islet_Content_V1_ActivityService.Client(wrapping: client), published: published, clock: clock)
+        }
+    }
 
-                // An end whose final state alerts: the alerting update first, then the end.
-                update.eventID = "ev-2"
-                update.sequence = 2
-                update.fields.fields["status"] = .init(stringValue: "delivered")
-                let end = try await activities.end(update)
-                #expect(end.requestIds == [
-                    RequestIds.alertBeforeEnd(bundleId: "com.example.food", activityId: "order-42", eventId: "ev-2"),
-                    RequestIds.content(bundleId: "com.example.food", activityId: "order-42", eventId: "ev-2"),
-                ])
-                #expect(published.events.map(\.kind) == [.update, .end])
+    static func exercise(
+        _ activities: Islet_Content_V1_ActivityService.Client<HTTP2ClientTransport.Posix>, published: RecordingEvents, clock: ManualClock
+    ) async throws {
+        var update = Islet_Content_V1_ActivityEventRequest.with {
+            $0.eventID = "ev-1"
+            $0.activityID = "order-42"
+            $0.attributesType = "DeliveryAttributes"
+            $0.urgency = "important"
+            $0.sequence = 1
+            $0.fields = fields([
+                "status": .init(stringValue: "out_for_delivery"), "orderId": .init(stringValue: "42"),
+                "progress": .init(numberValue: 40), "courier": .init(structValue: fields(["name": .init(stringValue: "Ana")])),
+            ])
+        }
+        let reply = try await activities.update(update)
+        #expect(reply.eventID == "ev-1")
+        #expect(reply.requestIds == [RequestIds.content(bundleId: "com.example.food", activityId: "order-42", eventId: "ev-1")])
+        let event = try #require(published.events.last)
+        #expect(event.kind == .update && event.sequence == 1 && event.urgency == .important)
+        #expect(event.fields["progress"] == .integer(40), "whole numbers arrive as integers")
+        #expect(event.fields["courier"]?["name"] == .string("Ana"))
+        #expect(event.occurredAt == clock.now)
 
-                // Refused, naming the field; nothing published.
-                let refusals: [(Islet_Content_V1_ActivityEventRequest, String)] = [
-                    (update.changing { $0.attributesType = "PizzaAttributes" }, "attributesType"),
-                    (update.changing { $0.fields.fields["progress"] = .init(stringValue: "far") }, "fields.progress"),
-                    (update.changing { $0.activityID = "" }, "activity_id"),
-                    (update.changing { $0.activityID = "a:b" }, "activityId"),
-                    (update.changing { $0.urgency = "whenever" }, "urgency"),
-                    (update.changing { $0.sequence = -1 }, "sequence"),
-                    (update.changing { $0.startTarget = .with { $0.bundleID = "com.example.food"; $0.deviceID = "d1" } }, "start_target"),
-                ]
-                for (request, field) in refusals {
-                    await #expect {
-                        _ = try await activities.update(request)
-                    } throws: { error in
-                        guard let error = error as? RPCError else { return false }
-                        return error.code == .invalidArgument && error.message.hasPrefix(field + ":")
-                    }
-                }
-                await #expect {
-                    _ = try await activities.start(update.changing {
-                        $0.startTarget = .with { $0.bundleID = "com.example.food"; $0.deviceID = "d1"; $0.environment = "staging" }
-                    })
-                } throws: { ($0 as? RPCError)?.message.hasPrefix("start_target.environment:") == true }
-                #expect(published.events.count == 2)
+        // An end whose final state alerts: the alerting update first, then the end.
+        update.eventID = "ev-2"
+        update.sequence = 2
+        update.fields.fields["status"] = .init(stringValue: "delivered")
+        let end = try await activities.end(update)
+        #expect(end.requestIds == [
+            RequestIds.alertBeforeEnd(bundleId: "com.example.food", activityId: "order-42", eventId: "ev-2"),
+            RequestIds.content(bundleId: "com.example.food", activityId: "order-42", eventId: "ev-2"),
+        ])
+        #expect(published.events.map(\.kind) == [.update, .end])
 
-                // Kafka does not acknowledge: UNAVAILABLE, retry with the same event id.
-                published.fail(true)
-                await #expect { _ = try await activities.update(update.changing { $0.eventID = "ev-3"; $0.sequence = 3 }) } throws: {
-                    ($0 as? RPCError)?.code == .unavailable
-                }
-                published.fail(false)
-                let limit = try await activities.listStaleActivities(.with { $0.limit = 10 })
-                #expect(limit.activities.isEmpty)
-                await #expect { _ = try await activities.listStaleActivities(.with { $0.limit = 5_000 }) } throws: {
-                    ($0 as? RPCError)?.code == .invalidArgument
-                }
+        // Refused, naming the field; nothing published.
+        let refusals: [(Islet_Content_V1_ActivityEventRequest, String)] = [
+            (update.changing { $0.attributesType = "PizzaAttributes" }, "attributesType"),
+            (update.changing { $0.fields.fields["progress"] = .init(stringValue: "far") }, "fields.progress"),
+            (update.changing { $0.activityID = "" }, "activity_id"),
+            (update.changing { $0.activityID = "a:b" }, "activityId"),
+            (update.changing { $0.urgency = "whenever" }, "urgency"),
+            (update.changing { $0.sequence = -1 }, "sequence"),
+            (update.changing { $0.startTarget = .with { $0.bundleID = "com.example.food"; $0.deviceID = "d1" } }, "start_target"),
+        ]
+        for (request, field) in refusals {
+            await #expect {
+                _ = try await activities.update(request)
+            } throws: { error in
+                guard let error = error as? RPCError else { return false }
+                return error.code == .invalidArgument && error.message.hasPrefix(field + ":")
             }
-            service.server.beginGracefulShutdown()
+        }
+        await #expect {
+            _ = try await activities.start(update.changing {
+                $0.startTarget = .with { $0.bundleID = "com.example.food"; $0.deviceID = "d1"; $0.environment = "staging" }
+            })
+        } throws: { ($0 as? RPCError)?.message.hasPrefix("start_target.environment:") == true }
+        #expect(published.events.count == 2)
+
+        // Kafka does not acknowledge: UNAVAILABLE, retry with the same event id.
+        published.fail(true)
+        await #expect { _ = try await activities.update(update.changing { $0.eventID = "ev-3"; $0.sequence = 3 }) } throws: {
+            ($0 as? RPCError)?.code == .unavailable
+        }
+        published.fail(false)
+        let limit = try await activities.listStaleActivities(.with { $0.limit = 10 })
+        #expect(limit.activities.isEmpty)
+        await #expect { _ = try await activities.listStaleActivities(.with { $0.limit = 5_000 }) } throws: {
+            ($0 as? RPCError)?.code == .invalidArgument
         }
     }
 

@@ -6,106 +6,31 @@ import IsletLinks
 import IsletMessages
 import IsletProtos
 import IsletRuntime
+import IsletTesting
 import Logging
 import ServiceLifecycle
+import Synchronization
 import Testing
 @testable import ContentService
 import SwiftProtobuf
 
-private let logger: Logger = {
-    var logger = Logger(label: "islet.test.content-integration")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
-    return logger
-}()
-
-private let brokerExpected =
-    ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"] != nil || ProcessInfo.processInfo.environment["ISLET_REQUIRE_BROKER"] == "1"
-
-private var servers: String {
-    get throws { try #require(ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"], "ISLET_KAFKA_BOOTSTRAP is not set: run scripts/test.sh") }
-}
-
-/// Reads `count` records of `topic` from the start (at most 30 s).
-private func read(_ topic: String, count: Int) async throws -> [KafkaMessage] {
-    let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: try servers, topics: [topic]), logger: logger)
-    return try await withThrowingTaskGroup(of: [KafkaMessage]?.self) { group in
-        group.addTask {
-            try await reader.run()
-            return nil
-        }
-        group.addTask {
-            try? await Task.sleep(for: .seconds(30))
-            reader.shutdown()
-            return nil
-        }
-        group.addTask {
-            var messages: [KafkaMessage] = []
-            for await message in reader.messages {
-                messages.append(message)
-                if messages.count >= count { break }
-            }
-            return messages
-        }
-        var result: [KafkaMessage] = []
-        while let next = try await group.next() {
-            if let next {
-                result = next
-                reader.shutdown()
-                group.cancelAll()
-            }
-        }
-        return result.sorted { ($0.partition, $0.offset) < ($1.partition, $1.offset) }
-    }
-}
+private let logger = testLogger("islet.test.content-integration")
 
 /// Reads `topic` from the start until every id in `ids` was seen as a push request and every
 /// partition is read to its end (at most 60 s); returns every request read.
 private func readRequests(_ topic: String, until ids: Set<String>) async throws -> [PushRequest] {
-    let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: try servers, topics: [topic]), logger: logger)
-    return try await withThrowingTaskGroup(of: [PushRequest]?.self) { group in
-        group.addTask {
-            try await reader.run()
-            return nil
+    let missing = Mutex(ids)
+    let progress = try await TopicSnapshot.read([topic], bootstrapServers: try TestBroker.servers(), timeout: .seconds(60), logger: logger) {
+        if let message = $0.latest {
+            let request = try IsletJSON.decode(PushRequest.self, from: message.value ?? [])
+            missing.withLock { _ = $0.remove(request.requestId) }
         }
-        group.addTask {
-            try? await Task.sleep(for: .seconds(60))
-            reader.shutdown()
-            return nil
-        }
-        group.addTask {
-            var requests: [PushRequest] = []
-            var missing = ids
-            var assigned: Set<KafkaTopicPartition> = []
-            // Partitions read to their end since their last record.
-            var atEnd: Set<KafkaTopicPartition> = []
-            for await event in reader.events {
-                switch event {
-                case .partitionsAssigned(let partitions): assigned.formUnion(partitions)
-                case .partitionsRevoked: continue
-                case .partitionEnd(let partition): atEnd.insert(partition)
-                case .message(let message):
-                    atEnd.remove(message.topicPartition)
-                    let request = try IsletJSON.decode(PushRequest.self, from: message.value ?? [])
-                    requests.append(request)
-                    missing.remove(request.requestId)
-                }
-                if missing.isEmpty, !assigned.isEmpty, atEnd.isSuperset(of: assigned) { break }
-            }
-            return requests
-        }
-        var result: [PushRequest] = []
-        while let next = try await group.next() {
-            if let next {
-                result = next
-                reader.shutdown()
-                group.cancelAll()
-            }
-        }
-        return result
+        return $0.caughtUp && missing.withLock { $0.isEmpty }
     }
+    return try progress.messages.map { try IsletJSON.decode(PushRequest.self, from: $0.value ?? []) }
 }
 
-@Suite("content-service against the broker", .enabled(if: brokerExpected), .timeLimit(.minutes(2)))
+@Suite("content-service against the broker", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(2)))
 struct ContentServiceIntegrationTests {
     /// The gRPC key of the test's backend (read and write).
     static let backendKey = "an-orders-backend-key-of-32-characters-at-least"
@@ -119,13 +44,13 @@ struct ContentServiceIntegrationTests {
         topics.pushRequests = "test.requests.\(suffix)"
         topics.deadLetters = "test.dlq.\(suffix)"
         topics.pushOutcomes = "test.outcomes.\(suffix)"
-        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try servers), logger: logger)
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         _ = try await admin.createTopics([
             .init(name: topics.tokens, partitions: 2, configs: ["cleanup.policy": "compact"]), .init(name: topics.activityEvents, partitions: 2),
             .init(name: topics.pushRequests, partitions: 2), .init(name: topics.deadLetters, partitions: 1),
             .init(name: topics.pushOutcomes, partitions: 2),
         ])
-        let producer = try KafkaProducer(configuration: .init(bootstrapServers: try servers), logger: logger)
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         let producing = Task { try await producer.run() }
         let registered = Date()
         // An old app (1.0) holds the activity's token.
@@ -139,7 +64,7 @@ struct ContentServiceIntegrationTests {
         /// A content-service instance in consumer group `name`.
         func start(_ name: String) throws -> (ContentServiceApp, ServiceGroup, Task<Void, any Error>) {
             let settings = try ServiceSettings(
-                from: .variables(["ISLET_KAFKA_BOOTSTRAP": try servers, "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]),
+                from: .variables(["ISLET_KAFKA_BOOTSTRAP": try TestBroker.servers(), "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]),
                 serviceName: name, defaultHTTPPort: 0)
             let runtime = ServiceRuntime(settings: settings, logger: logger)
             let service = try ContentServiceApp(
@@ -169,7 +94,7 @@ struct ContentServiceIntegrationTests {
         try await producer.send(topic: topics.activityEvents, key: "order-7", value: Array("{not json".utf8))
         try await send(5, "delivered", kind: .end)
 
-        let requests = try await read(topics.pushRequests, count: 4).map { try IsletJSON.decode(PushRequest.self, from: $0.value ?? []) }
+        let requests = try await TestBroker.read(topics.pushRequests, count: 4).map { try IsletJSON.decode(PushRequest.self, from: $0.value ?? []) }
         #expect(requests.map(\.event) == [.update, .update, .update, .end])
         #expect(requests.map(\.contentSequence) == [1, 3, 5, 5])
         #expect(requests.map(\.alerting) == [false, true, true, false])
@@ -184,7 +109,7 @@ struct ContentServiceIntegrationTests {
         }
         #expect(Set(state.keys) == ["status", "headline", "etaAt"])
 
-        let deadLetters = try await read(topics.deadLetters, count: 2).map { try IsletJSON.decode(DeadLetterRecord.self, from: $0.value ?? []) }
+        let deadLetters = try await TestBroker.read(topics.deadLetters, count: 2).map { try IsletJSON.decode(DeadLetterRecord.self, from: $0.value ?? []) }
         #expect(Set(deadLetters.map(\.reason)) == [.unprocessable, .undecodable])
         #expect(deadLetters.contains { $0.detail.contains("PizzaAttributes") })
 

@@ -24,15 +24,7 @@ extension EndToEnd {
                 "ISLET_RETRY_MAX_DELAY_MS": "1000",
             ]
             let stack = try Stack(name: "apns-faults", extra: [.dispatcher: dispatcher])
-            try await stack.start()
-            let driver = try Driver(stack: stack)
-            do {
-                try await run(stack: stack, driver: driver)
-            } catch {
-                Issue.record(error)
-            }
-            await driver.close()
-            await stack.stop()
+            try await stack.run { driver in try await run(stack: stack, driver: driver) }
         }
 
         func run(stack: Stack, driver: Driver) async throws {

@@ -10,16 +10,10 @@ extension EndToEnd {
         @Test("APNs answers 410 for a token, the registry invalidates it, the app registers the same token again: the next update reaches the phone; and the backend's first event, 20 s before the app registers its token, is delivered once it does")
         func life() async throws {
             let stack = try Stack(name: "activity-life")
-            try await stack.start()
-            let driver = try Driver(stack: stack)
-            do {
+            try await stack.run { driver in
                 try await reinstall(stack: stack, driver: driver)
                 try await lateToken(stack: stack, driver: driver)
-            } catch {
-                Issue.record(error)
             }
-            await driver.close()
-            await stack.stop()
         }
 
         static let fields: [String: JSONValue] = ["orderId": "7", "storeName": "Casa Lola", "status": "preparing"]

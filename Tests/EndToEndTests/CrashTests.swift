@@ -1,6 +1,7 @@
 import APNsSimulator
 import Foundation
 import IsletMessages
+import IsletTesting
 import Testing
 
 /// Sizes of the crash and graceful-stop runs (the figures by default; smaller for a quick local run).
@@ -109,15 +110,3 @@ final class Stops: @unchecked Sendable {
     func record(_ name: ServiceProcess.Name, _ took: Duration, _ status: Int32?) { lock.withLock { stops.append((name, took, status)) } }
 }
 
-/// A small seeded generator, so a failing kill schedule can be replayed.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

@@ -80,17 +80,11 @@ extension EndToEnd {
         @Test("each example type through all four services: the simulator receives the golden pushes in order, a tap becomes a click, the ledger is complete")
         func happyPaths() async throws {
             let stack = try Stack(name: "happy-paths")
-            try await stack.start()
-            let driver = try Driver(stack: stack)
-            do {
+            try await stack.run { driver in
                 for scenario in Scenario.all {
                     try await play(scenario, driver: driver)
                 }
-            } catch {
-                Issue.record(error)
             }
-            await driver.close()
-            await stack.stop()
         }
 
         func play(_ scenario: Scenario, driver: Driver) async throws {

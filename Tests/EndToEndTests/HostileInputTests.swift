@@ -27,15 +27,7 @@ extension EndToEnd {
             // A small quota of live activities per user, met by a user of this run's own.
             let quota = ["ISLET_QUOTA_LIVE_ACTIVITIES": "\(Self.quota)"]
             let stack = try Stack(name: "hostile-input", extra: [.registry: limits.merging(quota) { $1 }, .ingest: limits])
-            try await stack.start()
-            let driver = try Driver(stack: stack)
-            do {
-                try await run(stack: stack, driver: driver)
-            } catch {
-                Issue.record(error)
-            }
-            await driver.close()
-            await stack.stop()
+            try await stack.run { driver in try await run(stack: stack, driver: driver) }
             scanLogs(of: stack)
         }
 

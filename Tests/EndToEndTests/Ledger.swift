@@ -1,45 +1,14 @@
 import Foundation
 import IsletKafka
 import IsletMessages
+import IsletTesting
 import Logging
 
-let e2eLogger: Logger = {
-    var logger = Logger(label: "islet.test.e2e")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
-    return logger
-}()
+let e2eLogger = testLogger("islet.test.e2e")
 
 /// Reads every partition of `topics` from the start to its current end and returns the records.
 func readToEnd(_ topics: [String], bootstrap: String, timeout: Duration = .seconds(120)) async throws -> [KafkaMessage] {
-    let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: bootstrap, topics: topics), logger: e2eLogger)
-    return try await withThrowingTaskGroup(of: [KafkaMessage]?.self) { group in
-        group.addTask {
-            try await reader.run()
-            return nil
-        }
-        group.addTask {
-            try? await Task.sleep(for: timeout)
-            reader.shutdown()
-            return nil
-        }
-        group.addTask {
-            var messages: [KafkaMessage] = []
-            var catchUp = ReplicaCatchUp(topics: Set(topics))
-            for await event in reader.events {
-                if case .message(let message) = event { messages.append(message) }
-                if catchUp.note(event) { return messages }
-            }
-            return nil
-        }
-        while let next = try await group.next() {
-            if let next {
-                reader.shutdown()
-                group.cancelAll()
-                return next
-            }
-        }
-        throw E2EFailure("could not read \(topics) to their end within \(timeout)")
-    }
+    try await TestBroker.readToEnd(topics, bootstrapServers: bootstrap, timeout: timeout)
 }
 
 /// Every push request of a run and every outcome written for them: the invariant of the whole

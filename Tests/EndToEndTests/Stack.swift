@@ -248,6 +248,20 @@ final class Stack: Sendable {
     func url(_ name: ServiceProcess.Name) -> String { "http://127.0.0.1:\(ports[name]!)" }
 
     /// Starts the simulator first (the dispatcher needs its certificate), then the services.
+    /// Starts the stack, runs `body` with a driver, records what it throws as the test's failure,
+    /// then closes the driver and stops every process (also after a failure).
+    func run(_ body: (Driver) async throws -> Void) async throws {
+        try await start()
+        let driver = try Driver(stack: self)
+        do {
+            try await body(driver)
+        } catch {
+            Issue.record(error)
+        }
+        await driver.close()
+        await stop()
+    }
+
     func start() async throws {
         if createsTopics {
             let admin = try KafkaAdmin(configuration: .init(bootstrapServers: bootstrap), logger: e2eLogger)

@@ -1,6 +1,7 @@
 import Foundation
 import IsletKafka
 import IsletMessages
+import IsletTesting
 import Logging
 import Synchronization
 import Testing
@@ -10,25 +11,14 @@ import ArgumentParser
 // Against the broker scripts/test.sh starts (ISLET_KAFKA_BOOTSTRAP); with ISLET_REQUIRE_BROKER=1 a
 // missing broker fails the suite instead of skipping it.
 
-private let logger: Logger = {
-    var logger = Logger(label: "islet.test.cli-integration")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
-    return logger
-}()
-
-private let brokerExpected =
-    ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"] != nil || ProcessInfo.processInfo.environment["ISLET_REQUIRE_BROKER"] == "1"
-
-private var servers: String {
-    get throws { try #require(ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"], "ISLET_KAFKA_BOOTSTRAP is not set: run scripts/test.sh") }
-}
+private let logger = testLogger("islet.test.cli-integration")
 
 /// Creates Islet's topics (if missing) as the compose file's kafka-init would, with fewer partitions.
 /// The test broker is shared by the whole run: Islet's real topics are always made together, with
 /// 3 partitions (the topic administration test checks exactly that, and co-partitioned topics must
 /// agree), whichever test comes first. `topics` names the ones this test needs.
 private func ensureTopics(_ topics: [IsletTopic]) async throws {
-    let admin = try KafkaAdmin(configuration: KafkaAdminConfiguration(bootstrapServers: try servers), logger: logger)
+    let admin = try KafkaAdmin(configuration: KafkaAdminConfiguration(bootstrapServers: try TestBroker.servers()), logger: logger)
     let created = try await admin.createIsletTopics(partitions: 3)
     for topic in topics { #expect(created[topic.name] != nil) }
 }
@@ -40,7 +30,7 @@ private final class Lines: Sendable {
     var all: [String] { lines.withLock { $0 } }
 }
 
-@Suite(.enabled(if: brokerExpected), .timeLimit(.minutes(2)))
+@Suite(.enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(2)))
 struct CLIIntegrationTests {
     @Test func publishedEventsAreTailedDecoded() async throws {
         try await ensureTopics([IsletTopics.activityEvents])
@@ -50,7 +40,7 @@ struct CLIIntegrationTests {
         for (sequence, status) in ["preparing", "out_for_delivery", "delivered"].enumerated() {
             let command = try Islet.parseAsRoot([
                 "publish-event", "--activity", activity, "--type", "DeliveryAttributes", "--kind", sequence == 2 ? "end" : "update",
-                "--sequence", "\(sequence + 1)", "--field", "status=\(status)", "--field", "courier.name=Ana", "--bootstrap", try servers,
+                "--sequence", "\(sequence + 1)", "--field", "status=\(status)", "--field", "courier.name=Ana", "--bootstrap", try TestBroker.servers(),
             ]) as! PublishEvent
             let event = try command.event()
             published[event.eventId] = try await PublishEvent.publish(event, servers: command.kafka.servers(), logger: logger)
@@ -59,7 +49,7 @@ struct CLIIntegrationTests {
 
         // From a time, to the end of every partition, only this activity's records.
         let tail = try Islet.parseAsRoot([
-            "tail", "events", "--since", IsletDate.format(start), "--no-follow", "--key", activity, "--bootstrap", try servers,
+            "tail", "events", "--since", IsletDate.format(start), "--no-follow", "--key", activity, "--bootstrap", try TestBroker.servers(),
         ]) as! Tail
         let lines = Lines()
         let printed = try await Tail.tail(try tail.request(), logger: logger) { lines.append($0) }
@@ -78,7 +68,7 @@ struct CLIIntegrationTests {
         let first = published.values.compactMap(\.offset).min()!
         let fromOffset = try Islet.parseAsRoot([
             "tail", IsletTopics.activityEvents.name, "--offset", "\(first)", "--partition", "\(partition)", "--key", activity,
-            "--limit", "3", "--bootstrap", try servers,
+            "--limit", "3", "--bootstrap", try TestBroker.servers(),
         ]) as! Tail
         let again = Lines()
         #expect(try await Tail.tail(try fromOffset.request(), logger: logger) { again.append($0) } == 3)
@@ -94,14 +84,14 @@ struct CLIIntegrationTests {
             kind: .update, activityId: activity, userId: "alice", token: token, app: AppTarget(bundleId: "com.example.food", environment: .sandbox),
             attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active,
             registeredAt: Date(), updatedAt: Date())
-        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: try servers), logger: logger)
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: try TestBroker.servers()), logger: logger)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await producer.run() }
             defer { producer.shutdown() }
             try await producer.send(record)
         }
 
-        var request = TailRequest(topic: IsletTopics.tokens, servers: try servers)
+        var request = TailRequest(topic: IsletTopics.tokens, servers: try TestBroker.servers())
         request.since = start
         request.follow = false
         request.key = activity
@@ -113,7 +103,7 @@ struct CLIIntegrationTests {
     }
 
     @Test func aPartitionTheTopicLacksIsNamed() async throws {
-        var request = TailRequest(topic: IsletTopics.clicks, servers: try servers)
+        var request = TailRequest(topic: IsletTopics.clicks, servers: try TestBroker.servers())
         request.partitions = [9_999]
         request.follow = false
         try await ensureTopics([IsletTopics.clicks])

@@ -1,15 +1,12 @@
 import Foundation
 import IsletKafka
+import IsletTesting
 import Logging
 import Synchronization
 import Testing
 
 /// The fault suites' logger: quiet unless ISLET_TEST_LOG_LEVEL says otherwise.
-let logger: Logger = {
-    var logger = Logger(label: "islet.fault-test")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
-    return logger
-}()
+let logger = testLogger("islet.fault-test", level: .critical)
 
 /// Polls `condition` every 50 ms until it holds; fails the test after `timeout`.
 func eventually(

@@ -1,5 +1,6 @@
 import IsletKafka
 import IsletMessages
+import IsletTesting
 import Testing
 
 @Suite("Topic administration against the broker", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(2)))

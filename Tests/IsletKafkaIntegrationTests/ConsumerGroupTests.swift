@@ -1,5 +1,6 @@
 import Foundation
 import IsletKafka
+import IsletTesting
 import Synchronization
 import Testing
 

@@ -1,32 +1,11 @@
 import Foundation
 import IsletKafka
+import IsletTesting
 import Logging
 import Synchronization
 import Testing
 
-/// The broker the test script started (`ISLET_KAFKA_BOOTSTRAP`).
-enum TestBroker {
-    static var bootstrapServers: String? { ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"] }
-
-    /// scripts/test.sh sets ISLET_REQUIRE_BROKER=1: then a missing broker fails the tests instead of skipping them.
-    static var shouldRun: Bool {
-        bootstrapServers != nil || ProcessInfo.processInfo.environment["ISLET_REQUIRE_BROKER"] == "1"
-    }
-
-    static func servers() throws -> String {
-        try #require(bootstrapServers, "ISLET_KAFKA_BOOTSTRAP is not set: run the tests with scripts/test.sh")
-    }
-}
-
-func uniqueName(_ prefix: String) -> String {
-    "\(prefix)-\(UUID().uuidString.prefix(8).lowercased())"
-}
-
-let testLogger: Logger = {
-    var logger = Logger(label: "islet.test")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
-    return logger
-}()
+let testLogger = IsletTesting.testLogger("islet.test")
 
 func makeProducer(_ servers: String, settings: [String: String] = [:]) throws -> KafkaProducer {
     try KafkaProducer(configuration: .init(bootstrapServers: servers, settings: settings), logger: testLogger)
@@ -79,29 +58,6 @@ func withRunning<T: Sendable>(
 /// A producer running for the duration of `body`, shut down (flushed) afterwards.
 func withProducer<T: Sendable>(_ producer: KafkaProducer, _ body: @escaping @Sendable (KafkaProducer) async throws -> T) async throws -> T {
     try await withRunning([producer]) { try await body(producer) }
-}
-
-/// Fails the test if `operation` takes longer than `limit`.
-func withTimeout<T: Sendable>(_ limit: Duration, _ what: String, _ operation: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await operation() }
-        group.addTask {
-            try await Task.sleep(for: limit)
-            return nil
-        }
-        guard let first = try await group.next(), let result = first else {
-            group.cancelAll()
-            throw TimeoutError(what: what, limit: limit)
-        }
-        group.cancelAll()
-        return result
-    }
-}
-
-struct TimeoutError: Error, CustomStringConvertible {
-    var what: String
-    var limit: Duration
-    var description: String { "\(what) did not finish within \(limit)" }
 }
 
 /// A counter tasks can share.

@@ -1,6 +1,7 @@
 import Foundation
 import IsletKafka
 import IsletMessages
+import IsletTesting
 import Testing
 
 /// The golden files of the message tests: the same examples other teams read in docs/topics.md.

@@ -1,25 +1,13 @@
 import Crypto
 import Foundation
 import IsletMessages
+import IsletTesting
 import Testing
 @testable import IsletLinks
 
 private let k1 = try! LinkKey(id: "k1", secret: Array("the-first-link-key-at-least-32-bytes!".utf8))
 private let k2 = try! LinkKey(id: "k2", secret: Array("the-second-link-key-at-least-32-byte!".utf8))
 private let issued = Date(timeIntervalSince1970: 1_795_000_000)
-
-/// A small seeded generator, so a failing case can be replayed.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 extension SplitMix {
     mutating func identifier(_ maximum: Int) -> String {

@@ -2,6 +2,7 @@ import Foundation
 import IsletKafka
 import IsletMessages
 import IsletRuntime
+import IsletTesting
 import IsletTokens
 import Logging
 import ServiceLifecycle
@@ -9,18 +10,7 @@ import Testing
 @testable import TokenRegistry
 import HTTPTypes
 
-private let logger: Logger = {
-    var logger = Logger(label: "islet.test.registry-integration")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
-    return logger
-}()
-
-private var servers: String {
-    get throws { try #require(ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"], "ISLET_KAFKA_BOOTSTRAP is not set: run scripts/test.sh") }
-}
-
-private let brokerExpected =
-    ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"] != nil || ProcessInfo.processInfo.environment["ISLET_REQUIRE_BROKER"] == "1"
+private let logger = testLogger("islet.test.registry-integration")
 
 /// One token-registry instance, run in process against the broker, on its own topics.
 final class RunningRegistry: Sendable {
@@ -29,7 +19,7 @@ final class RunningRegistry: Sendable {
     private let task: Task<Void, any Error>
 
     init(topics: TokenRegistryApp.Topics, group groupID: String, extraSettings: [String: String] = [:]) async throws {
-        var variables = ["ISLET_KAFKA_BOOTSTRAP": try servers, "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]
+        var variables = ["ISLET_KAFKA_BOOTSTRAP": try TestBroker.servers(), "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]
         variables.merge(extraSettings) { $1 }
         let settings = try ServiceSettings(from: .variables(variables), serviceName: groupID, defaultHTTPPort: 0)
         let runtime = ServiceRuntime(settings: settings, logger: logger)
@@ -68,16 +58,12 @@ func uniqueTopics() async throws -> TokenRegistryApp.Topics {
     topics.tokens = "test.tokens.\(suffix)"
     topics.pushOutcomes = "test.outcomes.\(suffix)"
     topics.deadLetters = "test.dlq.\(suffix)"
-    let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try servers), logger: logger)
+    let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
     _ = try await admin.createTopics([
         .init(name: topics.tokens, partitions: 3, configs: ["cleanup.policy": "compact"]),
         .init(name: topics.pushOutcomes, partitions: 3), .init(name: topics.deadLetters, partitions: 1),
     ])
     return topics
-}
-
-func token(_ seed: Int) -> String {
-    (0..<80).map { i in String(format: "%02x", (seed &* 31 &+ i &* 7) & 0xFF) }.joined()
 }
 
 func request(_ token: String) -> RegisterActivityTokenRequest {
@@ -86,50 +72,20 @@ func request(_ token: String) -> RegisterActivityTokenRequest {
         frequentUpdatesEnabled: true, appVersion: "5.2.0")
 }
 
-/// Reads every record of `topic` (by key, in order) until `count` were read.
-func readTokens(_ topic: String, count: Int) async throws -> [TokenRecord] {
-    let consumer = try KafkaConsumer(configuration: .replica(bootstrapServers: try servers, topics: [topic]), logger: logger)
-    return try await withThrowingTaskGroup(of: [TokenRecord]?.self) { group in
-        group.addTask { try await consumer.run(); return nil }
-        group.addTask {
-            try? await Task.sleep(for: .seconds(20))
-            consumer.shutdown()
-            return nil
-        }
-        group.addTask {
-            var records: [TokenRecord] = []
-            for await message in consumer.messages {
-                records.append(try IsletJSON.decode(TokenRecord.self, from: message.value ?? []))
-                if records.count >= count { break }
-            }
-            return records
-        }
-        var result: [TokenRecord] = []
-        while let next = try await group.next() {
-            if let next {
-                result = next
-                group.cancelAll()
-                consumer.shutdown()
-            }
-        }
-        return result
-    }
-}
-
-@Suite("token-registry against the broker", .enabled(if: brokerExpected), .timeLimit(.minutes(3)))
+@Suite("token-registry against the broker", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(3)))
 struct RegistryIntegrationTests {
     @Test("a registration lands on the tokens topic under its key; a rotation supersedes it; a repeat writes nothing")
     func registrationAndRotation() async throws {
         let topics = try await uniqueTopics()
         let registry = try await RunningRegistry(topics: topics, group: "registry-\(UUID())")
         try await registry.ready()
-        _ = try await registry.app.registry.registerActivityToken(user: "u1", activityId: "order-1", request(token(1)))
-        _ = try await registry.app.registry.registerActivityToken(user: "u1", activityId: "order-1", request(token(1)))
-        _ = try await registry.app.registry.registerActivityToken(user: "u1", activityId: "order-1", request(token(2)))
+        _ = try await registry.app.registry.registerActivityToken(user: "u1", activityId: "order-1", request(hexToken(1)))
+        _ = try await registry.app.registry.registerActivityToken(user: "u1", activityId: "order-1", request(hexToken(1)))
+        _ = try await registry.app.registry.registerActivityToken(user: "u1", activityId: "order-1", request(hexToken(2)))
         try await registry.stop()
 
-        let records = try await readTokens(topics.tokens, count: 2)
-        #expect(records.map(\.token) == [token(1), token(2)])
+        let records = try await TestBroker.read(TokenRecord.self, from: topics.tokens, count: 2)
+        #expect(records.map(\.token) == [hexToken(1), hexToken(2)])
         #expect(records.allSatisfy { $0.key == "com.example.food/order-1" && $0.state == .active })
         #expect(records[1].registeredAt >= records[0].registeredAt)
     }
@@ -141,9 +97,9 @@ struct RegistryIntegrationTests {
         try await first.ready()
         let registry = first.app.registry
         for i in 0..<30 {
-            _ = try await registry.registerActivityToken(user: "user-\(i % 4)", activityId: "activity-\(i)", request(token(i)))
+            _ = try await registry.registerActivityToken(user: "user-\(i % 4)", activityId: "activity-\(i)", request(hexToken(i)))
         }
-        _ = try await registry.registerActivityToken(user: "user-1", activityId: "activity-1", request(token(100)))
+        _ = try await registry.registerActivityToken(user: "user-1", activityId: "activity-1", request(hexToken(100)))
         _ = try await registry.invalidateActivity(user: "user-2", activityId: "activity-2", reason: .userDismissed)
         _ = try await registry.setFrequentUpdates(user: "user-3", activityId: "activity-3", enabled: false)
         let before = try (0..<30).map { i in try registry.activity(user: "user-\(i % 4)", activityId: "activity-\(i)") }
@@ -155,10 +111,10 @@ struct RegistryIntegrationTests {
         #expect(after == before)
         // The rebuilt table enforces the same rules: the ended activity stays ended, owners stay owners.
         await #expect(throws: APIError.self) {
-            try await second.app.registry.registerActivityToken(user: "user-2", activityId: "activity-2", request(token(7)))
+            try await second.app.registry.registerActivityToken(user: "user-2", activityId: "activity-2", request(hexToken(7)))
         }
         await #expect(throws: APIError.self) {
-            try await second.app.registry.registerActivityToken(user: "user-0", activityId: "activity-1", request(token(7)))
+            try await second.app.registry.registerActivityToken(user: "user-0", activityId: "activity-1", request(hexToken(7)))
         }
         try await second.stop()
     }
@@ -169,10 +125,10 @@ struct RegistryIntegrationTests {
         let running = try await RunningRegistry(topics: topics, group: "registry-\(UUID())")
         try await running.ready()
         let registry = running.app.registry
-        let registered = try await registry.registerActivityToken(user: "u", activityId: "dead-1", request(token(1)))
-        _ = try await registry.registerActivityToken(user: "u", activityId: "alive-1", request(token(2)))
+        let registered = try await registry.registerActivityToken(user: "u", activityId: "dead-1", request(hexToken(1)))
+        _ = try await registry.registerActivityToken(user: "u", activityId: "alive-1", request(hexToken(2)))
 
-        let producer = try KafkaProducer(configuration: .init(bootstrapServers: try servers), logger: logger)
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         let producing = Task { try await producer.run() }
         func outcome(_ activity: String, _ token: String, at timestamp: Date) -> PushOutcome {
             PushOutcome(
@@ -181,9 +137,9 @@ struct RegistryIntegrationTests {
                 attempts: 1, tokenFingerprint: TokenFingerprint.of(token: token), completedAt: timestamp)
         }
         // APNs says dead-1's token died after it was registered: invalidated.
-        try await producer.send(outcome("dead-1", token(1), at: registered.token.registeredAt.addingTimeInterval(1)), to: topics.pushOutcomes)
+        try await producer.send(outcome("dead-1", hexToken(1), at: registered.token.registeredAt.addingTimeInterval(1)), to: topics.pushOutcomes)
         // alive-1's token was registered after the 410's timestamp (the user reinstalled): it stays.
-        try await producer.send(outcome("alive-1", token(2), at: Date(timeIntervalSinceNow: -3_600)), to: topics.pushOutcomes)
+        try await producer.send(outcome("alive-1", hexToken(2), at: Date(timeIntervalSinceNow: -3_600)), to: topics.pushOutcomes)
         // Undecodable outcomes go to the dead-letter topic and do not stop the listener.
         try await producer.send(topic: topics.pushOutcomes, key: "alive-1", value: Array("{not json".utf8))
         producer.shutdown()
@@ -202,7 +158,7 @@ struct RegistryIntegrationTests {
         #expect(registry.table.record(forKey: "com.example.food/alive-1")?.state == .active)
         try await running.stop()
 
-        let records = try await readTokens(topics.tokens, count: 3)
+        let records = try await TestBroker.read(TokenRecord.self, from: topics.tokens, count: 3)
         #expect(records.filter { $0.activityId == "dead-1" }.map(\.state) == [.active, .invalidated])
         #expect(records.filter { $0.activityId == "alive-1" }.map(\.state) == [.active])
     }
@@ -218,7 +174,7 @@ struct RegistryIntegrationTests {
         registry.markReady()
         let started = ContinuousClock.now
         let error = await #expect(throws: APIError.self) {
-            try await registry.registerActivityToken(user: "u", activityId: "a", request(token(1)))
+            try await registry.registerActivityToken(user: "u", activityId: "a", request(hexToken(1)))
         }
         #expect(error?.status == .serviceUnavailable)
         #expect(ContinuousClock.now - started < .seconds(5))

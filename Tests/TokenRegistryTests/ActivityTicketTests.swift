@@ -1,6 +1,7 @@
 import Foundation
 import IsletMessages
 import IsletRuntime
+import IsletTesting
 import IsletTokens
 import Testing
 @testable import TokenRegistry

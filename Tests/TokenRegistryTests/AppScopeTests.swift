@@ -4,6 +4,7 @@ import GRPCNIOTransportHTTP2
 import IsletMessages
 import IsletProtos
 import IsletRuntime
+import IsletTesting
 import IsletTokens
 import Synchronization
 import Testing
@@ -237,38 +238,30 @@ struct AppScopeTests {
         _ = try await registry.registerActivityToken(user: "alice", activityId: "order-43", request(Self.food, token: hexToken(1)))
         _ = try await registry.registerActivityToken(user: "alice", activityId: "only-1", request(Self.food, token: hexToken(3)))
         _ = try await registry.registerActivityToken(user: "bob", activityId: "order-43", request(Self.ride, token: hexToken(2)))
-        let service = GRPCServerService(host: "127.0.0.1", port: 0, services: [RegistryGRPCService(registry: registry)])
-        try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await service.server.serve() }
-            let port = try #require(try await service.listeningPort)
-            try await withGRPCClient(
-                transport: .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: port), transportSecurity: .plaintext)
-            ) { client in
-                let registryClient = Islet_Tokens_V1_TokenRegistry.Client(wrapping: client)
-                await #expect { try await registryClient.lookupActivity(.with { $0.activityID = "order-43" }) } throws: {
-                    ($0 as? RPCError)?.code == .failedPrecondition && ($0 as? RPCError)?.message.contains("com.example.ride") == true
-                }
-                let ride = try await registryClient.lookupActivity(.with {
-                    $0.activityID = "order-43"
+        try await withGRPCServer([RegistryGRPCService(registry: registry)]) { client in
+            let registryClient = Islet_Tokens_V1_TokenRegistry.Client(wrapping: client)
+            await #expect { try await registryClient.lookupActivity(.with { $0.activityID = "order-43" }) } throws: {
+                ($0 as? RPCError)?.code == .failedPrecondition && ($0 as? RPCError)?.message.contains("com.example.ride") == true
+            }
+            let ride = try await registryClient.lookupActivity(.with {
+                $0.activityID = "order-43"
+                $0.bundleID = "com.example.ride"
+            })
+            #expect(ride.userID == "bob" && ride.bundleID == "com.example.ride")
+            #expect(try await registryClient.lookupActivity(.with { $0.activityID = "only-1" }).bundleID == "com.example.food")
+            await #expect {
+                try await registryClient.lookupActivity(.with {
+                    $0.activityID = "only-1"
                     $0.bundleID = "com.example.ride"
                 })
-                #expect(ride.userID == "bob" && ride.bundleID == "com.example.ride")
-                #expect(try await registryClient.lookupActivity(.with { $0.activityID = "only-1" }).bundleID == "com.example.food")
-                await #expect {
-                    try await registryClient.lookupActivity(.with {
-                        $0.activityID = "only-1"
-                        $0.bundleID = "com.example.ride"
-                    })
-                } throws: { ($0 as? RPCError)?.code == .notFound }
-                let ended = try await registryClient.invalidateActivity(.with {
-                    $0.activityID = "order-43"
-                    $0.bundleID = "com.example.food"
-                    $0.reason = "backendEnded"
-                })
-                #expect(ended.userID == "alice" && ended.state == "invalidated")
-                #expect(registry.table.record(forKey: "com.example.ride/order-43")?.state == .active)
-            }
-            service.server.beginGracefulShutdown()
+            } throws: { ($0 as? RPCError)?.code == .notFound }
+            let ended = try await registryClient.invalidateActivity(.with {
+                $0.activityID = "order-43"
+                $0.bundleID = "com.example.food"
+                $0.reason = "backendEnded"
+            })
+            #expect(ended.userID == "alice" && ended.state == "invalidated")
+            #expect(registry.table.record(forKey: "com.example.ride/order-43")?.state == .active)
         }
     }
 }

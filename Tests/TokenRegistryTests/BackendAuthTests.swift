@@ -2,6 +2,7 @@ import GRPCCore
 import GRPCNIOTransportHTTP2
 import IsletMessages
 import IsletProtos
+import IsletTesting
 import IsletTokens
 import Testing
 @testable import TokenRegistry
@@ -20,42 +21,34 @@ struct BackendAuthTests {
         _ = try await registry.registerActivityToken(user: "alice", activityId: "a0", activityRequest(token: hexToken(0)))
         let written = publisher.records.count
         let keys = try BackendKeys(["dashboard": Self.readerKey + ":read", "orders": Self.writerKey + ":read+write"])
-        let service = GRPCServerService(
-            host: "127.0.0.1", port: 0, services: [RegistryGRPCService(registry: registry)],
-            interceptors: [BackendAuthInterceptor(keys: keys, permissions: BackendAuthInterceptor.tokenRegistryMethods)])
-        try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await service.server.serve() }
-            let port = try #require(try await service.listeningPort)
-            try await withGRPCClient(transport: .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: port), transportSecurity: .plaintext)) { client in
-                let registryClient = Islet_Tokens_V1_TokenRegistry.Client(wrapping: client)
-                let lookup = Islet_Tokens_V1_LookupActivityRequest.with { $0.activityID = "a0" }
-                let invalidate = Islet_Tokens_V1_InvalidateActivityRequest.with {
-                    $0.activityID = "a0"
-                    $0.reason = "backendEnded"
-                }
-                func code(_ call: () async throws -> Void) async -> RPCError.Code? {
-                    do {
-                        try await call()
-                        return nil
-                    } catch {
-                        return (error as? RPCError)?.code
-                    }
-                }
-                #expect(await code { _ = try await registryClient.lookupActivity(lookup) } == .unauthenticated, "no key")
-                #expect(await code { _ = try await registryClient.invalidateActivity(invalidate) } == .unauthenticated, "no key")
-                #expect(await code { _ = try await registryClient.lookupActivity(lookup, metadata: ["authorization": "Bearer not-a-configured-key-but-long-enough"]) } == .unauthenticated)
-                #expect(await code { _ = try await registryClient.lookupActivity(lookup, metadata: ["authorization": "Basic \(Self.readerKey)"]) } == .unauthenticated)
-                var two: Metadata = ["authorization": "Bearer \(Self.readerKey)"]
-                two.addString("Bearer \(Self.writerKey)", forKey: "authorization")
-                #expect(await code { _ = try await registryClient.lookupActivity(lookup, metadata: two) } == .unauthenticated, "two keys")
-                let reader: Metadata = ["authorization": "Bearer \(Self.readerKey)"]
-                #expect(try await registryClient.lookupActivity(lookup, metadata: reader).userID == "alice")
-                #expect(await code { _ = try await registryClient.invalidateActivity(invalidate, metadata: reader) } == .permissionDenied)
-                #expect(publisher.records.count == written, "nothing written by a refused call")
-                let ended = try await registryClient.invalidateActivity(invalidate, metadata: ["authorization": "Bearer \(Self.writerKey)"])
-                #expect(ended.state == "invalidated")
+        try await withGRPCServer([RegistryGRPCService(registry: registry)], interceptors: [BackendAuthInterceptor(keys: keys, permissions: BackendAuthInterceptor.tokenRegistryMethods)]) { client in
+            let registryClient = Islet_Tokens_V1_TokenRegistry.Client(wrapping: client)
+            let lookup = Islet_Tokens_V1_LookupActivityRequest.with { $0.activityID = "a0" }
+            let invalidate = Islet_Tokens_V1_InvalidateActivityRequest.with {
+                $0.activityID = "a0"
+                $0.reason = "backendEnded"
             }
-            service.server.beginGracefulShutdown()
+            func code(_ call: () async throws -> Void) async -> RPCError.Code? {
+                do {
+                    try await call()
+                    return nil
+                } catch {
+                    return (error as? RPCError)?.code
+                }
+            }
+            #expect(await code { _ = try await registryClient.lookupActivity(lookup) } == .unauthenticated, "no key")
+            #expect(await code { _ = try await registryClient.invalidateActivity(invalidate) } == .unauthenticated, "no key")
+            #expect(await code { _ = try await registryClient.lookupActivity(lookup, metadata: ["authorization": "Bearer not-a-configured-key-but-long-enough"]) } == .unauthenticated)
+            #expect(await code { _ = try await registryClient.lookupActivity(lookup, metadata: ["authorization": "Basic \(Self.readerKey)"]) } == .unauthenticated)
+            var two: Metadata = ["authorization": "Bearer \(Self.readerKey)"]
+            two.addString("Bearer \(Self.writerKey)", forKey: "authorization")
+            #expect(await code { _ = try await registryClient.lookupActivity(lookup, metadata: two) } == .unauthenticated, "two keys")
+            let reader: Metadata = ["authorization": "Bearer \(Self.readerKey)"]
+            #expect(try await registryClient.lookupActivity(lookup, metadata: reader).userID == "alice")
+            #expect(await code { _ = try await registryClient.invalidateActivity(invalidate, metadata: reader) } == .permissionDenied)
+            #expect(publisher.records.count == written, "nothing written by a refused call")
+            let ended = try await registryClient.invalidateActivity(invalidate, metadata: ["authorization": "Bearer \(Self.writerKey)"])
+            #expect(ended.state == "invalidated")
         }
     }
 

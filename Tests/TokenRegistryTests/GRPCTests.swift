@@ -3,6 +3,7 @@ import GRPCCore
 import GRPCNIOTransportHTTP2
 import IsletMessages
 import IsletProtos
+import IsletTesting
 import IsletTokens
 import Testing
 @testable import TokenRegistry
@@ -21,51 +22,43 @@ struct GRPCTests {
         _ = try await registry.registerActivityToken(user: "bob", activityId: "b0", activityRequest(token: hexToken(9)))
         _ = try await registry.invalidateActivity(user: "alice", activityId: "a2", reason: .clientEnded)
 
-        let service = GRPCServerService(host: "127.0.0.1", port: 0, services: [RegistryGRPCService(registry: registry)])
-        try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await service.server.serve() }
-            let port = try #require(try await service.listeningPort)
-            try await withGRPCClient(
-                transport: .http2NIOPosix(target: .ipv4(address: "127.0.0.1", port: port), transportSecurity: .plaintext)
-            ) { client in
-                let registryClient = Islet_Tokens_V1_TokenRegistry.Client(wrapping: client)
+        try await withGRPCServer([RegistryGRPCService(registry: registry)]) { client in
+            let registryClient = Islet_Tokens_V1_TokenRegistry.Client(wrapping: client)
 
-                let a0 = try await registryClient.lookupActivity(.with { $0.activityID = "a0" })
-                #expect(a0.userID == "alice")
-                #expect(a0.state == "active")
-                #expect(a0.bundleID == "com.example.food")
-                #expect(a0.environment == "production")
-                #expect(a0.tokenFingerprint == TokenFingerprint.of(token: hexToken(0)))
-                #expect(a0.registeredAt.seconds > 0)
+            let a0 = try await registryClient.lookupActivity(.with { $0.activityID = "a0" })
+            #expect(a0.userID == "alice")
+            #expect(a0.state == "active")
+            #expect(a0.bundleID == "com.example.food")
+            #expect(a0.environment == "production")
+            #expect(a0.tokenFingerprint == TokenFingerprint.of(token: hexToken(0)))
+            #expect(a0.registeredAt.seconds > 0)
 
-                let live = try await registryClient.listUserActivities(.with { $0.userID = "alice" })
-                #expect(Set(live.activities.map(\.activityID)) == ["a0", "a1"])
+            let live = try await registryClient.listUserActivities(.with { $0.userID = "alice" })
+            #expect(Set(live.activities.map(\.activityID)) == ["a0", "a1"])
 
-                let ended = try await registryClient.invalidateActivity(.with {
-                    $0.activityID = "a1"
-                    $0.reason = "backendEnded"
-                })
-                #expect(ended.state == "invalidated")
-                #expect(ended.invalidationReason == "backendEnded")
-                #expect(publisher.records.last?.invalidation?.reason == .backendEnded)
+            let ended = try await registryClient.invalidateActivity(.with {
+                $0.activityID = "a1"
+                $0.reason = "backendEnded"
+            })
+            #expect(ended.state == "invalidated")
+            #expect(ended.invalidationReason == "backendEnded")
+            #expect(publisher.records.last?.invalidation?.reason == .backendEnded)
 
-                await #expect { try await registryClient.lookupActivity(.with { $0.activityID = "nope" }) } throws: {
-                    ($0 as? RPCError)?.code == .notFound
-                }
-                await #expect { try await registryClient.lookupActivity(.with { $0.activityID = "a:b" }) } throws: {
-                    ($0 as? RPCError)?.code == .invalidArgument
-                }
-                await #expect {
-                    try await registryClient.invalidateActivity(.with {
-                        $0.activityID = "a0"
-                        $0.reason = "apnsUnregistered"
-                    })
-                } throws: { ($0 as? RPCError)?.code == .invalidArgument }
-                await #expect { try await registryClient.listUserActivities(.with { $0.userID = "" }) } throws: {
-                    ($0 as? RPCError)?.code == .invalidArgument
-                }
+            await #expect { try await registryClient.lookupActivity(.with { $0.activityID = "nope" }) } throws: {
+                ($0 as? RPCError)?.code == .notFound
             }
-            service.server.beginGracefulShutdown()
+            await #expect { try await registryClient.lookupActivity(.with { $0.activityID = "a:b" }) } throws: {
+                ($0 as? RPCError)?.code == .invalidArgument
+            }
+            await #expect {
+                try await registryClient.invalidateActivity(.with {
+                    $0.activityID = "a0"
+                    $0.reason = "apnsUnregistered"
+                })
+            } throws: { ($0 as? RPCError)?.code == .invalidArgument }
+            await #expect { try await registryClient.listUserActivities(.with { $0.userID = "" }) } throws: {
+                ($0 as? RPCError)?.code == .invalidArgument
+            }
         }
     }
 }

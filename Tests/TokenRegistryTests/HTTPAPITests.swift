@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import IsletMessages
+import IsletTesting
 import IsletTokens
 import Testing
 @testable import TokenRegistry

@@ -1,5 +1,6 @@
 import Foundation
 import IsletMessages
+import IsletTesting
 import Testing
 @testable import TokenRegistry
 

@@ -1,16 +1,13 @@
 import Foundation
 import IsletMessages
+import IsletTesting
 import IsletTokens
 import JWTKit
 import Logging
 import Synchronization
 @testable import TokenRegistry
 
-let quietLogger: Logger = {
-    var logger = Logger(label: "islet.test.registry")
-    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
-    return logger
-}()
+let quietLogger = testLogger("islet.test.registry", level: .critical)
 
 /// A publisher that keeps what it was given, in order, and can be told to refuse (Kafka down).
 final class RecordingPublisher: TokenRecordPublisher {
@@ -89,10 +86,6 @@ enum TestKeys {
 }
 
 /// A token of `bytes` bytes, as hex, distinct per `seed`.
-func hexToken(_ seed: Int, bytes: Int = 80) -> String {
-    (0..<bytes).map { i in String(format: "%02x", (seed &* 31 &+ i &* 7) & 0xFF) }.joined()
-}
-
 func activityRequest(token: String = hexToken(1), frequent: Bool = false, version: String = "5.2.0") -> RegisterActivityTokenRequest {
     RegisterActivityTokenRequest(
         token: token, attributesType: "DeliveryAttributes", app: AppTarget(bundleId: "com.example.food", environment: .production),

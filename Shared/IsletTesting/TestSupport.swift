@@ -1,0 +1,65 @@
+import Foundation
+import Logging
+
+/// A test's logger: at `level` (quiet) unless `ISLET_TEST_LOG_LEVEL` names another level.
+public func testLogger(_ label: String, level: Logger.Level = .error) -> Logger {
+    var logger = Logger(label: label)
+    logger.logLevel = ProcessInfo.processInfo.environment["ISLET_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? level
+    return logger
+}
+
+/// `prefix` and eight random hex digits: a topic, group or id no other test run uses.
+public func uniqueName(_ prefix: String) -> String {
+    "\(prefix)-\(UUID().uuidString.prefix(8).lowercased())"
+}
+
+/// A push token of `bytes` bytes (hex), the same for the same seed.
+public func hexToken(_ seed: Int, bytes: Int = 80) -> String {
+    (0..<bytes).map { i in String(format: "%02x", (seed &* 31 &+ i &* 7) & 0xFF) }.joined()
+}
+
+/// Runs `operation`; throws ``TimeoutError`` if it takes longer than `limit` (and cancels it).
+public func withTimeout<T: Sendable>(
+    _ limit: Duration, _ what: String, _ operation: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await operation() }
+        group.addTask {
+            try await Task.sleep(for: limit)
+            return nil
+        }
+        guard let first = try await group.next(), let result = first else {
+            group.cancelAll()
+            throw TimeoutError(what: what, limit: limit)
+        }
+        group.cancelAll()
+        return result
+    }
+}
+
+/// `what` did not finish within `limit`.
+public struct TimeoutError: Error, CustomStringConvertible {
+    public var what: String
+    public var limit: Duration
+    public var description: String { "\(what) did not finish within \(limit)" }
+
+    public init(what: String, limit: Duration) {
+        self.what = what
+        self.limit = limit
+    }
+}
+
+/// A small seeded random number generator (SplitMix64), so that a failing random case can be replayed.
+public struct SplitMix: RandomNumberGenerator, Sendable {
+    public var state: UInt64
+
+    public init(seed: UInt64) { state = seed }
+
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
