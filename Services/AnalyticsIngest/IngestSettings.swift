@@ -92,13 +92,7 @@ public struct IngestSettings: Sendable {
     }
 
     public init(from config: IsletConfig) throws(ConfigurationError) {
-        let secrets = try config.properties("islet.link.keys")
-        let linkKeys: [LinkKey]
-        do throws(LinkError) {
-            linkKeys = try LinkKeyring.keys(fromSecrets: secrets)
-        } catch {
-            throw ConfigurationError(key: "islet.link.keys", problem: error.description)
-        }
+        let linkKeys = try config.properties("islet.link.keys", as: LinkKeyring.keys(fromSecrets:))
         let first = linkKeys[0]
         let rate = try config.int("islet.analytics.rate.per.second", default: 20, range: 0...1_000_000)
         let burst = try config.int("islet.analytics.rate.burst", default: max(40, rate * 2), range: 1...10_000_000)

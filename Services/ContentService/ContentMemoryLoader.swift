@@ -37,30 +37,16 @@ public struct ContentMemoryLoader: Service {
     }
 
     public func run() async throws {
-        try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await consumer.run() }
-            await load()
-            consumer.shutdown()
-        }
-    }
-
-    private func load() async {
-        let started = ContinuousClock.now
-        var catchUp = ReplicaCatchUp(topics: [requestsTopic, outcomesTopic])
         var records = 0
-        for await event in consumer.events {
-            if catchUp.note(event) {
-                let seconds = (ContinuousClock.now - started) / .seconds(1)
-                Gauge(label: "islet_content_memory_rebuild_seconds").record(seconds)
-                logger.info(
-                    "activity memory rebuilt",
-                    metadata: ["records": "\(records)", "activities": "\(engine.activityCount)", "rebuild.seconds": "\(seconds)"])
-                onReady()
-            }
-            if case .message(let message) = event {
-                records += 1
-                apply(message)
-            }
+        try await consumer.replay(topics: [requestsTopic, outcomesTopic]) { seconds in
+            Gauge(label: "islet_content_memory_rebuild_seconds").record(seconds)
+            logger.info(
+                "activity memory rebuilt",
+                metadata: ["records": "\(records)", "activities": "\(engine.activityCount)", "rebuild.seconds": "\(seconds)"])
+            onReady()
+        } apply: { message, _ in
+            records += 1
+            apply(message)
         }
     }
 

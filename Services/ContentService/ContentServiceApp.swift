@@ -51,13 +51,7 @@ public struct ContentSettings: Sendable {
     }
 
     public init(from config: IsletConfig) throws {
-        let secrets = try config.properties("islet.link.keys")
-        let linkKeys: [LinkKey]
-        do throws(LinkError) {
-            linkKeys = try LinkKeyring.keys(fromSecrets: secrets)
-        } catch {
-            throw ConfigurationError(key: "islet.link.keys", problem: error.description)
-        }
+        let linkKeys = try config.properties("islet.link.keys", as: LinkKeyring.keys(fromSecrets:))
         let signingID = try config.string("islet.link.signing.key", default: linkKeys.count == 1 ? linkKeys[0].id : "")
         guard let signing = linkKeys.first(where: { $0.id == signingID }) else {
             throw ConfigurationError(key: "islet.link.signing.key", problem: "must name one of the keys of ISLET_LINK_KEYS")

@@ -33,3 +33,25 @@ public struct ReplicaCatchUp: Sendable {
         return false
     }
 }
+
+extension KafkaConsumer {
+    /// Runs this replica until it is shut down, handing every record to `apply` in partition order
+    /// (with whether the replica has caught up yet). `caughtUp` is called once, with the seconds the
+    /// catch-up took, when every partition (of every topic in `topics`) was read to its end: the
+    /// loop of every service that rebuilds state from a topic.
+    public func replay(
+        topics: Set<String> = [], caughtUp: (_ seconds: Double) -> Void, apply: (KafkaMessage, _ caughtUp: Bool) -> Void
+    ) async throws {
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { try await self.run() }
+            let started = ContinuousClock.now
+            var catchUp = ReplicaCatchUp(topics: topics)
+            for await event in events {
+                if catchUp.note(event) { caughtUp((ContinuousClock.now - started) / .seconds(1)) }
+                if case .message(let message) = event { apply(message, catchUp.caughtUp) }
+            }
+            // The loop ends when the consumer stops (shutdown); make sure it does.
+            shutdown()
+        }
+    }
+}

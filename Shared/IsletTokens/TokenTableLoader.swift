@@ -43,29 +43,14 @@ public struct TokenTableLoader: Service {
     }
 
     public func run() async throws {
-        try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await consumer.run() }
-            await load()
-            // The loop ends when the consumer stops (shutdown); make sure it does.
-            consumer.shutdown()
-        }
-    }
-
-    private func load() async {
-        let started = ContinuousClock.now
-        var catchUp = ReplicaCatchUp()
-        for await event in consumer.events {
-            if catchUp.note(event) {
-                let seconds = (ContinuousClock.now - started) / .seconds(1)
-                rebuildSeconds.record(seconds)
-                tokens.record(Double(table.count))
-                logger.info("token table rebuilt", metadata: ["tokens.count": "\(table.count)", "rebuild.seconds": "\(seconds)"])
-                onReady()
-            }
-            if case .message(let message) = event {
-                apply(message)
-                if catchUp.caughtUp { tokens.record(Double(table.count)) }
-            }
+        try await consumer.replay { seconds in
+            rebuildSeconds.record(seconds)
+            tokens.record(Double(table.count))
+            logger.info("token table rebuilt", metadata: ["tokens.count": "\(table.count)", "rebuild.seconds": "\(seconds)"])
+            onReady()
+        } apply: { message, caughtUp in
+            apply(message)
+            if caughtUp { tokens.record(Double(table.count)) }
         }
     }
 

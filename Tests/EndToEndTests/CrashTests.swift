@@ -16,9 +16,7 @@ extension EndToEnd {
         func killAndRestart() async throws {
             print("crash run: \(workloadEvents) events over \(workloadActivities) activities, seed \(crashSeed) (ISLET_E2E_SEED replays the kill schedule)")
             let stack = try Stack(name: "crash-restart")
-            try await stack.start()
-            let driver = try Driver(stack: stack)
-            do {
+            try await stack.run { driver in
                 var random = SplitMix(seed: crashSeed)
                 // Every service, twice, in turn, at random moments; a moment down; restarted (ready again).
                 let victims: [ServiceProcess.Name] = [.content, .dispatcher, .registry, .ingest, .dispatcher, .content, .ingest, .registry]
@@ -47,11 +45,7 @@ extension EndToEnd {
                 #expect(report.startedTwice.isEmpty, "push-to-start sent twice to \(report.startedTwice.map { $0.prefix(8) })")
                 #expect(report.taps.accepted.count > 0)
                 #expect(report.taps.accepted.isSubset(of: report.clicks), "accepted taps missing on the clicks topic: \(report.taps.accepted.subtracting(report.clicks).count)")
-            } catch {
-                Issue.record(error)
             }
-            await driver.close()
-            await stack.stop()
         }
     }
 
@@ -60,9 +54,7 @@ extension EndToEnd {
         @Test("SIGTERM under load: each service finishes its work and exits 0 within 10 s; nothing acknowledged is lost, nothing is done twice")
         func sigterm() async throws {
             let stack = try Stack(name: "graceful-stop")
-            try await stack.start()
-            let driver = try Driver(stack: stack)
-            do {
+            try await stack.run { driver in
                 let stops = Stops()
                 let workload = Workload(stack: stack, driver: driver, events: workloadEvents, activities: workloadActivities)
                 let report = try await workload.run {
@@ -93,11 +85,7 @@ extension EndToEnd {
                 }
                 #expect(report.taps.accepted.count > 0)
                 #expect(report.taps.accepted.isSubset(of: report.clicks), "accepted taps missing on the clicks topic: \(report.taps.accepted.subtracting(report.clicks).count)")
-            } catch {
-                Issue.record(error)
             }
-            await driver.close()
-            await stack.stop()
         }
     }
 }

@@ -53,15 +53,8 @@ enum TestKeys {
         ])
     }
 
-    struct Claims: JWTPayload {
-        var sub: SubjectClaim
-        var exp: ExpirationClaim
-        var iss: IssuerClaim?
-        var aud: AudienceClaim?
-        var nbf: NotBeforeClaim?
-        var iat: IssuedAtClaim?
-        func verify(using algorithm: some JWTAlgorithm) async throws {}
-    }
+    /// The claims the registry reads (its own type: the tests sign what it verifies).
+    typealias Claims = Authenticator.Claims
 
     /// A bearer header for `user`, signed by the key `kid` (`hs` or `es`), expiring in `expiresIn` seconds.
     /// `es-as-hs` makes an HS256 token that names the ES256 key (an algorithm-confusion attempt).
