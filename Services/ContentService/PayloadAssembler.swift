@@ -3,150 +3,6 @@ import IsletLinks
 import IsletMessages
 import Mustache
 
-/// What content-service remembers of an activity between events. Rebuilt after a restart from its
-/// own output (`islet.push-requests.v1`) and the dispatcher's answers (`islet.push-outcomes.v1`).
-public struct ActivityMemory: Sendable, Equatable {
-    /// The highest event sequence applied: older or equal ones are ignored.
-    public var lastSequence: Int64?
-    /// The last `aps.timestamp` sent: the next is always higher.
-    public var lastTimestamp: Int64?
-    /// The state of the last content sent (alerts fire on a change of state).
-    public var lastState: String?
-    /// When alerts were sent, within the alert window.
-    public var alertTimes: [Date] = []
-    public var startedAt: Date?
-    public var ended = false
-    /// The last request sent: what the phone should show (re-sent when it goes stale).
-    public var latest: PushRequest?
-    /// The dispatcher's answers to the activity's recent requests, by request id.
-    public var outcomes: [String: PushResult] = [:]
-    /// The request of the latest event's content (re-sends are numbered after it).
-    public var contentRequestId: String?
-    /// Re-sends of the latest event's content so far, and the last one's time.
-    public var resends = 0
-    public var lastResendAt: Date?
-    /// The activity's token is dead (APNs said so): nothing more is sent to it, until the app
-    /// registers it again (``goneAt``, ``goneToken``: the verdict, and the token's fingerprint).
-    public var gone = false
-    public var goneAt: Date?
-    public var goneToken: String?
-    /// The image URLs whose data reached the phone inlined in one of the activity's payloads (APNs
-    /// accepted that push): later payloads carry the URL only.
-    public var inlinedImages: Set<String> = []
-    /// Images inlined in requests not delivered yet, by request id: they count as inlined once
-    /// their request is delivered; coalesced or failed, the next payload inlines them again.
-    public var pendingImages: [String: PendingImages] = [:]
-
-    public struct PendingImages: Sendable, Equatable {
-        public var urls: Set<String>
-        /// When the request carrying them was made: one whose outcome never comes (it was read
-        /// before a rebuild reached it) counts as delivered after ``ActivityMemory/pendingLifetime``.
-        public var since: Date
-    }
-
-    /// How long an inlined image waits for its request's outcome before it counts as delivered.
-    static let pendingLifetime: TimeInterval = 600
-    /// The partition of the activity's records: the freshness monitor of the instance that owns it
-    /// looks after it.
-    public var partition: Int32?
-
-    public init() {}
-
-    /// A request read back from `islet.push-requests.v1` (this instance's or another's): applied
-    /// when it is newer than what is remembered, so reading one twice changes nothing.
-    /// - Parameter scanImages: look for inlined images in the payload (when read back from Kafka;
-    ///   the assembler knows what it inlined).
-    mutating func replay(_ request: PushRequest, scanImages: Bool = true) {
-        if let last = lastTimestamp, request.apnsTimestamp <= last { return }
-        lastTimestamp = request.apnsTimestamp
-        latest = request
-        if let state = request.state { lastState = state }
-        if request.sourceEventId != nil {
-            lastSequence = max(lastSequence ?? request.contentSequence, request.contentSequence)
-            contentRequestId = request.requestId
-            resends = 0
-            lastResendAt = nil
-        } else if request.event == .update {
-            resends += 1
-            lastResendAt = request.createdAt
-        }
-        if request.alerting {
-            alertTimes.append(request.createdAt)
-            if alertTimes.count > 16 { alertTimes.removeFirst(alertTimes.count - 16) }
-        }
-        if request.event == .start {
-            startedAt = request.createdAt
-            ended = false
-            gone = false
-        } else if startedAt == nil {
-            startedAt = request.createdAt
-        }
-        if request.event == .end { ended = true }
-        if scanImages, request.payload.utf8.count > 1_500, Self.contains(request.payload.utf8, #""data":"#.utf8) {
-            let urls = Self.inlinedImageURLs(in: request.payload).subtracting(inlinedImages)
-            switch outcomes[request.requestId] {
-            case .delivered?, .deliveredDowngraded?: inlinedImages.formUnion(urls)  // its outcome was read first
-            case .some: break
-            case nil: if !urls.isEmpty { pendingImages[request.requestId] = PendingImages(urls: urls, since: request.createdAt) }
-            }
-        }
-        // Outcomes that never came (their request read back, their outcome not): delivered, as
-        // most are, rather than inlined again for ever.
-        for (id, pending) in pendingImages where request.createdAt.timeIntervalSince(pending.since) > Self.pendingLifetime {
-            inlinedImages.formUnion(pending.urls)
-            pendingImages[id] = nil
-        }
-    }
-
-    static func contains(_ text: String.UTF8View, _ needle: String.UTF8View) -> Bool {
-        let (haystack, pattern) = (Array(text), Array(needle))
-        guard haystack.count >= pattern.count else { return false }
-        for start in 0...(haystack.count - pattern.count) where haystack[start] == pattern[0] {
-            if haystack[start..<(start + pattern.count)].elementsEqual(pattern) { return true }
-        }
-        return false
-    }
-
-    /// The URLs of the remote images carrying inline data in a payload.
-    static func inlinedImageURLs(in payload: String) -> Set<String> {
-        guard let root = try? IsletJSON.decodeValue(JSONValue.self, from: Array(payload.utf8)),
-            case .object(let layout)? = root["aps"]?["content-state"]?["layout"]
-        else { return [] }
-        var urls: Set<String> = []
-        for case .array(let components) in layout.values {
-            for component in components {
-                if let image = component["remoteImage"], image["data"] != nil, let url = image["url"]?.stringValue { urls.insert(url) }
-            }
-        }
-        return urls
-    }
-
-    /// The activity's last request was a push-to-start that certainly did not start it (APNs
-    /// refused it or its token, it expired, no token was there): the backend may try a new start.
-    /// Not after `failed`: its answer was unknown, and it may have started the activity.
-    var startNeverArrived: Bool {
-        guard let latest, latest.pushToStartKey != nil, let result = outcomes[latest.requestId] else { return false }
-        return [.rejected, .expired, .awaitingToken, .tokenInvalid, .coalesced].contains(result)
-    }
-
-    /// The dispatcher's final answer to one of the activity's requests.
-    mutating func record(_ outcome: PushOutcome) {
-        if outcomes.count >= 8, let oldest = outcomes.keys.first(where: { $0 != latest?.requestId }) { outcomes[oldest] = nil }
-        outcomes[outcome.requestId] = outcome.result
-        if let images = pendingImages.removeValue(forKey: outcome.requestId), outcome.result == .delivered || outcome.result == .deliveredDowngraded {
-            inlinedImages.formUnion(images.urls)
-        }
-        if outcome.result == .tokenInvalid, outcome.requestId == latest?.requestId, latest?.pushToStartKey == nil {
-            gone = true
-            goneAt = outcome.completedAt
-            goneToken = outcome.tokenFingerprint
-        } else if outcome.result == .delivered || outcome.result == .deliveredDowngraded, outcome.requestId == latest?.requestId {
-            gone = false
-        }
-    }
-}
-
-/// The rules of content: alert fatigue, priority, dismissal.
 public struct ContentPolicy: Sendable {
     public enum Dismissal: Sendable, Equatable {
         /// Leave the ended activity on the Lock Screen as iOS decides (up to 4 hours).
@@ -200,160 +56,226 @@ public struct PayloadAssembler: Sendable {
 
     /// The requests for `event`, sent to `app` for an app of `appVersion`; updates `memory`.
     /// Throws (nothing is produced) when the event does not fit its template, or cannot fit 4 KB.
+    /// Three pure steps: what to send (``plan(_:app:appVersion:memory:now:)``), the payloads of
+    /// each shrink step until they fit (``fit(_:images:memory:now:)``), and the requests carrying
+    /// them; then what the activity's memory keeps of it.
     /// - Parameter images: thumbnails by image URL (base64 JPEG, best first; ``ThumbnailService``).
     public func assemble(
         _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, memory: inout ActivityMemory, now: Date, images: [String: [String]] = [:]
     ) throws(ContentError) -> Result {
+        let plan = try plan(event, app: app, appVersion: appVersion, memory: memory, now: now)
+        let fitted = try fit(plan, images: images, memory: memory, now: now)
+        let requests = requests(plan, carrying: fitted.drafts, app: app, now: now)
+        remember(plan, requests: requests, inlined: fitted.inlined, in: &memory, now: now)
+        return Result(requests: requests, shrinks: fitted.shrinks)
+    }
+
+    /// What an event is to become before any payload is written: its template and state, its
+    /// content, the alert the policy allows, its timestamp and stale date.
+    struct Plan {
+        var event: ActivityEvent
+        var template: ActivityTemplate
+        var state: ActivityTemplate.State
+        var contentState: [String: JSONValue]
+        /// What the layout, links and alert render over: the domain fields and, where the event lacks
+        /// one, the content state's value (its default: a goal alert shows "1 – 0", not "1 – ").
+        var layoutContext: [String: Any]
+        var alert: LiveActivityAPS.Alert?
+        var isPushToStart: Bool
+        var timestamp: Int64
+        var staleDate: Date
+        /// The request key: the activity id, or the push-to-start key of a push-to-start.
+        var key: String
+        var attributes: [String: JSONValue]
+        var recentAlerts: [Date]
+        var layoutIncluded: Bool
+    }
+
+    func plan(_ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, memory: ActivityMemory, now: Date) throws(ContentError) -> Plan {
         guard let template = templates[event.attributesType] else {
             throw ContentError(field: "attributesType", problem: "\(event.attributesType) has no template")
         }
         let builder = ContentBuilder(template: template)
         let state = builder.state(of: event.fields)
         let context = builder.context(fields: event.fields, state: state)
-        var contentState = try builder.contentState(fields: event.fields, context: context, appVersion: appVersion)
-        // The layout, the link and the alert render over the domain fields and, where the event
-        // lacks one, the content state's value (its default: a goal alert shows "1 – 0", not "1 – ").
+        let contentState = try builder.contentState(fields: event.fields, context: context, appVersion: appVersion)
         var layoutContext = context
         for (name, value) in contentState where layoutContext[name] == nil { layoutContext[name] = FieldValue.renderable(value) }
 
         // The alert policy: on a change of state that matters, within the fatigue limit.
         let recentAlerts = memory.alertTimes.filter { now.timeIntervalSince($0) < policy.alertWindow / .seconds(1) }
         let stateChanged = memory.lastState != state.name
-        var alert = state.alert.flatMap { alert -> JSONValue? in
+        var alert = state.alert.flatMap { alert -> LiveActivityAPS.Alert? in
             guard event.urgency != .routine, stateChanged, recentAlerts.count < policy.maximumAlerts else { return nil }
-            return Self.alertJSON(alert, context: layoutContext)
+            return LiveActivityAPS.Alert(alert, context: layoutContext)
         }
         let isPushToStart = event.kind == .start && event.startTarget != nil
         if isPushToStart, alert == nil {
             // A push-to-start must alert (ActivityKit requires it); the state's text, or the type.
-            alert = .object(["title": .string(context["state"].flatMap { ($0 as? [String: Any])?["text"] as? String } ?? template.description)])
+            alert = LiveActivityAPS.Alert(title: context["state"].flatMap { ($0 as? [String: Any])?["text"] as? String } ?? template.description)
         }
 
-        // Timestamps only move forward; the stale date is never in the past.
-        // The event's own time (a backend clock far ahead is not believed: iOS drops a timestamp
-        // more than 8 hours ahead).
+        // Timestamps only move forward; the stale date is never in the past. The event's own time
+        // (a backend clock far ahead is not believed: iOS drops a timestamp more than 8 hours ahead).
         var timestamp = min(Int64(event.occurredAt.timeIntervalSince1970.rounded(.down)), Int64(now.timeIntervalSince1970.rounded(.down)) + 60)
         if let last = memory.lastTimestamp, timestamp <= last { timestamp = last + 1 }
-        let staleDate = now.addingTimeInterval(state.staleAfter / .seconds(1))
-        let key = isPushToStart ? MessageKey.pushToStart(bundleId: app.bundleId, deviceId: event.startTarget!.deviceId, attributesType: template.attributesType) : event.activityId
+        let key =
+            isPushToStart
+            ? MessageKey.pushToStart(bundleId: app.bundleId, deviceId: event.startTarget!.deviceId, attributesType: template.attributesType)
+            : event.activityId
+        return Plan(
+            event: event, template: template, state: state, contentState: contentState, layoutContext: layoutContext, alert: alert,
+            isPushToStart: isPushToStart, timestamp: timestamp, staleDate: now.addingTimeInterval(state.staleAfter / .seconds(1)), key: key,
+            attributes: isPushToStart ? try builder.attributes(event.attributes ?? event.fields, context: context) : [:],
+            recentAlerts: recentAlerts, layoutIncluded: template.layout.map { appVersion >= $0.since } ?? false)
+    }
 
-        let attributes = isPushToStart ? try builder.attributes(event.attributes ?? event.fields, context: context) : [:]
+    /// One way of shrinking the payload, and what it gives up compared with the one before.
+    struct Shrink {
+        var imageRung: Int?
+        var dropBelow = Int.min
+        var cap: Int?
+        var description: String
+    }
 
-        // Layout and links, shrunk until the payload fits: inline images smaller, then without
-        // their data (the URL stays), then texts rank by rank (lowest first), then every text
-        // still too long is cut (on a character, with an ellipsis) to a shorter and shorter
-        // length, down to ``textFloor`` characters; only a payload that cannot fit with every text
-        // at the floor is refused.
-        let layoutIncluded = template.layout.map { appVersion >= $0.since } ?? false
-        let ranks = layoutIncluded ? Self.ranks(in: template.layout!) : []
-        let rungs = layoutIncluded ? images.values.map(\.count).max() ?? 0 : 0
+    /// The shrink steps, in order: inline images smaller, then without their data (the URL stays),
+    /// then texts rank by rank (lowest first), then every text still too long cut (on a character,
+    /// with an ellipsis) to a shorter and shorter length, down to ``textFloor`` characters; only a
+    /// payload that cannot fit with every text at the floor is refused.
+    static func shrinks(_ plan: Plan, images: [String: [String]]) -> [Shrink] {
+        let ranks = plan.layoutIncluded ? Self.ranks(in: plan.template.layout!) : []
+        let rungs = plan.layoutIncluded ? images.values.map(\.count).max() ?? 0 : 0
         let allRanksDropped = ranks.last.map { $0 + 1 } ?? Int.min
-        // Each attempt, and what it gives up compared with the one before.
-        let attempts: [(imageRung: Int?, dropBelow: Int, cap: Int?, shrink: String)] =
-            (0..<rungs).map { ($0, Int.min, nil, "inline image at size \($0 + 1)") } + [(nil, Int.min, nil, rungs > 0 ? "inline image data" : "")]
-            + ranks.map { (nil, $0 + 1, nil, "texts of rank \($0)") }
-            + Self.textCaps.map { (nil, allRanksDropped, $0, "texts cut to \($0) characters") }
-        var shrinks: [String] = []
-        var requests: [PushRequest] = []
-        var inlined: Set<String> = []
-        let baseURL = layoutIncluded ? template.link.render(layoutContext) : ""
-        for (attempt, (imageRung, dropBelow, cap, _)) in attempts.enumerated() {
-            if attempt > 0 { shrinks.append(attempts[attempt].shrink) }
-            if layoutIncluded, let layout = template.layout {
+        return (0..<rungs).map { Shrink(imageRung: $0, description: "inline image at size \($0 + 1)") }
+            + [Shrink(description: rungs > 0 ? "inline image data" : "")]
+            + ranks.map { Shrink(dropBelow: $0 + 1, description: "texts of rank \($0)") }
+            + Self.textCaps.map { Shrink(dropBelow: allRanksDropped, cap: $0, description: "texts cut to \($0) characters") }
+    }
+
+    /// A payload to send: its event, its `aps`, and whether it alerts.
+    struct Draft {
+        var kind: ActivityEventKind
+        var aps: LiveActivityAPS
+        var alerting: Bool
+        var payload: String { aps.payload }
+    }
+
+    /// The payloads of the first shrink step at which all of them fit 4 KB; what was given up on
+    /// the way; the images inlined in them.
+    func fit(
+        _ plan: Plan, images: [String: [String]], memory: ActivityMemory, now: Date
+    ) throws(ContentError) -> (drafts: [Draft], shrinks: [String], inlined: Set<String>) {
+        let steps = Self.shrinks(plan, images: images)
+        let baseURL = plan.layoutIncluded ? plan.template.link.render(plan.layoutContext) : ""
+        var given: [String] = []
+        for (index, step) in steps.enumerated() {
+            if index > 0 { given.append(step.description) }
+            var contentState = plan.contentState
+            var inlined: Set<String> = []
+            if plan.layoutIncluded, let layout = plan.template.layout {
                 let renderer = LayoutRenderer(
-                    template: template, context: layoutContext, contentState: contentState, keyring: keyring, activityId: event.activityId,
-                    sequence: event.sequence, issuedAt: now, baseURL: baseURL, images: images, imageRung: imageRung, alreadyInlined: memory.inlinedImages)
-                contentState["layout"] = try renderer.render(layout, droppingRanksBelow: dropBelow)
+                    template: plan.template, context: plan.layoutContext, contentState: contentState, keyring: keyring,
+                    activityId: plan.event.activityId, sequence: plan.event.sequence, issuedAt: now, baseURL: baseURL, images: images,
+                    imageRung: step.imageRung, alreadyInlined: memory.inlinedImages)
+                contentState["layout"] = try renderer.render(layout, droppingRanksBelow: step.dropBelow)
                 contentState["links"] = try renderer.widgetLinks()
-                inlined = imageRung == nil ? [] : Set(renderer.imageURLs(layout)).subtracting(memory.inlinedImages).filter { images[$0] != nil }
-            }
-            var aps: [String: JSONValue] = [
-                "timestamp": .integer(timestamp), "event": .string(event.kind.rawValue), "content-state": .object(contentState),
-                "stale-date": .integer(Int64(staleDate.timeIntervalSince1970.rounded(.up))), "relevance-score": .number(state.relevance),
-            ]
-            if isPushToStart {
-                aps["attributes-type"] = .string(template.attributesType)
-                aps["attributes"] = .object(attributes)
-                aps["input-push-token"] = .integer(1)
-                aps["alert"] = alert
-            }
-            var alert = alert
-            if let cap, case .object(var state)? = aps["content-state"] {
-                // Texts for people only: the layout's texts and labels, the content state's text
-                // fields, the alert. Never ids, states, links, URLs, dates or the static attributes.
-                for field in template.contentState where field.isText {
-                    state[field.name] = state[field.name].map { Self.cut($0, to: cap, keeping: []) }
+                if step.imageRung != nil {
+                    inlined = Set(renderer.imageURLs(layout)).subtracting(memory.inlinedImages).filter { images[$0] != nil }
                 }
-                state["layout"] = state["layout"].map { Self.cut($0, to: cap, keeping: Self.untouchedKeys) }
-                aps["content-state"] = .object(state)
-                alert = alert.map { Self.cut($0, to: cap, keeping: ["sound"]) }
-                if aps["alert"] != nil { aps["alert"] = alert }
             }
-            var built: [(ActivityEventKind, [String: JSONValue], Bool)] = []
-            if event.kind == .end {
-                // iOS ignores an alert on end: an alerting update goes first, with the final content.
-                if let alert {
-                    var update = aps
-                    update["event"] = .string("update")
-                    update["alert"] = alert
-                    built.append((.update, update, true))
-                    aps["timestamp"] = .integer(timestamp + 1)
-                }
-                if let dismissal = policy.dismissalDate(now: now) { aps["dismissal-date"] = .integer(dismissal) }
-                built.append((.end, aps, false))
-            } else if event.kind == .start, !isPushToStart {
-                // The app started the activity itself: its first content is an update (a `start`
-                // event goes only to a push-to-start token).
-                aps["event"] = .string("update")
-                if let alert { aps["alert"] = alert }
-                built.append((.update, aps, alert != nil))
-            } else {
-                if !isPushToStart, let alert { aps["alert"] = alert }
-                built.append((event.kind, aps, alert != nil))
+            let drafts = self.drafts(plan, contentState: contentState, cap: step.cap, now: now)
+            guard let tooLarge = drafts.first(where: { $0.payload.utf8.count > PushRequest.maximumPayloadBytes }) else {
+                return (drafts, given, inlined)
             }
-
-            let payloads = built.map { kind, aps, alerting in (kind, Self.encode(["aps": .object(aps)]), alerting) }
-            if let tooLarge = payloads.first(where: { $0.1.utf8.count > PushRequest.maximumPayloadBytes }) {
-                guard attempt < attempts.count - 1 else {
-                    throw ContentError(
-                        field: "payload",
-                        problem: "is \(tooLarge.1.utf8.count) bytes after every shrink, more than \(PushRequest.maximumPayloadBytes)")
-                }
-                continue
+            guard index < steps.count - 1 else {
+                throw ContentError(
+                    field: "payload", problem: "is \(tooLarge.payload.utf8.count) bytes after every shrink, more than \(PushRequest.maximumPayloadBytes)")
             }
-            let priority = policy.priority(for: event.urgency)
-            requests = payloads.enumerated().map { index, item in
-                let (kind, payload, alerting) = item
-                let isAlertBeforeEnd = event.kind == .end && index < payloads.count - 1
-                return PushRequest(
-                    requestId: isAlertBeforeEnd
-                        ? RequestIds.alertBeforeEnd(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId)
-                        : RequestIds.content(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId),
-                    activityId: isPushToStart ? nil : event.activityId,
-                    pushToStartKey: isPushToStart ? key : nil, event: kind, app: app, attributesType: template.attributesType, payload: payload,
-                    priority: priority, urgency: event.urgency, supersedable: kind == .update && !alerting, alerting: alerting,
-                    apnsTimestamp: timestamp + Int64(index), contentSequence: event.sequence, staleDate: staleDate,
-                    expiration: kind == .update ? staleDate : now.addingTimeInterval(3_600), createdAt: now, sourceEventId: event.eventId,
-                    sourceActivityId: event.activityId, state: state.name)
-            }
-            break
         }
+        throw ContentError(field: "payload", problem: "has no shrink step")
+    }
 
-        memory.alertTimes = recentAlerts
+    /// The payloads of one event at one shrink step: an end whose alert iOS would ignore becomes an
+    /// alerting update first; an app-started activity's first content is an update.
+    func drafts(_ plan: Plan, contentState: [String: JSONValue], cap: Int?, now: Date) -> [Draft] {
+        var contentState = contentState
+        var alert = plan.alert
+        if let cap {
+            // Texts for people only: the layout's texts and labels, the content state's text
+            // fields, the alert. Never ids, states, links, URLs, dates or the static attributes.
+            for field in plan.template.contentState where field.isText {
+                contentState[field.name] = contentState[field.name].map { Self.cut($0, to: cap, keeping: []) }
+            }
+            contentState["layout"] = contentState["layout"].map { Self.cut($0, to: cap, keeping: Self.untouchedKeys) }
+            alert = alert?.cut(to: cap)
+        }
+        var aps = LiveActivityAPS(
+            event: plan.event.kind, timestamp: plan.timestamp, contentState: contentState,
+            staleDate: Int64(plan.staleDate.timeIntervalSince1970.rounded(.up)), relevanceScore: plan.state.relevance)
+        if plan.isPushToStart {
+            aps.start = .init(attributesType: plan.template.attributesType, attributes: plan.attributes)
+            aps.alert = alert
+        }
+        switch plan.event.kind {
+        case .end:
+            // iOS ignores an alert on end: an alerting update goes first, with the final content.
+            var drafts: [Draft] = []
+            if let alert {
+                var update = aps
+                update.event = .update
+                update.alert = alert
+                drafts.append(Draft(kind: .update, aps: update, alerting: true))
+                aps.timestamp = plan.timestamp + 1
+            }
+            aps.dismissalDate = policy.dismissalDate(now: now)
+            return drafts + [Draft(kind: .end, aps: aps, alerting: false)]
+        case .start where !plan.isPushToStart:
+            // The app started the activity itself: its first content is an update (a `start`
+            // event goes only to a push-to-start token).
+            aps.event = .update
+            aps.alert = alert
+            return [Draft(kind: .update, aps: aps, alerting: alert != nil)]
+        default:
+            if !plan.isPushToStart { aps.alert = alert }
+            return [Draft(kind: plan.event.kind, aps: aps, alerting: alert != nil)]
+        }
+    }
+
+    /// The push requests carrying `drafts`, in order.
+    func requests(_ plan: Plan, carrying drafts: [Draft], app: AppTarget, now: Date) -> [PushRequest] {
+        let event = plan.event
+        let priority = policy.priority(for: event.urgency)
+        return drafts.enumerated().map { index, draft in
+            let isAlertBeforeEnd = event.kind == .end && index < drafts.count - 1
+            return PushRequest(
+                requestId: isAlertBeforeEnd
+                    ? RequestIds.alertBeforeEnd(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId)
+                    : RequestIds.content(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId),
+                activityId: plan.isPushToStart ? nil : event.activityId,
+                pushToStartKey: plan.isPushToStart ? plan.key : nil, event: draft.kind, app: app, attributesType: plan.template.attributesType,
+                payload: draft.payload, priority: priority, urgency: event.urgency, supersedable: draft.kind == .update && !draft.alerting,
+                alerting: draft.alerting, apnsTimestamp: plan.timestamp + Int64(index), contentSequence: event.sequence,
+                staleDate: plan.staleDate, expiration: draft.kind == .update ? plan.staleDate : now.addingTimeInterval(3_600), createdAt: now,
+                sourceEventId: event.eventId, sourceActivityId: event.activityId, state: plan.state.name)
+        }
+    }
+
+    /// What the activity's memory keeps of the requests made for an event.
+    func remember(_ plan: Plan, requests: [PushRequest], inlined: Set<String>, in memory: inout ActivityMemory, now: Date) {
+        memory.alertTimes = plan.recentAlerts
         // Inlined once delivered (``ActivityMemory/record(_:)``): the request that carries them.
         if !inlined.isEmpty {
             for request in requests where ActivityMemory.contains(request.payload.utf8, #""data":"#.utf8) {
                 memory.pendingImages[request.requestId] = ActivityMemory.PendingImages(urls: inlined, since: now)
             }
         }
-        if event.kind == .start {
+        if plan.event.kind == .start {
             // A (re)start: a new life for the activity id.
             memory.ended = false
             memory.gone = false
             memory.startedAt = nil
         }
         for request in requests { memory.replay(request, scanImages: false) }
-        return Result(requests: requests, shrinks: shrinks)
     }
 
     /// The image URLs the event's layout shows (to fetch their thumbnails before assembling).
@@ -367,12 +289,6 @@ public struct PayloadAssembler: Sendable {
         ).imageURLs(layout)
     }
 
-    static func alertJSON(_ alert: ActivityTemplate.Alert, context: [String: Any]) -> JSONValue {
-        var members: [String: JSONValue] = ["title": .string(alert.title.render(context)), "body": .string(alert.body.render(context))]
-        if let sound = alert.sound { members["sound"] = .string(sound) }
-        return .object(members)
-    }
-
     /// The distinct ranks of droppable texts, lowest first.
     /// The lengths texts are cut to, in turn, when the payload does not fit otherwise; the last is
     /// the floor.
@@ -382,12 +298,17 @@ public struct PayloadAssembler: Sendable {
     /// What in a layout is not a text for people: links, image URLs and data, icons, timers.
     static let untouchedKeys: Set<String> = ["links", "link", "url", "data", "icon", "timer"]
 
+    /// `text` cut to `cap` characters (the last an ellipsis) on a character boundary, when longer.
+    static func cut(_ text: String, to cap: Int) -> String {
+        text.count > cap ? String(text.prefix(cap - 1)) + "…" : text
+    }
+
     /// `value` with every string longer than `cap` characters cut to `cap` (the last an ellipsis),
     /// on a character boundary, except under `keeping` keys.
     static func cut(_ value: JSONValue, to cap: Int, keeping: Set<String>) -> JSONValue {
         switch value {
-        case .string(let text) where text.count > cap:
-            return .string(String(text.prefix(cap - 1)) + "…")
+        case .string(let text):
+            return .string(cut(text, to: cap))
         case .object(let members):
             return .object(Dictionary(uniqueKeysWithValues: members.map { key, member in (key, keeping.contains(key) ? member : cut(member, to: cap, keeping: keeping)) }))
         case .array(let items):
