@@ -291,121 +291,149 @@ public actor DispatchEngine {
                 slot.notBefore = nil
                 slots[key] = slot
             }
-            let request = head.request
-            // A copy of a request that finished while this one waited behind it (read again after
-            // its partition came back): its outcome is on its way to the topic already.
-            if ownFinished.contains(request.requestId) {
-                dropHead(key)
-                metrics.duplicate()
-                onDone(head.ticket)
+            switch check(head, key: key, queued: slot.queue.pending.count, now: now) {
+            case .finished:
                 continue
-            }
-
-            // The token: present, active, not refused by APNs.
-            let record = tokens.record(forKey: key)
-            guard let record else {
-                // Looked at again when its token arrives (``tokenArrived(_:)``), or when the wait ends.
-                let waitEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)), request.expiration ?? .distantFuture)
-                if now < waitEnd { return setAwaiting(key, until: waitEnd, requests: slot.queue.pending.count) }
-                setAwaiting(key, until: nil)
-                dropHead(key)
-                finish(head, .awaitingToken, detail: "no token was registered for the activity while the content was current")
-                continue
-            }
-            setAwaiting(key, until: nil)
-            guard record.state == .active, !(deadTokens[key]?.kills(record) ?? false) else {
-                dropHead(key)
-                finish(head, .tokenInvalid, detail: "the token is \(record.state == .active ? "refused by APNs" : record.state.rawValue)")
-                continue
-            }
-            // The guards.
-            let startedAt = record.activityStartedAt ?? record.registeredAt
-            if request.event == .update, now.timeIntervalSince(startedAt) > policy.activityLifetime / .seconds(1) {
-                dropHead(key)
-                finish(head, .expired, detail: "the activity is older than 8 hours: iOS no longer shows updates")
-                continue
-            }
-            if let expiration = request.expiration, expiration < now {
-                dropHead(key)
-                finish(head, .expired, detail: "apns-expiration passed before it could be sent")
-                continue
-            }
-            guard let team = teams[record.app.bundleId] else {
-                dropHead(key)
-                finish(head, .rejected, detail: "no APNs signing key is configured for \(record.app.bundleId)")
-                continue
-            }
-            // A stopped lane: held during the cooldown and while its probe is in flight, within
-            // the request's bounds.
-            if let lane = stoppedLanes[team], lane.probe != nil || lane.until > now {
-                let deadline = policy.retry.deadline(expiration: request.expiration, firstAttempt: head.firstAttemptAt ?? head.enqueuedAt)
-                if deadline <= now {
-                    dropHead(key)
-                    let refused = "APNs refused team \(team)'s credentials (\(lane.reason))"
-                    if request.expiration != nil {
-                        finish(head, .expired, detail: "apns-expiration passed while \(refused)")
-                    } else {
-                        finish(head, .failed, detail: "\(refused) and did not accept them again before the request's deadline")
-                    }
-                    continue
+            case .held:
+                return
+            case .ready(let record, let team):
+                // A send slot, then the priority the budget allows.
+                guard inFlight < policy.maximumInFlight else {
+                    if readySet.insert(key).inserted { ready.append(key) }
+                    return
                 }
-                stoppedLanes[team]?.held.insert(key)
-                return wake(key, at: lane.probe == nil ? min(lane.until, deadline) : deadline)
-            }
-            // A send slot.
-            guard inFlight < policy.maximumInFlight else {
-                if readySet.insert(key).inserted { ready.append(key) }
+                guard let (priority, downgraded) = takeBudget(for: head.request, key: key, record: record, now: now) else { return }
+                startSending(key, record: record, team: team, priority: priority, downgraded: downgraded, now: now)
                 return
             }
-            // The priority.
-            let priority: Int
-            var downgraded = false
-            if request.pushToStartKey != nil, let deviceId = record.deviceId {
-                let device = "\(record.app.bundleId):\(deviceId)"
-                var budget = pushToStartBudgets[device] ?? Budget(limits: policy.budgets.pushToStart, now: now)
-                guard budget.take(now: now) else {
-                    let next = budget.nextAvailable(now: now)
-                    pushToStartBudgets[device] = budget
-                    return wake(key, at: next)
-                }
-                pushToStartBudgets[device] = budget
-                priority = request.priority
-            } else {
-                let limits = policy.budgets.limits(bundleId: record.app.bundleId, frequentUpdates: record.frequentUpdatesEnabled)
-                var budget = slot.budget ?? Budget(limits: limits, now: now)
-                if budget.limits != limits { budget.setLimits(limits, now: now) }
-                let decision = PriorityDecision.decide(
-                    requested: request.priority, urgency: request.urgency, budget: &budget, waitingSince: slot.waitingSince ?? now, now: now,
-                    policy: policy.budgets)
-                slot.budget = budget
-                switch decision {
-                case .wait(let until):
-                    slot.waitingSince = slot.waitingSince ?? now
-                    slots[key] = slot
-                    return wake(key, at: until)
-                case .send(let chosen, let isDowngrade):
-                    priority = chosen
-                    downgraded = isDowngrade
-                    if request.priority == 10 { metrics.budgetRemaining(budget.remaining(now: now)) }
-                }
-            }
-            if stoppedLanes[team] != nil {
-                // The cooldown is over: this request probes the lane; the team's others wait for its answer.
-                stoppedLanes[team]?.probe = request.requestId
-            }
-            var sending = slot.queue.removeFirst()
-            queued -= 1
-            sending.attempts += 1
-            sending.firstAttemptAt = sending.firstAttemptAt ?? now
-            slot.inFlight = sending
-            slot.waitingSince = nil
-            slots[key] = slot
-            inFlight += 1
-            metrics.inFlight(inFlight)
-            resumeSubmitters()
-            send(sending, key: key, record: record, team: team, priority: priority, downgraded: downgraded)
-            return
         }
+    }
+
+    /// What becomes of an activity's first waiting request, before a send slot and the budget.
+    private enum Check {
+        /// It has its outcome (or was a copy of a finished one): look at the next.
+        case finished
+        /// It waits (for its token, for a stopped lane); it is looked at again when that may change.
+        case held
+        /// Its token is usable and its team known.
+        case ready(TokenRecord, team: String)
+    }
+
+    /// The request's token (present, active, not refused by APNs), its bounds (lifetime,
+    /// expiration), its team's key and lane.
+    private func check(_ head: QueuedRequest, key: String, queued: Int, now: Date) -> Check {
+        let request = head.request
+        // A copy of a request that finished while this one waited behind it (read again after
+        // its partition came back): its outcome is on its way to the topic already.
+        if ownFinished.contains(request.requestId) {
+            dropHead(key)
+            metrics.duplicate()
+            onDone(head.ticket)
+            return .finished
+        }
+        guard let record = tokens.record(forKey: key) else {
+            // Looked at again when its token arrives (``tokenArrived(_:)``), or when the wait ends.
+            let waitEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)), request.expiration ?? .distantFuture)
+            if now < waitEnd {
+                setAwaiting(key, until: waitEnd, requests: queued)
+                return .held
+            }
+            setAwaiting(key, until: nil)
+            return drop(head, key: key, .awaitingToken, "no token was registered for the activity while the content was current")
+        }
+        setAwaiting(key, until: nil)
+        guard record.state == .active, !(deadTokens[key]?.kills(record) ?? false) else {
+            return drop(head, key: key, .tokenInvalid, "the token is \(record.state == .active ? "refused by APNs" : record.state.rawValue)")
+        }
+        let startedAt = record.activityStartedAt ?? record.registeredAt
+        if request.event == .update, now.timeIntervalSince(startedAt) > policy.activityLifetime / .seconds(1) {
+            return drop(head, key: key, .expired, "the activity is older than 8 hours: iOS no longer shows updates")
+        }
+        if let expiration = request.expiration, expiration < now {
+            return drop(head, key: key, .expired, "apns-expiration passed before it could be sent")
+        }
+        guard let team = teams[record.app.bundleId] else {
+            return drop(head, key: key, .rejected, "no APNs signing key is configured for \(record.app.bundleId)")
+        }
+        return holdForLane(head, key: key, team: team, now: now) ?? .ready(record, team: team)
+    }
+
+    private func drop(_ head: QueuedRequest, key: String, _ result: PushResult, _ detail: String) -> Check {
+        dropHead(key)
+        finish(head, result, detail: detail)
+        return .finished
+    }
+
+    /// A stopped lane holds its team's requests during the cooldown and while its probe is in
+    /// flight, within each request's bounds; `nil` when the team's lane is open.
+    private func holdForLane(_ head: QueuedRequest, key: String, team: String, now: Date) -> Check? {
+        guard let lane = stoppedLanes[team], lane.probe != nil || lane.until > now else { return nil }
+        let request = head.request
+        let deadline = policy.retry.deadline(expiration: request.expiration, firstAttempt: head.firstAttemptAt ?? head.enqueuedAt)
+        if deadline <= now {
+            let refused = "APNs refused team \(team)'s credentials (\(lane.reason))"
+            return request.expiration != nil
+                ? drop(head, key: key, .expired, "apns-expiration passed while \(refused)")
+                : drop(head, key: key, .failed, "\(refused) and did not accept them again before the request's deadline")
+        }
+        stoppedLanes[team]?.held.insert(key)
+        wake(key, at: lane.probe == nil ? min(lane.until, deadline) : deadline)
+        return .held
+    }
+
+    /// The priority `request` goes out with now (and whether that is a downgrade), taken from its
+    /// device's push-to-start budget or its activity's budget (``PriorityDecision``); `nil` when it
+    /// must wait (a wake-up is scheduled).
+    private func takeBudget(for request: PushRequest, key: String, record: TokenRecord, now: Date) -> (priority: Int, downgraded: Bool)? {
+        if request.pushToStartKey != nil, let deviceId = record.deviceId {
+            let device = "\(record.app.bundleId):\(deviceId)"
+            var budget = pushToStartBudgets[device] ?? Budget(limits: policy.budgets.pushToStart, now: now)
+            defer { pushToStartBudgets[device] = budget }
+            guard budget.take(now: now) else {
+                wake(key, at: budget.nextAvailable(now: now))
+                return nil
+            }
+            return (request.priority, false)
+        }
+        guard var slot = slots[key] else { return nil }
+        let limits = policy.budgets.limits(bundleId: record.app.bundleId, frequentUpdates: record.frequentUpdatesEnabled)
+        var budget = slot.budget ?? Budget(limits: limits, now: now)
+        if budget.limits != limits { budget.setLimits(limits, now: now) }
+        let decision = PriorityDecision.decide(
+            requested: request.priority, urgency: request.urgency, budget: &budget, waitingSince: slot.waitingSince ?? now, now: now,
+            policy: policy.budgets)
+        slot.budget = budget
+        switch decision {
+        case .wait(let until):
+            slot.waitingSince = slot.waitingSince ?? now
+            slots[key] = slot
+            wake(key, at: until)
+            return nil
+        case .send(let chosen, let isDowngrade):
+            slots[key] = slot
+            if request.priority == 10 { metrics.budgetRemaining(budget.remaining(now: now)) }
+            return (chosen, isDowngrade)
+        }
+    }
+
+    /// Takes the activity's first request out of its queue and sends it.
+    private func startSending(_ key: String, record: TokenRecord, team: String, priority: Int, downgraded: Bool, now: Date) {
+        guard var slot = slots[key] else { return }
+        var sending = slot.queue.removeFirst()
+        if stoppedLanes[team] != nil {
+            // The cooldown is over: this request probes the lane; the team's others wait for its answer.
+            stoppedLanes[team]?.probe = sending.request.requestId
+        }
+        queued -= 1
+        sending.attempts += 1
+        sending.firstAttemptAt = sending.firstAttemptAt ?? now
+        slot.inFlight = sending
+        slot.waitingSince = nil
+        slots[key] = slot
+        inFlight += 1
+        metrics.inFlight(inFlight)
+        resumeSubmitters()
+        send(sending, key: key, record: record, team: team, priority: priority, downgraded: downgraded)
     }
 
     /// Notes that `key`'s first request waits for a token until `until` (`nil`: it does not wait),
@@ -516,67 +544,15 @@ public actor DispatchEngine {
         inFlight -= 1
         metrics.inFlight(inFlight)
         slots[key]?.inFlight = nil
-        var entry = entry
-        let now = clock.now()
+        let attempt = Attempt(entry: entry, key: key, team: team, fingerprint: fingerprint, priority: priority, now: clock.now())
         // Whether APNs accepted the team's credentials (for a stopped lane's probe).
         var credentialsAccepted = false
         switch result {
         case .success(let answer):
             metrics.answer(status: answer.status, priority: priority, seconds: seconds)
-            let apns = answer.response
-            let action = APNsAction.forAnswer(status: answer.status, reason: answer.reason)
-            credentialsAccepted = action.acceptsCredentials
-            switch action {
-            case .delivered:
-                // Ended first: finishing may forget an idle activity, and its end must be remembered.
-                if entry.request.event == .end { ended(key) }
-                finish(entry, downgraded ? .deliveredDowngraded : .delivered, apns: apns, priority: priority, fingerprint: fingerprint)
-            case .tokenInvalid:
-                deadTokens[key] = DeadToken(fingerprint: fingerprint, registeredAt: registeredAt, at: now)
-                finish(entry, .tokenInvalid, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
-            case .rejected:
-                finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
-            case .renewProviderToken:
-                if entry.renewedProviderToken {
-                    finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "ExpiredProviderToken after a renewal")
-                } else {
-                    entry.renewedProviderToken = true
-                    sender.renewProviderToken(teamID: team)
-                    requeue(entry, key: key, at: now)
-                }
-            case .stopLane:
-                // Held, not finished: a start or an end lost to a credential hiccup is an activity
-                // that never appears or never ends. Sent again once the lane reopens.
-                let reason = answer.reason ?? "403"
-                if entry.attempts >= policy.retry.maximumAttempts {
-                    finish(
-                        entry, .failed, apns: apns, priority: priority, fingerprint: fingerprint,
-                        detail: "gave up after \(entry.attempts) attempts: APNs refused team \(team)'s credentials (\(reason))")
-                } else {
-                    requeue(entry, key: key, at: now)
-                }
-                stopLane(team, reason: reason, refused: entry.request.requestId, now: now)
-            case .backOffToken:
-                slots[key]?.notBefore = now.addingTimeInterval(policy.retry.tokenBackoff / .seconds(1))
-                retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint, minimumDelay: policy.retry.tokenBackoff)
-            case .providerTokenChurn:
-                sender.reconnect(teamID: team)
-                retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint)
-            case .retry:
-                retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint)
-            }
+            credentialsAccepted = answered(attempt, answer, registeredAt: registeredAt, downgraded: downgraded)
         case .failure(let error):
-            let transport = error as? APNsTransportError
-            metrics.transportError(transport?.kind)
-            if transport?.isAmbiguous ?? true {
-                entry.ambiguous = true
-                if Self.isPushToStart(entry.request) {
-                    // APNs may have delivered it: a resend could start a second activity.
-                    finish(entry, .failed, priority: priority, fingerprint: fingerprint, detail: Self.unknownStartAnswer + ": \(error)")
-                    break
-                }
-            }
-            retry(entry, key: key, apns: nil, priority: priority, fingerprint: fingerprint, detail: "\(error)")
+            unanswered(attempt, error)
         }
         if stoppedLanes[team]?.probe == entry.request.requestId {
             probeAnswered(team, credentialsAccepted: credentialsAccepted)
@@ -584,6 +560,81 @@ public actor DispatchEngine {
         checkDrained()
         pumpReady()
         pump(key)
+    }
+
+    /// One send of a request, as its answer is handled.
+    private struct Attempt {
+        var entry: QueuedRequest
+        var key: String
+        var team: String
+        var fingerprint: String
+        var priority: Int
+        var now: Date
+    }
+
+    /// Does what APNs's answer asks (the one answer table, ``APNsAction``); returns whether the
+    /// answer accepted the team's credentials.
+    private func answered(_ attempt: Attempt, _ answer: APNsAnswer, registeredAt: Date, downgraded: Bool) -> Bool {
+        var entry = attempt.entry
+        let (key, team, now, apns) = (attempt.key, attempt.team, attempt.now, answer.response)
+        let (priority, fingerprint) = (attempt.priority, attempt.fingerprint)
+        let action = APNsAction.forAnswer(status: answer.status, reason: answer.reason)
+        switch action {
+        case .delivered:
+            // Ended first: finishing may forget an idle activity, and its end must be remembered.
+            if entry.request.event == .end { ended(key) }
+            finish(entry, downgraded ? .deliveredDowngraded : .delivered, apns: apns, priority: priority, fingerprint: fingerprint)
+        case .tokenInvalid:
+            deadTokens[key] = DeadToken(fingerprint: fingerprint, registeredAt: registeredAt, at: now)
+            finish(entry, .tokenInvalid, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
+        case .rejected:
+            finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
+        case .renewProviderToken:
+            guard !entry.renewedProviderToken else {
+                finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "ExpiredProviderToken after a renewal")
+                break
+            }
+            entry.renewedProviderToken = true
+            sender.renewProviderToken(teamID: team)
+            requeue(entry, key: key, at: now)
+        case .stopLane:
+            // Held, not finished: a start or an end lost to a credential hiccup is an activity
+            // that never appears or never ends. Sent again once the lane reopens.
+            let reason = answer.reason ?? "403"
+            if entry.attempts >= policy.retry.maximumAttempts {
+                finish(
+                    entry, .failed, apns: apns, priority: priority, fingerprint: fingerprint,
+                    detail: "gave up after \(entry.attempts) attempts: APNs refused team \(team)'s credentials (\(reason))")
+            } else {
+                requeue(entry, key: key, at: now)
+            }
+            stopLane(team, reason: reason, refused: entry.request.requestId, now: now)
+        case .backOffToken:
+            slots[key]?.notBefore = now.addingTimeInterval(policy.retry.tokenBackoff / .seconds(1))
+            retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint, minimumDelay: policy.retry.tokenBackoff)
+        case .providerTokenChurn:
+            sender.reconnect(teamID: team)
+            retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint)
+        case .retry:
+            retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint)
+        }
+        return action.acceptsCredentials
+    }
+
+    /// No answer from APNs: retried, unless it may have been delivered and was a push-to-start (a
+    /// resend could start a second activity).
+    private func unanswered(_ attempt: Attempt, _ error: any Error) {
+        var entry = attempt.entry
+        let transport = error as? APNsTransportError
+        metrics.transportError(transport?.kind)
+        if transport?.isAmbiguous ?? true {
+            entry.ambiguous = true
+            if Self.isPushToStart(entry.request) {
+                finish(entry, .failed, priority: attempt.priority, fingerprint: attempt.fingerprint, detail: Self.unknownStartAnswer + ": \(error)")
+                return
+            }
+        }
+        retry(entry, key: attempt.key, apns: nil, priority: attempt.priority, fingerprint: attempt.fingerprint, detail: "\(error)")
     }
 
     /// APNs refused a team's credentials: its pushes are held for the cooldown (from now, also when
