@@ -347,7 +347,7 @@ let package = Package(
         .executableTarget(
             name: "IsletDemo",
             dependencies: [
-                "APNsSimulator", "CGD", "ContentService", "IsletKafka", "IsletMessages", "TokenRegistry",
+                "APNsSimulator", "ContentService", "IsletKafka", "IsletMessages", "TokenRegistry",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -364,7 +364,7 @@ let package = Package(
         .executableTarget(
             name: "IsletContentBench",
             dependencies: [
-                "ContentService", "CGD", "IsletKafka", "IsletLinks", "IsletMessages", "IsletRuntime", "IsletTokens",
+                "ContentService", "IsletKafka", "IsletLinks", "IsletMessages", "IsletRuntime", "IsletTokens",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -514,7 +514,7 @@ let package = Package(
             name: "ContentServiceTests",
             dependencies: [
                 "IsletTesting",
-                "ContentService", "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos", "CGD",
+                "ContentService", "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),

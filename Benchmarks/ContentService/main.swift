@@ -6,7 +6,6 @@
 //               writes them back (same librdkafka settings, same in-order marking): the ratio is
 //               what the content work costs on top of Kafka in and out.
 import ArgumentParser
-import CGD
 import ContentService
 import Foundation
 import IsletKafka
@@ -53,15 +52,11 @@ func makeEngine(templates: String) throws -> ContentEngine {
 
 /// A 640×480 photo-like JPEG made with libgd (gradients, so it compresses like a picture).
 func samplePhoto() -> [UInt8] {
-    let image = gdImageCreateTrueColor(640, 480)!
-    defer { gdImageDestroy(image) }
+    let image = RasterImage(width: 640, height: 480)!
     for y in 0..<480 {
-        for x in 0..<640 { gdImageSetPixel(image, Int32(x), Int32(y), Int32((x * 255 / 640) << 16 | (y * 255 / 480) << 8 | ((x ^ y) & 0xFF))) }
+        for x in 0..<640 { image.setPixel(x: x, y: y, colour: (x * 255 / 640) << 16 | (y * 255 / 480) << 8 | ((x ^ y) & 0xFF)) }
     }
-    var size: Int32 = 0
-    let data = gdImageJpegPtr(image, &size, 85)!
-    defer { gdFree(data) }
-    return Array(UnsafeRawBufferPointer(start: data, count: Int(size)))
+    return image.jpeg(quality: 85)!
 }
 
 struct Assembly: ParsableCommand {

@@ -1,4 +1,3 @@
-import CGD
 import Foundation
 
 /// Why an image cannot become a thumbnail.
@@ -37,30 +36,13 @@ public enum Thumbnailer {
         guard width > 0, height > 0, width <= maximumSide, height <= maximumSide else {
             throw ThumbnailError("the picture is \(width)×\(height); at most \(maximumSide) per side")
         }
-        silenceLibgd
-        var bytes = image
-        let decoded = bytes.withUnsafeMutableBytes { buffer -> gdImagePtr? in
-            switch format {
-            case .jpeg: gdImageCreateFromJpegPtrEx(Int32(buffer.count), buffer.baseAddress, 1)
-            case .png: gdImageCreateFromPngPtr(Int32(buffer.count), buffer.baseAddress)
-            }
-        }
+        let decoded = format == .png ? RasterImage(png: image) : RasterImage(jpeg: image)
         guard let source = decoded else { throw ThumbnailError("the \(format) data could not be decoded") }
-        defer { gdImageDestroy(source) }
-        let (sx, sy) = (Int(source.pointee.sx), Int(source.pointee.sy))
-        let square = min(sx, sy)
         var result: [[UInt8]] = []
         for size in sizes {
-            guard let target = gdImageCreateTrueColor(Int32(size.side), Int32(size.side)) else { throw ThumbnailError("out of memory") }
-            defer { gdImageDestroy(target) }
-            // The centre square of the picture, scaled to the side.
-            gdImageCopyResampled(
-                target, source, 0, 0, Int32((sx - square) / 2), Int32((sy - square) / 2), Int32(size.side), Int32(size.side), Int32(square),
-                Int32(square))
-            var length: Int32 = 0
-            guard let encoded = gdImageJpegPtr(target, &length, Int32(size.quality)), length > 0 else { throw ThumbnailError("JPEG encoding failed") }
-            defer { gdFree(encoded) }
-            result.append(Array(UnsafeRawBufferPointer(start: encoded, count: Int(length))))
+            guard let target = source.centreSquare(side: size.side) else { throw ThumbnailError("out of memory") }
+            guard let encoded = target.jpeg(quality: size.quality) else { throw ThumbnailError("JPEG encoding failed") }
+            result.append(encoded)
         }
         return result
     }
@@ -89,7 +71,4 @@ public enum Thumbnailer {
         }
         throw ThumbnailError("not a JPEG or PNG file")
     }
-
-    /// libgd reports decoding problems on stderr; they are answered here as errors instead.
-    private static let silenceLibgd: Void = gdSetErrorMethod { _, _, _ in }
 }

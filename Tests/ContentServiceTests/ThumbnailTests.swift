@@ -1,7 +1,7 @@
-import CGD
 import Foundation
 import Hummingbird
 import IsletMessages
+import IsletTesting
 import IsletTokens
 import Logging
 import NIOCore
@@ -11,27 +11,20 @@ import Testing
 
 /// A real picture, encoded by libgd: three vertical bands (red, green, blue) of `width`×`height`.
 func bands(width: Int, height: Int, png: Bool) -> [UInt8] {
-    let image = gdImageCreateTrueColor(Int32(width), Int32(height))!
-    defer { gdImageDestroy(image) }
-    let colours: [Int32] = [0xFF0000, 0x00FF00, 0x0000FF]
-    for (index, colour) in colours.enumerated() {
-        gdImageFilledRectangle(image, Int32(index * width / 3), 0, Int32((index + 1) * width / 3 - 1), Int32(height - 1), colour)
+    let image = RasterImage(width: width, height: height)!
+    for (index, colour) in [0xFF0000, 0x00FF00, 0x0000FF].enumerated() {
+        image.fillRectangle(x1: index * width / 3, y1: 0, x2: (index + 1) * width / 3 - 1, y2: height - 1, colour: colour)
     }
-    var size: Int32 = 0
-    let data = png ? gdImagePngPtr(image, &size)! : gdImageJpegPtr(image, &size, 90)!
-    defer { gdFree(data) }
-    return Array(UnsafeRawBufferPointer(start: data, count: Int(size)))
+    return png ? image.png()! : image.jpeg(quality: 90)!
 }
 
 /// The size and the centre pixel's colour of a JPEG.
 func inspect(_ jpeg: [UInt8]) throws -> (width: Int, height: Int, centre: (r: Int, g: Int, b: Int)) {
     #expect(jpeg.starts(with: [0xFF, 0xD8]), "a JPEG file")
-    var bytes = jpeg
-    let image = try #require(bytes.withUnsafeMutableBytes { gdImageCreateFromJpegPtr(Int32($0.count), $0.baseAddress) })
-    defer { gdImageDestroy(image) }
-    let (w, h) = (Int(image.pointee.sx), Int(image.pointee.sy))
-    let pixel = gdImageGetTrueColorPixel(image, Int32(w / 2), Int32(h / 2))
-    return (w, h, (Int(pixel >> 16 & 0xFF), Int(pixel >> 8 & 0xFF), Int(pixel & 0xFF)))
+    guard let image = RasterImage(jpeg: jpeg) else { throw TestSetupError("the JPEG does not decode") }
+    let (w, h) = (image.width, image.height)
+    let pixel = image.pixel(x: w / 2, y: h / 2)
+    return (w, h, (pixel >> 16 & 0xFF, pixel >> 8 & 0xFF, pixel & 0xFF))
 }
 
 @Suite("Thumbnails")

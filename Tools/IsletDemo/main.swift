@@ -7,7 +7,6 @@
 import APNsSimulator
 import ArgumentParser
 import AsyncHTTPClient
-import CGD
 import ContentService
 import Foundation
 import Hummingbird
@@ -79,7 +78,7 @@ struct ServeImages: AsyncParsableCommand {
 
     func run() async throws {
         let router = Router()
-        for (name, colours) in [("courier.jpg", (Int32(0xE8_6A_1F), Int32(0x2B_3A_67))), ("driver.jpg", (Int32(0x1F_8A_70), Int32(0xF2_E8_CF)))] {
+        for (name, colours) in [("courier.jpg", (0xE8_6A_1F, 0x2B_3A_67)), ("driver.jpg", (0x1F_8A_70, 0xF2_E8_CF))] {
             let jpeg = Self.portrait(colours.0, colours.1)
             router.get(RouterPath(name)) { _, _ in
                 Response(status: .ok, headers: [.contentType: "image/jpeg"], body: .init(byteBuffer: ByteBuffer(bytes: jpeg)))
@@ -90,16 +89,12 @@ struct ServeImages: AsyncParsableCommand {
     }
 
     /// A 400×300 picture (a head and shoulders on a background), JPEG, made with libgd.
-    static func portrait(_ background: Int32, _ figure: Int32) -> [UInt8] {
-        let image = gdImageCreateTrueColor(400, 300)!
-        defer { gdImageDestroy(image) }
-        gdImageFilledRectangle(image, 0, 0, 399, 299, background)
-        gdImageFilledEllipse(image, 200, 120, 110, 130, figure)
-        gdImageFilledEllipse(image, 200, 300, 260, 180, figure)
-        var size: Int32 = 0
-        let data = gdImageJpegPtr(image, &size, 85)!
-        defer { gdFree(data) }
-        return Array(UnsafeRawBufferPointer(start: data, count: Int(size)))
+    static func portrait(_ background: Int, _ figure: Int) -> [UInt8] {
+        let image = RasterImage(width: 400, height: 300)!
+        image.fillRectangle(x1: 0, y1: 0, x2: 399, y2: 299, colour: background)
+        image.fillEllipse(centreX: 200, centreY: 120, width: 110, height: 130, colour: figure)
+        image.fillEllipse(centreX: 200, centreY: 300, width: 260, height: 180, colour: figure)
+        return image.jpeg(quality: 85)!
     }
 }
 
