@@ -1,0 +1,28 @@
+import ArgumentParser
+import Foundation
+import IsletKafka
+
+struct Play: AsyncParsableCommand {
+    @Option var bootstrap: String
+    @Option var registry = "http://127.0.0.1:8081"
+    @Option var simulator = "http://127.0.0.1:8090"
+    @Option var ingest = "http://127.0.0.1:8084"
+    @Option var images = "http://127.0.0.1:8099"
+    @Option(help: "The registry's HS256 key, kid=secret.") var jwtKey: String
+    @Option(help: "food, ride or both.") var scenario = "both"
+
+    func run() async throws {
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
+        let producing = Task { try await producer.run() }
+        let world = try await World(play: self, producer: producer)
+        if scenario == "food" || scenario == "both" { try await world.food() }
+        if scenario == "ride" || scenario == "both" { try await world.ride() }
+        producer.shutdown()
+        try await producing.value
+    }
+}
+
+struct DemoFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,31 @@
+import ArgumentParser
+import ContentService
+import Foundation
+import Hummingbird
+import NIOCore
+
+/// Serves the photos the events point at (a courier's and a driver's), as a CDN would.
+struct ServeImages: AsyncParsableCommand {
+    @Option var port = 8099
+
+    func run() async throws {
+        let router = Router()
+        for (name, colours) in [("courier.jpg", (0xE8_6A_1F, 0x2B_3A_67)), ("driver.jpg", (0x1F_8A_70, 0xF2_E8_CF))] {
+            let jpeg = Self.portrait(colours.0, colours.1)
+            router.get(RouterPath(name)) { _, _ in
+                Response(status: .ok, headers: [.contentType: "image/jpeg"], body: .init(byteBuffer: ByteBuffer(bytes: jpeg)))
+            }
+        }
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: port)), logger: quiet)
+        try await app.runService()
+    }
+
+    /// A 400×300 picture (a head and shoulders on a background), JPEG, made with libgd.
+    static func portrait(_ background: Int, _ figure: Int) -> [UInt8] {
+        let image = RasterImage(width: 400, height: 300)!
+        image.fillRectangle(x1: 0, y1: 0, x2: 399, y2: 299, colour: background)
+        image.fillEllipse(centreX: 200, centreY: 120, width: 110, height: 130, colour: figure)
+        image.fillEllipse(centreX: 200, centreY: 300, width: 260, height: 180, colour: figure)
+        return image.jpeg(quality: 85)!
+    }
+}
