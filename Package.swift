@@ -561,7 +561,7 @@ let package = Package(
         // every fuzzer's seeds and saved failures through them in the normal test run.
         .target(
             name: "FuzzChecks",
-            dependencies: ["IsletLinks", "IsletMessages", "IsletKafka", "TokenRegistry", "AnalyticsIngest", "APNsDispatcher", .product(name: "HTTPTypes", package: "swift-http-types")],
+            dependencies: ["IsletLinks", "IsletMessages", "IsletKafka", "IsletRuntime", "TokenRegistry", "AnalyticsIngest", "APNsDispatcher", .product(name: "HTTPTypes", package: "swift-http-types")],
             path: "Fuzz/Checks"
         ),
         .testTarget(

@@ -3,6 +3,7 @@ import Foundation
 import HTTPTypes
 import IsletLinks
 import IsletMessages
+import IsletRuntime
 
 /// The properties the analytics-ingest body fuzzer checks: the bodies of `POST /v1/taps` and
 /// `POST /v1/taps/batch` read as the routes read them (``IngestBody``), and every tap judged by
@@ -38,7 +39,7 @@ public enum IngestChecks {
                 } catch {
                     let expected = batch.taps.isEmpty ? (400, "malformedBody") : (413, "batchTooLarge")
                     require(
-                        error.status.code == expected.0 && error.code == expected.1 && error.field == "taps",
+                        error.status.code == expected.0 && error.code.rawValue == expected.1 && error.field == "taps",
                         "a batch of \(batch.taps.count) taps is refused with \(error)")
                     return
                 }

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import IsletMessages
+import IsletRuntime
 import TokenRegistry
 
 /// The properties the token-registry body fuzzer checks: the bodies of the app's HTTP API read as

@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import IsletMessages
+import IsletRuntime
 import Logging
 import NIOCore
 
@@ -150,7 +151,7 @@ struct IngestErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         do {
             return try await next(request, context)
         } catch let error as IngestAPIError {
-            metrics.refused(error.code)
+            metrics.refused(error.code.rawValue)
             return try error.response(from: request, context: context)
         } catch let error as any HTTPResponseError {
             let apiError: IngestAPIError =
@@ -160,7 +161,7 @@ struct IngestErrorMiddleware<Context: RequestContext>: RouterMiddleware {
                 case .contentTooLarge: IngestAPIError(.contentTooLarge, "bodyTooLarge", reason: "the body is too large")
                 default: IngestAPIError(error.status, "malformedBody", reason: error.status.reasonPhrase)
                 }
-            metrics.refused(apiError.code)
+            metrics.refused(apiError.code.rawValue)
             return try apiError.response(from: request, context: context)
         } catch {
             logger.error("request failed", metadata: ["http.path": "\(request.uri.path)", "error": "\(error)"])

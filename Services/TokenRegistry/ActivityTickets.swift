@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTypes
+import IsletRuntime
 import JWTKit
 
 /// Verifies activity tickets: the proof, issued by the activity's backend, that a user owns an

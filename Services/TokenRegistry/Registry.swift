@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import IsletKafka
 import IsletMessages
+import IsletRuntime
 import IsletTokens
 import Logging
 import Synchronization

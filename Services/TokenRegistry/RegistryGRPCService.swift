@@ -4,6 +4,7 @@ import GRPCNIOTransportHTTP2
 import HTTPTypes
 import IsletMessages
 import IsletProtos
+import IsletRuntime
 import IsletTokens
 import Logging
 import ServiceLifecycle

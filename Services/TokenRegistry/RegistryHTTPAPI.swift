@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import IsletMessages
+import IsletRuntime
 import IsletTokens
 import Logging
 

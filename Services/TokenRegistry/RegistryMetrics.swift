@@ -1,5 +1,6 @@
 import HTTPTypes
 import IsletMessages
+import IsletRuntime
 import IsletTokens
 import Metrics
 

@@ -6,6 +6,7 @@ import IsletMessages
 import Prometheus
 import Testing
 @testable import AnalyticsIngest
+import IsletRuntime
 
 @Suite("analytics-ingest's HTTP API, in process")
 struct HTTPAPITests {

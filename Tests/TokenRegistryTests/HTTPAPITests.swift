@@ -6,6 +6,7 @@ import IsletTesting
 import IsletTokens
 import Testing
 @testable import TokenRegistry
+import IsletRuntime
 
 @Suite("The app's HTTP API, in process")
 struct HTTPAPITests {

@@ -5,6 +5,7 @@ import IsletTokens
 import Testing
 @testable import TokenRegistry
 import HTTPTypes
+import IsletRuntime
 
 @Suite("Registry rules")
 struct RegistryTests {
