@@ -64,13 +64,13 @@ public final class APNsClient: Sendable {
     let sslContext: NIOSSLContext
     private let tokenSources: [String: ProviderTokenSource]
     private let lanes: [LaneKey: Lane]
-    private let now: @Sendable () -> Date
+    private let clock: any WallClock
     private let logger: Logger
 
     /// - Parameter keys: one signing key per team.
     public init(
         configuration: Configuration, keys: [APNsSigningKey], group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        logger: Logger, now: @escaping @Sendable () -> Date = Date.init
+        logger: Logger, clock: any WallClock = SystemWallClock()
     ) throws {
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.applicationProtocols = ["h2"]
@@ -81,7 +81,7 @@ public final class APNsClient: Sendable {
         let sslContext = try NIOSSLContext(configuration: tls)
         self.configuration = configuration
         self.sslContext = sslContext
-        self.now = now
+        self.clock = clock
         self.logger = logger
         self.tokenSources = Dictionary(keys.map { ($0.teamID, ProviderTokenSource(key: $0)) }, uniquingKeysWith: { first, _ in first })
         var lanes: [LaneKey: Lane] = [:]
@@ -107,7 +107,7 @@ public final class APNsClient: Sendable {
             throw APNsTransportError(.connect, "no signing key for team \(teamID)")
         }
         let connection = try await lane.connection(deadline: deadline)
-        let now = self.now()
+        let now = clock.date
         let candidate = try await source.current(now: now)
         let token = connection.providerToken.withLock { $0.use(candidate: candidate, now: now) }
         return try await connection.send(push, authorization: token, deadline: deadline)
@@ -117,7 +117,7 @@ public final class APNsClient: Sendable {
     /// may refuse a new token on a connection that used another).
     public func renewProviderToken(teamID: String) {
         guard let source = tokenSources[teamID] else { return }
-        source.renew(now: now())
+        source.renew(now: clock.date)
         for environment in [APNsEnvironment.production, .sandbox] {
             lanes[LaneKey(teamID: teamID, environment: environment)]?.reconnect()
         }

@@ -19,22 +19,6 @@ public protocol OutcomeSink: Sendable {
     func publish(_ outcome: PushOutcome) async throws
 }
 
-/// Time as the dispatcher sees it: wall-clock dates (requests carry them) and sleeping until one.
-public protocol DispatchClock: Sendable {
-    func now() -> Date
-    func sleep(until date: Date) async throws
-}
-
-/// The system clock.
-public struct SystemDispatchClock: DispatchClock {
-    public init() {}
-    public func now() -> Date { Date() }
-    public func sleep(until date: Date) async throws {
-        let interval = date.timeIntervalSinceNow
-        if interval > 0 { try await Task.sleep(for: .milliseconds(Int64((interval * 1_000).rounded(.up)))) }
-    }
-}
-
 /// The dispatcher's rules, in one place.
 public struct DispatcherPolicy: Sendable {
     public var budgets = BudgetPolicy()
@@ -102,7 +86,7 @@ public actor DispatchEngine {
     private let outcomes: any OutcomeSink
     private let policy: DispatcherPolicy
     private let teams: [String: String]
-    private let clock: any DispatchClock
+    private let clock: any WallClock
     private let random: @Sendable () -> Double
     private let logger: Logger
     private let onDone: @Sendable (UInt64) -> Void
@@ -143,7 +127,7 @@ public actor DispatchEngine {
     ///   - onDone: called with a request's ticket once its outcome is persisted (or it needed none).
     public init(
         sender: any APNsSending, tokens: TokenTable, outcomes: any OutcomeSink, policy: DispatcherPolicy, teams: [String: String],
-        clock: any DispatchClock = SystemDispatchClock(), random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+        clock: any WallClock = SystemWallClock(), random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
         logger: Logger, onDone: @escaping @Sendable (UInt64) -> Void
     ) {
         self.sender = sender
@@ -191,9 +175,9 @@ public actor DispatchEngine {
         for waiter in submitWaiters { waiter.resume() }
         submitWaiters.removeAll()
         guard inFlight > 0 || publishing > 0 else { return }
-        let deadline = clock.now().addingTimeInterval(timeout / .seconds(1))
+        let deadline = clock.date.addingTimeInterval(timeout / .seconds(1))
         jobsContinuation.yield { [weak self] in
-            try? await self?.clock.sleep(until: deadline)
+            try? await self?.clock.sleep(untilDate: deadline)
             await self?.releaseDrainWaiters()
         }
         await withCheckedContinuation { drainWaiters.append($0) }
@@ -232,7 +216,7 @@ public actor DispatchEngine {
 
     private func take(_ request: PushRequest, ticket: UInt64) {
         metrics.received(request)
-        let now = clock.now()
+        let now = clock.date
         let entry = QueuedRequest(request: request, ticket: ticket, enqueuedAt: now)
         if finished.contains(request.requestId) || ownFinished.contains(request.requestId) {
             // Sent before a restart: its outcome is on the topic already.
@@ -285,7 +269,7 @@ public actor DispatchEngine {
                 setAwaiting(key, until: nil)
                 return
             }
-            let now = clock.now()
+            let now = clock.date
             if let notBefore = slot.notBefore {
                 if notBefore > now { return wake(key, at: notBefore) }
                 slot.notBefore = nil
@@ -455,7 +439,7 @@ public actor DispatchEngine {
             awaitingCheckAt = until
             let clock = self.clock
             jobsContinuation.yield { [weak self] in
-                try? await clock.sleep(until: until)
+                try? await clock.sleep(untilDate: until)
                 await self?.checkAwaiting(scheduledAt: until)
             }
         }
@@ -464,13 +448,13 @@ public actor DispatchEngine {
     /// The waits that ended: their requests end as `awaitingToken` (and the next in line is looked at).
     private func checkAwaiting(scheduledAt: Date) {
         if awaitingCheckAt == scheduledAt { awaitingCheckAt = nil }
-        let now = clock.now()
+        let now = clock.date
         for (key, waiting) in awaiting where waiting.until <= now { pump(key) }
         if awaitingCheckAt == nil, let next = awaiting.values.map(\.until).min() {
             awaitingCheckAt = next
             let clock = self.clock
             jobsContinuation.yield { [weak self] in
-                try? await clock.sleep(until: next)
+                try? await clock.sleep(untilDate: next)
                 await self?.checkAwaiting(scheduledAt: next)
             }
         }
@@ -519,7 +503,7 @@ public actor DispatchEngine {
             Self.isPushToStart(request) && entry.attempts == 1
             ? PushOutcome(
                 requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: .sending, attempts: 1,
-                tokenFingerprint: fingerprint, detail: "push-to-start about to be sent", completedAt: clock.now(), bundleId: request.app.bundleId,
+                tokenFingerprint: fingerprint, detail: "push-to-start about to be sent", completedAt: clock.date, bundleId: request.app.bundleId,
                 attributesType: request.attributesType)
             : nil
         let (outcomes, logger) = (self.outcomes, self.logger)
@@ -544,7 +528,7 @@ public actor DispatchEngine {
         inFlight -= 1
         metrics.inFlight(inFlight)
         slots[key]?.inFlight = nil
-        let attempt = Attempt(entry: entry, key: key, team: team, fingerprint: fingerprint, priority: priority, now: clock.now())
+        let attempt = Attempt(entry: entry, key: key, team: team, fingerprint: fingerprint, priority: priority, now: clock.date)
         // Whether APNs accepted the team's credentials (for a stopped lane's probe).
         var credentialsAccepted = false
         switch result {
@@ -681,7 +665,7 @@ public actor DispatchEngine {
         _ entry: QueuedRequest, key: String, apns: PushOutcome.APNsResponse?, priority: Int, fingerprint: String, detail: String? = nil,
         minimumDelay: Duration = .zero
     ) {
-        let now = clock.now()
+        let now = clock.date
         let deadline = policy.retry.deadline(expiration: entry.request.expiration, firstAttempt: entry.firstAttemptAt ?? now)
         let delay = max(policy.retry.delay(afterAttempts: entry.attempts, random: random()), minimumDelay)
         let at = now.addingTimeInterval(delay / .seconds(1))
@@ -718,7 +702,7 @@ public actor DispatchEngine {
     private func ended(_ key: String) {
         var slot = slots[key] ?? Slot()
         slot.ended = true
-        slot.endedAt = clock.now()
+        slot.endedAt = clock.date
         let pointless = slot.queue.removeAll { $0.request.event != .start }
         queued -= pointless.count
         slots[key] = slot
@@ -737,7 +721,7 @@ public actor DispatchEngine {
         slots[key]?.wakeAt = date
         let clock = self.clock
         jobsContinuation.yield { [weak self] in
-            try? await clock.sleep(until: date)
+            try? await clock.sleep(untilDate: date)
             await self?.woke(key, at: date)
         }
     }
@@ -769,7 +753,7 @@ public actor DispatchEngine {
         supersededBy: String? = nil, detail: String? = nil
     ) {
         let request = entry.request
-        let now = clock.now()
+        let now = clock.date
         let outcome = PushOutcome(
             requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: result, apns: apns,
             priorityUsed: apns == nil ? nil : priority, attempts: entry.attempts,

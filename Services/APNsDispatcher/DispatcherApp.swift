@@ -40,7 +40,7 @@ public struct DispatcherApp: Sendable {
     /// In start order; stopped in reverse (HTTP, the dispatcher's loop, the token table, the producer).
     public let services: [any Service]
 
-    public init(runtime: ServiceRuntime, settings: DispatcherSettings, topics: Topics = Topics(), clock: any DispatchClock = SystemDispatchClock()) throws {
+    public init(runtime: ServiceRuntime, settings: DispatcherSettings, topics: Topics = Topics(), clock: any WallClock = SystemWallClock()) throws {
         let logger = runtime.logger
         let service = runtime.settings.serviceName
         let producer = try KafkaProducer(configuration: runtime.settings.producerConfiguration(), logger: logger)

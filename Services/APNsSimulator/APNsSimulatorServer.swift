@@ -1,4 +1,5 @@
 import Foundation
+import IsletMessages
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -23,18 +24,19 @@ public final class APNsSimulatorServer: Service, Sendable {
         /// connection has a valid token).
         public var maxConcurrentStreams: Int
         /// The clock the server judges tokens by (tests move it).
-        public var now: @Sendable () -> Date
+        /// What the simulator takes for now (provider tokens' age, apns-expiration).
+        public var clock: any WallClock
 
         public init(
             host: String = "127.0.0.1", port: Int = 0, keys: [ProviderTokenVerifier.Key], tls: SimulatorTLS, maxConcurrentStreams: Int = 1_000,
-            now: @escaping @Sendable () -> Date = Date.init
+            clock: any WallClock = SystemWallClock()
         ) {
             self.host = host
             self.port = port
             self.keys = keys
             self.tls = tls
             self.maxConcurrentStreams = maxConcurrentStreams
-            self.now = now
+            self.clock = clock
         }
     }
 
@@ -73,7 +75,7 @@ public final class APNsSimulatorServer: Service, Sendable {
         let sslContext = try NIOSSLContext(configuration: configuration.tls.serverConfiguration())
         let state = self.state
         let verifier = try await ProviderTokenVerifier(keys: configuration.keys)
-        let now = configuration.now
+        let clock = configuration.clock
         var connectionConfiguration = NIOHTTP2Handler.ConnectionConfiguration()
         connectionConfiguration.initialSettings = [
             HTTP2Setting(parameter: .maxConcurrentStreams, value: configuration.maxConcurrentStreams),
@@ -96,7 +98,7 @@ public final class APNsSimulatorServer: Service, Sendable {
                     ) { stream in
                         stream.eventLoop.makeCompletedFuture {
                             try stream.pipeline.syncOperations.addHandler(
-                                APNsStreamHandler(connection: connection, state: state, verifier: verifier, now: now, logger: logger))
+                                APNsStreamHandler(connection: connection, state: state, verifier: verifier, clock: clock, logger: logger))
                         }
                     }
                 }
@@ -165,18 +167,18 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let connection: ConnectionContext
     private let state: SimulatorState
     private let verifier: ProviderTokenVerifier
-    private let now: @Sendable () -> Date
+    private let clock: any WallClock
     private let logger: Logger
     private var headers: HPACKHeaders?
     private var body: [UInt8] = []
     private var oversize = false
     private var answered = false
 
-    init(connection: ConnectionContext, state: SimulatorState, verifier: ProviderTokenVerifier, now: @escaping @Sendable () -> Date, logger: Logger) {
+    init(connection: ConnectionContext, state: SimulatorState, verifier: ProviderTokenVerifier, clock: any WallClock, logger: Logger) {
         self.connection = connection
         self.state = state
         self.verifier = verifier
-        self.now = now
+        self.clock = clock
         self.logger = logger
     }
 
@@ -219,7 +221,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
         if oversize { body = Array(repeating: 0x20, count: NotificationValidator.maximumPayloadBytes + 1) }
         let request = NotificationValidator.Request(method: method, path: path, headers: fields, body: body)
-        let now = self.now()
+        let now = clock.date
 
         // The request line and the provider token first, as APNs checks them.
         let token: String

@@ -1,5 +1,6 @@
 import Foundation
 import IsletMessages
+import IsletTesting
 import IsletTokens
 import Synchronization
 import Testing
@@ -49,7 +50,7 @@ struct BudgetLoadTests {
             random: { 0.5 }, logger: quietLogger, onDone: { _ in doneCount.increment() })
         let runner = Task { await engine.run() }
 
-        let start = clock.now()
+        let start = clock.date
         for activity in 0..<activities {
             let record = load.tokenRecord(activity, now: start)
             tokens.apply(record, key: record.key!, at: nil)
@@ -61,7 +62,7 @@ struct BudgetLoadTests {
             for activity in 0..<activities {
                 ledger.submitting(activity)
                 ticket += 1
-                await engine.submit(load.request(activity, sequence: Int64(second), at: clock.now()), ticket: ticket)
+                await engine.submit(load.request(activity, sequence: Int64(second), at: clock.date), ticket: ticket)
             }
             // The sends these made must reach APNs before the clock moves (they are timed by it);
             // then the answers due by the next second arrive, and the sends they let go.
@@ -99,7 +100,7 @@ struct BudgetLoadTests {
         // outcome is finished (here of one more update, to activity 0, which it then remembers).
         clock.advance(3_601)
         ledger.submitting(0)
-        await engine.submit(load.request(0, sequence: Int64(seconds), at: clock.now()), ticket: ticket + 1)
+        await engine.submit(load.request(0, sequence: Int64(seconds), at: clock.date), ticket: ticket + 1)
         _ = await ledger.quiescent()
         clock.advance(1)
         ledger.answerDue()
@@ -231,7 +232,7 @@ final class LoadLedger: APNsSending, OutcomeSink {
     init(plan: LoadPlan, clock: ManualClock) {
         self.plan = plan
         self.clock = clock
-        start = clock.now()
+        start = clock.date
         state = Mutex(
             State(
                 marks: Array(repeating: Array(repeating: 0, count: plan.seconds + 1), count: plan.activities), open: Array(repeating: 0, count: plan.activities),
@@ -251,7 +252,7 @@ final class LoadLedger: APNsSending, OutcomeSink {
 
     func send(_ push: APNsPush, teamID: String, environment: APNsEnvironment) async throws -> APNsAnswer {
         let (activity, sequence) = LoadPlan.parse(push.apnsID)
-        let now = clock.now()
+        let now = clock.date
         await withCheckedContinuation { continuation in
             let quiet = state.withLock { state -> CheckedContinuation<Bool, Never>? in
                 let mark = push.priority == 10 ? Mark.sentAt10 : Mark.sentAt5
@@ -305,7 +306,7 @@ final class LoadLedger: APNsSending, OutcomeSink {
 
     /// Answers the pushes whose latency has passed on the manual clock (all of them: `.distantFuture`).
     func answerDue(by now: Date? = nil) {
-        let now = now ?? clock.now()
+        let now = now ?? clock.date
         let due = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             let due = state.unanswered.filter { $0.due <= now }.map(\.continuation)
             state.unanswered.removeAll { $0.due <= now }

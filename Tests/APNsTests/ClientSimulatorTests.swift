@@ -124,14 +124,15 @@ struct ClientSimulatorTests {
 
     @Test("provider tokens: an hour-old token gets 403 ExpiredProviderToken; a renewal on a new connection is accepted")
     func expiredProviderToken() async throws {
-        let skew = Shared(-7_200.0)
+        // The client's clock two hours behind the simulator's (the system's).
+        let clock = ManualClock(Date().addingTimeInterval(-7_200))
         try await withSimulator { server, port, trust in
-            let client = try makeClient(port: port, trust: trust, now: { Date().addingTimeInterval(skew.value) })
+            let client = try makeClient(port: port, trust: trust, clock: clock)
             let expired = try await client.send(push(hexToken(1)), teamID: signingKey.teamID, environment: .production)
             #expect(expired.status == 403)
             #expect(expired.reason == "ExpiredProviderToken")
             #expect(APNsAction.forAnswer(status: expired.status, reason: expired.reason) == .renewProviderToken)
-            skew.value = 0
+            clock.advance(7_200)
             client.renewProviderToken(teamID: signingKey.teamID)
             #expect(try await client.send(push(hexToken(1)), teamID: signingKey.teamID, environment: .production).status == 200)
             #expect(server.state.stats.rejected["429 TooManyProviderTokenUpdates"] == nil)

@@ -7,59 +7,6 @@ import Testing
 @testable import APNsDispatcher
 import NIOCore
 
-/// A clock tests move by hand; sleepers wake when it passes their time, or when their task is
-/// cancelled (as with a real clock: the engine cancels its timers when it finishes).
-final class ManualClock: DispatchClock {
-    private struct State {
-        var now: Date
-        var nextID = 0
-        var sleepers: [(Date, Int, CheckedContinuation<Void, Never>)] = []
-    }
-
-    private let state: Mutex<State>
-    init(_ start: Date = Date(timeIntervalSince1970: 1_795_000_000)) { state = Mutex(State(now: start)) }
-
-    func now() -> Date { state.withLock { $0.now } }
-
-    func sleep(until date: Date) async throws {
-        let id = state.withLock { state in
-            defer { state.nextID += 1 }
-            return state.nextID
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let ready = state.withLock { state -> Bool in
-                    if date <= state.now || Task.isCancelled { return true }
-                    state.sleepers.append((date, id, continuation))
-                    return false
-                }
-                if ready { continuation.resume() }
-            }
-        } onCancel: {
-            let sleeper = state.withLock { state -> CheckedContinuation<Void, Never>? in
-                guard let index = state.sleepers.firstIndex(where: { $0.1 == id }) else { return nil }
-                return state.sleepers.remove(at: index).2
-            }
-            sleeper?.resume()
-        }
-        try Task.checkCancellation()
-    }
-
-    /// Whether something sleeps until exactly `date` (how a test knows the engine scheduled a
-    /// wake-up before it moves the clock past it).
-    func hasSleeper(until date: Date) -> Bool { state.withLock { $0.sleepers.contains { $0.0 == date } } }
-
-    func advance(_ seconds: TimeInterval) {
-        let due = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.now = state.now.addingTimeInterval(seconds)
-            let now = state.now
-            let due = state.sleepers.filter { $0.0 <= now }.map(\.2)
-            state.sleepers.removeAll { $0.0 <= now }
-            return due
-        }
-        for continuation in due { continuation.resume() }
-    }
-}
 
 /// Answers pushes from a script (per token), records what was sent, can hold answers back.
 final class ScriptedSender: APNsSending {
@@ -145,7 +92,7 @@ final class EngineHarness: Sendable {
     func register(
         _ activity: String, token: String, frequent: Bool = false, startedAt: Date? = nil, state: TokenState = .active, bundleId: String = "com.example.food"
     ) {
-        let now = clock.now()
+        let now = clock.date
         tokens.apply(
             TokenRecord(
                 kind: .update, activityId: activity, userId: "u", token: token, app: AppTarget(bundleId: bundleId, environment: .production),
@@ -163,7 +110,7 @@ final class EngineHarness: Sendable {
             requestId: UUID().uuidString.lowercased(), activityId: activity, event: event, app: AppTarget(bundleId: bundleId, environment: .production),
             attributesType: "DeliveryAttributes", payload: payload(event: event.rawValue, alert: alerting, extra: #","sequence":\#(sequence)"#),
             priority: priority, urgency: urgency, supersedable: supersedable ?? (event == .update), alerting: alerting,
-            apnsTimestamp: 1_795_000_000 + sequence, contentSequence: sequence, createdAt: clock.now())
+            apnsTimestamp: 1_795_000_000 + sequence, contentSequence: sequence, createdAt: clock.date)
     }
 
     private static let tickets = Atomic<UInt64>(0)
@@ -359,7 +306,7 @@ struct EngineTests {
     func tokenGuards() async throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1))
-        h.sender.script(hexToken(1), [APNsAnswer(status: 410, reason: "Unregistered", timestamp: h.clock.now())])
+        h.sender.script(hexToken(1), [APNsAnswer(status: 410, reason: "Unregistered", timestamp: h.clock.date)])
         let sent = h.request("a", sequence: 1)
         await h.submit(sent)
         await h.submit(h.request("a", sequence: 2, supersedable: false))
@@ -383,7 +330,7 @@ struct EngineTests {
     func deadTokenRevived() async throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1))
-        h.sender.script(hexToken(1), [APNsAnswer(status: 410, reason: "Unregistered", timestamp: h.clock.now())])
+        h.sender.script(hexToken(1), [APNsAnswer(status: 410, reason: "Unregistered", timestamp: h.clock.date)])
         await h.submit(h.request("a", sequence: 1))
         #expect(try await h.outcomes(1).map(\.result) == [.tokenInvalid])
         // Before the registry's invalidation reaches the table, the same record is still refused without asking APNs.
@@ -430,10 +377,10 @@ struct EngineTests {
     @Test("no token yet: the request waits, newer content replaces it, and the latest is sent once the token arrives; still none at the end of the wait: awaitingToken, never tokenInvalid")
     func awaitingToken() async throws {
         let h = EngineHarness()
-        let start = h.clock.now()
+        let start = h.clock.date
         let first = h.request("late", sequence: 1)
         await h.submit(first)
-        try await h.until(step: 1) { h.clock.now() >= start.addingTimeInterval(20) }
+        try await h.until(step: 1) { h.clock.date >= start.addingTimeInterval(20) }
         #expect(h.sink.final.isEmpty, "waiting, not given up: \(h.sink.final.map(\.result.rawValue))")
         let second = h.request("late", sequence: 2)
         await h.submit(second)
@@ -449,7 +396,7 @@ struct EngineTests {
         await h.submit(never)
         try await h.until(step: 5) { h.sink.final.count == 3 }
         #expect(h.sink.final.last?.requestId == never.requestId && h.sink.final.last?.result == .awaitingToken)
-        #expect(h.clock.now() >= start.addingTimeInterval(20 + 120), "not before the wait is over")
+        #expect(h.clock.date >= start.addingTimeInterval(20 + 120), "not before the wait is over")
         #expect(h.sender.sent.count == 1)
         await h.stop()
     }
@@ -457,7 +404,7 @@ struct EngineTests {
     @Test("updates to an activity older than 8 hours are not sent; its end still is")
     func lifetime() async throws {
         let h = EngineHarness()
-        h.register("old", token: hexToken(1), startedAt: h.clock.now().addingTimeInterval(-8 * 3_600 - 1))
+        h.register("old", token: hexToken(1), startedAt: h.clock.date.addingTimeInterval(-8 * 3_600 - 1))
         let update = h.request("old", sequence: 1)
         let end = h.request("old", .end, sequence: 2)
         await h.submit(update)
@@ -478,7 +425,7 @@ struct EngineTests {
         #expect(h.sender.renewals == 1)
 
         h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "InvalidProviderToken")])
-        let reopening = h.clock.now().addingTimeInterval(60)
+        let reopening = h.clock.date.addingTimeInterval(60)
         await h.submit(h.request("a", sequence: 2, supersedable: false))
         await h.submit(h.request("a", sequence: 3, supersedable: false))
         // The clock moves only once the refusal was handled (the lane waits for its reopening):
@@ -503,7 +450,7 @@ struct EngineTests {
         h.register("taxi", token: hexToken(4), bundleId: "com.example.taxi")
         h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "InvalidProviderToken")])
         let start = h.request("a", .start, sequence: 0)
-        let reopening = h.clock.now().addingTimeInterval(60)
+        let reopening = h.clock.date.addingTimeInterval(60)
         await h.submit(start)
         try await h.until(step: 0) { h.clock.hasSleeper(until: reopening) }
         let end = h.request("a", .end, sequence: 1)
@@ -570,7 +517,7 @@ struct EngineTests {
         await h.submit(refused)
         try await h.until(step: 0) { h.sender.sent.count == 1 }
         var expiring = h.request("b", sequence: 1)
-        expiring.expiration = h.clock.now().addingTimeInterval(30)
+        expiring.expiration = h.clock.date.addingTimeInterval(30)
         await h.submit(expiring)
         try await h.until(step: 1) { h.sink.final.count == 2 }
         let outcomes = h.sink.final
@@ -589,7 +536,7 @@ struct EngineTests {
         h.register("quiet", token: hexToken(1))
         h.register("ended", token: hexToken(2))
         h.register("busy", token: hexToken(3))
-        let now = h.clock.now()
+        let now = h.clock.date
         h.tokens.apply(
             TokenRecord(
                 kind: .pushToStart, deviceId: "phone", userId: "u", token: hexToken(4), app: AppTarget(bundleId: "com.example.food", environment: .production),
@@ -679,7 +626,7 @@ struct EngineTests {
         policy.budgets.standard = .init(capacity: 4, period: .seconds(600))
         let h = EngineHarness(policy: policy)
         h.register("a", token: hexToken(1))
-        let started = h.clock.now()
+        let started = h.clock.date
         var requests = [h.request("a", .start, sequence: 0)]
         for sequence in 1...Int64(random.next() % 30 + 5) {
             requests.append(h.request("a", sequence: sequence, priority: random.next() % 3 == 0 ? 5 : 10, urgency: random.next() % 5 == 0 ? .critical : .routine))
@@ -701,7 +648,7 @@ struct EngineTests {
         let byID = Dictionary(uniqueKeysWithValues: outcomes.map { ($0.requestId, $0) })
         #expect(byID[requests.first!.requestId]?.result == .delivered, "start sent")
         #expect(byID[requests.last!.requestId]?.result == .delivered, "end sent")
-        let elapsed = h.clock.now().timeIntervalSince(started)
+        let elapsed = h.clock.date.timeIntervalSince(started)
         let highPriority = h.sender.sent.filter { $0.priority == 10 }
         #expect(Double(Set(highPriority.map(\.apnsID)).count) <= 4 + elapsed * 4 / 600 + 1, "priority-10 sends within the budget")
         let sentSequences = h.sender.sent.compactMap { push in requests.first { $0.requestId == push.apnsID }?.contentSequence }

@@ -11,7 +11,7 @@ import NIOCore
 @Suite("Push-to-start is sent at most once", .timeLimit(.minutes(1)))
 struct PushToStartTests {
     func registerStart(_ h: EngineHarness, token: String) -> String {
-        let now = h.clock.now()
+        let now = h.clock.date
         let record = TokenRecord(
             kind: .pushToStart, deviceId: "device-1", userId: "u", token: token, app: AppTarget(bundleId: "com.example.food", environment: .production),
             attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)

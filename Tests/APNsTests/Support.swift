@@ -1,6 +1,7 @@
 import APNsSimulator
 import Crypto
 import Foundation
+import IsletMessages
 import IsletTesting
 import Logging
 import NIOCore
@@ -22,14 +23,14 @@ func payload(event: String = "update", timestamp: Int64 = 1_795_000_000, alert: 
 
 /// A simulator on a free port, run for the duration of `body`.
 func withSimulator<T: Sendable>(
-    maxConcurrentStreams: Int = 1_000, now: @escaping @Sendable () -> Date = Date.init,
+    maxConcurrentStreams: Int = 1_000, clock: any WallClock = SystemWallClock(),
     _ body: @escaping @Sendable (APNsSimulatorServer, Int, String) async throws -> T
 ) async throws -> T {
     let tls = try SimulatorTLS.selfSigned()
     let server = APNsSimulatorServer(
         configuration: .init(
             keys: [.init(keyID: signingKey.keyID, teamID: signingKey.teamID, publicKey: teamKey.publicKey)], tls: tls,
-            maxConcurrentStreams: maxConcurrentStreams, now: now),
+            maxConcurrentStreams: maxConcurrentStreams, clock: clock),
         logger: quietLogger)
     return try await withThrowingTaskGroup(of: T?.self) { group in
         group.addTask {
@@ -45,14 +46,14 @@ func withSimulator<T: Sendable>(
 
 func makeClient(
     port: Int, trust: String, connections: Int = 1, timeout: Duration = .seconds(5), connectTimeout: Duration = .seconds(5),
-    now: @escaping @Sendable () -> Date = Date.init
+    clock: any WallClock = SystemWallClock()
 ) throws -> APNsClient {
     let endpoint = APNsClient.Endpoint(host: "127.0.0.1", port: port)
     return try APNsClient(
         configuration: .init(
             production: endpoint, sandbox: endpoint, connectionsPerLane: connections, requestTimeout: timeout, connectTimeout: connectTimeout,
             trustedCertificatesPEM: trust),
-        keys: [signingKey], logger: quietLogger, now: now)
+        keys: [signingKey], logger: quietLogger, clock: clock)
 }
 
 func push(_ token: String, priority: Int = 10, payload text: String = payload(), apnsID: String = UUID().uuidString.lowercased()) -> APNsPush {
