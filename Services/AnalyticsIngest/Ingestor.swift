@@ -11,7 +11,7 @@ public struct Ingestor: Sendable {
     public let recent: RecentTaps
     public let publisher: any TapPublisher
     let metrics: IngestMetrics
-    let now: @Sendable () -> Date
+    let clock: any WallClock
     /// Whether the next rejected tap is written to `islet.clicks-rejected.v1` (a sample, bounded
     /// per second: the API takes no credentials, so anyone can send rejected taps).
     let recordRejected: @Sendable () -> Bool
@@ -19,20 +19,20 @@ public struct Ingestor: Sendable {
 
     public init(
         verifier: TapVerifier, recent: RecentTaps, publisher: any TapPublisher, metrics: IngestMetrics, logger: Logger,
-        now: @escaping @Sendable () -> Date = Date.init, recordRejected: @escaping @Sendable () -> Bool = { true }
+        clock: any WallClock = SystemWallClock(), recordRejected: @escaping @Sendable () -> Bool = { true }
     ) {
         self.verifier = verifier
         self.recent = recent
         self.publisher = publisher
         self.metrics = metrics
         self.logger = logger
-        self.now = now
+        self.clock = clock
         self.recordRejected = recordRejected
     }
 
     /// The verdict of each tap, in order, once every record written for them is acknowledged.
     public func ingest(_ taps: [TapInput], clientId: String?) async -> [TapResult] {
-        let receivedAt = IsletDate.truncatedToMilliseconds(now())
+        let receivedAt = IsletDate.truncatedToMilliseconds(clock.date)
         var results: [TapResult] = []
         results.reserveCapacity(taps.count)
         var records: [TapRecord] = []

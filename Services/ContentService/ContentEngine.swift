@@ -38,16 +38,17 @@ public final class ContentEngine: Sendable {
         }
     }
     private let state = Mutex(State())
-    let now: @Sendable () -> Date
+    /// What the engine takes for now (timestamps, stale dates, the freshness monitor).
+    let clock: any WallClock
 
     public init(
         assembler: PayloadAssembler, tokens: TokenTable, freshness: FreshnessPolicy = FreshnessPolicy(),
-        now: @escaping @Sendable () -> Date = Date.init
+        clock: any WallClock = SystemWallClock()
     ) {
         self.assembler = assembler
         self.tokens = tokens
         self.freshness = freshness
-        self.now = now
+        self.clock = clock
     }
 
     public enum Decision: Sendable {
@@ -113,7 +114,7 @@ public final class ContentEngine: Sendable {
                 problem: "no token is registered for it in \(bundleId), and template \(template.attributesType) names \(template.app.map { "another app (\($0.bundleId))" } ?? "no app")")
         }
         let version = record.flatMap { AppVersion($0.appVersion) } ?? Self.newest
-        let result = try assembler.assemble(event, app: app, appVersion: version, memory: &memory, now: now(), images: images)
+        let result = try assembler.assemble(event, app: app, appVersion: version, memory: &memory, now: clock.date, images: images)
         if let ignored { return .ignore(ignored) }
         return .send(Prepared(requests: result.requests, shrinks: result.shrinks, activityKey: activityKey, memory: memory))
     }
@@ -194,7 +195,7 @@ public final class ContentEngine: Sendable {
     /// - Parameter owned: the partitions this instance owns (`nil`: all); other instances look
     ///   after the rest.
     public func sweep(owned: Set<Int32>? = nil) -> [Prepared] {
-        let now = now()
+        let now = clock.date
         let policy = freshness
         return state.withLock { state -> [Prepared] in
             var prepared: [Prepared] = []
@@ -254,7 +255,7 @@ public final class ContentEngine: Sendable {
 
     /// The live activities that are not fresh, most stale first.
     public func staleActivities(limit: Int = 1_000) -> [StaleActivity] {
-        let now = now()
+        let now = clock.date
         let policy = freshness
         let stale = state.withLock { state in
             state.memories.compactMap { activityKey, memory -> StaleActivity? in
@@ -273,7 +274,7 @@ public final class ContentEngine: Sendable {
 
     /// Live activities per freshness class (for /metrics).
     public func freshnessCounts() -> [Freshness: Int] {
-        let now = now()
+        let now = clock.date
         let policy = freshness
         return state.withLock { state in
             var counts = Dictionary(uniqueKeysWithValues: Freshness.allCases.map { ($0, 0) })

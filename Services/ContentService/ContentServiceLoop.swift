@@ -335,7 +335,7 @@ public struct FreshnessMonitor: Service {
             return sent
         }
         // Once the end has its outcome: invalidated earlier, the dispatcher would not send the end.
-        let (memory, now) = (self.engine, self.engine.now())
+        let (memory, now) = (self.engine, self.engine.clock.date)
         await invalidations.flush { item in
             memory.outcome(of: item.endRequestId, activityKey: MessageKey.activity(bundleId: item.bundleId, activityId: item.activityId)) != nil
                 || now.timeIntervalSince(item.endSentAt) > TokenInvalidations.endWait

@@ -1,4 +1,5 @@
 import Foundation
+import IsletMessages
 import HTTPTypes
 import IsletRuntime
 import JWTKit
@@ -55,10 +56,10 @@ public struct ActivityTickets: Sendable {
     public let required: Bool
     private let keys: JWTKeyCollection
     private let kids: Set<String>
-    private let now: @Sendable () -> Date
+    private let clock: any WallClock
 
     /// `secrets`: `kid` → shared secret (at least 32 bytes).
-    public init(secrets: [String: [UInt8]], required: Bool, now: @escaping @Sendable () -> Date = Date.init) async {
+    public init(secrets: [String: [UInt8]], required: Bool, clock: any WallClock = SystemWallClock()) async {
         let keys = JWTKeyCollection()
         for (kid, secret) in secrets {
             await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256, kid: JWKIdentifier(string: kid))
@@ -66,7 +67,7 @@ public struct ActivityTickets: Sendable {
         self.keys = keys
         self.kids = Set(secrets.keys)
         self.required = required
-        self.now = now
+        self.clock = clock
     }
 
     /// Signs a ticket (what a backend does; for tests, the demo and the CLI).
@@ -91,7 +92,7 @@ public struct ActivityTickets: Sendable {
         } catch {
             throw refused("the ticket's signature or claims do not verify")
         }
-        let now = self.now()
+        let now = clock.date
         guard claims.aud.value.contains(Self.audience) else { throw refused("the ticket's aud must be \(Self.audience)") }
         guard now < claims.exp.value else { throw refused("the ticket has expired") }
         guard claims.exp.value.timeIntervalSince(now) <= Self.maximumLifetime + Self.leeway else {

@@ -1,4 +1,5 @@
 import Foundation
+import IsletMessages
 import JWTKit
 
 /// Verifies the app's bearer JWTs and returns the user they were issued to.
@@ -18,7 +19,7 @@ public struct Authenticator: Sendable {
     private let issuer: String?
     private let audience: String?
     private let maxLifetime: TimeInterval
-    private let now: @Sendable () -> Date
+    private let clock: any WallClock
 
     /// What a verified JWT says about its caller.
     struct Claims: JWTPayload {
@@ -32,7 +33,7 @@ public struct Authenticator: Sendable {
         func verify(using algorithm: some JWTAlgorithm) async throws {}
     }
 
-    public init(settings: RegistrySettings, now: @escaping @Sendable () -> Date = Date.init) async throws {
+    public init(settings: RegistrySettings, clock: any WallClock = SystemWallClock()) async throws {
         let keys = JWTKeyCollection()
         var algorithms: [String: String] = [:]
         for key in settings.verificationKeys {
@@ -50,7 +51,7 @@ public struct Authenticator: Sendable {
         self.issuer = settings.issuer
         self.audience = settings.audience
         self.maxLifetime = settings.maxTokenLifetime / .seconds(1)
-        self.now = now
+        self.clock = clock
     }
 
     /// The user id of a request's `Authorization: Bearer <jwt>` header, or a 401 naming the problem.
@@ -77,7 +78,7 @@ public struct Authenticator: Sendable {
         } catch {
             throw .unauthenticated("the JWT's signature or claims do not verify")
         }
-        let now = self.now()
+        let now = clock.date
         guard now < claims.exp.value else { throw .unauthenticated("the JWT has expired") }
         if let notBefore = claims.nbf?.value, notBefore > now.addingTimeInterval(Self.leeway) {
             throw .unauthenticated("the JWT is not valid yet (nbf)")

@@ -31,7 +31,7 @@ public final class Registry: Sendable {
     private let tickets: ActivityTickets?
     private let publisher: any TokenRecordPublisher
     private let locks = KeyedLocks()
-    private let now: @Sendable () -> Date
+    private let clock: any WallClock
     private let logger: Logger
     private let metrics = RegistryMetrics()
     private let loaded = Atomic<Bool>(false)
@@ -43,7 +43,7 @@ public final class Registry: Sendable {
     /// registration that sends one is refused).
     public init(
         table: TokenTable, publisher: any TokenRecordPublisher, logger: Logger, quotas: Quotas = Quotas(),
-        tickets: ActivityTickets? = nil, apps: Set<String> = [], now: @escaping @Sendable () -> Date = Date.init
+        tickets: ActivityTickets? = nil, apps: Set<String> = [], clock: any WallClock = SystemWallClock()
     ) {
         self.table = table
         self.quotas = quotas
@@ -51,9 +51,14 @@ public final class Registry: Sendable {
         self.tickets = tickets
         self.publisher = publisher
         self.logger = logger
-        // Times are kept at the wire's precision (milliseconds), so that the table holds exactly
-        // what a rebuild from the topic reads back.
-        self.now = { IsletDate.parse(IsletDate.format(now())) ?? now() }
+        self.clock = clock
+    }
+
+    /// Now, at the wire's precision (milliseconds), so that the table holds exactly what a rebuild
+    /// from the topic reads back.
+    private func now() -> Date {
+        let date = clock.date
+        return IsletDate.parse(IsletDate.format(date)) ?? date
     }
 
     /// Whether the table holds everything the topic held at start-up. Until then every API call

@@ -3,6 +3,7 @@ import Hummingbird
 import HummingbirdTesting
 import IsletLinks
 import IsletMessages
+import IsletTesting
 import Prometheus
 import Testing
 @testable import AnalyticsIngest
@@ -11,7 +12,7 @@ import IsletRuntime
 @Suite("analytics-ingest's HTTP API, in process")
 struct HTTPAPITests {
     let publisher = RecordingPublisher()
-    let clock = ManualClock()
+    let clock = ManualClock(TestLinks.now)
     let registry = PrometheusCollectorRegistry()
 
     static let settings = IngestSettings(
@@ -27,7 +28,7 @@ struct HTTPAPITests {
         let ingestor = Ingestor(
             verifier: TapVerifier(keyring: settings.keyring, maxTapAge: settings.maxTapAge), recent: RecentTaps(capacity: settings.recentTaps),
             publisher: publisher, metrics: metrics, logger: quietLogger,
-            now: { [clock] in TestLinks.now.addingTimeInterval(clock.now.offset / .seconds(1)) })
+            clock: clock)
         let limiter = RateLimiter(ratePerSecond: settings.ratePerSecond, burst: settings.rateBurst, maxClients: settings.rateClients, clock: clock)
         let router = Router(context: IngestRequestContext.self)
         IngestHTTPAPI(ingestor: ingestor, limiter: limiter, settings: settings, metrics: metrics, logger: quietLogger).addRoutes(to: router)

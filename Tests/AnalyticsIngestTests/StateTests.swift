@@ -1,5 +1,6 @@
 import Foundation
 import IsletMessages
+import IsletTesting
 import Prometheus
 import Synchronization
 import Testing
@@ -86,7 +87,7 @@ struct StateTests {
         let allowance = Allowance(2)
         let ingestor = Ingestor(
             verifier: TapVerifier(keyring: TestLinks.keyring, maxTapAge: .seconds(86_400)), recent: RecentTaps(capacity: 10), publisher: publisher,
-            metrics: IngestMetrics(factory: PrometheusMetricsFactory(registry: registry)), logger: quietLogger, now: { TestLinks.now },
+            metrics: IngestMetrics(factory: PrometheusMetricsFactory(registry: registry)), logger: quietLogger, clock: ManualClock(TestLinks.now),
             recordRejected: { allowance.take() })
         let forged = TestLinks.tap(TestLinks.url(key: TestLinks.stranger))
         let results = await ingestor.ingest(Array(repeating: forged, count: 5), clientId: "192.0.2.1")

@@ -58,22 +58,3 @@ final class RecordingPublisher: TapPublisher {
 
 struct TestKafkaDown: Error {}
 
-/// A clock tests move by hand; nothing sleeps on it.
-final class ManualClock: Clock, Sendable {
-    struct Instant: InstantProtocol {
-        var offset: Duration
-        func advanced(by duration: Duration) -> Instant { Instant(offset: offset + duration) }
-        func duration(to other: Instant) -> Duration { other.offset - offset }
-        static func < (a: Instant, b: Instant) -> Bool { a.offset < b.offset }
-    }
-
-    private let current = Mutex(Instant(offset: .zero))
-    var now: Instant { current.withLock { $0 } }
-    var minimumResolution: Duration { .nanoseconds(1) }
-    func advance(by duration: Duration) { current.withLock { $0 = $0.advanced(by: duration) } }
-
-    func sleep(until deadline: Instant, tolerance: Duration?) async throws {
-        // Tests never sleep on this clock; a call would be a test bug.
-        Issue.record("ManualClock.sleep was called")
-    }
-}

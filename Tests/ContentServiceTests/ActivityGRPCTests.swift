@@ -38,7 +38,7 @@ struct ActivityGRPCTests {
     @Test("Start/Update/End publish the event and answer with the ids of its requests; invalid calls name the field; Kafka down is UNAVAILABLE")
     func api() async throws {
         let clock = ManualClock(now)
-        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { clock.now })
+        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: clock)
         let published = RecordingEvents()
         let api = ActivityGRPCService(engine: engine) { try published.publish($0) }
         try await withGRPCServer([api]) { client in
@@ -67,7 +67,7 @@ struct ActivityGRPCTests {
         #expect(event.kind == .update && event.sequence == 1 && event.urgency == .important)
         #expect(event.fields["progress"] == .integer(40), "whole numbers arrive as integers")
         #expect(event.fields["courier"]?["name"] == .string("Ana"))
-        #expect(event.occurredAt == clock.now)
+        #expect(event.occurredAt == clock.date)
 
         // An end whose final state alerts: the alerting update first, then the end.
         update.eventID = "ev-2"
@@ -121,11 +121,11 @@ struct ActivityGRPCTests {
     @Test("stale activities are listed, most stale first")
     func staleList() async throws {
         let clock = ManualClock(now)
-        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { clock.now })
+        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: clock)
         for (index, id) in ["a1", "a2"].enumerated() {
             let request = ActivityEvent(
                 eventId: "e", activityId: id, kind: .update, attributesType: "DeliveryAttributes",
-                fields: ["status": .string("arriving"), "orderId": .string("1")], urgency: .routine, occurredAt: clock.now, sequence: 1)
+                fields: ["status": .string("arriving"), "orderId": .string("1")], urgency: .routine, occurredAt: clock.date, sequence: 1)
             guard case .send(let prepared) = try engine.prepare(request) else { Issue.record("not sent"); return }
             engine.commit(prepared)
             clock.advance(Double(index + 1) * 10)

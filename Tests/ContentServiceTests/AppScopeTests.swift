@@ -1,5 +1,6 @@
 import Foundation
 import IsletMessages
+import IsletTesting
 import IsletTokens
 import Testing
 @testable import ContentService
@@ -37,7 +38,7 @@ struct ContentAppScopeTests {
 
     @Test("an event naming its app goes to that app's token only; each app's activity has its own memory, sequence and request ids")
     func eachAppItsOwn() throws {
-        let engine = ContentEngine(assembler: try assembler(), tokens: table([(Self.food, "alice", 1), (Self.other, "bob", 2)]), now: { now })
+        let engine = ContentEngine(assembler: try assembler(), tokens: table([(Self.food, "alice", 1), (Self.other, "bob", 2)]), clock: ManualClock(now))
         let toFood = try prepared(engine, delivery(1, bundleId: "com.example.food"))
         let toOther = try prepared(engine, delivery(1, bundleId: "com.example.other"))
         #expect(toFood.activityKey == "com.example.food/order-42" && toOther.activityKey == "com.example.other/order-42")
@@ -59,10 +60,10 @@ struct ContentAppScopeTests {
 
     @Test("an event without its app: the only app with a token for the id; refused (naming the apps) when several have one, with nothing sent")
     func eventsWithoutTheirApp() throws {
-        let single = ContentEngine(assembler: try assembler(), tokens: table([(Self.other, "bob", 2)]), now: { now })
+        let single = ContentEngine(assembler: try assembler(), tokens: table([(Self.other, "bob", 2)]), clock: ManualClock(now))
         #expect(try prepared(single, delivery(1, bundleId: nil)).requests.map(\.app) == [Self.other])
 
-        let both = ContentEngine(assembler: try assembler(), tokens: table([(Self.food, "alice", 1), (Self.other, "bob", 2)]), now: { now })
+        let both = ContentEngine(assembler: try assembler(), tokens: table([(Self.food, "alice", 1), (Self.other, "bob", 2)]), clock: ManualClock(now))
         #expect { try both.prepare(delivery(1, bundleId: nil)) } throws: { error in
             let error = error as? ContentError
             return error?.field == "bundleId" && error?.problem.contains("com.example.food, com.example.other") == true
@@ -70,7 +71,7 @@ struct ContentAppScopeTests {
         #expect(both.activityCount == 0, "nothing remembered, nothing sent")
 
         // No token anywhere: the template's app (as before activity ids were scoped).
-        let none = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        let none = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
         #expect(try prepared(none, delivery(1, bundleId: nil)).activityKey == "com.example.food/order-42")
         // Named, without a token of that app: the template's app is another, so its environment is unknown.
         #expect { try none.prepare(delivery(2, bundleId: "com.example.other")) } throws: { ($0 as? ContentError)?.field == "activityId" }
@@ -78,7 +79,7 @@ struct ContentAppScopeTests {
 
     @Test("an event without its app never goes to another app's token: an app remembered live with the id (a push-to-start) and another's token make it ambiguous; an ended token does not count")
     func rememberedAppCounts() throws {
-        let engine = ContentEngine(assembler: try assembler(), tokens: table([(Self.food, "alice", 1)]), now: { now })
+        let engine = ContentEngine(assembler: try assembler(), tokens: table([(Self.food, "alice", 1)]), clock: ManualClock(now))
         // The ride app started order-42 remotely (its update token not registered yet).
         let target = ActivityEvent.PushToStartTarget(app: Self.other, deviceId: "device-1")
         var start = event("DeliveryAttributes", .start, sequence: 1, ["orderId": .string("42"), "status": .string("placed")], startTarget: target)
@@ -90,7 +91,7 @@ struct ContentAppScopeTests {
         #expect(update.map(\.key) == ["com.example.other/order-42"] && update.map(\.app) == [Self.other])
 
         // Only a remembered live activity, no token: that app, not the template's.
-        let remembered = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        let remembered = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
         _ = try prepared(remembered, start)
         #expect(try remembered.activityKey(of: delivery(2, bundleId: nil)) == "com.example.other/order-42")
 
@@ -100,19 +101,19 @@ struct ContentAppScopeTests {
         dead.state = .invalidated
         dead.invalidation = .init(reason: .clientEnded, invalidatedAt: now)
         table.apply(dead, key: dead.key!, at: nil)
-        let withDead = ContentEngine(assembler: try assembler(), tokens: table, now: { now })
+        let withDead = ContentEngine(assembler: try assembler(), tokens: table, clock: ManualClock(now))
         #expect(try withDead.activityKey(of: delivery(1, bundleId: nil)) == "com.example.other/order-42")
     }
 
     @Test("an outcome written before outcomes named their app lands in the only app remembered with the id, and in none when two are")
     func legacyOutcomes() throws {
-        let engine = ContentEngine(assembler: try assembler(), tokens: table([(Self.food, "alice", 1), (Self.other, "bob", 2)]), now: { now })
+        let engine = ContentEngine(assembler: try assembler(), tokens: table([(Self.food, "alice", 1), (Self.other, "bob", 2)]), clock: ManualClock(now))
         let food = try prepared(engine, delivery(1, bundleId: "com.example.food")).requests[0]
         _ = try prepared(engine, delivery(1, bundleId: "com.example.other"))
         engine.record(PushOutcome(requestId: food.requestId, activityId: "order-42", result: .failed, attempts: 1, completedAt: now))
         #expect(engine.staleActivities().isEmpty, "two apps remembered with the id: the old outcome is not guessed onto either")
 
-        let lone = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        let lone = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
         let request = try prepared(lone, delivery(1, bundleId: nil)).requests[0]
         lone.record(PushOutcome(requestId: request.requestId, activityId: "order-42", result: .failed, attempts: 1, completedAt: now))
         #expect(lone.staleActivities().map(\.bundleId) == ["com.example.food"], "one app remembered with the id: the old outcome is its")

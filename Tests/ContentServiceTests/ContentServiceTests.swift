@@ -2,6 +2,7 @@ import Foundation
 import IsletKafka
 import IsletLinks
 import IsletMessages
+import IsletTesting
 import IsletTokens
 import Logging
 import Testing
@@ -302,7 +303,7 @@ struct ProducerSettingsTests {
 struct MemoryReplicaTests {
     @Test("skips the push requests this process wrote (the engine has them) and replays those of another writer")
     func ownWritesSkipped() throws {
-        let writer = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        let writer = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
         guard case .send(let prepared) = try writer.prepare(event("DeliveryAttributes", sequence: 1, ["status": .string("preparing"), "orderId": .string("42")]))
         else {
             Issue.record("nothing sent")
@@ -324,13 +325,13 @@ struct MemoryReplicaTests {
             ContentMemoryLoader(consumer: consumer, engine: engine, ownWrites: own, logger: quiet)
         }
 
-        let reader = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        let reader = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
         loader(reader).apply(record(own))
         #expect(reader.memory(of: "com.example.food/order-42") == nil, "its own request is not decoded again")
         loader(reader).apply(record(KafkaHeader(name: RequestSender.writerHeader, string: "another-process")))
         #expect(reader.memory(of: "com.example.food/order-42")?.latest?.requestId == prepared.requests[0].requestId)
 
-        let restarted = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { now })
+        let restarted = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
         loader(restarted).apply(record(nil))
         #expect(restarted.memory(of: "com.example.food/order-42")?.latest?.requestId == prepared.requests[0].requestId, "a request without the header is replayed")
     }

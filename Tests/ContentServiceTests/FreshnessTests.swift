@@ -1,22 +1,16 @@
 import Foundation
 import GRPCCore
 import IsletMessages
+import IsletTesting
 import IsletTokens
 import Logging
 import Synchronization
 import Testing
 @testable import ContentService
 
-/// A clock the test moves.
-final class ManualClock: Sendable {
-    private let current: Mutex<Date>
-    init(_ start: Date) { current = Mutex(start) }
-    var now: Date { current.withLock { $0 } }
-    func advance(_ seconds: TimeInterval) { current.withLock { $0 = $0.addingTimeInterval(seconds) } }
-}
 
 private func engine(_ clock: ManualClock, freshness: FreshnessPolicy = FreshnessPolicy()) throws -> ContentEngine {
-    ContentEngine(assembler: try assembler(), tokens: TokenTable(), freshness: freshness, now: { clock.now })
+    ContentEngine(assembler: try assembler(), tokens: TokenTable(), freshness: freshness, clock: clock)
 }
 
 /// Prepares and commits one event (what the loop does once Kafka acknowledged the requests).
@@ -39,7 +33,7 @@ private let courier: [String: JSONValue] = ["orderId": .string("42"), "courier":
 private func delivery(_ status: String, _ kind: ActivityEventKind = .update, sequence: Int64, at clock: ManualClock) -> ActivityEvent {
     var fields = courier
     fields["status"] = .string(status)
-    return event("DeliveryAttributes", kind, sequence: sequence, at: clock.now.timeIntervalSince(now), fields)
+    return event("DeliveryAttributes", kind, sequence: sequence, at: clock.date.timeIntervalSince(now), fields)
 }
 
 @Suite("Request ids and the activity memory")
@@ -117,7 +111,7 @@ struct FreshnessMonitorTests {
         let first = try #require(resend.first)
         #expect(first.event == .update && first.priority == 10 && !first.alerting && first.sourceEventId == nil)
         #expect(first.apnsTimestamp > sent[0].apnsTimestamp)
-        #expect(first.staleDate! > clock.now)
+        #expect(first.staleDate! > clock.date)
         #expect(try aps(first)["content-state"] == (try aps(sent[0])["content-state"]))
         #expect(try aps(first)["alert"] == nil)
         #expect(first.requestId == RequestIds.resend(of: sent[0].requestId, number: 1))
@@ -177,12 +171,12 @@ struct FreshnessMonitorTests {
     func tokenRegisteredAgain() throws {
         let clock = ManualClock(now)
         let tokens = TokenTable()
-        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, now: { clock.now })
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: clock)
         func register(_ seed: UInt8) {
             let record = TokenRecord(
                 kind: .update, activityId: "order-42", userId: "u", token: String(repeating: String(format: "%02x", seed), count: 32), app: app,
-                attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: clock.now,
-                updatedAt: clock.now)
+                attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: clock.date,
+                updatedAt: clock.date)
             tokens.apply(record, key: record.key!, at: nil)
         }
         register(1)
@@ -256,10 +250,10 @@ struct FreshnessMonitorTests {
             return start
         }
         for (result, again) in [(PushResult.rejected, true), (.awaitingToken, true), (.failed, false)] {
-            let remote = ContentEngine(assembler: try assembler(), tokens: TokenTable(), now: { clock.now })
+            let remote = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: clock)
             let sent = try apply(remote, remoteStart(1))
             remote.record(PushOutcome(
-                requestId: sent[0].requestId, pushToStartKey: sent[0].pushToStartKey, result: result, attempts: 1, completedAt: clock.now,
+                requestId: sent[0].requestId, pushToStartKey: sent[0].pushToStartKey, result: result, attempts: 1, completedAt: clock.date,
                 bundleId: app.bundleId))
             if again {
                 #expect(try apply(remote, remoteStart(2)).map(\.event) == [.start], "after \(result.rawValue)")
@@ -279,7 +273,7 @@ struct FreshnessMonitorTests {
         try apply(engine, delivery("placed", .start, sequence: 1, at: clock))
         var sequence: Int64 = 1
         // Updates keep coming every 20 minutes: never stale, but the lifetime runs out.
-        while clock.now.timeIntervalSince(now) < 7 * 3_600 + 40 * 60 {
+        while clock.date.timeIntervalSince(now) < 7 * 3_600 + 40 * 60 {
             clock.advance(1_200)
             sequence += 1
             try apply(engine, delivery("preparing", sequence: sequence, at: clock))
@@ -289,7 +283,7 @@ struct FreshnessMonitorTests {
         let end = sweep(engine)
         #expect(end.map(\.event) == [.end])
         #expect(end.first?.contentSequence == sequence)
-        #expect(clock.now.timeIntervalSince(now) < 8 * 3_600)
+        #expect(clock.date.timeIntervalSince(now) < 8 * 3_600)
     }
 
     @Test("an instance looks after the activities of its own partitions only")
@@ -305,7 +299,7 @@ struct FreshnessMonitorTests {
 
 private func outcome(_ request: PushRequest, _ result: PushResult, at clock: ManualClock) -> PushOutcome {
     PushOutcome(
-        requestId: request.requestId, activityId: request.activityId, result: result, attempts: 1, completedAt: clock.now,
+        requestId: request.requestId, activityId: request.activityId, result: result, attempts: 1, completedAt: clock.date,
         bundleId: request.app.bundleId)
 }
 

@@ -12,12 +12,12 @@ import HTTPTypes
 struct ActivityTicketTests {
     static let kid = "orders"
     static let secret = Array("a-ticket-secret-that-is-at-least-32-bytes".utf8)
-    let clock = TestClock()
+    let clock = ManualClock()
     let publisher = RecordingPublisher()
 
     func makeRegistry(required: Bool = false) async -> Registry {
-        let tickets = await ActivityTickets(secrets: [Self.kid: Self.secret], required: required, now: { [clock] in clock.now })
-        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, tickets: tickets, now: { [clock] in clock.now })
+        let tickets = await ActivityTickets(secrets: [Self.kid: Self.secret], required: required, clock: clock)
+        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, tickets: tickets, clock: clock)
         registry.markReady()
         return registry
     }
@@ -27,7 +27,7 @@ struct ActivityTicketTests {
         kid: String = kid, secret: [UInt8] = secret
     ) async throws -> String {
         try await ActivityTickets.sign(
-            .init(user: user, activityId: activity, bundleId: bundleId, expires: clock.now.addingTimeInterval(expiresIn)), kid: kid, secret: secret)
+            .init(user: user, activityId: activity, bundleId: bundleId, expires: clock.date.addingTimeInterval(expiresIn)), kid: kid, secret: secret)
     }
 
     func request(token: String, ticket: String? = nil) -> RegisterActivityTokenRequest {
@@ -118,7 +118,7 @@ struct ActivityTicketTests {
 
     @Test("a registry without ticket keys refuses a ticket (400) rather than ignoring it")
     func noKeysRefusesTickets() async throws {
-        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
+        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, clock: clock)
         registry.markReady()
         let error = await #expect(throws: APIError.self) {
             try await registry.registerActivityToken(

@@ -16,13 +16,13 @@ import SwiftProtobuf
 /// and its id together (`<bundleId>/<activityId>`), everywhere the registry keys state.
 @Suite("Activity ids are scoped per app")
 struct AppScopeTests {
-    let clock = TestClock()
+    let clock = ManualClock()
     let publisher = RecordingPublisher()
     static let food = AppTarget(bundleId: "com.example.food", environment: .production)
     static let ride = AppTarget(bundleId: "com.example.ride", environment: .production)
 
     func makeRegistry(_ table: TokenTable = TokenTable()) -> Registry {
-        let registry = Registry(table: table, publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
+        let registry = Registry(table: table, publisher: publisher, logger: quietLogger, clock: clock)
         registry.markReady()
         return registry
     }
@@ -32,7 +32,7 @@ struct AppScopeTests {
         TokenRecord(
             kind: .update, activityId: activity, userId: user, token: token, app: app,
             attributesType: app == Self.ride ? "RideAttributes" : "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0",
-            state: .active, registeredAt: clock.now, updatedAt: clock.now)
+            state: .active, registeredAt: clock.date, updatedAt: clock.date)
     }
 
     /// A registry over a table holding `activity`'s record under its bare id (written before ids
@@ -41,7 +41,7 @@ struct AppScopeTests {
         let table = TokenTable()
         table.apply(record(activity), key: activity, at: nil)
         let publisher = LoaderFirstPublisher(table: table)
-        let registry = Registry(table: table, publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
+        let registry = Registry(table: table, publisher: publisher, logger: quietLogger, clock: clock)
         registry.markReady()
         return (table, publisher, registry)
     }
@@ -104,17 +104,17 @@ struct AppScopeTests {
         func gone(_ bundleId: String?, token: String) -> PushOutcome {
             PushOutcome(
                 requestId: UUID().uuidString, activityId: "order-9", result: .tokenInvalid,
-                apns: .init(status: 410, reason: "Unregistered", timestamp: clock.now), attempts: 1,
-                tokenFingerprint: TokenFingerprint.of(token: token), completedAt: clock.now, bundleId: bundleId)
+                apns: .init(status: 410, reason: "Unregistered", timestamp: clock.date), attempts: 1,
+                tokenFingerprint: TokenFingerprint.of(token: token), completedAt: clock.date, bundleId: bundleId)
         }
         #expect(try await registry.handle(gone(nil, token: hexToken(2))) == .ignore("an outcome without its app, for an id registered in several apps"))
-        #expect(try await registry.handle(gone("com.example.ride", token: hexToken(2))) == .invalidate(.apnsUnregistered, since: clock.now))
+        #expect(try await registry.handle(gone("com.example.ride", token: hexToken(2))) == .invalidate(.apnsUnregistered, since: clock.date))
         #expect(registry.table.record(forKey: "com.example.ride/order-9")?.state == .invalidated)
         #expect(registry.table.record(forKey: "com.example.food/order-9")?.state == .active)
 
         _ = try await registry.registerActivityToken(user: "alice", activityId: "order-10", request(Self.food, token: hexToken(3)))
         clock.advance(60)
-        #expect(try await registry.handle(gone(nil, token: hexToken(3)).with(activityId: "order-10")) == .invalidate(.apnsUnregistered, since: clock.now))
+        #expect(try await registry.handle(gone(nil, token: hexToken(3)).with(activityId: "order-10")) == .invalidate(.apnsUnregistered, since: clock.date))
         #expect(registry.table.record(forKey: "com.example.food/order-10")?.state == .invalidated)
     }
 
@@ -187,7 +187,7 @@ struct AppScopeTests {
 
     @Test("ISLET_APPS: a registration for an app the registry does not serve is 400 on the app, and nothing is written")
     func servedApps() async throws {
-        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, apps: ["com.example.food"], now: { [clock] in clock.now })
+        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, apps: ["com.example.food"], clock: clock)
         registry.markReady()
         let error = await #expect(throws: APIError.self) {
             try await registry.registerActivityToken(user: "mallory", activityId: "order-43", request(Self.ride, token: hexToken(1)))
@@ -211,7 +211,7 @@ struct AppScopeTests {
 
     @Test("while the table is being rebuilt, an invalidation is 503 (retry), not 404")
     func invalidateWhileLoading() async throws {
-        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
+        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, clock: clock)
         let error = await #expect(throws: APIError.self) {
             try await registry.invalidateActivity(user: "alice", activityId: "order-1", reason: .clientEnded)
         }

@@ -1,5 +1,6 @@
 import Foundation
 import IsletRuntime
+import IsletTesting
 import IsletTokens
 import Synchronization
 import Testing
@@ -11,7 +12,7 @@ struct AuthenticatorTests {
 
     /// The user of a JWT with these claims (seconds from now), or the 401's message.
     static func verdict(expiresIn: TimeInterval = 3_600, notBefore: TimeInterval? = nil, issuedAt: TimeInterval? = nil) async throws -> String {
-        let authenticator = try await Authenticator(settings: TestKeys.settings, now: { now })
+        let authenticator = try await Authenticator(settings: TestKeys.settings, clock: ManualClock(now))
         let bearer = try await TestKeys.bearer("alice", expiresIn: expiresIn, now: now, notBefore: notBefore, issuedAt: issuedAt)
         do {
             return try await authenticator.user(authorization: bearer)

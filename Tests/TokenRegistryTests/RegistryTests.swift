@@ -9,11 +9,11 @@ import IsletRuntime
 
 @Suite("Registry rules")
 struct RegistryTests {
-    let clock = TestClock()
+    let clock = ManualClock()
     let publisher = RecordingPublisher()
 
     func makeRegistry() -> Registry {
-        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, now: { [clock] in clock.now })
+        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, clock: clock)
         registry.markReady()
         return registry
     }
@@ -21,7 +21,7 @@ struct RegistryTests {
     @Test("quotas: a user with as many live activities or push-to-start tokens as allowed gets 429 quotaExceeded for one more and nothing is written; re-registering one held, or ending one, is fine; other users are not affected")
     func quotas() async throws {
         let registry = Registry(
-            table: TokenTable(), publisher: publisher, logger: quietLogger, quotas: .init(liveActivities: 2, pushToStart: 1), now: { [clock] in clock.now })
+            table: TokenTable(), publisher: publisher, logger: quietLogger, quotas: .init(liveActivities: 2, pushToStart: 1), clock: clock)
         registry.markReady()
         _ = try await registry.registerActivityToken(user: "u", activityId: "a1", activityRequest(token: hexToken(1)))
         _ = try await registry.registerActivityToken(user: "u", activityId: "a2", activityRequest(token: hexToken(2)))
@@ -106,25 +106,25 @@ struct RegistryTests {
     func confirmation() async throws {
         let registry = makeRegistry()
         _ = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest())
-        let registered = clock.now
+        let registered = clock.date
         clock.advance(30)
         #expect(try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest()).change == .unchanged)
         #expect(publisher.records.count == 1)
         clock.advance(90)
         let confirmed = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest())
-        #expect(confirmed.change == .confirmed && confirmed.token.registeredAt == clock.now)
+        #expect(confirmed.change == .confirmed && confirmed.token.registeredAt == clock.date)
         #expect(publisher.records.count == 2)
         // APNs's 410 from between the first registration and this one (the app was reinstalled) is not believed.
         let verdict = registered.addingTimeInterval(60)
         let outcome = PushOutcome(
             requestId: "r1", activityId: "a1", result: .tokenInvalid, apns: .init(status: 410, reason: "Unregistered", timestamp: verdict), attempts: 1,
-            tokenFingerprint: TokenFingerprint.of(token: hexToken(1)), completedAt: clock.now, bundleId: "com.example.food")
+            tokenFingerprint: TokenFingerprint.of(token: hexToken(1)), completedAt: clock.date, bundleId: "com.example.food")
         #expect(try await registry.handle(outcome) == .ignore("the token was registered again after APNs's verdict"))
         #expect(registry.table.record(forKey: "com.example.food/a1")?.state == .active)
         // The same token with another app version a minute later: updated, and confirmed too.
         clock.advance(90)
         let updated = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest(version: "5.3.0"))
-        #expect(updated.change == .updated && updated.token.registeredAt == clock.now)
+        #expect(updated.change == .updated && updated.token.registeredAt == clock.date)
     }
 
     @Test("a new token rotates: the record carries it with a new registration time; uppercase hex is the same token")
@@ -134,7 +134,7 @@ struct RegistryTests {
         clock.advance(60)
         let rotated = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest(token: hexToken(2)))
         #expect(rotated.change == .rotated)
-        #expect(rotated.token.registeredAt == clock.now)
+        #expect(rotated.token.registeredAt == clock.date)
         let same = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest(token: hexToken(2).uppercased()))
         #expect(same.change == .unchanged)
         #expect(publisher.records.map(\.token) == [hexToken(1), hexToken(2)])
@@ -170,7 +170,7 @@ struct RegistryTests {
 
         _ = try await registry.registerActivityToken(user: "u", activityId: "dead", activityRequest())
         clock.advance(10)
-        try await registry.handle(outcome(for: "dead", token: hexToken(1), status: 410, reason: "Unregistered", timestamp: clock.now))
+        try await registry.handle(outcome(for: "dead", token: hexToken(1), status: 410, reason: "Unregistered", timestamp: clock.date))
         #expect(registry.table.record(forKey: "com.example.food/dead")?.state == .invalidated)
         clock.advance(10)
         let revived = try await registry.registerActivityToken(user: "u", activityId: "dead", activityRequest())
@@ -253,6 +253,6 @@ struct RegistryTests {
         PushOutcome(
             requestId: "r-\(UUID())", activityId: key, result: .tokenInvalid,
             apns: .init(status: status, reason: reason, apnsId: nil, timestamp: timestamp), priorityUsed: 10, attempts: 1,
-            tokenFingerprint: TokenFingerprint.of(token: token), completedAt: completedAt ?? clock.now)
+            tokenFingerprint: TokenFingerprint.of(token: token), completedAt: completedAt ?? clock.date)
     }
 }

@@ -36,13 +36,6 @@ final class RecordingPublisher: TokenRecordPublisher {
 
 struct TestKafkaDown: Error {}
 
-/// A clock tests move by hand.
-final class TestClock: Sendable {
-    private let current = Mutex(Date(timeIntervalSince1970: 1_795_000_000))
-    var now: Date { current.withLock { $0 } }
-    func advance(_ seconds: TimeInterval) { current.withLock { $0 = $0.addingTimeInterval(seconds) } }
-}
-
 /// Keys and JWTs for tests: an HS256 key "hs" and an ES256 key "es".
 enum TestKeys {
     static let hsSecret = "a-test-secret-that-is-at-least-32-bytes-long"

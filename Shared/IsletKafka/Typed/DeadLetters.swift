@@ -16,7 +16,7 @@ public struct DeadLetterWriter: Sendable {
     /// Where dead letters go. Default `islet.dlq.v1`.
     public let topic: String
     private let logger: Logger
-    private let now: @Sendable () -> Date
+    private let clock: any WallClock
     private let deadLettered: Counter
 
     /// The longest wait between two tries of a dead-letter send (the first is 100 ms, doubling).
@@ -24,14 +24,14 @@ public struct DeadLetterWriter: Sendable {
 
     public init(
         producer: KafkaProducer, consumer: KafkaConsumer, service: String, logger: Logger,
-        topic: String = IsletTopics.deadLetters.name, now: @escaping @Sendable () -> Date = Date.init
+        topic: String = IsletTopics.deadLetters.name, clock: any WallClock = SystemWallClock()
     ) {
         self.producer = producer
         self.consumer = consumer
         self.service = service
         self.topic = topic
         self.logger = logger
-        self.now = now
+        self.clock = clock
         self.deadLettered = Counter(label: "islet_kafka_dead_lettered_total", dimensions: [("service", service)])
     }
 
@@ -100,7 +100,7 @@ public struct DeadLetterWriter: Sendable {
                 topic: raw.topic, partition: raw.partition, offset: raw.offset,
                 timestamp: raw.timestampMilliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) }),
             originalKey: raw.key.map { String(decoding: $0, as: UTF8.self) }, originalValue: raw.value, service: service,
-            deadLetteredAt: now())
+            deadLetteredAt: clock.date)
         var attempt = 1
         var backoff = Duration.milliseconds(100)
         while true {
