@@ -418,6 +418,7 @@ let package = Package(
             name: "IsletKafkaTests",
             dependencies: [
                 "IsletKafka",
+                "IsletTesting",
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/IsletKafkaTests"

@@ -1,3 +1,4 @@
+import IsletMessages
 import ServiceLifecycle
 
 /// Runs ``Registry/sweep(invalidatedFor:)`` every `interval` until shutdown: ended and invalidated
@@ -7,12 +8,13 @@ struct TokenSweeper: Service {
     let registry: Registry
     let retention: Duration
     let interval: Duration
+    var clock: any WallClock = SystemWallClock()
 
     func run() async throws {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 _ = await registry.sweep(invalidatedFor: retention)
-                try? await Task.sleep(for: interval)
+                try? await clock.sleep(for: interval)
             }
         }
     }

@@ -74,14 +74,14 @@ struct ThumbnailTests {
             return Response(status: .ok, body: .init(byteBuffer: ByteBuffer(bytes: picture)))
         }
         router.get("moved.png") { _, _ in Response(status: .found, headers: [.location: "http://127.0.0.1:1/photo.png"]) }
-        let port = Mutex<Int?>(nil)
+        let (ports, bound) = AsyncStream.makeStream(of: Int.self)
         let server = Application(
-            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)), onServerRunning: { channel in port.withLock { $0 = channel.localAddress?.port } },
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)), onServerRunning: { channel in if let port = channel.localAddress?.port { bound.yield(port) } },
             logger: Logger(label: "test.images"))
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await server.runService() }
-            while port.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(10)) }
-            let host = "127.0.0.1:\(port.withLock { $0! })"
+            var waiting = ports.makeAsyncIterator()
+            let host = "127.0.0.1:\(try #require(await waiting.next()))"
             var settings = ThumbnailService.Settings(allowedHosts: [host, "*.example.com"])
             settings.maximumBytes = 100_000
             // Generous for a loaded CI machine and ThreadSanitizer (3 s was too short there); the

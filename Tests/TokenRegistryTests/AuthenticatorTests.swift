@@ -49,16 +49,21 @@ struct AuthenticatorTests {
         let settings = try RegistrySettings(from: .variables(["ISLET_AUTH_HS256_KEYS": keys, "ISLET_TOKEN_RETENTION_MS": "0"]))
         #expect(settings.tokenRetention == .zero)
         #expect(try RegistrySettings(from: .variables(["ISLET_AUTH_HS256_KEYS": keys, "ISLET_TOKEN_RETENTION_MS": "2592000000"])).tokenRetention == .seconds(30 * 86_400))
-        // The sweeper with retention 0 runs until cancelled, as a service of the group must.
+        // The sweeper with retention 0 runs until cancelled, as a service of the group must: it
+        // sweeps, waits for the next pass on the clock, sweeps again.
         let registry = Registry(table: TokenTable(), publisher: RecordingPublisher(), logger: quietLogger)
+        let clock = ManualClock()
         let finished = Finished()
         let sweeper = Task {
-            try? await TokenSweeper(registry: registry, retention: .zero, interval: .seconds(3_600)).run()
+            try? await TokenSweeper(registry: registry, retention: .zero, interval: .seconds(3_600), clock: clock).run()
             finished.value.store(true, ordering: .releasing)
         }
-        try await Task.sleep(for: .milliseconds(100))
-        let endedEarly = finished.value.load(ordering: .acquiring)
-        #expect(!endedEarly, "the sweeper ended on its own: the service group would stop")
+        for _ in 0..<2 {
+            while clock.sleepers == 0 { await Task.yield() }
+            let endedEarly = finished.value.load(ordering: .acquiring)
+            #expect(!endedEarly, "the sweeper ended on its own: the service group would stop")
+            clock.advance(3_600)
+        }
         sweeper.cancel()
         await sweeper.value
         let ended = finished.value.load(ordering: .acquiring)
