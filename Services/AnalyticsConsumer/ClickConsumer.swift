@@ -7,8 +7,8 @@ import ServiceLifecycle
 /// counting each record into the ``StatsStore`` and then marking it processed (at least once;
 /// the statistics deduplicate). A record that is not a valid message of its topic goes to the
 /// dead-letter topic. This is the whole of what a team needs to subscribe to clicks.
-public struct ClickConsumer: Service {
-    let consumer: KafkaConsumer
+public struct ClickConsumer<Source: MessageSource>: Service {
+    let consumer: Source
     let deadLetters: DeadLetterWriter
     let store: StatsStore
     let clicksTopic: String
@@ -16,7 +16,7 @@ public struct ClickConsumer: Service {
     let logger: Logger
 
     public init(
-        consumer: KafkaConsumer, deadLetters: DeadLetterWriter, store: StatsStore, clicksTopic: String, logger: Logger,
+        consumer: Source, deadLetters: DeadLetterWriter, store: StatsStore, clicksTopic: String, logger: Logger,
         onAssigned: @escaping @Sendable () -> Void = {}
     ) {
         self.consumer = consumer
@@ -28,40 +28,16 @@ public struct ClickConsumer: Service {
     }
 
     public func run() async throws {
-        try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await consumer.run() }
-            for await event in consumer.events {
-                switch event {
-                case .partitionsAssigned(let partitions):
-                    logger.info("partitions assigned", metadata: ["kafka.partitions": "\(partitions)"])
-                    onAssigned()
-                case .message(let message):
-                    try await handle(message)
-                case .partitionEnd, .partitionsRevoked:
-                    break
-                }
-            }
-            // The events end when the consumer stops (shutdown); anything else is a failure of run().
-        }
-    }
-
-    private func handle(_ message: KafkaMessage) async throws {
-        if message.topic == clicksTopic {
-            switch DeadLetterWriter.check(ClickEvent.self, message) {
-            case .success(let click): store.record(click)
-            case .failure(let rejection):
-                try await deadLetters.deadLetter(message, reason: rejection.reason, detail: rejection.detail)
-                return
-            }
-        } else {
-            switch DeadLetterWriter.check(PushOutcome.self, message) {
-            case .success(let outcome): store.record(outcome)
-            case .failure(let rejection):
-                try await deadLetters.deadLetter(message, reason: rejection.reason, detail: rejection.detail)
-                return
+        try await consumer.consumeRecords(deadLetters: deadLetters) { partitions in
+            logger.info("partitions assigned", metadata: ["kafka.partitions": "\(partitions)"])
+            onAssigned()
+        } handle: { message in
+            if message.topic == clicksTopic {
+                DeadLetterWriter.check(ClickEvent.self, message).map { store.record($0) }
+            } else {
+                DeadLetterWriter.check(PushOutcome.self, message).map { store.record($0) }
             }
         }
-        consumer.markProcessed(message)
     }
 }
 

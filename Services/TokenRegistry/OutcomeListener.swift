@@ -8,13 +8,16 @@ import ServiceLifecycle
 /// processed only once its invalidation is acknowledged by Kafka (or it needed none); while Kafka
 /// refuses, the same outcome is retried with backoff. Outcomes wait until the token table is
 /// rebuilt: a decision against a half-built table would be wrong.
-public struct OutcomeListener: Service {
-    let consumer: KafkaConsumer
+public struct OutcomeListener<Source: MessageSource>: Service {
+    let consumer: Source
     let deadLetters: DeadLetterWriter
     let registry: Registry
     let logger: Logger
+    /// What the retries' backoff waits on.
+    let clock: any WallClock
 
-    public init(consumer: KafkaConsumer, deadLetters: DeadLetterWriter, registry: Registry, logger: Logger) {
+    public init(consumer: Source, deadLetters: DeadLetterWriter, registry: Registry, logger: Logger, clock: any WallClock = SystemWallClock()) {
+        self.clock = clock
         self.consumer = consumer
         self.deadLetters = deadLetters
         self.registry = registry
@@ -27,28 +30,22 @@ public struct OutcomeListener: Service {
             // Shut down before the table was ready: nothing to stop.
             guard (try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .milliseconds(50)) }) != nil else { return }
         }
-        try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await consumer.run() }
-            for try await event in consumer.decoded(as: PushOutcome.self, deadLetters: deadLetters) {
-                if case .deadLettered(let raw) = event { consumer.markProcessed(raw) }  // one at a time: in order
-                guard case .message(let outcome, let raw) = event else { continue }
-                var backoff = Duration.milliseconds(100)
-                while true {
-                    do {
-                        try await registry.handle(outcome)
-                        break
-                    } catch {
-                        logger.warning(
-                            "invalidation not persisted; retrying",
-                            metadata: ["outcome.requestId": "\(outcome.requestId)", "error": "\(error)", "retry.in": "\(backoff)"])
-                        let delay = backoff
-                        try await cancelWhenGracefulShutdown { try await Task.sleep(for: delay) }
-                        backoff = min(backoff * 2, .seconds(5))
-                    }
+        try await consumer.consume(PushOutcome.self, deadLetters: deadLetters) { outcome in
+            // Retried until Kafka persists the invalidation: the outcome is marked processed only then.
+            var backoff = Duration.milliseconds(100)
+            while true {
+                do {
+                    _ = try await registry.handle(outcome)
+                    return
+                } catch {
+                    logger.warning(
+                        "invalidation not persisted; retrying",
+                        metadata: ["outcome.requestId": "\(outcome.requestId)", "error": "\(error)", "retry.in": "\(backoff)"])
+                    let delay = backoff
+                    try await cancelWhenGracefulShutdown { try await clock.sleep(for: delay) }
+                    backoff = min(backoff * 2, .seconds(5))
                 }
-                consumer.markProcessed(raw)
             }
-            consumer.shutdown()
         }
     }
 }

@@ -9,8 +9,8 @@ import Metrics
 /// never given up because Kafka refused it for a while — and is marked processed only after that,
 /// in its partition's order.
 public struct DeadLetterWriter: Sendable {
-    public let producer: KafkaProducer
-    public let consumer: KafkaConsumer
+    public let producer: any MessageSink
+    public let consumer: any MessageSource
     /// The service name written into each record (which consumer gave up).
     public let service: String
     /// Where dead letters go. Default `islet.dlq.v1`.
@@ -23,7 +23,7 @@ public struct DeadLetterWriter: Sendable {
     public static let maximumBackoff: Duration = .seconds(5)
 
     public init(
-        producer: KafkaProducer, consumer: KafkaConsumer, service: String, logger: Logger,
+        producer: any MessageSink, consumer: any MessageSource, service: String, logger: Logger,
         topic: String = IsletTopics.deadLetters.name, clock: any WallClock = SystemWallClock()
     ) {
         self.producer = producer
@@ -144,20 +144,20 @@ public enum TypedConsumerEvent<Message: IsletMessage>: Sendable {
     case partitionsRevoked([KafkaTopicPartition])
 }
 
-extension KafkaConsumer {
+extension MessageSource {
     /// The consumer's events with records decoded as `Message`; records that do not decode or
     /// validate go to the dead-letter topic and come as ``TypedConsumerEvent/deadLettered(_:)``
     /// once persisted there, for the loop to mark processed in order.
-    public func decoded<Message: IsletMessage>(as type: Message.Type, deadLetters: DeadLetterWriter) -> TypedConsumerEvents<Message> {
+    public func decoded<Message: IsletMessage>(as type: Message.Type, deadLetters: DeadLetterWriter) -> TypedConsumerEvents<Message, Events> {
         TypedConsumerEvents(events: events, deadLetters: deadLetters)
     }
 }
 
 /// A consumer's events, decoded. Throws only if a dead letter was being written when the producer
 /// shut down or the task was cancelled.
-public struct TypedConsumerEvents<Message: IsletMessage>: AsyncSequence, Sendable {
+public struct TypedConsumerEvents<Message: IsletMessage, Events: AsyncSequence<KafkaConsumerEvent, Never> & Sendable>: AsyncSequence, Sendable {
     public typealias Element = TypedConsumerEvent<Message>
-    let events: KafkaConsumerEvents
+    let events: Events
     let deadLetters: DeadLetterWriter
 
     public func makeAsyncIterator() -> Iterator {
@@ -165,7 +165,7 @@ public struct TypedConsumerEvents<Message: IsletMessage>: AsyncSequence, Sendabl
     }
 
     public struct Iterator: AsyncIteratorProtocol {
-        var base: KafkaConsumerEvents.Iterator
+        var base: Events.AsyncIterator
         let deadLetters: DeadLetterWriter
 
         public mutating func next() async throws -> TypedConsumerEvent<Message>? {
