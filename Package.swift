@@ -532,7 +532,7 @@ let package = Package(
             name: "AnalyticsIngestTests",
             dependencies: [
                 "IsletTesting",
-                "AnalyticsIngest", "AnalyticsConsumer", "IsletLinks", "IsletMessages", "IsletRuntime",
+                "AnalyticsIngest", "AnalyticsConsumer", "IsletKafka", "IsletLinks", "IsletMessages", "IsletRuntime",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

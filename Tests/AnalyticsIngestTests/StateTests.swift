@@ -1,4 +1,5 @@
 import Foundation
+import IsletKafka
 import IsletMessages
 import IsletTesting
 import Prometheus
@@ -256,4 +257,39 @@ struct ClickStatsTests {
         #expect(text.contains(#"islet_analytics_consumer_taps_per_delivered_update{attributes_type="DeliveryAttributes",surface="lockScreen",element="eta"} 0.5"#))
         #expect(text.contains("islet_analytics_consumer_duplicate_clicks_total 1"))
     }
+}
+
+@Suite("analytics-consumer's loop, on the in-memory bus")
+struct ClickConsumerTests {
+    @Test("clicks and outcomes are counted and marked processed in order; a record that is neither goes to the dead-letter topic")
+    func loop() async throws {
+        let bus = MemoryBus()
+        let (clicks, outcomes) = (IsletTopics.clicks.name, IsletTopics.pushOutcomes.name)
+        try await bus.send(ClickStatsTests.click("c1", activity: "a1"), to: clicks)
+        try await bus.send(ClickStatsTests.delivered("r1", activity: "a1"), to: outcomes)
+        try await bus.send(topic: clicks, key: "a1", value: Array(#"{"clickId":3}"#.utf8), headers: [], partition: nil)
+        let source = bus.source([clicks, outcomes])
+        let store = StatsStore(factory: PrometheusMetricsFactory(registry: PrometheusCollectorRegistry()))
+        let deadLetters = DeadLetterWriter(producer: bus, consumer: source, service: "analytics-consumer", logger: quietLogger)
+        let assigned = Flag()
+        let consumer = ClickConsumer(
+            consumer: source, deadLetters: deadLetters, store: store, clicksTopic: clicks, logger: quietLogger, onAssigned: { assigned.set() })
+        let running = Task { try await consumer.run() }
+        while source.processed(clicks) != 1 || source.processed(outcomes) != 0 { await Task.yield() }
+        source.shutdown()
+        try await running.value
+
+        #expect(assigned.isSet)
+        #expect(store.snapshot.rows.map(\.taps) == [1])
+        let letters = bus.records(IsletTopics.deadLetters.name)
+        #expect(letters.count == 1)
+        #expect(try IsletJSON.decode(DeadLetterRecord.self, from: letters[0].value ?? []).origin.topic == clicks)
+    }
+}
+
+/// A flag tasks can share.
+final class Flag: Sendable {
+    private let value = Mutex(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.withLock { $0 } }
 }
