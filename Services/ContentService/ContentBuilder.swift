@@ -3,19 +3,10 @@ import IsletLinks
 import IsletMessages
 import Mustache
 
-/// Why an event cannot become content: the field at fault and the problem. Such events go to the
-/// dead-letter topic (the gRPC API answers INVALID_ARGUMENT naming the field).
-public struct ContentError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var field: String
-    public var problem: String
-
-    public init(field: String, problem: String) {
-        self.field = field
-        self.problem = problem
-    }
-
-    public var description: String { "\(field): \(problem)" }
-}
+/// Why an event cannot become content: the field at fault and the problem, as for a message that
+/// breaks a rule of its type. Such events go to the dead-letter topic (the gRPC API answers
+/// INVALID_ARGUMENT naming the field).
+public typealias ContentError = MessageValidationError
 
 /// Typed values of the content state, from the backend's JSON.
 enum FieldValue {

@@ -9,6 +9,7 @@ import NIOCore
 import NIOHTTP1
 import Synchronization
 import Testing
+import TokenRegistry
 
 #if canImport(Glibc)
     import Glibc
@@ -311,7 +312,7 @@ final class Stack: Sendable {
         let keys = JWTKeyCollection()
         await keys.add(hmac: HMACKey(from: ticketKey.secret), digestAlgorithm: .sha256, kid: JWKIdentifier(string: ticketKey.kid))
         return try await keys.sign(
-            TicketClaims(aud: .init(value: ["islet-activity"]), sub: .init(value: user), act: activity, bid: bundleId, exp: .init(value: Date().addingTimeInterval(600))),
+            ActivityTickets.Claims(user: user, activityId: activity, bundleId: bundleId, expires: Date().addingTimeInterval(600)),
             kid: JWKIdentifier(string: ticketKey.kid))
     }
 
@@ -396,16 +397,6 @@ final class Stack: Sendable {
         let length = socklen_t(MemoryLayout<sockaddr_in>.size)
         return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } } == 0
     }
-}
-
-/// An activity ticket's claims, as docs/token-registry.md documents them.
-struct TicketClaims: JWTPayload {
-    var aud: AudienceClaim
-    var sub: SubjectClaim
-    var act: String
-    var bid: String
-    var exp: ExpirationClaim
-    func verify(using algorithm: some JWTAlgorithm) async throws {}
 }
 
 struct UserClaims: JWTPayload {
