@@ -45,6 +45,7 @@ let package = Package(
         .executable(name: "islet-dispatch-bench", targets: ["IsletDispatchBench"]),
         .executable(name: "islet-content-bench", targets: ["IsletContentBench"]),
         .executable(name: "islet-demo", targets: ["IsletDemo"]),
+        .executable(name: "islet-stack-bench", targets: ["IsletStackBench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -343,21 +344,43 @@ let package = Package(
             path: "Benchmarks/KafkaThroughput"
         ),
 
-        // The local demo's app and backend (scripts/demo.sh).
-        .executableTarget(
-            name: "IsletDemo",
+        // The demo's app and backend as a library: the demo plays it, the stack benchmarks drive the product with it.
+        .target(
+            name: "IsletDemoKit",
             dependencies: [
                 "APNsSimulator", "ContentService", "IsletKafka", "IsletMessages", "TokenRegistry",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            path: "Tools/IsletDemoKit"
+        ),
+
+        // The local demo (scripts/demo.sh): topics, a mock broker, the pictures, the scenarios.
+        .executableTarget(
+            name: "IsletDemo",
+            dependencies: [
+                "ContentService", "IsletDemoKit", "IsletKafka", "IsletMessages",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-            .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             path: "Tools/IsletDemo"
+        ),
+
+        // End-to-end latency and memory per activity of the running product, for scripts/demo.sh --latency / --memory.
+        .executableTarget(
+            name: "IsletStackBench",
+            dependencies: [
+                "APNsSimulator", "ContentService", "IsletDemoKit", "IsletKafka", "IsletMessages", "TokenRegistry",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "Benchmarks/Stack"
         ),
 
         // content-service's assembly and pipeline figures, for scripts/bench-content.sh.

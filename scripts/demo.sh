@@ -7,9 +7,9 @@
 #
 #   scripts/demo.sh           # Ctrl-C stops everything
 #   scripts/demo.sh --exit    # stop after the scenarios
-#   scripts/demo.sh --latency [islet-demo latency options]   # instead of the scenarios: the
+#   scripts/demo.sh --latency [islet-stack-bench latency options]   # instead of the scenarios: the
 #                             # end-to-end latency benchmark (scripts/bench-e2e.sh: release build)
-#   scripts/demo.sh --memory [islet-demo memory options]     # instead of the scenarios: memory
+#   scripts/demo.sh --memory [islet-stack-bench memory options]     # instead of the scenarios: memory
 #                             # per live activity (scripts/bench-memory.sh: release build)
 #   ISLET_BROKER=mock scripts/demo.sh --latency ...   # on librdkafka's mock cluster instead of
 #                             # tansu (scripts/broker.sh)
@@ -87,13 +87,13 @@ done
 
 if [ "$bench" = latency ]; then
   echo "== end-to-end latency ($configuration build)"
-  "$bin/islet-demo" latency --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" --process "broker=$ISLET_BROKER_PID" \
+  "$bin/islet-stack-bench" latency --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" --process "broker=$ISLET_BROKER_PID" \
     --process "apns-simulator=$simulator_pid" --process "content-service=$content_pid" --process "apns-dispatcher=$dispatcher_pid" "$@"
   exit 0
 fi
 if [ "$bench" = memory ]; then
   echo "== memory per live activity ($configuration build)"
-  "$bin/islet-demo" memory --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" \
+  "$bin/islet-stack-bench" memory --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" \
     --process "apns-dispatcher=$dispatcher_pid" --process "content-service=$content_pid" "$@"
   exit 0
 fi

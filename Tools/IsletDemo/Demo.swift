@@ -7,16 +7,10 @@
 
 import ArgumentParser
 import Foundation
-import Logging
-
-let quiet: Logger = {
-    var logger = Logger(label: "islet.demo")
-    logger.logLevel = .error
-    return logger
-}()
+import IsletDemoKit
 
 @main
 struct Demo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "islet-demo", abstract: "The local demo's app and backend.", subcommands: [Setup.self, MockBroker.self, ServeImages.self, Play.self, Latency.self, Memory.self])
+        commandName: "islet-demo", abstract: "The local demo's app and backend.", subcommands: [Setup.self, MockBroker.self, ServeImages.self, Play.self])
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import IsletDemoKit
 import IsletKafka
 import IsletMessages
 import UnixSignals

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import IsletDemoKit
 import IsletKafka
 
 struct Play: AsyncParsableCommand {
@@ -14,15 +15,12 @@ struct Play: AsyncParsableCommand {
     func run() async throws {
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
         let producing = Task { try await producer.run() }
-        let world = try await World(play: self, producer: producer)
+        let endpoints = DemoEndpoints(
+            bootstrap: bootstrap, registry: registry, simulator: simulator, ingest: ingest, images: images, jwtKey: jwtKey)
+        let world = try await World(endpoints: endpoints, producer: producer)
         if scenario == "food" || scenario == "both" { try await world.food() }
         if scenario == "ride" || scenario == "both" { try await world.ride() }
         producer.shutdown()
         try await producing.value
     }
-}
-
-struct DemoFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
 }

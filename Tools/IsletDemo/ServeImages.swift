@@ -1,6 +1,7 @@
 import ArgumentParser
 import ContentService
 import Foundation
+import IsletDemoKit
 import Hummingbird
 import NIOCore
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
+import IsletDemoKit
 import NIOCore
 import NIOHTTP1
 

@@ -2,6 +2,7 @@ import APNsSimulator
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
+import IsletDemoKit
 import IsletKafka
 import IsletMessages
 import NIOCore

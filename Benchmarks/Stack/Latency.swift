@@ -3,6 +3,7 @@ import ArgumentParser
 import AsyncHTTPClient
 import ContentService
 import Foundation
+import IsletDemoKit
 import IsletKafka
 import IsletMessages
 import JWTKit
@@ -20,8 +21,8 @@ struct StackOptions: ParsableArguments {
     func connect() async throws -> (KafkaProducer, Task<Void, any Error>, World) {
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
         let producing = Task { try await producer.run() }
-        let play = try Play.parse(["--bootstrap", bootstrap, "--registry", registry, "--simulator", simulator, "--jwt-key", jwtKey])
-        return (producer, producing, try await World(play: play, producer: producer))
+        let endpoints = DemoEndpoints(bootstrap: bootstrap, registry: registry, simulator: simulator, jwtKey: jwtKey)
+        return (producer, producing, try await World(endpoints: endpoints, producer: producer))
     }
 }
 

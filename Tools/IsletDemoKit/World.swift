@@ -5,10 +5,46 @@ import Foundation
 import IsletKafka
 import IsletMessages
 import JWTKit
+import Logging
 import NIOCore
 import NIOHTTP1
 import Synchronization
 import TokenRegistry
+
+/// Where the running product is: the demo's and the stack benchmarks' way in.
+public struct DemoEndpoints: Sendable {
+    public var bootstrap: String
+    public var registry: String
+    public var simulator: String
+    public var ingest: String
+    public var images: String
+    /// The registry's HS256 key, `kid=secret`.
+    public var jwtKey: String
+
+    public init(
+        bootstrap: String, registry: String = "http://127.0.0.1:8081", simulator: String = "http://127.0.0.1:8090",
+        ingest: String = "http://127.0.0.1:8084", images: String = "http://127.0.0.1:8099", jwtKey: String
+    ) {
+        self.bootstrap = bootstrap
+        self.registry = registry
+        self.simulator = simulator
+        self.ingest = ingest
+        self.images = images
+        self.jwtKey = jwtKey
+    }
+}
+
+/// The demo's logger: errors only.
+public let quiet: Logger = {
+    var logger = Logger(label: "islet.demo")
+    logger.logLevel = .error
+    return logger
+}()
+
+public struct DemoFailure: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
 
 struct Claims: JWTPayload {
     var sub: SubjectClaim
@@ -17,9 +53,9 @@ struct Claims: JWTPayload {
 }
 
 /// The app, the backend, and a view of what the phone received.
-struct World {
-    let play: Play
-    let producer: KafkaProducer
+public struct World: Sendable {
+    let play: DemoEndpoints
+    public let producer: KafkaProducer
     let jwt: String
     let http = World.client
     let started = Date()
@@ -31,9 +67,10 @@ struct World {
         configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 256
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }()
-    let run = String(UUID().uuidString.prefix(6).lowercased())
+    /// This run's id: every activity, token and device of the run is named after it.
+    public let run = String(UUID().uuidString.prefix(6).lowercased())
 
-    init(play: Play, producer: KafkaProducer) async throws {
+    public init(endpoints play: DemoEndpoints, producer: KafkaProducer) async throws {
         self.play = play
         self.producer = producer
         let parts = play.jwtKey.split(separator: "=", maxSplits: 1).map(String.init)
@@ -45,7 +82,7 @@ struct World {
 
     // MARK: The food order
 
-    func food() async throws {
+    public func food() async throws {
         let order = "order-\(run)"
         let token = Self.token("f00d" + run)
         let app = AppTarget(bundleId: "com.example.food", environment: .production)
@@ -96,7 +133,7 @@ struct World {
 
     // MARK: The ride
 
-    func ride() async throws {
+    public func ride() async throws {
         let ride = "ride-\(run)"
         let device = "device-\(run)"
         let startToken = Self.token("5ea7" + run)
@@ -163,7 +200,7 @@ struct World {
 
     // MARK: Pieces
 
-    static func token(_ seed: String) -> String {
+    public static func token(_ seed: String) -> String {
         let hex = seed.unicodeScalars.map { String(format: "%02x", $0.value & 0xFF) }.joined()
         return String((hex + String(repeating: "c0ffee", count: 20)).prefix(64))
     }
@@ -249,7 +286,7 @@ struct World {
         return try IsletJSON.decodeValue([AcceptedNotification].self, from: Array(buffer: body))
     }
 
-    func put<Body: Encodable>(_ path: String, _ body: Body) async throws -> String {
+    public func put<Body: Encodable>(_ path: String, _ body: Body) async throws -> String {
         var request = HTTPClientRequest(url: play.registry + path)
         request.method = .PUT
         request.headers.add(name: "Authorization", value: "Bearer \(jwt)")
