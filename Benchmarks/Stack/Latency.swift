@@ -119,7 +119,10 @@ struct Latency: AsyncParsableCommand {
 
     /// When content-service made each of these requests, read from `islet.push-requests.v1` to its end.
     func requestTimes(ids: Set<String>) async throws -> [String: Date] {
-        let progress = try await TopicSnapshot.read([IsletTopics.pushRequests.name], bootstrapServers: stack.bootstrap, timeout: .seconds(600), logger: quiet)
+        let progress = try await TopicSnapshot.read([IsletTopics.pushRequests.name], bootstrapServers: stack.bootstrap, timeout: .seconds(600), logger: quiet) {
+            $0.reachedEnds
+        }
+        guard !progress.timedOut else { throw DemoFailure("islet.push-requests.v1 was not read to its end within 10 minutes") }
         var times: [String: Date] = [:]
         for message in progress.messages {
             if let request = try? IsletJSON.decode(PushRequest.self, from: message.value ?? []), ids.contains(request.requestId) {

@@ -58,34 +58,48 @@ struct ProviderTokenClaims: JWTPayload {
 public final class ProviderTokenSource: Sendable {
     public let key: APNsSigningKey
     public let window: TimeInterval
-    private let cache = Mutex<(windowStart: Date, token: String)?>(nil)
-    /// The window whose token must be minted afresh, issued at the moment it is (after ``renew(now:)``).
-    private let renewed = Mutex<Date?>(nil)
+    /// The current window's token: when it is issued, and the token once minted. A renewal starts
+    /// a new generation; a mint of an older generation still under way never replaces it.
+    private struct Current {
+        var generation = 0
+        var windowStart: Date?
+        var issuedAt = Date.distantPast
+        var token: String?
+    }
+
+    private let state = Mutex(Current())
 
     public init(key: APNsSigningKey, window: Duration = .seconds(1_800)) {
         self.key = key
         self.window = window / .seconds(1)
     }
 
-    /// The token of the window `now` falls in (minted on first use).
+    /// The token of the window `now` falls in (minted on first use; concurrent first uses all
+    /// return the one that was stored first).
     public func current(now: Date) async throws -> String {
         let start = windowStart(now)
-        if let cached = cache.withLock({ $0 }), cached.windowStart == start { return cached.token }
-        let fresh = renewed.withLock { renewed in
-            defer { renewed = nil }
-            return renewed == start
+        let (generation, issuedAt, cached) = state.withLock { state in
+            if state.windowStart != start {
+                state = Current(generation: state.generation + 1, windowStart: start, issuedAt: start)
+            }
+            return (state.generation, state.issuedAt, state.token)
         }
-        let token = try await key.providerToken(issuedAt: fresh ? now : start)
-        cache.withLock { $0 = (start, token) }
-        return token
+        if let cached { return cached }
+        let minted = try await key.providerToken(issuedAt: issuedAt)
+        return state.withLock { state in
+            guard state.generation == generation else { return minted }
+            if state.token == nil { state.token = minted }
+            return state.token!
+        }
     }
 
-    /// APNs said the current token expired: the next ``current(now:)`` mints one issued then, which
-    /// serves the rest of the window.
+    /// APNs said the current token expired: from now on, in this window, ``current(now:)`` gives a
+    /// token issued at this moment (every caller the same one).
     public func renew(now: Date) {
         let start = windowStart(now)
-        renewed.withLock { $0 = start }
-        cache.withLock { $0 = nil }
+        state.withLock { state in
+            state = Current(generation: state.generation + 1, windowStart: start, issuedAt: now)
+        }
     }
 
     private func windowStart(_ now: Date) -> Date {

@@ -133,6 +133,8 @@ final class ConnectionContext: Sendable {
     /// The last token that verified on this connection, and its `iat`: the same token is not
     /// verified (ECDSA) again on every request, only its age is checked.
     private let verified = Mutex<(authorization: String, issuedAt: Date)?>(nil)
+    /// Verifications under way, by authorization header.
+    private let pending = Mutex<[String: EventLoopFuture<Result<ProviderTokenVerifier.Verified, ProviderTokenVerifier.Failure>>]>([:])
 
     init(id: Int) { self.id = id }
 
@@ -141,6 +143,23 @@ final class ConnectionContext: Sendable {
     func knownVerdict(_ authorization: String?, now: Date) -> APNsRejection?? {
         guard let authorization, let cached = verified.withLock({ $0 }), cached.authorization == authorization else { return nil }
         return .some(now.timeIntervalSince(cached.issuedAt) > ProviderTokenVerifier.maximumAge ? APNsRejection(403, "ExpiredProviderToken") : nil)
+    }
+
+    /// The verification of `authorization` on this connection: one at a time per token, shared by
+    /// every stream that carries it meanwhile, so that their answers keep their arrival order.
+    func verification(
+        of authorization: String?, verifier: ProviderTokenVerifier, now: Date, on eventLoop: any EventLoop
+    ) -> EventLoopFuture<Result<ProviderTokenVerifier.Verified, ProviderTokenVerifier.Failure>> {
+        let key = authorization ?? ""
+        let (running, started) = pending.withLock { pending in
+            if let running = pending[key] { return (running, false) }
+            let running = eventLoop.makeFutureWithTask { await verifier.verify(authorization: authorization, now: now) }
+            pending[key] = running
+            return (running, true)
+        }
+        // Registered before the streams' own callbacks, so it runs first (on the same loop).
+        if started { running.whenComplete { _ in self.pending.withLock { _ = $0.removeValue(forKey: key) } } }
+        return running
     }
 
     /// The answer APNs gives once the token has been verified (`verdict`), or `nil` when it is fine.
@@ -238,7 +257,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         // and the answer is written back on it.
         let verifier = self.verifier
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        context.eventLoop.makeFutureWithTask { await verifier.verify(authorization: authorization, now: now) }.whenSuccess { verdict in
+        connection.verification(of: authorization, verifier: verifier, now: now, on: context.eventLoop).whenSuccess { verdict in
             let (handler, context) = loopBound.value
             if let rejection = handler.connection.admit(authorization, verdict: verdict, now: now) {
                 return handler.reject(rejection, apnsID: fields["apns-id"], context: context)

@@ -66,6 +66,8 @@ public struct ProviderTokenVerifier: Sendable {
             let claims = try? await keys.verify(token, as: Claims.self), claims.iss.value == team
         else { return .failure(.invalid) }
         let issuedAt = claims.iat.value
+        // APNs reads `iat` as whole seconds since the epoch.
+        guard issuedAt.timeIntervalSince1970.rounded(.down) == issuedAt.timeIntervalSince1970 else { return .failure(.invalid) }
         guard issuedAt <= now.addingTimeInterval(60) else { return .failure(.invalid) }
         guard now.timeIntervalSince(issuedAt) <= Self.maximumAge else { return .failure(.expired) }
         return .success(Verified(keyID: kid, teamID: team, issuedAt: issuedAt))

@@ -40,15 +40,16 @@ public final class MemoryBus: MessageSink, Sendable {
     public func send(topic: String, key: String?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil) async throws
         -> KafkaDeliveryReport
     {
-        let (message, readers) = state.withLock { state in
+        // Delivered under the lock: concurrent sends reach every source in offset order.
+        let offset = state.withLock { state in
             let message = KafkaMessage(
                 topic: topic, partition: 0, offset: Int64(state.topics[topic, default: []].count), key: key.map { Array($0.utf8) }, value: value,
                 headers: headers)
             state.topics[topic, default: []].append(message)
-            return (message, state.readers[topic] ?? [])
+            for reader in state.readers[topic] ?? [] { reader.yield(.message(message)) }
+            return message.offset
         }
-        for reader in readers { reader.yield(.message(message)) }
-        return KafkaDeliveryReport(topic: topic, partition: 0, offset: message.offset)
+        return KafkaDeliveryReport(topic: topic, partition: 0, offset: offset)
     }
 
     /// Every record sent to `topic`, in order.

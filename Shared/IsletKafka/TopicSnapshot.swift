@@ -11,15 +11,23 @@ public enum TopicSnapshot {
         public internal(set) var assigned: Set<KafkaTopicPartition> = []
         /// Partitions read to their end since their last record.
         public internal(set) var atEnd: Set<KafkaTopicPartition> = []
+        /// Partitions read to their end at least once.
+        public internal(set) var ended: Set<KafkaTopicPartition> = []
         /// The record just read (`nil` when the last event was not a record).
         public internal(set) var latest: KafkaMessage?
         /// The reader stopped because the time was up, not because the caller was satisfied.
         public internal(set) var timedOut = false
         let topics: Set<String>
 
-        /// Every partition of every topic is read to its current end.
+        /// Every partition of every topic is read to its current end (none has had a record since).
         public var caughtUp: Bool {
             !assigned.isEmpty && atEnd.isSuperset(of: assigned) && topics.isSubset(of: Set(assigned.map(\.topic)))
+        }
+
+        /// Every partition of every topic was read to its end at least once: all that was there when
+        /// the read began is read, even while more keeps arriving (``ReplicaCatchUp``'s rule).
+        public var reachedEnds: Bool {
+            !assigned.isEmpty && ended.isSuperset(of: assigned) && topics.isSubset(of: Set(assigned.map(\.topic)))
         }
 
         mutating func note(_ event: KafkaConsumerEvent) {
@@ -27,7 +35,9 @@ public enum TopicSnapshot {
             switch event {
             case .partitionsAssigned(let partitions): assigned.formUnion(partitions)
             case .partitionsRevoked(let partitions): assigned.subtract(partitions)
-            case .partitionEnd(let partition): atEnd.insert(partition)
+            case .partitionEnd(let partition):
+                atEnd.insert(partition)
+                ended.insert(partition)
             case .message(let message):
                 atEnd.remove(message.topicPartition)
                 messages.append(message)

@@ -43,9 +43,11 @@ public enum TestBroker {
 
     /// ``readToEnd(_:timeout:)`` on another broker (an end-to-end stack's own).
     public static func readToEnd(_ topics: [String], bootstrapServers: String, timeout: Duration = .seconds(30)) async throws -> [KafkaMessage] {
-        let progress = try await TopicSnapshot.read(topics, bootstrapServers: bootstrapServers, timeout: timeout, logger: testLogger("islet.test.reader"))
+        let progress = try await TopicSnapshot.read(topics, bootstrapServers: bootstrapServers, timeout: timeout, logger: testLogger("islet.test.reader")) {
+            $0.reachedEnds
+        }
         guard !progress.timedOut else {
-            throw TestSetupError("could not read \(topics) to their end within \(timeout) (\(progress.atEnd.count) of \(progress.assigned.count) partitions)")
+            throw TestSetupError("could not read \(topics) to their end within \(timeout) (\(progress.ended.count) of \(progress.assigned.count) partitions)")
         }
         return progress.messages
     }

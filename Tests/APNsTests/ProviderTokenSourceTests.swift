@@ -33,4 +33,21 @@ struct ProviderTokenSourceTests {
         let next = try await source.current(now: Date(timeIntervalSince1970: start + 1_800))
         #expect(try issuedAt(next) == start + 1_800)
     }
+
+    @Test("after a renewal every concurrent first use gets the same fresh token, and a mint of the old window's token still under way does not replace it")
+    func concurrentRenewal() async throws {
+        let source = ProviderTokenSource(key: signingKey)
+        let start = 1_800_000_000.0 - 1_800_000_000.0.truncatingRemainder(dividingBy: 1_800)
+        async let stale = source.current(now: Date(timeIntervalSince1970: start + 10))
+        source.renew(now: Date(timeIntervalSince1970: start + 300))
+        let tokens = try await withThrowingTaskGroup(of: String.self) { group in
+            for _ in 0..<20 { group.addTask { try await source.current(now: Date(timeIntervalSince1970: start + 301)) } }
+            return try await group.reduce(into: Set<String>()) { $0.insert($1) }
+        }
+        _ = try await stale
+        #expect(tokens.count == 1)
+        let fresh = try #require(tokens.first)
+        #expect(try issuedAt(fresh) == start + 300)
+        #expect(try await source.current(now: Date(timeIntervalSince1970: start + 900)) == fresh)
+    }
 }

@@ -1,6 +1,7 @@
 import APNsSimulator
 import Crypto
 import Foundation
+import JWTKit
 import IsletMessages
 import IsletTesting
 import Testing
@@ -129,6 +130,12 @@ struct SimulatorRuleTests {
         #expect(await verifier.verify(authorization: "bearer \(try await otherKey.providerToken(issuedAt: now))", now: now) == .failure(.invalid))
         let unknownKey = APNsSigningKey(keyID: "UNKNOWNKEY", teamID: signingKey.teamID, privateKey: teamKey)
         #expect(await verifier.verify(authorization: "bearer \(try await unknownKey.providerToken(issuedAt: now))", now: now) == .failure(.invalid))
+        // A fractional iat (APNs reads whole seconds): refused.
+        let keys = JWTKeyCollection()
+        await keys.add(ecdsa: try ES256PrivateKey(backing: teamKey), kid: JWKIdentifier(string: signingKey.keyID))
+        let fractional = try await keys.sign(
+            FractionalClaims(iss: .init(value: signingKey.teamID), iat: .init(value: Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down) - 30.5))), kid: JWKIdentifier(string: signingKey.keyID))
+        #expect(await verifier.verify(authorization: "bearer \(fractional)", now: now) == .failure(.invalid))
         // The header names another algorithm over the same claims and signature: refused.
         let parts = token.split(separator: ".").map(String.init)
         let hs256 = Data(#"{"alg":"HS256","kid":"\#(signingKey.keyID)"}"#.utf8).base64EncodedString()
@@ -173,4 +180,10 @@ struct SimulatorRuleTests {
         let later = state.admit("b", now: start.addingTimeInterval(20 * 60))
         #expect(first && same && !tooSoon && later)
     }
+}
+
+private struct FractionalClaims: JWTPayload {
+    var iss: IssuerClaim
+    var iat: IssuedAtClaim
+    func verify(using algorithm: some JWTAlgorithm) throws {}
 }
