@@ -96,13 +96,13 @@ public struct RegistryHTTPAPI: Sendable {
             throw APIError(.unsupportedMediaType, .unsupportedMediaType, reason: "the body must be application/json")
         }
         if let length = request.headers[.contentLength].flatMap(Int.init), length > maxBodyBytes {
-            throw APIError(.contentTooLarge, .bodyTooLarge, reason: "the body must be at most \(maxBodyBytes) bytes")
+            throw APIError.bodyTooLarge(maxBodyBytes)
         }
         let buffer: ByteBuffer
         do {
             buffer = try await request.body.collect(upTo: maxBodyBytes)
         } catch {
-            throw APIError(.contentTooLarge, .bodyTooLarge, reason: "the body must be at most \(maxBodyBytes) bytes")
+            throw APIError.bodyTooLarge(maxBodyBytes)
         }
         return try decodeBody(type, from: Array(buffer.readableBytesView))
     }

@@ -11,8 +11,6 @@ public enum TopicSnapshot {
         public internal(set) var assigned: Set<KafkaTopicPartition> = []
         /// Partitions read to their end since their last record.
         public internal(set) var atEnd: Set<KafkaTopicPartition> = []
-        /// Partitions read to their end at least once.
-        public internal(set) var ended: Set<KafkaTopicPartition> = []
         /// The record just read (`nil` when the last event was not a record).
         public internal(set) var latest: KafkaMessage?
         /// The reader stopped because the time was up, not because the caller was satisfied.
@@ -26,18 +24,16 @@ public enum TopicSnapshot {
 
         /// Every partition of every topic was read to its end at least once: all that was there when
         /// the read began is read, even while more keeps arriving (``ReplicaCatchUp``'s rule).
-        public var reachedEnds: Bool {
-            !assigned.isEmpty && ended.isSuperset(of: assigned) && topics.isSubset(of: Set(assigned.map(\.topic)))
-        }
+        public var reachedEnds: Bool { catchUp.caughtUp }
+        var catchUp: ReplicaCatchUp
 
         mutating func note(_ event: KafkaConsumerEvent) {
             latest = nil
+            _ = catchUp.note(event)
             switch event {
             case .partitionsAssigned(let partitions): assigned.formUnion(partitions)
             case .partitionsRevoked(let partitions): assigned.subtract(partitions)
-            case .partitionEnd(let partition):
-                atEnd.insert(partition)
-                ended.insert(partition)
+            case .partitionEnd(let partition): atEnd.insert(partition)
             case .message(let message):
                 atEnd.remove(message.topicPartition)
                 messages.append(message)
@@ -64,7 +60,7 @@ public enum TopicSnapshot {
                 return nil
             }
             group.addTask {
-                var progress = Progress(topics: Set(topics))
+                var progress = Progress(topics: Set(topics), catchUp: ReplicaCatchUp(topics: Set(topics)))
                 for await event in reader.events {
                     progress.note(event)
                     if try done(progress) { return progress }
@@ -80,7 +76,7 @@ public enum TopicSnapshot {
                     group.cancelAll()
                 }
             }
-            return result ?? Progress(timedOut: true, topics: Set(topics))
+            return result ?? Progress(timedOut: true, topics: Set(topics), catchUp: ReplicaCatchUp(topics: Set(topics)))
         }
     }
 }

@@ -47,7 +47,7 @@ public enum TestBroker {
             $0.reachedEnds
         }
         guard !progress.timedOut else {
-            throw TestSetupError("could not read \(topics) to their end within \(timeout) (\(progress.ended.count) of \(progress.assigned.count) partitions)")
+            throw TestSetupError("could not read \(topics) to their end within \(timeout) (\(progress.atEnd.count) of \(progress.assigned.count) partitions at their end)")
         }
         return progress.messages
     }
