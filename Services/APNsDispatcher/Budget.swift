@@ -1,4 +1,6 @@
 import Foundation
+import IsletMessages
+import IsletTokens
 
 /// An activity's priority-10 budget: a token bucket that holds at most `capacity` sends and
 /// refills `capacity` per `period` (continuously).
@@ -104,5 +106,94 @@ public struct BudgetPolicy: Sendable {
     public func limits(bundleId: String, frequentUpdates: Bool) -> Limits {
         if let app = apps[bundleId] { return frequentUpdates ? app.frequent : app.standard }
         return frequentUpdates ? frequent : standard
+    }
+}
+
+/// Every budget the dispatcher keeps, and the one decision made with them: the priority a request
+/// goes out with now, or until when it waits. An activity's updates spend its priority-10 budget
+/// (``PriorityDecision``); a push-to-start spends its device's budget and waits when it is empty.
+struct BudgetBook {
+    private struct ActivityBudget {
+        var budget: Budget
+        /// Since when a critical update has been waiting for budget.
+        var waitingSince: Date?
+    }
+
+    private var activities: [String: ActivityBudget] = [:]
+    private var devices: [String: Budget] = [:]
+
+    /// The priority `request` (for the activity or push-to-start key `key`, whose token is
+    /// `record`) goes out with now, spending budget; or `.wait` until budget is available.
+    mutating func decide(_ request: PushRequest, key: String, record: TokenRecord, now: Date, policy: BudgetPolicy) -> PriorityDecision {
+        if request.pushToStartKey != nil, let deviceId = record.deviceId {
+            let device = "\(record.app.bundleId):\(deviceId)"
+            var budget = devices[device] ?? Budget(limits: policy.pushToStart, now: now)
+            defer { devices[device] = budget }
+            guard budget.take(now: now) else { return .wait(until: budget.nextAvailable(now: now)) }
+            return .send(priority: request.priority, downgraded: false)
+        }
+        let limits = policy.limits(bundleId: record.app.bundleId, frequentUpdates: record.frequentUpdatesEnabled)
+        var entry = activities[key] ?? ActivityBudget(budget: Budget(limits: limits, now: now))
+        if entry.budget.limits != limits { entry.budget.setLimits(limits, now: now) }
+        let decision = PriorityDecision.decide(
+            requested: request.priority, urgency: request.urgency, budget: &entry.budget, waitingSince: entry.waitingSince ?? now, now: now,
+            policy: policy)
+        switch decision {
+        case .wait: entry.waitingSince = entry.waitingSince ?? now
+        case .send: entry.waitingSince = nil
+        }
+        activities[key] = entry
+        return decision
+    }
+
+    /// Whole priority-10 sends left in the activity's budget.
+    mutating func remaining(for key: String, now: Date) -> Int? {
+        activities[key]?.budget.remaining(now: now)
+    }
+
+    /// Whether the activity's budget says nothing a fresh one would not (full, nobody waiting).
+    func isFresh(_ key: String, now: Date) -> Bool {
+        guard let entry = activities[key] else { return true }
+        return entry.waitingSince == nil && Self.isFull(entry.budget, now: now)
+    }
+
+    mutating func forget(_ key: String) { activities[key] = nil }
+
+    /// Forgets the budgets that are full again.
+    mutating func sweep(now: Date) {
+        activities = activities.filter { !(($0.value.waitingSince == nil) && Self.isFull($0.value.budget, now: now)) }
+        devices = devices.filter { !Self.isFull($0.value, now: now) }
+    }
+
+    var activityKeys: Set<String> { Set(activities.keys) }
+    var deviceCount: Int { devices.count }
+
+    private static func isFull(_ budget: Budget, now: Date) -> Bool {
+        var budget = budget
+        return budget.remaining(now: now) >= budget.limits.capacity
+    }
+}
+
+/// Which priority a request is sent with, given its activity's budget.
+public enum PriorityDecision: Equatable, Sendable {
+    /// Send now at `priority`; `downgraded` when 10 was asked and 5 is used.
+    case send(priority: Int, downgraded: Bool)
+    /// A critical update waits for budget until then.
+    case wait(until: Date)
+
+    /// Priority 10 spends budget when there is some; otherwise an ordinary update goes at 5, and a
+    /// critical one waits for budget — at most `policy.criticalMaximumWait` after it first could
+    /// have been sent, then it goes at 5 too. Priority 5 never touches the budget.
+    public static func decide(
+        requested: Int, urgency: Urgency, budget: inout Budget, waitingSince: Date, now: Date, policy: BudgetPolicy
+    ) -> PriorityDecision {
+        guard requested == 10 else { return .send(priority: 5, downgraded: false) }
+        if budget.take(now: now) { return .send(priority: 10, downgraded: false) }
+        if urgency == .critical {
+            let giveUp = waitingSince.addingTimeInterval(policy.criticalMaximumWait / .seconds(1))
+            let next = budget.nextAvailable(now: now)
+            if now < giveUp { return .wait(until: min(next, giveUp)) }
+        }
+        return .send(priority: 5, downgraded: true)
     }
 }

@@ -70,7 +70,7 @@ public struct DispatcherService: Service {
                 case .partitionsAssigned(let partitions):
                     let reading = ContinuousClock.now
                     let recent = await recentOutcomes.requestIds(partitions: partitions.map(\.partition))
-                    await engine.alreadyFinished(recent.finished, unansweredStarts: recent.unansweredStarts)
+                    engine.alreadyFinished(recent.finished, unansweredStarts: recent.unansweredStarts)
                     logger.info(
                         "partitions assigned",
                         metadata: [
@@ -80,7 +80,7 @@ public struct DispatcherService: Service {
                         ])
                 case .partitionsRevoked(let partitions):
                     let revoked = Set(partitions)
-                    let dropped = await engine.dropWaiting { ticket in tickets.partition(of: ticket).map(revoked.contains) ?? false }
+                    let dropped = engine.dropWaiting { ticket in tickets.partition(of: ticket).map(revoked.contains) ?? false }
                     tickets.forget(dropped)
                     tickets.revoke(partitions)
                 case .message(let raw):
@@ -104,7 +104,7 @@ public struct DispatcherService: Service {
                     break
                 }
             }
-            await engine.finish()
+            engine.finish()
             group.cancelAll()
         }
     }
@@ -166,7 +166,7 @@ public final class TicketBook: Sendable {
         let revoked = Set(partitions)
         return await tracker.waitUntilClosed(partitions, timeout: timeout) {
             // Again on every check: an attempt that failed goes back to waiting for its retry.
-            abandon(await engine.dropWaiting { ticket in self.partition(of: ticket).map(revoked.contains) ?? false })
+            abandon(engine.dropWaiting { ticket in self.partition(of: ticket).map(revoked.contains) ?? false })
         }
     }
 

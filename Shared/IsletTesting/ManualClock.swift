@@ -9,6 +9,7 @@ public final class ManualClock: WallClock, Sendable {
         var now: Date
         var nextID = 0
         var sleepers: [(until: Date, id: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        var watchers: [(until: Date, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
     private let state: Mutex<State>
@@ -26,12 +27,15 @@ public final class ManualClock: WallClock, Sendable {
         }
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let ready = state.withLock { state -> Bool in
-                    if deadline.date <= state.now || Task.isCancelled { return true }
+                let (ready, watchers) = state.withLock { state -> (Bool, [CheckedContinuation<Void, Never>]) in
+                    if deadline.date <= state.now || Task.isCancelled { return (true, []) }
                     state.sleepers.append((deadline.date, id, continuation))
-                    return false
+                    let watchers = state.watchers.filter { $0.until == deadline.date }.map(\.continuation)
+                    state.watchers.removeAll { $0.until == deadline.date }
+                    return (false, watchers)
                 }
                 if ready { continuation.resume() }
+                for watcher in watchers { watcher.resume() }
             }
         } onCancel: {
             let sleeper = state.withLock { state -> CheckedContinuation<Void, Never>? in
@@ -46,6 +50,19 @@ public final class ManualClock: WallClock, Sendable {
     /// Whether something sleeps until exactly `date` (how a test knows a wake-up was scheduled
     /// before it moves the clock past it).
     public func hasSleeper(until date: Date) -> Bool { state.withLock { $0.sleepers.contains { $0.until == date } } }
+
+    /// Returns once something sleeps until exactly `date` (at once if something does): a test knows
+    /// a wake-up was scheduled before it moves the clock past it, without polling.
+    public func sleeper(until date: Date) async {
+        await withCheckedContinuation { continuation in
+            let present = state.withLock { state -> Bool in
+                if state.sleepers.contains(where: { $0.until == date }) { return true }
+                state.watchers.append((date, continuation))
+                return false
+            }
+            if present { continuation.resume() }
+        }
+    }
 
     /// How many tasks sleep on this clock now.
     public var sleepers: Int { state.withLock { $0.sleepers.count } }

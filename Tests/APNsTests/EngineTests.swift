@@ -8,7 +8,8 @@ import Testing
 import NIOCore
 
 
-/// Answers pushes from a script (per token), records what was sent, can hold answers back.
+/// Answers pushes from a script (per token) and records what was sent. As an ``APNsSending`` (for
+/// the engine's driver) it can hold answers back until released.
 final class ScriptedSender: APNsSending {
     private struct State {
         var sent: [APNsPush] = []
@@ -16,6 +17,7 @@ final class ScriptedSender: APNsSending {
         var held = false
         var waiting: [CheckedContinuation<Void, Never>] = []
         var renewals = 0
+        var answers = 0
         var failures: [String: [APNsTransportError]] = [:]
     }
 
@@ -23,6 +25,8 @@ final class ScriptedSender: APNsSending {
 
     var sent: [APNsPush] { state.withLock { $0.sent } }
     var renewals: Int { state.withLock { $0.renewals } }
+    /// How many pushes were answered (or failed) so far.
+    var answers: Int { state.withLock { $0.answers } }
     func script(_ token: String, _ answers: [APNsAnswer]) { state.withLock { $0.script[token, default: []] += answers } }
     /// The next pushes to `token` get no answer: these transport errors are thrown instead.
     func fail(_ token: String, _ errors: [APNsTransportError]) { state.withLock { $0.failures[token, default: []] += errors } }
@@ -36,27 +40,33 @@ final class ScriptedSender: APNsSending {
         for continuation in waiting { continuation.resume() }
     }
 
+    /// Notes a push as sent.
+    func accept(_ push: APNsPush) { state.withLock { $0.sent.append(push) } }
+
+    /// The scripted answer to a push (200 when nothing is scripted), or the scripted failure.
+    func answer(to push: APNsPush) -> Result<APNsAnswer, any Error> {
+        state.withLock { state in
+            state.answers += 1
+            if var errors = state.failures[push.deviceToken], !errors.isEmpty {
+                defer { state.failures[push.deviceToken] = errors }
+                return .failure(errors.removeFirst())
+            }
+            guard var answers = state.script[push.deviceToken], !answers.isEmpty else { return .success(APNsAnswer(status: 200, apnsID: push.apnsID)) }
+            defer { state.script[push.deviceToken] = answers }
+            return .success(answers.removeFirst())
+        }
+    }
+
     func send(_ push: APNsPush, teamID: String, environment: APNsEnvironment) async throws -> APNsAnswer {
+        accept(push)
         await withCheckedContinuation { continuation in
             let held = state.withLock { state -> Bool in
-                state.sent.append(push)
                 if state.held { state.waiting.append(continuation) }
                 return state.held
             }
             if !held { continuation.resume() }
         }
-        let failure = state.withLock { state -> APNsTransportError? in
-            guard var errors = state.failures[push.deviceToken], !errors.isEmpty else { return nil }
-            defer { state.failures[push.deviceToken] = errors }
-            return errors.removeFirst()
-        }
-        if let failure { throw failure }
-        return state.withLock { state in
-            guard var answers = state.script[push.deviceToken], !answers.isEmpty else { return APNsAnswer(status: 200, apnsID: push.apnsID) }
-            let answer = answers.removeFirst()
-            state.script[push.deviceToken] = answers
-            return answer
-        }
+        return try answer(to: push).get()
     }
 
     func renewProviderToken(teamID: String) { state.withLock { $0.renewals += 1 } }
@@ -67,39 +77,42 @@ final class RecordingSink: OutcomeSink {
     private let outcomes = Mutex<[PushOutcome]>([])
     var all: [PushOutcome] { outcomes.withLock { $0 } }
     var final: [PushOutcome] { all.filter(\.result.isFinal) }
-    func publish(_ outcome: PushOutcome) async throws { outcomes.withLock { $0.append(outcome) } }
+    func publish(_ outcome: PushOutcome) throws { record(outcome) }
+    func record(_ outcome: PushOutcome) { outcomes.withLock { $0.append(outcome) } }
 }
 
-/// An engine with a token table, a scripted APNs and a manual clock.
-final class EngineHarness: Sendable {
+/// The dispatch machine with a token table, a scripted APNs and a manual clock, driven one input
+/// at a time: its actions are carried out at once (APNs answers at once, unless held), so after
+/// each call a test sees where the machine stands. No tasks, no sleeps.
+final class EngineHarness {
     let clock = ManualClock()
     let sender = ScriptedSender()
     let sink = RecordingSink()
     let tokens = TokenTable()
-    let done = Shared<[UInt64]>([])
-    let engine: DispatchEngine
-    private let runner: Task<Void, Never>
+    /// Tickets reported done, in order.
+    private(set) var done: [UInt64] = []
+    private(set) var machine: DispatchMachine
+    private var holding = false
+    private var held: [DispatchMachine.Attempt] = []
+    private var nextTicket: UInt64 = 0
 
     init(policy: DispatcherPolicy = DispatcherPolicy(), teams: [String: String] = ["com.example.food": "TEAM123456"]) {
-        let done = self.done
-        engine = DispatchEngine(
-            sender: sender, tokens: tokens, outcomes: sink, policy: policy, teams: teams, clock: clock,
-            random: { 0.5 }, logger: quietLogger, onDone: { ticket in done.value.append(ticket) })
-        let engine = self.engine
-        runner = Task { await engine.run() }
+        machine = DispatchMachine(tokens: tokens, policy: policy, teams: teams, random: { 0.5 }, logger: quietLogger, now: clock.date)
     }
 
     func register(
         _ activity: String, token: String, frequent: Bool = false, startedAt: Date? = nil, state: TokenState = .active, bundleId: String = "com.example.food"
     ) {
         let now = clock.date
+        let key = MessageKey.activity(bundleId: bundleId, activityId: activity)
         tokens.apply(
             TokenRecord(
                 kind: .update, activityId: activity, userId: "u", token: token, app: AppTarget(bundleId: bundleId, environment: .production),
                 attributesType: "DeliveryAttributes", frequentUpdatesEnabled: frequent, appVersion: "1.0", state: state,
                 invalidation: state == .invalidated ? .init(reason: .clientEnded, invalidatedAt: now) : nil, activityStartedAt: startedAt ?? now,
                 registeredAt: now, updatedAt: now),
-            key: MessageKey.activity(bundleId: bundleId, activityId: activity), at: nil)
+            key: key, at: nil)
+        step { $0.tokenArrived(key, now: $1) }
     }
 
     func request(
@@ -113,179 +126,213 @@ final class EngineHarness: Sendable {
             apnsTimestamp: 1_795_000_000 + sequence, contentSequence: sequence, createdAt: clock.date)
     }
 
-    private static let tickets = Atomic<UInt64>(0)
-
-    func submit(_ request: PushRequest) async {
-        await engine.submit(request, ticket: Self.tickets.wrappingAdd(1, ordering: .relaxed).newValue)
+    func submit(_ request: PushRequest) {
+        nextTicket += 1
+        let ticket = nextTicket
+        step { $0.submit(request, ticket: ticket, now: $1) }
     }
 
-    /// Waits until `count` outcomes were published (at most 5 s of real time).
-    /// Waits until `count` final outcomes were published (at most 5 s of real time) and returns
-    /// them (a push-to-start's `sending` announcement is in `sink.all`, not here).
-    func outcomes(_ count: Int) async throws -> [PushOutcome] {
-        for _ in 0..<500 {
-            if sink.final.count >= count { return sink.final }
-            try await Task.sleep(for: .milliseconds(10))
+    func beginDrain() { machine.beginDrain() }
+
+    func alreadyFinished(_ requestIds: [String], unansweredStarts: [String] = []) {
+        machine.alreadyFinished(requestIds, unansweredStarts: unansweredStarts)
+    }
+
+    /// Moves the clock on by `seconds`; the machine is woken if it asked to be by then.
+    func advance(_ seconds: TimeInterval) {
+        clock.advance(seconds)
+        if let next = machine.nextWakeup, next <= clock.date { step { $0.timePassed(now: $1) } }
+    }
+
+    /// APNs answers nothing until ``release()``.
+    func hold() { holding = true }
+
+    /// APNs answers what it held back, in the order sent.
+    func release() {
+        holding = false
+        let answering = held
+        held.removeAll()
+        for attempt in answering { step { $0.answered(attempt, sender.answer(to: attempt.push), seconds: 0, now: $1) } }
+    }
+
+    /// Whether the machine asked to be woken at exactly `date`.
+    func isScheduled(_ date: Date) -> Bool { machine.plannedWakeups.contains(date) }
+
+    /// The final outcomes published (a push-to-start's `sending` announcement is in `sink.all`,
+    /// not here); a test issue unless there are at least `count`.
+    @discardableResult
+    func outcomes(_ count: Int, sourceLocation: SourceLocation = #_sourceLocation) -> [PushOutcome] {
+        if sink.final.count < count {
+            Issue.record("expected \(count) outcomes, got \(sink.final.count): \(sink.final.map(\.result.rawValue))", sourceLocation: sourceLocation)
         }
-        Issue.record("expected \(count) outcomes, got \(sink.final.count): \(sink.final.map(\.result.rawValue))")
         return sink.final
     }
 
-    /// Lets jobs run.
-    func settle() async throws { try await Task.sleep(for: .milliseconds(50)) }
-
-    /// Moves the clock on in small steps until `condition` holds (at most 10 s of real time).
-    func until(step: TimeInterval = 0.05, _ condition: () -> Bool) async throws {
+    /// Moves the clock on in steps until `condition` holds (at most 1,000 steps).
+    func until(step seconds: TimeInterval = 0.05, sourceLocation: SourceLocation = #_sourceLocation, _ condition: () -> Bool) {
         for _ in 0..<1_000 {
             if condition() { return }
-            clock.advance(step)
-            try await Task.sleep(for: .milliseconds(10))
+            advance(seconds)
         }
-        Issue.record("the condition did not hold in time")
+        Issue.record("the condition did not hold in time", sourceLocation: sourceLocation)
     }
 
-    func stop() async {
-        await engine.finish()
-        await runner.value
+    /// One input, and everything it leads to: sends answered (unless held), outcomes persisted.
+    private func step(_ input: (inout DispatchMachine, Date) -> [DispatchMachine.Action]) {
+        var actions = input(&machine, clock.date)
+        while !actions.isEmpty {
+            switch actions.removeFirst() {
+            case .send(let attempt):
+                if let announcement = attempt.announcement { sink.record(announcement) }
+                sender.accept(attempt.push)
+                if holding {
+                    held.append(attempt)
+                } else {
+                    actions += machine.answered(attempt, sender.answer(to: attempt.push), seconds: 0, now: clock.date)
+                }
+            case .publish(let outcome, let ticket):
+                sink.record(outcome)
+                done.append(ticket)
+                machine.outcomePersisted()
+            case .release(let ticket):
+                done.append(ticket)
+            case .renewProviderToken(let team):
+                sender.renewProviderToken(teamID: team)
+            case .reconnect(let team):
+                sender.reconnect(teamID: team)
+            }
+        }
     }
 }
 
 @Suite("The dispatch engine's policies, with a manual clock", .timeLimit(.minutes(1)))
 struct EngineTests {
     @Test("priority 10 spends the activity's budget; past it, updates go at 5 and say so; it refills with time")
-    func budget() async throws {
+    func budget() throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1))
         for i in 1...15 {
-            await h.submit(h.request("a", sequence: Int64(i), supersedable: false))
-            _ = try await h.outcomes(i)
+            h.submit(h.request("a", sequence: Int64(i), supersedable: false))
+            h.outcomes(i)
         }
         var outcomes = h.sink.all
         #expect(outcomes.prefix(12).allSatisfy { $0.result == .delivered && $0.priorityUsed == 10 })
         #expect(outcomes.suffix(3).allSatisfy { $0.result == .deliveredDowngraded && $0.priorityUsed == 5 })
-        h.clock.advance(300)  // 12 an hour: one more after 5 minutes
-        await h.submit(h.request("a", sequence: 16, supersedable: false))
-        outcomes = try await h.outcomes(16)
+        h.advance(300)  // 12 an hour: one more after 5 minutes
+        h.submit(h.request("a", sequence: 16, supersedable: false))
+        outcomes = h.outcomes(16)
         #expect(outcomes.last?.priorityUsed == 10)
         #expect(h.sender.sent.filter { $0.priority == 10 }.count == 13)
-        await h.stop()
     }
 
     @Test("frequent updates get the larger budget, and lose it when the user switches them off")
-    func frequentBudget() async throws {
+    func frequentBudget() throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1), frequent: true)
         for i in 1...20 {
-            await h.submit(h.request("a", sequence: Int64(i), supersedable: false))
-            _ = try await h.outcomes(i)
+            h.submit(h.request("a", sequence: Int64(i), supersedable: false))
+            h.outcomes(i)
         }
         #expect(h.sink.all.allSatisfy { $0.priorityUsed == 10 })
         h.register("a", token: hexToken(1), frequent: false)
-        await h.submit(h.request("a", sequence: 21, supersedable: false))
-        #expect(try await h.outcomes(21).last?.priorityUsed == 5)
-        await h.stop()
+        h.submit(h.request("a", sequence: 21, supersedable: false))
+        #expect(h.outcomes(21).last?.priorityUsed == 5)
     }
 
     @Test("an app can have budgets of its own")
-    func appBudget() async throws {
+    func appBudget() throws {
         var policy = DispatcherPolicy()
         policy.budgets.apps["com.example.food"] = (.init(capacity: 2, period: .seconds(3_600)), .init(capacity: 3, period: .seconds(3_600)))
         let h = EngineHarness(policy: policy)
         h.register("a", token: hexToken(1))
         for i in 1...3 {
-            await h.submit(h.request("a", sequence: Int64(i), supersedable: false))
-            _ = try await h.outcomes(i)
+            h.submit(h.request("a", sequence: Int64(i), supersedable: false))
+            h.outcomes(i)
         }
         #expect(h.sink.all.map(\.priorityUsed) == [10, 10, 5])
-        await h.stop()
     }
 
     @Test("a critical update waits for budget instead of being downgraded, within its bound")
-    func criticalWaits() async throws {
+    func criticalWaits() throws {
         var policy = DispatcherPolicy()
         policy.budgets.standard = .init(capacity: 1, period: .seconds(3_600))
         let h = EngineHarness(policy: policy)
         h.register("a", token: hexToken(1))
-        await h.submit(h.request("a", sequence: 1, supersedable: false))
-        _ = try await h.outcomes(1)
-        await h.submit(h.request("a", sequence: 2, urgency: .critical, supersedable: false))
-        try await h.settle()
+        h.submit(h.request("a", sequence: 1, supersedable: false))
+        h.outcomes(1)
+        h.submit(h.request("a", sequence: 2, urgency: .critical, supersedable: false))
         #expect(h.sink.all.count == 1, "the critical update waits")
-        h.clock.advance(121)  // past the 2-minute bound: it goes at 5
-        let outcomes = try await h.outcomes(2)
+        h.advance(121)  // past the 2-minute bound: it goes at 5
+        let outcomes = h.outcomes(2)
         #expect(outcomes.last?.result == .deliveredDowngraded)
-        await h.stop()
     }
 
     @Test("while one push is in flight, newer updates replace older waiting ones; the newest content is sent last; start and end are never dropped")
-    func coalescing() async throws {
+    func coalescing() throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1))
-        h.sender.hold()
-        await h.submit(h.request("a", .start, sequence: 0))
-        for i in 1...4 { await h.submit(h.request("a", sequence: Int64(i))) }
-        let replaced = try await h.outcomes(3)
+        h.hold()
+        h.submit(h.request("a", .start, sequence: 0))
+        for i in 1...4 { h.submit(h.request("a", sequence: Int64(i))) }
+        let replaced = h.outcomes(3)
         #expect(replaced.allSatisfy { $0.result == .coalesced && $0.supersededBy != nil })
-        h.sender.release()
-        let outcomes = try await h.outcomes(5)
+        h.release()
+        let outcomes = h.outcomes(5)
         #expect(outcomes.filter { $0.result == .delivered }.count == 2)
         #expect(h.sender.sent.map { String(buffer: $0.payload).contains(#""event":"start""#) } == [true, false])
         #expect(String(buffer: h.sender.sent.last!.payload).contains(#""sequence":4"#))
 
         // An end cancels the updates still waiting, and is sent.
-        h.sender.hold()
-        await h.submit(h.request("a", sequence: 5))
-        await h.submit(h.request("a", sequence: 6))
-        await h.submit(h.request("a", .end, sequence: 7))
-        h.sender.release()
-        let after = try await h.outcomes(8)
+        h.hold()
+        h.submit(h.request("a", sequence: 5))
+        h.submit(h.request("a", sequence: 6))
+        h.submit(h.request("a", .end, sequence: 7))
+        h.release()
+        let after = h.outcomes(8)
         #expect(after.suffix(3).map(\.result).sorted { $0.rawValue < $1.rawValue } == [.coalesced, .delivered, .delivered])
         #expect(String(buffer: h.sender.sent.last!.payload).contains(#""event":"end""#))
         // Nothing after the end.
-        await h.submit(h.request("a", sequence: 8))
-        #expect(try await h.outcomes(9).last?.result == .expired)
-        await h.stop()
+        h.submit(h.request("a", sequence: 8))
+        #expect(h.outcomes(9).last?.result == .expired)
     }
 
     @Test("an activity whose end was delivered stays ended, even once nothing else is waiting")
-    func endIsRemembered() async throws {
+    func endIsRemembered() throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1), frequent: true)
-        await h.submit(h.request("a", .end, sequence: 1, priority: 5))
-        _ = try await h.outcomes(1)
-        await h.submit(h.request("a", sequence: 2))
-        let outcomes = try await h.outcomes(2)
+        h.submit(h.request("a", .end, sequence: 1, priority: 5))
+        h.outcomes(1)
+        h.submit(h.request("a", sequence: 2))
+        let outcomes = h.outcomes(2)
         #expect(outcomes.map(\.result) == [.delivered, .expired])
         #expect(h.sender.sent.count == 1)
-        await h.stop()
     }
 
     @Test("an older update arriving after a newer one waits is dropped, not sent after it")
-    func staleUpdate() async throws {
+    func staleUpdate() throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1))
-        h.sender.hold()
-        await h.submit(h.request("a", sequence: 1))
-        await h.submit(h.request("a", sequence: 5))
-        await h.submit(h.request("a", sequence: 3))
-        h.sender.release()
-        let outcomes = try await h.outcomes(3)
+        h.hold()
+        h.submit(h.request("a", sequence: 1))
+        h.submit(h.request("a", sequence: 5))
+        h.submit(h.request("a", sequence: 3))
+        h.release()
+        let outcomes = h.outcomes(3)
         #expect(outcomes.filter { $0.result == .coalesced }.count == 1)
         #expect(String(buffer: h.sender.sent.last!.payload).contains(#""sequence":5"#))
-        await h.stop()
     }
 
     @Test("5xx answers are retried with backoff, the same apns-id each time; the limit ends in failed")
-    func retries() async throws {
+    func retries() throws {
         var policy = DispatcherPolicy()
         policy.retry.maximumAttempts = 3
         let h = EngineHarness(policy: policy)
         h.register("a", token: hexToken(1))
         h.sender.script(hexToken(1), [APNsAnswer(status: 503, reason: "ServiceUnavailable"), APNsAnswer(status: 500, reason: "InternalServerError")])
         let request = h.request("a", sequence: 1)
-        await h.submit(request)
+        h.submit(request)
         // Time moves on until the third attempt went out: the backoff delays are on the manual clock.
-        try await h.until { h.sink.all.count == 1 }
+        h.until { h.sink.all.count == 1 }
         let outcome = h.sink.all.first
         #expect(outcome?.result == .delivered)
         #expect(outcome?.attempts == 3)
@@ -293,25 +340,24 @@ struct EngineTests {
         #expect(Set(h.sender.sent.map(\.apnsID)) == [request.requestId])
 
         h.sender.script(hexToken(1), Array(repeating: APNsAnswer(status: 503, reason: "ServiceUnavailable"), count: 3))
-        await h.submit(h.request("a", sequence: 2))
-        try await h.until { h.sink.all.count == 2 }
+        h.submit(h.request("a", sequence: 2))
+        h.until { h.sink.all.count == 2 }
         let failed = h.sink.all.last
         #expect(failed?.result == .failed)
         #expect(failed?.attempts == 3)
         #expect(failed?.apns?.status == 503)
-        await h.stop()
     }
 
     @Test("a dead token is never sent to again; an invalidated or missing token gets tokenInvalid at once; unknown apps are rejected")
-    func tokenGuards() async throws {
+    func tokenGuards() throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1))
         h.sender.script(hexToken(1), [APNsAnswer(status: 410, reason: "Unregistered", timestamp: h.clock.date)])
         let sent = h.request("a", sequence: 1)
-        await h.submit(sent)
-        await h.submit(h.request("a", sequence: 2, supersedable: false))
+        h.submit(sent)
+        h.submit(h.request("a", sequence: 2, supersedable: false))
         // Outcomes are published concurrently: find them by request, not by position.
-        let outcomes = try await h.outcomes(2)
+        let outcomes = h.outcomes(2)
         #expect(outcomes.map(\.result) == [.tokenInvalid, .tokenInvalid])
         let answered = try #require(outcomes.first { $0.requestId == sent.requestId })
         #expect(answered.apns?.timestamp != nil)
@@ -319,35 +365,33 @@ struct EngineTests {
         #expect(h.sender.sent.count == 1)
 
         h.register("ended", token: hexToken(2), state: .invalidated)
-        await h.submit(h.request("ended", sequence: 1))
-        #expect(try await h.outcomes(3).last?.result == .tokenInvalid)
+        h.submit(h.request("ended", sequence: 1))
+        #expect(h.outcomes(3).last?.result == .tokenInvalid)
 
         #expect(h.sender.sent.count == 1)
-        await h.stop()
     }
 
     @Test("a token declared dead by APNs is alive again once the app registers it again (a later registration time): the next update is sent")
-    func deadTokenRevived() async throws {
+    func deadTokenRevived() throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1))
         h.sender.script(hexToken(1), [APNsAnswer(status: 410, reason: "Unregistered", timestamp: h.clock.date)])
-        await h.submit(h.request("a", sequence: 1))
-        #expect(try await h.outcomes(1).map(\.result) == [.tokenInvalid])
+        h.submit(h.request("a", sequence: 1))
+        #expect(h.outcomes(1).map(\.result) == [.tokenInvalid])
         // Before the registry's invalidation reaches the table, the same record is still refused without asking APNs.
-        await h.submit(h.request("a", sequence: 2))
-        #expect(try await h.outcomes(2).map(\.result) == [.tokenInvalid, .tokenInvalid])
+        h.submit(h.request("a", sequence: 2))
+        #expect(h.outcomes(2).map(\.result) == [.tokenInvalid, .tokenInvalid])
         #expect(h.sender.sent.count == 1)
         // The app reinstalled and registered the same token again (token-registry: reactivated).
-        h.clock.advance(60)
+        h.advance(60)
         h.register("a", token: hexToken(1))
-        await h.submit(h.request("a", sequence: 3))
-        #expect(try await h.outcomes(3).last?.result == .delivered)
+        h.submit(h.request("a", sequence: 3))
+        #expect(h.outcomes(3).last?.result == .delivered)
         #expect(h.sender.sent.count == 2, "sent to APNs again")
-        await h.stop()
     }
 
     @Test("activities waiting for their token do not hold up the input of the others (not counted against the queue limit), and at most maximumAwaitingToken wait: past it, the one whose wait ends first gives up")
-    func awaitingIsBounded() async throws {
+    func awaitingIsBounded() throws {
         var policy = DispatcherPolicy()
         policy.maximumQueued = 2
         policy.maximumAwaitingToken = 3
@@ -357,156 +401,146 @@ struct EngineTests {
         for index in 0..<5 {
             let request = h.request("tokenless-\(index)", sequence: 1)
             waiting.append(request)
-            await h.submit(request)
-            h.clock.advance(1)
+            h.submit(request)
+            h.advance(1)
         }
         // Three may wait: the two whose waits end first gave up.
-        let gaveUp = try await h.outcomes(2)
+        let gaveUp = h.outcomes(2)
         #expect(Set(gaveUp.map(\.requestId)) == Set(waiting.prefix(2).map(\.requestId)))
         #expect(gaveUp.allSatisfy { $0.result == .awaitingToken })
         // An activity with a token still goes at once.
         h.register("ready", token: hexToken(5))
-        await h.submit(h.request("ready", sequence: 1))
-        #expect(try await h.outcomes(3).last?.result == .delivered)
+        h.submit(h.request("ready", sequence: 1))
+        #expect(h.outcomes(3).last?.result == .delivered)
         // A token arriving for one that waits sends it, without polling.
         h.register("tokenless-4", token: hexToken(6))
-        #expect(try await h.outcomes(4).last?.requestId == waiting[4].requestId)
-        await h.stop()
+        #expect(h.outcomes(4).last?.requestId == waiting[4].requestId)
     }
 
     @Test("no token yet: the request waits, newer content replaces it, and the latest is sent once the token arrives; still none at the end of the wait: awaitingToken, never tokenInvalid")
-    func awaitingToken() async throws {
+    func awaitingToken() throws {
         let h = EngineHarness()
         let start = h.clock.date
         let first = h.request("late", sequence: 1)
-        await h.submit(first)
-        try await h.until(step: 1) { h.clock.date >= start.addingTimeInterval(20) }
+        h.submit(first)
+        h.until(step: 1) { h.clock.date >= start.addingTimeInterval(20) }
         #expect(h.sink.final.isEmpty, "waiting, not given up: \(h.sink.final.map(\.result.rawValue))")
         let second = h.request("late", sequence: 2)
-        await h.submit(second)
-        let coalesced = try await h.outcomes(1)
+        h.submit(second)
+        let coalesced = h.outcomes(1)
         #expect(coalesced.map(\.requestId) == [first.requestId] && coalesced.map(\.result) == [.coalesced])
         // The app registers the token 20 s after the backend's first event: the latest content goes.
         h.register("late", token: hexToken(3))
-        _ = try await h.outcomes(2)  // no clock movement needed: the token's arrival wakes it
+        h.outcomes(2)  // no clock movement needed: the token's arrival wakes it
         #expect(h.sink.final.last?.requestId == second.requestId && h.sink.final.last?.result == .delivered)
 
         // No token ever: ended as awaitingToken at the end of the wait (2 minutes), nothing sent.
         let never = h.request("never", sequence: 1)
-        await h.submit(never)
-        try await h.until(step: 5) { h.sink.final.count == 3 }
+        h.submit(never)
+        h.until(step: 5) { h.sink.final.count == 3 }
         #expect(h.sink.final.last?.requestId == never.requestId && h.sink.final.last?.result == .awaitingToken)
         #expect(h.clock.date >= start.addingTimeInterval(20 + 120), "not before the wait is over")
         #expect(h.sender.sent.count == 1)
-        await h.stop()
     }
 
     @Test("updates to an activity older than 8 hours are not sent; its end still is")
-    func lifetime() async throws {
+    func lifetime() throws {
         let h = EngineHarness()
         h.register("old", token: hexToken(1), startedAt: h.clock.date.addingTimeInterval(-8 * 3_600 - 1))
         let update = h.request("old", sequence: 1)
         let end = h.request("old", .end, sequence: 2)
-        await h.submit(update)
-        await h.submit(end)
-        let outcomes = try await h.outcomes(2)
+        h.submit(update)
+        h.submit(end)
+        let outcomes = h.outcomes(2)
         #expect(outcomes.first { $0.requestId == update.requestId }?.result == .expired)
         #expect(outcomes.first { $0.requestId == end.requestId }?.result == .delivered)
-        await h.stop()
     }
 
     @Test("403 ExpiredProviderToken renews the token and retries once; other 403s hold the team's pushes until the cooldown ends, not reject them")
-    func providerTokenAnswers() async throws {
+    func providerTokenAnswers() throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1))
         h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "ExpiredProviderToken")])
-        await h.submit(h.request("a", sequence: 1))
-        #expect(try await h.outcomes(1).first?.result == .delivered)
+        h.submit(h.request("a", sequence: 1))
+        #expect(h.outcomes(1).first?.result == .delivered)
         #expect(h.sender.renewals == 1)
 
         h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "InvalidProviderToken")])
         let reopening = h.clock.date.addingTimeInterval(60)
-        await h.submit(h.request("a", sequence: 2, supersedable: false))
-        await h.submit(h.request("a", sequence: 3, supersedable: false))
+        h.submit(h.request("a", sequence: 2, supersedable: false))
+        h.submit(h.request("a", sequence: 3, supersedable: false))
         // The clock moves only once the refusal was handled (the lane waits for its reopening):
         // moved earlier, the cooldown would start later than the test counts (seen in CI).
-        try await h.until(step: 0) { h.clock.hasSleeper(until: reopening) }
-        h.clock.advance(59)
-        try await h.settle()
+        #expect(h.isScheduled(reopening), "the lane waits for its reopening")
+        h.advance(59)
         #expect(h.sink.final.count == 1, "held, not rejected: \(h.sink.final.map(\.result.rawValue))")
         #expect(h.sender.sent.count == 3, "no hot loop: the lane stopped after the first refusal")
-        h.clock.advance(2)
-        let outcomes = try await h.outcomes(3)
+        h.advance(2)
+        let outcomes = h.outcomes(3)
         #expect(outcomes.suffix(2).map(\.result) == [.delivered, .delivered])
         #expect(outcomes.suffix(2).map(\.attempts) == [2, 1], "the refused one was sent again")
         #expect(h.sender.sent.count == 5)
-        await h.stop()
     }
 
     @Test("a start and an end held by a 403 are both delivered after the cooldown; one probe while the lane is stopped; the team's other activities wait for its answer; other teams are unaffected")
-    func stoppedLaneProbe() async throws {
+    func stoppedLaneProbe() throws {
         let h = EngineHarness(teams: ["com.example.food": "TEAM123456", "com.example.taxi": "TEAM654321"])
         for (activity, seed) in [("a", 1), ("b", 2), ("c", 3)] { h.register(activity, token: hexToken(seed)) }
         h.register("taxi", token: hexToken(4), bundleId: "com.example.taxi")
         h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "InvalidProviderToken")])
         let start = h.request("a", .start, sequence: 0)
         let reopening = h.clock.date.addingTimeInterval(60)
-        await h.submit(start)
-        try await h.until(step: 0) { h.clock.hasSleeper(until: reopening) }
+        h.submit(start)
+        #expect(h.isScheduled(reopening), "the lane waits for its reopening")
         let end = h.request("a", .end, sequence: 1)
         let others = [h.request("b", sequence: 1), h.request("c", sequence: 1)]
-        await h.submit(end)
-        for request in others { await h.submit(request) }
+        h.submit(end)
+        for request in others { h.submit(request) }
         let taxi = h.request("taxi", sequence: 1, bundleId: "com.example.taxi")
-        await h.submit(taxi)
-        let first = try await h.outcomes(1)
+        h.submit(taxi)
+        let first = h.outcomes(1)
         #expect(first.map(\.requestId) == [taxi.requestId], "another team's lane is open")
         #expect(first.first?.result == .delivered)
-        h.clock.advance(30)
-        try await h.settle()
+        h.advance(30)
         #expect(h.sender.sent.count == 2, "nothing of the team is sent during the cooldown")
 
         // The cooldown ends: one request probes; the rest wait for its answer, however long it takes.
-        h.sender.hold()
-        h.clock.advance(31)
-        try await h.until(step: 0) { h.sender.sent.count == 3 }
-        h.clock.advance(60)
-        try await h.settle()
+        h.hold()
+        h.advance(31)
+        h.until(step: 0) { h.sender.sent.count == 3 }
+        h.advance(60)
         #expect(h.sender.sent.count == 3, "one probe: \(h.sender.sent.count - 2) sent")
         #expect(h.sink.final.count == 1)
-        h.sender.release()
+        h.release()
 
-        let outcomes = try await h.outcomes(5)
+        let outcomes = h.outcomes(5)
         #expect(outcomes.allSatisfy { $0.result == .delivered }, "\(outcomes.map(\.result.rawValue))")
         #expect(Set(outcomes.map(\.requestId)) == Set(([start, end, taxi] + others).map(\.requestId)))
         #expect(h.sender.sent.filter { $0.deviceToken == hexToken(1) }.map(\.apnsID) == [start.requestId, start.requestId, end.requestId])
         #expect(h.sender.sent.count == 6)
-        await h.stop()
     }
 
     @Test("a request read again (its partition lost in a broker stall and assigned back) is sent once: a copy behind the one in flight and a copy after its outcome are released without a send")
-    func copiesReadAgain() async throws {
+    func copiesReadAgain() throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1))
         let request = h.request("a", sequence: 1, supersedable: false)
-        h.sender.hold()
-        await h.submit(request)
-        try await h.until(step: 0) { h.sender.sent.count == 1 }
-        await h.submit(request)  // read again while the first copy is in flight
-        h.sender.release()
-        let outcomes = try await h.outcomes(1)
-        try await h.until(step: 0) { h.done.value.count == 2 }
-        await h.submit(request)  // read again after its outcome
-        try await h.until(step: 0) { h.done.value.count == 3 }
-        try await h.settle()
+        h.hold()
+        h.submit(request)
+        h.until(step: 0) { h.sender.sent.count == 1 }
+        h.submit(request)  // read again while the first copy is in flight
+        h.release()
+        let outcomes = h.outcomes(1)
+        h.until(step: 0) { h.done.count == 2 }
+        h.submit(request)  // read again after its outcome
+        h.until(step: 0) { h.done.count == 3 }
         #expect(h.sender.sent.count == 1)
         #expect(h.sink.final.count == 1)
         #expect(outcomes.first?.result == .delivered)
-        await h.stop()
     }
 
     @Test("a held request keeps its bounds: expired at its apns-expiration, failed at the retry deadline; a refused probe starts the cooldown again")
-    func stoppedLaneBounds() async throws {
+    func stoppedLaneBounds() throws {
         var policy = DispatcherPolicy()
         policy.retry.maximumDuration = .seconds(150)
         let h = EngineHarness(policy: policy)
@@ -514,12 +548,12 @@ struct EngineTests {
         h.register("b", token: hexToken(2))
         h.sender.script(hexToken(1), Array(repeating: APNsAnswer(status: 403, reason: "InvalidProviderToken"), count: 5))
         let refused = h.request("a", sequence: 1)
-        await h.submit(refused)
-        try await h.until(step: 0) { h.sender.sent.count == 1 }
+        h.submit(refused)
+        h.until(step: 0) { h.sender.sent.count == 1 }
         var expiring = h.request("b", sequence: 1)
         expiring.expiration = h.clock.date.addingTimeInterval(30)
-        await h.submit(expiring)
-        try await h.until(step: 1) { h.sink.final.count == 2 }
+        h.submit(expiring)
+        h.until(step: 1) { h.sink.final.count == 2 }
         let outcomes = h.sink.final
         let failed = try #require(outcomes.first { $0.requestId == refused.requestId })
         #expect(failed.result == .failed)
@@ -527,11 +561,10 @@ struct EngineTests {
         #expect(failed.attempts == 3)
         #expect(outcomes.first { $0.requestId == expiring.requestId }?.result == .expired)
         #expect(h.sender.sent.map(\.deviceToken) == Array(repeating: hexToken(1), count: 3), "the first send, then a probe at 60 s and at 120 s")
-        await h.stop()
     }
 
     @Test("what the engine remembers does not grow with every activity ever seen: spent budgets once refilled, ended activities after 12 hours")
-    func forgetsIdleActivities() async throws {
+    func forgetsIdleActivities() throws {
         let h = EngineHarness()
         h.register("quiet", token: hexToken(1))
         h.register("ended", token: hexToken(2))
@@ -547,34 +580,33 @@ struct EngineTests {
             app: AppTarget(bundleId: "com.example.food", environment: .production), attributesType: "DeliveryAttributes",
             payload: payload(event: "start"), priority: 10, urgency: .routine, supersedable: false, alerting: false, apnsTimestamp: 1_795_000_000,
             contentSequence: 0, createdAt: now)
-        await h.submit(h.request("quiet", sequence: 1))
-        await h.submit(h.request("ended", .end, sequence: 1))
-        await h.submit(start)
-        _ = try await h.outcomes(3)
-        var remembered = await h.engine.remembered
+        h.submit(h.request("quiet", sequence: 1))
+        h.submit(h.request("ended", .end, sequence: 1))
+        h.submit(start)
+        h.outcomes(3)
+        var remembered = h.machine.remembered
         #expect(remembered == (2, 1), "\(remembered): spent budgets are remembered: quiet's, the ended activity's, the phone's push-to-start")
 
         // An hour later quiet's budget is full again: it says nothing a fresh slot would not. It
         // is forgotten when the next outcome is finished, although that is another activity's.
-        h.clock.advance(3_601)
-        await h.submit(h.request("busy", sequence: 1))
-        _ = try await h.outcomes(4)
-        remembered = await h.engine.remembered
+        h.advance(3_601)
+        h.submit(h.request("busy", sequence: 1))
+        h.outcomes(4)
+        remembered = h.machine.remembered
         #expect(remembered == (2, 0), "\(remembered): quiet and the phone forgotten; ended and busy (budget just spent) remembered")
 
-        h.clock.advance(12 * 3_600 + 1)
+        h.advance(12 * 3_600 + 1)
         h.register("later", token: hexToken(5))
-        await h.submit(h.request("later", sequence: 1))
-        _ = try await h.outcomes(5)
-        remembered = await h.engine.remembered
+        h.submit(h.request("later", sequence: 1))
+        h.outcomes(5)
+        remembered = h.machine.remembered
         #expect(remembered == (1, 0), "\(remembered): the end is forgotten 12 hours on, busy once its budget refilled; later (budget just spent) remembered")
-        await h.submit(h.request("ended", sequence: 2))
-        #expect(try await h.outcomes(6).last?.result == .expired, "a late update to it is still not sent: the activity is past its lifetime")
-        await h.stop()
+        h.submit(h.request("ended", sequence: 2))
+        #expect(h.outcomes(6).last?.result == .expired, "a late update to it is still not sent: the activity is past its lifetime")
     }
 
     @Test("a graceful stop finishes what is in flight and starts nothing more: queued updates and retries are left to the next owner")
-    func drainStartsNothing() async throws {
+    func drainStartsNothing() throws {
         // Found by the end-to-end graceful-stop suite: the engine kept sending while the service
         // committed and left the group; the sends the shutdown then cut off got no outcome, and the
         // next owner sent them again.
@@ -582,30 +614,25 @@ struct EngineTests {
         h.register("a", token: hexToken(1))
         h.register("b", token: hexToken(2))
         h.sender.script(hexToken(2), [APNsAnswer(status: 503, reason: "ServiceUnavailable")])
-        await h.submit(h.request("b", sequence: 1))
-        try await h.until { h.sender.sent.count == 1 }  // b's first attempt was answered 503: a retry waits for its backoff
-        h.sender.hold()
-        await h.submit(h.request("a", sequence: 1, supersedable: false))
-        await h.submit(h.request("a", sequence: 2, supersedable: false))  // waits behind the one in flight
-        try await h.until { h.sender.sent.count == 2 }
-        let drained = Task { await h.engine.drain(timeout: .seconds(8)) }
-        try await h.settle()
-        h.sender.release()
-        await drained.value
+        h.submit(h.request("b", sequence: 1))
+        h.until { h.sender.sent.count == 1 }  // b's first attempt was answered 503: a retry waits for its backoff
+        h.hold()
+        h.submit(h.request("a", sequence: 1, supersedable: false))
+        h.submit(h.request("a", sequence: 2, supersedable: false))  // waits behind the one in flight
+        h.until { h.sender.sent.count == 2 }
+        h.beginDrain()
+        #expect(!h.machine.isDrained, "a push is in flight")
+        h.release()
+        #expect(h.machine.isDrained, "drained once the push in flight has its outcome persisted")
         #expect(h.sink.final.count == 1, "the push in flight got its outcome before the drain ended")
-        #expect(h.done.value.count == 1, "and its input was released")
+        #expect(h.done.count == 1, "and its input was released")
         // Time passes while the service commits and leaves its group: nothing more is sent.
-        for _ in 0..<20 {
-            h.clock.advance(30)
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        try await h.settle()
+        for _ in 0..<20 { h.advance(30) }
         #expect(h.sender.sent.count == 2, "sent after the drain: \(h.sender.sent.count - 2)")
         #expect(h.sink.final.count == 1, "requests not sent have no outcome: the next owner reads them again")
-        // A request read after the drain began is not taken, and says so (its caller abandons its
-        // ticket: found by the end-to-end graceful stop, where the consumer's close waited 8 s for it).
-        #expect(await h.engine.submit(h.request("a", sequence: 3, supersedable: false), ticket: 999) == false)
-        await h.stop()
+        // A request read after the drain began is not taken (the driver answers its submitter
+        // `false`: see DispatchEngineDriverTests).
+        #expect(!h.machine.isAccepting)
     }
 
     @Test("a resend after an ambiguous failure carries no alert, so the phone does not alert twice")
@@ -620,7 +647,7 @@ struct EngineTests {
     }
 
     @Test("for random request sequences (with 503s and a 403 on the way): one outcome each, priority-10 sends within the budget, content never goes back, start and end always sent", arguments: 1...12)
-    func randomSequences(seed: UInt64) async throws {
+    func randomSequences(seed: UInt64) throws {
         var random = SplitMix(seed: seed)
         var policy = DispatcherPolicy()
         policy.budgets.standard = .init(capacity: 4, period: .seconds(600))
@@ -635,25 +662,27 @@ struct EngineTests {
         if random.next() % 2 == 0 { h.sender.script(hexToken(1), [APNsAnswer(status: 503, reason: "ServiceUnavailable")]) }
         if random.next() % 3 == 0 { h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "InvalidProviderToken")]) }
         for request in requests {
-            if random.next() % 3 == 0 { h.sender.hold() }
-            await h.submit(request)
-            h.clock.advance(Double(random.next() % 5))
-            if random.next() % 2 == 0 { h.sender.release() }
+            if random.next() % 3 == 0 { h.hold() }
+            h.submit(request)
+            h.advance(Double(random.next() % 5))
+            if random.next() % 2 == 0 { h.release() }
         }
-        h.sender.release()
-        try await h.until(step: 5) { h.sink.all.count == requests.count }
+        h.release()
+        h.until(step: 5) { h.sink.all.count == requests.count }
         let outcomes = h.sink.all
         #expect(Dictionary(grouping: outcomes, by: \.requestId).count == requests.count, "one outcome per request")
         #expect(Dictionary(grouping: outcomes, by: \.requestId).values.allSatisfy { $0.count == 1 })
         let byID = Dictionary(uniqueKeysWithValues: outcomes.map { ($0.requestId, $0) })
-        #expect(byID[requests.first!.requestId]?.result == .delivered, "start sent")
-        #expect(byID[requests.last!.requestId]?.result == .delivered, "end sent")
+        // Sent, at 10 or (the budget spent) at 5: answers come at once here, so more updates go
+        // out (fewer are coalesced) and the end may find the budget empty.
+        let sent: Set<PushResult> = [.delivered, .deliveredDowngraded]
+        #expect(byID[requests.first!.requestId].map { sent.contains($0.result) } == true, "start sent")
+        #expect(byID[requests.last!.requestId].map { sent.contains($0.result) } == true, "end sent")
         let elapsed = h.clock.date.timeIntervalSince(started)
         let highPriority = h.sender.sent.filter { $0.priority == 10 }
         #expect(Double(Set(highPriority.map(\.apnsID)).count) <= 4 + elapsed * 4 / 600 + 1, "priority-10 sends within the budget")
         let sentSequences = h.sender.sent.compactMap { push in requests.first { $0.requestId == push.apnsID }?.contentSequence }
         #expect(sentSequences == sentSequences.sorted(), "content never goes back")
-        await h.stop()
     }
 }
 

@@ -28,26 +28,25 @@ struct PushToStartTests {
     }
 
     @Test("the start is announced (sending, acknowledged) before it is sent, then gets its final outcome")
-    func announced() async throws {
+    func announced() throws {
         let h = EngineHarness()
         let key = registerStart(h, token: hexToken(7))
         let request = start(h, key: key)
-        await h.submit(request)
-        _ = try await h.outcomes(1)
+        h.submit(request)
+        h.outcomes(1)
         let outcomes = h.sink.all
         #expect(outcomes.map(\.result) == [.sending, .delivered])
         #expect(outcomes.allSatisfy { $0.requestId == request.requestId && $0.pushToStartKey == key })
         #expect(h.sender.sent.count == 1)
-        await h.stop()
     }
 
     @Test("a timeout or a lost connection ends it as failed, without a second send; an update is still retried")
-    func ambiguousNotResent() async throws {
+    func ambiguousNotResent() throws {
         let h = EngineHarness()
         let key = registerStart(h, token: hexToken(7))
         h.sender.fail(hexToken(7), [APNsTransportError(.timeout, "no answer within 10 s")])
-        await h.submit(start(h, key: key))
-        let outcomes = try await h.outcomes(1)
+        h.submit(start(h, key: key))
+        let outcomes = h.outcomes(1)
         #expect(h.sink.all.map(\.result) == [.sending, .failed])
         #expect(outcomes.last?.result == .failed)
         #expect(outcomes.last?.detail?.contains("never start two activities") == true)
@@ -55,41 +54,38 @@ struct PushToStartTests {
 
         h.register("a", token: hexToken(8))
         h.sender.fail(hexToken(8), [APNsTransportError(.lost, "connection closed")])
-        await h.submit(h.request("a", sequence: 1))
-        try await h.until { h.sink.final.count == 2 }
+        h.submit(h.request("a", sequence: 1))
+        h.until { h.sink.final.count == 2 }
         #expect(h.sink.final.last?.result == .delivered, "an update whose answer is unknown is sent again")
         #expect(h.sender.sent.filter { $0.deviceToken == hexToken(8) }.count == 2)
-        await h.stop()
     }
 
     @Test("a start that stalled before it was completely written is sent again, alert and all: APNs cannot have processed it")
-    func stalledResent() async throws {
+    func stalledResent() throws {
         let h = EngineHarness()
         let key = registerStart(h, token: hexToken(7))
         var request = start(h, key: key)
         request.alerting = true
         h.sender.fail(hexToken(7), [APNsTransportError(.stalled, "not completely written by the deadline")])
-        await h.submit(request)
-        try await h.until { h.sink.final.count == 1 }
+        h.submit(request)
+        h.until { h.sink.final.count == 1 }
         #expect(h.sink.all.map(\.result) == [.sending, .delivered])
         #expect(h.sink.final.first?.attempts == 2)
         let sent = h.sender.sent.map { String(buffer: $0.payload) }
         #expect(sent.count == 2)
         #expect(Set(sent).count == 1, "sent again unchanged")
         #expect(sent.first?.contains("alert") == true)
-        await h.stop()
     }
 
     @Test("announced before a crash without a final outcome: failed at once, not sent again")
-    func unansweredAfterRestart() async throws {
+    func unansweredAfterRestart() throws {
         let h = EngineHarness()
         let key = registerStart(h, token: hexToken(7))
         let request = start(h, key: key)
-        await h.engine.alreadyFinished([String](), unansweredStarts: [request.requestId])
-        await h.submit(request)
-        let outcomes = try await h.outcomes(1)
+        h.alreadyFinished([], unansweredStarts: [request.requestId])
+        h.submit(request)
+        let outcomes = h.outcomes(1)
         #expect(outcomes.map(\.result) == [.failed])
         #expect(h.sender.sent.isEmpty)
-        await h.stop()
     }
 }

@@ -1,0 +1,242 @@
+import Foundation
+import IsletMessages
+import Logging
+
+extension DispatchMachine {
+    /// An attempt handed out with ``Action/send(_:)`` is over: APNs answered (`.success`) or did
+    /// not (`.failure`). `seconds`: how long the send took, for the latency metric.
+    mutating func answered(_ attempt: Attempt, _ result: Result<APNsAnswer, any Error>, seconds: Double, now: Date) -> [Action] {
+        self.now = now
+        attemptEnded(attempt.key)
+        // Whether APNs accepted the team's credentials (for a stopped lane's probe).
+        var credentialsAccepted = false
+        switch result {
+        case .success(let answer):
+            metrics.answer(status: answer.status, priority: attempt.priority, seconds: seconds)
+            credentialsAccepted = handle(answer, to: attempt)
+        case .failure(let error):
+            unanswered(attempt, error)
+        }
+        if stoppedLanes[attempt.team]?.probe == attempt.entry.request.requestId {
+            probeAnswered(attempt.team, credentialsAccepted: credentialsAccepted)
+        }
+        pumpReady()
+        pump(attempt.key)
+        return takeActions()
+    }
+
+    /// Does what APNs's answer asks (the one answer table, ``APNsAction``); returns whether the
+    /// answer accepted the team's credentials.
+    private mutating func handle(_ answer: APNsAnswer, to attempt: Attempt) -> Bool {
+        var entry = attempt.entry
+        let (key, team, apns) = (attempt.key, attempt.team, answer.response)
+        let (priority, fingerprint) = (attempt.priority, attempt.fingerprint)
+        let action = APNsAction.forAnswer(status: answer.status, reason: answer.reason)
+        switch action {
+        case .delivered:
+            // Ended first: finishing may forget an idle activity, and its end must be remembered.
+            if entry.request.event == .end { ended(key) }
+            finish(entry, attempt.downgraded ? .deliveredDowngraded : .delivered, apns: apns, priority: priority, fingerprint: fingerprint)
+        case .tokenInvalid:
+            deadTokens[key] = DeadToken(fingerprint: fingerprint, registeredAt: attempt.registeredAt, at: now)
+            finish(entry, .tokenInvalid, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
+        case .rejected:
+            finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
+        case .renewProviderToken:
+            guard !entry.renewedProviderToken else {
+                finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "ExpiredProviderToken after a renewal")
+                break
+            }
+            entry.renewedProviderToken = true
+            actions.append(.renewProviderToken(team: team))
+            requeue(entry, key: key, at: now)
+        case .stopLane:
+            // Held, not finished: a start or an end lost to a credential hiccup is an activity
+            // that never appears or never ends. Sent again once the lane reopens.
+            let reason = answer.reason ?? "403"
+            if entry.attempts >= policy.retry.maximumAttempts {
+                finish(
+                    entry, .failed, apns: apns, priority: priority, fingerprint: fingerprint,
+                    detail: "gave up after \(entry.attempts) attempts: APNs refused team \(team)'s credentials (\(reason))")
+            } else {
+                requeue(entry, key: key, at: now)
+            }
+            stopLane(team, reason: reason, refused: entry.request.requestId)
+        case .backOffToken:
+            slots[key]?.notBefore = now.addingTimeInterval(policy.retry.tokenBackoff / .seconds(1))
+            retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint, minimumDelay: policy.retry.tokenBackoff)
+        case .providerTokenChurn:
+            actions.append(.reconnect(team: team))
+            retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint)
+        case .retry:
+            retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint)
+        }
+        return action.acceptsCredentials
+    }
+
+    /// No answer from APNs: retried, unless it may have been delivered and was a push-to-start (a
+    /// resend could start a second activity).
+    private mutating func unanswered(_ attempt: Attempt, _ error: any Error) {
+        var entry = attempt.entry
+        let transport = error as? APNsTransportError
+        metrics.transportError(transport?.kind)
+        if transport?.isAmbiguous ?? true {
+            entry.ambiguous = true
+            if DispatchEngine.isPushToStart(entry.request) {
+                finish(
+                    entry, .failed, priority: attempt.priority, fingerprint: attempt.fingerprint,
+                    detail: DispatchEngine.unknownStartAnswer + ": \(error)")
+                return
+            }
+        }
+        retry(entry, key: attempt.key, apns: nil, priority: attempt.priority, fingerprint: attempt.fingerprint, detail: "\(error)")
+    }
+
+    // MARK: Stopped lanes
+
+    /// APNs refused a team's credentials: its pushes are held for the cooldown (from now, also when
+    /// the lane was stopped already).
+    private mutating func stopLane(_ team: String, reason: String, refused requestId: String) {
+        let until = now.addingTimeInterval(policy.laneCooldown / .seconds(1))
+        var lane = stoppedLanes[team] ?? StoppedLane(until: until, reason: reason)
+        lane.until = until
+        lane.reason = reason
+        let probed = lane.probe == requestId
+        if probed { lane.probe = nil }
+        stoppedLanes[team] = lane
+        logger.error(
+            "APNs refused the team's credentials: its pushes are held until one probe is accepted",
+            metadata: ["apns.team": "\(team)", "apns.reason": "\(reason)", "apns.lane.probe.at": "\(IsletDate.format(until))"])
+        metrics.laneStopped(team: team)
+        // The held activities wait for the new reopening time instead of the probe's answer.
+        if probed { pumpHeld(team) }
+    }
+
+    /// A stopped lane's probe got an answer that is not a refusal (or got none): the lane reopens
+    /// if the answer shows the credentials were accepted; otherwise another request probes it.
+    /// Either way the held activities are pumped again.
+    private mutating func probeAnswered(_ team: String, credentialsAccepted: Bool) {
+        if credentialsAccepted {
+            let lane = stoppedLanes.removeValue(forKey: team)
+            logger.info("APNs accepted the team's credentials again: its held pushes are sent", metadata: ["apns.team": "\(team)"])
+            for key in lane?.held ?? [] { pump(key) }
+        } else {
+            stoppedLanes[team]?.probe = nil
+            pumpHeld(team)
+        }
+    }
+
+    /// Pumps a stopped lane's held activities again (those still held note themselves again).
+    private mutating func pumpHeld(_ team: String) {
+        let held = stoppedLanes[team]?.held ?? []
+        stoppedLanes[team]?.held = []
+        for key in held { pump(key) }
+    }
+
+    // MARK: Retries and ends
+
+    /// Another attempt later, within the retry policy's bounds; otherwise the final outcome.
+    private mutating func retry(
+        _ entry: QueuedRequest, key: String, apns: PushOutcome.APNsResponse?, priority: Int, fingerprint: String, detail: String? = nil,
+        minimumDelay: Duration = .zero
+    ) {
+        let deadline = policy.retry.deadline(expiration: entry.request.expiration, firstAttempt: entry.firstAttemptAt ?? now)
+        let delay = max(policy.retry.delay(afterAttempts: entry.attempts, random: random()), minimumDelay)
+        let at = now.addingTimeInterval(delay / .seconds(1))
+        guard entry.attempts < policy.retry.maximumAttempts, at <= deadline else {
+            let expired = entry.request.expiration.map { $0 <= at } ?? false
+            finish(
+                entry, expired ? .expired : .failed, apns: apns, priority: priority, fingerprint: fingerprint,
+                detail: "gave up after \(entry.attempts) attempts" + (detail.map { ": \($0)" } ?? apns.map { ": APNs \($0.status) \($0.reason ?? "")" } ?? ""))
+            return
+        }
+        metrics.retried()
+        requeue(entry, key: key, at: at)
+    }
+
+    /// Puts an attempted request back in front of its activity's queue, to be sent at `at` — unless
+    /// newer content (or an end) is waiting, which makes it pointless.
+    private mutating func requeue(_ entry: QueuedRequest, key: String, at: Date) {
+        guard var slot = slots[key] else { return }
+        if ActivityQueue.isSupersedableUpdate(entry.request),
+            let newer = slot.queue.pending.first(where: {
+                $0.request.event == .end || (ActivityQueue.isSupersedableUpdate($0.request) && $0.request.contentSequence >= entry.request.contentSequence)
+            })
+        {
+            finish(entry, .coalesced, supersededBy: newer.request.requestId, detail: "replaced by newer content while waiting to be retried")
+            return
+        }
+        slot.queue.returnToFront(entry)
+        queued += 1
+        slot.notBefore = max(slot.notBefore ?? at, at)
+        slots[key] = slot
+    }
+
+    /// An `end` was delivered: updates still waiting are pointless.
+    private mutating func ended(_ key: String) {
+        var slot = slots[key] ?? Slot()
+        slot.ended = true
+        slot.endedAt = now
+        let pointless = slot.queue.removeAll { $0.request.event != .start }
+        queued -= pointless.count
+        slots[key] = slot
+        for entry in pointless { finish(entry, .expired, detail: "the activity has ended: nothing is sent after its end") }
+    }
+
+    // MARK: Forgetting
+
+    /// An activity with nothing waiting and nothing to remember (its budget full) is forgotten now;
+    /// the others are looked at again by the periodic sweep.
+    mutating func forgetIfIdle(_ key: String) {
+        if let slot = slots[key], Self.isForgettable(slot, now: now) { slots[key] = nil }
+        if budgets.isFresh(key, now: now) { budgets.forget(key) }
+        sweep()
+    }
+
+    /// A slot that says nothing a fresh one would not: nothing waiting, in flight or scheduled, no
+    /// backoff still running, not ended.
+    private static func isForgettable(_ slot: Slot, now: Date) -> Bool {
+        slot.queue.isEmpty && slot.inFlight == nil && slot.wakeAt == nil && !slot.ended && (slot.notBefore ?? now) <= now
+    }
+
+    /// At most every 10 minutes (on the machine's clock), whenever an outcome is finished: forgets
+    /// the idle activities, those that ended more than 12 hours ago (iOS has removed them by then;
+    /// a late update is stopped by the 8-hour lifetime guard), and the budgets that are full again.
+    /// Without it, an activity that spent budget and then got no more requests would be
+    /// remembered for ever.
+    private mutating func sweep() {
+        guard now.timeIntervalSince(lastSweep) > 600 else { return }
+        lastSweep = now
+        let (now, horizon) = (now, now.addingTimeInterval(-12 * 3_600))
+        slots = slots.filter { _, slot in
+            if slot.ended { return !((slot.endedAt ?? now) < horizon && slot.queue.isEmpty && slot.inFlight == nil) }
+            return !Self.isForgettable(slot, now: now)
+        }
+        budgets.sweep(now: now)
+        // By now token-registry has invalidated them (within seconds), or the app registered them again.
+        deadTokens = deadTokens.filter { now.timeIntervalSince($0.value.at) < 3_600 }
+    }
+}
+
+/// A set of the most recent `capacity` ids (the oldest is forgotten first).
+struct RecentIDs {
+    private var members: Set<String> = []
+    private var order: [String] = []
+    private var head = 0
+    let capacity: Int
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    func contains(_ id: String) -> Bool { members.contains(id) }
+
+    mutating func insert(_ id: String) {
+        guard members.insert(id).inserted else { return }
+        if order.count < capacity {
+            order.append(id)
+        } else {
+            members.remove(order[head])
+            order[head] = id
+            head = (head + 1) % capacity
+        }
+    }
+}

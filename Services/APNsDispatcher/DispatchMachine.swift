@@ -1,0 +1,474 @@
+import DequeModule
+import Foundation
+import HeapModule
+import IsletMessages
+import IsletTokens
+import Logging
+import NIOCore
+
+/// The dispatcher's decisions, as a synchronous state machine: per-activity queues, budgets,
+/// coalescing, guards, retries, stopped lanes and the one final outcome of every request.
+///
+/// It does nothing by itself. Each input — a request read, a token applied, an answer from APNs,
+/// time passed, partitions revoked, a drain begun — changes its state and returns the actions that
+/// follow: send this attempt, publish this outcome, release this ticket, renew a provider token,
+/// reconnect. ``DispatchEngine`` feeds it inputs and carries out its actions; tests feed it
+/// directly, with a manual clock's time. When it next wants to be woken is ``nextWakeup``.
+struct DispatchMachine {
+    enum Action: Sendable {
+        /// Send this attempt to APNs (persisting its announcement first, if it has one), then give
+        /// the answer to ``answered(_:_:seconds:now:)``.
+        case send(Attempt)
+        /// Persist this final outcome, then report its ticket done and call ``outcomePersisted()``.
+        case publish(PushOutcome, ticket: UInt64)
+        /// Nothing to publish (the request's outcome is on the topic already): report the ticket done.
+        case release(ticket: UInt64)
+        /// APNs said the team's provider token expired: mint a new one.
+        case renewProviderToken(team: String)
+        /// APNs said the provider token changes too often: open new connections for the team.
+        case reconnect(team: String)
+    }
+
+    /// One send of a request: what goes to APNs, and what its answer is handled with.
+    struct Attempt: Sendable {
+        var entry: QueuedRequest
+        var key: String
+        var team: String
+        var push: APNsPush
+        var environment: APNsEnvironment
+        var fingerprint: String
+        /// The registration time of the token record it was sent with.
+        var registeredAt: Date
+        var priority: Int
+        var downgraded: Bool
+        /// A push-to-start's `sending` outcome, persisted before its first send: after a crash, the
+        /// next owner knows it may have been delivered and does not send it again.
+        var announcement: PushOutcome?
+    }
+
+    struct Slot {
+        var queue = ActivityQueue()
+        var inFlight: QueuedRequest?
+        /// Nothing is sent before this (a retry's backoff, or 429 TooManyRequests for the token).
+        var notBefore: Date?
+        /// A wake-up is scheduled for then.
+        var wakeAt: Date?
+        /// An `end` was delivered: later updates are pointless.
+        var ended = false
+        var endedAt: Date?
+    }
+
+    /// A team whose credentials APNs refused (a 403 other than ExpiredProviderToken). Its pushes
+    /// are held in their queues, not sent and not given up, until `until`; then one request probes
+    /// the lane while the others wait for its answer. An answer that shows the credentials were
+    /// accepted reopens the lane; another refusal starts the cooldown again; an answer that says
+    /// nothing about them (5xx, a provider-token problem, no answer) lets another request probe.
+    /// A held request keeps its bounds: its `expiration`, and the retry policy's deadline.
+    struct StoppedLane {
+        var until: Date
+        /// APNs's reason for the last refusal.
+        var reason: String
+        /// The request id of the probe in flight.
+        var probe: String?
+        /// The activities whose next request is held: pumped again when the probe is answered.
+        var held: Set<String> = []
+    }
+
+    /// A token APNs declared dead: its fingerprint and the registration time of the record it was
+    /// sent from. A record registered later (the app registered the token again) is alive.
+    struct DeadToken {
+        var fingerprint: String
+        var registeredAt: Date
+        var at: Date
+
+        func kills(_ record: TokenRecord) -> Bool {
+            record.registeredAt <= registeredAt && TokenFingerprint.of(token: record.token) == fingerprint
+        }
+    }
+
+    /// An activity to look at again at a time.
+    struct Wakeup: Comparable {
+        var at: Date
+        var key: String
+        static func < (lhs: Wakeup, rhs: Wakeup) -> Bool { lhs.at < rhs.at }
+    }
+
+    let tokens: TokenTable
+    let policy: DispatcherPolicy
+    let teams: [String: String]
+    let random: @Sendable () -> Double
+    let logger: Logger
+    let metrics = DispatcherMetrics()
+
+    /// The time of the input being handled.
+    var now: Date
+    /// What the input being handled asks for, in order.
+    var actions: [Action] = []
+
+    var slots: [String: Slot] = [:]
+    var budgets = BudgetBook()
+    /// Tokens APNs declared dead, by key, until token-registry's invalidation reaches the table
+    /// (or the app registers the token again: a later registration time revives it).
+    var deadTokens: [String: DeadToken] = [:]
+    var stoppedLanes: [String: StoppedLane] = [:]
+    var wakeups = Heap<Wakeup>()
+    private(set) var inFlight = 0
+    var queued = 0
+    /// Outcomes handed out with ``Action/publish(_:ticket:)`` and not yet persisted.
+    private(set) var publishing = 0
+    /// Activities whose first request waits for a token: when that wait ends, and how many of the
+    /// `queued` requests they hold (``awaitingRequests`` in all; not counted for backpressure).
+    var awaiting: [String: (until: Date, requests: Int)] = [:]
+    var awaitingRequests = 0
+    /// Activities with a request ready to go, waiting for a send slot.
+    var ready = Deque<String>()
+    var readySet: Set<String> = []
+    private(set) var isAccepting = true
+    var finished: Set<String> = []
+    /// The request ids this engine gave a final outcome to, most recent 100,000: a copy read again
+    /// (its partition lost in a broker stall and assigned back before the outcome was on the topic
+    /// for ``alreadyFinished(_:unansweredStarts:)`` to see) is not sent again.
+    var ownFinished = RecentIDs(capacity: 100_000)
+    var unansweredStarts: Set<String> = []
+    var lastSweep = Date.distantPast
+
+    init(tokens: TokenTable, policy: DispatcherPolicy, teams: [String: String], random: @escaping @Sendable () -> Double, logger: Logger, now: Date) {
+        self.tokens = tokens
+        self.policy = policy
+        self.teams = teams
+        self.random = random
+        self.logger = logger
+        self.now = now
+    }
+
+    // MARK: What the driver asks
+
+    /// Whether another request may be read: not too many wait in queues (those waiting for a token
+    /// do not count) and not too many outcomes wait to be persisted.
+    var hasRoom: Bool { queued - awaitingRequests < policy.maximumQueued && publishing < policy.maximumQueued }
+
+    /// A drain began and nothing is in flight or waits to be persisted.
+    var isDrained: Bool { !isAccepting && inFlight == 0 && publishing == 0 }
+
+    /// When the machine next wants ``timePassed(now:)``.
+    var nextWakeup: Date? { wakeups.min?.at }
+
+    /// Every time it asked to be woken at, and not yet woken (unordered).
+    var plannedWakeups: [Date] { wakeups.unordered.map(\.at) }
+
+    /// How many activities and push-to-start devices it remembers (it must not grow with every
+    /// activity ever seen).
+    var remembered: (activities: Int, pushToStartDevices: Int) { (Set(slots.keys).union(budgets.activityKeys).count, budgets.deviceCount) }
+
+    // MARK: Inputs
+
+    /// A request was read. Call only while ``isAccepting``; the driver holds input back while
+    /// ``hasRoom`` is false.
+    mutating func submit(_ request: PushRequest, ticket: UInt64, now: Date) -> [Action] {
+        self.now = now
+        guard isAccepting else { return [] }
+        metrics.received(request)
+        let entry = QueuedRequest(request: request, ticket: ticket, enqueuedAt: now)
+        if finished.contains(request.requestId) || ownFinished.contains(request.requestId) {
+            // Sent before a restart: its outcome is on the topic already.
+            metrics.duplicate()
+            return [.release(ticket: ticket)]
+        }
+        if unansweredStarts.remove(request.requestId) != nil {
+            finish(entry, .failed, detail: DispatchEngine.unknownStartAnswer + " (sent before a restart)")
+            return takeActions()
+        }
+        guard let key = request.key else {
+            finish(entry, .rejected, detail: "no activity id or push-to-start key")
+            return takeActions()
+        }
+        var slot = slots[key, default: Slot()]
+        if slot.ended && request.event != .start {
+            finish(entry, .expired, detail: "the activity has ended: nothing is sent after its end")
+            return takeActions()
+        }
+        queued += 1
+        for replaced in slot.queue.enqueue(entry) {
+            queued -= 1
+            finish(replaced.request, .coalesced, supersededBy: replaced.by, detail: "replaced by newer content")
+        }
+        slots[key] = slot
+        pump(key)
+        return takeActions()
+    }
+
+    /// A token record was applied to the table: if requests wait for it, they go now.
+    mutating func tokenArrived(_ key: String, now: Date) -> [Action] {
+        self.now = now
+        if awaiting[key] != nil { pump(key) }
+        return takeActions()
+    }
+
+    /// The clock reached ``nextWakeup`` (or passed it): the activities due are looked at again.
+    mutating func timePassed(now: Date) -> [Action] {
+        self.now = now
+        while let next = wakeups.min, next.at <= now {
+            _ = wakeups.removeMin()
+            if slots[next.key]?.wakeAt == next.at { slots[next.key]?.wakeAt = nil }
+            pump(next.key)
+        }
+        return takeActions()
+    }
+
+    /// Request ids whose outcome is already on the topic (read at assignment): not sent again.
+    /// `unansweredStarts`: push-to-starts sent before a crash whose answer is unknown: they get
+    /// `failed` instead of a second send (which could start a second activity).
+    mutating func alreadyFinished(_ requestIds: some Sequence<String>, unansweredStarts: some Sequence<String>) {
+        finished.formUnion(requestIds)
+        self.unansweredStarts.formUnion(unansweredStarts)
+        self.unansweredStarts.subtract(finished)
+    }
+
+    /// Drops the waiting requests whose tickets match (their partitions were revoked: the next
+    /// owner reads them again). Returns their tickets.
+    mutating func dropWaiting(where matches: (UInt64) -> Bool) -> [UInt64] {
+        var dropped: [UInt64] = []
+        for key in Array(slots.keys) {
+            let removed = slots[key]!.queue.removeAll { matches($0.ticket) }
+            queued -= removed.count
+            if let waiting = awaiting[key] { setAwaiting(key, until: waiting.until, requests: slots[key]!.queue.pending.count) }
+            dropped += removed.map(\.ticket)
+            if slots[key]!.queue.isEmpty && slots[key]!.inFlight == nil && !slots[key]!.ended { slots[key] = nil }
+        }
+        return dropped
+    }
+
+    /// A graceful stop: nothing new is taken or sent. A send started now could be cut off by the
+    /// shutdown after it reached APNs, without an outcome, and be sent again by the next owner.
+    /// Requests still waiting in queues get no outcome: their input is not marked processed, so
+    /// they are read again after the restart.
+    mutating func beginDrain() { isAccepting = false }
+
+    /// An outcome handed out with ``Action/publish(_:ticket:)`` is persisted.
+    mutating func outcomePersisted() { publishing -= 1 }
+
+    mutating func takeActions() -> [Action] {
+        defer { actions.removeAll(keepingCapacity: true) }
+        return actions
+    }
+
+    // MARK: Sending
+
+    /// Sends the activity's first waiting request if nothing stops it; otherwise schedules a look
+    /// at it for when something may have changed. Nothing new is sent once a drain began.
+    mutating func pump(_ key: String) {
+        guard isAccepting else { return }
+        while true {
+            guard var slot = slots[key], slot.inFlight == nil, let head = slot.queue.first else {
+                setAwaiting(key, until: nil)
+                return
+            }
+            if let notBefore = slot.notBefore {
+                if notBefore > now { return wake(key, at: notBefore) }
+                slot.notBefore = nil
+                slots[key] = slot
+            }
+            switch check(head, key: key, queued: slot.queue.pending.count) {
+            case .finished:
+                continue
+            case .held:
+                return
+            case .ready(let record, let team):
+                // A send slot, then the priority the budget allows.
+                guard inFlight < policy.maximumInFlight else {
+                    if readySet.insert(key).inserted { ready.append(key) }
+                    return
+                }
+                switch budgets.decide(head.request, key: key, record: record, now: now, policy: policy.budgets) {
+                case .wait(let until):
+                    wake(key, at: until)
+                case .send(let priority, let downgraded):
+                    if head.request.priority == 10, let remaining = budgets.remaining(for: key, now: now) { metrics.budgetRemaining(remaining) }
+                    startSending(key, record: record, team: team, priority: priority, downgraded: downgraded)
+                }
+                return
+            }
+        }
+    }
+
+    /// What becomes of an activity's first waiting request, before a send slot and the budget.
+    enum Check {
+        /// It has its outcome (or was a copy of a finished one): look at the next.
+        case finished
+        /// It waits (for its token, for a stopped lane); it is looked at again when that may change.
+        case held
+        /// Its token is usable and its team known.
+        case ready(TokenRecord, team: String)
+    }
+
+    /// The request's token (present, active, not refused by APNs), its bounds (lifetime,
+    /// expiration), its team's key and lane.
+    mutating func check(_ head: QueuedRequest, key: String, queued: Int) -> Check {
+        let request = head.request
+        // A copy of a request that finished while this one waited behind it (read again after
+        // its partition came back): its outcome is on its way to the topic already.
+        if ownFinished.contains(request.requestId) {
+            dropHead(key)
+            metrics.duplicate()
+            actions.append(.release(ticket: head.ticket))
+            return .finished
+        }
+        guard let record = tokens.record(forKey: key) else {
+            // Looked at again when its token arrives (``tokenArrived(_:now:)``), or when the wait ends.
+            let waitEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)), request.expiration ?? .distantFuture)
+            if now < waitEnd {
+                setAwaiting(key, until: waitEnd, requests: queued)
+                return .held
+            }
+            setAwaiting(key, until: nil)
+            return drop(head, key: key, .awaitingToken, "no token was registered for the activity while the content was current")
+        }
+        setAwaiting(key, until: nil)
+        guard record.state == .active, !(deadTokens[key]?.kills(record) ?? false) else {
+            return drop(head, key: key, .tokenInvalid, "the token is \(record.state == .active ? "refused by APNs" : record.state.rawValue)")
+        }
+        let startedAt = record.activityStartedAt ?? record.registeredAt
+        if request.event == .update, now.timeIntervalSince(startedAt) > policy.activityLifetime / .seconds(1) {
+            return drop(head, key: key, .expired, "the activity is older than 8 hours: iOS no longer shows updates")
+        }
+        if let expiration = request.expiration, expiration < now {
+            return drop(head, key: key, .expired, "apns-expiration passed before it could be sent")
+        }
+        guard let team = teams[record.app.bundleId] else {
+            return drop(head, key: key, .rejected, "no APNs signing key is configured for \(record.app.bundleId)")
+        }
+        return holdForLane(head, key: key, team: team) ?? .ready(record, team: team)
+    }
+
+    mutating func drop(_ head: QueuedRequest, key: String, _ result: PushResult, _ detail: String) -> Check {
+        dropHead(key)
+        finish(head, result, detail: detail)
+        return .finished
+    }
+
+    /// A stopped lane holds its team's requests during the cooldown and while its probe is in
+    /// flight, within each request's bounds; `nil` when the team's lane is open.
+    mutating func holdForLane(_ head: QueuedRequest, key: String, team: String) -> Check? {
+        guard let lane = stoppedLanes[team], lane.probe != nil || lane.until > now else { return nil }
+        let request = head.request
+        let deadline = policy.retry.deadline(expiration: request.expiration, firstAttempt: head.firstAttemptAt ?? head.enqueuedAt)
+        if deadline <= now {
+            let refused = "APNs refused team \(team)'s credentials (\(lane.reason))"
+            return request.expiration != nil
+                ? drop(head, key: key, .expired, "apns-expiration passed while \(refused)")
+                : drop(head, key: key, .failed, "\(refused) and did not accept them again before the request's deadline")
+        }
+        stoppedLanes[team]?.held.insert(key)
+        wake(key, at: lane.probe == nil ? min(lane.until, deadline) : deadline)
+        return .held
+    }
+
+    /// Takes the activity's first request out of its queue and hands it out to be sent.
+    mutating func startSending(_ key: String, record: TokenRecord, team: String, priority: Int, downgraded: Bool) {
+        guard var slot = slots[key] else { return }
+        var sending = slot.queue.removeFirst()
+        if stoppedLanes[team] != nil {
+            // The cooldown is over: this request probes the lane; the team's others wait for its answer.
+            stoppedLanes[team]?.probe = sending.request.requestId
+        }
+        queued -= 1
+        sending.attempts += 1
+        sending.firstAttemptAt = sending.firstAttemptAt ?? now
+        slot.inFlight = sending
+        slots[key] = slot
+        inFlight += 1
+        metrics.inFlight(inFlight)
+        actions.append(.send(attempt(sending, key: key, record: record, team: team, priority: priority, downgraded: downgraded)))
+    }
+
+    func attempt(_ entry: QueuedRequest, key: String, record: TokenRecord, team: String, priority: Int, downgraded: Bool) -> Attempt {
+        let request = entry.request
+        let payload = entry.ambiguous && request.alerting ? DispatchEngine.withoutAlert(request.payload) : request.payload
+        let push = APNsPush(
+            deviceToken: record.token, topic: "\(record.app.bundleId).push-type.liveactivity", priority: priority, apnsID: request.requestId,
+            expiration: request.expiration.map { Int64($0.timeIntervalSince1970) } ?? 0, payload: ByteBuffer(string: payload))
+        let fingerprint = TokenFingerprint.of(token: record.token)
+        let announcement: PushOutcome? =
+            DispatchEngine.isPushToStart(request) && entry.attempts == 1
+            ? PushOutcome(
+                requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: .sending, attempts: 1,
+                tokenFingerprint: fingerprint, detail: "push-to-start about to be sent", completedAt: now, bundleId: request.app.bundleId,
+                attributesType: request.attributesType)
+            : nil
+        return Attempt(
+            entry: entry, key: key, team: team, push: push, environment: record.app.environment, fingerprint: fingerprint,
+            registeredAt: record.registeredAt, priority: priority, downgraded: downgraded, announcement: announcement)
+    }
+
+    /// Notes that `key`'s first request waits for a token until `until` (`nil`: it does not wait),
+    /// holding `requests` of the queued requests; it is looked at again then.
+    mutating func setAwaiting(_ key: String, until: Date?, requests: Int = 0) {
+        let previous = awaiting[key]
+        awaitingRequests -= previous?.requests ?? 0
+        guard let until, requests > 0 else {
+            if previous != nil { awaiting[key] = nil }
+            return
+        }
+        if previous == nil, awaiting.count >= policy.maximumAwaitingToken, let oldest = awaiting.min(by: { $0.value.until < $1.value.until })?.key {
+            giveUpWaiting(oldest, detail: "more than \(policy.maximumAwaitingToken) activities wait for their token")
+        }
+        awaiting[key] = (until, requests)
+        awaitingRequests += requests
+        wake(key, at: until)
+    }
+
+    /// Ends every request of `key` that waits for a token, now.
+    mutating func giveUpWaiting(_ key: String, detail: String) {
+        setAwaiting(key, until: nil)
+        guard slots[key] != nil else { return }
+        let waiting = slots[key]!.queue.removeAll { _ in true }
+        queued -= waiting.count
+        for entry in waiting { finish(entry, .awaitingToken, detail: detail) }
+    }
+
+    mutating func dropHead(_ key: String) {
+        guard slots[key] != nil else { return }
+        _ = slots[key]!.queue.removeFirst()
+        queued -= 1
+    }
+
+    /// Looks at `key` again at `date` (unless that is already planned for earlier).
+    mutating func wake(_ key: String, at date: Date) {
+        if let scheduled = slots[key]?.wakeAt, scheduled <= date { return }
+        slots[key]?.wakeAt = date
+        wakeups.insert(Wakeup(at: date, key: key))
+    }
+
+    /// A send slot came free: the activities waiting for one go, in the order they became ready.
+    mutating func pumpReady() {
+        while isAccepting, inFlight < policy.maximumInFlight, let key = ready.popFirst() {
+            readySet.remove(key)
+            pump(key)
+        }
+    }
+
+    /// An attempt is over (answered or not): its send slot is free.
+    mutating func attemptEnded(_ key: String) {
+        inFlight -= 1
+        metrics.inFlight(inFlight)
+        slots[key]?.inFlight = nil
+    }
+
+    /// Hands out the request's one final outcome, to be persisted before its ticket is done.
+    mutating func finish(
+        _ entry: QueuedRequest, _ result: PushResult, apns: PushOutcome.APNsResponse? = nil, priority: Int? = nil, fingerprint: String? = nil,
+        supersededBy: String? = nil, detail: String? = nil
+    ) {
+        let request = entry.request
+        let outcome = PushOutcome(
+            requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: result, apns: apns,
+            priorityUsed: apns == nil ? nil : priority, attempts: entry.attempts,
+            latencyMilliseconds: apns == nil ? nil : max(0, now.timeIntervalSince(request.createdAt) * 1_000), tokenFingerprint: fingerprint,
+            supersededBy: supersededBy, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType)
+        metrics.outcome(result)
+        ownFinished.insert(request.requestId)
+        if let key = request.key { forgetIfIdle(key) }
+        publishing += 1
+        actions.append(.publish(outcome, ticket: entry.ticket))
+    }
+}
