@@ -600,8 +600,8 @@ let package = Package(
         .testTarget(
             name: "IsletRuntimeTests",
             dependencies: [
-                "IsletRuntime",
-                "IsletKafka",
+                "IsletRuntime", "IsletTesting",
+                "IsletKafka", "IsletMessages",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
@@ -623,7 +623,7 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "IsletTesting",
-                "APNsSimulator", "ContentService", "TokenRegistry", "IsletKafka", "IsletLinks", "IsletMessages", "IsletProtos",
+                "APNsSimulator", "ContentService", "TokenRegistry", "IsletKafka", "IsletLinks", "IsletMessages", "IsletProtos", "IsletRuntime",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),

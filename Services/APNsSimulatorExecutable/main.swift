@@ -31,7 +31,10 @@ do {
         state: state, logger: logger)
     let router = Router()
     SimulatorAdminAPI.addRoutes(to: router, state: state, certificatePEM: settings.tls.certificatePEM)
-    let admin = Application(router: router, configuration: .init(address: .hostname(settings.adminHost, port: settings.adminPort)), logger: logger)
+    let admin = Application(
+        router: router, configuration: .init(address: .hostname(settings.adminHost, port: settings.adminPort)),
+        onServerRunning: { channel in ListenerReport.bound("http", port: channel.localAddress?.port) }, logger: logger)
+    Task { ListenerReport.bound("apns", port: try? await server.listeningPort) }
     try await ServiceGroup(
         configuration: .init(services: [.init(service: server), .init(service: admin)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
     ).run()

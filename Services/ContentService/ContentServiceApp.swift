@@ -185,7 +185,8 @@ public struct ContentServiceApp: Sendable {
         let grpc = GRPCServerService(
             host: settings.grpcHost, port: settings.grpcPort,
             services: [ActivityGRPCService(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready)],
-            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.activityServiceMethods)])
+            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.activityServiceMethods)],
+            onListening: { ListenerReport.bound("grpc", port: $0) })
 
         // The stale list names activities: on the operator listener (loopback unless
         // ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.

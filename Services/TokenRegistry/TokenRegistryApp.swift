@@ -75,7 +75,8 @@ public struct TokenRegistryApp: Sendable {
         if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC API refuses every call") }
         let grpc = GRPCServerService(
             host: settings.grpcHost, port: settings.grpcPort, services: [RegistryGRPCService(registry: registry)],
-            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.tokenRegistryMethods)])
+            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.tokenRegistryMethods)],
+            onListening: { ListenerReport.bound("grpc", port: $0) })
 
         // Readiness follows the Kafka clients too: not ready while one cannot reach the cluster or
         // is being recreated; not live once recreation keeps failing.

@@ -5,16 +5,26 @@ import ServiceLifecycle
 /// A gRPC server as a `Service`: serves until graceful shutdown, then finishes the calls in flight.
 public struct GRPCServerService: Service {
     public let server: GRPCServer<HTTP2ServerTransport.Posix>
+    private let onListening: @Sendable (Int) -> Void
 
-    public init(host: String, port: Int, services: [any RegistrableRPCService], interceptors: [any ServerInterceptor] = []) {
+    /// - Parameter onListening: called with the port once the server listens (port 0 picks one).
+    public init(
+        host: String, port: Int, services: [any RegistrableRPCService], interceptors: [any ServerInterceptor] = [],
+        onListening: @escaping @Sendable (Int) -> Void = { _ in }
+    ) {
+        self.onListening = onListening
         self.server = GRPCServer(
             transport: .http2NIOPosix(address: .ipv4(host: host, port: port), transportSecurity: .plaintext), services: services,
             interceptors: interceptors)
     }
 
     public func run() async throws {
+        let (server, onListening) = (self.server, self.onListening)
         try await withGracefulShutdownHandler {
-            try await server.serve()
+            try await withThrowingDiscardingTaskGroup { group in
+                group.addTask { try await server.serve() }
+                if let port = try await server.listeningAddress?.ipv4?.port { onListening(port) }
+            }
         } onGracefulShutdown: {
             server.beginGracefulShutdown()
         }

@@ -113,17 +113,18 @@ public struct ServiceRuntime: Sendable {
     /// with `router` (``makeRouter(context:)`` plus any operator route), as a `Service`.
     public func operatorServer<Responder: HTTPResponder>(router: Responder) -> some Service
     where Responder.Context: InitializableFromSource<ApplicationRequestContextSource> {
-        httpServer(router: router, host: settings.operatorHost, port: settings.operatorPort)
+        httpServer(router: router, host: settings.operatorHost, port: settings.operatorPort, name: "operator")
     }
 
     /// The HTTP server for `router` on the configured host and port, as a `Service`, with the
     /// request deadline and the per-address connection cap of ``ServiceSettings/httpLimits``.
     public func httpServer<Responder: HTTPResponder>(router: Responder) -> some Service
     where Responder.Context: InitializableFromSource<ApplicationRequestContextSource> {
-        httpServer(router: router, host: settings.httpHost, port: settings.httpPort)
+        httpServer(router: router, host: settings.httpHost, port: settings.httpPort, name: "http")
     }
 
-    private func httpServer<Responder: HTTPResponder>(router: Responder, host: String, port: Int) -> some Service
+    /// `name`: the listener's name in ``ListenerReport``.
+    private func httpServer<Responder: HTTPResponder>(router: Responder, host: String, port: Int, name: String) -> some Service
     where Responder.Context: InitializableFromSource<ApplicationRequestContextSource> {
         let limits = settings.httpLimits
         let counts = ConnectionCounts()
@@ -133,6 +134,7 @@ public struct ServiceRuntime: Sendable {
             server: .http1(
                 configuration: .init(additionalChannelHandlers: [HTTPConnectionGuard(limits: limits, counts: counts, logger: logger)])),
             configuration: .init(address: .hostname(host, port: port), serverName: settings.serviceName),
+            onServerRunning: { channel in ListenerReport.bound(name, port: channel.localAddress?.port) },
             logger: logger)
     }
 
@@ -148,13 +150,18 @@ public struct ServiceRuntime: Sendable {
         logger.info("stopped", metadata: ["service": "\(settings.serviceName)"])
     }
 
-    /// The group ``run(_:)`` runs; tests trigger its graceful shutdown themselves.
-    public func makeServiceGroup(_ services: [any Service], signals: [UnixSignal] = []) -> ServiceGroup {
+    /// The group ``run(_:)`` runs; tests trigger its graceful shutdown themselves. `clock`: what
+    /// the liveness watchdog measures with (tests move a manual one).
+    public func makeServiceGroup<C: Clock>(
+        _ services: [any Service], signals: [UnixSignal] = [], clock: C = ContinuousClock()
+    ) -> ServiceGroup where C.Duration == Duration {
         var configurations = services.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) }
         configurations.append(.init(service: ShutdownAnnouncer(health: health, logger: logger), serviceName: "shutdown-announcer"))
         if settings.livenessExitAfter > .zero {
             configurations.append(
-                .init(service: LivenessWatchdog(health: health, exitAfter: settings.livenessExitAfter, logger: logger), serviceName: "liveness-watchdog"))
+                .init(
+                    service: LivenessWatchdog(health: health, exitAfter: settings.livenessExitAfter, clock: clock, logger: logger),
+                    serviceName: "liveness-watchdog"))
         }
         var configuration = ServiceGroupConfiguration(
             services: configurations, gracefulShutdownSignals: signals, cancellationSignals: [], logger: logger)
@@ -178,7 +185,7 @@ struct ShutdownAnnouncer: Service {
 /// Stops the service (an error: the process exits with status 1) once `/health/live` has failed for
 /// `exitAfter` without a break: a service whose Kafka client cannot be recreated is replaced by its
 /// restart policy instead of lingering.
-struct LivenessWatchdog: Service {
+struct LivenessWatchdog<C: Clock>: Service where C.Duration == Duration {
     struct Failure: Error, CustomStringConvertible {
         let reasons: [String: String]
         var description: String {
@@ -189,12 +196,12 @@ struct LivenessWatchdog: Service {
     let health: HealthRegistry
     let exitAfter: Duration
     var interval: Duration = .seconds(1)
+    let clock: C
     let logger: Logger
 
     func run() async throws {
-        let clock = ContinuousClock()
-        var failingSince: ContinuousClock.Instant?
-        while (try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }) != nil {
+        var failingSince: C.Instant?
+        while (try? await cancelWhenGracefulShutdown { try await clock.sleep(for: interval) }) != nil {
             let liveness = health.liveness()
             guard !liveness.isAlive else {
                 failingSince = nil
@@ -202,7 +209,7 @@ struct LivenessWatchdog: Service {
             }
             let since = failingSince ?? clock.now
             failingSince = since
-            if clock.now - since >= exitAfter {
+            if since.duration(to: clock.now) >= exitAfter {
                 let failure = Failure(reasons: liveness.reasons ?? [:])
                 logger.critical("the service cannot recover by itself: stopping so that it is restarted", metadata: ["health.live": "\(failure)"])
                 throw failure

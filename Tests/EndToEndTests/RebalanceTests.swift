@@ -15,7 +15,7 @@ extension EndToEnd {
             let stack = try Stack(name: "rebalance")
             try await stack.start()
             let driver = try Driver(stack: stack)
-            let joiners = [try stack.another(.content, instance: "b"), try stack.another(.dispatcher, instance: "b")]
+            let joiners = [stack.another(.content, instance: "b"), stack.another(.dispatcher, instance: "b")]
             do {
                 let stops = Stops()
                 let workload = Workload(stack: stack, driver: driver, events: rebalanceEvents, activities: rebalanceActivities)

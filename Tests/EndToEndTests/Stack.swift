@@ -4,6 +4,7 @@ import Crypto
 import Foundation
 import IsletKafka
 import IsletMessages
+import IsletRuntime
 import JWTKit
 import NIOCore
 import NIOHTTP1
@@ -35,7 +36,7 @@ struct E2EFailure: Error, CustomStringConvertible {
 }
 
 /// One of the product's executables, run as a child process with its own log file.
-final class ServiceProcess: @unchecked Sendable {
+final class ServiceProcess: @unchecked Sendable {  // its mutable state is under `lock`
     enum Name: String, CaseIterable, Sendable {
         case simulator = "apns-simulator"
         case registry = "token-registry"
@@ -45,23 +46,34 @@ final class ServiceProcess: @unchecked Sendable {
     }
 
     let name: Name
-    let environment: [String: String]
-    let healthURL: String
     let logDirectory: URL
     private let lock = NSLock()
     private var process: Process?
     private var starts = 0
+    private var settings: [String: String]
+    /// The ports its listeners bound in the last start (``ListenerReport``: `http`, `grpc`, …).
+    private var listeners: [String: Int] = [:]
 
     /// Names the log files of a second instance of the same service ("content-service-b-1.log").
     let instance: String?
 
-    init(name: Name, environment: [String: String], healthURL: String, logDirectory: URL, instance: String? = nil) {
+    init(name: Name, environment: [String: String], logDirectory: URL, instance: String? = nil) {
         self.name = name
         self.instance = instance
-        self.environment = environment
-        self.healthURL = healthURL
+        self.settings = environment
         self.logDirectory = logDirectory
     }
+
+    /// Its environment (the ports in it are 0: it binds what the kernel gives it and reports it).
+    var environment: [String: String] { lock.withLock { settings } }
+
+    /// Sets a variable for the next start.
+    func set(_ key: String, _ value: String) { lock.withLock { settings[key] = value } }
+
+    /// The port its listener `listener` bound in the last start (`http`: /health, the API).
+    func port(_ listener: String = "http") -> Int? { lock.withLock { listeners[listener] } }
+
+    var healthURL: String { "http://127.0.0.1:\(port() ?? 0)" }
 
     var pid: Int32? { lock.withLock { process.map(\.processIdentifier) } }
     var isRunning: Bool { lock.withLock { process?.isRunning ?? false } }
@@ -71,15 +83,27 @@ final class ServiceProcess: @unchecked Sendable {
 
     private var logName: String { instance.map { "\(name.rawValue)-\($0)" } ?? name.rawValue }
 
-    /// Starts the executable and waits until its `/health` answers 200 (ready), at most `timeout`.
+    /// The listeners it reports once bound.
+    private var expectedListeners: Set<String> {
+        var names: Set<String> = ["http"]
+        if settings["ISLET_GRPC_PORT"] != nil { names.insert("grpc") }
+        if settings["ISLET_OPERATOR_PORT"] != nil { names.insert("operator") }
+        if name == .simulator { names.insert("apns") }
+        return names
+    }
+
+    /// Starts the executable, learns the ports it bound, and waits until its `/health` answers
+    /// 200 (ready), at most `timeout`.
     func start(timeout: Duration = .seconds(120)) async throws {
         let process = Process()
         process.executableURL = Stack.binDirectory.appendingPathComponent(name.rawValue)
-        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ISLET_") }.merging(environment) { $1 }
-        let number = lock.withLock { () -> Int in
+        let (number, reportFile, expected) = lock.withLock { () -> (Int, URL, Set<String>) in
             starts += 1
-            return starts
+            listeners = [:]
+            return (starts, logDirectory.appendingPathComponent("\(logName)-\(starts).listeners"), expectedListeners)
         }
+        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("ISLET_") }
+            .merging(environment) { $1 }.merging(["ISLET_LISTENERS_FILE": reportFile.path]) { $1 }
         let log = logDirectory.appendingPathComponent("\(logName)-\(number).log")
         FileManager.default.createFile(atPath: log.path, contents: nil)
         let handle = try FileHandle(forWritingTo: log)
@@ -90,7 +114,11 @@ final class ServiceProcess: @unchecked Sendable {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             guard process.isRunning else { throw E2EFailure("\(name.rawValue) exited during start-up (status \(process.terminationStatus)); see \(log.path)") }
-            if await HTTP.status(healthURL + "/health") == 200 { return }
+            let bound = ListenerReport.read(reportFile.path)
+            if expected.isSubset(of: bound.keys) {
+                lock.withLock { listeners = bound }
+                if await HTTP.status(healthURL + "/health") == 200 { return }
+            }
             try await Task.sleep(for: .milliseconds(100))
         }
         throw E2EFailure("\(name.rawValue) was not ready within \(timeout); see \(log.path)")
@@ -130,7 +158,8 @@ final class ServiceProcess: @unchecked Sendable {
 }
 
 /// The whole product as processes: the APNs simulator, token-registry, content-service,
-/// apns-dispatcher and analytics-ingest, each on free loopback ports, against the e2e broker.
+/// apns-dispatcher and analytics-ingest, each on the loopback ports it bound (port 0, reported in
+/// `ISLET_LISTENERS_FILE`), against the e2e broker.
 final class Stack: Sendable {
     static var binDirectory: URL {
         if let directory = ProcessInfo.processInfo.environment["ISLET_BIN_DIR"] { return URL(fileURLWithPath: directory) }
@@ -160,11 +189,16 @@ final class Stack: Sendable {
     let backendKey = Stack.randomHex(32)
     /// The key backends sign activity tickets with (token-registry verifies them).
     let ticketKey = (kid: "e2e-orders", secret: Stack.randomHex(32))
-    let ports: [ServiceProcess.Name: Int]
+    /// The HTTP ports the services bound in their last start.
+    var ports: [ServiceProcess.Name: Int] { listenerPorts("http") }
     /// The operator listeners (/metrics) of the services whose HTTP port faces phones.
-    let operatorPorts: [ServiceProcess.Name: Int]
-    let grpcPorts: [ServiceProcess.Name: Int]
-    let simulatorPort: Int
+    var operatorPorts: [ServiceProcess.Name: Int] { listenerPorts("operator") }
+    var grpcPorts: [ServiceProcess.Name: Int] { listenerPorts("grpc") }
+    var simulatorPort: Int? { self[.simulator].port("apns") }
+
+    private func listenerPorts(_ listener: String) -> [ServiceProcess.Name: Int] {
+        services.compactMapValues { $0.port(listener) }
+    }
     let services: [ServiceProcess.Name: ServiceProcess]
 
     /// - Parameters:
@@ -181,29 +215,17 @@ final class Stack: Sendable {
         try? FileManager.default.removeItem(at: directory)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 
-        var ports: [ServiceProcess.Name: Int] = [:]
-        var grpcPorts: [ServiceProcess.Name: Int] = [:]
-        for name in ServiceProcess.Name.allCases { ports[name] = try Self.freePort() }
-        grpcPorts[.registry] = try Self.freePort()
-        grpcPorts[.content] = try Self.freePort()
-        var operatorPorts: [ServiceProcess.Name: Int] = [:]
-        for name in [ServiceProcess.Name.registry, .ingest, .content] { operatorPorts[name] = try Self.freePort() }
-        self.operatorPorts = operatorPorts
-        simulatorPort = try Self.freePort()
-        self.ports = ports
-        self.grpcPorts = grpcPorts
-
         let keyFile = directory.appendingPathComponent("AuthKey.p8")
         try P256.Signing.PrivateKey().pemRepresentation.write(to: keyFile, atomically: true, encoding: .utf8)
         let certificate = directory.appendingPathComponent("simulator.pem")
         let common = ["ISLET_KAFKA_BOOTSTRAP": bootstrap, "ISLET_HTTP_HOST": "127.0.0.1", "ISLET_LOG_LEVEL": ProcessInfo.processInfo.environment["ISLET_E2E_LOG_LEVEL"] ?? "info"]
         var environments: [ServiceProcess.Name: [String: String]] = [
             .simulator: [
-                "ISLET_SIMULATOR_KEYS": "\(keyID)=\(teamID):\(keyFile.path)", "ISLET_SIMULATOR_PORT": "\(simulatorPort)",
+                "ISLET_SIMULATOR_KEYS": "\(keyID)=\(teamID):\(keyFile.path)", "ISLET_SIMULATOR_PORT": "0",
                 "ISLET_SIMULATOR_TLS_CERTIFICATE_OUT": certificate.path,
             ],
             .registry: [
-                "ISLET_GRPC_PORT": "\(grpcPorts[.registry]!)", "ISLET_AUTH_HS256_KEYS": "\(jwtKey.kid)=\(jwtKey.secret)",
+                "ISLET_GRPC_PORT": "0", "ISLET_AUTH_HS256_KEYS": "\(jwtKey.kid)=\(jwtKey.secret)",
                 "ISLET_GRPC_KEYS": "e2e-backend=\(backendKey):read+write",
                 "ISLET_TICKET_HS256_KEYS": "\(ticketKey.kid)=\(ticketKey.secret)",
                 "ISLET_APPS": Driver.apps.values.sorted().joined(separator: ","),
@@ -211,24 +233,25 @@ final class Stack: Sendable {
                 "ISLET_QUOTA_LIVE_ACTIVITIES": "0", "ISLET_QUOTA_PUSH_TO_START": "0",
             ],
             .content: [
-                "ISLET_GRPC_PORT": "\(grpcPorts[.content]!)", "ISLET_LINK_KEYS": "\(linkKey.kid)=\(linkKey.secret)",
+                "ISLET_GRPC_PORT": "0", "ISLET_LINK_KEYS": "\(linkKey.kid)=\(linkKey.secret)",
                 "ISLET_GRPC_KEYS": "e2e-backend=\(backendKey):read+write",
             ],
             .dispatcher: [
                 "ISLET_APNS_KEYS": "\(teamID)=\(keyID):\(keyFile.path)",
                 "ISLET_APNS_APPS": "com.example.food=\(teamID),com.example.ride=\(teamID),com.example.scores=\(teamID)",
-                "ISLET_APNS_URL": "https://127.0.0.1:\(simulatorPort)", "ISLET_APNS_CA_FILE": certificate.path,
+                // ISLET_APNS_URL: set once the simulator reported its port (``start()``).
+                "ISLET_APNS_CA_FILE": certificate.path,
             ],
             .ingest: ["ISLET_LINK_KEYS": "\(linkKey.kid)=\(linkKey.secret)"],
         ]
         var services: [ServiceProcess.Name: ServiceProcess] = [:]
         for name in ServiceProcess.Name.allCases {
             environments[name, default: [:]].merge(common) { a, _ in a }
-            environments[name]!["ISLET_HTTP_PORT"] = "\(ports[name]!)"
-            if let port = operatorPorts[name] { environments[name]!["ISLET_OPERATOR_PORT"] = "\(port)" }
+            // Port 0 everywhere: each listener binds what the kernel gives it and reports it (ListenerReport).
+            environments[name]!["ISLET_HTTP_PORT"] = "0"
+            if [.registry, .ingest, .content].contains(name) { environments[name]!["ISLET_OPERATOR_PORT"] = "0" }
             environments[name]!.merge(extra[name] ?? [:]) { $1 }
-            services[name] = ServiceProcess(
-                name: name, environment: environments[name]!, healthURL: "http://127.0.0.1:\(ports[name]!)", logDirectory: directory)
+            services[name] = ServiceProcess(name: name, environment: environments[name]!, logDirectory: directory)
         }
         self.services = services
     }
@@ -237,16 +260,11 @@ final class Stack: Sendable {
 
     /// Another instance of a service: the same configuration (the same consumer group), ports of
     /// its own, log files named after `instance`. Not started, and not stopped by ``stop()``.
-    func another(_ name: ServiceProcess.Name, instance: String) throws -> ServiceProcess {
-        var environment = self[name].environment
-        let port = try Self.freePort()
-        environment["ISLET_HTTP_PORT"] = "\(port)"
-        if environment["ISLET_GRPC_PORT"] != nil { environment["ISLET_GRPC_PORT"] = "\(try Self.freePort())" }
-        if environment["ISLET_OPERATOR_PORT"] != nil { environment["ISLET_OPERATOR_PORT"] = "\(try Self.freePort())" }
-        return ServiceProcess(name: name, environment: environment, healthURL: "http://127.0.0.1:\(port)", logDirectory: directory, instance: instance)
+    func another(_ name: ServiceProcess.Name, instance: String) -> ServiceProcess {
+        ServiceProcess(name: name, environment: self[name].environment, logDirectory: directory, instance: instance)
     }
 
-    func url(_ name: ServiceProcess.Name) -> String { "http://127.0.0.1:\(ports[name]!)" }
+    func url(_ name: ServiceProcess.Name) -> String { self[name].healthURL }
 
     /// Starts the simulator first (the dispatcher needs its certificate), then the services.
     /// Starts the stack, runs `body` with a driver, records what it throws as the test's failure,
@@ -269,6 +287,8 @@ final class Stack: Sendable {
             try await admin.createIsletTopics(partitions: 3)
         }
         try await self[.simulator].start()
+        guard let simulatorPort else { throw E2EFailure("the simulator reported no APNs port") }
+        self[.dispatcher].set("ISLET_APNS_URL", "https://127.0.0.1:\(simulatorPort)")
         try await withThrowingTaskGroup(of: Void.self) { group in
             for name in [ServiceProcess.Name.registry, .content, .dispatcher, .ingest] {
                 group.addTask { try await self[name].start() }
@@ -364,38 +384,6 @@ final class Stack: Sendable {
 
     static func randomHex(_ bytes: Int) -> String {
         (0..<bytes).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
-    }
-
-    /// A port nothing listens on now, below the kernel's range for outgoing connections: a port
-    /// the kernel picked for `bind(0)` comes from that range, and before the service binds it an
-    /// outgoing connection (to the broker, say) could take it as its local port. Seen in CI: the
-    /// dispatcher exited with "Address already in use" on port 60157.
-    private static let handedOut = Mutex<Set<Int>>([])
-
-    static func freePort() throws -> Int {
-        let range = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))?
-            .split(whereSeparator: \.isWhitespace).compactMap { Int($0) } ?? []
-        let ephemeralStart = range.first ?? 32_768
-        let candidates = 10_000..<max(10_001, ephemeralStart)
-        for _ in 0..<200 {
-            let port = Int.random(in: candidates)
-            // Never the same port twice in a run: a port handed out is not bound until its service starts.
-            guard handedOut.withLock({ $0.insert(port).inserted }) else { continue }
-            if try canBind(port) { return port }
-        }
-        throw E2EFailure("no free port below \(ephemeralStart) after 200 tries")
-    }
-
-    private static func canBind(_ port: Int) throws -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw E2EFailure("socket() failed") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } } == 0
     }
 }
 
