@@ -9,6 +9,9 @@
 #   scripts/bench-dispatcher.sh                  # 3 rounds of 50,000 pushes
 #   ROUNDS=5 COUNT=100000 scripts/bench-dispatcher.sh
 #   ROUNDS=0 LATENCY_SECONDS=60 scripts/bench-dispatcher.sh   # the latency run only, 60 s instead of 20
+#   DISPATCHER_BIN=/path/to/apns-dispatcher scripts/bench-dispatcher.sh   # another build of the dispatcher (A/B)
+#
+# Beside each dispatcher rate: its CPU time per push (user + system, from /proc, over the round).
 set -euo pipefail
 shopt -s inherit_errexit  # a failure inside `d=$(run_dispatcher)` fails the script, not just prints 0
 
@@ -78,7 +81,7 @@ start_dispatcher() {
   local port; port=$(free_port)
   ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=$port ISLET_LOG_LEVEL=warning \
     ISLET_APNS_KEYS="$team=$key_id:$run/AuthKey.p8" ISLET_APNS_APPS="$bundle=$team" ISLET_APNS_URL="https://127.0.0.1:$sim_port" \
-    ISLET_APNS_CA_FILE="$run/simulator.pem" "$bin/apns-dispatcher" >"$run/dispatcher.log" 2>&1 &
+    ISLET_APNS_CA_FILE="$run/simulator.pem" "${DISPATCHER_BIN:-$bin/apns-dispatcher}" >"$run/dispatcher.log" 2>&1 &
   dispatcher_pid=$!
   pids+=("$dispatcher_pid")
   wait_http "http://127.0.0.1:$port/health"
@@ -92,20 +95,22 @@ run_dispatcher() {
     [ "$(stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["accepted"])')" -ge "$count" ] && break
     sleep 0.25
   done
-  local rate
+  local rate cpu
   rate=$(stats | python3 scripts/bench_dispatcher.py rate "$count" "$run") || true
+  cpu=$(cpu_seconds "$dispatcher_pid")
   cleanup_round
   [ -n "$rate" ] || return 1
-  echo "$rate"
+  echo "$rate $(python3 -c "print(f'{$cpu / $count * 1e6:.0f}')")"
 }
 cleanup_round() { kill "$dispatcher_pid" "$ISLET_BROKER_PID" 2>/dev/null || true; wait "$dispatcher_pid" "$ISLET_BROKER_PID" 2>/dev/null || true; }
 
 results="$run/throughput.tsv"
 : > "$results"
 echo "== throughput: $count pushes of 1 KB over $activities activities, $rounds rounds (aioapns: $aio_count pushes)"
+echo "round	dispatcher/s	dispatcher CPU µs/push	h2load/s	aioapns/s"
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) -eq 1 ]; then d=$(run_dispatcher); h=$(run_h2load); a=$(run_aioapns); else h=$(run_h2load); a=$(run_aioapns); d=$(run_dispatcher); fi
-  printf '%s\t%s\t%s\t%s\n' "$r" "$d" "$h" "$a" | tee -a "$results"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$r" "${d% *}" "${d#* }" "$h" "$a" | tee -a "$results"
 done
 
 echo "== latency at 1,000 requests/s for $latency_seconds s"

@@ -37,8 +37,10 @@ def rate(count, run):
 def summary(throughput, paced, received_json):
     rows = [l.split("\t") for l in open(throughput).read().splitlines() if l]
     if rows:  # ROUNDS=0 measures the latency only
-        d = statistics.median(int(r[1]) for r in rows); h = statistics.median(float(r[2]) for r in rows); a = statistics.median(int(r[3]) for r in rows)
-        print(f"{'dispatcher (Kafka → simulator 200)':<36}{d:>10,.0f} pushes/s")
+        # round, dispatcher/s, dispatcher CPU µs per push, h2load/s, aioapns/s
+        d = statistics.median(int(r[1]) for r in rows); cpu = statistics.median(float(r[2]) for r in rows)
+        h = statistics.median(float(r[3]) for r in rows); a = statistics.median(int(r[4]) for r in rows)
+        print(f"{'dispatcher (Kafka → simulator 200)':<36}{d:>10,.0f} pushes/s    CPU {cpu:.0f} µs per push")
         print(f"{'h2load (straight to the simulator)':<36}{h:>10,.0f} req/s    dispatcher / h2load  = {d / h:.2f}  (target ≥ 0.4)")
         print(f"{'aioapns (straight to the simulator)':<36}{a:>10,.0f} req/s    dispatcher / aioapns = {d / a if a else float('nan'):.1f}  (target ≥ 10)")
     created = dict(line.split() for line in open(paced).read().splitlines() if line)

@@ -34,3 +34,8 @@ build_release() {  # product…
   local product
   for product in "$@"; do swift build -c release --product "$product" | { grep -E "error:" >&2 || true; }; done
 }
+
+# CPU seconds (user + system) a running process has used so far.
+cpu_seconds() {
+  python3 -c 'import os,sys; f=open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")",1)[1].split(); print((int(f[11])+int(f[12]))/os.sysconf("SC_CLK_TCK"))' "$1" 2>/dev/null || echo 0
+}

@@ -44,10 +44,10 @@ struct BudgetLoadTests {
         let clock = ManualClock()
         let ledger = LoadLedger(plan: load, clock: clock)
         let tokens = TokenTable()
-        let doneCount = DoneCounter()
+        let doneCount = AwaitedLog<Void>()
         let engine = DispatchEngine(
             sender: ledger, tokens: tokens, outcomes: ledger, policy: policy, teams: [LoadPlan.bundleId: "TEAM123456"], clock: clock,
-            random: { 0.5 }, logger: quietLogger, onDone: { _ in doneCount.increment() })
+            random: { 0.5 }, logger: quietLogger, onDone: { _ in doneCount.append(()) })
         let runner = Task { await engine.run() }
 
         let start = clock.date
@@ -86,15 +86,14 @@ struct BudgetLoadTests {
             extra += 1
         }
         let submitted = activities * seconds
-        // Outcomes are published by jobs of their own: wait for the last ones (at most 10 s).
-        var waited = 0
-        while (ledger.outcomeCount < submitted || doneCount.value < submitted) && waited < 1_000 {
-            try await Task.sleep(for: .milliseconds(10))
-            waited += 1
+        // Outcomes are published by the engine's publishers: wait for the last ones (at most 10 s).
+        _ = try? await withTimeout(.seconds(10), "the last outcomes") {
+            await ledger.published.wait(for: submitted)
+            await doneCount.wait(for: submitted)
         }
         let took = ContinuousClock.now - began
         let report = ledger.report()
-        let ticketsDone = doneCount.value
+        let ticketsDone = doneCount.count
 
         // An hour later every budget is full again: the engine forgets the activities once an
         // outcome is finished (here of one more update, to activity 0, which it then remembers).
@@ -105,15 +104,11 @@ struct BudgetLoadTests {
         clock.advance(1)
         ledger.answerDue()
         _ = await ledger.quiescent()
-        waited = 0
-        while ledger.outcomeCount < submitted + 1 && waited < 1_000 {
-            try await Task.sleep(for: .milliseconds(10))
-            waited += 1
-        }
-        let remembered = await engine.remembered.activities
+        _ = try? await withTimeout(.seconds(10), "the last outcome") { await ledger.published.wait(for: submitted + 1) }
+        let remembered = engine.remembered.activities
 
         ledger.answerDue(by: .distantFuture)  // none is left unless the engine got stuck: a send must not outlive the test
-        await engine.finish()
+        engine.finish()
         await runner.value
 
         #expect(ledger.busyActivities == 0, "every activity's queue ran empty within a minute of the last update")
@@ -182,12 +177,6 @@ struct LoadPlan: Sendable {
     }
 }
 
-final class DoneCounter: Sendable {
-    private let count = Atomic<Int>(0)
-    func increment() { count.add(1, ordering: .relaxed) }
-    var value: Int { count.load(ordering: .relaxed) }
-}
-
 /// APNs and the outcome topic of the load test in one ledger (one lock, so that "the engine has
 /// nothing left to do at this instant" can be decided exactly): pushes are answered 200 once the
 /// manual clock passed their latency; per request it keeps what was sent and what the outcome said.
@@ -241,6 +230,8 @@ final class LoadLedger: APNsSending, OutcomeSink {
 
     var busyActivities: Int { state.withLock { $0.busy } }
     var outcomeCount: Int { state.withLock { $0.outcomes } }
+    /// One entry per outcome published (to await them).
+    let published = AwaitedLog<Void>()
 
     /// The test is about to submit a request to `activity`.
     func submitting(_ activity: Int) {
@@ -302,6 +293,7 @@ final class LoadLedger: APNsSending, OutcomeSink {
             return Self.takeQuietWaiter(&state, maximumInFlight: plan.maximumInFlight)
         }
         quiet?.resume(returning: true)
+        published.append(())
     }
 
     /// Answers the pushes whose latency has passed on the manual clock (all of them: `.distantFuture`).

@@ -6,35 +6,6 @@ import Synchronization
 import Testing
 @testable import APNsDispatcher
 
-/// Values appended by one side that a test awaits by count, without polling.
-final class AwaitedLog<Value: Sendable>: Sendable {
-    private let state = Mutex<(values: [Value], waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)])>(([], []))
-
-    var values: [Value] { state.withLock { $0.values } }
-
-    func append(_ value: Value) {
-        let due = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.values.append(value)
-            let count = state.values.count
-            defer { state.waiters.removeAll { $0.count <= count } }
-            return state.waiters.filter { $0.count <= count }.map(\.continuation)
-        }
-        for waiter in due { waiter.resume() }
-    }
-
-    /// Returns once at least `count` values were appended.
-    func wait(for count: Int) async {
-        await withCheckedContinuation { continuation in
-            let reached = state.withLock { state -> Bool in
-                if state.values.count >= count { return true }
-                state.waiters.append((count, continuation))
-                return false
-            }
-            if reached { continuation.resume() }
-        }
-    }
-}
-
 /// An outcome sink whose outcomes a test can await.
 final class AwaitedSink: OutcomeSink {
     let log = AwaitedLog<PushOutcome>()

@@ -18,25 +18,23 @@ struct StalledConnectionTests {
     func handshakeNeverCompletes() async throws {
         try await withServer(.silent) { port, trust, server in
             let client = try makeClient(port: port, trust: trust, timeout: .seconds(1), connectTimeout: .seconds(30))
-            let started = ContinuousClock.now
+            // `.stalled` is raised only by the attempt's deadline (the connect's own timeout is 30 s,
+            // the suite's limit one minute): the kind says when it failed, no stopwatch needed.
             let error = await #expect(throws: APNsTransportError.self) {
                 try await client.send(push(hexToken(1)), teamID: signingKey.teamID, environment: .production)
             }
-            let elapsed = ContinuousClock.now - started
             #expect(error?.kind == .stalled)
             #expect(error?.isAmbiguous == false)
-            #expect(elapsed >= .milliseconds(900) && elapsed < .seconds(10), "\(elapsed)")
             #expect(server.accepted == 1)
 
-            let connectStarted = ContinuousClock.now
+            // `.connect` "no TLS handshake … within 500 ms" is raised only by the connect's deadline.
             let connectError = await #expect(throws: APNsTransportError.self) {
                 try await APNsConnection.connect(
                     id: 1, host: "127.0.0.1", port: port, sslContext: client.sslContext, serverHostname: nil, connectTimeout: .milliseconds(500),
                     group: .singletonMultiThreadedEventLoopGroup)
             }
-            let connectElapsed = ContinuousClock.now - connectStarted
             #expect(connectError?.kind == .connect)
-            #expect(connectElapsed >= .milliseconds(400) && connectElapsed < .seconds(10), "\(connectElapsed)")
+            #expect(connectError?.description.contains("no TLS handshake and HTTP/2 SETTINGS within") == true, "\(connectError.map { "\($0)" } ?? "")")
             client.shutdown()
         }
     }
@@ -65,24 +63,19 @@ struct StalledConnectionTests {
             // machine still sends the HEADERS before it passes.
             let client = try makeClient(port: port, trust: trust, timeout: .seconds(5))
             for attempt in 1...2 {
-                let started = ContinuousClock.now
+                // `.stalled`: failed by the attempt's deadline, with the body still unwritten.
                 let error = await #expect(throws: APNsTransportError.self) {
                     try await client.send(push(hexToken(attempt)), teamID: signingKey.teamID, environment: .production)
                 }
-                let elapsed = ContinuousClock.now - started
                 #expect(error?.kind == .stalled)
                 #expect(error?.isAmbiguous == false)
-                #expect(elapsed >= .milliseconds(4_500) && elapsed < .seconds(15), "\(elapsed)")
                 #expect(server.streams == attempt, "the request's HEADERS went out; its body had no window")
                 #expect(server.accepted == attempt, "a stalled connection is not used again")
             }
-            // The stalled connections are closed (they had no other push).
-            var open = server.open
-            for _ in 0..<1_000 where open > 0 {
-                try await Task.sleep(for: .milliseconds(10))
-                open = server.open
-            }
-            #expect(open == 0)
+            // The stalled connections are closed by the client (they had no other push); the
+            // suite's time limit fails the test if one stays open.
+            await server.allClosed()
+            #expect(server.open == 0)
             client.shutdown()
         }
     }
@@ -106,6 +99,11 @@ private final class MisbehavingServer: Sendable {
 
     func accept(_ channel: any Channel) { state.withLock { $0.children.append(channel) } }
     func openedStream() { state.withLock { $0.streams += 1 } }
+    /// Returns once every connection accepted so far is closed.
+    func allClosed() async {
+        for child in state.withLock({ $0.children }) { try? await child.closeFuture.get() }
+    }
+
     func closeAll() { for child in state.withLock({ $0.children }) { child.close(promise: nil) } }
 }
 

@@ -70,7 +70,8 @@ struct ThumbnailTests {
         }
         router.get("big.png") { _, _ in Response(status: .ok, body: .init(byteBuffer: ByteBuffer(repeating: 7, count: 300_000))) }
         router.get("slow.png") { _, _ -> Response in
-            try await Task.sleep(for: .seconds(30))
+            // Never answers in time: a clock nobody moves (the sleep ends when the fetch gives up).
+            try await ManualClock().sleep(for: .seconds(30))
             return Response(status: .ok, body: .init(byteBuffer: ByteBuffer(bytes: picture)))
         }
         router.get("moved.png") { _, _ in Response(status: .found, headers: [.location: "http://127.0.0.1:1/photo.png"]) }
