@@ -11,7 +11,9 @@
 #   ROUNDS=0 LATENCY_SECONDS=60 scripts/bench-dispatcher.sh   # the latency run only, 60 s instead of 20
 #   DISPATCHER_BIN=/path/to/apns-dispatcher scripts/bench-dispatcher.sh   # another build of the dispatcher (A/B)
 #
-# Beside each dispatcher rate: its CPU time per push (user + system, from /proc, over the round).
+# Beside each dispatcher rate: its CPU time per push — user + system time (from /proc) of the
+# dispatcher process of the round, over its whole life (start-up, joining the group, reading the
+# backlog), divided by the pushes.
 set -euo pipefail
 shopt -s inherit_errexit  # a failure inside `d=$(run_dispatcher)` fails the script, not just prints 0
 

@@ -151,17 +151,19 @@ struct BudgetBook {
         activities[key]?.budget.remaining(now: now)
     }
 
-    /// Whether the activity's budget says nothing a fresh one would not (full, nobody waiting).
+    /// Whether the activity's budget says nothing a fresh one would not: it is full again. (A
+    /// critical update waiting for budget never finds it full; one that left without being sent —
+    /// dropped, expired, its partition revoked — must not keep the entry for ever.)
     func isFresh(_ key: String, now: Date) -> Bool {
         guard let entry = activities[key] else { return true }
-        return entry.waitingSince == nil && Self.isFull(entry.budget, now: now)
+        return Self.isFull(entry.budget, now: now)
     }
 
     mutating func forget(_ key: String) { activities[key] = nil }
 
     /// Forgets the budgets that are full again.
     mutating func sweep(now: Date) {
-        activities = activities.filter { !(($0.value.waitingSince == nil) && Self.isFull($0.value.budget, now: now)) }
+        activities = activities.filter { !Self.isFull($0.value.budget, now: now) }
         devices = devices.filter { !Self.isFull($0.value, now: now) }
     }
 

@@ -203,6 +203,9 @@ public final class DispatchEngine: Sendable {
         return dropped
     }
 
+    /// Submitters waiting for room in the queues (for tests).
+    var waitingSubmitters: Int { state.withLock { $0.submitters.count } }
+
     /// How many activities and push-to-start devices the engine remembers (for tests: it must not
     /// grow with every activity ever seen).
     var remembered: (activities: Int, pushToStartDevices: Int) { state.withLock { $0.machine.remembered } }
@@ -212,9 +215,9 @@ public final class DispatchEngine: Sendable {
     /// Gives the machine one input and carries out what it asks; then lets the input go on if
     /// there is room, rings the timer if it must wake earlier, and tells a drain when it is over.
     private func step(_ input: (inout DispatchMachine, Date) -> [DispatchMachine.Action]) {
-        let now = clock.date
         let (actions, submitters) = state.withLock { state -> ([DispatchMachine.Action], [CheckedContinuation<Void, Never>]) in
-            let actions = input(&state.machine, now)
+            // Read under the lock: the machine's inputs never go back in time.
+            let actions = input(&state.machine, clock.date)
             // Handed out under the lock: sends and outcomes leave in the order they were decided.
             for action in actions {
                 switch action {

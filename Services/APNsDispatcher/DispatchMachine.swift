@@ -207,10 +207,12 @@ struct DispatchMachine {
     /// The clock reached ``nextWakeup`` (or passed it): the activities due are looked at again.
     mutating func timePassed(now: Date) -> [Action] {
         self.now = now
-        while let next = wakeups.min, next.at <= now {
-            _ = wakeups.removeMin()
-            if slots[next.key]?.wakeAt == next.at { slots[next.key]?.wakeAt = nil }
-            pump(next.key)
+        // The wake-ups due now, taken first: one planned while they are handled is for later.
+        var due: [Wakeup] = []
+        while let next = wakeups.min, next.at <= now { due.append(wakeups.removeMin()) }
+        for wakeup in due {
+            if slots[wakeup.key]?.wakeAt == wakeup.at { slots[wakeup.key]?.wakeAt = nil }
+            pump(wakeup.key)
         }
         return takeActions()
     }
@@ -432,8 +434,11 @@ struct DispatchMachine {
         queued -= 1
     }
 
-    /// Looks at `key` again at `date` (unless that is already planned for earlier).
-    mutating func wake(_ key: String, at date: Date) {
+    /// Looks at `key` again at `date` (unless that is already planned for earlier), and never
+    /// at the instant being handled: a budget whose next send is a rounding error away would
+    /// otherwise be woken again and again at the same `now`.
+    mutating func wake(_ key: String, at requested: Date) {
+        let date = max(requested, now.addingTimeInterval(0.001))
         if let scheduled = slots[key]?.wakeAt, scheduled <= date { return }
         slots[key]?.wakeAt = date
         wakeups.insert(Wakeup(at: date, key: key))

@@ -23,7 +23,8 @@ public struct GRPCServerService: Service {
         try await withGracefulShutdownHandler {
             try await withThrowingDiscardingTaskGroup { group in
                 group.addTask { try await server.serve() }
-                if let port = try await server.listeningAddress?.ipv4?.port { onListening(port) }
+                // Best effort: a server that never listened (shut down first) fails in serve().
+                if let port = try? await server.listeningAddress?.ipv4?.port { onListening(port) }
             }
         } onGracefulShutdown: {
             server.beginGracefulShutdown()

@@ -9,7 +9,7 @@ public final class ManualClock: WallClock, Sendable {
         var now: Date
         var nextID = 0
         var sleepers: [(until: Date, id: Int, continuation: CheckedContinuation<Void, Never>)] = []
-        var watchers: [(until: Date, continuation: CheckedContinuation<Void, Never>)] = []
+        var watchers: [(until: Date, id: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
     private let state: Mutex<State>
@@ -54,13 +54,25 @@ public final class ManualClock: WallClock, Sendable {
     /// Returns once something sleeps until exactly `date` (at once if something does): a test knows
     /// a wake-up was scheduled before it moves the clock past it, without polling.
     public func sleeper(until date: Date) async {
-        await withCheckedContinuation { continuation in
-            let present = state.withLock { state -> Bool in
-                if state.sleepers.contains(where: { $0.until == date }) { return true }
-                state.watchers.append((date, continuation))
-                return false
+        let id = state.withLock { state in
+            defer { state.nextID += 1 }
+            return state.nextID
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let present = state.withLock { state -> Bool in
+                    if state.sleepers.contains(where: { $0.until == date }) || Task.isCancelled { return true }
+                    state.watchers.append((date, id, continuation))
+                    return false
+                }
+                if present { continuation.resume() }
             }
-            if present { continuation.resume() }
+        } onCancel: {
+            let watcher = state.withLock { state -> CheckedContinuation<Void, Never>? in
+                guard let index = state.watchers.firstIndex(where: { $0.id == id }) else { return nil }
+                return state.watchers.remove(at: index).continuation
+            }
+            watcher?.resume()
         }
     }
 

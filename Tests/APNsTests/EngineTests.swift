@@ -15,7 +15,8 @@ final class ScriptedSender: APNsSending {
         var sent: [APNsPush] = []
         var script: [String: [APNsAnswer]] = [:]
         var held = false
-        var waiting: [CheckedContinuation<Void, Never>] = []
+        var waiting: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var nextID: UInt64 = 0
         var renewals = 0
         var answers = 0
         var failures: [String: [APNsTransportError]] = [:]
@@ -35,7 +36,7 @@ final class ScriptedSender: APNsSending {
         let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.held = false
             defer { state.waiting.removeAll() }
-            return state.waiting
+            return Array(state.waiting.values)
         }
         for continuation in waiting { continuation.resume() }
     }
@@ -59,13 +60,24 @@ final class ScriptedSender: APNsSending {
 
     func send(_ push: APNsPush, teamID: String, environment: APNsEnvironment) async throws -> APNsAnswer {
         accept(push)
-        await withCheckedContinuation { continuation in
-            let held = state.withLock { state -> Bool in
-                if state.held { state.waiting.append(continuation) }
-                return state.held
-            }
-            if !held { continuation.resume() }
+        let id = state.withLock { state in
+            defer { state.nextID += 1 }
+            return state.nextID
         }
+        // Held until released, or until the send is cancelled (the engine finished).
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let held = state.withLock { state -> Bool in
+                    guard state.held, !Task.isCancelled else { return false }
+                    state.waiting[id] = continuation
+                    return true
+                }
+                if !held { continuation.resume() }
+            }
+        } onCancel: {
+            state.withLock { $0.waiting.removeValue(forKey: id) }?.resume()
+        }
+        try Task.checkCancellation()
         return try answer(to: push).get()
     }
 
@@ -133,6 +145,8 @@ final class EngineHarness {
     }
 
     func beginDrain() { machine.beginDrain() }
+
+    func dropWaiting(where matches: (UInt64) -> Bool) -> [UInt64] { machine.dropWaiting(where: matches) }
 
     func alreadyFinished(_ requestIds: [String], unansweredStarts: [String] = []) {
         machine.alreadyFinished(requestIds, unansweredStarts: unansweredStarts)
@@ -402,6 +416,7 @@ struct EngineTests {
             let request = h.request("tokenless-\(index)", sequence: 1)
             waiting.append(request)
             h.submit(request)
+            #expect(h.machine.hasRoom, "a request waiting for its token does not count against the queue limit")
             h.advance(1)
         }
         // Three may wait: the two whose waits end first gave up.
@@ -603,6 +618,22 @@ struct EngineTests {
         #expect(remembered == (1, 0), "\(remembered): the end is forgotten 12 hours on, busy once its budget refilled; later (budget just spent) remembered")
         h.submit(h.request("ended", sequence: 2))
         #expect(h.outcomes(6).last?.result == .expired, "a late update to it is still not sent: the activity is past its lifetime")
+    }
+
+    @Test("a critical update that leaves while it waits for budget (its partition revoked) leaves nothing behind once the budget refilled")
+    func waitingBudgetForgotten() {
+        var policy = DispatcherPolicy()
+        policy.budgets.standard = .init(capacity: 1, period: .seconds(3_600))
+        let h = EngineHarness(policy: policy)
+        h.register("a", token: hexToken(1))
+        h.submit(h.request("a", sequence: 1, supersedable: false))  // spends the budget
+        h.submit(h.request("a", sequence: 2, urgency: .critical, supersedable: false))  // waits for it
+        #expect(h.sender.sent.count == 1)
+        #expect(h.dropWaiting { _ in true }.count == 1)
+        h.advance(3_601)  // a's budget is full again
+        h.register("b", token: hexToken(2))
+        h.submit(h.request("b", sequence: 1))  // an outcome: the sweep runs
+        #expect(h.machine.remembered.activities == 1, "only b, whose budget was just spent: \(h.machine.remembered)")
     }
 
     @Test("a graceful stop finishes what is in flight and starts nothing more: queued updates and retries are left to the next owner")

@@ -101,7 +101,10 @@ private final class MisbehavingServer: Sendable {
     func openedStream() { state.withLock { $0.streams += 1 } }
     /// Returns once every connection accepted so far is closed.
     func allClosed() async {
-        for child in state.withLock({ $0.children }) { try? await child.closeFuture.get() }
+        let children = state.withLock { $0.children }
+        let closed = AwaitedLog<Void>()
+        for child in children { child.closeFuture.whenComplete { _ in closed.append(()) } }
+        await closed.wait(for: children.count)
     }
 
     func closeAll() { for child in state.withLock({ $0.children }) { child.close(promise: nil) } }

@@ -95,6 +95,8 @@ final class ServiceProcess: @unchecked Sendable {  // its mutable state is under
     /// Starts the executable, learns the ports it bound, and waits until its `/health` answers
     /// 200 (ready), at most `timeout`.
     func start(timeout: Duration = .seconds(120)) async throws {
+        // Without it the dispatcher would push to Apple's hosts: the simulator reports its port first.
+        if name == .dispatcher && environment["ISLET_APNS_URL"] == nil { throw E2EFailure("the dispatcher has no ISLET_APNS_URL: start the simulator first") }
         let process = Process()
         process.executableURL = Stack.binDirectory.appendingPathComponent(name.rawValue)
         let (number, reportFile, expected) = lock.withLock { () -> (Int, URL, Set<String>) in
@@ -261,7 +263,9 @@ final class Stack: Sendable {
     /// Another instance of a service: the same configuration (the same consumer group), ports of
     /// its own, log files named after `instance`. Not started, and not stopped by ``stop()``.
     func another(_ name: ServiceProcess.Name, instance: String) -> ServiceProcess {
-        ServiceProcess(name: name, environment: self[name].environment, logDirectory: directory, instance: instance)
+        let process = ServiceProcess(name: name, environment: self[name].environment, logDirectory: directory, instance: instance)
+        if name == .dispatcher, let simulatorPort { process.set("ISLET_APNS_URL", "https://127.0.0.1:\(simulatorPort)") }
+        return process
     }
 
     func url(_ name: ServiceProcess.Name) -> String { self[name].healthURL }
