@@ -27,10 +27,13 @@ final class WorkQueue<Item: Sendable>: Sendable {
 
     /// The next item; `nil` once finished or cancelled.
     func next() async -> Item? {
-        let id = state.withLock { state in
+        // Under load an item is usually there: taken with one lock, no continuation.
+        let (waiting, id) = state.withLock { state -> (Item?, UInt64) in
+            if let item = state.items.popFirst() { return (item, 0) }
             defer { state.nextID += 1 }
-            return state.nextID
+            return (nil, state.nextID)
         }
+        if let waiting { return waiting }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 let ready = state.withLock { state -> Item?? in
