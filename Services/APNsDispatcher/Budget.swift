@@ -124,7 +124,7 @@ struct BudgetBook {
 
     /// The priority `request` (for the activity or push-to-start key `key`, whose token is
     /// `record`) goes out with now, spending budget; or `.wait` until budget is available.
-    mutating func decide(_ request: PushRequest, key: String, record: TokenRecord, now: Date, policy: BudgetPolicy) -> PriorityDecision {
+    mutating func decide(_ request: PushRequest, key: String, record: DeliveryToken, now: Date, policy: BudgetPolicy) -> PriorityDecision {
         if request.pushToStartKey != nil, let deviceId = record.deviceId {
             let device = "\(record.app.bundleId):\(deviceId)"
             var budget = devices[device] ?? Budget(limits: policy.pushToStart, now: now)

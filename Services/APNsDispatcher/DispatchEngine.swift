@@ -80,7 +80,7 @@ public final class DispatchEngine: Sendable {
     ///   - teams: the team id that signs for each bundle id.
     ///   - onDone: called with a request's ticket once its outcome is persisted (or it needed none).
     public init(
-        sender: any APNsSending, tokens: TokenTable, outcomes: any OutcomeSink, policy: DispatcherPolicy, teams: [String: String],
+        sender: any APNsSending, tokens: PartitionTokens, outcomes: any OutcomeSink, policy: DispatcherPolicy, teams: [String: String],
         clock: any WallClock = SystemWallClock(), random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
         logger: Logger, onDone: @escaping @Sendable (UInt64) -> Void
     ) {

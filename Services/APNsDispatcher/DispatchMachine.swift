@@ -81,7 +81,7 @@ struct DispatchMachine {
         var registeredAt: Date
         var at: Date
 
-        func kills(_ record: TokenRecord) -> Bool {
+        func kills(_ record: DeliveryToken) -> Bool {
             record.registeredAt <= registeredAt && TokenFingerprint.of(token: record.token) == fingerprint
         }
     }
@@ -93,7 +93,7 @@ struct DispatchMachine {
         static func < (lhs: Wakeup, rhs: Wakeup) -> Bool { lhs.at < rhs.at }
     }
 
-    let tokens: TokenTable
+    let tokens: PartitionTokens
     let policy: DispatcherPolicy
     let teams: [String: String]
     let random: @Sendable () -> Double
@@ -132,7 +132,7 @@ struct DispatchMachine {
     var unansweredStarts: Set<String> = []
     var lastSweep = Date.distantPast
 
-    init(tokens: TokenTable, policy: DispatcherPolicy, teams: [String: String], random: @escaping @Sendable () -> Double, logger: Logger, now: Date) {
+    init(tokens: PartitionTokens, policy: DispatcherPolicy, teams: [String: String], random: @escaping @Sendable () -> Double, logger: Logger, now: Date) {
         self.tokens = tokens
         self.policy = policy
         self.teams = teams
@@ -300,7 +300,7 @@ struct DispatchMachine {
         /// It waits (for its token, for a stopped lane); it is looked at again when that may change.
         case held
         /// Its token is usable and its team known.
-        case ready(TokenRecord, team: String)
+        case ready(DeliveryToken, team: String)
     }
 
     /// The request's token (present, active, not refused by APNs), its bounds (lifetime,
@@ -315,7 +315,7 @@ struct DispatchMachine {
             actions.append(.release(ticket: head.ticket))
             return .finished
         }
-        guard let record = tokens.record(forKey: key) else {
+        guard let record = tokens.token(forKey: key) else {
             // Looked at again when its token arrives (``tokenArrived(_:now:)``), or when the wait ends.
             let waitEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)), request.expiration ?? .distantFuture)
             if now < waitEnd {
@@ -366,7 +366,7 @@ struct DispatchMachine {
     }
 
     /// Takes the activity's first request out of its queue and hands it out to be sent.
-    mutating func startSending(_ key: String, record: TokenRecord, team: String, priority: Int, downgraded: Bool) {
+    mutating func startSending(_ key: String, record: DeliveryToken, team: String, priority: Int, downgraded: Bool) {
         guard var slot = slots[key] else { return }
         var sending = slot.queue.removeFirst()
         if stoppedLanes[team] != nil {
@@ -383,7 +383,7 @@ struct DispatchMachine {
         actions.append(.send(attempt(sending, key: key, record: record, team: team, priority: priority, downgraded: downgraded)))
     }
 
-    func attempt(_ entry: QueuedRequest, key: String, record: TokenRecord, team: String, priority: Int, downgraded: Bool) -> Attempt {
+    func attempt(_ entry: QueuedRequest, key: String, record: DeliveryToken, team: String, priority: Int, downgraded: Bool) -> Attempt {
         let request = entry.request
         let payload = entry.ambiguous && request.alerting ? DispatchEngine.withoutAlert(request.payload) : request.payload
         let push = APNsPush(

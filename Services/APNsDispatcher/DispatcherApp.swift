@@ -32,27 +32,31 @@ public struct DispatcherApp: Sendable {
         public init() {}
     }
 
+    /// Not ready while the token partitions of newly assigned partitions are being read.
     public static let tableCheck = "tokens-table"
 
     public let engine: DispatchEngine
     public let client: APNsClient
-    public let tokens: TokenTable
-    /// In start order; stopped in reverse (HTTP, the dispatcher's loop, the token table, the producer).
+    /// The tokens of the partitions this instance owns.
+    public let tokens: PartitionTokens
+    /// In start order; stopped in reverse (HTTP, the dispatcher's loop, the token partitions, the producer).
     public let services: [any Service]
 
     public init(runtime: ServiceRuntime, settings: DispatcherSettings, topics: Topics = Topics(), clock: any WallClock = SystemWallClock()) throws {
         let logger = runtime.logger
         let service = runtime.settings.serviceName
         let producer = try KafkaProducer(configuration: runtime.settings.producerConfiguration(), logger: logger)
-        let tokens = TokenTable()
         let health = runtime.health
-        health.register(Self.tableCheck)
-        let replica = try KafkaConsumer(
-            configuration: TokenTableLoader.replicaConfiguration(
-                bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.tokens, clientID: service,
-                settings: runtime.settings.consumerProperties),
-            logger: logger)
-        let loader = TokenTableLoader(consumer: replica, table: tokens, service: service, logger: logger) { health.setReady(Self.tableCheck) }
+        // The tokens of the partitions the group gives this instance, read when they are assigned.
+        let tokens = PartitionTokens()
+        let (bootstrap, properties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
+        let loader = PartitionTokenLoader(tokens: tokens, service: service, logger: logger) { partitions in
+            try KafkaConsumer(
+                configuration: PartitionTokenLoader.replicaConfiguration(
+                    bootstrapServers: bootstrap, topic: topics.tokens, partitions: partitions, clientID: service, settings: properties),
+                logger: logger)
+        }
+        health.register(Self.tableCheck) { loader.isRestoring ? .notReady("reading the token partitions just assigned") : .ready }
 
         let consumer = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.pushRequests]), logger: logger)
         let tickets = TicketBook(consumer: consumer)
@@ -63,7 +67,7 @@ public struct DispatcherApp: Sendable {
         let dispatcher = DispatcherService(
             consumer: consumer,
             deadLetters: DeadLetterWriter(producer: producer, consumer: consumer, service: service, logger: logger, topic: topics.deadLetters),
-            engine: engine, tickets: tickets,
+            engine: engine, tickets: tickets, tokenLoader: loader,
             recentOutcomes: RecentOutcomes(
                 bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushOutcomes, window: settings.dedupeWindow,
                 settings: runtime.settings.consumerProperties, logger: logger),
@@ -72,12 +76,12 @@ public struct DispatcherApp: Sendable {
         // Readiness follows the Kafka clients too: not ready while one cannot reach the cluster or
         // is being recreated; not live once recreation keeps failing.
         health.register("kafka.producer") { producer.health }
-        health.register("kafka.tokens") { replica.health }
+        health.register("kafka.tokens") { loader.health }
         health.register("kafka.requests") { consumer.health }
 
         self.engine = engine
         self.client = client
         self.tokens = tokens
-        self.services = [producer, loader, ReadinessGate(health: health, check: Self.tableCheck, then: dispatcher), runtime.httpServer(router: runtime.makeRouter().buildResponder())]
+        self.services = [producer, loader, dispatcher, runtime.httpServer(router: runtime.makeRouter().buildResponder())]
     }
 }

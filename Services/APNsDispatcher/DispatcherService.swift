@@ -1,6 +1,7 @@
 import Foundation
 import IsletKafka
 import IsletMessages
+import IsletTokens
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -10,10 +11,14 @@ import Synchronization
 /// its outcome is persisted — in offset order (``OffsetTracker``), although outcomes complete in
 /// any order.
 ///
-/// On partition assignment it first reads the partition's recent outcomes (the same partition of
-/// `islet.push-outcomes.v1`: both are keyed by activity), so that requests read again after a
-/// crash, whose outcome was already published, are not sent again — a push-to-start must never
-/// start two activities. On graceful shutdown it stops taking requests, waits for the pushes in
+/// On partition assignment it first reads the same partitions of `islet.tokens.v1` (co-partitioned:
+/// every token their requests need is there; ``PartitionTokenLoader``). Before the first request
+/// of a partition it reads the outcomes written since that request (the same partition of
+/// `islet.push-outcomes.v1`), so that requests read again after a crash, whose outcome was already
+/// published, are not sent again — a push-to-start must never start two activities. Requests read
+/// again start at the group's committed offset, and their outcomes were all written after the
+/// first of them was: the read covers the uncommitted stretch (plus a margin for clocks), not
+/// hours. On graceful shutdown it stops taking requests, waits for the pushes in
 /// flight and their outcomes (at most `drainTimeout`), then commits and leaves the group. A
 /// partition revoked by a rebalance is given up the same way: nothing new is sent for it, and its
 /// pushes in flight finish before its offsets are committed (``TicketBook/finishRevoked(_:engine:timeout:)``).
@@ -22,18 +27,20 @@ public struct DispatcherService: Service {
     let deadLetters: DeadLetterWriter
     let engine: DispatchEngine
     let tickets: TicketBook
+    let tokenLoader: PartitionTokenLoader
     let recentOutcomes: RecentOutcomes
     let drainTimeout: Duration
     let logger: Logger
 
     public init(
-        consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: DispatchEngine, tickets: TicketBook, recentOutcomes: RecentOutcomes,
-        drainTimeout: Duration = .seconds(8), logger: Logger
+        consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: DispatchEngine, tickets: TicketBook, tokenLoader: PartitionTokenLoader,
+        recentOutcomes: RecentOutcomes, drainTimeout: Duration = .seconds(8), logger: Logger
     ) {
         self.consumer = consumer
         self.deadLetters = deadLetters
         self.engine = engine
         self.tickets = tickets
+        self.tokenLoader = tokenLoader
         self.recentOutcomes = recentOutcomes
         self.drainTimeout = drainTimeout
         self.logger = logger
@@ -65,25 +72,35 @@ public struct DispatcherService: Service {
                 await engine.drain(timeout: drainTimeout)
                 consumer.shutdown()
             }
+            // Partitions assigned whose first request was not read yet: the outcomes written since
+            // it are read before it is handled.
+            var unchecked: Set<Int32> = []
             for await event in consumer.events {
                 switch event {
                 case .partitionsAssigned(let partitions):
-                    let reading = ContinuousClock.now
-                    let recent = await recentOutcomes.requestIds(partitions: partitions.map(\.partition))
-                    engine.alreadyFinished(recent.finished, unansweredStarts: recent.unansweredStarts)
-                    logger.info(
-                        "partitions assigned",
-                        metadata: [
-                            "kafka.partitions": "\(partitions)", "outcomes.recent": "\(recent.finished.count)",
-                            "outcomes.unansweredStarts": "\(recent.unansweredStarts.count)",
-                            "outcomes.readMilliseconds": "\((ContinuousClock.now - reading) / .milliseconds(1))",
-                        ])
+                    let numbers = partitions.map(\.partition)
+                    await tokenLoader.restore(partitions: numbers)
+                    unchecked.formUnion(numbers)
                 case .partitionsRevoked(let partitions):
                     let revoked = Set(partitions)
                     let dropped = engine.dropWaiting { ticket in tickets.partition(of: ticket).map(revoked.contains) ?? false }
                     tickets.forget(dropped)
                     tickets.revoke(partitions)
+                    tokenLoader.revoke(partitions: partitions.map(\.partition))
+                    unchecked.subtract(partitions.map(\.partition))
                 case .message(let raw):
+                    if unchecked.remove(raw.partition) != nil {
+                        let reading = ContinuousClock.now
+                        let recent = await recentOutcomes.requestIds(partition: raw.partition, firstRequestAt: raw.timestampMilliseconds)
+                        engine.alreadyFinished(recent.finished, unansweredStarts: recent.unansweredStarts)
+                        logger.info(
+                            "outcomes since the partition's first request read",
+                            metadata: [
+                                "kafka.partition": "\(raw.partition)", "outcomes.recent": "\(recent.finished.count)",
+                                "outcomes.unansweredStarts": "\(recent.unansweredStarts.count)",
+                                "outcomes.readMilliseconds": "\((ContinuousClock.now - reading) / .milliseconds(1))",
+                            ])
+                    }
                     // nil: its partition is being revoked; the next owner reads it.
                     guard let ticket = tickets.open(raw) else { continue }
                     switch DeadLetterWriter.check(PushRequest.self, raw) {
@@ -198,8 +215,6 @@ public struct RecentOutcomes: Sendable {
         self.logger = logger
     }
 
-    /// The request ids of outcomes written in the last `window` to these partitions. On failure it
-    /// logs and answers what it read (duplicates are then possible, as after any crash).
     /// Request ids of the partitions' recent outcomes.
     public struct Ids: Sendable, Equatable {
         /// With a final outcome: not sent again.
@@ -209,9 +224,28 @@ public struct RecentOutcomes: Sendable {
         public var unansweredStarts: Set<String> = []
     }
 
-    func requestIds(partitions: [Int32]) async -> Ids {
+    /// How much earlier than the first request read again an outcome may be stamped: the clocks
+    /// of content-service's and the dispatcher's hosts may differ.
+    static let clockMargin: TimeInterval = 120
+
+    /// The request ids of outcomes written to `partition` since the partition's first request read
+    /// again was (`firstRequestAt`, its Kafka timestamp in milliseconds, less ``clockMargin``), and
+    /// at most `window` ago. On failure it logs and answers what it read (duplicates are then
+    /// possible, as after any crash).
+    func requestIds(partition: Int32, firstRequestAt: Int64?, now: Date = Date()) async -> Ids {
+        await requestIds(partitions: [partition], since: Self.since(window: window, firstRequestAt: firstRequestAt, now: now))
+    }
+
+    /// Where the read of outcomes starts: `window` ago, or later when the first request read again
+    /// is younger (less ``clockMargin``).
+    static func since(window: Duration, firstRequestAt: Int64?, now: Date) -> Date {
+        let oldest = now.addingTimeInterval(-(window / .seconds(1)))
+        guard let firstRequestAt else { return oldest }
+        return max(oldest, Date(timeIntervalSince1970: Double(firstRequestAt) / 1_000 - clockMargin))
+    }
+
+    func requestIds(partitions: [Int32], since: Date) async -> Ids {
         guard !partitions.isEmpty else { return Ids() }
-        let since = Date().addingTimeInterval(-(window / .seconds(1)))
         do {
             return try await read(partitions: partitions, since: since)
         } catch {

@@ -56,29 +56,41 @@ public struct TokenTableLoader: Service {
 
     private func apply(_ message: KafkaMessage) {
         let position = TokenTable.Position(partition: message.partition, offset: message.offset)
-        guard let key = message.keyString else {
-            invalid.increment()
-            logger.error("token record without a key ignored", metadata: ["kafka.offset": "\(message.offset)"])
-            return
-        }
-        guard let value = message.value else {
-            table.remove(key: key, at: position)
-            return
-        }
         do {
-            let record = try IsletJSON.decode(TokenRecord.self, from: value)
-            try record.validate()
-            // An update token written before activity ids were scoped per app has the bare
-            // activity id as its key: it is read, and kept under its app's key.
-            guard record.key == key || record.legacyKey == key else {
-                throw MessageValidationError(field: "key", problem: "the record's key rule gives \(record.key ?? "none"), not \(key)")
+            switch try TokenTopicRecord(message) {
+            case .record(let record, let key): table.apply(record, key: key, at: position)
+            case .tombstone(let key): table.remove(key: key, at: position)
             }
-            table.apply(record, key: key, at: position)
         } catch {
             invalid.increment()
             logger.error(
                 "token record not applied",
                 metadata: ["kafka.partition": "\(message.partition)", "kafka.offset": "\(message.offset)", "error": "\(error)"])
         }
+    }
+}
+
+/// A record of `islet.tokens.v1` as the tables read it: a token record under its topic key, or a
+/// tombstone. Throws for a record without a key, one that does not decode or validate, or one
+/// whose key is not its key rule's: the topic is written only by token-registry, so such a record
+/// means a bug or a foreign writer, and a table must not guess.
+enum TokenTopicRecord {
+    case record(TokenRecord, key: String)
+    case tombstone(key: String)
+
+    init(_ message: KafkaMessage) throws {
+        guard let key = message.keyString else { throw MessageValidationError(field: "key", problem: "a token record needs a key") }
+        guard let value = message.value else {
+            self = .tombstone(key: key)
+            return
+        }
+        let record = try IsletJSON.decode(TokenRecord.self, from: value)
+        try record.validate()
+        // An update token written before activity ids were scoped per app has the bare
+        // activity id as its key: it is read, and kept under its app's key.
+        guard record.key == key || record.legacyKey == key else {
+            throw MessageValidationError(field: "key", problem: "the record's key rule gives \(record.key ?? "none"), not \(key)")
+        }
+        self = .record(record, key: key)
     }
 }

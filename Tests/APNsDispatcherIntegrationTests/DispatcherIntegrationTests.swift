@@ -5,6 +5,7 @@ import IsletKafka
 import IsletMessages
 import IsletRuntime
 import IsletTesting
+import IsletTokens
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -72,7 +73,7 @@ final class Rig: Sendable {
             keys: [signingKey], teams: [bundle: signingKey.teamID],
             client: .init(production: endpoint, sandbox: endpoint, requestTimeout: .seconds(10), trustedCertificatesPEM: tls.certificatePEM), policy: policy)
         let app = try DispatcherApp(runtime: runtime, settings: dispatcherSettings, topics: topics)
-        return RunningDispatcher(group: runtime.makeServiceGroup(app.services))
+        return RunningDispatcher(group: runtime.makeServiceGroup(app.services), tokens: app.tokens)
     }
 
     func register(_ activity: String, token: String) async throws {
@@ -128,10 +129,13 @@ final class Rig: Sendable {
 
 final class RunningDispatcher: Sendable {
     let group: ServiceGroup
+    /// The tokens it holds: those of its partitions.
+    let tokens: PartitionTokens
     private let task: Task<Void, any Error>
 
-    init(group: ServiceGroup) {
+    init(group: ServiceGroup, tokens: PartitionTokens) {
         self.group = group
+        self.tokens = tokens
         task = Task { try await group.run() }
     }
 
@@ -139,6 +143,17 @@ final class RunningDispatcher: Sendable {
         await group.triggerGracefulShutdown()
         try await task.value
     }
+}
+
+/// Polls `condition` every 100 ms until it gives a value; fails after `limit`.
+private func eventually<T: Sendable>(limit: Duration = .seconds(15), _ condition: @Sendable () -> T?) async throws -> T {
+    let deadline = ContinuousClock.now + limit
+    while ContinuousClock.now < deadline {
+        if let value = condition() { return value }
+        try await Task.sleep(for: .milliseconds(100))
+    }
+    Issue.record("condition not met within \(limit)")
+    throw CancellationError()
 }
 
 @Suite("apns-dispatcher against the broker and the simulator", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(4)))
@@ -287,8 +302,17 @@ struct DispatcherIntegrationTests {
         try await Task.sleep(for: .seconds(2))
         let second = try await rig.startDispatcher(group: group)  // takes partitions over from the first
         try await Task.sleep(for: .seconds(8))
+        // Each holds the tokens of its own partitions only, and together all of them.
+        let split = try await eventually {
+            let (a, b) = (first.tokens.ownedPartitions, second.tokens.ownedPartitions)
+            return a.isDisjoint(with: b) && a.union(b) == [0, 1, 2] && !a.isEmpty && !b.isEmpty
+                && first.tokens.count + second.tokens.count == 18 ? (first.tokens.count, second.tokens.count) : nil
+        }
+        #expect(split.0 < 18 && split.1 < 18, "each holds its share, not the whole table")
         try await first.stop()  // gives its partitions to the second
         try await Task.sleep(for: .seconds(3))
+        // The partitions that moved were read on the second: it holds every token now.
+        _ = try await eventually { second.tokens.ownedPartitions == [0, 1, 2] && second.tokens.count == 18 ? true : nil }
         stream.cancel()
         _ = try? await stream.value
         rig.simulator.state.clearFaults()

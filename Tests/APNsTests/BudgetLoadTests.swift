@@ -43,7 +43,7 @@ struct BudgetLoadTests {
         let load = LoadPlan(activities: activities, seconds: seconds, maximumInFlight: policy.maximumInFlight)
         let clock = ManualClock()
         let ledger = LoadLedger(plan: load, clock: clock)
-        let tokens = TokenTable()
+        let tokens = PartitionTokens.forTests()
         let doneCount = AwaitedLog<Void>()
         let engine = DispatchEngine(
             sender: ledger, tokens: tokens, outcomes: ledger, policy: policy, teams: [LoadPlan.bundleId: "TEAM123456"], clock: clock,
@@ -53,7 +53,7 @@ struct BudgetLoadTests {
         let start = clock.date
         for activity in 0..<activities {
             let record = load.tokenRecord(activity, now: start)
-            tokens.apply(record, key: record.key!, at: nil)
+            tokens.put(record, key: record.key!)
         }
 
         let began = ContinuousClock.now

@@ -21,7 +21,7 @@ struct DispatchEngineDriverTests {
         let clock = ManualClock()
         let sender = ScriptedSender()
         let sink = AwaitedSink()
-        let tokens = TokenTable()
+        let tokens = PartitionTokens.forTests()
         let done = AwaitedLog<UInt64>()
         let engine: DispatchEngine
         let policy: DispatcherPolicy
@@ -40,12 +40,12 @@ struct DispatchEngineDriverTests {
 
         func register(_ activity: String, token: String) {
             let now = clock.date
-            tokens.apply(
+            tokens.put(
                 TokenRecord(
                     kind: .update, activityId: activity, userId: "u", token: token, app: AppTarget(bundleId: "com.example.food", environment: .production),
                     attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, activityStartedAt: now,
                     registeredAt: now, updatedAt: now),
-                key: MessageKey.activity(bundleId: "com.example.food", activityId: activity), at: nil)
+                key: MessageKey.activity(bundleId: "com.example.food", activityId: activity))
         }
 
         func request(_ activity: String, sequence: Int64, supersedable: Bool = true) -> PushRequest {

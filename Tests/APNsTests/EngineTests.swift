@@ -100,7 +100,7 @@ final class EngineHarness {
     let clock = ManualClock()
     let sender = ScriptedSender()
     let sink = RecordingSink()
-    let tokens = TokenTable()
+    let tokens = PartitionTokens.forTests()
     /// Tickets reported done, in order.
     private(set) var done: [UInt64] = []
     private(set) var machine: DispatchMachine
@@ -117,13 +117,13 @@ final class EngineHarness {
     ) {
         let now = clock.date
         let key = MessageKey.activity(bundleId: bundleId, activityId: activity)
-        tokens.apply(
+        tokens.put(
             TokenRecord(
                 kind: .update, activityId: activity, userId: "u", token: token, app: AppTarget(bundleId: bundleId, environment: .production),
                 attributesType: "DeliveryAttributes", frequentUpdatesEnabled: frequent, appVersion: "1.0", state: state,
                 invalidation: state == .invalidated ? .init(reason: .clientEnded, invalidatedAt: now) : nil, activityStartedAt: startedAt ?? now,
                 registeredAt: now, updatedAt: now),
-            key: key, at: nil)
+            key: key)
         step { $0.tokenArrived(key, now: $1) }
     }
 
@@ -585,11 +585,11 @@ struct EngineTests {
         h.register("ended", token: hexToken(2))
         h.register("busy", token: hexToken(3))
         let now = h.clock.date
-        h.tokens.apply(
+        h.tokens.put(
             TokenRecord(
                 kind: .pushToStart, deviceId: "phone", userId: "u", token: hexToken(4), app: AppTarget(bundleId: "com.example.food", environment: .production),
                 attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now),
-            key: MessageKey.pushToStart(bundleId: "com.example.food", deviceId: "phone", attributesType: "DeliveryAttributes"), at: nil)
+            key: MessageKey.pushToStart(bundleId: "com.example.food", deviceId: "phone", attributesType: "DeliveryAttributes"))
         let start = PushRequest(
             requestId: UUID().uuidString.lowercased(), pushToStartKey: MessageKey.pushToStart(bundleId: "com.example.food", deviceId: "phone", attributesType: "DeliveryAttributes"), event: .start,
             app: AppTarget(bundleId: "com.example.food", environment: .production), attributesType: "DeliveryAttributes",

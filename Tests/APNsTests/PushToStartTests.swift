@@ -15,7 +15,7 @@ struct PushToStartTests {
         let record = TokenRecord(
             kind: .pushToStart, deviceId: "device-1", userId: "u", token: token, app: AppTarget(bundleId: "com.example.food", environment: .production),
             attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
-        h.tokens.apply(record, key: record.key!, at: nil)
+        h.tokens.put(record, key: record.key!)
         return record.key!
     }
 

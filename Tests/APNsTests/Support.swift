@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import IsletMessages
 import IsletTesting
+import IsletTokens
 import Logging
 import NIOCore
 import ServiceLifecycle
@@ -60,4 +61,20 @@ func push(_ token: String, priority: Int = 10, payload text: String = payload(),
     APNsPush(
         deviceToken: token, topic: "com.example.food.push-type.liveactivity", priority: priority, apnsID: apnsID, expiration: 0,
         payload: ByteBuffer(string: text))
+}
+
+extension PartitionTokens {
+    /// A table holding partition 0, where ``put(_:key:)`` writes.
+    static func forTests() -> PartitionTokens {
+        let tokens = PartitionTokens()
+        tokens.own(partitions: [0])
+        return tokens
+    }
+
+    private static let offsets = Atomic<Int64>(0)
+
+    /// Applies `record` as the next record of partition 0.
+    func put(_ record: TokenRecord, key: String) {
+        apply(record, key: key, partition: 0, offset: Self.offsets.add(1, ordering: .relaxed).newValue)
+    }
 }

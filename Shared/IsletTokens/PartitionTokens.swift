@@ -1,0 +1,254 @@
+import Foundation
+import IsletMessages
+import Synchronization
+
+/// What a service that sends to a token needs of it: a compact read of a ``TokenRecord``.
+public struct DeliveryToken: Sendable, Equatable {
+    /// The APNs token, lowercase hex.
+    public var token: String
+    public var app: AppTarget
+    public var kind: TokenKind
+    public var state: TokenState
+    /// The device of a push-to-start token (from its key); `nil` for an update token.
+    public var deviceId: String?
+    public var frequentUpdatesEnabled: Bool
+    public var appVersion: String
+    public var registeredAt: Date
+    public var activityStartedAt: Date?
+
+    public init(
+        token: String, app: AppTarget, kind: TokenKind, state: TokenState, deviceId: String?, frequentUpdatesEnabled: Bool, appVersion: String,
+        registeredAt: Date, activityStartedAt: Date?
+    ) {
+        self.token = token
+        self.app = app
+        self.kind = kind
+        self.state = state
+        self.deviceId = deviceId
+        self.frequentUpdatesEnabled = frequentUpdatesEnabled
+        self.appVersion = appVersion
+        self.registeredAt = registeredAt
+        self.activityStartedAt = activityStartedAt
+    }
+
+    public init(_ record: TokenRecord) {
+        self.init(
+            token: record.token, app: record.app, kind: record.kind, state: record.state,
+            deviceId: record.kind == .pushToStart ? record.deviceId : nil, frequentUpdatesEnabled: record.frequentUpdatesEnabled,
+            appVersion: record.appVersion, registeredAt: record.registeredAt, activityStartedAt: record.activityStartedAt)
+    }
+}
+
+/// The tokens of the partitions of `islet.tokens.v1` this instance owns, kept compact: what
+/// apns-dispatcher needs to send (``DeliveryToken``), a few hundred bytes per token.
+///
+/// The activity topics are co-partitioned, so the instance that owns partition p of
+/// `islet.push-requests.v1` finds every token its requests need in partition p of the token topic.
+/// ``PartitionTokenLoader`` fills a partition when it is assigned (it reads that partition from its
+/// start) and follows it while it is owned; ``drop(partitions:)`` forgets it when it is revoked.
+///
+/// Compact: the token is held as bytes (half its hex), what many tokens share (app, environment,
+/// kind, state, app version, the frequent-updates flag) once in a table of *profiles*, times as
+/// milliseconds. A record is applied only when it is newer in its partition than what the key
+/// holds, so the table never moves back.
+public final class PartitionTokens: Sendable {
+    struct Entry {
+        var token: [UInt8]
+        var offset: Int64
+        var registeredAt: Int64
+        /// Milliseconds since 1970; `Int64.min`: not reported.
+        var startedAt: Int64
+        var partition: Int32
+        var profile: UInt32
+        /// The record sits on the topic under the bare activity id (written before activity ids
+        /// were scoped per app).
+        var legacyTopicKey: Bool
+    }
+
+    /// What many tokens share.
+    struct Profile: Hashable {
+        var app: AppTarget
+        var kind: TokenKind
+        var state: TokenState
+        var appVersion: String
+        var frequentUpdatesEnabled: Bool
+    }
+
+    struct State {
+        var entries: [String: Entry] = [:]
+        var profiles: [Profile] = []
+        var profileIndex: [Profile: UInt32] = [:]
+        /// The bare activity id a legacy record sits under → its key (only such records).
+        var legacyKeys: [String: String] = [:]
+        var owned: Set<Int32> = []
+
+        mutating func profile(_ profile: Profile) -> UInt32 {
+            if let index = profileIndex[profile] { return index }
+            let index = UInt32(profiles.count)
+            profiles.append(profile)
+            profileIndex[profile] = index
+            return index
+        }
+
+        mutating func removeEntry(_ key: String) {
+            guard let entry = entries.removeValue(forKey: key) else { return }
+            if entry.legacyTopicKey, let activity = Self.activityId(of: key) { legacyKeys[activity] = nil }
+        }
+
+        static func activityId(of key: String) -> String? {
+            guard let slash = key.firstIndex(of: "/") else { return nil }
+            return String(key[key.index(after: slash)...])
+        }
+    }
+
+    private let state = Mutex(State())
+    private let observers = Mutex<[@Sendable (String) -> Void]>([])
+
+    public init() {}
+
+    /// Calls `observer` with the key of every record applied from now on (after the table changed,
+    /// on the applier's thread: keep it short). apns-dispatcher learns this way that a token its
+    /// requests wait for arrived.
+    public func onApply(_ observer: @escaping @Sendable (String) -> Void) {
+        observers.withLock { $0.append(observer) }
+    }
+
+    /// Starts holding these partitions (their records are applied from now on).
+    public func own(partitions: some Sequence<Int32>) {
+        state.withLock { $0.owned.formUnion(partitions) }
+    }
+
+    /// Forgets these partitions and every token read from them.
+    public func drop(partitions: some Sequence<Int32>) {
+        let dropped = Set(partitions)
+        state.withLock { state in
+            state.owned.subtract(dropped)
+            let keys = state.entries.compactMap { dropped.contains($0.value.partition) ? $0.key : nil }
+            for key in keys { state.removeEntry(key) }
+        }
+    }
+
+    /// The partitions held.
+    public var ownedPartitions: Set<Int32> { state.withLock { $0.owned } }
+
+    /// Applies a record read from partition `partition` at `offset` under `topicKey`; returns
+    /// whether it changed the table. A record of a partition not held, or older in its partition
+    /// than what the key holds, is ignored.
+    @discardableResult
+    public func apply(_ record: TokenRecord, key topicKey: String, partition: Int32, offset: Int64) -> Bool {
+        let key = record.key ?? topicKey
+        guard let bytes = Self.bytes(ofHex: record.token) else { return false }
+        let changed = state.withLock { state -> Bool in
+            guard state.owned.contains(partition) else { return false }
+            if let current = state.entries[key], current.partition == partition, offset <= current.offset { return false }
+            // On the topic the latest record of a key replaces the one before, even when the two
+            // belong to different apps (an old, unscoped key): the earlier one is gone, here too.
+            if topicKey != key, let previous = state.legacyKeys[topicKey], previous != key,
+                state.entries[previous]?.legacyTopicKey == true
+            {
+                state.removeEntry(previous)
+            }
+            state.removeEntry(key)
+            let profile = state.profile(
+                Profile(
+                    app: record.app, kind: record.kind, state: record.state, appVersion: record.appVersion,
+                    frequentUpdatesEnabled: record.frequentUpdatesEnabled))
+            state.entries[key] = Entry(
+                token: bytes, offset: offset, registeredAt: Self.milliseconds(record.registeredAt),
+                startedAt: record.activityStartedAt.map(Self.milliseconds) ?? .min, partition: partition, profile: profile,
+                legacyTopicKey: topicKey != key)
+            if topicKey != key { state.legacyKeys[topicKey] = key }
+            return true
+        }
+        if changed {
+            for observer in observers.withLock({ $0 }) { observer(key) }
+        }
+        return changed
+    }
+
+    /// A tombstone of `topicKey` read from `partition` at `offset`. It removes the record held
+    /// under that topic key only (a tombstone of a record's old, unscoped key leaves the record
+    /// written since under its new key).
+    public func remove(key topicKey: String, partition: Int32, offset: Int64) {
+        state.withLock { state in
+            guard state.owned.contains(partition) else { return }
+            let key = state.legacyKeys[topicKey] ?? topicKey
+            guard let current = state.entries[key], current.legacyTopicKey == (key != topicKey) else { return }
+            if current.partition == partition, offset <= current.offset { return }
+            state.removeEntry(key)
+        }
+    }
+
+    /// The token held for `key` (`<bundleId>/<activityId>`, or a push-to-start key).
+    public func token(forKey key: String) -> DeliveryToken? {
+        state.withLock { state -> DeliveryToken? in
+            guard let entry = state.entries[key] else { return nil }
+            let profile = state.profiles[Int(entry.profile)]
+            return DeliveryToken(
+                token: Self.hex(entry.token), app: profile.app, kind: profile.kind, state: profile.state,
+                deviceId: profile.kind == .pushToStart ? Self.deviceId(ofPushToStartKey: key) : nil,
+                frequentUpdatesEnabled: profile.frequentUpdatesEnabled, appVersion: profile.appVersion,
+                registeredAt: Self.date(entry.registeredAt), activityStartedAt: entry.startedAt == .min ? nil : Self.date(entry.startedAt))
+        }
+    }
+
+    /// Tokens held.
+    public var count: Int { state.withLock { $0.entries.count } }
+
+    /// Tokens held per partition.
+    public var countByPartition: [Int32: Int] {
+        state.withLock { state in
+            var counts = Dictionary(uniqueKeysWithValues: state.owned.map { ($0, 0) })
+            for entry in state.entries.values { counts[entry.partition, default: 0] += 1 }
+            return counts
+        }
+    }
+
+    // MARK: Encoding
+
+    static func bytes(ofHex hex: String) -> [UInt8]? {
+        let utf8 = hex.utf8
+        guard utf8.count.isMultiple(of: 2) else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(utf8.count / 2)
+        var high: UInt8?
+        for character in utf8 {
+            let nibble: UInt8
+            switch character {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = character - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): nibble = character - UInt8(ascii: "a") + 10
+            default: return nil
+            }
+            if let value = high {
+                bytes.append(value << 4 | nibble)
+                high = nil
+            } else {
+                high = nibble
+            }
+        }
+        return bytes
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        return String(unsafeUninitializedCapacity: bytes.count * 2) { buffer in
+            for (index, byte) in bytes.enumerated() {
+                buffer[2 * index] = digits[Int(byte >> 4)]
+                buffer[2 * index + 1] = digits[Int(byte & 0xF)]
+            }
+            return bytes.count * 2
+        }
+    }
+
+    static func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1_000).rounded(.down)) }
+    static func date(_ milliseconds: Int64) -> Date { Date(timeIntervalSince1970: Double(milliseconds) / 1_000) }
+
+    /// The device of `pts:<bundleId>:<deviceId>:<attributesType>` (bundle ids and attributes types
+    /// hold no `:`).
+    static func deviceId(ofPushToStartKey key: String) -> String? {
+        guard key.hasPrefix("pts:") else { return nil }
+        let rest = key.dropFirst(4)
+        guard let first = rest.firstIndex(of: ":"), let last = rest.lastIndex(of: ":"), first < last else { return nil }
+        return String(rest[rest.index(after: first)..<last])
+    }
+}
