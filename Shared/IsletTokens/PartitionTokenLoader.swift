@@ -12,9 +12,14 @@ import Synchronization
 /// ``restore(partitions:)``: a replica of the same partitions of the token topic is started,
 /// read from their start, and the call returns once each was read to its end (the tokens the
 /// partitions' requests need are there) or ``restoreTimeout`` passed. The replica goes on
-/// following them while they are owned. ``revoke(partitions:)`` stops that and forgets their
-/// tokens. Restore time is proportional to the tokens of the partitions restored, not to the
-/// whole table, and each instance holds only its share.
+/// following them while they are owned. Restore time is proportional to the tokens of the
+/// partitions restored, not to the whole table, and each instance holds only its share.
+///
+/// ``revoke(partitions:)`` *parks* the partitions: their tokens stay, and are still followed,
+/// until the next assignment says whether they came back. A rebalance under Kafka's eager protocol
+/// revokes every partition of every member and assigns most of them back to the same member at
+/// once: the tokens of those are not read again, only those of the partitions that moved. Parked
+/// partitions that did not come back are dropped (and their replica stopped) then.
 ///
 /// The replicas run in ``run()``'s task group (a `Service`: started with the service, stopped on
 /// graceful shutdown).
@@ -24,25 +29,47 @@ public final class PartitionTokenLoader: Service, Sendable {
 
     private struct Follower {
         var consumer: KafkaConsumer
-        /// The partitions it reads that are still owned.
+        /// The partitions it reads that are still held (owned or parked).
         var live: Set<Int32>
+        /// Read to the end once.
         var restored = false
-        /// Its wait is over without a restore (timed out, the replica stopped).
-        var gaveUp = false
-        /// Its replica stopped (it failed: the partitions are no longer followed).
+        /// Its replica stopped (failed, or the loader stopped): the partitions are not followed.
         var ended = false
         var waiter: CheckedContinuation<Bool, Never>?
     }
 
     private struct State {
         var followers: [UInt64: Follower] = [:]
+        /// Revoked, kept until the next assignment.
+        var parked: Set<Int32> = []
         var next: UInt64 = 1
         var stopped = false
+
+        var followed: Set<Int32> { followers.values.reduce(into: []) { $0.formUnion($1.live) } }
+
+        /// Stops holding `partitions`: returns the replicas left with nothing to follow and the
+        /// restores waiting for them.
+        mutating func release(_ partitions: Set<Int32>) -> (stop: [KafkaConsumer], waiters: [CheckedContinuation<Bool, Never>]) {
+            var stop: [KafkaConsumer] = []
+            var waiters: [CheckedContinuation<Bool, Never>] = []
+            for (id, var follower) in followers where !follower.live.isDisjoint(with: partitions) {
+                follower.live.subtract(partitions)
+                if follower.live.isEmpty {
+                    stop.append(follower.consumer)
+                    if let waiter = follower.waiter { waiters.append(waiter) }
+                    followers[id] = nil
+                } else {
+                    followers[id] = follower
+                }
+            }
+            return (stop, waiters)
+        }
     }
 
     public let tokens: PartitionTokens
     /// How long ``restore(partitions:)`` waits for its partitions to be read (default 30 s): past
-    /// it, the service goes on, and a request whose token is not read yet waits for it.
+    /// it, the service goes on, and a request whose token is not read yet waits for it (the
+    /// restore goes on too; `/health` says so until it is done).
     public let restoreTimeout: Duration
     private let makeReplica: MakeReplica
     private let logger: Logger
@@ -92,44 +119,61 @@ public final class PartitionTokenLoader: Service, Sendable {
         }
     }
 
-    /// Reads the token partitions matching `partitions` (assigned to the service just now) and
-    /// returns once each was read to its end: `true`; `false` when ``restoreTimeout`` passed first,
-    /// the partitions were revoked meanwhile, the replica could not be made, or the loader stopped.
+    /// The service was assigned `partitions`: the parked ones among them are kept, the other parked
+    /// ones dropped, and those not held yet read from their start. Returns once every assigned
+    /// partition was read to its end: `true`; `false` when ``restoreTimeout`` passed first, the
+    /// partitions were revoked meanwhile, the replica could not be made, or the loader stopped.
     @discardableResult
     public func restore(partitions: [Int32]) async -> Bool {
-        guard !partitions.isEmpty else { return true }
-        tokens.own(partitions: partitions)
-        let consumer: KafkaConsumer
-        do {
-            consumer = try makeReplica(partitions)
-        } catch {
-            logger.error("token partitions cannot be read", metadata: ["kafka.partitions": "\(partitions)", "error": "\(error)"])
-            return false
+        let assigned = Set(partitions)
+        let (released, stop, waiters) = state.withLock { state in
+            let released = state.parked.subtracting(assigned)
+            state.parked = []
+            let (stop, waiters) = state.release(released)
+            return (released, stop, waiters)
         }
-        let id = state.withLock { state -> UInt64? in
-            guard !state.stopped else { return nil }
-            let id = state.next
-            state.next += 1
-            state.followers[id] = Follower(consumer: consumer, live: Set(partitions))
-            return id
+        finish(dropping: released, stop, waiters)
+        guard !assigned.isEmpty else { return true }
+        tokens.own(partitions: assigned)
+        let missing = assigned.subtracting(state.withLock { $0.followed })
+        if !missing.isEmpty {
+            let consumer: KafkaConsumer
+            do {
+                consumer = try makeReplica(missing.sorted())
+            } catch {
+                logger.error("token partitions cannot be read", metadata: ["kafka.partitions": "\(missing.sorted())", "error": "\(error)"])
+                return false
+            }
+            let id = state.withLock { state -> UInt64? in
+                guard !state.stopped else { return nil }
+                let id = state.next
+                state.next += 1
+                state.followers[id] = Follower(consumer: consumer, live: missing)
+                return id
+            }
+            guard let id else { return false }
+            started.yield(id)
         }
-        guard let id else { return false }
-        started.yield(id)
+        // The restores still under way for these partitions (the new one, and any kept one).
+        let awaited = state.withLock { state in state.followers.filter { !$0.value.live.isDisjoint(with: assigned) && !$0.value.restored }.map(\.key) }
         let start = ContinuousClock.now
         let restored = await withTaskGroup(of: Bool.self) { group in
-            group.addTask { await self.waitRestored(id) }
+            group.addTask {
+                for id in awaited { guard await self.waitRestored(id) else { return false } }
+                return true
+            }
             group.addTask {
                 try? await Task.sleep(for: self.restoreTimeout)
                 return false
             }
             let first = await group.next() ?? false
             group.cancelAll()
-            if !first { self.resume(id, false) }
+            if !first { for id in awaited { self.wake(id) } }
             return first
         }
         let metadata: Logger.Metadata = [
-            "kafka.partitions": "\(partitions.sorted())", "tokens.count": "\(tokens.count)",
-            "restore.seconds": "\((ContinuousClock.now - start) / .seconds(1))",
+            "kafka.partitions": "\(partitions.sorted())", "kafka.partitions.read": "\(missing.sorted())",
+            "tokens.count": "\(tokens.count)", "restore.seconds": "\((ContinuousClock.now - start) / .seconds(1))",
         ]
         if restored {
             logger.info("token partitions restored", metadata: metadata)
@@ -139,29 +183,22 @@ public final class PartitionTokenLoader: Service, Sendable {
         return restored
     }
 
-    /// Forgets these partitions' tokens and stops reading them.
+    /// These partitions were revoked: parked until the next assignment (``restore(partitions:)``)
+    /// says whether they came back.
     public func revoke(partitions: [Int32]) {
+        state.withLock { state in state.parked.formUnion(Set(partitions).intersection(state.followed)) }
+    }
+
+    private func finish(dropping partitions: Set<Int32>, _ stop: [KafkaConsumer], _ waiters: [CheckedContinuation<Bool, Never>]) {
+        guard !partitions.isEmpty else { return }
         tokens.drop(partitions: partitions)
-        let revoked = Set(partitions)
-        let (stopping, waiters) = state.withLock { state -> ([KafkaConsumer], [CheckedContinuation<Bool, Never>]) in
-            var stopping: [KafkaConsumer] = []
-            var waiters: [CheckedContinuation<Bool, Never>] = []
-            for (id, var follower) in state.followers where !follower.live.isDisjoint(with: revoked) {
-                follower.live.subtract(revoked)
-                if follower.live.isEmpty {
-                    stopping.append(follower.consumer)
-                    if let waiter = follower.waiter { waiters.append(waiter) }
-                    state.followers[id] = nil
-                } else {
-                    state.followers[id] = follower
-                }
-            }
-            return (stopping, waiters)
-        }
-        for consumer in stopping { consumer.shutdown() }
+        for consumer in stop { consumer.shutdown() }
         for waiter in waiters { waiter.resume(returning: false) }
         tokensGauge.record(Double(tokens.count))
     }
+
+    /// Partitions revoked and kept until the next assignment.
+    public var parkedPartitions: Set<Int32> { state.withLock { $0.parked } }
 
     /// What the replicas can do now: the worst of them (ready when none runs).
     public var health: KafkaClientHealth {
@@ -175,7 +212,7 @@ public final class PartitionTokenLoader: Service, Sendable {
         return worst
     }
 
-    /// Whether a restore is under way (some owned partitions are not read to their end yet).
+    /// Whether a restore is under way (some held partitions are not read to their end yet).
     public var isRestoring: Bool { state.withLock { $0.followers.values.contains { !$0.restored && !$0.ended } } }
 
     // MARK: Inside
@@ -185,7 +222,12 @@ public final class PartitionTokenLoader: Service, Sendable {
             try await consumer.replay { seconds in
                 restoreSeconds.record(seconds)
                 tokensGauge.record(Double(tokens.count))
-                resume(id, true)
+                let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
+                    state.followers[id]?.restored = true
+                    defer { state.followers[id]?.waiter = nil }
+                    return state.followers[id]?.waiter
+                }
+                waiter?.resume(returning: true)
             } apply: { message, caughtUp in
                 apply(message)
                 if caughtUp { tokensGauge.record(Double(tokens.count)) }
@@ -193,8 +235,12 @@ public final class PartitionTokenLoader: Service, Sendable {
         } catch {
             logger.error("token partitions replica stopped", metadata: ["error": "\(error)"])
         }
-        state.withLock { $0.followers[id]?.ended = true }
-        resume(id, false)
+        let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
+            state.followers[id]?.ended = true
+            defer { state.followers[id]?.waiter = nil }
+            return state.followers[id]?.waiter
+        }
+        waiter?.resume(returning: false)
     }
 
     private func apply(_ message: KafkaMessage) {
@@ -211,35 +257,32 @@ public final class PartitionTokenLoader: Service, Sendable {
         }
     }
 
+    /// Waits until `id` was read to its end (`true`), or its replica ended, it is gone, or the
+    /// wait is woken (``wake(_:)``, cancellation): `false`.
     private func waitRestored(_ id: UInt64) async -> Bool {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let answer = state.withLock { state -> Bool? in
-                    guard var follower = state.followers[id] else { return false }
+                    guard let follower = state.followers[id], !follower.ended else { return false }
                     if follower.restored { return true }
-                    if follower.gaveUp || Task.isCancelled { return false }
-                    follower.waiter = continuation
-                    state.followers[id] = follower
+                    if Task.isCancelled { return false }
+                    state.followers[id]?.waiter = continuation
                     return nil
                 }
                 if let answer { continuation.resume(returning: answer) }
             }
         } onCancel: {
-            resume(id, false)
+            wake(id)
         }
     }
 
-    /// Ends the wait for `id`'s restore (`restored`: it was read to its end).
-    private func resume(_ id: UInt64, _ restored: Bool) {
+    /// Ends a wait for `id` with `false` (the restore goes on).
+    private func wake(_ id: UInt64) {
         let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
-            guard var follower = state.followers[id] else { return nil }
-            if restored { follower.restored = true } else { follower.gaveUp = true }
-            let waiter = follower.waiter
-            follower.waiter = nil
-            state.followers[id] = follower
-            return waiter
+            defer { state.followers[id]?.waiter = nil }
+            return state.followers[id]?.waiter
         }
-        waiter?.resume(returning: restored)
+        waiter?.resume(returning: false)
     }
 
     private func stop() {

@@ -81,6 +81,9 @@ public final class PartitionTokens: Sendable {
         /// The bare activity id a legacy record sits under → its key (only such records).
         var legacyKeys: [String: String] = [:]
         var owned: Set<Int32> = []
+        var ownsAll = false
+
+        func holds(_ partition: Int32) -> Bool { ownsAll || owned.contains(partition) }
 
         mutating func profile(_ profile: Profile) -> UInt32 {
             if let index = profileIndex[profile] { return index }
@@ -118,6 +121,12 @@ public final class PartitionTokens: Sendable {
         state.withLock { $0.owned.formUnion(partitions) }
     }
 
+    /// Holds every partition, whichever it is: a whole table, kept compact (content-service, which
+    /// looks up tokens of activities it does not own; ``TokenTableLoader`` fills it).
+    public func ownAll() {
+        state.withLock { $0.ownsAll = true }
+    }
+
     /// Forgets these partitions and every token read from them.
     public func drop(partitions: some Sequence<Int32>) {
         let dropped = Set(partitions)
@@ -139,7 +148,7 @@ public final class PartitionTokens: Sendable {
         let key = record.key ?? topicKey
         guard let bytes = Self.bytes(ofHex: record.token) else { return false }
         let changed = state.withLock { state -> Bool in
-            guard state.owned.contains(partition) else { return false }
+            guard state.holds(partition) else { return false }
             if let current = state.entries[key], current.partition == partition, offset <= current.offset { return false }
             // On the topic the latest record of a key replaces the one before, even when the two
             // belong to different apps (an old, unscoped key): the earlier one is gone, here too.
@@ -171,7 +180,7 @@ public final class PartitionTokens: Sendable {
     /// written since under its new key).
     public func remove(key topicKey: String, partition: Int32, offset: Int64) {
         state.withLock { state in
-            guard state.owned.contains(partition) else { return }
+            guard state.holds(partition) else { return }
             let key = state.legacyKeys[topicKey] ?? topicKey
             guard let current = state.entries[key], current.legacyTopicKey == (key != topicKey) else { return }
             if current.partition == partition, offset <= current.offset { return }
@@ -189,6 +198,17 @@ public final class PartitionTokens: Sendable {
                 deviceId: profile.kind == .pushToStart ? Self.deviceId(ofPushToStartKey: key) : nil,
                 frequentUpdatesEnabled: profile.frequentUpdatesEnabled, appVersion: profile.appVersion,
                 registeredAt: Self.date(entry.registeredAt), activityStartedAt: entry.startedAt == .min ? nil : Self.date(entry.startedAt))
+        }
+    }
+
+    /// The keys (`<bundleId>/<activityId>`) of every app's update token for `activityId`, sorted:
+    /// one when a single app uses the id. (The apps are looked up among the few the table knows.)
+    public func keys(forActivity activityId: String) -> [String] {
+        state.withLock { state in
+            Set(state.profiles.lazy.filter { $0.kind == .update }.map(\.app.bundleId))
+                .map { MessageKey.activity(bundleId: $0, activityId: activityId) }
+                .filter { state.entries[$0] != nil }
+                .sorted()
         }
     }
 

@@ -5,7 +5,31 @@ import Logging
 import Metrics
 import ServiceLifecycle
 
-/// Keeps a ``TokenTable`` equal to `islet.tokens.v1`: reads every partition of the topic from its
+/// A table built from `islet.tokens.v1`: ``TokenTable`` (token-registry's, with its indexes) or
+/// ``PartitionTokens`` (the compact one the sending services keep).
+public protocol TokenTopicTable: Sendable {
+    /// Applies a record read from `partition` at `offset` under its topic key `key`.
+    @discardableResult
+    func apply(_ record: TokenRecord, key: String, partition: Int32, offset: Int64) -> Bool
+    /// A tombstone of `key` read from `partition` at `offset`.
+    func remove(key: String, partition: Int32, offset: Int64)
+    var count: Int { get }
+}
+
+extension TokenTable: TokenTopicTable {
+    @discardableResult
+    public func apply(_ record: TokenRecord, key: String, partition: Int32, offset: Int64) -> Bool {
+        apply(record, key: key, at: Position(partition: partition, offset: offset))
+    }
+
+    public func remove(key: String, partition: Int32, offset: Int64) {
+        remove(key: key, at: Position(partition: partition, offset: offset))
+    }
+}
+
+extension PartitionTokens: TokenTopicTable {}
+
+/// Keeps a ``TokenTopicTable`` equal to `islet.tokens.v1`: reads every partition of the topic from its
 /// start (a replica, not a group member: every instance holds the whole table) and goes on
 /// applying what token-registry writes. Once every partition has been read to its end the first
 /// time, `onReady` is called (the service may answer from the table from then on).
@@ -15,7 +39,7 @@ import ServiceLifecycle
 /// must not guess.
 public struct TokenTableLoader: Service {
     let consumer: KafkaConsumer
-    let table: TokenTable
+    let table: any TokenTopicTable
     let onReady: @Sendable () -> Void
     let logger: Logger
     private let rebuildSeconds: Gauge
@@ -32,7 +56,7 @@ public struct TokenTableLoader: Service {
     }
 
     /// - Parameter service: the service name, a dimension of the metrics.
-    public init(consumer: KafkaConsumer, table: TokenTable, service: String, logger: Logger, onReady: @escaping @Sendable () -> Void = {}) {
+    public init(consumer: KafkaConsumer, table: any TokenTopicTable, service: String, logger: Logger, onReady: @escaping @Sendable () -> Void = {}) {
         self.consumer = consumer
         self.table = table
         self.logger = logger
@@ -55,11 +79,10 @@ public struct TokenTableLoader: Service {
     }
 
     private func apply(_ message: KafkaMessage) {
-        let position = TokenTable.Position(partition: message.partition, offset: message.offset)
         do {
             switch try TokenTopicRecord(message) {
-            case .record(let record, let key): table.apply(record, key: key, at: position)
-            case .tombstone(let key): table.remove(key: key, at: position)
+            case .record(let record, let key): table.apply(record, key: key, partition: message.partition, offset: message.offset)
+            case .tombstone(let key): table.remove(key: key, partition: message.partition, offset: message.offset)
             }
         } catch {
             invalid.increment()

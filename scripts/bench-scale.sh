@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# apns-dispatcher's token partitions at scale (issue 24): resident memory per live activity at a
+# large count, restore time per 100,000 activities, memory of one and of two instances, and the
+# restore after a kill -9. On its own broker (tansu, in memory) with Islet's activity topics at
+# PARTITIONS partitions:
+#
+#   1. an apns-dispatcher against an EMPTY token topic: its VmRSS is the baseline;
+#   2. COUNT update-token records (TokenRecord JSON, 80-byte tokens, three apps) written STRAIGHT
+#      onto islet.tokens.v1 with confluent-kafka (Python, in a venv under the run dir), each to the
+#      partition Islet's partitioner gives its key (murmur2 of the activity id, checked first
+#      against librdkafka's murmur2_random); NOT through token-registry's API, which at 1,000,000
+#      would take far longer (46 s per 100,000 in bench-memory.sh) and measures token-registry,
+#      not the dispatcher's state;
+#   3. instance A (release build) until its /metrics shows islet_tokens_table_size == COUNT and
+#      /health is 200: the restore's seconds (its "token partitions restored" log line), the time
+#      from its start, its CPU seconds, VmRSS and VmHWM; bytes per activity = (RSS − baseline) / COUNT;
+#   4. instance B in the same consumer group, until the two hold COUNT between them, each a part:
+#      both RSS and token counts (A's RSS need not fall: malloc keeps what it freed);
+#   5. kill -9 of one of them (KILL=a, the default, or b): the time until the survivor holds COUNT
+#      again (the session timeout, 10 s, passes first) and its RSS then;
+#   6. a table and one line `RESULT scale count=… partitions=… load_s=… restore_s=… …`.
+# No push request is produced: the dispatcher never connects to APNs (ISLET_APNS_URL points nowhere).
+#
+#   scripts/bench-scale.sh                          # 1,000,000 activities, 12 partitions
+#   COUNT=100000 scripts/bench-scale.sh             # a quick run
+#   COUNT=500000 PARTITIONS=6 KILL=b scripts/bench-scale.sh
+#   DISPATCHER_BIN=/path/to/apns-dispatcher scripts/bench-scale.sh   # another build (no build step)
+#
+# Bounds: every wait gives up after WAIT_SECONDS (default 300) and fails the run; the broker is
+# stopped and the run fails if its resident memory passes BROKER_MAX_MB (default 12,000 of this
+# machine's 24 GiB). At 1,000,000 on a 2-core machine the whole run takes under 3 minutes after the
+# build (2026-11-26: 165 s; loading 19 s, tansu then about 690 MB). Everything started here is
+# stopped on exit (SIGKILL), whatever happens. Output under $ISLET_RUN_DIR/bench-scale (logs of the
+# broker and each instance, load.json, results.json); each run replaces the last.
+#
+# The environment reaches every process started: MALLOC_ARENA_MAX=2 shows how much of an instance's
+# memory after a rebalance is glibc's per-thread arenas keeping what the dropped partitions freed.
+set -euo pipefail
+shopt -s inherit_errexit
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$repo/scripts/lib.sh"
+cd "$repo"
+export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
+run=$ISLET_RUN_DIR/bench-scale
+count=${COUNT:-1000000}
+partitions=${PARTITIONS:-12}
+wait_seconds=${WAIT_SECONDS:-300}
+broker_max_mb=${BROKER_MAX_MB:-12000}
+kill_which=${KILL:-a}
+settle=${SETTLE_SECONDS:-5}  # after a table is full, before memory is read
+case "$kill_which" in a | b) ;; *) echo "KILL must be a or b" >&2; exit 1 ;; esac
+rm -rf "$run"
+mkdir -p "$run"
+started_at=$(date +%s)
+
+scripts/bootstrap.sh >/dev/null
+venv=$ISLET_RUN_DIR/bench-scale-venv
+if ! "$venv/bin/python" -c 'import confluent_kafka' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q 'confluent-kafka==2.16.1'
+fi
+py=("$venv/bin/python" scripts/bench_scale.py)
+if [ -n "${DISPATCHER_BIN:-}" ]; then
+  dispatcher=$DISPATCHER_BIN
+else
+  build_release apns-dispatcher
+  dispatcher=$(swift build -c release --show-bin-path)/apns-dispatcher
+fi
+
+pids=()
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  pids=()
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+now() { date +%s.%N; }
+elapsed() { python3 -c "print(f'{$(now) - $1:.2f}')"; }  # seconds since $1
+status_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }  # pid, VmRSS|VmHWM
+note() { printf '[%4ds] %s\n' $(($(date +%s) - started_at)) "$*"; }
+fail() { echo "bench-scale: $*" >&2; exit 1; }
+
+# The broker, its topics, and a watchdog on its memory.
+eval "$(ISLET_RUN_DIR=$run scripts/broker.sh)"
+pids+=("$ISLET_BROKER_PID")
+broker=$ISLET_BROKER_PID
+(
+  while kill -0 "$broker" 2>/dev/null; do
+    if [ "$(status_kb "$broker" VmRSS)" -gt $((broker_max_mb * 1024)) ]; then
+      echo "broker passed BROKER_MAX_MB=$broker_max_mb: stopped" >"$run/broker-too-big"
+      kill -9 "$broker"
+    fi
+    sleep 1
+  done
+) &
+pids+=("$!")
+broker_alive() {
+  if [ -e "$run/broker-too-big" ] || ! kill -0 "$broker" 2>/dev/null; then
+    fail "the broker is gone: $(cat "$run/broker-too-big" 2>/dev/null || echo "it exited; see $run/broker.log")"
+  fi
+}
+"${py[@]}" topics "$ISLET_KAFKA_BOOTSTRAP" "$partitions"
+"${py[@]}" check-partitioner "$ISLET_KAFKA_BOOTSTRAP" "$partitions"
+
+# A P-256 key in PKCS#8 PEM (what an AuthKey .p8 is): the dispatcher insists on one, never uses it here.
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$run/AuthKey.p8" 2>/dev/null
+declare -A port pid
+start_instance() {  # name
+  port[$1]=$(free_port)
+  ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=${port[$1]} ISLET_LOG_LEVEL=info \
+    ISLET_APNS_KEYS="BENCHTEAM1=BENCHKEY01:$run/AuthKey.p8" \
+    ISLET_APNS_APPS="com.example.fooddelivery=BENCHTEAM1,com.example.rides=BENCHTEAM1,com.example.sports=BENCHTEAM1" \
+    ISLET_APNS_URL="https://127.0.0.1:9" "$dispatcher" >"$run/dispatcher-$1.log" 2>&1 &
+  pid[$1]=$!
+  pids+=("${pid[$1]}")
+}
+tokens_of() { local m; m=$("${py[@]}" metrics "http://127.0.0.1:${port[$1]}/metrics"); echo "${m%% *}"; }
+ready() { curl -sf -o /dev/null "http://127.0.0.1:${port[$1]}/health"; }
+# The restore.seconds of the instance's Nth "token partitions restored" line (1-based), or nothing.
+restore_seconds() {
+  grep 'token partitions restored' "$run/dispatcher-$1.log" | sed -n "$2p" | grep -oE 'restore\.seconds=[0-9.e+-]+' | cut -d= -f2 | cut -c1-8
+}
+restored_lines() { grep -c 'token partitions restored' "$run/dispatcher-$1.log" || true; }
+alive() { kill -0 "${pid[$1]}" 2>/dev/null || fail "instance $1 exited; its log: $run/dispatcher-$1.log"; }
+# Waits until CONDITION (a command) holds; fails past WAIT_SECONDS.
+wait_until() {  # what, condition…
+  local what=$1 deadline=$(($(date +%s) + wait_seconds))
+  shift
+  until "$@"; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "$what: not within WAIT_SECONDS=$wait_seconds"
+    broker_alive
+    sleep 0.2
+  done
+}
+
+# 1. Baseline: an instance against the empty token topic.
+note "baseline: an instance against an empty token topic"
+start_instance base
+base_full() { alive base; ready base && [ "$(tokens_of base)" = 0 ] && [ "$(restored_lines base)" -ge 1 ]; }
+wait_until "baseline instance ready" base_full
+sleep "$settle"
+rss_base=$(status_kb "${pid[base]}" VmRSS); hwm_base=$(status_kb "${pid[base]}" VmHWM); cpu_base=$(cpu_seconds "${pid[base]}")
+note "baseline: VmRSS $((rss_base / 1024)) MB, VmHWM $((hwm_base / 1024)) MB, $cpu_base CPU s"
+kill "${pid[base]}"; wait "${pid[base]}" 2>/dev/null || true  # leaves the group: no session timeout for A
+
+# 2. The tokens, straight onto the topic.
+note "loading $count token records straight onto islet.tokens.v1 (not through token-registry's API)"
+"${py[@]}" load "$ISLET_KAFKA_BOOTSTRAP" "$count" "$partitions" >"$run/load.json"
+broker_alive
+load_s=$(python3 -c "import json; print(json.load(open('$run/load.json'))['seconds'])")
+load_bytes=$(python3 -c "import json; print(json.load(open('$run/load.json'))['bytes'])")
+note "loaded in $load_s s ($(python3 -c "print(f'{$count / $load_s:,.0f}')") records/s; broker VmRSS $(($(status_kb "$broker" VmRSS) / 1024)) MB)"
+
+# 3. Instance A restores every partition.
+broker_cpu0=$(cpu_seconds "$broker")
+t0=$(now)
+start_instance a
+full() { alive "$1"; ready "$1" && [ "$(tokens_of "$1")" = "$count" ]; }
+wait_until "instance A holding $count tokens" full a
+ready_s=$(elapsed "$t0")
+cpu_one=$(cpu_seconds "${pid[a]}")
+broker_cpu=$(python3 -c "print($(cpu_seconds "$broker") - $broker_cpu0)")
+restore_s=$(restore_seconds a 1)
+[ -n "$restore_s" ] || { grep -i 'token' "$run/dispatcher-a.log" | tail -3 >&2; restore_s=$ready_s; echo "no 'token partitions restored' line (past the loader's 30 s wait?): restore_s is the time from start" >&2; }
+note "A holds $count tokens: restore $restore_s s (log), $ready_s s after start, $cpu_one CPU s"
+sleep "$settle"
+rss_one=$(status_kb "${pid[a]}" VmRSS); hwm_one=$(status_kb "${pid[a]}" VmHWM)
+broker_rss=$(status_kb "$broker" VmRSS)
+note "A: VmRSS $((rss_one / 1024)) MB, VmHWM $((hwm_one / 1024)) MB"
+
+# 4. Instance B joins the group.
+lines_a=$(restored_lines a)
+t1=$(now)
+start_instance b
+split() {
+  alive a; alive b
+  ready a && ready b || return 1
+  tokens_a=$(tokens_of a); tokens_b=$(tokens_of b)
+  [ "${tokens_a%.*}" -gt 0 ] && [ "${tokens_b%.*}" -gt 0 ] && [ $((${tokens_a%.*} + ${tokens_b%.*})) -eq "$count" ] &&
+    [ "$(restored_lines a)" -gt "$lines_a" ] && [ "$(restored_lines b)" -ge 1 ]
+}
+wait_until "A and B splitting the $count tokens" split
+rebalance_s=$(elapsed "$t1")
+restore_b_s=$(restore_seconds b 1)
+restore_a2_s=$(restore_seconds a $((lines_a + 1)))
+note "A holds $tokens_a, B holds $tokens_b, $rebalance_s s after B started (restores: A $restore_a2_s s, B $restore_b_s s)"
+sleep "$settle"
+rss_two_a=$(status_kb "${pid[a]}" VmRSS); hwm_two_a=$(status_kb "${pid[a]}" VmHWM)
+rss_two_b=$(status_kb "${pid[b]}" VmRSS); hwm_two_b=$(status_kb "${pid[b]}" VmHWM)
+note "A: VmRSS $((rss_two_a / 1024)) MB; B: VmRSS $((rss_two_b / 1024)) MB"
+
+# 5. kill -9 of one; the other takes every partition after the session timeout.
+if [ "$kill_which" = a ]; then victim=a survivor=b; else victim=b survivor=a; fi
+lines_s=$(restored_lines "$survivor")
+t2=$(now)
+kill -9 "${pid[$victim]}"
+wait "${pid[$victim]}" 2>/dev/null || true
+note "kill -9 of ${victim^^}"
+taken_over() { full "$survivor" && [ "$(restored_lines "$survivor")" -gt "$lines_s" ]; }
+wait_until "${survivor^^} holding all $count tokens again" taken_over
+failover_s=$(elapsed "$t2")
+failover_restore_s=$(restore_seconds "$survivor" $((lines_s + 1)))
+failover_partitions=$(grep 'token partitions restored' "$run/dispatcher-$survivor.log" | sed -n "$((lines_s + 1))p" | grep -oE 'kafka\.partitions=\[[0-9, ]*\]' || true)
+note "${survivor^^} holds $count tokens $failover_s s after the kill (restore $failover_restore_s s of $failover_partitions)"
+sleep "$settle"
+rss_after=$(status_kb "${pid[$survivor]}" VmRSS); hwm_after=$(status_kb "${pid[$survivor]}" VmHWM)
+
+cat >"$run/results.json" <<EOF
+{"count": $count, "partitions": $partitions, "load_s": $load_s, "load_bytes": $load_bytes,
+ "rss_base_kb": $rss_base, "hwm_base_kb": $hwm_base,
+ "restore_s": $restore_s, "ready_s": $ready_s, "restore_cpu_s": $(python3 -c "print($cpu_one - $cpu_base)"), "broker_cpu_restore_s": $broker_cpu,
+ "rss_one_kb": $rss_one, "hwm_one_kb": $hwm_one, "tokens_one": $count, "broker_rss_kb": $broker_rss,
+ "rss_two_a_kb": $rss_two_a, "hwm_two_a_kb": $hwm_two_a, "tokens_two_a": ${tokens_a%.*},
+ "rss_two_b_kb": $rss_two_b, "hwm_two_b_kb": $hwm_two_b, "tokens_two_b": ${tokens_b%.*},
+ "rebalance_s": $rebalance_s, "restore_b_s": ${restore_b_s:-0}, "restore_a2_s": ${restore_a2_s:-0},
+ "survivor": "${survivor^^}", "failover_s": $failover_s, "failover_restore_s": ${failover_restore_s:-0},
+ "rss_after_kb": $rss_after, "hwm_after_kb": $hwm_after, "tokens_after": $count}
+EOF
+python3 scripts/bench_scale.py summary "$run/results.json"
+echo "(restore_cpu_s: A's CPU seconds when it held every token less the baseline instance's at its start; the tokens were"
+echo " written straight onto islet.tokens.v1, not through token-registry's API; whole run $(($(date +%s) - started_at)) s)"
