@@ -47,19 +47,22 @@ public struct DeliveryToken: Sendable, Equatable {
 /// ``PartitionTokenLoader`` fills a partition when it is assigned (it reads that partition from its
 /// start) and follows it while it is owned; ``drop(partitions:)`` forgets it when it is revoked.
 ///
-/// Compact: the token is held as bytes (half its hex), what many tokens share (app, environment,
-/// kind, state, app version, the frequent-updates flag) once in a table of *profiles*, times as
-/// milliseconds. A record is applied only when it is newer in its partition than what the key
+/// Compact: the token is held as bytes (half its hex) in one shared byte array (no allocation per
+/// token; the space of tokens replaced or dropped is reclaimed once it is half of the array), what
+/// many tokens share (app, environment, kind, state, app version, the frequent-updates flag) once
+/// in a table of *profiles*, times as milliseconds. A record is applied only when it is newer in its partition than what the key
 /// holds, so the table never moves back.
 public final class PartitionTokens: Sendable {
     struct Entry {
-        var token: [UInt8]
         var offset: Int64
         var registeredAt: Int64
         /// Milliseconds since 1970; `Int64.min`: not reported.
         var startedAt: Int64
         var partition: Int32
         var profile: UInt32
+        /// Where the token's bytes are in ``State/arena``.
+        var tokenStart: UInt32
+        var tokenLength: UInt16
         /// The record sits on the topic under the bare activity id (written before activity ids
         /// were scoped per app).
         var legacyTopicKey: Bool
@@ -76,6 +79,10 @@ public final class PartitionTokens: Sendable {
 
     struct State {
         var entries: [String: Entry] = [:]
+        /// Every token's bytes, one after the other.
+        var arena: [UInt8] = []
+        /// Bytes of ``arena`` no entry uses any more.
+        var garbage = 0
         var profiles: [Profile] = []
         var profileIndex: [Profile: UInt32] = [:]
         /// The bare activity id a legacy record sits under → its key (only such records).
@@ -95,7 +102,40 @@ public final class PartitionTokens: Sendable {
 
         mutating func removeEntry(_ key: String) {
             guard let entry = entries.removeValue(forKey: key) else { return }
+            garbage += Int(entry.tokenLength)
             if entry.legacyTopicKey, let activity = Self.activityId(of: key) { legacyKeys[activity] = nil }
+        }
+
+        /// Where `bytes` now are in ``arena``; `nil` when they cannot be held (longer than 65,535 bytes).
+        mutating func store(_ bytes: [UInt8]) -> (start: UInt32, length: UInt16)? {
+            guard let length = UInt16(exactly: bytes.count) else { return nil }
+            if arena.count + bytes.count > Int(UInt32.max) { compact() }
+            guard arena.count + bytes.count <= Int(UInt32.max), let start = UInt32(exactly: arena.count) else { return nil }
+            arena.append(contentsOf: bytes)
+            return (start, length)
+        }
+
+        /// Reclaims the space of replaced and dropped tokens once it is half of the arena.
+        mutating func compactIfWasteful() {
+            if garbage > 65_536, garbage * 2 > arena.count { compact() }
+        }
+
+        mutating func compact() {
+            var packed: [UInt8] = []
+            packed.reserveCapacity(arena.count - garbage)
+            for (key, var entry) in entries {
+                let start = Int(entry.tokenStart)
+                entry.tokenStart = UInt32(packed.count)
+                packed.append(contentsOf: arena[start..<(start + Int(entry.tokenLength))])
+                entries[key] = entry
+            }
+            arena = packed
+            garbage = 0
+        }
+
+        func tokenBytes(_ entry: Entry) -> ArraySlice<UInt8> {
+            let start = Int(entry.tokenStart)
+            return arena[start..<(start + Int(entry.tokenLength))]
         }
 
         static func activityId(of key: String) -> String? {
@@ -134,6 +174,7 @@ public final class PartitionTokens: Sendable {
             state.owned.subtract(dropped)
             let keys = state.entries.compactMap { dropped.contains($0.value.partition) ? $0.key : nil }
             for key in keys { state.removeEntry(key) }
+            state.compactIfWasteful()
         }
     }
 
@@ -146,7 +187,7 @@ public final class PartitionTokens: Sendable {
     @discardableResult
     public func apply(_ record: TokenRecord, key topicKey: String, partition: Int32, offset: Int64) -> Bool {
         let key = record.key ?? topicKey
-        guard let bytes = Self.bytes(ofHex: record.token) else { return false }
+        guard let bytes = Self.bytes(ofHex: record.token), bytes.count <= Int(UInt16.max) else { return false }
         let changed = state.withLock { state -> Bool in
             guard state.holds(partition) else { return false }
             if let current = state.entries[key], current.partition == partition, offset <= current.offset { return false }
@@ -158,14 +199,16 @@ public final class PartitionTokens: Sendable {
                 state.removeEntry(previous)
             }
             state.removeEntry(key)
+            guard let (tokenStart, tokenLength) = state.store(bytes) else { return false }
             let profile = state.profile(
                 Profile(
                     app: record.app, kind: record.kind, state: record.state, appVersion: record.appVersion,
                     frequentUpdatesEnabled: record.frequentUpdatesEnabled))
             state.entries[key] = Entry(
-                token: bytes, offset: offset, registeredAt: Self.milliseconds(record.registeredAt),
+                offset: offset, registeredAt: Self.milliseconds(record.registeredAt),
                 startedAt: record.activityStartedAt.map(Self.milliseconds) ?? .min, partition: partition, profile: profile,
-                legacyTopicKey: topicKey != key)
+                tokenStart: tokenStart, tokenLength: tokenLength, legacyTopicKey: topicKey != key)
+            state.compactIfWasteful()
             if topicKey != key { state.legacyKeys[topicKey] = key }
             return true
         }
@@ -185,6 +228,7 @@ public final class PartitionTokens: Sendable {
             guard let current = state.entries[key], current.legacyTopicKey == (key != topicKey) else { return }
             if current.partition == partition, offset <= current.offset { return }
             state.removeEntry(key)
+            state.compactIfWasteful()
         }
     }
 
@@ -194,7 +238,7 @@ public final class PartitionTokens: Sendable {
             guard let entry = state.entries[key] else { return nil }
             let profile = state.profiles[Int(entry.profile)]
             return DeliveryToken(
-                token: Self.hex(entry.token), app: profile.app, kind: profile.kind, state: profile.state,
+                token: Self.hex(state.tokenBytes(entry)), app: profile.app, kind: profile.kind, state: profile.state,
                 deviceId: profile.kind == .pushToStart ? Self.deviceId(ofPushToStartKey: key) : nil,
                 frequentUpdatesEnabled: profile.frequentUpdatesEnabled, appVersion: profile.appVersion,
                 registeredAt: Self.date(entry.registeredAt), activityStartedAt: entry.startedAt == .min ? nil : Self.date(entry.startedAt))
@@ -249,7 +293,7 @@ public final class PartitionTokens: Sendable {
         return bytes
     }
 
-    static func hex(_ bytes: [UInt8]) -> String {
+    static func hex(_ bytes: ArraySlice<UInt8>) -> String {
         let digits = Array("0123456789abcdef".utf8)
         return String(unsafeUninitializedCapacity: bytes.count * 2) { buffer in
             for (index, byte) in bytes.enumerated() {
@@ -259,6 +303,9 @@ public final class PartitionTokens: Sendable {
             return bytes.count * 2
         }
     }
+
+    /// Bytes of the token arena, and how many of them no token uses (tests, diagnostics).
+    public var arenaBytes: (used: Int, garbage: Int) { state.withLock { ($0.arena.count, $0.garbage) } }
 
     static func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1_000).rounded(.down)) }
     static func date(_ milliseconds: Int64) -> Date { Date(timeIntervalSince1970: Double(milliseconds) / 1_000) }

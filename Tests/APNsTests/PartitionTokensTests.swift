@@ -123,3 +123,36 @@ struct RecentOutcomesWindowTests {
         #expect(RecentOutcomes.since(window: window, firstRequestAt: nil, now: now) == now.addingTimeInterval(-3_600))
     }
 }
+
+@Suite("Partition tokens: the token arena")
+struct TokenArenaTests {
+    @Test("tokens replaced and partitions dropped leave space that is reclaimed; every token reads back after the arena is packed")
+    func compaction() throws {
+        let tokens = PartitionTokens()
+        tokens.own(partitions: [0, 1])
+        var offset: Int64 = 0
+        func put(_ activity: String, seed: Int, partition: Int32) {
+            offset += 1
+            let record = PartitionTokensTests.update(activity, token: hexToken(seed, bytes: 80))
+            tokens.apply(record, key: record.key!, partition: partition, offset: offset)
+        }
+        for index in 0..<1_000 { put("a\(index)", seed: index, partition: Int32(index % 2)) }
+        #expect(tokens.arenaBytes.used == 80_000)
+        // Each token rotated five times: without reclaiming, the arena would hold six times as much.
+        for round in 1...5 {
+            for index in 0..<1_000 { put("a\(index)", seed: index + round * 1_000, partition: Int32(index % 2)) }
+        }
+        let afterRotations = tokens.arenaBytes
+        #expect(afterRotations.used - afterRotations.garbage == 80_000)
+        #expect(afterRotations.used <= 2 * 80_000 + 65_536)
+        for index in 0..<1_000 {
+            #expect(tokens.token(forKey: "com.example.food/a\(index)")?.token == hexToken(index + 5_000, bytes: 80))
+        }
+        tokens.drop(partitions: [1])
+        #expect(tokens.count == 500)
+        #expect(tokens.arenaBytes.used - tokens.arenaBytes.garbage == 40_000)
+        for index in stride(from: 0, to: 1_000, by: 2) {
+            #expect(tokens.token(forKey: "com.example.food/a\(index)")?.token == hexToken(index + 5_000, bytes: 80))
+        }
+    }
+}
