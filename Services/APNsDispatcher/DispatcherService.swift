@@ -17,8 +17,8 @@ import Synchronization
 /// `islet.push-outcomes.v1`), so that requests read again after a crash, whose outcome was already
 /// published, are not sent again — a push-to-start must never start two activities. Requests read
 /// again start at the group's committed offset, and their outcomes were all written after the
-/// first of them was: the read covers the uncommitted stretch (plus a margin for clocks), not
-/// hours. On graceful shutdown it stops taking requests, waits for the pushes in
+/// first of them was: the read covers the uncommitted stretch (plus 10 minutes, for copies and
+/// clocks), not hours; a partition that comes back in the same rebalance is not read at all. On graceful shutdown it stops taking requests, waits for the pushes in
 /// flight and their outcomes (at most `drainTimeout`), then commits and leaves the group. A
 /// partition revoked by a rebalance is given up the same way: nothing new is sent for it, and its
 /// pushes in flight finish before its offsets are committed (``TicketBook/finishRevoked(_:engine:timeout:)``).
@@ -51,7 +51,14 @@ public struct DispatcherService: Service {
         // A partition moving to another dispatcher (a rebalance, this one stopping): nothing new
         // is sent for it, and the pushes in flight finish and have their outcomes written before
         // its offsets are committed, so that the next owner sends none of them again.
+        let tokenLoader = self.tokenLoader
+        // Partitions given up cleanly (not lost with an expired session: then another member may
+        // have had them meanwhile).
+        let cleanlyRevoked = PartitionSet()
         consumer.onRevocation(timeout: drainTimeout + .seconds(1)) { partitions in
+            // A restore of these partitions' tokens under way is not waited for any more.
+            tokenLoader.interrupt(partitions: partitions.map(\.partition))
+            cleanlyRevoked.insert(partitions.map(\.partition))
             let started = ContinuousClock.now
             let finished = await tickets.finishRevoked(partitions, engine: engine, timeout: drainTimeout)
             let metadata: Logger.Metadata = ["kafka.partitions": "\(partitions)", "took": "\(ContinuousClock.now - started)"]
@@ -72,15 +79,20 @@ public struct DispatcherService: Service {
                 await engine.drain(timeout: drainTimeout)
                 consumer.shutdown()
             }
-            // Partitions assigned whose first request was not read yet: the outcomes written since
-            // it are read before it is handled.
+            // Partitions that came to this dispatcher from another whose first request was not
+            // read yet: the outcomes written since it are read before it is handled. A partition
+            // revoked and assigned back in the same rebalance (Kafka's eager protocol revokes them
+            // all) was nobody else's meanwhile: what it did there, this engine remembers.
             var unchecked: Set<Int32> = []
+            var revokedLast: Set<Int32> = []
             for await event in consumer.events {
                 switch event {
                 case .partitionsAssigned(let partitions):
                     let numbers = partitions.map(\.partition)
+                    // Their tokens first: no request is looked at against a half-read partition.
                     await tokenLoader.restore(partitions: numbers)
-                    unchecked.formUnion(numbers)
+                    unchecked.formUnion(Set(numbers).subtracting(revokedLast))
+                    revokedLast = []
                 case .partitionsRevoked(let partitions):
                     let revoked = Set(partitions)
                     let dropped = engine.dropWaiting { ticket in tickets.partition(of: ticket).map(revoked.contains) ?? false }
@@ -88,6 +100,7 @@ public struct DispatcherService: Service {
                     tickets.revoke(partitions)
                     tokenLoader.revoke(partitions: partitions.map(\.partition))
                     unchecked.subtract(partitions.map(\.partition))
+                    revokedLast.formUnion(cleanlyRevoked.take(partitions.map(\.partition)))
                 case .message(let raw):
                     if unchecked.remove(raw.partition) != nil {
                         let reading = ContinuousClock.now
@@ -123,6 +136,22 @@ public struct DispatcherService: Service {
             }
             engine.finish()
             group.cancelAll()
+        }
+    }
+}
+
+/// Partition numbers one thread notes and another takes.
+final class PartitionSet: Sendable {
+    private let partitions = Mutex<Set<Int32>>([])
+
+    func insert(_ numbers: [Int32]) { partitions.withLock { $0.formUnion(numbers) } }
+
+    /// Those of `numbers` noted, which are no longer noted after.
+    func take(_ numbers: [Int32]) -> Set<Int32> {
+        partitions.withLock { noted in
+            let taken = noted.intersection(numbers)
+            noted.subtract(numbers)
+            return taken
         }
     }
 }
@@ -224,9 +253,10 @@ public struct RecentOutcomes: Sendable {
         public var unansweredStarts: Set<String> = []
     }
 
-    /// How much earlier than the first request read again an outcome may be stamped: the clocks
-    /// of content-service's and the dispatcher's hosts may differ.
-    static let clockMargin: TimeInterval = 120
+    /// How much earlier than the first request read again the outcomes read start: a request
+    /// content-service wrote twice (a send it retried after a timeout, the same request id) may
+    /// come minutes after the first copy, and the clocks of the two services' hosts may differ.
+    static let clockMargin: TimeInterval = 600
 
     /// The request ids of outcomes written to `partition` since the partition's first request read
     /// again was (`firstRequestAt`, its Kafka timestamp in milliseconds, less ``clockMargin``), and

@@ -9,17 +9,20 @@ import Synchronization
 /// Keeps ``PartitionTokens`` equal to the partitions of `islet.tokens.v1` the service owns.
 ///
 /// A service whose consumer-group member is assigned partitions of a co-partitioned topic calls
-/// ``restore(partitions:)``: a replica of the same partitions of the token topic is started,
-/// read from their start, and the call returns once each was read to its end (the tokens the
-/// partitions' requests need are there) or ``restoreTimeout`` passed. The replica goes on
-/// following them while they are owned. Restore time is proportional to the tokens of the
-/// partitions restored, not to the whole table, and each instance holds only its share.
+/// ``restore(partitions:)`` before it handles their records: a replica of the same partitions of
+/// the token topic is started, read from their start, and the call returns once each was read to
+/// its end, so that no request is looked at against a half-read partition (a token invalidated
+/// at the end of the partition would still look active). The replica goes on following them while
+/// they are held. Restore time is proportional to the tokens of the partitions restored, not to
+/// the whole table, and each instance holds only its share. A replica that stops by itself (the
+/// cluster unreachable when it starts, a failure) is started again, after a backoff.
 ///
 /// ``revoke(partitions:)`` *parks* the partitions: their tokens stay, and are still followed,
 /// until the next assignment says whether they came back. A rebalance under Kafka's eager protocol
 /// revokes every partition of every member and assigns most of them back to the same member at
 /// once: the tokens of those are not read again, only those of the partitions that moved. Parked
-/// partitions that did not come back are dropped (and their replica stopped) then.
+/// partitions that did not come back are dropped then; a replica stops once none of its
+/// partitions is held (until then it also reads what is new in the dropped ones, and discards it).
 ///
 /// The replicas run in ``run()``'s task group (a `Service`: started with the service, stopped on
 /// graceful shutdown).
@@ -28,49 +31,60 @@ public final class PartitionTokenLoader: Service, Sendable {
     public typealias MakeReplica = @Sendable (_ partitions: [Int32]) throws -> KafkaConsumer
 
     private struct Follower {
-        var consumer: KafkaConsumer
         /// The partitions it reads that are still held (owned or parked).
         var live: Set<Int32>
+        /// Its current replica, while one runs.
+        var consumer: KafkaConsumer?
         /// Read to the end once.
         var restored = false
-        /// Its replica stopped (failed, or the loader stopped): the partitions are not followed.
-        var ended = false
-        var waiter: CheckedContinuation<Bool, Never>?
+        /// Replicas in a row that stopped by themselves, and why the last one did.
+        var failures = 0
+        var lastError: String?
     }
 
     private struct State {
         var followers: [UInt64: Follower] = [:]
         /// Revoked, kept until the next assignment.
         var parked: Set<Int32> = []
+        /// Partitions being revoked (``interrupt(partitions:)``) whose restore is not waited for.
+        var interrupted: Set<Int32> = []
+        /// Restores waiting for a change, by id.
+        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
         var next: UInt64 = 1
         var stopped = false
 
         var followed: Set<Int32> { followers.values.reduce(into: []) { $0.formUnion($1.live) } }
 
-        /// Stops holding `partitions`: returns the replicas left with nothing to follow and the
-        /// restores waiting for them.
-        mutating func release(_ partitions: Set<Int32>) -> (stop: [KafkaConsumer], waiters: [CheckedContinuation<Bool, Never>]) {
+        /// Stops holding `partitions`: returns the replicas left with nothing to follow.
+        mutating func release(_ partitions: Set<Int32>) -> [KafkaConsumer] {
             var stop: [KafkaConsumer] = []
-            var waiters: [CheckedContinuation<Bool, Never>] = []
             for (id, var follower) in followers where !follower.live.isDisjoint(with: partitions) {
                 follower.live.subtract(partitions)
                 if follower.live.isEmpty {
-                    stop.append(follower.consumer)
-                    if let waiter = follower.waiter { waiters.append(waiter) }
+                    if let consumer = follower.consumer { stop.append(consumer) }
                     followers[id] = nil
                 } else {
                     followers[id] = follower
                 }
             }
-            return (stop, waiters)
+            return stop
+        }
+
+        /// Takes every waiting restore, to be resumed (they look again).
+        mutating func takeWaiters() -> [CheckedContinuation<Void, Never>] {
+            defer { waiters = [:] }
+            return Array(waiters.values)
+        }
+
+        /// The followers of these partitions not read to their end yet.
+        func pending(_ partitions: Set<Int32>) -> [Follower] {
+            followers.values.filter { !$0.restored && !$0.live.isDisjoint(with: partitions) }
         }
     }
 
     public let tokens: PartitionTokens
-    /// How long ``restore(partitions:)`` waits for its partitions to be read (default 30 s): past
-    /// it, the service goes on, and a request whose token is not read yet waits for it (the
-    /// restore goes on too; `/health` says so until it is done).
-    public let restoreTimeout: Duration
+    /// How often a restore that takes long says so in the log (default 30 s).
+    public let progressInterval: Duration
     private let makeReplica: MakeReplica
     private let logger: Logger
     private let state = Mutex(State())
@@ -82,10 +96,10 @@ public final class PartitionTokenLoader: Service, Sendable {
 
     /// - Parameter service: the service name, a dimension of the metrics.
     public init(
-        tokens: PartitionTokens, service: String, restoreTimeout: Duration = .seconds(30), logger: Logger, makeReplica: @escaping MakeReplica
+        tokens: PartitionTokens, service: String, progressInterval: Duration = .seconds(30), logger: Logger, makeReplica: @escaping MakeReplica
     ) {
         self.tokens = tokens
-        self.restoreTimeout = restoreTimeout
+        self.progressInterval = progressInterval
         self.makeReplica = makeReplica
         self.logger = logger
         (followers, started) = AsyncStream.makeStream(of: UInt64.self)
@@ -96,11 +110,15 @@ public final class PartitionTokenLoader: Service, Sendable {
 
     /// The replica of `topic`'s `partitions` a loader reads: from their first record, fetching with
     /// the hot path's 10 ms wait (a token registered just before an activity's first request must
-    /// be known when the request arrives).
+    /// be known when the request arrives), and buffering at most 16 MB ahead of the decoding
+    /// (librdkafka's default, 64 MB, would stay in the process after a restore) unless `settings`
+    /// say otherwise.
     public static func replicaConfiguration(
         bootstrapServers: String, topic: String, partitions: [Int32], clientID: String, settings: [String: String]
     ) -> KafkaConsumerConfiguration {
-        .replica(
+        var settings = settings
+        if settings["queued.max.messages.kbytes"] == nil { settings["queued.max.messages.kbytes"] = "16384" }
+        return .replica(
             bootstrapServers: bootstrapServers, topics: [topic], partitions: partitions, clientID: clientID, fetchWait: .milliseconds(10),
             settings: settings)
     }
@@ -112,63 +130,57 @@ public final class PartitionTokenLoader: Service, Sendable {
                 self.stop()
             }
             for await id in followers {
-                guard let consumer = state.withLock({ $0.followers[id]?.consumer }) else { continue }
-                group.addTask { await self.follow(id, consumer) }
+                group.addTask { await self.follow(id) }
             }
             group.cancelAll()
         }
     }
 
     /// The service was assigned `partitions`: the parked ones among them are kept, the other parked
-    /// ones dropped, and those not held yet read from their start. Returns once every assigned
-    /// partition was read to its end: `true`; `false` when ``restoreTimeout`` passed first, the
-    /// partitions were revoked meanwhile, the replica could not be made, or the loader stopped.
+    /// ones dropped, and those not held yet read from their start. Returns `true` once every
+    /// assigned partition was read to its end; `false` when the loader stopped, or when the wait
+    /// was cut short by ``interrupt(partitions:)`` for all of them or by cancellation.
     @discardableResult
     public func restore(partitions: [Int32]) async -> Bool {
         let assigned = Set(partitions)
-        let (released, stop, waiters) = state.withLock { state in
+        let (released, stop) = state.withLock { state in
             let released = state.parked.subtracting(assigned)
             state.parked = []
-            let (stop, waiters) = state.release(released)
-            return (released, stop, waiters)
+            state.interrupted = []
+            return (released, state.release(released))
         }
-        finish(dropping: released, stop, waiters)
+        drop(released, stop)
         guard !assigned.isEmpty else { return true }
         tokens.own(partitions: assigned)
-        let missing = assigned.subtracting(state.withLock { $0.followed })
-        if !missing.isEmpty {
-            let consumer: KafkaConsumer
-            do {
-                consumer = try makeReplica(missing.sorted())
-            } catch {
-                logger.error("token partitions cannot be read", metadata: ["kafka.partitions": "\(missing.sorted())", "error": "\(error)"])
-                return false
-            }
-            let id = state.withLock { state -> UInt64? in
-                guard !state.stopped else { return nil }
+        let missing = state.withLock { state -> Set<Int32>? in
+            guard !state.stopped else { return nil }
+            let missing = assigned.subtracting(state.followed)
+            if !missing.isEmpty {
                 let id = state.next
                 state.next += 1
-                state.followers[id] = Follower(consumer: consumer, live: missing)
-                return id
+                state.followers[id] = Follower(live: missing)
+                started.yield(id)
             }
-            guard let id else { return false }
-            started.yield(id)
+            return missing
         }
-        // The restores still under way for these partitions (the new one, and any kept one).
-        let awaited = state.withLock { state in state.followers.filter { !$0.value.live.isDisjoint(with: assigned) && !$0.value.restored }.map(\.key) }
+        guard let missing else { return false }
         let start = ContinuousClock.now
         let restored = await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await self.waitRestored(assigned) }
             group.addTask {
-                for id in awaited { guard await self.waitRestored(id) else { return false } }
-                return true
-            }
-            group.addTask {
-                try? await Task.sleep(for: self.restoreTimeout)
+                // Says so while it takes long; ends with the wait.
+                while (try? await Task.sleep(for: self.progressInterval)) != nil {
+                    self.logger.warning(
+                        "still reading token partitions just assigned: their requests wait",
+                        metadata: [
+                            "kafka.partitions": "\(missing.sorted())", "tokens.count": "\(self.tokens.count)",
+                            "waited.seconds": "\((ContinuousClock.now - start) / .seconds(1))", "health": "\(self.health)",
+                        ])
+                }
                 return false
             }
             let first = await group.next() ?? false
             group.cancelAll()
-            if !first { for id in awaited { self.wake(id) } }
             return first
         }
         let metadata: Logger.Metadata = [
@@ -178,9 +190,19 @@ public final class PartitionTokenLoader: Service, Sendable {
         if restored {
             logger.info("token partitions restored", metadata: metadata)
         } else {
-            logger.warning("token partitions not restored in time: their requests wait for tokens still being read", metadata: metadata)
+            logger.info("token partitions' restore no longer waited for (revoked or stopping)", metadata: metadata)
         }
         return restored
+    }
+
+    /// These partitions are being revoked (called from the consumer's revocation handler, before
+    /// their revocation reaches the service's loop): a restore waiting for them stops waiting.
+    public func interrupt(partitions: [Int32]) {
+        let waiters = state.withLock { state in
+            state.interrupted.formUnion(partitions)
+            return state.takeWaiters()
+        }
+        for waiter in waiters { waiter.resume() }
     }
 
     /// These partitions were revoked: parked until the next assignment (``restore(partitions:)``)
@@ -189,23 +211,20 @@ public final class PartitionTokenLoader: Service, Sendable {
         state.withLock { state in state.parked.formUnion(Set(partitions).intersection(state.followed)) }
     }
 
-    private func finish(dropping partitions: Set<Int32>, _ stop: [KafkaConsumer], _ waiters: [CheckedContinuation<Bool, Never>]) {
-        guard !partitions.isEmpty else { return }
-        tokens.drop(partitions: partitions)
-        for consumer in stop { consumer.shutdown() }
-        for waiter in waiters { waiter.resume(returning: false) }
-        tokensGauge.record(Double(tokens.count))
-    }
-
     /// Partitions revoked and kept until the next assignment.
     public var parkedPartitions: Set<Int32> { state.withLock { $0.parked } }
 
-    /// What the replicas can do now: the worst of them (ready when none runs).
+    /// What the replicas can do now: the worst of them (ready when none runs). A replica that keeps
+    /// stopping by itself makes it not ready, with the reason.
     public var health: KafkaClientHealth {
-        let consumers = state.withLock { $0.followers.values.map(\.consumer) }
+        let followers = state.withLock { Array($0.followers.values) }
         var worst = KafkaClientHealth.ready
-        for consumer in consumers {
-            let health = consumer.health
+        for follower in followers {
+            if follower.failures > 0, follower.consumer == nil || !follower.restored {
+                worst = .notReady("the replica of token partitions \(follower.live.sorted()) stopped \(follower.failures) times in a row: \(follower.lastError ?? "")")
+                continue
+            }
+            guard let health = follower.consumer?.health else { continue }
             if health.status == .failed { return health }
             if health.status == .notReady { worst = health }
         }
@@ -213,34 +232,100 @@ public final class PartitionTokenLoader: Service, Sendable {
     }
 
     /// Whether a restore is under way (some held partitions are not read to their end yet).
-    public var isRestoring: Bool { state.withLock { $0.followers.values.contains { !$0.restored && !$0.ended } } }
+    public var isRestoring: Bool { state.withLock { $0.followers.values.contains { !$0.restored } } }
 
     // MARK: Inside
 
-    private func follow(_ id: UInt64, _ consumer: KafkaConsumer) async {
-        do {
-            try await consumer.replay { seconds in
-                restoreSeconds.record(seconds)
-                tokensGauge.record(Double(tokens.count))
-                let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
-                    state.followers[id]?.restored = true
-                    defer { state.followers[id]?.waiter = nil }
-                    return state.followers[id]?.waiter
-                }
-                waiter?.resume(returning: true)
-            } apply: { message, caughtUp in
-                apply(message)
-                if caughtUp { tokensGauge.record(Double(tokens.count)) }
+    private func drop(_ partitions: Set<Int32>, _ stop: [KafkaConsumer]) {
+        guard !partitions.isEmpty else { return }
+        tokens.drop(partitions: partitions)
+        for consumer in stop { consumer.shutdown() }
+        tokensGauge.record(Double(tokens.count))
+    }
+
+    /// Waits until the followers of `assigned` (less those interrupted) were read to their end
+    /// (`true`), or the loader stopped, everything was interrupted, or the task was cancelled.
+    private func waitRestored(_ assigned: Set<Int32>) async -> Bool {
+        let id = state.withLock { state in
+            defer { state.next += 1 }
+            return state.next
+        }
+        while true {
+            let done: Bool? = state.withLock { state in
+                if state.stopped || Task.isCancelled { return false }
+                let waited = assigned.subtracting(state.interrupted)
+                if waited.isEmpty { return false }
+                return state.pending(waited).isEmpty ? true : nil
             }
-        } catch {
-            logger.error("token partitions replica stopped", metadata: ["error": "\(error)"])
+            if let done { return done }
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    let resumeNow = state.withLock { state -> Bool in
+                        if state.stopped || Task.isCancelled { return true }
+                        state.waiters[id] = continuation
+                        return false
+                    }
+                    if resumeNow { continuation.resume() }
+                }
+            } onCancel: {
+                let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+                waiter?.resume()
+            }
         }
-        let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
-            state.followers[id]?.ended = true
-            defer { state.followers[id]?.waiter = nil }
-            return state.followers[id]?.waiter
+    }
+
+    private func notifyWaiters() {
+        for waiter in state.withLock({ $0.takeWaiters() }) { waiter.resume() }
+    }
+
+    /// Runs the replicas of follower `id` until its partitions are no longer held or the loader
+    /// stops: a replica that stops by itself is replaced, after a backoff (1 s, doubling to 30 s).
+    private func follow(_ id: UInt64) async {
+        var backoff = Duration.seconds(1)
+        while true {
+            guard let partitions = state.withLock({ $0.stopped ? nil : $0.followers[id]?.live }), !Task.isCancelled else { return }
+            var failure: String
+            do {
+                let consumer = try makeReplica(partitions.sorted())
+                let attached = state.withLock { state -> Bool in
+                    guard !state.stopped, state.followers[id] != nil else { return false }
+                    state.followers[id]?.consumer = consumer
+                    return true
+                }
+                guard attached else { return }
+                try await consumer.replay { seconds in
+                    restoreSeconds.record(seconds)
+                    tokensGauge.record(Double(tokens.count))
+                    state.withLock { state in
+                        state.followers[id]?.restored = true
+                        state.followers[id]?.failures = 0
+                    }
+                    backoff = .seconds(1)
+                    notifyWaiters()
+                } apply: { message, caughtUp in
+                    apply(message)
+                    if caughtUp { tokensGauge.record(Double(tokens.count)) }
+                }
+                failure = "the replica stopped"
+            } catch {
+                failure = "\(error)"
+            }
+            // Released (its partitions dropped) or stopping: done. Otherwise it stopped by itself.
+            let again = state.withLock { state -> Bool in
+                guard !state.stopped, state.followers[id] != nil else { return false }
+                state.followers[id]?.consumer = nil
+                state.followers[id]?.failures += 1
+                state.followers[id]?.lastError = failure
+                return true
+            }
+            guard again, !Task.isCancelled else { return }
+            notifyWaiters()
+            logger.error(
+                "token partitions' replica stopped; another starts after a backoff",
+                metadata: ["kafka.partitions": "\(partitions.sorted())", "error": "\(failure)", "backoff": "\(backoff)"])
+            guard (try? await Task.sleep(for: backoff)) != nil else { return }
+            backoff = min(backoff * 2, .seconds(30))
         }
-        waiter?.resume(returning: false)
     }
 
     private func apply(_ message: KafkaMessage) {
@@ -257,43 +342,15 @@ public final class PartitionTokenLoader: Service, Sendable {
         }
     }
 
-    /// Waits until `id` was read to its end (`true`), or its replica ended, it is gone, or the
-    /// wait is woken (``wake(_:)``, cancellation): `false`.
-    private func waitRestored(_ id: UInt64) async -> Bool {
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                let answer = state.withLock { state -> Bool? in
-                    guard let follower = state.followers[id], !follower.ended else { return false }
-                    if follower.restored { return true }
-                    if Task.isCancelled { return false }
-                    state.followers[id]?.waiter = continuation
-                    return nil
-                }
-                if let answer { continuation.resume(returning: answer) }
-            }
-        } onCancel: {
-            wake(id)
-        }
-    }
-
-    /// Ends a wait for `id` with `false` (the restore goes on).
-    private func wake(_ id: UInt64) {
-        let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
-            defer { state.followers[id]?.waiter = nil }
-            return state.followers[id]?.waiter
-        }
-        waiter?.resume(returning: false)
-    }
-
     private func stop() {
-        let (consumers, waiters) = state.withLock { state -> ([KafkaConsumer], [CheckedContinuation<Bool, Never>]) in
+        let (consumers, waiters) = state.withLock { state in
             state.stopped = true
-            let followers = Array(state.followers.values)
+            let consumers = state.followers.values.compactMap(\.consumer)
             state.followers = [:]
-            return (followers.map(\.consumer), followers.compactMap(\.waiter))
+            return (consumers, state.takeWaiters())
         }
         started.finish()
         for consumer in consumers { consumer.shutdown() }
-        for waiter in waiters { waiter.resume(returning: false) }
+        for waiter in waiters { waiter.resume() }
     }
 }

@@ -9,6 +9,10 @@ import Testing
 
 private let logger = testLogger("islet.test.partition-tokens")
 
+private struct Unreachable: Error, CustomStringConvertible {
+    var description: String { "the cluster is unreachable (test)" }
+}
+
 @Suite("Token partitions read on assignment, against the broker", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(2)))
 struct PartitionTokenLoaderTests {
     /// Three partitions of tokens, `count` activities, and a loader whose replicas are counted.
@@ -21,13 +25,19 @@ struct PartitionTokenLoaderTests {
         let reads = AwaitedLog<[Int32]>()
         private let tasks: Task<Void, any Error>
 
-        init() async throws {
+        /// - Parameter failing: how many replicas cannot be made at first (the cluster unreachable).
+        init(failing: Int = 0) async throws {
             let servers = try TestBroker.servers()
             let admin = try KafkaAdmin(configuration: .init(bootstrapServers: servers), logger: logger)
             _ = try await admin.createTopics([.init(name: topic, partitions: 3, configs: ["cleanup.policy": "compact"])])
             producer = try KafkaProducer(configuration: .init(bootstrapServers: servers), logger: logger)
             let (topic, reads) = (self.topic, self.reads)
-            loader = PartitionTokenLoader(tokens: tokens, service: "test", restoreTimeout: .seconds(20), logger: logger) { partitions in
+            let failures = AwaitedLog<Int>()
+            loader = PartitionTokenLoader(tokens: tokens, service: "test", logger: logger) { partitions in
+                if failures.count < failing {
+                    failures.append(1)
+                    throw Unreachable()
+                }
                 reads.append(partitions)
                 return try KafkaConsumer(
                     configuration: PartitionTokenLoader.replicaConfiguration(
@@ -100,6 +110,37 @@ struct PartitionTokenLoaderTests {
         for (activity, partition) in partitionOf {
             #expect((rig.tokens.token(forKey: "com.example.food/\(activity)") != nil) == (partition != 0), "\(activity) in \(partition)")
         }
+        await rig.stop()
+    }
+
+    @Test("a replica that cannot be made is made again after a backoff; until then the restore waits and /health says why")
+    func replicaMadeAgain() async throws {
+        let rig = try await Rig(failing: 2)
+        for index in 0..<10 { try await rig.register("order-\(index)") }
+        let restoring = Task { await rig.loader.restore(partitions: [0, 1, 2]) }
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(rig.loader.isRestoring)
+        #expect(rig.loader.health.status == .notReady)
+        #expect(rig.loader.health.reason?.contains("unreachable") == true)
+        #expect(await restoring.value, "the third attempt (after 1 s and 2 s) reads the partitions")
+        #expect(rig.tokens.count == 10)
+        #expect(rig.loader.health == .ready)
+        await rig.stop()
+    }
+
+    @Test("a restore that cannot finish is ended by the revocation of its partitions, not by a timeout")
+    func interruptedByRevocation() async throws {
+        let rig = try await Rig(failing: 1_000)
+        let restoring = Task { await rig.loader.restore(partitions: [0, 1]) }
+        try await Task.sleep(for: .milliseconds(300))
+        rig.loader.interrupt(partitions: [0])
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(rig.loader.isRestoring, "partition 1 is still waited for")
+        rig.loader.interrupt(partitions: [1])
+        #expect(await restoring.value == false)
+        rig.loader.revoke(partitions: [0, 1])
+        #expect(await rig.loader.restore(partitions: []), "nothing assigned: nothing to wait for")
+        #expect(!rig.loader.isRestoring, "the parked partitions were dropped, and their replica with them")
         await rig.stop()
     }
 }

@@ -117,7 +117,7 @@ struct RecentOutcomesWindowTests {
         let now = Date(timeIntervalSince1970: 1_795_000_000)
         let window = Duration.seconds(3_600)
         let recent = Int64((now.timeIntervalSince1970 - 10) * 1_000)
-        #expect(RecentOutcomes.since(window: window, firstRequestAt: recent, now: now) == now.addingTimeInterval(-10 - RecentOutcomes.clockMargin))
+        #expect(RecentOutcomes.since(window: window, firstRequestAt: recent, now: now) == now.addingTimeInterval(-10 - 600))
         let old = Int64((now.timeIntervalSince1970 - 86_400) * 1_000)
         #expect(RecentOutcomes.since(window: window, firstRequestAt: old, now: now) == now.addingTimeInterval(-3_600))
         #expect(RecentOutcomes.since(window: window, firstRequestAt: nil, now: now) == now.addingTimeInterval(-3_600))
