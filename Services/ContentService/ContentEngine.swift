@@ -1,4 +1,5 @@
 import Foundation
+import HeapModule
 import IsletMessages
 import IsletTokens
 import Synchronization
@@ -9,7 +10,10 @@ import Synchronization
 /// are persisted (``commit(_:)``): a failed send leaves the event to be handled again.
 ///
 /// It also watches what it sent (the freshness monitor, ``sweep()``): content gone stale is sent
-/// again, an activity stale for too long or near iOS's 8-hour limit is ended.
+/// again, an activity stale for too long or near iOS's 8-hour limit is ended. The monitor's work is
+/// proportional to what is due, not to the activities remembered: each activity waits in a queue
+/// ordered by its next deadline (``ActivityMemory/nextDeadline(now:policy:)``), and the freshness
+/// classes are kept up to date as activities change or fall due.
 ///
 /// ``prepare(_:)``/``commit(_:)`` and ``sweep()``/``commit(_:)`` pairs must not interleave for one
 /// activity: ``ContentServiceLoop`` runs them one at a time.
@@ -22,19 +26,72 @@ public final class ContentEngine: Sendable {
         var memories: [String: ActivityMemory] = [:]
         /// Push-to-start keys of recent starts → the activity they started (their outcomes carry the key).
         var startOwners: [String: String] = [:]
+        /// `startOwners.count` when it was last pruned: pruned again once it doubled (amortised).
+        var startOwnersPruned = 0
         /// Activity id → the keys of the memories of that id (one per app that uses it).
         var keysByActivity: [String: Set<String>] = [:]
+        /// When the monitor is to look at each activity next.
+        var deadlines = DeadlineQueue()
+        /// The live activities that were not fresh when last looked at, and their class. Exact as
+        /// long as the clock does not step back: a class changes by time alone only at a deadline.
+        var notFresh: [String: Freshness] = [:]
+        var notFreshCounts: [Freshness: Int] = [:]
+        /// Activities remembered live (``ActivityMemory/isLive``: not ended, token alive).
+        var liveCount = 0
+        /// Activities whose token is dead (``ActivityMemory/gone``). No deadline revives them (a token
+        /// registered again does, which no clock tells): each monitor pass asks the token table about
+        /// the ones it owns. They are few (APNs declared their token dead, within the retention).
+        var gone: Set<String> = []
+        /// Activities the last monitor pass looked at (tests: a pass is proportional to what is due).
+        var examinedInLastSweep = 0
 
-        /// Sets (or, with `nil`, forgets) the memory of `key`, keeping the index by activity id.
-        mutating func set(_ key: String, _ memory: ActivityMemory?) {
-            let activityId = String(key.drop { $0 != "/" }.dropFirst())
-            memories[key] = memory
-            if memory == nil {
-                keysByActivity[activityId]?.remove(key)
-                if keysByActivity[activityId]?.isEmpty == true { keysByActivity[activityId] = nil }
-            } else {
-                keysByActivity[activityId, default: []].insert(key)
+        /// Sets (or, with `nil`, forgets) the memory of `key`, keeping the index by activity id, the
+        /// live and gone activities, the freshness classes, and the activity's deadline.
+        mutating func set(_ key: String, _ memory: ActivityMemory?, now: Date, policy: FreshnessPolicy) {
+            let previous: ActivityMemory?
+            if let memory { previous = memories.updateValue(memory, forKey: key) } else { previous = memories.removeValue(forKey: key) }
+            if (previous == nil) != (memory == nil) {
+                let activityId = String(key.drop { $0 != "/" }.dropFirst())
+                if memory == nil {
+                    keysByActivity[activityId]?.remove(key)
+                    if keysByActivity[activityId]?.isEmpty == true { keysByActivity[activityId] = nil }
+                } else {
+                    keysByActivity[activityId, default: []].insert(key)
+                }
             }
+            changed(key, memory, wasLive: previous?.isLive == true, wasGone: previous?.gone == true, now: now, policy: policy)
+        }
+
+        /// Changes the memory of `key`, if remembered, in place (its outcomes are not copied), then as ``set(_:_:now:policy:)``.
+        mutating func update(_ key: String, now: Date, policy: FreshnessPolicy, _ change: (inout ActivityMemory) -> Void) {
+            guard let index = memories.index(forKey: key) else { return }
+            let (wasLive, wasGone) = (memories.values[index].isLive, memories.values[index].gone)
+            change(&memories.values[index])
+            changed(key, memories.values[index], wasLive: wasLive, wasGone: wasGone, now: now, policy: policy)
+        }
+
+        private mutating func changed(_ key: String, _ memory: ActivityMemory?, wasLive: Bool, wasGone: Bool, now: Date, policy: FreshnessPolicy) {
+            liveCount += (memory?.isLive == true ? 1 : 0) - (wasLive ? 1 : 0)
+            if memory?.gone == true { gone.insert(key) } else if wasGone { gone.remove(key) }
+            look(at: key, memory, now: now, policy: policy)
+        }
+
+        /// Brings the activity's freshness class up to date at `now`, and schedules it at its next deadline.
+        mutating func look(at key: String, _ memory: ActivityMemory?, now: Date, policy: FreshnessPolicy) {
+            let class_ = memory?.freshness(now: now, policy: policy).flatMap { $0 == .fresh ? nil : $0 }
+            let previous: Freshness?
+            if let class_ { previous = notFresh.updateValue(class_, forKey: key) } else { previous = notFresh.removeValue(forKey: key) }
+            if previous != class_ {
+                if let previous { notFreshCounts[previous, default: 0] -= 1 }
+                if let class_ { notFreshCounts[class_, default: 0] += 1 }
+            }
+            if let due = memory?.nextDeadline(now: now, policy: policy) { deadlines.schedule(key, at: due, now: now) } else { deadlines.cancel(key) }
+        }
+
+        /// Looks at the activities due at `now` (their class may have changed by time) without
+        /// acting: those with something to do stay due for the monitor.
+        mutating func catchUp(now: Date, policy: FreshnessPolicy) {
+            for key in deadlines.popDue(now: now) { look(at: key, memories[key], now: now, policy: policy) }
         }
     }
     private let state = Mutex(State())
@@ -149,8 +206,9 @@ public final class ContentEngine: Sendable {
 
     /// The prepared requests are persisted: the activity's memory moves on.
     public func commit(_ prepared: Prepared) {
+        let (now, policy) = (clock.date, freshness)
         state.withLock { state in
-            state.set(prepared.activityKey, prepared.memory)
+            state.set(prepared.activityKey, prepared.memory, now: now, policy: policy)
             for request in prepared.requests { if let key = request.pushToStartKey { state.startOwners[key] = prepared.activityKey } }
         }
     }
@@ -160,18 +218,20 @@ public final class ContentEngine: Sendable {
     /// - Parameter partition: the partition it was read from.
     public func replay(_ request: PushRequest, partition: Int32? = nil) {
         guard let activityKey = request.activityKey else { return }
+        let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             var memory = state.memories[activityKey] ?? ActivityMemory()
             memory.replay(request)
             // Requests to a running activity are partitioned like its events (by activity id).
             if let partition, request.activityId != nil { memory.partition = partition }
-            state.set(activityKey, memory)
+            state.set(activityKey, memory, now: now, policy: policy)
             if let key = request.pushToStartKey { state.startOwners[key] = activityKey }
         }
     }
 
     /// The dispatcher's final answer to a request.
     public func record(_ outcome: PushOutcome) {
+        let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             let activityKey: String?
             if let activityId = outcome.activityId, outcome.bundleId == nil {
@@ -183,8 +243,10 @@ public final class ContentEngine: Sendable {
             } else {
                 activityKey = outcome.key
             }
+            // A failed or expired delivery makes the content stale at once; a delivered one may
+            // revive an activity whose token was declared dead: scheduled again either way.
             guard let activityKey else { return }
-            state.memories[activityKey]?.record(outcome)
+            state.update(activityKey, now: now, policy: policy) { $0.record(outcome) }
         }
     }
 
@@ -192,57 +254,86 @@ public final class ContentEngine: Sendable {
     /// content again when stale (at most ``FreshnessPolicy/maximumResends`` times, spaced), its
     /// end when severely stale or at the end of its lifetime. Forgets activities not heard of
     /// within the retention. Send the results, then ``commit(_:)`` each.
+    ///
+    /// Looks only at the activities due (their deadline passed) and at those whose token is dead
+    /// (whether the app registered one again), never at every activity.
     /// - Parameter owned: the partitions this instance owns (`nil`: all); other instances look
-    ///   after the rest.
+    ///   after the rest. An activity of another partition stays scheduled at its own deadline, so
+    ///   that it is looked at once its partition is owned (until then its owner's requests, read
+    ///   back, move it on).
     public func sweep(owned: Set<Int32>? = nil) -> [Prepared] {
         let now = clock.date
         let policy = freshness
+        let tokens = self.tokens
         return state.withLock { state -> [Prepared] in
+            func isOwned(_ memory: ActivityMemory) -> Bool { owned.map { owned in memory.partition.map(owned.contains) ?? false } ?? true }
+            // The app registered a token after APNs's verdict (a new one, or the same again): the
+            // activity is watched again (and, stale, refreshed in this pass: it is due at once).
+            var revived: [(String, ActivityMemory)] = []
+            for activityKey in state.gone {
+                guard var memory = state.memories[activityKey], memory.latest != nil, isOwned(memory),
+                    Self.registeredAgain(memory, token: tokens.record(forKey: activityKey))
+                else { continue }
+                memory.gone = false
+                revived.append((activityKey, memory))
+            }
+            for (activityKey, memory) in revived { state.set(activityKey, memory, now: now, policy: policy) }
+
+            let due = state.deadlines.popDue(now: now)
+            state.examinedInLastSweep = due.count
             var prepared: [Prepared] = []
-            for (activityKey, var memory) in state.memories {
-                guard let latest = memory.latest else { continue }
-                if let owned, !(memory.partition.map(owned.contains) ?? false) { continue }
-                if memory.gone, Self.registeredAgain(memory, token: tokens.record(forKey: activityKey)) {
-                    // The app registered a token after APNs's verdict (a new one, or the same
-                    // again): the activity is watched again.
-                    memory.gone = false
-                    state.memories[activityKey] = memory
-                }
-                if !memory.isLive {
-                    if now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) { state.set(activityKey, nil) }
+            for activityKey in due {
+                guard let memory = state.memories[activityKey], let latest = memory.latest else { continue }
+                // Forgotten whoever owns it: the retention is about memory, not about sending.
+                if !memory.isLive, now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) {
+                    state.set(activityKey, nil, now: now, policy: policy)
                     continue
                 }
-                let followUp: FollowUp
-                if let started = memory.startedAt, now.timeIntervalSince(started) >= policy.lifetime / .seconds(1) {
-                    followUp = .end(.lifetimeExceeded)
-                } else {
-                    switch memory.freshness(now: now, policy: policy) {
-                    case .severelyStale?:
-                        followUp = .end(.severelyStale)
-                    case .staleRecoverable?:
-                        guard memory.resends < policy.maximumResends else { continue }
-                        if let last = memory.lastResendAt, now.timeIntervalSince(last) < policy.resendSpacing / .seconds(1) { continue }
-                        followUp = .resend
-                    case .fresh?, nil:
-                        continue
-                    }
+                // Scheduled again as it is: at once when there is something to do. If the request
+                // made now is persisted, ``commit(_:)`` schedules the activity's next deadline;
+                // if not, the next pass decides again.
+                state.look(at: activityKey, memory, now: now, policy: policy)
+                guard memory.isLive, isOwned(memory), let item = followUp(activityKey, memory, latest: latest, now: now, policy: policy) else {
+                    continue
                 }
-                let requestId = followUp == .resend
-                    ? RequestIds.resend(of: memory.contentRequestId ?? latest.requestId, number: memory.resends + 1)
-                    : RequestIds.end(after: latest.requestId)
-                let timestamp = max((memory.lastTimestamp ?? 0) + 1, Int64(now.timeIntervalSince1970.rounded(.down)))
-                guard let request = assembler.followUp(followUp, of: latest, requestId: requestId, timestamp: timestamp, now: now) else { continue }
-                var next = memory
-                next.replay(request)
-                var item = Prepared(requests: [request], shrinks: [], activityKey: activityKey, memory: next)
-                if case .end(let reason) = followUp { item.invalidation = reason }
                 prepared.append(item)
             }
-            if state.startOwners.count > state.memories.count {
+            if state.startOwners.count > max(state.memories.count, 2 * state.startOwnersPruned) {
                 state.startOwners = state.startOwners.filter { state.memories[$0.value] != nil }
+                state.startOwnersPruned = state.startOwners.count
             }
             return prepared
         }
+    }
+
+    /// What the monitor sends by itself for a live activity at `now`, if anything: its latest content
+    /// again (stale, re-sends left, spaced), or its end (severely stale, or its lifetime over).
+    private func followUp(_ activityKey: String, _ memory: ActivityMemory, latest: PushRequest, now: Date, policy: FreshnessPolicy) -> Prepared? {
+        let followUp: FollowUp
+        if let started = memory.startedAt, now.timeIntervalSince(started) >= policy.lifetime / .seconds(1) {
+            followUp = .end(.lifetimeExceeded)
+        } else {
+            switch memory.freshness(now: now, policy: policy) {
+            case .severelyStale?:
+                followUp = .end(.severelyStale)
+            case .staleRecoverable?:
+                guard memory.resends < policy.maximumResends else { return nil }
+                if let last = memory.lastResendAt, now.timeIntervalSince(last) < policy.resendSpacing / .seconds(1) { return nil }
+                followUp = .resend
+            case .fresh?, nil:
+                return nil
+            }
+        }
+        let requestId = followUp == .resend
+            ? RequestIds.resend(of: memory.contentRequestId ?? latest.requestId, number: memory.resends + 1)
+            : RequestIds.end(after: latest.requestId)
+        let timestamp = max((memory.lastTimestamp ?? 0) + 1, Int64(now.timeIntervalSince1970.rounded(.down)))
+        guard let request = assembler.followUp(followUp, of: latest, requestId: requestId, timestamp: timestamp, now: now) else { return nil }
+        var next = memory
+        next.replay(request)
+        var item = Prepared(requests: [request], shrinks: [], activityKey: activityKey, memory: next)
+        if case .end(let reason) = followUp { item.invalidation = reason }
+        return item
     }
 
     /// Whether the activity's token, declared dead, was registered since: an active record with
@@ -258,8 +349,9 @@ public final class ContentEngine: Sendable {
         let now = clock.date
         let policy = freshness
         let stale = state.withLock { state in
-            state.memories.compactMap { activityKey, memory -> StaleActivity? in
-                guard let freshness = memory.freshness(now: now, policy: policy), freshness != .fresh,
+            state.catchUp(now: now, policy: policy)
+            return state.notFresh.keys.compactMap { activityKey -> StaleActivity? in
+                guard let memory = state.memories[activityKey], let freshness = memory.freshness(now: now, policy: policy), freshness != .fresh,
                     let since = memory.staleSince(now: now), let latest = memory.latest
                 else { return nil }
                 return StaleActivity(
@@ -277,11 +369,16 @@ public final class ContentEngine: Sendable {
         let now = clock.date
         let policy = freshness
         return state.withLock { state in
-            var counts = Dictionary(uniqueKeysWithValues: Freshness.allCases.map { ($0, 0) })
-            for memory in state.memories.values { if let class_ = memory.freshness(now: now, policy: policy) { counts[class_, default: 0] += 1 } }
+            state.catchUp(now: now, policy: policy)
+            var counts = Dictionary(uniqueKeysWithValues: Freshness.allCases.map { ($0, state.notFreshCounts[$0] ?? 0) })
+            counts[.fresh] = state.liveCount - state.notFresh.count
             return counts
         }
     }
+
+    /// Activities the last ``sweep(owned:)`` found due and looked at: tests check that a pass is
+    /// proportional to what is due.
+    var examinedInLastSweep: Int { state.withLock { $0.examinedInLastSweep } }
 
     /// The dispatcher's final outcome of one of the activity's recent requests, if it came.
     public func outcome(of requestId: String, activityKey: String) -> PushResult? {
@@ -293,4 +390,56 @@ public final class ContentEngine: Sendable {
 
     /// Activities remembered.
     public var activityCount: Int { state.withLock { $0.memories.count } }
+}
+
+/// Activities by their next deadline: a min-heap of (due, activity, generation). Each activity has
+/// one entry that counts, the one of its current generation; the others (superseded, or of a
+/// forgotten activity) are dropped when they come out. An activity whose deadline moves later
+/// keeps its earlier entry (no push on every event or outcome: the heap stays about as large as
+/// the activities remembered): it comes out early, is looked at, and is scheduled again.
+struct DeadlineQueue: Sendable {
+    private struct Entry: Comparable, Sendable {
+        var due: Date
+        var generation: UInt64
+        var key: String
+        static func < (a: Entry, b: Entry) -> Bool { (a.due, a.generation) < (b.due, b.generation) }
+        static func == (a: Entry, b: Entry) -> Bool { a.due == b.due && a.generation == b.generation }
+    }
+    private var heap = Heap<Entry>()
+    private var scheduled: [String: (due: Date, generation: UInt64)] = [:]
+    private var generation: UInt64 = 0
+
+    /// Makes sure `key` comes out no later than `due`: its current entry is kept when it is earlier
+    /// and not already due (a due one would be looked at again for nothing).
+    mutating func schedule(_ key: String, at due: Date, now: Date) {
+        if let current = scheduled[key], current.due <= due, current.due > now || due <= now { return }
+        generation += 1
+        scheduled[key] = (due, generation)
+        heap.insert(Entry(due: due, generation: generation, key: key))
+        // Superseded entries wait for their time to be dropped. Should they come to outnumber the
+        // current ones (deadlines moved earlier again and again), the heap is rebuilt: memory
+        // stays bounded, and the rebuild costs no more than the insertions that made it necessary.
+        if heap.count > 2 * scheduled.count + 1_024 {
+            heap = Heap(scheduled.map { Entry(due: $0.value.due, generation: $0.value.generation, key: $0.key) })
+        }
+    }
+
+    /// `key` has no deadline any more.
+    mutating func cancel(_ key: String) { scheduled[key] = nil }
+
+    /// Removes the activities due at `now` (each once), earliest first. Schedule them again after
+    /// this returns: one scheduled at or before `now` comes out of the next call.
+    mutating func popDue(now: Date) -> [String] {
+        var keys: [String] = []
+        while let first = heap.min, first.due <= now {
+            let entry = heap.removeMin()
+            guard scheduled[entry.key]?.generation == entry.generation else { continue }
+            scheduled[entry.key] = nil
+            keys.append(entry.key)
+        }
+        return keys
+    }
+
+    /// Entries held (current and superseded).
+    var count: Int { heap.count }
 }

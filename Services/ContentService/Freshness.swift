@@ -54,15 +54,47 @@ extension ActivityMemory {
     func staleSince(now: Date) -> Date? {
         guard isLive, let latest else { return nil }
         if let result = outcomes[latest.requestId], result == .failed || result == .expired { return latest.createdAt }
-        let staleDate = latest.staleDate ?? latest.createdAt.addingTimeInterval(180)
+        let staleDate = Self.staleDate(of: latest)
         return now >= staleDate ? staleDate : nil
     }
+
+    /// When the content of a request goes out of date: its stale date, else 180 s after it was made.
+    static func staleDate(of request: PushRequest) -> Date { request.staleDate ?? request.createdAt.addingTimeInterval(180) }
 
     func freshness(now: Date, policy: FreshnessPolicy) -> Freshness? {
         guard isLive else { return nil }
         guard let since = staleSince(now: now) else { return .fresh }
         return now.timeIntervalSince(since) >= policy.severeAfter / .seconds(1) ? .severelyStale : .staleRecoverable
     }
+
+    /// The next moment time alone may change what the monitor makes of the activity (``ContentEngine/sweep(owned:)``):
+    /// its content goes stale (its stale date), may be sent again (the end of the resend spacing),
+    /// turns severely stale (`severeAfter` after it went stale), its lifetime ends, or, not live,
+    /// it is to be forgotten (the retention after its latest request). At or before `now`: the
+    /// monitor has something to do now. `nil`: nothing to look at (no content).
+    ///
+    /// Never later than such a moment; a little earlier (``deadlineMargin``), as the rules compare
+    /// durations and this adds them to dates (the two may round apart): looked at a little early,
+    /// the activity is only scheduled again. An activity whose token is dead has no deadline but
+    /// its retention: it is revived by a token registered again, which no clock tells.
+    func nextDeadline(now: Date, policy: FreshnessPolicy) -> Date? {
+        guard let latest else { return nil }
+        guard isLive else { return latest.createdAt.addingTimeInterval(policy.retention / .seconds(1) - Self.deadlineMargin) }
+        var due = startedAt.map { $0.addingTimeInterval(policy.lifetime / .seconds(1)) } ?? .distantFuture
+        if let since = staleSince(now: now) {
+            due = min(due, since.addingTimeInterval(policy.severeAfter / .seconds(1)))
+            // Re-sends left: the next once the spacing after the last one passed (at once for the first).
+            if resends < policy.maximumResends {
+                due = min(due, lastResendAt.map { $0.addingTimeInterval(policy.resendSpacing / .seconds(1)) } ?? since)
+            }
+        } else {
+            due = min(due, Self.staleDate(of: latest))
+        }
+        return due.addingTimeInterval(-Self.deadlineMargin)
+    }
+
+    /// How much earlier than its moment an activity is looked at (``nextDeadline(now:policy:)``).
+    static let deadlineMargin: TimeInterval = 0.001
 }
 
 /// What the monitor does about one activity.
