@@ -47,7 +47,7 @@ func deliveryEvent(activity: Int, sequence: Int64, photo: String? = nil) -> Acti
 func makeEngine(templates: String) throws -> ContentEngine {
     let key = try LinkKey(id: "bench", secret: Array("a-benchmark-link-key-of-32-bytes!".utf8))
     return ContentEngine(
-        assembler: PayloadAssembler(templates: try TemplateLoader.load(directory: templates), keyring: LinkKeyring(signing: key)), tokens: TokenTable())
+        assembler: PayloadAssembler(templates: try TemplateLoader.load(directory: templates), keyring: LinkKeyring(signing: key)), tokens: PartitionTokens.whole())
 }
 
 /// A 640×480 photo-like JPEG made with libgd (gradients, so it compresses like a picture).

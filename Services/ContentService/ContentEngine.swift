@@ -20,7 +20,7 @@ import Synchronization
 public final class ContentEngine: Sendable {
     public let assembler: PayloadAssembler
     public let freshness: FreshnessPolicy
-    private let tokens: TokenTable
+    private let tokens: PartitionTokens
     private struct State {
         /// By activity of its app (`<bundleId>/<activityId>`: activity ids are scoped per app).
         var memories: [String: ActivityMemory] = [:]
@@ -99,7 +99,7 @@ public final class ContentEngine: Sendable {
     let clock: any WallClock
 
     public init(
-        assembler: PayloadAssembler, tokens: TokenTable, freshness: FreshnessPolicy = FreshnessPolicy(),
+        assembler: PayloadAssembler, tokens: PartitionTokens, freshness: FreshnessPolicy = FreshnessPolicy(),
         clock: any WallClock = SystemWallClock()
     ) {
         self.assembler = assembler
@@ -159,7 +159,7 @@ public final class ContentEngine: Sendable {
         } else {
             key = activityKey
         }
-        let record = tokens.record(forKey: key)
+        let record = tokens.token(forKey: key)
         let bundleId = String(activityKey.prefix { $0 != "/" })
         // Without a token yet: the push-to-start target's app, else the app of what was last sent
         // (a remote start's), else the template's when it is that app.
@@ -187,7 +187,7 @@ public final class ContentEngine: Sendable {
             return MessageKey.activity(bundleId: bundleId, activityId: event.activityId)
         }
         let tokens = self.tokens
-        var keys = Set(tokens.keys(forActivity: event.activityId).filter { tokens.record(forKey: $0)?.state == .active })
+        var keys = Set(tokens.keys(forActivity: event.activityId).filter { tokens.token(forKey: $0)?.state == .active })
         state.withLock { state in
             for key in state.keysByActivity[event.activityId] ?? [] where state.memories[key]?.isLive == true { keys.insert(key) }
         }
@@ -272,7 +272,7 @@ public final class ContentEngine: Sendable {
             var revived: [(String, ActivityMemory)] = []
             for activityKey in state.gone {
                 guard var memory = state.memories[activityKey], memory.latest != nil, isOwned(memory),
-                    Self.registeredAgain(memory, token: tokens.record(forKey: activityKey))
+                    Self.registeredAgain(memory, token: tokens.token(forKey: activityKey))
                 else { continue }
                 memory.gone = false
                 revived.append((activityKey, memory))
@@ -338,7 +338,7 @@ public final class ContentEngine: Sendable {
 
     /// Whether the activity's token, declared dead, was registered since: an active record with
     /// another token, or registered after the verdict.
-    static func registeredAgain(_ memory: ActivityMemory, token record: TokenRecord?) -> Bool {
+    static func registeredAgain(_ memory: ActivityMemory, token record: DeliveryToken?) -> Bool {
         guard let record, record.state == .active else { return false }
         if let dead = memory.goneToken, dead != TokenFingerprint.of(token: record.token) { return true }
         return record.registeredAt > (memory.goneAt ?? .distantFuture)

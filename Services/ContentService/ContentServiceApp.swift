@@ -139,8 +139,10 @@ public struct ContentServiceApp: Sendable {
             configuration: Self.producerConfiguration(runtime.settings.producerConfiguration(), sendTimeout: settings.sendTimeout), logger: logger)
         let health = runtime.health
 
-        // The token table (which app, version and environment an activity has).
-        let tokens = TokenTable()
+        // The token table (which app, version and environment an activity has): the whole topic,
+        // compact. content-service looks up tokens of activities whose partitions it does not own
+        // (a remote start's push-to-start token, an event checked through the gRPC API).
+        let tokens = PartitionTokens.whole()
         health.register(Self.tableCheck)
         let tokenReplica = try KafkaConsumer(
             configuration: TokenTableLoader.replicaConfiguration(

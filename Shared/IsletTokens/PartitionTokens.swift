@@ -161,10 +161,13 @@ public final class PartitionTokens: Sendable {
         state.withLock { $0.owned.formUnion(partitions) }
     }
 
-    /// Holds every partition, whichever it is: a whole table, kept compact (content-service, which
-    /// looks up tokens of activities it does not own; ``TokenTableLoader`` fills it).
-    public func ownAll() {
-        state.withLock { $0.ownsAll = true }
+    /// A table of every partition, whichever it is: the whole token topic, kept compact
+    /// (content-service, which looks up tokens of activities it does not own; ``TokenTableLoader``
+    /// fills it).
+    public static func whole() -> PartitionTokens {
+        let tokens = PartitionTokens()
+        tokens.state.withLock { $0.ownsAll = true }
+        return tokens
     }
 
     /// Forgets these partitions and every token read from them.

@@ -38,7 +38,7 @@ struct ActivityGRPCTests {
     @Test("Start/Update/End publish the event and answer with the ids of its requests; invalid calls name the field; Kafka down is UNAVAILABLE")
     func api() async throws {
         let clock = ManualClock(now)
-        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: clock)
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
         let published = RecordingEvents()
         let api = ActivityGRPCService(engine: engine) { try published.publish($0) }
         try await withGRPCServer([api]) { client in
@@ -121,7 +121,7 @@ struct ActivityGRPCTests {
     @Test("stale activities are listed, most stale first")
     func staleList() async throws {
         let clock = ManualClock(now)
-        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: clock)
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
         for (index, id) in ["a1", "a2"].enumerated() {
             let request = ActivityEvent(
                 eventId: "e", activityId: id, kind: .update, attributesType: "DeliveryAttributes",

@@ -12,14 +12,14 @@ struct ContentAppScopeTests {
     static let food = AppTarget(bundleId: "com.example.food", environment: .production)
     static let other = AppTarget(bundleId: "com.example.other", environment: .sandbox)
 
-    func table(_ apps: [(AppTarget, String, Int)]) -> TokenTable {
-        let table = TokenTable()
+    func table(_ apps: [(AppTarget, String, Int)]) -> PartitionTokens {
+        let table = PartitionTokens.whole()
         for (app, user, seed) in apps {
             let record = TokenRecord(
                 kind: .update, activityId: "order-42", userId: user, token: String(repeating: String(format: "%02x", seed), count: 32), app: app,
                 attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: now,
                 updatedAt: now)
-            table.apply(record, key: record.key!, at: nil)
+            table.put(record, key: record.key!)
         }
         return table
     }
@@ -71,7 +71,7 @@ struct ContentAppScopeTests {
         #expect(both.activityCount == 0, "nothing remembered, nothing sent")
 
         // No token anywhere: the template's app (as before activity ids were scoped).
-        let none = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
+        let none = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         #expect(try prepared(none, delivery(1, bundleId: nil)).activityKey == "com.example.food/order-42")
         // Named, without a token of that app: the template's app is another, so its environment is unknown.
         #expect { try none.prepare(delivery(2, bundleId: "com.example.other")) } throws: { ($0 as? ContentError)?.field == "activityId" }
@@ -91,16 +91,19 @@ struct ContentAppScopeTests {
         #expect(update.map(\.key) == ["com.example.other/order-42"] && update.map(\.app) == [Self.other])
 
         // Only a remembered live activity, no token: that app, not the template's.
-        let remembered = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
+        let remembered = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         _ = try prepared(remembered, start)
         #expect(try remembered.activityKey(of: delivery(2, bundleId: nil)) == "com.example.other/order-42")
 
         // An invalidated token of another app does not claim the id.
         let table = table([(Self.food, "alice", 1), (Self.other, "bob", 2)])
-        var dead = try #require(table.record(forKey: "com.example.food/order-42"))
+        var dead = TokenRecord(
+            kind: .update, activityId: "order-42", userId: "alice", token: String(repeating: "01", count: 32), app: Self.food,
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: now,
+            updatedAt: now)
         dead.state = .invalidated
         dead.invalidation = .init(reason: .clientEnded, invalidatedAt: now)
-        table.apply(dead, key: dead.key!, at: nil)
+        table.put(dead, key: dead.key!)
         let withDead = ContentEngine(assembler: try assembler(), tokens: table, clock: ManualClock(now))
         #expect(try withDead.activityKey(of: delivery(1, bundleId: nil)) == "com.example.other/order-42")
     }
@@ -113,7 +116,7 @@ struct ContentAppScopeTests {
         engine.record(PushOutcome(requestId: food.requestId, activityId: "order-42", result: .failed, attempts: 1, completedAt: now))
         #expect(engine.staleActivities().isEmpty, "two apps remembered with the id: the old outcome is not guessed onto either")
 
-        let lone = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
+        let lone = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         let request = try prepared(lone, delivery(1, bundleId: nil)).requests[0]
         lone.record(PushOutcome(requestId: request.requestId, activityId: "order-42", result: .failed, attempts: 1, completedAt: now))
         #expect(lone.staleActivities().map(\.bundleId) == ["com.example.food"], "one app remembered with the id: the old outcome is its")

@@ -5,6 +5,7 @@ import IsletMessages
 import IsletTesting
 import IsletTokens
 import Logging
+import Synchronization
 import Testing
 @testable import ContentService
 
@@ -303,7 +304,7 @@ struct ProducerSettingsTests {
 struct MemoryReplicaTests {
     @Test("skips the push requests this process wrote (the engine has them) and replays those of another writer")
     func ownWritesSkipped() throws {
-        let writer = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
+        let writer = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         guard case .send(let prepared) = try writer.prepare(event("DeliveryAttributes", sequence: 1, ["status": .string("preparing"), "orderId": .string("42")]))
         else {
             Issue.record("nothing sent")
@@ -325,14 +326,23 @@ struct MemoryReplicaTests {
             ContentMemoryLoader(consumer: consumer, engine: engine, ownWrites: own, logger: quiet)
         }
 
-        let reader = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
+        let reader = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         loader(reader).apply(record(own))
         #expect(reader.memory(of: "com.example.food/order-42") == nil, "its own request is not decoded again")
         loader(reader).apply(record(KafkaHeader(name: RequestSender.writerHeader, string: "another-process")))
         #expect(reader.memory(of: "com.example.food/order-42")?.latest?.requestId == prepared.requests[0].requestId)
 
-        let restarted = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
+        let restarted = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         loader(restarted).apply(record(nil))
         #expect(restarted.memory(of: "com.example.food/order-42")?.latest?.requestId == prepared.requests[0].requestId, "a request without the header is replayed")
+    }
+}
+
+extension PartitionTokens {
+    private static let offsets = Atomic<Int64>(0)
+
+    /// Applies `record` as the next record of partition 0.
+    func put(_ record: TokenRecord, key: String) {
+        apply(record, key: key, partition: 0, offset: Self.offsets.add(1, ordering: .relaxed).newValue)
     }
 }

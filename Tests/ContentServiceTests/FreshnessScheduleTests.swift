@@ -12,7 +12,7 @@ struct FreshnessScheduleTests {
     @Test("a pass looks only at the activities due: none of 10,000 fresh ones; then the one past its stale date, which is sent again")
     func onlyDueActivities() throws {
         let clock = ManualClock(now)
-        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: clock)
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
         let first = try commit(engine, update("order-0", "preparing", sequence: 1, at: clock))[0]  // stale after 600 s
         clock.advance(100)
         // 9,999 more, read back as another instance wrote them (stale at 700 s).
@@ -52,7 +52,7 @@ struct FreshnessScheduleTests {
     @Test("a failed or expired delivery makes the next pass send the content again: the activity is due at once")
     func failedOutcomeDueAtOnce() throws {
         let clock = ManualClock(now)
-        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: clock)
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
         let sent = try commit(engine, update("order-42", "preparing", sequence: 1, at: clock))
         #expect(engine.sweep().isEmpty && engine.examinedInLastSweep == 0)
         engine.record(outcome(sent[0], .failed, at: clock))
@@ -73,7 +73,7 @@ struct FreshnessScheduleTests {
     @Test("an activity whose token is dead is watched again when a token is registered, and forgotten after the retention whoever owns it")
     func goneAndForgotten() throws {
         let clock = ManualClock(now)
-        let tokens = TokenTable()
+        let tokens = PartitionTokens.whole()
         let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: clock)
         let sent = try commit(engine, update("order-42", "preparing", sequence: 1, at: clock))
         engine.record(outcome(sent[0], .tokenInvalid, at: clock))
@@ -95,7 +95,7 @@ struct FreshnessScheduleTests {
     func model(seed: UInt64) throws {
         var random = SplitMix(seed: seed)
         let clock = ManualClock(now)
-        let tokens = TokenTable()
+        let tokens = PartitionTokens.whole()
         var policy = FreshnessPolicy()
         policy.maximumResends = 2
         policy.resendSpacing = .seconds(60)
@@ -208,7 +208,7 @@ struct FreshnessScheduleTests {
 /// What a monitor pass sends and forgets, by the rules applied to every memory: the pass as it was
 /// before issue 24, but for the retention, which now forgets an activity whoever owns it.
 private func reference(
-    _ memories: [String: ActivityMemory], tokens: TokenTable, owned: Set<Int32>?, now: Date, policy: FreshnessPolicy
+    _ memories: [String: ActivityMemory], tokens: PartitionTokens, owned: Set<Int32>?, now: Date, policy: FreshnessPolicy
 ) -> (sent: Set<String>, forgotten: Set<String>) {
     var sent: Set<String> = []
     var forgotten: Set<String> = []
@@ -216,7 +216,7 @@ private func reference(
         var memory = original
         guard let latest = memory.latest else { continue }
         let isOwned = owned.map { owned in memory.partition.map(owned.contains) ?? false } ?? true
-        if isOwned, memory.gone, ContentEngine.registeredAgain(memory, token: tokens.record(forKey: key)) { memory.gone = false }
+        if isOwned, memory.gone, ContentEngine.registeredAgain(memory, token: tokens.token(forKey: key)) { memory.gone = false }
         if !memory.isLive {
             if now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) { forgotten.insert(key) }
             continue
@@ -269,9 +269,9 @@ private func outcome(_ request: PushRequest, _ result: PushResult, at clock: Man
 
 private func token(seed: UInt8) -> String { String(repeating: String(format: "%02x", seed), count: 32) }
 
-private func register(_ tokens: TokenTable, _ activityId: String, seed: UInt8, at clock: ManualClock) {
+private func register(_ tokens: PartitionTokens, _ activityId: String, seed: UInt8, at clock: ManualClock) {
     let record = TokenRecord(
         kind: .update, activityId: activityId, userId: "u", token: token(seed: seed), app: app, attributesType: "DeliveryAttributes",
         frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: clock.date, updatedAt: clock.date)
-    tokens.apply(record, key: record.key!, at: nil)
+    tokens.put(record, key: record.key!)
 }

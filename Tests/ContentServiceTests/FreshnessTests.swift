@@ -10,7 +10,7 @@ import Testing
 
 
 private func engine(_ clock: ManualClock, freshness: FreshnessPolicy = FreshnessPolicy()) throws -> ContentEngine {
-    ContentEngine(assembler: try assembler(), tokens: TokenTable(), freshness: freshness, clock: clock)
+    ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), freshness: freshness, clock: clock)
 }
 
 /// Prepares and commits one event (what the loop does once Kafka acknowledged the requests).
@@ -170,14 +170,14 @@ struct FreshnessMonitorTests {
     @Test("a dead token ends the watch until the app registers a token again: then the activity is watched (and refreshed) again")
     func tokenRegisteredAgain() throws {
         let clock = ManualClock(now)
-        let tokens = TokenTable()
+        let tokens = PartitionTokens.whole()
         let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: clock)
         func register(_ seed: UInt8) {
             let record = TokenRecord(
                 kind: .update, activityId: "order-42", userId: "u", token: String(repeating: String(format: "%02x", seed), count: 32), app: app,
                 attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: clock.date,
                 updatedAt: clock.date)
-            tokens.apply(record, key: record.key!, at: nil)
+            tokens.put(record, key: record.key!)
         }
         register(1)
         let sent = try apply(engine, delivery("preparing", sequence: 1, at: clock))
@@ -250,7 +250,7 @@ struct FreshnessMonitorTests {
             return start
         }
         for (result, again) in [(PushResult.rejected, true), (.awaitingToken, true), (.failed, false)] {
-            let remote = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: clock)
+            let remote = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
             let sent = try apply(remote, remoteStart(1))
             remote.record(PushOutcome(
                 requestId: sent[0].requestId, pushToStartKey: sent[0].pushToStartKey, result: result, attempts: 1, completedAt: clock.date,

@@ -111,7 +111,7 @@ struct ThumbnailTests {
 
     @Test("inline until a payload carrying the picture is delivered, then never again; smaller, then without data (URL kept) when it does not fit")
     func inlining() throws {
-        let engine = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         let url = "https://img.example.com/ana.jpg"
         let small = try Thumbnailer.thumbnails(of: bands(width: 200, height: 200, png: false)).map { Data($0).base64EncodedString() }
         func image(_ request: PushRequest) throws -> [String: JSONValue]? {
@@ -161,7 +161,7 @@ struct ThumbnailTests {
 
         // Too large to inline at any size: the URL stays, the data goes, and the shrink is reported.
         let huge = [String](repeating: String(repeating: "A", count: 3_000), count: 2)
-        let other = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
+        let other = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         guard case .send(let shrunk) = try other.prepare(event("DeliveryAttributes", sequence: 1, fields), images: [url: huge]) else {
             Issue.record("nothing sent")
             return
@@ -171,7 +171,7 @@ struct ThumbnailTests {
         #expect(shrunk.shrinks == ["inline image at size 2", "inline image data"])
         #expect(other.memory(of: "com.example.food/order-42")?.inlinedImages == nil || other.memory(of: "com.example.food/order-42")?.inlinedImages == [])
         // A smaller rung that fits is used.
-        let fresh = ContentEngine(assembler: try assembler(), tokens: TokenTable(), clock: ManualClock(now))
+        let fresh = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         guard case .send(let smaller) = try fresh.prepare(event("DeliveryAttributes", sequence: 1, fields), images: [url: [huge[0], small[2]]]) else {
             return
         }
