@@ -14,8 +14,12 @@ public struct ActivityMemory: Sendable, Equatable {
     public var alertTimes: [Date] = []
     public var startedAt: Date?
     public var ended = false
-    /// The last request sent: what the phone should show (re-sent when it goes stale).
+    /// The last request sent: what the phone should show (re-sent when it goes stale). Once it is
+    /// on `islet.push-requests.v1` its payload is not kept (``payloadStoredAt``): it is read again
+    /// from there the few times it is needed (a re-send, the end the monitor sends).
     public var latest: PushRequest?
+    /// Where ``latest`` is on `islet.push-requests.v1`, when its payload was dropped (empty).
+    public var payloadStoredAt: StoredPosition?
     /// The dispatcher's answers to the activity's recent requests, by request id.
     public var outcomes: [String: PushResult] = [:]
     /// The request of the latest event's content (re-sends are numbered after it).
@@ -58,6 +62,7 @@ public struct ActivityMemory: Sendable, Equatable {
         if let last = lastTimestamp, request.apnsTimestamp <= last { return }
         lastTimestamp = request.apnsTimestamp
         latest = request
+        payloadStoredAt = nil
         if let state = request.state { lastState = state }
         if request.sourceEventId != nil {
             lastSequence = max(lastSequence ?? request.contentSequence, request.contentSequence)
@@ -127,6 +132,23 @@ public struct ActivityMemory: Sendable, Equatable {
         return [.rejected, .expired, .awaitingToken, .tokenInvalid, .coalesced].contains(result)
     }
 
+    /// `requestId` is on `islet.push-requests.v1` at `position`: when it is the latest request, its
+    /// payload need not be kept any more.
+    mutating func stored(_ requestId: String, at position: StoredPosition) {
+        guard latest?.requestId == requestId, latest?.payload.isEmpty == false else { return }
+        latest?.payload = ""
+        payloadStoredAt = position
+    }
+
+    /// The latest request's payload, read again from where it is stored.
+    mutating func restorePayload(_ payload: String, from position: StoredPosition) {
+        guard payloadStoredAt == position, latest?.payload.isEmpty == true else { return }
+        latest?.payload = payload
+    }
+
+    /// The latest request's payload is not in memory: read it at this position to re-send it.
+    var payloadToRead: StoredPosition? { latest?.payload.isEmpty == true ? payloadStoredAt : nil }
+
     /// The dispatcher's final answer to one of the activity's requests.
     mutating func record(_ outcome: PushOutcome) {
         if outcomes.count >= 8, let oldest = outcomes.keys.first(where: { $0 != latest?.requestId }) { outcomes[oldest] = nil }
@@ -142,6 +164,19 @@ public struct ActivityMemory: Sendable, Equatable {
             gone = false
         }
     }
+}
+
+/// Where a record is on a topic's partition.
+public struct StoredPosition: Sendable, Hashable, CustomStringConvertible {
+    public var partition: Int32
+    public var offset: Int64
+
+    public init(partition: Int32, offset: Int64) {
+        self.partition = partition
+        self.offset = offset
+    }
+
+    public var description: String { "\(partition)@\(offset)" }
 }
 
 /// The rules of content: alert fatigue, priority, dismissal.

@@ -44,6 +44,8 @@ public final class ContentEngine: Sendable {
         var gone: Set<String> = []
         /// Activities the last monitor pass looked at (tests: a pass is proportional to what is due).
         var examinedInLastSweep = 0
+        /// Activities the monitor has something to send for whose latest payload is not in memory.
+        var payloadsToRead: [String: StoredPosition] = [:]
 
         /// Sets (or, with `nil`, forgets) the memory of `key`, keeping the index by activity id, the
         /// live and gone activities, the freshness classes, and the activity's deadline.
@@ -216,16 +218,42 @@ public final class ContentEngine: Sendable {
     /// A request read back from `islet.push-requests.v1`: the memory of its activity catches up
     /// (after a restart, or when another instance handled the activity before).
     /// - Parameter partition: the partition it was read from.
-    public func replay(_ request: PushRequest, partition: Int32? = nil) {
+    /// - Parameter storedAt: where it was read (its payload is then not kept: read there again when needed).
+    public func replay(_ request: PushRequest, partition: Int32? = nil, storedAt: StoredPosition? = nil) {
         guard let activityKey = request.activityKey else { return }
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             var memory = state.memories[activityKey] ?? ActivityMemory()
             memory.replay(request)
+            if let storedAt { memory.stored(request.requestId, at: storedAt) }
             // Requests to a running activity are partitioned like its events (by activity id).
             if let partition, request.activityId != nil { memory.partition = partition }
             state.set(activityKey, memory, now: now, policy: policy)
             if let key = request.pushToStartKey { state.startOwners[key] = activityKey }
+        }
+    }
+
+    /// A request this service sent is on `islet.push-requests.v1` at `position` (Kafka acknowledged
+    /// it): when it is still its activity's latest, its payload is not kept any more.
+    public func stored(_ request: PushRequest, at position: StoredPosition) {
+        guard let activityKey = request.activityKey else { return }
+        state.withLock { state in state.memories[activityKey]?.stored(request.requestId, at: position) }
+    }
+
+    /// The payloads the last ``sweep(owned:)`` needed and did not have (the activities stay due):
+    /// read them (``RequestPayloads``), hand them to ``restorePayloads(_:)``, and sweep again.
+    public func takePayloadsToRead() -> [String: StoredPosition] {
+        state.withLock { state in
+            defer { state.payloadsToRead = [:] }
+            return state.payloadsToRead
+        }
+    }
+
+    /// Payloads read again, by activity and position: each activity whose latest request is still
+    /// at that position has its payload back, until its next request.
+    public func restorePayloads(_ payloads: [String: (position: StoredPosition, payload: String)]) {
+        state.withLock { state in
+            for (activityKey, read) in payloads { state.memories[activityKey]?.restorePayload(read.payload, from: read.position) }
         }
     }
 
@@ -281,6 +309,7 @@ public final class ContentEngine: Sendable {
 
             let due = state.deadlines.popDue(now: now)
             state.examinedInLastSweep = due.count
+            state.payloadsToRead = [:]
             var prepared: [Prepared] = []
             for activityKey in due {
                 guard let memory = state.memories[activityKey], let latest = memory.latest else { continue }
@@ -294,6 +323,10 @@ public final class ContentEngine: Sendable {
                 // if not, the next pass decides again.
                 state.look(at: activityKey, memory, now: now, policy: policy)
                 guard memory.isLive, isOwned(memory), let item = followUp(activityKey, memory, latest: latest, now: now, policy: policy) else {
+                    continue
+                }
+                if item.requests.isEmpty, let position = memory.payloadToRead {
+                    state.payloadsToRead[activityKey] = position
                     continue
                 }
                 prepared.append(item)
@@ -327,6 +360,8 @@ public final class ContentEngine: Sendable {
         let requestId = followUp == .resend
             ? RequestIds.resend(of: memory.contentRequestId ?? latest.requestId, number: memory.resends + 1)
             : RequestIds.end(after: latest.requestId)
+        // Its payload is to be read again first: nothing to send yet (the caller notes it).
+        if memory.payloadToRead != nil { return Prepared(requests: [], shrinks: [], activityKey: activityKey, memory: memory) }
         let timestamp = max((memory.lastTimestamp ?? 0) + 1, Int64(now.timeIntervalSince1970.rounded(.down)))
         guard let request = assembler.followUp(followUp, of: latest, requestId: requestId, timestamp: timestamp, now: now) else { return nil }
         var next = memory

@@ -57,7 +57,9 @@ public struct ContentMemoryLoader: Service {
                     Counter(label: "islet_content_memory_own_requests_skipped_total").increment()
                     return
                 }
-                engine.replay(try IsletJSON.decode(PushRequest.self, from: message.value ?? []), partition: message.partition)
+                engine.replay(
+                    try IsletJSON.decode(PushRequest.self, from: message.value ?? []), partition: message.partition,
+                    storedAt: StoredPosition(partition: message.partition, offset: message.offset))
             } else if message.topic == outcomesTopic {
                 engine.record(try IsletJSON.decode(PushOutcome.self, from: message.value ?? []))
             }

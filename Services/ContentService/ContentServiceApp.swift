@@ -178,7 +178,9 @@ public struct ContentServiceApp: Sendable {
             logger.notice("ISLET_REGISTRY_GRPC is not set: activities the freshness monitor ends keep their token active until the app ends them")
         }
         let invalidator = settings.registry.map { RegistryInvalidator(host: $0.host, port: $0.port, key: $0.key) }
-        let monitor = FreshnessMonitor(engine: engine, sender: sender, logger: logger, invalidator: invalidator)
+        let payloads = RequestPayloads(
+            bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushRequests, settings: runtime.settings.consumerProperties, logger: logger)
+        let monitor = FreshnessMonitor(engine: engine, sender: sender, logger: logger, invalidator: invalidator, payloads: payloads)
         let ready: @Sendable () -> Bool = {
             let checks = health.report().checks
             return checks[Self.tableCheck] == .ready && checks[Self.memoryCheck] == .ready

@@ -194,7 +194,9 @@ public final class RequestSender: Sendable {
                 do {
                     try producer.produce(topic: topic, key: request.key.map { Array($0.utf8) }, value: value, headers: [writer]) { [self] result in
                         switch result {
-                        case .success: completion.one()
+                        case .success(let report):
+                            if let offset = report.offset { engine.stored(request, at: StoredPosition(partition: report.partition, offset: offset)) }
+                            completion.one()
                         case .failure: self.failed.withLock { $0.append((request, completion)) }
                         }
                     }
@@ -223,19 +225,23 @@ public final class RequestSender: Sendable {
     /// the activity's memory on. Throws only when cancelled.
     func persist(_ prepared: ContentEngine.Prepared) async throws {
         try await repair()
+        var stored: [(PushRequest, StoredPosition)] = []
         for request in prepared.requests {
-            try await sendUntilAcknowledged(request, activity: prepared.activityKey)
+            if let position = try await sendUntilAcknowledged(request, activity: prepared.activityKey) { stored.append((request, position)) }
             count(request)
         }
         engine.commit(prepared)
+        for (request, position) in stored { engine.stored(request, at: position) }
     }
 
-    private func sendUntilAcknowledged(_ request: PushRequest, activity: String) async throws {
+    /// Where the request landed, when Kafka said.
+    @discardableResult
+    private func sendUntilAcknowledged(_ request: PushRequest, activity: String) async throws -> StoredPosition? {
         var backoff = Duration.milliseconds(100)
         while true {
             do {
-                try await producer.send(request, to: topic, headers: [writer])
-                return
+                let report = try await producer.send(request, to: topic, headers: [writer])
+                return report.offset.map { StoredPosition(partition: report.partition, offset: $0) }
             } catch {
                 logger.warning("push request not persisted; retrying", metadata: ["activity.key": "\(activity)", "error": "\(error)"])
                 try await Task.sleep(for: backoff)
@@ -296,13 +302,20 @@ public struct FreshnessMonitor: Service {
     let logger: Logger
     /// The tokens of the activities the monitor ended, to invalidate in token-registry.
     let invalidations: TokenInvalidations
+    /// Where the latest payloads the memory does not keep are read again.
+    let payloads: RequestPayloads?
 
     /// - Parameter invalidator: where an activity the monitor ended has its token invalidated
     ///   (`nil`: not configured; the token stays active until the app ends the activity).
-    public init(engine: ContentEngine, sender: RequestSender, logger: Logger, invalidator: (any ActivityInvalidating)? = nil) {
+    /// - Parameter payloads: where payloads the memory dropped are read again (`nil`: the memory
+    ///   keeps them all, as in tests that never report where requests are stored).
+    public init(
+        engine: ContentEngine, sender: RequestSender, logger: Logger, invalidator: (any ActivityInvalidating)? = nil, payloads: RequestPayloads? = nil
+    ) {
         self.engine = engine
         self.sender = sender
         self.logger = logger
+        self.payloads = payloads
         self.invalidations = TokenInvalidations(invalidator: invalidator, logger: logger)
     }
 
@@ -316,7 +329,33 @@ public struct FreshnessMonitor: Service {
     /// One pass (tests call it with a manual clock).
     @discardableResult
     public func check() async throws -> [PushRequest] {
-        let sent = try await sender.turn { () async throws -> [PushRequest] in
+        var sent = try await pass()
+        // Activities with something to send whose latest payload is on Kafka only: read, then
+        // looked at again (outside the turn: events go on meanwhile).
+        if let payloads {
+            let wanted = engine.takePayloadsToRead()
+            if !wanted.isEmpty {
+                let read = await payloads.read(wanted)
+                logger.info("latest payloads read again from Kafka", metadata: ["payloads.wanted": "\(wanted.count)", "payloads.read": "\(read.count)"])
+                engine.restorePayloads(read)
+                sent += try await pass()
+            }
+        }
+        // Once the end has its outcome: invalidated earlier, the dispatcher would not send the end.
+        let (memory, now) = (self.engine, self.engine.clock.date)
+        await invalidations.flush { item in
+            memory.outcome(of: item.endRequestId, activityKey: MessageKey.activity(bundleId: item.bundleId, activityId: item.activityId)) != nil
+                || now.timeIntervalSince(item.endSentAt) > TokenInvalidations.endWait
+        }
+        for (freshness, count) in engine.freshnessCounts() {
+            Gauge(label: "islet_content_activities", dimensions: [("freshness", freshness.rawValue)]).record(count)
+        }
+        return sent
+    }
+
+    /// One sweep, its requests persisted, in the loop's turn.
+    private func pass() async throws -> [PushRequest] {
+        try await sender.turn { () async throws -> [PushRequest] in
             var sent: [PushRequest] = []
             for prepared in engine.sweep(owned: sender.ownedPartitions) {
                 try await sender.persist(prepared)
@@ -334,15 +373,5 @@ public struct FreshnessMonitor: Service {
             }
             return sent
         }
-        // Once the end has its outcome: invalidated earlier, the dispatcher would not send the end.
-        let (memory, now) = (self.engine, self.engine.clock.date)
-        await invalidations.flush { item in
-            memory.outcome(of: item.endRequestId, activityKey: MessageKey.activity(bundleId: item.bundleId, activityId: item.activityId)) != nil
-                || now.timeIntervalSince(item.endSentAt) > TokenInvalidations.endWait
-        }
-        for (freshness, count) in engine.freshnessCounts() {
-            Gauge(label: "islet_content_activities", dimensions: [("freshness", freshness.rawValue)]).record(count)
-        }
-        return sent
     }
 }

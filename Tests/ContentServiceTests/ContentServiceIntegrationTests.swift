@@ -35,6 +35,37 @@ struct ContentServiceIntegrationTests {
     /// The gRPC key of the test's backend (read and write).
     static let backendKey = "an-orders-backend-key-of-32-characters-at-least"
 
+    @Test("payloads are read again where the requests are: nearby positions in one run, far ones apart, a position past the end missing")
+    func payloadsReadAgain() async throws {
+        let topic = uniqueName("test.requests")
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
+        _ = try await admin.createTopics([.init(name: topic, partitions: 2)])
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
+        let producing = Task { try await producer.run() }
+        var stored: [(PushRequest, StoredPosition)] = []
+        for index in 0..<12 {
+            let request = PushRequest(
+                requestId: UUID().uuidString.lowercased(), activityId: "order-\(index)", event: .update, app: app, attributesType: "DeliveryAttributes",
+                payload: #"{"aps":{"event":"update","timestamp":\#(1_795_000_000 + index),"content-state":{"n":\#(index)}}}"#, priority: 5,
+                urgency: .routine, supersedable: true, alerting: false, apnsTimestamp: Int64(1_795_000_000 + index), contentSequence: Int64(index),
+                createdAt: Date())
+            let report = try await producer.send(request, to: topic)
+            stored.append((request, StoredPosition(partition: report.partition, offset: try #require(report.offset))))
+        }
+        var wanted = Dictionary(uniqueKeysWithValues: stored.enumerated().filter { $0.offset % 3 == 0 }.map { ("a\($0.offset)", $0.element.1) })
+        wanted["gone"] = StoredPosition(partition: 0, offset: 10_000)
+        let reader = RequestPayloads(bootstrapServers: try TestBroker.servers(), topic: topic, timeout: .seconds(3), logger: logger)
+        let read = await reader.read(wanted)
+        #expect(Set(read.keys) == Set(wanted.keys).subtracting(["gone"]))
+        for (index, (request, position)) in stored.enumerated() where index % 3 == 0 {
+            #expect(read["a\(index)"]?.payload == request.payload)
+            #expect(read["a\(index)"]?.position == position)
+        }
+        #expect(RequestPayloads.runs(of: [.init(partition: 1, offset: 5), .init(partition: 0, offset: 9), .init(partition: 0, offset: 2_000), .init(partition: 0, offset: 3)]).count == 3)
+        producer.shutdown()
+        _ = try? await producing.value
+    }
+
     @Test("events become push requests for the token's app version; duplicates and old sequences are skipped; bad events are dead letters")
     func eventsToRequests() async throws {
         var topics = ContentServiceApp.Topics()

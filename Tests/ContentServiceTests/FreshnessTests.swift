@@ -323,3 +323,82 @@ final class FakeInvalidator: ActivityInvalidating {
         }
     }
 }
+
+@Suite("The latest payload is read again from Kafka, not kept")
+struct StoredPayloadTests {
+    /// Payloads "on Kafka": what a position holds.
+    final class Topic: Sendable {
+        let records = AwaitedLog<(StoredPosition, String)>()
+        func store(_ request: PushRequest, in engine: ContentEngine) {
+            let position = StoredPosition(partition: 0, offset: Int64(records.count))
+            records.append((position, request.payload))
+            engine.stored(request, at: position)
+        }
+        func read(_ wanted: [String: StoredPosition]) -> [String: (position: StoredPosition, payload: String)] {
+            let all = Dictionary(records.values.map { ($0.0, $0.1) }, uniquingKeysWith: { first, _ in first })
+            return wanted.compactMapValues { position in all[position].map { (position, $0) } }
+        }
+    }
+
+    @Test("once Kafka has the latest request its payload is dropped; the monitor asks for it, and with it sends what it sends when the payload is kept")
+    func readAgainForResendAndEnd() throws {
+        let clock = ManualClock(now)
+        var policy = FreshnessPolicy()
+        policy.maximumResends = 1
+        let kept = try engine(clock, freshness: policy)
+        let dropped = try engine(clock, freshness: policy)
+        let topic = Topic()
+        let key = "com.example.food/order-42"
+        for engine in [kept, dropped] { try apply(engine, delivery("out_for_delivery", sequence: 1, at: clock)) }
+        // Kafka acknowledged it (the sender reports where).
+        let latest = try #require(dropped.memory(of: key)?.latest)
+        topic.store(latest, in: dropped)
+        #expect(dropped.memory(of: key)?.latest?.payload == "")
+        #expect(dropped.memory(of: key)?.payloadStoredAt == StoredPosition(partition: 0, offset: 0))
+        #expect(kept.memory(of: key)?.latest?.payload.isEmpty == false)
+
+        /// What a monitor pass sends, reading the payloads it lacks as the monitor does.
+        func pass(_ engine: ContentEngine) -> [PushRequest] {
+            var sent = sweep(engine)
+            let wanted = engine.takePayloadsToRead()
+            if !wanted.isEmpty {
+                engine.restorePayloads(topic.read(wanted))
+                sent += sweep(engine)
+            }
+            for request in sent { topic.store(request, in: engine) }
+            return sent
+        }
+        clock.advance(181)
+        let resendKept = pass(kept)
+        #expect(sweep(dropped).isEmpty, "without the payload nothing is sent…")
+        #expect(dropped.takePayloadsToRead() == [key: StoredPosition(partition: 0, offset: 0)], "…and it is asked for")
+        let resendDropped = pass(dropped)
+        #expect(resendKept.count == 1)
+        #expect(resendDropped.map(\.requestId) == resendKept.map(\.requestId))
+        #expect(resendDropped.map(\.payload) == resendKept.map(\.payload))
+        #expect(dropped.memory(of: key)?.latest?.payload == "", "the re-send, stored, is dropped too")
+
+        // Severely stale: the end, from the re-send's payload read again.
+        clock.advance(900)
+        let endKept = pass(kept)
+        let endDropped = pass(dropped)
+        #expect(endKept.map(\.event) == [.end])
+        #expect(endDropped.map(\.payload) == endKept.map(\.payload))
+    }
+
+    @Test("a request read back from the topic keeps no payload, but what it carried is remembered (images inlined)")
+    func replayed() throws {
+        let clock = ManualClock(now)
+        let writer = try engine(clock)
+        let sent = try apply(writer, delivery("out_for_delivery", sequence: 1, at: clock))
+        let reader = try engine(clock)
+        reader.replay(sent[0], partition: 0, storedAt: StoredPosition(partition: 0, offset: 7))
+        let memory = try #require(reader.memory(of: "com.example.food/order-42"))
+        #expect(memory.latest?.payload == "")
+        #expect(memory.payloadToRead == StoredPosition(partition: 0, offset: 7))
+        #expect(memory.lastSequence == 1 && memory.lastTimestamp == sent[0].apnsTimestamp)
+        // A position for a request that is not the latest changes nothing.
+        reader.stored(sent[0], at: StoredPosition(partition: 0, offset: 9))
+        #expect(reader.memory(of: "com.example.food/order-42")?.payloadStoredAt == StoredPosition(partition: 0, offset: 7))
+    }
+}

@@ -16,6 +16,36 @@ extension EndToEnd {
             }
         }
 
+        @Test("a delivery that failed is sent again by the freshness monitor, with its content read back from Kafka (content-service keeps no payload once Kafka has it)")
+        func failedThenResent() async throws {
+            let stack = try Stack(
+                name: "activity-resend",
+                extra: [
+                    .content: ["ISLET_FRESHNESS_INTERVAL_SECONDS": "1"],
+                    .dispatcher: ["ISLET_RETRY_MAX_ATTEMPTS": "2", "ISLET_RETRY_MAX_DELAY_MS": "200"],
+                ])
+            try await stack.run { driver in
+                let order = driver.run + "resent"
+                let token = Driver.token(order)
+                try await driver.registerActivity(order, token: token, type: "DeliveryAttributes", bundleId: "com.example.food")
+                // Both attempts of the first content fail: its outcome is `failed`, the phone shows nothing.
+                try await stack.inject(.reject(500, "InternalServerError", token: token, count: 2))
+                let first = driver.event(order, .start, type: "DeliveryAttributes", sequence: 1, fields: Self.fields)
+                try await driver.publish(first)
+                let deadline = ContinuousClock.now + .seconds(60)
+                var received: [AcceptedNotification] = []
+                while received.isEmpty, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(200))
+                    received = try await stack.received(token: token)
+                }
+                let resent = try #require(received.first, "the monitor sent the content again")
+                #expect(resent.apnsID.lowercased() != driver.requestId(first), "a re-send, under its own request id")
+                #expect(resent.priority == 10 && resent.event == "update")
+                let state = try IsletJSON.decodeValue(JSONValue.self, from: Array(resent.payload.utf8))["aps"]?["content-state"]
+                #expect(state?["status"] == "preparing" && state?["headline"] != nil, "the first content, read back: \(resent.payload)")
+            }
+        }
+
         static let fields: [String: JSONValue] = ["orderId": "7", "storeName": "Casa Lola", "status": "preparing"]
 
         /// The user deletes the app (APNs: 410), reinstalls it, and the app registers the same token again.
