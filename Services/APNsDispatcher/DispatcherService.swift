@@ -295,52 +295,31 @@ public struct RecentOutcomes: Sendable {
                 bootstrapServers: bootstrapServers, topics: [topic], partitions: partitions, since: since, clientID: "apns-dispatcher.outcomes",
                 settings: settings),
             logger: logger)
-        let logger = self.logger
-        return try await withThrowingTaskGroup(of: Ids?.self) { group in
-            group.addTask {
-                try await reader.run()
-                return nil
-            }
-            group.addTask {
-                // A partition that never reports its end must not hold the assignment for ever.
-                try? await Task.sleep(for: .seconds(30))
-                if !Task.isCancelled {
-                    logger.warning("recent outcomes: reading cut short after 30 s; requests read again may be sent again")
-                    reader.shutdown()
-                }
-                return nil
-            }
-            group.addTask {
-                var ids = Ids()
-                var ended: Set<Int32> = []
-                for await event in reader.events {
-                    switch event {
-                    case .message(let message):
-                        guard let value = message.value, let outcome = try? IsletJSON.decode(PushOutcome.self, from: value) else { break }
-                        if outcome.result.isFinal {
-                            ids.finished.insert(outcome.requestId)
-                            ids.unansweredStarts.remove(outcome.requestId)
-                        } else if !ids.finished.contains(outcome.requestId) {
-                            ids.unansweredStarts.insert(outcome.requestId)
-                        }
-                    case .partitionEnd(let partition):
-                        ended.insert(partition.partition)
-                        if ended.count == Set(partitions).count { return ids }
-                    default:
-                        break
+        let wanted = Set(partitions)
+        let (ids, complete) = try await reader.reading(atMost: .seconds(30)) { reader -> (Ids, Bool) in
+            var ids = Ids()
+            var ended: Set<Int32> = []
+            for await event in reader.events {
+                switch event {
+                case .message(let message):
+                    guard let value = message.value, let outcome = try? IsletJSON.decode(PushOutcome.self, from: value) else { break }
+                    if outcome.result.isFinal {
+                        ids.finished.insert(outcome.requestId)
+                        ids.unansweredStarts.remove(outcome.requestId)
+                    } else if !ids.finished.contains(outcome.requestId) {
+                        ids.unansweredStarts.insert(outcome.requestId)
                     }
-                }
-                return ids
-            }
-            var result = Ids()
-            while let next = try await group.next() {
-                if let ids = next {
-                    result = ids
-                    reader.shutdown()
-                    group.cancelAll()
+                case .partitionEnd(let partition):
+                    ended.insert(partition.partition)
+                    if ended == wanted { return (ids, true) }
+                default:
+                    break
                 }
             }
-            return result
+            return (ids, false)
         }
+        // A partition that never reports its end must not hold the assignment for ever.
+        if !complete { logger.warning("recent outcomes: reading cut short after 30 s; requests read again may be sent again") }
+        return ids
     }
 }

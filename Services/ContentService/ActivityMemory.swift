@@ -20,6 +20,9 @@ public struct ActivityMemory: Sendable, Equatable {
     public var latest: PushRequest?
     /// Where ``latest`` is on `islet.push-requests.v1`, when its payload was dropped (empty).
     public var payloadStoredAt: StoredPosition?
+    /// The latest payload could not be found where it was stored (the record expired, the topic
+    /// was recreated): the monitor cannot re-send or end the activity until its next request.
+    public var payloadLost = false
     /// The dispatcher's answers to the activity's recent requests, by request id.
     public var outcomes: [String: PushResult] = [:]
     /// The request of the latest event's content (re-sends are numbered after it).
@@ -63,6 +66,7 @@ public struct ActivityMemory: Sendable, Equatable {
         lastTimestamp = request.apnsTimestamp
         latest = request
         payloadStoredAt = nil
+        payloadLost = false
         if let state = request.state { lastState = state }
         if request.sourceEventId != nil {
             lastSequence = max(lastSequence ?? request.contentSequence, request.contentSequence)
@@ -146,8 +150,14 @@ public struct ActivityMemory: Sendable, Equatable {
         latest?.payload = payload
     }
 
+    /// The latest request's payload was not found where it was stored.
+    mutating func losePayload(at position: StoredPosition) {
+        guard payloadStoredAt == position, latest?.payload.isEmpty == true else { return }
+        payloadLost = true
+    }
+
     /// The latest request's payload is not in memory: read it at this position to re-send it.
-    var payloadToRead: StoredPosition? { latest?.payload.isEmpty == true ? payloadStoredAt : nil }
+    var payloadToRead: StoredPosition? { latest?.payload.isEmpty == true && !payloadLost ? payloadStoredAt : nil }
 
     /// The dispatcher's final answer to one of the activity's requests.
     mutating func record(_ outcome: PushOutcome) {

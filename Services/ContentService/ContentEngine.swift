@@ -45,7 +45,11 @@ public final class ContentEngine: Sendable {
         /// Activities the last monitor pass looked at (tests: a pass is proportional to what is due).
         var examinedInLastSweep = 0
         /// Activities the monitor has something to send for whose latest payload is not in memory.
-        var payloadsToRead: [String: StoredPosition] = [:]
+        /// The partitions the last sweep was given (`nil`: all), if there was one.
+        var lastOwned: Set<Int32>?
+        var swept = false
+        /// In the order they fell due (the oldest first).
+        var payloadsToRead: [PayloadToRead] = []
 
         /// Sets (or, with `nil`, forgets) the memory of `key`, keeping the index by activity id, the
         /// live and gone activities, the freshness classes, and the activity's deadline.
@@ -240,20 +244,31 @@ public final class ContentEngine: Sendable {
         state.withLock { state in state.memories[activityKey]?.stored(request.requestId, at: position) }
     }
 
-    /// The payloads the last ``sweep(owned:)`` needed and did not have (the activities stay due):
-    /// read them (``RequestPayloads``), hand them to ``restorePayloads(_:)``, and sweep again.
-    public func takePayloadsToRead() -> [String: StoredPosition] {
+    /// A latest payload the monitor needs, and where it is.
+    public struct PayloadToRead: Sendable, Equatable {
+        public var activityKey: String
+        public var position: StoredPosition
+        /// The request stored there (anything else found there is not its payload).
+        public var requestId: String
+    }
+
+    /// The payloads the last ``sweep(owned:)`` needed and did not have, the activity longest due
+    /// first (they stay due): read them (``RequestPayloads``), hand them to
+    /// ``restorePayloads(_:lost:)``, and sweep again.
+    public func takePayloadsToRead() -> [PayloadToRead] {
         state.withLock { state in
-            defer { state.payloadsToRead = [:] }
+            defer { state.payloadsToRead = [] }
             return state.payloadsToRead
         }
     }
 
-    /// Payloads read again, by activity and position: each activity whose latest request is still
-    /// at that position has its payload back, until its next request.
-    public func restorePayloads(_ payloads: [String: (position: StoredPosition, payload: String)]) {
+    /// Payloads read again, by activity: each activity whose latest request is still the one read
+    /// has its payload back, until its next request. `lost`: not where they were stored; the
+    /// monitor stops asking for them (until the activity's next request).
+    public func restorePayloads(_ payloads: [String: (position: StoredPosition, payload: String)], lost: [PayloadToRead] = []) {
         state.withLock { state in
             for (activityKey, read) in payloads { state.memories[activityKey]?.restorePayload(read.payload, from: read.position) }
+            for item in lost { state.memories[item.activityKey]?.losePayload(at: item.position) }
         }
     }
 
@@ -307,9 +322,19 @@ public final class ContentEngine: Sendable {
             }
             for (activityKey, memory) in revived { state.set(activityKey, memory, now: now, policy: policy) }
 
+            // Partitions newly owned: their live activities are looked at now (the others had
+            // put them off a minute at a time).
+            if state.swept, let last = state.lastOwned, owned.map({ !$0.isSubset(of: last) }) ?? true {
+                for (key, memory) in state.memories where memory.isLive {
+                    let ownedNow = owned.map { owned in memory.partition.map(owned.contains) ?? false } ?? true
+                    if ownedNow, !(memory.partition.map(last.contains) ?? false) { state.deadlines.schedule(key, at: now, now: now) }
+                }
+            }
+            state.lastOwned = owned
+            state.swept = true
             let due = state.deadlines.popDue(now: now)
             state.examinedInLastSweep = due.count
-            state.payloadsToRead = [:]
+            state.payloadsToRead = []
             var prepared: [Prepared] = []
             for activityKey in due {
                 guard let memory = state.memories[activityKey], let latest = memory.latest else { continue }
@@ -322,11 +347,23 @@ public final class ContentEngine: Sendable {
                 // made now is persisted, ``commit(_:)`` schedules the activity's next deadline;
                 // if not, the next pass decides again.
                 state.look(at: activityKey, memory, now: now, policy: policy)
-                guard memory.isLive, isOwned(memory), let item = followUp(activityKey, memory, latest: latest, now: now, policy: policy) else {
+                // Another instance's, or nothing the monitor can do (its payload lost): looked at
+                // again in a minute, not on every pass.
+                if memory.isLive, !isOwned(memory) || memory.payloadLost {
+                    // (Earlier when its freshness class changes by then: the counts stay exact.)
+                    var later = now.addingTimeInterval(60)
+                    if let since = memory.staleSince(now: now) {
+                        let severe = since.addingTimeInterval(policy.severeAfter / .seconds(1))
+                        if severe > now { later = min(later, severe) }
+                    }
+                    state.deadlines.schedule(activityKey, at: later, now: now)
+                    continue
+                }
+                guard memory.isLive, let item = followUp(activityKey, memory, latest: latest, now: now, policy: policy) else {
                     continue
                 }
                 if item.requests.isEmpty, let position = memory.payloadToRead {
-                    state.payloadsToRead[activityKey] = position
+                    state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
                     continue
                 }
                 prepared.append(item)

@@ -182,14 +182,16 @@ public final class RequestSender: Sendable {
     /// Hands the requests to Kafka in order and moves the activity's memory on; `onPersisted` is
     /// called once every one is acknowledged.
     func enqueue(_ prepared: ContentEngine.Prepared, onPersisted: @escaping @Sendable () -> Void) async throws {
+        let values = try prepared.requests.map { try IsletJSON.encode($0) }
         await inFlight.acquire()
         let limit = inFlight
         let completion = Completion(count: prepared.requests.count) {
             limit.release()
             onPersisted()
         }
-        for request in prepared.requests {
-            let value = try IsletJSON.encode(request)
+        // The memory moves on before the first acknowledgement can say where a request is stored.
+        engine.commit(prepared)
+        for (request, value) in zip(prepared.requests, values) {
             while true {
                 do {
                     try producer.produce(topic: topic, key: request.key.map { Array($0.utf8) }, value: value, headers: [writer]) { [self] result in
@@ -210,13 +212,14 @@ public final class RequestSender: Sendable {
             }
             count(request)
         }
-        engine.commit(prepared)
     }
 
     /// Sends again, until Kafka takes them, the requests it refused.
     func repair() async throws {
         while let (request, completion) = failed.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) {
-            try await sendUntilAcknowledged(request, activity: request.activityKey ?? request.key ?? "")
+            if let position = try await sendUntilAcknowledged(request, activity: request.activityKey ?? request.key ?? "") {
+                engine.stored(request, at: position)
+            }
             completion.one()
         }
     }
@@ -336,8 +339,10 @@ public struct FreshnessMonitor: Service {
             let wanted = engine.takePayloadsToRead()
             if !wanted.isEmpty {
                 let read = await payloads.read(wanted)
-                logger.info("latest payloads read again from Kafka", metadata: ["payloads.wanted": "\(wanted.count)", "payloads.read": "\(read.count)"])
-                engine.restorePayloads(read)
+                logger.info(
+                    "latest payloads read again from Kafka",
+                    metadata: ["payloads.wanted": "\(wanted.count)", "payloads.read": "\(read.found.count)", "payloads.lost": "\(read.lost.count)"])
+                engine.restorePayloads(read.found, lost: read.lost)
                 sent += try await pass()
             }
         }

@@ -8,24 +8,37 @@ import Metrics
 /// not keep the latest request's payload once Kafka has it (``ActivityMemory/payloadStoredAt``),
 /// and the freshness monitor needs it the few times it re-sends content or ends an activity.
 ///
-/// Positions of one partition close to each other are read by one replica, from the first to the
-/// last; each read is bounded in time. A payload that cannot be read (the record expired, the
-/// cluster unreachable; a position past the partition's end waits for the timeout) is missing from
-/// the answer: the activity stays due, and is tried again on the monitor's next pass.
+/// One read serves a whole monitor pass: one replica, assigned every partition with a position
+/// wanted, from the first wanted offset of each to its last, for at most ``timeout`` — so a pass
+/// costs one read however many activities are stale, and the work is proportional to what the
+/// partitions hold between the positions. A payload is taken only from the request it was stored
+/// as (same request id). The answer says what was found, what is certainly not there (a later
+/// offset was read and it was not among them: the record expired, or the topic was recreated),
+/// and leaves out what could not be read now (the cluster unreachable, the time up): those stay
+/// due and are asked for again on the next pass.
 public struct RequestPayloads: Sendable {
     let bootstrapServers: String
     let topic: String
     let settings: [String: String]
     let logger: Logger
-    /// How long one read (one run of nearby positions) may take.
+    /// How long one read may take (default 30 s).
     let timeout: Duration
 
-    /// At most this many positions are read in one call; the others wait for the next pass.
-    public static let maximumPerRead = 200
-    /// Positions of one partition at most this far apart are read in one run.
-    static let maximumGap: Int64 = 1_000
+    /// At most this many payloads are read in one pass, those of the activities due longest first;
+    /// the others wait for the next pass.
+    public static let maximumPerRead = 2_000
 
-    public init(bootstrapServers: String, topic: String = IsletTopics.pushRequests.name, settings: [String: String] = [:], timeout: Duration = .seconds(5), logger: Logger) {
+    public struct Answer: Sendable {
+        /// Payloads found, by activity.
+        public var found: [String: (position: StoredPosition, payload: String)] = [:]
+        /// Not where they were stored.
+        public var lost: [ContentEngine.PayloadToRead] = []
+    }
+
+    public init(
+        bootstrapServers: String, topic: String = IsletTopics.pushRequests.name, settings: [String: String] = [:], timeout: Duration = .seconds(30),
+        logger: Logger
+    ) {
         self.bootstrapServers = bootstrapServers
         self.topic = topic
         self.settings = settings
@@ -33,89 +46,91 @@ public struct RequestPayloads: Sendable {
         self.logger = logger
     }
 
-    /// The payloads of the requests at these positions, by the key they were asked under.
-    public func read(_ wanted: [String: StoredPosition]) async -> [String: (position: StoredPosition, payload: String)] {
-        let chosen = wanted.sorted { ($0.value.partition, $0.value.offset) < ($1.value.partition, $1.value.offset) }.prefix(Self.maximumPerRead)
-        var found: [StoredPosition: String] = [:]
-        for run in Self.runs(of: chosen.map(\.value)) {
-            do {
-                found.merge(try await read(run), uniquingKeysWith: { first, _ in first })
-            } catch {
-                logger.warning("push requests could not be read again", metadata: ["positions": "\(run)", "error": "\(error)"])
+    /// The payloads of these requests (in the order given, at most ``maximumPerRead``).
+    public func read(_ wanted: [ContentEngine.PayloadToRead]) async -> Answer {
+        let chosen = Array(wanted.prefix(Self.maximumPerRead))
+        guard !chosen.isEmpty else { return Answer() }
+        // Partition → offset → the request ids stored there (one, unless two activities share a request).
+        var byPosition: [StoredPosition: Set<String>] = [:]
+        for item in chosen { byPosition[item.position, default: []].insert(item.requestId) }
+        let ranges = Dictionary(grouping: byPosition.keys, by: \.partition).mapValues { positions in
+            (first: positions.map(\.offset).min()!, last: positions.map(\.offset).max()!)
+        }
+        var read = Read()
+        do {
+            read = try await scan(ranges, wanted: byPosition)
+        } catch {
+            logger.warning("push requests could not be read again", metadata: ["kafka.partitions": "\(ranges.keys.sorted())", "error": "\(error)"])
+        }
+        var answer = Answer()
+        for item in chosen {
+            if let request = read.requests[item.position], request.requestId == item.requestId {
+                answer.found[item.activityKey] = (item.position, request.payload)
+            } else if read.passed(item.position) {
+                answer.lost.append(item)
             }
         }
-        Counter(label: "islet_content_payloads_read_total", dimensions: [("result", "read")]).increment(by: found.count)
-        Counter(label: "islet_content_payloads_read_total", dimensions: [("result", "missing")]).increment(by: chosen.count - found.count)
-        var answer: [String: (position: StoredPosition, payload: String)] = [:]
-        for (key, position) in chosen { if let payload = found[position] { answer[key] = (position, payload) } }
+        Counter(label: "islet_content_payloads_read_total", dimensions: [("result", "read")]).increment(by: answer.found.count)
+        Counter(label: "islet_content_payloads_read_total", dimensions: [("result", "lost")]).increment(by: answer.lost.count)
+        Counter(label: "islet_content_payloads_read_total", dimensions: [("result", "not_now")]).increment(
+            by: chosen.count - answer.found.count - answer.lost.count)
+        if !answer.lost.isEmpty {
+            logger.error(
+                "latest payloads not found where they were stored: those activities are not re-sent or ended until their next request",
+                metadata: ["payloads.lost": "\(answer.lost.count)", "example": "\(answer.lost[0].activityKey) at \(answer.lost[0].position)"])
+        }
         return answer
     }
 
-    /// Sorted positions cut into runs: one partition each, no two neighbours more than
-    /// ``maximumGap`` apart.
-    static func runs(of positions: [StoredPosition]) -> [[StoredPosition]] {
-        var runs: [[StoredPosition]] = []
-        for position in Set(positions).sorted(by: { ($0.partition, $0.offset) < ($1.partition, $1.offset) }) {
-            if let last = runs.last?.last, last.partition == position.partition, position.offset - last.offset <= maximumGap {
-                runs[runs.count - 1].append(position)
-            } else {
-                runs.append([position])
-            }
+    /// What one scan read.
+    struct Read {
+        /// The requests at the wanted positions.
+        var requests: [StoredPosition: PushRequest] = [:]
+        /// Per partition, the highest offset read (a wanted position at or below it that was not
+        /// read is not there).
+        var highest: [Int32: Int64] = [:]
+        /// Partitions whose reading started over at their first record (the positions were past
+        /// their end: the topic was recreated).
+        var restarted: Set<Int32> = []
+
+        func passed(_ position: StoredPosition) -> Bool {
+            restarted.contains(position.partition) || (highest[position.partition].map { $0 >= position.offset } ?? false)
         }
-        return runs
     }
 
-    /// Reads one run: from its first offset to its last.
-    private func read(_ run: [StoredPosition]) async throws -> [StoredPosition: String] {
-        guard let first = run.first, let last = run.last else { return [:] }
+    private func scan(_ ranges: [Int32: (first: Int64, last: Int64)], wanted: [StoredPosition: Set<String>]) async throws -> Read {
         var configuration = KafkaConsumerConfiguration.replica(
-            bootstrapServers: bootstrapServers, topics: [topic], partitions: [first.partition], clientID: "content-service.payloads",
+            bootstrapServers: bootstrapServers, topics: [topic], partitions: ranges.keys.sorted(), clientID: "content-service.payloads",
             fetchWait: .milliseconds(10), settings: settings)
-        configuration.replicaStartOffsets = [first.partition: first.offset]
+        configuration.replicaStartOffsets = ranges.mapValues(\.first)
         let reader = try KafkaConsumer(configuration: configuration, logger: logger)
-        let wanted = Set(run.map(\.offset))
-        let timeout = self.timeout
-        return try await withThrowingTaskGroup(of: [StoredPosition: String]?.self) { group in
-            group.addTask {
-                try await reader.run()
-                return nil
-            }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                reader.shutdown()
-                return nil
-            }
-            group.addTask {
-                var found: [StoredPosition: String] = [:]
-                for await event in reader.events {
-                    switch event {
-                    case .message(let message):
-                        // Before the first position: the reader started over at the partition's
-                        // first record (the positions were past its end): they are not there.
-                        if message.offset < first.offset { return found }
-                        if wanted.contains(message.offset), let value = message.value,
-                            let request = try? IsletJSON.decode(PushRequest.self, from: value)
-                        {
-                            found[StoredPosition(partition: message.partition, offset: message.offset)] = request.payload
+        return try await reader.reading(atMost: timeout) { reader in
+            var read = Read()
+            var open = Set(ranges.keys)
+            for await event in reader.events {
+                switch event {
+                case .message(let message):
+                    let partition = message.partition
+                    guard let range = ranges[partition], open.contains(partition) else { break }
+                    if message.offset < range.first {
+                        read.restarted.insert(partition)
+                        open.remove(partition)
+                    } else {
+                        read.highest[partition] = max(read.highest[partition] ?? message.offset, message.offset)
+                        let position = StoredPosition(partition: partition, offset: message.offset)
+                        if wanted[position] != nil, let value = message.value, let request = try? IsletJSON.decode(PushRequest.self, from: value) {
+                            read.requests[position] = request
                         }
-                        if message.offset >= last.offset { return found }
-                    case .partitionEnd:
-                        return found
-                    default:
-                        break
+                        if message.offset >= range.last { open.remove(partition) }
                     }
+                case .partitionEnd(let partition):
+                    open.remove(partition.partition)
+                default:
+                    break
                 }
-                return found
+                if open.isEmpty { return read }
             }
-            var result: [StoredPosition: String] = [:]
-            while let next = try await group.next() {
-                if let found = next {
-                    result = found
-                    reader.shutdown()
-                    group.cancelAll()
-                }
-            }
-            return result
+            return read
         }
     }
 }

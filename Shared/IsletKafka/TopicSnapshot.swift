@@ -49,34 +49,44 @@ public enum TopicSnapshot {
         until done: @escaping @Sendable (Progress) throws -> Bool = { $0.caughtUp }
     ) async throws -> Progress {
         let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: bootstrapServers, topics: topics), logger: logger)
-        return try await withThrowingTaskGroup(of: Progress?.self) { group in
+        return try await reader.reading(atMost: timeout) { reader in
+            var progress = Progress(topics: Set(topics), catchUp: ReplicaCatchUp(topics: Set(topics)))
+            for await event in reader.events {
+                progress.note(event)
+                if try done(progress) { return progress }
+            }
+            progress.timedOut = true
+            return progress
+        }
+    }
+}
+
+extension KafkaConsumer {
+    /// Runs this consumer (a replica, read for a while) while `read` goes through its events, for at
+    /// most `timeout`: then the consumer is shut down, its events end, and `read` returns what it
+    /// has. Returns `read`'s answer; the consumer is shut down when it returns.
+    public func reading<T: Sendable>(atMost timeout: Duration, _ read: @escaping @Sendable (KafkaConsumer) async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
-                try await reader.run()
+                try await self.run()
                 return nil
             }
             group.addTask {
                 try? await Task.sleep(for: timeout)
-                reader.shutdown()
+                self.shutdown()
                 return nil
             }
-            group.addTask {
-                var progress = Progress(topics: Set(topics), catchUp: ReplicaCatchUp(topics: Set(topics)))
-                for await event in reader.events {
-                    progress.note(event)
-                    if try done(progress) { return progress }
-                }
-                progress.timedOut = true
-                return progress
-            }
-            var result: Progress?
+            group.addTask { try await read(self) }
+            var result: T?
             while let next = try await group.next() {
                 if let next, result == nil {
                     result = next
-                    reader.shutdown()
+                    self.shutdown()
                     group.cancelAll()
                 }
             }
-            return result ?? Progress(timedOut: true, topics: Set(topics), catchUp: ReplicaCatchUp(topics: Set(topics)))
+            guard let result else { throw KafkaError(code: .consumer, message: "the reading ended without an answer") }
+            return result
         }
     }
 }

@@ -35,7 +35,7 @@ struct ContentServiceIntegrationTests {
     /// The gRPC key of the test's backend (read and write).
     static let backendKey = "an-orders-backend-key-of-32-characters-at-least"
 
-    @Test("payloads are read again where the requests are: nearby positions in one run, far ones apart, a position past the end missing")
+    @Test("payloads are read again where the requests are, in one read of every partition concerned; another request at a stored position is not taken, and counts as lost")
     func payloadsReadAgain() async throws {
         let topic = uniqueName("test.requests")
         let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
@@ -52,16 +52,20 @@ struct ContentServiceIntegrationTests {
             let report = try await producer.send(request, to: topic)
             stored.append((request, StoredPosition(partition: report.partition, offset: try #require(report.offset))))
         }
-        var wanted = Dictionary(uniqueKeysWithValues: stored.enumerated().filter { $0.offset % 3 == 0 }.map { ("a\($0.offset)", $0.element.1) })
-        wanted["gone"] = StoredPosition(partition: 0, offset: 10_000)
-        let reader = RequestPayloads(bootstrapServers: try TestBroker.servers(), topic: topic, timeout: .seconds(3), logger: logger)
-        let read = await reader.read(wanted)
-        #expect(Set(read.keys) == Set(wanted.keys).subtracting(["gone"]))
-        for (index, (request, position)) in stored.enumerated() where index % 3 == 0 {
-            #expect(read["a\(index)"]?.payload == request.payload)
-            #expect(read["a\(index)"]?.position == position)
+        var wanted = stored.enumerated().filter { $0.offset % 3 == 0 }.map {
+            ContentEngine.PayloadToRead(activityKey: "a\($0.offset)", position: $0.element.1, requestId: $0.element.0.requestId)
         }
-        #expect(RequestPayloads.runs(of: [.init(partition: 1, offset: 5), .init(partition: 0, offset: 9), .init(partition: 0, offset: 2_000), .init(partition: 0, offset: 3)]).count == 3)
+        // Another request's id at a stored position: not its payload, and certainly not there.
+        let other = ContentEngine.PayloadToRead(activityKey: "other", position: stored[1].1, requestId: UUID().uuidString.lowercased())
+        wanted.append(other)
+        let reader = RequestPayloads(bootstrapServers: try TestBroker.servers(), topic: topic, timeout: .seconds(10), logger: logger)
+        let read = await reader.read(wanted)
+        #expect(Set(read.found.keys) == Set(wanted.map(\.activityKey)).subtracting(["other"]))
+        #expect(read.lost == [other])
+        for (index, (request, position)) in stored.enumerated() where index % 3 == 0 {
+            #expect(read.found["a\(index)"]?.payload == request.payload)
+            #expect(read.found["a\(index)"]?.position == position)
+        }
         producer.shutdown()
         _ = try? await producing.value
     }

@@ -334,9 +334,11 @@ struct StoredPayloadTests {
             records.append((position, request.payload))
             engine.stored(request, at: position)
         }
-        func read(_ wanted: [String: StoredPosition]) -> [String: (position: StoredPosition, payload: String)] {
+        func read(_ wanted: [ContentEngine.PayloadToRead]) -> [String: (position: StoredPosition, payload: String)] {
             let all = Dictionary(records.values.map { ($0.0, $0.1) }, uniquingKeysWith: { first, _ in first })
-            return wanted.compactMapValues { position in all[position].map { (position, $0) } }
+            var found: [String: (position: StoredPosition, payload: String)] = [:]
+            for item in wanted { if let payload = all[item.position] { found[item.activityKey] = (item.position, payload) } }
+            return found
         }
     }
 
@@ -371,7 +373,9 @@ struct StoredPayloadTests {
         clock.advance(181)
         let resendKept = pass(kept)
         #expect(sweep(dropped).isEmpty, "without the payload nothing is sent…")
-        #expect(dropped.takePayloadsToRead() == [key: StoredPosition(partition: 0, offset: 0)], "…and it is asked for")
+        #expect(
+            dropped.takePayloadsToRead() == [.init(activityKey: key, position: StoredPosition(partition: 0, offset: 0), requestId: latest.requestId)],
+            "…and it is asked for")
         let resendDropped = pass(dropped)
         #expect(resendKept.count == 1)
         #expect(resendDropped.map(\.requestId) == resendKept.map(\.requestId))
@@ -400,5 +404,28 @@ struct StoredPayloadTests {
         // A position for a request that is not the latest changes nothing.
         reader.stored(sent[0], at: StoredPosition(partition: 0, offset: 9))
         #expect(reader.memory(of: "com.example.food/order-42")?.payloadStoredAt == StoredPosition(partition: 0, offset: 7))
+    }
+
+    @Test("a payload not found where it was stored is not asked for again, and the activity is put off, until its next request")
+    func lost() throws {
+        let clock = ManualClock(now)
+        let engine = try engine(clock)
+        let key = "com.example.food/order-42"
+        try apply(engine, delivery("out_for_delivery", sequence: 1, at: clock))
+        let latest = try #require(engine.memory(of: key)?.latest)
+        engine.stored(latest, at: StoredPosition(partition: 0, offset: 3))
+        clock.advance(181)
+        #expect(sweep(engine).isEmpty)
+        let wanted = engine.takePayloadsToRead()
+        #expect(wanted.count == 1)
+        engine.restorePayloads([:], lost: wanted)
+        #expect(engine.memory(of: key)?.payloadLost == true)
+        #expect(sweep(engine).isEmpty && engine.takePayloadsToRead().isEmpty, "not asked for again")
+        clock.advance(1)
+        _ = sweep(engine)
+        #expect(engine.examinedInLastSweep == 0, "put off, not looked at on every pass")
+        // The next event brings a payload again.
+        let next = try apply(engine, delivery("arriving", sequence: 2, at: clock))
+        #expect(next.count == 1 && engine.memory(of: key)?.payloadLost == false)
     }
 }
