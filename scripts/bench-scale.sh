@@ -123,7 +123,7 @@ tokens_of() { local m; m=$("${py[@]}" metrics "http://127.0.0.1:${port[$1]}/metr
 ready() { curl -sf -o /dev/null "http://127.0.0.1:${port[$1]}/health"; }
 # The restore.seconds of the instance's Nth "token partitions restored" line (1-based), or nothing.
 restore_seconds() {
-  grep 'token partitions restored' "$run/dispatcher-$1.log" | sed -n "$2p" | grep -oE 'restore\.seconds=[0-9.e+-]+' | cut -d= -f2 | cut -c1-8
+  grep 'token partitions restored' "$run/dispatcher-$1.log" | sed -n "$2p" | grep -oE 'restore\.seconds=[0-9.e+-]+' | cut -d= -f2 | awk '{ printf "%.3f", $1 }'
 }
 restored_lines() { grep -c 'token partitions restored' "$run/dispatcher-$1.log" || true; }
 alive() { kill -0 "${pid[$1]}" 2>/dev/null || fail "instance $1 exited; its log: $run/dispatcher-$1.log"; }
@@ -205,7 +205,7 @@ taken_over() { full "$survivor" && [ "$(restored_lines "$survivor")" -gt "$lines
 wait_until "${survivor^^} holding all $count tokens again" taken_over
 failover_s=$(elapsed "$t2")
 failover_restore_s=$(restore_seconds "$survivor" $((lines_s + 1)))
-failover_partitions=$(grep 'token partitions restored' "$run/dispatcher-$survivor.log" | sed -n "$((lines_s + 1))p" | grep -oE 'kafka\.partitions=\[[0-9, ]*\]' || true)
+failover_partitions=$(grep 'token partitions restored' "$run/dispatcher-$survivor.log" | sed -n "$((lines_s + 1))p" | grep -oE 'kafka\.partitions\.read=\[[0-9, ]*\]' || true)
 note "${survivor^^} holds $count tokens $failover_s s after the kill (restore $failover_restore_s s of $failover_partitions)"
 sleep "$settle"
 rss_after=$(status_kb "${pid[$survivor]}" VmRSS); hwm_after=$(status_kb "${pid[$survivor]}" VmHWM)

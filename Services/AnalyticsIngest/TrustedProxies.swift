@@ -85,10 +85,11 @@ public struct TrustedProxies: Sendable, Equatable {
 
     /// The bytes of an IPv4 or IPv6 address in text; `nil` when it is neither.
     static func bytes(_ text: String) -> [UInt8]? {
-        var v4 = in_addr()
-        if inet_pton(AF_INET, text, &v4) == 1 { return withUnsafeBytes(of: &v4) { Array($0) } }
-        var v6 = in6_addr()
-        if inet_pton(AF_INET6, text, &v6) == 1 { return withUnsafeBytes(of: &v6) { Array($0) } }
+        // A byte buffer rather than in_addr/in6_addr: with NIO in the build those C types resolve
+        // to its CNIOLinux module, which a release build then refuses (MemberImportVisibility).
+        var address = [UInt8](repeating: 0, count: 16)
+        if inet_pton(AF_INET, text, &address) == 1 { return Array(address.prefix(4)) }
+        if inet_pton(AF_INET6, text, &address) == 1 { return address }
         return nil
     }
 }

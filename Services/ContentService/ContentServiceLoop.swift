@@ -306,14 +306,14 @@ public struct FreshnessMonitor: Service {
     /// The tokens of the activities the monitor ended, to invalidate in token-registry.
     let invalidations: TokenInvalidations
     /// Where the latest payloads the memory does not keep are read again.
-    let payloads: RequestPayloads?
+    let payloads: RequestPayloads
 
     /// - Parameter invalidator: where an activity the monitor ended has its token invalidated
     ///   (`nil`: not configured; the token stays active until the app ends the activity).
-    /// - Parameter payloads: where payloads the memory dropped are read again (`nil`: the memory
-    ///   keeps them all, as in tests that never report where requests are stored).
+    /// - Parameter payloads: where payloads the memory dropped (``RequestSender`` reports where
+    ///   Kafka stored each request) are read again.
     public init(
-        engine: ContentEngine, sender: RequestSender, logger: Logger, invalidator: (any ActivityInvalidating)? = nil, payloads: RequestPayloads? = nil
+        engine: ContentEngine, sender: RequestSender, logger: Logger, invalidator: (any ActivityInvalidating)? = nil, payloads: RequestPayloads
     ) {
         self.engine = engine
         self.sender = sender
@@ -335,16 +335,14 @@ public struct FreshnessMonitor: Service {
         var sent = try await pass()
         // Activities with something to send whose latest payload is on Kafka only: read, then
         // looked at again (outside the turn: events go on meanwhile).
-        if let payloads {
-            let wanted = engine.takePayloadsToRead()
-            if !wanted.isEmpty {
-                let read = await payloads.read(wanted)
-                logger.info(
-                    "latest payloads read again from Kafka",
-                    metadata: ["payloads.wanted": "\(wanted.count)", "payloads.read": "\(read.found.count)", "payloads.lost": "\(read.lost.count)"])
-                engine.restorePayloads(read.found, lost: read.lost)
-                sent += try await pass()
-            }
+        let wanted = engine.takePayloadsToRead()
+        if !wanted.isEmpty {
+            let read = await payloads.read(wanted)
+            logger.info(
+                "latest payloads read again from Kafka",
+                metadata: ["payloads.wanted": "\(wanted.count)", "payloads.read": "\(read.found.count)", "payloads.lost": "\(read.lost.count)"])
+            engine.restorePayloads(read.found, lost: read.lost)
+            sent += try await pass()
         }
         // Once the end has its outcome: invalidated earlier, the dispatcher would not send the end.
         let (memory, now) = (self.engine, self.engine.clock.date)
