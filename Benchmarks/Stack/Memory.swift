@@ -9,17 +9,21 @@ import NIOCore
 import TokenRegistry
 
 extension World {
-    /// Registers an update token for each activity with token-registry, `lanes` at a time, as the apps would.
+    /// Registers an update token for each activity with token-registry, `lanes` at a time, as the
+    /// apps would: each lane is a user of its own (token-registry serializes one user's
+    /// registrations, and counts the user's live activities for the quota with each).
     func register(_ names: [String], app: AppTarget, lanes: Int = 32) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
             for lane in 0..<lanes {
                 group.addTask {
+                    let jwt = try await jwt(forUser: "bench-user-\(lane)")
                     for (index, name) in names.enumerated() where index % lanes == lane {
                         _ = try await put(
                             "/v1/activities/\(name)/token",
                             RegisterActivityTokenRequest(
                                 token: World.token("1a7" + name), attributesType: "DeliveryAttributes", app: app, frequentUpdatesEnabled: false,
-                                appVersion: "2.1", activityStartedAt: Date()))
+                                appVersion: "2.1", activityStartedAt: Date()),
+                            jwt: jwt)
                     }
                 }
             }

@@ -57,6 +57,8 @@ public struct World: Sendable {
     let play: DemoEndpoints
     public let producer: KafkaProducer
     let jwt: String
+    let keys: JWTKeyCollection
+    let kid: JWKIdentifier
     let http = World.client
     let started = Date()
 
@@ -78,6 +80,13 @@ public struct World: Sendable {
         let keys = JWTKeyCollection()
         await keys.add(hmac: HMACKey(from: parts[1]), digestAlgorithm: .sha256, kid: JWKIdentifier(string: parts[0]))
         jwt = try await keys.sign(Claims(sub: "demo-user", exp: .init(value: Date().addingTimeInterval(3_600))), kid: JWKIdentifier(string: parts[0]))
+        (self.keys, kid) = (keys, JWKIdentifier(string: parts[0]))
+    }
+
+    /// A JWT for another user of the app (benchmarks spread their registrations over many users, as
+    /// real apps do: token-registry serializes one user's registrations, for the quota).
+    public func jwt(forUser user: String) async throws -> String {
+        try await keys.sign(Claims(sub: .init(value: user), exp: .init(value: Date().addingTimeInterval(3_600))), kid: kid)
     }
 
     // MARK: The food order
@@ -286,10 +295,11 @@ public struct World: Sendable {
         return try IsletJSON.decodeValue([AcceptedNotification].self, from: Array(buffer: body))
     }
 
-    public func put<Body: Encodable>(_ path: String, _ body: Body) async throws -> String {
+    /// - Parameter jwt: the user's token (default: the demo's user).
+    public func put<Body: Encodable>(_ path: String, _ body: Body, jwt: String? = nil) async throws -> String {
         var request = HTTPClientRequest(url: play.registry + path)
         request.method = .PUT
-        request.headers.add(name: "Authorization", value: "Bearer \(jwt)")
+        request.headers.add(name: "Authorization", value: "Bearer \(jwt ?? self.jwt)")
         request.headers.add(name: "Content-Type", value: "application/json")
         request.body = .bytes(try IsletJSON.encode(body))
         return try await answer(request)
