@@ -218,6 +218,16 @@ public final class DispatchEngine: Sendable {
         let (actions, submitters) = state.withLock { state -> ([DispatchMachine.Action], [CheckedContinuation<Void, Never>]) in
             // Read under the lock: the machine's inputs never go back in time.
             let actions = input(&state.machine, clock.date)
+            // A new provider token and fresh connections first, still under the lock: a retry
+            // decided with them must not reach a worker, and an old connection, before them (that
+            // connection is closed under it: the push lost, sent a third time).
+            for action in actions {
+                switch action {
+                case .renewProviderToken(let team): sender.renewProviderToken(teamID: team)
+                case .reconnect(let team): sender.reconnect(teamID: team)
+                case .send, .publish, .release: break
+                }
+            }
             // Handed out under the lock: sends and outcomes leave in the order they were decided.
             for action in actions {
                 switch action {
@@ -234,12 +244,7 @@ public final class DispatchEngine: Sendable {
         }
         for submitter in submitters { submitter.resume() }
         for action in actions {
-            switch action {
-            case .release(let ticket): onDone(ticket)
-            case .renewProviderToken(let team): sender.renewProviderToken(teamID: team)
-            case .reconnect(let team): sender.reconnect(teamID: team)
-            case .send, .publish: break
-            }
+            if case .release(let ticket) = action { onDone(ticket) }
         }
     }
 

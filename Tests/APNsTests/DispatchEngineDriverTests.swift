@@ -99,6 +99,20 @@ struct DispatchEngineDriverTests {
         await r.stop()
     }
 
+    @Test("after ExpiredProviderToken the provider token is renewed (and the connections replaced) before the retry reaches a worker: it never goes out on the connection being closed")
+    func renewalBeforeRetry() async {
+        for round in 0..<20 {
+            let r = Running()
+            r.register("a", token: hexToken(round))
+            r.sender.script(hexToken(round), [APNsAnswer(status: 403, reason: "ExpiredProviderToken")])
+            await r.submit(r.request("a", sequence: 1))
+            await r.done.wait(for: 1)
+            #expect(r.sink.final.map(\.result) == [.delivered])
+            #expect(r.sender.renewalsAtSend == [0, 1], "round \(round): the retry was sent after the renewal")
+            await r.stop()
+        }
+    }
+
     @Test("a drain waits for the push in flight and its outcome, and a request submitted after it is refused; its timeout ends it all the same")
     func drain() async {
         let r = Running()

@@ -18,6 +18,8 @@ final class ScriptedSender: APNsSending {
         var waiting: [UInt64: CheckedContinuation<Void, Never>] = [:]
         var nextID: UInt64 = 0
         var renewals = 0
+        /// The renewals made before each push was sent, in order.
+        var renewalsAtSend: [Int] = []
         var answers = 0
         var failures: [String: [APNsTransportError]] = [:]
     }
@@ -26,6 +28,7 @@ final class ScriptedSender: APNsSending {
 
     var sent: [APNsPush] { state.withLock { $0.sent } }
     var renewals: Int { state.withLock { $0.renewals } }
+    var renewalsAtSend: [Int] { state.withLock { $0.renewalsAtSend } }
     /// How many pushes were answered (or failed) so far.
     var answers: Int { state.withLock { $0.answers } }
     func script(_ token: String, _ answers: [APNsAnswer]) { state.withLock { $0.script[token, default: []] += answers } }
@@ -42,7 +45,12 @@ final class ScriptedSender: APNsSending {
     }
 
     /// Notes a push as sent.
-    func accept(_ push: APNsPush) { state.withLock { $0.sent.append(push) } }
+    func accept(_ push: APNsPush) {
+        state.withLock { state in
+            state.sent.append(push)
+            state.renewalsAtSend.append(state.renewals)
+        }
+    }
 
     /// The scripted answer to a push (200 when nothing is scripted), or the scripted failure.
     func answer(to push: APNsPush) -> Result<APNsAnswer, any Error> {
