@@ -1,4 +1,5 @@
 import Foundation
+import IsletKafka
 import IsletMessages
 
 /// What content-service remembers of an activity between events. Rebuilt after a restart from its
@@ -19,7 +20,7 @@ public struct ActivityMemory: Sendable, Equatable {
     /// from there the few times it is needed (a re-send, the end the monitor sends).
     public var latest: PushRequest?
     /// Where ``latest`` is on `islet.push-requests.v1`, when its payload was dropped (empty).
-    public var payloadStoredAt: StoredPosition?
+    public var payloadStoredAt: KafkaPosition?
     /// The latest payload could not be found where it was stored (the record expired, the topic
     /// was recreated): the monitor cannot re-send or end the activity until its next request.
     public var payloadLost = false
@@ -138,26 +139,26 @@ public struct ActivityMemory: Sendable, Equatable {
 
     /// `requestId` is on `islet.push-requests.v1` at `position`: when it is the latest request, its
     /// payload need not be kept any more.
-    mutating func stored(_ requestId: String, at position: StoredPosition) {
+    mutating func stored(_ requestId: String, at position: KafkaPosition) {
         guard latest?.requestId == requestId, latest?.payload.isEmpty == false else { return }
         latest?.payload = ""
         payloadStoredAt = position
     }
 
     /// The latest request's payload, read again from where it is stored.
-    mutating func restorePayload(_ payload: String, from position: StoredPosition) {
+    mutating func restorePayload(_ payload: String, from position: KafkaPosition) {
         guard payloadStoredAt == position, latest?.payload.isEmpty == true else { return }
         latest?.payload = payload
     }
 
     /// The latest request's payload was not found where it was stored.
-    mutating func losePayload(at position: StoredPosition) {
+    mutating func losePayload(at position: KafkaPosition) {
         guard payloadStoredAt == position, latest?.payload.isEmpty == true else { return }
         payloadLost = true
     }
 
     /// The latest request's payload is not in memory: read it at this position to re-send it.
-    var payloadToRead: StoredPosition? { latest?.payload.isEmpty == true && !payloadLost ? payloadStoredAt : nil }
+    var payloadToRead: KafkaPosition? { latest?.payload.isEmpty == true && !payloadLost ? payloadStoredAt : nil }
 
     /// The dispatcher's final answer to one of the activity's requests.
     mutating func record(_ outcome: PushOutcome) {
@@ -174,19 +175,6 @@ public struct ActivityMemory: Sendable, Equatable {
             gone = false
         }
     }
-}
-
-/// Where a record is on a topic's partition.
-public struct StoredPosition: Sendable, Hashable, CustomStringConvertible {
-    public var partition: Int32
-    public var offset: Int64
-
-    public init(partition: Int32, offset: Int64) {
-        self.partition = partition
-        self.offset = offset
-    }
-
-    public var description: String { "\(partition)@\(offset)" }
 }
 
 /// The rules of content: alert fatigue, priority, dismissal.

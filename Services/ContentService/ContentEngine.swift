@@ -1,4 +1,5 @@
 import Foundation
+import IsletKafka
 import HeapModule
 import IsletMessages
 import IsletTokens
@@ -223,7 +224,7 @@ public final class ContentEngine: Sendable {
     /// (after a restart, or when another instance handled the activity before).
     /// - Parameter partition: the partition it was read from.
     /// - Parameter storedAt: where it was read (its payload is then not kept: read there again when needed).
-    public func replay(_ request: PushRequest, partition: Int32? = nil, storedAt: StoredPosition? = nil) {
+    public func replay(_ request: PushRequest, partition: Int32? = nil, storedAt: KafkaPosition? = nil) {
         guard let activityKey = request.activityKey else { return }
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
@@ -239,7 +240,7 @@ public final class ContentEngine: Sendable {
 
     /// A request this service sent is on `islet.push-requests.v1` at `position` (Kafka acknowledged
     /// it): when it is still its activity's latest, its payload is not kept any more.
-    public func stored(_ request: PushRequest, at position: StoredPosition) {
+    public func stored(_ request: PushRequest, at position: KafkaPosition) {
         guard let activityKey = request.activityKey else { return }
         state.withLock { state in state.memories[activityKey]?.stored(request.requestId, at: position) }
     }
@@ -247,7 +248,7 @@ public final class ContentEngine: Sendable {
     /// A latest payload the monitor needs, and where it is.
     public struct PayloadToRead: Sendable, Equatable {
         public var activityKey: String
-        public var position: StoredPosition
+        public var position: KafkaPosition
         /// The request stored there (anything else found there is not its payload).
         public var requestId: String
     }
@@ -265,7 +266,7 @@ public final class ContentEngine: Sendable {
     /// Payloads read again, by activity: each activity whose latest request is still the one read
     /// has its payload back, until its next request. `lost`: not where they were stored; the
     /// monitor stops asking for them (until the activity's next request).
-    public func restorePayloads(_ payloads: [String: (position: StoredPosition, payload: String)], lost: [PayloadToRead] = []) {
+    public func restorePayloads(_ payloads: [String: (position: KafkaPosition, payload: String)], lost: [PayloadToRead] = []) {
         state.withLock { state in
             for (activityKey, read) in payloads { state.memories[activityKey]?.restorePayload(read.payload, from: read.position) }
             for item in lost { state.memories[item.activityKey]?.losePayload(at: item.position) }

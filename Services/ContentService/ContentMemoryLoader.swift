@@ -59,7 +59,7 @@ public struct ContentMemoryLoader: Service {
                 }
                 engine.replay(
                     try IsletJSON.decode(PushRequest.self, from: message.value ?? []), partition: message.partition,
-                    storedAt: StoredPosition(partition: message.partition, offset: message.offset))
+                    storedAt: message.position)
             } else if message.topic == outcomesTopic {
                 engine.record(try IsletJSON.decode(PushOutcome.self, from: message.value ?? []))
             }

@@ -197,7 +197,7 @@ public final class RequestSender: Sendable {
                     try producer.produce(topic: topic, key: request.key.map { Array($0.utf8) }, value: value, headers: [writer]) { [self] result in
                         switch result {
                         case .success(let report):
-                            if let offset = report.offset { engine.stored(request, at: StoredPosition(partition: report.partition, offset: offset)) }
+                            if let position = report.position { engine.stored(request, at: position) }
                             completion.one()
                         case .failure: self.failed.withLock { $0.append((request, completion)) }
                         }
@@ -228,7 +228,7 @@ public final class RequestSender: Sendable {
     /// the activity's memory on. Throws only when cancelled.
     func persist(_ prepared: ContentEngine.Prepared) async throws {
         try await repair()
-        var stored: [(PushRequest, StoredPosition)] = []
+        var stored: [(PushRequest, KafkaPosition)] = []
         for request in prepared.requests {
             if let position = try await sendUntilAcknowledged(request, activity: prepared.activityKey) { stored.append((request, position)) }
             count(request)
@@ -239,12 +239,12 @@ public final class RequestSender: Sendable {
 
     /// Where the request landed, when Kafka said.
     @discardableResult
-    private func sendUntilAcknowledged(_ request: PushRequest, activity: String) async throws -> StoredPosition? {
+    private func sendUntilAcknowledged(_ request: PushRequest, activity: String) async throws -> KafkaPosition? {
         var backoff = Duration.milliseconds(100)
         while true {
             do {
                 let report = try await producer.send(request, to: topic, headers: [writer])
-                return report.offset.map { StoredPosition(partition: report.partition, offset: $0) }
+                return report.position
             } catch {
                 logger.warning("push request not persisted; retrying", metadata: ["activity.key": "\(activity)", "error": "\(error)"])
                 try await Task.sleep(for: backoff)

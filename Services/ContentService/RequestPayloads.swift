@@ -30,7 +30,7 @@ public struct RequestPayloads: Sendable {
 
     public struct Answer: Sendable {
         /// Payloads found, by activity.
-        public var found: [String: (position: StoredPosition, payload: String)] = [:]
+        public var found: [String: (position: KafkaPosition, payload: String)] = [:]
         /// Not where they were stored.
         public var lost: [ContentEngine.PayloadToRead] = []
     }
@@ -51,7 +51,7 @@ public struct RequestPayloads: Sendable {
         let chosen = Array(wanted.prefix(Self.maximumPerRead))
         guard !chosen.isEmpty else { return Answer() }
         // Partition → offset → the request ids stored there (one, unless two activities share a request).
-        var byPosition: [StoredPosition: Set<String>] = [:]
+        var byPosition: [KafkaPosition: Set<String>] = [:]
         for item in chosen { byPosition[item.position, default: []].insert(item.requestId) }
         let ranges = Dictionary(grouping: byPosition.keys, by: \.partition).mapValues { positions in
             (first: positions.map(\.offset).min()!, last: positions.map(\.offset).max()!)
@@ -85,7 +85,7 @@ public struct RequestPayloads: Sendable {
     /// What one scan read.
     struct Read {
         /// The requests at the wanted positions.
-        var requests: [StoredPosition: PushRequest] = [:]
+        var requests: [KafkaPosition: PushRequest] = [:]
         /// Per partition, the highest offset read (a wanted position at or below it that was not
         /// read is not there).
         var highest: [Int32: Int64] = [:]
@@ -93,12 +93,12 @@ public struct RequestPayloads: Sendable {
         /// their end: the topic was recreated).
         var restarted: Set<Int32> = []
 
-        func passed(_ position: StoredPosition) -> Bool {
+        func passed(_ position: KafkaPosition) -> Bool {
             restarted.contains(position.partition) || (highest[position.partition].map { $0 >= position.offset } ?? false)
         }
     }
 
-    private func scan(_ ranges: [Int32: (first: Int64, last: Int64)], wanted: [StoredPosition: Set<String>]) async throws -> Read {
+    private func scan(_ ranges: [Int32: (first: Int64, last: Int64)], wanted: [KafkaPosition: Set<String>]) async throws -> Read {
         var configuration = KafkaConsumerConfiguration.replica(
             bootstrapServers: bootstrapServers, topics: [topic], partitions: ranges.keys.sorted(), clientID: "content-service.payloads",
             fetchWait: .milliseconds(10), settings: settings)
@@ -117,7 +117,7 @@ public struct RequestPayloads: Sendable {
                         open.remove(partition)
                     } else {
                         read.highest[partition] = max(read.highest[partition] ?? message.offset, message.offset)
-                        let position = StoredPosition(partition: partition, offset: message.offset)
+                        let position = message.position
                         if wanted[position] != nil, let value = message.value, let request = try? IsletJSON.decode(PushRequest.self, from: value) {
                             read.requests[position] = request
                         }

@@ -26,11 +26,11 @@ public struct KafkaTokenPublisher: TokenRecordPublisher {
 
     public func publish(_ record: TokenRecord) async throws -> TokenTable.Position? {
         let report = try await producer.send(record, to: topic)
-        return report.offset.map { TokenTable.Position(partition: report.partition, offset: $0) }
+        return report.position
     }
 
     public func tombstone(key: String) async throws -> TokenTable.Position? {
         let report = try await producer.send(topic: topic, key: key, value: nil)
-        return report.offset.map { TokenTable.Position(partition: report.partition, offset: $0) }
+        return report.position
     }
 }

@@ -11,6 +11,19 @@ public struct KafkaTopicPartition: Hashable, Sendable, CustomStringConvertible {
     public var description: String { "\(topic)[\(partition)]" }
 }
 
+/// Where a record is: its partition and offset (of a topic both sides know).
+public struct KafkaPosition: Sendable, Hashable, CustomStringConvertible {
+    public var partition: Int32
+    public var offset: Int64
+
+    public init(partition: Int32, offset: Int64) {
+        self.partition = partition
+        self.offset = offset
+    }
+
+    public var description: String { "\(partition)@\(offset)" }
+}
+
 /// A record header: a name and optional bytes.
 public struct KafkaHeader: Hashable, Sendable {
     public var name: String
@@ -59,6 +72,7 @@ public struct KafkaMessage: Sendable {
     }
 
     public var topicPartition: KafkaTopicPartition { KafkaTopicPartition(topic: topic, partition: partition) }
+    public var position: KafkaPosition { KafkaPosition(partition: partition, offset: offset) }
 
     /// The key decoded as UTF-8 (keys in Islet are strings); `nil` when absent or not UTF-8.
     public var keyString: String? {
@@ -83,4 +97,7 @@ public struct KafkaDeliveryReport: Sendable, Hashable {
         self.partition = partition
         self.offset = offset
     }
+
+    /// Where the record is, when the broker said.
+    public var position: KafkaPosition? { offset.map { KafkaPosition(partition: partition, offset: $0) } }
 }

@@ -92,7 +92,7 @@ public final class PartitionTokenLoader: Service, Sendable {
     private let followers: AsyncStream<UInt64>
     private let restoreSeconds: Recorder
     private let tokensGauge: Gauge
-    private let invalid: Counter
+    private let applier: TokenRecordApplier
 
     /// - Parameter service: the service name, a dimension of the metrics.
     public init(
@@ -105,7 +105,7 @@ public final class PartitionTokenLoader: Service, Sendable {
         (followers, started) = AsyncStream.makeStream(of: UInt64.self)
         restoreSeconds = Recorder(label: "islet_tokens_restore_seconds", dimensions: [("service", service)])
         tokensGauge = Gauge(label: "islet_tokens_table_size", dimensions: [("service", service)])
-        invalid = Counter(label: "islet_tokens_invalid_records_total", dimensions: [("service", service)])
+        applier = TokenRecordApplier(service: service, logger: logger)
     }
 
     /// The replica of `topic`'s `partitions` a loader reads: from their first record, fetching with
@@ -303,7 +303,7 @@ public final class PartitionTokenLoader: Service, Sendable {
                     backoff = .seconds(1)
                     notifyWaiters()
                 } apply: { message, caughtUp in
-                    apply(message)
+                    applier.apply(message, to: tokens)
                     if caughtUp { tokensGauge.record(Double(tokens.count)) }
                 }
                 failure = "the replica stopped"
@@ -325,20 +325,6 @@ public final class PartitionTokenLoader: Service, Sendable {
                 metadata: ["kafka.partitions": "\(partitions.sorted())", "error": "\(failure)", "backoff": "\(backoff)"])
             guard (try? await Task.sleep(for: backoff)) != nil else { return }
             backoff = min(backoff * 2, .seconds(30))
-        }
-    }
-
-    private func apply(_ message: KafkaMessage) {
-        do {
-            switch try TokenTopicRecord(message) {
-            case .record(let record, let key): tokens.apply(record, key: key, partition: message.partition, offset: message.offset)
-            case .tombstone(let key): tokens.remove(key: key, partition: message.partition, offset: message.offset)
-            }
-        } catch {
-            invalid.increment()
-            logger.error(
-                "token record not applied",
-                metadata: ["kafka.partition": "\(message.partition)", "kafka.offset": "\(message.offset)", "error": "\(error)"])
         }
     }
 

@@ -9,18 +9,10 @@ import Synchronization
 /// It is built from the topic (``TokenTableLoader``); token-registry also applies its own writes as
 /// soon as Kafka acknowledges them. Both paths may apply the same record, in either order: a
 /// record is applied only if it is newer in its partition than what the key holds, so the table
-/// never moves back. apns-dispatcher and content-service keep one too, to find an activity's token.
+/// never moves back. (The services that send keep the compact ``PartitionTokens`` instead.)
 public final class TokenTable: Sendable {
     /// Where a record sits in the topic.
-    public struct Position: Sendable, Hashable {
-        public var partition: Int32
-        public var offset: Int64
-
-        public init(partition: Int32, offset: Int64) {
-            self.partition = partition
-            self.offset = offset
-        }
-    }
+    public typealias Position = KafkaPosition
 
     struct Entry: Sendable {
         var record: TokenRecord

@@ -44,7 +44,7 @@ public struct TokenTableLoader: Service {
     let logger: Logger
     private let rebuildSeconds: Gauge
     private let tokens: Gauge
-    private let invalid: Counter
+    private let applier: TokenRecordApplier
 
     /// The replica of `topic` a loader reads. The table is read on the hot path (a token registered
     /// just before an activity's first event must be known when the event arrives), so it fetches
@@ -63,7 +63,7 @@ public struct TokenTableLoader: Service {
         self.onReady = onReady
         self.rebuildSeconds = Gauge(label: "islet_tokens_rebuild_seconds", dimensions: [("service", service)])
         self.tokens = Gauge(label: "islet_tokens_table_size", dimensions: [("service", service)])
-        self.invalid = Counter(label: "islet_tokens_invalid_records_total", dimensions: [("service", service)])
+        self.applier = TokenRecordApplier(service: service, logger: logger)
     }
 
     public func run() async throws {
@@ -73,12 +73,24 @@ public struct TokenTableLoader: Service {
             logger.info("token table rebuilt", metadata: ["tokens.count": "\(table.count)", "rebuild.seconds": "\(seconds)"])
             onReady()
         } apply: { message, caughtUp in
-            apply(message)
+            applier.apply(message, to: table)
             if caughtUp { tokens.record(Double(table.count)) }
         }
     }
+}
 
-    private func apply(_ message: KafkaMessage) {
+/// Applies the records of `islet.tokens.v1` to a table: a token record or a tombstone. One that
+/// is not valid (``TokenTopicRecord``) is logged and counted, never applied.
+struct TokenRecordApplier: Sendable {
+    let logger: Logger
+    let invalid: Counter
+
+    init(service: String, logger: Logger) {
+        self.logger = logger
+        invalid = Counter(label: "islet_tokens_invalid_records_total", dimensions: [("service", service)])
+    }
+
+    func apply(_ message: KafkaMessage, to table: some TokenTopicTable) {
         do {
             switch try TokenTopicRecord(message) {
             case .record(let record, let key): table.apply(record, key: key, partition: message.partition, offset: message.offset)

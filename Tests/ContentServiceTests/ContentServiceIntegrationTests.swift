@@ -42,7 +42,7 @@ struct ContentServiceIntegrationTests {
         _ = try await admin.createTopics([.init(name: topic, partitions: 2)])
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         let producing = Task { try await producer.run() }
-        var stored: [(PushRequest, StoredPosition)] = []
+        var stored: [(PushRequest, KafkaPosition)] = []
         for index in 0..<12 {
             let request = PushRequest(
                 requestId: UUID().uuidString.lowercased(), activityId: "order-\(index)", event: .update, app: app, attributesType: "DeliveryAttributes",
@@ -50,7 +50,7 @@ struct ContentServiceIntegrationTests {
                 urgency: .routine, supersedable: true, alerting: false, apnsTimestamp: Int64(1_795_000_000 + index), contentSequence: Int64(index),
                 createdAt: Date())
             let report = try await producer.send(request, to: topic)
-            stored.append((request, StoredPosition(partition: report.partition, offset: try #require(report.offset))))
+            stored.append((request, KafkaPosition(partition: report.partition, offset: try #require(report.offset))))
         }
         var wanted = stored.enumerated().filter { $0.offset % 3 == 0 }.map {
             ContentEngine.PayloadToRead(activityKey: "a\($0.offset)", position: $0.element.1, requestId: $0.element.0.requestId)

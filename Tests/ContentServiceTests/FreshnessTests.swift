@@ -1,4 +1,5 @@
 import Foundation
+import IsletKafka
 import GRPCCore
 import IsletMessages
 import IsletTesting
@@ -328,15 +329,15 @@ final class FakeInvalidator: ActivityInvalidating {
 struct StoredPayloadTests {
     /// Payloads "on Kafka": what a position holds.
     final class Topic: Sendable {
-        let records = AwaitedLog<(StoredPosition, String)>()
+        let records = AwaitedLog<(KafkaPosition, String)>()
         func store(_ request: PushRequest, in engine: ContentEngine) {
-            let position = StoredPosition(partition: 0, offset: Int64(records.count))
+            let position = KafkaPosition(partition: 0, offset: Int64(records.count))
             records.append((position, request.payload))
             engine.stored(request, at: position)
         }
-        func read(_ wanted: [ContentEngine.PayloadToRead]) -> [String: (position: StoredPosition, payload: String)] {
+        func read(_ wanted: [ContentEngine.PayloadToRead]) -> [String: (position: KafkaPosition, payload: String)] {
             let all = Dictionary(records.values.map { ($0.0, $0.1) }, uniquingKeysWith: { first, _ in first })
-            var found: [String: (position: StoredPosition, payload: String)] = [:]
+            var found: [String: (position: KafkaPosition, payload: String)] = [:]
             for item in wanted { if let payload = all[item.position] { found[item.activityKey] = (item.position, payload) } }
             return found
         }
@@ -356,7 +357,7 @@ struct StoredPayloadTests {
         let latest = try #require(dropped.memory(of: key)?.latest)
         topic.store(latest, in: dropped)
         #expect(dropped.memory(of: key)?.latest?.payload == "")
-        #expect(dropped.memory(of: key)?.payloadStoredAt == StoredPosition(partition: 0, offset: 0))
+        #expect(dropped.memory(of: key)?.payloadStoredAt == KafkaPosition(partition: 0, offset: 0))
         #expect(kept.memory(of: key)?.latest?.payload.isEmpty == false)
 
         /// What a monitor pass sends, reading the payloads it lacks as the monitor does.
@@ -374,7 +375,7 @@ struct StoredPayloadTests {
         let resendKept = pass(kept)
         #expect(sweep(dropped).isEmpty, "without the payload nothing is sent…")
         #expect(
-            dropped.takePayloadsToRead() == [.init(activityKey: key, position: StoredPosition(partition: 0, offset: 0), requestId: latest.requestId)],
+            dropped.takePayloadsToRead() == [.init(activityKey: key, position: KafkaPosition(partition: 0, offset: 0), requestId: latest.requestId)],
             "…and it is asked for")
         let resendDropped = pass(dropped)
         #expect(resendKept.count == 1)
@@ -396,14 +397,14 @@ struct StoredPayloadTests {
         let writer = try engine(clock)
         let sent = try apply(writer, delivery("out_for_delivery", sequence: 1, at: clock))
         let reader = try engine(clock)
-        reader.replay(sent[0], partition: 0, storedAt: StoredPosition(partition: 0, offset: 7))
+        reader.replay(sent[0], partition: 0, storedAt: KafkaPosition(partition: 0, offset: 7))
         let memory = try #require(reader.memory(of: "com.example.food/order-42"))
         #expect(memory.latest?.payload == "")
-        #expect(memory.payloadToRead == StoredPosition(partition: 0, offset: 7))
+        #expect(memory.payloadToRead == KafkaPosition(partition: 0, offset: 7))
         #expect(memory.lastSequence == 1 && memory.lastTimestamp == sent[0].apnsTimestamp)
         // A position for a request that is not the latest changes nothing.
-        reader.stored(sent[0], at: StoredPosition(partition: 0, offset: 9))
-        #expect(reader.memory(of: "com.example.food/order-42")?.payloadStoredAt == StoredPosition(partition: 0, offset: 7))
+        reader.stored(sent[0], at: KafkaPosition(partition: 0, offset: 9))
+        #expect(reader.memory(of: "com.example.food/order-42")?.payloadStoredAt == KafkaPosition(partition: 0, offset: 7))
     }
 
     @Test("a payload not found where it was stored is not asked for again, and the activity is put off, until its next request")
@@ -413,7 +414,7 @@ struct StoredPayloadTests {
         let key = "com.example.food/order-42"
         try apply(engine, delivery("out_for_delivery", sequence: 1, at: clock))
         let latest = try #require(engine.memory(of: key)?.latest)
-        engine.stored(latest, at: StoredPosition(partition: 0, offset: 3))
+        engine.stored(latest, at: KafkaPosition(partition: 0, offset: 3))
         clock.advance(181)
         #expect(sweep(engine).isEmpty)
         let wanted = engine.takePayloadsToRead()

@@ -1,6 +1,7 @@
 import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2
+import IsletKafka
 import IsletMessages
 import IsletProtos
 import IsletRuntime

@@ -1,4 +1,5 @@
 import Foundation
+import IsletKafka
 import IsletMessages
 import IsletTesting
 import IsletTokens
