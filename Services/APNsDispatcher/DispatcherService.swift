@@ -263,8 +263,25 @@ public struct RecentOutcomes: Sendable {
     /// at most `window` ago. On failure it logs and answers what it read (duplicates are then
     /// possible, as after any crash).
     func requestIds(partition: Int32, firstRequestAt: Int64?, now: Date = Date()) async -> Ids {
-        await requestIds(partitions: [partition], since: Self.since(window: window, firstRequestAt: firstRequestAt, now: now))
+        let since = Self.since(window: window, firstRequestAt: firstRequestAt, now: now)
+        // A read cut short (the cluster stopped answering) is done again: handling the requests
+        // with part of the outcomes would send some of them twice. At most `retryLimit`.
+        let giveUp = ContinuousClock.now + Self.retryLimit
+        var backoff = Duration.seconds(1)
+        while true {
+            if let ids = await requestIds(partitions: [partition], since: since) { return ids }
+            guard !Task.isCancelled, ContinuousClock.now < giveUp else {
+                logger.error("recent outcomes could not be read: requests read again may be sent again", metadata: ["kafka.partition": "\(partition)"])
+                return Ids()
+            }
+            logger.warning("recent outcomes not read completely; reading them again", metadata: ["kafka.partition": "\(partition)", "backoff": "\(backoff)"])
+            try? await Task.sleep(for: backoff)
+            backoff = min(backoff * 2, .seconds(10))
+        }
     }
+
+    /// How long a partition's outcomes are read again and again before its requests go on without them.
+    static let retryLimit = Duration.seconds(300)
 
     /// Where the read of outcomes starts: `window` ago, or later when the first request read again
     /// is younger (less ``clockMargin``).
@@ -274,22 +291,20 @@ public struct RecentOutcomes: Sendable {
         return max(oldest, Date(timeIntervalSince1970: Double(firstRequestAt) / 1_000 - clockMargin))
     }
 
-    func requestIds(partitions: [Int32], since: Date) async -> Ids {
+    /// The partitions' outcomes since `since` (the whole partitions when a read by time fails);
+    /// `nil` when they could not be read completely.
+    func requestIds(partitions: [Int32], since: Date) async -> Ids? {
         guard !partitions.isEmpty else { return Ids() }
         do {
             return try await read(partitions: partitions, since: since)
         } catch {
             logger.warning("recent outcomes by time unavailable; reading the partitions whole", metadata: ["error": "\(error)"])
-            do {
-                return try await read(partitions: partitions, since: nil)
-            } catch {
-                logger.error("recent outcomes could not be read: requests read again may be sent again", metadata: ["error": "\(error)"])
-                return Ids()
-            }
+            return try? await read(partitions: partitions, since: nil)
         }
     }
 
-    private func read(partitions: [Int32], since: Date?) async throws -> Ids {
+    /// `nil`: cut short after 30 s (a partition never reported its end).
+    private func read(partitions: [Int32], since: Date?) async throws -> Ids? {
         let reader = try KafkaConsumer(
             configuration: .replica(
                 bootstrapServers: bootstrapServers, topics: [topic], partitions: partitions, since: since, clientID: "apns-dispatcher.outcomes",
@@ -319,7 +334,7 @@ public struct RecentOutcomes: Sendable {
             return (ids, false)
         }
         // A partition that never reports its end must not hold the assignment for ever.
-        if !complete { logger.warning("recent outcomes: reading cut short after 30 s; requests read again may be sent again") }
-        return ids
+        if !complete { logger.warning("recent outcomes: reading cut short after 30 s") }
+        return complete ? ids : nil
     }
 }
