@@ -50,6 +50,13 @@ public enum IsletTopics {
     public static let pushOutcomes = IsletTopic(
         name: "islet.push-outcomes.v1", keyRule: "the request's key (bundleId/activityId or push-to-start key)",
         cleanupPolicy: .delete, retention: day * 7, coPartitioned: true)
+    /// What content-service remembers of each activity (``ContentMemoryRecord``), and per partition
+    /// how far the records behind it were read; written and read by content-service only. Compacted:
+    /// the latest record per key is the activity's memory; a restart or a partition's new owner
+    /// restores from it in time proportional to the activities, not to hours of requests.
+    public static let contentMemory = IsletTopic(
+        name: "islet.content-memory.v1", keyRule: "bundleId/activityId for an activity's memory; `checkpoint` for a partition's checkpoint",
+        cleanupPolicy: .compact, retention: nil, coPartitioned: true)
     /// Verified widget taps; written by analytics-ingest.
     public static let clicks = IsletTopic(
         name: "islet.clicks.v1", keyRule: "activityId", cleanupPolicy: .delete, retention: day * 28, coPartitioned: false)
@@ -60,7 +67,9 @@ public enum IsletTopics {
     public static let deadLetters = IsletTopic(
         name: "islet.dlq.v1", keyRule: "the original record's key", cleanupPolicy: .delete, retention: day * 28, coPartitioned: false)
 
-    public static let all: [IsletTopic] = [tokens, activityEvents, pushRequests, pushOutcomes, clicks, clicksRejected, deadLetters]
+    public static let all: [IsletTopic] = [
+        tokens, activityEvents, pushRequests, pushOutcomes, contentMemory, clicks, clicksRejected, deadLetters,
+    ]
 
     /// The topic with this name, if it is one of Islet's.
     public static func named(_ name: String) -> IsletTopic? {

@@ -183,7 +183,7 @@ struct TopicTests {
     @Test func namesAreUniqueAndVersioned() {
         let names = IsletTopics.all.map(\.name)
         #expect(Set(names).count == names.count)
-        #expect(names.count == 7)
+        #expect(names.count == 8)
         for name in names {
             #expect(name.hasPrefix("islet.") && name.hasSuffix(".v1"), "\(name)")
             #expect(IsletTopics.named(name)?.name == name)
@@ -191,11 +191,12 @@ struct TopicTests {
         #expect(IsletTopics.named("islet.tokens.v2") == nil)
     }
 
-    @Test func tokensIsCompactedAndTheRestExpire() {
+    @Test func tokensAndContentMemoryAreCompactedAndTheRestExpire() {
         #expect(IsletTopics.tokens.cleanupPolicy == .compact)
         #expect(IsletTopics.tokens.retention == nil)
         #expect(IsletTopics.tokens.configs == ["cleanup.policy": "compact"])
-        for topic in IsletTopics.all where topic != IsletTopics.tokens {
+        #expect(IsletTopics.contentMemory.configs == ["cleanup.policy": "compact"])
+        for topic in IsletTopics.all where topic != IsletTopics.tokens && topic != IsletTopics.contentMemory {
             #expect(topic.cleanupPolicy == .delete, "\(topic)")
             #expect(topic.retention != nil, "\(topic)")
         }
@@ -204,12 +205,15 @@ struct TopicTests {
 
     @Test func activityTopicsAreCoPartitioned() {
         let coPartitioned = IsletTopics.all.filter(\.coPartitioned).map(\.name)
-        #expect(coPartitioned == ["islet.tokens.v1", "islet.activity-events.v1", "islet.push-requests.v1", "islet.push-outcomes.v1"])
+        #expect(coPartitioned == [
+            "islet.tokens.v1", "islet.activity-events.v1", "islet.push-requests.v1", "islet.push-outcomes.v1", "islet.content-memory.v1",
+        ])
     }
 
     @Test func eachTopicHasExactlyOneMessageType() {
         let topics: [IsletTopic] = [
-            TokenRecord.topic, ActivityEvent.topic, PushRequest.topic, PushOutcome.topic, ClickEvent.topic, RejectedClick.topic,
+            TokenRecord.topic, ActivityEvent.topic, PushRequest.topic, PushOutcome.topic, ContentMemoryRecord.topic, ClickEvent.topic,
+            RejectedClick.topic,
             DeadLetterRecord.topic,
         ]
         #expect(topics == IsletTopics.all)

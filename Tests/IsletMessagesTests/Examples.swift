@@ -86,6 +86,48 @@ enum Examples {
 
     // MARK: PushOutcome
 
+    // MARK: ContentMemoryRecord
+
+    /// Order 42's memory after its update was delivered: the latest request kept without its
+    /// payload (it is on islet.push-requests.v1, partition 2, offset 18342).
+    static let contentMemoryRecord: ContentMemoryRecord = {
+        var latest = pushRequest
+        latest.payload = ""
+        return ContentMemoryRecord(
+            activity: .init(
+                bundleId: foodApp.bundleId, activityId: "order-42", partition: 2, lastSequence: 5, lastTimestamp: 1_795_342_530,
+                lastState: "out_for_delivery", alertTimes: [utc(2026, 11, 22, 10, 2, 11, 690), utc(2026, 11, 22, 10, 15, 30, 214)],
+                startedAt: utc(2026, 11, 22, 10, 2, 11, 690), latest: latest, payloadStoredAt: .init(partition: 2, offset: 18_342),
+                outcomes: [.init(requestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", result: .delivered)],
+                contentRequestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", inlinedImages: ["https://cdn.example.com/couriers/ana.png"],
+                pendingImages: [
+                    .init(requestId: "0C1B2A39-4857-4E6F-8A9B-C0D1E2F3A4B5", urls: ["https://cdn.example.com/maps/42.png"],
+                        since: utc(2026, 11, 22, 10, 16, 2, 5))
+                ]),
+            writtenAt: utc(2026, 11, 22, 10, 16, 3, 120))
+    }()
+
+    /// A ride whose content was re-sent once, then whose token APNs declared dead; its latest
+    /// payload was not found where it had been stored.
+    static let contentMemoryRecordGone = ContentMemoryRecord(
+        activity: .init(
+            bundleId: rideApp.bundleId, activityId: "ride-7f3a9c", partition: 0, lastSequence: 9, lastTimestamp: 1_795_338_104,
+            lastState: "arriving", startedAt: utc(2026, 11, 22, 8, 30, 1, 512), payloadStoredAt: .init(partition: 0, offset: 5_120),
+            payloadLost: true, outcomes: [.init(requestId: "5A0FA772-2594-4FEB-A31A-BD2B593AEA89", result: .tokenInvalid)],
+            contentRequestId: "B3E0C7A1-64D2-4F19-9C5E-0A7D2E8F1B43", resends: 1, lastResendAt: utc(2026, 11, 22, 9, 2, 14, 300), gone: true,
+            goneAt: utc(2026, 11, 22, 9, 12, 44, 871), goneToken: "ed53cfd0932de6c9"),
+        writtenAt: utc(2026, 11, 22, 9, 12, 45, 910))
+
+    /// Partition 2's checkpoint: its memories reflect every request and outcome before these offsets.
+    static let contentMemoryCheckpoint = ContentMemoryRecord(
+        checkpoint: .init(
+            partition: 2,
+            positions: [
+                .init(topic: "islet.push-requests.v1", partition: 2, offset: 18_343),
+                .init(topic: "islet.push-outcomes.v1", partition: 2, offset: 17_906),
+            ]),
+        writtenAt: utc(2026, 11, 22, 10, 16, 3, 124))
+
     static let pushOutcome = PushOutcome(
         requestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", activityId: "order-42", result: .delivered,
         apns: .init(status: 200, apnsId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B"), priorityUsed: 10, attempts: 1,

@@ -67,6 +67,9 @@ struct GoldenCase: Sendable, CustomTestStringConvertible {
         GoldenCase("PushOutcome.pushToStart", Examples.pushOutcomePushToStart),
         GoldenCase("PushOutcome.coalesced", Examples.pushOutcomeCoalesced),
         GoldenCase("PushOutcome.minimal", Examples.pushOutcomeMinimal),
+        GoldenCase("ContentMemoryRecord", Examples.contentMemoryRecord),
+        GoldenCase("ContentMemoryRecord.gone", Examples.contentMemoryRecordGone),
+        GoldenCase("ContentMemoryRecord.checkpoint", Examples.contentMemoryCheckpoint),
         GoldenCase("ClickEvent", Examples.clickEvent),
         GoldenCase("RejectedClick", Examples.rejectedClick),
         GoldenCase("DeadLetterRecord", Examples.deadLetterRecord),
@@ -120,6 +123,15 @@ struct MessageSchema: Sendable {
             required: ["schemaVersion", "requestId", "result", "apns.status", "attempts", "completedAt"],
             freeForm: [],
             enums: ["result": true]),
+        MessageSchema(
+            typeName: "ContentMemoryRecord", topic: IsletTopics.contentMemory,
+            required: [
+                "schemaVersion", "writtenAt", "activity.bundleId", "activity.activityId", "activity.partition", "activity.ended",
+                "activity.resends", "activity.gone", "activity.payloadStoredAt.partition", "activity.payloadStoredAt.offset",
+                "checkpoint.partition", "checkpoint.positions",
+            ],
+            freeForm: ["activity.latest"],
+            enums: [:]),
         MessageSchema(
             typeName: "ClickEvent", topic: IsletTopics.clicks,
             required: [

@@ -1,0 +1,172 @@
+import Foundation
+
+/// content-service's changelog, on `islet.content-memory.v1` (compacted, co-partitioned with the
+/// activity topics): what it remembers of an activity between events, or a partition's checkpoint.
+///
+/// Exactly one of ``activity`` and ``checkpoint`` is set. The instance that owns an activity
+/// partition writes the memory of each activity that changed, under the activity's key, to the
+/// same partition number; then a ``checkpoint`` under the key `checkpoint`: every record of
+/// `islet.push-requests.v1` and `islet.push-outcomes.v1` before its positions is reflected in the
+/// partition's memories. A restart reads the changelog to its end, then those topics from the
+/// checkpoints on: seconds of records, not hours. A forgotten activity gets a tombstone (a `null`
+/// value). Nothing but content-service reads it: the fields may change with a new schema version.
+public struct ContentMemoryRecord: IsletMessage {
+    public static let currentSchemaVersion = 1
+    public static let topic = IsletTopics.contentMemory
+    /// The key of a partition's checkpoint.
+    public static let checkpointKey = "checkpoint"
+
+    /// One activity's memory.
+    public struct Activity: Codable, Sendable, Equatable {
+        public var bundleId: String
+        public var activityId: String
+        /// The partition of the activity's records (events, requests, this changelog).
+        public var partition: Int32
+        /// The highest event sequence applied.
+        public var lastSequence: Int64?
+        /// The last `aps.timestamp` sent.
+        public var lastTimestamp: Int64?
+        /// The state of the last content sent.
+        public var lastState: String?
+        /// When alerts were sent, within the alert window.
+        public var alertTimes: [Date]?
+        public var startedAt: Date?
+        public var ended: Bool
+        /// The last request sent, its `payload` empty when it is on `islet.push-requests.v1` at
+        /// ``payloadStoredAt`` (read again from there when it is to be re-sent).
+        public var latest: PushRequest?
+        public var payloadStoredAt: Position?
+        /// The latest payload was not found where it was stored.
+        public var payloadLost: Bool?
+        /// The dispatcher's answers to the activity's recent requests.
+        public var outcomes: [Outcome]?
+        /// The request of the latest event's content, and its re-sends so far.
+        public var contentRequestId: String?
+        public var resends: Int
+        public var lastResendAt: Date?
+        /// APNs declared the activity's token dead: when, and the token's fingerprint.
+        public var gone: Bool
+        public var goneAt: Date?
+        public var goneToken: String?
+        /// The image URLs whose data reached the phone inline.
+        public var inlinedImages: [String]?
+        /// Images inlined in requests whose outcome has not come yet.
+        public var pendingImages: [PendingImages]?
+
+        public init(
+            bundleId: String, activityId: String, partition: Int32, lastSequence: Int64? = nil, lastTimestamp: Int64? = nil,
+            lastState: String? = nil, alertTimes: [Date]? = nil, startedAt: Date? = nil, ended: Bool = false, latest: PushRequest? = nil,
+            payloadStoredAt: Position? = nil, payloadLost: Bool? = nil, outcomes: [Outcome]? = nil, contentRequestId: String? = nil,
+            resends: Int = 0, lastResendAt: Date? = nil, gone: Bool = false, goneAt: Date? = nil, goneToken: String? = nil,
+            inlinedImages: [String]? = nil, pendingImages: [PendingImages]? = nil
+        ) {
+            self.bundleId = bundleId
+            self.activityId = activityId
+            self.partition = partition
+            self.lastSequence = lastSequence
+            self.lastTimestamp = lastTimestamp
+            self.lastState = lastState
+            self.alertTimes = alertTimes
+            self.startedAt = startedAt
+            self.ended = ended
+            self.latest = latest
+            self.payloadStoredAt = payloadStoredAt
+            self.payloadLost = payloadLost
+            self.outcomes = outcomes
+            self.contentRequestId = contentRequestId
+            self.resends = resends
+            self.lastResendAt = lastResendAt
+            self.gone = gone
+            self.goneAt = goneAt
+            self.goneToken = goneToken
+            self.inlinedImages = inlinedImages
+            self.pendingImages = pendingImages
+        }
+    }
+
+    /// Where a record is: a partition of a topic, and an offset in it.
+    public struct Position: Codable, Sendable, Hashable {
+        public var topic: String?
+        public var partition: Int32
+        public var offset: Int64
+
+        public init(topic: String? = nil, partition: Int32, offset: Int64) {
+            self.topic = topic
+            self.partition = partition
+            self.offset = offset
+        }
+    }
+
+    public struct Outcome: Codable, Sendable, Hashable {
+        public var requestId: String
+        public var result: PushResult
+
+        public init(requestId: String, result: PushResult) {
+            self.requestId = requestId
+            self.result = result
+        }
+    }
+
+    public struct PendingImages: Codable, Sendable, Hashable {
+        public var requestId: String
+        public var urls: [String]
+        public var since: Date
+
+        public init(requestId: String, urls: [String], since: Date) {
+            self.requestId = requestId
+            self.urls = urls
+            self.since = since
+        }
+    }
+
+    /// How far the records behind a partition's memories were read when they were written.
+    public struct Checkpoint: Codable, Sendable, Hashable {
+        /// The changelog partition it is about (the one it is written to).
+        public var partition: Int32
+        /// For each partition of `islet.push-requests.v1` and `islet.push-outcomes.v1` read, the
+        /// next offset to read: every record before it is reflected in this partition's memories.
+        public var positions: [Position]
+
+        public init(partition: Int32, positions: [Position]) {
+            self.partition = partition
+            self.positions = positions
+        }
+    }
+
+    public var schemaVersion: Int
+    public var activity: Activity?
+    public var checkpoint: Checkpoint?
+    /// When the record was written.
+    public var writtenAt: Date
+
+    public init(activity: Activity, writtenAt: Date, schemaVersion: Int = Self.currentSchemaVersion) {
+        self.schemaVersion = schemaVersion
+        self.activity = activity
+        self.writtenAt = writtenAt
+    }
+
+    public init(checkpoint: Checkpoint, writtenAt: Date, schemaVersion: Int = Self.currentSchemaVersion) {
+        self.schemaVersion = schemaVersion
+        self.checkpoint = checkpoint
+        self.writtenAt = writtenAt
+    }
+
+    /// The activity of its app (`<bundleId>/<activityId>`), or `checkpoint`.
+    public var key: String? {
+        if let activity { return MessageKey.activity(bundleId: activity.bundleId, activityId: activity.activityId) }
+        return Self.checkpointKey
+    }
+
+    public func validate() throws(MessageValidationError) {
+        guard (activity == nil) != (checkpoint == nil) else {
+            throw MessageValidationError(field: "activity", problem: "exactly one of activity and checkpoint must be set")
+        }
+        if let activity {
+            try MessageKey.requireBundleId(activity.bundleId, field: "activity.bundleId")
+            try MessageKey.requireActivityId(activity.activityId, field: "activity.activityId")
+        }
+        if let checkpoint, checkpoint.positions.contains(where: { $0.topic == nil || $0.offset < 0 }) {
+            throw MessageValidationError(field: "checkpoint.positions", problem: "each position names its topic, and its offset is not negative")
+        }
+    }
+}
