@@ -51,12 +51,22 @@ public final class ContentEngine: Sendable {
         var swept = false
         /// In the order they fell due (the oldest first).
         var payloadsToRead: [PayloadToRead] = []
+        /// The activities whose memory changed since it was last written to the changelog
+        /// (``ChangelogWriter``), by partition. Kept for every partition, owned or not: an instance
+        /// that comes to own a partition writes what it knows that the changelog may not.
+        var unwritten: [Int32: Set<String>] = [:]
+
+        mutating func unwritten(_ key: String, partition: Int32?) {
+            if let partition { unwritten[partition, default: []].insert(key) }
+        }
 
         /// Sets (or, with `nil`, forgets) the memory of `key`, keeping the index by activity id, the
         /// live and gone activities, the freshness classes, and the activity's deadline.
-        mutating func set(_ key: String, _ memory: ActivityMemory?, now: Date, policy: FreshnessPolicy) {
+        /// - Parameter restored: read from the changelog (not to be written there again).
+        mutating func set(_ key: String, _ memory: ActivityMemory?, now: Date, policy: FreshnessPolicy, restored: Bool = false) {
             let previous: ActivityMemory?
             if let memory { previous = memories.updateValue(memory, forKey: key) } else { previous = memories.removeValue(forKey: key) }
+            if !restored { unwritten(key, partition: memory?.partition ?? previous?.partition) }
             if (previous == nil) != (memory == nil) {
                 let activityId = String(key.drop { $0 != "/" }.dropFirst())
                 if memory == nil {
@@ -74,6 +84,7 @@ public final class ContentEngine: Sendable {
             guard let index = memories.index(forKey: key) else { return }
             let (wasLive, wasGone) = (memories.values[index].isLive, memories.values[index].gone)
             change(&memories.values[index])
+            unwritten(key, partition: memories.values[index].partition)
             changed(key, memories.values[index], wasLive: wasLive, wasGone: wasGone, now: now, policy: policy)
         }
 
@@ -242,7 +253,11 @@ public final class ContentEngine: Sendable {
     /// it): when it is still its activity's latest, its payload is not kept any more.
     public func stored(_ request: PushRequest, at position: KafkaPosition) {
         guard let activityKey = request.activityKey else { return }
-        state.withLock { state in state.memories[activityKey]?.stored(request.requestId, at: position) }
+        state.withLock { state in
+            guard let index = state.memories.index(forKey: activityKey) else { return }
+            state.memories.values[index].stored(request.requestId, at: position)
+            state.unwritten(activityKey, partition: state.memories.values[index].partition)
+        }
     }
 
     /// A latest payload the monitor needs, and where it is.
@@ -269,7 +284,54 @@ public final class ContentEngine: Sendable {
     public func restorePayloads(_ payloads: [String: (position: KafkaPosition, payload: String)], lost: [PayloadToRead] = []) {
         state.withLock { state in
             for (activityKey, read) in payloads { state.memories[activityKey]?.restorePayload(read.payload, from: read.position) }
-            for item in lost { state.memories[item.activityKey]?.losePayload(at: item.position) }
+            for item in lost {
+                state.memories[item.activityKey]?.losePayload(at: item.position)
+                state.unwritten(item.activityKey, partition: state.memories[item.activityKey]?.partition)
+            }
+        }
+    }
+
+    // MARK: The changelog
+
+    /// An activity's memory to write to the changelog (`nil`: forgotten, a tombstone).
+    public struct Unwritten: Sendable {
+        public var partition: Int32
+        public var activityKey: String
+        public var memory: ActivityMemory?
+    }
+
+    /// Takes the memories of `partitions` that changed since they were last taken: write them to
+    /// the changelog, or hand them back (``unwrittenAgain(_:)``) when that fails.
+    public func takeUnwritten(partitions: Set<Int32>) -> [Unwritten] {
+        state.withLock { state in
+            var taken: [Unwritten] = []
+            for partition in partitions {
+                guard let keys = state.unwritten.removeValue(forKey: partition) else { continue }
+                for key in keys { taken.append(Unwritten(partition: partition, activityKey: key, memory: state.memories[key])) }
+            }
+            return taken
+        }
+    }
+
+    /// Memories taken by ``takeUnwritten(partitions:)`` that did not reach the changelog.
+    public func unwrittenAgain(_ items: [Unwritten]) {
+        state.withLock { state in
+            for item in items { state.unwritten[item.partition, default: []].insert(item.activityKey) }
+        }
+    }
+
+    /// Activities whose memory changed since it was last written to the changelog, in these partitions.
+    public func unwrittenCount(partitions: Set<Int32>) -> Int {
+        state.withLock { state in partitions.reduce(0) { $0 + (state.unwritten[$1]?.count ?? 0) } }
+    }
+
+    /// An activity's memory read from the changelog (`nil`: a tombstone, the activity forgotten).
+    /// Read before the requests and outcomes after the checkpoint, which then move it on.
+    public func restore(_ activityKey: String, _ memory: ActivityMemory?) {
+        let (now, policy) = (clock.date, freshness)
+        state.withLock { state in
+            state.set(activityKey, memory, now: now, policy: policy, restored: true)
+            if let key = memory?.latest?.pushToStartKey { state.startOwners[key] = activityKey }
         }
     }
 

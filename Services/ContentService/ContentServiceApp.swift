@@ -35,6 +35,10 @@ public struct ContentSettings: Sendable {
     /// (a backend key of its `ISLET_GRPC_KEYS` with `write`): where an activity the freshness
     /// monitor ended has its token invalidated. Unset: the token stays active until the app ends it.
     public var registry: (host: String, port: Int, key: String)?
+    /// `ISLET_CONTENT_CHANGELOG_INTERVAL_MS` (default 5000, at least 100): how often the memories
+    /// that changed are written to `islet.content-memory.v1` (``ChangelogWriter``). Shorter: less
+    /// to read again after a crash, more records.
+    public var changelogInterval: Duration = .seconds(5)
 
     public init(
         templatesDirectory: String, keyring: LinkKeyring, policy: ContentPolicy = ContentPolicy(), freshness: FreshnessPolicy = FreshnessPolicy(),
@@ -81,6 +85,10 @@ public struct ContentSettings: Sendable {
             grpcPort: try config.int("islet.grpc.port", default: 9_083, range: 0...65_535),
             sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)),
             backendKeys: try config.properties("islet.grpc.keys") { try BackendKeys($0) })
+        changelogInterval = try config.milliseconds("islet.content.changelog.interval.ms", default: .seconds(5))
+        guard changelogInterval >= .milliseconds(100) else {
+            throw ConfigurationError(key: "islet.content.changelog.interval.ms", problem: "must be at least 100")
+        }
         thumbnails.allowedHosts = (config.optionalString("islet.thumbnail.hosts") ?? "").split(separator: ",")
             .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         thumbnails.maximumBytes = try config.int("islet.thumbnail.max.bytes", default: 2_000_000, range: 1_000...50_000_000)
@@ -105,6 +113,7 @@ public struct ContentServiceApp: Sendable {
         public var activityEvents = IsletTopics.activityEvents.name
         public var pushRequests = IsletTopics.pushRequests.name
         public var pushOutcomes = IsletTopics.pushOutcomes.name
+        public var contentMemory = IsletTopics.contentMemory.name
         public var deadLetters = IsletTopics.deadLetters.name
         public init() {}
     }
@@ -156,24 +165,29 @@ public struct ContentServiceApp: Sendable {
             assembler: PayloadAssembler(templates: templates, keyring: settings.keyring, policy: settings.policy), tokens: tokens,
             freshness: settings.freshness)
         health.register(Self.memoryCheck)
-        let memoryReplica = try KafkaConsumer(
-            configuration: .replica(
-                bootstrapServers: runtime.settings.kafkaBootstrap, topics: [topics.pushRequests, topics.pushOutcomes],
-                since: Date().addingTimeInterval(-(settings.freshness.retention / .seconds(1))), clientID: service,
-                settings: runtime.settings.consumerProperties),
-            logger: logger)
         let sender = RequestSender(producer: producer, engine: engine, topic: topics.pushRequests, logger: logger)
+        let (bootstrap, consumerProperties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
         let memoryLoader = ContentMemoryLoader(
-            consumer: memoryReplica, engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes,
-            ownWrites: sender.writer, logger: logger
+            engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes, changelogTopic: topics.contentMemory,
+            since: Date().addingTimeInterval(-(settings.freshness.retention / .seconds(1))), ownWrites: sender.writer, logger: logger,
+            makeReplica: { replicaTopics, since, startAt in
+                var configuration = KafkaConsumerConfiguration.replica(
+                    bootstrapServers: bootstrap, topics: replicaTopics, since: since, clientID: service, settings: consumerProperties)
+                configuration.replicaStartPositions = startAt
+                return try KafkaConsumer(configuration: configuration, logger: logger)
+            }
         ) { health.setReady(Self.memoryCheck) }
 
+        // The memories that changed, written to the changelog every few seconds, and when partitions are revoked.
+        let changelog = ChangelogWriter(
+            engine: engine, sender: sender, producer: producer, positions: memoryLoader.positions, topic: topics.contentMemory,
+            interval: settings.changelogInterval, logger: logger)
         let consumer = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.activityEvents]), logger: logger)
         let thumbnails = settings.thumbnails.allowedHosts.isEmpty ? nil : ThumbnailService(settings: settings.thumbnails, logger: logger)
         let loop = ContentServiceLoop(
             consumer: consumer,
             deadLetters: DeadLetterWriter(producer: producer, consumer: consumer, service: service, logger: logger, topic: topics.deadLetters),
-            engine: engine, sender: sender, thumbnails: thumbnails, logger: logger)
+            engine: engine, sender: sender, thumbnails: thumbnails, changelog: changelog, logger: logger)
         if settings.registry == nil {
             logger.notice("ISLET_REGISTRY_GRPC is not set: activities the freshness monitor ends keep their token active until the app ends them")
         }
@@ -206,7 +220,8 @@ public struct ContentServiceApp: Sendable {
         // is being recreated; not live once recreation keeps failing.
         health.register("kafka.producer") { producer.health }
         health.register("kafka.tokens") { tokenReplica.health }
-        health.register("kafka.memory") { memoryReplica.health }
+        health.register("kafka.memory") { memoryLoader.health }
+        health.register("content-memory.changelog") { changelog.failure.map { .notReady("the changelog is behind: \($0)") } ?? .ready }
         health.register("kafka.events") { consumer.health }
 
         self.engine = engine
@@ -214,6 +229,7 @@ public struct ContentServiceApp: Sendable {
         self.grpc = grpc
         self.services = (thumbnails.map { [$0] } ?? []) + [
             producer, tokenLoader, memoryLoader,
+            ReadinessGate(health: health, check: Self.memoryCheck, then: changelog),
             ReadinessGate(health: health, check: Self.tableCheck, then: ReadinessGate(health: health, check: Self.memoryCheck, then: loop)),
             ReadinessGate(health: health, check: Self.memoryCheck, then: monitor),
             grpc, runtime.httpServer(router: runtime.makeRouter().buildResponder()),

@@ -20,6 +20,8 @@ public struct ContentServiceLoop: Service {
     let engine: ContentEngine
     let sender: RequestSender
     let thumbnails: ThumbnailService?
+    /// Where a partition's memories are written when it is revoked.
+    let changelog: ChangelogWriter?
     let logger: Logger
     /// Events are marked processed in offset order, once their requests are acknowledged.
     private let tracker = OffsetTracker()
@@ -28,8 +30,9 @@ public struct ContentServiceLoop: Service {
 
     public init(
         consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: ContentEngine, sender: RequestSender, thumbnails: ThumbnailService? = nil,
-        revocationTimeout: Duration = .seconds(8), logger: Logger
+        changelog: ChangelogWriter? = nil, revocationTimeout: Duration = .seconds(8), logger: Logger
     ) {
+        self.changelog = changelog
         self.revocationTimeout = revocationTimeout
         self.consumer = consumer
         self.deadLetters = deadLetters
@@ -44,8 +47,8 @@ public struct ContentServiceLoop: Service {
         // still arriving are skipped, and those under way finish (their requests acknowledged
         // and the events marked) before its offsets are committed, so that the next owner does
         // none of them again.
-        let (tracker, logger) = (self.tracker, self.logger)
-        consumer.onRevocation(timeout: revocationTimeout + .seconds(1)) { [revocationTimeout] partitions in
+        let (tracker, logger, changelog) = (self.tracker, self.logger, self.changelog)
+        consumer.onRevocation(timeout: revocationTimeout + .seconds(4)) { [revocationTimeout] partitions in
             tracker.beginRevoking(partitions)
             let started = ContinuousClock.now
             let finished = await tracker.waitUntilClosed(partitions, timeout: revocationTimeout)
@@ -55,6 +58,8 @@ public struct ContentServiceLoop: Service {
             } else {
                 logger.warning("partitions revoked before their events under way finished: the next owner does those again", metadata: metadata)
             }
+            // Their memories, while they are still this instance's (at most 3 s).
+            await changelog?.revoked(Set(partitions.map(\.partition)), within: .seconds(3))
         }
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await consumer.run() }
@@ -214,6 +219,21 @@ public final class RequestSender: Sendable {
         }
     }
 
+    /// Waits, in a turn, until every request handed to Kafka is acknowledged: the engine's memory
+    /// then counts nothing Kafka may still lose. `false` when that did not happen within `timeout`
+    /// (Kafka slow or unreachable), or a request waits to be sent again (the next turn does that).
+    func settle(within timeout: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        var pause = Duration.milliseconds(1)
+        while ContinuousClock.now < deadline {
+            if failed.withLock({ !$0.isEmpty }) { return false }
+            if inFlight.isIdle { return true }
+            guard (try? await Task.sleep(for: pause)) != nil else { return false }
+            pause = min(pause * 2, .milliseconds(50))
+        }
+        return false
+    }
+
     /// Sends again, until Kafka takes them, the requests it refused.
     func repair() async throws {
         while let (request, completion) = failed.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) {
@@ -268,7 +288,15 @@ final class AsyncSemaphore: Sendable {
     }
     private let state: Mutex<State>
 
-    init(_ limit: Int) { state = Mutex(State(available: limit)) }
+    private let limit: Int
+
+    init(_ limit: Int) {
+        self.limit = limit
+        state = Mutex(State(available: limit))
+    }
+
+    /// No holder.
+    var isIdle: Bool { state.withLock { $0.available == limit } }
 
     func acquire() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in

@@ -182,6 +182,10 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// partition holds starts at its first record (`auto.offset.reset=earliest`). For tools that
     /// read from a known position (`islet tail --offset`).
     public var replicaStartOffsets: [Int32: Int64]?
+    /// Where a replica starts in particular partitions of particular topics: the next offset to
+    /// read. Overrides the two above for the partitions it names (content-service starts its
+    /// memory replica at the positions its changelog's checkpoints name).
+    public var replicaStartPositions: [KafkaTopicPartition: Int64]?
 
     public init(
         bootstrapServers: String,

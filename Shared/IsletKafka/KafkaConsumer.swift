@@ -116,6 +116,7 @@ public final class KafkaConsumer: Service, Sendable {
         let replicaPartitions = configuration.replicaPartitions
         let replicaSince = configuration.replicaSince.map { Int64(($0.timeIntervalSince1970 * 1_000).rounded(.down)) }
         let replicaStartOffsets = configuration.replicaStartOffsets ?? [:]
+        let replicaStartPositions = configuration.replicaStartPositions ?? [:]
         let batchSize = configuration.batchSize
         let pollMilliseconds = Int32(clamping: configuration.pollTimeout.components.seconds * 1_000 + configuration.pollTimeout.components.attoseconds / 1_000_000_000_000_000)
         let logger = self.logger
@@ -125,7 +126,7 @@ public final class KafkaConsumer: Service, Sendable {
         let loop: @Sendable () async -> KafkaError? = {
             await DedicatedThread.run(name: "islet-kafka-consumer") { () -> KafkaError? in
                 /// Where a replica goes on after its handle was replaced: the next offset of each partition.
-                var positions: [KafkaTopicPartition: Int64] = [:]
+                var positions = replicaStartPositions
                 // Subscribing makes librdkafka join the group, which needs this loop to answer
                 // rebalances: a member that joined without polling would hold partitions hostage.
                 func join(_ client: RDKafkaClient) throws(KafkaError) {

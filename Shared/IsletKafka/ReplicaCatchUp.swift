@@ -6,6 +6,8 @@ public struct ReplicaCatchUp: Sendable {
     private let topics: Set<String>
     /// Every partition was read to its end at least once.
     public private(set) var caughtUp = false
+    /// The partitions the replica was assigned.
+    public var assignedPartitions: Set<KafkaTopicPartition> { assigned }
 
     /// - Parameter topics: topics that must each have partitions assigned before the replica counts
     ///   as caught up (a replica of several topics is not done when the first one is).

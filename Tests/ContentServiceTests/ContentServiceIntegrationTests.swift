@@ -70,6 +70,90 @@ struct ContentServiceIntegrationTests {
         _ = try? await producing.value
     }
 
+    @Test("the memory is restored from the changelog, and the requests and outcomes are read from its checkpoints on")
+    func restoredFromChangelog() async throws {
+        var topics = ContentServiceApp.Topics()
+        let suffix = UUID().uuidString.prefix(8).lowercased()
+        topics.tokens = "test.tokens.\(suffix)"
+        topics.activityEvents = "test.events.\(suffix)"
+        topics.pushRequests = "test.requests.\(suffix)"
+        topics.deadLetters = "test.dlq.\(suffix)"
+        topics.pushOutcomes = "test.outcomes.\(suffix)"
+        topics.contentMemory = "test.memory.\(suffix)"
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
+        _ = try await admin.createTopics([
+            .init(name: topics.tokens, partitions: 2, configs: ["cleanup.policy": "compact"]), .init(name: topics.activityEvents, partitions: 2),
+            .init(name: topics.pushRequests, partitions: 2), .init(name: topics.deadLetters, partitions: 1),
+            .init(name: topics.pushOutcomes, partitions: 2), .init(name: topics.contentMemory, partitions: 2, configs: ["cleanup.policy": "compact"]),
+        ])
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
+        let producing = Task { try await producer.run() }
+        let key = MessageKey.activity(bundleId: app.bundleId, activityId: "order-1")
+        // A request of sequence 20, before the checkpoint: the changelog's memory (sequence 10)
+        // says it is not to be read again; read, it would make sequence 15 below a stale event.
+        let before = try await producer.send(
+            PushRequest(
+                requestId: UUID().uuidString.lowercased(), activityId: "order-1", event: .update, app: app, attributesType: "DeliveryAttributes",
+                payload: #"{"aps":{"event":"update","timestamp":1795000020,"content-state":{"status":"x"}}}"#, priority: 5, urgency: .routine,
+                supersedable: true, alerting: false, apnsTimestamp: 1_795_000_020, contentSequence: 20, createdAt: Date(), sourceEventId: "old-20",
+                sourceActivityId: "order-1"),
+            to: topics.pushRequests)
+        let partition = before.partition
+        let now = Date()
+        let memory = ContentMemoryRecord(
+            activity: .init(
+                bundleId: app.bundleId, activityId: "order-1", partition: partition, lastSequence: 10, lastTimestamp: 1_795_000_010, lastState: "preparing",
+                startedAt: now.addingTimeInterval(-60)),
+            writtenAt: now)
+        _ = try await producer.send(topic: topics.contentMemory, key: key, value: try IsletJSON.encode(memory), partition: partition)
+        for changelogPartition in Int32(0)..<2 {
+            let positions = (Int32(0)..<2).flatMap { p -> [ContentMemoryRecord.Position] in
+                [
+                    .init(topic: topics.pushRequests, partition: p, offset: p == partition ? (before.offset ?? 0) + 1 : 0),
+                    .init(topic: topics.pushOutcomes, partition: p, offset: 0),
+                ]
+            }
+            let checkpoint = ContentMemoryRecord(checkpoint: .init(partition: changelogPartition, positions: positions), writtenAt: now)
+            _ = try await producer.send(
+                topic: topics.contentMemory, key: ContentMemoryRecord.checkpointKey, value: try IsletJSON.encode(checkpoint), partition: changelogPartition)
+        }
+
+        let settings = try ServiceSettings(
+            from: .variables(["ISLET_KAFKA_BOOTSTRAP": try TestBroker.servers(), "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]),
+            serviceName: "content-\(suffix)", defaultHTTPPort: 0)
+        let runtime = ServiceRuntime(settings: settings, logger: logger)
+        let service = try ContentServiceApp(
+            runtime: runtime,
+            settings: ContentSettings(templatesDirectory: templatesDirectory, keyring: LinkKeyring(signing: linkKey), grpcHost: "127.0.0.1", grpcPort: 0),
+            topics: topics)
+        let group = runtime.makeServiceGroup(service.services)
+        let running = Task { try await group.run() }
+        for sequence: Int64 in [9, 15] {
+            try await producer.send(
+                ActivityEvent(
+                    eventId: "e\(sequence)", activityId: "order-1", kind: .update, attributesType: "DeliveryAttributes",
+                    fields: ["status": .string("out_for_delivery"), "orderId": .string("1")], urgency: .routine, occurredAt: Date(), sequence: sequence,
+                    bundleId: app.bundleId),
+                to: topics.activityEvents)
+        }
+        let made = RequestIds.content(bundleId: app.bundleId, activityId: "order-1", eventId: "e15")
+        let requests = try await readRequests(topics.pushRequests, until: [made])
+        #expect(requests.map(\.contentSequence) == [20, 15], "9 is older than the memory restored; 15 is newer (the request of 20 was not read)")
+        #expect(service.engine.memory(of: key)?.lastSequence == 15)
+        let startedAt = try #require(service.engine.memory(of: key)?.startedAt)
+        #expect(abs(startedAt.timeIntervalSince(now.addingTimeInterval(-60))) < 0.002, "kept from the changelog (in milliseconds)")
+
+        await group.triggerGracefulShutdown()
+        try await running.value
+        // The memory moved on is in the changelog.
+        let written = try await TestBroker.readToEnd([topics.contentMemory]).compactMap { message in
+            message.value.flatMap { try? IsletJSON.decode(ContentMemoryRecord.self, from: $0) }
+        }
+        #expect(written.last { $0.activity?.activityId == "order-1" }?.activity?.lastSequence == 15)
+        producer.shutdown()
+        try await producing.value
+    }
+
     @Test("events become push requests for the token's app version; duplicates and old sequences are skipped; bad events are dead letters")
     func eventsToRequests() async throws {
         var topics = ContentServiceApp.Topics()
@@ -79,11 +163,12 @@ struct ContentServiceIntegrationTests {
         topics.pushRequests = "test.requests.\(suffix)"
         topics.deadLetters = "test.dlq.\(suffix)"
         topics.pushOutcomes = "test.outcomes.\(suffix)"
+        topics.contentMemory = "test.memory.\(suffix)"
         let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         _ = try await admin.createTopics([
             .init(name: topics.tokens, partitions: 2, configs: ["cleanup.policy": "compact"]), .init(name: topics.activityEvents, partitions: 2),
             .init(name: topics.pushRequests, partitions: 2), .init(name: topics.deadLetters, partitions: 1),
-            .init(name: topics.pushOutcomes, partitions: 2),
+            .init(name: topics.pushOutcomes, partitions: 2), .init(name: topics.contentMemory, partitions: 2, configs: ["cleanup.policy": "compact"]),
         ])
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         let producing = Task { try await producer.run() }
@@ -181,8 +266,17 @@ struct ContentServiceIntegrationTests {
         await group.triggerGracefulShutdown()
         try await running.value
 
+        // Stopping, it wrote its memories to the changelog (order-7 ended at sequence 5), and a
+        // checkpoint in each partition.
+        let changelog = try await TestBroker.readToEnd([topics.contentMemory]).compactMap { message in
+            message.value.flatMap { try? IsletJSON.decode(ContentMemoryRecord.self, from: $0) }
+        }
+        let order7 = try #require(changelog.last { $0.activity?.activityId == "order-7" }?.activity)
+        #expect(order7.lastSequence == 5 && order7.ended && order7.latest?.payload == "", "the payload is on the requests topic, not in the changelog")
+        #expect(Set(changelog.compactMap(\.checkpoint?.partition)) == [0, 1])
+
         // A new instance in a new consumer group reads every event again from the start: its memory,
-        // rebuilt from the requests already sent, recognises them all. Only the two new events count.
+        // restored from the changelog, recognises them all. Only the two new events count.
         let (_, secondGroup, secondRunning) = try start("content-\(suffix)-restarted")
         try await send(6, "preparing", kind: .start)
         try await producer.send(

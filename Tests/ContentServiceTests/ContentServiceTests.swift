@@ -320,10 +320,11 @@ struct MemoryReplicaTests {
         // Never connects: the loader's apply is called directly.
         var quiet = Logger(label: "test")
         quiet.logLevel = .critical
-        let consumer = try KafkaConsumer(
-            configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: [IsletTopics.pushRequests.name], since: now), logger: quiet)
+        let logger = quiet
         func loader(_ engine: ContentEngine) -> ContentMemoryLoader {
-            ContentMemoryLoader(consumer: consumer, engine: engine, ownWrites: own, logger: quiet)
+            ContentMemoryLoader(engine: engine, since: now, ownWrites: own, logger: logger) { topics, since, _ in
+                try KafkaConsumer(configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: topics, since: since), logger: logger)
+            }
         }
 
         let reader = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))

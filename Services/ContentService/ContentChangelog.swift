@@ -1,0 +1,258 @@
+import Foundation
+import IsletKafka
+import IsletMessages
+import Logging
+import Metrics
+import ServiceLifecycle
+import Synchronization
+
+extension ActivityMemory {
+    /// The memory a changelog record holds.
+    init(_ record: ContentMemoryRecord.Activity) {
+        self.init()
+        partition = record.partition
+        lastSequence = record.lastSequence
+        lastTimestamp = record.lastTimestamp
+        lastState = record.lastState
+        alertTimes = record.alertTimes ?? []
+        startedAt = record.startedAt
+        ended = record.ended
+        latest = record.latest
+        payloadStoredAt = record.payloadStoredAt.map { KafkaPosition(partition: $0.partition, offset: $0.offset) }
+        payloadLost = record.payloadLost ?? false
+        outcomes = Dictionary((record.outcomes ?? []).map { ($0.requestId, $0.result) }, uniquingKeysWith: { _, last in last })
+        contentRequestId = record.contentRequestId
+        resends = record.resends
+        lastResendAt = record.lastResendAt
+        gone = record.gone
+        goneAt = record.goneAt
+        goneToken = record.goneToken
+        inlinedImages = Set(record.inlinedImages ?? [])
+        pendingImages = Dictionary(
+            (record.pendingImages ?? []).map { ($0.requestId, PendingImages(urls: Set($0.urls), since: $0.since)) }, uniquingKeysWith: { _, last in last })
+    }
+
+    /// The changelog record of this memory, the activity's (`<bundleId>/<activityId>`) in `partition`.
+    func record(activityKey: String, partition: Int32) -> ContentMemoryRecord.Activity {
+        let bundleId = String(activityKey.prefix { $0 != "/" })
+        let activityId = String(activityKey.drop { $0 != "/" }.dropFirst())
+        return ContentMemoryRecord.Activity(
+            bundleId: bundleId, activityId: activityId, partition: partition, lastSequence: lastSequence, lastTimestamp: lastTimestamp,
+            lastState: lastState, alertTimes: alertTimes.isEmpty ? nil : alertTimes, startedAt: startedAt, ended: ended, latest: latest,
+            payloadStoredAt: payloadStoredAt.map { .init(partition: $0.partition, offset: $0.offset) }, payloadLost: payloadLost ? true : nil,
+            outcomes: outcomes.isEmpty ? nil : outcomes.sorted { $0.key < $1.key }.map { .init(requestId: $0.key, result: $0.value) },
+            contentRequestId: contentRequestId, resends: resends, lastResendAt: lastResendAt, gone: gone, goneAt: goneAt, goneToken: goneToken,
+            inlinedImages: inlinedImages.isEmpty ? nil : inlinedImages.sorted(),
+            pendingImages: pendingImages.isEmpty
+                ? nil : pendingImages.sorted { $0.key < $1.key }.map { .init(requestId: $0.key, urls: $0.value.urls.sorted(), since: $0.value.since) })
+    }
+}
+
+/// Where the memory replica is in each partition of `islet.push-requests.v1` and
+/// `islet.push-outcomes.v1`: the next offset to read. Every record before it was applied to the
+/// engine's memory (``ContentMemoryLoader``), which is what a checkpoint says.
+public final class ReadPositions: Sendable {
+    private let positions: Mutex<[KafkaTopicPartition: Int64]>
+
+    public init(_ start: [KafkaTopicPartition: Int64] = [:]) { positions = Mutex(start) }
+
+    /// `message` was applied.
+    func applied(_ message: KafkaMessage) {
+        positions.withLock { $0[message.topicPartition] = message.offset + 1 }
+    }
+
+    func start(at start: [KafkaTopicPartition: Int64]) { positions.withLock { $0.merge(start) { current, _ in current } } }
+
+    public var current: [KafkaTopicPartition: Int64] { positions.withLock { $0 } }
+}
+
+/// Writes content-service's changelog, `islet.content-memory.v1` (docs/topics.md), in the manner of
+/// a Kafka Streams store: every ``interval``, for each activity partition this instance owns, the
+/// memory of each activity that changed (the latest only: many changes of one activity make one
+/// record), then the partition's checkpoint, the positions of the memory replica (``ReadPositions``)
+/// taken before those memories.
+///
+/// The memories written must not run ahead of Kafka: a memory that counts an event whose requests
+/// are not acknowledged yet would, after a crash, make the event a duplicate and lose its requests.
+/// So a write begins in the service's turn (``RequestSender/turn(_:)``) once every request sent is
+/// acknowledged; the positions and the memories are taken there, and written outside the turn.
+/// A memory whose write fails is written in the next round, and its partition's checkpoint waits.
+public final class ChangelogWriter: Service, Sendable {
+    let engine: ContentEngine
+    let sender: RequestSender
+    let producer: KafkaProducer
+    let positions: ReadPositions
+    let topic: String
+    public let interval: Duration
+    /// How long a round waits for the requests sent to be acknowledged before it gives up.
+    let settleTimeout: Duration
+    let logger: Logger
+    private let state = Mutex(WriterState())
+    private let rounds = AsyncSemaphore(1)
+
+    private struct WriterState {
+        /// The positions each partition's last checkpoint named (not written again unchanged).
+        var checkpoints: [Int32: [KafkaTopicPartition: Int64]] = [:]
+        /// Why the last round failed, if it did.
+        var failure: String?
+    }
+
+    public init(
+        engine: ContentEngine, sender: RequestSender, producer: KafkaProducer, positions: ReadPositions,
+        topic: String = IsletTopics.contentMemory.name, interval: Duration = .seconds(5), settleTimeout: Duration = .seconds(5), logger: Logger
+    ) {
+        self.settleTimeout = settleTimeout
+        self.engine = engine
+        self.sender = sender
+        self.producer = producer
+        self.positions = positions
+        self.topic = topic
+        self.interval = interval
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        while (try? await cancelWhenGracefulShutdown { try await Task.sleep(for: self.interval) }) != nil {
+            await write()
+        }
+        // The last round is the revocation's, when the service stops (``revoked(_:within:)``).
+    }
+
+    /// These partitions are being revoked (called from the event loop's revocation handler, once
+    /// their events under way are done, before their next owner is assigned them): what changed
+    /// in them is written now, so that the next owner (or the next start) reads less again. At
+    /// most `timeout`: with Kafka away the next owner reads from the last checkpoint.
+    public func revoked(_ partitions: Set<Int32>, within timeout: Duration) async {
+        let finished = Mutex(false)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let once: @Sendable () -> Void = {
+                if finished.withLock({ done in defer { done = true }; return !done }) { continuation.resume() }
+            }
+            Task {
+                await self.write(partitions: partitions)
+                once()
+            }
+            Task {
+                try? await Task.sleep(for: timeout)
+                once()
+            }
+        }
+    }
+
+    /// Why the last round did not write everything (`nil`: it did).
+    public var failure: String? { state.withLock { $0.failure } }
+
+    /// One round, of the partitions owned (or of these). Rounds run one at a time: a revocation
+    /// waits for the round under way, so that no write of a partition lands after its next owner's.
+    /// Returns the memories written.
+    @discardableResult
+    public func write(partitions: Set<Int32>? = nil) async -> Int {
+        await rounds.acquire()
+        defer { rounds.release() }
+        let owned = partitions ?? sender.ownedPartitions
+        guard !owned.isEmpty else { return 0 }
+        // Every request sent acknowledged, then the positions, then the memories (which reflect
+        // at least every record before the positions).
+        let taken: (positions: [KafkaTopicPartition: Int64], changes: [ContentEngine.Unwritten])? = try? await sender.turn {
+            guard await sender.settle(within: settleTimeout) else { return nil }
+            let positions = self.positions.current
+            return (positions, engine.takeUnwritten(partitions: owned))
+        }
+        guard let taken else {
+            fail("the requests sent were not all acknowledged within \(settleTimeout): the changelog waits for the next round")
+            return 0
+        }
+        let now = engine.clock.date
+        var records: [(change: ContentEngine.Unwritten, value: [UInt8]?)] = []
+        records.reserveCapacity(taken.changes.count)
+        for change in taken.changes {
+            do {
+                records.append((change, try change.memory.map { memory in
+                    try IsletJSON.encode(ContentMemoryRecord(activity: memory.record(activityKey: change.activityKey, partition: change.partition), writtenAt: now))
+                }))
+            } catch {
+                logger.error("activity memory not encoded", metadata: ["activity.key": "\(change.activityKey)", "error": "\(error)"])
+            }
+        }
+        let (failedIndices, lastFailure) = await send(records.map { ($0.change.activityKey, $0.value, $0.change.partition) })
+        var lastError: (any Error)? = lastFailure
+        let failed = failedIndices.map { records[$0].change }
+        var failedPartitions = Set(failed.map(\.partition))
+        engine.unwrittenAgain(failed)
+        // The checkpoints of the partitions whose memories are all written, when they moved on.
+        let checkpointPositions = taken.positions.sorted { ($0.key.topic, $0.key.partition) < ($1.key.topic, $1.key.partition) }
+            .map { ContentMemoryRecord.Position(topic: $0.key.topic, partition: $0.key.partition, offset: $0.value) }
+        for partition in owned.subtracting(failedPartitions).sorted() where state.withLock({ $0.checkpoints[partition] }) != taken.positions {
+            do {
+                let record = ContentMemoryRecord(checkpoint: .init(partition: partition, positions: checkpointPositions), writtenAt: now)
+                _ = try await producer.send(topic: topic, key: ContentMemoryRecord.checkpointKey, value: try IsletJSON.encode(record), partition: partition)
+                state.withLock { $0.checkpoints[partition] = taken.positions }
+            } catch {
+                lastError = error
+                failedPartitions.insert(partition)
+            }
+        }
+        Counter(label: "islet_content_changelog_records_total").increment(by: taken.changes.count - failed.count)
+        if let lastError {
+            Counter(label: "islet_content_changelog_failures_total").increment()
+            fail("\(failed.count) memories and the checkpoints of partitions \(failedPartitions.sorted()) not written: \(lastError)")
+        } else {
+            state.withLock { $0.failure = nil }
+        }
+        return taken.changes.count - failed.count
+    }
+
+    /// Hands the records to the producer, all at once, and waits for their acknowledgements.
+    /// Returns the indices of those Kafka did not take, and the last error.
+    private func send(_ records: [(key: String, value: [UInt8]?, partition: Int32)]) async -> ([Int], (any Error)?) {
+        guard !records.isEmpty else { return ([], nil) }
+        final class Tally: Sendable {
+            struct Counts { var remaining: Int; var failed: [Int] = []; var error: (any Error)?; var done: CheckedContinuation<Void, Never>? }
+            let counts: Mutex<Counts>
+            init(_ count: Int) { counts = Mutex(Counts(remaining: count)) }
+            func one(_ index: Int, _ error: (any Error)?) {
+                let done = counts.withLock { counts -> CheckedContinuation<Void, Never>? in
+                    if let error {
+                        counts.failed.append(index)
+                        counts.error = error
+                    }
+                    counts.remaining -= 1
+                    guard counts.remaining == 0 else { return nil }
+                    defer { counts.done = nil }
+                    return counts.done
+                }
+                done?.resume()
+            }
+        }
+        let tally = Tally(records.count)
+        for (index, record) in records.enumerated() {
+            while true {
+                do {
+                    try producer.produce(topic: topic, key: Array(record.key.utf8), value: record.value, partition: record.partition) { result in
+                        if case .failure(let error) = result { tally.one(index, error) } else { tally.one(index, nil) }
+                    }
+                } catch where error.isQueueFull {
+                    await producer.waitForCapacity()
+                    continue
+                } catch {
+                    tally.one(index, error)
+                }
+                break
+            }
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = tally.counts.withLock { counts -> Bool in
+                if counts.remaining == 0 { return true }
+                counts.done = continuation
+                return false
+            }
+            if now { continuation.resume() }
+        }
+        return tally.counts.withLock { ($0.failed, $0.error) }
+    }
+
+    private func fail(_ reason: String) {
+        state.withLock { $0.failure = reason }
+        logger.warning("changelog round incomplete; the next round writes the rest", metadata: ["reason": "\(reason)"])
+    }
+}

@@ -1,0 +1,152 @@
+import Foundation
+import IsletKafka
+import IsletMessages
+import IsletTesting
+import IsletTokens
+import Logging
+import Testing
+@testable import ContentService
+
+/// content-service's changelog (`islet.content-memory.v1`): what is written, when, and where a
+/// restart reads from.
+@Suite("content-service's changelog")
+struct ChangelogTests {
+    static let key = MessageKey.activity(bundleId: app.bundleId, activityId: "order-42")
+
+    func delivery(_ sequence: Int64, _ status: String, activity: String = "order-42") -> ActivityEvent {
+        var event = event("DeliveryAttributes", sequence: sequence, ["status": .string(status), "orderId": .string("42")])
+        event.activityId = activity
+        event.eventId = "\(activity)-\(sequence)"
+        return event
+    }
+
+    func send(_ engine: ContentEngine, _ event: ActivityEvent, partition: Int32) throws -> ContentEngine.Prepared {
+        guard case .send(let prepared) = try engine.prepare(event, partition: partition) else { throw ContentError(field: "event", problem: "ignored") }
+        engine.commit(prepared)
+        return prepared
+    }
+
+    @Test("a memory written and read back is the same memory: outcomes, alerts, images, the stored payload's place, a dead token")
+    func roundTrip() throws {
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        let first = try send(engine, delivery(1, "preparing"), partition: 3)
+        engine.stored(first.requests[0], at: KafkaPosition(partition: 3, offset: 41))
+        let second = try send(engine, delivery(2, "out_for_delivery"), partition: 3)
+        engine.record(PushOutcome(
+            requestId: first.requests[0].requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: now, bundleId: app.bundleId))
+        engine.record(PushOutcome(
+            requestId: second.requests[0].requestId, activityId: "order-42", result: .tokenInvalid, attempts: 1, tokenFingerprint: "ab12",
+            completedAt: now.addingTimeInterval(1), bundleId: app.bundleId))
+        var memory = try #require(engine.memory(of: Self.key))
+        memory.inlinedImages = ["https://cdn.example.com/a.png"]
+        memory.pendingImages = ["r9": .init(urls: ["https://cdn.example.com/b.png"], since: now)]
+        #expect(memory.gone && memory.outcomes.count == 2 && memory.alertTimes.count == 1)
+
+        let record = memory.record(activityKey: Self.key, partition: 3)
+        #expect(record.bundleId == app.bundleId && record.activityId == "order-42" && record.partition == 3)
+        let decoded = try IsletJSON.decode(ContentMemoryRecord.self, from: IsletJSON.encode(ContentMemoryRecord(activity: record, writtenAt: now)))
+        #expect(ActivityMemory(try #require(decoded.activity)) == memory)
+    }
+
+    @Test("what changed is taken once per partition owned; a memory restored from the changelog is not written back; a forgotten one is a tombstone")
+    func unwrittenByPartition() throws {
+        let clock = ManualClock(now)
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
+        _ = try send(engine, delivery(1, "preparing", activity: "a"), partition: 0)
+        let b = try send(engine, delivery(1, "preparing", activity: "b"), partition: 1)
+        _ = try send(engine, delivery(2, "out_for_delivery", activity: "a"), partition: 0)
+
+        let taken = engine.takeUnwritten(partitions: [0])
+        #expect(taken.map(\.activityKey) == ["com.example.food/a"], "one record for two changes")
+        #expect(taken.first?.memory?.lastSequence == 2)
+        #expect(engine.takeUnwritten(partitions: [0]).isEmpty)
+        #expect(engine.unwrittenCount(partitions: [1]) == 1, "another partition's changes wait until it is owned")
+
+        // Handed back after a failed write: taken again.
+        engine.unwrittenAgain(taken)
+        #expect(engine.takeUnwritten(partitions: [0]).map(\.activityKey) == ["com.example.food/a"])
+
+        // An outcome, and a payload stored, change the memory too.
+        engine.record(PushOutcome(requestId: b.requests[0].requestId, activityId: "b", result: .delivered, attempts: 1, completedAt: now, bundleId: app.bundleId))
+        #expect(engine.takeUnwritten(partitions: [1]).map(\.activityKey) == ["com.example.food/b"])
+        engine.stored(b.requests[0], at: KafkaPosition(partition: 1, offset: 7))
+        #expect(engine.takeUnwritten(partitions: [1]).first?.memory?.payloadStoredAt == KafkaPosition(partition: 1, offset: 7))
+
+        // Restored: nothing to write.
+        var restored = ActivityMemory()
+        restored.partition = 0
+        restored.lastSequence = 9
+        engine.restore("com.example.food/c", restored)
+        #expect(engine.unwrittenCount(partitions: [0, 1]) == 0)
+        #expect(engine.memory(of: "com.example.food/c")?.lastSequence == 9)
+
+        // Ended and forgotten after the retention: a tombstone.
+        _ = try send(engine, { var e = delivery(3, "delivered", activity: "a"); e.kind = .end; return e }(), partition: 0)
+        _ = engine.takeUnwritten(partitions: [0])
+        clock.advance(by: engine.freshness.retention + .seconds(60))
+        _ = engine.sweep(owned: [0, 1])
+        let forgotten = engine.takeUnwritten(partitions: [0])
+        #expect(forgotten.map(\.activityKey) == ["com.example.food/a"])
+        #expect(forgotten.first.map { $0.memory == nil } == true)
+    }
+
+    @Test("a restart reads the requests and outcomes from the oldest position the checkpoints name, and from the retention's start unless every partition has one")
+    func startPositions() {
+        let requests0 = KafkaTopicPartition(topic: "r", partition: 0)
+        let requests1 = KafkaTopicPartition(topic: "r", partition: 1)
+        let outcomes0 = KafkaTopicPartition(topic: "o", partition: 0)
+        let checkpoints: [Int32: [KafkaTopicPartition: Int64]] = [
+            0: [requests0: 50, requests1: 20, outcomes0: 9],
+            1: [requests0: 40, requests1: 25],
+        ]
+        #expect(ContentMemoryLoader.startPositions(checkpoints, partitions: [0, 1]) == [requests0: 40, requests1: 20], "o/0 not named by every checkpoint: from the retention's start")
+        #expect(ContentMemoryLoader.startPositions(checkpoints, partitions: [0, 1, 2]).isEmpty, "partition 2 has no checkpoint")
+        #expect(ContentMemoryLoader.startPositions([:], partitions: []).isEmpty)
+    }
+
+    @Test("the changelog's records restore memories, tombstones forget them, checkpoints are collected; a broken record is skipped")
+    func applyChangelog() throws {
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        var checkpoints: [Int32: [KafkaTopicPartition: Int64]] = [:]
+        var restored = ContentMemoryLoader.Restored()
+        let logger = Logger(label: "test")
+        func apply(_ key: String, _ value: [UInt8]?, partition: Int32 = 0) {
+            ContentMemoryLoader.apply(
+                changelog: KafkaMessage(topic: "m", partition: partition, offset: 0, key: Array(key.utf8), value: value), to: engine,
+                checkpoints: &checkpoints, restored: &restored, logger: logger)
+        }
+        let memory = ContentMemoryRecord(activity: .init(bundleId: app.bundleId, activityId: "x", partition: 0, lastSequence: 4), writtenAt: now)
+        apply("com.example.food/x", try IsletJSON.encode(memory))
+        #expect(engine.memory(of: "com.example.food/x")?.lastSequence == 4)
+        apply("com.example.food/x", nil)
+        #expect(engine.memory(of: "com.example.food/x") == nil)
+        let checkpoint = ContentMemoryRecord(
+            checkpoint: .init(partition: 1, positions: [.init(topic: "r", partition: 0, offset: 12)]), writtenAt: now)
+        apply(ContentMemoryRecord.checkpointKey, try IsletJSON.encode(checkpoint), partition: 1)
+        apply("com.example.food/y", Array("{not json".utf8))
+        #expect(checkpoints == [1: [KafkaTopicPartition(topic: "r", partition: 0): 12]])
+        #expect(restored.memories == 1)
+    }
+
+    @Test("a round writes nothing while requests sent are not acknowledged: a memory must not count an event Kafka may still lose")
+    func nothingAheadOfKafka() async throws {
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        // A producer that never reaches a broker: what it is given is never acknowledged.
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: "127.0.0.1:1"), logger: quiet)
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        let sender = RequestSender(producer: producer, engine: engine, logger: quiet)
+        sender.own([0])
+        guard case .send(let prepared) = try engine.prepare(delivery(1, "preparing"), partition: 0) else {
+            Issue.record("nothing to send")
+            return
+        }
+        try await sender.turn { try await sender.enqueue(prepared) {} }
+        let writer = ChangelogWriter(
+            engine: engine, sender: sender, producer: producer, positions: ReadPositions(), settleTimeout: .milliseconds(200), logger: quiet)
+        #expect(await writer.write() == 0)
+        #expect(writer.failure?.contains("not all acknowledged") == true)
+        #expect(engine.unwrittenCount(partitions: [0]) == 1, "still to be written, in a later round")
+        producer.shutdown()
+    }
+}
