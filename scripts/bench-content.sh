@@ -6,6 +6,14 @@
 #
 #   scripts/bench-content.sh             # 3 rounds of each, 20,000 events
 #   ROUNDS=5 EVENTS=50000 scripts/bench-content.sh
+#
+# With --restore, instead: the activity memory rebuilt at start (islet-content-bench restore) over
+# ACTIVITIES activities (default 100,000) with HISTORY requests and outcomes each (default 4), from
+# the changelog and from the records, in alternating rounds on one fresh broker; its last line is
+# `RESULT content-restore …`.
+#
+#   scripts/bench-content.sh --restore
+#   ACTIVITIES=1000000 scripts/bench-content.sh --restore
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,6 +28,15 @@ events=${EVENTS:-20000}
 scripts/bootstrap.sh
 build_release islet-content-bench
 bench=$(swift build -c release --show-bin-path)/islet-content-bench
+
+if [ "${1:-}" = --restore ]; then
+  eval "$(scripts/broker.sh)"
+  trap 'stop_pids "$ISLET_BROKER_PID"' EXIT INT TERM
+  echo "== restore (${ACTIVITIES:-100000} activities × ${HISTORY:-4} requests and outcomes; $rounds rounds of each way)"
+  "$bench" restore --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --activities "${ACTIVITIES:-100000}" --history "${HISTORY:-4}" \
+    --rounds "$rounds" --broker-pid "$ISLET_BROKER_PID"
+  exit 0
+fi
 
 echo "== assembly (in process, median of 5 rounds of $events events)"
 "$bench" assembly --events "$events" | tee "$ISLET_RUN_DIR/bench-content-assembly.txt"

@@ -1,6 +1,8 @@
 // islet-content-bench: content-service's figures for docs/PERFORMANCE.md (scripts/bench-content.sh).
 //   assembly  — payload assembly per event in process, without and with an inline thumbnail, and
 //               the thumbnail itself (libgd: decode 640×480 JPEG, crop, scale, encode);
+//   restore   — the activity memory rebuilt at start: from the changelog, and from the requests and
+//               outcomes (scripts/bench-content.sh --restore);
 //   pipeline  — events per second through one in-process instance against the broker (event read →
 //               push request acknowledged), next to a pass-through that reads the same events and
 //               writes them back (same librdkafka settings, same in-order marking): the ratio is
@@ -26,7 +28,7 @@ let benchLogger: Logger = {
 @main
 struct ContentBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "islet-content-bench", abstract: "Measure content-service.", subcommands: [Assembly.self, Pipeline.self])
+        commandName: "islet-content-bench", abstract: "Measure content-service.", subcommands: [Assembly.self, Pipeline.self, Restore.self])
 }
 
 func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
@@ -232,4 +234,140 @@ struct Pipeline: AsyncParsableCommand {
         guard let first, count > 1 else { return 0 }
         return Double(count - 1) / ((last - first) / .seconds(1))
     }
+}
+
+/// How long content-service takes to rebuild its activity memory at start, against the broker:
+/// from its changelog (`islet.content-memory.v1` to its end, then the records after the
+/// checkpoints) next to the way without one (every push request and outcome of the retention),
+/// in alternating rounds, over the same history: `activities` activities with `history` requests
+/// each and an outcome per request, as content-service and the dispatcher write them.
+struct Restore: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Memory restore at start: from the changelog, and from the requests and outcomes.")
+
+    @Option var bootstrap: String
+    @Option var templates = "Services/ContentService/Templates"
+    @Option var activities = 100_000
+    @Option(help: "Requests per activity in the history (each with its outcome).") var history = 4
+    @Option var partitions = 4
+    @Option var rounds = 3
+    @Option(help: "Writes of the history in flight at once.") var lanes = 1_024
+    @Option(help: "The broker's pid: its CPU time is reported too.") var brokerPid: Int32?
+
+    func run() async throws {
+        let suffix = UUID().uuidString.prefix(8).lowercased()
+        let (requestsTopic, outcomesTopic, memoryTopic) = ("bench.requests.\(suffix)", "bench.outcomes.\(suffix)", "bench.memory.\(suffix)")
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: bootstrap), logger: benchLogger)
+        _ = try await admin.createTopics([
+            .init(name: requestsTopic, partitions: partitions), .init(name: outcomesTopic, partitions: partitions),
+            .init(name: memoryTopic, partitions: partitions, configs: ["cleanup.policy": "compact"]),
+        ])
+        var producerConfiguration = KafkaProducerConfiguration(bootstrapServers: bootstrap)
+        producerConfiguration.settings["linger.ms"] = "20"
+        let producer = try KafkaProducer(configuration: producerConfiguration, logger: benchLogger)
+        let producing = Task { try await producer.run() }
+        let since = Date().addingTimeInterval(-60)
+
+        // The history, written as the services write it, and applied to an engine as content-service
+        // would have: the memory its changelog is then written from.
+        let source = try makeEngine(templates: templates)
+        let app = AppTarget(bundleId: "com.example.food", environment: .production)
+        final class Ends: Sendable { let positions = Mutex<[KafkaTopicPartition: Int64]>([:]) }
+        let ends = Ends()
+        let generated = ContinuousClock.now
+        let filler = String(repeating: "x", count: 600)
+        let (activities, lanes) = (self.activities, self.lanes)
+        for round in 0..<history {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for lane in 0..<lanes {
+                    group.addTask {
+                        for activity in stride(from: lane, to: activities, by: lanes) {
+                            let requestId = "r-\(activity)-\(round)"
+                            let request = PushRequest(
+                                requestId: requestId, activityId: "order-\(activity)", event: .update, app: app,
+                                attributesType: "DeliveryAttributes",
+                                payload: #"{"aps":{"event":"update","timestamp":\#(1_795_000_000 + round),"content-state":{"status":"s\#(round)","note":"\#(filler)"}}}"#,
+                                priority: 5, urgency: .routine, supersedable: true, alerting: false, apnsTimestamp: Int64(1_795_000_000 + round),
+                                contentSequence: Int64(round + 1), createdAt: Date(), sourceEventId: "e-\(activity)-\(round)",
+                                sourceActivityId: "order-\(activity)", state: "s\(round)")
+                            let stored = try await producer.send(request, to: requestsTopic)
+                            source.replay(request, partition: stored.partition, storedAt: stored.position)
+                            let outcome = PushOutcome(
+                                requestId: requestId, activityId: "order-\(activity)", result: .delivered, attempts: 1, completedAt: Date(), bundleId: app.bundleId)
+                            let answered = try await producer.send(outcome, to: outcomesTopic)
+                            source.record(outcome)
+                            ends.positions.withLock { ends in
+                                for report in [stored, answered] {
+                                    guard let offset = report.offset else { continue }
+                                    let partition = KafkaTopicPartition(topic: report.topic, partition: report.partition)
+                                    ends[partition] = max(ends[partition] ?? 0, offset + 1)
+                                }
+                            }
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        print("history: \(activities) activities × \(history) requests and outcomes written in \(ContinuousClock.now - generated)")
+        let sender = RequestSender(producer: producer, engine: source, topic: requestsTopic, logger: benchLogger)
+        let writer = ChangelogWriter(
+            engine: source, sender: sender, producer: producer, positions: ReadPositions(ends.positions.withLock { $0 }), topic: memoryTopic, logger: benchLogger)
+        let written = ContinuousClock.now
+        let memories = await writer.write(partitions: Set(0..<Int32(partitions)))
+        guard writer.failure == nil, memories == activities else {
+            throw ValidationError("the changelog was not written: \(memories) memories, \(writer.failure ?? "")")
+        }
+        print("changelog: \(memories) memories and \(partitions) checkpoints written in \(ContinuousClock.now - written)")
+
+        var figures: [String: [(seconds: Double, cpu: Double, broker: Double)]] = [:]
+        for round in 1...rounds {
+            for way in ["changelog", "replay"] {
+                let engine = try makeEngine(templates: templates)
+                let ready = AsyncStream<Void>.makeStream()
+                let bootstrap = self.bootstrap
+                let loader = ContentMemoryLoader(
+                    engine: engine, requestsTopic: requestsTopic, outcomesTopic: outcomesTopic, changelogTopic: way == "changelog" ? memoryTopic : nil,
+                    since: since, logger: benchLogger,
+                    makeReplica: { topics, since, startAt in
+                        var configuration = KafkaConsumerConfiguration.replica(bootstrapServers: bootstrap, topics: topics, since: since)
+                        configuration.replicaStartPositions = startAt
+                        return try KafkaConsumer(configuration: configuration, logger: benchLogger)
+                    }, onReady: { ready.continuation.yield() })
+                let (cpu, broker) = (try cpuSeconds(pid: getpid()), try brokerPid.map { try cpuSeconds(pid: $0) } ?? 0)
+                let started = ContinuousClock.now
+                let loading = Task { try await loader.run() }
+                for await _ in ready.stream { break }
+                let seconds = (ContinuousClock.now - started) / .seconds(1)
+                let used = (try cpuSeconds(pid: getpid()) - cpu, try brokerPid.map { try cpuSeconds(pid: $0) - broker } ?? 0)
+                loading.cancel()
+                _ = try? await loading.value
+                guard engine.activityCount == activities, engine.memory(of: "com.example.food/order-0")?.lastSequence == Int64(history) else {
+                    throw ValidationError("\(way): \(engine.activityCount) activities restored, order-0 at \(String(describing: engine.memory(of: "com.example.food/order-0")?.lastSequence))")
+                }
+                figures[way, default: []].append((seconds, used.0, used.1))
+                print(String(format: "round %d %@: %.2f s, %.2f CPU s (%.1f µs per activity), broker %.2f CPU s", round, way, seconds, used.0,
+                    used.0 / Double(activities) * 1e6, used.1))
+            }
+        }
+        func median(_ way: String, _ value: ((seconds: Double, cpu: Double, broker: Double)) -> Double) -> Double {
+            let values = (figures[way] ?? []).map(value).sorted()
+            return values[values.count / 2]
+        }
+        let (changelog, replay) = (median("changelog", \.seconds), median("replay", \.seconds))
+        print(String(
+            format: "RESULT content-restore activities=%d history=%d changelog_s=%.2f changelog_cpu_s=%.2f changelog_broker_cpu_s=%.2f replay_s=%.2f replay_cpu_s=%.2f replay_broker_cpu_s=%.2f changelog_s_per_100k=%.2f speedup=%.2f",
+            activities, history, changelog, median("changelog", \.cpu), median("changelog", \.broker), replay, median("replay", \.cpu),
+            median("replay", \.broker), changelog / Double(activities) * 100_000, replay / changelog))
+        producer.shutdown()
+        try await producing.value
+    }
+}
+
+/// User and system CPU time of a process so far, in seconds (/proc/<pid>/stat, fields 14 and 15).
+func cpuSeconds(pid: Int32) throws -> Double {
+    let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+    guard let close = stat.lastIndex(of: ")") else { throw ValidationError("unreadable /proc/\(pid)/stat") }
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { throw ValidationError("unreadable /proc/\(pid)/stat") }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
 }

@@ -89,6 +89,8 @@ public final class ChangelogWriter: Service, Sendable {
     let logger: Logger
     private let state = Mutex(WriterState())
     private let rounds = AsyncSemaphore(1)
+    /// Memories encoded and handed to the producer at once.
+    static let slice = 10_000
 
     private struct WriterState {
         /// The positions each partition's last checkpoint named (not written again unchanged).
@@ -163,20 +165,30 @@ public final class ChangelogWriter: Service, Sendable {
             return 0
         }
         let now = engine.clock.date
-        var records: [(change: ContentEngine.Unwritten, value: [UInt8]?)] = []
-        records.reserveCapacity(taken.changes.count)
-        for change in taken.changes {
-            do {
-                records.append((change, try change.memory.map { memory in
-                    try IsletJSON.encode(ContentMemoryRecord(activity: memory.record(activityKey: change.activityKey, partition: change.partition), writtenAt: now))
-                }))
-            } catch {
-                logger.error("activity memory not encoded", metadata: ["activity.key": "\(change.activityKey)", "error": "\(error)"])
+        // In slices, so that a round of many (the first after a rebuild from the records) does not
+        // hold every record encoded at once.
+        var failed: [ContentEngine.Unwritten] = []
+        var lastError: (any Error)?
+        for slice in stride(from: 0, to: taken.changes.count, by: Self.slice).map({ taken.changes[$0..<min($0 + Self.slice, taken.changes.count)] }) {
+            var records: [(change: ContentEngine.Unwritten, value: [UInt8]?)] = []
+            records.reserveCapacity(slice.count)
+            for change in slice {
+                do {
+                    records.append((change, try change.memory.map { memory in
+                        try IsletJSON.encode(
+                            ContentMemoryRecord(activity: memory.record(activityKey: change.activityKey, partition: change.partition), writtenAt: now))
+                    }))
+                } catch {
+                    // Never expected; its partition's checkpoint waits all the same.
+                    logger.error("activity memory not encoded", metadata: ["activity.key": "\(change.activityKey)", "error": "\(error)"])
+                    failed.append(change)
+                    lastError = error
+                }
             }
+            let (failedIndices, sliceError) = await send(records.map { ($0.change.activityKey, $0.value, $0.change.partition) })
+            failed += failedIndices.map { records[$0].change }
+            lastError = sliceError ?? lastError
         }
-        let (failedIndices, lastFailure) = await send(records.map { ($0.change.activityKey, $0.value, $0.change.partition) })
-        var lastError: (any Error)? = lastFailure
-        let failed = failedIndices.map { records[$0].change }
         var failedPartitions = Set(failed.map(\.partition))
         engine.unwrittenAgain(failed)
         // The checkpoints of the partitions whose memories are all written, when they moved on.

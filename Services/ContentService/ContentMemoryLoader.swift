@@ -172,8 +172,10 @@ public final class ContentMemoryLoader: Service, Sendable {
         restored: inout Restored, logger: Logger
     ) {
         guard let value = message.value else {
-            // A tombstone: the activity was forgotten.
-            if let key = message.key, let activityKey = String(bytes: key, encoding: .utf8) { engine.restore(activityKey, nil) }
+            // A tombstone: the activity was forgotten, or the partition's checkpoint deleted (an
+            // operator's way to have the memory rebuilt from the requests and outcomes).
+            guard let key = message.keyString else { return }
+            if key == ContentMemoryRecord.checkpointKey { checkpoints[message.partition] = nil } else { engine.restore(key, nil) }
             return
         }
         do {

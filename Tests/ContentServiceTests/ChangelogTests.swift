@@ -125,6 +125,9 @@ struct ChangelogTests {
         apply(ContentMemoryRecord.checkpointKey, try IsletJSON.encode(checkpoint), partition: 1)
         apply("com.example.food/y", Array("{not json".utf8))
         #expect(checkpoints == [1: [KafkaTopicPartition(topic: "r", partition: 0): 12]])
+        // A checkpoint's tombstone: that partition has none (the memory is rebuilt from the records).
+        apply(ContentMemoryRecord.checkpointKey, nil, partition: 1)
+        #expect(checkpoints.isEmpty)
         #expect(restored.memories == 1)
     }
 
