@@ -313,7 +313,8 @@ struct Restore: AsyncParsableCommand {
         let writer = ChangelogWriter(
             engine: source, sender: sender, producer: producer, positions: ReadPositions(ends.positions.withLock { $0 }), topic: memoryTopic, logger: benchLogger)
         let written = ContinuousClock.now
-        let memories = await writer.write(partitions: Set(0..<Int32(partitions)))
+        sender.own(Array(0..<Int32(partitions)))
+        let memories = await writer.write()
         guard writer.failure == nil, memories == activities else {
             throw ValidationError("the changelog was not written: \(memories) memories, \(writer.failure ?? "")")
         }

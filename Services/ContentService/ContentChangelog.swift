@@ -97,6 +97,8 @@ public final class ChangelogWriter: Service, Sendable {
         var checkpoints: [Int32: [KafkaTopicPartition: Int64]] = [:]
         /// Why the last round failed, if it did.
         var failure: String?
+        /// Partitions being revoked, whose revocation round may still write them.
+        var releasing: Set<Int32> = []
     }
 
     public init(
@@ -123,15 +125,23 @@ public final class ChangelogWriter: Service, Sendable {
     /// These partitions are being revoked (called from the event loop's revocation handler, once
     /// their events under way are done, before their next owner is assigned them): what changed
     /// in them is written now, so that the next owner (or the next start) reads less again. At
-    /// most `timeout`: with Kafka away the next owner reads from the last checkpoint.
+    /// most `timeout` (with Kafka away the next owner reads from the last checkpoint): after it,
+    /// nothing more of theirs is handed to Kafka, and their checkpoint is not written.
     public func revoked(_ partitions: Set<Int32>, within timeout: Duration) async {
+        // No periodic round takes them any more; this one may, until the timeout.
+        sender.disown(Array(partitions))
+        state.withLock { state in
+            state.releasing.formUnion(partitions)
+            // Another owner's checkpoint may follow: the next one of this instance is written whatever it says.
+            for partition in partitions { state.checkpoints[partition] = nil }
+        }
         let finished = Mutex(false)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let once: @Sendable () -> Void = {
                 if finished.withLock({ done in defer { done = true }; return !done }) { continuation.resume() }
             }
             Task {
-                await self.write(partitions: partitions)
+                await self.write(partitions: partitions, settleWithin: min(self.settleTimeout, timeout / 2))
                 once()
             }
             Task {
@@ -139,22 +149,31 @@ public final class ChangelogWriter: Service, Sendable {
                 once()
             }
         }
+        state.withLock { $0.releasing.subtract(partitions) }
     }
 
     /// Why the last round did not write everything (`nil`: it did).
     public var failure: String? { state.withLock { $0.failure } }
 
-    /// One round, of the partitions owned (or of these). Rounds run one at a time: a revocation
-    /// waits for the round under way, so that no write of a partition lands after its next owner's.
-    /// Returns the memories written.
+    /// The partitions a round may still write: those owned, and those being revoked.
+    private var writable: Set<Int32> { sender.ownedPartitions.union(state.withLock { $0.releasing }) }
+
+    /// One round, of the partitions owned (or of these). Rounds run one at a time (a revocation's
+    /// waits for the one under way), and each slice and checkpoint is handed to Kafka only while
+    /// its partition is still this instance's: owned, or being revoked within the revocation's
+    /// time. Returns the memories written.
     @discardableResult
-    public func write(partitions: Set<Int32>? = nil) async -> Int {
+    public func write(partitions: Set<Int32>? = nil, settleWithin: Duration? = nil) async -> Int {
         await rounds.acquire()
         defer { rounds.release() }
-        let owned = partitions ?? sender.ownedPartitions
-        guard !owned.isEmpty else { return 0 }
+        let owned = (partitions ?? sender.ownedPartitions).intersection(partitions == nil ? sender.ownedPartitions : writable)
+        guard !owned.isEmpty else {
+            state.withLock { $0.failure = nil }
+            return 0
+        }
         // Every request sent acknowledged, then the positions, then the memories (which reflect
         // at least every record before the positions).
+        let settleTimeout = settleWithin ?? self.settleTimeout
         let taken: (positions: [KafkaTopicPartition: Int64], changes: [ContentEngine.Unwritten])? = try? await sender.turn {
             guard await sender.settle(within: settleTimeout) else { return nil }
             let positions = self.positions.current
@@ -165,14 +184,25 @@ public final class ChangelogWriter: Service, Sendable {
             return 0
         }
         let now = engine.clock.date
-        // In slices, so that a round of many (the first after a rebuild from the records) does not
-        // hold every record encoded at once.
+        // In slices, so that a round of many (a partition gained, the first round after a rebuild
+        // from the records) does not hold every record encoded at once.
         var failed: [ContentEngine.Unwritten] = []
         var lastError: (any Error)?
-        for slice in stride(from: 0, to: taken.changes.count, by: Self.slice).map({ taken.changes[$0..<min($0 + Self.slice, taken.changes.count)] }) {
+        var written = Set<Int32>()
+        var next = taken.changes.startIndex
+        while next < taken.changes.endIndex {
+            let slice = taken.changes[next..<min(next + Self.slice, taken.changes.endIndex)]
+            next = slice.endIndex
+            let writable = self.writable
             var records: [(change: ContentEngine.Unwritten, value: [UInt8]?)] = []
             records.reserveCapacity(slice.count)
             for change in slice {
+                // Its partition is another instance's now: its memories are handed back (dropped
+                // unless this instance owns it again).
+                guard writable.contains(change.partition) else {
+                    failed.append(change)
+                    continue
+                }
                 do {
                     records.append((change, try change.memory.map { memory in
                         try IsletJSON.encode(
@@ -188,13 +218,17 @@ public final class ChangelogWriter: Service, Sendable {
             let (failedIndices, sliceError) = await send(records.map { ($0.change.activityKey, $0.value, $0.change.partition) })
             failed += failedIndices.map { records[$0].change }
             lastError = sliceError ?? lastError
+            written.formUnion(records.map(\.change.partition))
         }
         var failedPartitions = Set(failed.map(\.partition))
         engine.unwrittenAgain(failed)
-        // The checkpoints of the partitions whose memories are all written, when they moved on.
+        // The checkpoint of each partition whose memories are all written: after memories of it
+        // were written (the latest checkpoint must then be this one), or when the positions moved.
         let checkpointPositions = taken.positions.sorted { ($0.key.topic, $0.key.partition) < ($1.key.topic, $1.key.partition) }
             .map { ContentMemoryRecord.Position(topic: $0.key.topic, partition: $0.key.partition, offset: $0.value) }
-        for partition in owned.subtracting(failedPartitions).sorted() where state.withLock({ $0.checkpoints[partition] }) != taken.positions {
+        for partition in owned.subtracting(failedPartitions).sorted()
+        where written.contains(partition) || state.withLock({ $0.checkpoints[partition] }) != taken.positions {
+            guard writable.contains(partition) else { continue }
             do {
                 let record = ContentMemoryRecord(checkpoint: .init(partition: partition, positions: checkpointPositions), writtenAt: now)
                 _ = try await producer.send(topic: topic, key: ContentMemoryRecord.checkpointKey, value: try IsletJSON.encode(record), partition: partition)
@@ -204,14 +238,15 @@ public final class ChangelogWriter: Service, Sendable {
                 failedPartitions.insert(partition)
             }
         }
-        Counter(label: "islet_content_changelog_records_total").increment(by: taken.changes.count - failed.count)
+        let count = taken.changes.count - failed.count
+        Counter(label: "islet_content_changelog_records_total").increment(by: count)
         if let lastError {
             Counter(label: "islet_content_changelog_failures_total").increment()
             fail("\(failed.count) memories and the checkpoints of partitions \(failedPartitions.sorted()) not written: \(lastError)")
         } else {
             state.withLock { $0.failure = nil }
         }
-        return taken.changes.count - failed.count
+        return count
     }
 
     /// Hands the records to the producer, all at once, and waits for their acknowledgements.

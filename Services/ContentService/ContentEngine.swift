@@ -52,12 +52,14 @@ public final class ContentEngine: Sendable {
         /// In the order they fell due (the oldest first).
         var payloadsToRead: [PayloadToRead] = []
         /// The activities whose memory changed since it was last written to the changelog
-        /// (``ChangelogWriter``), by partition. Kept for every partition, owned or not: an instance
-        /// that comes to own a partition writes what it knows that the changelog may not.
+        /// (``ChangelogWriter``), by partition: of the partitions this instance owns
+        /// (``own(_:)``; `nil`: of every partition).
         var unwritten: [Int32: Set<String>] = [:]
+        var changelogPartitions: Set<Int32>?
 
         mutating func unwritten(_ key: String, partition: Int32?) {
-            if let partition { unwritten[partition, default: []].insert(key) }
+            guard let partition, changelogPartitions?.contains(partition) ?? true else { return }
+            unwritten[partition, default: []].insert(key)
         }
 
         /// Sets (or, with `nil`, forgets) the memory of `key`, keeping the index by activity id, the
@@ -313,10 +315,36 @@ public final class ContentEngine: Sendable {
         }
     }
 
+    /// The partitions whose changes are tracked for the changelog are now `partitions` (this
+    /// instance's assignment; called on each assignment, not on revocations, so that a partition
+    /// revoked and assigned back is not written again in full). Until the first call every
+    /// partition's changes are tracked (a start's memory, rebuilt, may be ahead of the changelog);
+    /// then the others are dropped. A partition gained from another instance has every memory
+    /// marked: what this instance knows of it while another owned it was not tracked here, and
+    /// its last owner may have stopped before writing it.
+    public func trackChanges(of partitions: Set<Int32>) {
+        state.withLock { state in
+            if let tracked = state.changelogPartitions {
+                for partition in tracked.subtracting(partitions) { state.unwritten[partition] = nil }
+                let gained = partitions.subtracting(tracked)
+                if !gained.isEmpty {
+                    for (key, memory) in state.memories {
+                        if let partition = memory.partition, gained.contains(partition) { state.unwritten[partition, default: []].insert(key) }
+                    }
+                }
+            } else {
+                state.unwritten = state.unwritten.filter { partitions.contains($0.key) }
+            }
+            state.changelogPartitions = partitions
+        }
+    }
+
     /// Memories taken by ``takeUnwritten(partitions:)`` that did not reach the changelog.
     public func unwrittenAgain(_ items: [Unwritten]) {
         state.withLock { state in
-            for item in items { state.unwritten[item.partition, default: []].insert(item.activityKey) }
+            for item in items where state.changelogPartitions?.contains(item.partition) ?? true {
+                state.unwritten[item.partition, default: []].insert(item.activityKey)
+            }
         }
     }
 

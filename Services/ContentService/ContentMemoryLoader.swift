@@ -67,7 +67,7 @@ public final class ContentMemoryLoader: Service, Sendable {
         var startAt: [KafkaTopicPartition: Int64] = [:]
         var changelogSeconds = 0.0
         if let changelogTopic {
-            guard let restored = try await readChangelog(changelogTopic) else { return }  // stopped meanwhile
+            guard let restored = await readChangelogRetrying(changelogTopic) else { return }  // stopped meanwhile
             changelogSeconds = (ContinuousClock.now - started) / .seconds(1)
             startAt = restored.startAt
             logger.info(
@@ -110,26 +110,57 @@ public final class ContentMemoryLoader: Service, Sendable {
     }
 
     /// Reads the changelog to its end into the engine; `nil` when the loader was stopped first.
-    /// A changelog that cannot be read (the topic missing) is logged, and the memory is rebuilt
-    /// from the records alone.
-    func readChangelog(_ topic: String) async throws -> Restored? {
+    /// A changelog topic that does not exist is logged, and the memory is rebuilt from the records
+    /// alone; a read that fails otherwise (the cluster unreachable) is tried again, after a
+    /// backoff of 1 s doubling to 30 s: a rebuild from 9 hours of records is not a fallback for a
+    /// blip.
+    func readChangelogRetrying(_ topic: String) async -> Restored? {
+        var backoff = Duration.seconds(1)
+        while !Task.isCancelled {
+            switch await readChangelog(topic) {
+            case .restored(let restored): return restored
+            case .stopped: return nil
+            case .missing(let error):
+                logger.error(
+                    "the changelog topic does not exist: the memory is rebuilt from the requests and outcomes of the retention",
+                    metadata: ["kafka.topic": "\(topic)", "error": "\(error)"])
+                return Restored()
+            case .failed(let error):
+                phase.withLock { $0 = "reading the changelog failed (\(error)); again in \(backoff)" }
+                logger.error("the changelog could not be read; reading it again after a backoff", metadata: ["error": "\(error)", "backoff": "\(backoff)"])
+                guard (try? await Task.sleep(for: backoff)) != nil else { return nil }
+                backoff = min(backoff * 2, .seconds(30))
+            }
+        }
+        return nil
+    }
+
+    enum ChangelogRead {
+        case restored(Restored)
+        case missing(String)
+        case failed(String)
+        case stopped
+    }
+
+    func readChangelog(_ topic: String) async -> ChangelogRead {
+        func failure(_ error: any Error) -> ChangelogRead {
+            "\(error)".contains("does not exist") ? .missing("\(error)") : .failed("\(error)")
+        }
         let reader: KafkaConsumer
         do {
             reader = try makeReplica([topic], nil, [:])
         } catch {
-            logger.error("the changelog cannot be read: the memory is rebuilt from the requests and outcomes of the retention", metadata: ["error": "\(error)"])
-            return Restored()
+            return failure(error)
         }
         replica.withLock { $0 = reader }
         let engine = self.engine
         let logger = self.logger
-        let result: Restored?? = try await withThrowingTaskGroup(of: Restored??.self) { group in
+        return await withTaskGroup(of: ChangelogRead?.self) { group in
             group.addTask {
                 do {
                     try await reader.run()
                 } catch {
-                    logger.error("the changelog's replica stopped: the memory is rebuilt from the requests and outcomes of the retention", metadata: ["error": "\(error)"])
-                    return .some(nil)
+                    return failure(error)
                 }
                 return nil
             }
@@ -146,24 +177,20 @@ public final class ContentMemoryLoader: Service, Sendable {
                         restored.partitions = Set(catchUp.assignedPartitions.map(\.partition))
                         restored.checkpoints = checkpoints.count
                         restored.startAt = Self.startPositions(checkpoints, partitions: restored.partitions)
-                        return .some(restored)
+                        return .restored(restored)
                     }
                 }
                 return nil
             }
-            var answer: Restored?? = nil
-            while let next = try await group.next() {
+            var answer: ChangelogRead?
+            while let next = await group.next() {
                 if let next, answer == nil {
                     answer = next
                     reader.shutdown()
                 }
             }
-            return answer
-        }
-        switch result {
-        case .some(.some(let restored)): return restored
-        case .some(.none): return Restored()  // could not be read: from `since`
-        case .none: return nil  // stopped
+            // Both ended without an answer: the reader was shut down (the loader stopping).
+            return answer ?? .stopped
         }
     }
 

@@ -67,6 +67,7 @@ public struct ContentServiceLoop: Service {
                 switch event {
                 case .partitionsAssigned(let partitions):
                     sender.own(partitions.map(\.partition))
+                    engine.trackChanges(of: sender.ownedPartitions)
                 case .partitionsRevoked(let partitions):
                     sender.disown(partitions.map(\.partition))
                     tracker.revoke(partitions)
@@ -173,9 +174,10 @@ public final class RequestSender: Sendable {
     }
 
     /// The activity-event partitions this instance owns.
-    var ownedPartitions: Set<Int32> { owned.withLock { $0 } }
-    func own(_ partitions: [Int32]) { owned.withLock { $0.formUnion(partitions) } }
-    func disown(_ partitions: [Int32]) { owned.withLock { $0.subtract(partitions) } }
+    public var ownedPartitions: Set<Int32> { owned.withLock { $0 } }
+    /// The event loop was assigned these partitions (a benchmark without a loop says so itself).
+    public func own(_ partitions: [Int32]) { owned.withLock { $0.formUnion(partitions) } }
+    public func disown(_ partitions: [Int32]) { owned.withLock { $0.subtract(partitions) } }
 
     /// Runs `body` when no other turn runs.
     func turn<T: Sendable>(_ body: () async throws -> T) async throws -> T {

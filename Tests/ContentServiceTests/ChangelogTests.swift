@@ -90,6 +90,30 @@ struct ChangelogTests {
         #expect(forgotten.first.map { $0.memory == nil } == true)
     }
 
+    @Test("only the partitions assigned are tracked; one gained from another instance has every memory to write; one revoked and assigned back does not")
+    func trackedByAssignment() throws {
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        _ = try send(engine, delivery(1, "preparing", activity: "a"), partition: 0)
+        _ = try send(engine, delivery(1, "preparing", activity: "b"), partition: 1)
+        // Before the first assignment every change is tracked (a start's rebuild); then only the partitions assigned.
+        engine.trackChanges(of: [0])
+        #expect(engine.unwrittenCount(partitions: [0]) == 1 && engine.unwrittenCount(partitions: [1]) == 0)
+        _ = engine.takeUnwritten(partitions: [0])
+        _ = try send(engine, delivery(2, "out_for_delivery", activity: "b"), partition: 1)
+        #expect(engine.unwrittenCount(partitions: [1]) == 0, "another instance's partition")
+        // Assigned back the same partition (a rebalance): nothing to write again.
+        engine.trackChanges(of: [0])
+        #expect(engine.unwrittenCount(partitions: [0, 1]) == 0)
+        // Partition 1 gained: its memories, changed here while another instance owned it, are all written.
+        engine.trackChanges(of: [0, 1])
+        #expect(engine.takeUnwritten(partitions: [1]).map(\.activityKey) == ["com.example.food/b"])
+        // Partition 0 given away: its changes are not tracked any more, and not handed back either.
+        engine.trackChanges(of: [1])
+        let a = try send(engine, delivery(2, "out_for_delivery", activity: "a"), partition: 0)
+        engine.unwrittenAgain([.init(partition: 0, activityKey: a.activityKey, memory: nil)])
+        #expect(engine.unwrittenCount(partitions: [0]) == 0)
+    }
+
     @Test("a restart reads the requests and outcomes from the oldest position the checkpoints name, and from the retention's start unless every partition has one")
     func startPositions() {
         let requests0 = KafkaTopicPartition(topic: "r", partition: 0)

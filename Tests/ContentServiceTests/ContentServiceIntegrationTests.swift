@@ -7,6 +7,7 @@ import IsletMessages
 import IsletProtos
 import IsletRuntime
 import IsletTesting
+import IsletTokens
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -150,6 +151,63 @@ struct ContentServiceIntegrationTests {
             message.value.flatMap { try? IsletJSON.decode(ContentMemoryRecord.self, from: $0) }
         }
         #expect(written.last { $0.activity?.activityId == "order-1" }?.activity?.lastSequence == 15)
+        producer.shutdown()
+        try await producing.value
+    }
+
+    @Test("a changelog round writes each changed memory once, then the checkpoint; nothing when nothing changed; a revoked partition is written by its revocation and by no round after")
+    func changelogRounds() async throws {
+        let topic = uniqueName("test.memory")
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
+        _ = try await admin.createTopics([.init(name: topic, partitions: 2, configs: ["cleanup.policy": "compact"])])
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
+        let producing = Task { try await producer.run() }
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        let sender = RequestSender(producer: producer, engine: engine, logger: logger)
+        sender.own([0, 1])
+        engine.trackChanges(of: [0, 1])
+        let requests = KafkaTopicPartition(topic: "test.requests", partition: 0)
+        let positions = ReadPositions([requests: 7])
+        let writer = ChangelogWriter(engine: engine, sender: sender, producer: producer, positions: positions, topic: topic, logger: logger)
+        func update(_ activity: String, _ sequence: Int64, partition: Int32) throws {
+            var event = event("DeliveryAttributes", sequence: sequence, ["status": .string("preparing"), "orderId": .string("1")])
+            event.activityId = activity
+            event.eventId = "\(activity)-\(sequence)"
+            guard case .send(let prepared) = try engine.prepare(event, partition: partition) else { throw ContentError(field: "event", problem: "ignored") }
+            engine.commit(prepared)
+        }
+        func records() async throws -> [(partition: Int32, record: ContentMemoryRecord)] {
+            try await TestBroker.readToEnd([topic]).map { ($0.partition, try IsletJSON.decode(ContentMemoryRecord.self, from: $0.value ?? [])) }
+        }
+
+        try update("a", 1, partition: 0)
+        try update("a", 2, partition: 0)
+        try update("b", 1, partition: 1)
+        #expect(await writer.write() == 2)
+        var written = try await records()
+        #expect(written.count == 4, "a and b once each, and a checkpoint in each partition")
+        #expect(written.first { $0.record.activity?.activityId == "a" }.map { $0.partition == 0 && $0.record.activity?.lastSequence == 2 } == true)
+        #expect(written.filter { $0.record.checkpoint?.positions == [.init(topic: "test.requests", partition: 0, offset: 7)] }.map(\.partition).sorted() == [0, 1])
+
+        #expect(await writer.write() == 0)
+        #expect(try await records().count == 4, "nothing changed, the positions did not move: nothing written")
+
+        // A memory changed, the positions did not move: the memory, then its partition's checkpoint all the same.
+        try update("b", 2, partition: 1)
+        #expect(await writer.write() == 1)
+        written = try await records()
+        #expect(written.count == 6 && written.suffix(2).map(\.partition) == [1, 1] && written.last?.record.checkpoint != nil)
+
+        // Partition 1 revoked: its change is written by the revocation; a round after it writes nothing of it.
+        try update("b", 3, partition: 1)
+        await writer.revoked([1], within: .seconds(3))
+        #expect(!sender.ownedPartitions.contains(1))
+        try update("b", 4, partition: 1)
+        #expect(await writer.write() == 0)
+        written = try await records()
+        #expect(written.count == 8)
+        #expect(written.last { $0.record.activity?.activityId == "b" }?.record.activity?.lastSequence == 3)
+        #expect(writer.failure == nil)
         producer.shutdown()
         try await producing.value
     }

@@ -195,7 +195,7 @@ struct TopicTests {
         #expect(IsletTopics.tokens.cleanupPolicy == .compact)
         #expect(IsletTopics.tokens.retention == nil)
         #expect(IsletTopics.tokens.configs == ["cleanup.policy": "compact"])
-        #expect(IsletTopics.contentMemory.configs == ["cleanup.policy": "compact"])
+        #expect(IsletTopics.contentMemory.configs == ["cleanup.policy": "compact", "segment.ms": "3600000", "min.cleanable.dirty.ratio": "0.1"])
         for topic in IsletTopics.all where topic != IsletTopics.tokens && topic != IsletTopics.contentMemory {
             #expect(topic.cleanupPolicy == .delete, "\(topic)")
             #expect(topic.retention != nil, "\(topic)")
