@@ -235,7 +235,8 @@ public final class ContentEngine: Sendable {
 
     /// A request read back from `islet.push-requests.v1`: the memory of its activity catches up
     /// (after a restart, or when another instance handled the activity before).
-    /// - Parameter partition: the partition it was read from.
+    /// - Parameter partition: the partition of the activity's records (for a request to a running
+    ///   activity, the one it was read from; a push-to-start request's is its activity id's).
     /// - Parameter storedAt: where it was read (its payload is then not kept: read there again when needed).
     public func replay(_ request: PushRequest, partition: Int32? = nil, storedAt: KafkaPosition? = nil) {
         guard let activityKey = request.activityKey else { return }
@@ -244,8 +245,7 @@ public final class ContentEngine: Sendable {
             var memory = state.memories[activityKey] ?? ActivityMemory()
             memory.replay(request)
             if let storedAt { memory.stored(request.requestId, at: storedAt) }
-            // Requests to a running activity are partitioned like its events (by activity id).
-            if let partition, request.activityId != nil { memory.partition = partition }
+            if let partition { memory.partition = partition }
             state.set(activityKey, memory, now: now, policy: policy)
             if let key = request.pushToStartKey { state.startOwners[key] = activityKey }
         }

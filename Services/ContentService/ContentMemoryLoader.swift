@@ -41,6 +41,8 @@ public final class ContentMemoryLoader: Service, Sendable {
     let logger: Logger
     private let replica = Mutex<KafkaConsumer?>(nil)
     private let phase = Mutex("reading the changelog")
+    /// The activity topics' partition count, once the changelog (co-partitioned with them) told it.
+    private let activityPartitions = Mutex<Int32?>(nil)
 
     public init(
         engine: ContentEngine, requestsTopic: String = IsletTopics.pushRequests.name, outcomesTopic: String = IsletTopics.pushOutcomes.name,
@@ -70,6 +72,7 @@ public final class ContentMemoryLoader: Service, Sendable {
             guard let restored = await readChangelogRetrying(changelogTopic) else { return }  // stopped meanwhile
             changelogSeconds = (ContinuousClock.now - started) / .seconds(1)
             startAt = restored.startAt
+            if !restored.partitions.isEmpty { learn(activityPartitions: Int32(restored.partitions.count)) }
             logger.info(
                 "activity memory read from the changelog",
                 metadata: [
@@ -99,6 +102,9 @@ public final class ContentMemoryLoader: Service, Sendable {
             positions.applied(message)
         }
     }
+
+    /// The activity topics have `count` partitions (the changelog's).
+    func learn(activityPartitions count: Int32) { activityPartitions.withLock { $0 = count } }
 
     /// What the changelog gave.
     struct Restored {
@@ -246,9 +252,18 @@ public final class ContentMemoryLoader: Service, Sendable {
                     Counter(label: "islet_content_memory_own_requests_skipped_total").increment()
                     return
                 }
-                engine.replay(
-                    try IsletJSON.decode(PushRequest.self, from: message.value ?? []), partition: message.partition,
-                    storedAt: message.position)
+                let request = try IsletJSON.decode(PushRequest.self, from: message.value ?? [])
+                // A push-to-start request is keyed (and partitioned) by its push-to-start key: its
+                // activity's partition is where the activity id goes.
+                let partition: Int32?
+                if request.activityId != nil {
+                    partition = message.partition
+                } else if let activityId = request.sourceActivityId, let count = activityPartitions.withLock({ $0 }) {
+                    partition = KafkaPartitioner.partition(ofKey: activityId, partitions: count)
+                } else {
+                    partition = nil
+                }
+                engine.replay(request, partition: partition, storedAt: message.position)
             } else if message.topic == outcomesTopic {
                 engine.record(try IsletJSON.decode(PushOutcome.self, from: message.value ?? []))
             }

@@ -114,6 +114,32 @@ struct ChangelogTests {
         #expect(engine.unwrittenCount(partitions: [0]) == 0)
     }
 
+    @Test("a push-to-start request read back places its activity's memory in the activity's partition, not in the push-to-start key's")
+    func pushToStartPartition() throws {
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        let loader = ContentMemoryLoader(engine: engine, since: now, logger: Logger(label: "test")) { topics, since, _ in
+            try KafkaConsumer(configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: topics, since: since), logger: Logger(label: "test"))
+        }
+        let request = PushRequest(
+            requestId: "s1", pushToStartKey: "pts:com.example.food:device-1:DeliveryAttributes", event: .start, app: app,
+            attributesType: "DeliveryAttributes", payload: #"{"aps":{"event":"start"}}"#, priority: 10, urgency: .important, supersedable: false,
+            alerting: true, apnsTimestamp: 1_795_000_000, contentSequence: 1, createdAt: now, sourceEventId: "e1", sourceActivityId: "order-9")
+        let keyPartition = KafkaPartitioner.partition(ofKey: request.pushToStartKey!, partitions: 48)
+        let activityPartition = KafkaPartitioner.partition(ofKey: "order-9", partitions: 48)
+        try #require(keyPartition != activityPartition, "the example needs the two apart")
+        func read() throws {
+            loader.apply(KafkaMessage(
+                topic: IsletTopics.pushRequests.name, partition: keyPartition, offset: 0, key: Array(request.pushToStartKey!.utf8),
+                value: try IsletJSON.encode(request)))
+        }
+        try read()
+        #expect(engine.memory(of: "com.example.food/order-9")?.partition == nil, "the partition count not known yet")
+        loader.learn(activityPartitions: 48)
+        engine.restore("com.example.food/order-9", nil)
+        try read()
+        #expect(engine.memory(of: "com.example.food/order-9")?.partition == activityPartition)
+    }
+
     @Test("a restart reads the requests and outcomes from the oldest position the checkpoints name, and from the retention's start unless every partition has one")
     func startPositions() {
         let requests0 = KafkaTopicPartition(topic: "r", partition: 0)

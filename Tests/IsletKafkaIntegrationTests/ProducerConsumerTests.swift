@@ -63,6 +63,9 @@ struct ProducerConsumerTests {
             #expect(reports["com.example.food/\(id)"] == expected && reports["com.example.ride/\(id)"] == expected, "\(id) in either app")
         }
         #expect(Set(ids.map { reports[$0]! }).count > 1, "the ids spread over partitions")
+        for (key, partition) in reports {
+            #expect(KafkaPartitioner.partition(ofKey: key, partitions: Int32(partitions)) == partition, "\(key): computed where it was put")
+        }
         for key in ["pts:com.example.ride:device-1:RideAttributes", "pts:com.example.ride:device-2:RideAttributes"] {
             #expect(reports[key] == javaPartition(Array(key.utf8), partitions: partitions), "a push-to-start key is hashed whole")
         }

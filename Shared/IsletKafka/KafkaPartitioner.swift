@@ -1,0 +1,19 @@
+import CRdKafka
+import IsletMessages
+
+/// Where Islet's producers put a keyed record (``KafkaProducerConfiguration``: librdkafka's
+/// murmur2, the Java client's, over the part of the key that names the activity), computed
+/// without producing: content-service places the memory of an activity started by push-to-start,
+/// whose request is keyed by the push-to-start key, in its activity's partition.
+public enum KafkaPartitioner {
+    /// The partition of `key` in a topic of `partitions` partitions.
+    public static func partition(ofKey key: String, partitions: Int32) -> Int32 {
+        precondition(partitions > 0, "a topic has at least one partition")
+        var bytes = Array(key.utf8)
+        let start = MessageKey.partitionKeyStart(of: bytes)
+        return bytes.withUnsafeMutableBytes { buffer in
+            // murmur2 only hashes the key: the topic and the opaques are not looked at.
+            rd_kafka_msg_partitioner_murmur2(nil, buffer.baseAddress.map { $0 + start }, buffer.count - start, partitions, nil, nil)
+        }
+    }
+}
