@@ -31,6 +31,25 @@ private func readRequests(_ topic: String, until ids: Set<String>) async throws 
     return try progress.messages.map { try IsletJSON.decode(PushRequest.self, from: $0.value ?? []) }
 }
 
+/// content-service's topics for one test, created on the broker (2 partitions each; one for dead letters).
+private func testTopics() async throws -> (ContentServiceApp.Topics, String) {
+    var topics = ContentServiceApp.Topics()
+    let suffix = UUID().uuidString.prefix(8).lowercased()
+    topics.tokens = "test.tokens.\(suffix)"
+    topics.activityEvents = "test.events.\(suffix)"
+    topics.pushRequests = "test.requests.\(suffix)"
+    topics.deadLetters = "test.dlq.\(suffix)"
+    topics.pushOutcomes = "test.outcomes.\(suffix)"
+    topics.contentMemory = "test.memory.\(suffix)"
+    let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
+    _ = try await admin.createTopics([
+        .init(name: topics.tokens, partitions: 2, configs: ["cleanup.policy": "compact"]), .init(name: topics.activityEvents, partitions: 2),
+        .init(name: topics.pushRequests, partitions: 2), .init(name: topics.deadLetters, partitions: 1),
+        .init(name: topics.pushOutcomes, partitions: 2), .init(name: topics.contentMemory, partitions: 2, configs: ["cleanup.policy": "compact"]),
+    ])
+    return (topics, String(suffix))
+}
+
 @Suite("content-service against the broker", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(2)))
 struct ContentServiceIntegrationTests {
     /// The gRPC key of the test's backend (read and write).
@@ -73,20 +92,7 @@ struct ContentServiceIntegrationTests {
 
     @Test("the memory is restored from the changelog, and the requests and outcomes are read from its checkpoints on")
     func restoredFromChangelog() async throws {
-        var topics = ContentServiceApp.Topics()
-        let suffix = UUID().uuidString.prefix(8).lowercased()
-        topics.tokens = "test.tokens.\(suffix)"
-        topics.activityEvents = "test.events.\(suffix)"
-        topics.pushRequests = "test.requests.\(suffix)"
-        topics.deadLetters = "test.dlq.\(suffix)"
-        topics.pushOutcomes = "test.outcomes.\(suffix)"
-        topics.contentMemory = "test.memory.\(suffix)"
-        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
-        _ = try await admin.createTopics([
-            .init(name: topics.tokens, partitions: 2, configs: ["cleanup.policy": "compact"]), .init(name: topics.activityEvents, partitions: 2),
-            .init(name: topics.pushRequests, partitions: 2), .init(name: topics.deadLetters, partitions: 1),
-            .init(name: topics.pushOutcomes, partitions: 2), .init(name: topics.contentMemory, partitions: 2, configs: ["cleanup.policy": "compact"]),
-        ])
+        let (topics, suffix) = try await testTopics()
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         let producing = Task { try await producer.run() }
         let key = MessageKey.activity(bundleId: app.bundleId, activityId: "order-1")
@@ -216,20 +222,7 @@ struct ContentServiceIntegrationTests {
 
     @Test("events become push requests for the token's app version; duplicates and old sequences are skipped; bad events are dead letters")
     func eventsToRequests() async throws {
-        var topics = ContentServiceApp.Topics()
-        let suffix = UUID().uuidString.prefix(8).lowercased()
-        topics.tokens = "test.tokens.\(suffix)"
-        topics.activityEvents = "test.events.\(suffix)"
-        topics.pushRequests = "test.requests.\(suffix)"
-        topics.deadLetters = "test.dlq.\(suffix)"
-        topics.pushOutcomes = "test.outcomes.\(suffix)"
-        topics.contentMemory = "test.memory.\(suffix)"
-        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
-        _ = try await admin.createTopics([
-            .init(name: topics.tokens, partitions: 2, configs: ["cleanup.policy": "compact"]), .init(name: topics.activityEvents, partitions: 2),
-            .init(name: topics.pushRequests, partitions: 2), .init(name: topics.deadLetters, partitions: 1),
-            .init(name: topics.pushOutcomes, partitions: 2), .init(name: topics.contentMemory, partitions: 2, configs: ["cleanup.policy": "compact"]),
-        ])
+        let (topics, suffix) = try await testTopics()
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         let producing = Task { try await producer.run() }
         let registered = Date()
