@@ -162,7 +162,10 @@ public struct ActivityMemory: Sendable, Equatable {
 
     /// The dispatcher's final answer to one of the activity's requests.
     mutating func record(_ outcome: PushOutcome) {
-        if outcomes.count >= 8, let oldest = outcomes.keys.first(where: { $0 != latest?.requestId }) { outcomes[oldest] = nil }
+        // Room for a new one (an outcome read again, after a restore from the changelog, takes none).
+        if outcomes[outcome.requestId] == nil, outcomes.count >= 8, let oldest = outcomes.keys.first(where: { $0 != latest?.requestId }) {
+            outcomes[oldest] = nil
+        }
         outcomes[outcome.requestId] = outcome.result
         if let images = pendingImages.removeValue(forKey: outcome.requestId), outcome.result == .delivered || outcome.result == .deliveredDowngraded {
             inlinedImages.formUnion(images.urls)

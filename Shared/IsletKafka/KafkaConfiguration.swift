@@ -183,8 +183,9 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// read from a known position (`islet tail --offset`).
     public var replicaStartOffsets: [Int32: Int64]?
     /// Where a replica starts in particular partitions of particular topics: the next offset to
-    /// read. Overrides the two above for the partitions it names (content-service starts its
-    /// memory replica at the positions its changelog's checkpoints name).
+    /// read, but never before ``replicaSince``'s first record. Overrides ``replicaStartOffsets``
+    /// for the partitions it names (content-service starts its memory replica at the positions
+    /// its changelog's checkpoints name).
     public var replicaStartPositions: [KafkaTopicPartition: Int64]?
 
     public init(

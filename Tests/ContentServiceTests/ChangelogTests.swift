@@ -140,6 +140,19 @@ struct ChangelogTests {
         #expect(engine.memory(of: "com.example.food/order-9")?.partition == activityPartition)
     }
 
+    @Test("an outcome read again (after a restore from the changelog) evicts none of the 8 kept")
+    func outcomeReadAgain() {
+        var memory = ActivityMemory()
+        for index in 0..<8 {
+            memory.record(PushOutcome(requestId: "r\(index)", activityId: "a", result: .delivered, attempts: 1, completedAt: now, bundleId: app.bundleId))
+        }
+        let kept = memory.outcomes
+        memory.record(PushOutcome(requestId: "r3", activityId: "a", result: .delivered, attempts: 1, completedAt: now, bundleId: app.bundleId))
+        #expect(memory.outcomes == kept)
+        memory.record(PushOutcome(requestId: "r8", activityId: "a", result: .delivered, attempts: 1, completedAt: now, bundleId: app.bundleId))
+        #expect(memory.outcomes.count == 8 && memory.outcomes["r8"] == .delivered, "a new one still takes the place of an old one")
+    }
+
     @Test("a restart reads the requests and outcomes from the oldest position the checkpoints name, and from the retention's start unless every partition has one")
     func startPositions() {
         let requests0 = KafkaTopicPartition(topic: "r", partition: 0)

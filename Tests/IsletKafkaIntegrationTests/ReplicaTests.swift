@@ -62,6 +62,45 @@ struct ReplicaTests {
         #expect(await second.values == firstValues)
     }
 
+    @Test("a replica starts at the positions it is given, per topic and partition, but never before the first record since its time")
+    func startPositions() async throws {
+        let servers = try TestBroker.servers()
+        let (first, second) = (uniqueName("replica-a"), uniqueName("replica-b"))
+        try await createTopic(servers, first, partitions: 1)
+        try await createTopic(servers, second, partitions: 1)
+        func produce(_ values: Range<Int>) async throws {
+            try await withProducer(try makeProducer(servers)) { producer in
+                for i in values {
+                    for topic in [first, second] { try await producer.send(topic: topic, key: "k", value: Array("\(i)".utf8), partition: 0) }
+                }
+            }
+        }
+        // Records 0-9, then `since` (the broker's timestamps are milliseconds: a gap on each side), then 10-19.
+        try await produce(0..<10)
+        try await Task.sleep(for: .milliseconds(50))
+        let since = Date()
+        try await Task.sleep(for: .milliseconds(50))
+        try await produce(10..<20)
+        var configuration = KafkaConsumerConfiguration.replica(bootstrapServers: servers, topics: [first, second], since: since)
+        // first: from offset 15 (after `since`); second: from offset 2, before `since` (a stale position): from offset 10.
+        configuration.replicaStartPositions = [
+            KafkaTopicPartition(topic: first, partition: 0): 15, KafkaTopicPartition(topic: second, partition: 0): 2,
+        ]
+        let replica = try KafkaConsumer(configuration: configuration, logger: testLogger)
+        let read = Mutex<[String: [String]]>([:])
+        try await withRunning([replica], limit: .seconds(30), "a replica from positions") {
+            var catchUp = ReplicaCatchUp(topics: [first, second])
+            for await event in replica.events {
+                if case .message(let message) = event {
+                    read.withLock { $0[message.topic, default: []].append(String(decoding: message.value ?? [], as: UTF8.self)) }
+                }
+                if catchUp.note(event) { break }
+            }
+        }
+        #expect(read.withLock { $0[first] } == (15..<20).map { "\($0)" })
+        #expect(read.withLock { $0[second] } == (10..<20).map { "\($0)" })
+    }
+
     @Test("an empty topic's partitions end at once; a replica of a missing topic fails its run")
     func emptyAndMissing() async throws {
         let servers = try TestBroker.servers()

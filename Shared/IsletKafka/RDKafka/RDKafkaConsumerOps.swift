@@ -276,8 +276,14 @@ extension RDKafkaClient {
         for i in 0..<Int(list.pointee.cnt) {
             let element = list.pointee.elems[i]
             let position = positions[KafkaTopicPartition(topic: String(cString: element.topic), partition: element.partition)]
-            if let offset = position ?? startOffsets[element.partition] {
-                // Below the log start (deleted by retention) librdkafka resets to the earliest offset.
+            // Below the log start (deleted by retention) librdkafka resets to the earliest offset.
+            if let position {
+                // A start position (or where a replaced handle stopped) never before `since` when
+                // that names a record: an older one (a stale checkpoint) would read what the
+                // replica was told it need not.
+                let since = sinceMilliseconds != nil && element.offset >= 0 ? element.offset : 0
+                list.pointee.elems[i].offset = max(position, since, 0)
+            } else if let offset = startOffsets[element.partition] {
                 list.pointee.elems[i].offset = max(offset, 0)
             }
         }
