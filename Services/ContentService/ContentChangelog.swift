@@ -249,53 +249,28 @@ public final class ChangelogWriter: Service, Sendable {
         return count
     }
 
-    /// Hands the records to the producer, all at once, and waits for their acknowledgements.
-    /// Returns the indices of those Kafka did not take, and the last error.
+    /// Sends the records at once (the producer's awaited send, one child task each) and waits
+    /// for their acknowledgements. Returns the indices of those Kafka did not take, and the last error.
     private func send(_ records: [(key: String, value: [UInt8]?, partition: Int32)]) async -> ([Int], (any Error)?) {
-        guard !records.isEmpty else { return ([], nil) }
-        final class Tally: Sendable {
-            struct Counts { var remaining: Int; var failed: [Int] = []; var error: (any Error)?; var done: CheckedContinuation<Void, Never>? }
-            let counts: Mutex<Counts>
-            init(_ count: Int) { counts = Mutex(Counts(remaining: count)) }
-            func one(_ index: Int, _ error: (any Error)?) {
-                let done = counts.withLock { counts -> CheckedContinuation<Void, Never>? in
-                    if let error {
-                        counts.failed.append(index)
-                        counts.error = error
+        let (producer, topic) = (self.producer, self.topic)
+        return await withTaskGroup(of: (Int, (any Error)?).self) { group in
+            for (index, record) in records.enumerated() {
+                group.addTask {
+                    do {
+                        _ = try await producer.send(topic: topic, key: Array(record.key.utf8), value: record.value, partition: record.partition)
+                        return (index, nil)
+                    } catch {
+                        return (index, error)
                     }
-                    counts.remaining -= 1
-                    guard counts.remaining == 0 else { return nil }
-                    defer { counts.done = nil }
-                    return counts.done
                 }
-                done?.resume()
             }
-        }
-        let tally = Tally(records.count)
-        for (index, record) in records.enumerated() {
-            while true {
-                do {
-                    try producer.produce(topic: topic, key: Array(record.key.utf8), value: record.value, partition: record.partition) { result in
-                        if case .failure(let error) = result { tally.one(index, error) } else { tally.one(index, nil) }
-                    }
-                } catch where error.isQueueFull {
-                    await producer.waitForCapacity()
-                    continue
-                } catch {
-                    tally.one(index, error)
-                }
-                break
+            var failed: ([Int], (any Error)?) = ([], nil)
+            for await (index, error) in group where error != nil {
+                failed.0.append(index)
+                failed.1 = error
             }
+            return failed
         }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let now = tally.counts.withLock { counts -> Bool in
-                if counts.remaining == 0 { return true }
-                counts.done = continuation
-                return false
-            }
-            if now { continuation.resume() }
-        }
-        return tally.counts.withLock { ($0.failed, $0.error) }
     }
 
     private func fail(_ reason: String) {

@@ -9,11 +9,13 @@ public enum KafkaPartitioner {
     /// The partition of `key` in a topic of `partitions` partitions.
     public static func partition(ofKey key: String, partitions: Int32) -> Int32 {
         precondition(partitions > 0, "a topic has at least one partition")
-        var bytes = Array(key.utf8)
-        let start = MessageKey.partitionKeyStart(of: bytes)
-        return bytes.withUnsafeMutableBytes { buffer in
-            // murmur2 only hashes the key: the topic and the opaques are not looked at.
-            rd_kafka_msg_partitioner_murmur2(nil, buffer.baseAddress.map { $0 + start }, buffer.count - start, partitions, nil, nil)
-        }
+        return Array(key.utf8).withUnsafeBytes { partition(of: $0, partitions: partitions) }
+    }
+
+    /// The partition of a key's bytes (the producers' partitioner callback calls this too).
+    static func partition(of key: UnsafeRawBufferPointer, partitions: Int32) -> Int32 {
+        let start = MessageKey.partitionKeyStart(of: key)
+        // murmur2 only hashes the key: the topic and the opaques are not looked at.
+        return rd_kafka_msg_partitioner_murmur2(nil, key.baseAddress.map { $0 + start }, key.count - start, partitions, nil, nil)
     }
 }

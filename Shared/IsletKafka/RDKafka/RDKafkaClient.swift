@@ -361,8 +361,7 @@ private let rdkafkaActivityPartitioner:
         guard let key else {
             return rd_kafka_msg_partitioner_murmur2_random(topic, nil, 0, partitions, topicOpaque, messageOpaque)
         }
-        let start = MessageKey.partitionKeyStart(of: UnsafeRawBufferPointer(start: key, count: length))
-        return rd_kafka_msg_partitioner_murmur2_random(topic, key + start, length - start, partitions, topicOpaque, messageOpaque)
+        return KafkaPartitioner.partition(of: UnsafeRawBufferPointer(start: key, count: length), partitions: partitions)
     }
 
 private let rdkafkaErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
