@@ -28,7 +28,7 @@ let benchLogger: Logger = {
 @main
 struct ContentBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "islet-content-bench", abstract: "Measure content-service.", subcommands: [Assembly.self, Pipeline.self, Restore.self])
+        commandName: "islet-content-bench", abstract: "Measure content-service.", subcommands: [Assembly.self, Pipeline.self, Restore.self, Memory.self])
 }
 
 func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
@@ -46,10 +46,10 @@ func deliveryEvent(activity: Int, sequence: Int64, photo: String? = nil) -> Acti
         urgency: .routine, occurredAt: Date(), sequence: sequence)
 }
 
-func makeEngine(templates: String) throws -> ContentEngine {
+func makeEngine(templates: String, tokens: PartitionTokens = .whole()) throws -> ContentEngine {
     let key = try LinkKey(id: "bench", secret: Array("a-benchmark-link-key-of-32-bytes!".utf8))
     return ContentEngine(
-        assembler: PayloadAssembler(templates: try TemplateLoader.load(directory: templates), keyring: LinkKeyring(signing: key)), tokens: PartitionTokens.whole())
+        assembler: PayloadAssembler(templates: try TemplateLoader.load(directory: templates), keyring: LinkKeyring(signing: key)), tokens: tokens)
 }
 
 /// A 640×480 photo-like JPEG made with libgd (gradients, so it compresses like a picture).
@@ -362,6 +362,72 @@ struct Restore: AsyncParsableCommand {
         producer.shutdown()
         try await producing.value
     }
+}
+
+/// Resident memory per live activity, in process and without a broker: `activities` update tokens
+/// applied to the token table as the token replica applies them (80-byte tokens, three apps), then
+/// for each activity an event made into a push request and committed, its request stored on Kafka
+/// (the payload dropped, a position kept) and its outcome, delivered, recorded — what a live
+/// activity leaves in content-service's state. VmRSS is read before, after the tokens and after
+/// the memories (`MALLOC_ARENA_MAX` as the caller sets it).
+struct Memory: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Resident memory per live activity (tokens, then activity memories).")
+
+    @Option var templates = "Services/ContentService/Templates"
+    @Option var activities = 1_000_000
+    @Option var partitions: Int32 = 12
+
+    func run() throws {
+        let tokens = PartitionTokens.whole()
+        let engine = try makeEngine(templates: templates, tokens: tokens)
+        let apps = ["com.example.fooddelivery", "com.example.rides", "com.example.sports"]
+        let started = Date()
+        let base = residentKB()
+        var random = SystemRandomNumberGenerator()
+        for activity in 0..<activities {
+            let app = AppTarget(bundleId: apps[activity % apps.count], environment: .production)
+            let token = (0..<80).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &random)) }.joined()
+            let record = TokenRecord(
+                kind: .update, activityId: "order-\(activity)", userId: "user-\(activity % 50_000)", token: token, app: app,
+                attributesType: "DeliveryAttributes", frequentUpdatesEnabled: true, appVersion: "2.\(activity % 4).0", state: .active,
+                activityStartedAt: started, registeredAt: started, updatedAt: started)
+            let key = MessageKey.activity(bundleId: app.bundleId, activityId: "order-\(activity)")
+            _ = tokens.apply(record, key: key, partition: KafkaPartitioner.partition(ofKey: key, partitions: partitions), offset: Int64(activity))
+        }
+        let withTokens = residentKB()
+        for activity in 0..<activities {
+            var event = deliveryEvent(activity: activity, sequence: 1)
+            event.bundleId = apps[activity % apps.count]
+            let key = MessageKey.activity(bundleId: apps[activity % apps.count], activityId: event.activityId)
+            let partition = KafkaPartitioner.partition(ofKey: key, partitions: partitions)
+            guard case .send(let prepared) = try engine.prepare(event, partition: partition) else { fatalError("not sent") }
+            engine.commit(prepared)
+            for (index, request) in prepared.requests.enumerated() {
+                engine.stored(request, at: KafkaPosition(partition: partition, offset: Int64(activity * 4 + index)))
+                engine.record(PushOutcome(
+                    requestId: request.requestId, activityId: request.activityId ?? event.activityId, result: .delivered, attempts: 1, completedAt: Date(),
+                    bundleId: request.app.bundleId))
+            }
+        }
+        let withMemories = residentKB()
+        print("MemoryLayout<ActivityMemory>.stride = \(MemoryLayout<ActivityMemory>.stride)")
+        guard engine.activityCount == activities, tokens.count == activities else {
+            throw ValidationError("\(engine.activityCount) memories and \(tokens.count) tokens held, not \(activities)")
+        }
+        let (tokenBytes, memoryBytes) = (Double(withTokens - base) * 1024 / Double(activities), Double(withMemories - withTokens) * 1024 / Double(activities))
+        print(String(format: "VmRSS: %.1f MB before, %.1f MB with %d tokens, %.1f MB with their activities' memories",
+            Double(base) / 1024, Double(withTokens) / 1024, activities, Double(withMemories) / 1024))
+        print(String(format: "RESULT content-memory activities=%d token_bytes_per_activity=%.0f memory_bytes_per_activity=%.0f bytes_per_activity=%.0f",
+            activities, tokenBytes, memoryBytes, tokenBytes + memoryBytes))
+    }
+}
+
+/// The process's resident memory (VmRSS), in KB.
+func residentKB() -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+    else { return 0 }
+    return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? 0
 }
 
 /// User and system CPU time of a process so far, in seconds (/proc/<pid>/stat, fields 14 and 15).

@@ -1,86 +1,266 @@
 import Foundation
 import IsletKafka
 import IsletMessages
+import Synchronization
 
-/// What content-service remembers of an activity between events. Rebuilt after a restart from its
-/// own output (`islet.push-requests.v1`) and the dispatcher's answers (`islet.push-outcomes.v1`).
+/// What content-service remembers of an activity between events, in about 150 bytes: restored at
+/// start from its changelog (`islet.content-memory.v1`), kept up to date from the service's own
+/// requests (`islet.push-requests.v1`) and the dispatcher's answers (`islet.push-outcomes.v1`).
+///
+/// Laid out for a million of them per instance (issue 24): optional numbers and dates are held
+/// with a sentinel instead of an `Optional`'s extra byte and padding, strings that repeat across
+/// activities (states, attributes types, apps, event kinds, results) as codes of a process-wide
+/// table (``Interned``), request ids as their 16 UUID bytes, and what few activities need (a dead
+/// token's verdict, images, outcomes that came before their request, the latest request in full)
+/// in ``Extras``, allocated only when one of them is there. The latest request's payload is not
+/// kept once Kafka has it: it is read again from where it is stored the few times it is needed.
 public struct ActivityMemory: Sendable, Equatable {
-    /// The highest event sequence applied: older or equal ones are ignored.
-    public var lastSequence: Int64?
-    /// The last `aps.timestamp` sent: the next is always higher.
-    public var lastTimestamp: Int64?
-    /// The state of the last content sent (alerts fire on a change of state).
-    public var lastState: String?
-    /// When alerts were sent, within the alert window.
-    public var alertTimes: [Date] = []
-    public var startedAt: Date?
-    public var ended = false
-    /// The last request sent: what the phone should show (re-sent when it goes stale). Once it is
-    /// on `islet.push-requests.v1` its payload is not kept (``payloadStoredAt``): it is read again
-    /// from there the few times it is needed (a re-send, the end the monitor sends).
-    public var latest: PushRequest?
-    /// Where ``latest`` is on `islet.push-requests.v1`, when its payload was dropped (empty).
-    public var payloadStoredAt: KafkaPosition?
-    /// The latest payload could not be found where it was stored (the record expired, the topic
-    /// was recreated): the monitor cannot re-send or end the activity until its next request.
-    public var payloadLost = false
-    /// The dispatcher's answers to the activity's recent requests, by request id.
-    public var outcomes: [String: PushResult] = [:]
-    /// The request of the latest event's content (re-sends are numbered after it).
-    public var contentRequestId: String?
-    /// Re-sends of the latest event's content so far, and the last one's time.
-    public var resends = 0
-    public var lastResendAt: Date?
-    /// The activity's token is dead (APNs said so): nothing more is sent to it, until the app
-    /// registers it again (``goneAt``, ``goneToken``: the verdict, and the token's fingerprint).
-    public var gone = false
-    public var goneAt: Date?
-    public var goneToken: String?
-    /// The image URLs whose data reached the phone inlined in one of the activity's payloads (APNs
-    /// accepted that push): later payloads carry the URL only.
-    public var inlinedImages: Set<String> = []
-    /// Images inlined in requests not delivered yet, by request id: they count as inlined once
-    /// their request is delivered; coalesced or failed, the next payload inlines them again.
-    public var pendingImages: [String: PendingImages] = [:]
+    private var sequence = PackedInt()
+    private var timestamp = PackedInt()
+    private var started = PackedDate()
+    private var resendAt = PackedDate()
+    private var storedOffset: Int64 = 0
+    private var storedPartition: Int32 = 0
+    private var partitionCode: Int32 = -1
+    private var state: UInt32 = 0
+    private var latestResult: UInt32 = 0
+    private var summary = LatestRequest.none
+    private var resendCount: UInt16 = 0
+    private var flags: Flags = []
+    private var alerts: [Double] = []
+    /// Zero or one: most activities have none, and an empty array allocates nothing.
+    private var extras: [Extras] = []
+
+    private struct Flags: OptionSet, Sendable, Equatable {
+        let rawValue: UInt8
+        static let ended = Flags(rawValue: 1)
+        static let gone = Flags(rawValue: 2)
+        static let payloadLost = Flags(rawValue: 4)
+        static let stored = Flags(rawValue: 8)
+        /// ``contentRequestId`` is the latest request's id (not a re-send's).
+        static let contentIsLatest = Flags(rawValue: 16)
+    }
+
+    /// What few activities need.
+    struct Extras: Sendable, Equatable {
+        var goneAt: Date?
+        var goneToken: String?
+        var inlinedImages: Set<String> = []
+        var pendingImages: [String: PendingImages] = [:]
+        /// The latest request's push-to-start key.
+        var pushToStartKey: String?
+        /// The request of the latest event's content, when the latest is a re-send of it.
+        var contentRequestId: String?
+        /// The latest request in full, payload included: until Kafka has it, or read again from
+        /// there for the monitor (until the next request).
+        var request: PushRequest?
+        /// Outcomes of requests other than the latest, that may be newer (read before their request).
+        var waiting: [WaitingOutcome] = []
+
+        var isEmpty: Bool {
+            goneAt == nil && goneToken == nil && inlinedImages.isEmpty && pendingImages.isEmpty && pushToStartKey == nil && contentRequestId == nil
+                && request == nil && waiting.isEmpty
+        }
+    }
+
+    struct WaitingOutcome: Sendable, Equatable {
+        var requestId: String
+        var result: PushResult
+        var completedAt: Date
+    }
 
     public struct PendingImages: Sendable, Equatable {
         public var urls: Set<String>
         /// When the request carrying them was made: one whose outcome never comes (it was read
         /// before a rebuild reached it) counts as delivered after ``ActivityMemory/pendingLifetime``.
         public var since: Date
+
+        public init(urls: Set<String>, since: Date) {
+            self.urls = urls
+            self.since = since
+        }
     }
 
     /// How long an inlined image waits for its request's outcome before it counts as delivered.
     static let pendingLifetime: TimeInterval = 600
-    /// The partition of the activity's records: the freshness monitor of the instance that owns it
-    /// looks after it.
-    public var partition: Int32?
+    /// Outcomes waiting for their request: at most this many per activity, for at most this long.
+    static let waitingLimit = 4
+    static let waitingLifetime: TimeInterval = 600
 
     public init() {}
 
-    /// A request read back from `islet.push-requests.v1` (this instance's or another's): applied
-    /// when it is newer than what is remembered, so reading one twice changes nothing.
+    private var rare: Extras { extras.first ?? Extras() }
+
+    private mutating func withExtras<Result>(_ change: (inout Extras) -> Result) -> Result {
+        if extras.isEmpty { extras = [Extras()] }
+        let result = change(&extras[0])
+        if extras[0].isEmpty { extras = [] }
+        return result
+    }
+
+    // MARK: What is remembered
+
+    /// The highest event sequence applied: older or equal ones are ignored.
+    public var lastSequence: Int64? {
+        get { sequence.value }
+        set { sequence = PackedInt(newValue) }
+    }
+    /// The last `aps.timestamp` sent: the next is always higher.
+    public var lastTimestamp: Int64? {
+        get { timestamp.value }
+        set { timestamp = PackedInt(newValue) }
+    }
+    /// The state of the last content sent (alerts fire on a change of state).
+    public var lastState: String? {
+        get { Interned.strings.value(state) }
+        set { state = Interned.strings.code(newValue) }
+    }
+    /// When alerts were sent, within the alert window (at most 16).
+    public var alertTimes: [Date] {
+        get { alerts.map { Date(timeIntervalSinceReferenceDate: $0) } }
+        set { alerts = newValue.map(\.timeIntervalSinceReferenceDate) }
+    }
+    public var startedAt: Date? {
+        get { started.date }
+        set { started = PackedDate(newValue) }
+    }
+    public var ended: Bool {
+        get { flags.contains(.ended) }
+        set { flags.set(.ended, newValue) }
+    }
+    /// What is kept of the last request sent: what the phone should show (re-sent when it goes
+    /// stale). Its payload is on `islet.push-requests.v1` at ``payloadStoredAt`` once Kafka has it.
+    public var latest: LatestRequest? { summary.isNone ? nil : summary }
+    /// The latest request in full (payload included), when it is in memory: not yet on Kafka, or
+    /// read again from there for the monitor.
+    public var latestRequest: PushRequest? { rare.request }
+    /// The push-to-start key of the latest request, if it was a push-to-start.
+    public var latestPushToStartKey: String? { rare.pushToStartKey }
+    /// Where the latest request is on `islet.push-requests.v1` (its payload is read again from there).
+    public var payloadStoredAt: KafkaPosition? {
+        get { flags.contains(.stored) ? KafkaPosition(partition: storedPartition, offset: storedOffset) : nil }
+        set {
+            flags.set(.stored, newValue != nil)
+            (storedPartition, storedOffset) = (newValue?.partition ?? 0, newValue?.offset ?? 0)
+        }
+    }
+    /// The latest payload could not be found where it was stored (the record expired, the topic
+    /// was recreated): the monitor cannot re-send or end the activity until its next request.
+    public var payloadLost: Bool {
+        get { flags.contains(.payloadLost) }
+        set { flags.set(.payloadLost, newValue) }
+    }
+    /// The request of the latest event's content (re-sends are numbered after it).
+    public var contentRequestId: String? {
+        get { flags.contains(.contentIsLatest) ? latest?.requestId : rare.contentRequestId }
+        set {
+            if let newValue, newValue == latest?.requestId {
+                flags.insert(.contentIsLatest)
+                withExtras { $0.contentRequestId = nil }
+            } else {
+                flags.remove(.contentIsLatest)
+                withExtras { $0.contentRequestId = newValue }
+            }
+        }
+    }
+    /// Re-sends of the latest event's content so far, and the last one's time.
+    public var resends: Int {
+        get { Int(resendCount) }
+        set { resendCount = UInt16(clamping: newValue) }
+    }
+    public var lastResendAt: Date? {
+        get { resendAt.date }
+        set { resendAt = PackedDate(newValue) }
+    }
+    /// The activity's token is dead (APNs said so): nothing more is sent to it, until the app
+    /// registers it again (``goneAt``, ``goneToken``: the verdict, and the token's fingerprint).
+    public var gone: Bool {
+        get { flags.contains(.gone) }
+        set { flags.set(.gone, newValue) }
+    }
+    public var goneAt: Date? {
+        get { rare.goneAt }
+        set { withExtras { $0.goneAt = newValue } }
+    }
+    public var goneToken: String? {
+        get { rare.goneToken }
+        set { withExtras { $0.goneToken = newValue } }
+    }
+    /// The image URLs whose data reached the phone inlined in one of the activity's payloads (APNs
+    /// accepted that push): later payloads carry the URL only.
+    public var inlinedImages: Set<String> {
+        get { rare.inlinedImages }
+        set { withExtras { $0.inlinedImages = newValue } }
+    }
+    /// Images inlined in requests not delivered yet, by request id: they count as inlined once
+    /// their request is delivered; coalesced or failed, the next payload inlines them again.
+    public var pendingImages: [String: PendingImages] {
+        get { rare.pendingImages }
+        set { withExtras { $0.pendingImages = newValue } }
+    }
+    /// The partition of the activity's records: the freshness monitor of the instance that owns it
+    /// looks after it.
+    public var partition: Int32? {
+        get { partitionCode < 0 ? nil : partitionCode }
+        set { partitionCode = newValue ?? -1 }
+    }
+
+    /// The dispatcher's answer to one of the activity's requests, if it came: the latest's, or
+    /// one that came before its request was read.
+    public func outcome(of requestId: String) -> PushResult? {
+        if let latest, latest.requestId == requestId { return latestResult == 0 ? nil : Interned.strings.value(latestResult).map(PushResult.init(rawValue:)) }
+        return rare.waiting.last { $0.requestId == requestId }?.result
+    }
+
+    /// The outcomes remembered (the changelog's), the latest request's first.
+    var outcomes: [(requestId: String, result: PushResult, completedAt: Date?)] {
+        var all: [(requestId: String, result: PushResult, completedAt: Date?)] = []
+        if let latest, let result = outcome(of: latest.requestId) { all.append((latest.requestId, result, nil)) }
+        for waiting in rare.waiting { all.append((waiting.requestId, waiting.result, waiting.completedAt)) }
+        return all
+    }
+
+    /// The latest request's outcome, if it came.
+    var latestOutcome: PushResult? { latest.flatMap { outcome(of: $0.requestId) } }
+
+    // MARK: How it changes
+
+    /// A request read back from `islet.push-requests.v1` (this instance's or another's), or just
+    /// made: applied when it is newer than what is remembered, so reading one twice changes nothing.
+    /// It is kept in full until Kafka has it (``stored(_:at:)``).
     /// - Parameter scanImages: look for inlined images in the payload (when read back from Kafka;
     ///   the assembler knows what it inlined).
     mutating func replay(_ request: PushRequest, scanImages: Bool = true) {
         if let last = lastTimestamp, request.apnsTimestamp <= last { return }
         lastTimestamp = request.apnsTimestamp
-        latest = request
+        let previousContent = contentRequestId
+        summary = LatestRequest(request)
         payloadStoredAt = nil
         payloadLost = false
+        // Its outcome, if it was read first; the previous request's is not needed any more.
+        let result = withExtras { extras -> PushResult? in
+            extras.pushToStartKey = request.pushToStartKey
+            extras.request = request
+            extras.waiting.removeAll { request.createdAt.timeIntervalSince($0.completedAt) > Self.waitingLifetime }
+            return extras.waiting.lastIndex { $0.requestId == request.requestId }.map { extras.waiting.remove(at: $0).result }
+        }
+        latestResult = Interned.strings.code(result?.rawValue)
         if let state = request.state { lastState = state }
         if request.sourceEventId != nil {
             lastSequence = max(lastSequence ?? request.contentSequence, request.contentSequence)
             contentRequestId = request.requestId
             resends = 0
             lastResendAt = nil
-        } else if request.event == .update {
-            resends += 1
-            lastResendAt = request.createdAt
+        } else {
+            contentRequestId = previousContent
+            if request.event == .update {
+                resends += 1
+                lastResendAt = request.createdAt
+            }
         }
         if request.alerting {
-            alertTimes.append(request.createdAt)
-            if alertTimes.count > 16 { alertTimes.removeFirst(alertTimes.count - 16) }
+            alerts.append(request.createdAt.timeIntervalSinceReferenceDate)
+            if alerts.count > 16 { alerts.removeFirst(alerts.count - 16) }
         }
         if request.event == .start {
             startedAt = request.createdAt
@@ -92,7 +272,7 @@ public struct ActivityMemory: Sendable, Equatable {
         if request.event == .end { ended = true }
         if scanImages, request.payload.utf8.count > 1_500, Self.contains(request.payload.utf8, #""data":"#.utf8) {
             let urls = Self.inlinedImageURLs(in: request.payload).subtracting(inlinedImages)
-            switch outcomes[request.requestId] {
+            switch latestOutcome {
             case .delivered?, .deliveredDowngraded?: inlinedImages.formUnion(urls)  // its outcome was read first
             case .some: break
             case nil: if !urls.isEmpty { pendingImages[request.requestId] = PendingImages(urls: urls, since: request.createdAt) }
@@ -100,9 +280,13 @@ public struct ActivityMemory: Sendable, Equatable {
         }
         // Outcomes that never came (their request read back, their outcome not): delivered, as
         // most are, rather than inlined again for ever.
-        for (id, pending) in pendingImages where request.createdAt.timeIntervalSince(pending.since) > Self.pendingLifetime {
-            inlinedImages.formUnion(pending.urls)
-            pendingImages[id] = nil
+        if !rare.pendingImages.isEmpty {
+            withExtras { extras in
+                for (id, pending) in extras.pendingImages where request.createdAt.timeIntervalSince(pending.since) > Self.pendingLifetime {
+                    extras.inlinedImages.formUnion(pending.urls)
+                    extras.pendingImages[id] = nil
+                }
+            }
         }
     }
 
@@ -133,51 +317,211 @@ public struct ActivityMemory: Sendable, Equatable {
     /// refused it or its token, it expired, no token was there): the backend may try a new start.
     /// Not after `failed`: its answer was unknown, and it may have started the activity.
     var startNeverArrived: Bool {
-        guard let latest, latest.pushToStartKey != nil, let result = outcomes[latest.requestId] else { return false }
+        guard let latest, latest.isPushToStart, let result = latestOutcome else { return false }
         return [.rejected, .expired, .awaitingToken, .tokenInvalid, .coalesced].contains(result)
     }
 
-    /// `requestId` is on `islet.push-requests.v1` at `position`: when it is the latest request, its
-    /// payload need not be kept any more.
+    /// `requestId` is on `islet.push-requests.v1` at `position`: when it is the latest request, it
+    /// is not kept in full any more.
     mutating func stored(_ requestId: String, at position: KafkaPosition) {
-        guard latest?.requestId == requestId, latest?.payload.isEmpty == false else { return }
-        latest?.payload = ""
+        guard let latest, latest.isRequest(requestId), rare.request != nil else { return }
+        withExtras { $0.request = nil }
         payloadStoredAt = position
     }
 
-    /// The latest request's payload, read again from where it is stored.
-    mutating func restorePayload(_ payload: String, from position: KafkaPosition) {
-        guard payloadStoredAt == position, latest?.payload.isEmpty == true else { return }
-        latest?.payload = payload
+    /// The latest request, read again from where it is stored.
+    mutating func restoreRequest(_ request: PushRequest, from position: KafkaPosition) {
+        guard payloadStoredAt == position, rare.request == nil, latest?.isRequest(request.requestId) == true else { return }
+        withExtras { $0.request = request }
     }
 
-    /// The latest request's payload was not found where it was stored.
+    /// The latest request was not found where it was stored.
     mutating func losePayload(at position: KafkaPosition) {
-        guard payloadStoredAt == position, latest?.payload.isEmpty == true else { return }
+        guard payloadStoredAt == position, rare.request == nil else { return }
         payloadLost = true
     }
 
-    /// The latest request's payload is not in memory: read it at this position to re-send it.
-    var payloadToRead: KafkaPosition? { latest?.payload.isEmpty == true && !payloadLost ? payloadStoredAt : nil }
+    /// The latest request is not in memory: read it at this position to re-send it.
+    var payloadToRead: KafkaPosition? { rare.request == nil && !payloadLost ? payloadStoredAt : nil }
 
     /// The dispatcher's final answer to one of the activity's requests.
     mutating func record(_ outcome: PushOutcome) {
-        // Room for a new one (an outcome read again, after a restore from the changelog, takes none).
-        if outcomes[outcome.requestId] == nil, outcomes.count >= 8, let oldest = outcomes.keys.first(where: { $0 != latest?.requestId }) {
-            outcomes[oldest] = nil
+        let isLatest = latest?.isRequest(outcome.requestId) == true
+        if isLatest {
+            latestResult = Interned.strings.code(outcome.result.rawValue)
+        } else {
+            withExtras { extras in
+                extras.waiting.removeAll {
+                    $0.requestId == outcome.requestId || outcome.completedAt.timeIntervalSince($0.completedAt) > Self.waitingLifetime
+                }
+                extras.waiting.append(WaitingOutcome(requestId: outcome.requestId, result: outcome.result, completedAt: outcome.completedAt))
+                if extras.waiting.count > Self.waitingLimit { extras.waiting.removeFirst(extras.waiting.count - Self.waitingLimit) }
+            }
         }
-        outcomes[outcome.requestId] = outcome.result
-        if let images = pendingImages.removeValue(forKey: outcome.requestId), outcome.result == .delivered || outcome.result == .deliveredDowngraded {
-            inlinedImages.formUnion(images.urls)
+        if rare.pendingImages[outcome.requestId] != nil {
+            withExtras { extras in
+                if let images = extras.pendingImages.removeValue(forKey: outcome.requestId),
+                    outcome.result == .delivered || outcome.result == .deliveredDowngraded
+                {
+                    extras.inlinedImages.formUnion(images.urls)
+                }
+            }
         }
-        if outcome.result == .tokenInvalid, outcome.requestId == latest?.requestId, latest?.pushToStartKey == nil {
+        if outcome.result == .tokenInvalid, isLatest, latest?.isPushToStart == false {
             gone = true
             goneAt = outcome.completedAt
             goneToken = outcome.tokenFingerprint
-        } else if outcome.result == .delivered || outcome.result == .deliveredDowngraded, outcome.requestId == latest?.requestId {
+        } else if outcome.result == .delivered || outcome.result == .deliveredDowngraded, isLatest {
             gone = false
+        }
+    }
+
+    /// Puts back an outcome from the changelog (the latest request's, or one waiting for its request).
+    mutating func restoreOutcome(requestId: String, result: PushResult, completedAt: Date?) {
+        if latest?.isRequest(requestId) == true {
+            latestResult = Interned.strings.code(result.rawValue)
+        } else {
+            withExtras { $0.waiting.append(WaitingOutcome(requestId: requestId, result: result, completedAt: completedAt ?? .distantPast)) }
+        }
+    }
+
+    /// Puts back what the changelog holds of the latest request.
+    mutating func restoreLatest(_ latest: LatestRequest, pushToStartKey: String?) {
+        summary = latest
+        withExtras { $0.pushToStartKey = pushToStartKey }
+    }
+}
+
+/// What the memory keeps of an activity's latest request (about 60 bytes): enough to tell whether
+/// it is stale, whose answer an outcome is, and what to report; the rest (payload included) is
+/// read again from `islet.push-requests.v1` when the monitor re-sends it.
+public struct LatestRequest: Sendable, Equatable {
+    private var id: PackedId
+    private var created: Double
+    private var stale: PackedDate
+    /// The sequence of the event whose content it carries.
+    public private(set) var contentSequence: Int64
+    private var eventCode: UInt32
+    private var appCode: UInt32
+    private var typeCode: UInt32
+    private var kind: UInt8
+
+    private static let content: UInt8 = 1
+    private static let pushToStart: UInt8 = 2
+    private static let absent: UInt8 = 128
+    static let none = LatestRequest(
+        id: .text(""), created: 0, stale: PackedDate(), contentSequence: 0, eventCode: 0, appCode: 0, typeCode: 0, kind: absent)
+
+    private init(
+        id: PackedId, created: Double, stale: PackedDate, contentSequence: Int64, eventCode: UInt32, appCode: UInt32, typeCode: UInt32, kind: UInt8
+    ) {
+        (self.id, self.created, self.stale, self.contentSequence) = (id, created, stale, contentSequence)
+        (self.eventCode, self.appCode, self.typeCode, self.kind) = (eventCode, appCode, typeCode, kind)
+    }
+
+    init(_ request: PushRequest) {
+        self.init(
+            requestId: request.requestId, event: request.event, app: request.app, attributesType: request.attributesType,
+            createdAt: request.createdAt, staleDate: request.staleDate, contentSequence: request.contentSequence,
+            isContent: request.sourceEventId != nil, isPushToStart: request.pushToStartKey != nil)
+    }
+
+    public init(
+        requestId: String, event: ActivityEventKind, app: AppTarget, attributesType: String, createdAt: Date, staleDate: Date?,
+        contentSequence: Int64, isContent: Bool, isPushToStart: Bool
+    ) {
+        self.init(
+            id: PackedId(requestId), created: createdAt.timeIntervalSinceReferenceDate, stale: PackedDate(staleDate), contentSequence: contentSequence,
+            eventCode: Interned.strings.code(event.rawValue), appCode: Interned.apps.code(app), typeCode: Interned.strings.code(attributesType),
+            kind: (isContent ? Self.content : 0) | (isPushToStart ? Self.pushToStart : 0))
+    }
+
+    var isNone: Bool { kind & Self.absent != 0 }
+    public var requestId: String { id.text }
+    /// Whether `requestId` is this request's (without making a string of its own).
+    func isRequest(_ requestId: String) -> Bool { id == PackedId(requestId) }
+    public var event: ActivityEventKind { ActivityEventKind(rawValue: Interned.strings.value(eventCode) ?? "") }
+    public var app: AppTarget { Interned.apps.value(appCode) ?? AppTarget(bundleId: "", environment: .production) }
+    public var attributesType: String { Interned.strings.value(typeCode) ?? "" }
+    public var createdAt: Date { Date(timeIntervalSinceReferenceDate: created) }
+    public var staleDate: Date? { stale.date }
+    /// It carried an event's content (not a re-send or an end the monitor made).
+    public var isContent: Bool { kind & Self.content != 0 }
+    public var isPushToStart: Bool { kind & Self.pushToStart != 0 }
+}
+
+/// An `Int64?` in 8 bytes (`Int64.min` is none: no sequence or timestamp takes it).
+struct PackedInt: Sendable, Equatable {
+    private var raw = Int64.min
+    init(_ value: Int64? = nil) { raw = value ?? .min }
+    var value: Int64? { raw == .min ? nil : raw }
+}
+
+/// A `Date?` in 8 bytes (minus infinity is none).
+struct PackedDate: Sendable, Equatable {
+    private var raw = -Double.infinity
+    init(_ date: Date? = nil) { raw = date?.timeIntervalSinceReferenceDate ?? -.infinity }
+    var date: Date? { raw == -.infinity ? nil : Date(timeIntervalSinceReferenceDate: raw) }
+}
+
+/// A request id: its 16 bytes when it is a UUID in the form Islet makes them (lowercase), else the text.
+enum PackedId: Sendable, Equatable {
+    case uuid(UInt64, UInt64)
+    case text(String)
+
+    init(_ text: String) {
+        if text.utf8.count == 36, let uuid = UUID(uuidString: text), uuid.uuidString.lowercased() == text {
+            let (high, low) = withUnsafeBytes(of: uuid.uuid) { ($0.loadUnaligned(as: UInt64.self), $0.loadUnaligned(fromByteOffset: 8, as: UInt64.self)) }
+            self = .uuid(high, low)
+        } else {
+            self = .text(text)
+        }
+    }
+
+    var text: String {
+        switch self {
+        case .text(let text): return text
+        case .uuid(let high, let low):
+            var bytes: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            withUnsafeMutableBytes(of: &bytes) { buffer in
+                buffer.storeBytes(of: high, as: UInt64.self)
+                buffer.storeBytes(of: low, toByteOffset: 8, as: UInt64.self)
+            }
+            return UUID(uuid: bytes).uuidString.lowercased()
         }
     }
 }
 
-/// The rules of content: alert fatigue, priority, dismissal.
+/// Values that repeat across activities (states, attributes types, event kinds, results, apps),
+/// held once per process and referred to by a 4-byte code (0: none). Never emptied: what it holds
+/// is bounded by the templates, the apps and the kinds of answer, not by the activities.
+final class InternTable<Value: Hashable & Sendable>: Sendable {
+    private let table = Mutex<(codes: [Value: UInt32], values: [Value])>(([:], []))
+
+    func code(_ value: Value?) -> UInt32 {
+        guard let value else { return 0 }
+        return table.withLock { table in
+            if let code = table.codes[value] { return code }
+            table.values.append(value)
+            let code = UInt32(table.values.count)
+            table.codes[value] = code
+            return code
+        }
+    }
+
+    func value(_ code: UInt32) -> Value? {
+        guard code > 0 else { return nil }
+        return table.withLock { $0.values[Int(code) - 1] }
+    }
+}
+
+enum Interned {
+    static let strings = InternTable<String>()
+    static let apps = InternTable<AppTarget>()
+}
+
+extension OptionSet {
+    fileprivate mutating func set(_ member: Element, _ on: Bool) {
+        if on { insert(member) } else { remove(member) }
+    }
+}

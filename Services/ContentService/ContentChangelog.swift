@@ -11,16 +11,23 @@ extension ActivityMemory {
     init(_ record: ContentMemoryRecord.Activity) {
         self.init()
         partition = record.partition
-        lastSequence = record.lastSequence
-        lastTimestamp = record.lastTimestamp
         lastState = record.lastState
         alertTimes = record.alertTimes ?? []
         startedAt = record.startedAt
+        if let latest = record.latest {
+            restoreLatest(
+                LatestRequest(
+                    requestId: latest.requestId, event: latest.event, app: latest.app, attributesType: latest.attributesType,
+                    createdAt: latest.createdAt, staleDate: latest.staleDate, contentSequence: latest.contentSequence, isContent: latest.content,
+                    isPushToStart: latest.pushToStartKey != nil),
+                pushToStartKey: latest.pushToStartKey)
+        }
+        lastSequence = record.lastSequence
+        lastTimestamp = record.lastTimestamp
         ended = record.ended
-        latest = record.latest
         payloadStoredAt = record.payloadStoredAt.map { KafkaPosition(partition: $0.partition, offset: $0.offset) }
         payloadLost = record.payloadLost ?? false
-        outcomes = Dictionary((record.outcomes ?? []).map { ($0.requestId, $0.result) }, uniquingKeysWith: { _, last in last })
+        for outcome in record.outcomes ?? [] { restoreOutcome(requestId: outcome.requestId, result: outcome.result, completedAt: outcome.completedAt) }
         contentRequestId = record.contentRequestId
         resends = record.resends
         lastResendAt = record.lastResendAt
@@ -36,11 +43,17 @@ extension ActivityMemory {
     func record(activityKey: String, partition: Int32) -> ContentMemoryRecord.Activity {
         let bundleId = String(activityKey.prefix { $0 != "/" })
         let activityId = String(activityKey.drop { $0 != "/" }.dropFirst())
+        let latest = self.latest.map {
+            ContentMemoryRecord.Latest(
+                requestId: $0.requestId, event: $0.event, app: $0.app, attributesType: $0.attributesType, createdAt: $0.createdAt,
+                staleDate: $0.staleDate, contentSequence: $0.contentSequence, content: $0.isContent, pushToStartKey: latestPushToStartKey)
+        }
+        let outcomes = self.outcomes.map { ContentMemoryRecord.Outcome(requestId: $0.requestId, result: $0.result, completedAt: $0.completedAt) }
         return ContentMemoryRecord.Activity(
             bundleId: bundleId, activityId: activityId, partition: partition, lastSequence: lastSequence, lastTimestamp: lastTimestamp,
             lastState: lastState, alertTimes: alertTimes.isEmpty ? nil : alertTimes, startedAt: startedAt, ended: ended, latest: latest,
             payloadStoredAt: payloadStoredAt.map { .init(partition: $0.partition, offset: $0.offset) }, payloadLost: payloadLost ? true : nil,
-            outcomes: outcomes.isEmpty ? nil : outcomes.sorted { $0.key < $1.key }.map { .init(requestId: $0.key, result: $0.value) },
+            outcomes: outcomes.isEmpty ? nil : outcomes,
             contentRequestId: contentRequestId, resends: resends, lastResendAt: lastResendAt, gone: gone, goneAt: goneAt, goneToken: goneToken,
             inlinedImages: inlinedImages.isEmpty ? nil : inlinedImages.sorted(),
             pendingImages: pendingImages.isEmpty

@@ -283,9 +283,9 @@ public final class ContentEngine: Sendable {
     /// Payloads read again, by activity: each activity whose latest request is still the one read
     /// has its payload back, until its next request. `lost`: not where they were stored; the
     /// monitor stops asking for them (until the activity's next request).
-    public func restorePayloads(_ payloads: [String: (position: KafkaPosition, payload: String)], lost: [PayloadToRead] = []) {
+    public func restorePayloads(_ payloads: [String: (position: KafkaPosition, request: PushRequest)], lost: [PayloadToRead] = []) {
         state.withLock { state in
-            for (activityKey, read) in payloads { state.memories[activityKey]?.restorePayload(read.payload, from: read.position) }
+            for (activityKey, read) in payloads { state.memories[activityKey]?.restoreRequest(read.request, from: read.position) }
             for item in lost {
                 state.memories[item.activityKey]?.losePayload(at: item.position)
                 state.unwritten(item.activityKey, partition: state.memories[item.activityKey]?.partition)
@@ -359,7 +359,7 @@ public final class ContentEngine: Sendable {
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             state.set(activityKey, memory, now: now, policy: policy, restored: true)
-            if let key = memory?.latest?.pushToStartKey { state.startOwners[key] = activityKey }
+            if let key = memory?.latestPushToStartKey { state.startOwners[key] = activityKey }
         }
     }
 
@@ -469,7 +469,7 @@ public final class ContentEngine: Sendable {
 
     /// What the monitor sends by itself for a live activity at `now`, if anything: its latest content
     /// again (stale, re-sends left, spaced), or its end (severely stale, or its lifetime over).
-    private func followUp(_ activityKey: String, _ memory: ActivityMemory, latest: PushRequest, now: Date, policy: FreshnessPolicy) -> Prepared? {
+    private func followUp(_ activityKey: String, _ memory: ActivityMemory, latest: LatestRequest, now: Date, policy: FreshnessPolicy) -> Prepared? {
         let followUp: FollowUp
         if let started = memory.startedAt, now.timeIntervalSince(started) >= policy.lifetime / .seconds(1) {
             followUp = .end(.lifetimeExceeded)
@@ -488,10 +488,11 @@ public final class ContentEngine: Sendable {
         let requestId = followUp == .resend
             ? RequestIds.resend(of: memory.contentRequestId ?? latest.requestId, number: memory.resends + 1)
             : RequestIds.end(after: latest.requestId)
-        // Its payload is to be read again first: nothing to send yet (the caller notes it).
+        // The request is to be read again first: nothing to send yet (the caller notes it).
         if memory.payloadToRead != nil { return Prepared(requests: [], shrinks: [], activityKey: activityKey, memory: memory) }
+        guard let full = memory.latestRequest else { return nil }
         let timestamp = max((memory.lastTimestamp ?? 0) + 1, Int64(now.timeIntervalSince1970.rounded(.down)))
-        guard let request = assembler.followUp(followUp, of: latest, requestId: requestId, timestamp: timestamp, now: now) else { return nil }
+        guard let request = assembler.followUp(followUp, of: full, requestId: requestId, timestamp: timestamp, now: now) else { return nil }
         var next = memory
         next.replay(request)
         var item = Prepared(requests: [request], shrinks: [], activityKey: activityKey, memory: next)
@@ -518,7 +519,7 @@ public final class ContentEngine: Sendable {
                     let since = memory.staleSince(now: now), let latest = memory.latest
                 else { return nil }
                 return StaleActivity(
-                    activityId: latest.sourceActivityId ?? latest.activityId ?? String(activityKey.drop { $0 != "/" }.dropFirst()),
+                    activityId: String(activityKey.drop { $0 != "/" }.dropFirst()),
                     bundleId: latest.app.bundleId, attributesType: latest.attributesType, freshness: freshness, staleSince: since,
                     contentSequence: latest.contentSequence, resends: memory.resends)
             }
@@ -545,7 +546,7 @@ public final class ContentEngine: Sendable {
 
     /// The dispatcher's final outcome of one of the activity's recent requests, if it came.
     public func outcome(of requestId: String, activityKey: String) -> PushResult? {
-        state.withLock { $0.memories[activityKey]?.outcomes[requestId] }
+        state.withLock { $0.memories[activityKey]?.outcome(of: requestId) }
     }
 
     /// What is remembered of an activity, by its key (`<bundleId>/<activityId>`; tests, diagnostics).

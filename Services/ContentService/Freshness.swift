@@ -53,13 +53,13 @@ extension ActivityMemory {
     /// Since when the content on the phone is out of date (`nil`: it is not, or the activity is not live).
     func staleSince(now: Date) -> Date? {
         guard isLive, let latest else { return nil }
-        if let result = outcomes[latest.requestId], result == .failed || result == .expired { return latest.createdAt }
+        if let result = latestOutcome, result == .failed || result == .expired { return latest.createdAt }
         let staleDate = Self.staleDate(of: latest)
         return now >= staleDate ? staleDate : nil
     }
 
     /// When the content of a request goes out of date: its stale date, else 180 s after it was made.
-    static func staleDate(of request: PushRequest) -> Date { request.staleDate ?? request.createdAt.addingTimeInterval(180) }
+    static func staleDate(of request: LatestRequest) -> Date { request.staleDate ?? request.createdAt.addingTimeInterval(180) }
 
     func freshness(now: Date, policy: FreshnessPolicy) -> Freshness? {
         guard isLive else { return nil }

@@ -30,7 +30,7 @@ public struct RequestPayloads: Sendable {
 
     public struct Answer: Sendable {
         /// Payloads found, by activity.
-        public var found: [String: (position: KafkaPosition, payload: String)] = [:]
+        public var found: [String: (position: KafkaPosition, request: PushRequest)] = [:]
         /// Not where they were stored.
         public var lost: [ContentEngine.PayloadToRead] = []
     }
@@ -65,7 +65,7 @@ public struct RequestPayloads: Sendable {
         var answer = Answer()
         for item in chosen {
             if let request = read.requests[item.position], request.requestId == item.requestId {
-                answer.found[item.activityKey] = (item.position, request.payload)
+                answer.found[item.activityKey] = (item.position, request)
             } else if read.passed(item.position) {
                 answer.lost.append(item)
             }

@@ -32,9 +32,9 @@ public struct ContentMemoryRecord: IsletMessage {
         public var alertTimes: [Date]?
         public var startedAt: Date?
         public var ended: Bool
-        /// The last request sent, its `payload` empty when it is on `islet.push-requests.v1` at
-        /// ``payloadStoredAt`` (read again from there when it is to be re-sent).
-        public var latest: PushRequest?
+        /// What is kept of the last request sent; the request itself is on `islet.push-requests.v1`
+        /// at ``payloadStoredAt`` (read again from there when it is to be re-sent).
+        public var latest: Latest?
         public var payloadStoredAt: Position?
         /// The latest payload was not found where it was stored.
         public var payloadLost: Bool?
@@ -55,7 +55,7 @@ public struct ContentMemoryRecord: IsletMessage {
 
         public init(
             bundleId: String, activityId: String, partition: Int32, lastSequence: Int64? = nil, lastTimestamp: Int64? = nil,
-            lastState: String? = nil, alertTimes: [Date]? = nil, startedAt: Date? = nil, ended: Bool = false, latest: PushRequest? = nil,
+            lastState: String? = nil, alertTimes: [Date]? = nil, startedAt: Date? = nil, ended: Bool = false, latest: Latest? = nil,
             payloadStoredAt: Position? = nil, payloadLost: Bool? = nil, outcomes: [Outcome]? = nil, contentRequestId: String? = nil,
             resends: Int = 0, lastResendAt: Date? = nil, gone: Bool = false, goneAt: Date? = nil, goneToken: String? = nil,
             inlinedImages: [String]? = nil, pendingImages: [PendingImages]? = nil
@@ -97,13 +97,46 @@ public struct ContentMemoryRecord: IsletMessage {
         }
     }
 
+    /// What the memory keeps of an activity's latest request.
+    public struct Latest: Codable, Sendable, Hashable {
+        public var requestId: String
+        public var event: ActivityEventKind
+        public var app: AppTarget
+        public var attributesType: String
+        public var createdAt: Date
+        public var staleDate: Date?
+        public var contentSequence: Int64
+        /// It carried an event's content (not a re-send or an end the service made by itself).
+        public var content: Bool
+        /// Set when it was a push-to-start.
+        public var pushToStartKey: String?
+
+        public init(
+            requestId: String, event: ActivityEventKind, app: AppTarget, attributesType: String, createdAt: Date, staleDate: Date? = nil,
+            contentSequence: Int64, content: Bool, pushToStartKey: String? = nil
+        ) {
+            self.requestId = requestId
+            self.event = event
+            self.app = app
+            self.attributesType = attributesType
+            self.createdAt = createdAt
+            self.staleDate = staleDate
+            self.contentSequence = contentSequence
+            self.content = content
+            self.pushToStartKey = pushToStartKey
+        }
+    }
+
     public struct Outcome: Codable, Sendable, Hashable {
         public var requestId: String
         public var result: PushResult
+        /// When it came: set on an outcome whose request was not read yet (kept a while for it).
+        public var completedAt: Date?
 
-        public init(requestId: String, result: PushResult) {
+        public init(requestId: String, result: PushResult, completedAt: Date? = nil) {
             self.requestId = requestId
             self.result = result
+            self.completedAt = completedAt
         }
     }
 

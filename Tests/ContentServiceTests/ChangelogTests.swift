@@ -32,6 +32,8 @@ struct ChangelogTests {
         let first = try send(engine, delivery(1, "preparing"), partition: 3)
         engine.stored(first.requests[0], at: KafkaPosition(partition: 3, offset: 41))
         let second = try send(engine, delivery(2, "out_for_delivery"), partition: 3)
+        #expect(engine.memory(of: Self.key)?.latestRequest != nil, "kept in full until Kafka has it")
+        engine.stored(second.requests[0], at: KafkaPosition(partition: 3, offset: 42))
         engine.record(PushOutcome(
             requestId: first.requests[0].requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: now, bundleId: app.bundleId))
         engine.record(PushOutcome(
@@ -140,17 +142,33 @@ struct ChangelogTests {
         #expect(engine.memory(of: "com.example.food/order-9")?.partition == activityPartition)
     }
 
-    @Test("an outcome read again (after a restore from the changelog) evicts none of the 8 kept")
-    func outcomeReadAgain() {
+    @Test("outcomes read before their request wait for it (at most 4, for 10 minutes); one read again takes no other's place; the latest's is kept with it")
+    func outcomesWaiting() throws {
         var memory = ActivityMemory()
-        for index in 0..<8 {
-            memory.record(PushOutcome(requestId: "r\(index)", activityId: "a", result: .delivered, attempts: 1, completedAt: now, bundleId: app.bundleId))
+        func outcome(_ id: String, _ result: PushResult = .delivered, at time: Date = now) -> PushOutcome {
+            PushOutcome(requestId: id, activityId: "order-42", result: result, attempts: 1, completedAt: time, bundleId: app.bundleId)
         }
-        let kept = memory.outcomes
-        memory.record(PushOutcome(requestId: "r3", activityId: "a", result: .delivered, attempts: 1, completedAt: now, bundleId: app.bundleId))
-        #expect(memory.outcomes == kept)
-        memory.record(PushOutcome(requestId: "r8", activityId: "a", result: .delivered, attempts: 1, completedAt: now, bundleId: app.bundleId))
-        #expect(memory.outcomes.count == 8 && memory.outcomes["r8"] == .delivered, "a new one still takes the place of an old one")
+        for index in 0..<4 { memory.record(outcome("r\(index)")) }
+        let kept = memory.outcomes.map(\.requestId)
+        memory.record(outcome("r3"))
+        #expect(memory.outcomes.map(\.requestId).sorted() == kept.sorted())
+        memory.record(outcome("r4", .coalesced))
+        #expect(memory.outcomes.count == 4 && memory.outcome(of: "r4") == .coalesced && memory.outcome(of: "r0") == nil, "the oldest makes room")
+        // Its request read: the outcome is the latest's, the others wait on.
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        var request = try send(engine, delivery(1, "preparing"), partition: 0).requests[0]
+        request.requestId = "r4"
+        memory.replay(request)
+        #expect(memory.latest?.requestId == "r4" && memory.outcome(of: "r4") == .coalesced && memory.outcomes.count == 4)
+        #expect(memory.startNeverArrived == false)
+        // Ten minutes on, those still waiting are dropped; the latest's stays.
+        request.requestId = "r5"
+        request.apnsTimestamp += 1
+        request.createdAt = now.addingTimeInterval(601)
+        memory.record(outcome("r5", .delivered, at: now.addingTimeInterval(602)))
+        #expect(memory.outcomes.map(\.requestId) == ["r4", "r5"], "the latest's, and r5 waiting: the others are older than their lifetime")
+        memory.replay(request)
+        #expect(memory.outcome(of: "r5") == .delivered && memory.outcomes.map(\.requestId) == ["r5"])
     }
 
     @Test("a restart reads the requests and outcomes from the oldest position the checkpoints name, and from the retention's start unless every partition has one")

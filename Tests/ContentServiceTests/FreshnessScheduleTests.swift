@@ -148,7 +148,9 @@ struct FreshnessScheduleTests {
                 }
             case 30..<50:
                 guard let latest = engine.memory(of: key)?.latest else { break }
-                var answer = outcome(latest, results.randomElement(using: &random)!, at: clock)
+                var answer = PushOutcome(
+                    requestId: latest.requestId, activityId: id, result: results.randomElement(using: &random)!, attempts: 1, completedAt: clock.date,
+                    bundleId: latest.app.bundleId)
                 answer.tokenFingerprint = TokenFingerprint.of(token: token(seed: UInt8(index)))
                 engine.record(answer)
             case 50..<55:

@@ -329,16 +329,16 @@ final class FakeInvalidator: ActivityInvalidating {
 struct StoredPayloadTests {
     /// Payloads "on Kafka": what a position holds.
     final class Topic: Sendable {
-        let records = AwaitedLog<(KafkaPosition, String)>()
+        let records = AwaitedLog<(KafkaPosition, PushRequest)>()
         func store(_ request: PushRequest, in engine: ContentEngine) {
             let position = KafkaPosition(partition: 0, offset: Int64(records.count))
-            records.append((position, request.payload))
+            records.append((position, request))
             engine.stored(request, at: position)
         }
-        func read(_ wanted: [ContentEngine.PayloadToRead]) -> [String: (position: KafkaPosition, payload: String)] {
+        func read(_ wanted: [ContentEngine.PayloadToRead]) -> [String: (position: KafkaPosition, request: PushRequest)] {
             let all = Dictionary(records.values.map { ($0.0, $0.1) }, uniquingKeysWith: { first, _ in first })
-            var found: [String: (position: KafkaPosition, payload: String)] = [:]
-            for item in wanted { if let payload = all[item.position] { found[item.activityKey] = (item.position, payload) } }
+            var found: [String: (position: KafkaPosition, request: PushRequest)] = [:]
+            for item in wanted { if let request = all[item.position] { found[item.activityKey] = (item.position, request) } }
             return found
         }
     }
@@ -354,11 +354,12 @@ struct StoredPayloadTests {
         let key = "com.example.food/order-42"
         for engine in [kept, dropped] { try apply(engine, delivery("out_for_delivery", sequence: 1, at: clock)) }
         // Kafka acknowledged it (the sender reports where).
-        let latest = try #require(dropped.memory(of: key)?.latest)
+        let latest = try #require(dropped.memory(of: key)?.latestRequest)
         topic.store(latest, in: dropped)
-        #expect(dropped.memory(of: key)?.latest?.payload == "")
+        #expect(dropped.memory(of: key)?.latestRequest == nil, "not kept once Kafka has it")
+        #expect(dropped.memory(of: key)?.latest?.requestId == latest.requestId)
         #expect(dropped.memory(of: key)?.payloadStoredAt == KafkaPosition(partition: 0, offset: 0))
-        #expect(kept.memory(of: key)?.latest?.payload.isEmpty == false)
+        #expect(kept.memory(of: key)?.latestRequest?.payload.isEmpty == false)
 
         /// What a monitor pass sends, reading the payloads it lacks as the monitor does.
         func pass(_ engine: ContentEngine) -> [PushRequest] {
@@ -381,7 +382,7 @@ struct StoredPayloadTests {
         #expect(resendKept.count == 1)
         #expect(resendDropped.map(\.requestId) == resendKept.map(\.requestId))
         #expect(resendDropped.map(\.payload) == resendKept.map(\.payload))
-        #expect(dropped.memory(of: key)?.latest?.payload == "", "the re-send, stored, is dropped too")
+        #expect(dropped.memory(of: key)?.latestRequest == nil, "the re-send, stored, is dropped too")
 
         // Severely stale: the end, from the re-send's payload read again.
         clock.advance(900)
@@ -399,7 +400,7 @@ struct StoredPayloadTests {
         let reader = try engine(clock)
         reader.replay(sent[0], partition: 0, storedAt: KafkaPosition(partition: 0, offset: 7))
         let memory = try #require(reader.memory(of: "com.example.food/order-42"))
-        #expect(memory.latest?.payload == "")
+        #expect(memory.latestRequest == nil && memory.latest?.requestId == sent[0].requestId)
         #expect(memory.payloadToRead == KafkaPosition(partition: 0, offset: 7))
         #expect(memory.lastSequence == 1 && memory.lastTimestamp == sent[0].apnsTimestamp)
         // A position for a request that is not the latest changes nothing.
@@ -413,7 +414,7 @@ struct StoredPayloadTests {
         let engine = try engine(clock)
         let key = "com.example.food/order-42"
         try apply(engine, delivery("out_for_delivery", sequence: 1, at: clock))
-        let latest = try #require(engine.memory(of: key)?.latest)
+        let latest = try #require(engine.memory(of: key)?.latestRequest)
         engine.stored(latest, at: KafkaPosition(partition: 0, offset: 3))
         clock.advance(181)
         #expect(sweep(engine).isEmpty)

@@ -48,7 +48,7 @@ struct ToleranceTests {
                 "activity", "checkpoint", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",
                 "activity.startedAt", "activity.latest", "activity.payloadStoredAt", "activity.payloadLost", "activity.outcomes",
                 "activity.contentRequestId", "activity.lastResendAt", "activity.goneAt", "activity.goneToken", "activity.inlinedImages",
-                "activity.pendingImages",
+                "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey",
             ],
             "ClickEvent": ["app"],
             "RejectedClick": ["tappedAt", "appVersion", "osVersion", "clientId"],

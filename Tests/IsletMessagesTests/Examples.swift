@@ -88,17 +88,22 @@ enum Examples {
 
     // MARK: ContentMemoryRecord
 
-    /// Order 42's memory after its update was delivered: the latest request kept without its
-    /// payload (it is on islet.push-requests.v1, partition 2, offset 18342).
+    /// Order 42's memory after its update was delivered: what is kept of the latest request (the
+    /// request itself is on islet.push-requests.v1, partition 2, offset 18342), and the outcome of
+    /// a re-send whose request was not read yet.
     static let contentMemoryRecord: ContentMemoryRecord = {
-        var latest = pushRequest
-        latest.payload = ""
+        let latest = ContentMemoryRecord.Latest(
+            requestId: pushRequest.requestId, event: pushRequest.event, app: pushRequest.app, attributesType: pushRequest.attributesType,
+            createdAt: pushRequest.createdAt, staleDate: pushRequest.staleDate, contentSequence: pushRequest.contentSequence, content: true)
         return ContentMemoryRecord(
             activity: .init(
                 bundleId: foodApp.bundleId, activityId: "order-42", partition: 2, lastSequence: 5, lastTimestamp: 1_795_342_530,
                 lastState: "out_for_delivery", alertTimes: [utc(2026, 11, 22, 10, 2, 11, 690), utc(2026, 11, 22, 10, 15, 30, 214)],
                 startedAt: utc(2026, 11, 22, 10, 2, 11, 690), latest: latest, payloadStoredAt: .init(partition: 2, offset: 18_342),
-                outcomes: [.init(requestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", result: .delivered)],
+                outcomes: [
+                    .init(requestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", result: .delivered),
+                    .init(requestId: "2f1c9a4e-7b3d-5e08-9c6a-41d2b7e8f305", result: .coalesced, completedAt: utc(2026, 11, 22, 10, 16, 1, 87)),
+                ],
                 contentRequestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", inlinedImages: ["https://cdn.example.com/couriers/ana.png"],
                 pendingImages: [
                     .init(requestId: "0C1B2A39-4857-4E6F-8A9B-C0D1E2F3A4B5", urls: ["https://cdn.example.com/maps/42.png"],
@@ -112,11 +117,28 @@ enum Examples {
     static let contentMemoryRecordGone = ContentMemoryRecord(
         activity: .init(
             bundleId: rideApp.bundleId, activityId: "ride-7f3a9c", partition: 0, lastSequence: 9, lastTimestamp: 1_795_338_104,
-            lastState: "arriving", startedAt: utc(2026, 11, 22, 8, 30, 1, 512), payloadStoredAt: .init(partition: 0, offset: 5_120),
+            lastState: "arriving", startedAt: utc(2026, 11, 22, 8, 30, 1, 512),
+            latest: .init(
+                requestId: "5A0FA772-2594-4FEB-A31A-BD2B593AEA89", event: .update, app: rideApp, attributesType: "RideAttributes",
+                createdAt: utc(2026, 11, 22, 9, 2, 14, 300), contentSequence: 9, content: false),
+            payloadStoredAt: .init(partition: 0, offset: 5_120),
             payloadLost: true, outcomes: [.init(requestId: "5A0FA772-2594-4FEB-A31A-BD2B593AEA89", result: .tokenInvalid)],
             contentRequestId: "B3E0C7A1-64D2-4F19-9C5E-0A7D2E8F1B43", resends: 1, lastResendAt: utc(2026, 11, 22, 9, 2, 14, 300), gone: true,
             goneAt: utc(2026, 11, 22, 9, 12, 44, 871), goneToken: "ed53cfd0932de6c9"),
         writtenAt: utc(2026, 11, 22, 9, 12, 45, 910))
+
+    /// Order 42 started by push-to-start, no token on the device yet (the dispatcher waits for one).
+    static let contentMemoryRecordPushToStart = ContentMemoryRecord(
+        activity: .init(
+            bundleId: foodApp.bundleId, activityId: "order-42", partition: 2, lastSequence: 1, lastTimestamp: 1_795_341_729,
+            lastState: "preparing", alertTimes: [utc(2026, 11, 22, 10, 2, 9, 955)], startedAt: utc(2026, 11, 22, 10, 2, 9, 955),
+            latest: .init(
+                requestId: pushRequestPushToStart.requestId, event: .start, app: foodApp, attributesType: "DeliveryAttributes",
+                createdAt: pushRequestPushToStart.createdAt, staleDate: pushRequestPushToStart.staleDate, contentSequence: 1, content: true,
+                pushToStartKey: pushToStartKey),
+            payloadStoredAt: .init(partition: 5, offset: 902),
+            outcomes: [.init(requestId: pushRequestPushToStart.requestId, result: .awaitingToken)], contentRequestId: pushRequestPushToStart.requestId),
+        writtenAt: utc(2026, 11, 22, 10, 2, 15, 2))
 
     /// Partition 2's checkpoint: its memories reflect every request and outcome before these offsets.
     static let contentMemoryCheckpoint = ContentMemoryRecord(

@@ -69,6 +69,7 @@ struct GoldenCase: Sendable, CustomTestStringConvertible {
         GoldenCase("PushOutcome.minimal", Examples.pushOutcomeMinimal),
         GoldenCase("ContentMemoryRecord", Examples.contentMemoryRecord),
         GoldenCase("ContentMemoryRecord.gone", Examples.contentMemoryRecordGone),
+        GoldenCase("ContentMemoryRecord.pushToStart", Examples.contentMemoryRecordPushToStart),
         GoldenCase("ContentMemoryRecord.checkpoint", Examples.contentMemoryCheckpoint),
         GoldenCase("ClickEvent", Examples.clickEvent),
         GoldenCase("RejectedClick", Examples.rejectedClick),
@@ -128,9 +129,12 @@ struct MessageSchema: Sendable {
             required: [
                 "schemaVersion", "writtenAt", "activity.bundleId", "activity.activityId", "activity.partition", "activity.ended",
                 "activity.resends", "activity.gone", "activity.payloadStoredAt.partition", "activity.payloadStoredAt.offset",
+                "activity.latest.requestId", "activity.latest.event", "activity.latest.app", "activity.latest.app.bundleId",
+                "activity.latest.app.environment", "activity.latest.attributesType", "activity.latest.createdAt",
+                "activity.latest.contentSequence", "activity.latest.content",
                 "checkpoint.partition", "checkpoint.positions",
             ],
-            freeForm: ["activity.latest"],
+            freeForm: [],
             enums: [:]),
         MessageSchema(
             typeName: "ClickEvent", topic: IsletTopics.clicks,
