@@ -90,6 +90,9 @@ let package = Package(
             providers: [.apt(["libgd-dev"])]
         ),
 
+        // glibc's malloc.h: IsletRuntime gives the pages malloc keeps free back to the system.
+        .systemLibrary(name: "CMalloc", path: "Shared/CMalloc"),
+
         // The wire contract: every topic's message type, its key rule and its JSON conventions.
         .target(
             name: "IsletMessages",
@@ -133,6 +136,7 @@ let package = Package(
             name: "IsletRuntime",
             dependencies: [
                 "IsletKafka",
+                "CMalloc",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),

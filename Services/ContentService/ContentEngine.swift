@@ -23,98 +23,148 @@ public final class ContentEngine: Sendable {
     public let freshness: FreshnessPolicy
     private let tokens: PartitionTokens
     private struct State {
-        /// By activity of its app (`<bundleId>/<activityId>`: activity ids are scoped per app).
-        var memories: [String: ActivityMemory] = [:]
+        /// The memories, one per slot; ``index`` finds an activity's slot by its key
+        /// (`<bundleId>/<activityId>`: activity ids are scoped per app). A forgotten activity's
+        /// slot is reused. About 200 bytes an activity with its key and deadline, where a
+        /// dictionary of memories held by key took more than 900 (issue 24).
+        var index: [String: Int32] = [:]
+        var slots: [Slot] = []
+        var freeSlots: [Int32] = []
+        /// Memories per app (`bundleId`): an event or outcome that does not name its app is looked
+        /// up in each (they are few).
+        var apps: [String: Int] = [:]
         /// Push-to-start keys of recent starts → the activity they started (their outcomes carry the key).
         var startOwners: [String: String] = [:]
         /// `startOwners.count` when it was last pruned: pruned again once it doubled (amortised).
         var startOwnersPruned = 0
-        /// Activity id → the keys of the memories of that id (one per app that uses it).
-        var keysByActivity: [String: Set<String>] = [:]
         /// When the monitor is to look at each activity next.
         var deadlines = DeadlineQueue()
         /// The live activities that were not fresh when last looked at, and their class. Exact as
         /// long as the clock does not step back: a class changes by time alone only at a deadline.
-        var notFresh: [String: Freshness] = [:]
+        var notFresh: [Int32: Freshness] = [:]
         var notFreshCounts: [Freshness: Int] = [:]
         /// Activities remembered live (``ActivityMemory/isLive``: not ended, token alive).
         var liveCount = 0
         /// Activities whose token is dead (``ActivityMemory/gone``). No deadline revives them (a token
         /// registered again does, which no clock tells): each monitor pass asks the token table about
         /// the ones it owns. They are few (APNs declared their token dead, within the retention).
-        var gone: Set<String> = []
+        var gone: Set<Int32> = []
         /// Activities the last monitor pass looked at (tests: a pass is proportional to what is due).
         var examinedInLastSweep = 0
-        /// Activities the monitor has something to send for whose latest payload is not in memory.
         /// The partitions the last sweep was given (`nil`: all), if there was one.
         var lastOwned: Set<Int32>?
         var swept = false
-        /// In the order they fell due (the oldest first).
+        /// Activities the monitor has something to send for whose latest request is not in memory,
+        /// in the order they fell due (the oldest first).
         var payloadsToRead: [PayloadToRead] = []
         /// The activities whose memory changed since it was last written to the changelog
         /// (``ChangelogWriter``), by partition: of the partitions this instance owns
         /// (``own(_:)``; `nil`: of every partition).
         var unwritten: [Int32: Set<String>] = [:]
         var changelogPartitions: Set<Int32>?
+        /// The key as the token table holds it, if it does: a new memory's key shares its storage.
+        let heldKey: @Sendable (String) -> String?
+
+        struct Slot {
+            /// Empty when the slot is free.
+            var key: String
+            var memory: ActivityMemory
+        }
+
+        func memory(_ key: String) -> ActivityMemory? { index[key].map { slots[Int($0)].memory } }
+
+        /// The keys of the memories of `activityId`, one per app that has it.
+        func keys(ofActivity activityId: String) -> [String] {
+            apps.keys.compactMap { bundleId in
+                let key = MessageKey.activity(bundleId: bundleId, activityId: activityId)
+                return index[key] == nil ? nil : key
+            }
+        }
+
+        /// Every memory, with its key and slot.
+        var all: some Sequence<(key: String, slot: Int32, memory: ActivityMemory)> {
+            slots.lazy.enumerated().filter { !$0.element.key.isEmpty }.map { ($0.element.key, Int32($0.offset), $0.element.memory) }
+        }
 
         mutating func unwritten(_ key: String, partition: Int32?) {
             guard let partition, changelogPartitions?.contains(partition) ?? true else { return }
             unwritten[partition, default: []].insert(key)
         }
 
-        /// Sets (or, with `nil`, forgets) the memory of `key`, keeping the index by activity id, the
-        /// live and gone activities, the freshness classes, and the activity's deadline.
+        /// Sets (or, with `nil`, forgets) the memory of `key`, keeping the index, the apps, the live
+        /// and gone activities, the freshness classes, and the activity's deadline.
         /// - Parameter restored: read from the changelog (not to be written there again).
         mutating func set(_ key: String, _ memory: ActivityMemory?, now: Date, policy: FreshnessPolicy, restored: Bool = false) {
             let previous: ActivityMemory?
-            if let memory { previous = memories.updateValue(memory, forKey: key) } else { previous = memories.removeValue(forKey: key) }
-            if !restored { unwritten(key, partition: memory?.partition ?? previous?.partition) }
-            if (previous == nil) != (memory == nil) {
-                let activityId = String(key.drop { $0 != "/" }.dropFirst())
-                if memory == nil {
-                    keysByActivity[activityId]?.remove(key)
-                    if keysByActivity[activityId]?.isEmpty == true { keysByActivity[activityId] = nil }
+            let slot: Int32
+            if let existing = index[key] {
+                slot = existing
+                previous = slots[Int(slot)].memory
+            } else if memory != nil {
+                let key = heldKey(key) ?? key
+                if let free = freeSlots.popLast() {
+                    slot = free
+                    slots[Int(slot)].key = key
                 } else {
-                    keysByActivity[activityId, default: []].insert(key)
+                    slot = Int32(slots.count)
+                    slots.append(Slot(key: key, memory: ActivityMemory()))
                 }
+                index[key] = slot
+                apps[String(key.prefix { $0 != "/" }), default: 0] += 1
+                previous = nil
+            } else {
+                return
             }
-            changed(key, memory, wasLive: previous?.isLive == true, wasGone: previous?.gone == true, now: now, policy: policy)
+            if !restored { unwritten(key, partition: memory?.partition ?? previous?.partition) }
+            changed(slot, memory, wasLive: previous?.isLive == true, wasGone: previous?.gone == true, now: now, policy: policy)
+            if let memory {
+                slots[Int(slot)].memory = memory
+            } else {
+                slots[Int(slot)] = Slot(key: "", memory: ActivityMemory())
+                index[key] = nil
+                freeSlots.append(slot)
+                let bundleId = String(key.prefix { $0 != "/" })
+                apps[bundleId, default: 1] -= 1
+                if apps[bundleId] == 0 { apps[bundleId] = nil }
+            }
         }
 
-        /// Changes the memory of `key`, if remembered, in place (its outcomes are not copied), then as ``set(_:_:now:policy:)``.
+        /// Changes the memory of `key`, if remembered, in place, then as ``set(_:_:now:policy:restored:)``.
         mutating func update(_ key: String, now: Date, policy: FreshnessPolicy, _ change: (inout ActivityMemory) -> Void) {
-            guard let index = memories.index(forKey: key) else { return }
-            let (wasLive, wasGone) = (memories.values[index].isLive, memories.values[index].gone)
-            change(&memories.values[index])
-            unwritten(key, partition: memories.values[index].partition)
-            changed(key, memories.values[index], wasLive: wasLive, wasGone: wasGone, now: now, policy: policy)
+            guard let slot = index[key] else { return }
+            let (wasLive, wasGone) = (slots[Int(slot)].memory.isLive, slots[Int(slot)].memory.gone)
+            change(&slots[Int(slot)].memory)
+            unwritten(key, partition: slots[Int(slot)].memory.partition)
+            changed(slot, slots[Int(slot)].memory, wasLive: wasLive, wasGone: wasGone, now: now, policy: policy)
         }
 
-        private mutating func changed(_ key: String, _ memory: ActivityMemory?, wasLive: Bool, wasGone: Bool, now: Date, policy: FreshnessPolicy) {
+        private mutating func changed(_ slot: Int32, _ memory: ActivityMemory?, wasLive: Bool, wasGone: Bool, now: Date, policy: FreshnessPolicy) {
             liveCount += (memory?.isLive == true ? 1 : 0) - (wasLive ? 1 : 0)
-            if memory?.gone == true { gone.insert(key) } else if wasGone { gone.remove(key) }
-            look(at: key, memory, now: now, policy: policy)
+            if memory?.gone == true { gone.insert(slot) } else if wasGone { gone.remove(slot) }
+            look(at: slot, memory, now: now, policy: policy)
         }
 
         /// Brings the activity's freshness class up to date at `now`, and schedules it at its next deadline.
-        mutating func look(at key: String, _ memory: ActivityMemory?, now: Date, policy: FreshnessPolicy) {
+        mutating func look(at slot: Int32, _ memory: ActivityMemory?, now: Date, policy: FreshnessPolicy) {
             let class_ = memory?.freshness(now: now, policy: policy).flatMap { $0 == .fresh ? nil : $0 }
             let previous: Freshness?
-            if let class_ { previous = notFresh.updateValue(class_, forKey: key) } else { previous = notFresh.removeValue(forKey: key) }
+            if let class_ { previous = notFresh.updateValue(class_, forKey: slot) } else { previous = notFresh.removeValue(forKey: slot) }
             if previous != class_ {
                 if let previous { notFreshCounts[previous, default: 0] -= 1 }
                 if let class_ { notFreshCounts[class_, default: 0] += 1 }
             }
-            if let due = memory?.nextDeadline(now: now, policy: policy) { deadlines.schedule(key, at: due, now: now) } else { deadlines.cancel(key) }
+            if let due = memory?.nextDeadline(now: now, policy: policy) { deadlines.schedule(slot, at: due, now: now) } else { deadlines.cancel(slot) }
         }
 
         /// Looks at the activities due at `now` (their class may have changed by time) without
         /// acting: those with something to do stay due for the monitor.
         mutating func catchUp(now: Date, policy: FreshnessPolicy) {
-            for key in deadlines.popDue(now: now) { look(at: key, memories[key], now: now, policy: policy) }
+            for slot in deadlines.popDue(now: now) where !slots[Int(slot)].key.isEmpty {
+                look(at: slot, slots[Int(slot)].memory, now: now, policy: policy)
+            }
         }
     }
-    private let state = Mutex(State())
+    private let state: Mutex<State>
     /// What the engine takes for now (timestamps, stale dates, the freshness monitor).
     let clock: any WallClock
 
@@ -124,6 +174,7 @@ public final class ContentEngine: Sendable {
     ) {
         self.assembler = assembler
         self.tokens = tokens
+        self.state = Mutex(State(heldKey: { [tokens] in tokens.heldKey($0) }))
         self.freshness = freshness
         self.clock = clock
     }
@@ -158,7 +209,7 @@ public final class ContentEngine: Sendable {
             throw ContentError(field: "attributesType", problem: "\(event.attributesType) has no template")
         }
         let activityKey = try activityKey(of: event)
-        var memory = state.withLock { $0.memories[activityKey] } ?? ActivityMemory()
+        var memory = state.withLock { $0.memory(activityKey) } ?? ActivityMemory()
         if let partition { memory.partition = partition }
         // An event that is not applied is still checked: a caller (gRPC) learns that it is invalid.
         var ignored: String?
@@ -209,7 +260,7 @@ public final class ContentEngine: Sendable {
         let tokens = self.tokens
         var keys = Set(tokens.keys(forActivity: event.activityId).filter { tokens.token(forKey: $0)?.state == .active })
         state.withLock { state in
-            for key in state.keysByActivity[event.activityId] ?? [] where state.memories[key]?.isLive == true { keys.insert(key) }
+            for key in state.keys(ofActivity: event.activityId) where state.memory(key)?.isLive == true { keys.insert(key) }
         }
         if keys.count > 1 {
             throw ContentError(
@@ -242,7 +293,7 @@ public final class ContentEngine: Sendable {
         guard let activityKey = request.activityKey else { return }
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
-            var memory = state.memories[activityKey] ?? ActivityMemory()
+            var memory = state.memory(activityKey) ?? ActivityMemory()
             memory.replay(request)
             if let storedAt { memory.stored(request.requestId, at: storedAt) }
             if let partition { memory.partition = partition }
@@ -256,9 +307,9 @@ public final class ContentEngine: Sendable {
     public func stored(_ request: PushRequest, at position: KafkaPosition) {
         guard let activityKey = request.activityKey else { return }
         state.withLock { state in
-            guard let index = state.memories.index(forKey: activityKey) else { return }
-            state.memories.values[index].stored(request.requestId, at: position)
-            state.unwritten(activityKey, partition: state.memories.values[index].partition)
+            guard let slot = state.index[activityKey].map(Int.init) else { return }
+            state.slots[slot].memory.stored(request.requestId, at: position)
+            state.unwritten(activityKey, partition: state.slots[slot].memory.partition)
         }
     }
 
@@ -285,10 +336,14 @@ public final class ContentEngine: Sendable {
     /// monitor stops asking for them (until the activity's next request).
     public func restorePayloads(_ payloads: [String: (position: KafkaPosition, request: PushRequest)], lost: [PayloadToRead] = []) {
         state.withLock { state in
-            for (activityKey, read) in payloads { state.memories[activityKey]?.restoreRequest(read.request, from: read.position) }
+            for (activityKey, read) in payloads {
+                guard let slot = state.index[activityKey].map(Int.init) else { continue }
+                state.slots[slot].memory.restoreRequest(read.request, from: read.position)
+            }
             for item in lost {
-                state.memories[item.activityKey]?.losePayload(at: item.position)
-                state.unwritten(item.activityKey, partition: state.memories[item.activityKey]?.partition)
+                guard let slot = state.index[item.activityKey].map(Int.init) else { continue }
+                state.slots[slot].memory.losePayload(at: item.position)
+                state.unwritten(item.activityKey, partition: state.slots[slot].memory.partition)
             }
         }
     }
@@ -309,7 +364,7 @@ public final class ContentEngine: Sendable {
             var taken: [Unwritten] = []
             for partition in partitions {
                 guard let keys = state.unwritten.removeValue(forKey: partition) else { continue }
-                for key in keys { taken.append(Unwritten(partition: partition, activityKey: key, memory: state.memories[key])) }
+                for key in keys { taken.append(Unwritten(partition: partition, activityKey: key, memory: state.memory(key))) }
             }
             return taken
         }
@@ -328,7 +383,7 @@ public final class ContentEngine: Sendable {
                 for partition in tracked.subtracting(partitions) { state.unwritten[partition] = nil }
                 let gained = partitions.subtracting(tracked)
                 if !gained.isEmpty {
-                    for (key, memory) in state.memories {
+                    for (key, _, memory) in state.all {
                         if let partition = memory.partition, gained.contains(partition) { state.unwritten[partition, default: []].insert(key) }
                     }
                 }
@@ -370,7 +425,7 @@ public final class ContentEngine: Sendable {
             let activityKey: String?
             if let activityId = outcome.activityId, outcome.bundleId == nil {
                 // Written before outcomes named their app: the only app remembered with the id.
-                let keys = state.keysByActivity[activityId] ?? []
+                let keys = state.keys(ofActivity: activityId)
                 activityKey = keys.count == 1 ? keys.first : nil
             } else if outcome.activityId == nil {
                 activityKey = outcome.pushToStartKey.flatMap { state.startOwners[$0] }
@@ -404,22 +459,26 @@ public final class ContentEngine: Sendable {
             // The app registered a token after APNs's verdict (a new one, or the same again): the
             // activity is watched again (and, stale, refreshed in this pass: it is due at once).
             var revived: [(String, ActivityMemory)] = []
-            for activityKey in state.gone {
-                guard var memory = state.memories[activityKey], memory.latest != nil, isOwned(memory),
+            for slot in state.gone {
+                let (activityKey, memory) = (state.slots[Int(slot)].key, state.slots[Int(slot)].memory)
+                guard memory.latest != nil, isOwned(memory),
                     Self.registeredAgain(memory, token: tokens.token(forKey: activityKey))
                 else { continue }
-                memory.gone = false
-                revived.append((activityKey, memory))
+                var alive = memory
+                alive.gone = false
+                revived.append((activityKey, alive))
             }
             for (activityKey, memory) in revived { state.set(activityKey, memory, now: now, policy: policy) }
 
             // Partitions newly owned: their live activities are looked at now (the others had
             // put them off a minute at a time).
             if state.swept, let last = state.lastOwned, owned.map({ !$0.isSubset(of: last) }) ?? true {
-                for (key, memory) in state.memories where memory.isLive {
+                var newlyOwned: [Int32] = []
+                for (_, slot, memory) in state.all where memory.isLive {
                     let ownedNow = owned.map { owned in memory.partition.map(owned.contains) ?? false } ?? true
-                    if ownedNow, !(memory.partition.map(last.contains) ?? false) { state.deadlines.schedule(key, at: now, now: now) }
+                    if ownedNow, !(memory.partition.map(last.contains) ?? false) { newlyOwned.append(slot) }
                 }
+                for slot in newlyOwned { state.deadlines.schedule(slot, at: now, now: now) }
             }
             state.lastOwned = owned
             state.swept = true
@@ -427,8 +486,9 @@ public final class ContentEngine: Sendable {
             state.examinedInLastSweep = due.count
             state.payloadsToRead = []
             var prepared: [Prepared] = []
-            for activityKey in due {
-                guard let memory = state.memories[activityKey], let latest = memory.latest else { continue }
+            for slot in due {
+                let (activityKey, memory) = (state.slots[Int(slot)].key, state.slots[Int(slot)].memory)
+                guard !activityKey.isEmpty, let latest = memory.latest else { continue }
                 // Forgotten whoever owns it: the retention is about memory, not about sending.
                 if !memory.isLive, now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) {
                     state.set(activityKey, nil, now: now, policy: policy)
@@ -437,7 +497,7 @@ public final class ContentEngine: Sendable {
                 // Scheduled again as it is: at once when there is something to do. If the request
                 // made now is persisted, ``commit(_:)`` schedules the activity's next deadline;
                 // if not, the next pass decides again.
-                state.look(at: activityKey, memory, now: now, policy: policy)
+                state.look(at: slot, memory, now: now, policy: policy)
                 // Another instance's, or nothing the monitor can do (its payload lost): looked at
                 // again in a minute, not on every pass.
                 if memory.isLive, !isOwned(memory) || memory.payloadLost {
@@ -447,7 +507,7 @@ public final class ContentEngine: Sendable {
                         let severe = since.addingTimeInterval(policy.severeAfter / .seconds(1))
                         if severe > now { later = min(later, severe) }
                     }
-                    state.deadlines.schedule(activityKey, at: later, now: now)
+                    state.deadlines.schedule(slot, at: later, now: now)
                     continue
                 }
                 guard memory.isLive, let item = followUp(activityKey, memory, latest: latest, now: now, policy: policy) else {
@@ -459,8 +519,8 @@ public final class ContentEngine: Sendable {
                 }
                 prepared.append(item)
             }
-            if state.startOwners.count > max(state.memories.count, 2 * state.startOwnersPruned) {
-                state.startOwners = state.startOwners.filter { state.memories[$0.value] != nil }
+            if state.startOwners.count > max(state.index.count, 2 * state.startOwnersPruned) {
+                state.startOwners = state.startOwners.filter { state.index[$0.value] != nil }
                 state.startOwnersPruned = state.startOwners.count
             }
             return prepared
@@ -504,7 +564,7 @@ public final class ContentEngine: Sendable {
     /// another token, or registered after the verdict.
     static func registeredAgain(_ memory: ActivityMemory, token record: DeliveryToken?) -> Bool {
         guard let record, record.state == .active else { return false }
-        if let dead = memory.goneToken, dead != TokenFingerprint.of(token: record.token) { return true }
+        if let dead = memory.goneToken, dead != record.fingerprint { return true }
         return record.registeredAt > (memory.goneAt ?? .distantFuture)
     }
 
@@ -514,8 +574,9 @@ public final class ContentEngine: Sendable {
         let policy = freshness
         let stale = state.withLock { state in
             state.catchUp(now: now, policy: policy)
-            return state.notFresh.keys.compactMap { activityKey -> StaleActivity? in
-                guard let memory = state.memories[activityKey], let freshness = memory.freshness(now: now, policy: policy), freshness != .fresh,
+            return state.notFresh.keys.compactMap { slot -> StaleActivity? in
+                let (activityKey, memory) = (state.slots[Int(slot)].key, state.slots[Int(slot)].memory)
+                guard !activityKey.isEmpty, let freshness = memory.freshness(now: now, policy: policy), freshness != .fresh,
                     let since = memory.staleSince(now: now), let latest = memory.latest
                 else { return nil }
                 return StaleActivity(
@@ -546,62 +607,71 @@ public final class ContentEngine: Sendable {
 
     /// The dispatcher's final outcome of one of the activity's recent requests, if it came.
     public func outcome(of requestId: String, activityKey: String) -> PushResult? {
-        state.withLock { $0.memories[activityKey]?.outcome(of: requestId) }
+        state.withLock { $0.memory(activityKey)?.outcome(of: requestId) }
     }
 
     /// What is remembered of an activity, by its key (`<bundleId>/<activityId>`; tests, diagnostics).
-    public func memory(of activityKey: String) -> ActivityMemory? { state.withLock { $0.memories[activityKey] } }
+    public func memory(of activityKey: String) -> ActivityMemory? { state.withLock { $0.memory(activityKey) } }
 
     /// Activities remembered.
-    public var activityCount: Int { state.withLock { $0.memories.count } }
+    public var activityCount: Int { state.withLock { $0.index.count } }
 }
 
-/// Activities by their next deadline: a min-heap of (due, activity, generation). Each activity has
-/// one entry that counts, the one of its current generation; the others (superseded, or of a
-/// forgotten activity) are dropped when they come out. An activity whose deadline moves later
-/// keeps its earlier entry (no push on every event or outcome: the heap stays about as large as
-/// the activities remembered): it comes out early, is looked at, and is scheduled again.
+/// Activities (by their slot in the engine's memory) by their next deadline: a min-heap of (due,
+/// slot), and each slot's current deadline. An entry counts when its due is the slot's current
+/// one; the others (superseded, or of a forgotten activity) are dropped when they come out. An
+/// activity whose deadline moves later keeps its earlier entry (no push on every event or outcome:
+/// the heap stays about as large as the activities remembered): it comes out early, is looked at,
+/// and is scheduled again. 16 bytes an entry and 8 a slot.
 struct DeadlineQueue: Sendable {
     private struct Entry: Comparable, Sendable {
-        var due: Date
-        var generation: UInt64
-        var key: String
-        static func < (a: Entry, b: Entry) -> Bool { (a.due, a.generation) < (b.due, b.generation) }
-        static func == (a: Entry, b: Entry) -> Bool { a.due == b.due && a.generation == b.generation }
+        var due: Double
+        var slot: Int32
+        static func < (a: Entry, b: Entry) -> Bool { (a.due, a.slot) < (b.due, b.slot) }
     }
     private var heap = Heap<Entry>()
-    private var scheduled: [String: (due: Date, generation: UInt64)] = [:]
-    private var generation: UInt64 = 0
+    /// By slot: its current deadline (seconds since the reference date), or infinity for none.
+    private var scheduled: [Double] = []
+    private var scheduledCount = 0
 
-    /// Makes sure `key` comes out no later than `due`: its current entry is kept when it is earlier
+    /// Makes sure `slot` comes out no later than `due`: its current entry is kept when it is earlier
     /// and not already due (a due one would be looked at again for nothing).
-    mutating func schedule(_ key: String, at due: Date, now: Date) {
-        if let current = scheduled[key], current.due <= due, current.due > now || due <= now { return }
-        generation += 1
-        scheduled[key] = (due, generation)
-        heap.insert(Entry(due: due, generation: generation, key: key))
+    mutating func schedule(_ slot: Int32, at date: Date, now: Date) {
+        let (index, due, now) = (Int(slot), date.timeIntervalSinceReferenceDate, now.timeIntervalSinceReferenceDate)
+        if index >= scheduled.count { scheduled.append(contentsOf: repeatElement(.infinity, count: index + 1 - scheduled.count)) }
+        let current = scheduled[index]
+        if current != .infinity, current <= due, current > now || due <= now { return }
+        if current == .infinity { scheduledCount += 1 }
+        scheduled[index] = due
+        heap.insert(Entry(due: due, slot: slot))
         // Superseded entries wait for their time to be dropped. Should they come to outnumber the
         // current ones (deadlines moved earlier again and again), the heap is rebuilt: memory
         // stays bounded, and the rebuild costs no more than the insertions that made it necessary.
-        if heap.count > 2 * scheduled.count + 1_024 {
-            heap = Heap(scheduled.map { Entry(due: $0.value.due, generation: $0.value.generation, key: $0.key) })
+        if heap.count > 2 * scheduledCount + 1_024 {
+            heap = Heap(scheduled.enumerated().compactMap { $0.element == .infinity ? nil : Entry(due: $0.element, slot: Int32($0.offset)) })
         }
     }
 
-    /// `key` has no deadline any more.
-    mutating func cancel(_ key: String) { scheduled[key] = nil }
+    /// `slot` has no deadline any more.
+    mutating func cancel(_ slot: Int32) {
+        let index = Int(slot)
+        guard index < scheduled.count, scheduled[index] != .infinity else { return }
+        scheduled[index] = .infinity
+        scheduledCount -= 1
+    }
 
     /// Removes the activities due at `now` (each once), earliest first. Schedule them again after
     /// this returns: one scheduled at or before `now` comes out of the next call.
-    mutating func popDue(now: Date) -> [String] {
-        var keys: [String] = []
+    mutating func popDue(now date: Date) -> [Int32] {
+        let now = date.timeIntervalSinceReferenceDate
+        var slots: [Int32] = []
         while let first = heap.min, first.due <= now {
             let entry = heap.removeMin()
-            guard scheduled[entry.key]?.generation == entry.generation else { continue }
-            scheduled[entry.key] = nil
-            keys.append(entry.key)
+            guard scheduled[Int(entry.slot)] == entry.due else { continue }
+            cancel(entry.slot)
+            slots.append(entry.slot)
         }
-        return keys
+        return slots
     }
 
     /// Entries held (current and superseded).

@@ -151,7 +151,7 @@ public struct ContentServiceApp: Sendable {
         // The token table (which app, version and environment an activity has): the whole topic,
         // compact. content-service looks up tokens of activities whose partitions it does not own
         // (a remote start's push-to-start token, an event checked through the gRPC API).
-        let tokens = PartitionTokens.whole()
+        let tokens = PartitionTokens.whole(fingerprintsOnly: true)
         health.register(Self.tableCheck)
         let tokenReplica = try KafkaConsumer(
             configuration: TokenTableLoader.replicaConfiguration(

@@ -157,6 +157,7 @@ public struct ServiceRuntime: Sendable {
     ) -> ServiceGroup where C.Duration == Duration {
         var configurations = services.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) }
         configurations.append(.init(service: ShutdownAnnouncer(health: health, logger: logger), serviceName: "shutdown-announcer"))
+        configurations.append(.init(service: FreeMemoryReleaser(clock: clock), serviceName: "free-memory"))
         if settings.livenessExitAfter > .zero {
             configurations.append(
                 .init(

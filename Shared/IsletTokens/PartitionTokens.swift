@@ -15,11 +15,18 @@ public struct DeliveryToken: Sendable, Equatable {
     public var appVersion: String
     public var registeredAt: Date
     public var activityStartedAt: Date?
+    /// Set when the table keeps fingerprints only (``PartitionTokens/whole(fingerprintsOnly:)``):
+    /// ``token`` is then empty.
+    private var knownFingerprint: String?
+
+    /// The token's fingerprint (``TokenFingerprint``), what outcomes and logs carry of it.
+    public var fingerprint: String { knownFingerprint ?? TokenFingerprint.of(token: token) }
 
     public init(
         token: String, app: AppTarget, kind: TokenKind, state: TokenState, deviceId: String?, frequentUpdatesEnabled: Bool, appVersion: String,
-        registeredAt: Date, activityStartedAt: Date?
+        registeredAt: Date, activityStartedAt: Date?, fingerprint: String? = nil
     ) {
+        self.knownFingerprint = fingerprint
         self.token = token
         self.app = app
         self.kind = kind
@@ -78,7 +85,7 @@ public final class PartitionTokens: Sendable {
     }
 
     struct State {
-        var entries: [String: Entry] = [:]
+        var entries = SlotDictionary<Entry>()
         /// Every token's bytes, one after the other.
         var arena: [UInt8] = []
         /// Bytes of ``arena`` no entry uses any more.
@@ -123,11 +130,10 @@ public final class PartitionTokens: Sendable {
         mutating func compact() {
             var packed: [UInt8] = []
             packed.reserveCapacity(arena.count - garbage)
-            for (key, var entry) in entries {
+            entries.updateEach { entry in
                 let start = Int(entry.tokenStart)
                 entry.tokenStart = UInt32(packed.count)
                 packed.append(contentsOf: arena[start..<(start + Int(entry.tokenLength))])
-                entries[key] = entry
             }
             arena = packed
             garbage = 0
@@ -146,8 +152,13 @@ public final class PartitionTokens: Sendable {
 
     private let state = Mutex(State())
     private let observers = Mutex<[@Sendable (String) -> Void]>([])
+    /// Keeps each token's fingerprint (8 bytes) instead of the token: for a service that never
+    /// sends to it (content-service).
+    let fingerprintsOnly: Bool
 
-    public init() {}
+    public init() { fingerprintsOnly = false }
+
+    init(fingerprintsOnly: Bool) { self.fingerprintsOnly = fingerprintsOnly }
 
     /// Calls `observer` with the key of every record applied from now on (after the table changed,
     /// on the applier's thread: keep it short). apns-dispatcher learns this way that a token its
@@ -164,8 +175,10 @@ public final class PartitionTokens: Sendable {
     /// A table of every partition, whichever it is: the whole token topic, kept compact
     /// (content-service, which looks up tokens of activities it does not own; ``TokenTableLoader``
     /// fills it).
-    public static func whole() -> PartitionTokens {
-        let tokens = PartitionTokens()
+    /// - Parameter fingerprintsOnly: keep each token's fingerprint, not the token (``DeliveryToken/token``
+    ///   is then empty, ``DeliveryToken/fingerprint`` is kept): 8 bytes instead of about 80.
+    public static func whole(fingerprintsOnly: Bool = false) -> PartitionTokens {
+        let tokens = PartitionTokens(fingerprintsOnly: fingerprintsOnly)
         tokens.state.withLock { $0.ownsAll = true }
         return tokens
     }
@@ -175,7 +188,7 @@ public final class PartitionTokens: Sendable {
         let dropped = Set(partitions)
         state.withLock { state in
             state.owned.subtract(dropped)
-            let keys = state.entries.compactMap { dropped.contains($0.value.partition) ? $0.key : nil }
+            let keys = state.entries.all.compactMap { dropped.contains($0.value.partition) ? $0.key : nil }
             for key in keys { state.removeEntry(key) }
             state.compactIfWasteful()
         }
@@ -190,7 +203,8 @@ public final class PartitionTokens: Sendable {
     @discardableResult
     public func apply(_ record: TokenRecord, key topicKey: String, partition: Int32, offset: Int64) -> Bool {
         let key = record.key ?? topicKey
-        guard let bytes = Self.bytes(ofHex: record.token), bytes.count <= Int(UInt16.max) else { return false }
+        guard var bytes = Self.bytes(ofHex: record.token), bytes.count <= Int(UInt16.max) else { return false }
+        if fingerprintsOnly, let fingerprint = Self.bytes(ofHex: TokenFingerprint.of(token: record.token)) { bytes = fingerprint }
         let changed = state.withLock { state -> Bool in
             guard state.holds(partition) else { return false }
             if let current = state.entries[key], current.partition == partition, offset <= current.offset { return false }
@@ -240,12 +254,20 @@ public final class PartitionTokens: Sendable {
         state.withLock { state -> DeliveryToken? in
             guard let entry = state.entries[key] else { return nil }
             let profile = state.profiles[Int(entry.profile)]
+            let bytes = Self.hex(state.tokenBytes(entry))
             return DeliveryToken(
-                token: Self.hex(state.tokenBytes(entry)), app: profile.app, kind: profile.kind, state: profile.state,
+                token: fingerprintsOnly ? "" : bytes, app: profile.app, kind: profile.kind, state: profile.state,
                 deviceId: profile.kind == .pushToStart ? Self.deviceId(ofPushToStartKey: key) : nil,
                 frequentUpdatesEnabled: profile.frequentUpdatesEnabled, appVersion: profile.appVersion,
-                registeredAt: Self.date(entry.registeredAt), activityStartedAt: entry.startedAt == .min ? nil : Self.date(entry.startedAt))
+                registeredAt: Self.date(entry.registeredAt), activityStartedAt: entry.startedAt == .min ? nil : Self.date(entry.startedAt),
+                fingerprint: fingerprintsOnly ? bytes : nil)
         }
+    }
+
+    /// The key as the table holds it, when it holds one: a caller that keeps the key too can share
+    /// its storage (one copy of a long key instead of two).
+    public func heldKey(_ key: String) -> String? {
+        state.withLock { $0.entries.heldKey(key) }
     }
 
     /// The keys (`<bundleId>/<activityId>`) of every app's update token for `activityId`, sorted:
@@ -266,7 +288,7 @@ public final class PartitionTokens: Sendable {
     public var countByPartition: [Int32: Int] {
         state.withLock { state in
             var counts = Dictionary(uniqueKeysWithValues: state.owned.map { ($0, 0) })
-            for entry in state.entries.values { counts[entry.partition, default: 0] += 1 }
+            for (_, entry) in state.entries.all { counts[entry.partition, default: 0] += 1 }
             return counts
         }
     }

@@ -183,26 +183,26 @@ struct FreshnessScheduleTests {
     func deadlineQueue() {
         var queue = DeadlineQueue()
         let start = now
-        queue.schedule("a", at: start.addingTimeInterval(100), now: start)
-        queue.schedule("a", at: start.addingTimeInterval(200), now: start)  // later: the earlier entry stays
-        queue.schedule("b", at: start.addingTimeInterval(50), now: start)
-        queue.schedule("c", at: start.addingTimeInterval(10), now: start)
-        queue.cancel("c")
-        #expect(queue.popDue(now: start.addingTimeInterval(99)) == ["b"])
-        #expect(queue.popDue(now: start.addingTimeInterval(100)) == ["a"])
+        queue.schedule(0, at: start.addingTimeInterval(100), now: start)
+        queue.schedule(0, at: start.addingTimeInterval(200), now: start)  // later: the earlier entry stays
+        queue.schedule(1, at: start.addingTimeInterval(50), now: start)
+        queue.schedule(2, at: start.addingTimeInterval(10), now: start)
+        queue.cancel(2)
+        #expect(queue.popDue(now: start.addingTimeInterval(99)) == [1])
+        #expect(queue.popDue(now: start.addingTimeInterval(100)) == [0])
         #expect(queue.popDue(now: start.addingTimeInterval(1_000)).isEmpty)
         // Due already, then a later deadline: replaced (a due entry would be looked at for nothing).
-        queue.schedule("a", at: start, now: start.addingTimeInterval(1_000))
-        queue.schedule("a", at: start.addingTimeInterval(2_000), now: start.addingTimeInterval(1_000))
+        queue.schedule(0, at: start, now: start.addingTimeInterval(1_000))
+        queue.schedule(0, at: start.addingTimeInterval(2_000), now: start.addingTimeInterval(1_000))
         #expect(queue.popDue(now: start.addingTimeInterval(1_000)).isEmpty)
-        #expect(queue.popDue(now: start.addingTimeInterval(2_000)) == ["a"])
+        #expect(queue.popDue(now: start.addingTimeInterval(2_000)) == [0])
         // Deadlines moved earlier again and again: the superseded entries do not pile up, and the
         // current ones stay.
-        let others = (0..<5).map { "e\($0)" }
+        let others: [Int32] = Array(4..<9)
         for key in others { queue.schedule(key, at: start.addingTimeInterval(50_000), now: start) }
-        for step in 0..<10_000 { queue.schedule("d", at: start.addingTimeInterval(Double(100_000 - step)), now: start) }
+        for step in 0..<10_000 { queue.schedule(3, at: start.addingTimeInterval(Double(100_000 - step)), now: start) }
         #expect(queue.count <= 2 * 6 + 1_024)
-        #expect(queue.popDue(now: start.addingTimeInterval(100_000)) == others + ["d"])
+        #expect(queue.popDue(now: start.addingTimeInterval(100_000)) == others + [3])
         #expect(queue.count == 0)
     }
 }
