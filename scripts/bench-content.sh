@@ -14,6 +14,15 @@
 #
 #   scripts/bench-content.sh --restore
 #   ACTIVITIES=1000000 scripts/bench-content.sh --restore
+#
+# With --memory, instead: resident memory per live activity in process, without a broker
+# (islet-content-bench memory): ACTIVITIES update tokens (default 1,000,000) applied to the token
+# table as content-service keeps it, then an event each made into a push request, stored and
+# answered; VmRSS before, with the tokens, with the memories, and after malloc's free pages are
+# given back (as the service does every 30 s). Its last line is `RESULT content-memory …`
+# (about 2.5 minutes at a million).
+#
+#   scripts/bench-content.sh --memory
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,6 +37,12 @@ events=${EVENTS:-20000}
 scripts/bootstrap.sh
 build_release islet-content-bench
 bench=$(swift build -c release --show-bin-path)/islet-content-bench
+
+if [ "${1:-}" = --memory ]; then
+  echo "== memory per live activity (${ACTIVITIES:-1000000} activities, in process)"
+  "$bench" memory --activities "${ACTIVITIES:-1000000}"
+  exit 0
+fi
 
 if [ "${1:-}" = --restore ]; then
   eval "$(scripts/broker.sh)"

@@ -21,6 +21,19 @@
 #   6. a table and one line `RESULT scale count=… partitions=… load_s=… restore_s=… …`.
 # No push request is produced: the dispatcher never connects to APNs (ISLET_APNS_URL points nowhere).
 #
+# Then content-service (unless CONTENT=0), on the same broker and tokens:
+#   7. a memory for each of the COUNT activities (ContentMemoryRecord JSON: an update delivered a
+#      few minutes ago, its request stored) written straight onto islet.content-memory.v1, in the
+#      activity's partition, and a checkpoint per partition (the requests and outcomes topics are
+#      empty), as the changelog of an instance that ran before holds them;
+#   8. content-service A (release build) until /health is 200 and its log says the memory was
+#      rebuilt with COUNT activities: restore seconds (token table and changelog), VmRSS right then
+#      and 35 s later (after a pass of FreeMemory, which gives malloc's free pages back every 30 s);
+#      bytes per activity = (RSS − the RSS of an instance against empty topics, taken in step 1) / COUNT;
+#   9. content-service B in the same group, the same; then a kill -9 of A: B already holds every
+#      memory (each instance follows every partition: content-service is not partition-local yet).
+# Its line: `RESULT scale-content count=… restore_s=… rss_mb_one=… bytes_per_activity=… …`.
+#
 #   scripts/bench-scale.sh                          # 1,000,000 activities, 12 partitions
 #   COUNT=100000 scripts/bench-scale.sh             # a quick run
 #   COUNT=500000 PARTITIONS=6 KILL=b scripts/bench-scale.sh
@@ -67,6 +80,11 @@ if [ -n "${DISPATCHER_BIN:-}" ]; then
 else
   build_release apns-dispatcher
   dispatcher=$(swift build -c release --show-bin-path)/apns-dispatcher
+fi
+content=${CONTENT:-1}
+if [ "$content" = 1 ]; then
+  build_release content-service
+  content_bin=$(swift build -c release --show-bin-path)/content-service
 fi
 
 pids=()
@@ -148,6 +166,31 @@ rss_base=$(status_kb "${pid[base]}" VmRSS); hwm_base=$(status_kb "${pid[base]}" 
 note "baseline: VmRSS $((rss_base / 1024)) MB, VmHWM $((hwm_base / 1024)) MB, $cpu_base CPU s"
 kill "${pid[base]}"; wait "${pid[base]}" 2>/dev/null || true  # leaves the group: no session timeout for A
 
+# content-service's baseline against the same empty topics.
+start_content() {  # name
+  port[$1]=$(free_port)
+  ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTTP_PORT=${port[$1]} ISLET_GRPC_PORT=$(free_port) \
+    ISLET_LOG_LEVEL=info ISLET_LINK_KEYS="bench=a-benchmark-link-key-of-32-bytes!" "$content_bin" >"$run/content-$1.log" 2>&1 &
+  pid[$1]=$!
+  pids+=("${pid[$1]}")
+}
+# The activities of the content-service instance's "activity memory rebuilt" line, or nothing.
+rebuilt_activities() { grep 'activity memory rebuilt' "$run/content-$1.log" | tail -1 | grep -oE 'activities=[0-9]+' | cut -d= -f2; }
+log_seconds() {  # name, line, field
+  grep "$2" "$run/content-$1.log" | tail -1 | grep -oE "$3=[0-9.e+-]+" | cut -d= -f2 | awk '{ printf "%.2f", $1 }'
+}
+content_alive() { kill -0 "${pid[$1]}" 2>/dev/null || fail "content-service $1 exited; its log: $run/content-$1.log"; }
+if [ "$content" = 1 ]; then
+  note "content-service baseline: an instance against empty topics"
+  start_content cbase
+  cbase_ready() { content_alive cbase; ready cbase && [ "$(rebuilt_activities cbase)" = 0 ]; }
+  wait_until "content-service baseline ready" cbase_ready
+  sleep 35
+  rss_cbase=$(status_kb "${pid[cbase]}" VmRSS)
+  note "content-service baseline: VmRSS $((rss_cbase / 1024)) MB"
+  kill "${pid[cbase]}"; wait "${pid[cbase]}" 2>/dev/null || true
+fi
+
 # 2. The tokens, straight onto the topic.
 note "loading $count token records straight onto islet.tokens.v1 (not through token-registry's API)"
 "${py[@]}" load "$ISLET_KAFKA_BOOTSTRAP" "$count" "$partitions" >"$run/load.json"
@@ -223,4 +266,65 @@ cat >"$run/results.json" <<EOF
 EOF
 python3 scripts/bench_scale.py summary "$run/results.json"
 echo "(restore_cpu_s: A's CPU seconds when it held every token less the baseline instance's at its start; the tokens were"
-echo " written straight onto islet.tokens.v1, not through token-registry's API; whole run $(($(date +%s) - started_at)) s)"
+echo " written straight onto islet.tokens.v1, not through token-registry's API)"
+[ "$content" = 1 ] || { echo "(whole run $(($(date +%s) - started_at)) s)"; exit 0; }
+
+# 7. content-service's changelog, as an instance that ran before left it.
+kill -9 "${pid[$survivor]}"; wait "${pid[$survivor]}" 2>/dev/null || true
+note "loading $count activity memories straight onto islet.content-memory.v1"
+"${py[@]}" load-memory "$ISLET_KAFKA_BOOTSTRAP" "$count" "$partitions" >"$run/load-memory.json"
+broker_alive
+memory_load_s=$(python3 -c "import json; print(json.load(open('$run/load-memory.json'))['seconds'])")
+note "loaded in $memory_load_s s (broker VmRSS $(($(status_kb "$broker" VmRSS) / 1024)) MB)"
+
+# 8. content-service A restores the token table and every memory.
+holds_all() { content_alive "$1"; ready "$1" && [ "$(rebuilt_activities "$1")" = "$count" ]; }
+t3=$(now)
+start_content ca
+wait_until "content-service A holding $count memories" holds_all ca
+content_ready_s=$(elapsed "$t3")
+content_cpu=$(cpu_seconds "${pid[ca]}")
+changelog_s=$(log_seconds ca 'activity memory read from the changelog' changelog.seconds)
+rebuild_s=$(log_seconds ca 'activity memory rebuilt' rebuild.seconds)
+rss_ca_ready=$(status_kb "${pid[ca]}" VmRSS); hwm_ca=$(status_kb "${pid[ca]}" VmHWM)
+note "content-service A holds $count memories: changelog read in $changelog_s s, memory ready $rebuild_s s after the loader started, /health 200 $content_ready_s s after start, $content_cpu CPU s; VmRSS $((rss_ca_ready / 1024)) MB"
+sleep 35
+rss_ca=$(status_kb "${pid[ca]}" VmRSS)
+note "content-service A 35 s later: VmRSS $((rss_ca / 1024)) MB (VmHWM $((hwm_ca / 1024)) MB)"
+
+# 9. B joins; then a kill -9 of A.
+t4=$(now)
+start_content cb
+wait_until "content-service B holding $count memories" holds_all cb
+content_b_ready_s=$(elapsed "$t4")
+changelog_b_s=$(log_seconds cb 'activity memory read from the changelog' changelog.seconds)
+sleep 35
+rss_ca_two=$(status_kb "${pid[ca]}" VmRSS); rss_cb=$(status_kb "${pid[cb]}" VmRSS)
+note "two instances: A VmRSS $((rss_ca_two / 1024)) MB, B VmRSS $((rss_cb / 1024)) MB (B ready $content_b_ready_s s after start, changelog $changelog_b_s s)"
+kill -9 "${pid[ca]}"; wait "${pid[ca]}" 2>/dev/null || true
+sleep 15  # the session timeout (10 s), then the rebalance
+content_alive cb
+ready cb || fail "content-service B is not ready after A's kill -9"
+rss_cb_after=$(status_kb "${pid[cb]}" VmRSS)
+note "kill -9 of content-service A: B ready, holding $(rebuilt_activities cb) memories, VmRSS $((rss_cb_after / 1024)) MB"
+
+content_per=$(python3 -c "print(round(($rss_ca - $rss_cbase) * 1024 / $count))")
+content_per_ready=$(python3 -c "print(round(($rss_ca_ready - $rss_cbase) * 1024 / $count))")
+echo
+echo "== content-service at $count live activities, $partitions partitions (tansu, in memory)"
+echo "memories written straight onto islet.content-memory.v1: $memory_load_s s; tokens as above"
+printf '%-44s %10s\n' "" VmRSS
+printf '%-44s %7.1f MB\n' "an instance against empty topics" "$(python3 -c "print($rss_cbase / 1024)")"
+printf '%-44s %7.1f MB  restore: changelog %s s, ready %s s after start, %s CPU s\n' "one instance, when ready" \
+  "$(python3 -c "print($rss_ca_ready / 1024)")" "$changelog_s" "$content_ready_s" "$content_cpu"
+printf '%-44s %7.1f MB  (VmHWM %.1f MB)\n' "one instance, 35 s later" "$(python3 -c "print($rss_ca / 1024)")" "$(python3 -c "print($hwm_ca / 1024)")"
+printf '%-44s %7.1f MB / %.1f MB  (each holds every memory)\n' "two instances: A / B" \
+  "$(python3 -c "print($rss_ca_two / 1024)")" "$(python3 -c "print($rss_cb / 1024)")"
+printf '%-44s %7.1f MB  (already held every memory)\n' "B after a kill -9 of A" "$(python3 -c "print($rss_cb_after / 1024)")"
+echo "per live activity: $content_per bytes resident ($content_per_ready when ready, before malloc's free pages were given back)"
+echo "RESULT scale-content count=$count partitions=$partitions memory_load_s=$memory_load_s changelog_s=$changelog_s ready_s=$content_ready_s" \
+  "cpu_s=$content_cpu rss_mb_base=$(python3 -c "print(round($rss_cbase / 1024, 1))") rss_mb_one=$(python3 -c "print(round($rss_ca / 1024, 1))")" \
+  "rss_mb_one_ready=$(python3 -c "print(round($rss_ca_ready / 1024, 1))") bytes_per_activity=$content_per bytes_per_activity_ready=$content_per_ready" \
+  "rss_mb_two_a=$(python3 -c "print(round($rss_ca_two / 1024, 1))") rss_mb_two_b=$(python3 -c "print(round($rss_cb / 1024, 1))")" \
+  "changelog_b_s=$changelog_b_s rss_mb_after=$(python3 -c "print(round($rss_cb_after / 1024, 1))")"
+echo "(whole run $(($(date +%s) - started_at)) s)"

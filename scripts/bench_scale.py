@@ -1,4 +1,4 @@
-"""Helpers of scripts/bench-scale.sh (apns-dispatcher's token partitions at scale).
+"""Helpers of scripts/bench-scale.sh (apns-dispatcher's token partitions and content-service's memory at scale).
 
 Run with the venv's python (it needs confluent-kafka; bench-scale.sh makes the venv):
 
@@ -14,6 +14,10 @@ Run with the venv's python (it needs confluent-kafka; bench-scale.sh makes the v
       each to the partition Islet's partitioner gives its key (murmur2 of the activity id, the part
       of `<bundleId>/<activityId>` after the `/`); prints one line of JSON: records, bytes,
       seconds, per-partition counts
+  bench_scale.py load-memory BOOTSTRAP COUNT PARTITIONS
+      writes a content-service memory (ContentMemoryRecord JSON) for each of the COUNT activities
+      `load` writes tokens for, straight onto islet.content-memory.v1 in the activity's partition,
+      then a checkpoint per partition; prints one line of JSON: records, bytes, seconds
   bench_scale.py metrics URL
       prints `tokens restore_sum restore_count` from apns-dispatcher's /metrics
       (islet_tokens_table_size; islet_tokens_restore_seconds' sum and count; -1 when absent)
@@ -54,6 +58,7 @@ TOPICS = [  # name, cleanup.policy, retention.ms (Shared/IsletMessages/Topics.sw
     ("islet.push-requests.v1", "delete", 3 * 86_400_000),
     ("islet.push-outcomes.v1", "delete", 7 * 86_400_000),
     ("islet.dlq.v1", "delete", 28 * 86_400_000),
+    ("islet.content-memory.v1", "compact", None),
 ]
 
 
@@ -232,6 +237,83 @@ def load(bootstrap, count, partitions):
     print(json.dumps({"records": count, "bytes": total_bytes, "seconds": round(seconds, 2), "perPartition": per_partition}))
 
 
+def memory_records(count, partitions, seed=1):
+    """(activity id, key, value bytes) of a content-service memory for each of the COUNT activities
+    whose tokens records() makes: an update delivered a few minutes ago, its request stored at an
+    offset of islet.push-requests.v1, the activity started within the last hour, stale in 2 hours."""
+    rng = random.Random(seed + 1)
+    now_ms = int(time.time() * 1000)
+    states = ["preparing", "courier_assigned", "out_for_delivery", "arriving"]
+    offsets = [0] * partitions
+    for activity, key, _ in records(count, seed):
+        bundle = key.split("/", 1)[0]
+        attributes = next(app[1] for app in APPS if app[0] == bundle)
+        partition = partition_of(activity, partitions)
+        offsets[partition] += 1
+        created = now_ms - rng.randrange(600_000)
+        started = created - rng.randrange(3_000_000)
+        sequence = rng.randrange(1, 40)
+        request = str(uuid.UUID(int=rng.getrandbits(128), version=5))
+        state = states[sequence % 4]
+        # Sorted keys, compact, as IsletJSON encodes a ContentMemoryRecord.
+        value = (
+            f'{{"activity":{{"activityId":"{activity}","bundleId":"{bundle}","contentRequestId":"{request}","ended":false,"gone":false,'
+            f'"lastSequence":{sequence},"lastState":"{state}","lastTimestamp":{created // 1000},'
+            f'"latest":{{"app":{{"bundleId":"{bundle}","environment":"production"}},"attributesType":"{attributes}","content":true,'
+            f'"contentSequence":{sequence},"createdAt":"{iso(created)}","event":"update","requestId":"{request}",'
+            f'"staleDate":"{iso(created + 7_200_000)}"}},"outcomes":[{{"requestId":"{request}","result":"delivered"}}],'
+            f'"partition":{partition},"payloadStoredAt":{{"offset":{offsets[partition]},"partition":{partition}}},"resends":0,'
+            f'"startedAt":"{iso(started)}"}},"schemaVersion":1,"writtenAt":"{iso(now_ms)}"}}'
+        )
+        yield activity, key, value.encode()
+
+
+def load_memory(bootstrap, count, partitions):
+    """COUNT memories onto islet.content-memory.v1, then a checkpoint per partition (the requests and
+    outcomes topics are empty: every position 0)."""
+    from confluent_kafka import Producer
+
+    failures = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            failures.append(str(err))
+
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 100,
+        "batch.size": 1_000_000, "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+    })
+    total_bytes = 0
+    start = time.monotonic()
+
+    def produce(key, value, partition):
+        while True:
+            try:
+                producer.produce("islet.content-memory.v1", key=key, value=value, partition=partition, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+
+    for activity, key, value in memory_records(count, partitions):
+        total_bytes += len(value)
+        produce(key, value, partition_of(activity, partitions))
+        if failures:
+            break
+    written = iso(int(time.time() * 1000))
+    for partition in range(partitions):
+        positions = ",".join(
+            f'{{"offset":0,"partition":{p},"topic":"{topic}"}}' for topic in ("islet.push-requests.v1", "islet.push-outcomes.v1") for p in range(partitions))
+        produce("checkpoint", f'{{"checkpoint":{{"partition":{partition},"positions":[{positions}]}},"schemaVersion":1,"writtenAt":"{written}"}}'.encode(),
+                partition)
+    left = producer.flush(120)
+    seconds = time.monotonic() - start
+    if failures or left:
+        sys.exit(f"load-memory: {len(failures)} records failed ({failures[:1]}), {left} not delivered")
+    print(json.dumps({"records": count, "bytes": total_bytes, "seconds": round(seconds, 2)}))
+
+
 def metrics(url):
     """islet_tokens_table_size and islet_tokens_restore_seconds (sum, count) from /metrics."""
     try:
@@ -301,6 +383,8 @@ def main(argv):
         check_partitioner(args[0], int(args[1]))
     elif command == "load":
         load(args[0], int(args[1]), int(args[2]))
+    elif command == "load-memory":
+        load_memory(args[0], int(args[1]), int(args[2]))
     elif command == "metrics":
         metrics(args[0])
     elif command == "summary":

@@ -26,7 +26,9 @@ extension ActivityMemory {
         lastTimestamp = record.lastTimestamp
         ended = record.ended
         payloadStoredAt = record.payloadStoredAt.map { KafkaPosition(partition: $0.partition, offset: $0.offset) }
-        payloadLost = record.payloadLost ?? false
+        // A latest request with no place on Kafka (its delivery report had none) cannot be read
+        // again: the monitor leaves the activity alone until its next request, as for a lost one.
+        payloadLost = (record.payloadLost ?? false) || (record.latest != nil && record.payloadStoredAt == nil)
         for outcome in record.outcomes ?? [] { restoreOutcome(requestId: outcome.requestId, result: outcome.result, completedAt: outcome.completedAt) }
         contentRequestId = record.contentRequestId
         resends = record.resends

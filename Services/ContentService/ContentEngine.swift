@@ -101,7 +101,8 @@ public final class ContentEngine: Sendable {
                 slot = existing
                 previous = slots[Int(slot)].memory
             } else if memory != nil {
-                let key = heldKey(key) ?? key
+                // (Byte for byte: `==` on strings is canonical equivalence, and the key goes to Kafka.)
+                let key = heldKey(key).flatMap { $0.utf8.elementsEqual(key.utf8) ? $0 : nil } ?? key
                 if let free = freeSlots.popLast() {
                     slot = free
                     slots[Int(slot)].key = key

@@ -111,6 +111,43 @@ public struct ContentMemoryRecord: IsletMessage {
         /// Set when it was a push-to-start.
         public var pushToStartKey: String?
 
+        enum CodingKeys: String, CodingKey {
+            case requestId, event, app, attributesType, createdAt, staleDate, contentSequence, content, pushToStartKey
+            /// The first version of this record held the whole request here (it has a `payload`):
+            /// it carried an event's content when it had a `sourceEventId`.
+            case sourceEventId, payload
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            requestId = try container.decode(String.self, forKey: .requestId)
+            event = try container.decode(ActivityEventKind.self, forKey: .event)
+            app = try container.decode(AppTarget.self, forKey: .app)
+            attributesType = try container.decode(String.self, forKey: .attributesType)
+            createdAt = try container.decode(Date.self, forKey: .createdAt)
+            staleDate = try container.decodeIfPresent(Date.self, forKey: .staleDate)
+            contentSequence = try container.decode(Int64.self, forKey: .contentSequence)
+            pushToStartKey = try container.decodeIfPresent(String.self, forKey: .pushToStartKey)
+            if !container.contains(.content), container.contains(.payload) {
+                content = try container.decodeIfPresent(String.self, forKey: .sourceEventId) != nil
+            } else {
+                content = try container.decode(Bool.self, forKey: .content)
+            }
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(requestId, forKey: .requestId)
+            try container.encode(event, forKey: .event)
+            try container.encode(app, forKey: .app)
+            try container.encode(attributesType, forKey: .attributesType)
+            try container.encode(createdAt, forKey: .createdAt)
+            try container.encodeIfPresent(staleDate, forKey: .staleDate)
+            try container.encode(contentSequence, forKey: .contentSequence)
+            try container.encode(content, forKey: .content)
+            try container.encodeIfPresent(pushToStartKey, forKey: .pushToStartKey)
+        }
+
         public init(
             requestId: String, event: ActivityEventKind, app: AppTarget, attributesType: String, createdAt: Date, staleDate: Date? = nil,
             contentSequence: Int64, content: Bool, pushToStartKey: String? = nil

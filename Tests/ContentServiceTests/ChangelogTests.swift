@@ -50,6 +50,28 @@ struct ChangelogTests {
         #expect(ActivityMemory(try #require(decoded.activity)) == memory)
     }
 
+    @Test("a record of the changelog's first version (the whole latest request in it) is read: an upgrade keeps every memory")
+    func firstVersionRead() throws {
+        let json = #"{"activity":{"activityId":"order-42","alertTimes":["2026-11-22T10:02:11.690Z","2026-11-22T10:15:30.214Z"],"bundleId":"com.example.fooddelivery","contentRequestId":"761FBAD2-5120-49C1-A1CB-D688796ADE2B","ended":false,"gone":false,"inlinedImages":["https://cdn.example.com/couriers/ana.png"],"lastSequence":5,"lastState":"out_for_delivery","lastTimestamp":1795342530,"latest":{"activityId":"order-42","alerting":true,"apnsTimestamp":1795342530,"app":{"bundleId":"com.example.fooddelivery","environment":"production"},"attributesType":"DeliveryAttributes","contentSequence":5,"createdAt":"2026-11-22T10:15:30.214Z","event":"update","expiration":"2026-11-22T10:25:30.000Z","payload":"","priority":10,"requestId":"761FBAD2-5120-49C1-A1CB-D688796ADE2B","schemaVersion":1,"sourceActivityId":"order-42","sourceEventId":"orders-outbox-88314","staleDate":"2026-11-22T10:45:30.000Z","state":"out_for_delivery","supersedable":true,"urgency":"important"},"outcomes":[{"requestId":"761FBAD2-5120-49C1-A1CB-D688796ADE2B","result":"delivered"}],"partition":2,"payloadStoredAt":{"offset":18342,"partition":2},"pendingImages":[{"requestId":"0C1B2A39-4857-4E6F-8A9B-C0D1E2F3A4B5","since":"2026-11-22T10:16:02.005Z","urls":["https://cdn.example.com/maps/42.png"]}],"resends":0,"startedAt":"2026-11-22T10:02:11.690Z"},"schemaVersion":1,"writtenAt":"2026-11-22T10:16:03.120Z"}"#
+        let record = try IsletJSON.decode(ContentMemoryRecord.self, from: Array(json.utf8))
+        let memory = ActivityMemory(try #require(record.activity))
+        #expect(memory.latest?.requestId == "761FBAD2-5120-49C1-A1CB-D688796ADE2B" && memory.latest?.isContent == true)
+        #expect(memory.latest?.contentSequence == 5 && memory.latest?.staleDate != nil && memory.latest?.isPushToStart == false)
+        #expect(memory.outcome(of: "761FBAD2-5120-49C1-A1CB-D688796ADE2B") == .delivered && memory.lastSequence == 5)
+        #expect(memory.payloadToRead == KafkaPosition(partition: 2, offset: 18_342) && !memory.payloadLost)
+        #expect(memory.contentRequestId == memory.latest?.requestId && memory.pendingImages.count == 1)
+    }
+
+    @Test("a memory whose latest request has no place on Kafka is restored as one whose payload is lost: left alone until its next request")
+    func restoredWithoutPlace() throws {
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        _ = try send(engine, delivery(1, "preparing"), partition: 1)
+        let memory = try #require(engine.memory(of: Self.key))
+        #expect(memory.payloadStoredAt == nil && memory.latestRequest != nil, "its delivery report gave no offset")
+        let restored = ActivityMemory(memory.record(activityKey: Self.key, partition: 1))
+        #expect(restored.payloadLost && restored.payloadToRead == nil && restored.latest == memory.latest)
+    }
+
     @Test("what changed is taken once per partition owned; a memory restored from the changelog is not written back; a forgotten one is a tombstone")
     func unwrittenByPartition() throws {
         let clock = ManualClock(now)
