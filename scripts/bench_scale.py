@@ -197,23 +197,44 @@ def records(count, seed=1):
         yield activity, f"{bundle}/{activity}", value.encode()
 
 
+class BulkWriter:
+    """A producer for loading a topic fast: big batches (tansu's cost of reading a partition grows
+    with the number of batches in it, docs/operations.md; token-registry under a bulk load batches
+    as well, linger.ms=50), each record to the partition given."""
+
+    def __init__(self, bootstrap):
+        from confluent_kafka import Producer
+
+        self.failures = []
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 100,
+            "batch.size": 1_000_000, "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        })
+
+    def produce(self, topic, key, value, partition):
+        def delivered(err, _msg):
+            if err is not None:
+                self.failures.append(str(err))
+
+        while True:
+            try:
+                self.producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    def finish(self, what):
+        """Waits for every record (at most 120 s); exits naming `what` if any failed."""
+        left = self.producer.flush(120)
+        if self.failures or left:
+            sys.exit(f"{what}: {len(self.failures)} records failed ({self.failures[:1]}), {left} not delivered")
+
+
 def load(bootstrap, count, partitions):
-    from confluent_kafka import Producer
-
     check_vectors()
-    failures = []
-
-    def delivered(err, _msg):
-        if err is not None:
-            failures.append(str(err))
-
-    # Big batches: tansu's cost of reading a partition grows with the number of batches in it
-    # (docs/operations.md), and token-registry under a bulk load batches as well (linger.ms=50).
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 100,
-        "batch.size": 1_000_000, "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 1_048_576,
-    })
+    writer = BulkWriter(bootstrap)
     per_partition = [0] * partitions
     total_bytes = 0
     start = time.monotonic()
@@ -221,20 +242,11 @@ def load(bootstrap, count, partitions):
         partition = partition_of(activity, partitions)
         per_partition[partition] += 1
         total_bytes += len(value)
-        while True:
-            try:
-                producer.produce("islet.tokens.v1", key=key, value=value, partition=partition, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-        if failures:
+        writer.produce("islet.tokens.v1", key, value, partition)
+        if writer.failures:
             break
-    left = producer.flush(120)
-    seconds = time.monotonic() - start
-    if failures or left:
-        sys.exit(f"load: {len(failures)} records failed ({failures[:1]}), {left} not delivered")
-    print(json.dumps({"records": count, "bytes": total_bytes, "seconds": round(seconds, 2), "perPartition": per_partition}))
+    writer.finish("load")
+    print(json.dumps({"records": count, "bytes": total_bytes, "seconds": round(time.monotonic() - start, 2), "perPartition": per_partition}))
 
 
 def memory_records(count, partitions, seed=1):
@@ -271,47 +283,22 @@ def memory_records(count, partitions, seed=1):
 def load_memory(bootstrap, count, partitions):
     """COUNT memories onto islet.content-memory.v1, then a checkpoint per partition (the requests and
     outcomes topics are empty: every position 0)."""
-    from confluent_kafka import Producer
-
-    failures = []
-
-    def delivered(err, _msg):
-        if err is not None:
-            failures.append(str(err))
-
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 100,
-        "batch.size": 1_000_000, "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 1_048_576,
-    })
+    writer = BulkWriter(bootstrap)
     total_bytes = 0
     start = time.monotonic()
-
-    def produce(key, value, partition):
-        while True:
-            try:
-                producer.produce("islet.content-memory.v1", key=key, value=value, partition=partition, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-
     for activity, key, value in memory_records(count, partitions):
         total_bytes += len(value)
-        produce(key, value, partition_of(activity, partitions))
-        if failures:
+        writer.produce("islet.content-memory.v1", key, value, partition_of(activity, partitions))
+        if writer.failures:
             break
     written = iso(int(time.time() * 1000))
+    positions = ",".join(
+        f'{{"offset":0,"partition":{p},"topic":"{topic}"}}' for topic in ("islet.push-requests.v1", "islet.push-outcomes.v1") for p in range(partitions))
     for partition in range(partitions):
-        positions = ",".join(
-            f'{{"offset":0,"partition":{p},"topic":"{topic}"}}' for topic in ("islet.push-requests.v1", "islet.push-outcomes.v1") for p in range(partitions))
-        produce("checkpoint", f'{{"checkpoint":{{"partition":{partition},"positions":[{positions}]}},"schemaVersion":1,"writtenAt":"{written}"}}'.encode(),
-                partition)
-    left = producer.flush(120)
-    seconds = time.monotonic() - start
-    if failures or left:
-        sys.exit(f"load-memory: {len(failures)} records failed ({failures[:1]}), {left} not delivered")
-    print(json.dumps({"records": count, "bytes": total_bytes, "seconds": round(seconds, 2)}))
+        value = f'{{"checkpoint":{{"partition":{partition},"positions":[{positions}]}},"schemaVersion":1,"writtenAt":"{written}"}}'
+        writer.produce("islet.content-memory.v1", "checkpoint", value.encode(), partition)
+    writer.finish("load-memory")
+    print(json.dumps({"records": count, "bytes": total_bytes, "seconds": round(time.monotonic() - start, 2)}))
 
 
 def metrics(url):
