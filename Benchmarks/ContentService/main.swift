@@ -434,12 +434,7 @@ struct Memory: ParsableCommand {
 }
 
 /// The process's resident memory (VmRSS), in KB.
-func residentKB() -> Int {
-    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-        let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
-    else { return 0 }
-    return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? 0
-}
+func residentKB() -> Int { FreeMemory.resident / 1_024 }
 
 /// User and system CPU time of a process so far, in seconds (/proc/<pid>/stat, fields 14 and 15).
 func cpuSeconds(pid: Int32) throws -> Double {

@@ -470,7 +470,8 @@ enum PackedId: Sendable, Equatable {
     case text(String)
 
     init(_ text: String) {
-        if text.utf8.count == 36, let uuid = UUID(uuidString: text), uuid.uuidString.lowercased() == text {
+        // `UUID(uuidString:)` takes the canonical form only: without uppercase it formats back the same.
+        if text.utf8.count == 36, !text.utf8.contains(where: { (65...90).contains($0) }), let uuid = UUID(uuidString: text) {
             let (high, low) = withUnsafeBytes(of: uuid.uuid) { ($0.loadUnaligned(as: UInt64.self), $0.loadUnaligned(fromByteOffset: 8, as: UInt64.self)) }
             self = .uuid(high, low)
         } else {
