@@ -150,13 +150,7 @@ struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             metrics.rejected(error)
             return try error.response(from: request, context: context)
         } catch let error as any HTTPResponseError {
-            let apiError: APIError =
-                switch error.status {
-                case .notFound: APIError(.notFound, .notFound, reason: "no such route")
-                case .methodNotAllowed: APIError(.methodNotAllowed, .notFound, reason: "this route does not take \(request.method)")
-                case .contentTooLarge: APIError(.contentTooLarge, .bodyTooLarge, reason: "the body is too large")
-                default: APIError(error.status, .malformedBody, reason: error.status.reasonPhrase)
-                }
+            let apiError = APIError.framework(error, method: request.method)
             metrics.rejected(apiError)
             return try apiError.response(from: request, context: context)
         } catch {

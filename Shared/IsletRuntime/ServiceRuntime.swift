@@ -95,8 +95,10 @@ public struct ServiceRuntime: Sendable {
     }
 
     /// A router with `/health`, `/health/live` and `/metrics`; add the service's own routes to it.
+    /// Every error is answered as JSON (``HTTPErrorMiddleware``), an unknown route included.
     public func makeRouter<Context: RequestContext>(context: Context.Type = BasicRequestContext.self) -> Router<Context> {
         let router = Router(context: Context.self)
+        router.add(middleware: HTTPErrorMiddleware(logger: logger))
         OperationsRoutes.add(to: router, health: health, metrics: metrics)
         return router
     }
@@ -105,6 +107,7 @@ public struct ServiceRuntime: Sendable {
     /// (orchestrators probe them there); `/metrics` is on ``operatorServer(router:)``.
     public func makeAppRouter<Context: RequestContext>(context: Context.Type = BasicRequestContext.self) -> Router<Context> {
         let router = Router(context: Context.self)
+        router.add(middleware: HTTPErrorMiddleware(logger: logger))
         OperationsRoutes.addHealth(to: router, health: health)
         return router
     }

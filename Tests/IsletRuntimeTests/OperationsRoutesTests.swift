@@ -21,6 +21,32 @@ struct OperationsRoutesTests {
         return ServiceRuntime(settings: settings, logger: Logger(label: "test"))
     }
 
+    @Test("every listener answers an unknown route, a wrong method and a failing route with a JSON error, never an empty body")
+    func jsonErrors() async throws {
+        struct Broken: Error {}
+        let runtime = try runtime()
+        for router in [runtime.makeRouter(), runtime.makeAppRouter()] {
+            router.get("/boom") { _, _ -> Response in throw Broken() }
+            try await Application(router: router).test(.router) { client in
+                let cases: [(String, HTTPRequest.Method, HTTPResponse.Status, HTTPAPIError.Code)] = [
+                    ("/no/such/route", .get, .notFound, .notFound),
+                    ("/v1/activities/../../etc/passwd", .get, .notFound, .notFound),
+                    ("/health", .post, .notFound, .notFound),  // Hummingbird routes by method and path: no 405
+                    ("/boom", .get, .internalServerError, .internal),
+                ]
+                for (uri, method, status, code) in cases {
+                    try await client.execute(uri: uri, method: method) { response in
+                        #expect(response.status == status, "\(method) \(uri)")
+                        #expect(response.headers[.contentType] == "application/json", "\(method) \(uri)")
+                        let body = try JSONDecoder().decode(HTTPAPIError.Body.self, from: Data(buffer: response.body))
+                        #expect(body.error == code, "\(method) \(uri)")
+                        #expect(!body.reason.contains("Broken"), "a 500 reveals nothing of the error")
+                    }
+                }
+            }
+        }
+    }
+
     @Test("/health is 503 while a check is not ready, 200 once all are, 503 again when stopping")
     func readiness() async throws {
         let runtime = try runtime()
