@@ -1,7 +1,7 @@
 import Foundation
 import Hummingbird
-import Logging
 import IsletMessages
+import Logging
 import NIOCore
 
 /// Why a request to one of Islet's public HTTP APIs (token-registry's, analytics-ingest's) was
