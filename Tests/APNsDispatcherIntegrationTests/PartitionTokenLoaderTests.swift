@@ -23,6 +23,8 @@ struct PartitionTokenLoaderTests {
         let loader: PartitionTokenLoader
         /// The partitions each replica was made for, in order.
         let reads = AwaitedLog<[Int32]>()
+        /// One entry per replica that could not be made.
+        let failures = AwaitedLog<Int>()
         private let tasks: Task<Void, any Error>
 
         /// - Parameter failing: how many replicas cannot be made at first (the cluster unreachable).
@@ -31,8 +33,7 @@ struct PartitionTokenLoaderTests {
             let admin = try KafkaAdmin(configuration: .init(bootstrapServers: servers), logger: logger)
             _ = try await admin.createTopics([.init(name: topic, partitions: 3, configs: ["cleanup.policy": "compact"])])
             producer = try KafkaProducer(configuration: .init(bootstrapServers: servers), logger: logger)
-            let (topic, reads) = (self.topic, self.reads)
-            let failures = AwaitedLog<Int>()
+            let (topic, reads, failures) = (self.topic, self.reads, self.failures)
             loader = PartitionTokenLoader(tokens: tokens, service: "test", logger: logger) { partitions in
                 if failures.count < failing {
                     failures.append(1)
@@ -118,7 +119,10 @@ struct PartitionTokenLoaderTests {
         let rig = try await Rig(failing: 2)
         for index in 0..<10 { try await rig.register("order-\(index)") }
         let restoring = Task { await rig.loader.restore(partitions: [0, 1, 2]) }
-        try await Task.sleep(for: .milliseconds(300))
+        // The second attempt begins only after the first failure was recorded (and its backoff
+        // slept): from then until the third, the loader is not ready and says why. (A fixed
+        // 300 ms sleep here failed on a loaded CI machine: the first attempt had not failed yet.)
+        try await withTimeout(.seconds(10), "the second attempt") { await rig.failures.wait(for: 2) }
         #expect(rig.loader.isRestoring)
         #expect(rig.loader.health.status == .notReady)
         #expect(rig.loader.health.reason?.contains("unreachable") == true)
@@ -132,7 +136,9 @@ struct PartitionTokenLoaderTests {
     func interruptedByRevocation() async throws {
         let rig = try await Rig(failing: 1_000)
         let restoring = Task { await rig.loader.restore(partitions: [0, 1]) }
-        try await Task.sleep(for: .milliseconds(300))
+        // The restore has begun once its first replica was tried (an interruption before it
+        // began would be forgotten by it).
+        try await withTimeout(.seconds(10), "the first attempt") { await rig.failures.wait(for: 1) }
         rig.loader.interrupt(partitions: [0])
         try await Task.sleep(for: .milliseconds(100))
         #expect(rig.loader.isRestoring, "partition 1 is still waited for")
