@@ -246,19 +246,6 @@ public final class RequestSender: Sendable {
         }
     }
 
-    /// Sends the requests (the same ones again while Kafka refuses: same request ids), then moves
-    /// the activity's memory on. Throws only when cancelled.
-    func persist(_ prepared: ContentEngine.Prepared) async throws {
-        try await repair()
-        var stored: [(PushRequest, KafkaPosition)] = []
-        for request in prepared.requests {
-            if let position = try await sendUntilAcknowledged(request, activity: prepared.activityKey) { stored.append((request, position)) }
-            count(request)
-        }
-        engine.commit(prepared)
-        for (request, position) in stored { engine.stored(request, at: position) }
-    }
-
     /// Where the request landed, when Kafka said.
     @discardableResult
     private func sendUntilAcknowledged(_ request: PushRequest, activity: String) async throws -> KafkaPosition? {
@@ -386,23 +373,32 @@ public struct FreshnessMonitor: Service {
         return sent
     }
 
-    /// One sweep, its requests persisted, in the loop's turn.
+    /// One sweep, in the loop's turn: its requests go to Kafka in order, as an event's do, and are
+    /// acknowledged in the background (a request Kafka refuses is sent again before the next
+    /// turn's work, ``RequestSender/repair()``). The turn is not held while Kafka acknowledges:
+    /// a slow or stalled broker does not stop events behind hundreds of resends.
     private func pass() async throws -> [PushRequest] {
         try await sender.turn { () async throws -> [PushRequest] in
+            try await sender.repair()
             var sent: [PushRequest] = []
             for prepared in engine.sweep(owned: sender.ownedPartitions) {
-                try await sender.persist(prepared)
+                // The token is invalidated once the end is on Kafka (and then answered, or 10 minutes old).
+                let invalidation = prepared.invalidation.flatMap { reason in
+                    prepared.requests.last.map { request in
+                        TokenInvalidations.Item(
+                            activityId: request.sourceActivityId ?? request.activityId ?? "", bundleId: request.app.bundleId, reason: reason,
+                            endRequestId: request.requestId, endSentAt: request.createdAt)
+                    }
+                }
+                try await sender.enqueue(prepared) { [invalidations] in
+                    if let invalidation { invalidations.add(invalidation) }
+                }
                 for request in prepared.requests {
                     let action = request.event == .end ? "end" : "resend"
                     Counter(label: "islet_content_freshness_actions_total", dimensions: [("action", action)]).increment()
                     logger.info("freshness monitor", metadata: ["activity.key": "\(prepared.activityKey)", "action": "\(action)"])
                 }
                 sent += prepared.requests
-                if let reason = prepared.invalidation, let request = prepared.requests.last {
-                    invalidations.add(.init(
-                        activityId: request.sourceActivityId ?? request.activityId ?? "", bundleId: request.app.bundleId, reason: reason,
-                        endRequestId: request.requestId, endSentAt: request.createdAt))
-                }
             }
             return sent
         }

@@ -1,7 +1,10 @@
 import Foundation
+import IsletKafka
 import IsletMessages
 import IsletTesting
 import IsletTokens
+import Logging
+import Synchronization
 import Testing
 @testable import ContentService
 
@@ -47,6 +50,38 @@ struct FreshnessScheduleTests {
         #expect(engine.examinedInLastSweep == 9_999)
         #expect(engine.freshnessCounts()[.staleRecoverable] == 9_999)
         #expect(Set(engine.sweep(owned: [7]).map(\.activityKey)) == Set((0..<10).map { "com.example.food/order-\($0 * 1_000 + 7)" }))
+    }
+
+    @Test("a pass hands its re-sends to Kafka and frees the loop's turn without waiting for the acknowledgements: a stalled broker does not stop events behind them")
+    func passDoesNotHoldTheTurnForAcknowledgements() async throws {
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        // A producer that never reaches a broker: nothing it is given is acknowledged. The pass used
+        // to send each re-send and wait for its acknowledgement inside the turn: it never returned,
+        // and the event loop waited behind it (seen for 70 s in the broker-stall run).
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: "127.0.0.1:1"), logger: quiet)
+        defer { producer.shutdown() }
+        let clock = ManualClock(now)
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
+        let sender = RequestSender(producer: producer, engine: engine, logger: quiet)
+        sender.own([0])
+        let sent = (0..<3).map { try? commit(engine, update("order-\($0)", "preparing", sequence: 1, at: clock)).first }.compactMap { $0 }
+        #expect(sent.count == 3)
+        clock.advance(601)  // past their stale date
+        let monitor = FreshnessMonitor(
+            engine: engine, sender: sender, logger: quiet, payloads: RequestPayloads(bootstrapServers: "127.0.0.1:1", timeout: .milliseconds(100), logger: quiet))
+        // Not awaited past 30 s: the old pass never returned, nor answered cancellation.
+        let outcome = Mutex<[PushRequest]?>(nil)
+        let pass = Task { if let sent = try? await monitor.check() { outcome.withLock { $0 = sent } } }
+        defer { pass.cancel() }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while outcome.withLock({ $0 == nil }) && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        let resent = try #require(outcome.withLock { $0 }, "the pass did not return within 30 s: it waited for Kafka")
+        #expect(Set(resent.map(\.requestId)) == Set(sent.map { RequestIds.resend(of: $0.requestId, number: 1) }))
+        // The turn is free: the next event's work runs at once, while the re-sends wait for Kafka.
+        let ran = try await sender.turn { true }
+        #expect(ran)
+        #expect(await sender.settle(within: .milliseconds(50)) == false, "the re-sends are still in flight, not lost")
     }
 
     @Test("a failed or expired delivery makes the next pass send the content again: the activity is due at once")
