@@ -22,8 +22,17 @@ public protocol OutcomeSink: Sendable {
 public struct DispatcherPolicy: Sendable {
     public var budgets = BudgetPolicy()
     public var retry = RetryPolicy()
-    /// At most this many pushes wait for APNs's answer at once (over all connections).
+    /// At most this many pushes wait for APNs's answer at once (over all connections): the
+    /// ceiling of the send window (``SendWindow``), which grows towards it while APNs answers
+    /// quickly and shrinks when it does not.
     public var maximumInFlight = 1_024
+    /// The send window's size at start.
+    public var initialInFlight = 32
+    /// The send window never shrinks below this.
+    public var minimumInFlight = 8
+    /// An answer slower than this (or none) halves the send window: pushes then wait in their
+    /// activities' queues rather than at a slow server, far from the request deadline.
+    public var slowAnswer: Duration = .seconds(2)
     /// At most this many requests wait in the activities' queues; reading more input waits.
     public var maximumQueued = 20_000
     /// A request whose key has no token yet waits for one — the app registers it over HTTP while the

@@ -12,11 +12,17 @@ extension DispatchMachine {
         var credentialsAccepted = false
         switch result {
         case .success(let answer):
+            window.answered(after: seconds, now: now)
             metrics.answer(status: answer.status, priority: attempt.priority, seconds: seconds)
             credentialsAccepted = handle(answer, to: attempt)
         case .failure(let error):
+            // A failed connect says nothing about how loaded APNs is; anything else without an answer does.
+            if let transport = error as? APNsTransportError, transport.kind != .connect, transport.kind != .notProcessed {
+                window.unanswered(now: now)
+            }
             unanswered(attempt, error)
         }
+        metrics.sendWindow(window.limit)
         if stoppedLanes[attempt.team]?.probe == attempt.entry.request.requestId {
             probeAnswered(attempt.team, credentialsAccepted: credentialsAccepted)
         }

@@ -113,6 +113,8 @@ struct DispatchMachine {
     var stoppedLanes: [String: StoppedLane] = [:]
     var wakeups = Heap<Wakeup>()
     private(set) var inFlight = 0
+    /// How many may be in flight (at most ``DispatcherPolicy/maximumInFlight``).
+    var window: SendWindow
     var queued = 0
     /// Outcomes handed out with ``Action/publish(_:ticket:)`` and not yet persisted.
     private(set) var publishing = 0
@@ -139,6 +141,7 @@ struct DispatchMachine {
         self.random = random
         self.logger = logger
         self.now = now
+        window = SendWindow(policy: policy)
     }
 
     // MARK: What the driver asks
@@ -277,7 +280,7 @@ struct DispatchMachine {
                 return
             case .ready(let record, let team):
                 // A send slot, then the priority the budget allows.
-                guard inFlight < policy.maximumInFlight else {
+                guard inFlight < window.limit else {
                     if readySet.insert(key).inserted { ready.append(key) }
                     return
                 }
@@ -446,7 +449,7 @@ struct DispatchMachine {
 
     /// A send slot came free: the activities waiting for one go, in the order they became ready.
     mutating func pumpReady() {
-        while isAccepting, inFlight < policy.maximumInFlight, let key = ready.popFirst() {
+        while isAccepting, inFlight < window.limit, let key = ready.popFirst() {
             readySet.remove(key)
             pump(key)
         }

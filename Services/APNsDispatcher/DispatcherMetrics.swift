@@ -7,6 +7,7 @@ struct DispatcherMetrics: Sendable {
     private let duplicates = Counter(label: "islet_dispatcher_duplicates_total")
     private let retries = Counter(label: "islet_dispatcher_retries_total")
     private let inFlightGauge = Gauge(label: "islet_dispatcher_in_flight")
+    private let sendWindowGauge = Gauge(label: "islet_dispatcher_send_window")
     private let budget = Recorder(label: "islet_dispatcher_budget_remaining", aggregate: true)
     private let latency = Timer(label: "islet_dispatcher_apns_latency_seconds")
 
@@ -18,6 +19,8 @@ struct DispatcherMetrics: Sendable {
     func retried() { retries.increment() }
     /// `islet_dispatcher_in_flight`: pushes waiting for APNs's answer.
     func inFlight(_ count: Int) { inFlightGauge.record(Double(count)) }
+    /// `islet_dispatcher_send_window`: how many pushes may wait for APNs's answer at once now (``SendWindow``).
+    func sendWindow(_ size: Int) { sendWindowGauge.record(Double(size)) }
     /// `islet_dispatcher_budget_remaining`: an activity's priority-10 budget after a send that asked for 10.
     func budgetRemaining(_ remaining: Int) { budget.record(Double(remaining)) }
 

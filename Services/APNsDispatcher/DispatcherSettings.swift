@@ -78,6 +78,8 @@ public struct DispatcherSettings: Sendable {
         policy.retry.maximumDuration = try config.milliseconds("islet.retry.max.duration.ms", default: .seconds(300))
         policy.retry.tokenBackoff = try config.milliseconds("islet.retry.token.backoff.ms", default: .seconds(30))
         policy.maximumInFlight = try config.int("islet.dispatcher.max.in.flight", default: 1_024, range: 1...100_000)
+        policy.initialInFlight = try config.int("islet.dispatcher.initial.in.flight", default: 32, range: 1...100_000)
+        policy.slowAnswer = try config.milliseconds("islet.dispatcher.slow.answer.ms", default: .seconds(2))
         policy.tokenWait = try config.milliseconds("islet.dispatcher.token.wait.ms", default: .seconds(120))
         self.init(
             keys: keys, teams: teams, client: client, policy: policy,

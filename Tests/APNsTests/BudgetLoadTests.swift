@@ -40,6 +40,10 @@ struct BudgetLoadTests {
         var policy = DispatcherPolicy()
         // Fewer send slots than activities: some wait for one (the engine's ready list) under load.
         policy.maximumInFlight = max(1, activities * 3 / 4)
+        // A fixed number of send slots: this run holds answers back on purpose (SendWindowTests
+        // checks how the window adapts to slow answers).
+        policy.initialInFlight = policy.maximumInFlight
+        policy.slowAnswer = .seconds(86_400)
         let load = LoadPlan(activities: activities, seconds: seconds, maximumInFlight: policy.maximumInFlight)
         let clock = ManualClock()
         let ledger = LoadLedger(plan: load, clock: clock)

@@ -169,13 +169,17 @@ final class EngineHarness {
     /// APNs answers nothing until ``release()``.
     func hold() { holding = true }
 
-    /// APNs answers what it held back, in the order sent.
-    func release() {
-        holding = false
+    /// APNs answers what it held back, in the order sent, each after `seconds`; `holdingOn`: what
+    /// is sent meanwhile is held in turn.
+    func release(after seconds: Double = 0, holdingOn: Bool = false) {
+        holding = holdingOn
         let answering = held
         held.removeAll()
-        for attempt in answering { step { $0.answered(attempt, sender.answer(to: attempt.push), seconds: 0, now: $1) } }
+        for attempt in answering { step { $0.answered(attempt, sender.answer(to: attempt.push), seconds: seconds, now: $1) } }
     }
+
+    /// Sends awaiting APNs's answer.
+    var heldCount: Int { held.count }
 
     /// Whether the machine asked to be woken at exactly `date`.
     func isScheduled(_ date: Date) -> Bool { machine.plannedWakeups.contains(date) }
