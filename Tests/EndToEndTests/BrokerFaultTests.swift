@@ -10,9 +10,6 @@ import Testing
     import Glibc
 #endif
 
-/// The broker's process id (scripts/test.sh exports it for the end-to-end broker): the broker-fault
-/// suite stops and resumes it.
-private let brokerPID = ProcessInfo.processInfo.environment["ISLET_BROKER_PID"].flatMap(Int32.init)
 /// The stalls to try, in seconds (the 10 and 60 by default).
 private let brokerStalls = ProcessInfo.processInfo.environment["ISLET_E2E_STALLS"].map { $0.split(separator: ",").compactMap { Int($0) } } ?? [10, 60]
 
@@ -21,9 +18,10 @@ extension EndToEnd {
     struct BrokerStallTests {
         @Test("the broker stopped with SIGSTOP for 10 s and for 60 s under steady load: /health/ready says not ready during the stall, every service serves again within 30 s of SIGCONT, the ledger holds")
         func stalls() async throws {
-            let pid = try #require(brokerPID, "ISLET_BROKER_PID is not set: run scripts/test.sh")
             let stack = try Stack(name: "broker-stall")
             try await stack.start()
+            // The suite's own broker: stopped and resumed by its process id.
+            let pid = try #require(stack.brokerPID)
             let driver = try Driver(stack: stack)
             let load = SteadyLoad(stack: stack, driver: driver)
             do {

@@ -38,7 +38,7 @@ extension EndToEnd {
         }
 
         func run(stack: Stack, driver: Driver) async throws {
-            // Users of this run only: earlier suites on the same broker registered many activities for "user-1".
+            // Users of this run only.
             let owner = "owner-" + UUID().uuidString.prefix(8).lowercased()
             let jwt = try await stack.jwt(user: owner)
             let intruder = try await stack.jwt(user: "user-2")

@@ -16,12 +16,12 @@ import TokenRegistry
     import Glibc
 #endif
 
-/// The end-to-end suites run only when scripts/test.sh asks for them (`ISLET_E2E=1`, with a broker of
-/// their own in `ISLET_KAFKA_BOOTSTRAP` and the built executables in `ISLET_BIN_DIR`).
+/// The end-to-end suites run only when scripts/test.sh asks for them (`ISLET_E2E=1`, with the built
+/// executables in `ISLET_BIN_DIR`); each starts a broker of its own (``SuiteBroker``).
 let endToEndEnabled = ProcessInfo.processInfo.environment["ISLET_E2E"] == "1"
 
 /// Every end-to-end suite is nested here: they run one after the other, never side by side (each
-/// starts the whole product, and the services' consumer groups are shared on the broker).
+/// starts the whole product and its broker; two at once would share two cores).
 @Suite("End to end", .enabled(if: endToEndEnabled), .serialized)
 enum EndToEnd {}
 
@@ -161,7 +161,7 @@ final class ServiceProcess: @unchecked Sendable {  // its mutable state is under
 
 /// The whole product as processes: the APNs simulator, token-registry, content-service,
 /// apns-dispatcher and analytics-ingest, each on the loopback ports it bound (port 0, reported in
-/// `ISLET_LISTENERS_FILE`), against the e2e broker.
+/// `ISLET_LISTENERS_FILE`), against a broker of the stack's own.
 final class Stack: Sendable {
     static var binDirectory: URL {
         if let directory = ProcessInfo.processInfo.environment["ISLET_BIN_DIR"] { return URL(fileURLWithPath: directory) }
@@ -170,16 +170,14 @@ final class Stack: Sendable {
 
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-    static var bootstrap: String {
-        get throws {
-            guard let servers = ProcessInfo.processInfo.environment["ISLET_KAFKA_BOOTSTRAP"] else {
-                throw E2EFailure("ISLET_KAFKA_BOOTSTRAP is not set: run scripts/test.sh")
-            }
-            return servers
-        }
-    }
-
-    let bootstrap: String
+    /// The broker the test brought, if any.
+    private let suppliedBroker: String?
+    /// The broker ``start()`` started for the stack (none when the test brought one).
+    private let ownBroker = Mutex<SuiteBroker?>(nil)
+    /// Where the services and the test's clients find Kafka (once ``start()`` began).
+    var bootstrap: String { suppliedBroker ?? ownBroker.withLock { $0?.bootstrap } ?? "" }
+    /// The stack's own broker's process id, for the broker-fault suite's SIGSTOP.
+    var brokerPID: pid_t? { ownBroker.withLock { $0?.pid } }
     /// Whether ``start()`` creates the Islet topics (not on a broker the test brought).
     let createsTopics: Bool
     let directory: URL
@@ -207,20 +205,23 @@ final class Stack: Sendable {
     ///   - name: the test's name, for the log directory.
     ///   - extra: more environment per service (budgets, timeouts).
     ///   - broker: a broker of the test's own that already has every Islet topic (librdkafka's mock
-    ///     cluster, which cannot create topics on request); the e2e broker when `nil`.
+    ///     cluster, which cannot create topics on request); when `nil`, the stack starts tansu for
+    ///     itself (``SuiteBroker``), stopped by ``stop()``.
     init(name: String, extra: [ServiceProcess.Name: [String: String]] = [:], broker: String? = nil) throws {
-        bootstrap = try broker ?? Self.bootstrap
-        createsTopics = broker == nil
         let runDirectory = ProcessInfo.processInfo.environment["ISLET_RUN_DIR"].map { URL(fileURLWithPath: $0) }
             ?? Self.repository.appendingPathComponent(".islet-run")
         directory = runDirectory.appendingPathComponent("e2e").appendingPathComponent(name)
         try? FileManager.default.removeItem(at: directory)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        suppliedBroker = broker
+        createsTopics = broker == nil
 
         let keyFile = directory.appendingPathComponent("AuthKey.p8")
         try P256.Signing.PrivateKey().pemRepresentation.write(to: keyFile, atomically: true, encoding: .utf8)
         let certificate = directory.appendingPathComponent("simulator.pem")
-        let common = ["ISLET_KAFKA_BOOTSTRAP": bootstrap, "ISLET_HTTP_HOST": "127.0.0.1", "ISLET_LOG_LEVEL": ProcessInfo.processInfo.environment["ISLET_E2E_LOG_LEVEL"] ?? "info"]
+        // ISLET_KAFKA_BOOTSTRAP: the broker's, set by ``start()`` when the stack starts its own.
+        var common = ["ISLET_HTTP_HOST": "127.0.0.1", "ISLET_LOG_LEVEL": ProcessInfo.processInfo.environment["ISLET_E2E_LOG_LEVEL"] ?? "info"]
+        if let broker { common["ISLET_KAFKA_BOOTSTRAP"] = broker }
         var environments: [ServiceProcess.Name: [String: String]] = [
             .simulator: [
                 "ISLET_SIMULATOR_KEYS": "\(keyID)=\(teamID):\(keyFile.path)", "ISLET_SIMULATOR_PORT": "0",
@@ -231,7 +232,7 @@ final class Stack: Sendable {
                 "ISLET_GRPC_KEYS": "e2e-backend=\(backendKey):read+write",
                 "ISLET_TICKET_HS256_KEYS": "\(ticketKey.kid)=\(ticketKey.secret)",
                 "ISLET_APPS": Driver.apps.values.sorted().joined(separator: ","),
-                // The load runs register thousands of activities for one user, on a broker the suites share.
+                // The load runs register thousands of activities for one user.
                 "ISLET_QUOTA_LIVE_ACTIVITIES": "0", "ISLET_QUOTA_PUSH_TO_START": "0",
             ],
             .content: [
@@ -286,6 +287,11 @@ final class Stack: Sendable {
     }
 
     func start() async throws {
+        if suppliedBroker == nil && ownBroker.withLock({ $0 == nil }) {
+            let broker = try await SuiteBroker.start(in: directory.appendingPathComponent("broker"))
+            ownBroker.withLock { $0 = broker }
+            for service in services.values { service.set("ISLET_KAFKA_BOOTSTRAP", broker.bootstrap) }
+        }
         if createsTopics {
             let admin = try KafkaAdmin(configuration: .init(bootstrapServers: bootstrap), logger: e2eLogger)
             try await admin.createIsletTopics(partitions: 3)
@@ -301,11 +307,12 @@ final class Stack: Sendable {
         }
     }
 
-    /// Stops everything (SIGTERM, then SIGKILL for what does not stop).
+    /// Stops everything (SIGTERM, then SIGKILL for what does not stop), the stack's broker last.
     func stop() async {
         for name in [ServiceProcess.Name.ingest, .registry, .content, .dispatcher, .simulator] {
             _ = await self[name].terminate(within: .seconds(15))
         }
+        ownBroker.withLock { $0 }?.stop()
     }
 
     /// Every log line of every service in the run.
@@ -426,4 +433,84 @@ extension TimeAmount {
         let (seconds, attoseconds) = duration.components
         self = .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
     }
+}
+
+/// A tansu broker for one suite (`scripts/broker.sh`, data in memory, a free loopback port), so that
+/// no suite reads what an earlier one wrote: tansu's cost of reading a partition grows faster than
+/// the batches it holds (docs/operations.md), and on one broker shared by every suite, content-service
+/// in the rebalance run, the ninth, read its events at about 20 a second and missed the run's end.
+/// Killed by ``stop()`` or, at the latest, when the stack is released.
+final class SuiteBroker: Sendable {
+    let bootstrap: String
+    let pid: pid_t
+
+    private init(bootstrap: String, pid: pid_t) {
+        self.bootstrap = bootstrap
+        self.pid = pid
+    }
+
+    /// Runs `scripts/broker.sh` (it returns once tansu accepts connections, within 10 s).
+    static func start(in directory: URL) async throws -> SuiteBroker {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let outputFile = directory.appendingPathComponent("broker.sh.out")
+        let errorFile = directory.appendingPathComponent("broker.sh.log")
+        var environment = ProcessInfo.processInfo.environment
+        environment["ISLET_RUN_DIR"] = directory.path
+        environment["ISLET_BROKER"] = "tansu"
+        environment.removeValue(forKey: "ISLET_BROKER_PORT")
+        // posix_spawn and waitpid, not Foundation's Process: the script leaves tansu running in the
+        // background, and Process saw the script as running for as long as tansu did. Its output
+        // goes to files for the same reason (tansu would hold a pipe open).
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, outputFile.path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_addopen(&actions, 2, errorFile.path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        let arguments = ["/bin/bash", Stack.repository.appendingPathComponent("scripts/broker.sh").path]
+        let environmentLines = environment.map { "\($0.key)=\($0.value)" }
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        var envp: [UnsafeMutablePointer<CChar>?] = environmentLines.map { strdup($0) } + [nil]
+        defer {
+            for pointer in argv { free(pointer) }
+            for pointer in envp { free(pointer) }
+        }
+        var scriptPID: pid_t = 0
+        let spawned = posix_spawn(&scriptPID, "/bin/bash", &actions, nil, &argv, &envp)
+        guard spawned == 0 else { throw E2EFailure("scripts/broker.sh could not be started: error \(spawned)") }
+        var status: Int32 = 0
+        let deadline = ContinuousClock.now + .seconds(30)
+        while waitpid(scriptPID, &status, WNOHANG) == 0 {
+            guard ContinuousClock.now < deadline else {
+                kill(scriptPID, SIGKILL)
+                throw E2EFailure("scripts/broker.sh did not finish within 30 s")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let exitStatus = (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
+        let printed = (try? String(contentsOf: outputFile, encoding: .utf8)) ?? ""
+        let complaint = (try? String(contentsOf: errorFile, encoding: .utf8)) ?? ""
+        var values: [String: String] = [:]
+        for line in printed.split(separator: "\n") {
+            let parts = line.split(separator: "=", maxSplits: 1).map(String.init)
+            if parts.count == 2 { values[parts[0]] = parts[1] }
+        }
+        guard exitStatus == 0, let bootstrap = values["ISLET_KAFKA_BOOTSTRAP"], let pid = values["ISLET_BROKER_PID"].flatMap(pid_t.init) else {
+            throw E2EFailure("scripts/broker.sh could not start a broker for the suite (status \(exitStatus)): \(complaint)")
+        }
+        return SuiteBroker(bootstrap: bootstrap, pid: pid)
+    }
+
+    /// Kills it (resumed first: the broker-fault suite may have left it stopped). It keeps nothing
+    /// worth a clean shutdown.
+    func stop() {
+        // Once: a second kill could hit another process that reused the pid.
+        guard !stopped.exchange(true, ordering: .relaxed) else { return }
+        kill(pid, SIGCONT)
+        kill(pid, SIGKILL)
+    }
+
+    private let stopped = Atomic<Bool>(false)
+
+    deinit { stop() }
 }
