@@ -75,7 +75,7 @@ run_aioapns() {
 start_broker() {
   eval "$(scripts/broker.sh)"
   pids+=("$ISLET_BROKER_PID")
-  for t in islet.tokens.v1:compact islet.push-requests.v1:delete islet.push-outcomes.v1:delete islet.dlq.v1:delete; do
+  for t in islet.tokens.v1:compact islet.push-requests.v1:delete islet.push-outcomes.v1:delete islet.dlq.v1:delete islet.dispatch-budgets.v1:compact; do
     "$bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "${t%%:*}" --partitions 4 >/dev/null
   done
 }

@@ -59,6 +59,7 @@ TOPICS = [  # name, cleanup.policy, retention.ms (Shared/IsletMessages/Topics.sw
     ("islet.push-outcomes.v1", "delete", 7 * 86_400_000),
     ("islet.dlq.v1", "delete", 28 * 86_400_000),
     ("islet.content-memory.v1", "compact", None),
+    ("islet.dispatch-budgets.v1", "compact", None),
 ]
 
 

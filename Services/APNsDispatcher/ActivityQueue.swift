@@ -14,11 +14,14 @@ public struct QueuedRequest: Sendable {
     public var ambiguous = false
     /// The provider token was renewed for this request once already (403 ExpiredProviderToken).
     public var renewedProviderToken = false
+    /// The partition it was read from (the budget it spends is written there).
+    public var partition: Int32?
 
-    public init(request: PushRequest, ticket: UInt64, enqueuedAt: Date) {
+    public init(request: PushRequest, ticket: UInt64, enqueuedAt: Date, partition: Int32? = nil) {
         self.request = request
         self.ticket = ticket
         self.enqueuedAt = enqueuedAt
+        self.partition = partition
     }
 }
 

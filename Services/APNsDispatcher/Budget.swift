@@ -20,6 +20,27 @@ public struct Budget: Sendable, Equatable {
         self.updatedAt = now
     }
 
+    /// A budget as it was written (``DispatchBudgetRecord``): `available` sends left at `updatedAt`.
+    public init(limits: BudgetPolicy.Limits, available: Double, updatedAt: Date) {
+        self.limits = limits
+        self.available = min(max(0, available), Double(limits.capacity))
+        self.updatedAt = updatedAt
+    }
+
+    /// Whether it is full at `now` (what a budget nobody spent is).
+    public func isFull(now: Date) -> Bool {
+        var copy = self
+        copy.refill(now: now)
+        return copy.available >= Double(limits.capacity)
+    }
+
+    /// The sends it holds at `now`, refilled.
+    public func available(now: Date) -> Double {
+        var copy = self
+        copy.refill(now: now)
+        return copy.available
+    }
+
     private var ratePerSecond: Double { Double(limits.capacity) / (limits.period / .seconds(1)) }
 
     /// Applies a change of limits (the frequent-updates flag changed). Sends already spent in the
@@ -112,28 +133,65 @@ public struct BudgetPolicy: Sendable {
 /// Every budget the dispatcher keeps, and the one decision made with them: the priority a request
 /// goes out with now, or until when it waits. An activity's updates spend its priority-10 budget
 /// (``PriorityDecision``); a push-to-start spends its device's budget and waits when it is empty.
+///
+/// Each budget remembers the partition of the requests that spent it, and which changed since
+/// they were last taken for the changelog (``takeChanges(partitions:now:)``): the instance a
+/// partition moves to reads them (``restore(_:now:policy:)``) and goes on spending the same budgets.
 struct BudgetBook {
     private struct ActivityBudget {
         var budget: Budget
         /// Since when a critical update has been waiting for budget.
         var waitingSince: Date?
+        var partition: Int32?
+        /// Priority 10 spent it (or it was read from the changelog): the changelog has or will have
+        /// it, and a tombstone when it is forgotten. One only priority 5 touched is not written.
+        var spent = false
+    }
+
+    private struct DeviceBudget {
+        var budget: Budget
+        var partition: Int32?
+    }
+
+    /// A budget by what it is for: an activity (`bundleId/activityId`) or a push-to-start device (`bundleId:deviceId`).
+    enum Key: Hashable, Sendable {
+        case activity(String)
+        case device(String)
+    }
+
+    /// A budget to write to the changelog (`budget` nil: forgotten, full again: a tombstone).
+    struct Change: Sendable {
+        var key: Key
+        var partition: Int32
+        var budget: Budget?
+        var waitingSince: Date?
     }
 
     private var activities: [String: ActivityBudget] = [:]
-    private var devices: [String: Budget] = [:]
+    private var devices: [String: DeviceBudget] = [:]
+    /// Budgets changed since last taken, by partition.
+    private var changed: [Int32: Set<Key>] = [:]
 
     /// The priority `request` (for the activity or push-to-start key `key`, whose token is
-    /// `record`) goes out with now, spending budget; or `.wait` until budget is available.
-    mutating func decide(_ request: PushRequest, key: String, record: DeliveryToken, now: Date, policy: BudgetPolicy) -> PriorityDecision {
+    /// `record`, read from `partition`) goes out with now, spending budget; or `.wait` until
+    /// budget is available.
+    mutating func decide(
+        _ request: PushRequest, key: String, record: DeliveryToken, partition: Int32? = nil, now: Date, policy: BudgetPolicy
+    ) -> PriorityDecision {
         if request.pushToStartKey != nil, let deviceId = record.deviceId {
-            let device = "\(record.app.bundleId):\(deviceId)"
-            var budget = devices[device] ?? Budget(limits: policy.pushToStart, now: now)
-            defer { devices[device] = budget }
-            guard budget.take(now: now) else { return .wait(until: budget.nextAvailable(now: now)) }
+            let device = DispatchBudgetRecord.deviceKey(bundleId: record.app.bundleId, deviceId: deviceId)
+            var entry = devices[device] ?? DeviceBudget(budget: Budget(limits: policy.pushToStart, now: now))
+            if let partition { entry.partition = partition }
+            defer {
+                devices[device] = entry
+                noteChanged(.device(device), partition: entry.partition)
+            }
+            guard entry.budget.take(now: now) else { return .wait(until: entry.budget.nextAvailable(now: now)) }
             return .send(priority: request.priority, downgraded: false)
         }
         let limits = policy.limits(bundleId: record.app.bundleId, frequentUpdates: record.frequentUpdatesEnabled)
         var entry = activities[key] ?? ActivityBudget(budget: Budget(limits: limits, now: now))
+        if let partition { entry.partition = partition }
         if entry.budget.limits != limits { entry.budget.setLimits(limits, now: now) }
         let decision = PriorityDecision.decide(
             requested: request.priority, urgency: request.urgency, budget: &entry.budget, waitingSince: entry.waitingSince ?? now, now: now,
@@ -141,6 +199,11 @@ struct BudgetBook {
         switch decision {
         case .wait: entry.waitingSince = entry.waitingSince ?? now
         case .send: entry.waitingSince = nil
+        }
+        // Priority 5 spends nothing: nothing to write.
+        if request.priority == 10 {
+            entry.spent = true
+            noteChanged(.activity(key), partition: entry.partition)
         }
         activities[key] = entry
         return decision
@@ -156,23 +219,104 @@ struct BudgetBook {
     /// dropped, expired, its partition revoked — must not keep the entry for ever.)
     func isFresh(_ key: String, now: Date) -> Bool {
         guard let entry = activities[key] else { return true }
-        return Self.isFull(entry.budget, now: now)
+        return entry.budget.isFull(now: now)
     }
 
-    mutating func forget(_ key: String) { activities[key] = nil }
+    mutating func forget(_ key: String) {
+        if let entry = activities.removeValue(forKey: key), entry.spent { noteChanged(.activity(key), partition: entry.partition) }
+    }
 
     /// Forgets the budgets that are full again.
     mutating func sweep(now: Date) {
-        activities = activities.filter { !Self.isFull($0.value.budget, now: now) }
-        devices = devices.filter { !Self.isFull($0.value, now: now) }
+        for (key, entry) in activities where entry.budget.isFull(now: now) {
+            activities[key] = nil
+            if entry.spent { noteChanged(.activity(key), partition: entry.partition) }
+        }
+        for (key, entry) in devices where entry.budget.isFull(now: now) {
+            devices[key] = nil
+            noteChanged(.device(key), partition: entry.partition)
+        }
     }
 
     var activityKeys: Set<String> { Set(activities.keys) }
     var deviceCount: Int { devices.count }
 
-    private static func isFull(_ budget: Budget, now: Date) -> Bool {
-        var budget = budget
-        return budget.remaining(now: now) >= budget.limits.capacity
+    // MARK: The changelog
+
+    private mutating func noteChanged(_ key: Key, partition: Int32?) {
+        guard let partition else { return }
+        changed[partition, default: []].insert(key)
+    }
+
+    /// Takes the budgets of `partitions` that changed since they were last taken.
+    mutating func takeChanges(partitions: Set<Int32>) -> [Change] {
+        var taken: [Change] = []
+        for partition in partitions {
+            guard let keys = changed.removeValue(forKey: partition) else { continue }
+            for key in keys {
+                switch key {
+                case .activity(let name):
+                    let entry = activities[name]
+                    taken.append(Change(key: key, partition: partition, budget: entry?.budget, waitingSince: entry?.waitingSince))
+                case .device(let name):
+                    taken.append(Change(key: key, partition: partition, budget: devices[name]?.budget))
+                }
+            }
+        }
+        return taken
+    }
+
+    /// Changes taken that did not reach the changelog: taken again next time.
+    mutating func changedAgain(_ changes: [Change]) {
+        for change in changes { changed[change.partition, default: []].insert(change.key) }
+    }
+
+    /// Stops tracking changes of partitions other than `partitions` (they are another instance's).
+    mutating func trackChanges(of partitions: Set<Int32>) {
+        changed = changed.filter { partitions.contains($0.key) }
+    }
+
+    /// Budgets changed and not yet taken, in `partitions`.
+    func changeCount(partitions: Set<Int32>) -> Int { partitions.reduce(0) { $0 + (changed[$1]?.count ?? 0) } }
+
+    /// A record of `islet.dispatch-budgets.v1`, read back.
+    mutating func restore(_ record: DispatchBudgetRecord, now: Date) {
+        let key: Key =
+            if let activityId = record.activityId {
+                .activity(MessageKey.activity(bundleId: record.bundleId, activityId: activityId))
+            } else {
+                .device(DispatchBudgetRecord.deviceKey(bundleId: record.bundleId, deviceId: record.deviceId ?? ""))
+            }
+        let budget = Budget(
+            limits: .init(capacity: record.capacity, period: .milliseconds(Int64((record.periodSeconds * 1_000).rounded()))),
+            available: record.available, updatedAt: record.updatedAt)
+        restore(key, partition: record.partition, budget: budget, waitingSince: record.waitingSince, now: now)
+    }
+
+    /// A budget read from the changelog. With none known, it is taken as it is; with one known,
+    /// the more spent of the two stays, both refilled to `now` (the record may be this instance's
+    /// own, read back, or an earlier owner's that this instance has spent beyond since). A budget
+    /// full by now, or of other limits than the one known (the frequent-updates flag changed
+    /// since), changes nothing. Not written again: the changelog has it.
+    mutating func restore(_ key: Key, partition: Int32, budget: Budget, waitingSince: Date?, now: Date) {
+        guard !budget.isFull(now: now) else { return }
+        switch key {
+        case .activity(let name):
+            if let known = activities[name] {
+                guard known.budget.limits == budget.limits, budget.available(now: now) < known.budget.available(now: now) else { return }
+                activities[name] = ActivityBudget(
+                    budget: budget, waitingSince: known.waitingSince ?? waitingSince, partition: known.partition ?? partition, spent: true)
+            } else {
+                activities[name] = ActivityBudget(budget: budget, waitingSince: waitingSince, partition: partition, spent: true)
+            }
+        case .device(let name):
+            if let known = devices[name] {
+                guard known.budget.limits == budget.limits, budget.available(now: now) < known.budget.available(now: now) else { return }
+                devices[name] = DeviceBudget(budget: budget, partition: known.partition ?? partition)
+            } else {
+                devices[name] = DeviceBudget(budget: budget, partition: partition)
+            }
+        }
     }
 }
 

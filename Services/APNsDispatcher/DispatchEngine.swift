@@ -168,7 +168,8 @@ public final class DispatchEngine: Sendable {
     /// backpressure on the input). Returns `false` when a drain began: the request was not taken
     /// (its ticket will never be done; the next owner reads it again).
     @discardableResult
-    public func submit(_ request: PushRequest, ticket: UInt64) async -> Bool {
+    /// - Parameter partition: the partition it was read from (where the budget it spends is written).
+    public func submit(_ request: PushRequest, ticket: UInt64, partition: Int32? = nil) async -> Bool {
         enum Admission {
             case taken
             case full
@@ -183,7 +184,7 @@ public final class DispatchEngine: Sendable {
                     return []
                 }
                 admission = .taken
-                return machine.submit(request, ticket: ticket, now: now)
+                return machine.submit(request, ticket: ticket, partition: partition, now: now)
             }
             switch admission {
             case .taken: return true
@@ -210,6 +211,35 @@ public final class DispatchEngine: Sendable {
             return []
         }
         return dropped
+    }
+
+    // MARK: The budgets' changelog
+
+    /// Takes the budgets of `partitions` that changed since last taken, to write to
+    /// `islet.dispatch-budgets.v1` (``BudgetChangelog``); hand back those not written
+    /// (``budgetChangesAgain(_:)``).
+    func takeBudgetChanges(partitions: Set<Int32>) -> [BudgetBook.Change] {
+        state.withLock { $0.machine.budgets.takeChanges(partitions: partitions) }
+    }
+
+    func budgetChangesAgain(_ changes: [BudgetBook.Change]) {
+        state.withLock { $0.machine.budgets.changedAgain(changes) }
+    }
+
+    /// Budgets changed and not written yet, in `partitions`.
+    func budgetChangeCount(partitions: Set<Int32>) -> Int {
+        state.withLock { $0.machine.budgets.changeCount(partitions: partitions) }
+    }
+
+    /// Only `partitions` are this instance's now: changes of the others are not written by it.
+    func trackBudgetChanges(of partitions: Set<Int32>) {
+        state.withLock { $0.machine.budgets.trackChanges(of: partitions) }
+    }
+
+    /// A budget read from `islet.dispatch-budgets.v1` (a partition assigned, or followed while held).
+    public func restoreBudget(_ record: DispatchBudgetRecord) {
+        let now = clock.date
+        state.withLock { $0.machine.budgets.restore(record, now: now) }
     }
 
     /// Submitters waiting for room in the queues (for tests).

@@ -167,11 +167,11 @@ struct DispatchMachine {
 
     /// A request was read. Call only while ``isAccepting``; the driver holds input back while
     /// ``hasRoom`` is false.
-    mutating func submit(_ request: PushRequest, ticket: UInt64, now: Date) -> [Action] {
+    mutating func submit(_ request: PushRequest, ticket: UInt64, partition: Int32? = nil, now: Date) -> [Action] {
         self.now = now
         guard isAccepting else { return [] }
         metrics.received(request)
-        let entry = QueuedRequest(request: request, ticket: ticket, enqueuedAt: now)
+        let entry = QueuedRequest(request: request, ticket: ticket, enqueuedAt: now, partition: partition)
         if finished.contains(request.requestId) || ownFinished.contains(request.requestId) {
             // Sent before a restart: its outcome is on the topic already.
             metrics.duplicate()
@@ -284,7 +284,7 @@ struct DispatchMachine {
                     if readySet.insert(key).inserted { ready.append(key) }
                     return
                 }
-                switch budgets.decide(head.request, key: key, record: record, now: now, policy: policy.budgets) {
+                switch budgets.decide(head.request, key: key, record: record, partition: head.partition, now: now, policy: policy.budgets) {
                 case .wait(let until):
                     wake(key, at: until)
                 case .send(let priority, let downgraded):

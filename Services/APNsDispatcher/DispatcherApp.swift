@@ -28,6 +28,7 @@ public struct DispatcherApp: Sendable {
         public var tokens = IsletTopics.tokens.name
         public var pushRequests = IsletTopics.pushRequests.name
         public var pushOutcomes = IsletTopics.pushOutcomes.name
+        public var budgets = IsletTopics.dispatchBudgets.name
         public var deadLetters = IsletTopics.deadLetters.name
         public init() {}
     }
@@ -39,7 +40,7 @@ public struct DispatcherApp: Sendable {
     public let client: APNsClient
     /// The tokens of the partitions this instance owns.
     public let tokens: PartitionTokens
-    /// In start order; stopped in reverse (HTTP, the dispatcher's loop, the token partitions, the producer).
+    /// In start order; stopped in reverse (HTTP, the dispatcher's loop, the budgets' changelog, the token partitions, the producer).
     public let services: [any Service]
 
     public init(runtime: ServiceRuntime, settings: DispatcherSettings, topics: Topics = Topics(), clock: any WallClock = SystemWallClock()) throws {
@@ -47,27 +48,38 @@ public struct DispatcherApp: Sendable {
         let service = runtime.settings.serviceName
         let producer = try KafkaProducer(configuration: runtime.settings.producerConfiguration(), logger: logger)
         let health = runtime.health
-        // The tokens of the partitions the group gives this instance, read when they are assigned.
+        // The tokens of the partitions the group gives this instance, read when they are assigned,
+        // with the same partitions of the budgets' changelog.
         let tokens = PartitionTokens()
-        let (bootstrap, properties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
-        let loader = PartitionTokenLoader(tokens: tokens, service: service, logger: logger) { partitions in
-            try KafkaConsumer(
-                configuration: PartitionTokenLoader.replicaConfiguration(
-                    bootstrapServers: bootstrap, topic: topics.tokens, partitions: partitions, clientID: service, settings: properties),
-                logger: logger)
-        }
-        health.register(Self.tableCheck) { loader.isRestoring ? .notReady("reading the token partitions just assigned") : .ready }
-
         let consumer = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.pushRequests]), logger: logger)
         let tickets = TicketBook(consumer: consumer)
         let client = try APNsClient(configuration: settings.client, keys: settings.keys, logger: logger)
         let engine = DispatchEngine(
             sender: client, tokens: tokens, outcomes: KafkaOutcomeSink(producer: producer, topic: topics.pushOutcomes), policy: settings.policy,
             teams: settings.teams, clock: clock, logger: logger, onDone: { tickets.done($0) })
+        let budgets = BudgetChangelog(engine: engine, producer: producer, topic: topics.budgets, interval: settings.budgetsInterval, logger: logger)
+        let (bootstrap, properties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
+        let budgetsTopic = topics.budgets
+        let loader = PartitionTokenLoader(
+            tokens: tokens, service: service, logger: logger,
+            otherRecords: { message in
+                guard message.topic == budgetsTopic else { return false }
+                BudgetChangelog.restore(message, into: engine, logger: logger)
+                return true
+            }
+        ) { partitions in
+            try KafkaConsumer(
+                configuration: PartitionTokenLoader.replicaConfiguration(
+                    bootstrapServers: bootstrap, topic: topics.tokens, alsoTopics: [budgetsTopic], partitions: partitions, clientID: service,
+                    settings: properties),
+                logger: logger)
+        }
+        health.register(Self.tableCheck) { loader.isRestoring ? .notReady("reading the token partitions just assigned") : .ready }
+
         let dispatcher = DispatcherService(
             consumer: consumer,
             deadLetters: DeadLetterWriter(producer: producer, consumer: consumer, service: service, logger: logger, topic: topics.deadLetters),
-            engine: engine, tickets: tickets, tokenLoader: loader,
+            engine: engine, tickets: tickets, tokenLoader: loader, budgets: budgets,
             recentOutcomes: RecentOutcomes(
                 bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushOutcomes, window: settings.dedupeWindow,
                 settings: runtime.settings.consumerProperties, logger: logger),
@@ -78,10 +90,11 @@ public struct DispatcherApp: Sendable {
         health.register("kafka.producer") { producer.health }
         health.register("kafka.tokens") { loader.health }
         health.register("kafka.requests") { consumer.health }
+        health.register("dispatch-budgets.changelog") { budgets.failure.map { .notReady("the budgets' changelog is behind: \($0)") } ?? .ready }
 
         self.engine = engine
         self.client = client
         self.tokens = tokens
-        self.services = [producer, loader, dispatcher, runtime.httpServer(router: runtime.makeRouter().buildResponder())]
+        self.services = [producer, loader, budgets, dispatcher, runtime.httpServer(router: runtime.makeRouter().buildResponder())]
     }
 }

@@ -28,19 +28,22 @@ public struct DispatcherService: Service {
     let engine: DispatchEngine
     let tickets: TicketBook
     let tokenLoader: PartitionTokenLoader
+    /// Where the budgets of its partitions are written (`nil`: not written, a test's).
+    let budgets: BudgetChangelog?
     let recentOutcomes: RecentOutcomes
     let drainTimeout: Duration
     let logger: Logger
 
     public init(
         consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: DispatchEngine, tickets: TicketBook, tokenLoader: PartitionTokenLoader,
-        recentOutcomes: RecentOutcomes, drainTimeout: Duration = .seconds(8), logger: Logger
+        budgets: BudgetChangelog? = nil, recentOutcomes: RecentOutcomes, drainTimeout: Duration = .seconds(8), logger: Logger
     ) {
         self.consumer = consumer
         self.deadLetters = deadLetters
         self.engine = engine
         self.tickets = tickets
         self.tokenLoader = tokenLoader
+        self.budgets = budgets
         self.recentOutcomes = recentOutcomes
         self.drainTimeout = drainTimeout
         self.logger = logger
@@ -51,11 +54,11 @@ public struct DispatcherService: Service {
         // A partition moving to another dispatcher (a rebalance, this one stopping): nothing new
         // is sent for it, and the pushes in flight finish and have their outcomes written before
         // its offsets are committed, so that the next owner sends none of them again.
-        let tokenLoader = self.tokenLoader
+        let (tokenLoader, budgets) = (self.tokenLoader, self.budgets)
         // Partitions given up cleanly (not lost with an expired session: then another member may
         // have had them meanwhile).
         let cleanlyRevoked = PartitionSet()
-        consumer.onRevocation(timeout: drainTimeout + .seconds(1)) { partitions in
+        consumer.onRevocation(timeout: drainTimeout + .seconds(3)) { partitions in
             // A restore of these partitions' tokens under way is not waited for any more.
             tokenLoader.interrupt(partitions: partitions.map(\.partition))
             cleanlyRevoked.insert(partitions.map(\.partition))
@@ -67,6 +70,8 @@ public struct DispatcherService: Service {
             } else {
                 logger.warning("partitions revoked before their pushes in flight finished: the next owner may send those again", metadata: metadata)
             }
+            // Their budgets as they are now, for the next owner (at most 2 s).
+            await budgets?.revoked(Set(partitions.map(\.partition)), within: .seconds(2))
         }
         try await withThrowingDiscardingTaskGroup { group in
             // The consumer does not stop by itself on graceful shutdown: it would end this loop and
@@ -90,7 +95,9 @@ public struct DispatcherService: Service {
                 case .partitionsAssigned(let partitions):
                     let numbers = partitions.map(\.partition)
                     // Their tokens first: no request is looked at against a half-read partition.
+                    // (With their budgets, read from the same partitions of the budgets' changelog.)
                     await tokenLoader.restore(partitions: numbers)
+                    budgets?.own(Set(numbers))
                     unchecked.formUnion(Set(numbers).subtracting(revokedLast))
                     revokedLast = []
                 case .partitionsRevoked(let partitions):
@@ -99,6 +106,7 @@ public struct DispatcherService: Service {
                     tickets.forget(dropped)
                     tickets.revoke(partitions)
                     tokenLoader.revoke(partitions: partitions.map(\.partition))
+                    budgets?.disown(Set(partitions.map(\.partition)))
                     unchecked.subtract(partitions.map(\.partition))
                     revokedLast.formUnion(cleanlyRevoked.take(partitions.map(\.partition)))
                 case .message(let raw):
@@ -119,7 +127,7 @@ public struct DispatcherService: Service {
                     switch DeadLetterWriter.check(PushRequest.self, raw) {
                     case .success(let request):
                         // Not taken once a drain began: the next owner reads it again.
-                        if !(await engine.submit(request, ticket: ticket)) { tickets.abandon([ticket]) }
+                        if !(await engine.submit(request, ticket: ticket, partition: raw.partition)) { tickets.abandon([ticket]) }
                     case .failure(let rejection):
                         // Sent until persisted; the ticket is done (and the partition's marks move on)
                         // only then. Throws only at shutdown: the record is read again after it.

@@ -12,13 +12,20 @@ public struct DispatcherSettings: Sendable {
     public var policy: DispatcherPolicy
     /// `ISLET_DISPATCHER_DEDUPE_WINDOW_MS` (1 h): outcomes this recent are read on assignment.
     public var dedupeWindow: Duration
+    /// `ISLET_DISPATCHER_BUDGETS_INTERVAL_MS` (5 s, at least 100 ms): how often the budgets that
+    /// changed are written to `islet.dispatch-budgets.v1`.
+    public var budgetsInterval: Duration
 
-    public init(keys: [APNsSigningKey], teams: [String: String], client: APNsClient.Configuration, policy: DispatcherPolicy, dedupeWindow: Duration = .seconds(3_600)) {
+    public init(
+        keys: [APNsSigningKey], teams: [String: String], client: APNsClient.Configuration, policy: DispatcherPolicy,
+        dedupeWindow: Duration = .seconds(3_600), budgetsInterval: Duration = .seconds(5)
+    ) {
         self.keys = keys
         self.teams = teams
         self.client = client
         self.policy = policy
         self.dedupeWindow = dedupeWindow
+        self.budgetsInterval = budgetsInterval
     }
 
     public init(from config: IsletConfig) throws {
@@ -81,9 +88,13 @@ public struct DispatcherSettings: Sendable {
         policy.initialInFlight = try config.int("islet.dispatcher.initial.in.flight", default: 32, range: 1...100_000)
         policy.slowAnswer = try config.milliseconds("islet.dispatcher.slow.answer.ms", default: .seconds(2))
         policy.tokenWait = try config.milliseconds("islet.dispatcher.token.wait.ms", default: .seconds(120))
+        let budgetsInterval = try config.milliseconds("islet.dispatcher.budgets.interval.ms", default: .seconds(5))
+        guard budgetsInterval >= .milliseconds(100) else {
+            throw ConfigurationError(key: "islet.dispatcher.budgets.interval.ms", problem: "must be at least 100")
+        }
         self.init(
             keys: keys, teams: teams, client: client, policy: policy,
-            dedupeWindow: try config.milliseconds("islet.dispatcher.dedupe.window.ms", default: .seconds(3_600)))
+            dedupeWindow: try config.milliseconds("islet.dispatcher.dedupe.window.ms", default: .seconds(3_600)), budgetsInterval: budgetsInterval)
     }
 
     static func endpoint(_ text: String, key: String) throws(ConfigurationError) -> APNsClient.Endpoint {

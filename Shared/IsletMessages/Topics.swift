@@ -74,6 +74,14 @@ public enum IsletTopics {
         // Compacted within the hour (the default segment, a week, would leave a week of writes
         // uncompacted for a restart to read), as soon as a tenth of a segment is superseded.
         otherConfigs: ["segment.ms": "3600000", "min.cleanable.dirty.ratio": "0.1"])
+    /// What is left of each activity's (and push-to-start device's) APNs budget
+    /// (``DispatchBudgetRecord``); written and read by apns-dispatcher only. Compacted: the latest
+    /// record per key is the budget; a partition's new owner reads its partition when it is
+    /// assigned and goes on with the same budgets.
+    public static let dispatchBudgets = IsletTopic(
+        name: "islet.dispatch-budgets.v1", keyRule: "bundleId/activityId for an activity's budget; bundleId:deviceId for a device's push-to-start budget",
+        cleanupPolicy: .compact, retention: nil, coPartitioned: true,
+        otherConfigs: ["segment.ms": "3600000", "min.cleanable.dirty.ratio": "0.1"])
     /// Verified widget taps; written by analytics-ingest.
     public static let clicks = IsletTopic(
         name: "islet.clicks.v1", keyRule: "activityId", cleanupPolicy: .delete, retention: day * 28, coPartitioned: false)
@@ -85,7 +93,7 @@ public enum IsletTopics {
         name: "islet.dlq.v1", keyRule: "the original record's key", cleanupPolicy: .delete, retention: day * 28, coPartitioned: false)
 
     public static let all: [IsletTopic] = [
-        tokens, activityEvents, pushRequests, pushOutcomes, contentMemory, clicks, clicksRejected, deadLetters,
+        tokens, activityEvents, pushRequests, pushOutcomes, contentMemory, dispatchBudgets, clicks, clicksRejected, deadLetters,
     ]
 
     /// The topic with this name, if it is one of Islet's.

@@ -93,11 +93,18 @@ public final class PartitionTokenLoader: Service, Sendable {
     private let restoreSeconds: Recorder
     private let tokensGauge: Gauge
     private let applier: TokenRecordApplier
+    private let otherRecords: (@Sendable (KafkaMessage) -> Bool)?
 
     /// - Parameter service: the service name, a dimension of the metrics.
+    /// - Parameter otherRecords: for a replica that reads other co-partitioned topics beside the
+    ///   tokens' (the dispatcher's budgets): takes a record of those (`true`) before it is taken
+    ///   for a token's. Their partitions are restored together: read to their end before a
+    ///   restore returns, then followed while held.
     public init(
-        tokens: PartitionTokens, service: String, progressInterval: Duration = .seconds(30), logger: Logger, makeReplica: @escaping MakeReplica
+        tokens: PartitionTokens, service: String, progressInterval: Duration = .seconds(30), logger: Logger,
+        otherRecords: (@Sendable (KafkaMessage) -> Bool)? = nil, makeReplica: @escaping MakeReplica
     ) {
+        self.otherRecords = otherRecords
         self.tokens = tokens
         self.progressInterval = progressInterval
         self.makeReplica = makeReplica
@@ -113,13 +120,14 @@ public final class PartitionTokenLoader: Service, Sendable {
     /// be known when the request arrives), and buffering at most 16 MB ahead of the decoding
     /// (librdkafka's default, 64 MB, would stay in the process after a restore) unless `settings`
     /// say otherwise.
+    /// `alsoTopics`: other co-partitioned topics read with it (``init(tokens:service:progressInterval:logger:otherRecords:makeReplica:)``).
     public static func replicaConfiguration(
-        bootstrapServers: String, topic: String, partitions: [Int32], clientID: String, settings: [String: String]
+        bootstrapServers: String, topic: String, alsoTopics: [String] = [], partitions: [Int32], clientID: String, settings: [String: String]
     ) -> KafkaConsumerConfiguration {
         var settings = settings
         if settings["queued.max.messages.kbytes"] == nil { settings["queued.max.messages.kbytes"] = "16384" }
         return .replica(
-            bootstrapServers: bootstrapServers, topics: [topic], partitions: partitions, clientID: clientID, fetchWait: .milliseconds(10),
+            bootstrapServers: bootstrapServers, topics: [topic] + alsoTopics, partitions: partitions, clientID: clientID, fetchWait: .milliseconds(10),
             settings: settings)
     }
 
@@ -303,6 +311,7 @@ public final class PartitionTokenLoader: Service, Sendable {
                     backoff = .seconds(1)
                     notifyWaiters()
                 } apply: { message, caughtUp in
+                    if let otherRecords, otherRecords(message) { return }
                     applier.apply(message, to: tokens)
                     if caughtUp { tokensGauge.record(Double(tokens.count)) }
                 }

@@ -34,10 +34,12 @@ final class Rig: Sendable {
         topics.pushRequests = "test.requests.\(suffix)"
         topics.pushOutcomes = "test.outcomes.\(suffix)"
         topics.deadLetters = "test.dlq.\(suffix)"
+        topics.budgets = "test.budgets.\(suffix)"
         let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         _ = try await admin.createTopics([
             .init(name: topics.tokens, partitions: 3, configs: ["cleanup.policy": "compact"]), .init(name: topics.pushRequests, partitions: 3),
             .init(name: topics.pushOutcomes, partitions: 3), .init(name: topics.deadLetters, partitions: 1),
+            .init(name: topics.budgets, partitions: 3, configs: ["cleanup.policy": "compact"]),
         ])
         self.topics = topics
         tls = try SimulatorTLS.selfSigned()
@@ -60,7 +62,10 @@ final class Rig: Sendable {
         _ = try? await tasks.value
     }
 
-    func startDispatcher(group: String) async throws -> RunningDispatcher {
+    /// `frequentBudget`: the priority-10 budget of the rig's activities (their tokens have frequent updates on).
+    func startDispatcher(group: String, frequentBudget: BudgetPolicy.Limits? = nil, budgetsInterval: Duration = .seconds(5)) async throws
+        -> RunningDispatcher
+    {
         let settings = try ServiceSettings(
             from: .variables(["ISLET_KAFKA_BOOTSTRAP": try TestBroker.servers(), "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]), serviceName: group,
             defaultHTTPPort: 0)
@@ -68,10 +73,12 @@ final class Rig: Sendable {
         var policy = DispatcherPolicy()
         policy.retry.baseDelay = .milliseconds(50)
         policy.retry.maximumDelay = .milliseconds(500)
+        if let frequentBudget { policy.budgets.frequent = frequentBudget }
         let endpoint = APNsClient.Endpoint(host: "127.0.0.1", port: port)
         let dispatcherSettings = DispatcherSettings(
             keys: [signingKey], teams: [bundle: signingKey.teamID],
-            client: .init(production: endpoint, sandbox: endpoint, requestTimeout: .seconds(10), trustedCertificatesPEM: tls.certificatePEM), policy: policy)
+            client: .init(production: endpoint, sandbox: endpoint, requestTimeout: .seconds(10), trustedCertificatesPEM: tls.certificatePEM), policy: policy,
+            budgetsInterval: budgetsInterval)
         let app = try DispatcherApp(runtime: runtime, settings: dispatcherSettings, topics: topics)
         return RunningDispatcher(group: runtime.makeServiceGroup(app.services), tokens: app.tokens)
     }
@@ -225,6 +232,44 @@ struct DispatcherIntegrationTests {
         #expect(rig.simulator.state.stats.goAways == 1)
         #expect(rig.simulator.state.stats.resets == 1)
         try await dispatcher.stop()
+        await rig.stop()
+    }
+
+    @Test("a budget spent on one dispatcher goes on at the next: the periodic round writes it, the next owner reads it with the tokens, and its next priority-10 update goes at 5")
+    func budgetCarried() async throws {
+        let rig = try await Rig()
+        let limits = BudgetPolicy.Limits(capacity: 2, period: .seconds(3_600))
+        try await rig.register("spent", token: hexToken(700))
+        try await rig.register("unspent", token: hexToken(701))
+        let group = "dispatcher-\(UUID())"
+        let first = try await rig.startDispatcher(group: group, frequentBudget: limits, budgetsInterval: .milliseconds(200))
+        let spending = (1...2).map { rig.request(activity: "spent", sequence: Int64($0)) }
+        try await rig.send(spending)
+        let spentOutcomes = try await rig.outcomes(for: Set(spending.map(\.requestId)))
+        #expect(spentOutcomes.map(\.priorityUsed) == [10, 10])
+
+        // Written by a periodic round, while the first dispatcher runs (what a crash would leave).
+        // (A round between the two sends wrote one spent of two first.)
+        @Sendable func latest(_ messages: [KafkaMessage]) -> DispatchBudgetRecord? {
+            messages.last { $0.keyString == "com.example.food/spent" }.flatMap { try? IsletJSON.decode(DispatchBudgetRecord.self, from: $0.value ?? []) }
+        }
+        let written = try await TopicSnapshot.read([rig.topics.budgets], bootstrapServers: try TestBroker.servers(), timeout: .seconds(20), logger: logger) {
+            (latest($0.messages)?.available ?? 2) < 0.1
+        }
+        let record = try #require(latest(written.messages))
+        #expect(record.available < 0.1)
+        #expect(record.capacity == 2)
+        #expect(record.partition == KafkaPartitioner.partition(ofKey: "com.example.food/spent", partitions: 3))
+        try await first.stop()
+
+        let second = try await rig.startDispatcher(group: group, frequentBudget: limits)
+        let next = [rig.request(activity: "spent", sequence: 3), rig.request(activity: "unspent", sequence: 1)]
+        try await rig.send(next)
+        let outcomes = Dictionary(grouping: try await rig.outcomes(for: Set(next.map(\.requestId))), by: \.requestId)
+        try await second.stop()
+        #expect(outcomes[next[0].requestId]?.first?.result == .deliveredDowngraded, "its budget was spent on the first dispatcher")
+        #expect(outcomes[next[0].requestId]?.first?.priorityUsed == 5)
+        #expect(outcomes[next[1].requestId]?.first?.priorityUsed == 10)
         await rig.stop()
     }
 

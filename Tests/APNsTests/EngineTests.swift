@@ -146,11 +146,14 @@ final class EngineHarness {
             apnsTimestamp: 1_795_000_000 + sequence, contentSequence: sequence, createdAt: clock.date)
     }
 
-    func submit(_ request: PushRequest) {
+    func submit(_ request: PushRequest, partition: Int32? = nil) {
         nextTicket += 1
         let ticket = nextTicket
-        step { $0.submit(request, ticket: ticket, now: $1) }
+        step { $0.submit(request, ticket: ticket, partition: partition, now: $1) }
     }
+
+    /// The machine's budgets, to look at or change.
+    func budgets<T>(_ body: (inout BudgetBook) -> T) -> T { body(&machine.budgets) }
 
     func beginDrain() { machine.beginDrain() }
 

@@ -183,7 +183,7 @@ struct TopicTests {
     @Test func namesAreUniqueAndVersioned() {
         let names = IsletTopics.all.map(\.name)
         #expect(Set(names).count == names.count)
-        #expect(names.count == 8)
+        #expect(names.count == 9)
         for name in names {
             #expect(name.hasPrefix("islet.") && name.hasSuffix(".v1"), "\(name)")
             #expect(IsletTopics.named(name)?.name == name)
@@ -196,7 +196,8 @@ struct TopicTests {
         #expect(IsletTopics.tokens.retention == nil)
         #expect(IsletTopics.tokens.configs == ["cleanup.policy": "compact"])
         #expect(IsletTopics.contentMemory.configs == ["cleanup.policy": "compact", "segment.ms": "3600000", "min.cleanable.dirty.ratio": "0.1"])
-        for topic in IsletTopics.all where topic != IsletTopics.tokens && topic != IsletTopics.contentMemory {
+        #expect(IsletTopics.dispatchBudgets.configs == IsletTopics.contentMemory.configs)
+        for topic in IsletTopics.all where ![IsletTopics.tokens, IsletTopics.contentMemory, IsletTopics.dispatchBudgets].contains(topic) {
             #expect(topic.cleanupPolicy == .delete, "\(topic)")
             #expect(topic.retention != nil, "\(topic)")
         }
@@ -207,12 +208,13 @@ struct TopicTests {
         let coPartitioned = IsletTopics.all.filter(\.coPartitioned).map(\.name)
         #expect(coPartitioned == [
             "islet.tokens.v1", "islet.activity-events.v1", "islet.push-requests.v1", "islet.push-outcomes.v1", "islet.content-memory.v1",
+            "islet.dispatch-budgets.v1",
         ])
     }
 
     @Test func eachTopicHasExactlyOneMessageType() {
         let topics: [IsletTopic] = [
-            TokenRecord.topic, ActivityEvent.topic, PushRequest.topic, PushOutcome.topic, ContentMemoryRecord.topic, ClickEvent.topic,
+            TokenRecord.topic, ActivityEvent.topic, PushRequest.topic, PushOutcome.topic, ContentMemoryRecord.topic, DispatchBudgetRecord.topic, ClickEvent.topic,
             RejectedClick.topic,
             DeadLetterRecord.topic,
         ]

@@ -50,6 +50,7 @@ struct ToleranceTests {
                 "activity.contentRequestId", "activity.lastResendAt", "activity.goneAt", "activity.goneToken", "activity.inlinedImages",
                 "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey",
             ],
+            "DispatchBudgetRecord": ["activityId", "deviceId", "waitingSince"],
             "ClickEvent": ["app"],
             "RejectedClick": ["tappedAt", "appVersion", "osVersion", "clientId"],
             "DeadLetterRecord": ["origin.timestamp", "originalKey", "originalValueBase64", "originalValueSize"],

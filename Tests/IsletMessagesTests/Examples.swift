@@ -150,6 +150,19 @@ enum Examples {
             ]),
         writtenAt: utc(2026, 11, 22, 10, 16, 3, 124))
 
+    // MARK: DispatchBudgetRecord
+
+    /// Order 42's priority-10 budget after a burst of updates: a quarter of a send left of 12, and a
+    /// critical update waiting for the next one.
+    static let dispatchBudgetRecord = DispatchBudgetRecord(
+        bundleId: foodApp.bundleId, activityId: "order-42", partition: 2, available: 0.25, capacity: 12, periodSeconds: 3_600,
+        updatedAt: utc(2026, 11, 22, 10, 16, 1, 87), waitingSince: utc(2026, 11, 22, 10, 16, 1, 87), writtenAt: utc(2026, 11, 22, 10, 16, 3, 120))
+
+    /// A device's push-to-start budget, written to the partition of the push-to-start request that spent it.
+    static let dispatchBudgetRecordPushToStart = DispatchBudgetRecord(
+        bundleId: foodApp.bundleId, deviceId: "5C3F2A10-8B7E-4D21-9F6A-3E1C0B9D7A54", partition: 5, available: 6.5, capacity: 8,
+        periodSeconds: 480, updatedAt: utc(2026, 11, 22, 10, 2, 11, 690), writtenAt: utc(2026, 11, 22, 10, 2, 15, 2))
+
     static let pushOutcome = PushOutcome(
         requestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", activityId: "order-42", result: .delivered,
         apns: .init(status: 200, apnsId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B"), priorityUsed: 10, attempts: 1,

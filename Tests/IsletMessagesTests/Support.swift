@@ -71,6 +71,8 @@ struct GoldenCase: Sendable, CustomTestStringConvertible {
         GoldenCase("ContentMemoryRecord.gone", Examples.contentMemoryRecordGone),
         GoldenCase("ContentMemoryRecord.pushToStart", Examples.contentMemoryRecordPushToStart),
         GoldenCase("ContentMemoryRecord.checkpoint", Examples.contentMemoryCheckpoint),
+        GoldenCase("DispatchBudgetRecord", Examples.dispatchBudgetRecord),
+        GoldenCase("DispatchBudgetRecord.pushToStart", Examples.dispatchBudgetRecordPushToStart),
         GoldenCase("ClickEvent", Examples.clickEvent),
         GoldenCase("RejectedClick", Examples.rejectedClick),
         GoldenCase("DeadLetterRecord", Examples.deadLetterRecord),
@@ -134,6 +136,11 @@ struct MessageSchema: Sendable {
                 "activity.latest.contentSequence", "activity.latest.content",
                 "checkpoint.partition", "checkpoint.positions",
             ],
+            freeForm: [],
+            enums: [:]),
+        MessageSchema(
+            typeName: "DispatchBudgetRecord", topic: IsletTopics.dispatchBudgets,
+            required: ["schemaVersion", "bundleId", "partition", "available", "capacity", "periodSeconds", "updatedAt", "writtenAt"],
             freeForm: [],
             enums: [:]),
         MessageSchema(
