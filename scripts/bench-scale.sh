@@ -5,7 +5,8 @@
 # PARTITIONS partitions:
 #
 #   1. an apns-dispatcher against an EMPTY token topic: its VmRSS is the baseline;
-#   2. COUNT update-token records (TokenRecord JSON, 80-byte tokens, three apps) written STRAIGHT
+#   2. COUNT update-token records (and, unless BUDGETS=0, a spent budget per activity on
+#      islet.dispatch-budgets.v1, read and held by the dispatcher with the tokens) (TokenRecord JSON, 80-byte tokens, three apps) written STRAIGHT
 #      onto islet.tokens.v1 with confluent-kafka (Python, in a venv under the run dir), each to the
 #      partition Islet's partitioner gives its key (murmur2 of the activity id, checked first
 #      against librdkafka's murmur2_random); NOT through token-registry's API, which at 1,000,000
@@ -84,6 +85,10 @@ else
   dispatcher=$(swift build -c release --show-bin-path)/apns-dispatcher
 fi
 content=${CONTENT:-1}
+# BUDGETS=1 (the default): every activity also has a spent budget on islet.dispatch-budgets.v1,
+# which the dispatcher reads with the tokens and holds (the worst case: every activity sent
+# priority-10 pushes within the hour). BUDGETS=0: tokens only.
+budgets=${BUDGETS:-1}
 if [ "$content" = 1 ]; then
   build_release content-service
   content_bin=$(swift build -c release --show-bin-path)/content-service
@@ -196,7 +201,7 @@ fi
 
 # 2. The tokens, straight onto the topic.
 note "loading $count token records straight onto islet.tokens.v1 (not through token-registry's API)"
-"${py[@]}" load "$ISLET_KAFKA_BOOTSTRAP" "$count" "$partitions" >"$run/load.json"
+"${py[@]}" load "$ISLET_KAFKA_BOOTSTRAP" "$count" "$partitions" "$budgets" >"$run/load.json"
 broker_alive
 load_s=$(python3 -c "import json; print(json.load(open('$run/load.json'))['seconds'])")
 load_bytes=$(python3 -c "import json; print(json.load(open('$run/load.json'))['bytes'])")
@@ -257,7 +262,7 @@ sleep "$settle"
 rss_after=$(status_kb "${pid[$survivor]}" VmRSS); hwm_after=$(status_kb "${pid[$survivor]}" VmHWM)
 
 cat >"$run/results.json" <<EOF
-{"count": $count, "partitions": $partitions, "load_s": $load_s, "load_bytes": $load_bytes,
+{"count": $count, "partitions": $partitions, "load_s": $load_s, "load_bytes": $load_bytes, "budgets": $budgets,
  "rss_base_kb": $rss_base, "hwm_base_kb": $hwm_base,
  "restore_s": $restore_s, "ready_s": $ready_s, "restore_cpu_s": $(python3 -c "print($cpu_one - $cpu_base)"), "broker_cpu_restore_s": $broker_cpu,
  "rss_one_kb": $rss_one, "hwm_one_kb": $hwm_one, "tokens_one": $count, "broker_rss_kb": $broker_rss,

@@ -9,11 +9,13 @@ Run with the venv's python (it needs confluent-kafka; bench-scale.sh makes the v
       checks this file's murmur2 against the Java client's test vectors, then against librdkafka's
       murmur2_random partitioner: 2,000 records keyed by bare activity ids produced to a scratch
       topic, the partition each landed in compared with the one computed here
-  bench_scale.py load BOOTSTRAP COUNT PARTITIONS
+  bench_scale.py load BOOTSTRAP COUNT PARTITIONS [BUDGETS]
       writes COUNT update-token records (TokenRecord JSON, schema 1) straight onto islet.tokens.v1,
       each to the partition Islet's partitioner gives its key (murmur2 of the activity id, the part
-      of `<bundleId>/<activityId>` after the `/`); prints one line of JSON: records, bytes,
-      seconds, per-partition counts
+      of `<bundleId>/<activityId>` after the `/`); with BUDGETS=1, also a budget for each activity
+      (DispatchBudgetRecord JSON: half of its priority-10 budget spent a minute ago, so that every
+      activity still holds one when the dispatcher reads it) onto islet.dispatch-budgets.v1 in the
+      same partition; prints one line of JSON: records, bytes, seconds, per-partition counts
   bench_scale.py load-memory BOOTSTRAP COUNT PARTITIONS
       writes a content-service memory (ContentMemoryRecord JSON) for each of the COUNT activities
       `load` writes tokens for, straight onto islet.content-memory.v1 in the activity's partition,
@@ -233,21 +235,38 @@ class BulkWriter:
             sys.exit(f"{what}: {len(self.failures)} records failed ({self.failures[:1]}), {left} not delivered")
 
 
-def load(bootstrap, count, partitions):
+def budget_value(key, value, partition, now_ms):
+    """The dispatcher's budget of the activity whose token record is `value`: half of it spent a
+    minute ago (12 an hour, 240 with frequent updates), sorted keys as IsletJSON writes them."""
+    bundle, activity = key.split("/", 1)
+    capacity = 240 if b'"frequentUpdatesEnabled":true' in value else 12
+    updated = iso(now_ms - 60_000)
+    return (
+        f'{{"activityId":"{activity}","available":{capacity // 2},"bundleId":"{bundle}","capacity":{capacity},'
+        f'"partition":{partition},"periodSeconds":3600,"schemaVersion":1,"updatedAt":"{updated}","writtenAt":"{updated}"}}'
+    ).encode()
+
+
+def load(bootstrap, count, partitions, budgets=False):
     check_vectors()
     writer = BulkWriter(bootstrap)
     per_partition = [0] * partitions
     total_bytes = 0
+    now_ms = int(time.time() * 1000)
     start = time.monotonic()
     for activity, key, value in records(count):
         partition = partition_of(activity, partitions)
         per_partition[partition] += 1
         total_bytes += len(value)
         writer.produce("islet.tokens.v1", key, value, partition)
+        if budgets:
+            writer.produce("islet.dispatch-budgets.v1", key, budget_value(key, value, partition, now_ms), partition)
         if writer.failures:
             break
     writer.finish("load")
-    print(json.dumps({"records": count, "bytes": total_bytes, "seconds": round(time.monotonic() - start, 2), "perPartition": per_partition}))
+    print(json.dumps({
+        "records": count, "bytes": total_bytes, "seconds": round(time.monotonic() - start, 2), "perPartition": per_partition,
+        "budgets": count if budgets else 0}))
 
 
 def memory_records(count, partitions, seed=1):
@@ -327,7 +346,8 @@ def summary(path):
     print()
     print(f"== apns-dispatcher's token partitions at {count:,} live activities, {r['partitions']} partitions (tansu, in memory)")
     print(f"records written straight onto islet.tokens.v1 (not through token-registry's API): {r['load_s']:.1f} s, "
-          f"{r['load_bytes'] / count:.0f} bytes of JSON per record")
+          f"{r['load_bytes'] / count:.0f} bytes of JSON per record"
+          + ("; and a spent budget per activity on islet.dispatch-budgets.v1 (read and held with the tokens)" if r.get("budgets") else ""))
     rows = [
         ("baseline (empty token topic)", f"{mb(r['rss_base_kb']):.1f} MB", f"{mb(r['hwm_base_kb']):.1f} MB", "0", ""),
         ("one instance, all partitions", f"{mb(r['rss_one_kb']):.1f} MB", f"{mb(r['hwm_one_kb']):.1f} MB", f"{r['tokens_one']:,}",
@@ -348,7 +368,7 @@ def summary(path):
           f"restore {r['restore_s'] / count * 100_000:.2f} s per 100,000 activities; the broker used {r['broker_cpu_restore_s']:.1f} CPU s "
           f"during the first restore; tansu's own RSS {mb(r['broker_rss_kb']):.0f} MB")
     fields = [
-        ("count", count), ("partitions", r["partitions"]), ("load_s", f"{r['load_s']:.1f}"), ("restore_s", f"{r['restore_s']:.2f}"),
+        ("count", count), ("partitions", r["partitions"]), ("budgets", r.get("budgets", 0)), ("load_s", f"{r['load_s']:.1f}"), ("restore_s", f"{r['restore_s']:.2f}"),
         ("restore_s_per_100k", f"{r['restore_s'] / count * 100_000:.3f}"), ("ready_s", f"{r['ready_s']:.1f}"),
         ("restore_cpu_s", f"{r['restore_cpu_s']:.1f}"), ("broker_cpu_s", f"{r['broker_cpu_restore_s']:.1f}"),
         ("rss_mb_base", f"{mb(r['rss_base_kb']):.1f}"), ("rss_mb_one", f"{mb(r['rss_one_kb']):.1f}"), ("hwm_mb_one", f"{mb(r['hwm_one_kb']):.1f}"),
@@ -370,7 +390,7 @@ def main(argv):
     elif command == "check-partitioner":
         check_partitioner(args[0], int(args[1]))
     elif command == "load":
-        load(args[0], int(args[1]), int(args[2]))
+        load(args[0], int(args[1]), int(args[2]), len(args) > 3 and args[3] == "1")
     elif command == "load-memory":
         load_memory(args[0], int(args[1]), int(args[2]))
     elif command == "metrics":
