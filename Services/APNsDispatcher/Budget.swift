@@ -10,21 +10,42 @@ import IsletTokens
 /// Priority 5 does not count. Islet keeps its own, smaller-or-equal budget so that APNs never
 /// throttles: see ``BudgetPolicy`` for the defaults and why.
 public struct Budget: Sendable, Equatable {
-    public private(set) var available: Double
-    public private(set) var updatedAt: Date
-    public private(set) var limits: BudgetPolicy.Limits
+    // Stored in 24 bytes instead of 40 (a Date, a Duration and an Int): the dispatcher may hold a
+    // budget for each of a million live activities.
+    private var availableStorage: Double
+    private var updatedAtStorage: Double
+    private var capacityStorage: Int32
+    private var periodMilliseconds: Int32
+
+    public private(set) var available: Double {
+        get { availableStorage }
+        set { availableStorage = newValue }
+    }
+
+    public private(set) var updatedAt: Date {
+        get { Date(timeIntervalSinceReferenceDate: updatedAtStorage) }
+        set { updatedAtStorage = newValue.timeIntervalSinceReferenceDate }
+    }
+
+    public private(set) var limits: BudgetPolicy.Limits {
+        get { BudgetPolicy.Limits(capacity: Int(capacityStorage), period: .milliseconds(periodMilliseconds)) }
+        set {
+            capacityStorage = Int32(clamping: newValue.capacity)
+            // Periods are minutes to hours; a period of more than 24 days is held as 24 days.
+            periodMilliseconds = Int32(clamping: Int64((newValue.period / .milliseconds(1)).rounded()))
+        }
+    }
 
     public init(limits: BudgetPolicy.Limits, now: Date) {
-        self.limits = limits
-        self.available = Double(limits.capacity)
-        self.updatedAt = now
+        self.init(limits: limits, available: Double(limits.capacity), updatedAt: now)
     }
 
     /// A budget as it was written (``DispatchBudgetRecord``): `available` sends left at `updatedAt`.
     public init(limits: BudgetPolicy.Limits, available: Double, updatedAt: Date) {
-        self.limits = limits
-        self.available = min(max(0, available), Double(limits.capacity))
-        self.updatedAt = updatedAt
+        availableStorage = min(max(0, available), Double(limits.capacity))
+        updatedAtStorage = updatedAt.timeIntervalSinceReferenceDate
+        capacityStorage = Int32(clamping: limits.capacity)
+        periodMilliseconds = Int32(clamping: Int64((limits.period / .milliseconds(1)).rounded()))
     }
 
     /// Whether it is full at `now` (what a budget nobody spent is).
@@ -138,19 +159,47 @@ public struct BudgetPolicy: Sendable {
 /// they were last taken for the changelog (``takeChanges(partitions:now:)``): the instance a
 /// partition moves to reads them (``restore(_:now:policy:)``) and goes on spending the same budgets.
 struct BudgetBook {
+    /// 40 bytes: optionals held with a sentinel (an `Optional`'s extra byte would pad each to 8).
     private struct ActivityBudget {
         var budget: Budget
-        /// Since when a critical update has been waiting for budget.
-        var waitingSince: Date?
-        var partition: Int32?
+        private var waitingSinceStorage = Double.nan
+        private var partitionStorage: Int32 = -1
         /// Priority 10 spent it (or it was read from the changelog): the changelog has or will have
         /// it, and a tombstone when it is forgotten. One only priority 5 touched is not written.
         var spent = false
+
+        init(budget: Budget, waitingSince: Date? = nil, partition: Int32? = nil, spent: Bool = false) {
+            self.budget = budget
+            self.spent = spent
+            self.waitingSince = waitingSince
+            self.partition = partition
+        }
+
+        /// Since when a critical update has been waiting for budget.
+        var waitingSince: Date? {
+            get { waitingSinceStorage.isNaN ? nil : Date(timeIntervalSinceReferenceDate: waitingSinceStorage) }
+            set { waitingSinceStorage = newValue?.timeIntervalSinceReferenceDate ?? .nan }
+        }
+
+        var partition: Int32? {
+            get { partitionStorage < 0 ? nil : partitionStorage }
+            set { partitionStorage = newValue ?? -1 }
+        }
     }
 
     private struct DeviceBudget {
         var budget: Budget
-        var partition: Int32?
+        private var partitionStorage: Int32 = -1
+
+        init(budget: Budget, partition: Int32? = nil) {
+            self.budget = budget
+            self.partition = partition
+        }
+
+        var partition: Int32? {
+            get { partitionStorage < 0 ? nil : partitionStorage }
+            set { partitionStorage = newValue ?? -1 }
+        }
     }
 
     /// A budget by what it is for: an activity (`bundleId/activityId`) or a push-to-start device (`bundleId:deviceId`).
@@ -171,6 +220,12 @@ struct BudgetBook {
     private var devices: [String: DeviceBudget] = [:]
     /// Budgets changed since last taken, by partition.
     private var changed: [Int32: Set<Key>] = [:]
+    /// The key as the token table holds it, to share its storage (a long key held once, not twice).
+    private let heldKey: @Sendable (String) -> String?
+
+    init(heldKey: @escaping @Sendable (String) -> String? = { _ in nil }) {
+        self.heldKey = heldKey
+    }
 
     /// The priority `request` (for the activity or push-to-start key `key`, whose token is
     /// `record`, read from `partition`) goes out with now, spending budget; or `.wait` until
@@ -190,7 +245,8 @@ struct BudgetBook {
             return .send(priority: request.priority, downgraded: false)
         }
         let limits = policy.limits(bundleId: record.app.bundleId, frequentUpdates: record.frequentUpdatesEnabled)
-        var entry = activities[key] ?? ActivityBudget(budget: Budget(limits: limits, now: now))
+        let known = activities[key]
+        var entry = known ?? ActivityBudget(budget: Budget(limits: limits, now: now))
         if let partition { entry.partition = partition }
         if entry.budget.limits != limits { entry.budget.setLimits(limits, now: now) }
         let decision = PriorityDecision.decide(
@@ -205,7 +261,7 @@ struct BudgetBook {
             entry.spent = true
             noteChanged(.activity(key), partition: entry.partition)
         }
-        activities[key] = entry
+        activities[known == nil ? (heldKey(key) ?? key) : key] = entry
         return decision
     }
 
@@ -307,7 +363,7 @@ struct BudgetBook {
                 activities[name] = ActivityBudget(
                     budget: budget, waitingSince: known.waitingSince ?? waitingSince, partition: known.partition ?? partition, spent: true)
             } else {
-                activities[name] = ActivityBudget(budget: budget, waitingSince: waitingSince, partition: partition, spent: true)
+                activities[heldKey(name) ?? name] = ActivityBudget(budget: budget, waitingSince: waitingSince, partition: partition, spent: true)
             }
         case .device(let name):
             if let known = devices[name] {

@@ -106,7 +106,7 @@ struct DispatchMachine {
     var actions: [Action] = []
 
     var slots: [String: Slot] = [:]
-    var budgets = BudgetBook()
+    var budgets: BudgetBook
     /// Tokens APNs declared dead, by key, until token-registry's invalidation reaches the table
     /// (or the app registers the token again: a later registration time revives it).
     var deadTokens: [String: DeadToken] = [:]
@@ -136,6 +136,7 @@ struct DispatchMachine {
 
     init(tokens: PartitionTokens, policy: DispatcherPolicy, teams: [String: String], random: @escaping @Sendable () -> Double, logger: Logger, now: Date) {
         self.tokens = tokens
+        self.budgets = BudgetBook { tokens.heldKey($0) }
         self.policy = policy
         self.teams = teams
         self.random = random

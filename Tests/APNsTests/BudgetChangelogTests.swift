@@ -133,6 +133,20 @@ struct BudgetChangelogTests {
         #expect(fresh.outcomes(1).first?.priorityUsed == 10)
     }
 
+    @Test("a budget is held in 24 bytes and gives back what it was made with")
+    func compact() {
+        #expect(MemoryLayout<Budget>.stride == 24)
+        let limits = BudgetPolicy.Limits(capacity: 240, period: .seconds(3_600))
+        var budget = Budget(limits: limits, available: 17.25, updatedAt: Self.now)
+        #expect(budget.limits == limits)
+        #expect(budget.available == 17.25)
+        #expect(budget.updatedAt == Self.now)
+        let took = budget.take(now: Self.now.addingTimeInterval(15))  // +1 refilled, −1 spent
+        #expect(took)
+        #expect(abs(budget.available - 17.25) < 1e-9)
+        #expect(Budget(limits: .init(capacity: 8, period: .milliseconds(480_500)), now: Self.now).limits.period == .milliseconds(480_500))
+    }
+
     @Test("a device's push-to-start budget is written under its device, in the partition of the request that spent it")
     func deviceRecord() throws {
         let budget = Budget(limits: .init(capacity: 8, period: .seconds(480)), available: 6.5, updatedAt: Self.now)
