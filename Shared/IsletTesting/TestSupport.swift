@@ -63,3 +63,16 @@ public struct SplitMix: RandomNumberGenerator, Sendable {
         return z ^ (z >> 31)
     }
 }
+
+/// Polls `condition` every 100 ms until it gives a value (an integration test waiting for a
+/// service that runs on its own); throws ``TimeoutError`` after `limit`.
+public func waitForValue<T: Sendable>(
+    _ what: String = "the condition", limit: Duration = .seconds(15), _ condition: @Sendable () -> T?
+) async throws -> T {
+    let deadline = ContinuousClock.now + limit
+    while ContinuousClock.now < deadline {
+        if let value = condition() { return value }
+        try await Task.sleep(for: .milliseconds(100))
+    }
+    throw TimeoutError(what: what, limit: limit)
+}

@@ -152,17 +152,6 @@ final class RunningDispatcher: Sendable {
     }
 }
 
-/// Polls `condition` every 100 ms until it gives a value; fails after `limit`.
-private func eventually<T: Sendable>(limit: Duration = .seconds(15), _ condition: @Sendable () -> T?) async throws -> T {
-    let deadline = ContinuousClock.now + limit
-    while ContinuousClock.now < deadline {
-        if let value = condition() { return value }
-        try await Task.sleep(for: .milliseconds(100))
-    }
-    Issue.record("condition not met within \(limit)")
-    throw CancellationError()
-}
-
 @Suite("apns-dispatcher against the broker and the simulator", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(4)))
 struct DispatcherIntegrationTests {
     @Test("requests become pushes the phone receives in order, each with exactly one outcome")
@@ -348,7 +337,7 @@ struct DispatcherIntegrationTests {
         let second = try await rig.startDispatcher(group: group)  // takes partitions over from the first
         try await Task.sleep(for: .seconds(8))
         // Each holds the tokens of its own partitions only, and together all of them.
-        let split = try await eventually {
+        let split = try await waitForValue {
             let (a, b) = (first.tokens.ownedPartitions, second.tokens.ownedPartitions)
             return a.isDisjoint(with: b) && a.union(b) == [0, 1, 2] && !a.isEmpty && !b.isEmpty
                 && first.tokens.count + second.tokens.count == 18 ? (first.tokens.count, second.tokens.count) : nil
@@ -357,7 +346,7 @@ struct DispatcherIntegrationTests {
         try await first.stop()  // gives its partitions to the second
         try await Task.sleep(for: .seconds(3))
         // The partitions that moved were read on the second: it holds every token now.
-        _ = try await eventually { second.tokens.ownedPartitions == [0, 1, 2] && second.tokens.count == 18 ? true : nil }
+        _ = try await waitForValue { second.tokens.ownedPartitions == [0, 1, 2] && second.tokens.count == 18 ? true : nil }
         stream.cancel()
         _ = try? await stream.value
         rig.simulator.state.clearFaults()
