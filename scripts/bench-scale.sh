@@ -28,13 +28,15 @@
 #      activity's partition, and a checkpoint per partition (the requests and outcomes topics are
 #      empty), as the changelog of an instance that ran before holds them;
 #   8. content-service A (release build, MALLOC_ARENA_MAX=2 as docker-compose.yml runs it, unless the
-#      environment sets another) until /health is 200 and its log says the memory was
-#      rebuilt with COUNT activities: restore seconds (token table and changelog), VmRSS right then
-#      and 35 s later (after a pass of FreeMemory, which gives malloc's free pages back every 30 s);
-#      bytes per activity = (RSS − the RSS of an instance against empty topics, taken in step 1) / COUNT;
-#   9. content-service B in the same group, the same; then a kill -9 of A: B already holds every
-#      memory (each instance follows every partition: content-service is not partition-local yet);
-#      its VmRSS 15 s after the kill and 35 s later.
+#      environment sets another) until /health is 200 and its log says it restored the partitions
+#      it was assigned (every one) with COUNT activities: restore seconds (changelog, then the
+#      records after the checkpoints), VmRSS right then and 35 s later (after a pass of FreeMemory,
+#      which gives malloc's free pages back every 30 s); bytes per activity = (RSS − the RSS of an
+#      instance against empty topics) / COUNT;
+#   9. content-service B in the same group, until A and B hold COUNT between them, each a part (B
+#      restores the partitions it is given; A keeps those it gets back and forgets the others):
+#      both RSS and counts; then a kill -9 of A: the time until B holds COUNT again (the session
+#      timeout, 10 s, passes first), its restore seconds, its VmRSS then and 35 s later.
 # Its line: `RESULT scale-content count=… restore_s=… rss_mb_one=… bytes_per_activity=… …`.
 #
 #   scripts/bench-scale.sh                          # 1,000,000 activities, 12 partitions
@@ -182,8 +184,10 @@ start_content() {  # name
   pid[$1]=$!
   pids+=("${pid[$1]}")
 }
-# The activities of the content-service instance's "activity memory rebuilt" line, or nothing.
-rebuilt_activities() { grep 'activity memory rebuilt' "$run/content-$1.log" | tail -1 | grep -oE 'activities=[0-9]+' | cut -d= -f2; }
+# The activities a content-service instance holds: those of its last restore or forget log line, or nothing.
+rebuilt_activities() {
+  grep -E 'partitions restored|memories of partitions gone' "$run/content-$1.log" | tail -1 | grep -oE ' activities=[0-9]+' | cut -d= -f2
+}
 log_seconds() {  # name, line, field
   grep "$2" "$run/content-$1.log" | tail -1 | grep -oE "$3=[0-9.e+-]+" | cut -d= -f2 | awk '{ printf "%.2f", $1 }'
 }
@@ -285,37 +289,45 @@ broker_alive
 memory_load_s=$(python3 -c "import json; print(json.load(open('$run/load-memory.json'))['seconds'])")
 note "loaded in $memory_load_s s (broker VmRSS $(($(status_kb "$broker" VmRSS) / 1024)) MB)"
 
-# 8. content-service A restores the token table and every memory.
+# 8. content-service A restores the token table and, assigned every partition, every memory.
 holds_all() { content_alive "$1"; ready "$1" && [ "$(rebuilt_activities "$1")" = "$count" ]; }
 t3=$(now)
 start_content ca
 wait_until "content-service A holding $count memories" holds_all ca
 content_ready_s=$(elapsed "$t3")
 content_cpu=$(cpu_seconds "${pid[ca]}")
-changelog_s=$(log_seconds ca 'activity memory read from the changelog' changelog.seconds)
-rebuild_s=$(log_seconds ca 'activity memory rebuilt' rebuild.seconds)
+changelog_s=$(log_seconds ca 'partitions restored' changelog.seconds)
+rebuild_s=$(log_seconds ca 'partitions restored' restore.seconds)
 rss_ca_ready=$(status_kb "${pid[ca]}" VmRSS); hwm_ca=$(status_kb "${pid[ca]}" VmHWM)
-note "content-service A holds $count memories: changelog read in $changelog_s s, memory ready $rebuild_s s after the loader started, /health 200 $content_ready_s s after start, $content_cpu CPU s; VmRSS $((rss_ca_ready / 1024)) MB"
+note "content-service A holds $count memories: changelog read in $changelog_s s, partitions restored in $rebuild_s s, holding them $content_ready_s s after start, $content_cpu CPU s; VmRSS $((rss_ca_ready / 1024)) MB"
 sleep 35
 rss_ca=$(status_kb "${pid[ca]}" VmRSS)
 note "content-service A 35 s later: VmRSS $((rss_ca / 1024)) MB (VmHWM $((hwm_ca / 1024)) MB)"
 
-# 9. B joins; then a kill -9 of A.
+# 9. B joins: the two share the partitions; then a kill -9 of A.
+split_held() {
+  content_alive ca; content_alive cb
+  local a b
+  a=$(rebuilt_activities ca); b=$(rebuilt_activities cb)
+  [ -n "$a" ] && [ -n "$b" ] && [ "$a" -gt 0 ] && [ "$b" -gt 0 ] && [ $((a + b)) = "$count" ]
+}
 t4=$(now)
 start_content cb
-wait_until "content-service B holding $count memories" holds_all cb
+wait_until "content-service A and B holding $count memories between them" split_held
 content_b_ready_s=$(elapsed "$t4")
-changelog_b_s=$(log_seconds cb 'activity memory read from the changelog' changelog.seconds)
+changelog_b_s=$(log_seconds cb 'partitions restored' restore.seconds)
+held_a=$(rebuilt_activities ca); held_b=$(rebuilt_activities cb)
 sleep 35
 rss_ca_two=$(status_kb "${pid[ca]}" VmRSS); rss_cb=$(status_kb "${pid[cb]}" VmRSS)
-note "two instances: A VmRSS $((rss_ca_two / 1024)) MB, B VmRSS $((rss_cb / 1024)) MB (B ready $content_b_ready_s s after start, changelog $changelog_b_s s)"
+note "two instances: A holds $held_a, VmRSS $((rss_ca_two / 1024)) MB; B holds $held_b, VmRSS $((rss_cb / 1024)) MB (B's share restored in $changelog_b_s s, $content_b_ready_s s after its start)"
+t5=$(now)
 kill -9 "${pid[ca]}"; wait "${pid[ca]}" 2>/dev/null || true
-sleep 15  # the session timeout (10 s), then the rebalance
-content_alive cb
-ready cb || fail "content-service B is not ready after A's kill -9"
+wait_until "content-service B holding $count memories after A's kill -9" holds_all cb
+failover_s=$(elapsed "$t5")
+restore_after_s=$(log_seconds cb 'partitions restored' restore.seconds)
 rss_cb_after=$(status_kb "${pid[cb]}" VmRSS)
-note "kill -9 of content-service A: B ready, holding $(rebuilt_activities cb) memories, VmRSS $((rss_cb_after / 1024)) MB"
-# Its first round wrote every memory of the partitions it gained (their changelog is its now):
+note "kill -9 of content-service A: B holds $count memories $failover_s s later (the session timeout, 10 s, then A's partitions restored in $restore_after_s s), VmRSS $((rss_cb_after / 1024)) MB"
+# Its first round writes every memory of the partitions it gained (their changelog is its now):
 # the buffers of that round are freed, and given back by the next pass of FreeMemory.
 sleep 35
 rss_cb_settled=$(status_kb "${pid[cb]}" VmRSS)
@@ -331,16 +343,17 @@ printf '%-44s %7.1f MB\n' "an instance against empty topics" "$(python3 -c "prin
 printf '%-44s %7.1f MB  restore: changelog %s s, ready %s s after start, %s CPU s\n' "one instance, when ready" \
   "$(python3 -c "print($rss_ca_ready / 1024)")" "$changelog_s" "$content_ready_s" "$content_cpu"
 printf '%-44s %7.1f MB  (VmHWM %.1f MB)\n' "one instance, 35 s later" "$(python3 -c "print($rss_ca / 1024)")" "$(python3 -c "print($hwm_ca / 1024)")"
-printf '%-44s %7.1f MB / %.1f MB  (each holds every memory)\n' "two instances: A / B" \
-  "$(python3 -c "print($rss_ca_two / 1024)")" "$(python3 -c "print($rss_cb / 1024)")"
-printf '%-44s %7.1f MB  (already held every memory; its first round writes every memory of the partitions it gained)\n' \
-  "B 15 s after a kill -9 of A" "$(python3 -c "print($rss_cb_after / 1024)")"
+printf '%-44s %7.1f MB / %.1f MB  (holding %s / %s activities)\n' "two instances: A / B" \
+  "$(python3 -c "print($rss_ca_two / 1024)")" "$(python3 -c "print($rss_cb / 1024)")" "$held_a" "$held_b"
+printf '%-44s %7.1f MB  (holding all %s again %s s after the kill; A'"'"'s partitions restored in %s s)\n' \
+  "B after a kill -9 of A" "$(python3 -c "print($rss_cb_after / 1024)")" "$count" "$failover_s" "$restore_after_s"
 printf '%-44s %7.1f MB\n' "B 35 s later" "$(python3 -c "print($rss_cb_settled / 1024)")"
 echo "per live activity: $content_per bytes resident ($content_per_ready when ready, before malloc's free pages were given back)"
 echo "RESULT scale-content count=$count partitions=$partitions memory_load_s=$memory_load_s changelog_s=$changelog_s ready_s=$content_ready_s" \
   "cpu_s=$content_cpu rss_mb_base=$(python3 -c "print(round($rss_cbase / 1024, 1))") rss_mb_one=$(python3 -c "print(round($rss_ca / 1024, 1))")" \
   "rss_mb_one_ready=$(python3 -c "print(round($rss_ca_ready / 1024, 1))") bytes_per_activity=$content_per bytes_per_activity_ready=$content_per_ready" \
   "rss_mb_two_a=$(python3 -c "print(round($rss_ca_two / 1024, 1))") rss_mb_two_b=$(python3 -c "print(round($rss_cb / 1024, 1))")" \
-  "changelog_b_s=$changelog_b_s rss_mb_after=$(python3 -c "print(round($rss_cb_after / 1024, 1))")" \
+  "held_two_a=$held_a held_two_b=$held_b restore_b_s=$changelog_b_s failover_s=$failover_s restore_after_kill_s=$restore_after_s" \
+  "restore_s_per_100k=$(python3 -c "print(round($rebuild_s / $count * 100000, 2))") rss_mb_after=$(python3 -c "print(round($rss_cb_after / 1024, 1))")" \
   "rss_mb_after_settled=$(python3 -c "print(round($rss_cb_settled / 1024, 1))")"
 echo "(whole run $(($(date +%s) - started_at)) s)"

@@ -256,10 +256,13 @@ struct Restore: AsyncParsableCommand {
     func run() async throws {
         let suffix = UUID().uuidString.prefix(8).lowercased()
         let (requestsTopic, outcomesTopic, memoryTopic) = ("bench.requests.\(suffix)", "bench.outcomes.\(suffix)", "bench.memory.\(suffix)")
+        // The way without a changelog reads an empty one: no checkpoint, so the records of the retention.
+        let emptyMemoryTopic = "bench.memory-empty.\(suffix)"
         let admin = try KafkaAdmin(configuration: .init(bootstrapServers: bootstrap), logger: benchLogger)
         _ = try await admin.createTopics([
             .init(name: requestsTopic, partitions: partitions), .init(name: outcomesTopic, partitions: partitions),
             .init(name: memoryTopic, partitions: partitions, configs: ["cleanup.policy": "compact"]),
+            .init(name: emptyMemoryTopic, partitions: partitions, configs: ["cleanup.policy": "compact"]),
         ])
         var producerConfiguration = KafkaProducerConfiguration(bootstrapServers: bootstrap)
         producerConfiguration.settings["linger.ms"] = "20"
@@ -325,19 +328,19 @@ struct Restore: AsyncParsableCommand {
             for way in ["changelog", "replay"] {
                 let engine = try makeEngine(templates: templates)
                 let ready = AsyncStream<Void>.makeStream()
-                let bootstrap = self.bootstrap
                 let loader = ContentMemoryLoader(
-                    engine: engine, requestsTopic: requestsTopic, outcomesTopic: outcomesTopic, changelogTopic: way == "changelog" ? memoryTopic : nil,
-                    since: since, logger: benchLogger,
-                    makeReplica: { topics, since, startAt in
-                        var configuration = KafkaConsumerConfiguration.replica(bootstrapServers: bootstrap, topics: topics, since: since)
-                        configuration.replicaStartPositions = startAt
-                        return try KafkaConsumer(configuration: configuration, logger: benchLogger)
-                    }, onReady: { ready.continuation.yield() })
-                let (cpu, broker) = (try cpuSeconds(pid: getpid()), try brokerPid.map { try cpuSeconds(pid: $0) } ?? 0)
-                let started = ContinuousClock.now
+                    engine: engine, requestsTopic: requestsTopic, outcomesTopic: outcomesTopic,
+                    changelogTopic: way == "changelog" ? memoryTopic : emptyMemoryTopic, since: since, logger: benchLogger,
+                    readEnds: ContentMemoryLoader.ends(bootstrapServers: bootstrap, clientID: "bench", settings: [:], logger: benchLogger),
+                    makeReplica: ContentMemoryLoader.replicas(bootstrapServers: bootstrap, clientID: "bench", settings: [:], logger: benchLogger),
+                    onReady: { ready.continuation.yield() })
+                // The follower at the ends first (as a service starts), then every partition
+                // assigned: what an instance taking them all over reads.
                 let loading = Task { try await loader.run() }
                 for await _ in ready.stream { break }
+                let (cpu, broker) = (try cpuSeconds(pid: getpid()), try brokerPid.map { try cpuSeconds(pid: $0) } ?? 0)
+                let started = ContinuousClock.now
+                guard await loader.restore(Set(0..<Int32(partitions))) != nil else { throw ValidationError("\(way): the restore stopped") }
                 let seconds = (ContinuousClock.now - started) / .seconds(1)
                 let used = (try cpuSeconds(pid: getpid()) - cpu, try brokerPid.map { try cpuSeconds(pid: $0) - broker } ?? 0)
                 loading.cancel()

@@ -69,7 +69,8 @@ public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServic
         let event = try Self.event(from: request, kind: kind, now: engine.clock.date)
         let requestIds: [String]
         do {
-            // A dry run: the requests are made (and checked) but not kept; the owner makes them again.
+            // A dry run: the requests are made (and checked) but not kept; the owner makes them
+            // again. Against the activity's memory only when this instance owns its partition.
             switch try engine.prepare(event) {
             case .send(let prepared): requestIds = prepared.requests.map(\.requestId)
             case .ignore: requestIds = []

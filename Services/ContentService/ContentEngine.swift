@@ -419,6 +419,23 @@ public final class ContentEngine: Sendable {
         }
     }
 
+    /// Forgets the memories of `partitions` (revoked, and not assigned back: another instance
+    /// owns them now and its changelog has them), without writing anything to the changelog.
+    /// - Returns: how many memories were forgotten.
+    @discardableResult
+    public func forget(partitions: Set<Int32>) -> Int {
+        guard !partitions.isEmpty else { return 0 }
+        let (now, policy) = (clock.date, freshness)
+        return state.withLock { state in
+            let keys = state.all.compactMap { item in item.memory.partition.map(partitions.contains) == true ? item.key : nil }
+            for key in keys { state.set(key, nil, now: now, policy: policy, restored: true) }
+            for partition in partitions { state.unwritten[partition] = nil }
+            state.startOwners = state.startOwners.filter { state.index[$0.value] != nil }
+            state.startOwnersPruned = state.startOwners.count
+            return keys.count
+        }
+    }
+
     /// The dispatcher's final answer to a request.
     public func record(_ outcome: PushOutcome) {
         let (now, policy) = (clock.date, freshness)

@@ -6,50 +6,67 @@ import Metrics
 import ServiceLifecycle
 import Synchronization
 
-/// Rebuilds and keeps up the engine's per-activity memory.
+/// Keeps the engine's per-activity memory of the partitions this instance owns, Kafka Streams
+/// style: the memory of a partition lives where the partition's events are handled.
 ///
-/// 1. **The changelog** (`islet.content-memory.v1`, written by ``ChangelogWriter``), read to its
-///    end: the latest memory of each activity, and each partition's checkpoint.
-/// 2. **The records after the checkpoints**: the service's own output (`islet.push-requests.v1`:
-///    sequences, timestamps, states, alerts, the latest content) and the dispatcher's answers
-///    (`islet.push-outcomes.v1`), read as a replica of every partition from the positions the
-///    checkpoints name (the oldest of them, per partition: every memory is then caught up), and
-///    followed from there. When a changelog partition has no checkpoint (a first start, a topic
-///    just created), from `since` instead (the activities' retention), as without a changelog.
+/// - **At start** the loader reads nothing but where `islet.push-requests.v1` and
+///   `islet.push-outcomes.v1` end, and follows them from there as a replica (every partition:
+///   a push-to-start's request and outcome sit in its push-to-start key's partition, not in its
+///   activity's). It applies only the records of activities whose partition is restored here. Once
+///   it has reached their ends, `onReady` is called: the event loop may join its group.
+/// - **On assignment** (``restore(_:)``, before the partition's first event): the partition of the
+///   changelog (`islet.content-memory.v1`, written by ``ChangelogWriter``) is read to its end —
+///   the latest memory of each of its activities and its checkpoint — then the requests and
+///   outcomes from the positions the checkpoint names (the last `since` when it has none) to their
+///   end, applying that partition's records only. The follower applies the partition's records
+///   from the moment its restore begins, so nothing falls between; a record applied twice changes
+///   nothing (a memory never moves back to an older timestamp; an outcome is kept once).
+/// - **On revocation** (``revoked(_:)``) the memories are kept until the next assignment: in an
+///   eager rebalance a partition usually comes back, and nobody else has handled it meanwhile.
+///   Those that do not come back are forgotten (``ContentEngine/forget(partitions:)``).
 ///
-/// Once every partition was read to its end the first time, `onReady` is called: the event loop
-/// may start, and an event already handled before a restart is then recognised as such. A request
-/// this process wrote itself (its ``RequestSender/writer`` header) is skipped without decoding:
-/// the engine committed it when it sent it, and replaying it would change nothing (a memory never
-/// moves back to an older timestamp). Where the replica is (``ReadPositions``) is what the next
-/// checkpoint says.
+/// A request this process wrote itself (its ``RequestSender/writer`` header) is skipped by the
+/// follower without decoding: the engine committed it when it sent it. Where the follower is
+/// (``ReadPositions``) is what the next checkpoint says.
 public final class ContentMemoryLoader: Service, Sendable {
-    /// Makes a replica of `topics`, from `since` (`nil`: their first records), except in the
-    /// partitions `startAt` names, which it starts at the offsets given.
-    public typealias MakeReplica = @Sendable (_ topics: [String], _ since: Date?, _ startAt: [KafkaTopicPartition: Int64]) throws -> KafkaConsumer
+    /// Makes a replica of `topics` (of their `partitions` only, when given), from `since`
+    /// (`nil`: their first records), except in the partitions `startAt` names, which it starts
+    /// at the offsets given.
+    public typealias MakeReplica = @Sendable (
+        _ topics: [String], _ since: Date?, _ startAt: [KafkaTopicPartition: Int64], _ partitions: [Int32]?
+    ) throws -> KafkaConsumer
+    /// Where each partition of `topics` ends now (the next offset to be written).
+    public typealias ReadEnds = @Sendable (_ topics: [String]) async throws -> [KafkaTopicPartition: Int64]
 
     let makeReplica: MakeReplica
+    let readEnds: ReadEnds?
     let engine: ContentEngine
     let requestsTopic: String
     let outcomesTopic: String
-    /// `nil`: no changelog, the records are read from `since`.
-    let changelogTopic: String?
+    let changelogTopic: String
     let since: Date
     let ownWrites: KafkaHeader?
     public let positions: ReadPositions
     let onReady: @Sendable () -> Void
     let logger: Logger
-    private let replica = Mutex<KafkaConsumer?>(nil)
-    private let phase = Mutex("reading the changelog")
-    /// The activity topics' partition count, once the changelog (co-partitioned with them) told it.
+    private let follower = Mutex<KafkaConsumer?>(nil)
+    /// The partitions whose activities' records the follower applies: restored (or being
+    /// restored) here, and assigned — or revoked and kept until the next assignment.
+    private let held = Mutex<Set<Int32>>([])
+    /// Revoked, kept until the next assignment says whether they come back.
+    private let kept = Mutex<Set<Int32>>([])
+    /// The activity topics' partition count, once the ends (or, in tests, a caller) told it.
     private let activityPartitions = Mutex<Int32?>(nil)
 
+    /// - Parameter readEnds: where the requests and outcomes end; `nil` (tests that never run the
+    ///   loader): the follower starts at `since`.
     public init(
         engine: ContentEngine, requestsTopic: String = IsletTopics.pushRequests.name, outcomesTopic: String = IsletTopics.pushOutcomes.name,
-        changelogTopic: String? = IsletTopics.contentMemory.name, since: Date, ownWrites: KafkaHeader? = nil, positions: ReadPositions = ReadPositions(),
-        logger: Logger, makeReplica: @escaping MakeReplica, onReady: @escaping @Sendable () -> Void = {}
+        changelogTopic: String = IsletTopics.contentMemory.name, since: Date, ownWrites: KafkaHeader? = nil, positions: ReadPositions = ReadPositions(),
+        logger: Logger, readEnds: ReadEnds? = nil, makeReplica: @escaping MakeReplica, onReady: @escaping @Sendable () -> Void = {}
     ) {
         self.makeReplica = makeReplica
+        self.readEnds = readEnds
         self.engine = engine
         self.requestsTopic = requestsTopic
         self.outcomesTopic = outcomesTopic
@@ -61,79 +78,131 @@ public final class ContentMemoryLoader: Service, Sendable {
         self.onReady = onReady
     }
 
-    /// The current replica's health (ready before one runs: the changelog read says nothing of Kafka).
-    public var health: KafkaClientHealth { replica.withLock { $0 }?.health ?? .ready }
+    /// Reads the ends through a Kafka admin client made for each call.
+    public static func ends(bootstrapServers: String, clientID: String, settings: [String: String], logger: Logger) -> ReadEnds {
+        { topics in
+            let admin = try KafkaAdmin(configuration: .init(bootstrapServers: bootstrapServers, clientID: clientID, settings: settings), logger: logger)
+            var ends: [KafkaTopicPartition: Int64] = [:]
+            for topic in topics {
+                guard let count = try await admin.partitionCount(of: topic) else {
+                    throw KafkaError(code: .admin, message: "topic \(topic) does not exist")
+                }
+                for partition in Int32(0)..<Int32(count) {
+                    ends[KafkaTopicPartition(topic: topic, partition: partition)] = try await admin.watermarks(topic: topic, partition: partition).high
+                }
+            }
+            return ends
+        }
+    }
+
+    /// Makes replica consumers with Islet's defaults and `settings`.
+    public static func replicas(bootstrapServers: String, clientID: String, settings: [String: String], logger: Logger) -> MakeReplica {
+        { topics, since, startAt, partitions in
+            var configuration = KafkaConsumerConfiguration.replica(
+                bootstrapServers: bootstrapServers, topics: topics, since: since, clientID: clientID, settings: settings)
+            configuration.replicaStartPositions = startAt
+            configuration.replicaPartitions = partitions
+            return try KafkaConsumer(configuration: configuration, logger: logger)
+        }
+    }
+
+    /// The follower's health (ready before it runs).
+    public var health: KafkaClientHealth { follower.withLock { $0 }?.health ?? .ready }
+
+    /// The partitions whose memories this instance holds.
+    public var heldPartitions: Set<Int32> { held.withLock { $0 } }
 
     public func run() async throws {
         let started = ContinuousClock.now
+        let topics = [requestsTopic, outcomesTopic]
         var startAt: [KafkaTopicPartition: Int64] = [:]
-        var changelogSeconds = 0.0
-        if let changelogTopic {
-            guard let restored = await readChangelogRetrying(changelogTopic) else { return }  // stopped meanwhile
-            changelogSeconds = (ContinuousClock.now - started) / .seconds(1)
-            startAt = restored.startAt
-            if !restored.partitions.isEmpty { learn(activityPartitions: Int32(restored.partitions.count)) }
-            logger.info(
-                "activity memory read from the changelog",
-                metadata: [
-                    "memories": "\(restored.memories)", "activities": "\(engine.activityCount)", "changelog.partitions": "\(restored.partitions.count)",
-                    "checkpoints": "\(restored.checkpoints)", "read.from": "\(startAt.isEmpty ? "the retention's start" : "the checkpoints")",
-                    "changelog.seconds": "\(changelogSeconds)",
-                ])
+        if let readEnds {
+            guard let ends = await retrying("reading where the requests and outcomes end", { try await readEnds(topics) }) else { return }
+            startAt = ends
+            let count = ends.keys.filter { $0.topic == requestsTopic }.count
+            if count > 0 { learn(activityPartitions: Int32(count)) }
         }
         positions.start(at: startAt)
-        phase.withLock { $0 = "reading the records after the checkpoints" }
-        let consumer = try makeReplica([requestsTopic, outcomesTopic], since, startAt)
-        replica.withLock { $0 = consumer }
-        var records = 0
-        try await consumer.replay(topics: [requestsTopic, outcomesTopic]) { [self] _ in
-            let seconds = (ContinuousClock.now - started) / .seconds(1)
-            Gauge(label: "islet_content_memory_rebuild_seconds").record(seconds)
-            logger.info(
-                "activity memory rebuilt",
-                metadata: [
-                    "records": "\(records)", "activities": "\(engine.activityCount)", "rebuild.seconds": "\(seconds)",
-                    "changelog.seconds": "\(changelogSeconds)",
-                ])
+        let consumer = try makeReplica(topics, since, startAt, nil)
+        follower.withLock { $0 = consumer }
+        try await consumer.replay(topics: Set(topics)) { [self] seconds in
+            logger.info("following the requests and outcomes from their ends", metadata: ["seconds": "\((ContinuousClock.now - started) / .seconds(1))"])
             onReady()
         } apply: { [self] message, _ in
-            records += 1
-            apply(message)
+            apply(message, only: held.withLock { $0 }, skipOwnWrites: true)
             positions.applied(message)
         }
     }
 
-    /// The activity topics have `count` partitions (the changelog's).
+    /// The activity topics have `count` partitions.
     func learn(activityPartitions count: Int32) { activityPartitions.withLock { $0 = count } }
 
-    /// What the changelog gave.
-    struct Restored {
-        var memories = 0
-        var checkpoints = 0
-        var partitions: Set<Int32> = []
-        /// Where to read the requests and outcomes from (empty: from `since`).
-        var startAt: [KafkaTopicPartition: Int64] = [:]
+    /// The event loop was assigned `partitions` (before it handles any of their events): the
+    /// memories of those not held are read (their changelog partition, then the requests and
+    /// outcomes after its checkpoint); those revoked and not assigned again are forgotten.
+    /// Returns the partitions read once they are restored (none when every one was held
+    /// already), or `nil` when the loader stopped first.
+    @discardableResult
+    public func restore(_ partitions: Set<Int32>) async -> Set<Int32>? {
+        let gone = kept.withLock { kept in
+            defer { kept = [] }
+            return kept.subtracting(partitions)
+        }
+        if !gone.isEmpty {
+            held.withLock { $0.subtract(gone) }
+            let forgotten = engine.forget(partitions: gone)
+            logger.info(
+                "memories of partitions gone to another instance forgotten",
+                metadata: ["kafka.partitions": "\(gone.sorted())", "memories": "\(forgotten)", "activities": "\(engine.activityCount)"])
+        }
+        let missing = partitions.subtracting(held.withLock { $0 })
+        guard !missing.isEmpty else { return [] }
+        // The follower applies their records from now on; the restore below covers what came before.
+        held.withLock { $0.formUnion(missing) }
+        let started = ContinuousClock.now
+        guard let changelog = await retrying("reading the changelog", { try await self.readChangelog(missing) }) else { return nil }
+        let changelogSeconds = (ContinuousClock.now - started) / .seconds(1)
+        let startAt = Self.startPositions(changelog.checkpoints, partitions: missing)
+        guard let records = await retrying("reading the requests and outcomes after the checkpoint", { try await self.catchUp(missing, from: startAt) }) else {
+            return nil
+        }
+        let seconds = (ContinuousClock.now - started) / .seconds(1)
+        Gauge(label: "islet_content_memory_restore_seconds").record(seconds)
+        Counter(label: "islet_content_memory_restored_total").increment(by: changelog.memories)
+        logger.info(
+            "partitions restored",
+            metadata: [
+                "kafka.partitions": "\(missing.sorted())", "memories": "\(changelog.memories)", "checkpoints": "\(changelog.checkpoints.count)",
+                "records": "\(records)", "read.from": "\(startAt.isEmpty ? "the retention's start" : "the checkpoints")",
+                "changelog.seconds": "\(changelogSeconds)", "restore.seconds": "\(seconds)", "activities": "\(engine.activityCount)",
+            ])
+        return missing
     }
 
-    /// Reads the changelog to its end into the engine; `nil` when the loader was stopped first.
-    /// A changelog topic that does not exist is logged, and the memory is rebuilt from the records
-    /// alone; a read that fails otherwise (the cluster unreachable) is tried again, after a
-    /// backoff of 1 s doubling to 30 s: a rebuild from 9 hours of records is not a fallback for a
-    /// blip.
-    func readChangelogRetrying(_ topic: String) async -> Restored? {
+    /// The event loop's `partitions` were revoked (their memories are in the changelog): kept
+    /// until the next assignment, which usually gives them back.
+    public func revoked(_ partitions: Set<Int32>) {
+        kept.withLock { $0.formUnion(partitions) }
+    }
+
+    /// What a partition's changelog gave.
+    struct Changelog {
+        var memories = 0
+        var checkpoints: [Int32: [KafkaTopicPartition: Int64]] = [:]
+    }
+
+    /// Runs `read` until it succeeds, after a backoff of 1 s doubling to 30 s; `nil` when the
+    /// loader was cancelled first. A missing changelog topic is not retried: the memory is then
+    /// rebuilt from the requests and outcomes alone.
+    private func retrying<T: Sendable>(_ what: String, _ read: @Sendable () async throws -> T) async -> T? {
         var backoff = Duration.seconds(1)
         while !Task.isCancelled {
-            switch await readChangelog(topic) {
-            case .restored(let restored): return restored
-            case .stopped: return nil
-            case .missing(let error):
-                logger.error(
-                    "the changelog topic does not exist: the memory is rebuilt from the requests and outcomes of the retention",
-                    metadata: ["kafka.topic": "\(topic)", "error": "\(error)"])
-                return Restored()
-            case .failed(let error):
-                phase.withLock { $0 = "reading the changelog failed (\(error)); again in \(backoff)" }
-                logger.error("the changelog could not be read; reading it again after a backoff", metadata: ["error": "\(error)", "backoff": "\(backoff)"])
+            do {
+                return try await read()
+            } catch is CancellationError {
+                return nil
+            } catch {
+                logger.error("\(what) failed; again after a backoff", metadata: ["error": "\(error)", "backoff": "\(backoff)"])
                 guard (try? await Task.sleep(for: backoff)) != nil else { return nil }
                 backoff = min(backoff * 2, .seconds(30))
             }
@@ -141,68 +210,60 @@ public final class ContentMemoryLoader: Service, Sendable {
         return nil
     }
 
-    enum ChangelogRead {
-        case restored(Restored)
-        case missing(String)
-        case failed(String)
-        case stopped
+    func readChangelog(_ partitions: Set<Int32>) async throws -> Changelog {
+        var changelog = Changelog()
+        do {
+            try await readToEnd([changelogTopic], partitions: partitions.sorted(), since: nil, startAt: [:]) { [engine, logger] message in
+                Self.apply(changelog: message, to: engine, checkpoints: &changelog.checkpoints, memories: &changelog.memories, logger: logger)
+            }
+        } catch where "\(error)".contains("does not exist") {
+            logger.error(
+                "the changelog topic does not exist: the memory is rebuilt from the requests and outcomes of the retention",
+                metadata: ["kafka.topic": "\(changelogTopic)", "error": "\(error)"])
+            return Changelog()
+        }
+        return changelog
     }
 
-    func readChangelog(_ topic: String) async -> ChangelogRead {
-        func failure(_ error: any Error) -> ChangelogRead {
-            "\(error)".contains("does not exist") ? .missing("\(error)") : .failed("\(error)")
+    /// Reads the requests and outcomes from `startAt` (the partitions it does not name, from
+    /// `since`) to their ends, applying the records of `partitions`' activities; returns how many.
+    func catchUp(_ partitions: Set<Int32>, from startAt: [KafkaTopicPartition: Int64]) async throws -> Int {
+        var records = 0
+        try await readToEnd([requestsTopic, outcomesTopic], partitions: nil, since: since, startAt: startAt) { [self] message in
+            // Not a partition revoked meanwhile (``restore(_:)`` forgets it on the next assignment).
+            if apply(message, only: partitions.intersection(held.withLock { $0 }), skipOwnWrites: false) { records += 1 }
         }
-        let reader: KafkaConsumer
-        do {
-            reader = try makeReplica([topic], nil, [:])
-        } catch {
-            return failure(error)
-        }
-        replica.withLock { $0 = reader }
-        let engine = self.engine
-        let logger = self.logger
-        return await withTaskGroup(of: ChangelogRead?.self) { group in
-            group.addTask {
-                do {
-                    try await reader.run()
-                } catch {
-                    return failure(error)
-                }
-                return nil
-            }
-            group.addTask {
-                var catchUp = ReplicaCatchUp(topics: [topic])
-                var restored = Restored()
-                var checkpoints: [Int32: [KafkaTopicPartition: Int64]] = [:]
-                for await event in reader.events {
-                    if case .message(let message) = event {
-                        Self.apply(changelog: message, to: engine, checkpoints: &checkpoints, restored: &restored, logger: logger)
-                    }
-                    if catchUp.note(event) {
-                        reader.shutdown()
-                        restored.partitions = Set(catchUp.assignedPartitions.map(\.partition))
-                        restored.checkpoints = checkpoints.count
-                        restored.startAt = Self.startPositions(checkpoints, partitions: restored.partitions)
-                        return .restored(restored)
-                    }
-                }
-                return nil
-            }
-            var answer: ChangelogRead?
-            while let next = await group.next() {
-                if let next, answer == nil {
-                    answer = next
-                    reader.shutdown()
+        return records
+    }
+
+    /// Reads `topics` as a replica until every partition was read to its end, handing each record to `apply`.
+    private func readToEnd(
+        _ topics: [String], partitions: [Int32]?, since: Date?, startAt: [KafkaTopicPartition: Int64], apply: (KafkaMessage) -> Void
+    ) async throws {
+        let reader = try makeReplica(topics, since, startAt, partitions)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await reader.run() }
+            var catchUp = ReplicaCatchUp(topics: Set(topics))
+            var done = false
+            for await event in reader.events {
+                if case .message(let message) = event { apply(message) }
+                if catchUp.note(event) {
+                    done = true
+                    break
                 }
             }
-            // Both ended without an answer: the reader was shut down (the loader stopping).
-            return answer ?? .stopped
+            reader.shutdown()
+            try await group.waitForAll()
+            if !done {
+                if Task.isCancelled { throw CancellationError() }
+                throw KafkaError(code: .shutdown, message: "the replica of \(topics) stopped before their ends")
+            }
         }
     }
 
     static func apply(
         changelog message: KafkaMessage, to engine: ContentEngine, checkpoints: inout [Int32: [KafkaTopicPartition: Int64]],
-        restored: inout Restored, logger: Logger
+        memories: inout Int, logger: Logger
     ) {
         guard let value = message.value else {
             // A tombstone: the activity was forgotten, or the partition's checkpoint deleted (an
@@ -215,7 +276,7 @@ public final class ContentMemoryLoader: Service, Sendable {
             let record = try IsletJSON.decode(ContentMemoryRecord.self, from: value)
             if let activity = record.activity {
                 engine.restore(MessageKey.activity(bundleId: activity.bundleId, activityId: activity.activityId), ActivityMemory(activity))
-                restored.memories += 1
+                memories += 1
             } else if let checkpoint = record.checkpoint {
                 checkpoints[message.partition] = Dictionary(
                     checkpoint.positions.compactMap { position in
@@ -245,12 +306,23 @@ public final class ContentMemoryLoader: Service, Sendable {
         return start
     }
 
-    func apply(_ message: KafkaMessage) {
+    /// Applies a request or outcome to the memory of its activity when the activity's partition
+    /// is in `only` (`nil`: any); `true` when it was applied.
+    @discardableResult
+    func apply(_ message: KafkaMessage, only partitions: Set<Int32>? = nil, skipOwnWrites: Bool = true) -> Bool {
+        guard partitions?.isEmpty != true else { return false }
         do {
             if message.topic == requestsTopic {
-                if let ownWrites, message.header(ownWrites.name) == ownWrites {
+                if skipOwnWrites, let ownWrites, message.header(ownWrites.name) == ownWrites {
                     Counter(label: "islet_content_memory_own_requests_skipped_total").increment()
-                    return
+                    return false
+                }
+                let count = activityPartitions.withLock { $0 }
+                // A request to a running activity is in its activity's partition: not decoded when
+                // that partition is not held here. (A push-to-start key, `pts:…`, has colons; an
+                // activity's key never does.)
+                if let partitions, message.key?.contains(UInt8(ascii: ":")) != true, !partitions.contains(message.partition) {
+                    return false
                 }
                 let request = try IsletJSON.decode(PushRequest.self, from: message.value ?? [])
                 // A push-to-start request is keyed (and partitioned) by its push-to-start key: its
@@ -258,19 +330,32 @@ public final class ContentMemoryLoader: Service, Sendable {
                 let partition: Int32?
                 if request.activityId != nil {
                     partition = message.partition
-                } else if let activityId = request.sourceActivityId, let count = activityPartitions.withLock({ $0 }) {
+                } else if let activityId = request.sourceActivityId, let count {
                     partition = KafkaPartitioner.partition(ofKey: activityId, partitions: count)
                 } else {
                     partition = nil
                 }
+                if let partitions, !(partition.map(partitions.contains) ?? false) { return false }
                 engine.replay(request, partition: partition, storedAt: message.position)
             } else if message.topic == outcomesTopic {
-                engine.record(try IsletJSON.decode(PushOutcome.self, from: message.value ?? []))
+                let outcome = try IsletJSON.decode(PushOutcome.self, from: message.value ?? [])
+                // A push-to-start's outcome names no activity: it goes to the activity its
+                // request started, which is remembered only where that activity's partition is.
+                if let partitions, let activityId = outcome.activityId, let count = activityPartitions.withLock({ $0 }),
+                    !partitions.contains(KafkaPartitioner.partition(ofKey: activityId, partitions: count))
+                {
+                    return false
+                }
+                engine.record(outcome)
+            } else {
+                return false
             }
+            return true
         } catch {
             // Written by Islet's own services: a record that does not decode is a bug, not input to guess at.
             Counter(label: "islet_content_memory_invalid_records_total").increment()
             logger.error("record ignored", metadata: ["kafka.topic": "\(message.topic)", "kafka.offset": "\(message.offset)", "error": "\(error)"])
+            return false
         }
     }
 }

@@ -167,15 +167,12 @@ public struct ContentServiceApp: Sendable {
         health.register(Self.memoryCheck)
         let sender = RequestSender(producer: producer, engine: engine, topic: topics.pushRequests, logger: logger)
         let (bootstrap, consumerProperties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
+        let producerProperties = runtime.settings.producerProperties
         let memoryLoader = ContentMemoryLoader(
             engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes, changelogTopic: topics.contentMemory,
             since: Date().addingTimeInterval(-(settings.freshness.retention / .seconds(1))), ownWrites: sender.writer, logger: logger,
-            makeReplica: { replicaTopics, since, startAt in
-                var configuration = KafkaConsumerConfiguration.replica(
-                    bootstrapServers: bootstrap, topics: replicaTopics, since: since, clientID: service, settings: consumerProperties)
-                configuration.replicaStartPositions = startAt
-                return try KafkaConsumer(configuration: configuration, logger: logger)
-            }
+            readEnds: ContentMemoryLoader.ends(bootstrapServers: bootstrap, clientID: service, settings: producerProperties, logger: logger),
+            makeReplica: ContentMemoryLoader.replicas(bootstrapServers: bootstrap, clientID: service, settings: consumerProperties, logger: logger)
         ) { health.setReady(Self.memoryCheck) }
 
         // The memories that changed, written to the changelog every few seconds, and when partitions are revoked.
@@ -187,7 +184,7 @@ public struct ContentServiceApp: Sendable {
         let loop = ContentServiceLoop(
             consumer: consumer,
             deadLetters: DeadLetterWriter(producer: producer, consumer: consumer, service: service, logger: logger, topic: topics.deadLetters),
-            engine: engine, sender: sender, thumbnails: thumbnails, changelog: changelog, logger: logger)
+            engine: engine, sender: sender, thumbnails: thumbnails, changelog: changelog, memory: memoryLoader, logger: logger)
         if settings.registry == nil {
             logger.notice("ISLET_REGISTRY_GRPC is not set: activities the freshness monitor ends keep their token active until the app ends them")
         }

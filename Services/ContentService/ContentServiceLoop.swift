@@ -22,6 +22,9 @@ public struct ContentServiceLoop: Service {
     let thumbnails: ThumbnailService?
     /// Where a partition's memories are written when it is revoked.
     let changelog: ChangelogWriter?
+    /// Where a partition's memories are read when it is assigned (`nil`: the engine's memory is
+    /// kept by the caller).
+    let memory: ContentMemoryLoader?
     let logger: Logger
     /// Events are marked processed in offset order, once their requests are acknowledged.
     private let tracker = OffsetTracker()
@@ -30,9 +33,10 @@ public struct ContentServiceLoop: Service {
 
     public init(
         consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: ContentEngine, sender: RequestSender, thumbnails: ThumbnailService? = nil,
-        changelog: ChangelogWriter? = nil, revocationTimeout: Duration = .seconds(8), logger: Logger
+        changelog: ChangelogWriter? = nil, memory: ContentMemoryLoader? = nil, revocationTimeout: Duration = .seconds(8), logger: Logger
     ) {
         self.changelog = changelog
+        self.memory = memory
         self.revocationTimeout = revocationTimeout
         self.consumer = consumer
         self.deadLetters = deadLetters
@@ -47,7 +51,7 @@ public struct ContentServiceLoop: Service {
         // still arriving are skipped, and those under way finish (their requests acknowledged
         // and the events marked) before its offsets are committed, so that the next owner does
         // none of them again.
-        let (tracker, logger, changelog) = (self.tracker, self.logger, self.changelog)
+        let (tracker, logger, changelog, memory) = (self.tracker, self.logger, self.changelog, self.memory)
         consumer.onRevocation(timeout: revocationTimeout + .seconds(4)) { [revocationTimeout] partitions in
             tracker.beginRevoking(partitions)
             let started = ContinuousClock.now
@@ -60,12 +64,17 @@ public struct ContentServiceLoop: Service {
             }
             // Their memories, while they are still this instance's (at most 3 s).
             await changelog?.revoked(Set(partitions.map(\.partition)), within: .seconds(3))
+            // Kept until the next assignment, which usually gives them back.
+            memory?.revoked(Set(partitions.map(\.partition)))
         }
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await consumer.run() }
             for try await event in consumer.decoded(as: ActivityEvent.self, deadLetters: deadLetters) {
                 switch event {
                 case .partitionsAssigned(let partitions):
+                    // Their memories first (the changelog, then what came after its checkpoint):
+                    // their events wait in the consumer meanwhile.
+                    if let memory, await memory.restore(Set(partitions.map(\.partition))) == nil { continue }
                     sender.own(partitions.map(\.partition))
                     engine.trackChanges(of: sender.ownedPartitions)
                 case .partitionsRevoked(let partitions):

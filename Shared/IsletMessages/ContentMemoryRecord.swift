@@ -7,8 +7,8 @@ import Foundation
 /// partition writes the memory of each activity that changed, under the activity's key, to the
 /// same partition number; then a ``checkpoint`` under the key `checkpoint`: every record of
 /// `islet.push-requests.v1` and `islet.push-outcomes.v1` before its positions is reflected in the
-/// partition's memories. A restart reads the changelog to its end, then those topics from the
-/// checkpoints on: seconds of records, not hours. A forgotten activity gets a tombstone (a `null`
+/// partition's memories. The instance a partition is assigned to reads that partition of the
+/// changelog to its end, then those topics from its checkpoint on: seconds of records, not hours. A forgotten activity gets a tombstone (a `null`
 /// value). Nothing but content-service reads it: the fields may change with a new schema version.
 public struct ContentMemoryRecord: IsletMessage {
     public static let currentSchemaVersion = 1

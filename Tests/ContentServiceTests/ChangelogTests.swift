@@ -138,10 +138,29 @@ struct ChangelogTests {
         #expect(engine.unwrittenCount(partitions: [0]) == 0)
     }
 
+    @Test("forgetting partitions drops their memories, deadlines and freshness counts and writes nothing to the changelog; other partitions stay")
+    func forgetPartitions() throws {
+        let clock = ManualClock(now)
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
+        for (index, partition) in [Int32(0), 1, 1].enumerated() { _ = try send(engine, delivery(1, "preparing", activity: "order-\(index)"), partition: partition) }
+        engine.trackChanges(of: [0, 1])
+        _ = engine.takeUnwritten(partitions: [0, 1])
+        _ = try send(engine, delivery(2, "out_for_delivery", activity: "order-1"), partition: 1)
+        clock.advance(601)  // past the stale date: counted stale
+        #expect(engine.freshnessCounts()[.staleRecoverable] == 3)
+
+        #expect(engine.forget(partitions: [1]) == 2)
+        #expect(engine.activityCount == 1 && engine.memory(of: "com.example.food/order-0") != nil)
+        #expect(engine.unwrittenCount(partitions: [0, 1]) == 0, "nothing of a forgotten partition is written")
+        #expect(engine.freshnessCounts()[.staleRecoverable] == 1)
+        #expect(engine.sweep(owned: [0, 1]).map(\.activityKey) == ["com.example.food/order-0"], "no deadline of a forgotten activity is left")
+        #expect(engine.forget(partitions: []) == 0)
+    }
+
     @Test("a push-to-start request read back places its activity's memory in the activity's partition, not in the push-to-start key's")
     func pushToStartPartition() throws {
         let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
-        let loader = ContentMemoryLoader(engine: engine, since: now, logger: Logger(label: "test")) { topics, since, _ in
+        let loader = ContentMemoryLoader(engine: engine, since: now, logger: Logger(label: "test")) { topics, since, _, _ in
             try KafkaConsumer(configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: topics, since: since), logger: Logger(label: "test"))
         }
         let request = PushRequest(
@@ -211,12 +230,12 @@ struct ChangelogTests {
     func applyChangelog() throws {
         let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         var checkpoints: [Int32: [KafkaTopicPartition: Int64]] = [:]
-        var restored = ContentMemoryLoader.Restored()
+        var memories = 0
         let logger = Logger(label: "test")
         func apply(_ key: String, _ value: [UInt8]?, partition: Int32 = 0) {
             ContentMemoryLoader.apply(
                 changelog: KafkaMessage(topic: "m", partition: partition, offset: 0, key: Array(key.utf8), value: value), to: engine,
-                checkpoints: &checkpoints, restored: &restored, logger: logger)
+                checkpoints: &checkpoints, memories: &memories, logger: logger)
         }
         let memory = ContentMemoryRecord(activity: .init(bundleId: app.bundleId, activityId: "x", partition: 0, lastSequence: 4), writtenAt: now)
         apply("com.example.food/x", try IsletJSON.encode(memory))
@@ -231,7 +250,7 @@ struct ChangelogTests {
         // A checkpoint's tombstone: that partition has none (the memory is rebuilt from the records).
         apply(ContentMemoryRecord.checkpointKey, nil, partition: 1)
         #expect(checkpoints.isEmpty)
-        #expect(restored.memories == 1)
+        #expect(memories == 1)
     }
 
     @Test("a round writes nothing while requests sent are not acknowledged: a memory must not count an event Kafka may still lose")

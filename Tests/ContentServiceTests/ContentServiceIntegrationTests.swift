@@ -162,6 +162,88 @@ struct ContentServiceIntegrationTests {
         try await producing.value
     }
 
+    @Test("an instance holds the memories of the partitions it is assigned: read on assignment (their changelog, then what follows its checkpoint), followed while held, kept over a revocation that gives them back, forgotten when they went elsewhere")
+    func partitionLocalMemory() async throws {
+        let (topics, _) = try await testTopics()
+        let servers = try TestBroker.servers()
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: servers), logger: logger)
+        let producing = Task { try await producer.run() }
+        // One activity in each partition of the activity topics.
+        let ids = (0..<100).map { "order-\($0)" }
+        let a = try #require(ids.first { KafkaPartitioner.partition(ofKey: $0, partitions: 2) == 0 })
+        let b = try #require(ids.first { KafkaPartitioner.partition(ofKey: $0, partitions: 2) == 1 })
+        let now = Date()
+        func request(_ activity: String, _ sequence: Int64) -> PushRequest {
+            PushRequest(
+                requestId: "\(activity)-\(sequence)", activityId: activity, event: .update, app: app, attributesType: "DeliveryAttributes",
+                payload: #"{"aps":{"event":"update","timestamp":\#(1_795_000_000 + sequence),"content-state":{"status":"x"}}}"#, priority: 5,
+                urgency: .routine, supersedable: true, alerting: false, apnsTimestamp: 1_795_000_000 + sequence, contentSequence: sequence,
+                createdAt: now, sourceEventId: "\(activity)-e\(sequence)", sourceActivityId: activity)
+        }
+        // The changelog: each activity's memory at sequence 10, each partition's checkpoint at the
+        // requests' and outcomes' start; after it, sequence 11 of each and an outcome of a's.
+        for (activity, partition) in [(a, Int32(0)), (b, Int32(1))] {
+            let memory = ContentMemoryRecord(
+                activity: .init(
+                    bundleId: app.bundleId, activityId: activity, partition: partition, lastSequence: 10, lastTimestamp: 1_795_000_010,
+                    lastState: "preparing", startedAt: now.addingTimeInterval(-60)),
+                writtenAt: now)
+            _ = try await producer.send(
+                topic: topics.contentMemory, key: MessageKey.activity(bundleId: app.bundleId, activityId: activity), value: try IsletJSON.encode(memory),
+                partition: partition)
+            let positions = (Int32(0)..<2).flatMap { p -> [ContentMemoryRecord.Position] in
+                [.init(topic: topics.pushRequests, partition: p, offset: 0), .init(topic: topics.pushOutcomes, partition: p, offset: 0)]
+            }
+            _ = try await producer.send(
+                topic: topics.contentMemory, key: ContentMemoryRecord.checkpointKey,
+                value: try IsletJSON.encode(ContentMemoryRecord(checkpoint: .init(partition: partition, positions: positions), writtenAt: now)),
+                partition: partition)
+            try await producer.send(request(activity, 11), to: topics.pushRequests)
+        }
+        try await producer.send(
+            PushOutcome(requestId: "\(a)-11", activityId: a, result: .delivered, attempts: 1, completedAt: now, bundleId: app.bundleId),
+            to: topics.pushOutcomes)
+
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        let ready = AwaitedLog<Bool>()
+        let loader = ContentMemoryLoader(
+            engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes, changelogTopic: topics.contentMemory,
+            since: now.addingTimeInterval(-3_600), logger: logger,
+            readEnds: ContentMemoryLoader.ends(bootstrapServers: servers, clientID: "test", settings: [:], logger: logger),
+            makeReplica: ContentMemoryLoader.replicas(bootstrapServers: servers, clientID: "test", settings: [:], logger: logger)
+        ) { ready.append(true) }
+        let following = Task { try await loader.run() }
+        try await withTimeout(.seconds(30), "the follower at the ends") { await ready.wait(for: 1) }
+        let keyA = MessageKey.activity(bundleId: app.bundleId, activityId: a)
+        let keyB = MessageKey.activity(bundleId: app.bundleId, activityId: b)
+        #expect(engine.activityCount == 0, "nothing is read before an assignment")
+
+        // Partition 0 assigned: a's memory from the changelog, moved on by what follows the checkpoint; b's not read.
+        #expect(await loader.restore([0]) == [0])
+        #expect(engine.memory(of: keyA)?.lastSequence == 11 && engine.memory(of: keyA)?.outcome(of: "\(a)-11") == .delivered)
+        #expect(engine.memory(of: keyB) == nil, "another partition's activity")
+        // Followed while held: a's next request is applied, b's is not.
+        try await producer.send(request(a, 12), to: topics.pushRequests)
+        try await producer.send(request(b, 12), to: topics.pushRequests)
+        _ = try await waitForValue("a's request 12 followed") { engine.memory(of: keyA)?.lastSequence == 12 ? true : nil }
+        #expect(engine.memory(of: keyB) == nil)
+
+        // Revoked, then given back: kept, nothing read again.
+        loader.revoked([0])
+        #expect(await loader.restore([0]) == [])
+        #expect(engine.memory(of: keyA)?.lastSequence == 12)
+        // Revoked, then partition 1 assigned instead: a's forgotten, b's read (with its request 12, after the checkpoint).
+        loader.revoked([0])
+        #expect(await loader.restore([1]) == [1])
+        #expect(engine.memory(of: keyA) == nil && loader.heldPartitions == [1])
+        #expect(engine.memory(of: keyB)?.lastSequence == 12)
+
+        following.cancel()
+        _ = try? await following.value
+        producer.shutdown()
+        try await producing.value
+    }
+
     @Test("a changelog round writes each changed memory once, then the checkpoint; nothing when nothing changed; a revoked partition is written by its revocation and by no round after")
     func changelogRounds() async throws {
         let topic = uniqueName("test.memory")

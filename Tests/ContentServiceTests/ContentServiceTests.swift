@@ -322,7 +322,7 @@ struct MemoryReplicaTests {
         quiet.logLevel = .critical
         let logger = quiet
         func loader(_ engine: ContentEngine) -> ContentMemoryLoader {
-            ContentMemoryLoader(engine: engine, since: now, ownWrites: own, logger: logger) { topics, since, _ in
+            ContentMemoryLoader(engine: engine, since: now, ownWrites: own, logger: logger) { topics, since, _, _ in
                 try KafkaConsumer(configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: topics, since: since), logger: logger)
             }
         }
@@ -336,6 +336,55 @@ struct MemoryReplicaTests {
         let restarted = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         loader(restarted).apply(record(nil))
         #expect(restarted.memory(of: "com.example.food/order-42")?.latest?.requestId == prepared.requests[0].requestId, "a request without the header is replayed")
+    }
+}
+
+extension MemoryReplicaTests {
+    @Test("applies only the records of activities whose partition is held: a request by the partition it is in, a push-to-start's by its activity id, an outcome by its activity id")
+    func onlyHeldPartitions() throws {
+        let writer = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        guard case .send(let prepared) = try writer.prepare(event("DeliveryAttributes", sequence: 1, ["status": .string("preparing"), "orderId": .string("42")]))
+        else {
+            Issue.record("nothing sent")
+            return
+        }
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        let logger = quiet
+        let reader = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        let loader = ContentMemoryLoader(engine: reader, since: now, logger: logger) { topics, since, _, _ in
+            try KafkaConsumer(configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: topics, since: since), logger: logger)
+        }
+        loader.learn(activityPartitions: 48)
+        let key = "com.example.food/order-42"
+        let update = KafkaMessage(
+            topic: IsletTopics.pushRequests.name, partition: 5, offset: 0, key: Array(key.utf8), value: try IsletJSON.encode(prepared.requests[0]))
+        #expect(!loader.apply(update, only: [4, 6]) && reader.memory(of: key) == nil)
+        #expect(loader.apply(update, only: [5]) && reader.memory(of: key) != nil)
+        #expect(!loader.apply(update, only: []), "nothing held")
+
+        // A push-to-start request sits in its key's partition; its activity's partition decides.
+        var start = prepared.requests[0]
+        start.activityId = nil
+        start.pushToStartKey = MessageKey.pushToStart(bundleId: app.bundleId, deviceId: "device-1", attributesType: "DeliveryAttributes")
+        start.sourceActivityId = "order-9"
+        start.event = .start
+        let activityPartition = KafkaPartitioner.partition(ofKey: "order-9", partitions: 48)
+        let keyPartition = KafkaPartitioner.partition(ofKey: start.pushToStartKey!, partitions: 48)
+        try #require(activityPartition != keyPartition)
+        let startRecord = KafkaMessage(
+            topic: IsletTopics.pushRequests.name, partition: keyPartition, offset: 1, key: Array(start.pushToStartKey!.utf8), value: try IsletJSON.encode(start))
+        #expect(!loader.apply(startRecord, only: [keyPartition]))
+        #expect(loader.apply(startRecord, only: [activityPartition]) && reader.memory(of: "com.example.food/order-9")?.partition == activityPartition)
+
+        // An outcome: by its activity's partition.
+        let outcome = KafkaMessage(
+            topic: IsletTopics.pushOutcomes.name, partition: 0, offset: 0, key: Array(key.utf8),
+            value: try IsletJSON.encode(PushOutcome(
+                requestId: prepared.requests[0].requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: now, bundleId: app.bundleId)))
+        let outcomePartition = KafkaPartitioner.partition(ofKey: "order-42", partitions: 48)
+        #expect(!loader.apply(outcome, only: [outcomePartition == 0 ? 1 : 0]))
+        #expect(loader.apply(outcome, only: [outcomePartition]))
     }
 }
 
