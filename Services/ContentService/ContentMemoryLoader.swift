@@ -229,9 +229,10 @@ public final class ContentMemoryLoader: Service, Sendable {
     /// `since`) to their ends, applying the records of `partitions`' activities; returns how many.
     func catchUp(_ partitions: Set<Int32>, from startAt: [KafkaTopicPartition: Int64]) async throws -> Int {
         var records = 0
+        // (A partition revoked meanwhile stays held until the next assignment, which the event
+        // loop hands to ``restore(_:)`` once this one returned.)
         try await readToEnd([requestsTopic, outcomesTopic], partitions: nil, since: since, startAt: startAt) { [self] message in
-            // Not a partition revoked meanwhile (``restore(_:)`` forgets it on the next assignment).
-            if apply(message, only: partitions.intersection(held.withLock { $0 }), skipOwnWrites: false) { records += 1 }
+            if apply(message, only: partitions, skipOwnWrites: false) { records += 1 }
         }
         return records
     }

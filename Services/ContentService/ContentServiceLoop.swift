@@ -72,14 +72,17 @@ public struct ContentServiceLoop: Service {
             for try await event in consumer.decoded(as: ActivityEvent.self, deadLetters: deadLetters) {
                 switch event {
                 case .partitionsAssigned(let partitions):
-                    // Their memories first (the changelog, then what came after its checkpoint):
-                    // their events wait in the consumer meanwhile.
-                    if let memory, await memory.restore(Set(partitions.map(\.partition))) == nil { continue }
+                    // Their memories first (the changelog, then what came after its checkpoint),
+                    // in the loop's turn: their events wait in the consumer meanwhile, and neither
+                    // the freshness monitor nor a changelog round looks at half-restored memories.
+                    if let memory, try await sender.turn({ await memory.restore(Set(partitions.map(\.partition))) }) == nil { continue }
                     sender.own(partitions.map(\.partition))
                     engine.trackChanges(of: sender.ownedPartitions)
                 case .partitionsRevoked(let partitions):
                     sender.disown(partitions.map(\.partition))
                     tracker.revoke(partitions)
+                    // Also when they were lost (the session expired), which calls no revocation handler.
+                    memory?.revoked(Set(partitions.map(\.partition)))
                 case .message(let activityEvent, let raw):
                     // false: its partition is being revoked; the next owner reads it.
                     guard tracker.begin(raw) else { continue }
