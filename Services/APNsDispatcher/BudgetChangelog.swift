@@ -75,20 +75,7 @@ public final class BudgetChangelog: Service, Sendable {
             state.owned.subtract(partitions)
             state.releasing.formUnion(partitions)
         }
-        let finished = Mutex(false)
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let once: @Sendable () -> Void = {
-                if finished.withLock({ done in defer { done = true }; return !done }) { continuation.resume() }
-            }
-            Task {
-                await self.write(partitions: partitions)
-                once()
-            }
-            Task {
-                try? await Task.sleep(for: timeout)
-                once()
-            }
-        }
+        await waitAtMost(timeout) { await self.write(partitions: partitions) }
         state.withLock { $0.releasing.subtract(partitions) }
     }
 

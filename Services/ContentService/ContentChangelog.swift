@@ -150,20 +150,7 @@ public final class ChangelogWriter: Service, Sendable {
             // Another owner's checkpoint may follow: the next one of this instance is written whatever it says.
             for partition in partitions { state.checkpoints[partition] = nil }
         }
-        let finished = Mutex(false)
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let once: @Sendable () -> Void = {
-                if finished.withLock({ done in defer { done = true }; return !done }) { continuation.resume() }
-            }
-            Task {
-                await self.write(partitions: partitions, settleWithin: min(self.settleTimeout, timeout / 2))
-                once()
-            }
-            Task {
-                try? await Task.sleep(for: timeout)
-                once()
-            }
-        }
+        await waitAtMost(timeout) { await self.write(partitions: partitions, settleWithin: min(self.settleTimeout, timeout / 2)) }
         state.withLock { $0.releasing.subtract(partitions) }
     }
 
