@@ -10,6 +10,7 @@
 #   scripts/demo.sh --latency [islet-stack-bench latency options]   # instead of the scenarios: the
 #                             # end-to-end latency benchmark (scripts/bench-e2e.sh: release build)
 #   scripts/demo.sh --memory [islet-stack-bench memory options]     # instead of the scenarios: memory
+#   scripts/demo.sh --scale [islet-stack-bench scale options]       # a second content-service and apns-dispatcher, then scale
 #                             # per live activity (scripts/bench-memory.sh: release build)
 #   ISLET_BROKER=mock scripts/demo.sh --latency ...   # on librdkafka's mock cluster instead of
 #                             # tansu (scripts/broker.sh)
@@ -25,7 +26,7 @@ rm -rf "$run" && mkdir -p "$run"
 exit_after=no
 bench=no
 [ "${1:-}" = "--exit" ] && exit_after=yes
-case "${1:-}" in --latency | --memory) bench=${1#--}; exit_after=yes; shift ;; esac
+case "${1:-}" in --latency | --memory | --scale) bench=${1#--}; exit_after=yes; shift ;; esac
 configuration=${ISLET_BUILD_CONFIGURATION:-debug}
 
 scripts/bootstrap.sh
@@ -89,6 +90,27 @@ if [ "$bench" = latency ]; then
   echo "== end-to-end latency ($configuration build)"
   "$bin/islet-stack-bench" latency --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" --process "broker=$ISLET_BROKER_PID" \
     --process "apns-simulator=$simulator_pid" --process "content-service=$content_pid" --process "apns-dispatcher=$dispatcher_pid" "$@"
+  exit 0
+fi
+if [ "$bench" = scale ]; then
+  # The second instances, in the same consumer groups: each service's partitions are shared.
+  env "${common[@]}" ISLET_HTTP_PORT=8093 ISLET_GRPC_PORT=9093 ISLET_GRPC_KEYS="$grpc_keys" ISLET_LINK_KEYS="demo=$link_secret" \
+    ISLET_REGISTRY_GRPC=127.0.0.1:9081 ISLET_REGISTRY_GRPC_KEY="$backend_key" \
+    "$bin/content-service" >"$run/content-service-2.log" 2>&1 &
+  pids+=("$!"); content2_pid=$!
+  env "${common[@]}" ISLET_HTTP_PORT=8092 ISLET_APNS_KEYS="$team=$key_id:$run/AuthKey.p8" \
+    ISLET_APNS_APPS="com.example.food=$team,com.example.ride=$team" ISLET_APNS_URL=https://127.0.0.1:2197 \
+    ISLET_APNS_CA_FILE="$run/simulator.pem" ISLET_BUDGET_APPS="com.example.ride=3/6" \
+    "$bin/apns-dispatcher" >"$run/apns-dispatcher-2.log" 2>&1 &
+  pids+=("$!"); dispatcher2_pid=$!
+  wait_ready content-service-2 http://127.0.0.1:8093
+  wait_ready apns-dispatcher-2 http://127.0.0.1:8092
+  echo "== two instances of content-service and apns-dispatcher at scale ($configuration build)"
+  "$bin/islet-stack-bench" scale --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" \
+    --instance "content:content-1=$content_pid@http://127.0.0.1:8083/metrics" --instance "content:content-2=$content2_pid@http://127.0.0.1:8093/metrics" \
+    --instance "dispatcher:dispatcher-1=$dispatcher_pid@http://127.0.0.1:8082/metrics" \
+    --instance "dispatcher:dispatcher-2=$dispatcher2_pid@http://127.0.0.1:8092/metrics" \
+    --kill content-1 --kill dispatcher-1 "$@"
   exit 0
 fi
 if [ "$bench" = memory ]; then

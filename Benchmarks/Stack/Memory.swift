@@ -54,7 +54,7 @@ struct Memory: AsyncParsableCommand {
         let services = [("apns-dispatcher", dispatcherMetrics), ("content-service", contentMetrics)]
 
         let before = try processes.map { try ProcessStats.residentBytes(pid: $0.1) }
-        let acceptedBefore = try await acceptedPushes()
+        let acceptedBefore = try await stack.acceptedPushes()
         var metricsBefore: [PrometheusSample] = []
         for (_, url) in services { metricsBefore.append(try await PrometheusSample.scrape(url)) }
         let started = ContinuousClock.now
@@ -91,7 +91,7 @@ struct Memory: AsyncParsableCommand {
         var accepted = 0
         var last = (count: -1, at: ContinuousClock.now)
         while accepted < activities {
-            accepted = try await acceptedPushes() - acceptedBefore
+            accepted = try await stack.acceptedPushes() - acceptedBefore
             if accepted != last.count { last = (accepted, ContinuousClock.now) }
             if ContinuousClock.now - last.at > .seconds(60) { break }
             try await Task.sleep(for: .seconds(1))
@@ -117,8 +117,19 @@ struct Memory: AsyncParsableCommand {
         if accepted < activities { throw ValidationError("only \(accepted) of \(activities) pushes arrived: the figures above undercount") }
     }
 
-    private func acceptedPushes() async throws -> Int {
-        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(stack.simulator)/admin/stats"), timeout: .seconds(30))
+}
+
+extension StackOptions {
+    /// The pushes the simulator accepted so far.
+    func acceptedPushes() async throws -> Int {
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(simulator)/admin/stats"), timeout: .seconds(30))
         return try IsletJSON.decodeValue(SimulatorStats.self, from: Array(buffer: try await response.body.collect(upTo: 1 << 20))).accepted
+    }
+
+    /// Every push the simulator accepted, without its body.
+    func notifications() async throws -> [AcceptedNotification] {
+        let response = try await HTTPClient.shared.execute(
+            HTTPClientRequest(url: "\(simulator)/admin/notifications?payload=false"), timeout: .seconds(120))
+        return try IsletJSON.decodeValue([AcceptedNotification].self, from: Array(buffer: try await response.body.collect(upTo: 1 << 30)))
     }
 }
