@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# apns-dispatcher's token partitions at scale (issue 24): resident memory per live activity at a
-# large count, restore time per 100,000 activities, memory of one and of two instances, and the
-# restore after a kill -9. On its own broker (tansu, in memory) with Islet's activity topics at
+# apns-dispatcher's and content-service's partitions at scale (issue 24): resident memory per live
+# activity at a large count, restore time per 100,000 activities, memory of one and of two
+# instances, and the restore after a kill -9. The records are loaded straight onto the topics;
+# scripts/bench-scale-stack.sh does the same through the product's API and Kafka, at 100,000. On its own broker (tansu, in memory) with Islet's activity topics at
 # PARTITIONS partitions:
 #
 #   1. an apns-dispatcher against an EMPTY token topic: its VmRSS is the baseline;
