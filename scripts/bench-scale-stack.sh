@@ -19,4 +19,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export ISLET_KAFKA_PRODUCER_PROPERTIES=${ISLET_KAFKA_PRODUCER_PROPERTIES:-linger.ms=50}
 export MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX:-2}
+# At a million activities the run lasts longer than the templates' stale windows (3 minutes): the
+# freshness monitor would re-send the content of every activity gone stale, and end those stale
+# for 10 minutes, and the check that each content arrived exactly once would count those pushes.
+# So no re-sends, and "severely stale" only after 8 hours, unless the environment says otherwise.
+export ISLET_FRESHNESS_RESENDS=${ISLET_FRESHNESS_RESENDS:-0}
+export ISLET_FRESHNESS_SEVERE_SECONDS=${ISLET_FRESHNESS_SEVERE_SECONDS:-28800}
 ISLET_BUILD_CONFIGURATION=release ISLET_LOG_LEVEL=${ISLET_LOG_LEVEL:-warning} exec scripts/demo.sh --scale "$@"

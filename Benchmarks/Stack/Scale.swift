@@ -61,9 +61,9 @@ struct Scale: AsyncParsableCommand {
         let acceptedBefore = try await stack.acceptedPushes()
         let started = ContinuousClock.now
 
-        print("registering \(activities) activities through token-registry's API, \(lanes) at a time")
+        say("registering \(activities) activities through token-registry's API, \(lanes) at a time")
         try await world.register(names, app: app, lanes: lanes)
-        print("registered in \(ContinuousClock.now - started)")
+        say("registered in \(ContinuousClock.now - started)")
         // Every content-service holds the whole token table; the dispatchers one part each.
         try await until("the token tables hold every token") {
             var dispatchers = 0
@@ -75,7 +75,7 @@ struct Scale: AsyncParsableCommand {
             return dispatchers >= activities ? nil : "dispatchers \(dispatchers)"
         }
 
-        print("one event each through Kafka at \(rate)/s")
+        say("one event each through Kafka at \(rate)/s")
         try await pace(0..<activities, rate: rate, producer: producer, produced: nil) { index in
             ActivityEvent(
                 eventId: "\(names[index])-1", activityId: names[index], kind: .start, attributesType: "DeliveryAttributes",
@@ -86,16 +86,16 @@ struct Scale: AsyncParsableCommand {
             let accepted = try await stack.acceptedPushes() - acceptedBefore
             return accepted >= activities ? nil : "\(accepted)"
         }
-        print("every activity live after \(ContinuousClock.now - started); resident memory read after a pass of FreeMemory (35 s)")
+        say("every activity live after \(ContinuousClock.now - started); resident memory read after a pass of FreeMemory (35 s)")
         try await Task.sleep(for: .seconds(35))
         var held: [Int] = []
         for instance in instances { held.append(try await instance.held()) }
         let live = try instances.map { try ProcessStats.residentBytes(pid: $0.pid) }
-        print("instance               held   VmRSS before   VmRSS live   bytes per activity held")
+        say("instance               held   VmRSS before   VmRSS live   bytes per activity held")
         for (index, instance) in instances.enumerated() {
             let perActivity = held[index] > 0 ? Double(live[index] - before[index]) / Double(held[index]) : 0
             let name = instance.name.padding(toLength: 20, withPad: " ", startingAt: 0)
-            print(name + String(format: " %7d %11.1f MB %10.1f MB %12.0f", held[index], Double(before[index]) / 1e6, Double(live[index]) / 1e6, perActivity))
+            say(name + String(format: " %7d %11.1f MB %10.1f MB %12.0f", held[index], Double(before[index]) / 1e6, Double(live[index]) / 1e6, perActivity))
         }
 
         // A kill -9 of one instance of each service: the survivors take their partitions over.
@@ -103,7 +103,7 @@ struct Scale: AsyncParsableCommand {
         let survivors = instances.filter { !kill.contains($0.name) }
         let killedAt = ContinuousClock.now
         for instance in killed {
-            print("kill -9 \(instance.name) (pid \(instance.pid))")
+            say("kill -9 \(instance.name) (pid \(instance.pid))")
             _ = Foundation.kill(instance.pid, SIGKILL)
         }
         var takeover: [String: Duration] = [:]
@@ -128,10 +128,10 @@ struct Scale: AsyncParsableCommand {
                 ? sample.sum("islet_content_memory_restore_seconds")
                 : sample.sum("islet_tokens_restore_seconds_sum") / max(sample.sum("islet_tokens_restore_seconds_count"), 1)
         }
-        for (kind, took) in takeover.sorted(by: { $0.key < $1.key }) { print("\(kind): the survivors hold every activity \(took) after the kill") }
+        for (kind, took) in takeover.sorted(by: { $0.key < $1.key }) { say("\(kind): the survivors hold every activity \(took) after the kill") }
 
         // A second event each: the survivors alone make and send it.
-        print("a second event each")
+        say("a second event each")
         try await pace(0..<activities, rate: rate, producer: producer, produced: nil) { index in
             ActivityEvent(
                 eventId: "\(names[index])-2", activityId: names[index], kind: .update, attributesType: "DeliveryAttributes",
@@ -158,10 +158,10 @@ struct Scale: AsyncParsableCommand {
         var heldAfter: [Int] = []
         for instance in survivors { heldAfter.append(try await instance.held()) }
         for (index, instance) in survivors.enumerated() {
-            print(String(format: "%@ after the kill: holds %d, VmRSS %.1f MB, last restore %.2f s", instance.name, heldAfter[index], Double(after[index]) / 1e6,
+            say(String(format: "%@ after the kill: holds %d, VmRSS %.1f MB, last restore %.2f s", instance.name, heldAfter[index], Double(after[index]) / 1e6,
                 restoreSeconds[instance.name] ?? 0))
         }
-        print("\(latestOnce) of \(activities) activities received both contents exactly once; \(twice) received a content more than once")
+        say("\(latestOnce) of \(activities) activities received both contents exactly once; \(twice) received a content more than once")
 
         var result = "RESULT scale-stack activities=\(activities)"
         for (index, instance) in instances.enumerated() {
@@ -174,7 +174,7 @@ struct Scale: AsyncParsableCommand {
             result += " \(instance.name)_restore_s=\(String(format: "%.2f", restoreSeconds[instance.name] ?? 0))"
         }
         result += " latest_once=\(latestOnce) received_twice=\(twice)"
-        print(result)
+        say(result)
         producer.shutdown()
         try await producing.value
         if latestOnce < activities { throw ValidationError("\(activities - latestOnce) activities did not receive both contents exactly once") }
@@ -191,3 +191,7 @@ struct Scale: AsyncParsableCommand {
         }
     }
 }
+
+/// Writes a line at once: the scripts read this through a pipe, where `print`'s buffer would hold
+/// a run's progress (most of an hour at a million activities) until it ends.
+func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
