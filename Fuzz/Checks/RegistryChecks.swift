@@ -5,7 +5,7 @@ import IsletRuntime
 import TokenRegistry
 
 /// The properties the token-registry body fuzzer checks: the bodies of the app's HTTP API read as
-/// the routes read them (``RegistryHTTPAPI/decodeBody(_:from:)``), then checked as the registry
+/// the routes read them (``HTTPJSON/decodeBody(_:from:)``), then checked as the registry
 /// checks them (``Validation``). The first byte picks the body (``check(_:)``), the rest is its bytes.
 ///
 /// For every input there is a verdict without a trap, and it is either
@@ -32,7 +32,7 @@ public enum RegistryChecks {
     static func check<Body: Codable & Equatable>(_ type: Body.Type, _ bytes: [UInt8], validated: (Body) throws(APIError) -> Body) {
         let decoded: Body
         do {
-            decoded = try RegistryHTTPAPI.decodeBody(type, from: bytes)
+            decoded = try HTTPJSON.decodeBody(type, from: bytes)
         } catch {
             require(
                 error.status == .badRequest && error.code == .malformedBody && !error.reason.isEmpty,
@@ -50,7 +50,7 @@ public enum RegistryChecks {
         }
         let encoded = (try? IsletJSON.encode(valid)) ?? []
         require(
-            (try? RegistryHTTPAPI.decodeBody(type, from: encoded)) == valid,
+            (try? HTTPJSON.decodeBody(type, from: encoded)) == valid,
             "the accepted \(Body.self) \(quoted(bytes)) does not decode to itself from its JSON \(quoted(encoded))")
         require((try? validated(valid)) == valid, "the accepted \(Body.self) \(quoted(bytes)) changes when it is checked again")
     }

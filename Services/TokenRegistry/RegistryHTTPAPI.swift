@@ -90,31 +90,9 @@ public struct RegistryHTTPAPI: Sendable {
         }
     }
 
-    /// Reads a JSON body of at most `maxBodyBytes`, decoding it by Islet's conventions.
+    /// Reads a JSON body of at most `maxBodyBytes` (``HTTPJSON/decode(_:from:maxBodyBytes:)``).
     static func decode<Body: Decodable>(_ type: Body.Type, from request: Request, maxBodyBytes: Int) async throws(APIError) -> Body {
-        guard let contentType = request.headers[.contentType], contentType.lowercased().hasPrefix("application/json") else {
-            throw APIError(.unsupportedMediaType, .unsupportedMediaType, reason: "the body must be application/json")
-        }
-        if let length = request.headers[.contentLength].flatMap(Int.init), length > maxBodyBytes {
-            throw APIError.bodyTooLarge(maxBodyBytes)
-        }
-        let buffer: ByteBuffer
-        do {
-            buffer = try await request.body.collect(upTo: maxBodyBytes)
-        } catch {
-            throw APIError.bodyTooLarge(maxBodyBytes)
-        }
-        return try decodeBody(type, from: Array(buffer.readableBytesView))
-    }
-
-    /// A body's bytes as `Body`, by Islet's JSON conventions; otherwise 400 `malformedBody` naming
-    /// the field at fault. What every route does with the bytes it read (the body fuzzer calls it too).
-    package static func decodeBody<Body: Decodable>(_ type: Body.Type, from bytes: [UInt8]) throws(APIError) -> Body {
-        do {
-            return try IsletJSON.decodeValue(type, from: bytes)
-        } catch {
-            throw APIError(.badRequest, .malformedBody, field: error.path.isEmpty ? nil : error.path, reason: error.message)
-        }
+        try await HTTPJSON.decode(type, from: request, maxBodyBytes: maxBodyBytes)
     }
 }
 
@@ -131,9 +109,9 @@ extension RequestContext {
     }
 }
 
-/// A JSON response by Islet's conventions (camelCase, ISO 8601 dates, sorted keys).
+/// A JSON response by Islet's conventions (``HTTPJSON/response(_:status:headers:)``).
 func json<Value: Encodable>(_ value: Value, status: HTTPResponse.Status = .ok) throws -> Response {
-    Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: try IsletJSON.encode(value))))
+    try HTTPJSON.response(value, status: status)
 }
 
 /// Turns every error of the API's routes into an ``APIError`` JSON answer: the API's own errors as

@@ -58,6 +58,43 @@ public struct BackendKeys: Sendable {
         }
         return found
     }
+
+    /// What an `authorization` value (`Bearer <key>`, one entry) allows, for a call that `needs` a permission.
+    public enum Authorization: Sendable, Equatable {
+        /// No bearer key, several, or one too long.
+        case missing
+        /// A key that is not one of the configured backends'.
+        case unknownKey
+        /// The backend named, without the permission needed; it holds `holds`.
+        case denied(backend: String, holds: [BackendPermission])
+        /// The backend named may make the call.
+        case allowed(backend: String)
+
+        /// Why a call is refused, for the caller (never quoting the key); `nil` when allowed.
+        public func refusal(needs permission: BackendPermission, header: String) -> String? {
+            switch self {
+            case .missing: "a backend key is required: send one '\(header): Bearer <key>'"
+            case .unknownKey: "the backend key is not one of the configured keys"
+            case .denied(let backend, let holds):
+                "backend \(backend) may not \(permission.rawValue): it holds \(holds.map(\.rawValue).joined(separator: "+"))"
+            case .allowed: nil
+            }
+        }
+    }
+
+    /// Checks the `authorization` values a call carries (gRPC metadata entries, HTTP header
+    /// fields) for a call that `needs` a permission: one `Bearer <key>` naming a configured
+    /// backend that holds it.
+    public func authorize(_ values: [String], needs permission: BackendPermission) -> Authorization {
+        guard values.count == 1, let value = values.first, value.lowercased().hasPrefix("bearer "), value.utf8.count <= 1_024 else {
+            return .missing
+        }
+        guard let backend = backend(key: String(value.dropFirst("bearer ".count))) else { return .unknownKey }
+        guard backend.permissions.contains(permission) else {
+            return .denied(backend: backend.name, holds: backend.permissions.sorted { $0.rawValue < $1.rawValue })
+        }
+        return .allowed(backend: backend.name)
+    }
 }
 
 public struct BackendKeysError: Error, Sendable, CustomStringConvertible {
@@ -86,17 +123,15 @@ public struct BackendAuthInterceptor: ServerInterceptor {
         guard let needed = permissions[context.descriptor.fullyQualifiedMethod] else {
             return StreamingServerResponse(error: RPCError(code: .permissionDenied, message: "this method is not open to backends"))
         }
-        let values = request.metadata[stringValues: "authorization"].map { $0 }
-        guard values.count == 1, let value = values.first, value.lowercased().hasPrefix("bearer "), value.utf8.count <= 1_024 else {
-            return StreamingServerResponse(
-                error: RPCError(code: .unauthenticated, message: "a backend key is required: send one 'authorization: Bearer <key>' metadata entry"))
-        }
-        guard let backend = keys.backend(key: String(value.dropFirst("bearer ".count))) else {
-            return StreamingServerResponse(error: RPCError(code: .unauthenticated, message: "the backend key is not one of the configured keys"))
-        }
-        guard backend.permissions.contains(needed) else {
-            return StreamingServerResponse(
-                error: RPCError(code: .permissionDenied, message: "backend \(backend.name) may not \(needed.rawValue): it holds \(backend.permissions.map(\.rawValue).sorted().joined(separator: "+"))"))
+        let authorization = keys.authorize(request.metadata[stringValues: "authorization"].map { $0 }, needs: needed)
+        switch authorization {
+        case .missing, .unknownKey:
+            let reason = authorization.refusal(needs: needed, header: "authorization") ?? ""
+            return StreamingServerResponse(error: RPCError(code: .unauthenticated, message: reason + (authorization == .missing ? " metadata entry" : "")))
+        case .denied:
+            return StreamingServerResponse(error: RPCError(code: .permissionDenied, message: authorization.refusal(needs: needed, header: "authorization") ?? ""))
+        case .allowed:
+            break
         }
         return try await next(request, context)
     }

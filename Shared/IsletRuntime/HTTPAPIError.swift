@@ -46,6 +46,8 @@ public struct HTTPAPIError: Error, HTTPResponseError, Sendable, Equatable, Custo
         /// The service cannot take the request now (Kafka did not acknowledge it, or its state is
         /// still being rebuilt); nothing was changed. Retry later.
         public static let unavailable: Code = "unavailable"
+        /// An `Idempotency-Key` used again for a different request (another path or body).
+        public static let idempotencyKeyReused: Code = "idempotencyKeyReused"
         /// Something failed inside the service (logged there; the body reveals nothing).
         public static let `internal`: Code = "internal"
     }
@@ -79,8 +81,12 @@ public struct HTTPAPIError: Error, HTTPResponseError, Sendable, Equatable, Custo
         var headers: HTTPFields = [.contentType: "application/json"]
         if status == .unauthorized { headers[.wwwAuthenticate] = "Bearer" }
         if let seconds = retryAfterSeconds ?? (status == .serviceUnavailable ? 1 : nil) { headers[.retryAfter] = "\(seconds)" }
-        let body = (try? IsletJSON.encode(Body(error: code, field: field, reason: reason))) ?? Array(#"{"error":"internal"}"#.utf8)
-        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: jsonBody)))
+    }
+
+    /// The JSON body of the answer.
+    public var jsonBody: [UInt8] {
+        (try? IsletJSON.encode(Body(error: code, field: field, reason: reason))) ?? Array(#"{"error":"internal"}"#.utf8)
     }
 
     /// The body is larger than `limit` bytes.
