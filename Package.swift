@@ -289,6 +289,7 @@ let package = Package(
             dependencies: [
                 "IsletMessages", "IsletKafka", "IsletRuntime", "IsletTokens",
                 .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -318,6 +319,7 @@ let package = Package(
             dependencies: [
                 "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos", "CGD",
                 .product(name: "HeapModule", package: "swift-collections"),
+                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -549,6 +551,9 @@ let package = Package(
                 "IsletTesting",
                 "ContentService", "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Yams", package: "Yams"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),

@@ -10,25 +10,18 @@ import SwiftProtobuf
 ///
 /// A call is checked against its template here (INVALID_ARGUMENT naming the field, nothing
 /// written), then published to `islet.activity-events.v1` and answered once Kafka acknowledged it,
-/// with the ids of the push requests it becomes. The instance owning the activity's partition
-/// turns it into pushes, in order with the activity's other events; request ids are derived from
-/// the event id, so they are known before the requests exist and a retried call changes nothing.
+/// with the ids of the push requests it becomes (``EventIntake``, which the HTTP API shares).
 public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServiceProtocol {
-    /// Where the events go; throws when they are not acknowledged.
-    public typealias Publish = @Sendable (ActivityEvent) async throws -> Void
-
     let engine: ContentEngine
-    let publish: Publish
-    let isReady: @Sendable () -> Bool
+    let intake: EventIntake
 
-    public init(engine: ContentEngine, isReady: @escaping @Sendable () -> Bool = { true }, publish: @escaping Publish) {
-        self.engine = engine
-        self.isReady = isReady
-        self.publish = publish
+    public init(engine: ContentEngine, isReady: @escaping @Sendable () -> Bool = { true }, publish: @escaping EventIntake.Publish) {
+        self.init(intake: EventIntake(engine: engine, isReady: isReady, publish: publish))
     }
 
-    public init(engine: ContentEngine, producer: KafkaProducer, topic: String = IsletTopics.activityEvents.name, isReady: @escaping @Sendable () -> Bool) {
-        self.init(engine: engine, isReady: isReady) { event in _ = try await producer.send(event, to: topic) }
+    public init(intake: EventIntake) {
+        self.engine = intake.engine
+        self.intake = intake
     }
 
     public func start(request: Islet_Content_V1_ActivityEventRequest, context: ServerContext) async throws -> Islet_Content_V1_ActivityEventReply {
@@ -65,23 +58,17 @@ public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServic
     }
 
     private func handle(_ request: Islet_Content_V1_ActivityEventRequest, kind: ActivityEventKind) async throws -> Islet_Content_V1_ActivityEventReply {
-        guard isReady() else { throw RPCError(code: .unavailable, message: "starting: the token table and activity memory are being rebuilt") }
         let event = try Self.event(from: request, kind: kind, now: engine.clock.date)
         let requestIds: [String]
         do {
-            // A dry run: the requests are made (and checked) but not kept; the owner makes them
-            // again. Against the activity's memory only when this instance owns its partition.
-            switch try engine.prepare(event) {
-            case .send(let prepared): requestIds = prepared.requests.map(\.requestId)
-            case .ignore: requestIds = []
+            requestIds = try await intake.accept(event)
+        } catch {
+            switch error {
+            case .starting: throw RPCError(code: .unavailable, message: "starting: the token table and activity memory are being rebuilt")
+            case .invalid(let field, let problem): throw RPCError(code: .invalidArgument, message: "\(field): \(problem)")
+            case .notAcknowledged(let reason):
+                throw RPCError(code: .unavailable, message: "the event was not acknowledged by Kafka; retry the call (same event_id): \(reason)")
             }
-        } catch {
-            throw RPCError(code: .invalidArgument, message: error.description)
-        }
-        do {
-            try await publish(event)
-        } catch {
-            throw RPCError(code: .unavailable, message: "the event was not acknowledged by Kafka; retry the call (same event_id): \(error)")
         }
         return .with {
             $0.eventID = event.eventId

@@ -23,9 +23,11 @@ public struct ContentSettings: Sendable {
     /// `ISLET_GRPC_PORT` (default 9083): the `ActivityService` API.
     public var grpcHost: String
     public var grpcPort: Int
-    /// `ISLET_GRPC_KEYS`: the backends that may call the gRPC API, `name=key:read+write,…`
-    /// (``BackendKeys``). None: every call is refused.
+    /// `ISLET_GRPC_KEYS`: the backends that may call the gRPC API and the HTTP API,
+    /// `name=key:read+write,…` (``BackendKeys``). None: every call is refused.
     public var backendKeys: BackendKeys
+    /// `ISLET_HTTP_MAX_BODY_BYTES` (default 65536): the largest body the HTTP API reads.
+    public var maxBodyBytes = 65_536
     /// `ISLET_KAFKA_SEND_TIMEOUT_MS` (default 5000): how long a record may wait for Kafka's
     /// acknowledgement (a gRPC call then fails with UNAVAILABLE; push requests are sent again).
     public var sendTimeout: Duration
@@ -85,6 +87,7 @@ public struct ContentSettings: Sendable {
             grpcPort: try config.int("islet.grpc.port", default: 9_083, range: 0...65_535),
             sendTimeout: try config.milliseconds("islet.kafka.send.timeout.ms", default: .seconds(5)),
             backendKeys: try config.properties("islet.grpc.keys") { try BackendKeys($0) })
+        maxBodyBytes = try config.int("islet.http.max.body.bytes", default: 65_536, range: 1_024...1_048_576)
         changelogInterval = try config.milliseconds("islet.content.changelog.interval.ms", default: .seconds(5))
         guard changelogInterval >= .milliseconds(100) else {
             throw ConfigurationError(key: "islet.content.changelog.interval.ms", problem: "must be at least 100")
@@ -196,12 +199,17 @@ public struct ContentServiceApp: Sendable {
             let checks = health.report().checks
             return checks[Self.tableCheck] == .ready && checks[Self.memoryCheck] == .ready
         }
-        if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC API refuses every call") }
+        if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC and HTTP APIs refuse every call") }
+        let intake = EventIntake(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready)
         let grpc = GRPCServerService(
             host: settings.grpcHost, port: settings.grpcPort,
-            services: [ActivityGRPCService(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready)],
+            services: [ActivityGRPCService(intake: intake)],
             interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.activityServiceMethods)],
             onListening: { ListenerReport.bound("grpc", port: $0) })
+
+        // The backends' HTTP API, beside /health and /metrics.
+        let router = runtime.makeRouter()
+        ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes, logger: logger).addRoutes(to: router)
 
         // The stale list names activities: on the operator listener (loopback unless
         // ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.
@@ -229,7 +237,7 @@ public struct ContentServiceApp: Sendable {
             ReadinessGate(health: health, check: Self.memoryCheck, then: changelog),
             ReadinessGate(health: health, check: Self.tableCheck, then: ReadinessGate(health: health, check: Self.memoryCheck, then: loop)),
             ReadinessGate(health: health, check: Self.memoryCheck, then: monitor),
-            grpc, runtime.httpServer(router: runtime.makeRouter().buildResponder()),
+            grpc, runtime.httpServer(router: router.buildResponder()),
             runtime.operatorServer(router: operatorRouter.buildResponder()),
         ]
     }

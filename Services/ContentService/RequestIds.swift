@@ -31,6 +31,13 @@ public enum RequestIds {
         make("end:\(requestId)")
     }
 
+    /// The event id of an HTTP call that carried an `Idempotency-Key` and no event id: the same
+    /// for every repeat of the call, whichever instance it reaches. The backend is part of the
+    /// name: two backends may use the same keys.
+    public static func event(backend: String, bundleId: String, activityId: String, idempotencyKey: String) -> String {
+        make("idempotency:\(backend):\(bundleId)/\(activityId):\(idempotencyKey)")
+    }
+
     static func make(_ name: String) -> String {
         var hash = Insecure.SHA1()
         hash.update(data: namespace)

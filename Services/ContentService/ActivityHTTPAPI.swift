@@ -1,0 +1,186 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import IsletMessages
+import IsletProtos
+import IsletRuntime
+import Logging
+import Metrics
+
+/// The backends' HTTP/JSON API, on content-service's HTTP port: the same events, with the same
+/// rules, as producing to `islet.activity-events.v1` or calling the gRPC API (``EventIntake``).
+/// Described in docs/openapi.yaml (checked against these routes by the tests).
+///
+/// | route | does |
+/// | --- | --- |
+/// | `POST /v1/activities/{activityId}/events` | start, update or end the activity (202 with the event id and push request ids) |
+///
+/// Every call needs `Authorization: Bearer <key>` of a backend of `ISLET_GRPC_KEYS` (`write`);
+/// every refusal is a JSON ``HTTPAPIError`` (4xx, or 503 with `Retry-After`) and publishes nothing.
+/// A call with an `Idempotency-Key` header is answered once: a repeat with the same key and body
+/// gets the first answer (``IdempotentReplies``), and the event id derives from the key.
+public struct ActivityHTTPAPI: Sendable {
+    let intake: EventIntake
+    let keys: BackendKeys
+    let maxBodyBytes: Int
+    let replies: IdempotentReplies
+    let logger: Logger
+
+    public init(intake: EventIntake, keys: BackendKeys, maxBodyBytes: Int = 65_536, logger: Logger) {
+        self.init(intake: intake, keys: keys, maxBodyBytes: maxBodyBytes, replies: IdempotentReplies(), logger: logger)
+    }
+
+    init(intake: EventIntake, keys: BackendKeys, maxBodyBytes: Int, replies: IdempotentReplies, logger: Logger) {
+        self.intake = intake
+        self.keys = keys
+        self.maxBodyBytes = maxBodyBytes
+        self.replies = replies
+        self.logger = logger
+    }
+
+    /// The routes, for the tests that check docs/openapi.yaml against them: (method, path with `{parameters}`).
+    public static let routes: [(method: HTTPRequest.Method, path: String)] = [(.post, "/v1/activities/{activityId}/events")]
+
+    public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
+        router.post("v1/activities/:activityId/events") { [self] request, context -> Response in
+            do throws(HTTPAPIError) {
+                return try await postEvent(request, activityId: context.parameters.get("activityId") ?? "")
+            } catch {
+                Counter(label: "islet_content_http_refused_total", dimensions: [("error", error.code.rawValue)]).increment()
+                throw error
+            }
+        }
+    }
+
+    /// The body of `POST /v1/activities/{activityId}/events`: an ``ActivityEvent``'s fields, the
+    /// activity id in the path, the app required.
+    struct EventBody: Decodable {
+        var kind: ActivityEventKind
+        var bundleId: String
+        var attributesType: String
+        var fields: [String: JSONValue]?
+        var urgency: Urgency?
+        var occurredAt: Date?
+        var sequence: Int64
+        var startTarget: ActivityEvent.PushToStartTarget?
+        var attributes: [String: JSONValue]?
+        var source: String?
+        var eventId: String?
+        /// When given, the path's.
+        var activityId: String?
+    }
+
+    /// The answer: the event as published, and the push requests it becomes.
+    struct EventReply: Codable, Equatable {
+        var activityId: String
+        var bundleId: String
+        var eventId: String
+        var requestIds: [String]
+    }
+
+    static let idempotencyKeyHeader = HTTPField.Name("Idempotency-Key")!
+
+    func postEvent(_ request: Request, activityId: String) async throws(HTTPAPIError) -> Response {
+        let backend = try authorize(request, needs: .write)
+        let idempotencyKey = try Self.idempotencyKey(request.headers)
+        let bytes = try await HTTPJSON.body(of: request, maxBodyBytes: maxBodyBytes)
+        let scopedKey = idempotencyKey.map { "\(backend)\u{0}\($0)" }
+        if let scopedKey {
+            var hash = SHA256()
+            hash.update(data: Array("POST \(request.uri.path)\u{0}".utf8))
+            hash.update(data: bytes)
+            switch replies.claim(scopedKey, fingerprint: Array(hash.finalize()), now: Date()) {
+            case .first: break
+            case .answered(let answer):
+                return Response(
+                    status: .init(code: answer.status),
+                    headers: [.contentType: "application/json", HTTPField.Name("Idempotent-Replayed")!: "true"],
+                    body: .init(byteBuffer: ByteBuffer(bytes: answer.body)))
+            case .inProgress:
+                throw HTTPAPIError(.conflict, .conflict, field: "Idempotency-Key", reason: "a request with this key is still being handled: retry in a moment")
+            case .reused:
+                throw HTTPAPIError(
+                    .unprocessableContent, .idempotencyKeyReused, field: "Idempotency-Key",
+                    reason: "this key was used for a different request (another path or body): use a new key for a new request")
+            }
+        }
+        let reply: EventReply
+        do throws(HTTPAPIError) {
+            reply = try await publish(bytes, activityId: activityId, backend: backend, idempotencyKey: idempotencyKey)
+        } catch {
+            // A refusal of the request itself is its answer for good; one of the moment is not.
+            if let scopedKey {
+                replies.finish(scopedKey, with: error.status == .serviceUnavailable ? nil : .init(status: Int(error.status.code), body: error.jsonBody))
+            }
+            throw error
+        }
+        guard let body = try? IsletJSON.encode(reply) else {
+            if let scopedKey { replies.finish(scopedKey, with: nil) }
+            throw HTTPAPIError(.internalServerError, .internal, reason: "internal error")
+        }
+        if let scopedKey { replies.finish(scopedKey, with: .init(status: 202, body: body)) }
+        return Response(status: .accepted, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    private func publish(_ bytes: [UInt8], activityId: String, backend: String, idempotencyKey: String?) async throws(HTTPAPIError) -> EventReply {
+        let body = try HTTPJSON.decodeBody(EventBody.self, from: bytes)
+        func invalid(_ field: String, _ reason: String) -> HTTPAPIError { HTTPAPIError(.badRequest, .invalidField, field: field, reason: reason) }
+        if let given = body.activityId, given != activityId { throw invalid("activityId", "must be the path's (\(activityId)) when given") }
+        guard activityId.utf8.count <= 128 else { throw invalid("activityId", "must be at most 128 bytes") }
+        let eventId =
+            body.eventId
+            ?? idempotencyKey.map { RequestIds.event(backend: backend, bundleId: body.bundleId, activityId: activityId, idempotencyKey: $0) }
+            ?? UUID().uuidString.lowercased()
+        guard !eventId.isEmpty, eventId.utf8.count <= 128 else { throw invalid("eventId", "must be 1-128 bytes") }
+        guard !body.attributesType.isEmpty else { throw invalid("attributesType", "is required") }
+        if body.attributes != nil, body.kind != .start { throw invalid("attributes", "only allowed with kind start") }
+        let event = ActivityEvent(
+            eventId: eventId, activityId: activityId, kind: body.kind, attributesType: body.attributesType, fields: body.fields ?? [:],
+            urgency: body.urgency ?? .routine, occurredAt: body.occurredAt ?? intake.engine.clock.date, sequence: body.sequence,
+            startTarget: body.startTarget, attributes: body.attributes, source: body.source ?? backend, bundleId: body.bundleId)
+        do {
+            try event.validate()
+        } catch {
+            throw invalid(error.field, error.problem)
+        }
+        do {
+            let requestIds = try await intake.accept(event)
+            return EventReply(activityId: activityId, bundleId: body.bundleId, eventId: eventId, requestIds: requestIds)
+        } catch {
+            switch error {
+            case .starting:
+                throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "starting: the token table and activity memory are being read", retryAfterSeconds: 5)
+            case .invalid(let field, let problem): throw invalid(field, problem)
+            case .notAcknowledged:
+                throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "Kafka did not acknowledge the event: retry the call (same Idempotency-Key or eventId)")
+            }
+        }
+    }
+
+    /// The calling backend's name; 401 without a configured key, 403 without the permission.
+    func authorize(_ request: Request, needs permission: BackendPermission) throws(HTTPAPIError) -> String {
+        let authorization = keys.authorize(request.headers[values: .authorization], needs: permission)
+        switch authorization {
+        case .allowed(let backend): return backend
+        case .missing, .unknownKey:
+            throw HTTPAPIError(.unauthorized, .unauthenticated, reason: authorization.refusal(needs: permission, header: "Authorization") ?? "")
+        case .denied:
+            throw HTTPAPIError(.forbidden, .forbidden, reason: authorization.refusal(needs: permission, header: "Authorization") ?? "")
+        }
+    }
+
+    /// The `Idempotency-Key` header: a string of 1 to 255 printable ASCII characters, bare or
+    /// quoted as a structured-field string (`"…"`); `nil` when absent.
+    static func idempotencyKey(_ headers: HTTPFields) throws(HTTPAPIError) -> String? {
+        let values = headers[values: idempotencyKeyHeader]
+        guard let value = values.first else { return nil }
+        var key = Substring(value)
+        if key.count >= 2, key.hasPrefix("\""), key.hasSuffix("\"") { key = key.dropFirst().dropLast() }
+        guard values.count == 1, (1...255).contains(key.utf8.count), key.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "\"") }) else {
+            throw HTTPAPIError(
+                .badRequest, .invalidField, field: "Idempotency-Key", reason: "must be one key of 1 to 255 printable ASCII characters without spaces or quotes")
+        }
+        return String(key)
+    }
+}
