@@ -58,6 +58,7 @@ public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServic
     }
 
     private func handle(_ request: Islet_Content_V1_ActivityEventRequest, kind: ActivityEventKind) async throws -> Islet_Content_V1_ActivityEventReply {
+        guard intake.isReady() else { throw RPCError(code: .unavailable, message: "starting: the token table and activity memory are being rebuilt") }
         let event = try Self.event(from: request, kind: kind, now: engine.clock.date)
         let requestIds: [String]
         do {

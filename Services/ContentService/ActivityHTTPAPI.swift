@@ -86,12 +86,14 @@ public struct ActivityHTTPAPI: Sendable {
         let idempotencyKey = try Self.idempotencyKey(request.headers)
         let bytes = try await HTTPJSON.body(of: request, maxBodyBytes: maxBodyBytes)
         let scopedKey = idempotencyKey.map { "\(backend)\u{0}\($0)" }
+        var hash = SHA256()
+        hash.update(data: Array("POST \(request.uri.path)\u{0}".utf8))
+        hash.update(data: bytes)
+        let fingerprint = Array(hash.finalize())
+        var claim: UInt64 = 0
         if let scopedKey {
-            var hash = SHA256()
-            hash.update(data: Array("POST \(request.uri.path)\u{0}".utf8))
-            hash.update(data: bytes)
-            switch replies.claim(scopedKey, fingerprint: Array(hash.finalize()), now: Date()) {
-            case .first: break
+            switch replies.claim(scopedKey, fingerprint: fingerprint, now: Date()) {
+            case .first(let generation): claim = generation
             case .answered(let answer):
                 return Response(
                     status: .init(code: answer.status),
@@ -105,36 +107,47 @@ public struct ActivityHTTPAPI: Sendable {
                     reason: "this key was used for a different request (another path or body): use a new key for a new request")
             }
         }
+        // Only an event published is an answer kept: a refusal may depend on the moment (Kafka,
+        // the start, a token not registered yet), and a retry with the key is judged again.
         let reply: EventReply
         do throws(HTTPAPIError) {
-            reply = try await publish(bytes, activityId: activityId, backend: backend, idempotencyKey: idempotencyKey)
-        } catch {
-            // A refusal of the request itself is its answer for good; one of the moment is not.
-            if let scopedKey {
-                replies.finish(scopedKey, with: error.status == .serviceUnavailable ? nil : .init(status: Int(error.status.code), body: error.jsonBody))
+            // A true repeat has the same event id; a key reused with another body gets another one
+            // (were it the same, the dispatcher would drop its pushes as repeats).
+            let derived = idempotencyKey.map { key in
+                RequestIds.event(
+                    backend: backend, activityId: activityId, idempotencyKey: key, fingerprint: fingerprint.map { String(format: "%02x", $0) }.joined())
             }
+            reply = try await publish(bytes, activityId: activityId, backend: backend, derivedEventId: derived)
+        } catch {
+            if let scopedKey { replies.finish(scopedKey, claim: claim, with: nil) }
             throw error
         }
         guard let body = try? IsletJSON.encode(reply) else {
-            if let scopedKey { replies.finish(scopedKey, with: nil) }
+            if let scopedKey { replies.finish(scopedKey, claim: claim, with: nil) }
             throw HTTPAPIError(.internalServerError, .internal, reason: "internal error")
         }
-        if let scopedKey { replies.finish(scopedKey, with: .init(status: 202, body: body)) }
+        if let scopedKey { replies.finish(scopedKey, claim: claim, with: .init(status: 202, body: body)) }
         return Response(status: .accepted, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }
 
-    private func publish(_ bytes: [UInt8], activityId: String, backend: String, idempotencyKey: String?) async throws(HTTPAPIError) -> EventReply {
-        let body = try HTTPJSON.decodeBody(EventBody.self, from: bytes)
+    private func publish(_ bytes: [UInt8], activityId: String, backend: String, derivedEventId: String?) async throws(HTTPAPIError) -> EventReply {
         func invalid(_ field: String, _ reason: String) -> HTTPAPIError { HTTPAPIError(.badRequest, .invalidField, field: field, reason: reason) }
-        if let given = body.activityId, given != activityId { throw invalid("activityId", "must be the path's (\(activityId)) when given") }
-        guard activityId.utf8.count <= 128 else { throw invalid("activityId", "must be at most 128 bytes") }
-        let eventId =
-            body.eventId
-            ?? idempotencyKey.map { RequestIds.event(backend: backend, bundleId: body.bundleId, activityId: activityId, idempotencyKey: $0) }
-            ?? UUID().uuidString.lowercased()
+        guard !activityId.isEmpty, activityId.utf8.count <= 128 else { throw invalid("activityId", "must be 1-128 bytes") }
+        let body = try HTTPJSON.decodeBody(EventBody.self, from: bytes)
+        if let given = body.activityId, given != activityId { throw invalid("activityId", "must be the path's when given") }
+        let eventId = body.eventId ?? derivedEventId ?? UUID().uuidString.lowercased()
         guard !eventId.isEmpty, eventId.utf8.count <= 128 else { throw invalid("eventId", "must be 1-128 bytes") }
-        guard !body.attributesType.isEmpty else { throw invalid("attributesType", "is required") }
+        guard (1...128).contains(body.attributesType.utf8.count) else { throw invalid("attributesType", "must be 1-128 bytes") }
         if body.attributes != nil, body.kind != .start { throw invalid("attributes", "only allowed with kind start") }
+        if let target = body.startTarget {
+            // As the gRPC API checks them: the device id is part of the push-to-start token's key.
+            guard (1...128).contains(target.deviceId.utf8.count), !target.deviceId.contains(":") else {
+                throw invalid("startTarget.deviceId", "must be 1-128 bytes, without ':'")
+            }
+            guard APNsEnvironment.knownValues.contains(target.app.environment) else {
+                throw invalid("startTarget.app.environment", "must be production or sandbox")
+            }
+        }
         let event = ActivityEvent(
             eventId: eventId, activityId: activityId, kind: body.kind, attributesType: body.attributesType, fields: body.fields ?? [:],
             urgency: body.urgency ?? .routine, occurredAt: body.occurredAt ?? intake.engine.clock.date, sequence: body.sequence,

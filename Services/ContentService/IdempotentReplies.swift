@@ -18,8 +18,8 @@ final class IdempotentReplies: Sendable {
 
     /// What a call with a key may do.
     enum Claim: Equatable {
-        /// First call with this key: do the work, then ``finish(_:with:)``.
-        case first
+        /// First call with this key: do the work, then ``finish(_:claim:with:)`` with this claim.
+        case first(UInt64)
         /// A repeat of a call that was answered: its answer.
         case answered(Answer)
         /// The first call with this key is still being handled (409).
@@ -31,6 +31,7 @@ final class IdempotentReplies: Sendable {
     private struct Entry {
         var fingerprint: [UInt8]
         var at: Date
+        var claim: UInt64
         var answer: Answer?
     }
 
@@ -38,6 +39,7 @@ final class IdempotentReplies: Sendable {
         var entries: [String: Entry] = [:]
         /// Keys in the order they were first used, with when.
         var order: Deque<(key: String, at: Date)> = []
+        var claims: UInt64 = 0
     }
 
     let lifetime: TimeInterval
@@ -58,19 +60,22 @@ final class IdempotentReplies: Sendable {
                 if state.entries[oldest.key]?.at == oldest.at { state.entries[oldest.key] = nil }
             }
             guard let entry = state.entries[key] else {
-                state.entries[key] = Entry(fingerprint: fingerprint, at: now)
+                state.claims += 1
+                state.entries[key] = Entry(fingerprint: fingerprint, at: now, claim: state.claims)
                 state.order.append((key, now))
-                return .first
+                return .first(state.claims)
             }
             guard entry.fingerprint == fingerprint else { return .reused }
             return entry.answer.map(Claim.answered) ?? .inProgress
         }
     }
 
-    /// The first call with `key` was answered: `answer` is kept for repeats; `nil` (the call
-    /// failed in a way a retry may not: Kafka did not acknowledge) frees the key for one.
-    func finish(_ key: String, with answer: Answer?) {
+    /// The first call with `key` (its `claim`) was answered: `answer` is kept for repeats; `nil`
+    /// (the call was refused: a retry is judged again) frees the key. Nothing happens when the key
+    /// is not this claim's any more (it expired, or went beyond the capacity, and was claimed again).
+    func finish(_ key: String, claim: UInt64, with answer: Answer?) {
         state.withLock { state in
+            guard state.entries[key]?.claim == claim else { return }
             if let answer {
                 state.entries[key]?.answer = answer
             } else {

@@ -32,10 +32,11 @@ public enum RequestIds {
     }
 
     /// The event id of an HTTP call that carried an `Idempotency-Key` and no event id: the same
-    /// for every repeat of the call, whichever instance it reaches. The backend is part of the
-    /// name: two backends may use the same keys.
-    public static func event(backend: String, bundleId: String, activityId: String, idempotencyKey: String) -> String {
-        make("idempotency:\(backend):\(bundleId)/\(activityId):\(idempotencyKey)")
+    /// for every repeat of the call (same backend, path and body: `fingerprint`), whichever
+    /// instance it reaches; another for the key reused with another body. The backend is part of
+    /// the name: two backends may use the same keys.
+    public static func event(backend: String, activityId: String, idempotencyKey: String, fingerprint: String) -> String {
+        make("idempotency:\(backend):\(activityId):\(idempotencyKey):\(fingerprint)")
     }
 
     static func make(_ name: String) -> String {
