@@ -57,15 +57,17 @@ public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServic
         }
     }
 
+    static let starting = RPCError(code: .unavailable, message: "starting: the token table and activity memory are being rebuilt")
+
     private func handle(_ request: Islet_Content_V1_ActivityEventRequest, kind: ActivityEventKind) async throws -> Islet_Content_V1_ActivityEventReply {
-        guard intake.isReady() else { throw RPCError(code: .unavailable, message: "starting: the token table and activity memory are being rebuilt") }
+        guard intake.isReady() else { throw Self.starting }
         let event = try Self.event(from: request, kind: kind, now: engine.clock.date)
         let requestIds: [String]
         do {
             requestIds = try await intake.accept(event)
         } catch {
             switch error {
-            case .starting: throw RPCError(code: .unavailable, message: "starting: the token table and activity memory are being rebuilt")
+            case .starting: throw Self.starting
             case .invalid(let field, let problem): throw RPCError(code: .invalidArgument, message: "\(field): \(problem)")
             case .notAcknowledged(let reason):
                 throw RPCError(code: .unavailable, message: "the event was not acknowledged by Kafka; retry the call (same event_id): \(reason)")

@@ -2,10 +2,10 @@ import Crypto
 import Foundation
 import HTTPTypes
 import Hummingbird
+import IsletLinks
 import IsletMessages
 import IsletProtos
 import IsletRuntime
-import Logging
 import Metrics
 
 /// The backends' HTTP/JSON API, on content-service's HTTP port: the same events, with the same
@@ -24,19 +24,12 @@ public struct ActivityHTTPAPI: Sendable {
     let intake: EventIntake
     let keys: BackendKeys
     let maxBodyBytes: Int
-    let replies: IdempotentReplies
-    let logger: Logger
+    let replies = IdempotentReplies()
 
-    public init(intake: EventIntake, keys: BackendKeys, maxBodyBytes: Int = 65_536, logger: Logger) {
-        self.init(intake: intake, keys: keys, maxBodyBytes: maxBodyBytes, replies: IdempotentReplies(), logger: logger)
-    }
-
-    init(intake: EventIntake, keys: BackendKeys, maxBodyBytes: Int, replies: IdempotentReplies, logger: Logger) {
+    public init(intake: EventIntake, keys: BackendKeys, maxBodyBytes: Int = 65_536) {
         self.intake = intake
         self.keys = keys
         self.maxBodyBytes = maxBodyBytes
-        self.replies = replies
-        self.logger = logger
     }
 
     /// The routes, for the tests that check docs/openapi.yaml against them: (method, path with `{parameters}`).
@@ -80,24 +73,27 @@ public struct ActivityHTTPAPI: Sendable {
     }
 
     static let idempotencyKeyHeader = HTTPField.Name("Idempotency-Key")!
+    static let replayedHeader = HTTPField.Name("Idempotent-Replayed")!
 
     func postEvent(_ request: Request, activityId: String) async throws(HTTPAPIError) -> Response {
         let backend = try authorize(request, needs: .write)
         let idempotencyKey = try Self.idempotencyKey(request.headers)
         let bytes = try await HTTPJSON.body(of: request, maxBodyBytes: maxBodyBytes)
+        // With a key: the request's fingerprint (path and body), what a repeat must match.
         let scopedKey = idempotencyKey.map { "\(backend)\u{0}\($0)" }
-        var hash = SHA256()
-        hash.update(data: Array("POST \(request.uri.path)\u{0}".utf8))
-        hash.update(data: bytes)
-        let fingerprint = Array(hash.finalize())
+        var fingerprint: [UInt8] = []
         var claim: UInt64 = 0
         if let scopedKey {
+            var hash = SHA256()
+            hash.update(data: Array("POST \(request.uri.path)\u{0}".utf8))
+            hash.update(data: bytes)
+            fingerprint = Array(hash.finalize())
             switch replies.claim(scopedKey, fingerprint: fingerprint, now: Date()) {
             case .first(let generation): claim = generation
             case .answered(let answer):
                 return Response(
                     status: .init(code: answer.status),
-                    headers: [.contentType: "application/json", HTTPField.Name("Idempotent-Replayed")!: "true"],
+                    headers: [.contentType: "application/json", Self.replayedHeader: "true"],
                     body: .init(byteBuffer: ByteBuffer(bytes: answer.body)))
             case .inProgress:
                 throw HTTPAPIError(.conflict, .conflict, field: "Idempotency-Key", reason: "a request with this key is still being handled: retry in a moment")
@@ -115,7 +111,7 @@ public struct ActivityHTTPAPI: Sendable {
             // (were it the same, the dispatcher would drop its pushes as repeats).
             let derived = idempotencyKey.map { key in
                 RequestIds.event(
-                    backend: backend, activityId: activityId, idempotencyKey: key, fingerprint: fingerprint.map { String(format: "%02x", $0) }.joined())
+                    backend: backend, activityId: activityId, idempotencyKey: key, fingerprint: DeepLinkCodec.hex(fingerprint))
             }
             reply = try await publish(bytes, activityId: activityId, backend: backend, derivedEventId: derived)
         } catch {
@@ -171,15 +167,17 @@ public struct ActivityHTTPAPI: Sendable {
         }
     }
 
+    static let sendKey = "one 'Authorization: Bearer <key>' header"
+
     /// The calling backend's name; 401 without a configured key, 403 without the permission.
     func authorize(_ request: Request, needs permission: BackendPermission) throws(HTTPAPIError) -> String {
         let authorization = keys.authorize(request.headers[values: .authorization], needs: permission)
         switch authorization {
         case .allowed(let backend): return backend
         case .missing, .unknownKey:
-            throw HTTPAPIError(.unauthorized, .unauthenticated, reason: authorization.refusal(needs: permission, header: "Authorization") ?? "")
+            throw HTTPAPIError(.unauthorized, .unauthenticated, reason: authorization.refusal(needs: permission, send: Self.sendKey) ?? "")
         case .denied:
-            throw HTTPAPIError(.forbidden, .forbidden, reason: authorization.refusal(needs: permission, header: "Authorization") ?? "")
+            throw HTTPAPIError(.forbidden, .forbidden, reason: authorization.refusal(needs: permission, send: Self.sendKey) ?? "")
         }
     }
 

@@ -209,7 +209,7 @@ public struct ContentServiceApp: Sendable {
 
         // The backends' HTTP API, beside /health and /metrics.
         let router = runtime.makeRouter()
-        ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes, logger: logger).addRoutes(to: router)
+        ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes).addRoutes(to: router)
 
         // The stale list names activities: on the operator listener (loopback unless
         // ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.

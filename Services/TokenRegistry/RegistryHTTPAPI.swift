@@ -38,7 +38,7 @@ public struct RegistryHTTPAPI: Sendable {
 
         api.put("activities/:activityId/token") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
-            let body = try await Self.decode(RegisterActivityTokenRequest.self, from: request, maxBodyBytes: maxBodyBytes)
+            let body = try await HTTPJSON.decode(RegisterActivityTokenRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             let result = try await registry.registerActivityToken(user: user, activityId: try context.parameter("activityId"), body)
             return try json(result, status: [.registered, .claimed].contains(result.change) ? .created : .ok)
         }
@@ -51,14 +51,14 @@ public struct RegistryHTTPAPI: Sendable {
         }
         api.post("activities/:activityId/invalidate") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
-            let body = try await Self.decode(InvalidateRequest.self, from: request, maxBodyBytes: maxBodyBytes)
+            let body = try await HTTPJSON.decode(InvalidateRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             return try json(
                 try await registry.invalidateActivity(
                     user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter, reason: body.reason))
         }
         api.put("activities/:activityId/frequent-updates") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
-            let body = try await Self.decode(FrequentUpdatesRequest.self, from: request, maxBodyBytes: maxBodyBytes)
+            let body = try await HTTPJSON.decode(FrequentUpdatesRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             return try json(
                 try await registry.setFrequentUpdates(
                     user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter, enabled: body.enabled))
@@ -67,7 +67,7 @@ public struct RegistryHTTPAPI: Sendable {
         let pushToStart = "apps/:bundleId/devices/:deviceId/push-to-start/:attributesType"
         api.put(RouterPath(pushToStart)) { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
-            let body = try await Self.decode(RegisterPushToStartTokenRequest.self, from: request, maxBodyBytes: maxBodyBytes)
+            let body = try await HTTPJSON.decode(RegisterPushToStartTokenRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             let result = try await registry.registerPushToStartToken(
                 user: user, bundleId: try context.parameter("bundleId"), deviceId: try context.parameter("deviceId"),
                 attributesType: try context.parameter("attributesType"), body)
@@ -82,17 +82,12 @@ public struct RegistryHTTPAPI: Sendable {
         }
         api.post(RouterPath(pushToStart + "/invalidate")) { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
-            let body = try await Self.decode(InvalidateRequest.self, from: request, maxBodyBytes: maxBodyBytes)
+            let body = try await HTTPJSON.decode(InvalidateRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             return try json(
                 try await registry.invalidatePushToStart(
                     user: user, bundleId: try context.parameter("bundleId"), deviceId: try context.parameter("deviceId"),
                     attributesType: try context.parameter("attributesType"), reason: body.reason))
         }
-    }
-
-    /// Reads a JSON body of at most `maxBodyBytes` (``HTTPJSON/decode(_:from:maxBodyBytes:)``).
-    static func decode<Body: Decodable>(_ type: Body.Type, from request: Request, maxBodyBytes: Int) async throws(APIError) -> Body {
-        try await HTTPJSON.decode(type, from: request, maxBodyBytes: maxBodyBytes)
     }
 }
 

@@ -71,9 +71,10 @@ public struct BackendKeys: Sendable {
         case allowed(backend: String)
 
         /// Why a call is refused, for the caller (never quoting the key); `nil` when allowed.
-        public func refusal(needs permission: BackendPermission, header: String) -> String? {
+        /// `send` says how a key is sent (`one 'authorization: Bearer <key>' metadata entry`).
+        public func refusal(needs permission: BackendPermission, send: String) -> String? {
             switch self {
-            case .missing: "a backend key is required: send one '\(header): Bearer <key>'"
+            case .missing: "a backend key is required: send \(send)"
             case .unknownKey: "the backend key is not one of the configured keys"
             case .denied(let backend, let holds):
                 "backend \(backend) may not \(permission.rawValue): it holds \(holds.map(\.rawValue).joined(separator: "+"))"
@@ -124,14 +125,11 @@ public struct BackendAuthInterceptor: ServerInterceptor {
             return StreamingServerResponse(error: RPCError(code: .permissionDenied, message: "this method is not open to backends"))
         }
         let authorization = keys.authorize(request.metadata[stringValues: "authorization"].map { $0 }, needs: needed)
+        let reason = authorization.refusal(needs: needed, send: "one 'authorization: Bearer <key>' metadata entry") ?? ""
         switch authorization {
-        case .missing, .unknownKey:
-            let reason = authorization.refusal(needs: needed, header: "authorization") ?? ""
-            return StreamingServerResponse(error: RPCError(code: .unauthenticated, message: reason + (authorization == .missing ? " metadata entry" : "")))
-        case .denied:
-            return StreamingServerResponse(error: RPCError(code: .permissionDenied, message: authorization.refusal(needs: needed, header: "authorization") ?? ""))
-        case .allowed:
-            break
+        case .missing, .unknownKey: return StreamingServerResponse(error: RPCError(code: .unauthenticated, message: reason))
+        case .denied: return StreamingServerResponse(error: RPCError(code: .permissionDenied, message: reason))
+        case .allowed: break
         }
         return try await next(request, context)
     }

@@ -41,7 +41,7 @@ struct ActivityHTTPAPITests {
         ])
         let router = Router()
         router.add(middleware: HTTPErrorMiddleware(logger: Self.logger))
-        ActivityHTTPAPI(intake: intake, keys: keys, maxBodyBytes: maxBodyBytes, logger: Self.logger).addRoutes(to: router)
+        ActivityHTTPAPI(intake: intake, keys: keys, maxBodyBytes: maxBodyBytes).addRoutes(to: router)
         try await Application(router: router, logger: Self.logger).test(.router) { client in try await body(client) }
     }
 
@@ -286,7 +286,7 @@ struct OpenAPIDocumentTests {
         let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole())
         let router = Router()
         router.add(middleware: HTTPErrorMiddleware(logger: ActivityHTTPAPITests.logger))
-        ActivityHTTPAPI(intake: EventIntake(engine: engine) { _ in }, keys: try BackendKeys([:]), logger: ActivityHTTPAPITests.logger)
+        ActivityHTTPAPI(intake: EventIntake(engine: engine) { _ in }, keys: try BackendKeys([:]))
             .addRoutes(to: router)
         try await Application(router: router, logger: ActivityHTTPAPITests.logger).test(.router) { client in
             for route in ActivityHTTPAPI.routes {
