@@ -17,7 +17,9 @@ import Metrics
 /// | `POST /v1/activities/{activityId}/events` | start, update or end the activity (202 with the event id and push request ids) |
 ///
 /// Every call needs `Authorization: Bearer <key>` of a backend of `ISLET_GRPC_KEYS` (`write`);
-/// every refusal is a JSON ``HTTPAPIError`` (4xx, or 503 with `Retry-After`) and publishes nothing.
+/// every refusal is a JSON ``HTTPAPIError``: a 4xx publishes nothing; a 503 (`Retry-After`) for
+/// Kafka may have, since an unacknowledged record can still be stored, so it is retried with the
+/// same key or event id.
 /// A call with an `Idempotency-Key` header is answered once: a repeat with the same key and body
 /// gets the first answer (``IdempotentReplies``), and the event id derives from the key.
 public struct ActivityHTTPAPI: Sendable {
