@@ -3,6 +3,7 @@
 //
 //   islet-kafka-bench produce --bootstrap 127.0.0.1:9092 --topic t --count 200000 --size 300
 //   islet-kafka-bench consume --bootstrap 127.0.0.1:9092 --topic t --count 200000
+//   islet-kafka-bench follow --bootstrap 127.0.0.1:9092 --topic t -X fetch.wait.max.ms=10
 //
 // Prints one line of JSON: {"mode":…,"messages":…,"bytes":…,"seconds":…,"messagesPerSecond":…,"megabytesPerSecond":…}
 import ArgumentParser
@@ -16,7 +17,7 @@ struct KafkaBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "islet-kafka-bench",
         abstract: "Produce or consume throughput of Islet's Kafka wrapper.",
-        subcommands: [CreateTopic.self, CountRecords.self, Produce.self, Send.self, Consume.self])
+        subcommands: [CreateTopic.self, CountRecords.self, Produce.self, Send.self, Consume.self, Follow.self])
 }
 
 struct CreateTopic: AsyncParsableCommand {
@@ -289,3 +290,68 @@ final class DeliveryCounter: Sendable {
         }
     }
 }
+
+/// A replica that follows a topic as the token tables read it (their fetch wait and queue size
+/// unless `-X` says otherwise), printing every 5 s each partition's next offset against the high
+/// watermark the broker reports, `!STALL` where it did not move while behind, and the replica's
+/// health. For finding how a broker serves a reader that fell behind (docs/operations.md).
+struct Follow: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Follow a topic as a token table's replica does, printing its positions.")
+    @OptionGroup var common: CommonOptions
+    @Option(help: "Stop after this many seconds.") var seconds: Int = 600
+    @Option(help: "Busy work per record, in µs (a slower table).") var workMicroseconds: Int = 0
+    @Option(help: "Only these partitions (repeatable; default: all).") var partitions: [Int32] = []
+
+    func run() async throws {
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: common.bootstrap), logger: benchLogger)
+        var settings = common.settings
+        if settings["queued.max.messages.kbytes"] == nil { settings["queued.max.messages.kbytes"] = "16384" }
+        let configuration = KafkaConsumerConfiguration.replica(
+            bootstrapServers: common.bootstrap, topics: [common.topic], partitions: partitions.isEmpty ? nil : partitions, clientID: "follow",
+            fetchWait: .milliseconds(50), settings: settings)
+        let consumer = try KafkaConsumer(configuration: configuration, logger: benchLogger)
+        let positions = FollowPositions()
+        let topic = common.topic
+        let work = workMicroseconds
+        let seconds = self.seconds
+        let parts = partitions
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await consumer.run() }
+            group.addTask {
+                for await event in consumer.events {
+                    if case .message(let m) = event {
+                        positions.value.withLock { $0[m.partition] = m.offset + 1 }
+                        if work > 0 {
+                            let until = ContinuousClock.now + .microseconds(work)
+                            while ContinuousClock.now < until {}
+                        }
+                    }
+                }
+            }
+            group.addTask {
+                let count = try await admin.partitionCount(of: topic) ?? 0
+                let watched = parts.isEmpty ? Array(0..<Int32(count)) : parts
+                var last: [Int32: Int64] = [:]
+                let start = ContinuousClock.now
+                while ContinuousClock.now - start < .seconds(seconds) {
+                    try await Task.sleep(for: .seconds(5))
+                    let now = positions.value.withLock { $0 }
+                    var line = "t=\(Int((ContinuousClock.now - start) / .seconds(1)))"
+                    for p in watched {
+                        let high = (try? await admin.watermarks(topic: topic, partition: p).high) ?? -1
+                        let pos = now[p] ?? 0
+                        let stalled = pos == (last[p] ?? -1) && high > pos
+                        line += " p\(p)=\(pos)/\(high)\(stalled ? "!STALL" : "")"
+                    }
+                    last = now
+                    FileHandle.standardOutput.write(Data((line + " health=\(consumer.health)\n").utf8))
+                }
+                consumer.shutdown()
+            }
+            try await group.waitForAll()
+        }
+    }
+}
+
+/// Each partition's next offset, as the follower's loop saw it.
+final class FollowPositions: Sendable { let value = Mutex<[Int32: Int64]>([:]) }

@@ -101,7 +101,7 @@ public struct RequestPayloads: Sendable {
     private func scan(_ ranges: [Int32: (first: Int64, last: Int64)], wanted: [KafkaPosition: Set<String>]) async throws -> Read {
         var configuration = KafkaConsumerConfiguration.replica(
             bootstrapServers: bootstrapServers, topics: [topic], partitions: ranges.keys.sorted(), clientID: "content-service.payloads",
-            fetchWait: .milliseconds(10), settings: settings)
+            settings: settings)
         configuration.replicaStartOffsets = ranges.mapValues(\.first)
         let reader = try KafkaConsumer(configuration: configuration, logger: logger)
         return try await reader.reading(atMost: timeout) { reader in

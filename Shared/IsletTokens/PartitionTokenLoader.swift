@@ -116,8 +116,8 @@ public final class PartitionTokenLoader: Service, Sendable {
     }
 
     /// The replica of `topic`'s `partitions` a loader reads: from their first record, fetching with
-    /// the hot path's 10 ms wait (a token registered just before an activity's first request must
-    /// be known when the request arrives), and buffering at most 16 MB ahead of the decoding
+    /// ``TokenTableLoader/fetchWait`` (soon after a token is registered, and fast when behind), and
+    /// buffering at most 16 MB ahead of the decoding
     /// (librdkafka's default, 64 MB, would stay in the process after a restore) unless `settings`
     /// say otherwise.
     /// `alsoTopics`: other co-partitioned topics read with it (``init(tokens:service:progressInterval:logger:otherRecords:makeReplica:)``).
@@ -127,7 +127,7 @@ public final class PartitionTokenLoader: Service, Sendable {
         var settings = settings
         if settings["queued.max.messages.kbytes"] == nil { settings["queued.max.messages.kbytes"] = "16384" }
         return .replica(
-            bootstrapServers: bootstrapServers, topics: [topic] + alsoTopics, partitions: partitions, clientID: clientID, fetchWait: .milliseconds(10),
+            bootstrapServers: bootstrapServers, topics: [topic] + alsoTopics, partitions: partitions, clientID: clientID, fetchWait: TokenTableLoader.fetchWait,
             settings: settings)
     }
 

@@ -46,14 +46,26 @@ public struct TokenTableLoader: Service {
     private let tokens: Gauge
     private let applier: TokenRecordApplier
 
-    /// The replica of `topic` a loader reads. The table is read on the hot path (a token registered
-    /// just before an activity's first event must be known when the event arrives), so it fetches
-    /// with the hot path's 10 ms wait, not a replica's default.
+    /// The replica of `topic` a loader reads, fetching with ``fetchWait``.
     public static func replicaConfiguration(
         bootstrapServers: String, topic: String, clientID: String, settings: [String: String]
     ) -> KafkaConsumerConfiguration {
-        .replica(bootstrapServers: bootstrapServers, topics: [topic], clientID: clientID, fetchWait: .milliseconds(10), settings: settings)
+        .replica(bootstrapServers: bootstrapServers, topics: [topic], clientID: clientID, fetchWait: fetchWait, settings: settings)
     }
+
+    /// The token tables' `fetch.wait.max.ms` (unless the settings name one): 50 ms.
+    ///
+    /// A table is read on the hot path (a token registered just before an activity's first event
+    /// should be known when the event arrives), so it waits less than a replica's 100 ms. But not
+    /// the hot path's 10 ms: the local broker (tansu 0.6) answers a fetch with what it read of a
+    /// partition within the fetch's wait, and at 10 ms that is about one batch per partition.
+    /// token-registry writes registrations as they come, a few records per batch, so a table that
+    /// fell behind (a restore, a burst) read a few hundred records a second while more were
+    /// written, and never caught up: at 1,000,000 registrations the tables stopped at 75–79 %. Read
+    /// from its start while such a topic was being written, a replica read 1,557 records in 10 s at
+    /// 10 ms, 119–278 at 15–20 ms, and all 620,000 at 25 ms and at 50 ms (docs/operations.md). A
+    /// Kafka broker answers as soon as records are there, whatever the wait.
+    public static let fetchWait: Duration = .milliseconds(50)
 
     /// - Parameter service: the service name, a dimension of the metrics.
     public init(consumer: KafkaConsumer, table: any TokenTopicTable, service: String, logger: Logger, onReady: @escaping @Sendable () -> Void = {}) {
