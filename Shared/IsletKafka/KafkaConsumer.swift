@@ -52,7 +52,8 @@ public final class KafkaConsumer: Service, Sendable {
 
     public init(configuration: KafkaConsumerConfiguration, logger: Logger) throws(KafkaError) {
         let core = ConsumerCore(
-            capacity: configuration.bufferCapacity, inGroup: configuration.membership == .group, policy: configuration.health, logger: logger)
+            capacity: configuration.bufferCapacity, inGroup: configuration.membership == .group, policy: configuration.health,
+            clientID: configuration.clientID, logger: logger)
         self.core = core
         self.configuration = configuration
         self.logger = logger
@@ -161,6 +162,7 @@ public final class KafkaConsumer: Service, Sendable {
                         continue
                     }
                     core.storeMarkedOffsets(into: client)
+                    core.watchLag(client)
                     // A full buffer pauses fetching rather than this loop: rebalances and the
                     // group's poll interval keep being served while the caller catches up.
                     core.applyBackpressure(client)
@@ -499,13 +501,19 @@ final class ConsumerCore: Sendable {
     private let logger: Logger
     private let consumedMetric = Counter(label: "islet_kafka_consumer_messages_total")
     private let errorMetric = Counter(label: "islet_kafka_consumer_errors_total")
+    /// How far behind the end of its partitions the consumer is, and whether it gains on it.
+    private let lag: Mutex<LagWatch>
+    private let lagLookedAt = Atomic<UInt64>(0)
+    private let lagGauge: Gauge
 
-    init(capacity: Int, inGroup: Bool = true, policy: KafkaHealthPolicy = KafkaHealthPolicy(), logger: Logger) {
+    init(capacity: Int, inGroup: Bool = true, policy: KafkaHealthPolicy = KafkaHealthPolicy(), clientID: String = "islet", logger: Logger) {
         self.capacity = capacity
         self.inGroup = inGroup
         self.awaitingAssignment = Atomic(inGroup)
         self.policy = policy
         self.logger = logger
+        self.lag = Mutex(LagWatch(tolerance: policy.lagTolerance))
+        self.lagGauge = Gauge(label: "islet_kafka_consumer_lag_records", dimensions: [("client", clientID)])
     }
 
     // MARK: Health
@@ -525,8 +533,36 @@ final class ConsumerCore: Sendable {
         }
         let snapshot = KafkaHealthSnapshot(
             phase: phase, consecutiveRecoveries: consecutive, lastRecoveryReason: lastReason, lastContact: cluster.last,
-            awaitingAssignment: awaitingAssignment.load(ordering: .acquiring))
+            awaitingAssignment: awaitingAssignment.load(ordering: .acquiring), fallingBehind: inGroup ? nil : lag.withLock(\.behind))
         return snapshot.health(now: now, policy: policy)
+    }
+
+    /// Looks at how far behind the end of its partitions the consumer is, every
+    /// ``KafkaHealthPolicy/lagLookInterval``: the gauge, and a warning when it stops gaining on the end (a replica
+    /// that does so long enough is not ready, ``KafkaHealthPolicy/fallingBehindAfter``). Poll thread.
+    func watchLag(_ client: RDKafkaClient, now: UInt64 = MonotonicTime.now()) {
+        let last = lagLookedAt.load(ordering: .relaxed)
+        guard last == 0 || now &- last >= MonotonicTime.nanoseconds(policy.lagLookInterval) else { return }
+        lagLookedAt.store(now, ordering: .relaxed)
+        let owned = Array(marks.withLock { $0.epochOf.keys })
+        guard let records = client.lag(owned) else { return }
+        lagGauge.record(Double(records))
+        let limit = MonotonicTime.nanoseconds(policy.fallingBehindAfter)
+        let (wasStuck, stuck) = lag.withLock { watch -> (Bool, LagWatch.Behind?) in
+            let wasStuck = watch.behind.map { now &- $0.since > limit } ?? false
+            watch.note(records: records, at: now)
+            return (wasStuck, watch.behind.flatMap { now &- $0.since > limit ? $0 : nil })
+        }
+        if !wasStuck, let stuck {
+            logger.warning(
+                "the consumer is behind the end of its partitions and has not gained on it",
+                metadata: [
+                    "kafka.lag.records": "\(stuck.records)", "kafka.partitions": "\(owned.count)",
+                    "seconds": "\(MonotonicTime.seconds(from: stuck.since, to: now))",
+                ])
+        } else if wasStuck, stuck == nil {
+            logger.notice("the consumer gains on the end of its partitions again", metadata: ["kafka.lag.records": "\(records)"])
+        }
     }
 
     // MARK: Recovery (poll thread)

@@ -51,6 +51,17 @@ public struct KafkaHealthPolicy: Sendable, Equatable {
     public var recoveryBackoff: Duration
     /// Default 30 s.
     public var maximumRecoveryBackoff: Duration
+    /// A replica more than ``lagTolerance`` records behind the end of its partitions that has not
+    /// gained on it for this long is not ready: the table it keeps is falling behind the topic
+    /// (a group member falling behind is logged and measured, `islet_kafka_consumer_lag_records`,
+    /// but stays ready: its group can move its partitions, a replica's table cannot). Default 30 s.
+    public var fallingBehindAfter: Duration = .seconds(30)
+    /// How far behind the end a consumer may be and still count as keeping up (what one fetch
+    /// brings while records keep arriving). Default 1,000 records.
+    public var lagTolerance: Int64 = 1_000
+    /// How often a consumer looks at its lag (librdkafka's cached positions and watermarks: no
+    /// request). Default 5 s.
+    public var lagLookInterval: Duration = .seconds(5)
 
     public init(
         probeInterval: Duration = .seconds(1), probeTimeout: Duration = .seconds(2), unreachableAfter: Duration = .seconds(5),
@@ -143,6 +154,9 @@ struct KafkaHealthSnapshot: Sendable, Equatable {
     var waitingSince: UInt64 = 0
     /// Consumers in a group: whether the group gave this member its partitions since it (re)joined.
     var awaitingAssignment: Bool = false
+    /// Replicas: how far behind the end of their partitions they are and have not gained on it
+    /// since (``LagWatch``).
+    var fallingBehind: LagWatch.Behind?
 
     func health(now: UInt64, policy: KafkaHealthPolicy) -> KafkaClientHealth {
         if consecutiveRecoveries >= policy.maximumRecoveries {
@@ -165,6 +179,52 @@ struct KafkaHealthSnapshot: Sendable, Equatable {
             return .notReady("\(waiting) records not acknowledged for \(MonotonicTime.seconds(from: waitingSince, to: now))")
         }
         if awaitingAssignment { return .notReady("waiting for the consumer group to assign partitions") }
+        if let behind = fallingBehind, now > behind.since, now - behind.since > MonotonicTime.nanoseconds(policy.fallingBehindAfter) {
+            return .notReady(
+                "\(behind.records) records behind the end of its partitions, not gained on for \(MonotonicTime.seconds(from: behind.since, to: now))")
+        }
         return .ready
+    }
+}
+
+/// Whether a consumer gains on the end of its partitions, from its lag (records between its
+/// position and the high watermarks) looked at now and then. A consumer within the tolerance
+/// keeps up; one further behind is gaining while each look finds it less behind than the look it
+/// is measured from, and otherwise it is not gaining since that look. Kept apart from the consumer
+/// so the rule can be tested without a broker.
+struct LagWatch: Sendable {
+    struct Behind: Sendable, Equatable {
+        /// Records behind at the last look.
+        var records: Int64
+        /// Since when it has not gained (``MonotonicTime``).
+        var since: UInt64
+    }
+
+    let tolerance: Int64
+    /// The look progress is measured from: the last one that found the consumer less behind.
+    private var reference: (at: UInt64, records: Int64)?
+    /// The last look's lag.
+    private(set) var records: Int64 = 0
+
+    init(tolerance: Int64) {
+        self.tolerance = tolerance
+    }
+
+    /// Takes a look: `records` behind at `now`.
+    mutating func note(records: Int64, at now: UInt64) {
+        self.records = records
+        guard records > tolerance else {
+            reference = nil
+            return
+        }
+        if let reference, records >= reference.records { return }
+        reference = (now, records)
+    }
+
+    /// How far behind it is and since when it has not gained (`nil`: keeping up, or gaining).
+    /// A consumer that just fell behind counts as not gaining since the look that found it so.
+    var behind: Behind? {
+        guard let reference, records > tolerance else { return nil }
+        return Behind(records: records, since: reference.at)
     }
 }

@@ -101,6 +101,54 @@ struct ReplicaTests {
         #expect(read.withLock { $0[second] } == (10..<20).map { "\($0)" })
     }
 
+    /// Regression: a replica that fell behind the end of its partitions and did not gain on it (the
+    /// services' token tables at a million registrations, reading far slower than token-registry
+    /// wrote) left `/health` at 200 with the table stale. Here the caller stops taking records, so
+    /// the replica stops where its buffer is full while the partition holds thousands more.
+    @Test("a replica behind the end of its partitions and not gaining is not ready, saying how far; ready again once it caught up")
+    func fallingBehindIsNotReady() async throws {
+        let servers = try TestBroker.servers()
+        let topic = uniqueName("behind")
+        try await createTopic(servers, topic, partitions: 1)
+        try await withProducer(try makeProducer(servers, settings: ["linger.ms": "20"])) { producer in
+            try await withThrowingDiscardingTaskGroup { group in
+                for i in 0..<3_000 { group.addTask { try await producer.send(topic: topic, key: "k", value: Array("\(i)".utf8)) } }
+            }
+        }
+        var configuration = KafkaConsumerConfiguration.replica(bootstrapServers: servers, topics: [topic], bufferCapacity: 10)
+        configuration.batchSize = 10
+        configuration.health.lagLookInterval = .milliseconds(200)
+        configuration.health.fallingBehindAfter = .seconds(1)
+        configuration.health.lagTolerance = 100
+        let replica = try KafkaConsumer(configuration: configuration, logger: testLogger)
+        try await withRunning([replica], limit: .seconds(60), "a replica falling behind, then catching up") {
+            // Nothing taken: the replica stops about 10 records in.
+            var health = replica.health
+            let deadline = ContinuousClock.now + .seconds(20)
+            while health.status == .ready || health.reason?.contains("records behind") != true, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                health = replica.health
+            }
+            #expect(health.status == .notReady)
+            #expect(health.reason?.contains("records behind the end of its partitions, not gained on for") == true, "\(health)")
+            // Taken to the end: ready again at the next look (checked inside the loop: leaving
+            // it stops the replica).
+            var read = 0
+            var caughtUp = replica.health
+            for await event in replica.events {
+                if case .message = event { read += 1 }
+                guard read == 3_000 else { continue }
+                while caughtUp != .ready, ContinuousClock.now < deadline + .seconds(20) {
+                    try await Task.sleep(for: .milliseconds(100))
+                    caughtUp = replica.health
+                }
+                break
+            }
+            #expect(read == 3_000)
+            #expect(caughtUp == .ready)
+        }
+    }
+
     @Test("an empty topic's partitions end at once; a replica of a missing topic fails its run")
     func emptyAndMissing() async throws {
         let servers = try TestBroker.servers()

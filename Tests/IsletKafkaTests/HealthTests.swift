@@ -43,6 +43,39 @@ struct HealthRuleTests {
         #expect(failed.reason?.contains("PRODUCER_FENCED") == true)
     }
 
+    @Test("a consumer within the tolerance keeps up; one further behind gains while each look finds it less behind, and is stuck since the last look that did")
+    func lagWatch() {
+        var watch = LagWatch(tolerance: 100)
+        watch.note(records: 80, at: 1 * second)
+        #expect(watch.behind == nil)
+        // Falls behind: not gaining since this look, until a later one finds it less behind.
+        watch.note(records: 5_000, at: 2 * second)
+        #expect(watch.behind == LagWatch.Behind(records: 5_000, since: 2 * second))
+        watch.note(records: 4_000, at: 3 * second)
+        #expect(watch.behind == LagWatch.Behind(records: 4_000, since: 3 * second))
+        // Stays at or above the best look: stuck since then, with the latest count.
+        watch.note(records: 4_000, at: 4 * second)
+        watch.note(records: 6_000, at: 5 * second)
+        #expect(watch.behind == LagWatch.Behind(records: 6_000, since: 3 * second))
+        // Back within the tolerance: keeping up, and a later fall starts afresh.
+        watch.note(records: 100, at: 6 * second)
+        #expect(watch.behind == nil)
+        watch.note(records: 200, at: 7 * second)
+        #expect(watch.behind == LagWatch.Behind(records: 200, since: 7 * second))
+    }
+
+    @Test("a replica behind and not gaining for longer than fallingBehindAfter is not ready, saying how far behind; a group member stays ready")
+    func fallingBehind() {
+        var policy = self.policy
+        policy.fallingBehindAfter = .seconds(30)
+        var facts = snapshot()
+        facts.fallingBehind = LagWatch.Behind(records: 2_500, since: 70 * second)
+        #expect(facts.health(now: 99 * second, policy: policy) == .ready)
+        let behind = facts.health(now: 102 * second, policy: policy)
+        #expect(behind.status == .notReady)
+        #expect(behind.reason == "2500 records behind the end of its partitions, not gained on for 32.0 s")
+    }
+
     @Test("the backoff before a recreation: none for the first in a row, then doubling up to the maximum")
     func backoff() {
         let policy = KafkaHealthPolicy(recoveryBackoff: .milliseconds(500), maximumRecoveryBackoff: .seconds(3))

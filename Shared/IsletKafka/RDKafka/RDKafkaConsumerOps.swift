@@ -309,6 +309,30 @@ extension RDKafkaClient {
         body(list)
     }
 
+    /// How many records lie between the consumer's position in these partitions (the next offset
+    /// it hands over) and their high watermarks as the last fetch responses reported them
+    /// (librdkafka's cache: no request is made). Partitions with either not known yet count
+    /// nothing; `nil` when none is known.
+    func lag(_ partitions: [KafkaTopicPartition]) -> Int64? {
+        guard !partitions.isEmpty else { return nil }
+        let list = rd_kafka_topic_partition_list_new(Int32(partitions.count))!
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for tp in partitions { rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition) }
+        guard rd_kafka_position(handle, list) == RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
+        var total: Int64?
+        for i in 0..<Int(list.pointee.cnt) {
+            let element = list.pointee.elems[i]
+            guard element.offset >= 0 else { continue }
+            var low: Int64 = -1
+            var high: Int64 = -1
+            guard rd_kafka_get_watermark_offsets(handle, element.topic, element.partition, &low, &high) == RD_KAFKA_RESP_ERR_NO_ERROR,
+                high >= 0
+            else { continue }
+            total = (total ?? 0) + max(0, high - element.offset)
+        }
+        return total
+    }
+
     func storeOffsets(_ offsets: [KafkaTopicPartition: Int64]) -> KafkaError? {
         RDKafkaRebalance.storeOffsets(rk: handle, offsets)
     }
