@@ -545,7 +545,8 @@ final class ConsumerCore: Sendable {
         guard last == 0 || now &- last >= MonotonicTime.nanoseconds(policy.lagLookInterval) else { return }
         lagLookedAt.store(now, ordering: .relaxed)
         let owned = Array(marks.withLock { $0.epochOf.keys })
-        guard let records = client.lag(owned) else { return }
+        // Nothing known (no partition held, or none fetched yet since a new handle): nothing behind.
+        let records = client.lag(owned) ?? 0
         lagGauge.record(Double(records))
         let limit = MonotonicTime.nanoseconds(policy.fallingBehindAfter)
         let (wasStuck, stuck) = lag.withLock { watch -> (Bool, LagWatch.Behind?) in
