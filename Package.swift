@@ -348,6 +348,7 @@ let package = Package(
             name: "IsletKafkaBench",
             dependencies: [
                 "IsletKafka",
+                "IsletTokens",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -9,6 +9,7 @@
 import ArgumentParser
 import Foundation
 import IsletKafka
+import IsletTokens
 import Logging
 import Synchronization
 
@@ -291,8 +292,8 @@ final class DeliveryCounter: Sendable {
     }
 }
 
-/// A replica that follows a topic as the token tables read it (their fetch wait and queue size
-/// unless `-X` says otherwise), printing every 5 s each partition's next offset against the high
+/// A replica that follows a topic as the token tables read it (``PartitionTokenLoader``'s replica
+/// configuration: its fetch wait and queue size unless `-X` says otherwise), printing every 5 s each partition's next offset against the high
 /// watermark the broker reports, `!STALL` where it did not move while behind, and the replica's
 /// health. For finding how a broker serves a reader that fell behind (docs/operations.md).
 struct Follow: AsyncParsableCommand {
@@ -304,17 +305,15 @@ struct Follow: AsyncParsableCommand {
 
     func run() async throws {
         let admin = try KafkaAdmin(configuration: .init(bootstrapServers: common.bootstrap), logger: benchLogger)
-        var settings = common.settings
-        if settings["queued.max.messages.kbytes"] == nil { settings["queued.max.messages.kbytes"] = "16384" }
-        let configuration = KafkaConsumerConfiguration.replica(
-            bootstrapServers: common.bootstrap, topics: [common.topic], partitions: partitions.isEmpty ? nil : partitions, clientID: "follow",
-            fetchWait: .milliseconds(50), settings: settings)
+        let topic = common.topic
+        guard let count = try await admin.partitionCount(of: topic) else { throw ValidationError("no topic \(topic)") }
+        let watched = partitions.isEmpty ? Array(0..<Int32(count)) : partitions
+        let configuration = PartitionTokenLoader.replicaConfiguration(
+            bootstrapServers: common.bootstrap, topic: topic, partitions: watched, clientID: "follow", settings: common.settings)
         let consumer = try KafkaConsumer(configuration: configuration, logger: benchLogger)
         let positions = FollowPositions()
-        let topic = common.topic
         let work = workMicroseconds
         let seconds = self.seconds
-        let parts = partitions
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await consumer.run() }
             group.addTask {
@@ -329,8 +328,6 @@ struct Follow: AsyncParsableCommand {
                 }
             }
             group.addTask {
-                let count = try await admin.partitionCount(of: topic) ?? 0
-                let watched = parts.isEmpty ? Array(0..<Int32(count)) : parts
                 var last: [Int32: Int64] = [:]
                 let start = ContinuousClock.now
                 while ContinuousClock.now - start < .seconds(seconds) {

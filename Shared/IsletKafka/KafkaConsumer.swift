@@ -504,6 +504,7 @@ final class ConsumerCore: Sendable {
     /// How far behind the end of its partitions the consumer is, and whether it gains on it.
     private let lag: Mutex<LagWatch>
     private let lagLookedAt = Atomic<UInt64>(0)
+    private let lagLookInterval: UInt64
     private let lagGauge: Gauge
 
     init(capacity: Int, inGroup: Bool = true, policy: KafkaHealthPolicy = KafkaHealthPolicy(), clientID: String = "islet", logger: Logger) {
@@ -513,6 +514,7 @@ final class ConsumerCore: Sendable {
         self.policy = policy
         self.logger = logger
         self.lag = Mutex(LagWatch(tolerance: policy.lagTolerance))
+        self.lagLookInterval = MonotonicTime.nanoseconds(policy.lagLookInterval)
         self.lagGauge = Gauge(label: "islet_kafka_consumer_lag_records", dimensions: [("client", clientID)])
     }
 
@@ -542,7 +544,7 @@ final class ConsumerCore: Sendable {
     /// that does so long enough is not ready, ``KafkaHealthPolicy/fallingBehindAfter``). Poll thread.
     func watchLag(_ client: RDKafkaClient, now: UInt64 = MonotonicTime.now()) {
         let last = lagLookedAt.load(ordering: .relaxed)
-        guard last == 0 || now &- last >= MonotonicTime.nanoseconds(policy.lagLookInterval) else { return }
+        guard last == 0 || now &- last >= lagLookInterval else { return }
         lagLookedAt.store(now, ordering: .relaxed)
         let owned = Array(marks.withLock { $0.epochOf.keys })
         // Nothing known (no partition held, or none fetched yet since a new handle): nothing behind.
@@ -550,9 +552,9 @@ final class ConsumerCore: Sendable {
         lagGauge.record(Double(records))
         let limit = MonotonicTime.nanoseconds(policy.fallingBehindAfter)
         let (wasStuck, stuck) = lag.withLock { watch -> (Bool, LagWatch.Behind?) in
-            let wasStuck = watch.behind.map { now &- $0.since > limit } ?? false
+            let wasStuck = watch.behind?.lasted(beyond: limit, at: now) ?? false
             watch.note(records: records, at: now)
-            return (wasStuck, watch.behind.flatMap { now &- $0.since > limit ? $0 : nil })
+            return (wasStuck, watch.behind.flatMap { $0.lasted(beyond: limit, at: now) ? $0 : nil })
         }
         if !wasStuck, let stuck {
             logger.warning(

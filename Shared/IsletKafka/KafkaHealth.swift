@@ -179,7 +179,7 @@ struct KafkaHealthSnapshot: Sendable, Equatable {
             return .notReady("\(waiting) records not acknowledged for \(MonotonicTime.seconds(from: waitingSince, to: now))")
         }
         if awaitingAssignment { return .notReady("waiting for the consumer group to assign partitions") }
-        if let behind = fallingBehind, now > behind.since, now - behind.since > MonotonicTime.nanoseconds(policy.fallingBehindAfter) {
+        if let behind = fallingBehind, behind.lasted(beyond: MonotonicTime.nanoseconds(policy.fallingBehindAfter), at: now) {
             return .notReady(
                 "\(behind.records) records behind the end of its partitions, not gained on for \(MonotonicTime.seconds(from: behind.since, to: now))")
         }
@@ -198,6 +198,11 @@ struct LagWatch: Sendable {
         var records: Int64
         /// Since when it has not gained (``MonotonicTime``).
         var since: UInt64
+
+        /// Not gained on the end for longer than `limit` nanoseconds, at `now`.
+        func lasted(beyond limit: UInt64, at now: UInt64) -> Bool {
+            now > since && now - since > limit
+        }
     }
 
     let tolerance: Int64
@@ -224,7 +229,6 @@ struct LagWatch: Sendable {
     /// How far behind it is and since when it has not gained (`nil`: keeping up, or gaining).
     /// A consumer that just fell behind counts as not gaining since the look that found it so.
     var behind: Behind? {
-        guard let reference, records > tolerance else { return nil }
-        return Behind(records: records, since: reference.at)
+        reference.map { Behind(records: records, since: $0.at) }
     }
 }
