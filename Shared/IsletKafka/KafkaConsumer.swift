@@ -53,7 +53,7 @@ public final class KafkaConsumer: Service, Sendable {
     public init(configuration: KafkaConsumerConfiguration, logger: Logger) throws(KafkaError) {
         let core = ConsumerCore(
             capacity: configuration.bufferCapacity, inGroup: configuration.membership == .group, policy: configuration.health,
-            clientID: configuration.clientID, logger: logger)
+            clientID: configuration.clientID, topics: configuration.topics, logger: logger)
         self.core = core
         self.configuration = configuration
         self.logger = logger
@@ -507,7 +507,11 @@ final class ConsumerCore: Sendable {
     private let lagLookInterval: UInt64
     private let lagGauge: Gauge
 
-    init(capacity: Int, inGroup: Bool = true, policy: KafkaHealthPolicy = KafkaHealthPolicy(), clientID: String = "islet", logger: Logger) {
+    /// `clientID` and `topics` name the lag gauge's series (a service's consumers share its client id).
+    init(
+        capacity: Int, inGroup: Bool = true, policy: KafkaHealthPolicy = KafkaHealthPolicy(), clientID: String = "islet", topics: [String] = [],
+        logger: Logger
+    ) {
         self.capacity = capacity
         self.inGroup = inGroup
         self.awaitingAssignment = Atomic(inGroup)
@@ -515,7 +519,12 @@ final class ConsumerCore: Sendable {
         self.logger = logger
         self.lag = Mutex(LagWatch(tolerance: policy.lagTolerance))
         self.lagLookInterval = MonotonicTime.nanoseconds(policy.lagLookInterval)
-        self.lagGauge = Gauge(label: "islet_kafka_consumer_lag_records", dimensions: [("client", clientID)])
+        self.lagGauge = Gauge(label: "islet_kafka_consumer_lag_records", dimensions: Self.lagDimensions(clientID: clientID, topics: topics))
+    }
+
+    /// The lag gauge's series: one per consumer of a service, not one its consumers overwrite in turn.
+    static func lagDimensions(clientID: String, topics: [String]) -> [(String, String)] {
+        [("client", clientID), ("topics", topics.sorted().joined(separator: ","))]
     }
 
     // MARK: Health

@@ -76,6 +76,17 @@ struct HealthRuleTests {
         #expect(behind.reason == "2500 records behind the end of its partitions, not gained on for 32.0 s")
     }
 
+    @Test("each consumer of a service has its own lag series: the client id and its topics (a service's consumers share the client id)")
+    func lagSeries() {
+        let tokens = ConsumerCore.lagDimensions(clientID: "content-service", topics: ["islet.tokens.v1"])
+        let events = ConsumerCore.lagDimensions(clientID: "content-service", topics: ["islet.push-outcomes.v1", "islet.push-requests.v1"])
+        #expect(tokens.map(\.0) == ["client", "topics"])
+        #expect(tokens.map(\.1) != events.map(\.1))
+        #expect(events.map(\.1) == ["content-service", "islet.push-outcomes.v1,islet.push-requests.v1"])
+        // The order the topics were given in does not make another series.
+        #expect(ConsumerCore.lagDimensions(clientID: "c", topics: ["b", "a"]).map(\.1) == ["c", "a,b"])
+    }
+
     @Test("the backoff before a recreation: none for the first in a row, then doubling up to the maximum")
     func backoff() {
         let policy = KafkaHealthPolicy(recoveryBackoff: .milliseconds(500), maximumRecoveryBackoff: .seconds(3))
