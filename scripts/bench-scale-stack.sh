@@ -25,4 +25,14 @@ export MALLOC_ARENA_MAX=${MALLOC_ARENA_MAX:-2}
 # So no re-sends, and "severely stale" only after 8 hours, unless the environment says otherwise.
 export ISLET_FRESHNESS_RESENDS=${ISLET_FRESHNESS_RESENDS:-0}
 export ISLET_FRESHNESS_SEVERE_SECONDS=${ISLET_FRESHNESS_SEVERE_SECONDS:-28800}
+# The simulator keeps every push of the run (two per activity), which the check reads back.
+activities=100000
+args=("$@")
+for i in "${!args[@]}"; do
+  case "${args[$i]}" in
+    --activities) activities=${args[$((i + 1))]:-$activities} ;;
+    --activities=*) activities=${args[$i]#--activities=} ;;
+  esac
+done
+export ISLET_SIMULATOR_RECORD_CAPACITY=${ISLET_SIMULATOR_RECORD_CAPACITY:-$((2 * activities + 10000))}
 ISLET_BUILD_CONFIGURATION=release ISLET_LOG_LEVEL=${ISLET_LOG_LEVEL:-warning} exec scripts/demo.sh --scale "$@"

@@ -121,9 +121,12 @@ struct Memory: AsyncParsableCommand {
 
 extension StackOptions {
     /// The pushes the simulator accepted so far.
-    func acceptedPushes() async throws -> Int {
+    func acceptedPushes() async throws -> Int { try await stats().accepted }
+
+    /// The simulator's counters.
+    func stats() async throws -> SimulatorStats {
         let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: "\(simulator)/admin/stats"), timeout: .seconds(30))
-        return try IsletJSON.decodeValue(SimulatorStats.self, from: Array(buffer: try await response.body.collect(upTo: 1 << 20))).accepted
+        return try IsletJSON.decodeValue(SimulatorStats.self, from: Array(buffer: try await response.body.collect(upTo: 1 << 20)))
     }
 
     /// Every push the simulator accepted, without its body.

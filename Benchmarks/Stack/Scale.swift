@@ -138,17 +138,34 @@ struct Scale: AsyncParsableCommand {
                 fields: ["orderId": .string(names[index]), "storeName": .string("Casa Lola"), "status": .string("out_for_delivery"), "progress": .integer(60)],
                 urgency: .important, occurredAt: Date(), sequence: 2, source: "scale-bench", bundleId: app.bundleId)
         }
-        try await until("the simulator has a second push for every activity") {
-            let accepted = try await stack.acceptedPushes() - acceptedBefore
-            return accepted >= 2 * activities ? nil : "\(accepted)"
+        let tokens = Dictionary(uniqueKeysWithValues: names.map { (World.token("1a7" + $0), $0) })
+        // Per token, how many pushes of each content (by its timestamp).
+        func contents() async throws -> [String: [Int64: Int]] {
+            let accepted = try await stack.acceptedPushes()
+            let notifications = try await stack.notifications()
+            // The simulator keeps the latest ISLET_SIMULATOR_RECORD_CAPACITY pushes: the dropped
+            // would count as never received.
+            guard notifications.count >= accepted else {
+                throw ValidationError(
+                    "the simulator kept \(notifications.count) of the \(accepted) pushes it accepted: raise ISLET_SIMULATOR_RECORD_CAPACITY above \(accepted)")
+            }
+            var contents: [String: [Int64: Int]] = [:]
+            for notification in notifications where tokens[notification.token] != nil {
+                contents[notification.token, default: [:]][notification.timestamp, default: 0] += 1
+            }
+            return contents
+        }
+        do {
+            try await until("the simulator has a second push for every activity") {
+                let accepted = try await stack.acceptedPushes() - acceptedBefore
+                return accepted >= 2 * activities ? nil : "\(accepted)"
+            }
+        } catch {
+            try await diagnose(tokens: tokens, contents: try await contents(), survivors: survivors)
+            throw error
         }
         // Every activity's latest content reached the phone once: per token, one push of each content.
-        let tokens = Dictionary(uniqueKeysWithValues: names.map { (World.token("1a7" + $0), $0) })
-        let notifications = try await stack.notifications()
-        var contents: [String: [Int64: Int]] = [:]
-        for notification in notifications where tokens[notification.token] != nil {
-            contents[notification.token, default: [:]][notification.timestamp, default: 0] += 1
-        }
+        let contents = try await contents()
         let latestOnce = tokens.keys.filter { token in
             guard let pushes = contents[token], pushes.count == 2 else { return false }
             return pushes.values.allSatisfy { $0 == 1 }
@@ -177,7 +194,41 @@ struct Scale: AsyncParsableCommand {
         say(result)
         producer.shutdown()
         try await producing.value
-        if latestOnce < activities { throw ValidationError("\(activities - latestOnce) activities did not receive both contents exactly once") }
+        if latestOnce < activities {
+            try await diagnose(tokens: tokens, contents: contents, survivors: survivors)
+            throw ValidationError("\(activities - latestOnce) activities did not receive both contents exactly once")
+        }
+    }
+
+    /// Where the activities short of their two contents are (their partition of the activity
+    /// topics), and what the survivors' counters say: what a run that fell short needs to be explained.
+    private func diagnose(tokens: [String: String], contents: [String: [Int64: Int]], survivors: [Instance]) async throws {
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: stack.bootstrap), logger: quiet)
+        let partitions = Int32(try await admin.partitionCount(of: IsletTopics.activityEvents.name) ?? 1)
+        var short: [Int32: (none: Int, one: Int)] = [:]
+        for (token, name) in tokens {
+            let received = contents[token]?.count ?? 0
+            guard received < 2 else { continue }
+            let partition = KafkaPartitioner.partition(ofKey: MessageKey.activity(name), partitions: partitions)
+            if received == 0 { short[partition, default: (0, 0)].none += 1 } else { short[partition, default: (0, 0)].one += 1 }
+        }
+        say("activities short of their two contents, by partition of \(IsletTopics.activityEvents.name):")
+        for (partition, count) in short.sorted(by: { $0.key < $1.key }) {
+            say("  partition \(partition): \(count.one) with one content, \(count.none) with none")
+        }
+        let counters = [
+            "islet_content_events_in_total", "islet_content_events_total", "islet_kafka_dead_lettered_total", "islet_kafka_consumer_lag_records",
+            "islet_kafka_consumer_messages_total", "islet_dispatcher_requests_total", "islet_dispatcher_outcomes_total", "islet_dispatcher_duplicates_total",
+        ]
+        let refused = try await stack.stats().rejected
+        say("the simulator refused: \(refused.isEmpty ? "nothing" : refused.sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }.joined(separator: ", "))")
+        for instance in survivors {
+            let sample = try await PrometheusSample.scrape(instance.metrics)
+            for (key, value) in sample.samples.sorted(by: { "\($0.key)" < "\($1.key)" }) where counters.contains(key.name) {
+                let labels = key.labels.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+                say("  \(instance.name) \(key.name){\(labels)} \(Int(value))")
+            }
+        }
     }
 
     /// Polls `progress` (nil: done; else what it stands at) every second until it is done; gives
