@@ -648,12 +648,16 @@ let package = Package(
             path: "Tests/EndToEndTests",
             exclude: ["Golden"]
         ),
-        // The CLI: argument parsing and formatting; publish + tail against the broker (ISLET_KAFKA_BOOTSTRAP).
+        // The CLI: argument parsing and formatting; publish + tail against the broker (ISLET_KAFKA_BOOTSTRAP);
+        // publish over content-service's HTTP API, served on a local port.
         .testTarget(
             name: "IsletCLITests",
             dependencies: [
                 "IsletTesting",
                 "IsletCLI", "IsletKafka", "IsletMessages", "IsletProtos",
+                "ContentService", "IsletLinks", "IsletRuntime", "IsletTokens",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -121,7 +121,7 @@ if [ "$bench" = memory ]; then
 fi
 
 echo "== scenarios"
-"$bin/islet-demo" play --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret"
+"$bin/islet-demo" play --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" --backend-key "$backend_key"
 
 cat <<TEXT
 
@@ -129,7 +129,7 @@ cat <<TEXT
   Kafka (${ISLET_BROKER:-tansu})       $bootstrap
   token-registry      http://127.0.0.1:8081 (gRPC 9081, metrics http://127.0.0.1:8181/metrics)   JWT key: demo=$jwt_secret
   content-service     http://127.0.0.1:8083 (gRPC 9083)   stale activities: http://127.0.0.1:8183/v1/activities/stale
-  gRPC backend key    ISLET_CLI_GRPC_KEY=$backend_key  (for islet activity <id>, islet stale)
+  backend key         ISLET_CLI_GRPC_KEY=$backend_key  (content-service's HTTP API, islet publish-event --url, islet activity <id>, islet stale)
   activity tickets    ISLET_CLI_TICKET_KEY=orders=$ticket_secret  (islet register-token signs the owner's ticket; docs/token-registry.md)
   apns-dispatcher     http://127.0.0.1:8082/metrics
   analytics-ingest    http://127.0.0.1:8084 (metrics http://127.0.0.1:8184/metrics)

@@ -1,14 +1,17 @@
 import ArgumentParser
+import AsyncHTTPClient
 import Foundation
 import IsletKafka
 import IsletMessages
 import Logging
+import NIOCore
+import NIOHTTP1
 
 /// `islet publish-event`: an ActivityEvent from flags (or JSON) onto islet.activity-events.v1.
 struct PublishEvent: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "publish-event",
-        abstract: "Publish an ActivityEvent to islet.activity-events.v1, keyed by its activity id.",
+        abstract: "Publish an ActivityEvent to islet.activity-events.v1, keyed by its activity id (through Kafka, or content-service's HTTP API).",
         discussion: """
             Build the event from flags, or give a whole event as JSON with --json (a file, or - for \
             standard input). Field values are JSON when they parse as JSON (60, true, "42", {"a":1}), \
@@ -16,9 +19,23 @@ struct PublishEvent: AsyncParsableCommand {
 
               islet publish-event --activity order-42 --type DeliveryAttributes --kind update \\
                 --urgency important --field status=out_for_delivery --field courier.name=Ana --field progress=60
+
+            With --url (or $ISLET_CLI_CONTENT_URL) the event goes through content-service's HTTP API \
+            (POST /v1/activities/{id}/events, a backend key with write), without a Kafka client.
             """)
 
     @OptionGroup var kafka: KafkaOptions
+
+    @Option(
+        name: .customLong("url"),
+        help: "content-service's HTTP API, e.g. http://localhost:8083: publish through it instead of Kafka (default: $ISLET_CLI_CONTENT_URL; Kafka when neither is given).")
+    var url: String?
+
+    @Option(name: .customLong("backend-key"), help: "Over HTTP: the backend key, with write (default: $ISLET_CLI_BACKEND_KEY, else $ISLET_CLI_GRPC_KEY).")
+    var backendKey: String?
+
+    @Option(name: .customLong("idempotency-key"), help: "Over HTTP: answered once; a repeat with the same key and event gets the first answer (needs --sequence).")
+    var idempotencyKey: String?
 
     @Option(help: "A whole ActivityEvent as JSON: a file, or - for standard input. No event flags with it.")
     var json: String?
@@ -80,6 +97,10 @@ struct PublishEvent: AsyncParsableCommand {
     func validate() throws {
         if json != nil, usesEventFlags {
             throw ValidationError("--json gives the whole event: leave out the event flags, or leave out --json")
+        }
+        if idempotencyKey != nil, json == nil, sequence == nil {
+            // The default sequence is the time: a repeat would be another request, refused with the key.
+            throw ValidationError("--idempotency-key needs --sequence: a repeat must send the same event")
         }
         if json == nil {
             if activityId == nil { throw ValidationError("--activity is required (or give the event with --json)") }
@@ -159,8 +180,55 @@ struct PublishEvent: AsyncParsableCommand {
             print(try IsletJSON.encodePretty(event))
             return
         }
+        if let target = try httpTarget() {
+            let answer = try await Self.post(event, to: target, defaulted: defaultedFields)
+            if answer.accepted {
+                print(answer.text)
+            } else {
+                FileHandle.standardError.write(Data((answer.text + "\n").utf8))
+                throw ExitCode(1)
+            }
+            return
+        }
         let report = try await Self.publish(event, servers: kafka.servers(), security: kafka.security(), logger: kafka.logger)
         print("published \(event.kind) \(event.activityId) sequence \(event.sequence) (event \(event.eventId)) to \(report.topic) partition \(report.partition) offset \(report.offset.map(String.init) ?? "?")")
+    }
+
+    /// Where and how to post the event, when it goes over HTTP (`nil`: through Kafka).
+    func httpTarget(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> EventPost.Target? {
+        guard let base = url ?? environment["ISLET_CLI_CONTENT_URL"].flatMap({ $0.isEmpty ? nil : $0 }) else {
+            if idempotencyKey != nil { throw ValidationError("--idempotency-key is for the HTTP API: give --url too") }
+            return nil
+        }
+        guard let components = URLComponents(string: base), components.scheme == "http" || components.scheme == "https", components.host != nil else {
+            throw ValidationError("--url must be an http(s) URL, e.g. http://localhost:8083; got \(base)")
+        }
+        let key = backendKey ?? [environment["ISLET_CLI_BACKEND_KEY"], environment["ISLET_CLI_GRPC_KEY"]].lazy.compactMap { $0 }.first { !$0.isEmpty }
+        guard let key, !key.isEmpty else {
+            throw ValidationError("the HTTP API needs a backend key: --backend-key or ISLET_CLI_BACKEND_KEY (one of content-service's ISLET_GRPC_KEYS, with write)")
+        }
+        return EventPost.Target(baseURL: base, key: key, idempotencyKey: idempotencyKey)
+    }
+
+    /// The fields the command filled in itself (left out over HTTP, where the server fills them):
+    /// with an idempotency key, a repeat of the command sends the same request.
+    var defaultedFields: EventPost.Defaulted {
+        json != nil ? [] : EventPost.Defaulted().union(eventId == nil ? .eventId : []).union(occurredAt == nil ? .occurredAt : [])
+    }
+
+    /// Posts `event` to content-service's HTTP API; the answer in one line.
+    static func post(_ event: ActivityEvent, to target: EventPost.Target, defaulted: EventPost.Defaulted = []) async throws -> EventPost.Answer {
+        guard event.bundleId != nil else { throw ValidationError("the HTTP API needs the activity's app: --bundle-id") }
+        var request = HTTPClientRequest(url: target.url(activityId: event.activityId))
+        request.method = .POST
+        request.headers.add(name: "Authorization", value: "Bearer \(target.key)")
+        request.headers.add(name: "Content-Type", value: "application/json")
+        if let key = target.idempotencyKey { request.headers.add(name: "Idempotency-Key", value: key) }
+        request.body = .bytes(ByteBuffer(bytes: try IsletJSON.encode(EventPost.Body(event, leavingOut: defaulted))))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(15))
+        let bytes = Array(buffer: try await response.body.collect(upTo: 1 << 20))
+        return EventPost.Answer(
+            status: Int(response.status.code), body: bytes, replayed: response.headers.first(name: "Idempotent-Replayed") == "true", event: event)
     }
 
     /// Sends one event and returns once Kafka acknowledged it.
@@ -184,6 +252,92 @@ struct PublishEvent: AsyncParsableCommand {
             }
             guard let report else { throw ValidationError("the producer stopped before the event was acknowledged") }
             return report
+        }
+    }
+}
+
+/// `islet publish-event --url`: an event through content-service's HTTP API.
+enum EventPost {
+    struct Target: Sendable, Equatable {
+        var baseURL: String
+        var key: String
+        var idempotencyKey: String?
+
+        func url(activityId: String) -> String {
+            let path = activityId.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? activityId
+            return baseURL.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/v1/activities/\(path)/events"
+        }
+    }
+
+    struct Defaulted: OptionSet, Sendable {
+        let rawValue: Int
+        static let eventId = Defaulted(rawValue: 1)
+        static let occurredAt = Defaulted(rawValue: 2)
+    }
+
+    /// The request's body (docs/openapi.yaml): the event's fields, the activity id in the path.
+    struct Body: Encodable, Equatable {
+        var kind: ActivityEventKind
+        var bundleId: String?
+        var attributesType: String
+        var fields: [String: JSONValue]
+        var urgency: Urgency
+        var occurredAt: Date?
+        var sequence: Int64
+        var startTarget: ActivityEvent.PushToStartTarget?
+        var attributes: [String: JSONValue]?
+        var source: String?
+        var eventId: String?
+
+        init(_ event: ActivityEvent, leavingOut defaulted: Defaulted = []) {
+            kind = event.kind
+            bundleId = event.bundleId
+            attributesType = event.attributesType
+            fields = event.fields
+            urgency = event.urgency
+            occurredAt = defaulted.contains(.occurredAt) ? nil : event.occurredAt
+            sequence = event.sequence
+            startTarget = event.startTarget
+            attributes = event.attributes
+            source = event.source
+            eventId = defaulted.contains(.eventId) ? nil : event.eventId
+        }
+    }
+
+    /// content-service's answer.
+    struct Answer: Sendable, Equatable {
+        var accepted: Bool
+        var text: String
+
+        private struct Reply: Decodable {
+            var eventId: String
+            var requestIds: [String]
+        }
+
+        private struct Failure: Decodable {
+            var error: String
+            var field: String?
+            var reason: String?
+        }
+
+        init(status: Int, body: [UInt8], replayed: Bool, event: ActivityEvent) {
+            let decoder = JSONDecoder()
+            if status == 202, let reply = try? decoder.decode(Reply.self, from: Data(body)) {
+                accepted = true
+                let requests = reply.requestIds.isEmpty ? "no push request" : "push requests \(reply.requestIds.joined(separator: ", "))"
+                text = "\(replayed ? "already accepted (the first answer)" : "accepted") \(event.kind) \(event.activityId) sequence \(event.sequence) "
+                    + "(event \(reply.eventId)): \(requests)"
+                return
+            }
+            accepted = false
+            if let failure = try? decoder.decode(Failure.self, from: Data(body)) {
+                var line = "\(status) \(failure.error)"
+                if let field = failure.field { line += " field \(field)" }
+                if let reason = failure.reason { line += ": \(reason)" }
+                text = line
+            } else {
+                text = "\(status): \(String(decoding: body.prefix(500), as: UTF8.self))"
+            }
         }
     }
 }

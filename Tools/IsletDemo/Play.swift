@@ -10,13 +10,16 @@ struct Play: AsyncParsableCommand {
     @Option var ingest = "http://127.0.0.1:8084"
     @Option var images = "http://127.0.0.1:8099"
     @Option(help: "The registry's HS256 key, kid=secret.") var jwtKey: String
+    @Option(help: "content-service's HTTP API.") var content = "http://127.0.0.1:8083"
+    @Option(help: "A backend key with write: one step of the food order then goes through content-service's HTTP API.") var backendKey: String?
     @Option(help: "food, ride or both.") var scenario = "both"
 
     func run() async throws {
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
         let producing = Task { try await producer.run() }
         let endpoints = DemoEndpoints(
-            bootstrap: bootstrap, registry: registry, simulator: simulator, ingest: ingest, images: images, jwtKey: jwtKey)
+            bootstrap: bootstrap, registry: registry, simulator: simulator, ingest: ingest, images: images, jwtKey: jwtKey,
+            content: content, backendKey: backendKey)
         let world = try await World(endpoints: endpoints, producer: producer)
         if scenario == "food" || scenario == "both" { try await world.food() }
         if scenario == "ride" || scenario == "both" { try await world.ride() }

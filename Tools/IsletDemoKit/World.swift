@@ -20,10 +20,15 @@ public struct DemoEndpoints: Sendable {
     public var images: String
     /// The registry's HS256 key, `kid=secret`.
     public var jwtKey: String
+    /// content-service's HTTP API and a backend key with `write`: when given, one step of the food
+    /// order goes through it (as a backend without a Kafka client would), the rest through Kafka.
+    public var content: String
+    public var backendKey: String?
 
     public init(
         bootstrap: String, registry: String = "http://127.0.0.1:8081", simulator: String = "http://127.0.0.1:8090",
-        ingest: String = "http://127.0.0.1:8084", images: String = "http://127.0.0.1:8099", jwtKey: String
+        ingest: String = "http://127.0.0.1:8084", images: String = "http://127.0.0.1:8099", jwtKey: String,
+        content: String = "http://127.0.0.1:8083", backendKey: String? = nil
     ) {
         self.bootstrap = bootstrap
         self.registry = registry
@@ -31,6 +36,8 @@ public struct DemoEndpoints: Sendable {
         self.ingest = ingest
         self.images = images
         self.jwtKey = jwtKey
+        self.content = content
+        self.backendKey = backendKey
     }
 }
 
@@ -123,8 +130,14 @@ public struct World: Sendable {
             let event = ActivityEvent(
                 eventId: "food-\(run)-\(index)", activityId: order, kind: kind, attributesType: "DeliveryAttributes", fields: fields,
                 urgency: urgency, occurredAt: Date(), sequence: Int64(index + 1), source: "orders-backend", bundleId: app.bundleId)
-            step("backend", "\(what): \(kind.rawValue) \(status) (\(urgency.rawValue)) on islet.activity-events.v1")
-            try await producer.send(event, to: IsletTopics.activityEvents.name)
+            if index == 3, let backendKey = play.backendKey {
+                // One step as a backend without a Kafka client sends it: one HTTPS call.
+                step("backend", "\(what): \(kind.rawValue) \(status) (\(urgency.rawValue)) by POST /v1/activities/\(order)/events")
+                service("content-service", try await postEvent(event, key: backendKey))
+            } else {
+                step("backend", "\(what): \(kind.rawValue) \(status) (\(urgency.rawValue)) on islet.activity-events.v1")
+                try await producer.send(event, to: IsletTopics.activityEvents.name)
+            }
             last = try await received(token: token, through: RequestIds.content(bundleId: app.bundleId, activityId: order, eventId: event.eventId))
         }
 
@@ -307,6 +320,22 @@ public struct World: Sendable {
 
     func post(_ url: String, _ body: [String: JSONValue]) async throws -> String {
         try await postRaw(url, JSONValue.object(body).jsonBytes)
+    }
+
+    /// `event` through content-service's HTTP API (docs/http-api.md), with an `Idempotency-Key`.
+    func postEvent(_ event: ActivityEvent, key: String) async throws -> String {
+        var body: [String: JSONValue] = [
+            "kind": .string(event.kind.rawValue), "bundleId": event.bundleId.map(JSONValue.string) ?? .null, "attributesType": .string(event.attributesType),
+            "urgency": .string(event.urgency.rawValue), "sequence": .integer(event.sequence), "fields": .object(event.fields), "eventId": .string(event.eventId),
+        ]
+        if let source = event.source { body["source"] = .string(source) }
+        var request = HTTPClientRequest(url: "\(play.content)/v1/activities/\(event.activityId)/events")
+        request.method = .POST
+        request.headers.add(name: "Authorization", value: "Bearer \(key)")
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "Idempotency-Key", value: event.eventId)
+        request.body = .bytes(JSONValue.object(body).jsonBytes)
+        return try await answer(request)
     }
 
     func postRaw(_ url: String, _ body: [UInt8]) async throws -> String {
