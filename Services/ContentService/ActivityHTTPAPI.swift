@@ -48,24 +48,6 @@ public struct ActivityHTTPAPI: Sendable {
         }
     }
 
-    /// The body of `POST /v1/activities/{activityId}/events`: an ``ActivityEvent``'s fields, the
-    /// activity id in the path, the app required.
-    struct EventBody: Decodable {
-        var kind: ActivityEventKind
-        var bundleId: String
-        var attributesType: String
-        var fields: [String: JSONValue]?
-        var urgency: Urgency?
-        var occurredAt: Date?
-        var sequence: Int64
-        var startTarget: ActivityEvent.PushToStartTarget?
-        var attributes: [String: JSONValue]?
-        var source: String?
-        var eventId: String?
-        /// When given, the path's.
-        var activityId: String?
-    }
-
     /// The answer: the event as published, and the push requests it becomes.
     struct EventReply: Codable, Equatable {
         var activityId: String
@@ -131,7 +113,7 @@ public struct ActivityHTTPAPI: Sendable {
     private func publish(_ bytes: [UInt8], activityId: String, backend: String, derivedEventId: String?) async throws(HTTPAPIError) -> EventReply {
         func invalid(_ field: String, _ reason: String) -> HTTPAPIError { HTTPAPIError(.badRequest, .invalidField, field: field, reason: reason) }
         guard !activityId.isEmpty, activityId.utf8.count <= 128 else { throw invalid("activityId", "must be 1-128 bytes") }
-        let body = try HTTPJSON.decodeBody(EventBody.self, from: bytes)
+        let body = try HTTPJSON.decodeBody(ActivityEventBody.self, from: bytes)
         if let given = body.activityId, given != activityId { throw invalid("activityId", "must be the path's when given") }
         let eventId = body.eventId ?? derivedEventId ?? UUID().uuidString.lowercased()
         guard !eventId.isEmpty, eventId.utf8.count <= 128 else { throw invalid("eventId", "must be 1-128 bytes") }

@@ -132,12 +132,13 @@ struct PublishOverHTTPTests {
         #expect(throws: (any Error).self) { try PublishOverHTTPTests.command(withoutSequence + ["--idempotency-key", "k"]) }
         let command = try PublishOverHTTPTests.command(PublishOverHTTPTests.update)
         let event = try command.event()
-        let made = EventPost.Body(event, leavingOut: command.defaultedFields)
+        #expect(command.defaultedFields == [.eventId, .occurredAt])
+        let made = ActivityEventBody(event, bundleId: "com.example.food", keepingEventId: false, keepingTime: false)
         #expect(made.eventId == nil)
         #expect(made.occurredAt == nil)
         #expect(made.sequence == 7)
         let given = try PublishOverHTTPTests.command(PublishOverHTTPTests.update + ["--event-id", "e1", "--occurred-at", "2026-11-22T10:15:30Z"])
-        let kept = EventPost.Body(try given.event(), leavingOut: given.defaultedFields)
+        let kept = ActivityEventBody(try given.event(), bundleId: "com.example.food", keepingEventId: !given.defaultedFields.contains(.eventId), keepingTime: !given.defaultedFields.contains(.occurredAt))
         #expect(kept.eventId == "e1")
         #expect(kept.occurredAt != nil)
     }

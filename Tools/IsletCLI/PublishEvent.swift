@@ -218,13 +218,14 @@ struct PublishEvent: AsyncParsableCommand {
 
     /// Posts `event` to content-service's HTTP API; the answer in one line.
     static func post(_ event: ActivityEvent, to target: EventPost.Target, defaulted: EventPost.Defaulted = []) async throws -> EventPost.Answer {
-        guard event.bundleId != nil else { throw ValidationError("the HTTP API needs the activity's app: --bundle-id") }
+        guard let bundleId = event.bundleId else { throw ValidationError("the HTTP API needs the activity's app: --bundle-id") }
         var request = HTTPClientRequest(url: target.url(activityId: event.activityId))
         request.method = .POST
         request.headers.add(name: "Authorization", value: "Bearer \(target.key)")
         request.headers.add(name: "Content-Type", value: "application/json")
         if let key = target.idempotencyKey { request.headers.add(name: "Idempotency-Key", value: key) }
-        request.body = .bytes(ByteBuffer(bytes: try IsletJSON.encode(EventPost.Body(event, leavingOut: defaulted))))
+        let body = ActivityEventBody(event, bundleId: bundleId, keepingEventId: !defaulted.contains(.eventId), keepingTime: !defaulted.contains(.occurredAt))
+        request.body = .bytes(ByteBuffer(bytes: try IsletJSON.encode(body)))
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(15))
         let bytes = Array(buffer: try await response.body.collect(upTo: 1 << 20))
         return EventPost.Answer(
@@ -273,35 +274,6 @@ enum EventPost {
         let rawValue: Int
         static let eventId = Defaulted(rawValue: 1)
         static let occurredAt = Defaulted(rawValue: 2)
-    }
-
-    /// The request's body (docs/openapi.yaml): the event's fields, the activity id in the path.
-    struct Body: Encodable, Equatable {
-        var kind: ActivityEventKind
-        var bundleId: String?
-        var attributesType: String
-        var fields: [String: JSONValue]
-        var urgency: Urgency
-        var occurredAt: Date?
-        var sequence: Int64
-        var startTarget: ActivityEvent.PushToStartTarget?
-        var attributes: [String: JSONValue]?
-        var source: String?
-        var eventId: String?
-
-        init(_ event: ActivityEvent, leavingOut defaulted: Defaulted = []) {
-            kind = event.kind
-            bundleId = event.bundleId
-            attributesType = event.attributesType
-            fields = event.fields
-            urgency = event.urgency
-            occurredAt = defaulted.contains(.occurredAt) ? nil : event.occurredAt
-            sequence = event.sequence
-            startTarget = event.startTarget
-            attributes = event.attributes
-            source = event.source
-            eventId = defaulted.contains(.eventId) ? nil : event.eventId
-        }
     }
 
     /// content-service's answer.

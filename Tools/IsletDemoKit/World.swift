@@ -324,17 +324,13 @@ public struct World: Sendable {
 
     /// `event` through content-service's HTTP API (docs/http-api.md), with an `Idempotency-Key`.
     func postEvent(_ event: ActivityEvent, key: String) async throws -> String {
-        var body: [String: JSONValue] = [
-            "kind": .string(event.kind.rawValue), "bundleId": event.bundleId.map(JSONValue.string) ?? .null, "attributesType": .string(event.attributesType),
-            "urgency": .string(event.urgency.rawValue), "sequence": .integer(event.sequence), "fields": .object(event.fields), "eventId": .string(event.eventId),
-        ]
-        if let source = event.source { body["source"] = .string(source) }
+        guard let bundleId = event.bundleId else { throw DemoFailure("an event over HTTP names its app") }
         var request = HTTPClientRequest(url: "\(play.content)/v1/activities/\(event.activityId)/events")
         request.method = .POST
         request.headers.add(name: "Authorization", value: "Bearer \(key)")
         request.headers.add(name: "Content-Type", value: "application/json")
         request.headers.add(name: "Idempotency-Key", value: event.eventId)
-        request.body = .bytes(JSONValue.object(body).jsonBytes)
+        request.body = .bytes(try IsletJSON.encode(ActivityEventBody(event, bundleId: bundleId)))
         return try await answer(request)
     }
 
