@@ -265,8 +265,7 @@ enum EventPost {
         var idempotencyKey: String?
 
         func url(activityId: String) -> String {
-            let path = activityId.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? activityId
-            return baseURL.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/v1/activities/\(path)/events"
+            ServiceHTTP.activityURL(base: baseURL, activityId: activityId, then: "events")
         }
     }
 
@@ -286,15 +285,8 @@ enum EventPost {
             var requestIds: [String]
         }
 
-        private struct Failure: Decodable {
-            var error: String
-            var field: String?
-            var reason: String?
-        }
-
         init(status: Int, body: [UInt8], replayed: Bool, event: ActivityEvent) {
-            let decoder = JSONDecoder()
-            if status == 202, let reply = try? decoder.decode(Reply.self, from: Data(body)) {
+            if status == 202, let reply = try? JSONDecoder().decode(Reply.self, from: Data(body)) {
                 accepted = true
                 let requests = reply.requestIds.isEmpty ? "no push request" : "push requests \(reply.requestIds.joined(separator: ", "))"
                 text = "\(replayed ? "already accepted (the first answer)" : "accepted") \(event.kind) \(event.activityId) sequence \(event.sequence) "
@@ -302,14 +294,7 @@ enum EventPost {
                 return
             }
             accepted = false
-            if let failure = try? decoder.decode(Failure.self, from: Data(body)) {
-                var line = "\(status) \(failure.error)"
-                if let field = failure.field { line += " field \(field)" }
-                if let reason = failure.reason { line += ": \(reason)" }
-                text = line
-            } else {
-                text = "\(status): \(String(decoding: body.prefix(500), as: UTF8.self))"
-            }
+            text = ServiceHTTP.refusal(status: status, body: body)
         }
     }
 }

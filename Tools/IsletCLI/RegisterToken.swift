@@ -98,8 +98,7 @@ struct RegisterToken: AsyncParsableCommand {
         guard let components = URLComponents(string: base), components.scheme == "http" || components.scheme == "https", components.host != nil else {
             throw ValidationError("--registry must be an http(s) URL, got \(base)")
         }
-        let path = activityId.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? activityId
-        return base.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/v1/activities/\(path)/token"
+        return ServiceHTTP.activityURL(base: base, activityId: activityId, then: "token")
     }
 
     mutating func run() async throws {
@@ -160,24 +159,38 @@ enum RegistryAnswer {
         var token: Token
     }
 
+    static func describe(status: Int, body: [UInt8], activityId: String) -> String {
+        let decoder = JSONDecoder()
+        if (200..<300).contains(status), let answer = try? decoder.decode(Success.self, from: Data(body)) {
+            return "\(status) \(answer.change) \(activityId): state \(answer.token.state), token \(answer.token.tokenFingerprint)"
+        }
+        return ServiceHTTP.refusal(status: status, body: body)
+    }
+}
+
+/// What the CLI shares for the services' HTTP APIs (token-registry's and content-service's).
+enum ServiceHTTP {
     private struct Failure: Decodable {
         var error: String
         var field: String?
         var reason: String?
     }
 
-    static func describe(status: Int, body: [UInt8], activityId: String) -> String {
-        let decoder = JSONDecoder()
-        if (200..<300).contains(status), let answer = try? decoder.decode(Success.self, from: Data(body)) {
-            return "\(status) \(answer.change) \(activityId): state \(answer.token.state), token \(answer.token.tokenFingerprint)"
+    /// An ``HTTPAPIError`` body as `status error field F: reason`; another body as it is (500 bytes).
+    static func refusal(status: Int, body: [UInt8]) -> String {
+        guard let failure = try? JSONDecoder().decode(Failure.self, from: Data(body)) else {
+            return "\(status): \(String(decoding: body.prefix(500), as: UTF8.self))"
         }
-        if let failure = try? decoder.decode(Failure.self, from: Data(body)) {
-            var text = "\(status) \(failure.error)"
-            if let field = failure.field { text += " field \(field)" }
-            if let reason = failure.reason { text += ": \(reason)" }
-            return text
-        }
-        return "\(status): \(String(decoding: body.prefix(500), as: UTF8.self))"
+        var text = "\(status) \(failure.error)"
+        if let field = failure.field { text += " field \(field)" }
+        if let reason = failure.reason { text += ": \(reason)" }
+        return text
+    }
+
+    /// `base/v1/activities/{activityId}/then`, the id escaped as one path segment.
+    static func activityURL(base: String, activityId: String, then suffix: String) -> String {
+        let path = activityId.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? activityId
+        return base.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/v1/activities/\(path)/\(suffix)"
     }
 }
 
