@@ -128,6 +128,9 @@ public final class KafkaConsumer: Service, Sendable {
             await DedicatedThread.run(name: "islet-kafka-consumer") { () -> KafkaError? in
                 /// Where a replica goes on after its handle was replaced: the next offset of each partition.
                 var positions = replicaStartPositions
+                /// The handle's properties: a starved consumer's next handle fetches with a longer wait.
+                var properties = properties
+                core.useFetchWait(milliseconds: Self.fetchWaitMilliseconds(properties), newHandle: false)
                 // Subscribing makes librdkafka join the group, which needs this loop to answer
                 // rebalances: a member that joined without polling would hold partitions hostage.
                 func join(_ client: RDKafkaClient) throws(KafkaError) {
@@ -163,6 +166,17 @@ public final class KafkaConsumer: Service, Sendable {
                     }
                     core.storeMarkedOffsets(into: client)
                     core.watchLag(client)
+                    if let wait = core.fetchWaitAfterStarving() {
+                        guard let replacement = Self.lengthenFetchWait(
+                            of: client, to: wait, properties: &properties, core: core, health: health, logger: logger, current: current,
+                            make: { (properties) throws(KafkaError) -> RDKafkaClient in
+                                let client = try Self.makeClient(properties: properties, core: core, logger: logger)
+                                try join(client)
+                                return client
+                            }) else { break }
+                        client = replacement
+                        continue
+                    }
                     // A full buffer pauses fetching rather than this loop: rebalances and the
                     // group's poll interval keep being served while the caller catches up.
                     core.applyBackpressure(client)
@@ -256,11 +270,51 @@ public final class KafkaConsumer: Service, Sendable {
         return nil
     }
 
+    /// Replaces a starved consumer's handle (``ConsumerCore/fetchWaitAfterStarving(now:)``) by
+    /// one fetching with `wait`: the old one commits what was marked and leaves (a group member's
+    /// partitions are revoked as in any rebalance, and the group assigns them again; a replica goes
+    /// on where it stopped). If the new handle cannot be made, the recovery after a fatal error
+    /// takes over (with the longer wait).
+    private static func lengthenFetchWait(
+        of old: RDKafkaClient, to wait: Duration, properties: inout [String: String], core: ConsumerCore, health: KafkaHealthPolicy,
+        logger: Logger, current: CurrentClient, make: ([String: String]) throws(KafkaError) -> RDKafkaClient
+    ) -> RDKafkaClient? {
+        let milliseconds = Int(wait.librdkafkaMilliseconds)
+        logger.warning(
+            "the broker answers the consumer's fetches with nothing while it is behind: fetching with a longer wait from now on",
+            metadata: ["kafka.fetch.wait.ms": "\(milliseconds)", "kafka.fetch.wait.ms.before": "\(fetchWaitMilliseconds(properties))"])
+        properties["fetch.wait.max.ms"] = "\(milliseconds)"
+        core.storeMarkedOffsets(into: old)
+        if let error = old.closeConsumer() {
+            logger.warning("consumer close reported an error", metadata: ["kafka.error": "\(error)"])
+        }
+        core.useFetchWait(milliseconds: milliseconds, newHandle: true)
+        do {
+            let client = try make(properties)
+            current.client = client
+            return client
+        } catch {
+            let properties = properties
+            return replace(old, after: error, core: core, health: health, logger: logger, current: current, make: { () throws(KafkaError) in
+                try make(properties)
+            })
+        }
+    }
+
+    /// The `fetch.wait.max.ms` a handle made with `properties` fetches with (librdkafka's default: 500).
+    static func fetchWaitMilliseconds(_ properties: [String: String]) -> Int {
+        properties["fetch.wait.max.ms"].flatMap { Int($0) } ?? 500
+    }
+
     /// What the consumer can do now (for `/health`): ready while the cluster answers it and — in a
     /// group — the group gave it its partitions (possibly none); not ready while its handle is
     /// being replaced after a fatal error; `failed` after ``KafkaHealthPolicy/maximumRecoveries``
     /// replacements in a row without a record or an assignment between them (a restart is due).
     public var health: KafkaClientHealth { core.health() }
+
+    /// The `fetch.wait.max.ms` the consumer fetches with now: the configured one, or a longer one
+    /// after its broker starved it (``KafkaHealthPolicy/longestFetchWait``).
+    public var fetchWait: Duration { .milliseconds(core.fetchWait) }
 
     /// How many times the handle was replaced after a fatal error.
     public var recoveries: Int { core.recoveries }
@@ -506,6 +560,12 @@ final class ConsumerCore: Sendable {
     private let lagLookedAt = Atomic<UInt64>(0)
     private let lagLookInterval: UInt64
     private let lagGauge: Gauge
+    /// A group member's committed offsets at assignment, of the partitions it holds (-1: none).
+    private let committedAtAssignment = Mutex<[KafkaTopicPartition: Int64]>([:])
+    /// Records handed to the caller's buffer since the consumer started (the lag watch's progress).
+    private let consumed = Atomic<UInt64>(0)
+    /// The `fetch.wait.max.ms` of the current handle (poll thread writes, health reads).
+    private let fetchWaitMilliseconds = Atomic<Int>(0)
 
     /// `clientID` and `topics` name the lag gauge's series (a service's consumers share its client id).
     init(
@@ -544,7 +604,8 @@ final class ConsumerCore: Sendable {
         }
         let snapshot = KafkaHealthSnapshot(
             phase: phase, consecutiveRecoveries: consecutive, lastRecoveryReason: lastReason, lastContact: cluster.last,
-            awaitingAssignment: awaitingAssignment.load(ordering: .acquiring), fallingBehind: inGroup ? nil : lag.withLock(\.behind))
+            awaitingAssignment: awaitingAssignment.load(ordering: .acquiring), fallingBehind: inGroup ? nil : lag.withLock(\.behind),
+            starved: inGroup ? lag.withLock(\.starved) : nil, fetchWaitMilliseconds: fetchWaitMilliseconds.load(ordering: .relaxed))
         return snapshot.health(now: now, policy: policy)
     }
 
@@ -556,15 +617,17 @@ final class ConsumerCore: Sendable {
         guard last == 0 || now &- last >= lagLookInterval else { return }
         lagLookedAt.store(now, ordering: .relaxed)
         let owned = Array(marks.withLock { $0.epochOf.keys })
-        // Nothing known (no partition held, or none fetched yet since a new handle): nothing behind.
-        let records = client.lag(owned) ?? 0
-        lagGauge.record(Double(records))
+        // The broker is asked what its fetch answers did not say only while it answers at all.
+        let ask = clusterAnswers(at: now)
+        let known = client.lag(owned, startingAt: startingOffsets(of: owned, client, asking: ask), askingTheBroker: ask)
+        let fetching = paused.withLock { $0.isEmpty }
         let limit = MonotonicTime.nanoseconds(policy.fallingBehindAfter)
-        let (wasStuck, stuck) = lag.withLock { watch -> (Bool, LagWatch.Behind?) in
+        let (wasStuck, stuck, records) = lag.withLock { watch -> (Bool, LagWatch.Behind?, Int64) in
             let wasStuck = watch.behind?.lasted(beyond: limit, at: now) ?? false
-            watch.note(records: records, at: now)
-            return (wasStuck, watch.behind.flatMap { $0.lasted(beyond: limit, at: now) ? $0 : nil })
+            watch.note(known: known, owned: owned, consumed: consumed.load(ordering: .relaxed), fetching: fetching, at: now)
+            return (wasStuck, watch.behind.flatMap { $0.lasted(beyond: limit, at: now) ? $0 : nil }, watch.records)
         }
+        lagGauge.record(Double(records))
         if !wasStuck, let stuck {
             logger.warning(
                 "the consumer is behind the end of its partitions and has not gained on it",
@@ -575,6 +638,49 @@ final class ConsumerCore: Sendable {
         } else if wasStuck, stuck == nil {
             logger.notice("the consumer gains on the end of its partitions again", metadata: ["kafka.lag.records": "\(records)"])
         }
+    }
+
+    /// The cluster answered within ``KafkaHealthPolicy/unreachableAfter``.
+    private func clusterAnswers(at now: UInt64) -> Bool {
+        let last = cluster.last
+        return last > 0 && (now <= last || now - last <= MonotonicTime.nanoseconds(policy.unreachableAfter))
+    }
+
+    /// Where a group member started reading partitions it has handed nothing of yet: their
+    /// committed offsets, asked for once per assignment (a short request; the answer is kept until
+    /// the partition is revoked). Without it a member the broker starves from its first fetch on
+    /// would look behind by nothing. A replica's partitions without a position count nothing.
+    private func startingOffsets(of owned: [KafkaTopicPartition], _ client: RDKafkaClient, asking: Bool) -> [KafkaTopicPartition: Int64] {
+        guard inGroup else { return [:] }
+        var starts = committedAtAssignment.withLock { $0 }
+        let unasked = owned.filter { starts[$0] == nil }
+        if asking, !unasked.isEmpty, let answer = try? client.committedOffsets(unasked, timeoutMilliseconds: 1_000) {
+            for (partition, offset) in answer { starts[partition] = offset ?? -1 }
+            committedAtAssignment.withLock { $0.merge(starts) { _, new in new } }
+        }
+        return starts.filter { $0.value >= 0 }
+    }
+
+    /// The fetch wait to replace the handle with, when the broker has answered this consumer's
+    /// fetches with nothing for ``KafkaHealthPolicy/fallingBehindAfter`` while it was behind and
+    /// fetching, and the cluster still answers (a broker that is down is not helped by a longer
+    /// wait); `nil` otherwise, or when the wait is already ``KafkaHealthPolicy/longestFetchWait``.
+    func fetchWaitAfterStarving(now: UInt64 = MonotonicTime.now()) -> Duration? {
+        guard let starved = lag.withLock(\.starved), starved.lasted(beyond: MonotonicTime.nanoseconds(policy.fallingBehindAfter), at: now),
+            clusterAnswers(at: now)
+        else { return nil }
+        return policy.longerFetchWait(after: .milliseconds(fetchWaitMilliseconds.load(ordering: .relaxed)))
+    }
+
+    var fetchWait: Int { fetchWaitMilliseconds.load(ordering: .relaxed) }
+
+    /// A handle fetching with `milliseconds` of `fetch.wait.max.ms` replaces the last one: its
+    /// starvation is measured afresh, and a group member waits for the group again.
+    func useFetchWait(milliseconds: Int, newHandle: Bool) {
+        fetchWaitMilliseconds.store(milliseconds, ordering: .relaxed)
+        guard newHandle else { return }
+        lag.withLock { $0.restartStarvation() }
+        if inGroup { awaitingAssignment.store(true, ordering: .releasing) }
     }
 
     // MARK: Recovery (poll thread)
@@ -797,6 +903,7 @@ final class ConsumerCore: Sendable {
             return toStore
         }
         paused.withLock { $0.subtract(partitions) }
+        committedAtAssignment.withLock { committed in for tp in partitions { committed[tp] = nil } }
         // Lost: the group dropped this member; it is not ready until it rejoined and got partitions.
         if lost { awaitingAssignment.store(true, ordering: .releasing) }
         dropBuffered(revoked)
@@ -871,6 +978,7 @@ final class ConsumerCore: Sendable {
         contact()
         recovered()
         consumedMetric.increment(by: Int64(stamped.count))
+        consumed.add(UInt64(stamped.count), ordering: .relaxed)
         let waiter = buffer.withLock { buffer in
             if buffer.items.isEmpty {
                 buffer.items = stamped
@@ -944,6 +1052,8 @@ final class ConsumerCore: Sendable {
     /// No more events after what is buffered. Poll thread only, after close.
     func finishEvents() {
         lifecycle.withLock { $0 = .finished }
+        // A consumer that stopped reads nothing more: its series does not keep its last lag.
+        lagGauge.record(0)
         let waiter = buffer.withLock { buffer in
             buffer.finished = true
             return takeForWaiter(&buffer)

@@ -54,7 +54,9 @@ public struct KafkaHealthPolicy: Sendable, Equatable {
     /// A replica more than ``lagTolerance`` records behind the end of its partitions that has not
     /// gained on it for this long is not ready: the table it keeps is falling behind the topic
     /// (a group member falling behind is logged and measured, `islet_kafka_consumer_lag_records`,
-    /// but stays ready: its group can move its partitions, a replica's table cannot). Default 30 s.
+    /// but stays ready: its group can move its partitions, a replica's table cannot). A group member
+    /// that reads nothing at all for this long though it fetches is starved (``longestFetchWait``).
+    /// Default 30 s.
     public var fallingBehindAfter: Duration = .seconds(30)
     /// How far behind the end a consumer may be and still count as keeping up (what one fetch
     /// brings while records keep arriving). Default 1,000 records.
@@ -62,6 +64,17 @@ public struct KafkaHealthPolicy: Sendable, Equatable {
     /// How often a consumer looks at its lag (librdkafka's cached positions and watermarks: no
     /// request). Default 5 s.
     public var lagLookInterval: Duration = .seconds(5)
+    /// A consumer behind that reads nothing for ``fallingBehindAfter`` though it fetches is answered
+    /// with nothing by its broker: its handle is replaced by one whose `fetch.wait.max.ms` is four
+    /// times longer, up to this. (The local broker answers a fetch with what it read within the
+    /// wait: holding gigabytes, it reads nothing in the hot path's 10 ms.) Default 500 ms, Kafka's.
+    public var longestFetchWait: Duration = .milliseconds(500)
+
+    /// The fetch wait to try after `current` left a consumer starved (`nil`: already the longest).
+    public func longerFetchWait(after current: Duration) -> Duration? {
+        guard current < longestFetchWait else { return nil }
+        return min(max(current * 4, .milliseconds(1)), longestFetchWait)
+    }
 
     public init(
         probeInterval: Duration = .seconds(1), probeTimeout: Duration = .seconds(2), unreachableAfter: Duration = .seconds(5),
@@ -157,6 +170,12 @@ struct KafkaHealthSnapshot: Sendable, Equatable {
     /// Replicas: how far behind the end of their partitions they are and have not gained on it
     /// since (``LagWatch``).
     var fallingBehind: LagWatch.Behind?
+    /// Group members: how far behind the end they are, having read nothing while fetching since
+    /// (``LagWatch/starved``). One is recreated with a longer fetch wait
+    /// (``KafkaHealthPolicy/longestFetchWait``); starved at the longest, it is not ready.
+    var starved: LagWatch.Behind?
+    /// The `fetch.wait.max.ms` its handle fetches with.
+    var fetchWaitMilliseconds: Int = 0
 
     func health(now: UInt64, policy: KafkaHealthPolicy) -> KafkaClientHealth {
         if consecutiveRecoveries >= policy.maximumRecoveries {
@@ -183,20 +202,34 @@ struct KafkaHealthSnapshot: Sendable, Equatable {
             return .notReady(
                 "\(behind.records) records behind the end of its partitions, not gained on for \(MonotonicTime.seconds(from: behind.since, to: now))")
         }
+        if let starved, starved.lasted(beyond: MonotonicTime.nanoseconds(policy.fallingBehindAfter), at: now) {
+            return .notReady(
+                "\(starved.records) records behind the end of its partitions, nothing read for \(MonotonicTime.seconds(from: starved.since, to: now))"
+                    + " though fetching (\(fetchWaitMilliseconds) ms fetch wait)")
+        }
         return .ready
     }
 }
 
 /// Whether a consumer gains on the end of its partitions, from its lag (records between its
-/// position and the high watermarks) looked at now and then. A consumer within the tolerance
-/// keeps up; one further behind is gaining while each look finds it less behind than the look it
-/// is measured from, and otherwise it is not gaining since that look. Kept apart from the consumer
-/// so the rule can be tested without a broker.
+/// position and the high watermark of each partition) looked at now and then. Kept apart from the
+/// consumer so the rules can be tested without a broker.
+///
+/// - A consumer within the tolerance keeps up.
+/// - One further behind **gains** while each look finds it less behind than the look it is
+///   measured from *and* it read records since; otherwise it has not gained since that look. A
+///   lower lag with nothing read (a watermark the broker reported lower) is not progress.
+/// - One behind that read nothing at all since a look, though it was fetching (not paused because
+///   its caller is busy), is **starved** since that look: the broker answers its fetches with nothing.
+/// - Each partition counts with its latest known lag: a look that does not know a partition's
+///   position or end (a new handle, a fetch not answered yet) keeps the last one it knew, so that
+///   knowing fewer partitions never looks like progress. A partition not read since it was
+///   assigned has no position and counts nothing until it has.
 struct LagWatch: Sendable {
     struct Behind: Sendable, Equatable {
         /// Records behind at the last look.
         var records: Int64
-        /// Since when it has not gained (``MonotonicTime``).
+        /// Since when it has not gained, or not read (``MonotonicTime``).
         var since: UInt64
 
         /// Not gained on the end for longer than `limit` nanoseconds, at `now`.
@@ -206,8 +239,12 @@ struct LagWatch: Sendable {
     }
 
     let tolerance: Int64
+    /// Each owned partition's lag at the last look that knew it.
+    private var byPartition: [KafkaTopicPartition: Int64] = [:]
     /// The look progress is measured from: the last one that found the consumer less behind.
-    private var reference: (at: UInt64, records: Int64)?
+    private var reference: (at: UInt64, records: Int64, consumed: UInt64)?
+    /// The first look since which nothing was read while fetching.
+    private var starvation: (at: UInt64, consumed: UInt64)?
     /// The last look's lag.
     private(set) var records: Int64 = 0
 
@@ -215,20 +252,52 @@ struct LagWatch: Sendable {
         self.tolerance = tolerance
     }
 
-    /// Takes a look: `records` behind at `now`.
-    mutating func note(records: Int64, at now: UInt64) {
+    /// Takes a look at `now`: the lag of the partitions whose position and end are `known`, the
+    /// partitions `owned`, how many records the consumer has `consumed` since it started, and
+    /// whether it is `fetching` (none of its partitions paused).
+    mutating func note(known: [KafkaTopicPartition: Int64], owned: [KafkaTopicPartition], consumed: UInt64, fetching: Bool, at now: UInt64) {
+        var latest: [KafkaTopicPartition: Int64] = [:]
+        for partition in owned {
+            if let lag = known[partition] ?? byPartition[partition] { latest[partition] = lag }
+        }
+        byPartition = latest
+        note(records: latest.values.reduce(0, +), consumed: consumed, fetching: fetching, at: now)
+    }
+
+    /// Takes a look at `now`: `records` behind in all.
+    mutating func note(records: Int64, consumed: UInt64, fetching: Bool, at now: UInt64) {
         self.records = records
         guard records > tolerance else {
             reference = nil
+            starvation = nil
             return
         }
-        if let reference, records >= reference.records { return }
-        reference = (now, records)
+        if let reference, records >= reference.records || consumed == reference.consumed {
+            // Not gaining since the reference (or gaining on paper only: nothing read).
+        } else {
+            reference = (now, records, consumed)
+        }
+        if fetching, let starvation, starvation.consumed == consumed {
+            // Still nothing read since.
+        } else {
+            starvation = fetching ? (now, consumed) : nil
+        }
+    }
+
+    /// The consumer's handle was replaced: its starvation is measured afresh (the new handle gets
+    /// its own chance); how far behind each partition was is kept.
+    mutating func restartStarvation() {
+        starvation = nil
     }
 
     /// How far behind it is and since when it has not gained (`nil`: keeping up, or gaining).
     /// A consumer that just fell behind counts as not gaining since the look that found it so.
     var behind: Behind? {
         reference.map { Behind(records: records, since: $0.at) }
+    }
+
+    /// How far behind it is and since when it read nothing while fetching (`nil`: it read, or keeps up).
+    var starved: Behind? {
+        starvation.map { Behind(records: records, since: $0.at) }
     }
 }

@@ -46,22 +46,95 @@ struct HealthRuleTests {
     @Test("a consumer within the tolerance keeps up; one further behind gains while each look finds it less behind, and is stuck since the last look that did")
     func lagWatch() {
         var watch = LagWatch(tolerance: 100)
-        watch.note(records: 80, at: 1 * second)
+        var read: UInt64 = 0
+        func look(_ records: Int64, at seconds: UInt64) {
+            read += 10  // reads at every look here
+            watch.note(records: records, consumed: read, fetching: true, at: seconds * second)
+        }
+        look(80, at: 1)
         #expect(watch.behind == nil)
         // Falls behind: not gaining since this look, until a later one finds it less behind.
-        watch.note(records: 5_000, at: 2 * second)
+        look(5_000, at: 2)
         #expect(watch.behind == LagWatch.Behind(records: 5_000, since: 2 * second))
-        watch.note(records: 4_000, at: 3 * second)
+        look(4_000, at: 3)
         #expect(watch.behind == LagWatch.Behind(records: 4_000, since: 3 * second))
         // Stays at or above the best look: stuck since then, with the latest count.
-        watch.note(records: 4_000, at: 4 * second)
-        watch.note(records: 6_000, at: 5 * second)
+        look(4_000, at: 4)
+        look(6_000, at: 5)
         #expect(watch.behind == LagWatch.Behind(records: 6_000, since: 3 * second))
+        #expect(watch.starved?.since == 5 * second, "it read until this look: starved, if at all, only from here on")
         // Back within the tolerance: keeping up, and a later fall starts afresh.
-        watch.note(records: 100, at: 6 * second)
+        look(100, at: 6)
         #expect(watch.behind == nil)
-        watch.note(records: 200, at: 7 * second)
+        look(200, at: 7)
         #expect(watch.behind == LagWatch.Behind(records: 200, since: 7 * second))
+    }
+
+    @Test("a lower lag with nothing read is not progress (a watermark reported lower); knowing fewer partitions is not either")
+    func lagWatchNeedsReads() {
+        var watch = LagWatch(tolerance: 100)
+        let a = KafkaTopicPartition(topic: "t", partition: 0)
+        let b = KafkaTopicPartition(topic: "t", partition: 1)
+        watch.note(known: [a: 900_000, b: 40_000], owned: [a, b], consumed: 57_625, fetching: true, at: 10 * second)
+        #expect(watch.records == 940_000)
+        // The broker reports a lower end for one partition; nothing was read: still stuck since 10 s.
+        watch.note(known: [a: 800_000, b: 40_000], owned: [a, b], consumed: 57_625, fetching: true, at: 15 * second)
+        #expect(watch.behind == LagWatch.Behind(records: 840_000, since: 10 * second))
+        // A look that knows only one partition keeps the other's last lag.
+        watch.note(known: [b: 41_000], owned: [a, b], consumed: 57_625, fetching: true, at: 20 * second)
+        #expect(watch.records == 841_000)
+        #expect(watch.behind?.since == 10 * second)
+        // A partition revoked stops counting.
+        watch.note(known: [:], owned: [b], consumed: 57_625, fetching: true, at: 25 * second)
+        #expect(watch.records == 41_000)
+    }
+
+    @Test("behind and reading nothing while fetching is starved since the first such look; reading, or a pause for a busy caller, ends it")
+    func starvation() {
+        var watch = LagWatch(tolerance: 100)
+        watch.note(records: 5_000, consumed: 7, fetching: true, at: 1 * second)
+        watch.note(records: 5_500, consumed: 7, fetching: true, at: 2 * second)
+        #expect(watch.starved == LagWatch.Behind(records: 5_500, since: 1 * second))
+        // A record read: starved afresh from this look on only if nothing comes again.
+        watch.note(records: 5_600, consumed: 8, fetching: true, at: 3 * second)
+        #expect(watch.starved == LagWatch.Behind(records: 5_600, since: 3 * second))
+        // Paused because the caller is busy: reading nothing is expected, not starvation.
+        watch.note(records: 5_600, consumed: 8, fetching: false, at: 4 * second)
+        #expect(watch.starved == nil)
+        watch.note(records: 5_600, consumed: 8, fetching: true, at: 5 * second)
+        #expect(watch.starved?.since == 5 * second)
+        // A new handle gets its own chance.
+        watch.restartStarvation()
+        #expect(watch.starved == nil)
+        // Within the tolerance there is nothing to starve for.
+        watch.note(records: 50, consumed: 8, fetching: true, at: 6 * second)
+        #expect(watch.starved == nil && watch.behind == nil)
+    }
+
+    @Test("a starved consumer's next fetch wait: four times longer, up to the longest; none past it")
+    func longerFetchWait() {
+        let policy = KafkaHealthPolicy()
+        var waits: [Duration] = []
+        var wait = Duration.zero
+        while let next = policy.longerFetchWait(after: wait) {
+            waits.append(next)
+            wait = next
+        }
+        #expect(waits == [.milliseconds(1), .milliseconds(4), .milliseconds(16), .milliseconds(64), .milliseconds(256), .milliseconds(500)])
+        #expect(policy.longerFetchWait(after: .milliseconds(10)) == .milliseconds(40))
+    }
+
+    @Test("a group member starved for longer than fallingBehindAfter is not ready, saying so and with its fetch wait")
+    func starvedGroupMember() {
+        var policy = self.policy
+        policy.fallingBehindAfter = .seconds(30)
+        var facts = snapshot()
+        facts.fetchWaitMilliseconds = 500
+        facts.starved = LagWatch.Behind(records: 942_375, since: 70 * second)
+        #expect(facts.health(now: 99 * second, policy: policy) == .ready)
+        let starved = facts.health(now: 102 * second, policy: policy)
+        #expect(starved.status == .notReady)
+        #expect(starved.reason == "942375 records behind the end of its partitions, nothing read for 32.0 s though fetching (500 ms fetch wait)")
     }
 
     @Test("a replica behind and not gaining for longer than fallingBehindAfter is not ready, saying how far behind; a group member stays ready")

@@ -310,27 +310,35 @@ extension RDKafkaClient {
     }
 
     /// How many records lie between the consumer's position in these partitions (the next offset
-    /// it hands over) and their high watermarks as the last fetch responses reported them
-    /// (librdkafka's cache: no request is made). Partitions with either not known yet count
-    /// nothing; `nil` when none is known.
-    func lag(_ partitions: [KafkaTopicPartition]) -> Int64? {
-        guard !partitions.isEmpty else { return nil }
+    /// it hands over; for a partition it has handed nothing of since it was assigned, the offset in
+    /// `startingAt`, if any) and their high watermarks as the last fetch responses reported them
+    /// (librdkafka's cache), per partition; those with either not known are left out. With
+    /// `askingTheBroker`, a high watermark not in the cache (no fetch answered with records yet) is
+    /// asked for: a request, blocking up to a second.
+    func lag(
+        _ partitions: [KafkaTopicPartition], startingAt: [KafkaTopicPartition: Int64] = [:], askingTheBroker: Bool = false
+    ) -> [KafkaTopicPartition: Int64] {
+        guard !partitions.isEmpty else { return [:] }
         let list = rd_kafka_topic_partition_list_new(Int32(partitions.count))!
         defer { rd_kafka_topic_partition_list_destroy(list) }
         for tp in partitions { rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition) }
-        guard rd_kafka_position(handle, list) == RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
-        var total: Int64?
+        guard rd_kafka_position(handle, list) == RD_KAFKA_RESP_ERR_NO_ERROR else { return [:] }
+        var lags: [KafkaTopicPartition: Int64] = [:]
         for i in 0..<Int(list.pointee.cnt) {
             let element = list.pointee.elems[i]
-            guard element.offset >= 0 else { continue }
+            let partition = KafkaTopicPartition(topic: String(cString: element.topic), partition: element.partition)
+            guard let position = element.offset >= 0 ? element.offset : startingAt[partition] else { continue }
             var low: Int64 = -1
             var high: Int64 = -1
-            guard rd_kafka_get_watermark_offsets(handle, element.topic, element.partition, &low, &high) == RD_KAFKA_RESP_ERR_NO_ERROR,
-                high >= 0
+            let cached = rd_kafka_get_watermark_offsets(handle, element.topic, element.partition, &low, &high) == RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0
+            guard cached
+                || (askingTheBroker
+                    && rd_kafka_query_watermark_offsets(handle, element.topic, element.partition, &low, &high, 1_000) == RD_KAFKA_RESP_ERR_NO_ERROR
+                    && high >= 0)
             else { continue }
-            total = (total ?? 0) + max(0, high - element.offset)
+            lags[partition] = max(0, high - position)
         }
-        return total
+        return lags
     }
 
     func storeOffsets(_ offsets: [KafkaTopicPartition: Int64]) -> KafkaError? {
