@@ -68,9 +68,16 @@ public struct ActivityTemplate: Sendable {
     }
 
     public struct Alert: Sendable {
-        public var title: MustacheTemplate
-        public var body: MustacheTemplate
+        public var title: AlertText
+        public var body: AlertText
         public var sound: String?
+    }
+
+    /// An alert's title or body: a text rendered here, or a key of the app's `Localizable.strings`
+    /// with arguments rendered here, which the phone localizes (APNs `loc-key`, `loc-args`).
+    public enum AlertText: Sendable {
+        case text(MustacheTemplate)
+        case localized(key: String, args: [MustacheTemplate])
     }
 
     public struct State: Sendable {
@@ -98,6 +105,19 @@ public struct ActivityTemplate: Sendable {
     public var states: [String: State]
     /// The state an unknown or missing state value falls back to.
     public var defaultState: String
+    /// The same template in other languages (by canonical BCP 47 tag): its texts as the file's
+    /// `translations` give them, the default ones where they give none.
+    public var languages: [String: ActivityTemplate] = [:]
+
+    /// The template in `locale`'s language: the first of its fallbacks (``LanguageTag/fallbacks``)
+    /// the template has, else the default texts.
+    public func localized(_ locale: String?) -> ActivityTemplate {
+        guard !languages.isEmpty, let tag = locale.flatMap(LanguageTag.init) else { return self }
+        for candidate in tag.fallbacks {
+            if let template = languages[candidate] { return template }
+        }
+        return self
+    }
 }
 
 /// An app's `CFBundleShortVersionString`, compared number by number (5.10 > 5.9).

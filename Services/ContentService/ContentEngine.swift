@@ -243,7 +243,8 @@ public final class ContentEngine: Sendable {
                 problem: "no token is registered for it in \(bundleId), and template \(template.attributesType) names \(template.app.map { "another app (\($0.bundleId))" } ?? "no app")")
         }
         let version = record.flatMap { AppVersion($0.appVersion) } ?? Self.newest
-        let result = try assembler.assemble(event, app: app, appVersion: version, memory: &memory, now: clock.date, images: images)
+        let result = try assembler.assemble(
+            event, app: app, appVersion: version, locale: record?.locale, memory: &memory, now: clock.date, images: images)
         if let ignored { return .ignore(ignored) }
         return .send(Prepared(requests: result.requests, shrinks: result.shrinks, activityKey: activityKey, memory: memory))
     }

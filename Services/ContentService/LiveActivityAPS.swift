@@ -7,11 +7,45 @@ import Mustache
 struct LiveActivityAPS: Sendable, Equatable {
     /// What the phone shows and sounds: a title, a body, a sound file.
     struct Alert: Sendable, Equatable {
-        var title: String
-        var body: String?
+        /// A text, or a key of the app's `Localizable.strings` with its arguments (the phone
+        /// localizes it): `{"loc-key": …, "loc-args": […]}` in the payload.
+        enum Text: Sendable, Equatable {
+            case text(String)
+            case localized(key: String, args: [String])
+
+            init(_ text: ActivityTemplate.AlertText, context: [String: Any]) {
+                switch text {
+                case .text(let template): self = .text(template.render(context))
+                case .localized(let key, let args): self = .localized(key: key, args: args.map { $0.render(context) })
+                }
+            }
+
+            /// Cut to `cap` characters: the text, or each argument (a key is never cut).
+            func cut(to cap: Int) -> Text {
+                switch self {
+                case .text(let text): .text(PayloadAssembler.cut(text, to: cap))
+                case .localized(let key, let args): .localized(key: key, args: args.map { PayloadAssembler.cut($0, to: cap) })
+                }
+            }
+
+            var json: JSONValue {
+                switch self {
+                case .text(let text): .string(text)
+                case .localized(let key, let args):
+                    .object(args.isEmpty ? ["loc-key": .string(key)] : ["loc-key": .string(key), "loc-args": .array(args.map(JSONValue.string))])
+                }
+            }
+        }
+
+        var title: Text
+        var body: Text?
         var sound: String?
 
         init(title: String, body: String? = nil, sound: String? = nil) {
+            self.init(title: .text(title), body: body.map(Text.text), sound: sound)
+        }
+
+        init(title: Text, body: Text?, sound: String?) {
             self.title = title
             self.body = body
             self.sound = sound
@@ -19,17 +53,17 @@ struct LiveActivityAPS: Sendable, Equatable {
 
         /// A template's alert rendered over `context`.
         init(_ alert: ActivityTemplate.Alert, context: [String: Any]) {
-            self.init(title: alert.title.render(context), body: alert.body.render(context), sound: alert.sound)
+            self.init(title: Text(alert.title, context: context), body: Text(alert.body, context: context), sound: alert.sound)
         }
 
         /// Title and body cut to `cap` characters (the sound is a file name: never cut).
         func cut(to cap: Int) -> Alert {
-            Alert(title: PayloadAssembler.cut(title, to: cap), body: body.map { PayloadAssembler.cut($0, to: cap) }, sound: sound)
+            Alert(title: title.cut(to: cap), body: body.map { $0.cut(to: cap) }, sound: sound)
         }
 
         var json: JSONValue {
-            var members: [String: JSONValue] = ["title": .string(title)]
-            if let body { members["body"] = .string(body) }
+            var members: [String: JSONValue] = ["title": title.json]
+            if let body { members["body"] = body.json }
             if let sound { members["sound"] = .string(sound) }
             return .object(members)
         }

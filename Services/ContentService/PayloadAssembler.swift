@@ -54,16 +54,18 @@ public struct PayloadAssembler: Sendable {
         public var shrinks: [String]
     }
 
-    /// The requests for `event`, sent to `app` for an app of `appVersion`; updates `memory`.
+    /// The requests for `event`, sent to `app` for an app of `appVersion` showing the activity in
+    /// `locale` (its template's texts in that language, ``ActivityTemplate/localized(_:)``); updates `memory`.
     /// Throws (nothing is produced) when the event does not fit its template, or cannot fit 4 KB.
-    /// Three pure steps: what to send (``plan(_:app:appVersion:memory:now:)``), the payloads of
+    /// Three pure steps: what to send (``plan(_:app:appVersion:locale:memory:now:)``), the payloads of
     /// each shrink step until they fit (``fit(_:images:memory:now:)``), and the requests carrying
     /// them; then what the activity's memory keeps of it.
     /// - Parameter images: thumbnails by image URL (base64 JPEG, best first; ``ThumbnailService``).
     public func assemble(
-        _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, memory: inout ActivityMemory, now: Date, images: [String: [String]] = [:]
+        _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, locale: String? = nil, memory: inout ActivityMemory, now: Date,
+        images: [String: [String]] = [:]
     ) throws(ContentError) -> Result {
-        let plan = try plan(event, app: app, appVersion: appVersion, memory: memory, now: now)
+        let plan = try plan(event, app: app, appVersion: appVersion, locale: locale, memory: memory, now: now)
         let fitted = try fit(plan, images: images, memory: memory, now: now)
         let requests = requests(plan, carrying: fitted.drafts, app: app, now: now)
         remember(plan, requests: requests, inlined: fitted.inlined, in: &memory, now: now)
@@ -91,8 +93,10 @@ public struct PayloadAssembler: Sendable {
         var layoutIncluded: Bool
     }
 
-    func plan(_ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, memory: ActivityMemory, now: Date) throws(ContentError) -> Plan {
-        guard let template = templates[event.attributesType] else {
+    func plan(
+        _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, locale: String?, memory: ActivityMemory, now: Date
+    ) throws(ContentError) -> Plan {
+        guard let template = templates[event.attributesType]?.localized(locale) else {
             throw ContentError(field: "attributesType", problem: "\(event.attributesType) has no template")
         }
         let builder = ContentBuilder(template: template)

@@ -35,9 +35,27 @@ public enum TemplateLoader {
             throw TemplateError(file: file, path: "", problem: "not YAML: \(error)")
         }
         let compiler = Compiler(file: file)
-        let template = try compiler.compile(raw)
+        var template = try compiler.compile(raw)
         if let examples = raw.examples {
             try ExampleCheck(file: file, template: template, examples: examples).check(compiler.sources)
+        }
+        for (tag, texts) in (raw.translations ?? [:]).sorted(by: { $0.key < $1.key }) {
+            let path = "translations.\(tag)"
+            guard let language = LanguageTag(tag), language.description == tag else {
+                throw TemplateError(
+                    file: file, path: path, problem: "must be a language tag as registered, like zh-Hans or pt-BR (BCP 47, canonical case)")
+            }
+            // The same file compiled with the language's texts in place of the default ones.
+            let translator = Compiler(file: file, translations: texts, language: tag)
+            var translated = try translator.compile(raw)
+            if let unused = texts.keys.sorted().first(where: { !translator.translated.contains($0) }) {
+                throw TemplateError(file: file, path: path, problem: "\"\(unused.prefix(60))\" is not a text of this template")
+            }
+            if let examples = raw.examples {
+                try ExampleCheck(file: file, template: translated, examples: examples).check(translator.sources)
+            }
+            translated.languages = [:]
+            template.languages[tag] = translated
         }
         return template
     }
@@ -79,6 +97,8 @@ public enum TemplateLoader {
         /// Domain fields of example events (one per state, typically): every template variable must
         /// render something in at least one of them (``ExampleCheck``).
         var examples: [[String: JSONValue]]?
+        /// Per language (BCP 47): a template text as written above → the same text in that language.
+        var translations: [String: [String: String]]?
     }
 
     struct RawField: Decodable {
@@ -154,23 +174,55 @@ public enum TemplateLoader {
     }
 
     struct RawAlert: Decodable {
-        var title: String
-        var body: String
+        var title: RawAlertText
+        var body: RawAlertText
         var sound: String?
+    }
+
+    /// An alert's title or body: a text, or the key of a string the app localizes
+    /// (`{ locKey: ORDER_ON_THE_WAY, locArgs: ["{{courier.name}}"] }`).
+    enum RawAlertText: Decodable {
+        case text(String)
+        case localized(key: String, args: [String])
+
+        private enum Keys: String, CodingKey { case locKey, locArgs }
+
+        init(from decoder: any Decoder) throws {
+            if let text = try? decoder.singleValueContainer().decode(String.self) {
+                self = .text(text)
+                return
+            }
+            let container = try decoder.container(keyedBy: Keys.self)
+            self = .localized(key: try container.decode(String.self, forKey: .locKey), args: try container.decodeIfPresent([String].self, forKey: .locArgs) ?? [])
+        }
     }
 
     // MARK: Checking
 
     final class Compiler {
         let file: String
+        /// A language's texts: each text of the file found here is compiled in its place.
+        let translations: [String: String]
+        let language: String?
         /// Every Mustache text of the file, with its place in it.
         private(set) var sources: [(path: String, text: String)] = []
+        /// The texts of the file ``translations`` had.
+        private(set) var translated: Set<String> = []
 
-        init(file: String) { self.file = file }
+        init(file: String, translations: [String: String] = [:], language: String? = nil) {
+            self.file = file
+            self.translations = translations
+            self.language = language
+        }
 
         func fail(_ path: String, _ problem: String) -> TemplateError { TemplateError(file: file, path: path, problem: problem) }
 
-        func mustache(_ text: String, at path: String) throws -> MustacheTemplate {
+        func mustache(_ written: String, at writtenPath: String) throws -> MustacheTemplate {
+            var (text, path) = (written, writtenPath)
+            if let translation = translations[written], let language {
+                translated.insert(written)
+                (text, path) = (translation, "translations.\(language)[\"\(written.prefix(40))\"] (\(writtenPath))")
+            }
             sources.append((path, text))
             do {
                 // Plain text, not HTML: "Tom & Jerry" stays as it is.
@@ -222,13 +274,25 @@ public enum TemplateLoader {
                     relevance: relevance,
                     alert: try state.alert.map {
                         ActivityTemplate.Alert(
-                            title: try mustache($0.title, at: path + ".alert.title"), body: try mustache($0.body, at: path + ".alert.body"), sound: $0.sound)
+                            title: try alertText($0.title, at: path + ".alert.title"), body: try alertText($0.body, at: path + ".alert.body"),
+                            sound: $0.sound)
                     })
             }
             return ActivityTemplate(
                 attributesType: raw.attributesType, description: raw.description ?? "", app: raw.app, stateField: raw.stateField ?? "status",
                 link: try mustache(raw.link, at: "link"), attributes: attributes, contentState: contentState, layout: layout, states: states,
                 defaultState: raw.defaultState)
+        }
+
+        func alertText(_ raw: RawAlertText, at path: String) throws -> ActivityTemplate.AlertText {
+            switch raw {
+            case .text(let text):
+                return .text(try mustache(text, at: path))
+            case .localized(let key, let args):
+                // The key names a string of the app's Localizable.strings: the phone localizes it.
+                guard !key.isEmpty, key.utf8.count <= 100 else { throw fail(path + ".locKey", "must be 1 to 100 characters") }
+                return .localized(key: key, args: try args.enumerated().map { i, arg in try mustache(arg, at: "\(path).locArgs[\(i)]") })
+            }
         }
 
         func compile(_ raw: RawField, at path: String) throws -> ActivityTemplate.Field {

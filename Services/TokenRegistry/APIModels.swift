@@ -19,10 +19,14 @@ public struct RegisterActivityTokenRequest: Codable, Sendable, Equatable {
     /// The activity's ticket from its backend (``ActivityTickets``): proves the caller owns the
     /// activity. Optional unless the registry requires tickets.
     public var ticket: String?
+    /// The language the app shows the activity in (BCP 47, e.g. `zh-Hans-CN`; Apple's `zh_Hans_CN`
+    /// is taken too): its texts and alerts are rendered in it. Absent: the language it was
+    /// registered with before, else the templates' default.
+    public var locale: String?
 
     public init(
         token: String, attributesType: String, app: AppTarget, frequentUpdatesEnabled: Bool, appVersion: String,
-        activityStartedAt: Date? = nil, deviceId: String? = nil, ticket: String? = nil
+        activityStartedAt: Date? = nil, deviceId: String? = nil, ticket: String? = nil, locale: String? = nil
     ) {
         self.token = token
         self.attributesType = attributesType
@@ -32,6 +36,7 @@ public struct RegisterActivityTokenRequest: Codable, Sendable, Equatable {
         self.activityStartedAt = activityStartedAt
         self.deviceId = deviceId
         self.ticket = ticket
+        self.locale = locale
     }
 }
 
@@ -44,12 +49,15 @@ public struct RegisterPushToStartTokenRequest: Codable, Sendable, Equatable {
     public var environment: APNsEnvironment
     public var frequentUpdatesEnabled: Bool
     public var appVersion: String
+    /// The language of the activities it starts (as ``RegisterActivityTokenRequest/locale``).
+    public var locale: String?
 
-    public init(token: String, environment: APNsEnvironment, frequentUpdatesEnabled: Bool, appVersion: String) {
+    public init(token: String, environment: APNsEnvironment, frequentUpdatesEnabled: Bool, appVersion: String, locale: String? = nil) {
         self.token = token
         self.environment = environment
         self.frequentUpdatesEnabled = frequentUpdatesEnabled
         self.appVersion = appVersion
+        self.locale = locale
     }
 }
 
@@ -87,6 +95,8 @@ public struct TokenStateView: Codable, Sendable, Equatable {
     public var updatedAt: Date
     /// Whether the owner proved the activity theirs with a ticket (absent: no).
     public var ownerVerified: Bool?
+    /// The language the activity is shown in, when the app said (canonical BCP 47).
+    public var locale: String?
 
     public init(_ record: TokenRecord) {
         self.kind = record.kind
@@ -103,6 +113,7 @@ public struct TokenStateView: Codable, Sendable, Equatable {
         self.registeredAt = record.registeredAt
         self.updatedAt = record.updatedAt
         self.ownerVerified = record.ownerVerified
+        self.locale = record.locale
     }
 }
 

@@ -93,7 +93,8 @@ public final class Registry: Sendable {
             let fresh = TokenRecord(
                 kind: .update, activityId: activityId, deviceId: deviceId, userId: user, token: token, app: app,
                 attributesType: attributesType, frequentUpdatesEnabled: request.frequentUpdatesEnabled, appVersion: appVersion,
-                state: .active, activityStartedAt: startedAt, registeredAt: now, updatedAt: now, ownerVerified: verified ? true : nil)
+                state: .active, activityStartedAt: startedAt, registeredAt: now, updatedAt: now, ownerVerified: verified ? true : nil,
+                locale: request.locale)
             guard let current else { return (fresh, .registered) }
             guard current.userId == user else {
                 if verified && current.ownerVerified != true {
@@ -121,6 +122,7 @@ public final class Registry: Sendable {
             next.appVersion = appVersion
             next.activityStartedAt = startedAt ?? current.activityStartedAt
             next.deviceId = deviceId ?? current.deviceId
+            next.locale = request.locale ?? current.locale
             if verified { next.ownerVerified = true }
             return Self.reregistration(of: current, as: next, now: now)
         }
@@ -162,7 +164,7 @@ public final class Registry: Sendable {
                     TokenRecord(
                         kind: .pushToStart, deviceId: deviceId, userId: user, token: token, app: app, attributesType: attributesType,
                         frequentUpdatesEnabled: request.frequentUpdatesEnabled, appVersion: appVersion, state: .active, registeredAt: now,
-                        updatedAt: now),
+                        updatedAt: now, locale: request.locale),
                     .registered
                 )
             }
@@ -174,6 +176,7 @@ public final class Registry: Sendable {
             next.app = app
             next.frequentUpdatesEnabled = request.frequentUpdatesEnabled
             next.appVersion = appVersion
+            next.locale = request.locale ?? current.locale
             return Self.reregistration(of: current, as: next, now: now)
         }
     }

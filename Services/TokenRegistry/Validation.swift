@@ -68,6 +68,15 @@ public enum Validation {
         return text
     }
 
+    /// A language tag (BCP 47, or Apple's spelling with `_`), made canonical (``LanguageTag``).
+    static func locale(_ text: String?, field: String = "locale") throws(APIError) -> String? {
+        guard let text else { return nil }
+        guard let tag = LanguageTag(text) else {
+            throw .invalid(field, "must be a language tag like zh-Hans-CN or en (BCP 47; at most \(LanguageTag.maximumLength) characters)")
+        }
+        return tag.description
+    }
+
     static func environment(_ value: APNsEnvironment, field: String = "app.environment") throws(APIError) -> APNsEnvironment {
         guard value.isKnown else { throw .invalid(field, "must be production or sandbox, got \"\(value.rawValue.prefix(40))\"") }
         return value
@@ -106,6 +115,7 @@ public enum Validation {
         checked.appVersion = try appVersion(request.appVersion)
         checked.activityStartedAt = try activityStart(request.activityStartedAt, now: now)
         checked.deviceId = try request.deviceId.map { id throws(APIError) in try identifier(id, field: "deviceId") }
+        checked.locale = try locale(request.locale)
         return checked
     }
 
@@ -115,6 +125,7 @@ public enum Validation {
         checked.token = try token(request.token)
         checked.environment = try environment(request.environment, field: "environment")
         checked.appVersion = try appVersion(request.appVersion)
+        checked.locale = try locale(request.locale)
         return checked
     }
 

@@ -65,12 +65,16 @@ public struct TokenRecord: IsletMessage {
     /// user to register the id was taken as its owner. Added in schema 1 without a version bump:
     /// readers that do not know it ignore it.
     public var ownerVerified: Bool?
+    /// The language the app shows its activity in (a ``LanguageTag``, canonical), when it said:
+    /// content-service renders the activity's texts and alerts in it. Added in schema 1 without a
+    /// version bump: readers that do not know it ignore it.
+    public var locale: String?
 
     public init(
         kind: TokenKind, activityId: String? = nil, deviceId: String? = nil, userId: String, token: String, app: AppTarget,
         attributesType: String, frequentUpdatesEnabled: Bool, appVersion: String, state: TokenState,
         invalidation: Invalidation? = nil, activityStartedAt: Date? = nil, registeredAt: Date, updatedAt: Date,
-        ownerVerified: Bool? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        ownerVerified: Bool? = nil, locale: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.kind = kind
@@ -88,6 +92,7 @@ public struct TokenRecord: IsletMessage {
         self.registeredAt = registeredAt
         self.updatedAt = updatedAt
         self.ownerVerified = ownerVerified
+        self.locale = locale
     }
 
     /// `<bundleId>/<activityId>` for an update token (activity ids are scoped per app); the
@@ -129,6 +134,9 @@ public struct TokenRecord: IsletMessage {
         }
         if state != .invalidated, invalidation != nil {
             throw MessageValidationError(field: "invalidation", problem: "must be absent when state is \(state)")
+        }
+        if let locale, LanguageTag(locale)?.description != locale {
+            throw MessageValidationError(field: "locale", problem: "must be a canonical language tag (BCP 47), like zh-Hans-CN")
         }
     }
 

@@ -13,6 +13,8 @@ public struct DeliveryToken: Sendable, Equatable {
     public var deviceId: String?
     public var frequentUpdatesEnabled: Bool
     public var appVersion: String
+    /// The language the app shows the activity in (a canonical ``LanguageTag``), when it said.
+    public var locale: String?
     public var registeredAt: Date
     public var activityStartedAt: Date?
     /// Set when the table keeps fingerprints only (``PartitionTokens/whole(fingerprintsOnly:)``):
@@ -24,9 +26,10 @@ public struct DeliveryToken: Sendable, Equatable {
 
     public init(
         token: String, app: AppTarget, kind: TokenKind, state: TokenState, deviceId: String?, frequentUpdatesEnabled: Bool, appVersion: String,
-        registeredAt: Date, activityStartedAt: Date?, fingerprint: String? = nil
+        registeredAt: Date, activityStartedAt: Date?, fingerprint: String? = nil, locale: String? = nil
     ) {
         self.knownFingerprint = fingerprint
+        self.locale = locale
         self.token = token
         self.app = app
         self.kind = kind
@@ -42,7 +45,7 @@ public struct DeliveryToken: Sendable, Equatable {
         self.init(
             token: record.token, app: record.app, kind: record.kind, state: record.state,
             deviceId: record.kind == .pushToStart ? record.deviceId : nil, frequentUpdatesEnabled: record.frequentUpdatesEnabled,
-            appVersion: record.appVersion, registeredAt: record.registeredAt, activityStartedAt: record.activityStartedAt)
+            appVersion: record.appVersion, registeredAt: record.registeredAt, activityStartedAt: record.activityStartedAt, locale: record.locale)
     }
 }
 
@@ -56,7 +59,8 @@ public struct DeliveryToken: Sendable, Equatable {
 ///
 /// Compact: the token is held as bytes (half its hex) in one shared byte array (no allocation per
 /// token; the space of tokens replaced or dropped is reclaimed once it is half of the array), what
-/// many tokens share (app, environment, kind, state, app version, the frequent-updates flag) once
+/// many tokens share (app, environment, kind, state, app version, the frequent-updates flag, the
+/// language) once
 /// in a table of *profiles*, times as milliseconds. A record is applied only when it is newer in its partition than what the key
 /// holds, so the table never moves back.
 public final class PartitionTokens: Sendable {
@@ -82,6 +86,7 @@ public final class PartitionTokens: Sendable {
         var state: TokenState
         var appVersion: String
         var frequentUpdatesEnabled: Bool
+        var locale: String?
     }
 
     struct State {
@@ -220,7 +225,7 @@ public final class PartitionTokens: Sendable {
             let profile = state.profile(
                 Profile(
                     app: record.app, kind: record.kind, state: record.state, appVersion: record.appVersion,
-                    frequentUpdatesEnabled: record.frequentUpdatesEnabled))
+                    frequentUpdatesEnabled: record.frequentUpdatesEnabled, locale: record.locale))
             state.entries[key] = Entry(
                 offset: offset, registeredAt: Self.milliseconds(record.registeredAt),
                 startedAt: record.activityStartedAt.map(Self.milliseconds) ?? .min, partition: partition, profile: profile,
@@ -260,7 +265,7 @@ public final class PartitionTokens: Sendable {
                 deviceId: profile.kind == .pushToStart ? Self.deviceId(ofPushToStartKey: key) : nil,
                 frequentUpdatesEnabled: profile.frequentUpdatesEnabled, appVersion: profile.appVersion,
                 registeredAt: Self.date(entry.registeredAt), activityStartedAt: entry.startedAt == .min ? nil : Self.date(entry.startedAt),
-                fingerprint: fingerprintsOnly ? bytes : nil)
+                fingerprint: fingerprintsOnly ? bytes : nil, locale: profile.locale)
         }
     }
 

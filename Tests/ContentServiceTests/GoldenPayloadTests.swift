@@ -66,13 +66,17 @@ struct GoldenPayloadTests {
         ),
     ]
 
-    @Test("each transition of each example type gives the golden payloads", arguments: scenarios.map(\.0))
-    func golden(type: String) throws {
+    @Test(
+        "each transition of each example type gives the golden payloads, in the default language and in Chinese (an app registered with zh-Hans-CN)",
+        arguments: scenarios.map(\.0), ["", "zh-Hans-CN"])
+    func golden(type: String, locale: String) throws {
         let assembler = try assembler()
         var memory = ActivityMemory()
         var steps: [GoldenStep] = []
         for event in Self.scenarios.first(where: { $0.0 == type })!.1 {
-            let result = try assembler.assemble(event, app: app, appVersion: AppVersion("3.0")!, memory: &memory, now: event.occurredAt.addingTimeInterval(1))
+            let result = try assembler.assemble(
+                event, app: app, appVersion: AppVersion("3.0")!, locale: locale.isEmpty ? nil : locale, memory: &memory,
+                now: event.occurredAt.addingTimeInterval(1))
             steps.append(
                 GoldenStep(
                     event: "\(event.kind.rawValue) \(event.fields[assembler.templates[type]!.stateField]?.stringValue ?? "-")",
@@ -83,7 +87,7 @@ struct GoldenPayloadTests {
                     }))
             #expect(result.requests.allSatisfy { $0.payload.utf8.count <= 4_096 })
         }
-        let path = "\(goldenDirectory)/\(type).json"
+        let path = "\(goldenDirectory)/\(type)\(locale.isEmpty ? "" : "." + locale).json"
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         if ProcessInfo.processInfo.environment["ISLET_UPDATE_GOLDEN"] == "1" {

@@ -40,17 +40,20 @@ final class Driver: Sendable {
     @discardableResult
     func registerActivity(
         _ activityId: String, token: String, type: String, bundleId: String, appVersion: String = "3.0", frequent: Bool = false,
-        deviceId: String? = nil, user: String = "user-1", retryFor: Duration = .seconds(90)
+        deviceId: String? = nil, user: String = "user-1", locale: String? = nil, retryFor: Duration = .seconds(90)
     ) async throws -> Int {
         let body = RegisterActivityTokenRequest(
             token: token, attributesType: type, app: AppTarget(bundleId: bundleId, environment: .production), frequentUpdatesEnabled: frequent,
-            appVersion: appVersion, activityStartedAt: Date(), deviceId: deviceId)
+            appVersion: appVersion, activityStartedAt: Date(), deviceId: deviceId, locale: locale)
         return try await put("/v1/activities/\(activityId)/token", try IsletJSON.encode(body), user: user, retryFor: retryFor)
     }
 
     @discardableResult
-    func registerPushToStart(bundleId: String, device: String, type: String, token: String, appVersion: String = "3.0", user: String = "user-1") async throws -> Int {
-        let body = RegisterPushToStartTokenRequest(token: token, environment: .production, frequentUpdatesEnabled: false, appVersion: appVersion)
+    func registerPushToStart(
+        bundleId: String, device: String, type: String, token: String, appVersion: String = "3.0", user: String = "user-1", locale: String? = nil
+    ) async throws -> Int {
+        let body = RegisterPushToStartTokenRequest(
+            token: token, environment: .production, frequentUpdatesEnabled: false, appVersion: appVersion, locale: locale)
         return try await put("/v1/apps/\(bundleId)/devices/\(device)/push-to-start/\(type)", try IsletJSON.encode(body), user: user, retryFor: .seconds(90))
     }
 
@@ -78,6 +81,17 @@ final class Driver: Sendable {
 
     func publish(_ event: ActivityEvent) async throws {
         try await producer.send(event, to: IsletTopics.activityEvents.name)
+    }
+
+    /// Sends `body` to content-service's HTTP API for `activityId` as the e2e backend would
+    /// (`POST /v1/activities/{id}/events`, its backend key); returns the status and the answer.
+    func post(event body: ActivityEventBody, activityId: String, idempotencyKey: String) async throws -> (Int, [UInt8]) {
+        try await HTTP.request(
+            stack.url(.content) + "/v1/activities/\(activityId)/events", method: .POST,
+            headers: [
+                ("Authorization", "Bearer \(stack.backendKey)"), ("Content-Type", "application/json"), ("Idempotency-Key", idempotencyKey),
+            ],
+            body: try IsletJSON.encode(body), timeout: .seconds(10))
     }
 
     /// The example templates' apps, by attributes type.

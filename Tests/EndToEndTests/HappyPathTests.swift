@@ -139,6 +139,42 @@ extension EndToEnd {
             #expect(click.surface == .lockScreen)
         }
 
+        @Test("a backend starts, updates and ends a delivery over HTTP for a phone in Chinese: the simulator receives the Chinese texts")
+        func chineseOverHTTP() async throws {
+            let stack = try Stack(name: "chinese-over-http")
+            try await stack.run { driver in
+                let (type, bundleId) = ("DeliveryAttributes", "com.example.food")
+                let activity = "\(driver.run)zh-order"
+                let (token, startToken, device) = (Driver.token(activity + "-token"), Driver.token(activity + "-start"), "\(driver.run)zh-device")
+                // Apple's spelling of the locale, as Locale.current.identifier gives it.
+                try await driver.registerPushToStart(bundleId: bundleId, device: device, type: type, token: startToken, locale: "zh_Hans_CN")
+                let target = ActivityEvent.PushToStartTarget(app: AppTarget(bundleId: bundleId, environment: .production), deviceId: device)
+                let steps: [(ActivityEventKind, Urgency, [String: JSONValue], String)] = [
+                    (.start, .important, ["status": "placed", "orderId": "42"], "订单已接收"),
+                    (.update, .important, ["status": "out_for_delivery", "orderId": "42", "progress": 60, "courier": ["name": "小王"]], "小王 正在为您送货"),
+                    (.end, .important, ["status": "delivered", "orderId": "42", "progress": 100, "courier": ["name": "小王"]], "祝您用餐愉快"),
+                ]
+                for (index, (kind, urgency, fields, text)) in steps.enumerated() {
+                    let event = driver.event(
+                        activity, kind, type: type, sequence: Int64(index + 1), urgency: urgency, fields: fields,
+                        startTarget: kind == .start ? target : nil, attributes: kind == .start ? ["orderId": "42", "storeName": "盒马鲜生"] : nil)
+                    let (status, answer) = try await driver.post(
+                        event: ActivityEventBody(event, bundleId: bundleId), activityId: activity, idempotencyKey: event.eventId)
+                    #expect(status == 202, "\(kind): \(status) \(String(decoding: answer, as: UTF8.self))")
+                    let receiver = kind == .start ? startToken : token
+                    let pushes = try await driver.received(token: receiver, through: driver.requestId(event))
+                    // An end with an alert is an alerting update, then the end: every push so far.
+                    let payload = pushes.map(\.payload).joined(separator: "\n")
+                    #expect(payload.contains(text), "\(kind): the phone gets \"\(text)\": \(payload)")
+                    #expect(!payload.contains("Order received") && !payload.contains("Enjoy"), "\(kind): no default (English) text: \(payload)")
+                    if kind == .start {
+                        // iOS started the activity: the app registers its token, in the same language.
+                        try await driver.registerActivity(activity, token: token, type: type, bundleId: bundleId, deviceId: device, locale: "zh-Hans-CN")
+                    }
+                }
+            }
+        }
+
         /// Compares with Tests/EndToEndTests/Golden/<name>.json; `ISLET_UPDATE_GOLDEN=1` rewrites it.
         func compareGolden(_ received: [JSONValue], name: String, stack: Stack) throws {
             let encoder = JSONEncoder()

@@ -37,7 +37,7 @@ struct ToleranceTests {
     @Test func optionalFieldsAreSeenAcrossTheGoldens() throws {
         // Each type's goldens together contain every field, so the tests above reach all of them.
         let expected: [String: Set<String>] = [
-            "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt", "ownerVerified"],
+            "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt", "ownerVerified", "locale"],
             "ActivityEvent": ["startTarget", "attributes", "source", "bundleId"],
             "PushRequest": ["activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state"],
             "PushOutcome": [

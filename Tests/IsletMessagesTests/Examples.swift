@@ -23,7 +23,7 @@ enum Examples {
         kind: .update, activityId: "order-42", deviceId: deviceId, userId: "user-1842", token: orderUpdateToken, app: foodApp,
         attributesType: "DeliveryAttributes", frequentUpdatesEnabled: true, appVersion: "5.12.0", state: .active,
         activityStartedAt: utc(2026, 11, 22, 10, 2, 11, 482), registeredAt: utc(2026, 11, 22, 10, 2, 12, 917),
-        updatedAt: utc(2026, 11, 22, 10, 2, 12, 917), ownerVerified: true)
+        updatedAt: utc(2026, 11, 22, 10, 2, 12, 917), ownerVerified: true, locale: "zh-Hans-CN")
 
     static let tokenRecordPushToStart = TokenRecord(
         kind: .pushToStart, deviceId: deviceId, userId: "user-1842", token: pushToStartToken, app: foodApp,

@@ -44,6 +44,32 @@ struct RegistryTests {
         #expect(overPTS?.code == .quotaExceeded)
     }
 
+    @Test("the app's locale: made canonical (Apple's zh_Hans_CN is zh-Hans-CN), carried on the token record, kept when a re-registration does not say it, replaced when one does")
+    func locale() async throws {
+        let registry = makeRegistry()
+        let key = MessageKey.activity(bundleId: "com.example.food", activityId: "a1")
+        var body = activityRequest(token: hexToken(1))
+        body.locale = "zh_hans_cn"
+        #expect(try await registry.registerActivityToken(user: "u", activityId: "a1", body).change == .registered)
+        #expect(publisher.records.last?.locale == "zh-Hans-CN")
+        #expect(registry.table.record(forKey: key)?.locale == "zh-Hans-CN")
+        body.locale = nil
+        body.token = hexToken(2)
+        _ = try await registry.registerActivityToken(user: "u", activityId: "a1", body)
+        #expect(registry.table.record(forKey: key)?.locale == "zh-Hans-CN", "not said: kept")
+        body.locale = "en-GB"
+        _ = try await registry.registerActivityToken(user: "u", activityId: "a1", body)
+        #expect(registry.table.record(forKey: key)?.locale == "en-GB")
+        let written = publisher.records.count
+        body.locale = "--"
+        let refused = await #expect(throws: APIError.self) { try await registry.registerActivityToken(user: "u", activityId: "a1", body) }
+        #expect(refused?.field == "locale")
+        #expect(publisher.records.count == written, "nothing written")
+        let pts = RegisterPushToStartTokenRequest(token: hexToken(6), environment: .production, frequentUpdatesEnabled: false, appVersion: "3.0", locale: "zh-TW")
+        _ = try await registry.registerPushToStartToken(user: "u", bundleId: "com.example.ride", deviceId: "d1", attributesType: "RideAttributes", pts)
+        #expect(publisher.records.last?.locale == "zh-TW")
+    }
+
     @Test("the retention sweep deletes (tombstones) records invalidated longer ago than the retention, keeps the others and the live ones, and leaves what Kafka refused for the next sweep")
     func retentionSweep() async throws {
         let registry = makeRegistry()

@@ -52,6 +52,9 @@ struct RegisterToken: AsyncParsableCommand {
     @Option(name: .customLong("device-id"), help: "The app's id for the device (optional).")
     var deviceId: String?
 
+    @Option(help: "The language the app shows the activity in, BCP 47 (e.g. zh-Hans-CN): its texts and alerts are rendered in it.")
+    var locale: String?
+
     @Option(help: "The activity's ticket from its backend, a JWT sent as it is (docs/token-registry.md, \"Who owns an activity\").")
     var ticket: String?
 
@@ -90,7 +93,7 @@ struct RegisterToken: AsyncParsableCommand {
         TokenRegistrationBody(
             token: token ?? randomToken(), attributesType: attributesType, app: .init(bundleId: bundleId, environment: environment),
             frequentUpdatesEnabled: frequentUpdates, appVersion: appVersion,
-            activityStartedAt: activityStartedAt.flatMap(IsletDate.parse) ?? now, deviceId: deviceId)
+            activityStartedAt: activityStartedAt.flatMap(IsletDate.parse) ?? now, deviceId: deviceId, locale: locale)
     }
 
     func url(environment variables: [String: String] = ProcessInfo.processInfo.environment) throws -> String {
@@ -138,6 +141,7 @@ struct TokenRegistrationBody: Encodable, Sendable, Equatable {
     var activityStartedAt: Date
     var deviceId: String?
     var ticket: String?
+    var locale: String?
 }
 
 /// A random token for tests: 32 bytes, hex.

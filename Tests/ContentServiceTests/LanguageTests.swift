@@ -1,0 +1,77 @@
+import Foundation
+import IsletMessages
+import Mustache
+import Testing
+@testable import ContentService
+
+@Suite("Languages: tags, translations, the phone's own localization")
+struct LanguageTests {
+    @Test("language tags are made canonical; Apple's underscores are taken; what is not a tag is refused")
+    func tags() {
+        #expect(LanguageTag("zh_hans_cn")?.description == "zh-Hans-CN")
+        #expect(LanguageTag("EN-us")?.description == "en-US")
+        #expect(LanguageTag("pt-BR")?.description == "pt-BR")
+        #expect(LanguageTag("es-419")?.description == "es-419")
+        for bad in ["", "c", "chinese", "zh-", "zh--CN", "zh CN", "中文", "zh-Hans-CN-" + String(repeating: "a", count: 30), "1a"] {
+            #expect(LanguageTag(bad) == nil, "\(bad)")
+        }
+    }
+
+    @Test("the fallbacks, most specific first; Chinese without a script gets the one its region writes in")
+    func fallbacks() {
+        #expect(LanguageTag("zh-Hans-CN")!.fallbacks == ["zh-Hans-CN", "zh-Hans", "zh"])
+        #expect(LanguageTag("zh-CN")!.fallbacks == ["zh-CN", "zh-Hans-CN", "zh-Hans", "zh"])
+        #expect(LanguageTag("zh-TW")!.fallbacks == ["zh-TW", "zh-Hant-TW", "zh-Hant", "zh"])
+        #expect(LanguageTag("zh")!.fallbacks == ["zh-Hans", "zh"])
+        #expect(LanguageTag("en-GB")!.fallbacks == ["en-GB", "en"])
+    }
+
+    @Test("an activity's template in its locale: the nearest language the template has, else the default texts")
+    func localized() throws {
+        let delivery = try TemplateLoader.load(directory: templatesDirectory)["DeliveryAttributes"]!
+        #expect(Set(delivery.languages.keys) == ["zh-Hans"])
+        func placed(_ locale: String?) -> String { delivery.localized(locale).states["placed"]!.text!.render([:]) }
+        #expect(placed(nil) == "Order received")
+        #expect(placed("zh-Hans-CN") == "订单已接收")
+        #expect(placed("zh-CN") == "订单已接收")
+        #expect(placed("zh") == "订单已接收")
+        #expect(placed("zh-TW") == "Order received", "no traditional Chinese in the template: the default")
+        #expect(placed("en-US") == "Order received")
+        #expect(placed("not a tag at all") == "Order received")
+        // A text the translation does not list stays as written.
+        #expect(delivery.localized("zh").link.render(["orderId": "42"]) == "fooddelivery://order/42")
+    }
+
+    static let base = """
+        attributesType: X
+        defaultState: a
+        link: x
+        contentState: [{ name: who, type: string, default: "" }]
+        states:
+          a:
+            text: "Hello {{who}}"
+            alert: { title: "Hi", body: { locKey: GREETING, locArgs: ["{{who}}"] } }
+        examples: [{ who: Ana }]
+        """
+
+    @Test("a translation that is not a text of the template, a tag not in canonical form, or a variable no example gives is refused at start-up",
+          arguments: [
+            ("translations: { zh-Hans: { \"Helo {{who}}\": \"你好\" } }", "translations.zh-Hans", "is not a text of this template"),
+            ("translations: { zh-hans: { \"Hi\": \"嗨\" } }", "translations.zh-hans", "language tag"),
+            ("translations: { zh-Hans: { \"Hello {{who}}\": \"你好 {{whom}}\" } }", "translations.zh-Hans[\"Hello {{who}}\"] (states.a.text)", "{{whom}}"),
+          ])
+    func refused(translations: String, path: String, problem: String) {
+        let error = #expect(throws: TemplateError.self) { try TemplateLoader.load(text: Self.base + "\n" + translations, file: "x.yaml") }
+        #expect(error?.path == path, "\(String(describing: error))")
+        #expect(error?.problem.contains(problem) == true, "\(String(describing: error))")
+    }
+
+    @Test("an alert the template leaves to the phone: loc-key and loc-args rendered here, in every language; its texts translated")
+    func localizedByThePhone() throws {
+        let template = try TemplateLoader.load(text: Self.base + "\ntranslations: { zh-Hans: { \"Hi\": \"嗨\", \"Hello {{who}}\": \"你好，{{who}}\" } }", file: "x.yaml")
+        let alert = LiveActivityAPS.Alert(template.localized("zh-CN").states["a"]!.alert!, context: ["who": "Ana"])
+        #expect(alert.json == .object(["title": .string("嗨"), "body": .object(["loc-key": .string("GREETING"), "loc-args": .array([.string("Ana")])])]))
+        // Cut to fit 4 KB: the arguments are cut, never the key.
+        #expect(alert.cut(to: 2).body == .localized(key: "GREETING", args: [PayloadAssembler.cut("Ana", to: 2)]))
+    }
+}
