@@ -145,6 +145,12 @@ public final class KafkaConsumer: Service, Sendable {
                             resumeAt: positions))
                     }
                 }
+                /// A new handle made with `properties`, joined as the first one was.
+                func joined(_ properties: [String: String]) throws(KafkaError) -> RDKafkaClient {
+                    let client = try Self.makeClient(properties: properties, core: core, logger: logger)
+                    try join(client)
+                    return client
+                }
                 var client = current.client
                 do throws(KafkaError) {
                     try join(client)
@@ -156,10 +162,7 @@ public final class KafkaConsumer: Service, Sendable {
                 while !core.stopRequested {
                     if let fatal = client.fatalError() {
                         guard let replacement = Self.replace(client, after: fatal, core: core, health: health, logger: logger, current: current, make: {
-                            () throws(KafkaError) -> RDKafkaClient in
-                            let client = try Self.makeClient(properties: properties, core: core, logger: logger)
-                            try join(client)
-                            return client
+                            () throws(KafkaError) -> RDKafkaClient in try joined(properties)
                         }) else { break }
                         client = replacement
                         continue
@@ -168,12 +171,8 @@ public final class KafkaConsumer: Service, Sendable {
                     core.watchLag(client)
                     if let wait = core.fetchWaitAfterStarving() {
                         guard let replacement = Self.lengthenFetchWait(
-                            of: client, to: wait, properties: &properties, core: core, health: health, logger: logger, current: current,
-                            make: { (properties) throws(KafkaError) -> RDKafkaClient in
-                                let client = try Self.makeClient(properties: properties, core: core, logger: logger)
-                                try join(client)
-                                return client
-                            }) else { break }
+                            of: client, to: wait, properties: &properties, core: core, health: health, logger: logger, current: current, make: joined
+                        ) else { break }
                         client = replacement
                         continue
                     }
