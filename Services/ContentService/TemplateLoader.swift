@@ -47,14 +47,13 @@ public enum TemplateLoader {
             }
             // The same file compiled with the language's texts in place of the default ones.
             let translator = Compiler(file: file, translations: texts, language: tag)
-            var translated = try translator.compile(raw)
+            let translated = try translator.compile(raw)
             if let unused = texts.keys.sorted().first(where: { !translator.translated.contains($0) }) {
                 throw TemplateError(file: file, path: path, problem: "\"\(unused.prefix(60))\" is not a text of this template")
             }
             if let examples = raw.examples {
                 try ExampleCheck(file: file, template: translated, examples: examples).check(translator.sources)
             }
-            translated.languages = [:]
             template.languages[tag] = translated
         }
         return template

@@ -168,8 +168,7 @@ public final class KafkaConsumer: Service, Sendable {
                         continue
                     }
                     core.storeMarkedOffsets(into: client)
-                    core.watchLag(client)
-                    if let wait = core.fetchWaitAfterStarving() {
+                    if let wait = core.watchLag(client) {
                         guard let replacement = Self.lengthenFetchWait(
                             of: client, to: wait, properties: &properties, core: core, health: health, logger: logger, current: current, make: joined
                         ) else { break }
@@ -611,9 +610,11 @@ final class ConsumerCore: Sendable {
     /// Looks at how far behind the end of its partitions the consumer is, every
     /// ``KafkaHealthPolicy/lagLookInterval``: the gauge, and a warning when it stops gaining on the end (a replica
     /// that does so long enough is not ready, ``KafkaHealthPolicy/fallingBehindAfter``). Poll thread.
-    func watchLag(_ client: RDKafkaClient, now: UInt64 = MonotonicTime.now()) {
+    /// Returns the fetch wait to replace the handle with when the look finds the consumer starved
+    /// (``fetchWaitAfterStarving(now:)``): between looks there is nothing new to decide.
+    func watchLag(_ client: RDKafkaClient, now: UInt64 = MonotonicTime.now()) -> Duration? {
         let last = lagLookedAt.load(ordering: .relaxed)
-        guard last == 0 || now &- last >= lagLookInterval else { return }
+        guard last == 0 || now &- last >= lagLookInterval else { return nil }
         lagLookedAt.store(now, ordering: .relaxed)
         let owned = Array(marks.withLock { $0.epochOf.keys })
         // The broker is asked what its fetch answers did not say only while it answers at all.
@@ -637,6 +638,7 @@ final class ConsumerCore: Sendable {
         } else if wasStuck, stuck == nil {
             logger.notice("the consumer gains on the end of its partitions again", metadata: ["kafka.lag.records": "\(records)"])
         }
+        return fetchWaitAfterStarving(now: now)
     }
 
     /// The cluster answered within ``KafkaHealthPolicy/unreachableAfter``.
@@ -664,7 +666,7 @@ final class ConsumerCore: Sendable {
     /// fetches with nothing for ``KafkaHealthPolicy/fallingBehindAfter`` while it was behind and
     /// fetching, and the cluster still answers (a broker that is down is not helped by a longer
     /// wait); `nil` otherwise, or when the wait is already ``KafkaHealthPolicy/longestFetchWait``.
-    func fetchWaitAfterStarving(now: UInt64 = MonotonicTime.now()) -> Duration? {
+    private func fetchWaitAfterStarving(now: UInt64) -> Duration? {
         guard let starved = lag.withLock(\.starved), starved.lasted(beyond: MonotonicTime.nanoseconds(policy.fallingBehindAfter), at: now),
             clusterAnswers(at: now)
         else { return nil }
