@@ -411,9 +411,12 @@ struct Memory: ParsableCommand {
             engine.commit(prepared)
             for (index, request) in prepared.requests.enumerated() {
                 engine.stored(request, at: KafkaPosition(partition: partition, offset: Int64(activity * 4 + index)))
-                engine.record(PushOutcome(
-                    requestId: request.requestId, activityId: request.activityId ?? event.activityId, result: .delivered, attempts: 1, completedAt: Date(),
-                    bundleId: request.app.bundleId))
+                // Read from islet.push-outcomes.v1, as the service reads it: its position is kept.
+                engine.record(
+                    PushOutcome(
+                        requestId: request.requestId, activityId: request.activityId ?? event.activityId, result: .delivered, attempts: 1, completedAt: Date(),
+                        bundleId: request.app.bundleId),
+                    at: KafkaPosition(partition: partition, offset: Int64(activity * 4 + index)))
             }
         }
         // What a changelog round takes (content-service writes the changes every few seconds).

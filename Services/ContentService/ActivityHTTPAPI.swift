@@ -15,8 +15,11 @@ import Metrics
 /// | route | does |
 /// | --- | --- |
 /// | `POST /v1/activities/{activityId}/events` | start, update or end the activity (202 with the event id and push request ids) |
+/// | `GET /v1/activities/{activityId}?bundleId=` | the activity's state: its token, last sequence and state, freshness, latest request and its outcome |
+/// | `GET /v1/activities/{activityId}/outcomes?bundleId=&limit=` | the dispatcher's latest answers to its pushes (at most 4 kept) |
 ///
-/// Every call needs `Authorization: Bearer <key>` of a backend of `ISLET_GRPC_KEYS` (`write`);
+/// Every call needs `Authorization: Bearer <key>` of a backend of `ISLET_GRPC_KEYS` (`write` to
+/// publish, `read` to ask);
 /// every refusal is a JSON ``HTTPAPIError``: a 4xx publishes nothing; a 503 (`Retry-After`) for
 /// Kafka may have, since an unacknowledged record can still be stored, so it is retried with the
 /// same key or event id.
@@ -26,26 +29,35 @@ public struct ActivityHTTPAPI: Sendable {
     let intake: EventIntake
     let keys: BackendKeys
     let maxBodyBytes: Int
+    let lookup: ActivityLookup
     let replies = IdempotentReplies()
 
-    public init(intake: EventIntake, keys: BackendKeys, maxBodyBytes: Int = 65_536) {
+    public init(intake: EventIntake, keys: BackendKeys, maxBodyBytes: Int = 65_536, lookup: ActivityLookup = .everything()) {
         self.intake = intake
         self.keys = keys
         self.maxBodyBytes = maxBodyBytes
+        self.lookup = lookup
     }
 
     /// The routes, for the tests that check docs/openapi.yaml against them: (method, path with `{parameters}`).
-    public static let routes: [(method: HTTPRequest.Method, path: String)] = [(.post, "/v1/activities/{activityId}/events")]
+    public static let routes: [(method: HTTPRequest.Method, path: String)] = [
+        (.post, "/v1/activities/{activityId}/events"), (.get, "/v1/activities/{activityId}"), (.get, "/v1/activities/{activityId}/outcomes"),
+    ]
 
     public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
-        router.post("v1/activities/:activityId/events") { [self] request, context -> Response in
-            do throws(HTTPAPIError) {
-                return try await postEvent(request, activityId: context.parameters.get("activityId") ?? "")
-            } catch {
-                Counter(label: "islet_content_http_refused_total", dimensions: [("error", error.code.rawValue)]).increment()
-                throw error
+        func counted(_ handle: @escaping @Sendable (Request, String) async throws -> Response) -> @Sendable (Request, Context) async throws -> Response {
+            { request, context in
+                do {
+                    return try await handle(request, context.parameters.get("activityId") ?? "")
+                } catch let error as HTTPAPIError {
+                    Counter(label: "islet_content_http_refused_total", dimensions: [("error", error.code.rawValue)]).increment()
+                    throw error
+                }
             }
         }
+        router.post("v1/activities/:activityId/events", use: counted { [self] in try await postEvent($0, activityId: $1) })
+        router.get("v1/activities/:activityId", use: counted { [self] in try await getActivity($0, activityId: $1) })
+        router.get("v1/activities/:activityId/outcomes", use: counted { [self] in try await getOutcomes($0, activityId: $1) })
     }
 
     /// The answer: the event as published, and the push requests it becomes.

@@ -3,7 +3,7 @@ import IsletKafka
 import IsletMessages
 import Synchronization
 
-/// What content-service remembers of an activity between events, in about 150 bytes: restored at
+/// What content-service remembers of an activity between events, in about 180 bytes: restored at
 /// start from its changelog (`islet.content-memory.v1`), kept up to date from the service's own
 /// requests (`islet.push-requests.v1`) and the dispatcher's answers (`islet.push-outcomes.v1`).
 ///
@@ -28,6 +28,7 @@ public struct ActivityMemory: Sendable, Equatable {
     private var resendCount: UInt16 = 0
     private var flags: Flags = []
     private var alerts: [Double] = []
+    private var recentOutcomes = OutcomePositions()
     /// Zero or one: most activities have none, and an empty array allocates nothing.
     private var extras: [Extras] = []
 
@@ -220,6 +221,14 @@ public struct ActivityMemory: Sendable, Equatable {
         return all
     }
 
+    /// Where the dispatcher's latest answers to the activity's requests are on
+    /// `islet.push-outcomes.v1` (at most ``OutcomePositions/capacity``, the latest first): the
+    /// outcomes themselves are read again from there when a backend asks for them.
+    public var outcomePositions: [KafkaPosition] {
+        get { recentOutcomes.positions }
+        set { recentOutcomes = OutcomePositions(newValue) }
+    }
+
     /// The latest request's outcome, if it came.
     var latestOutcome: PushResult? { latest.flatMap { outcome(of: $0.requestId) } }
 
@@ -344,8 +353,10 @@ public struct ActivityMemory: Sendable, Equatable {
     /// The latest request is not in memory: read it at this position to re-send it.
     var payloadToRead: KafkaPosition? { rare.request == nil && !payloadLost ? payloadStoredAt : nil }
 
-    /// The dispatcher's final answer to one of the activity's requests.
-    mutating func record(_ outcome: PushOutcome) {
+    /// The dispatcher's final answer to one of the activity's requests, stored at `position` on
+    /// `islet.push-outcomes.v1` when it was read from there.
+    mutating func record(_ outcome: PushOutcome, at position: KafkaPosition? = nil) {
+        if let position { recentOutcomes.insert(position) }
         let isLatest = latest?.isRequest(outcome.requestId) == true
         if isLatest {
             latestResult = Interned.strings.code(outcome.result.rawValue)
@@ -455,6 +466,40 @@ struct PackedInt: Sendable, Equatable {
     private var raw = Int64.min
     init(_ value: Int64? = nil) { raw = value ?? .min }
     var value: Int64? { raw == .min ? nil : raw }
+}
+
+/// The positions of an activity's latest outcomes on `islet.push-outcomes.v1`, in 32 bytes and
+/// no allocation: each a partition (16 bits) and an offset (48 bits) in one word, the latest
+/// first. A position inserted again changes nothing (a record read twice, by a restore and the
+/// follower).
+struct OutcomePositions: Sendable, Equatable {
+    static let capacity = 4
+    private var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+
+    init() {}
+
+    init(_ positions: [KafkaPosition]) {
+        for position in positions.prefix(Self.capacity).reversed() { insert(position) }
+    }
+
+    /// 0 is none: a position is stored plus one.
+    private static func word(_ position: KafkaPosition) -> UInt64? {
+        guard (0..<(1 << 16)).contains(position.partition), (0..<((1 << 48) - 1)).contains(position.offset) else { return nil }
+        return UInt64(position.partition) << 48 | UInt64(position.offset + 1)
+    }
+
+    private var all: [UInt64] { [words.0, words.1, words.2, words.3] }
+
+    static func == (a: Self, b: Self) -> Bool { a.all == b.all }
+
+    var positions: [KafkaPosition] {
+        all.filter { $0 != 0 }.map { KafkaPosition(partition: Int32($0 >> 48), offset: Int64($0 & ((1 << 48) - 1)) - 1) }
+    }
+
+    mutating func insert(_ position: KafkaPosition) {
+        guard let word = Self.word(position), !all.contains(word) else { return }
+        words = (word, words.0, words.1, words.2)
+    }
 }
 
 /// A `Date?` in 8 bytes (minus infinity is none).

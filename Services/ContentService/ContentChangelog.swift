@@ -29,6 +29,7 @@ extension ActivityMemory {
         // A latest request with no place on Kafka (its delivery report had none) cannot be read
         // again: the monitor leaves the activity alone until its next request, as for a lost one.
         payloadLost = (record.payloadLost ?? false) || (record.latest != nil && record.payloadStoredAt == nil)
+        outcomePositions = (record.outcomePositions ?? []).map { KafkaPosition(partition: $0.partition, offset: $0.offset) }
         for outcome in record.outcomes ?? [] { restoreOutcome(requestId: outcome.requestId, result: outcome.result, completedAt: outcome.completedAt) }
         contentRequestId = record.contentRequestId
         resends = record.resends
@@ -59,7 +60,8 @@ extension ActivityMemory {
             contentRequestId: contentRequestId, resends: resends, lastResendAt: lastResendAt, gone: gone, goneAt: goneAt, goneToken: goneToken,
             inlinedImages: inlinedImages.isEmpty ? nil : inlinedImages.sorted(),
             pendingImages: pendingImages.isEmpty
-                ? nil : pendingImages.sorted { $0.key < $1.key }.map { .init(requestId: $0.key, urls: $0.value.urls.sorted(), since: $0.value.since) })
+                ? nil : pendingImages.sorted { $0.key < $1.key }.map { .init(requestId: $0.key, urls: $0.value.urls.sorted(), since: $0.value.since) },
+            outcomePositions: outcomePositions.isEmpty ? nil : outcomePositions.map { .init(partition: $0.partition, offset: $0.offset) })
     }
 }
 

@@ -137,6 +137,9 @@ public final class ContentMemoryLoader: Service, Sendable {
     /// The activity topics have `count` partitions.
     func learn(activityPartitions count: Int32) { activityPartitions.withLock { $0 = count } }
 
+    /// The partition count of the activity topics, once known (the loader learns it when it starts).
+    public var activityPartitionCount: Int32? { activityPartitions.withLock { $0 } }
+
     /// The event loop was assigned `partitions` (before it handles any of their events): the
     /// memories of those not held are read (their changelog partition, then the requests and
     /// outcomes after its checkpoint); those revoked and not assigned again are forgotten.
@@ -347,7 +350,7 @@ public final class ContentMemoryLoader: Service, Sendable {
                 {
                     return false
                 }
-                engine.record(outcome)
+                engine.record(outcome, at: message.position)
             } else {
                 return false
             }

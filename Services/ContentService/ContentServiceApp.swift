@@ -209,7 +209,14 @@ public struct ContentServiceApp: Sendable {
 
         // The backends' HTTP API, beside /health and /metrics.
         let router = runtime.makeRouter()
-        ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes).addRoutes(to: router)
+        // Questions about an activity are answered where its memory is (the owner of its
+        // partition), its latest outcomes read again from where the memory saw them.
+        let outcomes = OutcomeReader(
+            bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushOutcomes, settings: runtime.settings.consumerProperties, logger: logger)
+        let lookup = ActivityLookup(
+            partition: { activityId in memoryLoader.activityPartitionCount.map { KafkaPartitioner.partition(ofKey: activityId, partitions: $0) } },
+            owns: { sender.ownedPartitions.contains($0) }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) })
+        ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes, lookup: lookup).addRoutes(to: router)
 
         // The stale list names activities: on the operator listener (loopback unless
         // ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.

@@ -56,7 +56,7 @@ public struct RequestPayloads: Sendable {
         let ranges = Dictionary(grouping: byPosition.keys, by: \.partition).mapValues { positions in
             (first: positions.map(\.offset).min()!, last: positions.map(\.offset).max()!)
         }
-        var read = Read()
+        var read = PositionScan<PushRequest>()
         do {
             read = try await scan(ranges, wanted: byPosition)
         } catch {
@@ -64,7 +64,7 @@ public struct RequestPayloads: Sendable {
         }
         var answer = Answer()
         for item in chosen {
-            if let request = read.requests[item.position], request.requestId == item.requestId {
+            if let request = read.records[item.position], request.requestId == item.requestId {
                 answer.found[item.activityKey] = (item.position, request)
             } else if read.passed(item.position) {
                 answer.lost.append(item)
@@ -82,30 +82,42 @@ public struct RequestPayloads: Sendable {
         return answer
     }
 
-    /// What one scan read.
-    struct Read {
-        /// The requests at the wanted positions.
-        var requests: [KafkaPosition: PushRequest] = [:]
-        /// Per partition, the highest offset read (a wanted position at or below it that was not
-        /// read is not there).
-        var highest: [Int32: Int64] = [:]
-        /// Partitions whose reading started over at their first record (the positions were past
-        /// their end: the topic was recreated).
-        var restarted: Set<Int32> = []
+    private func scan(_ ranges: [Int32: (first: Int64, last: Int64)], wanted: [KafkaPosition: Set<String>]) async throws -> PositionScan<PushRequest> {
+        try await PositionScan.read(
+            PushRequest.self, at: Set(wanted.keys), ranges: ranges, topic: topic, bootstrapServers: bootstrapServers, settings: settings,
+            clientID: "content-service.payloads", timeout: timeout, logger: logger)
+    }
+}
 
-        func passed(_ position: KafkaPosition) -> Bool {
-            restarted.contains(position.partition) || (highest[position.partition].map { $0 >= position.offset } ?? false)
-        }
+/// What one read of records by position found: one replica assigned the partitions of the
+/// positions wanted, reading each from its first wanted offset to its last, for at most a timeout.
+/// The records are Islet's own JSON messages.
+struct PositionScan<Record: IsletMessage>: Sendable {
+    /// The records at the wanted positions.
+    var records: [KafkaPosition: Record] = [:]
+    /// Per partition, the highest offset read (a wanted position at or below it that was not
+    /// read is not there).
+    var highest: [Int32: Int64] = [:]
+    /// Partitions whose reading started over at their first record (the positions were past
+    /// their end: the topic was recreated).
+    var restarted: Set<Int32> = []
+
+    /// The record at `position` is certainly not on the topic (expired, or the topic recreated).
+    func passed(_ position: KafkaPosition) -> Bool {
+        restarted.contains(position.partition) || (highest[position.partition].map { $0 >= position.offset } ?? false)
     }
 
-    private func scan(_ ranges: [Int32: (first: Int64, last: Int64)], wanted: [KafkaPosition: Set<String>]) async throws -> Read {
+    /// Reads `ranges` (per partition, the first and last offsets wanted) of `topic`, decoding the records at `wanted`.
+    static func read(
+        _ type: Record.Type, at wanted: Set<KafkaPosition>, ranges: [Int32: (first: Int64, last: Int64)], topic: String, bootstrapServers: String,
+        settings: [String: String], clientID: String, timeout: Duration, logger: Logger
+    ) async throws -> PositionScan {
         var configuration = KafkaConsumerConfiguration.replica(
-            bootstrapServers: bootstrapServers, topics: [topic], partitions: ranges.keys.sorted(), clientID: "content-service.payloads",
-            settings: settings)
+            bootstrapServers: bootstrapServers, topics: [topic], partitions: ranges.keys.sorted(), clientID: clientID, settings: settings)
         configuration.replicaStartOffsets = ranges.mapValues(\.first)
         let reader = try KafkaConsumer(configuration: configuration, logger: logger)
         return try await reader.reading(atMost: timeout) { reader in
-            var read = Read()
+            var read = PositionScan()
             var open = Set(ranges.keys)
             for await event in reader.events {
                 switch event {
@@ -118,8 +130,8 @@ public struct RequestPayloads: Sendable {
                     } else {
                         read.highest[partition] = max(read.highest[partition] ?? message.offset, message.offset)
                         let position = message.position
-                        if wanted[position] != nil, let value = message.value, let request = try? IsletJSON.decode(PushRequest.self, from: value) {
-                            read.requests[position] = request
+                        if wanted.contains(position), let value = message.value, let record = try? IsletJSON.decode(Record.self, from: value) {
+                            read.records[position] = record
                         }
                         if message.offset >= range.last { open.remove(partition) }
                     }

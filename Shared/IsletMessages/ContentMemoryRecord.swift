@@ -40,6 +40,10 @@ public struct ContentMemoryRecord: IsletMessage {
         public var payloadLost: Bool?
         /// The dispatcher's answers to the activity's recent requests.
         public var outcomes: [Outcome]?
+        /// Where the dispatcher's latest answers to the activity's requests are on
+        /// `islet.push-outcomes.v1`, the latest first (at most 4): read again from there when a
+        /// backend asks for them.
+        public var outcomePositions: [Position]?
         /// The request of the latest event's content, and its re-sends so far.
         public var contentRequestId: String?
         public var resends: Int
@@ -58,7 +62,7 @@ public struct ContentMemoryRecord: IsletMessage {
             lastState: String? = nil, alertTimes: [Date]? = nil, startedAt: Date? = nil, ended: Bool = false, latest: Latest? = nil,
             payloadStoredAt: Position? = nil, payloadLost: Bool? = nil, outcomes: [Outcome]? = nil, contentRequestId: String? = nil,
             resends: Int = 0, lastResendAt: Date? = nil, gone: Bool = false, goneAt: Date? = nil, goneToken: String? = nil,
-            inlinedImages: [String]? = nil, pendingImages: [PendingImages]? = nil
+            inlinedImages: [String]? = nil, pendingImages: [PendingImages]? = nil, outcomePositions: [Position]? = nil
         ) {
             self.bundleId = bundleId
             self.activityId = activityId
@@ -81,6 +85,7 @@ public struct ContentMemoryRecord: IsletMessage {
             self.goneToken = goneToken
             self.inlinedImages = inlinedImages
             self.pendingImages = pendingImages
+            self.outcomePositions = outcomePositions
         }
     }
 

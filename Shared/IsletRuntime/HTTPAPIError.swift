@@ -46,6 +46,9 @@ public struct HTTPAPIError: Error, HTTPResponseError, Sendable, Equatable, Custo
         /// The service cannot take the request now (Kafka did not acknowledge it, or its state is
         /// still being rebuilt); nothing was changed. Retry later.
         public static let unavailable: Code = "unavailable"
+        /// What was asked for lives on another instance of the service (the one that owns its
+        /// Kafka partition): ask that instance.
+        public static let notOwner: Code = "notOwner"
         /// An `Idempotency-Key` used again for a different request (another path or body).
         public static let idempotencyKeyReused: Code = "idempotencyKeyReused"
         /// Something failed inside the service (logged there; the body reveals nothing).

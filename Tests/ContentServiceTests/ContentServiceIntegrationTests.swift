@@ -91,6 +91,51 @@ struct ContentServiceIntegrationTests {
         _ = try? await producing.value
     }
 
+    @Test("an activity's outcomes are read again one by one where they are, with the rest of the partition left unread; a position past the end is not an answer (503), not an empty list")
+    func outcomesReadAgain() async throws {
+        let topic = uniqueName("test.outcomes")
+        let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
+        _ = try await admin.createTopics([.init(name: topic, partitions: 2)])
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
+        let producing = Task { try await producer.run() }
+        var stored: [KafkaPosition: PushOutcome] = [:]
+        for index in 0..<30 {
+            let outcome = PushOutcome(
+                requestId: UUID().uuidString.lowercased(), activityId: "order-\(index % 3)", result: index % 5 == 0 ? .coalesced : .delivered,
+                apns: .init(status: 200), priorityUsed: 10, attempts: 1, completedAt: now.addingTimeInterval(Double(index)), bundleId: app.bundleId)
+            let report = try await producer.send(outcome, to: topic)
+            stored[KafkaPosition(partition: report.partition, offset: try #require(report.offset))] = outcome
+        }
+        let reader = OutcomeReader(bootstrapServers: try TestBroker.servers(), topic: topic, timeout: .seconds(4), logger: logger)
+        let wanted = Array(stored.keys.sorted { ($0.partition, $0.offset) < ($1.partition, $1.offset) }.enumerated().filter { $0.offset % 7 == 0 }.map(\.element))
+        let read = try await reader.read(wanted)
+        #expect(Set(read.keys) == Set(wanted))
+        for position in wanted { #expect(read[position] == stored[position]) }
+        // A position no record has reached: "not there yet" is not "gone", the caller asks again.
+        let past = KafkaPosition(partition: 0, offset: 1_000_000)
+        await #expect(throws: ActivityLookup.Unavailable.self) { _ = try await reader.read([wanted[0], past]) }
+        producer.shutdown()
+        _ = try? await producing.value
+    }
+
+    @Test("outcome lookups run four at a time in an instance: the fifth is refused at once, not queued")
+    func outcomeLookupsBounded() async throws {
+        // A cluster that never answers: each lookup takes its whole timeout.
+        let reader = OutcomeReader(
+            bootstrapServers: "127.0.0.1:1", timeout: .seconds(20), logger: testLogger("islet.test.content-integration", level: .critical))
+        let waiting = (0..<OutcomeReader.maximumLookups).map { index in
+            Task { try? await reader.read([KafkaPosition(partition: 0, offset: Int64(index))]) }
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while reader.lookupsRunning < OutcomeReader.maximumLookups, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(reader.lookupsRunning == OutcomeReader.maximumLookups)
+        let refused = ContinuousClock.now
+        let error = await #expect(throws: ActivityLookup.Unavailable.self) { _ = try await reader.read([KafkaPosition(partition: 0, offset: 9)]) }
+        #expect(error?.reason.contains("too many") == true)
+        #expect(ContinuousClock.now - refused < .seconds(1))
+        for task in waiting { task.cancel() }
+    }
+
     @Test("the memory is restored from the changelog, and the requests and outcomes are read from its checkpoints on")
     func restoredFromChangelog() async throws {
         let (topics, suffix) = try await testTopics()

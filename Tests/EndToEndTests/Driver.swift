@@ -94,6 +94,12 @@ final class Driver: Sendable {
             body: try IsletJSON.encode(body), timeout: .seconds(10))
     }
 
+    /// `GET` a path of content-service's HTTP API with the backend's key (or `key`): the status and the body.
+    func get(content path: String, key: String? = nil) async throws -> (Int, [UInt8]) {
+        try await HTTP.request(
+            stack.url(.content) + path, method: .GET, headers: [("Authorization", "Bearer \(key ?? stack.backendKey)")], body: nil, timeout: .seconds(10))
+    }
+
     /// The example templates' apps, by attributes type.
     static let apps = ["DeliveryAttributes": "com.example.food", "RideAttributes": "com.example.ride", "MatchAttributes": "com.example.scores"]
 

@@ -172,6 +172,29 @@ extension EndToEnd {
                         try await driver.registerActivity(activity, token: token, type: type, bundleId: bundleId, deviceId: device, locale: "zh-Hans-CN")
                     }
                 }
+                // The backend asks what became of it: ended at sequence 3, the end delivered, and
+                // the dispatcher's answers to its pushes.
+                let path = "/v1/activities/\(activity)?bundleId=\(bundleId)"
+                var state: JSONValue = .null
+                let deadline = ContinuousClock.now + .seconds(20)
+                repeat {
+                    let (status, body) = try await driver.get(content: path)
+                    #expect(status == 200, "\(String(decoding: body, as: UTF8.self))")
+                    state = try IsletJSON.decodeValue(JSONValue.self, from: body)
+                    if state["latestRequest"]?["outcome"]?.stringValue == "delivered" { break }
+                    try await Task.sleep(for: .milliseconds(200))
+                } while ContinuousClock.now < deadline
+                #expect(state["ended"] == .bool(true) && state["lastSequence"] == .integer(3) && state["live"] == .bool(false), "\(state)")
+                #expect(state["latestRequest"]?["event"]?.stringValue == "end" && state["latestRequest"]?["outcome"]?.stringValue == "delivered", "\(state)")
+                let (status, body) = try await driver.get(content: "/v1/activities/\(activity)/outcomes?bundleId=\(bundleId)")
+                #expect(status == 200, "\(String(decoding: body, as: UTF8.self))")
+                var outcomes: [JSONValue] = []
+                if case .array(let items)? = try IsletJSON.decodeValue(JSONValue.self, from: body)["outcomes"] { outcomes = items }
+                #expect(outcomes.count >= 3, "the start, the update, the end's alert and the end: the latest 4 kept \(outcomes)")
+                #expect(outcomes.first?["result"]?.stringValue == "delivered" && outcomes.first?["apnsStatus"] == .integer(200), "\(outcomes)")
+                // Without a backend key: refused, in JSON.
+                let (refused, reason) = try await driver.get(content: path, key: "not-a-key")
+                #expect(refused == 401 && (try? IsletJSON.decodeValue(JSONValue.self, from: reason))?["error"]?.stringValue == "unauthenticated")
             }
         }
 

@@ -108,7 +108,8 @@ enum Examples {
                 pendingImages: [
                     .init(requestId: "0C1B2A39-4857-4E6F-8A9B-C0D1E2F3A4B5", urls: ["https://cdn.example.com/maps/42.png"],
                         since: utc(2026, 11, 22, 10, 16, 2, 5))
-                ]),
+                ],
+                outcomePositions: [.init(partition: 2, offset: 18_351), .init(partition: 2, offset: 18_290)]),
             writtenAt: utc(2026, 11, 22, 10, 16, 3, 120))
     }()
 

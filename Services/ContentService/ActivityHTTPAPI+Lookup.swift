@@ -1,0 +1,187 @@
+import Foundation
+import Hummingbird
+import IsletKafka
+import IsletMessages
+import IsletProtos
+import IsletRuntime
+import IsletTokens
+
+/// The questions a backend may ask about an activity: its state, and the dispatcher's latest
+/// answers to its pushes. Answered by the instance that owns the activity's partition (it has the
+/// activity's memory); another instance answers 421 `notOwner`.
+extension ActivityHTTPAPI {
+    /// `GET /v1/activities/{activityId}`: what content-service knows of the activity.
+    struct ActivityState: Codable, Equatable {
+        var activityId: String
+        var bundleId: String
+        /// The partition of the activity topics it lives in.
+        var partition: Int32
+        /// `none` (no update token registered), `active`, `superseded`, `invalidated` (the
+        /// registry's states), or `rejected`: APNs answered that the token is no longer valid, and
+        /// nothing more is sent until the app registers one again.
+        var token: String
+        var tokenRegisteredAt: Date?
+        var tokenRejectedAt: Date?
+        var attributesType: String?
+        /// The highest event sequence applied (a later event must be above it).
+        var lastSequence: Int64?
+        /// The state of the last content sent.
+        var state: String?
+        var startedAt: Date?
+        var ended: Bool
+        /// Content is being kept on the phone: started, not ended, its token not rejected.
+        var live: Bool
+        /// `fresh`, `staleRecoverable` (sent again) or `severelyStale` (to be ended); absent when not live.
+        var freshness: String?
+        var stale: Bool
+        var staleSince: Date?
+        /// Times the latest content was sent again because it went stale.
+        var resends: Int
+        var latestRequest: LatestRequestState?
+    }
+
+    struct LatestRequestState: Codable, Equatable {
+        /// Its `apns-id`.
+        var requestId: String
+        var event: String
+        var createdAt: Date
+        var staleDate: Date?
+        /// The sequence of the event whose content it carries.
+        var contentSequence: Int64
+        /// It carried an event's content (not a re-send or an end content-service made by itself).
+        var content: Bool
+        var pushToStart: Bool
+        /// The dispatcher's final answer (`delivered`, `coalesced`, `tokenInvalid`, …); absent until it answers.
+        var outcome: String?
+    }
+
+    /// `GET /v1/activities/{activityId}/outcomes`.
+    struct OutcomeList: Codable, Equatable {
+        var activityId: String
+        var bundleId: String
+        /// The latest first.
+        var outcomes: [OutcomeItem]
+    }
+
+    struct OutcomeItem: Codable, Equatable {
+        var requestId: String
+        var result: String
+        var completedAt: Date
+        var attempts: Int
+        /// The priority the push went with (10 or 5; 5 when downgraded).
+        var priority: Int?
+        var apnsStatus: Int?
+        var apnsReason: String?
+        var apnsId: String?
+        var latencyMilliseconds: Double?
+        /// The newer request that replaced it (`coalesced`).
+        var supersededBy: String?
+        var detail: String?
+
+        init(_ outcome: PushOutcome) {
+            requestId = outcome.requestId
+            result = outcome.result.rawValue
+            completedAt = outcome.completedAt
+            attempts = outcome.attempts
+            priority = outcome.priorityUsed
+            apnsStatus = outcome.apns?.status
+            apnsReason = outcome.apns?.reason
+            apnsId = outcome.apns?.apnsId
+            latencyMilliseconds = outcome.latencyMilliseconds
+            supersededBy = outcome.supersededBy
+            detail = outcome.detail
+        }
+    }
+
+    /// Outcomes listed at most (the memory keeps the positions of the latest ``OutcomePositions/capacity``).
+    static let maximumOutcomeLimit = 100
+
+    func getActivity(_ request: Request, activityId: String) async throws(HTTPAPIError) -> Response {
+        let (bundleId, partition, view) = try await asked(request, activityId: activityId)
+        let memory = view.memory
+        let latest = memory?.latest
+        let token: String
+        if memory?.gone == true, !ContentEngine.registeredAgain(memory!, token: view.token) {
+            token = "rejected"
+        } else {
+            token = view.token?.state.rawValue ?? "none"
+        }
+        let state = ActivityState(
+            activityId: activityId, bundleId: bundleId, partition: partition, token: token, tokenRegisteredAt: view.token?.registeredAt,
+            tokenRejectedAt: token == "rejected" ? memory?.goneAt : nil, attributesType: latest?.attributesType, lastSequence: memory?.lastSequence,
+            state: memory?.lastState, startedAt: memory?.startedAt, ended: memory?.ended ?? false, live: memory?.isLive ?? false,
+            freshness: view.freshness?.rawValue, stale: view.staleSince != nil, staleSince: view.staleSince, resends: memory?.resends ?? 0,
+            latestRequest: latest.map {
+                LatestRequestState(
+                    requestId: $0.requestId, event: $0.event.rawValue, createdAt: $0.createdAt, staleDate: $0.staleDate, contentSequence: $0.contentSequence,
+                    content: $0.isContent, pushToStart: $0.isPushToStart, outcome: memory?.outcome(of: $0.requestId)?.rawValue)
+            })
+        return try Self.json(state)
+    }
+
+    func getOutcomes(_ request: Request, activityId: String) async throws(HTTPAPIError) -> Response {
+        var limit = OutcomePositions.capacity
+        if let given = request.uri.queryParameters["limit"] {
+            guard let number = Int(String(given)), (1...Self.maximumOutcomeLimit).contains(number) else {
+                throw HTTPAPIError(.badRequest, .invalidField, field: "limit", reason: "must be a whole number from 1 to \(Self.maximumOutcomeLimit)")
+            }
+            limit = number
+        }
+        let (bundleId, _, view) = try await asked(request, activityId: activityId)
+        let positions = view.memory?.outcomePositions ?? []
+        let read: [KafkaPosition: PushOutcome]
+        do {
+            read = try await lookup.readOutcomes(positions)
+        } catch {
+            throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: error.reason)
+        }
+        // Outcomes are kept by activity: those of another app's activity of the same id are not listed.
+        let outcomes = read.values.filter { $0.bundleId == nil || $0.bundleId == bundleId }
+            .sorted { ($0.completedAt, $0.requestId) > ($1.completedAt, $1.requestId) }
+        return try Self.json(OutcomeList(activityId: activityId, bundleId: bundleId, outcomes: outcomes.prefix(limit).map(OutcomeItem.init)))
+    }
+
+    /// Checks a question about an activity: the caller may read, the ids are valid, this instance
+    /// owns the activity's partition and is ready, and the activity is known.
+    private func asked(_ request: Request, activityId: String) async throws(HTTPAPIError) -> (
+        bundleId: String, partition: Int32, view: ContentEngine.ActivityView
+    ) {
+        _ = try authorize(request, needs: .read)
+        func invalid(_ field: String, _ reason: String) -> HTTPAPIError { HTTPAPIError(.badRequest, .invalidField, field: field, reason: reason) }
+        guard (1...128).contains(activityId.utf8.count) else { throw invalid("activityId", "must be 1-128 bytes") }
+        do {
+            try MessageKey.requireActivityId(activityId)
+        } catch {
+            throw invalid(error.field, error.problem)
+        }
+        guard let bundleId = request.uri.queryParameters["bundleId"].map(String.init), !bundleId.isEmpty else {
+            throw invalid("bundleId", "required as a query parameter (?bundleId=com.example.app): activity ids are scoped per app")
+        }
+        do {
+            try MessageKey.requireBundleId(bundleId, field: "bundleId")
+        } catch {
+            throw invalid(error.field, error.problem)
+        }
+        guard intake.isReady(), let partition = lookup.partition(activityId) else {
+            throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "starting: the token table and activity memory are being read", retryAfterSeconds: 5)
+        }
+        guard lookup.owns(partition) else {
+            throw HTTPAPIError(
+                .misdirectedRequest, .notOwner,
+                reason:
+                    "the activity is in partition \(partition) of the activity topics, which another content-service instance owns: ask that one (or, while partitions move between instances, again in a moment)"
+            )
+        }
+        guard let view = intake.engine.view(of: MessageKey.activity(bundleId: bundleId, activityId: activityId)) else {
+            throw HTTPAPIError(
+                .notFound, .notFound, field: "activityId",
+                reason: "no activity \(activityId) of \(bundleId) is known: no event or token of it (or forgotten after its retention)")
+        }
+        return (bundleId, partition, view)
+    }
+
+    private static func json(_ value: some Encodable) throws(HTTPAPIError) -> Response {
+        guard let body = try? IsletJSON.encode(value) else { throw HTTPAPIError(.internalServerError, .internal, reason: "internal error") }
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
+    }
+}

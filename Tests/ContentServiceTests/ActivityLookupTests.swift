@@ -1,0 +1,230 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import IsletKafka
+import IsletMessages
+import IsletProtos
+import IsletRuntime
+import IsletTesting
+import IsletTokens
+import Synchronization
+import Testing
+@testable import ContentService
+
+@Suite("The backends' HTTP API: an activity's state and its latest outcomes", .timeLimit(.minutes(1)))
+struct ActivityLookupTests {
+    static let readerKey = String(repeating: "r", count: 40)
+    static let writerOnlyKey = String(repeating: "w", count: 40)
+    static let uri = "/v1/activities/order-42?bundleId=com.example.food"
+    static let outcomesURI = "/v1/activities/order-42/outcomes?bundleId=com.example.food"
+
+    let clock = ManualClock(now)
+    let published = RecordingEvents()
+    let engine: ContentEngine
+    let world = World()
+
+    final class World: Sendable {
+        /// What the lookups read "from Kafka", by position.
+        let stored = Mutex<[KafkaPosition: PushOutcome]>([:])
+        let kafkaAnswers = Mutex(true)
+        let owned = Mutex(true)
+    }
+
+    init() throws {
+        let tokens = PartitionTokens.whole()
+        let record = TokenRecord(
+            kind: .update, activityId: "order-42", userId: "alice", token: String(repeating: "ab", count: 32), app: app,
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: now, updatedAt: now)
+        tokens.put(record, key: record.key!)
+        engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: clock)
+    }
+
+    func withAPI(ready: Bool = true, _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
+        let (published, world) = (self.published, self.world)
+        let intake = EventIntake(engine: engine, isReady: { ready }) { try published.publish($0) }
+        let keys = try BackendKeys(["dashboard": Self.readerKey + ":read", "orders": Self.writerOnlyKey + ":write"])
+        let lookup = ActivityLookup(partition: { _ in 3 }, owns: { _ in world.owned.withLock { $0 } }) { positions throws(ActivityLookup.Unavailable) in
+            guard world.kafkaAnswers.withLock({ $0 }) else { throw ActivityLookup.Unavailable("the outcomes could not be read from Kafka now") }
+            return world.stored.withLock { stored in stored.filter { positions.contains($0.key) } }
+        }
+        let router = Router()
+        router.add(middleware: HTTPErrorMiddleware(logger: ActivityHTTPAPITests.logger))
+        ActivityHTTPAPI(intake: intake, keys: keys, lookup: lookup).addRoutes(to: router)
+        try await Application(router: router, logger: ActivityHTTPAPITests.logger).test(.router) { client in try await body(client) }
+    }
+
+    /// Sends an update through the engine, as the owner does when it reads the event.
+    func send(_ sequence: Int64, _ status: String) throws -> PushRequest {
+        let prepared = try #require(
+            {
+                if case .send(let prepared) = try engine.prepare(
+                    event("DeliveryAttributes", sequence: sequence, ["orderId": .string("42"), "status": .string(status), "progress": .integer(40)]))
+                {
+                    return prepared
+                }
+                return nil
+            }())
+        engine.commit(prepared)
+        return prepared.requests[0]
+    }
+
+    /// The dispatcher's answer to `request`, read at `offset` of partition 3 of the outcomes.
+    func answer(_ request: PushRequest, _ result: PushResult, offset: Int64, after seconds: TimeInterval, status: Int? = 200) {
+        let outcome = PushOutcome(
+            requestId: request.requestId, activityId: "order-42", result: result,
+            apns: status.map { PushOutcome.APNsResponse(status: $0, reason: $0 == 200 ? nil : "BadDeviceToken", apnsId: request.requestId) },
+            priorityUsed: 10, attempts: 1, completedAt: now.addingTimeInterval(seconds), bundleId: app.bundleId)
+        let position = KafkaPosition(partition: 3, offset: offset)
+        world.stored.withLock { $0[position] = outcome }
+        engine.record(outcome, at: position)
+    }
+
+    static func headers(_ key: String?) -> HTTPFields { key.map { [.authorization: "Bearer \($0)"] } ?? [:] }
+
+    static func decode<T: Decodable>(_ type: T.Type, _ response: TestResponse) throws -> T {
+        #expect(response.headers[.contentType] == "application/json")
+        return try IsletJSON.decodeValue(type, from: Array(response.body.readableBytesView))
+    }
+
+    @Test("the state: the token, the last sequence and state, the latest request and its outcome, freshness as time goes by, a token APNs rejected")
+    func state() async throws {
+        let request = try send(1, "preparing")
+        try await withAPI { [self] client in
+            var seen: ActivityHTTPAPI.ActivityState?
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                #expect(response.status == .ok)
+                seen = try Self.decode(ActivityHTTPAPI.ActivityState.self, response)
+            }
+            let state = try #require(seen)
+            #expect(state.activityId == "order-42" && state.bundleId == "com.example.food" && state.partition == 3)
+            #expect(state.token == "active" && state.tokenRegisteredAt == now && state.tokenRejectedAt == nil)
+            #expect(state.attributesType == "DeliveryAttributes" && state.lastSequence == 1 && state.state == request.state)
+            #expect(state.live && !state.ended && state.freshness == "fresh" && !state.stale && state.resends == 0)
+            #expect(state.latestRequest?.requestId == request.requestId && state.latestRequest?.event == "update")
+            #expect(state.latestRequest?.content == true && state.latestRequest?.pushToStart == false && state.latestRequest?.outcome == nil)
+
+            answer(request, .delivered, offset: 10, after: 1)
+            clock.advance(3_600)  // far past its stale date
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                let state = try Self.decode(ActivityHTTPAPI.ActivityState.self, response)
+                #expect(state.latestRequest?.outcome == "delivered")
+                #expect(state.stale && state.staleSince != nil && state.freshness == "severelyStale")
+            }
+
+            // APNs rejects the token: not live, the token "rejected" with when.
+            let next = try send(2, "out_for_delivery")
+            answer(next, .tokenInvalid, offset: 11, after: 3_601, status: 410)
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                let state = try Self.decode(ActivityHTTPAPI.ActivityState.self, response)
+                #expect(state.token == "rejected" && state.tokenRejectedAt == now.addingTimeInterval(3_601))
+                #expect(!state.live && state.freshness == nil && !state.stale && state.lastSequence == 2)
+            }
+        }
+        #expect(published.events.isEmpty, "asking publishes nothing")
+    }
+
+    @Test("the outcomes: the latest four the memory kept, latest first, read where they are; limit; an outcome no longer on Kafka is left out")
+    func outcomes() async throws {
+        var sent: [PushRequest] = []
+        for sequence in 1...5 {
+            let request = try send(Int64(sequence), sequence == 5 ? "delivered" : "preparing")
+            sent.append(request)
+            answer(request, sequence == 3 ? .coalesced : .delivered, offset: Int64(20 + sequence), after: Double(sequence))
+        }
+        let requests = sent
+        #expect(engine.memory(of: "com.example.food/order-42")?.outcomePositions.map(\.offset) == [25, 24, 23, 22])
+        try await withAPI { [self] client in
+            try await client.execute(uri: Self.outcomesURI, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                #expect(response.status == .ok)
+                let list = try Self.decode(ActivityHTTPAPI.OutcomeList.self, response)
+                #expect(list.activityId == "order-42" && list.bundleId == "com.example.food")
+                #expect(list.outcomes.map(\.requestId) == requests[1...].reversed().map(\.requestId))
+                #expect(list.outcomes.map(\.result) == ["delivered", "delivered", "coalesced", "delivered"])
+                #expect(list.outcomes.first?.apnsStatus == 200 && list.outcomes.first?.priority == 10 && list.outcomes.first?.attempts == 1)
+                #expect(list.outcomes.first?.completedAt == now.addingTimeInterval(5))
+            }
+            try await client.execute(uri: Self.outcomesURI + "&limit=2", method: .get, headers: Self.headers(Self.readerKey)) { response in
+                let list = try Self.decode(ActivityHTTPAPI.OutcomeList.self, response)
+                #expect(list.outcomes.map(\.requestId) == [requests[4].requestId, requests[3].requestId])
+            }
+            // One expired from the topic: the others are listed.
+            _ = world.stored.withLock { $0.removeValue(forKey: KafkaPosition(partition: 3, offset: 24)) }
+            try await client.execute(uri: Self.outcomesURI, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                let list = try Self.decode(ActivityHTTPAPI.OutcomeList.self, response)
+                #expect(list.outcomes.count == 3)
+            }
+            // Kafka does not answer: 503 with Retry-After, to be asked again.
+            world.kafkaAnswers.withLock { $0 = false }
+            try await client.execute(uri: Self.outcomesURI, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                #expect(response.status == .serviceUnavailable && response.headers[.retryAfter] != nil)
+                let body = try Self.decode(HTTPAPIError.Body.self, response)
+                #expect(body.error == .unavailable)
+            }
+        }
+    }
+
+    @Test(
+        "refusals, each a JSON 4xx naming the problem: no key, a key that may not read, no or a bad bundleId, a bad id, a bad limit, an unknown activity, another instance's partition, starting",
+        arguments: [
+            (uri, nil as String?, 401, "unauthenticated", nil as String?),
+            (outcomesURI, "not-a-configured-key-but-long-enough-to-be-one", 401, "unauthenticated", nil),
+            (uri, writerOnlyKey, 403, "forbidden", nil),
+            ("/v1/activities/order-42", readerKey, 400, "invalidField", "bundleId"),
+            ("/v1/activities/order-42?bundleId=nodots", readerKey, 400, "invalidField", "bundleId"),
+            ("/v1/activities/a:b?bundleId=com.example.food", readerKey, 400, "invalidField", "activityId"),
+            (outcomesURI + "&limit=0", readerKey, 400, "invalidField", "limit"),
+            (outcomesURI + "&limit=many", readerKey, 400, "invalidField", "limit"),
+            ("/v1/activities/order-43?bundleId=com.example.food", readerKey, 404, "notFound", "activityId"),
+            ("/v1/activities/order-42?bundleId=com.example.other", readerKey, 404, "notFound", "activityId"),
+        ])
+    func refusals(uri: String, key: String?, status: Int, code: String, field: String?) async throws {
+        try await withAPI { client in
+            try await client.execute(uri: uri, method: .get, headers: Self.headers(key)) { response in
+                #expect(response.status.code == status)
+                let body = try Self.decode(HTTPAPIError.Body.self, response)
+                #expect(body.error.rawValue == code && body.field == field, "\(body.reason)")
+                #expect(!body.reason.isEmpty)
+                if status == 401 { #expect(response.headers[.wwwAuthenticate] == "Bearer") }
+            }
+        }
+        #expect(published.events.isEmpty)
+    }
+
+    @Test("only the owner of the activity's partition answers (421 notOwner elsewhere); nothing while starting (503)")
+    func ownerAndStarting() async throws {
+        _ = try send(1, "preparing")
+        world.owned.withLock { $0 = false }
+        try await withAPI { client in
+            for uri in [Self.uri, Self.outcomesURI] {
+                try await client.execute(uri: uri, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                    #expect(response.status == .misdirectedRequest)
+                    let body = try Self.decode(HTTPAPIError.Body.self, response)
+                    #expect(body.error == .notOwner && body.reason.contains("partition 3"))
+                }
+            }
+        }
+        world.owned.withLock { $0 = true }
+        try await withAPI(ready: false) { client in
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                #expect(response.status == .serviceUnavailable && response.headers[.retryAfter] == "5")
+            }
+        }
+    }
+
+    @Test("an activity's outcome positions: the latest four, the latest first, a position read twice kept once, carried through the changelog")
+    func outcomePositions() throws {
+        var memory = ActivityMemory()
+        let outcome = PushOutcome(requestId: "r", activityId: "order-42", result: .delivered, attempts: 1, completedAt: now)
+        for offset in [5, 6, 6, 7, 8, 9] as [Int64] { memory.record(outcome, at: KafkaPosition(partition: 2, offset: offset)) }
+        memory.record(outcome, at: KafkaPosition(partition: 7, offset: 0))
+        #expect(memory.outcomePositions == [.init(partition: 7, offset: 0), .init(partition: 2, offset: 9), .init(partition: 2, offset: 8), .init(partition: 2, offset: 7)])
+        memory.record(outcome, at: KafkaPosition(partition: 2, offset: 8))
+        #expect(memory.outcomePositions.count == 4 && memory.outcomePositions.first == .init(partition: 7, offset: 0), "read again: no change")
+        let restored = ActivityMemory(memory.record(activityKey: "com.example.food/order-42", partition: 3))
+        #expect(restored.outcomePositions == memory.outcomePositions)
+        #expect(MemoryLayout<OutcomePositions>.size == 32)
+        #expect(MemoryLayout<ActivityMemory>.stride <= 176, "an activity's memory: 144 bytes, and 32 for where its latest outcomes are")
+        #expect(ActivityMemory().record(activityKey: "com.example.food/order-42", partition: 3).outcomePositions == nil, "none: not written")
+    }
+}
