@@ -203,8 +203,9 @@ public enum TemplateLoader {
         /// A language's texts: each text of the file found here is compiled in its place.
         let translations: [String: String]
         let language: String?
-        /// Every Mustache text of the file, with its place in it.
-        private(set) var sources: [(path: String, text: String)] = []
+        /// Every Mustache text of the file, with its place as written (what it is rendered with
+        /// depends on it) and as reported (a translation's names its language and text).
+        private(set) var sources: [ExampleCheck.Source] = []
         /// The texts of the file ``translations`` had.
         private(set) var translated: Set<String> = []
 
@@ -222,7 +223,7 @@ public enum TemplateLoader {
                 translated.insert(written)
                 (text, path) = (translation, "translations.\(language)[\"\(written.prefix(40))\"] (\(writtenPath))")
             }
-            sources.append((path, text))
+            sources.append(ExampleCheck.Source(path: path, written: writtenPath, text: text))
             do {
                 // Plain text, not HTML: "Tom & Jerry" stays as it is.
                 return try MustacheTemplate(string: "{{% CONTENT_TYPE: TEXT}}" + text)
@@ -366,7 +367,16 @@ struct ExampleCheck {
     let template: ActivityTemplate
     let examples: [[String: JSONValue]]
 
-    func check(_ sources: [(path: String, text: String)]) throws {
+    /// A Mustache text of the template: `written` is its place in the file (a state's text, a
+    /// content-state value, the layout …), which says what it is rendered with; `path` is where
+    /// a problem is reported (a translation's place names its language and text).
+    struct Source {
+        var path: String
+        var written: String
+        var text: String
+    }
+
+    func check(_ sources: [Source]) throws {
         guard !examples.isEmpty else { throw TemplateError(file: file, path: "examples", problem: "must list at least one example event's fields") }
         let builder = ContentBuilder(template: template)
         let contexts = examples.map { fields -> (base: [String: Any], layout: [String: Any]) in
@@ -376,8 +386,9 @@ struct ExampleCheck {
             for (name, value) in values where layout[name] == nil { layout[name] = FieldValue.renderable(value) }
             return (base, layout)
         }
-        for (path, text) in sources {
-            let seesContentState = !(path.hasPrefix("contentState") || (path.hasPrefix("states.") && path.hasSuffix(".text")))
+        for source in sources {
+            let (path, written, text) = (source.path, source.written, source.text)
+            let seesContentState = !(written.hasPrefix("contentState") || (written.hasPrefix("states.") && written.hasSuffix(".text")))
             for variable in Self.variables(in: text)
             where !contexts.contains(where: { Self.renders(variable, in: seesContentState ? $0.layout : $0.base) }) {
                 throw TemplateError(

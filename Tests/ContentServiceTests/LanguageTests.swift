@@ -66,6 +66,31 @@ struct LanguageTests {
         #expect(error?.problem.contains(problem) == true, "\(String(describing: error))")
     }
 
+    /// A state's text is rendered before the content state exists: it sees the event's fields, not
+    /// the content state's values. Its translation is judged the same way (it was judged as a
+    /// layout text, which sees them, and passed).
+    @Test("a state text's translation that uses a value only the content state has is refused, as the text itself would be")
+    func translatedStateTextSeesNoContentState() {
+        let template = """
+            attributesType: X
+            defaultState: a
+            link: x
+            contentState: [{ name: who, type: string, default: "" }, { name: shout, type: string, value: "{{who}}!" }]
+            states:
+              a: { text: "Hello {{who}}" }
+            examples: [{ who: Ana }]
+            """
+        let written = #expect(throws: TemplateError.self) {
+            try TemplateLoader.load(text: template.replacingOccurrences(of: "Hello {{who}}", with: "Hello {{shout}}"), file: "x.yaml")
+        }
+        #expect(written?.path == "states.a.text", "\(String(describing: written))")
+        let translated = #expect(throws: TemplateError.self) {
+            try TemplateLoader.load(text: template + "\ntranslations: { zh-Hans: { \"Hello {{who}}\": \"你好 {{shout}}\" } }", file: "x.yaml")
+        }
+        #expect(translated?.path == "translations.zh-Hans[\"Hello {{who}}\"] (states.a.text)", "\(String(describing: translated))")
+        #expect(translated?.problem.contains("{{shout}}") == true, "\(String(describing: translated))")
+    }
+
     @Test("an alert the template leaves to the phone: loc-key and loc-args rendered here, in every language; its texts translated")
     func localizedByThePhone() throws {
         let template = try TemplateLoader.load(text: Self.base + "\ntranslations: { zh-Hans: { \"Hi\": \"嗨\", \"Hello {{who}}\": \"你好，{{who}}\" } }", file: "x.yaml")
