@@ -129,6 +129,13 @@ extension StackOptions {
         return try IsletJSON.decodeValue(SimulatorStats.self, from: Array(buffer: try await response.body.collect(upTo: 1 << 20)))
     }
 
+    /// A page of the pushes the simulator accepted, without their bodies: `count` after the `from` oldest.
+    func notifications(from: Int, count: Int) async throws -> [AcceptedNotification] {
+        let response = try await HTTPClient.shared.execute(
+            HTTPClientRequest(url: "\(simulator)/admin/notifications?payload=false&from=\(from)&count=\(count)"), timeout: .seconds(120))
+        return try IsletJSON.decodeValue([AcceptedNotification].self, from: Array(buffer: try await response.body.collect(upTo: 1 << 28)))
+    }
+
     /// Every push the simulator accepted, without its body.
     func notifications() async throws -> [AcceptedNotification] {
         let response = try await HTTPClient.shared.execute(

@@ -138,22 +138,29 @@ struct Scale: AsyncParsableCommand {
                 fields: ["orderId": .string(names[index]), "storeName": .string("Casa Lola"), "status": .string("out_for_delivery"), "progress": .integer(60)],
                 urgency: .important, occurredAt: Date(), sequence: 2, source: "scale-bench", bundleId: app.bundleId)
         }
-        let tokens = Dictionary(uniqueKeysWithValues: names.map { (World.token("1a7" + $0), $0) })
-        // Per token, how many pushes of each content (by its timestamp).
-        func contents() async throws -> [String: [Int64: Int]] {
+        let tokens = Dictionary(uniqueKeysWithValues: names.indices.map { (World.token("1a7" + names[$0]), Int32($0)) })
+        // Per activity, its contents received (by their timestamp) and how many pushes of each,
+        // read from the simulator a page at a time: at a million activities the whole list in one
+        // answer, decoded, took 8 GB of the checker's memory.
+        func contents() async throws -> Received {
             let accepted = try await stack.acceptedPushes()
-            let notifications = try await stack.notifications()
+            var received = Received(activities: activities)
+            var kept = 0
+            while true {
+                let page = try await stack.notifications(from: kept, count: Received.page)
+                for notification in page {
+                    if let index = tokens[notification.token] { received.add(Int(index), timestamp: notification.timestamp) }
+                }
+                kept += page.count
+                if page.count < Received.page { break }
+            }
             // The simulator keeps the latest ISLET_SIMULATOR_RECORD_CAPACITY pushes: the dropped
             // would count as never received.
-            guard notifications.count >= accepted else {
+            guard kept >= accepted else {
                 throw ValidationError(
-                    "the simulator kept \(notifications.count) of the \(accepted) pushes it accepted: raise ISLET_SIMULATOR_RECORD_CAPACITY above \(accepted)")
+                    "the simulator kept \(kept) of the \(accepted) pushes it accepted: raise ISLET_SIMULATOR_RECORD_CAPACITY above \(accepted)")
             }
-            var contents: [String: [Int64: Int]] = [:]
-            for notification in notifications where tokens[notification.token] != nil {
-                contents[notification.token, default: [:]][notification.timestamp, default: 0] += 1
-            }
-            return contents
+            return received
         }
         do {
             try await until("the simulator has a second push for every activity") {
@@ -161,16 +168,13 @@ struct Scale: AsyncParsableCommand {
                 return accepted >= 2 * activities ? nil : "\(accepted)"
             }
         } catch {
-            try await diagnose(tokens: tokens, contents: try await contents(), survivors: survivors)
+            try await diagnose(names: names, contents: try await contents(), survivors: survivors)
             throw error
         }
         // Every activity's latest content reached the phone once: per token, one push of each content.
         let contents = try await contents()
-        let latestOnce = tokens.keys.filter { token in
-            guard let pushes = contents[token], pushes.count == 2 else { return false }
-            return pushes.values.allSatisfy { $0 == 1 }
-        }.count
-        let twice = contents.values.filter { $0.values.contains { $0 > 1 } }.count
+        let latestOnce = names.indices.filter(contents.bothOnce).count
+        let twice = names.indices.filter(contents.anyTwice).count
         let after = try survivors.map { try ProcessStats.residentBytes(pid: $0.pid) }
         var heldAfter: [Int] = []
         for instance in survivors { heldAfter.append(try await instance.held()) }
@@ -195,19 +199,19 @@ struct Scale: AsyncParsableCommand {
         producer.shutdown()
         try await producing.value
         if latestOnce < activities {
-            try await diagnose(tokens: tokens, contents: contents, survivors: survivors)
+            try await diagnose(names: names, contents: contents, survivors: survivors)
             throw ValidationError("\(activities - latestOnce) activities did not receive both contents exactly once")
         }
     }
 
     /// Where the activities short of their two contents are (their partition of the activity
     /// topics), and what the survivors' counters say: what a run that fell short needs to be explained.
-    private func diagnose(tokens: [String: String], contents: [String: [Int64: Int]], survivors: [Instance]) async throws {
+    private func diagnose(names: [String], contents: Received, survivors: [Instance]) async throws {
         let admin = try KafkaAdmin(configuration: .init(bootstrapServers: stack.bootstrap), logger: quiet)
         let partitions = Int32(try await admin.partitionCount(of: IsletTopics.activityEvents.name) ?? 1)
         var short: [Int32: (none: Int, one: Int)] = [:]
-        for (token, name) in tokens {
-            let received = contents[token]?.count ?? 0
+        for (index, name) in names.enumerated() {
+            let received = contents.distinct(index)
             guard received < 2 else { continue }
             let partition = KafkaPartitioner.partition(ofKey: MessageKey.activity(name), partitions: partitions)
             if received == 0 { short[partition, default: (0, 0)].none += 1 } else { short[partition, default: (0, 0)].one += 1 }
@@ -241,6 +245,48 @@ struct Scale: AsyncParsableCommand {
             try await Task.sleep(for: .seconds(1))
         }
     }
+}
+
+/// What the simulator received, per activity (by its index): up to two contents (their
+/// `aps.timestamp`, 0 for none) with how many pushes of each, and how many pushes carried a
+/// third content or more. About 20 bytes an activity.
+struct Received {
+    /// The simulator's pushes are read this many at a time.
+    static let page = 100_000
+    private var timestamps: [Int64]
+    private var counts: [UInt8]
+    private var more: [UInt8]
+
+    init(activities: Int) {
+        timestamps = Array(repeating: 0, count: 2 * activities)
+        counts = Array(repeating: 0, count: 2 * activities)
+        more = Array(repeating: 0, count: activities)
+    }
+
+    mutating func add(_ index: Int, timestamp: Int64) {
+        for slot in [2 * index, 2 * index + 1] {
+            if timestamps[slot] == timestamp {
+                counts[slot] = counts[slot] &+ (counts[slot] == .max ? 0 : 1)
+                return
+            }
+            if timestamps[slot] == 0 {
+                (timestamps[slot], counts[slot]) = (timestamp, 1)
+                return
+            }
+        }
+        if more[index] < .max { more[index] += 1 }
+    }
+
+    /// Contents received (a third or more counts as one more).
+    func distinct(_ index: Int) -> Int {
+        (timestamps[2 * index] != 0 ? 1 : 0) + (timestamps[2 * index + 1] != 0 ? 1 : 0) + (more[index] > 0 ? 1 : 0)
+    }
+
+    /// Exactly two contents, each once.
+    func bothOnce(_ index: Int) -> Bool { distinct(index) == 2 && counts[2 * index] == 1 && counts[2 * index + 1] == 1 }
+
+    /// A content received more than once.
+    func anyTwice(_ index: Int) -> Bool { counts[2 * index] > 1 || counts[2 * index + 1] > 1 }
 }
 
 /// Writes a line at once: the scripts read this through a pipe, where `print`'s buffer would hold

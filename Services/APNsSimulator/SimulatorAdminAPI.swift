@@ -7,6 +7,7 @@ import IsletMessages
 /// | route | does |
 /// | --- | --- |
 /// | `GET /admin/notifications?token=…&limit=…&payload=false` | what was accepted, oldest first (a phone's view) |
+/// | `GET /admin/notifications?from=N&count=M&payload=false` | a page of it: `M` (at most 100,000) after the `N` oldest |
 /// | `DELETE /admin/notifications` | forget them and reset the counters |
 /// | `POST /admin/faults` | inject a ``Fault`` (JSON); answers its id |
 /// | `DELETE /admin/faults` | clear every fault |
@@ -17,7 +18,13 @@ public enum SimulatorAdminAPI {
         router.get("/admin/notifications") { request, _ -> Response in
             let token = request.uri.queryParameters.get("token")?.lowercased()
             let limit = request.uri.queryParameters.get("limit").flatMap(Int.init) ?? .max
-            var notifications = state.notifications(token: token, limit: limit)
+            var notifications: [AcceptedNotification]
+            if let from = request.uri.queryParameters.get("from").flatMap(Int.init) {
+                let count = request.uri.queryParameters.get("count").flatMap(Int.init) ?? 100_000
+                notifications = state.notifications(from: from, count: min(count, 100_000))
+            } else {
+                notifications = state.notifications(token: token, limit: limit)
+            }
             // payload=false: without the bodies (for large queries).
             if request.uri.queryParameters.get("payload") == "false" {
                 for i in notifications.indices { notifications[i].payload = "" }

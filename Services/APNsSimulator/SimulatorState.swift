@@ -132,6 +132,16 @@ public final class SimulatorState: Sendable {
         }
     }
 
+    /// `count` accepted notifications in arrival order, after the `from` oldest kept: a page of
+    /// them, copied alone (a checker of a million pushes reads them page by page).
+    public func notifications(from: Int, count: Int) -> [AcceptedNotification] {
+        inner.withLock { inner in
+            let kept = inner.recorded.count
+            let (first, end) = (min(max(from, 0), kept), min(max(from, 0) + max(count, 0), kept))
+            return (first..<end).map { inner.recorded[(inner.recordedStart + $0) % kept] }
+        }
+    }
+
     /// Accepted notifications in arrival order (to `token` only, when given), the last `limit`.
     public func notifications(token: String? = nil, limit: Int = .max) -> [AcceptedNotification] {
         let all = inner.withLock { inner in Array(inner.recorded[inner.recordedStart...] + inner.recorded[..<inner.recordedStart]) }

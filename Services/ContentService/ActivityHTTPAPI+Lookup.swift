@@ -101,7 +101,7 @@ extension ActivityHTTPAPI {
         let memory = view.memory
         let latest = memory?.latest
         let token: String
-        if memory?.gone == true, !ContentEngine.registeredAgain(memory!, token: view.token) {
+        if let memory, memory.gone, !ContentEngine.registeredAgain(memory, token: view.token) {
             token = "rejected"
         } else {
             token = view.token?.state.rawValue ?? "none"
