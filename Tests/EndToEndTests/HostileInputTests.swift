@@ -94,8 +94,10 @@ extension EndToEnd {
                 #expect(operatorStatus == 200, "\(service): /metrics on the operator port answered \(operatorStatus)")
             }
             // content-service's stale list names activities: on its operator listener, not on the port orchestrators probe.
-            let (staleOnHTTP, _) = try await HTTP.request(stack.url(.content) + "/v1/activities/stale")
-            #expect(staleOnHTTP == 404, "content-service: the stale list on its HTTP port answered \(staleOnHTTP)")
+            // There, the path is the backends' question about an activity named "stale", which needs a backend key.
+            let (staleOnHTTP, staleOnHTTPBody) = try await HTTP.request(stack.url(.content) + "/v1/activities/stale")
+            #expect(staleOnHTTP == 401, "content-service: the stale list's path on its HTTP port answered \(staleOnHTTP)")
+            #expect(!String(decoding: staleOnHTTPBody, as: UTF8.self).contains("\"activities\""), "no stale list on the HTTP port")
             let (staleOnOperator, staleBody) = try await HTTP.request("http://127.0.0.1:\(stack.operatorPorts[.content]!)/v1/activities/stale")
             #expect(staleOnOperator == 200 && String(decoding: staleBody, as: UTF8.self).hasPrefix("{\"activities\":"), "content-service: the stale list on its operator port answered \(staleOnOperator)")
             // Squatting a guessable id: another user registers it before its owner. The owner's
