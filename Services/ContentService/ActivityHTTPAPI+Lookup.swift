@@ -123,7 +123,7 @@ extension ActivityHTTPAPI {
         var limit = OutcomePositions.capacity
         if let given = request.uri.queryParameters["limit"] {
             guard let number = Int(String(given)), (1...Self.maximumOutcomeLimit).contains(number) else {
-                throw HTTPAPIError(.badRequest, .invalidField, field: "limit", reason: "must be a whole number from 1 to \(Self.maximumOutcomeLimit)")
+                throw Self.invalid("limit", "must be a whole number from 1 to \(Self.maximumOutcomeLimit)")
             }
             limit = number
         }
@@ -147,20 +147,14 @@ extension ActivityHTTPAPI {
         bundleId: String, partition: Int32, view: ContentEngine.ActivityView
     ) {
         _ = try authorize(request, needs: .read)
-        func invalid(_ field: String, _ reason: String) -> HTTPAPIError { HTTPAPIError(.badRequest, .invalidField, field: field, reason: reason) }
-        guard (1...128).contains(activityId.utf8.count) else { throw invalid("activityId", "must be 1-128 bytes") }
-        do {
-            try MessageKey.requireActivityId(activityId)
-        } catch {
-            throw invalid(error.field, error.problem)
-        }
+        try Self.requireActivityId(activityId)
         guard let bundleId = request.uri.queryParameters["bundleId"].map(String.init), !bundleId.isEmpty else {
-            throw invalid("bundleId", "required as a query parameter (?bundleId=com.example.app): activity ids are scoped per app")
+            throw Self.invalid("bundleId", "required as a query parameter (?bundleId=com.example.app): activity ids are scoped per app")
         }
         do {
             try MessageKey.requireBundleId(bundleId, field: "bundleId")
         } catch {
-            throw invalid(error.field, error.problem)
+            throw Self.invalid(error.field, error.problem)
         }
         guard intake.isReady(), let partition = lookup.partition(activityId) else {
             throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "starting: the token table and activity memory are being read", retryAfterSeconds: 5)

@@ -123,21 +123,20 @@ public struct ActivityHTTPAPI: Sendable {
     }
 
     private func publish(_ bytes: [UInt8], activityId: String, backend: String, derivedEventId: String?) async throws(HTTPAPIError) -> EventReply {
-        func invalid(_ field: String, _ reason: String) -> HTTPAPIError { HTTPAPIError(.badRequest, .invalidField, field: field, reason: reason) }
-        guard !activityId.isEmpty, activityId.utf8.count <= 128 else { throw invalid("activityId", "must be 1-128 bytes") }
+        try Self.requireActivityId(activityId)
         let body = try HTTPJSON.decodeBody(ActivityEventBody.self, from: bytes)
-        if let given = body.activityId, given != activityId { throw invalid("activityId", "must be the path's when given") }
+        if let given = body.activityId, given != activityId { throw Self.invalid("activityId", "must be the path's when given") }
         let eventId = body.eventId ?? derivedEventId ?? UUID().uuidString.lowercased()
-        guard !eventId.isEmpty, eventId.utf8.count <= 128 else { throw invalid("eventId", "must be 1-128 bytes") }
-        guard (1...128).contains(body.attributesType.utf8.count) else { throw invalid("attributesType", "must be 1-128 bytes") }
-        if body.attributes != nil, body.kind != .start { throw invalid("attributes", "only allowed with kind start") }
+        guard !eventId.isEmpty, eventId.utf8.count <= 128 else { throw Self.invalid("eventId", "must be 1-128 bytes") }
+        guard (1...128).contains(body.attributesType.utf8.count) else { throw Self.invalid("attributesType", "must be 1-128 bytes") }
+        if body.attributes != nil, body.kind != .start { throw Self.invalid("attributes", "only allowed with kind start") }
         if let target = body.startTarget {
             // As the gRPC API checks them: the device id is part of the push-to-start token's key.
             guard (1...128).contains(target.deviceId.utf8.count), !target.deviceId.contains(":") else {
-                throw invalid("startTarget.deviceId", "must be 1-128 bytes, without ':'")
+                throw Self.invalid("startTarget.deviceId", "must be 1-128 bytes, without ':'")
             }
             guard APNsEnvironment.knownValues.contains(target.app.environment) else {
-                throw invalid("startTarget.app.environment", "must be production or sandbox")
+                throw Self.invalid("startTarget.app.environment", "must be production or sandbox")
             }
         }
         let event = ActivityEvent(
@@ -147,7 +146,7 @@ public struct ActivityHTTPAPI: Sendable {
         do {
             try event.validate()
         } catch {
-            throw invalid(error.field, error.problem)
+            throw Self.invalid(error.field, error.problem)
         }
         do {
             let requestIds = try await intake.accept(event)
@@ -156,7 +155,7 @@ public struct ActivityHTTPAPI: Sendable {
             switch error {
             case .starting:
                 throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "starting: the token table and activity memory are being read", retryAfterSeconds: 5)
-            case .invalid(let field, let problem): throw invalid(field, problem)
+            case .invalid(let field, let problem): throw Self.invalid(field, problem)
             case .notAcknowledged:
                 throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "Kafka did not acknowledge the event: retry the call (same Idempotency-Key or eventId)")
             }
@@ -164,6 +163,19 @@ public struct ActivityHTTPAPI: Sendable {
     }
 
     static let sendKey = "one 'Authorization: Bearer <key>' header"
+
+    /// The path's activity id: 1-128 bytes, without the keys' separators.
+    static func requireActivityId(_ activityId: String) throws(HTTPAPIError) {
+        guard (1...128).contains(activityId.utf8.count) else { throw invalid("activityId", "must be 1-128 bytes") }
+        do {
+            try MessageKey.requireActivityId(activityId)
+        } catch {
+            throw invalid(error.field, error.problem)
+        }
+    }
+
+    /// 400 `invalidField`: `field` (of the body, the path or the query) breaks a rule.
+    static func invalid(_ field: String, _ reason: String) -> HTTPAPIError { HTTPAPIError(.badRequest, .invalidField, field: field, reason: reason) }
 
     /// The calling backend's name; 401 without a configured key, 403 without the permission.
     func authorize(_ request: Request, needs permission: BackendPermission) throws(HTTPAPIError) -> String {
