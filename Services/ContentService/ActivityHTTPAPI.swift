@@ -48,7 +48,10 @@ public struct ActivityHTTPAPI: Sendable {
         func counted(_ handle: @escaping @Sendable (Request, String) async throws -> Response) -> @Sendable (Request, Context) async throws -> Response {
             { request, context in
                 do {
-                    return try await handle(request, context.parameters.get("activityId") ?? "")
+                    // As the URL spells it, percent-encoded: `order%2D42` is `order-42`.
+                    let raw = context.parameters.get("activityId") ?? ""
+                    guard let activityId = raw.removingPercentEncoding else { throw Self.invalid("activityId", "is not valid percent-encoded UTF-8") }
+                    return try await handle(request, activityId)
                 } catch let error as HTTPAPIError {
                     Counter(label: "islet_content_http_refused_total", dimensions: [("error", error.code.rawValue)]).increment()
                     throw error

@@ -173,6 +173,8 @@ struct ActivityLookupTests {
             ("/v1/activities/order-42", readerKey, 400, "invalidField", "bundleId"),
             ("/v1/activities/order-42?bundleId=nodots", readerKey, 400, "invalidField", "bundleId"),
             ("/v1/activities/a:b?bundleId=com.example.food", readerKey, 400, "invalidField", "activityId"),
+            ("/v1/activities/a%3Ab?bundleId=com.example.food", readerKey, 400, "invalidField", "activityId"),
+            ("/v1/activities/a%FFb?bundleId=com.example.food", readerKey, 400, "invalidField", "activityId"),
             (outcomesURI + "&limit=0", readerKey, 400, "invalidField", "limit"),
             (outcomesURI + "&limit=many", readerKey, 400, "invalidField", "limit"),
             ("/v1/activities/order-43?bundleId=com.example.food", readerKey, 404, "notFound", "activityId"),
@@ -189,6 +191,18 @@ struct ActivityLookupTests {
             }
         }
         #expect(published.events.isEmpty)
+    }
+
+    @Test("an id percent-encoded in the path is the same activity: order%2D42 is order-42")
+    func percentEncodedId() async throws {
+        _ = try send(1, "preparing")
+        try await withAPI { client in
+            try await client.execute(uri: "/v1/activities/order%2D42?bundleId=com.example.food", method: .get, headers: Self.headers(Self.readerKey)) {
+                response in
+                let state = try Self.decode(ActivityHTTPAPI.ActivityState.self, response)
+                #expect(response.status == .ok && state.activityId == "order-42" && state.lastSequence == 1)
+            }
+        }
     }
 
     @Test("only the owner of the activity's partition answers (421 notOwner elsewhere); nothing while starting (503)")
