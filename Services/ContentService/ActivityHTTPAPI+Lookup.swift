@@ -159,7 +159,15 @@ extension ActivityHTTPAPI {
         guard intake.isReady(), let partition = lookup.partition(activityId) else {
             throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "starting: the token table and activity memory are being read", retryAfterSeconds: 5)
         }
-        guard lookup.owns(partition) else {
+        let owned = lookup.owned()
+        // Holding nothing, it cannot tell who holds the activity: its consumer is (re)joining the group.
+        guard !owned.isEmpty else {
+            throw HTTPAPIError(
+                .serviceUnavailable, .unavailable,
+                reason: "this instance holds no partition now (its consumer is joining the group: at start, in a rebalance, after Kafka stalled): retry in a moment",
+                retryAfterSeconds: 2)
+        }
+        guard owned.contains(partition) else {
             throw HTTPAPIError(
                 .misdirectedRequest, .notOwner,
                 reason:

@@ -21,21 +21,22 @@ public struct ActivityLookup: Sendable {
     /// The partition of `islet.activity-events.v1` an activity id is in; `nil` while the
     /// partition count is not known yet (starting).
     let partition: @Sendable (_ activityId: String) -> Int32?
-    /// Whether this instance owns (and has restored) that partition.
-    let owns: @Sendable (Int32) -> Bool
+    /// The partitions this instance owns (and has restored) now: none while its consumer has no
+    /// assignment (starting, a rebalance, a broker stall that made it rejoin).
+    let owned: @Sendable () -> Set<Int32>
     let readOutcomes: ReadOutcomes
 
     public init(
-        partition: @escaping @Sendable (_ activityId: String) -> Int32?, owns: @escaping @Sendable (Int32) -> Bool, readOutcomes: @escaping ReadOutcomes
+        partition: @escaping @Sendable (_ activityId: String) -> Int32?, owned: @escaping @Sendable () -> Set<Int32>, readOutcomes: @escaping ReadOutcomes
     ) {
         self.partition = partition
-        self.owns = owns
+        self.owned = owned
         self.readOutcomes = readOutcomes
     }
 
     /// One instance owning everything, with outcomes read from `outcomes` (tests).
     public static func everything(outcomes: @escaping ReadOutcomes = { _ in [:] }) -> ActivityLookup {
-        ActivityLookup(partition: { _ in 0 }, owns: { _ in true }, readOutcomes: outcomes)
+        ActivityLookup(partition: { _ in 0 }, owned: { [0] }, readOutcomes: outcomes)
     }
 }
 

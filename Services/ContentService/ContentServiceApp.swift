@@ -215,7 +215,7 @@ public struct ContentServiceApp: Sendable {
             bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushOutcomes, settings: runtime.settings.consumerProperties, logger: logger)
         let lookup = ActivityLookup(
             partition: { activityId in memoryLoader.activityPartitionCount.map { KafkaPartitioner.partition(ofKey: activityId, partitions: $0) } },
-            owns: { sender.ownedPartitions.contains($0) }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) })
+            owned: { sender.ownedPartitions }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) })
         ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes, lookup: lookup).addRoutes(to: router)
 
         // The stale list names activities: on the operator listener (loopback unless

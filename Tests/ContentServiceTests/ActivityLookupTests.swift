@@ -28,7 +28,8 @@ struct ActivityLookupTests {
         /// What the lookups read "from Kafka", by position.
         let stored = Mutex<[KafkaPosition: PushOutcome]>([:])
         let kafkaAnswers = Mutex(true)
-        let owned = Mutex(true)
+        /// The partitions the instance owns (the activity is in 3).
+        let owned = Mutex<Set<Int32>>([3])
     }
 
     init() throws {
@@ -44,7 +45,7 @@ struct ActivityLookupTests {
         let (published, world) = (self.published, self.world)
         let intake = EventIntake(engine: engine, isReady: { ready }) { try published.publish($0) }
         let keys = try BackendKeys(["dashboard": Self.readerKey + ":read", "orders": Self.writerOnlyKey + ":write"])
-        let lookup = ActivityLookup(partition: { _ in 3 }, owns: { _ in world.owned.withLock { $0 } }) { positions throws(ActivityLookup.Unavailable) in
+        let lookup = ActivityLookup(partition: { _ in 3 }, owned: { world.owned.withLock { $0 } }) { positions throws(ActivityLookup.Unavailable) in
             guard world.kafkaAnswers.withLock({ $0 }) else { throw ActivityLookup.Unavailable("the outcomes could not be read from Kafka now") }
             return world.stored.withLock { stored in stored.filter { positions.contains($0.key) } }
         }
@@ -205,10 +206,10 @@ struct ActivityLookupTests {
         }
     }
 
-    @Test("only the owner of the activity's partition answers (421 notOwner elsewhere); nothing while starting (503)")
+    @Test("only the owner of the activity's partition answers (421 notOwner on an instance owning others); 503 on one owning none, and while starting")
     func ownerAndStarting() async throws {
         _ = try send(1, "preparing")
-        world.owned.withLock { $0 = false }
+        world.owned.withLock { $0 = [1, 2] }
         try await withAPI { client in
             for uri in [Self.uri, Self.outcomesURI] {
                 try await client.execute(uri: uri, method: .get, headers: Self.headers(Self.readerKey)) { response in
@@ -218,7 +219,16 @@ struct ActivityLookupTests {
                 }
             }
         }
-        world.owned.withLock { $0 = true }
+        // Holding no partition (its consumer rejoining after a broker stall): it cannot say who owns the activity.
+        world.owned.withLock { $0 = [] }
+        try await withAPI { client in
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                #expect(response.status == .serviceUnavailable && response.headers[.retryAfter] == "2")
+                let body = try Self.decode(HTTPAPIError.Body.self, response)
+                #expect(body.error == .unavailable && body.reason.contains("holds no partition"))
+            }
+        }
+        world.owned.withLock { $0 = [3] }
         try await withAPI(ready: false) { client in
             try await client.execute(uri: Self.uri, method: .get, headers: Self.headers(Self.readerKey)) { response in
                 #expect(response.status == .serviceUnavailable && response.headers[.retryAfter] == "5")
