@@ -79,7 +79,7 @@ public final class DispatchEngine: Sendable {
     private let onDone: @Sendable (UInt64) -> Void
     private let workers: Int
     private let sends = WorkQueue<DispatchMachine.Attempt>()
-    private let publishes = WorkQueue<(outcome: PushOutcome, ticket: UInt64)>()
+    private let publishes = WorkQueue<(outcome: PushOutcome, ticket: UInt64, copies: [UInt64])>()
     /// Rung when the machine wants to be woken earlier than the timer sleeps until.
     private let alarm = Flag()
     private let drained = Flag()
@@ -271,7 +271,7 @@ public final class DispatchEngine: Sendable {
             for action in actions {
                 switch action {
                 case .send(let attempt): sends.push(attempt)
-                case .publish(let outcome, let ticket): publishes.push((outcome, ticket))
+                case .publish(let outcome, let ticket, let copies): publishes.push((outcome, ticket, copies))
                 case .release, .renewProviderToken, .reconnect: break
                 }
             }
@@ -305,10 +305,11 @@ public final class DispatchEngine: Sendable {
     }
 
     private func publishLoop() async {
-        while let (outcome, ticket) = await publishes.next() {
+        while let (outcome, ticket, copies) = await publishes.next() {
             // Not persisted (cancelled at shutdown): the ticket stays open, the request is read again.
             guard await persist(outcome) else { return }
             onDone(ticket)
+            for copy in copies { onDone(copy) }
             step { machine, _ in
                 machine.outcomePersisted()
                 return []

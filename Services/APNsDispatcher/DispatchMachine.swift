@@ -19,8 +19,9 @@ struct DispatchMachine {
         /// Send this attempt to APNs (persisting its announcement first, if it has one), then give
         /// the answer to ``answered(_:_:seconds:now:)``.
         case send(Attempt)
-        /// Persist this final outcome, then report its ticket done and call ``outcomePersisted()``.
-        case publish(PushOutcome, ticket: UInt64)
+        /// Persist this final outcome, then report its ticket done (and those of the copies of its
+        /// request read while it was held) and call ``outcomePersisted()``.
+        case publish(PushOutcome, ticket: UInt64, copies: [UInt64])
         /// Nothing to publish (the request's outcome is on the topic already): report the ticket done.
         case release(ticket: UInt64)
         /// APNs said the team's provider token expired: mint a new one.
@@ -56,6 +57,11 @@ struct DispatchMachine {
         /// An `end` was delivered: later updates are pointless.
         var ended = false
         var endedAt: Date?
+
+        /// Whether the request is in flight or waiting here.
+        func holds(_ requestId: String) -> Bool {
+            inFlight?.request.requestId == requestId || queue.pending.contains { $0.request.requestId == requestId }
+        }
     }
 
     /// A team whose credentials APNs refused (a 403 other than ExpiredProviderToken). Its pushes
@@ -132,6 +138,9 @@ struct DispatchMachine {
     /// for ``alreadyFinished(_:unansweredStarts:)`` to see) is not sent again.
     var ownFinished = RecentIDs(capacity: 100_000)
     var unansweredStarts: Set<String> = []
+    /// The tickets of copies of a request read again while the request itself was held here
+    /// (waiting or in flight), by request id: done when its one outcome is persisted.
+    var copies: [String: [UInt64]] = [:]
     var lastSweep = Date.distantPast
 
     init(tokens: PartitionTokens, policy: DispatcherPolicy, teams: [String: String], random: @escaping @Sendable () -> Double, logger: Logger, now: Date) {
@@ -187,6 +196,15 @@ struct DispatchMachine {
             return takeActions()
         }
         var slot = slots[key, default: Slot()]
+        if slot.holds(request.requestId) {
+            // Read again while it waits or is in flight here (its partition lost in a broker stall
+            // and assigned back): the copy joins it, for one send and one outcome. Queued, it could
+            // be coalesced by newer content while the first copy is delivered (two outcomes), or
+            // coalesce the first copy itself (none sent).
+            metrics.duplicate()
+            copies[request.requestId, default: []].append(ticket)
+            return []
+        }
         if slot.ended && request.event != .start {
             finish(entry, .expired, detail: "the activity has ended: nothing is sent after its end")
             return takeActions()
@@ -238,7 +256,10 @@ struct DispatchMachine {
             let removed = slots[key]!.queue.removeAll { matches($0.ticket) }
             queued -= removed.count
             if let waiting = awaiting[key] { setAwaiting(key, until: waiting.until, requests: slots[key]!.queue.pending.count) }
-            dropped += removed.map(\.ticket)
+            for entry in removed {
+                dropped.append(entry.ticket)
+                if !copies.isEmpty { dropped += copies.removeValue(forKey: entry.request.requestId) ?? [] }
+            }
             if slots[key]!.queue.isEmpty && slots[key]!.inFlight == nil && !slots[key]!.ended { slots[key] = nil }
         }
         return dropped
@@ -311,14 +332,6 @@ struct DispatchMachine {
     /// expiration), its team's key and lane.
     mutating func check(_ head: QueuedRequest, key: String, queued: Int) -> Check {
         let request = head.request
-        // A copy of a request that finished while this one waited behind it (read again after
-        // its partition came back): its outcome is on its way to the topic already.
-        if ownFinished.contains(request.requestId) {
-            dropHead(key)
-            metrics.duplicate()
-            actions.append(.release(ticket: head.ticket))
-            return .finished
-        }
         guard let record = tokens.token(forKey: key) else {
             // Looked at again when its token arrives (``tokenArrived(_:now:)``), or when the wait ends.
             let waitEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)), request.expiration ?? .distantFuture)
@@ -478,6 +491,7 @@ struct DispatchMachine {
         ownFinished.insert(request.requestId)
         if let key = request.key { forgetIfIdle(key) }
         publishing += 1
-        actions.append(.publish(outcome, ticket: entry.ticket))
+        let copies = copies.isEmpty ? [] : copies.removeValue(forKey: request.requestId) ?? []
+        actions.append(.publish(outcome, ticket: entry.ticket, copies: copies))
     }
 }

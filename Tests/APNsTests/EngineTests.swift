@@ -219,9 +219,10 @@ final class EngineHarness {
                 } else {
                     actions += machine.answered(attempt, sender.answer(to: attempt.push), seconds: 0, now: clock.date)
                 }
-            case .publish(let outcome, let ticket):
+            case .publish(let outcome, let ticket, let copies):
                 sink.record(outcome)
                 done.append(ticket)
+                done += copies
                 machine.outcomePersisted()
             case .release(let ticket):
                 done.append(ticket)
@@ -567,6 +568,41 @@ struct EngineTests {
         #expect(h.sender.sent.count == 1)
         #expect(h.sink.final.count == 1)
         #expect(outcomes.first?.result == .delivered)
+    }
+
+    @Test("a copy of a request read again while the request waits or is in flight joins it: newer content does not coalesce the copy while the request is delivered (two outcomes, seen in a broker stall), a copy does not coalesce its own request, a revocation drops both")
+    func copiesJoinTheirRequest() throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        let first = h.request("a", sequence: 1)
+        let newer = h.request("a", sequence: 2)
+        h.hold()
+        h.submit(first)  // ticket 1, in flight
+        h.until(step: 0) { h.sender.sent.count == 1 }
+        h.submit(first)  // ticket 2: read again while in flight
+        h.submit(newer)  // ticket 3: waits behind the one in flight
+        h.submit(newer)  // ticket 4: read again while it waits
+        #expect(h.sink.final.isEmpty, "\(h.sink.final.map(\.result.rawValue))")
+        #expect(h.done.isEmpty, "a copy is done only when its request's outcome is persisted")
+        h.release()
+        h.until(step: 0) { h.sink.final.count == 2 }
+        #expect(h.sink.final.map(\.requestId) == [first.requestId, newer.requestId])
+        #expect(h.sink.final.allSatisfy { $0.result == .delivered }, "\(h.sink.final.map(\.result.rawValue))")
+        #expect(h.sender.sent.map(\.apnsID) == [first.requestId, newer.requestId])
+        #expect(h.done == [1, 2, 3, 4])
+
+        // Revoked while it waits: the request and its copy are dropped together, for the next owner.
+        let waiting = h.request("a", sequence: 3)
+        h.hold()
+        let blocking = h.request("a", sequence: 1, supersedable: false)
+        h.submit(blocking)  // ticket 5, in flight
+        h.submit(waiting)  // ticket 6
+        h.submit(waiting)  // ticket 7
+        #expect(h.dropWaiting { $0 == 6 }.sorted() == [6, 7])
+        h.release()
+        h.until(step: 0) { h.sink.final.count == 3 }
+        #expect(h.sender.sent.map(\.apnsID) == [first.requestId, newer.requestId, blocking.requestId])
+        #expect(h.done == [1, 2, 3, 4, 5])
     }
 
     @Test("a held request keeps its bounds: expired at its apns-expiration, failed at the retry deadline; a refused probe starts the cooldown again")
