@@ -11,12 +11,16 @@ public enum APNsAction: Equatable, Sendable {
     case tokenInvalid
     /// APNs refused the request itself (other 400s, 404, 405, 413): never retried.
     case rejected
+    /// A broadcast's channel is not there: 400 ChannelNotRegistered (deleted, or never made for
+    /// this app) or BadChannelId. Never retried; the channel's owner must make a new one.
+    case channelInvalid
     /// 403 ExpiredProviderToken: mint a new provider token, open a new connection, retry once.
     case renewProviderToken
     /// Other 403s (invalid or missing provider token, wrong certificate environment, …): the app's
     /// credentials are wrong. Stop that app's lane (no hot loop), alert.
     case stopLane
-    /// 429 TooManyRequests: too many pushes to this device token. Back off this token only.
+    /// 429 TooManyRequests: too many pushes to this device token (or broadcasts on this channel).
+    /// Back off this token (channel) only.
     case backOffToken
     /// 429 TooManyProviderTokenUpdates: provider tokens minted too often (a bug on our side).
     /// Wait, then retry on a new connection.
@@ -29,7 +33,7 @@ public enum APNsAction: Equatable, Sendable {
     /// an expired or churned provider token, and a server error do not.
     public var acceptsCredentials: Bool {
         switch self {
-        case .delivered, .tokenInvalid, .rejected, .backOffToken: true
+        case .delivered, .tokenInvalid, .rejected, .channelInvalid, .backOffToken: true
         case .renewProviderToken, .stopLane, .providerTokenChurn, .retry: false
         }
     }
@@ -39,6 +43,7 @@ public enum APNsAction: Equatable, Sendable {
         if InvalidationReason(apnsStatus: status, reason: reason) != nil { return .tokenInvalid }
         return switch (status, reason ?? "") {
         case (200, _): .delivered
+        case (400, "ChannelNotRegistered"), (400, "BadChannelId"): .channelInvalid
         case (403, "ExpiredProviderToken"): .renewProviderToken
         case (403, _): .stopLane
         case (429, "TooManyProviderTokenUpdates"): .providerTokenChurn

@@ -24,11 +24,32 @@ public final class APNsClient: Sendable {
 
         public static let production = Endpoint(host: "api.push.apple.com", port: 443)
         public static let sandbox = Endpoint(host: "api.sandbox.push.apple.com", port: 443)
+        /// Broadcasts (iOS 18). Apple's page names `api.push.apple.com` but its example, APNSwift
+        /// and Sockudo use these hosts.
+        public static let broadcastProduction = Endpoint(host: "api-broadcast.push.apple.com", port: 443)
+        public static let broadcastSandbox = Endpoint(host: "api-broadcast.sandbox.push.apple.com", port: 443)
+        /// Channel management (iOS 18).
+        public static let channelsProduction = Endpoint(host: "api-manage-broadcast.push.apple.com", port: 2196)
+        public static let channelsSandbox = Endpoint(host: "api-manage-broadcast.sandbox.push.apple.com", port: 2195)
+    }
+
+    /// The three APNs services a team talks to, each on hosts of its own.
+    public enum Service: Sendable, Hashable, CaseIterable {
+        /// Pushes to device tokens.
+        case push
+        /// Broadcasts to channels.
+        case broadcast
+        /// Channel management.
+        case channels
     }
 
     public struct Configuration: Sendable {
         public var production: Endpoint
         public var sandbox: Endpoint
+        public var broadcastProduction: Endpoint = .broadcastProduction
+        public var broadcastSandbox: Endpoint = .broadcastSandbox
+        public var channelsProduction: Endpoint = .channelsProduction
+        public var channelsSandbox: Endpoint = .channelsSandbox
         /// Connections per team and environment.
         public var connectionsPerLane: Int
         /// How long one attempt of a push may take in all — waiting for a connection, a stream,
@@ -53,11 +74,27 @@ public final class APNsClient: Sendable {
             self.connectTimeout = connectTimeout
             self.trustedCertificatesPEM = trustedCertificatesPEM
         }
+
+        /// Every service of both environments at one endpoint (the simulator).
+        public mutating func useEverywhere(_ endpoint: Endpoint) {
+            (production, sandbox, broadcastProduction, broadcastSandbox, channelsProduction, channelsSandbox) =
+                (endpoint, endpoint, endpoint, endpoint, endpoint, endpoint)
+        }
+
+        func endpoint(_ service: Service, _ environment: APNsEnvironment) -> Endpoint {
+            let sandbox = environment == .sandbox
+            return switch service {
+            case .push: sandbox ? self.sandbox : production
+            case .broadcast: sandbox ? broadcastSandbox : broadcastProduction
+            case .channels: sandbox ? channelsSandbox : channelsProduction
+            }
+        }
     }
 
     private struct LaneKey: Hashable {
         var teamID: String
         var environment: APNsEnvironment
+        var service: Service
     }
 
     private let configuration: Configuration
@@ -85,11 +122,15 @@ public final class APNsClient: Sendable {
         self.logger = logger
         self.tokenSources = Dictionary(keys.map { ($0.teamID, ProviderTokenSource(key: $0)) }, uniquingKeysWith: { first, _ in first })
         var lanes: [LaneKey: Lane] = [:]
+        // Connections open on first use: a team that never broadcasts opens none for it.
         for team in tokenSources.keys {
-            for (environment, endpoint) in [(APNsEnvironment.production, configuration.production), (.sandbox, configuration.sandbox)] {
-                lanes[LaneKey(teamID: team, environment: environment)] = Lane(
-                    name: "\(team)/\(environment)", endpoint: endpoint, count: configuration.connectionsPerLane, sslContext: sslContext,
-                    connectTimeout: configuration.connectTimeout, group: group, logger: logger)
+            for environment in [APNsEnvironment.production, .sandbox] {
+                for service in Service.allCases {
+                    lanes[LaneKey(teamID: team, environment: environment, service: service)] = Lane(
+                        name: service == .push ? "\(team)/\(environment)" : "\(team)/\(environment)/\(service)",
+                        endpoint: configuration.endpoint(service, environment), count: service == .channels ? 1 : configuration.connectionsPerLane,
+                        sslContext: sslContext, connectTimeout: configuration.connectTimeout, group: group, logger: logger)
+                }
             }
         }
         self.lanes = lanes
@@ -102,15 +143,36 @@ public final class APNsClient: Sendable {
     /// ``APNsTransportError`` when there was none. The attempt, from here to the answer, takes at
     /// most ``Configuration/requestTimeout``.
     public func send(_ push: APNsPush, teamID: String, environment: APNsEnvironment) async throws -> APNsAnswer {
+        let service: Service = if case .channel = push.destination { .broadcast } else { .push }
+        let (connection, token, deadline) = try await connection(service, teamID: teamID, environment: environment)
+        return try await connection.send(push, authorization: token, deadline: deadline)
+    }
+
+    /// Sends one channel management request for `teamID` in `environment`; returns the reply
+    /// whatever its status, or throws ``APNsTransportError`` when there was none.
+    func exchange(_ request: APNsChannelRequest, teamID: String, environment: APNsEnvironment) async throws -> APNsReply {
+        let (connection, token, deadline) = try await connection(.channels, teamID: teamID, environment: environment)
+        return try await connection.manage(request, authorization: token, deadline: deadline)
+    }
+
+    /// A connection of the team's lane for `service`, the provider token to use on it, and the
+    /// attempt's deadline.
+    private func connection(
+        _ service: Service, teamID: String, environment: APNsEnvironment
+    ) async throws -> (APNsConnection, String, NIODeadline) {
         let deadline = NIODeadline.now() + TimeAmount(configuration.requestTimeout)
-        guard let lane = lanes[LaneKey(teamID: teamID, environment: environment)], let source = tokenSources[teamID] else {
+        guard let lane = lanes[LaneKey(teamID: teamID, environment: environment, service: service)], let source = tokenSources[teamID] else {
             throw APNsTransportError(.connect, "no signing key for team \(teamID)")
         }
         let connection = try await lane.connection(deadline: deadline)
         let now = clock.date
         let candidate = try await source.current(now: now)
-        let token = connection.providerToken.withLock { $0.use(candidate: candidate, now: now) }
-        return try await connection.send(push, authorization: token, deadline: deadline)
+        return (connection, connection.providerToken.withLock { $0.use(candidate: candidate, now: now) }, deadline)
+    }
+
+    /// Every lane of a team.
+    private func lanes(of teamID: String) -> [Lane] {
+        lanes.filter { $0.key.teamID == teamID }.map(\.value)
     }
 
     /// APNs said the provider token expired: mint a new one and reconnect the team's lanes (APNs
@@ -118,17 +180,13 @@ public final class APNsClient: Sendable {
     public func renewProviderToken(teamID: String) {
         guard let source = tokenSources[teamID] else { return }
         source.renew(now: clock.date)
-        for environment in [APNsEnvironment.production, .sandbox] {
-            lanes[LaneKey(teamID: teamID, environment: environment)]?.reconnect()
-        }
+        for lane in lanes(of: teamID) { lane.reconnect() }
         logger.warning("provider token renewed after ExpiredProviderToken", metadata: ["apns.team": "\(teamID)"])
     }
 
     /// Closes every connection of a team (they reopen on the next push).
     public func reconnect(teamID: String) {
-        for environment in [APNsEnvironment.production, .sandbox] {
-            lanes[LaneKey(teamID: teamID, environment: environment)]?.reconnect()
-        }
+        for lane in lanes(of: teamID) { lane.reconnect() }
     }
 
     public func shutdown() {

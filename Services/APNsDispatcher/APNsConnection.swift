@@ -8,25 +8,52 @@ import NIOPosix
 import NIOSSL
 import Synchronization
 
-/// One push to APNs: the request line, headers and body of `POST /3/device/<token>`.
+/// One push to APNs: to a device token (`POST /3/device/<token>`), or a broadcast to every
+/// activity subscribed to a channel (`POST /4/broadcasts/apps/<bundle>`, iOS 18).
 public struct APNsPush: Sendable {
-    public var deviceToken: String
-    /// `apns-topic`: `<bundle id>.push-type.liveactivity`.
-    public var topic: String
+    /// Where a push goes.
+    public enum Destination: Sendable, Equatable {
+        /// One activity's (or a push-to-start) device token; `topic` is `apns-topic`,
+        /// `<bundle id>.push-type.liveactivity`.
+        case device(token: String, topic: String)
+        /// A broadcast channel of the app: one push for all its subscribers.
+        case channel(id: String, bundleID: String)
+    }
+
+    public var destination: Destination
+    /// 10 or 5 (a broadcast may also use 1).
     public var priority: Int
-    /// `apns-id`: the request id (so a retry is recognised as the same push).
+    /// `apns-id` on the token path, `apns-request-id` on a broadcast: the request id (so a retry
+    /// is recognised as the same push).
     public var apnsID: String
-    /// `apns-expiration`, epoch seconds; 0: one attempt, not stored.
+    /// `apns-expiration`, epoch seconds; 0: one attempt, not stored (the only value a channel
+    /// that stores no message takes).
     public var expiration: Int64
     public var payload: ByteBuffer
 
-    public init(deviceToken: String, topic: String, priority: Int, apnsID: String, expiration: Int64, payload: ByteBuffer) {
-        self.deviceToken = deviceToken
-        self.topic = topic
+    public init(destination: Destination, priority: Int, apnsID: String, expiration: Int64, payload: ByteBuffer) {
+        self.destination = destination
         self.priority = priority
         self.apnsID = apnsID
         self.expiration = expiration
         self.payload = payload
+    }
+
+    public init(deviceToken: String, topic: String, priority: Int, apnsID: String, expiration: Int64, payload: ByteBuffer) {
+        self.init(destination: .device(token: deviceToken, topic: topic), priority: priority, apnsID: apnsID, expiration: expiration, payload: payload)
+    }
+
+    /// The device token, or `nil` for a broadcast.
+    public var deviceToken: String? {
+        if case .device(let token, _) = destination { token } else { nil }
+    }
+
+    /// Whom it is for: the device token, or the channel id.
+    public var recipient: String {
+        switch destination {
+        case .device(let token, _): token
+        case .channel(let id, _): id
+        }
     }
 }
 
@@ -193,7 +220,53 @@ final class APNsConnection: Sendable {
     /// ``APNsTransportError/Kind/stalled`` (not processed) if it was not — and then the connection
     /// takes no new pushes and closes once its other pushes are finished.
     func send(_ push: APNsPush, authorization: String, deadline: NIODeadline) async throws -> APNsAnswer {
-        let promise = channel.eventLoop.makePromise(of: APNsAnswer.self)
+        var headers = HPACKHeaders()
+        headers.reserveCapacity(11)
+        headers.add(name: ":method", value: "POST")
+        headers.add(name: ":scheme", value: "https")
+        headers.add(name: ":authority", value: authority)
+        switch push.destination {
+        case .device(let token, let topic):
+            headers.add(name: ":path", value: "/3/device/\(token)", indexing: .nonIndexable)
+            headers.add(name: "authorization", value: "bearer \(authorization)")
+            headers.add(name: "apns-push-type", value: "liveactivity")
+            headers.add(name: "apns-topic", value: topic)
+            headers.add(name: "apns-id", value: push.apnsID, indexing: .nonIndexable)
+        case .channel(let id, let bundleID):
+            headers.add(name: ":path", value: "/4/broadcasts/apps/\(bundleID)")
+            headers.add(name: "authorization", value: "bearer \(authorization)")
+            headers.add(name: "apns-push-type", value: "liveactivity")
+            headers.add(name: "apns-channel-id", value: id)
+            headers.add(name: "apns-request-id", value: push.apnsID, indexing: .nonIndexable)
+        }
+        headers.add(name: "apns-priority", value: String(push.priority))
+        headers.add(name: "apns-expiration", value: String(push.expiration))
+        headers.add(name: "content-length", value: String(push.payload.readableBytes))
+        let reply = try await exchange(headers: headers, body: push.payload, deadline: deadline)
+        return APNsAnswer(status: reply.status, apnsID: reply.requestID, body: reply.body)
+    }
+
+    /// A channel management request (``APNsChannelRequest``) and its reply, bounded by `deadline`
+    /// like a push.
+    func manage(_ request: APNsChannelRequest, authorization: String, deadline: NIODeadline) async throws -> APNsReply {
+        var headers = HPACKHeaders()
+        headers.add(name: ":method", value: request.method)
+        headers.add(name: ":scheme", value: "https")
+        headers.add(name: ":authority", value: authority)
+        headers.add(name: ":path", value: request.path)
+        headers.add(name: "authorization", value: "bearer \(authorization)")
+        headers.add(name: "apns-request-id", value: request.requestID, indexing: .nonIndexable)
+        if let channelID = request.channelID { headers.add(name: "apns-channel-id", value: channelID) }
+        if let body = request.body {
+            headers.add(name: "content-type", value: "application/json")
+            headers.add(name: "content-length", value: String(body.readableBytes))
+        }
+        return try await exchange(headers: headers, body: request.body, deadline: deadline)
+    }
+
+    /// One request on a stream of its own and its reply; `body` nil: the HEADERS end the stream.
+    private func exchange(headers: HPACKHeaders, body: ByteBuffer?, deadline: NIODeadline) async throws -> APNsReply {
+        let promise = channel.eventLoop.makePromise(of: APNsReply.self)
         let attempt = Attempt()
         state.withLock { $0.active += 1 }
         let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
@@ -213,7 +286,6 @@ final class APNsConnection: Sendable {
         }
 
         let goAway = self.goAway
-        let authority = self.authority
         let streamFuture = multiplexer.createStreamChannel { stream in
             stream.eventLoop.makeCompletedFuture {
                 try stream.pipeline.syncOperations.addHandler(APNsStreamHandler(promise: promise, goAway: goAway))
@@ -229,23 +301,16 @@ final class APNsConnection: Sendable {
                     stream.close(promise: nil)
                     return
                 }
-                var headers = HPACKHeaders()
-                headers.reserveCapacity(11)
-                headers.add(name: ":method", value: "POST")
-                headers.add(name: ":scheme", value: "https")
-                headers.add(name: ":authority", value: authority)
-                headers.add(name: ":path", value: "/3/device/\(push.deviceToken)", indexing: .nonIndexable)
-                headers.add(name: "authorization", value: "bearer \(authorization)")
-                headers.add(name: "apns-push-type", value: "liveactivity")
-                headers.add(name: "apns-topic", value: push.topic)
-                headers.add(name: "apns-priority", value: String(push.priority))
-                headers.add(name: "apns-id", value: push.apnsID, indexing: .nonIndexable)
-                headers.add(name: "apns-expiration", value: String(push.expiration))
-                headers.add(name: "content-length", value: String(push.payload.readableBytes))
-                stream.write(HTTP2Frame.FramePayload.headers(.init(headers: headers)), promise: nil)
-                // Written once the body with END_STREAM is on the socket: from then on APNs may
-                // have processed it, and a deadline is a timeout rather than a stall.
-                stream.writeAndFlush(HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(push.payload), endStream: true))).whenComplete { written in
+                // Written once the request's end (END_STREAM) is on the socket: from then on APNs
+                // may have processed it, and a deadline is a timeout rather than a stall.
+                let end: EventLoopFuture<Void>
+                if let body {
+                    stream.write(HTTP2Frame.FramePayload.headers(.init(headers: headers)), promise: nil)
+                    end = stream.writeAndFlush(HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(body), endStream: true)))
+                } else {
+                    end = stream.writeAndFlush(HTTP2Frame.FramePayload.headers(.init(headers: headers, endStream: true)))
+                }
+                end.whenComplete { written in
                     switch written {
                     case .success:
                         attempt.wrote()
@@ -373,18 +438,34 @@ final class GoAwayWatcher: ChannelInboundHandler, Sendable {
     }
 }
 
-/// Collects one stream's answer, from its HTTP/2 frames: HEADERS with `:status`, and for an error
-/// a JSON body in DATA.
+/// What a stream answered: its `:status`, the headers APNs names its answers with, and its body
+/// (at most ``maximumBody`` bytes are kept).
+struct APNsReply: Sendable {
+    var status: Int
+    /// `apns-id` (token path) or `apns-request-id` (broadcast API).
+    var requestID: String?
+    /// `apns-channel-id` (channel management).
+    var channelID: String?
+    var body: [UInt8]
+
+    /// What an answer's body may be: an error's JSON, or the list of an app's channels (10,000
+    /// ids of some 30 bytes).
+    static let maximumBody = 1 << 20
+}
+
+/// Collects one stream's answer, from its HTTP/2 frames: HEADERS with `:status`, then a body in DATA
+/// (an error's JSON, or what a channel management request asked for).
 final class APNsStreamHandler: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame.FramePayload
 
-    private let promise: EventLoopPromise<APNsAnswer>
+    private let promise: EventLoopPromise<APNsReply>
     private let goAway: GoAwayWatcher
     private var status: Int?
-    private var apnsID: String?
+    private var requestID: String?
+    private var channelID: String?
     private var body: [UInt8] = []
 
-    init(promise: EventLoopPromise<APNsAnswer>, goAway: GoAwayWatcher) {
+    init(promise: EventLoopPromise<APNsReply>, goAway: GoAwayWatcher) {
         self.promise = promise
         self.goAway = goAway
     }
@@ -394,11 +475,12 @@ final class APNsStreamHandler: ChannelInboundHandler {
         case .headers(let frame):
             if status == nil {
                 status = frame.headers.first(name: ":status").flatMap { Int($0) }
-                apnsID = frame.headers.first(name: "apns-id")
+                requestID = frame.headers.first(name: "apns-id") ?? frame.headers.first(name: "apns-request-id")
+                channelID = frame.headers.first(name: "apns-channel-id")
             }
             if frame.endStream { finish() }
         case .data(let frame):
-            if case .byteBuffer(let buffer) = frame.data, body.count < 4_096 { body += buffer.readableBytesView }
+            if case .byteBuffer(let buffer) = frame.data, body.count < APNsReply.maximumBody { body += buffer.readableBytesView }
             if frame.endStream { finish() }
         default:
             break
@@ -410,7 +492,7 @@ final class APNsStreamHandler: ChannelInboundHandler {
             promise.fail(APNsTransportError(.lost, "an answer without :status"))
             return
         }
-        promise.succeed(APNsAnswer(status: status, apnsID: apnsID, body: body))
+        promise.succeed(APNsReply(status: status, requestID: requestID, channelID: channelID, body: body))
     }
 
     func channelInactive(context: ChannelHandlerContext) {

@@ -48,6 +48,8 @@ extension DispatchMachine {
             finish(entry, .tokenInvalid, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
         case .rejected:
             finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
+        case .channelInvalid:
+            finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? ""): the channel is gone")
         case .renewProviderToken:
             guard !entry.renewedProviderToken else {
                 finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "ExpiredProviderToken after a renewal")

@@ -192,6 +192,8 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var body: [UInt8] = []
     private var oversize = false
     private var answered = false
+    /// The payload limit of the request's path.
+    private var limit = NotificationValidator.maximumPayloadBytes
 
     init(connection: ConnectionContext, state: SimulatorState, verifier: ProviderTokenVerifier, clock: any WallClock, logger: Logger) {
         self.connection = connection
@@ -204,12 +206,15 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .headers(let frame):
-            if headers == nil { headers = frame.headers }
+            if headers == nil {
+                headers = frame.headers
+                if frame.headers.first(name: ":path").map(BroadcastValidator.isBroadcastAPI) == true { limit = BroadcastValidator.maximumPayloadBytes }
+            }
             if frame.endStream { respond(context: context) }
         case .data(let frame):
             if case .byteBuffer(let buffer) = frame.data {
                 // Keep at most one byte more than the limit: enough to know it is too large.
-                if body.count + buffer.readableBytes <= NotificationValidator.maximumPayloadBytes + 1 {
+                if body.count + buffer.readableBytes <= limit + 1 {
                     body += buffer.readableBytesView
                 } else {
                     oversize = true
@@ -238,20 +243,31 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
             default: if !name.hasPrefix(":") { fields[name.lowercased()] = value }
             }
         }
-        if oversize { body = Array(repeating: 0x20, count: NotificationValidator.maximumPayloadBytes + 1) }
+        if oversize { body = Array(repeating: 0x20, count: limit + 1) }
         let request = NotificationValidator.Request(method: method, path: path, headers: fields, body: body)
         let now = clock.date
 
-        // The request line and the provider token first, as APNs checks them.
-        let token: String
-        switch NotificationValidator.token(of: request) {
-        case .failure(let rejection): return reject(rejection, apnsID: fields["apns-id"], context: context)
-        case .success(let value): token = value
+        // The request line and the provider token first, as APNs checks them. The broadcast API
+        // names its requests with apns-request-id, the token path with apns-id.
+        let target: Target
+        let id: (name: String, value: String?)
+        if BroadcastValidator.isBroadcastAPI(path) {
+            id = ("apns-request-id", fields["apns-request-id"])
+            switch BroadcastValidator.route(request) {
+            case .failure(let rejection): return reject(rejection, id: id, context: context)
+            case .success(let route): target = .broadcastAPI(route)
+            }
+        } else {
+            id = ("apns-id", fields["apns-id"])
+            switch NotificationValidator.token(of: request) {
+            case .failure(let rejection): return reject(rejection, id: id, context: context)
+            case .success(let token): target = .device(token)
+            }
         }
         let authorization = fields["authorization"]
         if let known = connection.knownVerdict(authorization, now: now) {
-            if let rejection = known { return reject(rejection, apnsID: fields["apns-id"], context: context) }
-            return answer(request, token: token, fields: fields, now: now, context: context)
+            if let rejection = known { return reject(rejection, id: id, context: context) }
+            return answer(request, target: target, fields: fields, now: now, context: context)
         }
         // A token not seen on this connection yet: its signature is checked off the event loop,
         // and the answer is written back on it.
@@ -260,9 +276,24 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         connection.verification(of: authorization, verifier: verifier, now: now, on: context.eventLoop).whenSuccess { verdict in
             let (handler, context) = loopBound.value
             if let rejection = handler.connection.admit(authorization, verdict: verdict, now: now) {
-                return handler.reject(rejection, apnsID: fields["apns-id"], context: context)
+                return handler.reject(rejection, id: id, context: context)
             }
-            handler.answer(request, token: token, fields: fields, now: now, context: context)
+            handler.answer(request, target: target, fields: fields, now: now, context: context)
+        }
+    }
+
+    /// What a request is for, once its request line was read.
+    private enum Target {
+        /// A push to this device token (`/3/device/<token>`).
+        case device(String)
+        /// The broadcast API: a broadcast, or a channel management request.
+        case broadcastAPI(BroadcastValidator.Route)
+    }
+
+    private func answer(_ request: NotificationValidator.Request, target: Target, fields: [String: String], now: Date, context: ChannelHandlerContext) {
+        switch target {
+        case .device(let token): answer(request, token: token, fields: fields, now: now, context: context)
+        case .broadcastAPI(let route): answer(request, route: route, fields: fields, now: now, context: context)
         }
     }
 
@@ -271,28 +302,44 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         let streamID = (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)).map { Int($0) } ?? 0
         let notification: AcceptedNotification
         switch NotificationValidator.validate(request, token: token, now: now, connection: connection.id, stream: streamID) {
-        case .failure(let rejection): return reject(rejection, apnsID: fields["apns-id"], context: context)
+        case .failure(let rejection): return reject(rejection, id: ("apns-id", fields["apns-id"]), context: context)
         case .success(let value): notification = value
         }
 
         guard let fault = state.takeFault(for: token) else {
             state.record(notification)
+            if let channel = notification.inputPushChannel {
+                // The new activity subscribes to the channel (when its app has it).
+                state.subscribe(1, to: channel, bundleId: String(notification.topic.dropLast(".push-type.liveactivity".count)))
+            }
             return accept(notification, context: context)
         }
+        inject(
+            fault, id: ("apns-id", notification.apnsID), now: now, context: context, record: { self.state.record(notification) },
+            accept: { handler, context in handler.accept(notification, context: context) })
+    }
+
+    /// Injects an armed fault into a request that passed validation: `record` notes it as
+    /// accepted (for the faults that let it through), `accept` answers it.
+    private func inject(
+        _ fault: Fault, id: (name: String, value: String?), now: Date, context: ChannelHandlerContext, record: () -> Void,
+        accept: @escaping @Sendable (APNsStreamHandler, ChannelHandlerContext) -> Void
+    ) {
+        let streamID = (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)).map { Int($0) } ?? 0
         switch fault.kind {
         case .reject:
             let timestamp =
                 fault.status == 410 ? Date(timeIntervalSince1970: Double(fault.timestampMilliseconds ?? Int64(now.timeIntervalSince1970 * 1_000)) / 1_000) : nil
-            reject(APNsRejection(fault.status ?? 500, fault.reason ?? "InternalServerError", timestamp: timestamp), apnsID: notification.apnsID, context: context)
+            reject(APNsRejection(fault.status ?? 500, fault.reason ?? "InternalServerError", timestamp: timestamp), id: id, context: context)
         case .delay:
-            state.record(notification)
+            record()
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             context.eventLoop.scheduleTask(in: .milliseconds(Int64(fault.delayMilliseconds ?? 1_000))) {
                 let (handler, context) = loopBound.value
-                handler.accept(notification, context: context)
+                accept(handler, context)
             }
         case .stall:
-            state.record(notification)
+            record()
             state.count { $0.stalled += 1 }
         case .goAway:
             state.count { $0.goAways += 1 }
@@ -309,15 +356,82 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
+    /// The answer to a broadcast API request whose provider token is fine: channel management
+    /// (never faulted), or a broadcast (validated against its channel, then a fault if one is armed).
+    private func answer(
+        _ request: NotificationValidator.Request, route: BroadcastValidator.Route, fields: [String: String], now: Date, context: ChannelHandlerContext
+    ) {
+        let requestID = fields["apns-request-id"] ?? UUID().uuidString.lowercased()
+        let id = (name: "apns-request-id", value: Optional(requestID))
+        let bundle = route.bundleId
+        /// The app's channel named by `apns-channel-id`, or APNs's refusal.
+        func namedChannel() -> Result<SimulatedChannel, APNsRejection> {
+            BroadcastValidator.channelId(fields).flatMap { channelID in
+                state.channel(channelID, bundleId: bundle).map { .success($0) } ?? .failure(APNsRejection(400, "ChannelNotRegistered"))
+            }
+        }
+        switch route {
+        case .create:
+            switch BroadcastValidator.creation(request.body).flatMap({ state.createChannel(bundleId: bundle, storagePolicy: $0, now: now) }) {
+            case .failure(let rejection): reject(rejection, id: id, context: context)
+            case .success(let channel): respond(201, [("apns-request-id", requestID), ("apns-channel-id", channel.id)], context: context)
+            }
+        case .read:
+            switch namedChannel() {
+            case .failure(let rejection): reject(rejection, id: id, context: context)
+            case .success(let channel):
+                let body = #"{"message-storage-policy":\#(channel.storagePolicy),"push-type":"LiveActivity"}"#
+                respond(200, [("apns-request-id", requestID), ("apns-channel-id", channel.id)], body: Array(body.utf8), context: context)
+            }
+        case .delete:
+            switch namedChannel() {
+            case .failure(let rejection): reject(rejection, id: id, context: context)
+            case .success(let channel):
+                _ = state.deleteChannel(channel.id, bundleId: bundle)
+                respond(204, [("apns-request-id", requestID)], context: context)
+            }
+        case .list:
+            let ids = state.channels(bundleId: bundle).map(\.id)
+            let body = (try? IsletJSON.encode(["channels": ids])) ?? Array(#"{"channels":[]}"#.utf8)
+            respond(200, [("apns-request-id", requestID)], body: body, context: context)
+        case .broadcast:
+            let broadcast: AcceptedBroadcast
+            switch namedChannel().flatMap({ BroadcastValidator.validate(request, channel: $0, requestId: requestID, now: now, connection: connection.id) }) {
+            case .failure(let rejection): return reject(rejection, id: id, context: context)
+            case .success(let value): broadcast = value
+            }
+            let accepted: [(String, String)] = [("apns-request-id", requestID), ("apns-unique-id", UUID().uuidString.lowercased())]
+            guard let fault = state.takeFault(for: nil, channel: broadcast.channelId) else {
+                state.record(broadcast)
+                return respond(200, accepted, context: context)
+            }
+            inject(
+                fault, id: id, now: now, context: context, record: { self.state.record(broadcast) },
+                accept: { handler, context in handler.respond(200, accepted, context: context) })
+        }
+    }
+
+    /// A success answer: HEADERS (ending the stream unless a body follows), then the body.
+    private func respond(_ status: Int, _ fields: [(String, String)], body: [UInt8] = [], context: ChannelHandlerContext) {
+        var headers = HPACKHeaders([(":status", String(status))] + fields)
+        if !body.isEmpty { headers.add(name: "content-type", value: "application/json") }
+        context.write(wrapOutboundOut(.headers(.init(headers: headers, endStream: body.isEmpty))), promise: nil)
+        if !body.isEmpty {
+            context.write(wrapOutboundOut(.data(.init(data: .byteBuffer(context.channel.allocator.buffer(bytes: body)), endStream: true))), promise: nil)
+        }
+        context.flush()
+    }
+
     private func accept(_ notification: AcceptedNotification, context: ChannelHandlerContext) {
         let headers: HPACKHeaders = [":status": "200", "apns-id": notification.apnsID, "apns-unique-id": UUID().uuidString.lowercased()]
         context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers, endStream: true))), promise: nil)
     }
 
-    private func reject(_ rejection: APNsRejection, apnsID: String?, context: ChannelHandlerContext) {
+    /// Answers with APNs's error: the status, the request's id header as sent, `{"reason": …}`.
+    private func reject(_ rejection: APNsRejection, id: (name: String, value: String?), context: ChannelHandlerContext) {
         state.rejected(rejection)
         var headers: HPACKHeaders = [":status": String(rejection.status), "content-type": "application/json"]
-        if let apnsID { headers.add(name: "apns-id", value: apnsID) }
+        if let value = id.value { headers.add(name: id.name, value: value) }
         context.write(wrapOutboundOut(.headers(.init(headers: headers))), promise: nil)
         let body = context.channel.allocator.buffer(bytes: rejection.body)
         context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(body), endStream: true))), promise: nil)

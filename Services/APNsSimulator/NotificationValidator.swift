@@ -38,6 +38,8 @@ public struct AcceptedNotification: Sendable, Codable, Equatable {
     public var event: String
     /// `aps.timestamp`.
     public var timestamp: Int64
+    /// `aps.input-push-channel` of a start: the broadcast channel the new activity subscribes to.
+    public var inputPushChannel: String?
     /// The whole body, as sent.
     public var payload: String
     public var payloadBytes: Int
@@ -120,7 +122,7 @@ public enum NotificationValidator {
         return .success(
             AcceptedNotification(
                 token: token, apnsID: apnsID, topic: topic, priority: priority, pushType: "liveactivity", expiration: expiration,
-                collapseID: collapseID, event: event, timestamp: timestamp,
+                collapseID: collapseID, event: event, timestamp: timestamp, inputPushChannel: event == "start" ? aps.inputPushChannel : nil,
                 payload: String(decoding: request.body, as: UTF8.self), payloadBytes: request.body.count, receivedAt: now,
                 connection: connection, stream: stream))
     }
@@ -135,6 +137,7 @@ public enum NotificationValidator {
                 case event, timestamp, alert, attributes
                 case contentState = "content-state"
                 case attributesType = "attributes-type"
+                case inputPushChannel = "input-push-channel"
             }
             /// A string, else nil.
             var event: String?
@@ -147,6 +150,8 @@ public enum NotificationValidator {
             var hasAttributesType: Bool
             /// Any value, even null.
             var hasAlert: Bool
+            /// A string, else nil.
+            var inputPushChannel: String?
 
             init(from decoder: any Decoder) throws {
                 let aps = try decoder.container(keyedBy: Key.self)
@@ -160,6 +165,7 @@ public enum NotificationValidator {
                 hasAttributes = (try? aps.nestedContainer(keyedBy: Key.self, forKey: .attributes)) != nil
                 hasAttributesType = (try? aps.decodeIfPresent(String.self, forKey: .attributesType)) != nil
                 hasAlert = aps.contains(.alert)
+                inputPushChannel = try? aps.decodeIfPresent(String.self, forKey: .inputPushChannel)
             }
         }
         /// An object.

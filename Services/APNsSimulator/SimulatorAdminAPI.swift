@@ -12,6 +12,9 @@ import IsletMessages
 /// | `POST /admin/faults` | inject a ``Fault`` (JSON); answers its id |
 /// | `DELETE /admin/faults` | clear every fault |
 /// | `GET /admin/stats` | ``SimulatorStats`` |
+/// | `GET /admin/channels?bundleId=…` | the broadcast channels (an app's), with subscribers and broadcasts |
+/// | `POST /admin/subscribers` | `{"bundleId": …, "channelId": …, "count": N}`: N more simulated activities on the channel (ids are base64: not in the path) |
+/// | `GET /admin/broadcasts?channel=…&limit=…&payload=false` | the broadcasts accepted, oldest first |
 /// | `GET /admin/certificate` | the TLS certificate (PEM) clients should trust |
 public enum SimulatorAdminAPI {
     public static func addRoutes<Context: RequestContext>(to router: Router<Context>, state: SimulatorState, certificatePEM: String) {
@@ -52,10 +55,38 @@ public enum SimulatorAdminAPI {
             return Response(status: .noContent)
         }
         router.get("/admin/stats") { _, _ -> Response in try json(state.stats) }
+        router.get("/admin/channels") { request, _ -> Response in
+            try json(state.channels(bundleId: request.uri.queryParameters.get("bundleId")))
+        }
+        router.post("/admin/subscribers") { request, _ -> Response in
+            let body = try await request.body.collect(upTo: 65_536)
+            guard let asked = try? JSONDecoder().decode(Subscribers.self, from: Data(body.readableBytesView)), (1...10_000_000).contains(asked.count) else {
+                return try json(["reason": "subscribers are {\"bundleId\": …, \"channelId\": …, \"count\": 1…10000000}"], status: .badRequest)
+            }
+            guard state.subscribe(asked.count, to: asked.channelId, bundleId: asked.bundleId) else {
+                return try json(["reason": "\(asked.bundleId) has no channel \(asked.channelId)"], status: .notFound)
+            }
+            return try json(state.channel(asked.channelId, bundleId: asked.bundleId))
+        }
+        router.get("/admin/broadcasts") { request, _ -> Response in
+            var broadcasts = state.broadcasts(
+                channel: request.uri.queryParameters.get("channel"), limit: request.uri.queryParameters.get("limit").flatMap(Int.init) ?? .max)
+            if request.uri.queryParameters.get("payload") == "false" {
+                for i in broadcasts.indices { broadcasts[i].payload = "" }
+            }
+            return try json(broadcasts)
+        }
         router.get("/admin/certificate") { _, _ -> Response in
             Response(status: .ok, headers: [.contentType: "application/x-pem-file"], body: .init(byteBuffer: ByteBuffer(string: certificatePEM)))
         }
         router.get("/health") { _, _ -> Response in try json(["status": "ready"]) }
+    }
+
+    /// `POST /admin/subscribers`: simulated activities to add to a channel.
+    struct Subscribers: Decodable {
+        var bundleId: String
+        var channelId: String
+        var count: Int
     }
 
     static func json<Value: Encodable>(_ value: Value, status: HTTPResponse.Status = .ok) throws -> Response {

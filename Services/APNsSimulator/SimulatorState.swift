@@ -18,8 +18,12 @@ public struct Fault: Codable, Sendable, Equatable {
     }
 
     public var kind: Kind
-    /// Only requests to this device token (lowercase hex); `nil`: any request.
+    /// Only pushes to this device token (lowercase hex); `nil`: any push (and, without `channel`,
+    /// any broadcast).
     public var token: String?
+    /// Only broadcasts on this channel; `nil`: any broadcast (without `token`). Channel management
+    /// requests get no faults.
+    public var channel: String?
     public var status: Int?
     public var reason: String?
     public var timestampMilliseconds: Int64?
@@ -29,10 +33,11 @@ public struct Fault: Codable, Sendable, Equatable {
 
     public init(
         kind: Kind, token: String? = nil, status: Int? = nil, reason: String? = nil, timestampMilliseconds: Int64? = nil,
-        delayMilliseconds: Int? = nil, count: Int? = 1
+        delayMilliseconds: Int? = nil, count: Int? = 1, channel: String? = nil
     ) {
         self.kind = kind
         self.token = token
+        self.channel = channel
         self.status = status
         self.reason = reason
         self.timestampMilliseconds = timestampMilliseconds
@@ -40,10 +45,18 @@ public struct Fault: Codable, Sendable, Equatable {
         self.count = count
     }
 
-    public static func reject(_ status: Int, _ reason: String, token: String? = nil, count: Int? = 1, timestamp: Date? = nil) -> Fault {
+    public static func reject(
+        _ status: Int, _ reason: String, token: String? = nil, count: Int? = 1, timestamp: Date? = nil, channel: String? = nil
+    ) -> Fault {
         Fault(
             kind: .reject, token: token, status: status, reason: reason,
-            timestampMilliseconds: timestamp.map { Int64(($0.timeIntervalSince1970 * 1_000).rounded(.down)) }, count: count)
+            timestampMilliseconds: timestamp.map { Int64(($0.timeIntervalSince1970 * 1_000).rounded(.down)) }, count: count, channel: channel)
+    }
+
+    /// Whether it applies to a push to `token`, or (`token` nil) a broadcast on `channel`.
+    func applies(token: String?, channel: String?) -> Bool {
+        if let token { return self.channel == nil && (self.token == nil || self.token == token) }
+        return self.token == nil && (self.channel == nil || self.channel == channel)
     }
 }
 
@@ -59,6 +72,11 @@ public struct SimulatorStats: Codable, Sendable, Equatable {
     public var goAways = 0
     public var resets = 0
     public var stalled = 0
+    /// Broadcasts accepted, and the activities they reached in all (each one's subscribers).
+    public var broadcasts = 0
+    public var broadcastDeliveries = 0
+    public var channelsCreated = 0
+    public var channelsDeleted = 0
 }
 
 /// The simulator's shared state: faults waiting to be injected, what it accepted, counters.
@@ -70,14 +88,23 @@ public final class SimulatorState: Sendable {
         var recordedStart = 0  // ring buffer start once full
         var stats = SimulatorStats()
         var nextConnection = 1
+        /// Broadcast channels by id, and how many each app has.
+        var channels: [String: SimulatedChannel] = [:]
+        var channelsPerApp: [String: Int] = [:]
+        var broadcasts: [AcceptedBroadcast] = []
+        var broadcastsStart = 0
     }
 
     private let inner = Mutex(Inner())
     /// At most this many accepted notifications are kept (the oldest are dropped first).
     public let capacity: Int
 
-    public init(capacity: Int = 200_000) {
+    /// Channels an app may have at once (APNs: 10,000 per app and environment).
+    public let channelLimit: Int
+
+    public init(capacity: Int = 200_000, channelLimit: Int = BroadcastValidator.maximumChannels) {
         self.capacity = max(1, capacity)
+        self.channelLimit = max(0, channelLimit)
     }
 
     @discardableResult
@@ -92,10 +119,10 @@ public final class SimulatorState: Sendable {
 
     public func clearFaults() { inner.withLock { $0.faults.removeAll() } }
 
-    /// The first fault that applies to a request to `token`, used up by one.
-    func takeFault(for token: String) -> Fault? {
+    /// The first fault that applies to a push to `token` (or a broadcast on `channel`), used up by one.
+    func takeFault(for token: String?, channel: String? = nil) -> Fault? {
         inner.withLock { inner in
-            guard let index = inner.faults.firstIndex(where: { $0.fault.token == nil || $0.fault.token == token }) else { return nil }
+            guard let index = inner.faults.firstIndex(where: { $0.fault.applies(token: token, channel: channel) }) else { return nil }
             let fault = inner.faults[index].fault
             if let remaining = inner.faults[index].remaining {
                 if remaining <= 1 { inner.faults.remove(at: index) } else { inner.faults[index].remaining = remaining - 1 }
@@ -149,14 +176,88 @@ public final class SimulatorState: Sendable {
         return Array(matching.suffix(limit))
     }
 
-    /// Forgets the accepted pushes and resets the counters.
+    /// Forgets the accepted pushes and broadcasts and resets the counters (channels stay).
     public func clearNotifications() {
         inner.withLock { inner in
             inner.recorded.removeAll()
             inner.recordedStart = 0
+            inner.broadcasts.removeAll()
+            inner.broadcastsStart = 0
             inner.stats = SimulatorStats(connections: inner.stats.connections)
         }
     }
 
     public var stats: SimulatorStats { inner.withLock { $0.stats } }
+
+    // MARK: Broadcast channels
+
+    /// Makes a channel for the app, with a new random id; refused once the app has ``channelLimit``.
+    func createChannel(bundleId: String, storagePolicy: Int, now: Date) -> Result<SimulatedChannel, APNsRejection> {
+        inner.withLock { inner in
+            guard inner.channelsPerApp[bundleId, default: 0] < channelLimit else { return .failure(APNsRejection(400, "CannotCreateChannelConfig")) }
+            var id: String
+            repeat {
+                id = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
+            } while inner.channels[id] != nil
+            let channel = SimulatedChannel(id: id, bundleId: bundleId, storagePolicy: storagePolicy, createdAt: now, subscribers: 0, broadcasts: 0)
+            inner.channels[id] = channel
+            inner.channelsPerApp[bundleId, default: 0] += 1
+            inner.stats.channelsCreated += 1
+            return .success(channel)
+        }
+    }
+
+    /// The app's channel with this id (another app's is not found).
+    public func channel(_ id: String, bundleId: String) -> SimulatedChannel? {
+        inner.withLock { inner in inner.channels[id].flatMap { $0.bundleId == bundleId ? $0 : nil } }
+    }
+
+    /// Deletes the app's channel; `false` when it has none with this id.
+    func deleteChannel(_ id: String, bundleId: String) -> Bool {
+        inner.withLock { inner in
+            guard inner.channels[id]?.bundleId == bundleId else { return false }
+            inner.channels[id] = nil
+            inner.channelsPerApp[bundleId, default: 1] -= 1
+            inner.stats.channelsDeleted += 1
+            return true
+        }
+    }
+
+    /// The app's channels (every app's when `nil`), oldest first.
+    public func channels(bundleId: String? = nil) -> [SimulatedChannel] {
+        inner.withLock { inner in
+            inner.channels.values.filter { bundleId == nil || $0.bundleId == bundleId }.sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+        }
+    }
+
+    /// `count` more activities subscribed to the app's channel (a phone that started one with
+    /// `input-push-channel`, or simulated ones); `false` when the app has no such channel.
+    @discardableResult
+    public func subscribe(_ count: Int, to id: String, bundleId: String) -> Bool {
+        inner.withLock { inner in
+            guard inner.channels[id]?.bundleId == bundleId else { return false }
+            inner.channels[id]!.subscribers = max(0, inner.channels[id]!.subscribers + count)
+            return true
+        }
+    }
+
+    func record(_ broadcast: AcceptedBroadcast) {
+        inner.withLock { inner in
+            inner.channels[broadcast.channelId]?.broadcasts += 1
+            inner.stats.broadcasts += 1
+            inner.stats.broadcastDeliveries += broadcast.subscribers
+            if inner.broadcasts.count < capacity {
+                inner.broadcasts.append(broadcast)
+            } else {
+                inner.broadcasts[inner.broadcastsStart] = broadcast
+                inner.broadcastsStart = (inner.broadcastsStart + 1) % capacity
+            }
+        }
+    }
+
+    /// Accepted broadcasts in arrival order (on `channel` only, when given), the last `limit`.
+    public func broadcasts(channel: String? = nil, limit: Int = .max) -> [AcceptedBroadcast] {
+        let all = inner.withLock { inner in Array(inner.broadcasts[inner.broadcastsStart...] + inner.broadcasts[..<inner.broadcastsStart]) }
+        return Array((channel.map { channel in all.filter { $0.channelId == channel } } ?? all).suffix(limit))
+    }
 }

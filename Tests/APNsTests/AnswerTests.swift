@@ -60,6 +60,11 @@ struct AnswerTableTests {
                 #expect(dispatcher == registry, "\(status) \(reason ?? "-"): dispatcher \(dispatcher), registry \(registry)")
             }
         }
+        // A broadcast's channel that is not there is not a dead token.
+        #expect(APNsAction.forAnswer(status: 400, reason: "ChannelNotRegistered") == .channelInvalid)
+        #expect(APNsAction.forAnswer(status: 400, reason: "BadChannelId") == .channelInvalid)
+        #expect(InvalidationReason(apnsStatus: 400, reason: "ChannelNotRegistered") == nil)
+        #expect(APNsAction.forAnswer(status: 400, reason: "MissingChannelId") == .rejected)
         // Every 410 is a dead token, whatever its reason (APNs may add reasons).
         #expect(APNsAction.forAnswer(status: 410, reason: "SomethingNew") == .tokenInvalid)
         #expect(InvalidationReason(apnsStatus: 410, reason: "SomethingNew") == .apnsUnregistered)

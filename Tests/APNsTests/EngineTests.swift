@@ -56,12 +56,12 @@ final class ScriptedSender: APNsSending {
     func answer(to push: APNsPush) -> Result<APNsAnswer, any Error> {
         state.withLock { state in
             state.answers += 1
-            if var errors = state.failures[push.deviceToken], !errors.isEmpty {
-                defer { state.failures[push.deviceToken] = errors }
+            if var errors = state.failures[push.recipient], !errors.isEmpty {
+                defer { state.failures[push.recipient] = errors }
                 return .failure(errors.removeFirst())
             }
-            guard var answers = state.script[push.deviceToken], !answers.isEmpty else { return .success(APNsAnswer(status: 200, apnsID: push.apnsID)) }
-            defer { state.script[push.deviceToken] = answers }
+            guard var answers = state.script[push.recipient], !answers.isEmpty else { return .success(APNsAnswer(status: 200, apnsID: push.apnsID)) }
+            defer { state.script[push.recipient] = answers }
             return .success(answers.removeFirst())
         }
     }
@@ -626,7 +626,7 @@ struct EngineTests {
         #expect(failed.detail?.contains("refused team TEAM123456's credentials (InvalidProviderToken)") == true, "\(failed.detail ?? "")")
         #expect(failed.attempts == 3)
         #expect(outcomes.first { $0.requestId == expiring.requestId }?.result == .expired)
-        #expect(h.sender.sent.map(\.deviceToken) == Array(repeating: hexToken(1), count: 3), "the first send, then a probe at 60 s and at 120 s")
+        #expect(h.sender.sent.map(\.recipient) == Array(repeating: hexToken(1), count: 3), "the first send, then a probe at 60 s and at 120 s")
     }
 
     @Test("what the engine remembers does not grow with every activity ever seen: spent budgets once refilled, ended activities after 12 hours")

@@ -24,7 +24,7 @@ func payload(event: String = "update", timestamp: Int64 = 1_795_000_000, alert: 
 
 /// A simulator on a free port, run for the duration of `body`.
 func withSimulator<T: Sendable>(
-    maxConcurrentStreams: Int = 1_000, clock: any WallClock = SystemWallClock(),
+    maxConcurrentStreams: Int = 1_000, clock: any WallClock = SystemWallClock(), state: SimulatorState = SimulatorState(),
     _ body: @escaping @Sendable (APNsSimulatorServer, Int, String) async throws -> T
 ) async throws -> T {
     let tls = try SimulatorTLS.selfSigned()
@@ -32,7 +32,7 @@ func withSimulator<T: Sendable>(
         configuration: .init(
             keys: [.init(keyID: signingKey.keyID, teamID: signingKey.teamID, publicKey: teamKey.publicKey)], tls: tls,
             maxConcurrentStreams: maxConcurrentStreams, clock: clock),
-        logger: quietLogger)
+        state: state, logger: quietLogger)
     return try await withThrowingTaskGroup(of: T?.self) { group in
         group.addTask {
             try await server.run()
@@ -49,12 +49,11 @@ func makeClient(
     port: Int, trust: String, connections: Int = 1, timeout: Duration = .seconds(5), connectTimeout: Duration = .seconds(5),
     clock: any WallClock = SystemWallClock()
 ) throws -> APNsClient {
-    let endpoint = APNsClient.Endpoint(host: "127.0.0.1", port: port)
-    return try APNsClient(
-        configuration: .init(
-            production: endpoint, sandbox: endpoint, connectionsPerLane: connections, requestTimeout: timeout, connectTimeout: connectTimeout,
-            trustedCertificatesPEM: trust),
-        keys: [signingKey], logger: quietLogger, clock: clock)
+    var configuration = APNsClient.Configuration(
+        connectionsPerLane: connections, requestTimeout: timeout, connectTimeout: connectTimeout, trustedCertificatesPEM: trust)
+    // Pushes, broadcasts and channel management all at the simulator.
+    configuration.useEverywhere(APNsClient.Endpoint(host: "127.0.0.1", port: port))
+    return try APNsClient(configuration: configuration, keys: [signingKey], logger: quietLogger, clock: clock)
 }
 
 func push(_ token: String, priority: Int = 10, payload text: String = payload(), apnsID: String = UUID().uuidString.lowercased()) -> APNsPush {
