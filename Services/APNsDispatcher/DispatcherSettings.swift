@@ -53,13 +53,19 @@ public struct DispatcherSettings: Sendable {
 
         var client = APNsClient.Configuration()
         if let url = config.optionalString("islet.apns.url") { client.useEverywhere(try Self.endpoint(url, key: "islet.apns.url")) }
-        let endpoints: [(String, WritableKeyPath<APNsClient.Configuration, APNsClient.Endpoint>)] = [
-            ("islet.apns.production.url", \.production), ("islet.apns.sandbox.url", \.sandbox),
-            ("islet.apns.broadcast.production.url", \.broadcastProduction), ("islet.apns.broadcast.sandbox.url", \.broadcastSandbox),
-            ("islet.apns.channels.production.url", \.channelsProduction), ("islet.apns.channels.sandbox.url", \.channelsSandbox),
-        ]
-        for (key, path) in endpoints {
-            if let url = config.optionalString(key) { client[keyPath: path] = try Self.endpoint(url, key: key) }
+        if let url = config.optionalString("islet.apns.production.url") { client.production = try Self.endpoint(url, key: "islet.apns.production.url") }
+        if let url = config.optionalString("islet.apns.sandbox.url") { client.sandbox = try Self.endpoint(url, key: "islet.apns.sandbox.url") }
+        if let url = config.optionalString("islet.apns.broadcast.production.url") {
+            client.broadcastProduction = try Self.endpoint(url, key: "islet.apns.broadcast.production.url")
+        }
+        if let url = config.optionalString("islet.apns.broadcast.sandbox.url") {
+            client.broadcastSandbox = try Self.endpoint(url, key: "islet.apns.broadcast.sandbox.url")
+        }
+        if let url = config.optionalString("islet.apns.channels.production.url") {
+            client.channelsProduction = try Self.endpoint(url, key: "islet.apns.channels.production.url")
+        }
+        if let url = config.optionalString("islet.apns.channels.sandbox.url") {
+            client.channelsSandbox = try Self.endpoint(url, key: "islet.apns.channels.sandbox.url")
         }
         if let path = config.optionalString("islet.apns.ca.file") {
             guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
