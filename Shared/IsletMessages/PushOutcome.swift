@@ -60,12 +60,15 @@ public struct PushOutcome: IsletMessage {
     public var detail: String?
     /// When the outcome was final.
     public var completedAt: Date
+    /// A broadcast's channel (`apns-channel-id`), when it had one: the outcome is the channel's,
+    /// for every phone subscribed to it.
+    public var channelId: String?
 
     public init(
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, result: PushResult,
         apns: APNsResponse? = nil, priorityUsed: Int? = nil, attempts: Int, latencyMilliseconds: Double? = nil,
         tokenFingerprint: String? = nil, supersededBy: String? = nil, detail: String? = nil, completedAt: Date,
-        bundleId: String? = nil, attributesType: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        bundleId: String? = nil, attributesType: String? = nil, channelId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
@@ -82,6 +85,7 @@ public struct PushOutcome: IsletMessage {
         self.supersededBy = supersededBy
         self.detail = detail
         self.completedAt = completedAt
+        self.channelId = channelId
     }
 
     /// The request's key: the activity of its app (`<bundleId>/<activityId>`; the bare activity id

@@ -59,12 +59,17 @@ public struct PushRequest: IsletMessage {
     public var sourceActivityId: String?
     /// The template state of the content (`out_for_delivery`): alerts fire on a change of state.
     public var state: String?
+    /// Set for a broadcast (iOS 18): the request goes to the activity's broadcast channel — one
+    /// push for every phone subscribed — not to a token. The channel is made on the activity's
+    /// first broadcast with this `message-storage-policy` (0 no message stored, 1 the most recent
+    /// stored). A broadcast updates or ends; it never starts (`activityId` is set).
+    public var channelStoragePolicy: Int?
 
     public init(
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, event: ActivityEventKind, app: AppTarget,
         attributesType: String, payload: String, priority: Int, urgency: Urgency, supersedable: Bool, alerting: Bool,
         apnsTimestamp: Int64, contentSequence: Int64, staleDate: Date? = nil, expiration: Date? = nil, createdAt: Date,
-        sourceEventId: String? = nil, sourceActivityId: String? = nil, state: String? = nil,
+        sourceEventId: String? = nil, sourceActivityId: String? = nil, state: String? = nil, channelStoragePolicy: Int? = nil,
         schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
@@ -87,7 +92,14 @@ public struct PushRequest: IsletMessage {
         self.sourceEventId = sourceEventId
         self.sourceActivityId = sourceActivityId
         self.state = state
+        self.channelStoragePolicy = channelStoragePolicy
     }
+
+    /// The largest body of a broadcast, in UTF-8 bytes (APNs allows 5 KB there).
+    public static let maximumBroadcastPayloadBytes = 5_120
+
+    /// Whether it goes to the activity's broadcast channel.
+    public var isBroadcast: Bool { channelStoragePolicy != nil }
 
     /// The activity of its app (`<bundleId>/<activityId>`), or the push-to-start key for a
     /// push-to-start request.
@@ -107,9 +119,17 @@ public struct PushRequest: IsletMessage {
         guard !payload.isEmpty else {
             throw MessageValidationError(field: "payload", problem: "must not be empty")
         }
-        guard payload.utf8.count <= Self.maximumPayloadBytes else {
-            throw MessageValidationError(
-                field: "payload", problem: "is \(payload.utf8.count) bytes, more than \(Self.maximumPayloadBytes)")
+        let limit = isBroadcast ? Self.maximumBroadcastPayloadBytes : Self.maximumPayloadBytes
+        guard payload.utf8.count <= limit else {
+            throw MessageValidationError(field: "payload", problem: "is \(payload.utf8.count) bytes, more than \(limit)")
+        }
+        if let policy = channelStoragePolicy {
+            guard policy == 0 || policy == 1 else {
+                throw MessageValidationError(field: "channelStoragePolicy", problem: "must be 0 or 1 (is \(policy))")
+            }
+            guard activityId != nil, event != .start else {
+                throw MessageValidationError(field: "channelStoragePolicy", problem: "a broadcast updates or ends an activity: it never starts one")
+            }
         }
         try event.requireKnown(field: "event")
         try app.environment.requireKnown(field: "app.environment")

@@ -82,6 +82,11 @@ public enum IsletTopics {
         name: "islet.dispatch-budgets.v1", keyRule: "bundleId/activityId for an activity's budget; bundleId:deviceId for a device's push-to-start budget",
         cleanupPolicy: .compact, retention: nil, coPartitioned: true,
         otherConfigs: ["segment.ms": "3600000", "min.cleanable.dirty.ratio": "0.1"])
+    /// The broadcast channel (iOS 18) of each activity sent by broadcast (``BroadcastChannelRecord``);
+    /// written by apns-dispatcher, read by it when a partition is assigned (and by whoever looks a
+    /// channel id up). Compacted: the latest record per key is the channel.
+    public static let broadcastChannels = IsletTopic(
+        name: "islet.broadcast-channels.v1", keyRule: "bundleId/activityId", cleanupPolicy: .compact, retention: nil, coPartitioned: true)
     /// Verified widget taps; written by analytics-ingest.
     public static let clicks = IsletTopic(
         name: "islet.clicks.v1", keyRule: "activityId", cleanupPolicy: .delete, retention: day * 28, coPartitioned: false)
@@ -93,7 +98,7 @@ public enum IsletTopics {
         name: "islet.dlq.v1", keyRule: "the original record's key", cleanupPolicy: .delete, retention: day * 28, coPartitioned: false)
 
     public static let all: [IsletTopic] = [
-        tokens, activityEvents, pushRequests, pushOutcomes, contentMemory, dispatchBudgets, clicks, clicksRejected, deadLetters,
+        tokens, activityEvents, pushRequests, pushOutcomes, contentMemory, dispatchBudgets, broadcastChannels, clicks, clicksRejected, deadLetters,
     ]
 
     /// The topic with this name, if it is one of Islet's.

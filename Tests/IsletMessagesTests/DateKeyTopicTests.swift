@@ -146,6 +146,36 @@ struct KeyTests {
         try event.validate()
     }
 
+    @Test("a broadcast request updates or ends an activity with a storage policy of 0 or 1, up to 5 KB; a channel record names a base64 channel of a known environment")
+    func broadcasts() throws {
+        try Examples.pushRequestBroadcast.validate()
+        var request = Examples.pushRequestBroadcast
+        request.payload = #"{"aps":{"note":""# + String(repeating: "x", count: 5_000) + #""}}"#
+        try request.validate()
+        request.payload += String(repeating: " ", count: 5_121 - request.payload.utf8.count)
+        #expect(validationError(request)?.field == "payload")
+        request = Examples.pushRequestBroadcast
+        request.channelStoragePolicy = 2
+        #expect(validationError(request)?.field == "channelStoragePolicy")
+        request.channelStoragePolicy = 0
+        request.event = .start
+        #expect(validationError(request)?.field == "channelStoragePolicy", "a broadcast never starts")
+        var token = Examples.pushRequest
+        token.payload = #"{"aps":{"note":""# + String(repeating: "x", count: 4_100) + #""}}"#
+        #expect(validationError(token)?.field == "payload", "4 KB for a push to a token")
+
+        var channel = Examples.broadcastChannelRecord
+        #expect(channel.key == "com.example.scores/match-7")
+        channel.channelId = "not base64!"
+        #expect(validationError(channel)?.field == "channelId")
+        channel = Examples.broadcastChannelRecord
+        channel.storagePolicy = 3
+        #expect(validationError(channel)?.field == "storagePolicy")
+        channel = Examples.broadcastChannelRecord
+        channel.activityId = "match/7"
+        #expect(validationError(channel)?.field == "activityId")
+    }
+
     @Test func activityEventKeyIsTheActivity() {
         #expect(Examples.activityEvent.key == "order-42")
         #expect(Examples.activityEventPushToStart.key == "order-42")
@@ -183,7 +213,7 @@ struct TopicTests {
     @Test func namesAreUniqueAndVersioned() {
         let names = IsletTopics.all.map(\.name)
         #expect(Set(names).count == names.count)
-        #expect(names.count == 9)
+        #expect(names.count == 10)
         for name in names {
             #expect(name.hasPrefix("islet.") && name.hasSuffix(".v1"), "\(name)")
             #expect(IsletTopics.named(name)?.name == name)
@@ -197,7 +227,8 @@ struct TopicTests {
         #expect(IsletTopics.tokens.configs == ["cleanup.policy": "compact"])
         #expect(IsletTopics.contentMemory.configs == ["cleanup.policy": "compact", "segment.ms": "3600000", "min.cleanable.dirty.ratio": "0.1"])
         #expect(IsletTopics.dispatchBudgets.configs == IsletTopics.contentMemory.configs)
-        for topic in IsletTopics.all where ![IsletTopics.tokens, IsletTopics.contentMemory, IsletTopics.dispatchBudgets].contains(topic) {
+        #expect(IsletTopics.broadcastChannels.configs == ["cleanup.policy": "compact"])
+        for topic in IsletTopics.all where ![IsletTopics.tokens, IsletTopics.contentMemory, IsletTopics.dispatchBudgets, IsletTopics.broadcastChannels].contains(topic) {
             #expect(topic.cleanupPolicy == .delete, "\(topic)")
             #expect(topic.retention != nil, "\(topic)")
         }
@@ -208,13 +239,14 @@ struct TopicTests {
         let coPartitioned = IsletTopics.all.filter(\.coPartitioned).map(\.name)
         #expect(coPartitioned == [
             "islet.tokens.v1", "islet.activity-events.v1", "islet.push-requests.v1", "islet.push-outcomes.v1", "islet.content-memory.v1",
-            "islet.dispatch-budgets.v1",
+            "islet.dispatch-budgets.v1", "islet.broadcast-channels.v1",
         ])
     }
 
     @Test func eachTopicHasExactlyOneMessageType() {
         let topics: [IsletTopic] = [
-            TokenRecord.topic, ActivityEvent.topic, PushRequest.topic, PushOutcome.topic, ContentMemoryRecord.topic, DispatchBudgetRecord.topic, ClickEvent.topic,
+            TokenRecord.topic, ActivityEvent.topic, PushRequest.topic, PushOutcome.topic, ContentMemoryRecord.topic, DispatchBudgetRecord.topic, BroadcastChannelRecord.topic,
+            ClickEvent.topic,
             RejectedClick.topic,
             DeadLetterRecord.topic,
         ]

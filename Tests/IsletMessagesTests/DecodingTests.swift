@@ -39,10 +39,10 @@ struct ToleranceTests {
         let expected: [String: Set<String>] = [
             "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt", "ownerVerified", "locale"],
             "ActivityEvent": ["startTarget", "attributes", "source", "bundleId"],
-            "PushRequest": ["activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state"],
+            "PushRequest": ["activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state", "channelStoragePolicy"],
             "PushOutcome": [
                 "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "priorityUsed", "latencyMilliseconds",
-                "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType",
+                "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType", "channelId",
             ],
             "ContentMemoryRecord": [
                 "activity", "checkpoint", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",
@@ -51,6 +51,7 @@ struct ToleranceTests {
                 "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey",
             ],
             "DispatchBudgetRecord": ["activityId", "deviceId", "waitingSince"],
+            "BroadcastChannelRecord": ["endedAt", "deleteAt", "deletedAt"],
             "ClickEvent": ["app"],
             "RejectedClick": ["tappedAt", "appVersion", "osVersion", "clientId"],
             "DeadLetterRecord": ["origin.timestamp", "originalKey", "originalValueBase64", "originalValueSize"],

@@ -8,6 +8,7 @@ import IsletMessages
 enum Examples {
     static let foodApp = AppTarget(bundleId: "com.example.fooddelivery", environment: .production)
     static let rideApp = AppTarget(bundleId: "com.example.rides", environment: .production)
+    static let scoresApp = AppTarget(bundleId: "com.example.scores", environment: .production)
     static let deviceId = "5D3F8A2E-9C41-4B7A-8E06-1F2A3B4C5D6E"
     static let orderUpdateToken =
         "31c91051326739516b6a5274fc7a81252b538dde8272428ff7b8e9845d54428302594e61abcebda71f06f909dca46f7d3c3698169782b4ae74170d6cbd9fb568b1d6a28bea19614afc66d23e41a01604"
@@ -74,6 +75,15 @@ enum Examples {
         staleDate: utc(2026, 11, 22, 10, 45, 30), expiration: utc(2026, 11, 22, 10, 25, 30),
         createdAt: utc(2026, 11, 22, 10, 15, 30, 214), sourceEventId: "orders-outbox-88314", sourceActivityId: "order-42",
         state: "out_for_delivery")
+
+    /// A goal, broadcast to every phone following the match: one request for the match's channel.
+    static let pushRequestBroadcast = PushRequest(
+        requestId: "0C8E2F4A-6B1D-4E73-9A25-D3F70B6C9E18", activityId: "match-7", event: .update, app: scoresApp,
+        attributesType: "ScoreAttributes",
+        payload: #"{"aps":{"timestamp":1795343400,"event":"update","content-state":{"home":2,"away":1,"minute":67,"lastEvent":"Goal: Rivera 67'"},"stale-date":1795345200}}"#,
+        priority: 10, urgency: .important, supersedable: true, alerting: false, apnsTimestamp: 1_795_343_400, contentSequence: 14,
+        staleDate: utc(2026, 11, 22, 11, 0, 0), createdAt: utc(2026, 11, 22, 10, 30, 0, 318), sourceEventId: "scores-feed-20417",
+        sourceActivityId: "match-7", state: "live", channelStoragePolicy: 0)
 
     static let pushRequestPushToStart = PushRequest(
         requestId: "EBB93B8D-EF2E-4821-9238-20A483574786", pushToStartKey: pushToStartKey, event: .start, app: foodApp,
@@ -163,6 +173,26 @@ enum Examples {
     static let dispatchBudgetRecordPushToStart = DispatchBudgetRecord(
         bundleId: foodApp.bundleId, deviceId: "5C3F2A10-8B7E-4D21-9F6A-3E1C0B9D7A54", partition: 5, available: 6.5, capacity: 8,
         periodSeconds: 480, updatedAt: utc(2026, 11, 22, 10, 2, 11, 690), writtenAt: utc(2026, 11, 22, 10, 2, 15, 2))
+
+    // MARK: BroadcastChannelRecord
+
+    /// Match 7's channel, made on its first broadcast, its end delivered: deleted in six hours.
+    static let broadcastChannelRecord = BroadcastChannelRecord(
+        app: scoresApp, activityId: "match-7", channelId: "dHN0LXNyY2gtY2hubA==", storagePolicy: 0, createdAt: utc(2026, 11, 22, 9, 0, 1, 402),
+        endedAt: utc(2026, 11, 22, 10, 52, 13, 77), deleteAt: utc(2026, 11, 22, 16, 52, 13, 77), writtenAt: utc(2026, 11, 22, 10, 52, 13, 90))
+
+    /// The same channel once deleted: nothing can be sent on it any more.
+    static let broadcastChannelRecordDeleted = BroadcastChannelRecord(
+        app: scoresApp, activityId: "match-7", channelId: "dHN0LXNyY2gtY2hubA==", storagePolicy: 0, createdAt: utc(2026, 11, 22, 9, 0, 1, 402),
+        endedAt: utc(2026, 11, 22, 10, 52, 13, 77), deleteAt: utc(2026, 11, 22, 16, 52, 13, 77), deletedAt: utc(2026, 11, 22, 16, 52, 13, 512),
+        writtenAt: utc(2026, 11, 22, 16, 52, 13, 530))
+
+    /// The broadcast's outcome: one for the channel, whatever the subscribers.
+    static let pushOutcomeBroadcast = PushOutcome(
+        requestId: "0C8E2F4A-6B1D-4E73-9A25-D3F70B6C9E18", activityId: "match-7", result: .delivered,
+        apns: .init(status: 200, apnsId: "0C8E2F4A-6B1D-4E73-9A25-D3F70B6C9E18"), priorityUsed: 10, attempts: 1, latencyMilliseconds: 41.3,
+        completedAt: utc(2026, 11, 22, 10, 30, 0, 361), bundleId: scoresApp.bundleId, attributesType: "ScoreAttributes",
+        channelId: "dHN0LXNyY2gtY2hubA==")
 
     static let pushOutcome = PushOutcome(
         requestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", activityId: "order-42", result: .delivered,
