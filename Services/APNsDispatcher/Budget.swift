@@ -244,7 +244,22 @@ struct BudgetBook {
             guard entry.budget.take(now: now) else { return .wait(until: entry.budget.nextAvailable(now: now)) }
             return .send(priority: request.priority, downgraded: false)
         }
-        let limits = policy.limits(bundleId: record.app.bundleId, frequentUpdates: record.frequentUpdatesEnabled)
+        return decide(request, key: key, limits: policy.limits(bundleId: record.app.bundleId, frequentUpdates: record.frequentUpdatesEnabled),
+            partition: partition, now: now, policy: policy)
+    }
+
+    /// The priority a broadcast goes at: the channel's own priority-10 budget, kept under its
+    /// activity's key like an activity's. Apple documents no numbers for broadcasts; a channel
+    /// that stores no message gets more broadcasts, and is given the frequent-updates budget.
+    mutating func decideBroadcast(
+        _ request: PushRequest, key: String, storagePolicy: Int, partition: Int32? = nil, now: Date, policy: BudgetPolicy
+    ) -> PriorityDecision {
+        decide(request, key: key, limits: policy.limits(bundleId: request.app.bundleId, frequentUpdates: storagePolicy == 0), partition: partition, now: now, policy: policy)
+    }
+
+    private mutating func decide(
+        _ request: PushRequest, key: String, limits: BudgetPolicy.Limits, partition: Int32?, now: Date, policy: BudgetPolicy
+    ) -> PriorityDecision {
         let known = activities[key]
         var entry = known ?? ActivityBudget(budget: Budget(limits: limits, now: now))
         if let partition { entry.partition = partition }

@@ -9,6 +9,10 @@ public protocol APNsSending: Sendable {
     func send(_ push: APNsPush, teamID: String, environment: APNsEnvironment) async throws -> APNsAnswer
     func renewProviderToken(teamID: String)
     func reconnect(teamID: String)
+    /// Makes a broadcast channel; its id. Throws ``APNsChannelError`` when APNs refuses.
+    func createChannel(bundleID: String, storagePolicy: APNsStoragePolicy, teamID: String, environment: APNsEnvironment) async throws -> String
+    /// Deletes a broadcast channel. Throws ``APNsChannelError`` when APNs refuses.
+    func deleteChannel(_ channelID: String, bundleID: String, teamID: String, environment: APNsEnvironment) async throws
 }
 
 extension APNsClient: APNsSending {}
@@ -16,6 +20,8 @@ extension APNsClient: APNsSending {}
 /// Where outcomes go: `islet.push-outcomes.v1`. Returns once persisted.
 public protocol OutcomeSink: Sendable {
     func publish(_ outcome: PushOutcome) async throws
+    /// Persists a broadcast channel's record on `islet.broadcast-channels.v1`.
+    func record(_ channel: BroadcastChannelRecord) async throws
 }
 
 /// The dispatcher's rules, in one place.
@@ -50,6 +56,9 @@ public struct DispatcherPolicy: Sendable {
     /// After APNs refused a team's credentials (403), its pushes are held this long; then one is
     /// sent to probe whether APNs accepts them again, and the others wait for its answer.
     public var laneCooldown: Duration = .seconds(60)
+    /// A broadcast channel is deleted this long after its activity's `end` was delivered (an
+    /// ended activity stays on the lock screen up to 4 hours; nothing is sent to it meanwhile).
+    public var channelDeletionDelay: Duration = .seconds(4 * 3_600)
 
     public init() {}
 }
@@ -80,6 +89,8 @@ public final class DispatchEngine: Sendable {
     private let workers: Int
     private let sends = WorkQueue<DispatchMachine.Attempt>()
     private let publishes = WorkQueue<(outcome: PushOutcome, ticket: UInt64, copies: [UInt64])>()
+    /// Channel management (rare: one channel per broadcast activity), done one at a time.
+    private let channelJobs = WorkQueue<DispatchMachine.Action>()
     /// Rung when the machine wants to be woken earlier than the timer sleeps until.
     private let alarm = Flag()
     private let drained = Flag()
@@ -114,6 +125,7 @@ public final class DispatchEngine: Sendable {
                     group.addTask { await self.publishLoop() }
                 }
                 group.addTask { await self.timerLoop() }
+                group.addTask { await self.channelLoop() }
                 await stopped.wait()
                 // Finished: what is left are sends or publishes a drain timed out on.
                 group.cancelAll()
@@ -264,7 +276,7 @@ public final class DispatchEngine: Sendable {
                 switch action {
                 case .renewProviderToken(let team): sender.renewProviderToken(teamID: team)
                 case .reconnect(let team): sender.reconnect(teamID: team)
-                case .send, .publish, .release: break
+                case .send, .publish, .release, .createChannel, .recordChannel, .deleteChannel: break
                 }
             }
             // Handed out under the lock: sends and outcomes leave in the order they were decided.
@@ -272,6 +284,7 @@ public final class DispatchEngine: Sendable {
                 switch action {
                 case .send(let attempt): sends.push(attempt)
                 case .publish(let outcome, let ticket, let copies): publishes.push((outcome, ticket, copies))
+                case .createChannel, .recordChannel, .deleteChannel: channelJobs.push(action)
                 case .release, .renewProviderToken, .reconnect: break
                 }
             }
@@ -339,16 +352,81 @@ public final class DispatchEngine: Sendable {
         }
     }
 
+    /// Makes, records and deletes broadcast channels, one at a time, and tells the machine.
+    private func channelLoop() async {
+        while let job = await channelJobs.next() {
+            switch job {
+            case .createChannel(let creation):
+                let made: Result<String, any Error>
+                do {
+                    made = .success(
+                        try await sender.createChannel(
+                            bundleID: creation.app.bundleId, storagePolicy: APNsStoragePolicy(rawValue: creation.storagePolicy) ?? .noMessageStored,
+                            teamID: creation.team, environment: creation.app.environment))
+                } catch {
+                    made = .failure(error)
+                }
+                switch made {
+                case .success(let channelID):
+                    let now = clock.date
+                    let record = BroadcastChannelRecord(
+                        app: creation.app, activityId: creation.activityId, channelId: channelID, storagePolicy: creation.storagePolicy, createdAt: now,
+                        writtenAt: now)
+                    // Recorded before anything is sent on it: a restart finds it instead of making another.
+                    guard await persist(record) else { return }
+                    step { $0.channelCreated(record, now: $1) }
+                case .failure(let error):
+                    // No answer, 429 and 5xx may pass; a refusal (no capability, the 10,000 channels) does not.
+                    let retryable = (error as? APNsChannelError).map { $0.status == 429 || $0.status >= 500 } ?? true
+                    step { $0.channelNotCreated(creation.key, retryable: retryable, detail: "\(error)", now: $1) }
+                }
+            case .recordChannel(let record):
+                guard await persist(record) else { return }
+            case .deleteChannel(let channel, let team):
+                do {
+                    try await sender.deleteChannel(channel.channelId, bundleID: channel.app.bundleId, teamID: team, environment: channel.app.environment)
+                } catch let refusal as APNsChannelError where refusal.channelIsGone {
+                    // Gone already: what deleting it would have done.
+                } catch {
+                    logger.warning("broadcast channel not deleted; tried again later", metadata: ["apns.channel": "\(channel.channelId)", "error": "\(error)"])
+                    step { $0.channelNotDeleted(channel.key ?? "", now: $1) }
+                    continue
+                }
+                var deleted = channel
+                deleted.deletedAt = clock.date
+                deleted.writtenAt = clock.date
+                guard await persist(deleted) else { return }
+                step { $0.channelDeleted(deleted, now: $1) }
+            case .send, .publish, .release, .renewProviderToken, .reconnect:
+                break
+            }
+        }
+    }
+
+    /// A channel record read from `islet.broadcast-channels.v1` when its partition was assigned.
+    public func channelRecorded(_ record: BroadcastChannelRecord) {
+        step { $0.channelRecorded(record, now: $1) }
+    }
+
     /// Publishes an outcome record, retrying with backoff until Kafka acknowledges it; `false` if
     /// cancelled first.
     private func persist(_ outcome: PushOutcome) async -> Bool {
+        await persist("outcome", metadata: ["outcome.requestId": "\(outcome.requestId)"]) { try await outcomes.publish(outcome) }
+    }
+
+    /// Publishes a channel record the same way.
+    private func persist(_ channel: BroadcastChannelRecord) async -> Bool {
+        await persist("broadcast channel record", metadata: ["apns.channel": "\(channel.channelId)"]) { try await outcomes.record(channel) }
+    }
+
+    private func persist(_ what: String, metadata: Logger.Metadata, _ write: () async throws -> Void) async -> Bool {
         var delay = Duration.milliseconds(100)
         while !Task.isCancelled {
             do {
-                try await outcomes.publish(outcome)
+                try await write()
                 return true
             } catch {
-                logger.warning("outcome not persisted; retrying", metadata: ["outcome.requestId": "\(outcome.requestId)", "error": "\(error)"])
+                logger.warning("\(what) not persisted; retrying", metadata: metadata.merging(["error": "\(error)"]) { $1 })
                 do { try await clock.sleep(untilDate: clock.date.addingTimeInterval(delay / .seconds(1))) } catch { return false }
                 delay = min(delay * 2, .seconds(5))
             }

@@ -37,19 +37,27 @@ extension DispatchMachine {
         var entry = attempt.entry
         let (key, team, apns) = (attempt.key, attempt.team, answer.response)
         let (priority, fingerprint) = (attempt.priority, attempt.fingerprint)
-        let action = APNsAction.forAnswer(status: answer.status, reason: answer.reason)
+        var action = APNsAction.forAnswer(status: answer.status, reason: answer.reason)
+        // A broadcast has no token to be dead, and a push to a token no channel to be gone.
+        if action == .tokenInvalid && attempt.channelId != nil || action == .channelInvalid && attempt.channelId == nil { action = .rejected }
         switch action {
         case .delivered:
             // Ended first: finishing may forget an idle activity, and its end must be remembered.
-            if entry.request.event == .end { ended(key) }
+            if entry.request.event == .end {
+                ended(key)
+                if entry.request.isBroadcast { broadcastEnded(key) }
+            }
             finish(entry, attempt.downgraded ? .deliveredDowngraded : .delivered, apns: apns, priority: priority, fingerprint: fingerprint)
         case .tokenInvalid:
-            deadTokens[key] = DeadToken(fingerprint: fingerprint, registeredAt: attempt.registeredAt, at: now)
+            if let fingerprint, let registeredAt = attempt.registeredAt {
+                deadTokens[key] = DeadToken(fingerprint: fingerprint, registeredAt: registeredAt, at: now)
+            }
             finish(entry, .tokenInvalid, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
         case .rejected:
             finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
         case .channelInvalid:
             finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? ""): the channel is gone")
+            channelGone(key, channelId: attempt.channelId, reason: answer.reason ?? "")
         case .renewProviderToken:
             guard !entry.renewedProviderToken else {
                 finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "ExpiredProviderToken after a renewal")
@@ -145,7 +153,7 @@ extension DispatchMachine {
 
     /// Another attempt later, within the retry policy's bounds; otherwise the final outcome.
     private mutating func retry(
-        _ entry: QueuedRequest, key: String, apns: PushOutcome.APNsResponse?, priority: Int, fingerprint: String, detail: String? = nil,
+        _ entry: QueuedRequest, key: String, apns: PushOutcome.APNsResponse?, priority: Int, fingerprint: String?, detail: String? = nil,
         minimumDelay: Duration = .zero
     ) {
         let deadline = policy.retry.deadline(expiration: entry.request.expiration, firstAttempt: entry.firstAttemptAt ?? now)
@@ -181,7 +189,7 @@ extension DispatchMachine {
     }
 
     /// An `end` was delivered: updates still waiting are pointless.
-    private mutating func ended(_ key: String) {
+    mutating func ended(_ key: String) {
         var slot = slots[key] ?? Slot()
         slot.ended = true
         slot.endedAt = now

@@ -28,6 +28,14 @@ struct DispatchMachine {
         case renewProviderToken(team: String)
         /// APNs said the provider token changes too often: open new connections for the team.
         case reconnect(team: String)
+        /// Have APNs make a broadcast channel, persist its record, then give it to
+        /// ``channelCreated(_:now:)`` (or the failure to ``channelNotCreated(_:retryable:detail:now:)``).
+        case createChannel(ChannelCreation)
+        /// Persist this channel record (its end and deletion time): nothing waits for it.
+        case recordChannel(BroadcastChannelRecord)
+        /// Have APNs delete the channel, persist the record saying so, then give it to
+        /// ``channelDeleted(_:now:)`` (or call ``channelNotDeleted(_:now:)``).
+        case deleteChannel(BroadcastChannelRecord, team: String)
     }
 
     /// One send of a request: what goes to APNs, and what its answer is handled with.
@@ -37,9 +45,12 @@ struct DispatchMachine {
         var team: String
         var push: APNsPush
         var environment: APNsEnvironment
-        var fingerprint: String
-        /// The registration time of the token record it was sent with.
-        var registeredAt: Date
+        /// The token's fingerprint (`nil` for a broadcast).
+        var fingerprint: String?
+        /// The registration time of the token record it was sent with (`nil` for a broadcast).
+        var registeredAt: Date?
+        /// The channel of a broadcast.
+        var channelId: String?
         var priority: Int
         var downgraded: Bool
         /// A push-to-start's `sending` outcome, persisted before its first send: after a crash, the
@@ -57,6 +68,8 @@ struct DispatchMachine {
         /// An `end` was delivered: later updates are pointless.
         var ended = false
         var endedAt: Date?
+        /// Failed tries to make the activity's broadcast channel, in a row.
+        var channelAttempts: Int?
 
         /// Whether the request is in flight or waiting here.
         func holds(_ requestId: String) -> Bool {
@@ -141,6 +154,12 @@ struct DispatchMachine {
     /// The tickets of copies of a request read again while the request itself was held here
     /// (waiting or in flight), by request id: done when its one outcome is persisted.
     var copies: [String: [UInt64]] = [:]
+    /// The broadcast channels of the activities sent by broadcast, by key; those APNs is making;
+    /// when those ended are due to be deleted, and those being deleted.
+    var channels: [String: BroadcastChannelRecord] = [:]
+    var creatingChannels: Set<String> = []
+    var channelDeletions = Heap<Wakeup>()
+    var deletingChannels: Set<String> = []
     var lastSweep = Date.distantPast
 
     init(tokens: PartitionTokens, policy: DispatcherPolicy, teams: [String: String], random: @escaping @Sendable () -> Double, logger: Logger, now: Date) {
@@ -164,10 +183,15 @@ struct DispatchMachine {
     var isDrained: Bool { !isAccepting && inFlight == 0 && publishing == 0 }
 
     /// When the machine next wants ``timePassed(now:)``.
-    var nextWakeup: Date? { wakeups.min?.at }
+    var nextWakeup: Date? {
+        switch (wakeups.min?.at, channelDeletions.min?.at) {
+        case (let activity?, let channel?): min(activity, channel)
+        case (let activity, let channel): activity ?? channel
+        }
+    }
 
     /// Every time it asked to be woken at, and not yet woken (unordered).
-    var plannedWakeups: [Date] { wakeups.unordered.map(\.at) }
+    var plannedWakeups: [Date] { wakeups.unordered.map(\.at) + channelDeletions.unordered.map(\.at) }
 
     /// How many activities and push-to-start devices it remembers (it must not grow with every
     /// activity ever seen).
@@ -236,6 +260,7 @@ struct DispatchMachine {
             if slots[wakeup.key]?.wakeAt == wakeup.at { slots[wakeup.key]?.wakeAt = nil }
             pump(wakeup.key)
         }
+        deleteChannelsDue()
         return takeActions()
     }
 
@@ -300,18 +325,26 @@ struct DispatchMachine {
                 continue
             case .held:
                 return
-            case .ready(let record, let team):
+            case .ready(let recipient, let team):
                 // A send slot, then the priority the budget allows.
                 guard inFlight < window.limit else {
                     if readySet.insert(key).inserted { ready.append(key) }
                     return
                 }
-                switch budgets.decide(head.request, key: key, record: record, partition: head.partition, now: now, policy: policy.budgets) {
+                let decision =
+                    switch recipient {
+                    case .token(let record):
+                        budgets.decide(head.request, key: key, record: record, partition: head.partition, now: now, policy: policy.budgets)
+                    case .channel(let channel):
+                        budgets.decideBroadcast(
+                            head.request, key: key, storagePolicy: channel.storagePolicy, partition: head.partition, now: now, policy: policy.budgets)
+                    }
+                switch decision {
                 case .wait(let until):
                     wake(key, at: until)
                 case .send(let priority, let downgraded):
                     if head.request.priority == 10, let remaining = budgets.remaining(for: key, now: now) { metrics.budgetRemaining(remaining) }
-                    startSending(key, record: record, team: team, priority: priority, downgraded: downgraded)
+                    startSending(key, recipient: recipient, team: team, priority: priority, downgraded: downgraded)
                 }
                 return
             }
@@ -324,14 +357,23 @@ struct DispatchMachine {
         case finished
         /// It waits (for its token, for a stopped lane); it is looked at again when that may change.
         case held
-        /// Its token is usable and its team known.
-        case ready(DeliveryToken, team: String)
+        /// Its token (or channel) is usable and its team known.
+        case ready(Recipient, team: String)
+    }
+
+    /// Whom a request goes to.
+    enum Recipient {
+        /// The activity's (or a push-to-start) token.
+        case token(DeliveryToken)
+        /// The activity's broadcast channel.
+        case channel(BroadcastChannelRecord)
     }
 
     /// The request's token (present, active, not refused by APNs), its bounds (lifetime,
     /// expiration), its team's key and lane.
     mutating func check(_ head: QueuedRequest, key: String, queued: Int) -> Check {
         let request = head.request
+        if request.isBroadcast { return checkBroadcast(head, key: key) }
         guard let record = tokens.token(forKey: key) else {
             // Looked at again when its token arrives (``tokenArrived(_:now:)``), or when the wait ends.
             let waitEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)), request.expiration ?? .distantFuture)
@@ -356,7 +398,7 @@ struct DispatchMachine {
         guard let team = teams[record.app.bundleId] else {
             return drop(head, key: key, .rejected, "no APNs signing key is configured for \(record.app.bundleId)")
         }
-        return holdForLane(head, key: key, team: team) ?? .ready(record, team: team)
+        return holdForLane(head, key: key, team: team) ?? .ready(.token(record), team: team)
     }
 
     mutating func drop(_ head: QueuedRequest, key: String, _ result: PushResult, _ detail: String) -> Check {
@@ -383,7 +425,7 @@ struct DispatchMachine {
     }
 
     /// Takes the activity's first request out of its queue and hands it out to be sent.
-    mutating func startSending(_ key: String, record: DeliveryToken, team: String, priority: Int, downgraded: Bool) {
+    mutating func startSending(_ key: String, recipient: Recipient, team: String, priority: Int, downgraded: Bool) {
         guard var slot = slots[key] else { return }
         var sending = slot.queue.removeFirst()
         if stoppedLanes[team] != nil {
@@ -397,7 +439,12 @@ struct DispatchMachine {
         slots[key] = slot
         inFlight += 1
         metrics.inFlight(inFlight)
-        actions.append(.send(attempt(sending, key: key, record: record, team: team, priority: priority, downgraded: downgraded)))
+        let attempt =
+            switch recipient {
+            case .token(let record): attempt(sending, key: key, record: record, team: team, priority: priority, downgraded: downgraded)
+            case .channel(let channel): broadcast(sending, key: key, channel: channel, team: team, priority: priority, downgraded: downgraded)
+            }
+        actions.append(.send(attempt))
     }
 
     func attempt(_ entry: QueuedRequest, key: String, record: DeliveryToken, team: String, priority: Int, downgraded: Bool) -> Attempt {
@@ -486,7 +533,8 @@ struct DispatchMachine {
             requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: result, apns: apns,
             priorityUsed: apns == nil ? nil : priority, attempts: entry.attempts,
             latencyMilliseconds: apns == nil ? nil : max(0, now.timeIntervalSince(request.createdAt) * 1_000), tokenFingerprint: fingerprint,
-            supersededBy: supersededBy, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType)
+            supersededBy: supersededBy, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType,
+            channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)
         if let key = request.key { forgetIfIdle(key) }

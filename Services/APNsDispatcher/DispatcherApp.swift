@@ -6,18 +6,25 @@ import IsletTokens
 import Logging
 import ServiceLifecycle
 
-/// Publishes outcomes to `islet.push-outcomes.v1`.
+/// Publishes outcomes to `islet.push-outcomes.v1`, broadcast channels' records to
+/// `islet.broadcast-channels.v1`.
 public struct KafkaOutcomeSink: OutcomeSink {
     public let producer: KafkaProducer
     public let topic: String
+    public let channelsTopic: String
 
-    public init(producer: KafkaProducer, topic: String = IsletTopics.pushOutcomes.name) {
+    public init(producer: KafkaProducer, topic: String = IsletTopics.pushOutcomes.name, channelsTopic: String = IsletTopics.broadcastChannels.name) {
         self.producer = producer
         self.topic = topic
+        self.channelsTopic = channelsTopic
     }
 
     public func publish(_ outcome: PushOutcome) async throws {
         try await producer.send(outcome, to: topic)
+    }
+
+    public func record(_ channel: BroadcastChannelRecord) async throws {
+        try await producer.send(channel, to: channelsTopic)
     }
 }
 
@@ -29,6 +36,7 @@ public struct DispatcherApp: Sendable {
         public var pushRequests = IsletTopics.pushRequests.name
         public var pushOutcomes = IsletTopics.pushOutcomes.name
         public var budgets = IsletTopics.dispatchBudgets.name
+        public var channels = IsletTopics.broadcastChannels.name
         public var deadLetters = IsletTopics.deadLetters.name
         public init() {}
     }
@@ -55,22 +63,25 @@ public struct DispatcherApp: Sendable {
         let tickets = TicketBook(consumer: consumer)
         let client = try APNsClient(configuration: settings.client, keys: settings.keys, logger: logger)
         let engine = DispatchEngine(
-            sender: client, tokens: tokens, outcomes: KafkaOutcomeSink(producer: producer, topic: topics.pushOutcomes), policy: settings.policy,
+            sender: client, tokens: tokens, outcomes: KafkaOutcomeSink(producer: producer, topic: topics.pushOutcomes, channelsTopic: topics.channels), policy: settings.policy,
             teams: settings.teams, clock: clock, logger: logger, onDone: { tickets.done($0) })
         let budgets = BudgetChangelog(engine: engine, producer: producer, topic: topics.budgets, interval: settings.budgetsInterval, logger: logger)
         let (bootstrap, properties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
-        let budgetsTopic = topics.budgets
+        let (budgetsTopic, channelsTopic) = (topics.budgets, topics.channels)
         let loader = PartitionTokenLoader(
             tokens: tokens, service: service, logger: logger,
             otherRecords: { message in
-                guard message.topic == budgetsTopic else { return false }
-                BudgetChangelog.restore(message, into: engine, logger: logger)
+                switch message.topic {
+                case budgetsTopic: BudgetChangelog.restore(message, into: engine, logger: logger)
+                case channelsTopic: Self.restoreChannel(message, into: engine, logger: logger)
+                default: return false
+                }
                 return true
             }
         ) { partitions in
             try KafkaConsumer(
                 configuration: PartitionTokenLoader.replicaConfiguration(
-                    bootstrapServers: bootstrap, topic: topics.tokens, alsoTopics: [budgetsTopic], partitions: partitions, clientID: service,
+                    bootstrapServers: bootstrap, topic: topics.tokens, alsoTopics: [budgetsTopic, channelsTopic], partitions: partitions, clientID: service,
                     settings: properties),
                 logger: logger)
         }
@@ -96,5 +107,16 @@ public struct DispatcherApp: Sendable {
         self.client = client
         self.tokens = tokens
         self.services = [producer, loader, budgets, dispatcher, runtime.httpServer(router: runtime.makeRouter().buildResponder())]
+    }
+
+    /// A record of `islet.broadcast-channels.v1` read when its partition was assigned: the
+    /// activity's channel, reused rather than made again. One that does not decode is left out.
+    static func restoreChannel(_ message: KafkaMessage, into engine: DispatchEngine, logger: Logger) {
+        guard let value = message.value else { return }
+        do {
+            engine.channelRecorded(try IsletJSON.decode(BroadcastChannelRecord.self, from: value))
+        } catch {
+            logger.error("a broadcast channel record does not decode: left out", metadata: ["kafka.offset": "\(message.offset)", "error": "\(error)"])
+        }
     }
 }

@@ -35,11 +35,13 @@ final class Rig: Sendable {
         topics.pushOutcomes = "test.outcomes.\(suffix)"
         topics.deadLetters = "test.dlq.\(suffix)"
         topics.budgets = "test.budgets.\(suffix)"
+        topics.channels = "test.channels.\(suffix)"
         let admin = try KafkaAdmin(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         _ = try await admin.createTopics([
             .init(name: topics.tokens, partitions: 3, configs: ["cleanup.policy": "compact"]), .init(name: topics.pushRequests, partitions: 3),
             .init(name: topics.pushOutcomes, partitions: 3), .init(name: topics.deadLetters, partitions: 1),
             .init(name: topics.budgets, partitions: 3, configs: ["cleanup.policy": "compact"]),
+            .init(name: topics.channels, partitions: 3, configs: ["cleanup.policy": "compact"]),
         ])
         self.topics = topics
         tls = try SimulatorTLS.selfSigned()
@@ -74,11 +76,10 @@ final class Rig: Sendable {
         policy.retry.baseDelay = .milliseconds(50)
         policy.retry.maximumDelay = .milliseconds(500)
         if let frequentBudget { policy.budgets.frequent = frequentBudget }
-        let endpoint = APNsClient.Endpoint(host: "127.0.0.1", port: port)
+        var client = APNsClient.Configuration(requestTimeout: .seconds(10), trustedCertificatesPEM: tls.certificatePEM)
+        client.useEverywhere(APNsClient.Endpoint(host: "127.0.0.1", port: port))
         let dispatcherSettings = DispatcherSettings(
-            keys: [signingKey], teams: [bundle: signingKey.teamID],
-            client: .init(production: endpoint, sandbox: endpoint, requestTimeout: .seconds(10), trustedCertificatesPEM: tls.certificatePEM), policy: policy,
-            budgetsInterval: budgetsInterval)
+            keys: [signingKey], teams: [bundle: signingKey.teamID], client: client, policy: policy, budgetsInterval: budgetsInterval)
         let app = try DispatcherApp(runtime: runtime, settings: dispatcherSettings, topics: topics)
         return RunningDispatcher(group: runtime.makeServiceGroup(app.services), tokens: app.tokens)
     }
@@ -177,6 +178,39 @@ struct DispatcherIntegrationTests {
             #expect(received.map(\.timestamp) == [1_795_000_001, 1_795_000_002, 1_795_000_003, 1_795_000_004])
             #expect(received.map(\.apnsID) == requests.filter { $0.activityId == "order-\(a)" }.map(\.requestId))
         }
+        try await dispatcher.stop()
+        await rig.stop()
+    }
+
+    @Test("broadcasts: the first makes the match's channel at APNs and records it; the next reuse it, also after the dispatcher restarts (it reads the record); each reaches the channel's subscribers with one push")
+    func broadcasts() async throws {
+        let rig = try await Rig()
+        func broadcast(_ sequence: Int64) -> PushRequest {
+            var request = rig.request(activity: "match-7", sequence: sequence)
+            request.channelStoragePolicy = 0
+            return request
+        }
+        var dispatcher = try await rig.startDispatcher(group: "dispatcher-\(UUID())")
+        let first = broadcast(1)
+        try await rig.send([first])
+        var outcomes = try await rig.outcomes(for: [first.requestId])
+        let channel = try #require(rig.simulator.state.channels(bundleId: bundle).first)
+        #expect(outcomes.first?.result == .delivered && outcomes.first?.channelId == channel.id)
+        rig.simulator.state.subscribe(1_000, to: channel.id, bundleId: bundle)
+        let records = try await TestBroker.readToEnd([rig.topics.channels])
+        let record = try IsletJSON.decode(BroadcastChannelRecord.self, from: try #require(records.first?.value))
+        #expect(records.count == 1 && record.channelId == channel.id && record.activityId == "match-7")
+        #expect(records.first?.key.map { String(decoding: $0, as: UTF8.self) } == "\(bundle)/match-7")
+
+        try await dispatcher.stop()
+        dispatcher = try await rig.startDispatcher(group: "dispatcher-\(UUID())")
+        let second = broadcast(2)
+        try await rig.send([second])
+        outcomes = try await rig.outcomes(for: [first.requestId, second.requestId])
+        #expect(outcomes.first { $0.requestId == second.requestId }?.channelId == channel.id)
+        #expect(rig.simulator.state.channels(bundleId: bundle).count == 1, "no second channel after the restart")
+        #expect(rig.simulator.state.broadcasts(channel: channel.id).map(\.subscribers) == [0, 1_000])
+        #expect(rig.simulator.state.notifications().isEmpty, "no push to a token")
         try await dispatcher.stop()
         await rig.stop()
     }

@@ -277,6 +277,17 @@ final class LoadLedger: APNsSending, OutcomeSink {
     func renewProviderToken(teamID: String) {}
     func reconnect(teamID: String) {}
 
+    // The load has no broadcasts: APNs answers as for an app without the capability.
+    func createChannel(bundleID: String, storagePolicy: APNsStoragePolicy, teamID: String, environment: APNsEnvironment) async throws -> String {
+        throw APNsChannelError(status: 400, reason: "FeatureNotEnabled")
+    }
+
+    func deleteChannel(_ channelID: String, bundleID: String, teamID: String, environment: APNsEnvironment) async throws {
+        throw APNsChannelError(status: 400, reason: "FeatureNotEnabled")
+    }
+
+    func record(_ channel: BroadcastChannelRecord) async throws {}
+
     func publish(_ outcome: PushOutcome) async throws {
         let (activity, sequence) = LoadPlan.parse(outcome.requestId)
         let quiet = state.withLock { state -> CheckedContinuation<Bool, Never>? in

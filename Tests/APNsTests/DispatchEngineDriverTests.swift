@@ -11,6 +11,8 @@ final class AwaitedSink: OutcomeSink {
     let log = AwaitedLog<PushOutcome>()
     var final: [PushOutcome] { log.values.filter(\.result.isFinal) }
     func publish(_ outcome: PushOutcome) async throws { log.append(outcome) }
+    let channels = AwaitedLog<BroadcastChannelRecord>()
+    func record(_ channel: BroadcastChannelRecord) async throws { channels.append(channel) }
 }
 
 /// The engine that drives ``DispatchMachine``: its workers, its timer on the manual clock, its

@@ -22,6 +22,9 @@ final class ScriptedSender: APNsSending {
         var renewalsAtSend: [Int] = []
         var answers = 0
         var failures: [String: [APNsTransportError]] = [:]
+        var channelsMade: [String] = []
+        var channelsDeleted: [String] = []
+        var channelRefusals: [APNsChannelError] = []
     }
 
     private let state = Mutex(State())
@@ -91,14 +94,37 @@ final class ScriptedSender: APNsSending {
 
     func renewProviderToken(teamID: String) { state.withLock { $0.renewals += 1 } }
     func reconnect(teamID: String) {}
+
+    /// Channels made and deleted, in order.
+    var channelsMade: [String] { state.withLock { $0.channelsMade } }
+    var channelsDeleted: [String] { state.withLock { $0.channelsDeleted } }
+    /// The next channel creations are refused with these.
+    func refuseChannels(_ refusals: [APNsChannelError]) { state.withLock { $0.channelRefusals += refusals } }
+
+    func createChannel(bundleID: String, storagePolicy: APNsStoragePolicy, teamID: String, environment: APNsEnvironment) async throws -> String {
+        try state.withLock { state in
+            if !state.channelRefusals.isEmpty { throw state.channelRefusals.removeFirst() }
+            let id = Data("channel-\(state.channelsMade.count + 1)".utf8).base64EncodedString()
+            state.channelsMade.append(id)
+            return id
+        }
+    }
+
+    func deleteChannel(_ channelID: String, bundleID: String, teamID: String, environment: APNsEnvironment) async throws {
+        state.withLock { $0.channelsDeleted.append(channelID) }
+    }
 }
 
 final class RecordingSink: OutcomeSink {
     private let outcomes = Mutex<[PushOutcome]>([])
+    private let channelRecords = Mutex<[BroadcastChannelRecord]>([])
     var all: [PushOutcome] { outcomes.withLock { $0 } }
     var final: [PushOutcome] { all.filter(\.result.isFinal) }
+    /// The broadcast channels' records persisted, in order.
+    var channels: [BroadcastChannelRecord] { channelRecords.withLock { $0 } }
     func publish(_ outcome: PushOutcome) throws { record(outcome) }
     func record(_ outcome: PushOutcome) { outcomes.withLock { $0.append(outcome) } }
+    func record(_ channel: BroadcastChannelRecord) { channelRecords.withLock { $0.append(channel) } }
 }
 
 /// The dispatch machine with a token table, a scripted APNs and a manual clock, driven one input
@@ -115,6 +141,11 @@ final class EngineHarness {
     private var holding = false
     private var held: [DispatchMachine.Attempt] = []
     private var nextTicket: UInt64 = 0
+    /// How the next channel creations fail (`retryable`, detail), before they succeed.
+    var channelFailures: [(retryable: Bool, detail: String)] = []
+    /// Channel ids made, and deleted, in order.
+    private(set) var channelsMade: [String] = []
+    private(set) var channelsDeleted: [String] = []
 
     init(policy: DispatcherPolicy = DispatcherPolicy(), teams: [String: String] = ["com.example.food": "TEAM123456"]) {
         machine = DispatchMachine(tokens: tokens, policy: policy, teams: teams, random: { 0.5 }, logger: quietLogger, now: clock.date)
@@ -230,8 +261,34 @@ final class EngineHarness {
                 sender.renewProviderToken(teamID: team)
             case .reconnect(let team):
                 sender.reconnect(teamID: team)
+            case .createChannel(let creation):
+                if !channelFailures.isEmpty {
+                    let failure = channelFailures.removeFirst()
+                    actions += machine.channelNotCreated(creation.key, retryable: failure.retryable, detail: failure.detail, now: clock.date)
+                } else {
+                    let id = Data("channel-\(channelsMade.count + 1)".utf8).base64EncodedString()
+                    channelsMade.append(id)
+                    let record = BroadcastChannelRecord(
+                        app: creation.app, activityId: creation.activityId, channelId: id, storagePolicy: creation.storagePolicy, createdAt: clock.date,
+                        writtenAt: clock.date)
+                    sink.record(record)
+                    actions += machine.channelCreated(record, now: clock.date)
+                }
+            case .recordChannel(let record):
+                sink.record(record)
+            case .deleteChannel(var record, _):
+                channelsDeleted.append(record.channelId)
+                record.deletedAt = clock.date
+                record.writtenAt = clock.date
+                sink.record(record)
+                actions += machine.channelDeleted(record, now: clock.date)
             }
         }
+    }
+
+    /// A channel record read from the topic (a partition assigned).
+    func channelRecorded(_ record: BroadcastChannelRecord) {
+        step { $0.channelRecorded(record, now: $1) }
     }
 }
 

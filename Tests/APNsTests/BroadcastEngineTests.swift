@@ -1,0 +1,129 @@
+import Foundation
+import IsletMessages
+import IsletTesting
+import Testing
+@testable import APNsDispatcher
+
+extension EngineHarness {
+    /// A broadcast to `activity`'s channel (`storagePolicy` 0: no message stored).
+    func broadcastRequest(
+        _ activity: String, _ event: ActivityEventKind = .update, sequence: Int64, priority: Int = 10, storagePolicy: Int = 0, supersedable: Bool? = nil
+    ) -> PushRequest {
+        var request = request(activity, event, sequence: sequence, priority: priority, supersedable: supersedable)
+        request.channelStoragePolicy = storagePolicy
+        return request
+    }
+}
+
+@Suite("Broadcasts in the dispatch engine: one channel per activity, made once, reused, deleted after the end", .timeLimit(.minutes(1)))
+struct BroadcastEngineTests {
+    @Test("the first broadcast makes the activity's channel (recorded before anything is sent on it); the next reuse it; no token is needed; the outcome names the channel")
+    func channelMadeOnceAndReused() throws {
+        let h = EngineHarness()
+        let first = h.broadcastRequest("match-7", sequence: 1)
+        h.submit(first)
+        #expect(h.channelsMade.count == 1)
+        let channel = try #require(h.sink.channels.first)
+        #expect(channel.activityId == "match-7" && channel.storagePolicy == 0 && channel.app.bundleId == "com.example.food")
+        let sent = try #require(h.sender.sent.first)
+        #expect(sent.destination == .channel(id: channel.channelId, bundleID: "com.example.food"))
+        #expect(sent.expiration == 0, "a channel that stores nothing takes no expiration")
+        h.submit(h.broadcastRequest("match-7", sequence: 2))
+        let outcomes = h.outcomes(2)
+        #expect(h.channelsMade.count == 1, "reused")
+        #expect(outcomes.allSatisfy { $0.result == .delivered && $0.channelId == channel.channelId && $0.tokenFingerprint == nil })
+        #expect(h.sender.sent.map(\.recipient) == [channel.channelId, channel.channelId])
+    }
+
+    @Test("newer content coalesces a waiting broadcast per channel; its priority-10 budget is the channel's (the larger one for a channel that stores nothing)")
+    func coalescingAndBudgetPerChannel() throws {
+        let h = EngineHarness()
+        h.hold()
+        h.submit(h.broadcastRequest("match-7", sequence: 1))
+        let stale = h.broadcastRequest("match-7", sequence: 2)
+        h.submit(stale)
+        let newest = h.broadcastRequest("match-7", sequence: 3)
+        h.submit(newest)
+        h.release()
+        let outcomes = h.outcomes(3)
+        #expect(outcomes.first { $0.requestId == stale.requestId }?.result == .coalesced)
+        #expect(outcomes.first { $0.requestId == stale.requestId }?.supersededBy == newest.requestId)
+        #expect(h.sender.sent.count == 2)
+
+        // 240 an hour on a channel that stores nothing, 12 on one that keeps the latest message.
+        for i in 4...30 { h.submit(h.broadcastRequest("match-7", sequence: Int64(i))) }
+        #expect(h.sender.sent.allSatisfy { $0.priority == 10 })
+        for i in 1...14 { h.submit(h.broadcastRequest("match-8", sequence: Int64(i), storagePolicy: 1)) }
+        let stored = h.sender.sent.filter { $0.recipient != h.channelsMade[0] }
+        #expect(stored.filter { $0.priority == 10 }.count == 12 && stored.filter { $0.priority == 5 }.count == 2)
+    }
+
+    @Test("after the end is delivered the record says when the channel goes; it is deleted then (not before), the deletion is recorded, and an update after the end is not sent")
+    func deletedAfterTheEnd() throws {
+        let h = EngineHarness()
+        h.submit(h.broadcastRequest("match-7", sequence: 1))
+        h.submit(h.broadcastRequest("match-7", .end, sequence: 2))
+        h.outcomes(2)
+        let ended = try #require(h.sink.channels.last)
+        #expect(ended.endedAt == h.clock.date && ended.deleteAt == h.clock.date.addingTimeInterval(4 * 3_600) && ended.deletedAt == nil)
+        let late = h.broadcastRequest("match-7", sequence: 3)
+        h.submit(late)
+        #expect(h.outcomes(3).last?.result == .expired)
+        h.advance(4 * 3_600 - 1)
+        #expect(h.channelsDeleted.isEmpty)
+        h.advance(1)
+        #expect(h.channelsDeleted == [ended.channelId])
+        #expect(h.sink.channels.last?.deletedAt == h.clock.date)
+        #expect(h.sender.sent.count == 2)
+    }
+
+    @Test("a channel read from the topic (a partition assigned) is reused, never made again; one ended whose time came is deleted at once")
+    func restoredChannels() throws {
+        let h = EngineHarness()
+        let now = h.clock.date
+        let live = BroadcastChannelRecord(
+            app: AppTarget(bundleId: "com.example.food", environment: .production), activityId: "match-7", channelId: "bGl2ZQ==", storagePolicy: 0,
+            createdAt: now.addingTimeInterval(-600), writtenAt: now.addingTimeInterval(-600))
+        h.channelRecorded(live)
+        var over = live
+        (over.activityId, over.channelId) = ("match-6", "b3Zlcg==")
+        (over.endedAt, over.deleteAt) = (now.addingTimeInterval(-5 * 3_600), now.addingTimeInterval(-3_600))
+        h.channelRecorded(over)
+        h.advance(0.01)
+        #expect(h.channelsDeleted == ["b3Zlcg=="])
+        h.submit(h.broadcastRequest("match-7", sequence: 9))
+        #expect(h.outcomes(1).first?.channelId == "bGl2ZQ==")
+        #expect(h.channelsMade.isEmpty)
+    }
+
+    @Test("APNs refuses to make the channel (the app lacks the capability): the waiting broadcasts are rejected; no answer: they wait and it is tried again")
+    func channelNotMade() throws {
+        let h = EngineHarness()
+        h.channelFailures = [(false, "APNs answered 400 FeatureNotEnabled")]
+        h.submit(h.broadcastRequest("match-7", sequence: 1))
+        let refused = try #require(h.outcomes(1).first)
+        #expect(refused.result == .rejected && refused.detail?.contains("FeatureNotEnabled") == true)
+
+        h.channelFailures = [(true, "connect: connection refused"), (true, "connect: connection refused")]
+        h.submit(h.broadcastRequest("match-8", sequence: 1))
+        #expect(h.sink.final.count == 1)
+        h.until { h.sink.final.count == 2 }
+        #expect(h.channelsMade.count == 1 && h.sink.final.last?.result == .delivered)
+        #expect(h.sender.sent.count == 1)
+    }
+
+    @Test("APNs says the channel is not registered: the broadcast is rejected, the channel recorded as deleted, and the next broadcast makes a new one")
+    func channelGone() throws {
+        let h = EngineHarness()
+        h.submit(h.broadcastRequest("match-7", sequence: 1))
+        let first = h.channelsMade[0]
+        h.sender.script(first, [APNsAnswer(status: 400, reason: "ChannelNotRegistered")])
+        h.submit(h.broadcastRequest("match-7", sequence: 2))
+        let outcomes = h.outcomes(2)
+        #expect(outcomes.last?.result == .rejected && outcomes.last?.detail?.contains("ChannelNotRegistered") == true)
+        #expect(h.sink.channels.last?.channelId == first && h.sink.channels.last?.deletedAt != nil)
+        h.submit(h.broadcastRequest("match-7", sequence: 3))
+        #expect(h.channelsMade.count == 2)
+        #expect(h.outcomes(3).last?.channelId == h.channelsMade[1])
+    }
+}
