@@ -96,6 +96,7 @@ public struct DispatcherSettings: Sendable {
         policy.initialInFlight = try config.int("islet.dispatcher.initial.in.flight", default: 32, range: 1...100_000)
         policy.slowAnswer = try config.milliseconds("islet.dispatcher.slow.answer.ms", default: .seconds(2))
         policy.tokenWait = try config.milliseconds("islet.dispatcher.token.wait.ms", default: .seconds(120))
+        policy.channelDeletionDelay = try config.milliseconds("islet.dispatcher.channel.deletion.delay.ms", default: .seconds(4 * 3_600))
         let budgetsInterval = try config.milliseconds("islet.dispatcher.budgets.interval.ms", default: .seconds(5))
         guard budgetsInterval >= .milliseconds(100) else {
             throw ConfigurationError(key: "islet.dispatcher.budgets.interval.ms", problem: "must be at least 100")

@@ -105,6 +105,11 @@ public struct ActivityTemplate: Sendable {
     public var states: [String: State]
     /// The state an unknown or missing state value falls back to.
     public var defaultState: String
+    /// Sent by broadcast (iOS 18): every request of an activity of this type goes to the
+    /// activity's broadcast channel, one push for every phone subscribed, made with this
+    /// `message-storage-policy` (0 no message stored, 1 the latest stored). Its content is
+    /// rendered for the newest app version in the default language (one payload for everyone).
+    public var broadcastStoragePolicy: Int?
     /// The same template in other languages (by canonical BCP 47 tag): its texts as the file's
     /// `translations` give them, the default ones where they give none.
     public var languages: [String: ActivityTemplate] = [:]

@@ -231,7 +231,9 @@ public final class ContentEngine: Sendable {
         } else {
             key = activityKey
         }
-        let record = tokens.token(forKey: key)
+        // A broadcast goes to no token: one payload for every phone, for the newest app version in
+        // the default language.
+        let record = template.broadcastStoragePolicy == nil ? tokens.token(forKey: key) : nil
         let bundleId = String(activityKey.prefix { $0 != "/" })
         // Without a token yet: the push-to-start target's app, else the app of what was last sent
         // (a remote start's), else the template's when it is that app.

@@ -136,6 +136,6 @@ extension PayloadAssembler {
             attributesType: latest.attributesType, payload: payload, priority: 10, urgency: .important, supersedable: event == .update,
             alerting: false, apnsTimestamp: timestamp, contentSequence: latest.contentSequence, staleDate: staleDate,
             expiration: event == .update ? staleDate : now.addingTimeInterval(3_600), createdAt: now, sourceEventId: nil,
-            sourceActivityId: latest.sourceActivityId ?? latest.activityId, state: latest.state)
+            sourceActivityId: latest.sourceActivityId ?? latest.activityId, state: latest.state, channelStoragePolicy: latest.channelStoragePolicy)
     }
 }

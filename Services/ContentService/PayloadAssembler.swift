@@ -114,6 +114,11 @@ public struct PayloadAssembler: Sendable {
             return LiveActivityAPS.Alert(alert, context: layoutContext)
         }
         let isPushToStart = event.kind == .start && event.startTarget != nil
+        if isPushToStart, template.broadcastStoragePolicy != nil {
+            throw ContentError(
+                field: "startTarget",
+                problem: "\(template.attributesType) is sent by broadcast: the app starts the activity on its channel (input-push-channel), not a push-to-start")
+        }
         if isPushToStart, alert == nil {
             // A push-to-start must alert (ActivityKit requires it); the state's text, or the type.
             alert = LiveActivityAPS.Alert(title: context["state"].flatMap { ($0 as? [String: Any])?["text"] as? String } ?? template.description)
@@ -188,6 +193,7 @@ public struct PayloadAssembler: Sendable {
                 }
             }
             let drafts = self.drafts(plan, contentState: contentState, cap: step.cap, now: now)
+            // ActivityKit's 4 KB of data holds for a broadcast too, though APNs takes 5 KB there.
             guard let tooLarge = drafts.first(where: { $0.payload.utf8.count > PushRequest.maximumPayloadBytes }) else {
                 return (drafts, given, inlined)
             }
@@ -260,7 +266,8 @@ public struct PayloadAssembler: Sendable {
                 payload: draft.payload, priority: priority, urgency: event.urgency, supersedable: draft.kind == .update && !draft.alerting,
                 alerting: draft.alerting, apnsTimestamp: plan.timestamp + Int64(index), contentSequence: event.sequence,
                 staleDate: plan.staleDate, expiration: draft.kind == .update ? plan.staleDate : now.addingTimeInterval(3_600), createdAt: now,
-                sourceEventId: event.eventId, sourceActivityId: event.activityId, state: plan.state.name)
+                sourceEventId: event.eventId, sourceActivityId: event.activityId, state: plan.state.name,
+                channelStoragePolicy: plan.template.broadcastStoragePolicy)
         }
     }
 

@@ -98,6 +98,12 @@ public enum TemplateLoader {
         var examples: [[String: JSONValue]]?
         /// Per language (BCP 47): a template text as written above → the same text in that language.
         var translations: [String: [String: String]]?
+        /// `{storagePolicy: 0 or 1}`: the type is sent by broadcast.
+        var broadcast: RawBroadcast?
+    }
+
+    struct RawBroadcast: Decodable {
+        var storagePolicy: Int
     }
 
     struct RawField: Decodable {
@@ -237,6 +243,14 @@ public enum TemplateLoader {
             guard !raw.states.isEmpty else { throw fail("states", "must name at least one state") }
             if let app = raw.app, !app.environment.isKnown { throw fail("app.environment", "must be production or sandbox") }
             guard raw.states[raw.defaultState] != nil else { throw fail("defaultState", "\(raw.defaultState) is not one of the states") }
+            if let broadcast = raw.broadcast {
+                guard broadcast.storagePolicy == 0 || broadcast.storagePolicy == 1 else { throw fail("broadcast.storagePolicy", "must be 0 or 1") }
+                // A broadcast has no token to name its app.
+                guard raw.app != nil else { throw fail("app", "is required with broadcast: a broadcast has no token to name its app") }
+                guard raw.translations?.isEmpty ?? true else {
+                    throw fail("translations", "a broadcast is one payload for every phone: it has no language of its own (leave texts to loc-key)")
+                }
+            }
             // Attributes without a default are required: a push-to-start must say them.
             let attributes = try (raw.attributes ?? []).enumerated().map { i, field in
                 var field = field
@@ -281,7 +295,7 @@ public enum TemplateLoader {
             return ActivityTemplate(
                 attributesType: raw.attributesType, description: raw.description ?? "", app: raw.app, stateField: raw.stateField ?? "status",
                 link: try mustache(raw.link, at: "link"), attributes: attributes, contentState: contentState, layout: layout, states: states,
-                defaultState: raw.defaultState)
+                defaultState: raw.defaultState, broadcastStoragePolicy: raw.broadcast?.storagePolicy)
         }
 
         func alertText(_ raw: RawAlertText, at path: String) throws -> ActivityTemplate.AlertText {

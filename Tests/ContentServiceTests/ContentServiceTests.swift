@@ -56,6 +56,9 @@ struct TemplateTests {
         ("attributesType: X\ndefaultState: a\nlink: x\ncontentState: []\nstates: {a: {relevance: 500}}", "states.a.relevance"),
         ("attributesType: 9X\ndefaultState: a\nlink: x\ncontentState: []\nstates: {a: {}}", "attributesType"),
         ("defaultState: a\nlink: x\ncontentState: []\nstates: {a: {}}", "attributesType"),
+        ("attributesType: X\ndefaultState: a\nlink: x\ncontentState: []\nstates: {a: {}}\nbroadcast: {storagePolicy: 0}", "app"),
+        ("attributesType: X\napp: {bundleId: a.b, environment: production}\ndefaultState: a\nlink: x\ncontentState: []\nstates: {a: {}}\nbroadcast: {storagePolicy: 2}", "broadcast.storagePolicy"),
+        ("attributesType: X\napp: {bundleId: a.b, environment: production}\ndefaultState: a\nlink: x\ncontentState: []\nstates: {a: {text: Live}}\nbroadcast: {storagePolicy: 0}\ntranslations: {fr: {Live: En direct}}", "translations"),
     ])
     func broken(text: String, path: String) {
         let error = #expect(throws: TemplateError.self) { try TemplateLoader.load(text: text, file: "broken.yaml") }

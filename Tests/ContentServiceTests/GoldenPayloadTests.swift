@@ -66,9 +66,12 @@ struct GoldenPayloadTests {
         ),
     ]
 
+    /// MatchAttributes goes by broadcast: one payload for every phone, in no language of its own.
     @Test(
         "each transition of each example type gives the golden payloads, in the default language and in Chinese (an app registered with zh-Hans-CN)",
-        arguments: scenarios.map(\.0), ["", "zh-Hans-CN"])
+        arguments: [
+            ("DeliveryAttributes", ""), ("DeliveryAttributes", "zh-Hans-CN"), ("RideAttributes", ""), ("RideAttributes", "zh-Hans-CN"), ("MatchAttributes", ""),
+        ])
     func golden(type: String, locale: String) throws {
         let assembler = try assembler()
         var memory = ActivityMemory()

@@ -10,6 +10,8 @@ struct Scenario: Sendable {
     var bundleId: String
     var frequent = false
     var pushToStart = false
+    /// Sent by broadcast (the template says so): no token; the phones subscribe to the channel.
+    var broadcast = false
     /// Fields of each event (the state field included), its kind and urgency.
     var steps: [(ActivityEventKind, Urgency, [String: JSONValue])]
     var attributes: [String: JSONValue]? = nil
@@ -38,7 +40,7 @@ struct Scenario: Sendable {
             ],
             attributes: ["rideId": "7"]),
         Scenario(
-            type: "MatchAttributes", bundleId: "com.example.scores", frequent: true,
+            type: "MatchAttributes", bundleId: "com.example.scores", broadcast: true,
             steps: [
                 (.start, .routine, ["matchId": "m-1", "homeTeam": "Lions", "awayTeam": "Bears", "minute": 1]),
                 (.update, .routine, ["matchId": "m-1", "homeTeam": "Lions", "awayTeam": "Bears", "minute": 12]),
@@ -50,10 +52,26 @@ struct Scenario: Sendable {
     ]
 }
 
+/// A broadcast as the golden files hold it, like a push (``goldenView(_:role:run:)``).
+func goldenView(_ broadcast: AcceptedBroadcast, run: String) throws -> JSONValue {
+    .object([
+        "to": "broadcast channel", "event": .string(broadcast.event), "priority": .integer(Int64(broadcast.priority)), "pushType": "liveactivity",
+        "topic": .string(broadcast.bundleId), "aps": try goldenAPS(broadcast.payload, run: run),
+    ])
+}
+
 /// A push as the golden files hold it: what the phone received, without what differs per run
 /// (tokens, ids, dates, link signatures; the layouts are pinned by content-service's golden tests).
 func goldenView(_ notification: AcceptedNotification, role: String, run: String) throws -> JSONValue {
-    var aps = try IsletJSON.decodeValue(JSONValue.self, from: Array(notification.payload.utf8))["aps"]?.objectValue ?? [:]
+    .object([
+        "to": .string(role), "event": .string(notification.event), "priority": .integer(Int64(notification.priority)),
+        "pushType": .string(notification.pushType), "topic": .string(notification.topic), "aps": try goldenAPS(notification.payload, run: run),
+    ])
+}
+
+/// A payload's `aps` without what differs per run.
+func goldenAPS(_ payload: String, run: String) throws -> JSONValue {
+    var aps = try IsletJSON.decodeValue(JSONValue.self, from: Array(payload.utf8))["aps"]?.objectValue ?? [:]
     for key in ["timestamp", "stale-date", "dismissal-date"] where aps[key] != nil { aps[key] = "<date>" }
     if var state = aps["content-state"]?.objectValue {
         state["layout"] = state["layout"] == nil ? nil : "<layout>"
@@ -65,11 +83,7 @@ func goldenView(_ notification: AcceptedNotification, role: String, run: String)
         aps["content-state"] = .object(state)
     }
     let text = String(decoding: JSONValue.object(aps).jsonBytes, as: UTF8.self).replacingOccurrences(of: run, with: "<run>-")
-    return .object([
-        "to": .string(role), "event": .string(notification.event), "priority": .integer(Int64(notification.priority)),
-        "pushType": .string(notification.pushType), "topic": .string(notification.topic),
-        "aps": try IsletJSON.decodeValue(JSONValue.self, from: Array(text.utf8)),
-    ])
+    return try IsletJSON.decodeValue(JSONValue.self, from: Array(text.utf8))
 }
 
 extension EndToEnd {
@@ -88,6 +102,7 @@ extension EndToEnd {
         }
 
         func play(_ scenario: Scenario, driver: Driver) async throws {
+            if scenario.broadcast { return try await playBroadcast(scenario, driver: driver) }
             let activity = "\(driver.run)\(scenario.type)"
             let token = Driver.token(activity + "-token")
             let startToken = Driver.token(activity + "-start")
@@ -196,6 +211,63 @@ extension EndToEnd {
                 let (refused, reason) = try await driver.get(content: path, key: "not-a-key")
                 #expect(refused == 401 && (try? IsletJSON.decodeValue(JSONValue.self, from: reason))?["error"]?.stringValue == "unauthenticated")
             }
+        }
+
+        /// A match by broadcast: its first event makes the match's channel (no token anywhere); a
+        /// thousand simulated phones start the activity on it; every later event is one broadcast
+        /// that reaches all of them; the channel is deleted after the end (2 s in this stack).
+        func playBroadcast(_ scenario: Scenario, driver: Driver) async throws {
+            let activity = "\(driver.run)\(scenario.type)"
+            var requestIds: [String] = []
+            var channel: String?
+            for (index, (kind, urgency, fields)) in scenario.steps.enumerated() {
+                let event = driver.event(activity, kind, type: scenario.type, sequence: Int64(index + 1), urgency: urgency, fields: fields)
+                try await driver.publish(event)
+                let id = driver.requestId(event)
+                requestIds.append(id)
+                let outcome = try await driver.firstRecord(on: IsletTopics.pushOutcomes.name, as: PushOutcome.self) { $0.requestId == id }
+                #expect(outcome.result == .delivered, "\(scenario.type) \(kind): \(outcome)")
+                let made = try #require(outcome.channelId, "a broadcast's outcome names its channel")
+                #expect(channel == nil || channel == made, "one channel for the match")
+                if channel == nil {
+                    channel = made
+                    try await driver.stack.subscribe(1_000, to: made, bundleId: scenario.bundleId)
+                }
+            }
+            let channelId = try #require(channel)
+            let ledger = try await Ledger.settle(bootstrap: driver.stack.bootstrap, prefix: activity, expecting: requestIds.count)
+            #expect(ledger.violations.isEmpty, "\(scenario.type): \(ledger.violations)")
+            #expect(ledger.outcomes.values.allSatisfy { $0.first?.result == .delivered && $0.first?.channelId == channelId }, "\(ledger.results)")
+            let broadcasts = try await driver.stack.broadcasts(channel: channelId)
+            #expect(broadcasts.map(\.requestId).sorted() == ledger.requests.keys.sorted(), "each request once, as a broadcast")
+            #expect(broadcasts.dropFirst().allSatisfy { $0.subscribers == 1_000 }, "one push for a thousand phones: \(broadcasts.map(\.subscribers))")
+            #expect(try await driver.stack.received().allSatisfy { !$0.topic.hasPrefix(scenario.bundleId + ".") }, "no push to a token")
+            for broadcast in broadcasts {
+                #expect(broadcast.payload == ledger.requests[broadcast.requestId]?.payload, "the phones got content-service's payload unchanged")
+            }
+            let received = try broadcasts.map { try goldenView($0, run: driver.run) }
+            try compareGolden(received, name: scenario.type, stack: driver.stack)
+
+            // The channel goes after the end: the dispatcher deletes it and records it.
+            let deadline = ContinuousClock.now + .seconds(30)
+            while try await driver.stack.channels(bundleId: scenario.bundleId).contains(where: { $0.id == channelId }), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            #expect(try await driver.stack.channels(bundleId: scenario.bundleId).allSatisfy { $0.id != channelId }, "the channel is deleted after the end")
+            let record = try await driver.firstRecord(on: IsletTopics.broadcastChannels.name, as: BroadcastChannelRecord.self) {
+                $0.channelId == channelId && $0.deletedAt != nil
+            }
+            #expect(record.activityId == activity && record.endedAt != nil)
+
+            // A tap on the last update's Lock Screen link becomes a click on islet.clicks.v1.
+            let last = try #require(broadcasts.last { $0.event == "update" })
+            let payload = try IsletJSON.decodeValue(JSONValue.self, from: Array(last.payload.utf8))
+            let link = try #require(payload["aps"]?["content-state"]?["links"]?["lockScreen"]?.stringValue, "\(scenario.type): a Lock Screen link")
+            let tap: JSONValue = ["url": .string(link), "tappedAt": .string(IsletDate.format(Date())), "appVersion": "3.0", "osVersion": "18.1"]
+            let (status, answer) = try await HTTP.request(driver.stack.url(.ingest) + "/v1/taps", method: .POST, body: tap.jsonBytes)
+            #expect(status == 200 || status == 202, "tap answered \(status) \(String(decoding: answer, as: UTF8.self))")
+            let click = try await driver.firstRecord(on: IsletTopics.clicks.name, as: ClickEvent.self) { $0.activityId == activity }
+            #expect(click.attributesType == scenario.type)
         }
 
         /// Compares with Tests/EndToEndTests/Golden/<name>.json; `ISLET_UPDATE_GOLDEN=1` rewrites it.

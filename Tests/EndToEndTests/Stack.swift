@@ -244,6 +244,8 @@ final class Stack: Sendable {
                 "ISLET_APNS_APPS": "com.example.food=\(teamID),com.example.ride=\(teamID),com.example.scores=\(teamID)",
                 // ISLET_APNS_URL: set once the simulator reported its port (``start()``).
                 "ISLET_APNS_CA_FILE": certificate.path,
+                // A broadcast channel goes 2 s after its match ended (4 hours in production).
+                "ISLET_DISPATCHER_CHANNEL_DELETION_DELAY_MS": "2000",
             ],
             .ingest: ["ISLET_LINK_KEYS": "\(linkKey.kid)=\(linkKey.secret)"],
         ]
@@ -354,6 +356,28 @@ final class Stack: Sendable {
         let (status, body) = try await HTTP.request("\(url(.simulator))/admin/notifications?\(query)")
         guard status == 200 else { throw E2EFailure("the simulator answered \(status)") }
         return try IsletJSON.decodeValue([AcceptedNotification].self, from: body)
+    }
+
+    /// The broadcasts the simulator accepted on `channel`, oldest first.
+    func broadcasts(channel: String) async throws -> [AcceptedBroadcast] {
+        let query = channel.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? channel
+        let (status, body) = try await HTTP.request("\(url(.simulator))/admin/broadcasts?channel=\(query)")
+        guard status == 200 else { throw E2EFailure("the simulator answered \(status)") }
+        return try IsletJSON.decodeValue([AcceptedBroadcast].self, from: body)
+    }
+
+    /// The simulator's broadcast channels of `bundleId`.
+    func channels(bundleId: String) async throws -> [SimulatedChannel] {
+        let (status, body) = try await HTTP.request("\(url(.simulator))/admin/channels?bundleId=\(bundleId)")
+        guard status == 200 else { throw E2EFailure("the simulator answered \(status)") }
+        return try IsletJSON.decodeValue([SimulatedChannel].self, from: body)
+    }
+
+    /// `count` simulated phones start the activity on the channel.
+    func subscribe(_ count: Int, to channel: String, bundleId: String) async throws {
+        let body: JSONValue = ["bundleId": .string(bundleId), "channelId": .string(channel), "count": .integer(Int64(count))]
+        let (status, answer) = try await HTTP.request("\(url(.simulator))/admin/subscribers", method: .POST, body: body.jsonBytes)
+        guard status == 200 else { throw E2EFailure("the simulator refused the subscribers: \(status) \(String(decoding: answer, as: UTF8.self))") }
     }
 
     func inject(_ fault: Fault) async throws {
