@@ -77,6 +77,8 @@ extension ActivityHTTPAPI {
         /// The newer request that replaced it (`coalesced`).
         var supersededBy: String?
         var detail: String?
+        /// A broadcast's channel: the id an app starts its activity on (`input-push-channel`).
+        var channelId: String?
 
         init(_ outcome: PushOutcome) {
             requestId = outcome.requestId
@@ -90,6 +92,7 @@ extension ActivityHTTPAPI {
             latencyMilliseconds = outcome.latencyMilliseconds
             supersededBy = outcome.supersededBy
             detail = outcome.detail
+            channelId = outcome.channelId
         }
     }
 

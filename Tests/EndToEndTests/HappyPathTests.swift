@@ -231,6 +231,18 @@ extension EndToEnd {
                 #expect(channel == nil || channel == made, "one channel for the match")
                 if channel == nil {
                     channel = made
+                    // The app learns the channel through its backend, which asks content-service
+                    // (once content-service has read the outcome: a moment after the dispatcher wrote it).
+                    var listed: [JSONValue] = []
+                    let deadline = ContinuousClock.now + .seconds(20)
+                    repeat {
+                        let (status, body) = try await driver.get(content: "/v1/activities/\(activity)/outcomes?bundleId=\(scenario.bundleId)&limit=1")
+                        #expect(status == 200, "\(String(decoding: body, as: UTF8.self))")
+                        if case .array(let outcomes)? = try IsletJSON.decodeValue(JSONValue.self, from: body)["outcomes"] { listed = outcomes }
+                        if !listed.isEmpty { break }
+                        try await Task.sleep(for: .milliseconds(200))
+                    } while ContinuousClock.now < deadline
+                    #expect(listed.first?["channelId"]?.stringValue == made, "\(listed)")
                     try await driver.stack.subscribe(1_000, to: made, bundleId: scenario.bundleId)
                 }
             }
