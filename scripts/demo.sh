@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The local demo: installs what is missing, builds, starts a broker, the services and the APNs
-# simulator as local processes, and plays two scenarios through them the way an iOS app and a
-# backend would (Tools/IsletDemo): a food order and a ride. What it prints after "↳" comes from
+# simulator as local processes, and plays three scenarios through them the way an iOS app and a
+# backend would (Tools/IsletDemo): a food order, a ride and a match by broadcast. What it prints after "↳" comes from
 # the services: the pushes as the simulator received them, the registry's and ingest's answers,
 # records read from the topics. Then it leaves everything running and prints the URLs.
 #
@@ -75,7 +75,7 @@ env "${common[@]}" ISLET_HTTP_PORT=8083 ISLET_GRPC_PORT=9083 ISLET_GRPC_KEYS="$g
 pids+=("$!"); content_pid=$!
 # The ride app gets a small priority-10 budget (3 an hour) so the demo shows updates falling to 5.
 env "${common[@]}" ISLET_HTTP_PORT=8082 ISLET_APNS_KEYS="$team=$key_id:$run/AuthKey.p8" \
-  ISLET_APNS_APPS="com.example.food=$team,com.example.ride=$team" ISLET_APNS_URL=https://127.0.0.1:2197 \
+  ISLET_APNS_APPS="com.example.food=$team,com.example.ride=$team,com.example.scores=$team" ISLET_APNS_URL=https://127.0.0.1:2197 \
   ISLET_APNS_CA_FILE="$run/simulator.pem" ISLET_BUDGET_APPS="com.example.ride=3/6" \
   "$bin/apns-dispatcher" >"$run/apns-dispatcher.log" 2>&1 &
 pids+=("$!"); dispatcher_pid=$!
@@ -99,7 +99,7 @@ if [ "$bench" = scale ]; then
     "$bin/content-service" >"$run/content-service-2.log" 2>&1 &
   pids+=("$!"); content2_pid=$!
   env "${common[@]}" ISLET_HTTP_PORT=8092 ISLET_APNS_KEYS="$team=$key_id:$run/AuthKey.p8" \
-    ISLET_APNS_APPS="com.example.food=$team,com.example.ride=$team" ISLET_APNS_URL=https://127.0.0.1:2197 \
+    ISLET_APNS_APPS="com.example.food=$team,com.example.ride=$team,com.example.scores=$team" ISLET_APNS_URL=https://127.0.0.1:2197 \
     ISLET_APNS_CA_FILE="$run/simulator.pem" ISLET_BUDGET_APPS="com.example.ride=3/6" \
     "$bin/apns-dispatcher" >"$run/apns-dispatcher-2.log" 2>&1 &
   pids+=("$!"); dispatcher2_pid=$!

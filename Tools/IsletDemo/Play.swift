@@ -12,7 +12,7 @@ struct Play: AsyncParsableCommand {
     @Option(help: "The registry's HS256 key, kid=secret.") var jwtKey: String
     @Option(help: "content-service's HTTP API.") var content = "http://127.0.0.1:8083"
     @Option(help: "A backend key with write: one step of the food order then goes through content-service's HTTP API.") var backendKey: String?
-    @Option(help: "food, ride or both.") var scenario = "both"
+    @Option(help: "food, ride, match or all.") var scenario = "all"
 
     func run() async throws {
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: quiet)
@@ -21,8 +21,10 @@ struct Play: AsyncParsableCommand {
             bootstrap: bootstrap, registry: registry, simulator: simulator, ingest: ingest, images: images, jwtKey: jwtKey,
             content: content, backendKey: backendKey)
         let world = try await World(endpoints: endpoints, producer: producer)
-        if scenario == "food" || scenario == "both" { try await world.food() }
-        if scenario == "ride" || scenario == "both" { try await world.ride() }
+        guard ["food", "ride", "match", "all"].contains(scenario) else { throw ValidationError("--scenario is food, ride, match or all") }
+        if scenario == "food" || scenario == "all" { try await world.food() }
+        if scenario == "ride" || scenario == "all" { try await world.ride() }
+        if scenario == "match" || scenario == "all" { try await world.match() }
         producer.shutdown()
         try await producing.value
     }

@@ -220,6 +220,81 @@ public struct World: Sendable {
         service("token-registry", state)
     }
 
+    // MARK: The match, by broadcast
+
+    /// A match followed by a thousand phones: one broadcast per goal instead of a thousand pushes.
+    public func match() async throws {
+        let match = "match-\(run)"
+        let app = AppTarget(bundleId: "com.example.scores", environment: .production)
+        heading("A match (\(match)) by broadcast (iOS 18): one push for a thousand phones")
+        var fields: [String: JSONValue] = [
+            "matchId": .string(run), "homeTeam": .string("Lions"), "awayTeam": .string("Bears"), "period": .string("live"), "minute": .integer(1),
+        ]
+        func send(_ kind: ActivityEventKind, _ urgency: Urgency, _ sequence: Int64, _ what: String) async throws -> [String] {
+            let event = ActivityEvent(
+                eventId: "match-\(run)-\(sequence)", activityId: match, kind: kind, attributesType: "MatchAttributes", fields: fields, urgency: urgency,
+                occurredAt: Date(), sequence: sequence, source: "scores-feed", bundleId: app.bundleId)
+            step("backend", "\(what): \(kind.rawValue) on islet.activity-events.v1")
+            try await producer.send(event, to: IsletTopics.activityEvents.name)
+            let content = RequestIds.content(bundleId: app.bundleId, activityId: match, eventId: event.eventId)
+            // An end with an alert is an alerting update first, then the end.
+            return kind == .end && urgency != .routine
+                ? [RequestIds.alertBeforeEnd(bundleId: app.bundleId, activityId: match, eventId: event.eventId), content] : [content]
+        }
+
+        let kickOff = try await send(.update, .routine, 1, "kick-off (no phone follows yet)")
+        let first = try await firstRecord(on: IsletTopics.pushOutcomes.name, as: PushOutcome.self) { $0.requestId == kickOff[0] }
+        guard let channel = first.channelId else { throw DemoFailure("the match's first broadcast names no channel: \(first)") }
+        let record = try await firstRecord(on: IsletTopics.broadcastChannels.name, as: BroadcastChannelRecord.self) { $0.channelId == channel }
+        service("apns-dispatcher", "made the match's channel \(channel) (message-storage-policy \(record.storagePolicy)) with APNs; on islet.broadcast-channels.v1")
+        service("islet.push-outcomes.v1", "\(first.result.rawValue) on channel \(channel)")
+
+        step("app", "1,000 phones start the match's activity on the channel (input-push-channel; simulated)")
+        _ = try await post(
+            "\(play.simulator)/admin/subscribers", ["bundleId": .string(app.bundleId), "channelId": .string(channel), "count": .integer(1_000)])
+
+        fields["period"] = .string("goal")
+        fields["homeScore"] = .integer(1)
+        fields["minute"] = .integer(23)
+        fields["lastEvent"] = .string("Goal by Ortiz")
+        try await broadcasts(channel: channel, through: try await send(.update, .important, 2, "goal!"))
+        fields["period"] = .string("full_time")
+        fields["minute"] = .integer(90)
+        fields["lastEvent"] = .string("")
+        try await broadcasts(channel: channel, through: try await send(.end, .important, 3, "full time"))
+        let stats = try await simulatorStats()
+        func count(_ key: String) -> Int64 { if case .integer(let value)? = stats[key] { value } else { 0 } }
+        service("APNs simulator", "\(count("broadcasts")) broadcasts reached \(count("broadcastDeliveries")) activities in all; the channel is deleted 4 hours after the end")
+    }
+
+    /// Waits until the simulator accepted the broadcasts `requestIds` on `channel`; prints them as the phones got them.
+    func broadcasts(channel: String, through requestIds: [String]) async throws {
+        let query = channel.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? channel
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            let response = try await http.execute(HTTPClientRequest(url: "\(play.simulator)/admin/broadcasts?channel=\(query)"), timeout: .seconds(5))
+            let all = try IsletJSON.decodeValue([AcceptedBroadcast].self, from: Array(buffer: try await response.body.collect(upTo: 64 << 20)))
+            let wanted = all.filter { requestIds.contains($0.requestId.lowercased()) }
+            if wanted.count == requestIds.count {
+                for broadcast in wanted {
+                    let aps = (try? IsletJSON.decodeValue(JSONValue.self, from: Array(broadcast.payload.utf8)))?["aps"]
+                    var parts = ["\(broadcast.event) p\(broadcast.priority) \(broadcast.payloadBytes) B"]
+                    if let period = aps?["content-state"]?["period"]?.stringValue { parts.append(period) }
+                    if let alert = aps?["alert"]?["title"]?.stringValue { parts.append("alert \"\(alert)\"") }
+                    print("          ↳ \(broadcast.subscribers) phones, one push: \(parts.joined(separator: " · "))")
+                }
+                return
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw DemoFailure("the simulator did not receive broadcasts \(requestIds) within 30 s: see the services' logs in .islet-run/demo/")
+    }
+
+    func simulatorStats() async throws -> JSONValue {
+        let response = try await http.execute(HTTPClientRequest(url: "\(play.simulator)/admin/stats"), timeout: .seconds(5))
+        return try IsletJSON.decodeValue(JSONValue.self, from: Array(buffer: try await response.body.collect(upTo: 1 << 20)))
+    }
+
     // MARK: Pieces
 
     public static func token(_ seed: String) -> String {
