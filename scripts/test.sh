@@ -80,7 +80,7 @@ if [ "$full" = 1 ] && [ "${ISLET_TEST_FUZZ:-1}" = 1 ]; then
   scripts/fuzz.sh "${ISLET_FUZZ_SECONDS:-8}"
 fi
 
-# The demo, both scenarios through every service and the simulator, then stop: the whole
+# The demo, its three scenarios through every service and the simulator, then stop: the whole
 # pipeline end to end (unless a subset of the tests was asked for).
 if [ "$full" = 1 ]; then
   echo "== demo (--exit)"
