@@ -16,14 +16,15 @@ public enum MessageChecks {
     public static func check(_ bytes: [UInt8]) {
         guard let first = bytes.first else { return }
         let value = Array(bytes.dropFirst())
-        switch first % 7 {
+        switch first % 8 {
         case 0: check(TokenRecord.self, value)
         case 1: check(ActivityEvent.self, value)
         case 2: check(PushRequest.self, value)
         case 3: check(PushOutcome.self, value)
         case 4: check(ClickEvent.self, value)
         case 5: check(RejectedClick.self, value)
-        default: check(DeadLetterRecord.self, value)
+        case 6: check(DeadLetterRecord.self, value)
+        default: check(BroadcastChannelRecord.self, value)
         }
     }
 
