@@ -323,10 +323,7 @@ public final class DispatchEngine: Sendable {
             guard await persist(outcome) else { return }
             onDone(ticket)
             for copy in copies { onDone(copy) }
-            step { machine, _ in
-                machine.outcomePersisted()
-                return []
-            }
+            step { $0.outcomePersisted(outcome.requestId, now: $1) }
         }
     }
 
@@ -371,7 +368,7 @@ public final class DispatchEngine: Sendable {
                     let now = clock.date
                     let record = BroadcastChannelRecord(
                         app: creation.app, activityId: creation.activityId, channelId: channelID, storagePolicy: creation.storagePolicy, createdAt: now,
-                        writtenAt: now)
+                        deleteAt: creation.deleteAt, writtenAt: now)
                     // Recorded before anything is sent on it: a restart finds it instead of making another.
                     guard await persist(record) else { return }
                     step { $0.channelCreated(record, now: $1) }

@@ -17,6 +17,9 @@ extension DispatchMachine {
         var activityId: String
         var storagePolicy: Int
         var team: String
+        /// When it is deleted if its activity's end never comes (or is never delivered): an
+        /// activity lives 8 hours, then the deletion delay.
+        var deleteAt: Date
     }
 
     /// What stops a broadcast or lets it go: its team, its bounds, its channel (made first if the
@@ -29,12 +32,21 @@ extension DispatchMachine {
         if let expiration = request.expiration, expiration < now {
             return drop(head, key: key, .expired, "apns-expiration passed before it could be sent")
         }
+        // Ended (also before a restart, which the slot does not survive): nothing more, and no new channel.
+        if channels[key]?.endedAt != nil {
+            return drop(head, key: key, .expired, "the activity has ended: nothing is sent after its end")
+        }
+        if let channel = channels[key], channel.app.environment != request.app.environment {
+            return drop(head, key: key, .rejected, "the activity's broadcast channel is in \(channel.app.environment.rawValue): a channel never crosses environments")
+        }
         guard let channel = channels[key], channel.deletedAt == nil else {
             // Looked at again when the channel is made (or its making failed).
             if creatingChannels.insert(key).inserted, let activityId = request.activityId {
                 actions.append(
                     .createChannel(
-                        ChannelCreation(key: key, app: request.app, activityId: activityId, storagePolicy: request.channelStoragePolicy ?? 0, team: team)))
+                        ChannelCreation(
+                            key: key, app: request.app, activityId: activityId, storagePolicy: request.channelStoragePolicy ?? 0, team: team,
+                            deleteAt: now.addingTimeInterval((policy.activityLifetime + policy.channelDeletionDelay) / .seconds(1)))))
             }
             return .held
         }
@@ -62,8 +74,12 @@ extension DispatchMachine {
     mutating func channelRecorded(_ record: BroadcastChannelRecord, now: Date) -> [Action] {
         self.now = now
         guard let key = record.key else { return [] }
-        // Our own newer record (written after this one was read) stands.
-        if let known = channels[key], known.channelId == record.channelId, known.writtenAt > record.writtenAt { return [] }
+        if let known = channels[key] {
+            // Our own newer record of the channel (written after this one was read) stands; so does
+            // a newer channel: this record is of an older one (read back after it was replaced,
+            // or written late by an owner the partition left while it made it).
+            if known.channelId == record.channelId ? known.writtenAt > record.writtenAt : known.createdAt > record.createdAt { return [] }
+        }
         channels[key] = record
         scheduleDeletion(key, record)
         pump(key)
@@ -76,6 +92,8 @@ extension DispatchMachine {
         guard let key = record.key else { return [] }
         creatingChannels.remove(key)
         channels[key] = record
+        slots[key]?.channelAttempts = nil
+        scheduleDeletion(key, record)
         logger.info(
             "broadcast channel made", metadata: ["activity.key": "\(key)", "apns.channel": "\(record.channelId)", "apns.storagePolicy": "\(record.storagePolicy)"])
         pump(key)
@@ -131,12 +149,13 @@ extension DispatchMachine {
 
     // MARK: Inside
 
-    /// A broadcast `end` was delivered: the channel is deleted after the delay, and the record
-    /// says when.
+    /// A broadcast `end` was delivered: the channel is deleted after the delay (unless it was due
+    /// earlier: every channel is deleted at the latest an activity's lifetime and the delay after
+    /// it was made), and the record says when.
     mutating func broadcastEnded(_ key: String) {
-        guard var channel = channels[key], channel.deletedAt == nil, channel.deleteAt == nil else { return }
+        guard var channel = channels[key], channel.deletedAt == nil, channel.endedAt == nil else { return }
         channel.endedAt = now
-        channel.deleteAt = now.addingTimeInterval(policy.channelDeletionDelay / .seconds(1))
+        channel.deleteAt = min(channel.deleteAt ?? .distantFuture, now.addingTimeInterval(policy.channelDeletionDelay / .seconds(1)))
         channel.writtenAt = now
         channels[key] = channel
         actions.append(.recordChannel(channel))

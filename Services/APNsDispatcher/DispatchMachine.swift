@@ -20,7 +20,7 @@ struct DispatchMachine {
         /// the answer to ``answered(_:_:seconds:now:)``.
         case send(Attempt)
         /// Persist this final outcome, then report its ticket done (and those of the copies of its
-        /// request read while it was held) and call ``outcomePersisted()``.
+        /// request read while it was held) and call ``outcomePersisted(_:now:)``.
         case publish(PushOutcome, ticket: UInt64, copies: [UInt64])
         /// Nothing to publish (the request's outcome is on the topic already): report the ticket done.
         case release(ticket: UInt64)
@@ -154,6 +154,10 @@ struct DispatchMachine {
     /// The tickets of copies of a request read again while the request itself was held here
     /// (waiting or in flight), by request id: done when its one outcome is persisted.
     var copies: [String: [UInt64]] = [:]
+    /// The requests whose outcome is handed out and not yet persisted, with the tickets of copies
+    /// read meanwhile: done only once it is (done at once, a crash before the outcome is on the
+    /// topic would leave the request with none, its offset committed).
+    var persisting: [String: [UInt64]] = [:]
     /// The broadcast channels of the activities sent by broadcast, by key; those APNs is making;
     /// when those ended are due to be deleted, and those being deleted.
     var channels: [String: BroadcastChannelRecord] = [:]
@@ -206,6 +210,12 @@ struct DispatchMachine {
         guard isAccepting else { return [] }
         metrics.received(request)
         let entry = QueuedRequest(request: request, ticket: ticket, enqueuedAt: now, partition: partition)
+        if persisting[request.requestId] != nil {
+            // Its outcome is on its way to the topic: the copy is done with it.
+            metrics.duplicate()
+            persisting[request.requestId]!.append(ticket)
+            return []
+        }
         if finished.contains(request.requestId) || ownFinished.contains(request.requestId) {
             // Sent before a restart: its outcome is on the topic already.
             metrics.duplicate()
@@ -274,10 +284,13 @@ struct DispatchMachine {
     }
 
     /// Drops the waiting requests whose tickets match (their partitions were revoked: the next
-    /// owner reads them again). Returns their tickets.
+    /// owner reads them again). Returns their tickets. Those of an activity whose broadcast channel
+    /// APNs is making stay, like a push in flight: the revocation waits for the channel and its
+    /// first broadcast (the next owner would make a second channel before this one's record is
+    /// on the topic), and drops the rest on its next look.
     mutating func dropWaiting(where matches: (UInt64) -> Bool) -> [UInt64] {
         var dropped: [UInt64] = []
-        for key in Array(slots.keys) {
+        for key in Array(slots.keys) where !creatingChannels.contains(key) {
             let removed = slots[key]!.queue.removeAll { matches($0.ticket) }
             queued -= removed.count
             if let waiting = awaiting[key] { setAwaiting(key, until: waiting.until, requests: slots[key]!.queue.pending.count) }
@@ -296,8 +309,13 @@ struct DispatchMachine {
     /// they are read again after the restart.
     mutating func beginDrain() { isAccepting = false }
 
-    /// An outcome handed out with ``Action/publish(_:ticket:)`` is persisted.
-    mutating func outcomePersisted() { publishing -= 1 }
+    /// An outcome handed out with ``Action/publish(_:ticket:copies:)`` is persisted: the copies of
+    /// its request read since it was handed out are done too.
+    mutating func outcomePersisted(_ requestId: String, now: Date) -> [Action] {
+        self.now = now
+        publishing -= 1
+        return (persisting.removeValue(forKey: requestId) ?? []).map { .release(ticket: $0) }
+    }
 
     mutating func takeActions() -> [Action] {
         defer { actions.removeAll(keepingCapacity: true) }
@@ -537,6 +555,7 @@ struct DispatchMachine {
             channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)
+        persisting[request.requestId] = []
         if let key = request.key { forgetIfIdle(key) }
         publishing += 1
         let copies = copies.isEmpty ? [] : copies.removeValue(forKey: request.requestId) ?? []

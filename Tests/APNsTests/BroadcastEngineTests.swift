@@ -17,7 +17,7 @@ extension EngineHarness {
 
 @Suite("Broadcasts in the dispatch engine: one channel per activity, made once, reused, deleted after the end", .timeLimit(.minutes(1)))
 struct BroadcastEngineTests {
-    @Test("the first broadcast makes the activity's channel (recorded before anything is sent on it); the next reuse it; no token is needed; the outcome names the channel")
+    @Test("the first broadcast makes the activity's channel; the next reuse it; no token is needed; the outcome names the channel")
     func channelMadeOnceAndReused() throws {
         let h = EngineHarness()
         let first = h.broadcastRequest("match-7", sequence: 1)
@@ -125,5 +125,72 @@ struct BroadcastEngineTests {
         h.submit(h.broadcastRequest("match-7", sequence: 3))
         #expect(h.channelsMade.count == 2)
         #expect(h.outcomes(3).last?.channelId == h.channelsMade[1])
+    }
+
+    @Test("a channel whose end never comes (or is never delivered) is deleted an activity's lifetime and the delay after it was made; an update after the end, the slot gone (a restart), is not sent and makes no channel")
+    func deletedAtTheLatestAndNothingAfterTheEnd() throws {
+        let h = EngineHarness()
+        h.submit(h.broadcastRequest("match-7", sequence: 1))
+        #expect(h.sink.channels.first?.deleteAt == h.clock.date.addingTimeInterval(12 * 3_600))
+        h.advance(12 * 3_600 - 1)
+        #expect(h.channelsDeleted.isEmpty)
+        h.advance(1)
+        #expect(h.channelsDeleted == h.channelsMade)
+
+        let restarted = EngineHarness()
+        var ended = try #require(h.sink.channels.first)
+        (ended.endedAt, ended.deleteAt) = (restarted.clock.date, restarted.clock.date.addingTimeInterval(3_600))
+        restarted.channelRecorded(ended)
+        restarted.submit(restarted.broadcastRequest("match-7", sequence: 9))
+        #expect(restarted.outcomes(1).first?.result == .expired)
+        #expect(restarted.channelsMade.isEmpty && restarted.sender.sent.isEmpty)
+    }
+
+    @Test("a record of an older channel read late (its own 'gone' record read back, or written by an owner the partition left) does not replace the newer channel")
+    func olderChannelRecordsDoNotWin() throws {
+        let h = EngineHarness()
+        h.submit(h.broadcastRequest("match-7", sequence: 1))
+        let first = h.channelsMade[0]
+        h.sender.script(first, [APNsAnswer(status: 400, reason: "ChannelNotRegistered")])
+        h.advance(1)
+        h.submit(h.broadcastRequest("match-7", sequence: 2))
+        let gone = try #require(h.sink.channels.last { $0.channelId == first && $0.deletedAt != nil })
+        h.advance(1)
+        h.submit(h.broadcastRequest("match-7", sequence: 3))
+        #expect(h.channelsMade.count == 2)
+        h.channelRecorded(gone)
+        var original = gone
+        original.deletedAt = nil
+        h.channelRecorded(original)
+        h.submit(h.broadcastRequest("match-7", sequence: 4))
+        #expect(h.channelsMade.count == 2, "no third channel")
+        #expect(h.sender.sent.last?.recipient == h.channelsMade[1])
+    }
+
+    @Test("a revocation keeps the requests of an activity whose channel APNs is making (its first broadcast goes out, the record written), then drops the rest")
+    func revocationWaitsForTheChannel() throws {
+        let h = EngineHarness()
+        h.holdingChannels = true
+        h.submit(h.broadcastRequest("match-7", sequence: 1, supersedable: false))  // ticket 1
+        h.submit(h.broadcastRequest("match-7", sequence: 2, supersedable: false))  // ticket 2
+        #expect(h.dropWaiting { _ in true }.isEmpty, "held while the channel is being made")
+        h.hold()
+        h.makeHeldChannels()
+        #expect(h.sender.sent.count == 1)
+        #expect(h.dropWaiting { _ in true } == [2])
+        h.release()
+        #expect(h.done == [1])
+    }
+
+    @Test("a broadcast of an app's other environment is not sent on the activity's channel")
+    func environmentsApart() throws {
+        let h = EngineHarness()
+        h.submit(h.broadcastRequest("match-7", sequence: 1))
+        var sandbox = h.broadcastRequest("match-7", sequence: 2)
+        sandbox.app.environment = .sandbox
+        h.submit(sandbox)
+        let refused = try #require(h.outcomes(2).last)
+        #expect(refused.result == .rejected && refused.detail?.contains("never crosses environments") == true)
+        #expect(h.channelsMade.count == 1 && h.sender.sent.count == 1)
     }
 }

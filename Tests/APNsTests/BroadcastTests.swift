@@ -27,7 +27,7 @@ struct BroadcastClientTests {
             let client = try makeClient(port: port, trust: trust)
             let scores = try await client.createChannel(bundleID: "com.example.food", storagePolicy: .noMessageStored, teamID: team, environment: .production)
             let stored = try await client.createChannel(
-                bundleID: "com.example.food", storagePolicy: .mostRecentMessageStored, teamID: team, environment: .sandbox)
+                bundleID: "com.example.food", storagePolicy: .mostRecentMessageStored, teamID: team, environment: .production)
             #expect(Data(base64Encoded: scores) != nil && scores != stored)
             #expect(try await client.channelPolicy(scores, bundleID: "com.example.food", teamID: team, environment: .production) == .noMessageStored)
             #expect(try await client.channelPolicy(stored, bundleID: "com.example.food", teamID: team, environment: .production) == .mostRecentMessageStored)

@@ -141,6 +141,12 @@ final class EngineHarness {
     private var holding = false
     private var held: [DispatchMachine.Attempt] = []
     private var nextTicket: UInt64 = 0
+    /// Channels are not made until ``makeHeldChannels()`` (APNs is slow to answer).
+    var holdingChannels = false
+    private var heldChannels: [DispatchMachine.ChannelCreation] = []
+    /// Outcomes are not persisted until ``persistHeld()`` (Kafka stalled).
+    var holdingPublishes = false
+    private var unpersisted: [(PushOutcome, UInt64, [UInt64])] = []
     /// How the next channel creations fail (`retryable`, detail), before they succeed.
     var channelFailures: [(retryable: Bool, detail: String)] = []
     /// Channel ids made, and deleted, in order.
@@ -251,10 +257,14 @@ final class EngineHarness {
                     actions += machine.answered(attempt, sender.answer(to: attempt.push), seconds: 0, now: clock.date)
                 }
             case .publish(let outcome, let ticket, let copies):
+                if holdingPublishes {
+                    unpersisted.append((outcome, ticket, copies))
+                    continue
+                }
                 sink.record(outcome)
                 done.append(ticket)
                 done += copies
-                machine.outcomePersisted()
+                actions += machine.outcomePersisted(outcome.requestId, now: clock.date)
             case .release(let ticket):
                 done.append(ticket)
             case .renewProviderToken(let team):
@@ -262,7 +272,9 @@ final class EngineHarness {
             case .reconnect(let team):
                 sender.reconnect(teamID: team)
             case .createChannel(let creation):
-                if !channelFailures.isEmpty {
+                if holdingChannels {
+                    heldChannels.append(creation)
+                } else if !channelFailures.isEmpty {
                     let failure = channelFailures.removeFirst()
                     actions += machine.channelNotCreated(creation.key, retryable: failure.retryable, detail: failure.detail, now: clock.date)
                 } else {
@@ -270,7 +282,7 @@ final class EngineHarness {
                     channelsMade.append(id)
                     let record = BroadcastChannelRecord(
                         app: creation.app, activityId: creation.activityId, channelId: id, storagePolicy: creation.storagePolicy, createdAt: clock.date,
-                        writtenAt: clock.date)
+                        deleteAt: creation.deleteAt, writtenAt: clock.date)
                     sink.record(record)
                     actions += machine.channelCreated(record, now: clock.date)
                 }
@@ -283,6 +295,27 @@ final class EngineHarness {
                 sink.record(record)
                 actions += machine.channelDeleted(record, now: clock.date)
             }
+        }
+    }
+
+    /// Makes the channels held back, in order.
+    func makeHeldChannels() {
+        holdingChannels = false
+        let held = heldChannels
+        heldChannels.removeAll()
+        for creation in held { step { _, _ in [.createChannel(creation)] } }
+    }
+
+    /// Persists the outcomes held back, in order; later ones are persisted at once.
+    func persistHeld() {
+        holdingPublishes = false
+        let held = unpersisted
+        unpersisted.removeAll()
+        for (outcome, ticket, copies) in held {
+            sink.record(outcome)
+            done.append(ticket)
+            done += copies
+            step { $0.outcomePersisted(outcome.requestId, now: $1) }
         }
     }
 
@@ -660,6 +693,23 @@ struct EngineTests {
         h.until(step: 0) { h.sink.final.count == 3 }
         #expect(h.sender.sent.map(\.apnsID) == [first.requestId, newer.requestId, blocking.requestId])
         #expect(h.done == [1, 2, 3, 4, 5])
+    }
+
+    @Test("a copy read while its request's outcome waits to be persisted (Kafka stalled) is done only once the outcome is: its offset is never committed before the outcome is on the topic")
+    func copyWaitsForThePersistedOutcome() throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        let request = h.request("a", sequence: 1)
+        h.holdingPublishes = true
+        h.submit(request)  // ticket 1: sent, answered; its outcome not yet persisted
+        #expect(h.sender.sent.count == 1 && h.done.isEmpty)
+        h.submit(request)  // ticket 2: read again meanwhile
+        #expect(h.done.isEmpty, "not done before the outcome is persisted")
+        h.persistHeld()
+        #expect(h.done == [1, 2])
+        h.submit(request)  // ticket 3: read again after
+        #expect(h.done == [1, 2, 3])
+        #expect(h.sender.sent.count == 1 && h.sink.final.count == 1)
     }
 
     @Test("a held request keeps its bounds: expired at its apns-expiration, failed at the retry deadline; a refused probe starts the cooldown again")
