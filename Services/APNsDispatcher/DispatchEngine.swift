@@ -47,6 +47,11 @@ public struct DispatcherPolicy: Sendable {
     /// activity replaces it meanwhile (coalesced). A request still without a token then ends as
     /// `awaitingToken` (never `tokenInvalid`: nothing says the activity is gone).
     public var tokenWait: Duration = .seconds(120)
+    /// A request whose token is invalidated (or was refused by APNs) waits this long for a newer
+    /// record before it ends as `tokenInvalid`: the app that registers the same token again after
+    /// a reinstall is answered by token-registry as soon as the record is on Kafka, and its
+    /// backend's next event may reach this instance before the table has read that record.
+    public var tokenRecheck: Duration = .seconds(3)
     /// At most this many activities wait for their token at once (their requests do not count
     /// against ``maximumQueued``: activities without a token must not hold up everyone's input);
     /// past it, the one whose wait ends first ends as `awaitingToken` at once.

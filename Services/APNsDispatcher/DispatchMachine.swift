@@ -402,10 +402,18 @@ struct DispatchMachine {
             setAwaiting(key, until: nil)
             return drop(head, key: key, .awaitingToken, "no token was registered for the activity while the content was current")
         }
-        setAwaiting(key, until: nil)
         guard record.state == .active, !(deadTokens[key]?.kills(record) ?? false) else {
+            // The app may have registered its token again (reinstalled) just before this content
+            // was made, and the table not have read it yet: looked at again when a record arrives.
+            let recheckEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenRecheck / .seconds(1)), request.expiration ?? .distantFuture)
+            if now < recheckEnd {
+                setAwaiting(key, until: recheckEnd, requests: queued)
+                return .held
+            }
+            setAwaiting(key, until: nil)
             return drop(head, key: key, .tokenInvalid, "the token is \(record.state == .active ? "refused by APNs" : record.state.rawValue)")
         }
+        setAwaiting(key, until: nil)
         let startedAt = record.activityStartedAt ?? record.registeredAt
         if request.event == .update, now.timeIntervalSince(startedAt) > policy.activityLifetime / .seconds(1) {
             return drop(head, key: key, .expired, "the activity is older than 8 hours: iOS no longer shows updates")
@@ -501,13 +509,15 @@ struct DispatchMachine {
         wake(key, at: until)
     }
 
-    /// Ends every request of `key` that waits for a token, now.
+    /// Ends every request of `key` that waits for a token (or for a newer one than the invalid
+    /// token it has), now.
     mutating func giveUpWaiting(_ key: String, detail: String) {
         setAwaiting(key, until: nil)
         guard slots[key] != nil else { return }
+        let result: PushResult = tokens.token(forKey: key) == nil ? .awaitingToken : .tokenInvalid
         let waiting = slots[key]!.queue.removeAll { _ in true }
         queued -= waiting.count
-        for entry in waiting { finish(entry, .awaitingToken, detail: detail) }
+        for entry in waiting { finish(entry, result, detail: detail) }
     }
 
     mutating func dropHead(_ key: String) {

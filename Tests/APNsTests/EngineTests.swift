@@ -468,7 +468,7 @@ struct EngineTests {
         #expect(failed?.apns?.status == 503)
     }
 
-    @Test("a dead token is never sent to again; an invalidated or missing token gets tokenInvalid at once; unknown apps are rejected")
+    @Test("a dead token is never sent to again; an invalidated token gets tokenInvalid once no newer record came within the recheck (3 s); unknown apps are rejected")
     func tokenGuards() throws {
         let h = EngineHarness()
         h.register("a", token: hexToken(1))
@@ -476,6 +476,8 @@ struct EngineTests {
         let sent = h.request("a", sequence: 1)
         h.submit(sent)
         h.submit(h.request("a", sequence: 2, supersedable: false))
+        #expect(h.sink.final.count == 1, "the second waits for a newer record")
+        h.advance(3)
         // Outcomes are published concurrently: find them by request, not by position.
         let outcomes = h.outcomes(2)
         #expect(outcomes.map(\.result) == [.tokenInvalid, .tokenInvalid])
@@ -486,6 +488,9 @@ struct EngineTests {
 
         h.register("ended", token: hexToken(2), state: .invalidated)
         h.submit(h.request("ended", sequence: 1))
+        h.advance(2.9)
+        #expect(h.sink.final.count == 2)
+        h.advance(0.1)
         #expect(h.outcomes(3).last?.result == .tokenInvalid)
 
         #expect(h.sender.sent.count == 1)
@@ -500,6 +505,7 @@ struct EngineTests {
         #expect(h.outcomes(1).map(\.result) == [.tokenInvalid])
         // Before the registry's invalidation reaches the table, the same record is still refused without asking APNs.
         h.submit(h.request("a", sequence: 2))
+        h.advance(3)
         #expect(h.outcomes(2).map(\.result) == [.tokenInvalid, .tokenInvalid])
         #expect(h.sender.sent.count == 1)
         // The app reinstalled and registered the same token again (token-registry: reactivated).
@@ -508,6 +514,25 @@ struct EngineTests {
         h.submit(h.request("a", sequence: 3))
         #expect(h.outcomes(3).last?.result == .delivered)
         #expect(h.sender.sent.count == 2, "sent to APNs again")
+    }
+
+    @Test("the app registers its token again after APNs's 410 and its backend's next content reaches the dispatcher before the new record does: it waits for the record and is sent (it ended tokenInvalid at once: the end-to-end reinstall failed now and then)")
+    func reinstallRace() throws {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        h.sender.script(hexToken(1), [APNsAnswer(status: 410, reason: "Unregistered", timestamp: h.clock.date)])
+        h.submit(h.request("a", sequence: 1))
+        #expect(h.outcomes(1).map(\.result) == [.tokenInvalid])
+        h.advance(5)
+        h.register("a", token: hexToken(1), state: .invalidated)  // token-registry acted on the 410
+        h.advance(5)
+        let next = h.request("a", sequence: 2)
+        h.submit(next)
+        h.advance(0.5)
+        #expect(h.sink.final.count == 1, "waiting for a newer record")
+        h.register("a", token: hexToken(1))  // reactivated, read by the table after the content
+        #expect(h.outcomes(2).last?.requestId == next.requestId && h.outcomes(2).last?.result == .delivered)
+        #expect(h.sender.sent.count == 2)
     }
 
     @Test("activities waiting for their token do not hold up the input of the others (not counted against the queue limit), and at most maximumAwaitingToken wait: past it, the one whose wait ends first gives up")
