@@ -529,6 +529,8 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             .product(name: "NIOHTTP2", package: "swift-nio-http2"),
             .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHPACK", package: "swift-nio-http2"),
+            .product(name: "NIOEmbedded", package: "swift-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -242,7 +242,7 @@ final class APNsConnection: Sendable {
         headers.add(name: "apns-priority", value: String(push.priority))
         headers.add(name: "apns-expiration", value: String(push.expiration))
         headers.add(name: "content-length", value: String(push.payload.readableBytes))
-        let reply = try await exchange(headers: headers, body: push.payload, deadline: deadline)
+        let reply = try await exchange(headers: headers, body: push.payload, maximumBody: APNsReply.maximumPushBody, deadline: deadline)
         return APNsAnswer(status: reply.status, apnsID: reply.requestID, body: reply.body)
     }
 
@@ -261,11 +261,11 @@ final class APNsConnection: Sendable {
             headers.add(name: "content-type", value: "application/json")
             headers.add(name: "content-length", value: String(body.readableBytes))
         }
-        return try await exchange(headers: headers, body: request.body, deadline: deadline)
+        return try await exchange(headers: headers, body: request.body, maximumBody: APNsReply.maximumManagementBody, deadline: deadline)
     }
 
     /// One request on a stream of its own and its reply; `body` nil: the HEADERS end the stream.
-    private func exchange(headers: HPACKHeaders, body: ByteBuffer?, deadline: NIODeadline) async throws -> APNsReply {
+    private func exchange(headers: HPACKHeaders, body: ByteBuffer?, maximumBody: Int, deadline: NIODeadline) async throws -> APNsReply {
         let promise = channel.eventLoop.makePromise(of: APNsReply.self)
         let attempt = Attempt()
         state.withLock { $0.active += 1 }
@@ -288,7 +288,7 @@ final class APNsConnection: Sendable {
         let goAway = self.goAway
         let streamFuture = multiplexer.createStreamChannel { stream in
             stream.eventLoop.makeCompletedFuture {
-                try stream.pipeline.syncOperations.addHandler(APNsStreamHandler(promise: promise, goAway: goAway))
+                try stream.pipeline.syncOperations.addHandler(APNsStreamHandler(promise: promise, goAway: goAway, maximumBody: maximumBody))
             }
         }
         streamFuture.whenComplete { result in
@@ -439,7 +439,7 @@ final class GoAwayWatcher: ChannelInboundHandler, Sendable {
 }
 
 /// What a stream answered: its `:status`, the headers APNs names its answers with, and its body
-/// (at most ``maximumBody`` bytes are kept).
+/// (at most ``maximumPushBody`` or ``maximumManagementBody`` bytes are kept).
 struct APNsReply: Sendable {
     var status: Int
     /// `apns-id` (token path) or `apns-request-id` (broadcast API).
@@ -448,9 +448,12 @@ struct APNsReply: Sendable {
     var channelID: String?
     var body: [UInt8]
 
-    /// What an answer's body may be: an error's JSON, or the list of an app's channels (10,000
-    /// ids of some 30 bytes).
-    static let maximumBody = 1 << 20
+    /// What a push's answer body may be: an error's JSON (`{"reason":…,"timestamp":…}`). A
+    /// server that sends more is not kept in memory for it.
+    static let maximumPushBody = 4 << 10
+    /// What a channel management answer may be: the list of an app's channels (10,000 ids of some
+    /// 30 bytes).
+    static let maximumManagementBody = 1 << 20
 }
 
 /// Collects one stream's answer, from its HTTP/2 frames: HEADERS with `:status`, then a body in DATA
@@ -464,10 +467,12 @@ final class APNsStreamHandler: ChannelInboundHandler {
     private var requestID: String?
     private var channelID: String?
     private var body: [UInt8] = []
+    private let maximumBody: Int
 
-    init(promise: EventLoopPromise<APNsReply>, goAway: GoAwayWatcher) {
+    init(promise: EventLoopPromise<APNsReply>, goAway: GoAwayWatcher, maximumBody: Int) {
         self.promise = promise
         self.goAway = goAway
+        self.maximumBody = maximumBody
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -480,7 +485,9 @@ final class APNsStreamHandler: ChannelInboundHandler {
             }
             if frame.endStream { finish() }
         case .data(let frame):
-            if case .byteBuffer(let buffer) = frame.data, body.count < APNsReply.maximumBody { body += buffer.readableBytesView }
+            if case .byteBuffer(let buffer) = frame.data, body.count < maximumBody {
+                body += buffer.readableBytesView.prefix(maximumBody - body.count)
+            }
             if frame.endStream { finish() }
         default:
             break
