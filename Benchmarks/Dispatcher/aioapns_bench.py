@@ -15,6 +15,7 @@ async def main(args):
     connection.APNsBaseClientProtocol.APNS_PORT = args.port
     connection.APNsProductionClientProtocol.APNS_PORT = args.port
     context = ssl.create_default_context(cafile=args.ca)
+    context.set_alpn_protocols(["h2"])  # as aioapns does with a context of its own (nginx needs ALPN to speak HTTP/2)
     client = APNs(key=open(args.key).read(), key_id=args.key_id, team_id=args.team, topic=f"{args.bundle}.push-type.liveactivity",
                   use_sandbox=False, ssl_context=context, max_connections=args.connections)
     pad = "x" * max(0, args.size - 120)
