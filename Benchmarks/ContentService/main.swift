@@ -137,6 +137,8 @@ struct Pipeline: AsyncParsableCommand {
     @Option var templates = "Services/ContentService/Templates"
     @Option var events = 20_000
     @Option var partitions = 4
+    @Flag(help: "Measure content-service before the pass-through (the scripts alternate: the broker holds more the second time).")
+    var contentFirst = false
 
     func run() async throws {
         let suffix = UUID().uuidString.prefix(8).lowercased()
@@ -165,45 +167,68 @@ struct Pipeline: AsyncParsableCommand {
             try await group.waitForAll()
         }
 
-        // Reference: read the events and write them back, marking in order once acknowledged.
-        let reference = try await measure(topic: passThrough) {
-            let consumer = try KafkaConsumer(
-                configuration: .init(bootstrapServers: bootstrap, groupID: "bench-pass-\(suffix)", topics: [topics.activityEvents]), logger: benchLogger)
-            let tracker = OffsetTracker()
-            return Task {
-                try await withThrowingDiscardingTaskGroup { group in
-                    group.addTask { try await consumer.run() }
-                    for await message in consumer.messages {
-                        tracker.begin(message)
-                        while true {
-                            do {
-                                try producer.produce(topic: passThrough, key: message.key, value: message.value) { result in
-                                    if case .success = result, let release = tracker.complete(message) { consumer.markProcessed(release) }
-                                }
-                                break
-                            } catch let error as KafkaError where error.isQueueFull {
-                                await producer.waitForCapacity()
-                            }
-                        }
-                    }
-                }
-            } as Task<Void, any Error>
-        } stop: { (task: Task<Void, any Error>) in task.cancel() }
-
-        // content-service, in process.
+        // content-service's settings, for it and for the pass-through alike: the same consumer
+        // settings and the same producer settings (linger.ms=1, the send timeout), each side its own
+        // group and producer.
         let settings = try ServiceSettings(
             from: .variables(["ISLET_KAFKA_BOOTSTRAP": bootstrap, "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]),
             serviceName: "bench-content-\(suffix)", defaultHTTPPort: 0)
-        let runtime = ServiceRuntime(settings: settings, logger: benchLogger)
         let key = try LinkKey(id: "bench", secret: Array("a-benchmark-link-key-of-32-bytes!".utf8))
         let contentSettings = ContentSettings(templatesDirectory: templates, keyring: LinkKeyring(signing: key), grpcHost: "127.0.0.1", grpcPort: 0)
-        let content = try await measure(topic: topics.pushRequests) {
-            let app = try ContentServiceApp(runtime: runtime, settings: contentSettings, topics: topics)
-            let group = runtime.makeServiceGroup(app.services)
-            return (group, Task { try await group.run() })
-        } stop: { running in
-            await running.0.triggerGracefulShutdown()
-            _ = try? await running.1.value
+
+        // Reference: read the events and write them back, marking in order once acknowledged.
+        func passThroughRate() async throws -> Double {
+            let passProducer = try KafkaProducer(
+                configuration: ContentServiceApp.producerConfiguration(settings.producerConfiguration(), sendTimeout: contentSettings.sendTimeout), logger: benchLogger)
+            let passProducing = Task { try await passProducer.run() }
+            let rate = try await measure(topic: passThrough) {
+                let consumer = try KafkaConsumer(
+                    configuration: settings.consumerConfiguration(topics: [topics.activityEvents], group: "bench-pass-\(suffix)"), logger: benchLogger)
+                let tracker = OffsetTracker()
+                return Task {
+                    try await withThrowingDiscardingTaskGroup { group in
+                        group.addTask { try await consumer.run() }
+                        for await message in consumer.messages {
+                            tracker.begin(message)
+                            while true {
+                                do {
+                                    try passProducer.produce(topic: passThrough, key: message.key, value: message.value) { result in
+                                        if case .success = result, let release = tracker.complete(message) { consumer.markProcessed(release) }
+                                    }
+                                    break
+                                } catch let error as KafkaError where error.isQueueFull {
+                                    await passProducer.waitForCapacity()
+                                }
+                            }
+                        }
+                    }
+                } as Task<Void, any Error>
+            } stop: { (task: Task<Void, any Error>) in task.cancel() }
+            passProducer.shutdown()
+            _ = try? await passProducing.value
+            return rate
+        }
+
+        // content-service, in process.
+        func contentRate() async throws -> Double {
+            let runtime = ServiceRuntime(settings: settings, logger: benchLogger)
+            return try await measure(topic: topics.pushRequests) {
+                let app = try ContentServiceApp(runtime: runtime, settings: contentSettings, topics: topics)
+                let group = runtime.makeServiceGroup(app.services)
+                return (group, Task { try await group.run() })
+            } stop: { running in
+                await running.0.triggerGracefulShutdown()
+                _ = try? await running.1.value
+            }
+        }
+        let content: Double
+        let reference: Double
+        if contentFirst {
+            content = try await contentRate()
+            reference = try await passThroughRate()
+        } else {
+            reference = try await passThroughRate()
+            content = try await contentRate()
         }
         producer.shutdown()
         _ = try? await producing.value
