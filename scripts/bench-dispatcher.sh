@@ -101,6 +101,7 @@ h2load_to() {  # URL-BASE OUT
 }
 client_cpu() { awk '{print $1 + $2}' "$1"; }  # the "%U %S" time(1) wrote
 per_op() { python3 -c "print(f'{$1 / $2 * 1e6:.1f}')"; }  # CPU-SECONDS OPERATIONS → µs per operation
+cpu_since() { python3 -c "print($(cpu_seconds "$1") - $2)"; }  # PID START-CPU-SECONDS → CPU seconds since
 
 # Each run prints "rate client-µs server-µs [broker-µs]" (µs of CPU per request).
 run_h2load() {
@@ -108,14 +109,14 @@ run_h2load() {
   local n0 rate; n0=$(cpu_seconds "$nginx_worker")
   h2load_to "https://127.0.0.1:$nginx_port" "$run/h2load.out"
   rate=$(nginx_rate "$count")
-  echo "${rate% *} $(per_op "$(client_cpu "$run/h2load.out.cpu")" "$count") $(per_op "$(python3 -c "print($(cpu_seconds "$nginx_worker") - $n0)")" "$count")"
+  echo "${rate% *} $(per_op "$(client_cpu "$run/h2load.out.cpu")" "$count") $(per_op "$(cpu_since "$nginx_worker" "$n0")" "$count")"
 }
 run_h2load_simulator() {
   reset_simulator
   local s0 rate; s0=$(cpu_seconds "$simulator_pid")
   h2load_to "https://127.0.0.1:$sim_port" "$run/h2load-simulator.out"
   rate=$(stats | python3 scripts/bench_dispatcher.py rate "$count" "$run" simulator)
-  echo "$rate $(per_op "$(client_cpu "$run/h2load-simulator.out.cpu")" "$count") $(per_op "$(python3 -c "print($(cpu_seconds "$simulator_pid") - $s0)")" "$count")"
+  echo "$rate $(per_op "$(client_cpu "$run/h2load-simulator.out.cpu")" "$count") $(per_op "$(cpu_since "$simulator_pid" "$s0")" "$count")"
 }
 run_aioapns() {
   nginx_reset
@@ -124,7 +125,7 @@ run_aioapns() {
     --key "$run/AuthKey.p8" --key-id "$key_id" --team "$team" --bundle "$bundle" --count "$aio_count" --connections 2 >"$run/aioapns.out"
   # Its warm-up (200 requests) is in the log too: the rate is over the whole run.
   rate=$(nginx_rate "$((aio_count + 200))")
-  echo "${rate% *} $(per_op "$(client_cpu "$run/aioapns.cpu")" "$((aio_count + 200))") $(per_op "$(python3 -c "print($(cpu_seconds "$nginx_worker") - $n0)")" "$((aio_count + 200))")"
+  echo "${rate% *} $(per_op "$(client_cpu "$run/aioapns.cpu")" "$((aio_count + 200))") $(per_op "$(cpu_since "$nginx_worker" "$n0")" "$((aio_count + 200))")"
 }
 start_broker() {
   eval "$(scripts/broker.sh)"
@@ -151,7 +152,7 @@ run_dispatcher() {
   start_dispatcher "https://127.0.0.1:$nginx_port" "$run/nginx.pem"
   rate=$(nginx_rate "$count") || true
   cpu=$(cpu_seconds "$dispatcher_pid")
-  local broker nginx; broker=$(python3 -c "print($(cpu_seconds "$ISLET_BROKER_PID") - $b0)"); nginx=$(python3 -c "print($(cpu_seconds "$nginx_worker") - $n0)")
+  local broker nginx; broker=$(cpu_since "$ISLET_BROKER_PID" "$b0"); nginx=$(cpu_since "$nginx_worker" "$n0")
   cleanup_round
   [ -n "$rate" ] || { echo "dispatcher round failed (log: $run/dispatcher.log)" >&2; return 1; }
   echo "${rate% *} $(per_op "$cpu" "$count") $(per_op "$nginx" "$count") $(per_op "$broker" "$count")"

@@ -392,26 +392,17 @@ struct DispatchMachine {
     mutating func check(_ head: QueuedRequest, key: String, queued: Int) -> Check {
         let request = head.request
         if request.isBroadcast { return checkBroadcast(head, key: key) }
+        // Without a usable token the request waits for a record (``tokenArrived(_:now:)`` wakes
+        // it): a missing one for the token wait; an invalidated or refused one briefly, since the
+        // app may have registered it again (reinstalled) just before this content was made and the
+        // table not have read it yet.
         guard let record = tokens.token(forKey: key) else {
-            // Looked at again when its token arrives (``tokenArrived(_:now:)``), or when the wait ends.
-            let waitEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)), request.expiration ?? .distantFuture)
-            if now < waitEnd {
-                setAwaiting(key, until: waitEnd, requests: queued)
-                return .held
-            }
-            setAwaiting(key, until: nil)
-            return drop(head, key: key, .awaitingToken, "no token was registered for the activity while the content was current")
+            return waitForToken(head, key: key, queued: queued, wait: policy.tokenWait, .awaitingToken,
+                "no token was registered for the activity while the content was current")
         }
         guard record.state == .active, !(deadTokens[key]?.kills(record) ?? false) else {
-            // The app may have registered its token again (reinstalled) just before this content
-            // was made, and the table not have read it yet: looked at again when a record arrives.
-            let recheckEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenRecheck / .seconds(1)), request.expiration ?? .distantFuture)
-            if now < recheckEnd {
-                setAwaiting(key, until: recheckEnd, requests: queued)
-                return .held
-            }
-            setAwaiting(key, until: nil)
-            return drop(head, key: key, .tokenInvalid, "the token is \(record.state == .active ? "refused by APNs" : record.state.rawValue)")
+            return waitForToken(head, key: key, queued: queued, wait: policy.tokenRecheck, .tokenInvalid,
+                "the token is \(record.state == .active ? "refused by APNs" : record.state.rawValue)")
         }
         setAwaiting(key, until: nil)
         let startedAt = record.activityStartedAt ?? record.registeredAt
@@ -425,6 +416,17 @@ struct DispatchMachine {
             return drop(head, key: key, .rejected, "no APNs signing key is configured for \(record.app.bundleId)")
         }
         return holdForLane(head, key: key, team: team) ?? .ready(.token(record), team: team)
+    }
+
+    /// Holds `head` until `wait` after it was queued (never past its expiration), then ends it as `result`.
+    mutating func waitForToken(_ head: QueuedRequest, key: String, queued: Int, wait: Duration, _ result: PushResult, _ detail: @autoclosure () -> String) -> Check {
+        let waitEnd = min(head.enqueuedAt.addingTimeInterval(wait / .seconds(1)), head.request.expiration ?? .distantFuture)
+        if now < waitEnd {
+            setAwaiting(key, until: waitEnd, requests: queued)
+            return .held
+        }
+        setAwaiting(key, until: nil)
+        return drop(head, key: key, result, detail())
     }
 
     mutating func drop(_ head: QueuedRequest, key: String, _ result: PushResult, _ detail: String) -> Check {
