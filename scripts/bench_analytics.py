@@ -42,6 +42,8 @@ def summary(results, accepted, on_topic, other):
     print(f"result\tanalytics.taps\t{med(t, rate):.0f}\t{med(n, rate):.0f}\t{med(t, rate) / med(n, rate):.4f}\trounds={len(rows)}"
           f"\tp50_ms={med(t, lambda x: x['p50ms']):.2f}\tp99_ms={med(t, lambda x: x['p99ms']):.2f}\tref_p99_ms={med(n, lambda x: x['p99ms']):.2f}\tnon2xx_errors={bad}"
           f"\taccepted={accepted}\ton_topic={on_topic}")
+    print(f"RESULT analytics taps_per_s={med(t, rate):.0f} noop_per_s={med(n, rate):.0f} ratio={med(t, rate) / med(n, rate):.3f}"
+          f" taps_p99_ms={med(t, lambda x: x['p99ms']):.2f} noop_p99_ms={med(n, lambda x: x['p99ms']):.2f} accepted={accepted} on_topic={on_topic} non2xx_errors={bad}")
     sys.exit(0 if accepted == on_topic else 1)
 
 

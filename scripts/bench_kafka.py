@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The summary of scripts/bench-kafka.sh: medians of its rounds and the ratio wrapper / librdkafka,
-then one machine-readable `result` line per figure for scripts/bench-report.sh.
+then one machine-readable `result` line per figure for scripts/bench-report.sh and one
+`RESULT kafka key=value …` line with them all.
 
   bench_kafka.py RESULTS.tsv
 
@@ -26,6 +27,8 @@ def main(results):
     # Machine-readable lines for scripts/bench-report.sh: result, name, islet, reference, ratio, rounds.
     for what, size, islet, rdk, rounds in medians:
         print(f"result\tkafka.{what}.{size}\t{islet:.0f}\t{rdk:.0f}\t{islet / rdk:.4f}\trounds={rounds}")
+    print("RESULT kafka " + (" ".join(f"{what}_{size}_per_s={islet:.0f} {what}_{size}_ref_per_s={rdk:.0f} {what}_{size}_ratio={islet / rdk:.3f}"
+                                      for what, size, islet, rdk, _ in medians) or "measured=none"))
 
 
 if __name__ == "__main__":

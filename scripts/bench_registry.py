@@ -5,7 +5,8 @@
       prints an HS256 JWT (key id "bench") for the user bench-user, valid for an hour.
   bench_registry.py summary RESULTS.tsv
       prints the medians of the rounds (wrk's JSON lines: round<TAB>register<TAB>read), the ratio
-      register / read, and a machine-readable `result` line for scripts/bench-report.sh.
+      register / read, a machine-readable `result` line for scripts/bench-report.sh and one
+      `RESULT registry key=value …` line.
 """
 import base64, hashlib, hmac, json, statistics, sys, time
 
@@ -31,6 +32,8 @@ def summary(results):
     bad = sum(x["non2xx"] + x["errors"] for x in w + g)
     print(f"result\tregistry.register\t{med(w, rate):.0f}\t{med(g, rate):.0f}\t{med(w, rate) / med(g, rate):.4f}\trounds={len(rows)}"
           f"\tp50_ms={med(w, lambda x: x['p50ms']):.2f}\tp99_ms={med(w, lambda x: x['p99ms']):.2f}\tref_p99_ms={med(g, lambda x: x['p99ms']):.2f}\tnon2xx_errors={bad}")
+    print(f"RESULT registry register_per_s={med(w, rate):.0f} read_per_s={med(g, rate):.0f} ratio={med(w, rate) / med(g, rate):.3f}"
+          f" register_p99_ms={med(w, lambda x: x['p99ms']):.2f} read_p99_ms={med(g, lambda x: x['p99ms']):.2f} non2xx_errors={bad}")
 
 
 if __name__ == "__main__":
