@@ -17,11 +17,30 @@ public protocol APNsSending: Sendable {
 
 extension APNsClient: APNsSending {}
 
-/// Where outcomes go: `islet.push-outcomes.v1`. Returns once persisted.
+/// Where outcomes go: `islet.push-outcomes.v1`.
 public protocol OutcomeSink: Sendable {
+    /// Returns once the outcome is persisted (a push-to-start's `sending` record is awaited so).
     func publish(_ outcome: PushOutcome) async throws
+    /// Hands the outcome over and returns (waiting only while the producer's queue is full);
+    /// `persisted` is then called exactly once, with `nil` once it is persisted or with why it was
+    /// not. The engine's final outcomes go this way: no task waits for each acknowledgement. By
+    /// default, ``publish(_:)`` in a task of its own.
+    func submit(_ outcome: PushOutcome, persisted: @escaping @Sendable ((any Error)?) -> Void) async
     /// Persists a broadcast channel's record on `islet.broadcast-channels.v1`.
     func record(_ channel: BroadcastChannelRecord) async throws
+}
+
+extension OutcomeSink {
+    public func submit(_ outcome: PushOutcome, persisted: @escaping @Sendable ((any Error)?) -> Void) async {
+        Task {
+            do {
+                try await publish(outcome)
+                persisted(nil)
+            } catch {
+                persisted(error)
+            }
+        }
+    }
 }
 
 /// The dispatcher's rules, in one place.
@@ -73,8 +92,10 @@ public struct DispatcherPolicy: Sendable {
 /// Inputs go into the machine under one lock, without a hop to another task: a request read
 /// (``submit(_:ticket:)``, which waits while the queues are full), a token applied to the table,
 /// an answer from APNs, the time it asked to be woken at, partitions revoked, a drain. Its actions
-/// are carried out by a fixed set of tasks started by ``run()``: `maximumInFlight` senders, as many
-/// outcome publishers, and one timer. No task is started per push.
+/// are carried out by a fixed set of tasks started by ``run()``: `maximumInFlight` senders, one
+/// outcome publisher (which hands each outcome to Kafka without awaiting it: its acknowledgement
+/// completes the request), one for the outcomes to hand over again, and one timer. No task is
+/// started per push.
 public final class DispatchEngine: Sendable {
     private struct State {
         var machine: DispatchMachine
@@ -94,6 +115,8 @@ public final class DispatchEngine: Sendable {
     private let workers: Int
     private let sends = WorkQueue<DispatchMachine.Attempt>()
     private let publishes = WorkQueue<(outcome: PushOutcome, ticket: UInt64, copies: [UInt64])>()
+    /// Outcomes the sink did not persist, to hand over again at `at`.
+    private let republishes = WorkQueue<Republish>()
     /// Channel management (rare: one channel per broadcast activity), done one at a time.
     private let channelJobs = WorkQueue<DispatchMachine.Action>()
     /// Rung when the machine wants to be woken earlier than the timer sleeps until.
@@ -127,8 +150,9 @@ public final class DispatchEngine: Sendable {
             await withDiscardingTaskGroup { group in
                 for _ in 0..<workers {
                     group.addTask { await self.sendLoop() }
-                    group.addTask { await self.publishLoop() }
                 }
+                group.addTask { await self.publishLoop() }
+                group.addTask { await self.republishLoop() }
                 group.addTask { await self.timerLoop() }
                 group.addTask { await self.channelLoop() }
                 await stopped.wait()
@@ -152,6 +176,7 @@ public final class DispatchEngine: Sendable {
         for submitter in submitters { submitter.resume() }
         sends.finish()
         publishes.finish()
+        republishes.finish()
         stopped.raise()
         alarm.raise()
     }
@@ -324,11 +349,42 @@ public final class DispatchEngine: Sendable {
 
     private func publishLoop() async {
         while let (outcome, ticket, copies) = await publishes.next() {
-            // Not persisted (cancelled at shutdown): the ticket stays open, the request is read again.
-            guard await persist(outcome) else { return }
-            onDone(ticket)
-            for copy in copies { onDone(copy) }
-            step { $0.outcomePersisted(outcome.requestId, now: $1) }
+            await publish(Republish(outcome: outcome, ticket: ticket, copies: copies))
+        }
+    }
+
+    /// An outcome to persist, and how long to wait before handing it over again if it is not.
+    private struct Republish: Sendable {
+        var outcome: PushOutcome
+        var ticket: UInt64
+        var copies: [UInt64]
+        var at = Date.distantPast
+        var delay = Duration.milliseconds(100)
+    }
+
+    /// Hands an outcome to the sink without waiting: once it is persisted its request's tickets are
+    /// done; if not, it is handed over again after a delay (100 ms, doubling up to 5 s). Never
+    /// persisted (the engine stopped first): the tickets stay open, the request is read again.
+    private func publish(_ item: Republish) async {
+        await outcomes.submit(item.outcome) { [self] error in
+            if let error {
+                logger.warning("outcome not persisted; retrying", metadata: ["outcome.requestId": "\(item.outcome.requestId)", "error": "\(error)"])
+                var again = item
+                again.at = clock.date.addingTimeInterval(item.delay / .seconds(1))
+                again.delay = min(item.delay * 2, .seconds(5))
+                republishes.push(again)
+                return
+            }
+            onDone(item.ticket)
+            for copy in item.copies { onDone(copy) }
+            step { $0.outcomePersisted(item.outcome.requestId, now: $1) }
+        }
+    }
+
+    private func republishLoop() async {
+        while let item = await republishes.next() {
+            do { try await clock.sleep(untilDate: item.at) } catch { return }
+            await publish(item)
         }
     }
 

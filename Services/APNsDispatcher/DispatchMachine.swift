@@ -71,6 +71,9 @@ struct DispatchMachine {
         /// Failed tries to make the activity's broadcast channel, in a row.
         var channelAttempts: Int?
 
+        /// The request to look at next: the first waiting, when none is in flight.
+        var next: QueuedRequest? { inFlight == nil ? queue.first : nil }
+
         /// Whether the request is in flight or waiting here.
         func holds(_ requestId: String) -> Bool {
             inFlight?.request.requestId == requestId || queue.pending.contains { $0.request.requestId == requestId }
@@ -229,8 +232,9 @@ struct DispatchMachine {
             finish(entry, .rejected, detail: "no activity id or push-to-start key")
             return takeActions()
         }
-        var slot = slots[key, default: Slot()]
-        if slot.holds(request.requestId) {
+        // The slot is read and changed where the dictionary keeps it: a copy of it held while its
+        // queue changes would copy the whole queue (every request waiting) for each push.
+        if slots[key]?.holds(request.requestId) == true {
             // Read again while it waits or is in flight here (its partition lost in a broker stall
             // and assigned back): the copy joins it, for one send and one outcome. Queued, it could
             // be coalesced by newer content while the first copy is delivered (two outcomes), or
@@ -239,16 +243,16 @@ struct DispatchMachine {
             copies[request.requestId, default: []].append(ticket)
             return []
         }
-        if slot.ended && request.event != .start {
+        if slots[key]?.ended == true && request.event != .start {
             finish(entry, .expired, detail: "the activity has ended: nothing is sent after its end")
             return takeActions()
         }
         queued += 1
-        for replaced in slot.queue.enqueue(entry) {
+        let replaced = slots[key, default: Slot()].queue.enqueue(entry)
+        for replaced in replaced {
             queued -= 1
             finish(replaced.request, .coalesced, supersededBy: replaced.by, detail: "replaced by newer content")
         }
-        slots[key] = slot
         pump(key)
         return takeActions()
     }
@@ -329,16 +333,16 @@ struct DispatchMachine {
     mutating func pump(_ key: String) {
         guard isAccepting else { return }
         while true {
-            guard var slot = slots[key], slot.inFlight == nil, let head = slot.queue.first else {
+            // No copy of the slot is kept: the queue changes below (see `submit`).
+            guard let head = slots[key]?.next else {
                 setAwaiting(key, until: nil)
                 return
             }
-            if let notBefore = slot.notBefore {
+            if let notBefore = slots[key]?.notBefore {
                 if notBefore > now { return wake(key, at: notBefore) }
-                slot.notBefore = nil
-                slots[key] = slot
+                slots[key]?.notBefore = nil
             }
-            switch check(head, key: key, queued: slot.queue.pending.count) {
+            switch check(head, key: key, queued: slots[key]?.queue.pending.count ?? 0) {
             case .finished:
                 continue
             case .held:
@@ -454,8 +458,7 @@ struct DispatchMachine {
 
     /// Takes the activity's first request out of its queue and hands it out to be sent.
     mutating func startSending(_ key: String, recipient: Recipient, team: String, priority: Int, downgraded: Bool) {
-        guard var slot = slots[key] else { return }
-        var sending = slot.queue.removeFirst()
+        guard var sending = slots[key]?.queue.removeFirst() else { return }
         if stoppedLanes[team] != nil {
             // The cooldown is over: this request probes the lane; the team's others wait for its answer.
             stoppedLanes[team]?.probe = sending.request.requestId
@@ -463,8 +466,7 @@ struct DispatchMachine {
         queued -= 1
         sending.attempts += 1
         sending.firstAttemptAt = sending.firstAttemptAt ?? now
-        slot.inFlight = sending
-        slots[key] = slot
+        slots[key]?.inFlight = sending
         inFlight += 1
         metrics.inFlight(inFlight)
         let attempt =

@@ -23,6 +23,34 @@ public struct KafkaOutcomeSink: OutcomeSink {
         try await producer.send(outcome, to: topic)
     }
 
+    /// Hands the outcome to the producer without awaiting its acknowledgement (the callback path,
+    /// `produce(onDelivery:)`); waits only while librdkafka's queue is full.
+    public func submit(_ outcome: PushOutcome, persisted: @escaping @Sendable ((any Error)?) -> Void) async {
+        let value: [UInt8]
+        do {
+            value = try IsletJSON.encode(outcome)
+        } catch {
+            return persisted(error)
+        }
+        let key = outcome.key.map { Array($0.utf8) }
+        while true {
+            do {
+                try producer.produce(topic: topic, key: key, value: value) { result in
+                    switch result {
+                    case .success: persisted(nil)
+                    case .failure(let error): persisted(error)
+                    }
+                }
+                return
+            } catch where error.isQueueFull {
+                // Free again once deliveries are served (or at shutdown: the next try then fails).
+                await producer.waitForCapacity()
+            } catch {
+                return persisted(error)
+            }
+        }
+    }
+
     public func record(_ channel: BroadcastChannelRecord) async throws {
         try await producer.send(channel, to: channelsTopic)
     }

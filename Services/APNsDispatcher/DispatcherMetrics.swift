@@ -10,6 +10,14 @@ struct DispatcherMetrics: Sendable {
     private let sendWindowGauge = Gauge(label: "islet_dispatcher_send_window")
     private let budget = Recorder(label: "islet_dispatcher_budget_remaining", aggregate: true)
     private let latency = Timer(label: "islet_dispatcher_apns_latency_seconds")
+    /// The counters of every answer and outcome a push commonly gets, made once (making one takes
+    /// the registry's lock and formats its labels): a rarer status is counted by a counter made then.
+    private let sends: [Int: Counter] = Dictionary(
+        uniqueKeysWithValues: [5, 10].flatMap { priority in
+            [200, 400, 403, 404, 405, 410, 413, 429, 500, 503].map { status in (Self.sendKey(status: status, priority: priority), Self.sendCounter(status: status, priority: priority)) }
+        })
+    private let outcomes: [String: Counter] = Dictionary(
+        uniqueKeysWithValues: PushResult.knownValues.filter(\.isFinal).map { ($0.rawValue, Self.outcomeCounter($0)) })
 
     /// `islet_dispatcher_requests_total`: push requests read.
     func received(_ request: PushRequest) { requests.increment() }
@@ -26,8 +34,13 @@ struct DispatcherMetrics: Sendable {
 
     /// `islet_dispatcher_sends_total{priority,status}` and `islet_dispatcher_apns_latency_seconds`.
     func answer(status: Int, priority: Int, seconds: Double) {
-        Counter(label: "islet_dispatcher_sends_total", dimensions: [("priority", "\(priority)"), ("status", "\(status)")]).increment()
+        (sends[Self.sendKey(status: status, priority: priority)] ?? Self.sendCounter(status: status, priority: priority)).increment()
         latency.recordSeconds(seconds)
+    }
+
+    private static func sendKey(status: Int, priority: Int) -> Int { priority * 1_000 + status }
+    private static func sendCounter(status: Int, priority: Int) -> Counter {
+        Counter(label: "islet_dispatcher_sends_total", dimensions: [("priority", "\(priority)"), ("status", "\(status)")])
     }
 
     /// `islet_dispatcher_transport_errors_total{kind}`: pushes that got no answer.
@@ -37,7 +50,11 @@ struct DispatcherMetrics: Sendable {
 
     /// `islet_dispatcher_outcomes_total{result}`: final outcomes (coalesced and downgraded included).
     func outcome(_ result: PushResult) {
-        Counter(label: "islet_dispatcher_outcomes_total", dimensions: [("result", result.rawValue)]).increment()
+        (outcomes[result.rawValue] ?? Self.outcomeCounter(result)).increment()
+    }
+
+    private static func outcomeCounter(_ result: PushResult) -> Counter {
+        Counter(label: "islet_dispatcher_outcomes_total", dimensions: [("result", result.rawValue)])
     }
 
     /// `islet_dispatcher_lane_stopped_total{team}`: APNs refused a team's credentials (alert on it).

@@ -10,7 +10,18 @@ import Testing
 final class AwaitedSink: OutcomeSink {
     let log = AwaitedLog<PushOutcome>()
     var final: [PushOutcome] { log.values.filter(\.result.isFinal) }
-    func publish(_ outcome: PushOutcome) async throws { log.append(outcome) }
+    /// How many of the next outcomes are refused (a broker down), and how many were.
+    let failing = Atomic<Int>(0)
+    let refused = Atomic<Int>(0)
+    func publish(_ outcome: PushOutcome) async throws {
+        if failing.wrappingSubtract(1, ordering: .relaxed).oldValue > 0 {
+            refused.add(1, ordering: .relaxed)
+            throw KafkaStandIn.refused
+        }
+        failing.store(0, ordering: .relaxed)
+        log.append(outcome)
+    }
+    enum KafkaStandIn: Error { case refused }
     let channels = AwaitedLog<BroadcastChannelRecord>()
     func record(_ channel: BroadcastChannelRecord) async throws { channels.append(channel) }
 }
@@ -81,6 +92,25 @@ struct DispatchEngineDriverTests {
         r.register("late", token: hexToken(2))
         await r.done.wait(for: 2)
         #expect(r.sink.final.last?.requestId == late.requestId && r.sink.final.last?.result == .delivered)
+        await r.stop()
+    }
+
+    @Test("an outcome the sink does not persist is handed over again after 100 ms, then 200 ms: its request's ticket is done only once it is persisted")
+    func outcomeHandedOverAgain() async {
+        let r = Running()
+        r.sink.failing.store(2, ordering: .relaxed)
+        r.register("a", token: hexToken(1))
+        let start = r.clock.date
+        await r.submit(r.request("a", sequence: 1))
+        await r.clock.sleeper(until: start.addingTimeInterval(0.1))
+        #expect(r.done.values.isEmpty && r.sink.refused.load(ordering: .relaxed) == 1, "refused once: the ticket stays open")
+        r.clock.advance(0.1)
+        await r.clock.sleeper(until: r.clock.date.addingTimeInterval(0.2))
+        #expect(r.done.values.isEmpty && r.sink.refused.load(ordering: .relaxed) == 2, "refused again: the next try after 200 ms")
+        r.clock.advance(0.2)
+        await r.done.wait(for: 1)
+        #expect(r.sink.final.map(\.result) == [.delivered], "persisted once, on the third try")
+        #expect(r.sender.sent.count == 1, "the push itself was not sent again")
         await r.stop()
     }
 
