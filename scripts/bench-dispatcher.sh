@@ -13,7 +13,10 @@
 #   scripts/bench-dispatcher.sh                  # 3 rounds of 50,000 pushes
 #   ROUNDS=5 COUNT=100000 scripts/bench-dispatcher.sh
 #   ROUNDS=0 LATENCY_SECONDS=60 scripts/bench-dispatcher.sh   # the latency run only, 60 s instead of 20
-#   DISPATCHER_BIN=/path/to/apns-dispatcher scripts/bench-dispatcher.sh   # another build of the dispatcher (A/B)
+#   DISPATCHER_BIN=/path/to/apns-dispatcher scripts/bench-dispatcher.sh   # another build of the dispatcher
+#   COMPARE_BIN=/path/to/old/apns-dispatcher ROUNDS=5 scripts/bench-dispatcher.sh
+#       A/B: only the dispatcher against nginx, this build and that one in alternating rounds (which
+#       goes first alternates too), each round's pushes/s and µs of CPU per push, and the medians
 #
 # CPU per operation: user + system time (from /proc, or from time(1) for a client) of each
 # process of a round divided by the requests: the dispatcher over its whole life (start-up, joining
@@ -158,6 +161,24 @@ run_dispatcher() {
   echo "${rate% *} $(per_op "$cpu" "$count") $(per_op "$nginx" "$count") $(per_op "$broker" "$count")"
 }
 cleanup_round() { kill "$dispatcher_pid" "$ISLET_BROKER_PID" 2>/dev/null || true; wait "$dispatcher_pid" "$ISLET_BROKER_PID" 2>/dev/null || true; }
+
+if [ -n "${COMPARE_BIN:-}" ]; then
+  this_bin=${DISPATCHER_BIN:-$bin/apns-dispatcher}
+  echo "== A/B: $count pushes of 1 KB over $activities activities against nginx, $rounds rounds; A $this_bin, B $COMPARE_BIN"
+  echo "round	A/s	A µs CPU/push	B/s	B µs CPU/push"
+  : >"$run/compare.tsv"
+  for r in $(seq 1 "$rounds"); do
+    if [ $((r % 2)) -eq 1 ]; then
+      a=$(DISPATCHER_BIN=$this_bin run_dispatcher); b=$(DISPATCHER_BIN=$COMPARE_BIN run_dispatcher)
+    else
+      b=$(DISPATCHER_BIN=$COMPARE_BIN run_dispatcher); a=$(DISPATCHER_BIN=$this_bin run_dispatcher)
+    fi
+    read -r a_rate a_cpu _ <<<"$a"; read -r b_rate b_cpu _ <<<"$b"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$r" "$a_rate" "$a_cpu" "$b_rate" "$b_cpu" | tee -a "$run/compare.tsv"
+  done
+  python3 scripts/bench_dispatcher.py compare "$run/compare.tsv"
+  exit 0
+fi
 
 results="$run/throughput.tsv"
 : > "$results"

@@ -15,6 +15,9 @@
       1,000 requests/s (PACED.txt: apnsID and production time in µs, from islet-dispatch-bench
       paced; RECEIVED.json: the simulator's notifications), then the machine-readable `result` and
       `latency` lines for scripts/bench-report.sh and one `RESULT dispatcher key=value …` line.
+  bench_dispatcher.py compare COMPARE.tsv
+      the A/B run's medians (each round: round, A's rate and µs of CPU per push, B's) and the ratios
+      A / B, and one `RESULT dispatcher-compare key=value …` line.
 """
 import json, statistics, sys
 from datetime import datetime
@@ -90,8 +93,19 @@ def summary(throughput, paced, received_json):
     print("RESULT dispatcher " + " ".join(fields))
 
 
+def compare(path):
+    rows = [line.split("\t") for line in open(path).read().splitlines() if line]
+    if not rows:
+        sys.exit("no A/B round finished")
+    med = lambda i: statistics.median(float(r[i]) for r in rows)
+    a_rate, a_cpu, b_rate, b_cpu = med(1), med(2), med(3), med(4)
+    print(f"medians of {len(rows)} rounds: A {a_rate:,.0f} pushes/s, {a_cpu:.1f} µs CPU/push; B {b_rate:,.0f} pushes/s, {b_cpu:.1f} µs CPU/push")
+    print(f"A / B: {a_rate / b_rate:.3f} × the rate, {a_cpu / b_cpu:.3f} × the CPU per push")
+    print(f"RESULT dispatcher-compare a_per_s={a_rate:.0f} a_cpu_us={a_cpu:.1f} b_per_s={b_rate:.0f} b_cpu_us={b_cpu:.1f} rounds={len(rows)}")
+
+
 if __name__ == "__main__":
-    commands = {"payload": (payload, (1,)), "nginx-rate": (nginx_rate, (2,)), "rate": (rate, (2, 3)), "summary": (summary, (3,))}
+    commands = {"payload": (payload, (1,)), "compare": (compare, (1,)), "nginx-rate": (nginx_rate, (2,)), "rate": (rate, (2, 3)), "summary": (summary, (3,))}
     if len(sys.argv) < 2 or sys.argv[1] not in commands or len(sys.argv) - 2 not in commands[sys.argv[1]][1]:
         sys.exit(__doc__)
     commands[sys.argv[1]][0](*sys.argv[2:])
