@@ -1,28 +1,29 @@
 #!/usr/bin/env python3
 """The Python of scripts/bench-analytics.sh.
 
-  bench_analytics.py links SECRET ISSUED RUN
-      prints 64 signed widget links (the codec's signature, docs/links.md), separated by spaces,
-      for the activities RUN-0 … RUN-63, issued at ISSUED (Unix seconds), key id "bench".
+  bench_analytics.py links SECRET ISSUED RUN COUNT
+      prints COUNT signed widget links (the codec's signature, docs/links.md), one per line, for
+      the activities RUN-0 … RUN-(COUNT-1), issued at ISSUED (Unix seconds), key id "bench".
   bench_analytics.py summary RESULTS.tsv ACCEPTED ON_TOPIC OTHER
       prints the medians of the rounds (wrk's JSON lines: round<TAB>taps<TAB>no-op), the ratio
       taps / no-op, the service's accepted taps against the records on islet.clicks.v1, and a
-      machine-readable `result` line for scripts/bench-report.sh; exits 1 when the two counts differ.
+      machine-readable `result` line for scripts/bench-report.sh; exits 1 when the two counts differ,
+      or when more than 1 % of the accepted taps' number were answered otherwise (repeats, refusals).
 """
 import base64, hashlib, hmac, json, statistics, sys
 
 
-def links(secret, issued, run):
+def links(secret, issued, run, count):
     secret = secret.encode()
     urls = []
-    for i in range(64):
+    for i in range(int(count)):
         base = f"fooddelivery://order/{run}-{i}?tab=status"
         values = [f"{run}-{i}", "DeliveryAttributes", "lockScreen", "eta", "7", issued, "bench"]
         mac = hmac.new(secret, "\n".join(["islet-link-v1", base] + values).encode(), hashlib.sha256).digest()[:16]
         sig = base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
         names = ["isl_a", "isl_t", "isl_s", "isl_e", "isl_q", "isl_i", "isl_k", "isl_sig"]
         urls.append(base + "&" + "&".join(f"{n}={v}" for n, v in zip(names, values + [sig])))
-    print(" ".join(urls))
+    print("\n".join(urls))
 
 
 def summary(results, accepted, on_topic, other):
@@ -44,11 +45,14 @@ def summary(results, accepted, on_topic, other):
           f"\taccepted={accepted}\ton_topic={on_topic}")
     print(f"RESULT analytics taps_per_s={med(t, rate):.0f} noop_per_s={med(n, rate):.0f} ratio={med(t, rate) / med(n, rate):.3f}"
           f" taps_p99_ms={med(t, lambda x: x['p99ms']):.2f} noop_p99_ms={med(n, lambda x: x['p99ms']):.2f} accepted={accepted} on_topic={on_topic} non2xx_errors={bad}")
-    sys.exit(0 if accepted == on_topic else 1)
+    # Nearly every tap must be new: a load of repeats measures the repeat check, not the writes.
+    if other > accepted / 100:
+        print(f"the load's taps were not new: {other:,} answered as repeats or refused against {accepted:,} accepted")
+    sys.exit(0 if accepted == on_topic and other <= accepted / 100 else 1)
 
 
 if __name__ == "__main__":
-    commands = {"links": (links, 3), "summary": (summary, 4)}
+    commands = {"links": (links, 4), "summary": (summary, 4)}
     if len(sys.argv) < 2 or sys.argv[1] not in commands or len(sys.argv) != 2 + commands[sys.argv[1]][1]:
         sys.exit(__doc__)
     commands[sys.argv[1]][0](*sys.argv[2:])

@@ -3,6 +3,8 @@
 
   bench_registry.py jwt SECRET
       prints an HS256 JWT (key id "bench") for the user bench-user, valid for an hour.
+  bench_registry.py jwts SECRET COUNT
+      prints COUNT such JWTs, one per line, for the users bench-user-0 … bench-user-(COUNT-1).
   bench_registry.py summary RESULTS.tsv
       prints the medians of the rounds (wrk's JSON lines: round<TAB>register<TAB>read), the ratio
       register / read, a machine-readable `result` line for scripts/bench-report.sh and one
@@ -11,12 +13,20 @@
 import base64, hashlib, hmac, json, statistics, sys, time
 
 
-def jwt(secret):
+def token(secret, user):
     enc = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
     header = enc(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "bench"}).encode())
-    claims = enc(json.dumps({"sub": "bench-user", "exp": int(time.time()) + 3600}).encode())
+    claims = enc(json.dumps({"sub": user, "exp": int(time.time()) + 3600}).encode())
     signature = enc(hmac.new(secret.encode(), f"{header}.{claims}".encode(), hashlib.sha256).digest())
-    print(f"{header}.{claims}.{signature}")
+    return f"{header}.{claims}.{signature}"
+
+
+def jwt(secret):
+    print(token(secret, "bench-user"))
+
+
+def jwts(secret, count):
+    print("\n".join(token(secret, f"bench-user-{i}") for i in range(int(count))))
 
 
 def summary(results):
@@ -37,7 +47,7 @@ def summary(results):
 
 
 if __name__ == "__main__":
-    commands = {"jwt": jwt, "summary": summary}
-    if len(sys.argv) != 3 or sys.argv[1] not in commands:
+    commands = {"jwt": (jwt, 1), "jwts": (jwts, 2), "summary": (summary, 1)}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands or len(sys.argv) != 2 + commands[sys.argv[1]][1]:
         sys.exit(__doc__)
-    commands[sys.argv[1]](sys.argv[2])
+    commands[sys.argv[1]][0](*sys.argv[2:])

@@ -1,5 +1,9 @@
--- wrk: every request registers a new activity's update token (so every one is a Kafka write).
--- BENCH_JWT (bearer) and BENCH_RUN (unique per run) come from the environment.
+-- wrk: every request registers a new activity's update token (so every one is a Kafka write), for
+-- one of many users in turn, as an app's users would: token-registry takes one registration of a
+-- user at a time (so that parallel ones cannot pass the user's quota together), so a single user
+-- would measure that queue, not the service.
+-- BENCH_JWTS (a file of bearer JWTs, one user per line) and BENCH_RUN (unique per run) come from
+-- the environment.
 local counter = 0
 local thread_id = 0
 local threads = {}
@@ -10,7 +14,8 @@ function setup(thread)
 end
 
 function init(args)
-  jwt = os.getenv("BENCH_JWT")
+  jwts = {}
+  for line in io.lines(os.getenv("BENCH_JWTS")) do table.insert(jwts, line) end
   run = os.getenv("BENCH_RUN")
   token = string.rep("ab", 80)
   body = '{"token":"' .. token .. '","attributesType":"DeliveryAttributes",' ..
@@ -21,6 +26,8 @@ end
 function request()
   counter = counter + 1
   local path = "/v1/activities/" .. run .. "-" .. thread_id .. "-" .. counter .. "/token"
+  -- Each thread walks its own half of the users.
+  local jwt = jwts[((counter * 2 + thread_id) % #jwts) + 1]
   return wrk.format("PUT", path, {["Authorization"] = "Bearer " .. jwt, ["Content-Type"] = "application/json"}, body)
 end
 
