@@ -35,6 +35,16 @@ build_release() {  # product…
   for product in "$@"; do swift build -c release --product "$product" | { grep -E "error:" >&2 || true; }; done
 }
 
+# Runs a command (its output passes through) and writes the CPU seconds (user + system) it and its
+# children used to FILE; returns its exit status.
+cpu_of() {  # file command…
+  python3 -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[2:])
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(f"{u.ru_utime + u.ru_stime:.4f}\n")
+sys.exit(r.returncode)' "$@"
+}
+
 # CPU seconds (user + system) a running process has used so far.
 cpu_seconds() {
   python3 -c 'import os,sys; f=open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")",1)[1].split(); print((int(f[11])+int(f[12]))/os.sysconf("SC_CLK_TCK"))' "$1" 2>/dev/null || echo 0
