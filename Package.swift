@@ -46,6 +46,7 @@ let package = Package(
         .executable(name: "islet-content-bench", targets: ["IsletContentBench"]),
         .executable(name: "islet-demo", targets: ["IsletDemo"]),
         .executable(name: "islet-stack-bench", targets: ["IsletStackBench"]),
+        .executable(name: "islet-http-load", targets: ["IsletHTTPLoad"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -421,6 +422,19 @@ let package = Package(
             ],
             path: "Benchmarks/Dispatcher",
             exclude: ["aioapns_bench.py"]
+        ),
+
+        // Open-loop (constant-rate) HTTP/1.1 load with latency from the intended send time, for finding
+        // the highest rate a service sustains within a p99 budget.
+        .executableTarget(
+            name: "IsletHTTPLoad",
+            dependencies: [
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            path: "Benchmarks/HTTPLoad"
         ),
 
         // The admin CLI `islet` (docs/cli.md): publish events, register test tokens, tail topics, look up activities.

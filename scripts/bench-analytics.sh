@@ -4,11 +4,14 @@
 # route (POST /bench/noop: reads the same body, answers 204), in alternating rounds against the
 # local broker. Load from wrk (Debian) on keep-alive connections; every request is a new tap (a
 # new tap time, and a link not tapped in the last second).
-# Prints medians, the ratio, p99 latency, and checks that the records on islet.clicks.v1 equal
+# Then in open loop (Benchmarks/HTTPLoad, wrk2-style: requests sent at a constant rate whatever the
+# answers, latency from each request's intended time): the highest rate each route sustains with
+# p99 ≤ 50 ms, found by rising rates, in alternating rounds, with the service's CPU per request.
+# Prints medians, the ratios, p99 latency, and checks that the records on islet.clicks.v1 equal
 # the taps the service accepted.
 #
 #   scripts/bench-analytics.sh            # 5 rounds of 15 s each, 2 wrk threads, 32 connections
-#   ROUNDS=3 DURATION=10 CONNECTIONS=64 scripts/bench-analytics.sh
+#   ROUNDS=3 DURATION=10 CONNECTIONS=64 OPEN_ROUNDS=1 scripts/bench-analytics.sh
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,12 +23,13 @@ mkdir -p "$ISLET_RUN_DIR"
 rounds=${ROUNDS:-5}
 duration=${DURATION:-15}
 connections=${CONNECTIONS:-32}
+open_rounds=${OPEN_ROUNDS:-3}
 
 scripts/bootstrap.sh
 if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
   as_root apt-get install -y -q wrk curl >/dev/null
 fi
-build_release analytics-ingest islet-kafka-bench
+build_release analytics-ingest islet-kafka-bench islet-http-load
 bin=$(swift build -c release --show-bin-path)
 
 pids=()
@@ -46,7 +50,8 @@ ISLET_KAFKA_BOOTSTRAP=$ISLET_KAFKA_BOOTSTRAP ISLET_HTTP_HOST=127.0.0.1 ISLET_HTT
   ISLET_LINK_KEYS="bench=$secret" ISLET_ANALYTICS_BENCH_ROUTE=true ISLET_LOG_LEVEL=warning \
   ISLET_ANALYTICS_RATE_PER_SECOND=1000000 ISLET_ANALYTICS_RATE_BURST=1000000 \
   "$bin/analytics-ingest" >"$ISLET_RUN_DIR/bench-analytics.log" 2>&1 &
-pids+=("$!")
+service_pid=$!
+pids+=("$service_pid")
 url="http://127.0.0.1:$port"
 wait_http "$url/health" 300 || { echo "analytics-ingest did not become ready; its log:"; cat "$ISLET_RUN_DIR/bench-analytics.log"; exit 1; }
 
@@ -88,9 +93,22 @@ for r in $(seq 1 "$rounds"); do
   printf '%s\t%s\t%s\n' "$r" "$t" "$n" | tee -a "$results"
 done
 
+# Open loop: the highest rate each route sustains with p99 ≤ 50 ms, requests sent at their times
+# whether earlier answers came or not (Benchmarks/HTTPLoad), in alternating rounds.
+open_results="$ISLET_RUN_DIR/bench-analytics-open.tsv"
+: > "$open_results"
+sweep() {  # path: one line of JSON
+  python3 scripts/bench_analytics.py sweep "$bin/islet-http-load" "$url" "$1" "$(sign_links "open-$RANDOM" 100000)" "$service_pid"
+}
+for r in $(seq 1 "$open_rounds"); do
+  echo "open loop, round $r:" >&2
+  if [ $((r % 2)) -eq 1 ]; then t=$(sweep /v1/taps); n=$(sweep /bench/noop); else n=$(sweep /bench/noop); t=$(sweep /v1/taps); fi
+  printf '%s\t%s\t%s\n' "$r" "$t" "$n" | tee -a "$open_results"
+done
+
 # Every accepted tap is on the topic, once: the service's count against the topic's.
 accepted=$(curl -s "http://127.0.0.1:$operator_port/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="accepted"\}/ {print $2}')
 other=$(curl -s "http://127.0.0.1:$operator_port/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="(duplicate|rejected|unavailable)"\}/ {s += $2} END {print s + 0}')
 on_topic=$("$bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.clicks.v1)
 
-python3 scripts/bench_analytics.py summary "$results" "$accepted" "$on_topic" "$other"
+python3 scripts/bench_analytics.py summary "$results" "$accepted" "$on_topic" "$other" "$open_results"

@@ -57,7 +57,7 @@ command_line() {
   local words=() v
   for v in $(compgen -e | sort); do
     case "$v" in
-      QUICK | BENCHES | BENCH_TIMEOUT | ROUNDS | COUNT_SMALL | COUNT_LARGE | COUNT | AIO_COUNT | ACTIVITIES | LATENCY_SECONDS | \
+      QUICK | BENCHES | BENCH_TIMEOUT | ROUNDS | OPEN_ROUNDS | COUNT_SMALL | COUNT_LARGE | COUNT | AIO_COUNT | ACTIVITIES | LATENCY_SECONDS | \
         DURATION | CONNECTIONS | EVENTS | KAFKA_* | REGISTRY_* | DISPATCHER_* | CONTENT_* | ANALYTICS_* | E2E_* | MEMORY_* | ISLET_*) ;;
       *) continue ;;
     esac
@@ -135,7 +135,7 @@ bench_content() {
   run_one content scripts/bench-content.sh
 }
 bench_analytics() {
-  settings=(); setting ANALYTICS ROUNDS 1; setting ANALYTICS DURATION 3; setting ANALYTICS CONNECTIONS ""
+  settings=(); setting ANALYTICS ROUNDS 1; setting ANALYTICS DURATION 3; setting ANALYTICS CONNECTIONS ""; setting ANALYTICS OPEN_ROUNDS 1
   run_one analytics scripts/bench-analytics.sh
 }
 bench_e2e() {
