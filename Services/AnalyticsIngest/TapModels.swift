@@ -1,4 +1,5 @@
 import Foundation
+import IsletMessages
 
 /// One tap as the app sends it: the URL the app was opened with, when the user tapped (the
 /// device's clock, ISO 8601), and the app's and the system's versions.
@@ -80,5 +81,18 @@ public struct BatchResult: Codable, Sendable, Equatable {
         duplicates = results.count { $0.verdict == .duplicate }
         rejected = results.count { $0.verdict == .rejected }
         unavailable = results.count { $0.verdict == .unavailable }
+    }
+}
+
+/// The answer to a single tap is written on every request: by its own writer, the encoder's bytes.
+extension TapResult: IsletJSONWritable {
+    public func writeJSON(into out: inout [UInt8]) {
+        var object = IsletJSONObject()
+        object.string("clickId", clickId, into: &out)
+        object.string("error", error, into: &out)
+        object.string("field", field, into: &out)
+        object.string("reason", reason, into: &out)
+        object.string("verdict", verdict.rawValue, into: &out)
+        object.end(into: &out)
     }
 }

@@ -11,8 +11,20 @@ import Foundation
 ///   ``MessageDecodingError`` naming it.
 /// - Output is compact with sorted keys, so equal messages are equal bytes.
 public enum IsletJSON {
-    /// Encodes a message as UTF-8 JSON bytes.
+    /// Encodes a message as UTF-8 JSON bytes (by its own writer when it has one: ``IsletJSONWritable``).
     public static func encode<Value: Encodable>(_ value: Value) throws -> [UInt8] {
+        if let writable = value as? any IsletJSONWritable {
+            var out: [UInt8] = []
+            out.reserveCapacity(512)
+            writable.writeJSON(into: &out)
+            return out
+        }
+        return try encodeWithEncoder(value)
+    }
+
+    /// What Foundation's encoder, configured by these conventions, writes for `value`: what an
+    /// ``IsletJSONWritable`` writer must match.
+    package static func encodeWithEncoder<Value: Encodable>(_ value: Value) throws -> [UInt8] {
         Array(try sharedEncoder.encode(value))
     }
 

@@ -382,3 +382,19 @@ struct TrustedProxiesTests {
         #expect(proxies.client(peer: "10.0.0.2", forwardedFor: ["2001:db8::9"]) == "2001:db8::9")
     }
 }
+
+@Suite("analytics-ingest's answers")
+struct TapResultWritingTests {
+    @Test("a tap's answer is written by its own writer as the encoder writes it, every field present or absent")
+    func sameBytesAsTheEncoder() throws {
+        let texts: [String?] = [nil, "", "3f9a0c", "the \"same\" tap\nwas\\already/accepted", "é漢字😀\u{1}"]
+        for verdict in [TapResult.Verdict.accepted, .duplicate, .rejected, .unavailable] {
+            for _ in 0..<200 {
+                let result = TapResult(
+                    verdict: verdict, clickId: texts.randomElement()!, error: texts.randomElement()!, field: texts.randomElement()!,
+                    reason: texts.randomElement()!)
+                #expect(try IsletJSON.encode(result) == (try IsletJSON.encodeWithEncoder(result)), "\(result)")
+            }
+        }
+    }
+}

@@ -50,6 +50,27 @@ struct DeepLinkCodecTests {
         }
     }
 
+    @Test("a query splits at the bytes ? & and =, as URL parsers read it, whatever Character a separator starts")
+    func splitsAtBytes() throws {
+        // U+0301 (a combining mark) joins the "&" or "=" before it into one Character; a URL parser
+        // still splits there, and so does the codec.
+        let (path, items) = DeepLinkCodec.split("app://p/\u{301}?a=1&\u{301}b=2&&c&")
+        #expect(path == "app://p/\u{301}")
+        #expect(items.map { Array($0.utf8) } == ["a=1", "\u{301}b=2", "c"].map { Array($0.utf8) })
+        // A base URL with an item starting with the bytes isl_ is refused, whatever follows them.
+        let target = TapTarget(activityId: "order-42", attributesType: "DeliveryAttributes", surface: .lockScreen, element: "eta", contentSequence: 7)
+        #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://p?isl_\u{301}x=1", target: target, issuedAt: issued, key: k1) }
+        // A signed link whose isl_ parameter gets a combining mark after its "=" no longer verifies.
+        let url = try DeepLinkCodec.sign(baseURL: "app://p?tab=status", target: target, issuedAt: issued, key: k1)
+        let respelled = url.replacingOccurrences(of: "isl_e=", with: "isl_e=\u{301}")
+        #expect(respelled != url)
+        guard case .failure(let rejection) = DeepLinkCodec.verify(respelled, keyring: keyring, tappedAt: issued, receivedAt: issued) else {
+            Issue.record("a respelled link verified")
+            return
+        }
+        #expect(rejection.reason == .invalidParameter)
+    }
+
     @Test("a link is exactly what the format says: signatures computed independently (Python's hmac) match")
     func knownAnswers() throws {
         // Computed outside Swift: base64url(HMAC-SHA256(secret, canonical form)[0..<16]), no padding.

@@ -57,3 +57,36 @@ struct JSONWritingTests {
         #expect(try IsletJSON.decodeValue(JSONValue.self, from: value.jsonBytes) == value)
     }
 }
+
+@Suite("Messages that write their own JSON")
+struct OwnWriterTests {
+    static let awkward = ["", "plain", "a\"b\\c/d", "line\nbreak\r\ttab", "\u{0}\u{1}\u{8}\u{c}\u{1f}\u{7f}", "é漢字😀", "\u{2028}", "order-42"]
+
+    /// A click with awkward strings, with and without its app, at dates across the years Islet writes.
+    static func randomClick() -> ClickEvent {
+        let text = { awkward.randomElement()! }
+        let date = { Date(timeIntervalSince1970: Double(Int64.random(in: -62_167_219_200_000...253_402_300_799_999)) / 1_000) }
+        let app = AppTarget(bundleId: text(), environment: Bool.random() ? .production : APNsEnvironment(rawValue: text()))
+        return ClickEvent(
+            clickId: text(), activityId: text(), attributesType: text(), surface: Bool.random() ? .lockScreen : Surface(rawValue: text()),
+            element: text(), contentSequence: Int64.random(in: Int64.min...Int64.max), app: Bool.random() ? app : nil,
+            appVersion: text(), osVersion: text(), keyId: text(), issuedAt: date(), tappedAt: date(), receivedAt: date(),
+            schemaVersion: Int.random(in: -5...5))
+    }
+
+    @Test("a ClickEvent's writer gives the encoder's bytes, for 2,000 random clicks")
+    func clickEventSameBytes() throws {
+        for _ in 0..<2_000 {
+            let click = Self.randomClick()
+            #expect(try IsletJSON.encode(click) == (try IsletJSON.encodeWithEncoder(click)), "\(click)")
+        }
+    }
+
+    @Test("an AppTarget's writer gives the encoder's bytes")
+    func appTargetSameBytes() throws {
+        for bundleId in Self.awkward {
+            let app = AppTarget(bundleId: bundleId, environment: .sandbox)
+            #expect(try IsletJSON.encode(app) == (try IsletJSON.encodeWithEncoder(app)))
+        }
+    }
+}
