@@ -26,10 +26,14 @@ public struct AnalyticsIngestApp: Sendable {
     public init(runtime: ServiceRuntime, settings: IngestSettings, topics: Topics = Topics()) throws {
         let logger = runtime.logger
         var producerConfiguration = runtime.settings.producerConfiguration()
-        // A tap the app waits for fails within sendTimeout instead of after the 30 s default.
+        // A tap the app waits for fails within sendTimeout instead of after the 30 s default: the
+        // producer ends the wait at sendTimeout itself (librdkafka's message.timeout.ms overshoots
+        // by a second or more with a broker that stopped answering), the record's fate unknown
+        // (the app retries; a tap written twice has one clickId).
         if producerConfiguration.settings["message.timeout.ms"] == nil {
             producerConfiguration.settings["message.timeout.ms"] = "\(Int(settings.sendTimeout / .milliseconds(1)))"
         }
+        producerConfiguration.sendTimeout = settings.sendTimeout
         let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
         // Into the runtime's own registry, so /metrics shows them with or without a global bootstrap.
         let metrics = IngestMetrics(factory: PrometheusMetricsFactory(registry: runtime.metrics))

@@ -16,7 +16,9 @@ public protocol TapPublisher: Sendable {
 
 /// Publishes to Kafka: clicks on `islet.clicks.v1` under the activity id, rejected taps on
 /// `islet.clicks-rejected.v1` without a key. How long a record may wait for its acknowledgement
-/// is the producer's `message.timeout.ms`, set from ``IngestSettings/sendTimeout``.
+/// is ``IngestSettings/sendTimeout``: the producer's `message.timeout.ms` and its
+/// ``KafkaProducerConfiguration/sendTimeout`` (the second ends the wait on time; librdkafka's
+/// timeout of a record already sent to a broker that stopped answering comes a second or more late).
 public struct KafkaTapPublisher: TapPublisher {
     public let producer: KafkaProducer
     public let clicksTopic: String

@@ -18,6 +18,18 @@ public struct KafkaProducerConfiguration: Sendable {
     public var settings: [String: String]
     /// When the producer counts as out of touch with the cluster and how it recovers (``KafkaProducer/health``).
     public var health = KafkaHealthPolicy()
+    /// How long ``KafkaProducer/send(topic:key:value:headers:partition:)`` waits for a record's
+    /// verdict before it throws a retriable ``KafkaError/Code/timeout``; `nil` (the default): until
+    /// librdkafka gives one.
+    ///
+    /// librdkafka's `message.timeout.ms` bounds that wait only roughly once a record is sent to a
+    /// broker that does not answer: the request times out on its own clock and the timeouts are
+    /// scanned about once a second (measured on the local broker stopped with SIGSTOP: a 5 s
+    /// timeout failed records after up to 6.05 s, a 2 s one after 5.0 s). A service that promises
+    /// its callers an answer within a time sets this to that time (and `message.timeout.ms` to the
+    /// same, so that librdkafka gives up on the record soon after). The record is not withdrawn at
+    /// this timeout: it may still be persisted afterwards, so a caller told to retry may write it twice.
+    public var sendTimeout: Duration?
 
     /// What Islet sets unless ``settings`` says otherwise.
     ///

@@ -73,32 +73,31 @@ public final class KafkaProducer: Service, Sendable {
 
     /// Sends one record and returns once the broker has persisted it (acks=all), or throws why not.
     ///
-    /// Waits (without blocking a thread) while librdkafka's queue is full. Cancelling the calling
-    /// task does not withdraw a record already handed to librdkafka: the call still returns its verdict.
+    /// Waits (without blocking a thread) while librdkafka's queue is full. With a
+    /// ``KafkaProducerConfiguration/sendTimeout``, throws a retriable ``KafkaError/Code/timeout``
+    /// once that has passed without a verdict (the record may still be persisted later). Cancelling
+    /// the calling task does not withdraw a record already handed to librdkafka: the call still
+    /// returns its verdict.
     /// - Parameters:
     ///   - partition: a fixed partition; `nil` lets librdkafka's partitioner choose by key.
     @discardableResult
     public func send(
         topic: String, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil
     ) async throws -> KafkaDeliveryReport {
+        let timeout = configuration.sendTimeout
+        let deadline = timeout.map { MonotonicTime.now() &+ MonotonicTime.nanoseconds($0) }
         while true {
-            // An unsafe continuation: it is resumed exactly once, by the record's one delivery report
-            // or here when librdkafka refused the record (then it has no report); the checked one's
-            // canary cost about a tenth of an awaited send.
+            // Resumed exactly once (``SendWaiter``): by the record's one delivery report, here when
+            // librdkafka refused the record (then it has no report), or by the poll loop at the deadline.
             let attempt: SendAttempt = try await withUnsafeThrowingContinuation { continuation in
+                let waiter = SendWaiter(continuation)
+                if let deadline, let timeout { core.expire(waiter, at: deadline, after: timeout) }
                 do throws(KafkaError) {
                     try produce(topic: topic, key: key, value: value, headers: headers, partition: partition) { result in
-                        switch result {
-                        case .success(let report): continuation.resume(returning: .delivered(report))
-                        case .failure(let error): continuation.resume(throwing: error)
-                        }
+                        waiter.finish(result.map(SendAttempt.delivered).mapError { $0 as any Error })
                     }
                 } catch {
-                    if RDKafkaClient.isQueueFull(error) {
-                        continuation.resume(returning: .queueFull)
-                    } else {
-                        continuation.resume(throwing: error)
-                    }
+                    waiter.finish(RDKafkaClient.isQueueFull(error) ? .success(.queueFull) : .failure(error))
                 }
             }
             switch attempt {
@@ -107,6 +106,7 @@ public final class KafkaProducer: Service, Sendable {
             case .queueFull:
                 // librdkafka's queue drains as deliveries complete: try again after the next ones.
                 try Task.checkCancellation()
+                if let deadline, let timeout, MonotonicTime.now() >= deadline { throw ProducerCore.timedOut(after: timeout) }
                 await core.waitForCapacity()
             }
         }
@@ -186,6 +186,7 @@ public final class KafkaProducer: Service, Sendable {
                             if let client, client.poll(timeoutMilliseconds: 100) > 0 {
                                 core.servedReports()
                             }
+                            core.expireSends(now: MonotonicTime.now())
                             let deliveries = core.deliveries
                             if deliveries != seenDeliveries {
                                 seenDeliveries = deliveries
@@ -285,6 +286,52 @@ enum SendAttempt: Sendable {
     case queueFull
 }
 
+/// One awaited ``KafkaProducer/send(topic:key:value:headers:partition:)``: its continuation,
+/// resumed by whichever comes first — the record's verdict or its deadline — and never twice.
+final class SendWaiter: Sendable {
+    private let continuation: Mutex<UnsafeContinuation<SendAttempt, any Error>?>
+
+    init(_ continuation: UnsafeContinuation<SendAttempt, any Error>) {
+        self.continuation = Mutex(continuation)
+    }
+
+    /// Resumes the sender with `result`, unless it was resumed already; says whether it did.
+    @discardableResult
+    func finish(_ result: Result<SendAttempt, any Error>) -> Bool {
+        let waiting = continuation.withLock { waiting in
+            defer { waiting = nil }
+            return waiting
+        }
+        waiting?.resume(with: result)
+        return waiting != nil
+    }
+}
+
+/// The deadlines of awaited sends, in the order they were registered (one timeout per producer, so
+/// that is the order they fall due), checked by the poll loop after each poll (every 100 ms at most).
+struct SendDeadlines {
+    private var entries: [(deadline: UInt64, timeout: Duration, waiter: SendWaiter)] = []
+    private var head = 0
+
+    mutating func append(_ waiter: SendWaiter, at deadline: UInt64, after timeout: Duration) {
+        entries.append((deadline, timeout, waiter))
+    }
+
+    /// Removes and returns the entries due at `now` (a waiter already finished is finished again in vain).
+    mutating func due(at now: UInt64) -> [(timeout: Duration, waiter: SendWaiter)] {
+        var due: [(timeout: Duration, waiter: SendWaiter)] = []
+        while head < entries.count, entries[head].deadline <= now {
+            due.append((entries[head].timeout, entries[head].waiter))
+            head += 1
+        }
+        if head > 1_024, head * 2 > entries.count {
+            entries.removeFirst(head)
+            head = 0
+        }
+        return due
+    }
+}
+
 /// The producer's Swift state: whether records are accepted, how many await their report, whether
 /// the client must be recreated, and what its health is built from. Lock-free on the produce path
 /// (the producer itself takes one uncontended lock per record, to read its current client): each
@@ -319,9 +366,13 @@ final class ProducerCore: Sendable {
     let cluster = ClusterContact()
     /// Since when records have been waiting without a successful delivery (0: none waiting).
     private let waitingSince = Atomic<UInt64>(0)
+    /// The awaited sends with a deadline (``KafkaProducerConfiguration/sendTimeout``).
+    private let sendDeadlines = Mutex(SendDeadlines())
     private let logger: Logger
     private let policy: KafkaHealthPolicy
     let deliveredMetric = Counter(label: "islet_kafka_producer_delivered_total")
+    /// Awaited sends that gave up waiting for their record's verdict (the record's fate unknown).
+    let sendTimeoutsMetric = Counter(label: "islet_kafka_producer_send_timeouts_total")
     let failedMetric = Counter(label: "islet_kafka_producer_failed_total")
     let recreatedMetric = Counter(label: "islet_kafka_producer_recreated_total")
 
@@ -437,6 +488,26 @@ final class ProducerCore: Sendable {
 
     /// The poll loop served delivery reports: wake the senders waiting for queue space. Also called
     /// once the producer stopped accepting records, so that every waiter returns.
+    /// Ends `waiter`'s wait at `deadline` if no verdict came by then.
+    func expire(_ waiter: SendWaiter, at deadline: UInt64, after timeout: Duration) {
+        sendDeadlines.withLock { $0.append(waiter, at: deadline, after: timeout) }
+    }
+
+    /// Fails the awaited sends whose deadline has come (poll thread).
+    func expireSends(now: UInt64) {
+        for (timeout, waiter) in sendDeadlines.withLock({ $0.due(at: now) }) where waiter.finish(.failure(Self.timedOut(after: timeout))) {
+            sendTimeoutsMetric.increment()
+        }
+    }
+
+    /// What an awaited send throws when its record got no verdict within the send timeout.
+    static func timedOut(after timeout: Duration) -> KafkaError {
+        KafkaError(
+            code: .timeout,
+            message: "no acknowledgement within \(timeout) (the record may still be persisted: its fate is unknown)",
+            isRetriable: true)
+    }
+
     func servedReports() {
         let woken = capacityWaiters.withLock { waiters -> [CheckedContinuation<Void, Never>] in
             let now = generation.add(1, ordering: .acquiringAndReleasing).newValue

@@ -72,4 +72,40 @@ struct SlowAcknowledgementTests {
         let seconds = elapsed / .seconds(1)
         #expect(Double(wakeups) < 2_000 * max(seconds, 1), "\(wakeups) wake-ups in \(elapsed)")
     }
+
+    /// librdkafka's message.timeout.ms (30 s by default here) bounds the wait for a record already
+    /// sent only roughly; a service promises its callers an answer within its send timeout, which
+    /// the producer now keeps itself: here a broker whose answers take 3 s.
+    @Test("an awaited send with a send timeout throws a retriable timeout when the broker is slower, and the record stays with librdkafka until its verdict")
+    func sendTimeoutEndsTheWait() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        let topic = "send-timeout"
+        try cluster.createTopic(topic, partitions: 1)
+        var configuration = KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers)
+        configuration.sendTimeout = .milliseconds(400)
+        let producer = try KafkaProducer(configuration: configuration, logger: Logger(label: "islet.fault-test", factory: { _ in SwiftLogNoOpLogHandler() }))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await producer.run() }
+            // A first record while the broker answers at once: acknowledged.
+            _ = try await producer.send(topic: topic, key: "activity-1", value: Array("fast".utf8))
+            cluster.setBrokerRoundTripTime(1, .seconds(3))
+            let started = ContinuousClock.now
+            await #expect {
+                _ = try await producer.send(topic: topic, key: "activity-1", value: Array("slow".utf8))
+            } throws: { error in
+                let error = error as? KafkaError
+                return error?.code == .timeout && error?.isRetriable == true
+            }
+            let waited = ContinuousClock.now - started
+            // The deadline is checked after each poll of the delivery reports (at most 100 ms apart).
+            #expect(waited >= .milliseconds(400) && waited < .milliseconds(1_500), "waited \(waited)")
+            #expect(producer.inFlightCount == 1)
+            // The record was not withdrawn: its verdict still comes, once the broker answers.
+            let deadline = ContinuousClock.now + .seconds(20)
+            while producer.inFlightCount > 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(producer.inFlightCount == 0)
+            producer.shutdown()
+            try await group.waitForAll()
+        }
+    }
 }
