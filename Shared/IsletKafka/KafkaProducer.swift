@@ -486,8 +486,6 @@ final class ProducerCore: Sendable {
         }
     }
 
-    /// The poll loop served delivery reports: wake the senders waiting for queue space. Also called
-    /// once the producer stopped accepting records, so that every waiter returns.
     /// Ends `waiter`'s wait at `deadline` if no verdict came by then.
     func expire(_ waiter: SendWaiter, at deadline: UInt64, after timeout: Duration) {
         sendDeadlines.withLock { $0.append(waiter, at: deadline, after: timeout) }
@@ -508,6 +506,8 @@ final class ProducerCore: Sendable {
             isRetriable: true)
     }
 
+    /// The poll loop served delivery reports: wake the senders waiting for queue space. Also called
+    /// once the producer stopped accepting records, so that every waiter returns.
     func servedReports() {
         let woken = capacityWaiters.withLock { waiters -> [CheckedContinuation<Void, Never>] in
             let now = generation.add(1, ordering: .acquiringAndReleasing).newValue
