@@ -50,6 +50,10 @@ public struct ActivityMemory: Sendable, Equatable {
         var pendingImages: [String: PendingImages] = [:]
         /// The latest request's push-to-start key.
         var pushToStartKey: String?
+        /// The push-to-start key the activity was started with (kept after the start): its
+        /// token's app, version and locale stand for the activity's own token until content-service
+        /// has read that.
+        var startedWith: String?
         /// The request of the latest event's content, when the latest is a re-send of it.
         var contentRequestId: String?
         /// The latest request in full, payload included: until Kafka has it, or read again from
@@ -59,7 +63,8 @@ public struct ActivityMemory: Sendable, Equatable {
         var waiting: [WaitingOutcome] = []
 
         var isEmpty: Bool {
-            goneAt == nil && goneToken == nil && inlinedImages.isEmpty && pendingImages.isEmpty && pushToStartKey == nil && contentRequestId == nil
+            goneAt == nil && goneToken == nil && inlinedImages.isEmpty && pendingImages.isEmpty && pushToStartKey == nil && startedWith == nil
+                && contentRequestId == nil
                 && request == nil && waiting.isEmpty
         }
     }
@@ -137,6 +142,11 @@ public struct ActivityMemory: Sendable, Equatable {
     public var latestRequest: PushRequest? { rare.request }
     /// The push-to-start key of the latest request, if it was a push-to-start.
     public var latestPushToStartKey: String? { rare.pushToStartKey }
+    /// The push-to-start key the activity was started with, if it was started by a push.
+    public var startedWith: String? {
+        get { rare.startedWith }
+        set { if newValue != rare.startedWith { withExtras { $0.startedWith = newValue } } }
+    }
     /// Where the latest request is on `islet.push-requests.v1` (its payload is read again from there).
     public var payloadStoredAt: KafkaPosition? {
         get { flags.contains(.stored) ? KafkaPosition(partition: storedPartition, offset: storedOffset) : nil }
@@ -249,6 +259,7 @@ public struct ActivityMemory: Sendable, Equatable {
         // Its outcome, if it was read first; the previous request's is not needed any more.
         let result = withExtras { extras -> PushResult? in
             extras.pushToStartKey = request.pushToStartKey
+            if request.event == .start { extras.startedWith = request.pushToStartKey } else if request.event == .end { extras.startedWith = nil }
             extras.request = request
             extras.waiting.removeAll { request.createdAt.timeIntervalSince($0.completedAt) > Self.waitingLifetime }
             return extras.waiting.lastIndex { $0.requestId == request.requestId }.map { extras.waiting.remove(at: $0).result }

@@ -22,6 +22,7 @@ extension ActivityMemory {
                     isPushToStart: latest.pushToStartKey != nil),
                 pushToStartKey: latest.pushToStartKey)
         }
+        startedWith = record.startedWith
         lastSequence = record.lastSequence
         lastTimestamp = record.lastTimestamp
         ended = record.ended
@@ -61,7 +62,8 @@ extension ActivityMemory {
             inlinedImages: inlinedImages.isEmpty ? nil : inlinedImages.sorted(),
             pendingImages: pendingImages.isEmpty
                 ? nil : pendingImages.sorted { $0.key < $1.key }.map { .init(requestId: $0.key, urls: $0.value.urls.sorted(), since: $0.value.since) },
-            outcomePositions: outcomePositions.isEmpty ? nil : outcomePositions.map { .init(partition: $0.partition, offset: $0.offset) })
+            outcomePositions: outcomePositions.isEmpty ? nil : outcomePositions.map { .init(partition: $0.partition, offset: $0.offset) },
+            startedWith: startedWith)
     }
 }
 

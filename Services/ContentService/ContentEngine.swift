@@ -232,8 +232,11 @@ public final class ContentEngine: Sendable {
             key = activityKey
         }
         // A broadcast goes to no token: one payload for every phone, for the newest app version in
-        // the default language.
-        let record = template.broadcastStoragePolicy == nil ? tokens.token(forKey: key) : nil
+        // the default language. An activity started by a push whose own token is not read yet (the
+        // app registers it right after the start; the backend's first update may come first): the
+        // push-to-start token's app, version and locale, the same phone's.
+        let record = template.broadcastStoragePolicy == nil
+            ? tokens.token(forKey: key) ?? memory.startedWith.flatMap { tokens.token(forKey: $0) } : nil
         let bundleId = String(activityKey.prefix { $0 != "/" })
         // Without a token yet: the push-to-start target's app, else the app of what was last sent
         // (a remote start's), else the template's when it is that app.

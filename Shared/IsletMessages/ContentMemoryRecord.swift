@@ -56,13 +56,17 @@ public struct ContentMemoryRecord: IsletMessage {
         public var inlinedImages: [String]?
         /// Images inlined in requests whose outcome has not come yet.
         public var pendingImages: [PendingImages]?
+        /// The push-to-start key the live activity was started with (its token stands for the
+        /// activity's own until that is read).
+        public var startedWith: String?
 
         public init(
             bundleId: String, activityId: String, partition: Int32, lastSequence: Int64? = nil, lastTimestamp: Int64? = nil,
             lastState: String? = nil, alertTimes: [Date]? = nil, startedAt: Date? = nil, ended: Bool = false, latest: Latest? = nil,
             payloadStoredAt: Position? = nil, payloadLost: Bool? = nil, outcomes: [Outcome]? = nil, contentRequestId: String? = nil,
             resends: Int = 0, lastResendAt: Date? = nil, gone: Bool = false, goneAt: Date? = nil, goneToken: String? = nil,
-            inlinedImages: [String]? = nil, pendingImages: [PendingImages]? = nil, outcomePositions: [Position]? = nil
+            inlinedImages: [String]? = nil, pendingImages: [PendingImages]? = nil, outcomePositions: [Position]? = nil,
+            startedWith: String? = nil
         ) {
             self.bundleId = bundleId
             self.activityId = activityId
@@ -86,6 +90,7 @@ public struct ContentMemoryRecord: IsletMessage {
             self.inlinedImages = inlinedImages
             self.pendingImages = pendingImages
             self.outcomePositions = outcomePositions
+            self.startedWith = startedWith
         }
     }
 

@@ -1,5 +1,7 @@
 import Foundation
 import IsletMessages
+import IsletTesting
+import IsletTokens
 import Mustache
 import Testing
 @testable import ContentService
@@ -98,5 +100,55 @@ struct LanguageTests {
         #expect(alert.json == .object(["title": .string("嗨"), "body": .object(["loc-key": .string("GREETING"), "loc-args": .array([.string("Ana")])])]))
         // Cut to fit 4 KB: the arguments are cut, never the key.
         #expect(alert.cut(to: 2).body == .localized(key: "GREETING", args: [PayloadAssembler.cut("Ana", to: 2)]))
+    }
+
+    /// Seen in CI: the app registers its activity token right after a push-to-start, and the
+    /// backend's first update can be read before that record is.
+    @Test("an activity started by a push is updated in the push-to-start token's language until its own token is read, then in that one's; after a restart too")
+    func updateBeforeTheActivityToken() throws {
+        let tokens = PartitionTokens.whole()
+        let start = TokenRecord(
+            kind: .pushToStart, deviceId: "d1", userId: "ana", token: String(repeating: "ab", count: 32), app: app,
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "3.0", state: .active, registeredAt: now,
+            updatedAt: now, locale: "zh-Hans-CN")
+        tokens.put(start, key: start.key!)
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: ManualClock(now))
+        func sent(_ event: ActivityEvent, by engine: ContentEngine) throws -> String {
+            guard case .send(let prepared) = try engine.prepare(event) else { throw ContentError(field: "-", problem: "ignored") }
+            engine.commit(prepared)
+            return prepared.requests.map(\.payload).joined()
+        }
+        func status(_ sequence: Int64, _ status: String, _ kind: ActivityEventKind = .update) -> ActivityEvent {
+            var update = event("DeliveryAttributes", kind, sequence: sequence, ["orderId": .string("42"), "status": .string(status)])
+            update.bundleId = app.bundleId
+            return update
+        }
+        var begin = event(
+            "DeliveryAttributes", .start, sequence: 1, ["orderId": .string("42"), "status": .string("placed")],
+            startTarget: .init(app: app, deviceId: "d1"), attributes: ["orderId": .string("42")])
+        begin.bundleId = app.bundleId
+        #expect(try sent(begin, by: engine).contains("订单已接收"))
+        // No activity token yet: the first update, and the next, in the push-to-start token's language.
+        #expect(try sent(status(2, "preparing"), by: engine).contains("正在为您备货"))
+        #expect(try sent(status(3, "placed"), by: engine).contains("订单已接收"))
+
+        // After a restart, from the changelog.
+        let key = MessageKey.activity(bundleId: app.bundleId, activityId: "order-42")
+        let record = try #require(engine.memory(of: key)).record(activityKey: key, partition: 0)
+        #expect(record.startedWith == start.key)
+        let restarted = ContentEngine(assembler: try assembler(), tokens: tokens, clock: ManualClock(now))
+        restarted.restore(key, ActivityMemory(record))
+        #expect(try sent(status(4, "preparing"), by: restarted).contains("正在为您备货"))
+
+        // The activity's own token, in English: its language from then on.
+        let own = TokenRecord(
+            kind: .update, activityId: "order-42", userId: "ana", token: String(repeating: "cd", count: 32), app: app,
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "3.0", state: .active, registeredAt: now,
+            updatedAt: now, locale: "en-US")
+        tokens.put(own, key: own.key!)
+        #expect(try sent(status(5, "placed"), by: engine).contains("Order received"))
+        // Ended: nothing of the start is kept.
+        _ = try sent(status(6, "delivered", .end), by: engine)
+        #expect(engine.memory(of: key)?.startedWith == nil)
     }
 }
