@@ -163,10 +163,16 @@ public struct PayloadAssembler: Sendable {
 
     /// A payload to send: its event, its `aps`, and whether it alerts.
     struct Draft {
-        var kind: ActivityEventKind
-        var aps: LiveActivityAPS
-        var alerting: Bool
-        var payload: String { aps.payload }
+        let kind: ActivityEventKind
+        let aps: LiveActivityAPS
+        let alerting: Bool
+        /// The payload, written once (measured against 4 KB, then sent).
+        let payload: String
+
+        init(kind: ActivityEventKind, aps: LiveActivityAPS, alerting: Bool) {
+            (self.kind, self.aps, self.alerting) = (kind, aps, alerting)
+            payload = aps.payload
+        }
     }
 
     /// The payloads of the first shrink step at which all of them fit 4 KB; what was given up on

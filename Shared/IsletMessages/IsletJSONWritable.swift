@@ -3,7 +3,7 @@ import Foundation
 /// A type that writes its own JSON: byte for byte what ``IsletJSON/encode(_:)``'s encoder writes
 /// for it (keys sorted, absent optionals left out, dates in ``IsletDate``'s form), without the
 /// encoder's boxing of every field. For messages written once per request on a hot path
-/// (analytics-ingest's clicks and answers); ``IsletJSON/encode(_:)`` takes this path for them, and
+/// (analytics-ingest's clicks and answers, content-service's push requests); ``IsletJSON/encode(_:)`` takes this path for them, and
 /// tests hold each writer to the encoder's bytes.
 public protocol IsletJSONWritable {
     func writeJSON(into out: inout [UInt8])
@@ -32,6 +32,21 @@ public struct IsletJSONObject {
     public mutating func integer(_ name: String, _ value: Int64, into out: inout [UInt8]) {
         key(name, into: &out)
         out.append(contentsOf: String(value).utf8)
+    }
+
+    public mutating func integer(_ name: String, _ value: Int?, into out: inout [UInt8]) {
+        guard let value else { return }
+        integer(name, Int64(value), into: &out)
+    }
+
+    public mutating func bool(_ name: String, _ value: Bool, into out: inout [UInt8]) {
+        key(name, into: &out)
+        out.append(contentsOf: (value ? "true" : "false").utf8)
+    }
+
+    public mutating func date(_ name: String, _ value: Date?, into out: inout [UInt8]) {
+        guard let value else { return }
+        date(name, value, into: &out)
     }
 
     public mutating func date(_ name: String, _ value: Date, into out: inout [UInt8]) {
@@ -78,6 +93,34 @@ extension ClickEvent: IsletJSONWritable {
         object.integer("schemaVersion", Int64(schemaVersion), into: &out)
         object.string("surface", surface.rawValue, into: &out)
         object.date("tappedAt", tappedAt, into: &out)
+        object.end(into: &out)
+    }
+}
+
+extension PushRequest: IsletJSONWritable {
+    public func writeJSON(into out: inout [UInt8]) {
+        var object = IsletJSONObject()
+        object.string("activityId", activityId, into: &out)
+        object.bool("alerting", alerting, into: &out)
+        object.integer("apnsTimestamp", apnsTimestamp, into: &out)
+        object.object("app", app, into: &out)
+        object.string("attributesType", attributesType, into: &out)
+        object.integer("channelStoragePolicy", channelStoragePolicy, into: &out)
+        object.integer("contentSequence", contentSequence, into: &out)
+        object.date("createdAt", createdAt, into: &out)
+        object.string("event", event.rawValue, into: &out)
+        object.date("expiration", expiration, into: &out)
+        object.string("payload", payload, into: &out)
+        object.integer("priority", Int64(priority), into: &out)
+        object.string("pushToStartKey", pushToStartKey, into: &out)
+        object.string("requestId", requestId, into: &out)
+        object.integer("schemaVersion", Int64(schemaVersion), into: &out)
+        object.string("sourceActivityId", sourceActivityId, into: &out)
+        object.string("sourceEventId", sourceEventId, into: &out)
+        object.date("staleDate", staleDate, into: &out)
+        object.string("state", state, into: &out)
+        object.bool("supersedable", supersedable, into: &out)
+        object.string("urgency", urgency.rawValue, into: &out)
         object.end(into: &out)
     }
 }

@@ -82,6 +82,30 @@ struct OwnWriterTests {
         }
     }
 
+    /// A push request with awkward strings (a payload among them), each optional present or not.
+    static func randomRequest() -> PushRequest {
+        let text = { awkward.randomElement()! }
+        let maybe = { Bool.random() ? text() : nil }
+        let date = { Date(timeIntervalSince1970: Double(Int64.random(in: -62_167_219_200_000...253_402_300_799_999)) / 1_000) }
+        let maybeDate = { Bool.random() ? date() : nil }
+        return PushRequest(
+            requestId: text(), activityId: maybe(), pushToStartKey: maybe(), event: ActivityEventKind(rawValue: text()),
+            app: AppTarget(bundleId: text(), environment: .sandbox), attributesType: text(),
+            payload: #"{"aps":{"content-state":{"text":"\#(awkward.randomElement()!)"}}}"# + text(), priority: Int.random(in: -20...20),
+            urgency: Bool.random() ? .critical : Urgency(rawValue: text()), supersedable: Bool.random(), alerting: Bool.random(),
+            apnsTimestamp: Int64.random(in: Int64.min...Int64.max), contentSequence: Int64.random(in: Int64.min...Int64.max),
+            staleDate: maybeDate(), expiration: maybeDate(), createdAt: date(), sourceEventId: maybe(), sourceActivityId: maybe(),
+            state: maybe(), channelStoragePolicy: Bool.random() ? Int.random(in: -3...3) : nil, schemaVersion: Int.random(in: -5...5))
+    }
+
+    @Test("a PushRequest's writer gives the encoder's bytes, for 2,000 random requests")
+    func pushRequestSameBytes() throws {
+        for _ in 0..<2_000 {
+            let request = Self.randomRequest()
+            #expect(try IsletJSON.encode(request) == (try IsletJSON.encodeWithEncoder(request)), "\(request)")
+        }
+    }
+
     @Test("an AppTarget's writer gives the encoder's bytes")
     func appTargetSameBytes() throws {
         for bundleId in Self.awkward {
