@@ -23,7 +23,7 @@ public struct ActivityTemplate: Sendable {
         /// Where the value comes from: a domain field (dotted path) …
         public var source: String?
         /// … or a Mustache template over the domain fields and the state (strings only).
-        public var template: MustacheTemplate?
+        public var template: TemplateText?
         /// The value when the event has none. Required unless `optional`.
         public var fallback: JSONValue?
         /// A Swift optional in the app: `null` is a value.
@@ -36,16 +36,16 @@ public struct ActivityTemplate: Sendable {
     /// One element of the server-driven UI.
     public enum Component: Sendable {
         /// Texts, icons and timers in a row, read out as `accessibility`.
-        case richText([RichTextElement], accessibility: MustacheTemplate?)
+        case richText([RichTextElement], accessibility: TemplateText?)
         /// A progress bar, 0–100, with marks (route points) along it.
-        case progressBar(position: MustacheTemplate, points: [Double], accessibility: MustacheTemplate?)
+        case progressBar(position: TemplateText, points: [Double], accessibility: TemplateText?)
         /// An image by URL; its 72×72 JPEG may be inlined while it fits the payload.
-        case remoteImage(url: MustacheTemplate, accessibility: MustacheTemplate?)
+        case remoteImage(url: TemplateText, accessibility: TemplateText?)
     }
 
     public struct RichTextElement: Sendable {
         public enum Kind: Sendable {
-            case text(MustacheTemplate)
+            case text(TemplateText)
             case icon(String)
             /// A countdown or count-up to a date field.
             case timer(field: String, countsDown: Bool)
@@ -76,14 +76,14 @@ public struct ActivityTemplate: Sendable {
     /// An alert's title or body: a text rendered here, or a key of the app's `Localizable.strings`
     /// with arguments rendered here, which the phone localizes (APNs `loc-key`, `loc-args`).
     public enum AlertText: Sendable {
-        case text(MustacheTemplate)
-        case localized(key: String, args: [MustacheTemplate])
+        case text(TemplateText)
+        case localized(key: String, args: [TemplateText])
     }
 
     public struct State: Sendable {
         public var name: String
         /// Shown as `state.text` to templates.
-        public var text: MustacheTemplate?
+        public var text: TemplateText?
         public var staleAfter: Duration
         public var relevance: Double
         /// The alert to show when the activity enters this state (subject to the alert policy).
@@ -98,7 +98,7 @@ public struct ActivityTemplate: Sendable {
     /// The domain field whose value names the state (`status`).
     public var stateField: String
     /// The app's URL for the activity (Mustache over the domain fields); analytics parameters are added.
-    public var link: MustacheTemplate
+    public var link: TemplateText
     public var attributes: [Field]
     public var contentState: [Field]
     public var layout: Layout?

@@ -223,7 +223,7 @@ public enum TemplateLoader {
 
         func fail(_ path: String, _ problem: String) -> TemplateError { TemplateError(file: file, path: path, problem: problem) }
 
-        func mustache(_ written: String, at writtenPath: String) throws -> MustacheTemplate {
+        func mustache(_ written: String, at writtenPath: String) throws -> TemplateText {
             var (text, path) = (written, writtenPath)
             if let translation = translations[written], let language {
                 translated.insert(written)
@@ -232,7 +232,7 @@ public enum TemplateLoader {
             sources.append(ExampleCheck.Source(path: path, written: writtenPath, text: text))
             do {
                 // Plain text, not HTML: "Tom & Jerry" stays as it is.
-                return try MustacheTemplate(string: "{{% CONTENT_TYPE: TEXT}}" + text)
+                return try TemplateText(text)
             } catch {
                 throw fail(path, "not a Mustache template: \(error)")
             }
