@@ -70,6 +70,17 @@ public enum IsletJSON {
         guard isUTF8Text(bytes) else {
             throw MessageDecodingError(messageType: "\(Value.self)", kind: .malformedJSON, path: "", message: "not UTF-8 text")
         }
+        if let readable = Value.self as? any IsletJSONReadable.Type, let json = JSONReader.value(of: bytes),
+            let value = readable.init(json: json) as? Value
+        {
+            return value
+        }
+        return try decodeWithDecoder(type, from: bytes)
+    }
+
+    /// What Foundation's decoder, configured by these conventions, reads from `bytes` (UTF-8 text):
+    /// what an ``IsletJSONReadable`` reading must match.
+    package static func decodeWithDecoder<Value: Decodable>(_ type: Value.Type, from bytes: [UInt8]) throws(MessageDecodingError) -> Value {
         do {
             return try sharedDecoder.decode(type, from: Data(bytes))
         } catch let error as DecodingError {
