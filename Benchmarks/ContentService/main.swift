@@ -177,7 +177,7 @@ struct Pipeline: AsyncParsableCommand {
         let contentSettings = ContentSettings(templatesDirectory: templates, keyring: LinkKeyring(signing: key), grpcHost: "127.0.0.1", grpcPort: 0)
 
         // Reference: read the events and write them back, marking in order once acknowledged.
-        func passThroughRate() async throws -> Double {
+        func passThroughRate() async throws -> (rate: Double, cpu: Double) {
             let passProducer = try KafkaProducer(
                 configuration: ContentServiceApp.producerConfiguration(settings.producerConfiguration(), sendTimeout: contentSettings.sendTimeout), logger: benchLogger)
             let passProducing = Task { try await passProducer.run() }
@@ -210,7 +210,7 @@ struct Pipeline: AsyncParsableCommand {
         }
 
         // content-service, in process.
-        func contentRate() async throws -> Double {
+        func contentRate() async throws -> (rate: Double, cpu: Double) {
             let runtime = ServiceRuntime(settings: settings, logger: benchLogger)
             return try await measure(topic: topics.pushRequests) {
                 let app = try ContentServiceApp(runtime: runtime, settings: contentSettings, topics: topics)
@@ -221,8 +221,8 @@ struct Pipeline: AsyncParsableCommand {
                 _ = try? await running.1.value
             }
         }
-        let content: Double
-        let reference: Double
+        let content: (rate: Double, cpu: Double)
+        let reference: (rate: Double, cpu: Double)
         if contentFirst {
             content = try await contentRate()
             reference = try await passThroughRate()
@@ -232,32 +232,36 @@ struct Pipeline: AsyncParsableCommand {
         }
         producer.shutdown()
         _ = try? await producing.value
-        print(String(format: "passthrough_events_per_s=%.0f", reference))
-        print(String(format: "content_events_per_s=%.0f ratio=%.2f", content, content / reference))
+        print(String(format: "passthrough_events_per_s=%.0f passthrough_cpu_us_per_event=%.1f", reference.rate, reference.cpu))
+        print(String(format: "content_events_per_s=%.0f content_cpu_us_per_event=%.1f ratio=%.2f", content.rate, content.cpu, content.rate / reference.rate))
     }
 
     /// Starts a reader of `topic`, then the system under test; the rate is the records of `topic`
-    /// between the first and the `events`-th read, per second (a group's join time is not counted).
+    /// between the first and the `events`-th read, per second (a group's join time is not counted),
+    /// and the process's CPU time over the same span per record (the side measured and the reader:
+    /// the reader costs both sides the same).
     func measure<Running>(
         topic: String, start: () async throws -> Running, stop: (Running) async throws -> Void
-    ) async throws -> Double {
+    ) async throws -> (rate: Double, cpu: Double) {
         let reader = try KafkaConsumer(configuration: .replica(bootstrapServers: bootstrap, topics: [topic]), logger: benchLogger)
         let reading = Task { try await reader.run() }
         let running = try await start()
         var first: ContinuousClock.Instant?
         var count = 0
         var last = ContinuousClock.now
+        var cpu = (first: 0.0, last: 0.0)
         for await _ in reader.messages {
             last = ContinuousClock.now
-            if first == nil { first = last }
+            if first == nil { (first, cpu.first) = (last, try cpuSeconds(pid: getpid())) }
             count += 1
             if count >= events { break }
         }
+        cpu.last = try cpuSeconds(pid: getpid())
         reader.shutdown()
         _ = try? await reading.value
         try await stop(running)
-        guard let first, count > 1 else { return 0 }
-        return Double(count - 1) / ((last - first) / .seconds(1))
+        guard let first, count > 1 else { return (0, 0) }
+        return (Double(count - 1) / ((last - first) / .seconds(1)), (cpu.last - cpu.first) * 1e6 / Double(count - 1))
     }
 }
 
