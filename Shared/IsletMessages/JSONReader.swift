@@ -328,3 +328,25 @@ extension ActivityEvent: IsletJSONReadable {
 extension JSONValue: IsletJSONReadable {
     public init?(json: JSONValue) { self = json }
 }
+
+extension PushRequest: IsletJSONReadable {
+    public init?(json: JSONValue) {
+        guard let members = JSONMembers(json), let schemaVersion = members.int("schemaVersion"), let requestId = members.string("requestId"),
+            let activityId = members.optionalString("activityId"), let pushToStartKey = members.optionalString("pushToStartKey"),
+            let event = members.string("event"), let app = members.members["app"].flatMap(AppTarget.init(json:)),
+            let attributesType = members.string("attributesType"), let payload = members.string("payload"), let priority = members.int("priority"),
+            let urgency = members.string("urgency"), let supersedable = members.bool("supersedable"), let alerting = members.bool("alerting"),
+            let apnsTimestamp = members.integer("apnsTimestamp"), let contentSequence = members.integer("contentSequence"),
+            let staleDate = members.optionalDate("staleDate"), let expiration = members.optionalDate("expiration"),
+            let createdAt = members.date("createdAt"), let sourceEventId = members.optionalString("sourceEventId"),
+            let sourceActivityId = members.optionalString("sourceActivityId"), let state = members.optionalString("state"),
+            let channelStoragePolicy = members.optionalInt("channelStoragePolicy")
+        else { return nil }
+        self.init(
+            requestId: requestId, activityId: activityId, pushToStartKey: pushToStartKey, event: ActivityEventKind(rawValue: event), app: app,
+            attributesType: attributesType, payload: payload, priority: priority, urgency: Urgency(rawValue: urgency), supersedable: supersedable,
+            alerting: alerting, apnsTimestamp: apnsTimestamp, contentSequence: contentSequence, staleDate: staleDate, expiration: expiration,
+            createdAt: createdAt, sourceEventId: sourceEventId, sourceActivityId: sourceActivityId, state: state,
+            channelStoragePolicy: channelStoragePolicy, schemaVersion: schemaVersion)
+    }
+}

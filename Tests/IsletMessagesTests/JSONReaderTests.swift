@@ -121,4 +121,14 @@ struct JSONReaderTests {
         #expect(JSONReader.value(of: fraction).flatMap(ActivityEvent.init(json:)) == nil)
         #expect(throws: MessageDecodingError.self) { try IsletJSON.decode(ActivityEvent.self, from: fraction) }
     }
+
+    @Test("2,000 random push requests (awkward strings, each optional present or not) read either way are the same request")
+    func pushRequests() throws {
+        for _ in 0..<2_000 {
+            let request = OwnWriterTests.randomRequest()
+            let text = try IsletJSON.encode(request)
+            let decoded = try IsletJSON.decodeWithDecoder(PushRequest.self, from: text)
+            #expect(JSONReader.value(of: text).flatMap(PushRequest.init(json:)) == decoded, "\(request)")
+        }
+    }
 }
