@@ -129,6 +129,7 @@ public enum JSONReader {
                 index += 1
             }
             var text = Array(UnsafeBufferPointer(rebasing: bytes[start..<min(index, bytes.count)]))
+            text.reserveCapacity(bytes.count - start)
             while index < bytes.count {
                 let byte = bytes[index]
                 index += 1
@@ -161,7 +162,13 @@ public enum JSONReader {
                         text.append(contentsOf: UTF8.encode(unicode)!)
                     default: return nil
                     }
-                default: text.append(byte)
+                default:
+                    // The run of plain bytes up to the next quote, backslash or control byte, at once.
+                    var end = index
+                    while end < bytes.count, bytes[end] >= 0x20, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\") { end += 1 }
+                    text.append(byte)
+                    text.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[index..<end]))
+                    index = end
                 }
             }
             return nil
