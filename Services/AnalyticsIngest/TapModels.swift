@@ -96,3 +96,25 @@ extension TapResult: IsletJSONWritable {
         object.end(into: &out)
     }
 }
+
+extension TapInput: IsletJSONReadable {
+    public init?(json: JSONValue) {
+        guard let members = JSONMembers(json), let url = members.optionalString("url"), let tappedAt = members.optionalString("tappedAt"),
+            let appVersion = members.optionalString("appVersion"), let osVersion = members.optionalString("osVersion")
+        else { return nil }
+        self.init(url: url, tappedAt: tappedAt, appVersion: appVersion, osVersion: osVersion)
+    }
+}
+
+extension TapBatch: IsletJSONReadable {
+    public init?(json: JSONValue) {
+        guard let members = JSONMembers(json), case .array(let items)? = members.members["taps"] else { return nil }
+        var taps: [TapInput] = []
+        taps.reserveCapacity(items.count)
+        for item in items {
+            guard let tap = TapInput(json: item) else { return nil }
+            taps.append(tap)
+        }
+        self.init(taps: taps)
+    }
+}

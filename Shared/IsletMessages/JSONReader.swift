@@ -239,63 +239,63 @@ public protocol IsletJSONReadable {
 }
 
 /// Reading members as the synthesized `Decodable` conformances read them.
-struct JSONMembers {
-    let members: [String: JSONValue]
+public struct JSONMembers {
+    public let members: [String: JSONValue]
 
-    init?(_ value: JSONValue) {
+    public init?(_ value: JSONValue) {
         guard case .object(let members) = value else { return nil }
         self.members = members
     }
 
     /// Whether the key is absent or `null` (an optional's `nil`).
-    func isAbsent(_ key: String) -> Bool {
+    public func isAbsent(_ key: String) -> Bool {
         switch members[key] {
         case nil, .null?: true
         default: false
         }
     }
 
-    func string(_ key: String) -> String? {
+    public func string(_ key: String) -> String? {
         if case .string(let value)? = members[key] { value } else { nil }
     }
 
     /// An optional string: `.some(nil)` when absent or `null`, `nil` when of another kind.
-    func optionalString(_ key: String) -> String?? {
+    public func optionalString(_ key: String) -> String?? {
         if isAbsent(key) { return .some(nil) }
         return string(key).map { .some($0) }
     }
 
-    func integer(_ key: String) -> Int64? {
+    public func integer(_ key: String) -> Int64? {
         if case .integer(let value)? = members[key] { value } else { nil }
     }
 
-    func int(_ key: String) -> Int? {
+    public func int(_ key: String) -> Int? {
         integer(key).flatMap { Int(exactly: $0) }
     }
 
-    func optionalInt(_ key: String) -> Int?? {
+    public func optionalInt(_ key: String) -> Int?? {
         if isAbsent(key) { return .some(nil) }
         return int(key).map { .some($0) }
     }
 
-    func bool(_ key: String) -> Bool? {
+    public func bool(_ key: String) -> Bool? {
         if case .bool(let value)? = members[key] { value } else { nil }
     }
 
-    func date(_ key: String) -> Date? {
+    public func date(_ key: String) -> Date? {
         string(key).flatMap(IsletDate.parse)
     }
 
-    func optionalDate(_ key: String) -> Date?? {
+    public func optionalDate(_ key: String) -> Date?? {
         if isAbsent(key) { return .some(nil) }
         return date(key).map { .some($0) }
     }
 
-    func object(_ key: String) -> [String: JSONValue]? {
+    public func object(_ key: String) -> [String: JSONValue]? {
         if case .object(let value)? = members[key] { value } else { nil }
     }
 
-    func optionalObject(_ key: String) -> [String: JSONValue]?? {
+    public func optionalObject(_ key: String) -> [String: JSONValue]?? {
         if isAbsent(key) { return .some(nil) }
         return object(key).map { .some($0) }
     }
