@@ -131,8 +131,8 @@ public enum NotificationValidator {
     /// of the whole document (most of the simulator's CPU when it did). The document is still
     /// parsed whole: malformed JSON anywhere is a BadPayload. A value it does not read is checked
     /// for syntax only (a number beyond a Double's range, a lone surrogate escape pass).
-    struct PayloadShape: Decodable {
-        struct APS: Decodable {
+    struct PayloadShape: Decodable, Equatable {
+        struct APS: Decodable, Equatable {
             enum Key: String, CodingKey {
                 case event, timestamp, alert, attributes
                 case contentState = "content-state"
@@ -177,3 +177,29 @@ public enum NotificationValidator {
             || (UInt8(ascii: "A")...UInt8(ascii: "F")).contains(byte)
     }
 }
+
+/// The same reading from a ``JSONValue`` that ``JSONReader`` made (``IsletJSON`` tries it first;
+/// the decoder decides whatever the reader does not take).
+extension NotificationValidator.PayloadShape: IsletJSONReadable {
+    init?(json: JSONValue) {
+        guard case .object(let root) = json, case .object(let aps)? = root["aps"] else { return nil }
+        self.aps = APS(members: aps)
+    }
+}
+
+extension NotificationValidator.PayloadShape.APS {
+    init(members aps: [String: JSONValue]) {
+        if case .string(let text)? = aps["event"] { event = text } else { event = nil }
+        switch aps["timestamp"] {
+        case .integer(let whole)?: timestamp = whole
+        case .number(let number)? where number.rounded() == number: timestamp = Int64(exactly: number)
+        default: timestamp = nil
+        }
+        if case .object? = aps["content-state"] { hasContentState = true } else { hasContentState = false }
+        if case .object? = aps["attributes"] { hasAttributes = true } else { hasAttributes = false }
+        if case .string? = aps["attributes-type"] { hasAttributesType = true } else { hasAttributesType = false }
+        hasAlert = aps["alert"] != nil
+        if case .string(let text)? = aps["input-push-channel"] { inputPushChannel = text } else { inputPushChannel = nil }
+    }
+}
+
