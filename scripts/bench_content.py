@@ -22,7 +22,7 @@ def main(assembly, results):
         passthrough_cpu = statistics.median(float(r.get("passthrough_cpu_us_per_event", "nan")) for r in rows)
         print(f"pipeline, medians over {len(rows)} rounds: content-service {content:,.0f} events/s ({cpu:.1f} µs of CPU each), "
               f"pass-through {passthrough:,.0f} events/s ({passthrough_cpu:.1f} µs), ratio {content / passthrough:.2f}")
-        print(f"result\tcontent.pipeline\t{content:.0f}\t{passthrough:.0f}\t{content / passthrough:.4f}\trounds={len(rows)} cpu_us={cpu:.1f} ref_cpu_us={passthrough_cpu:.1f}")
+        print(f"result\tcontent.pipeline\t{content:.0f}\t{passthrough:.0f}\t{content / passthrough:.4f}\trounds={len(rows)}\tcpu_us={cpu:.1f}\tref_cpu_us={passthrough_cpu:.1f}")
         summary += [f"events_per_s={content:.0f}", f"cpu_us_per_event={cpu:.1f}", f"passthrough_per_s={passthrough:.0f}",
                     f"passthrough_cpu_us_per_event={passthrough_cpu:.1f}", f"ratio={content / passthrough:.4f}", f"rounds={len(rows)}"]
     for line in open(assembly).read().splitlines():  # one figure per line, its name first

@@ -192,9 +192,11 @@ public enum JSONReader {
             return value
         }
 
-        /// A number, as the decoder reads one into a ``JSONValue``: `.integer` when it is whole and
-        /// fits 64 bits, else `.number`. A whole number written with a fraction or an exponent
-        /// beyond 2^53 is left to the decoder (whether it reads it exactly is its business).
+        /// A number, as the decoder reads one into a ``JSONValue``: `.integer` when it is written as
+        /// a whole number that fits 64 bits, `.number` when it has a fraction. A whole number written
+        /// with a fraction or an exponent (`7.0`, `1e3`) is left to the decoder: it reads as
+        /// `.integer` in a ``JSONValue``, but whether an integer field takes it is the decoder's
+        /// business. So is a number beyond 2^53 written that way (whether it is read exactly).
         mutating func number() -> JSONValue? {
             let start = index
             if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
@@ -222,8 +224,7 @@ public enum JSONReader {
             }
             let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
             if whole, let integer = Int64(text) { return .integer(integer) }
-            guard let double = Double(text), double.isFinite, abs(double) < 9_007_199_254_740_992 else { return nil }
-            if let integer = Int64(exactly: double) { return .integer(integer) }
+            guard let double = Double(text), double.isFinite, abs(double) < 9_007_199_254_740_992, double.rounded() != double else { return nil }
             return .number(double)
         }
 

@@ -46,7 +46,7 @@ struct ToleranceTests {
             ],
             "ContentMemoryRecord": [
                 "activity", "checkpoint", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",
-                "activity.startedAt", "activity.latest", "activity.payloadStoredAt", "activity.payloadLost", "activity.outcomes", "activity.outcomePositions",
+                "activity.startedAt", "activity.latest", "activity.payloadStoredAt", "activity.payloadLost", "activity.outcomes", "activity.outcomePositions", "activity.startedWith",
                 "activity.contentRequestId", "activity.lastResendAt", "activity.goneAt", "activity.goneToken", "activity.inlinedImages",
                 "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey",
             ],

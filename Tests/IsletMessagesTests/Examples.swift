@@ -148,7 +148,8 @@ enum Examples {
                 createdAt: pushRequestPushToStart.createdAt, staleDate: pushRequestPushToStart.staleDate, contentSequence: 1, content: true,
                 pushToStartKey: pushToStartKey),
             payloadStoredAt: .init(partition: 5, offset: 902),
-            outcomes: [.init(requestId: pushRequestPushToStart.requestId, result: .awaitingToken)], contentRequestId: pushRequestPushToStart.requestId),
+            outcomes: [.init(requestId: pushRequestPushToStart.requestId, result: .awaitingToken)], contentRequestId: pushRequestPushToStart.requestId,
+            startedWith: pushToStartKey),
         writtenAt: utc(2026, 11, 22, 10, 2, 15, 2))
 
     /// Partition 2's checkpoint: its memories reflect every request and outcome before these offsets.
