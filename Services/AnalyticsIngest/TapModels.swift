@@ -99,8 +99,8 @@ extension TapResult: IsletJSONWritable {
 
 extension TapInput: IsletJSONReadable {
     public init?(json: JSONValue) {
-        guard let members = JSONMembers(json), let url = members.optionalString("url"), let tappedAt = members.optionalString("tappedAt"),
-            let appVersion = members.optionalString("appVersion"), let osVersion = members.optionalString("osVersion")
+        guard let members = JSONMembers(json), let url = members.optional("url", members.string), let tappedAt = members.optional("tappedAt", members.string),
+            let appVersion = members.optional("appVersion", members.string), let osVersion = members.optional("osVersion", members.string)
         else { return nil }
         self.init(url: url, tappedAt: tappedAt, appVersion: appVersion, osVersion: osVersion)
     }

@@ -256,14 +256,15 @@ public struct JSONMembers {
         }
     }
 
-    public func string(_ key: String) -> String? {
-        if case .string(let value)? = members[key] { value } else { nil }
+    /// An optional member read by `read`: `.some(nil)` when absent or `null`, `nil` when `read`
+    /// does not take it (another kind).
+    public func optional<Value>(_ key: String, _ read: (String) -> Value?) -> Value?? {
+        if isAbsent(key) { return .some(nil) }
+        return read(key).map { .some($0) }
     }
 
-    /// An optional string: `.some(nil)` when absent or `null`, `nil` when of another kind.
-    public func optionalString(_ key: String) -> String?? {
-        if isAbsent(key) { return .some(nil) }
-        return string(key).map { .some($0) }
+    public func string(_ key: String) -> String? {
+        if case .string(let value)? = members[key] { value } else { nil }
     }
 
     public func integer(_ key: String) -> Int64? {
@@ -274,11 +275,6 @@ public struct JSONMembers {
         integer(key).flatMap { Int(exactly: $0) }
     }
 
-    public func optionalInt(_ key: String) -> Int?? {
-        if isAbsent(key) { return .some(nil) }
-        return int(key).map { .some($0) }
-    }
-
     public func bool(_ key: String) -> Bool? {
         if case .bool(let value)? = members[key] { value } else { nil }
     }
@@ -287,18 +283,8 @@ public struct JSONMembers {
         string(key).flatMap(IsletDate.parse)
     }
 
-    public func optionalDate(_ key: String) -> Date?? {
-        if isAbsent(key) { return .some(nil) }
-        return date(key).map { .some($0) }
-    }
-
     public func object(_ key: String) -> [String: JSONValue]? {
         if case .object(let value)? = members[key] { value } else { nil }
-    }
-
-    public func optionalObject(_ key: String) -> [String: JSONValue]?? {
-        if isAbsent(key) { return .some(nil) }
-        return object(key).map { .some($0) }
     }
 }
 
@@ -314,10 +300,10 @@ extension AppTarget: IsletJSONReadable {
 extension ActivityEvent: IsletJSONReadable {
     public init?(json: JSONValue) {
         guard let members = JSONMembers(json), let schemaVersion = members.int("schemaVersion"), let eventId = members.string("eventId"),
-            let activityId = members.string("activityId"), let bundleId = members.optionalString("bundleId"), let kind = members.string("kind"),
+            let activityId = members.string("activityId"), let bundleId = members.optional("bundleId", members.string), let kind = members.string("kind"),
             let attributesType = members.string("attributesType"), let fields = members.object("fields"),
             let urgency = members.string("urgency"), let occurredAt = members.date("occurredAt"), let sequence = members.integer("sequence"),
-            let attributes = members.optionalObject("attributes"), let source = members.optionalString("source")
+            let attributes = members.optional("attributes", members.object), let source = members.optional("source", members.string)
         else { return nil }
         var startTarget: PushToStartTarget?
         if !members.isAbsent("startTarget") {
@@ -340,15 +326,15 @@ extension JSONValue: IsletJSONReadable {
 extension PushRequest: IsletJSONReadable {
     public init?(json: JSONValue) {
         guard let members = JSONMembers(json), let schemaVersion = members.int("schemaVersion"), let requestId = members.string("requestId"),
-            let activityId = members.optionalString("activityId"), let pushToStartKey = members.optionalString("pushToStartKey"),
+            let activityId = members.optional("activityId", members.string), let pushToStartKey = members.optional("pushToStartKey", members.string),
             let event = members.string("event"), let app = members.members["app"].flatMap(AppTarget.init(json:)),
             let attributesType = members.string("attributesType"), let payload = members.string("payload"), let priority = members.int("priority"),
             let urgency = members.string("urgency"), let supersedable = members.bool("supersedable"), let alerting = members.bool("alerting"),
             let apnsTimestamp = members.integer("apnsTimestamp"), let contentSequence = members.integer("contentSequence"),
-            let staleDate = members.optionalDate("staleDate"), let expiration = members.optionalDate("expiration"),
-            let createdAt = members.date("createdAt"), let sourceEventId = members.optionalString("sourceEventId"),
-            let sourceActivityId = members.optionalString("sourceActivityId"), let state = members.optionalString("state"),
-            let channelStoragePolicy = members.optionalInt("channelStoragePolicy")
+            let staleDate = members.optional("staleDate", members.date), let expiration = members.optional("expiration", members.date),
+            let createdAt = members.date("createdAt"), let sourceEventId = members.optional("sourceEventId", members.string),
+            let sourceActivityId = members.optional("sourceActivityId", members.string), let state = members.optional("state", members.string),
+            let channelStoragePolicy = members.optional("channelStoragePolicy", members.int)
         else { return nil }
         self.init(
             requestId: requestId, activityId: activityId, pushToStartKey: pushToStartKey, event: ActivityEventKind(rawValue: event), app: app,
