@@ -131,72 +131,68 @@ public struct APNsTransportError: Error, Sendable, Equatable, CustomStringConver
 
 /// One HTTP/2 connection to APNs over TLS, carrying many pushes at once (one stream each).
 ///
-/// Every wait has a bound: ``connect(id:host:port:sslContext:serverHostname:connectTimeout:group:)``
+/// Every wait has a bound: ``connect(id:host:port:sslContext:serverHostname:connectTimeout:group:firstStreamID:)``
 /// returns only once the TLS handshake is done and the server's HTTP/2 SETTINGS arrived, within
 /// the connect timeout; ``send(_:authorization:deadline:)`` fails at its deadline whatever it is
 /// waiting for (a stream, flow-control window, the answer).
+///
+/// Its streams are frames on the connection's own pipeline (``APNsStreams``, after NIO's
+/// `NIOHTTP2Handler`), not a child channel each: a push is two frames written and two read, with no
+/// channel, pipeline or handler made for it.
 final class APNsConnection: Sendable {
-    private struct State {
-        /// Pushes started on it and not finished.
-        var active = 0
-        /// It takes no new pushes and closes once none is active: a request on it was not written
-        /// within its deadline, or its lane replaced it.
-        var retired = false
-    }
-
     let id: Int
     private let channel: any Channel
-    private let multiplexer: NIOHTTP2Handler.StreamMultiplexer
-    private let goAway: GoAwayWatcher
-    private let state = Mutex(State())
+    private let streams: NIOLoopBound<APNsStreams>
+    private let usage: ConnectionUsage
     let authority: String
     /// The provider token in use on this connection.
     let providerToken = Mutex(ConnectionToken())
 
-    private init(id: Int, channel: any Channel, multiplexer: NIOHTTP2Handler.StreamMultiplexer, goAway: GoAwayWatcher, authority: String) {
+    private init(id: Int, channel: any Channel, streams: NIOLoopBound<APNsStreams>, usage: ConnectionUsage, authority: String) {
         self.id = id
         self.channel = channel
-        self.multiplexer = multiplexer
-        self.goAway = goAway
+        self.streams = streams
+        self.usage = usage
         self.authority = authority
     }
 
-    /// Whether new pushes may use it (open, no GOAWAY received, no write stalled on it).
-    var isUsable: Bool { channel.isActive && !goAway.received && !state.withLock { $0.retired } }
+    /// Whether new pushes may use it (open, no GOAWAY received, no write stalled on it, stream ids left).
+    var isUsable: Bool { channel.isActive && !usage.goAway.received && !usage.isRetired }
 
     /// Opens a connection: TCP, the TLS handshake and the server's HTTP/2 SETTINGS, all within
     /// `connectTimeout`; throws ``APNsTransportError/Kind/connect`` otherwise (a server that
-    /// accepts and never answers the handshake included).
+    /// accepts and never answers the handshake included). `firstStreamID` is for tests (a
+    /// connection near the end of its stream ids).
     static func connect(
         id: Int, host: String, port: Int, sslContext: NIOSSLContext, serverHostname: String?, connectTimeout: Duration,
-        group: any EventLoopGroup
+        group: any EventLoopGroup, firstStreamID: HTTP2StreamID = 1
     ) async throws -> APNsConnection {
         let deadline = NIODeadline.now() + TimeAmount(connectTimeout)
-        let goAway = GoAwayWatcher()
+        let usage = ConnectionUsage()
         let connectionConfiguration = {
             var configuration = NIOHTTP2Handler.ConnectionConfiguration()
             configuration.initialSettings = [
                 HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
-                HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
+                HTTP2Setting(parameter: .initialWindowSize, value: APNsStreams.streamWindow),
                 HTTP2Setting(parameter: .enablePush, value: 0),
             ]
             return configuration
         }()
-        let (channel, multiplexer, ready): (any Channel, NIOHTTP2Handler.StreamMultiplexer, EventLoopPromise<Void>)
+        let (channel, ready, streams): (any Channel, EventLoopPromise<Void>, NIOLoopBound<APNsStreams>)
         do {
-            (channel, multiplexer, ready) = try await ClientBootstrap(group: group)
+            (channel, ready, streams) = try await ClientBootstrap(group: group)
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .connectTimeout(TimeAmount(connectTimeout))
                 .connect(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let ready = channel.eventLoop.makePromise(of: Void.self)
-                        try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
-                        let multiplexer = try channel.pipeline.syncOperations.configureHTTP2Pipeline(
-                            mode: .client, connectionConfiguration: connectionConfiguration, streamConfiguration: .init()
-                        ) { inbound in inbound.close() }
-                        try channel.pipeline.syncOperations.addHandler(SettingsWatcher(ready: ready))
-                        try channel.pipeline.syncOperations.addHandler(goAway)
-                        return (channel, multiplexer, ready)
+                        let pipeline = channel.pipeline.syncOperations
+                        try pipeline.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
+                        try pipeline.addHandler(NIOHTTP2Handler(mode: .client, connectionConfiguration: connectionConfiguration))
+                        try pipeline.addHandler(SettingsWatcher(ready: ready))
+                        let streams = APNsStreams(usage: usage, firstStreamID: firstStreamID)
+                        try pipeline.addHandler(streams)
+                        return (channel, ready, NIOLoopBound(streams, eventLoop: channel.eventLoop))
                     }
                 }
         } catch {
@@ -210,7 +206,7 @@ final class APNsConnection: Sendable {
             channel.close(promise: nil)
             throw error as? APNsTransportError ?? APNsTransportError(.connect, "\(host):\(port): \(error)")
         }
-        return APNsConnection(id: id, channel: channel, multiplexer: multiplexer, goAway: goAway, authority: host)
+        return APNsConnection(id: id, channel: channel, streams: streams, usage: usage, authority: host)
     }
 
     /// Sends one push and waits for its answer until `deadline`, which bounds the whole attempt:
@@ -267,79 +263,24 @@ final class APNsConnection: Sendable {
     /// One request on a stream of its own and its reply; `body` nil: the HEADERS end the stream.
     private func exchange(headers: HPACKHeaders, body: ByteBuffer?, maximumBody: Int, deadline: NIODeadline) async throws -> APNsReply {
         let promise = channel.eventLoop.makePromise(of: APNsReply.self)
-        let attempt = Attempt()
-        state.withLock { $0.active += 1 }
-        let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
-            guard let expired = attempt.expire() else { return }
-            if expired.written {
-                promise.fail(APNsTransportError(.timeout, "no answer by the deadline"))
-            } else {
-                self.state.withLock { $0.retired = true }
-                promise.fail(APNsTransportError(.stalled, "not completely written by the deadline (no stream, no flow-control window, or a server not reading)"))
-            }
-            expired.stream?.close(promise: nil)
-        }
+        usage.started()
         promise.futureResult.whenComplete { _ in
-            timeout.cancel()
-            attempt.finish()
-            self.finished()
+            if self.usage.finished() { self.channel.close(promise: nil) }
         }
-
-        let goAway = self.goAway
-        let streamFuture = multiplexer.createStreamChannel { stream in
-            stream.eventLoop.makeCompletedFuture {
-                try stream.pipeline.syncOperations.addHandler(APNsStreamHandler(promise: promise, goAway: goAway, maximumBody: maximumBody))
-            }
-        }
-        streamFuture.whenComplete { result in
-            switch result {
-            case .failure(let error):
-                promise.fail(APNsTransportError(goAway.received ? .notProcessed : .lost, "stream not opened: \(error)"))
-            case .success(let stream):
-                // The deadline passed while the stream was being opened: nothing is written.
-                guard attempt.opened(stream) else {
-                    stream.close(promise: nil)
-                    return
-                }
-                // Written once the request's end (END_STREAM) is on the socket: from then on APNs
-                // may have processed it, and a deadline is a timeout rather than a stall.
-                let end: EventLoopFuture<Void>
-                if let body {
-                    stream.write(HTTP2Frame.FramePayload.headers(.init(headers: headers)), promise: nil)
-                    end = stream.writeAndFlush(HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(body), endStream: true)))
-                } else {
-                    end = stream.writeAndFlush(HTTP2Frame.FramePayload.headers(.init(headers: headers, endStream: true)))
-                }
-                end.whenComplete { written in
-                    switch written {
-                    case .success:
-                        attempt.wrote()
-                    case .failure(let error):
-                        promise.fail(APNsTransportError(goAway.received ? .notProcessed : .lost, "request not written: \(error)"))
-                    }
-                }
-            }
+        let request = APNsStreams.Request(headers: headers, body: body, maximumBody: maximumBody, deadline: deadline, reply: promise)
+        let streams = self.streams
+        if channel.eventLoop.inEventLoop {
+            streams.value.start(request)
+        } else {
+            channel.eventLoop.execute { streams.value.start(request) }
         }
         return try await promise.futureResult.get()
-    }
-
-    /// A push on it finished: a retired connection closes once none is left.
-    private func finished() {
-        let close = state.withLock { state in
-            state.active -= 1
-            return state.active == 0 && state.retired
-        }
-        if close { channel.close(promise: nil) }
     }
 
     /// Closes it once no push is active on it (at once if none is): its lane replaced it, and the
     /// pushes waiting for an answer on it still get one.
     func retire() {
-        let close = state.withLock { state in
-            state.retired = true
-            return state.active == 0
-        }
-        if close { channel.close(promise: nil) }
+        if usage.retire() { channel.close(promise: nil) }
     }
 
     func close() {
@@ -347,42 +288,6 @@ final class APNsConnection: Sendable {
     }
 
     var closeFuture: EventLoopFuture<Void> { channel.closeFuture }
-}
-
-/// Where one push's attempt stands, for its deadline: its stream, and whether the request was
-/// completely written. Touched on the connection's event loop only; the lock makes it `Sendable`.
-private final class Attempt: Sendable {
-    private struct State {
-        var stream: (any Channel)?
-        var written = false
-        var finished = false
-    }
-
-    private let state = Mutex(State())
-
-    func wrote() { state.withLock { $0.written = true } }
-
-    /// Notes the stream; `false` when the attempt already finished (its deadline passed).
-    func opened(_ stream: any Channel) -> Bool {
-        state.withLock { state in
-            guard !state.finished else { return false }
-            state.stream = stream
-            return true
-        }
-    }
-
-    /// The attempt has its result (an answer, an error, or its deadline).
-    func finish() { state.withLock { $0.finished = true } }
-
-    /// The deadline passed: the stream to cancel and whether the request was written, or `nil`
-    /// when the attempt already had its result. A stream that got its answer is never reset (a
-    /// server may read RST_STREAM on completed streams as a rapid-reset attack).
-    func expire() -> (stream: (any Channel)?, written: Bool)? {
-        state.withLock { state in
-            guard !state.finished else { return nil }
-            return (state.stream, state.written)
-        }
-    }
 }
 
 /// Completes `ready` when the server's first SETTINGS frame arrives (the TLS handshake is done
@@ -419,9 +324,45 @@ final class SettingsWatcher: ChannelInboundHandler, RemovableChannelHandler {
     }
 }
 
-/// Notes a GOAWAY from the server: the last stream it processed.
-final class GoAwayWatcher: ChannelInboundHandler, Sendable {
-    typealias InboundIn = HTTP2Frame
+/// How a connection is used, shared by ``APNsConnection`` (any thread) and its ``APNsStreams``
+/// (its event loop): the pushes under way on it, whether it is retired, and the server's GOAWAY.
+final class ConnectionUsage: Sendable {
+    private struct State {
+        /// Pushes started on it and not finished.
+        var active = 0
+        /// It takes no new pushes and closes once none is active: a request on it was not written
+        /// within its deadline, its stream ids are used up, or its lane replaced it.
+        var retired = false
+    }
+
+    private let state = Mutex(State())
+    let goAway = GoAwayWatcher()
+
+    var isRetired: Bool { state.withLock { $0.retired } }
+
+    func started() { state.withLock { $0.active += 1 } }
+
+    /// A push finished; whether the connection is to close now (retired, none left).
+    func finished() -> Bool {
+        state.withLock { state in
+            state.active -= 1
+            return state.active == 0 && state.retired
+        }
+    }
+
+    /// It takes no new pushes; whether it is to close now (none under way).
+    @discardableResult
+    func retire() -> Bool {
+        state.withLock { state in
+            state.retired = true
+            return state.active == 0
+        }
+    }
+}
+
+/// A GOAWAY from the server, as ``APNsStreams`` read it: the last stream it processed. Read from
+/// any thread (whether a connection is still usable).
+final class GoAwayWatcher: Sendable {
     private let lastStreamID = Mutex<HTTP2StreamID?>(nil)
 
     var received: Bool { lastStreamID.withLock { $0 != nil } }
@@ -431,10 +372,8 @@ final class GoAwayWatcher: ChannelInboundHandler, Sendable {
         lastStreamID.withLock { last in last.map { stream <= $0 } }
     }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .goAway(let last, _, _) = unwrapInboundIn(data).payload {
-            lastStreamID.withLock { $0 = min($0 ?? last, last) }
-        }
+    func note(lastStreamID last: HTTP2StreamID) {
+        lastStreamID.withLock { $0 = min($0 ?? last, last) }
     }
 }
 
@@ -456,68 +395,234 @@ struct APNsReply: Sendable {
     static let maximumManagementBody = 1 << 20
 }
 
-/// Collects one stream's answer, from its HTTP/2 frames: HEADERS with `:status`, then a body in DATA
-/// (an error's JSON, or what a channel management request asked for).
-final class APNsStreamHandler: ChannelInboundHandler {
-    typealias InboundIn = HTTP2Frame.FramePayload
+/// Every stream of one connection, as frames on the connection's pipeline, after NIO's
+/// `NIOHTTP2Handler` (which keeps each stream's state, MAX_CONCURRENT_STREAMS — a request past it
+/// waits in its buffer — and the outbound flow-control windows).
+///
+/// A ``Request`` given to ``start(_:)`` gets the next client stream id: its HEADERS (and DATA)
+/// go out, and the answer's frames (HEADERS with `:status`, then a body in DATA) are collected
+/// into its ``APNsReply``. Each request fails on its own: at its deadline (a timeout if it was
+/// completely written, its stream reset; a stall if not), when its stream is closed without an
+/// answer (reset by the server, or refused by a GOAWAY: not processed), or when the connection
+/// closes. It also returns the connection's inbound flow-control window as answers are read
+/// (streams start with ``streamWindow``, more than any answer kept).
+final class APNsStreams: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
 
-    private let promise: EventLoopPromise<APNsReply>
-    private let goAway: GoAwayWatcher
-    private var status: Int?
-    private var requestID: String?
-    private var channelID: String?
-    private var body: [UInt8] = []
-    private let maximumBody: Int
-
-    init(promise: EventLoopPromise<APNsReply>, goAway: GoAwayWatcher, maximumBody: Int) {
-        self.promise = promise
-        self.goAway = goAway
-        self.maximumBody = maximumBody
+    /// One request and where its answer goes.
+    struct Request: Sendable {
+        var headers: HPACKHeaders
+        /// `nil`: the HEADERS end the stream.
+        var body: ByteBuffer?
+        var maximumBody: Int
+        var deadline: NIODeadline
+        var reply: EventLoopPromise<APNsReply>
     }
 
+    /// The initial window of every stream this side receives on (SETTINGS_INITIAL_WINDOW_SIZE).
+    static let streamWindow = 1 << 20
+
+    fileprivate struct Stream {
+        let reply: EventLoopPromise<APNsReply>
+        let maximumBody: Int
+        var written = false
+        var status: Int?
+        var requestID: String?
+        var channelID: String?
+        var body: [UInt8] = []
+        var deadline: Scheduled<Void>?
+    }
+
+    private let usage: ConnectionUsage
+    private var goAway: GoAwayWatcher { usage.goAway }
+    /// Set while the handler is in the pipeline of an open connection.
+    private var context: ChannelHandlerContext?
+    private var streams: [HTTP2StreamID: Stream] = [:]
+    /// The id the next request's stream gets; `nil` once they are used up (2^31 - 1).
+    private var nextStreamID: HTTP2StreamID?
+    /// DATA read since the connection's window was last returned to the server.
+    private var unreturned = 0
+    /// A flush is enqueued on the event loop (``flushSoon(_:)``).
+    private var flushPending = false
+
+    init(usage: ConnectionUsage, firstStreamID: HTTP2StreamID = 1) {
+        self.usage = usage
+        self.nextStreamID = firstStreamID
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    // MARK: Requests
+
+    /// Opens the request's stream and writes it (on the connection's event loop).
+    func start(_ request: Request) {
+        guard let context else {
+            return request.reply.fail(APNsTransportError(goAway.received ? .notProcessed : .lost, "stream not opened: the connection is closed"))
+        }
+        if goAway.received {
+            return request.reply.fail(APNsTransportError(.notProcessed, "stream not opened: the server sent GOAWAY"))
+        }
+        guard let streamID = nextStreamID else {
+            // Not written, so safe to send again; the connection takes no more.
+            usage.retire()
+            return request.reply.fail(APNsTransportError(.notProcessed, "stream not opened: no stream ids left on this connection"))
+        }
+        nextStreamID = Int(streamID) <= Int(Int32.max) - 2 ? streamID.advanced(by: 2) : nil
+        var stream = Stream(reply: request.reply, maximumBody: request.maximumBody)
+        stream.deadline = context.eventLoop.assumeIsolated().scheduleTask(deadline: request.deadline) { [self] in
+            expire(streamID)
+        }
+        streams[streamID] = stream
+
+        // Written once the request's end (END_STREAM) is on the socket: from then on APNs may have
+        // processed it, and a deadline is a timeout rather than a stall.
+        let end = context.eventLoop.makePromise(of: Void.self)
+        if let body = request.body {
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: request.headers)))), promise: nil)
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(body), endStream: true)))), promise: end)
+        } else {
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: true)))), promise: end)
+        }
+        flushSoon(context)
+        end.futureResult.assumeIsolated().whenComplete { [self] written in
+            switch written {
+            case .success:
+                streams[streamID]?.written = true
+            case .failure(let error):
+                fail(streamID, APNsTransportError(goAway.received ? .notProcessed : .lost, "request not written: \(error)"))
+            }
+        }
+    }
+
+    /// Flushes once the requests started in this turn of the event loop are written: those that
+    /// arrive together (the engine hands them over in bursts as answers come in) share one TLS
+    /// record and one write on the socket, instead of one each.
+    private func flushSoon(_ context: ChannelHandlerContext) {
+        guard !flushPending else { return }
+        flushPending = true
+        context.eventLoop.assumeIsolated().execute { [self] in
+            flushPending = false
+            self.context?.flush()
+        }
+    }
+
+    /// The deadline passed: the stream is cancelled. A stream that got its answer is never reset (a
+    /// server may read RST_STREAM on completed streams as a rapid-reset attack); one whose HEADERS
+    /// still wait in NIO's buffer for a free stream is dropped there, never sent. A request not
+    /// completely written by then retires the connection.
+    private func expire(_ streamID: HTTP2StreamID) {
+        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        if stream.written {
+            stream.reply.fail(APNsTransportError(.timeout, "no answer by the deadline"))
+        } else {
+            usage.retire()
+            stream.reply.fail(APNsTransportError(.stalled, "not completely written by the deadline (no stream, no flow-control window, or a server not reading)"))
+        }
+        context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
+    }
+
+    // MARK: Answers
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
-        case .headers(let frame):
-            if status == nil {
-                status = frame.headers.first(name: ":status").flatMap { Int($0) }
-                requestID = frame.headers.first(name: "apns-id") ?? frame.headers.first(name: "apns-request-id")
-                channelID = frame.headers.first(name: "apns-channel-id")
-            }
-            if frame.endStream { finish() }
-        case .data(let frame):
-            if case .byteBuffer(let buffer) = frame.data, body.count < maximumBody {
-                body += buffer.readableBytesView.prefix(maximumBody - body.count)
-            }
-            if frame.endStream { finish() }
+        let frame = unwrapInboundIn(data)
+        switch frame.payload {
+        case .headers(let headers):
+            guard streams[frame.streamID] != nil else { return }
+            streams[frame.streamID]!.noteHeaders(headers.headers)
+            if headers.endStream { finish(frame.streamID) }
+        case .data(let data):
+            // What the window counts: the data, and any padding with its length byte.
+            returnWindow(data.data.readableBytes + (data.paddingBytes.map { $0 + 1 } ?? 0), context: context)
+            guard streams[frame.streamID] != nil else { return }
+            if case .byteBuffer(let buffer) = data.data { streams[frame.streamID]!.keep(buffer) }
+            if data.endStream { finish(frame.streamID) }
+        case .goAway(let last, _, _):
+            // NIO then closes every stream after `last` (StreamClosedEvent, refusedStream).
+            goAway.note(lastStreamID: last)
         default:
             break
         }
     }
 
-    private func finish() {
-        guard let status else {
-            promise.fail(APNsTransportError(.lost, "an answer without :status"))
-            return
+    /// The server may send as much as its window allows: each answer's DATA is counted and given
+    /// back on the connection (stream 0) once half of its initial 65,535 bytes is used.
+    private func returnWindow(_ length: Int, context: ChannelHandlerContext) {
+        unreturned += length
+        guard unreturned >= 32_768 else { return }
+        let increment = unreturned
+        unreturned = 0
+        context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: increment))), promise: nil)
+    }
+
+    private func finish(_ streamID: HTTP2StreamID) {
+        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        stream.deadline?.cancel()
+        guard let status = stream.status else {
+            return stream.reply.fail(APNsTransportError(.lost, "an answer without :status"))
         }
-        promise.succeed(APNsReply(status: status, requestID: requestID, channelID: channelID, body: body))
+        stream.reply.succeed(APNsReply(status: status, requestID: stream.requestID, channelID: stream.channelID, body: stream.body))
+    }
+
+    private func fail(_ streamID: HTTP2StreamID, _ error: APNsTransportError) {
+        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        stream.deadline?.cancel()
+        stream.reply.fail(error)
+    }
+
+    /// Why a stream ended without an answer: not processed if it was refused (REFUSED_STREAM, or
+    /// past a GOAWAY's last stream), else possibly delivered.
+    private func ended(_ streamID: HTTP2StreamID, refused: Bool, _ detail: String) -> APNsTransportError {
+        APNsTransportError(refused || goAway.processed(streamID) == false ? .notProcessed : .lost, detail)
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let closed = event as? StreamClosedEvent, streams[closed.streamID] != nil {
+            let detail = closed.reason.map { "stream closed without an answer (\($0))" } ?? "stream closed without an answer"
+            fail(closed.streamID, ended(closed.streamID, refused: closed.reason == .refusedStream, detail))
+        }
+        context.fireUserInboundEventTriggered(event)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        failWithoutAnswer(context: context, detail: "stream closed without an answer")
+        self.context = nil
+        failAll()
         context.fireChannelInactive()
     }
 
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        failWithoutAnswer(context: context, detail: "\(error)")
-        context.close(promise: nil)
+    /// The pipeline torn down (after the connection closed, or without it ever opening): no
+    /// request is left waiting, and none is started.
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+        failAll()
     }
 
-    private func failWithoutAnswer(context: ChannelHandlerContext, detail: String) {
-        let streamID = try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
-        let processed = streamID.flatMap { goAway.processed($0) }
-        promise.fail(APNsTransportError(processed == false ? .notProcessed : .lost, detail))
+    private func failAll() {
+        let open = streams
+        streams.removeAll()
+        for (streamID, stream) in open {
+            stream.deadline?.cancel()
+            stream.reply.fail(ended(streamID, refused: false, "connection closed without an answer"))
+        }
+    }
+}
+
+extension APNsStreams.Stream {
+    /// The answer's first HEADERS carry its status and ids; trailers add nothing.
+    fileprivate mutating func noteHeaders(_ headers: HPACKHeaders) {
+        guard status == nil else { return }
+        status = headers.first(name: ":status").flatMap { Int($0) }
+        requestID = headers.first(name: "apns-id") ?? headers.first(name: "apns-request-id")
+        channelID = headers.first(name: "apns-channel-id")
     }
 
+    /// Keeps the body up to its bound.
+    fileprivate mutating func keep(_ buffer: ByteBuffer) {
+        guard body.count < maximumBody else { return }
+        body += buffer.readableBytesView.prefix(maximumBody - body.count)
+    }
 }
 
 extension EventLoopPromise {

@@ -75,26 +75,3 @@ struct AnswerTableTests {
         #expect(InvalidationReason(apnsStatus: 410, reason: "ExpiredToken") == .apnsExpiredToken)
     }
 }
-
-@Suite("An answer's body, kept within bounds")
-struct AnswerBodyTests {
-    /// One stream's reply, from HEADERS and DATA frames of `sizes` bytes, as the stream handler keeps it.
-    func reply(maximumBody: Int, sizes: [Int]) throws -> APNsReply {
-        let channel = EmbeddedChannel()
-        let promise = channel.eventLoop.makePromise(of: APNsReply.self)
-        try channel.pipeline.syncOperations.addHandler(APNsStreamHandler(promise: promise, goAway: GoAwayWatcher(), maximumBody: maximumBody))
-        try channel.writeInbound(HTTP2Frame.FramePayload.headers(.init(headers: [":status": "400"])))
-        for (index, size) in sizes.enumerated() {
-            let data = HTTP2Frame.FramePayload.Data(data: .byteBuffer(ByteBuffer(repeating: UInt8(ascii: "x"), count: size)), endStream: index == sizes.count - 1)
-            try channel.writeInbound(HTTP2Frame.FramePayload.data(data))
-        }
-        return try promise.futureResult.wait()
-    }
-
-    @Test("a push's answer keeps at most 4 KB of body (a server sending megabytes costs no memory), a channel list up to 1 MB")
-    func bounded() throws {
-        #expect(try reply(maximumBody: APNsReply.maximumPushBody, sizes: [16_384, 16_384, 16_384]).body.count == 4_096)
-        #expect(try reply(maximumBody: APNsReply.maximumPushBody, sizes: [100]).body.count == 100)
-        #expect(try reply(maximumBody: APNsReply.maximumManagementBody, sizes: Array(repeating: 16_384, count: 10)).body.count == 163_840)
-    }
-}

@@ -1,0 +1,195 @@
+import NIOCore
+import NIOEmbedded
+import NIOHPACK
+import NIOHTTP2
+import Testing
+@testable import APNsDispatcher
+
+/// ``APNsStreams`` alone on an embedded channel: the frames it writes for requests, what it makes
+/// of the frames it reads, and its deadlines on the embedded loop's clock (no sleeping).
+@Suite("A connection's streams, as frames on its pipeline")
+struct StreamsTests {
+    /// The handler on an embedded channel, and the connection's usage it reports to.
+    struct Harness {
+        let channel = EmbeddedChannel()
+        let usage = ConnectionUsage()
+        let streams: APNsStreams
+        var loop: EmbeddedEventLoop { channel.embeddedEventLoop }
+
+        init(firstStreamID: HTTP2StreamID = 1) throws {
+            streams = APNsStreams(usage: usage, firstStreamID: firstStreamID)
+            try channel.pipeline.syncOperations.addHandler(streams)
+            _ = try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443)).wait()
+        }
+
+        /// Starts a request (a push: HEADERS and a body) whose deadline is `seconds` from the loop's now.
+        func start(body: String? = "{}", maximumBody: Int = APNsReply.maximumPushBody, seconds: Int64 = 10) -> EventLoopFuture<APNsReply> {
+            let reply = loop.makePromise(of: APNsReply.self)
+            let headers: HPACKHeaders = [":method": "POST", ":path": "/3/device/ab"]
+            streams.start(.init(headers: headers, body: body.map { ByteBuffer(string: $0) }, maximumBody: maximumBody, deadline: loop.now + .seconds(seconds), reply: reply))
+            return reply.futureResult
+        }
+
+        /// What the handler wrote, once the loop ran its enqueued flush.
+        func written() throws -> [HTTP2Frame] {
+            loop.run()
+            var frames: [HTTP2Frame] = []
+            while let frame = try channel.readOutbound(as: HTTP2Frame.self) { frames.append(frame) }
+            return frames
+        }
+
+        func answer(_ streamID: HTTP2StreamID, status: Int, body: [Int] = [], apnsID: String? = nil) throws {
+            var headers: HPACKHeaders = [":status": String(status)]
+            if let apnsID { headers.add(name: "apns-id", value: apnsID) }
+            try channel.writeInbound(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: body.isEmpty))))
+            for (index, size) in body.enumerated() {
+                let data = HTTP2Frame.FramePayload.Data(data: .byteBuffer(ByteBuffer(repeating: UInt8(ascii: "x"), count: size)), endStream: index == body.count - 1)
+                try channel.writeInbound(HTTP2Frame(streamID: streamID, payload: .data(data)))
+            }
+        }
+
+        /// The error a reply failed with.
+        func failure(_ reply: EventLoopFuture<APNsReply>) -> APNsTransportError? {
+            var error: APNsTransportError?
+            reply.assumeIsolated().whenFailure { error = $0 as? APNsTransportError }
+            return error
+        }
+    }
+
+    @Test("requests take client stream ids in order (1, 3, 5); each gets its own answer, with its status, apns-id and body")
+    func streamIDsAndAnswers() throws {
+        let harness = try Harness()
+        let first = harness.start(), second = harness.start(), third = harness.start(body: nil)
+        let frames = try harness.written()
+        #expect(frames.map(\.streamID) == [1, 1, 3, 3, 5])
+        try #require(frames.count == 5)
+        guard case .headers(let headers) = frames[4].payload else { Issue.record("no HEADERS"); return }
+        #expect(headers.endStream, "a request without a body ends its stream with its HEADERS")
+        try harness.answer(3, status: 410, body: [60], apnsID: "b")
+        try harness.answer(1, status: 200, apnsID: "a")
+        try harness.answer(5, status: 204)
+        #expect(try first.wait().status == 200)
+        #expect(try first.wait().requestID == "a")
+        #expect(try second.wait().status == 410)
+        #expect(try second.wait().body.count == 60)
+        #expect(try third.wait().status == 204)
+    }
+
+    @Test("a push's answer keeps at most 4 KB of body (a server sending megabytes costs no memory), a channel list up to 1 MB")
+    func bounded() throws {
+        let harness = try Harness()
+        let push = harness.start(), small = harness.start(), list = harness.start(body: nil, maximumBody: APNsReply.maximumManagementBody)
+        try harness.answer(1, status: 400, body: [16_384, 16_384, 16_384])
+        try harness.answer(3, status: 400, body: [100])
+        try harness.answer(5, status: 200, body: Array(repeating: 16_384, count: 10))
+        #expect(try push.wait().body.count == 4_096)
+        #expect(try small.wait().body.count == 100)
+        #expect(try list.wait().body.count == 163_840)
+    }
+
+    @Test("requests started in one turn of the event loop are flushed together, once")
+    func oneFlush() throws {
+        let harness = try Harness()
+        let flushes = FlushCounter()
+        try harness.channel.pipeline.syncOperations.addHandler(flushes, position: .first)
+        for _ in 0..<10 { _ = harness.start() }
+        #expect(flushes.count == 0)
+        #expect(try harness.written().count == 20)
+        #expect(flushes.count == 1)
+        _ = harness.start()
+        _ = try harness.written()
+        #expect(flushes.count == 2)
+    }
+
+    @Test("the connection's window is given back as answers' bodies are read (WINDOW_UPDATE on stream 0 once 32 KB are read)")
+    func connectionWindow() throws {
+        let harness = try Harness()
+        _ = harness.start()
+        _ = try harness.written()
+        try harness.answer(1, status: 400, body: [16_384, 16_383, 2])
+        let updates = try harness.written().filter { $0.streamID == .rootStream }
+        #expect(updates.count == 1)
+        guard case .windowUpdate(let increment)? = updates.first?.payload else { Issue.record("no WINDOW_UPDATE"); return }
+        #expect(increment == 32_769)
+    }
+
+    @Test("at its deadline a written request fails as a timeout (ambiguous) and its stream is reset; the others go on; a late answer is ignored")
+    func deadline() throws {
+        let harness = try Harness()
+        let slow = harness.start(seconds: 1), patient = harness.start(seconds: 5)
+        _ = try harness.written()
+        harness.loop.advanceTime(by: .seconds(1))
+        let error = harness.failure(slow)
+        #expect(error?.kind == .timeout)
+        #expect(error?.isAmbiguous == true)
+        let reset = try harness.written()
+        #expect(reset.count == 1)
+        #expect(reset.first?.streamID == 1)
+        if case .rstStream(let code)? = reset.first?.payload { #expect(code == .cancel) } else { Issue.record("no RST_STREAM") }
+        #expect(!harness.usage.isRetired, "a timeout after the request was written does not retire the connection")
+        try harness.answer(1, status: 200)
+        try harness.answer(3, status: 200)
+        #expect(try patient.wait().status == 200)
+        harness.loop.advanceTime(by: .seconds(10))
+        #expect(try harness.written().isEmpty, "an answered stream is never reset")
+    }
+
+    @Test("a stream reset by the server fails as possibly delivered; one refused (REFUSED_STREAM) as not processed")
+    func resetStreams() throws {
+        let harness = try Harness()
+        let reset = harness.start(), refused = harness.start()
+        harness.channel.pipeline.fireUserInboundEventTriggered(StreamClosedEvent(streamID: 1, reason: .internalError))
+        harness.channel.pipeline.fireUserInboundEventTriggered(StreamClosedEvent(streamID: 3, reason: .refusedStream))
+        #expect(harness.failure(reset)?.kind == .lost)
+        #expect(harness.failure(refused)?.kind == .notProcessed)
+    }
+
+    @Test("GOAWAY: streams after its last stream id are not processed, earlier ones still answer; new requests fail at once as not processed")
+    func goAway() throws {
+        let harness = try Harness()
+        let processed = harness.start(), beyond = harness.start()
+        try harness.channel.writeInbound(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: 1, errorCode: .noError, opaqueData: nil)))
+        #expect(harness.usage.goAway.received)
+        harness.channel.pipeline.fireUserInboundEventTriggered(StreamClosedEvent(streamID: 3, reason: .refusedStream))
+        #expect(harness.failure(beyond)?.kind == .notProcessed)
+        let after = harness.start()
+        #expect(harness.failure(after)?.kind == .notProcessed)
+        try harness.answer(1, status: 200)
+        #expect(try processed.wait().status == 200)
+    }
+
+    @Test("the connection closing fails every request still waiting as possibly delivered; a request after that fails at once")
+    func connectionClosed() throws {
+        let harness = try Harness()
+        let waiting = [harness.start(), harness.start()]
+        _ = try harness.written()
+        harness.channel.pipeline.fireChannelInactive()
+        #expect(waiting.map { harness.failure($0)?.kind } == [.lost, .lost])
+        #expect(harness.failure(harness.start()) != nil)
+    }
+
+    @Test("stream ids used up (the last is 2^31 - 1): the next request fails as not processed, unwritten, and the connection is retired")
+    func streamIDsUsedUp() throws {
+        let harness = try Harness(firstStreamID: HTTP2StreamID(Int32.max - 2))
+        let last = [harness.start(), harness.start()]
+        #expect(try harness.written().map(\.streamID) == [HTTP2StreamID(Int32.max - 2), HTTP2StreamID(Int32.max - 2), .maxID, .maxID])
+        #expect(!harness.usage.isRetired)
+        let beyond = harness.start()
+        #expect(harness.failure(beyond)?.kind == .notProcessed)
+        #expect(harness.usage.isRetired)
+        #expect(try harness.written().isEmpty)
+        try harness.answer(.maxID, status: 200)
+        #expect(try last[1].wait().status == 200)
+    }
+}
+
+/// Counts the flushes that pass it.
+private final class FlushCounter: ChannelOutboundHandler {
+    typealias OutboundIn = Any
+    var count = 0
+
+    func flush(context: ChannelHandlerContext) {
+        count += 1
+        context.flush()
+    }
+}
