@@ -3,7 +3,7 @@ import Foundation
 /// A type that writes its own JSON: byte for byte what ``IsletJSON/encode(_:)``'s encoder writes
 /// for it (keys sorted, absent optionals left out, dates in ``IsletDate``'s form), without the
 /// encoder's boxing of every field. For messages written once per request on a hot path
-/// (analytics-ingest's clicks and answers, content-service's push requests); ``IsletJSON/encode(_:)`` takes this path for them, and
+/// (analytics-ingest's clicks and answers, content-service's push requests, apns-dispatcher's outcomes); ``IsletJSON/encode(_:)`` takes this path for them, and
 /// tests hold each writer to the encoder's bytes.
 public protocol IsletJSONWritable {
     func writeJSON(into out: inout [UInt8])
@@ -37,6 +37,17 @@ public struct IsletJSONObject {
     public mutating func integer(_ name: String, _ value: Int?, into out: inout [UInt8]) {
         guard let value else { return }
         integer(name, Int64(value), into: &out)
+    }
+
+    /// A number as the encoder writes a `Double`: its shortest form that reads back the same,
+    /// without a trailing `.0` (`12.5`, `7`, `1e-07`). Not for infinities or NaN, which the
+    /// encoder refuses (the caller's type has none).
+    public mutating func number(_ name: String, _ value: Double?, into out: inout [UInt8]) {
+        guard let value else { return }
+        key(name, into: &out)
+        var text = value.description
+        if text.hasSuffix(".0") { text.removeLast(2) }
+        out.append(contentsOf: text.utf8)
     }
 
     public mutating func bool(_ name: String, _ value: Bool, into out: inout [UInt8]) {
@@ -121,6 +132,40 @@ extension PushRequest: IsletJSONWritable {
         object.string("state", state, into: &out)
         object.bool("supersedable", supersedable, into: &out)
         object.string("urgency", urgency.rawValue, into: &out)
+        object.end(into: &out)
+    }
+}
+
+extension PushOutcome.APNsResponse: IsletJSONWritable {
+    public func writeJSON(into out: inout [UInt8]) {
+        var object = IsletJSONObject()
+        object.string("apnsId", apnsId, into: &out)
+        object.string("reason", reason, into: &out)
+        object.integer("status", Int64(status), into: &out)
+        object.date("timestamp", timestamp, into: &out)
+        object.end(into: &out)
+    }
+}
+
+extension PushOutcome: IsletJSONWritable {
+    public func writeJSON(into out: inout [UInt8]) {
+        var object = IsletJSONObject()
+        object.string("activityId", activityId, into: &out)
+        object.object("apns", apns, into: &out)
+        object.integer("attempts", Int64(attempts), into: &out)
+        object.string("attributesType", attributesType, into: &out)
+        object.string("bundleId", bundleId, into: &out)
+        object.string("channelId", channelId, into: &out)
+        object.date("completedAt", completedAt, into: &out)
+        object.string("detail", detail, into: &out)
+        object.number("latencyMilliseconds", latencyMilliseconds, into: &out)
+        object.integer("priorityUsed", priorityUsed, into: &out)
+        object.string("pushToStartKey", pushToStartKey, into: &out)
+        object.string("requestId", requestId, into: &out)
+        object.string("result", result.rawValue, into: &out)
+        object.integer("schemaVersion", Int64(schemaVersion), into: &out)
+        object.string("supersededBy", supersededBy, into: &out)
+        object.string("tokenFingerprint", tokenFingerprint, into: &out)
         object.end(into: &out)
     }
 }

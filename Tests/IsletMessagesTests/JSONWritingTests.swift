@@ -106,6 +106,39 @@ struct OwnWriterTests {
         }
     }
 
+    /// A latency as the dispatcher computes one (milliseconds with a fraction), or a number of any
+    /// magnitude and form: whole, tiny, huge, negative zero.
+    static func randomLatency() -> Double {
+        switch Int.random(in: 0..<4) {
+        case 0: Double.random(in: 0..<100_000)
+        case 1: Double(Int.random(in: 0..<1_000_000))
+        case 2: Double(sign: .plus, exponent: Int.random(in: -1_000...1_000), significand: Double.random(in: 1..<2))
+        default: [0, -0.0, 1e-7, 1e16, 1e21, 123_456_789_012_345_678, 0.1, 5e-324, Double.greatestFiniteMagnitude].randomElement()!
+        }
+    }
+
+    /// An outcome with awkward strings, each optional present or not, its answer with or without a reason and a timestamp.
+    static func randomOutcome() -> PushOutcome {
+        let text = { awkward.randomElement()! }
+        let maybe = { Bool.random() ? text() : nil }
+        let date = { Date(timeIntervalSince1970: Double(Int64.random(in: -62_167_219_200_000...253_402_300_799_999)) / 1_000) }
+        let apns = PushOutcome.APNsResponse(
+            status: Int.random(in: -1_000...1_000), reason: maybe(), apnsId: maybe(), timestamp: Bool.random() ? date() : nil)
+        return PushOutcome(
+            requestId: text(), activityId: maybe(), pushToStartKey: maybe(), result: Bool.random() ? .delivered : PushResult(rawValue: text()),
+            apns: Bool.random() ? apns : nil, priorityUsed: Bool.random() ? Int.random(in: -20...20) : nil, attempts: Int.random(in: -5...Int.max),
+            latencyMilliseconds: Bool.random() ? randomLatency() : nil, tokenFingerprint: maybe(), supersededBy: maybe(), detail: maybe(),
+            completedAt: date(), bundleId: maybe(), attributesType: maybe(), channelId: maybe(), schemaVersion: Int.random(in: -5...5))
+    }
+
+    @Test("a PushOutcome's writer gives the encoder's bytes, for 2,000 random outcomes (latencies of every magnitude among them)")
+    func pushOutcomeSameBytes() throws {
+        for _ in 0..<2_000 {
+            let outcome = Self.randomOutcome()
+            #expect(try IsletJSON.encode(outcome) == (try IsletJSON.encodeWithEncoder(outcome)), "\(outcome)")
+        }
+    }
+
     @Test("an AppTarget's writer gives the encoder's bytes")
     func appTargetSameBytes() throws {
         for bundleId in Self.awkward {
