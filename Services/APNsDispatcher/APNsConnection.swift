@@ -404,7 +404,7 @@ struct APNsReply: Sendable {
 /// into its ``APNsReply``. Each request fails on its own: at its deadline (a timeout if it was
 /// completely written, its stream reset; a stall if not), when its stream is closed without an
 /// answer (reset by the server, or refused by a GOAWAY: not processed), or when the connection
-/// closes. It also returns the connection's inbound flow-control window as answers are read
+/// closes. It also gives the connection's inbound flow-control window back as NIO reports it used
 /// (streams start with ``streamWindow``, more than any answer kept).
 final class APNsStreams: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame
@@ -441,8 +441,6 @@ final class APNsStreams: ChannelInboundHandler {
     private var streams: [HTTP2StreamID: Stream] = [:]
     /// The id the next request's stream gets; `nil` once they are used up (2^31 - 1).
     private var nextStreamID: HTTP2StreamID?
-    /// DATA read since the connection's window was last returned to the server.
-    private var unreturned = 0
     /// A flush is enqueued on the event loop (``flushSoon(_:)``).
     private var flushPending = false
 
@@ -534,27 +532,24 @@ final class APNsStreams: ChannelInboundHandler {
             streams[frame.streamID]!.noteHeaders(headers.headers)
             if headers.endStream { finish(frame.streamID) }
         case .data(let data):
-            // What the window counts: the data, and any padding with its length byte.
-            returnWindow(data.data.readableBytes + (data.paddingBytes.map { $0 + 1 } ?? 0), context: context)
             guard streams[frame.streamID] != nil else { return }
             if case .byteBuffer(let buffer) = data.data { streams[frame.streamID]!.keep(buffer) }
             if data.endStream { finish(frame.streamID) }
         case .goAway(let last, _, _):
-            // NIO then closes every stream after `last` (StreamClosedEvent, refusedStream).
+            // NIO then closes every stream after `last` (a StreamClosedEvent each).
             goAway.note(lastStreamID: last)
         default:
             break
         }
     }
 
-    /// The server may send as much as its window allows: each answer's DATA is counted and given
-    /// back on the connection (stream 0) once half of its initial 65,535 bytes is used.
-    private func returnWindow(_ length: Int, context: ChannelHandlerContext) {
-        unreturned += length
-        guard unreturned >= 32_768 else { return }
-        let increment = unreturned
-        unreturned = 0
-        context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: increment))), promise: nil)
+    /// The connection's inbound window as NIO counts it (every DATA frame read, those of streams
+    /// already reset or refused too, which never reach this handler): given back to its initial
+    /// 65,535 bytes once half of it is used, as NIO's multiplexer does.
+    private func windowChanged(to size: Int, context: ChannelHandlerContext) {
+        let target = 65_535
+        guard size <= target / 2 else { return }
+        context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: target - size))), promise: nil)
     }
 
     private func finish(_ streamID: HTTP2StreamID) {
@@ -579,7 +574,9 @@ final class APNsStreams: ChannelInboundHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if let closed = event as? StreamClosedEvent, streams[closed.streamID] != nil {
+        if let window = event as? NIOHTTP2WindowUpdatedEvent, window.streamID == .rootStream, let size = window.inboundWindowSize {
+            windowChanged(to: size, context: context)
+        } else if let closed = event as? StreamClosedEvent, streams[closed.streamID] != nil {
             let detail = closed.reason.map { "stream closed without an answer (\($0))" } ?? "stream closed without an answer"
             fail(closed.streamID, ended(closed.streamID, refused: closed.reason == .refusedStream, detail))
         }
