@@ -269,11 +269,7 @@ final class APNsConnection: Sendable {
         }
         let request = APNsStreams.Request(headers: headers, body: body, maximumBody: maximumBody, deadline: deadline, reply: promise)
         let streams = self.streams
-        if channel.eventLoop.inEventLoop {
-            streams.value.start(request)
-        } else {
-            channel.eventLoop.execute { streams.value.start(request) }
-        }
+        channel.eventLoop.execute { streams.value.start(request) }
         return try await promise.futureResult.get()
     }
 
@@ -552,9 +548,15 @@ final class APNsStreams: ChannelInboundHandler {
         context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: target - size))), promise: nil)
     }
 
+    /// The stream's request, no longer waiting (its deadline cancelled): `nil` if it already ended.
+    private func take(_ streamID: HTTP2StreamID) -> Stream? {
+        let stream = streams.removeValue(forKey: streamID)
+        stream?.deadline?.cancel()
+        return stream
+    }
+
     private func finish(_ streamID: HTTP2StreamID) {
-        guard let stream = streams.removeValue(forKey: streamID) else { return }
-        stream.deadline?.cancel()
+        guard let stream = take(streamID) else { return }
         guard let status = stream.status else {
             return stream.reply.fail(APNsTransportError(.lost, "an answer without :status"))
         }
@@ -562,9 +564,7 @@ final class APNsStreams: ChannelInboundHandler {
     }
 
     private func fail(_ streamID: HTTP2StreamID, _ error: APNsTransportError) {
-        guard let stream = streams.removeValue(forKey: streamID) else { return }
-        stream.deadline?.cancel()
-        stream.reply.fail(error)
+        take(streamID)?.reply.fail(error)
     }
 
     /// Why a stream ended without an answer: not processed if it was refused (REFUSED_STREAM, or
@@ -597,11 +597,8 @@ final class APNsStreams: ChannelInboundHandler {
     }
 
     private func failAll() {
-        let open = streams
-        streams.removeAll()
-        for (streamID, stream) in open {
-            stream.deadline?.cancel()
-            stream.reply.fail(ended(streamID, refused: false, "connection closed without an answer"))
+        for streamID in Array(streams.keys) {
+            fail(streamID, ended(streamID, refused: false, "connection closed without an answer"))
         }
     }
 }

@@ -39,15 +39,11 @@ public struct IsletJSONObject {
         integer(name, Int64(value), into: &out)
     }
 
-    /// A number as the encoder writes a `Double`: its shortest form that reads back the same,
-    /// without a trailing `.0` (`12.5`, `7`, `1e-07`). Not for infinities or NaN, which the
-    /// encoder refuses (the caller's type has none).
+    /// A `Double` as the encoder writes it (``JSONValue/writeNumber(_:into:)``).
     public mutating func number(_ name: String, _ value: Double?, into out: inout [UInt8]) {
         guard let value else { return }
         key(name, into: &out)
-        var text = value.description
-        if text.hasSuffix(".0") { text.removeLast(2) }
-        out.append(contentsOf: text.utf8)
+        JSONValue.writeNumber(value, into: &out)
     }
 
     public mutating func bool(_ name: String, _ value: Bool, into out: inout [UInt8]) {

@@ -10,6 +10,15 @@ extension JSONValue {
         return out
     }
 
+    /// A `Double` as Foundation's encoder writes it: Swift's shortest representation that reads
+    /// back the same, without a trailing `.0` (`12.5`, `7`, `1e-07`). Not for infinities or NaN,
+    /// which the encoder refuses.
+    static func writeNumber(_ value: Double, into out: inout [UInt8]) {
+        var text = value.description
+        if text.hasSuffix(".0") { text.removeLast(2) }
+        out.append(contentsOf: text.utf8)
+    }
+
     public func write(into out: inout [UInt8]) {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
@@ -20,8 +29,7 @@ extension JSONValue {
                 // As ``encode(to:)`` writes it: digits, since it reads back as `.integer`.
                 out.append(contentsOf: String(whole).utf8)
             } else {
-                // Foundation's form: Swift's shortest representation.
-                out.append(contentsOf: value.description.utf8)
+                Self.writeNumber(value, into: &out)
             }
         case .string(let value): Self.writeString(value, into: &out)
         case .array(let items):
