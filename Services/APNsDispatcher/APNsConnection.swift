@@ -423,6 +423,9 @@ final class APNsStreams: ChannelInboundHandler {
         let reply: EventLoopPromise<APNsReply>
         let maximumBody: Int
         var written = false
+        /// Its deadline passed before it was completely written: the write's own result says
+        /// whether its end left (``expire(_:)``).
+        var expired = false
         var status: Int?
         var requestID: String?
         var channelID: String?
@@ -482,9 +485,15 @@ final class APNsStreams: ChannelInboundHandler {
         }
         flushSoon(context)
         end.futureResult.assumeIsolated().whenComplete { [self] written in
+            let expired = streams[streamID]?.expired == true
             switch written {
+            case .success where expired:
+                // Its end left with the reset, past the deadline: APNs may have it.
+                fail(streamID, APNsTransportError(.timeout, "written only at the deadline, before its reset; no answer"))
             case .success:
                 streams[streamID]?.written = true
+            case .failure where expired:
+                fail(streamID, Self.stall)
             case .failure(let error):
                 fail(streamID, APNsTransportError(goAway.received ? .notProcessed : .lost, "request not written: \(error)"))
             }
@@ -503,19 +512,34 @@ final class APNsStreams: ChannelInboundHandler {
         }
     }
 
+    private static let stall = APNsTransportError(.stalled, "not completely written by the deadline (no stream, no flow-control window, or a server not reading)")
+
     /// The deadline passed: the stream is cancelled. A stream that got its answer is never reset (a
-    /// server may read RST_STREAM on completed streams as a rapid-reset attack); one whose HEADERS
-    /// still wait in NIO's buffer for a free stream is dropped there, never sent. A request not
-    /// completely written by then retires the connection.
+    /// server may read RST_STREAM on completed streams as a rapid-reset attack).
+    ///
+    /// A request written completely is a timeout (APNs may have it). One that was not retires the
+    /// connection, and is a stall (safe to send again, alert and all) only once its end is sure
+    /// never to leave, decided by its write's own result:
+    /// - frames still in NIO's buffers (waiting for a free stream or for flow-control window) are
+    ///   dropped by the reset, unsent: their write fails at once;
+    /// - frames already handed to the socket but not yet on it (a server not reading) would still
+    ///   go out, before the reset, if the socket drained: the connection is closed, which fails
+    ///   them (after TLS's close, at most its shutdown timeout later);
+    /// - frames the reset's flush puts on the socket went out: a timeout.
     private func expire(_ streamID: HTTP2StreamID) {
-        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        guard let stream = streams[streamID] else { return }
+        let reset = HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))
         if stream.written {
-            stream.reply.fail(APNsTransportError(.timeout, "no answer by the deadline"))
-        } else {
-            usage.retire()
-            stream.reply.fail(APNsTransportError(.stalled, "not completely written by the deadline (no stream, no flow-control window, or a server not reading)"))
+            take(streamID)?.reply.fail(APNsTransportError(.timeout, "no answer by the deadline"))
+            context?.writeAndFlush(wrapOutboundOut(reset), promise: nil)
+            return
         }
-        context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
+        usage.retire()
+        streams[streamID]?.expired = true
+        context?.writeAndFlush(wrapOutboundOut(reset), promise: nil)
+        guard streams[streamID] != nil else { return }  // dropped by NIO, or written by that flush
+        guard let context else { return fail(streamID, Self.stall) }
+        context.close(promise: nil)
     }
 
     // MARK: Answers
@@ -597,8 +621,9 @@ final class APNsStreams: ChannelInboundHandler {
     }
 
     private func failAll() {
-        for streamID in Array(streams.keys) {
-            fail(streamID, ended(streamID, refused: false, "connection closed without an answer"))
+        for (streamID, stream) in streams {
+            // An expired request still here never had its end written: not processed.
+            fail(streamID, stream.expired ? Self.stall : ended(streamID, refused: false, "connection closed without an answer"))
         }
     }
 }

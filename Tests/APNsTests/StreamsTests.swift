@@ -16,8 +16,10 @@ struct StreamsTests {
         let streams: APNsStreams
         var loop: EmbeddedEventLoop { channel.embeddedEventLoop }
 
-        init(firstStreamID: HTTP2StreamID = 1) throws {
+        /// `below`: a handler between the streams and the channel (the socket's side).
+        init(firstStreamID: HTTP2StreamID = 1, below: (any ChannelHandler)? = nil) throws {
             streams = APNsStreams(usage: usage, firstStreamID: firstStreamID)
+            if let below { try channel.pipeline.syncOperations.addHandler(below) }
             try channel.pipeline.syncOperations.addHandler(streams)
             _ = try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 443)).wait()
         }
@@ -188,6 +190,89 @@ struct StreamsTests {
         #expect(try harness.written().isEmpty, "an answered stream is never reset")
     }
 
+    @Test("at its deadline a request stuck in the socket's writes (a server not reading) closes the connection and fails as not processed once its write fails; a written one on it fails as possibly delivered")
+    func stuckInTheSocket() throws {
+        let socket = HeldWrites()
+        let harness = try Harness(below: socket)
+        let written = harness.start(seconds: 5)
+        _ = try harness.written()
+        socket.holding = true
+        let stuck = harness.start(seconds: 1)
+        harness.loop.run()
+        harness.loop.advanceTime(by: .seconds(1))
+        // Its frames would still go out, before the reset, if the socket drained: only the close
+        // makes sure they never do, and only their write failing says so.
+        #expect(!harness.channel.isActive, "the connection is closed")
+        #expect(harness.usage.isRetired)
+        let error = harness.failure(stuck)
+        #expect(error?.kind == .stalled)
+        #expect(error?.isAmbiguous == false)
+        #expect(harness.failure(written)?.kind == .lost)
+    }
+
+    @Test("at its deadline a request whose frames go out with the reset's flush fails as a timeout (ambiguous), not a stall; the connection is retired, not closed (a review found such a request called not processed)")
+    func writtenWithTheReset() throws {
+        let socket = HeldWrites()
+        let harness = try Harness(below: socket)
+        socket.holding = true
+        let late = harness.start(seconds: 1)
+        harness.loop.run()
+        socket.holding = false  // the socket drains: the next flush, the reset's, writes everything
+        harness.loop.advanceTime(by: .seconds(1))
+        let error = harness.failure(late)
+        #expect(error?.kind == .timeout)
+        #expect(error?.isAmbiguous == true)
+        #expect(harness.channel.isActive)
+        #expect(harness.usage.isRetired)
+        let frames = try harness.written()
+        #expect(frames.count == 3, "HEADERS, DATA, then RST_STREAM")
+        if case .rstStream(.cancel)? = frames.last?.payload {} else { Issue.record("no RST_STREAM last: \(frames)") }
+    }
+
+    @Test("with NIO's HTTP/2 on both sides: at its deadline a body waiting for flow-control window is dropped by the reset, unsent, and fails as not processed")
+    func noWindow() throws {
+        let client = EmbeddedChannel(), server = EmbeddedChannel()
+        let usage = ConnectionUsage()
+        let streams = APNsStreams(usage: usage)
+        try client.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .client))
+        try client.pipeline.syncOperations.addHandler(streams)
+        var settings = NIOHTTP2Handler.ConnectionConfiguration()
+        settings.initialSettings = [HTTP2Setting(parameter: .initialWindowSize, value: 0)]
+        try server.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: settings))
+        let address = try SocketAddress(ipAddress: "127.0.0.1", port: 443)
+        _ = try client.connect(to: address).wait()
+        _ = try server.connect(to: address).wait()
+        var received: [HTTP2Frame] = []
+        func carry() throws {
+            client.embeddedEventLoop.run()
+            for _ in 0..<4 {
+                while let bytes = try client.readOutbound(as: ByteBuffer.self) { try server.writeInbound(bytes) }
+                while let bytes = try server.readOutbound(as: ByteBuffer.self) { try client.writeInbound(bytes) }
+            }
+            while let frame = try server.readInbound(as: HTTP2Frame.self) { received.append(frame) }
+        }
+        try carry()  // the prefaces and SETTINGS: streams get no window
+        let reply = client.embeddedEventLoop.makePromise(of: APNsReply.self)
+        let headers: HPACKHeaders = [":method": "POST", ":scheme": "https", ":authority": "apns", ":path": "/3/device/ab"]
+        let deadline = client.embeddedEventLoop.now + .seconds(1)
+        streams.start(.init(headers: headers, body: ByteBuffer(string: "{}"), maximumBody: APNsReply.maximumPushBody, deadline: deadline, reply: reply))
+        try carry()
+        client.embeddedEventLoop.advanceTime(by: .seconds(1))
+        try carry()
+        #expect(try reply.futureResult.map { _ in nil }.recover { ($0 as? APNsTransportError)?.kind }.wait() == .stalled)
+        #expect(client.isActive, "nothing is stuck in the socket: the connection is only retired")
+        #expect(usage.isRetired)
+        let kinds = received.compactMap { frame -> String? in
+            switch frame.payload {
+            case .headers: "headers"
+            case .data: "data"
+            case .rstStream: "reset"
+            default: nil
+            }
+        }
+        #expect(kinds == ["headers", "reset"], "the body never reached the server")
+    }
+
     @Test("a stream reset by the server fails as possibly delivered; one refused (REFUSED_STREAM) as not processed")
     func resetStreams() throws {
         let harness = try Harness()
@@ -246,5 +331,31 @@ private final class FlushCounter: ChannelOutboundHandler {
     func flush(context: ChannelHandlerContext) {
         count += 1
         context.flush()
+    }
+}
+
+/// A socket that may stop draining: while `holding`, writes are kept (their promises pending) and
+/// flushes pass nothing; a flush while not holding writes everything kept; closing fails what is kept.
+private final class HeldWrites: ChannelOutboundHandler {
+    typealias OutboundIn = Any
+    var holding = false
+    private var kept: [(NIOAny, EventLoopPromise<Void>?)] = []
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        kept.append((data, promise))
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        guard !holding else { return }
+        for (data, promise) in kept { context.write(data, promise: promise) }
+        kept = []
+        context.flush()
+    }
+
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        let failed = kept
+        kept = []
+        for (_, promise) in failed { promise?.fail(ChannelError.ioOnClosedChannel) }
+        context.close(mode: mode, promise: promise)
     }
 }
