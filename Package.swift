@@ -458,7 +458,7 @@ let package = Package(
 
         .testTarget(
             name: "IsletMessagesTests",
-            dependencies: ["IsletMessages"],
+            dependencies: ["IsletMessages", .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/IsletMessagesTests",
             resources: [.copy("Golden")]
         ),

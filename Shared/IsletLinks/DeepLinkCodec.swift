@@ -234,15 +234,7 @@ public enum DeepLinkCodec {
     // MARK: Pieces
 
     /// Lower-case hex of `bytes`.
-    public static func hex(_ bytes: some Sequence<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        for byte in bytes {
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0xF)])
-        }
-        return String(decoding: text, as: UTF8.self)
-    }
+    public static func hex(_ bytes: some Sequence<UInt8>) -> String { Hex.lowercase(Array(bytes)) }
 
     static func values(of target: TapTarget, issuedAt: Int64, keyId: String) -> [String] {
         [target.activityId, target.attributesType, target.surface.rawValue, target.element, String(target.contentSequence), String(issuedAt), keyId]

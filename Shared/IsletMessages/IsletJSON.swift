@@ -92,13 +92,28 @@ public enum IsletJSON {
 
     /// JSON text is UTF-8 and never holds a NUL byte. Checked up front because Foundation reads
     /// UTF-16 as well, and notices bad UTF-8 only in a string it happens to decode.
-    private static func isUTF8Text(_ bytes: [UInt8]) -> Bool {
-        var ascii = true
-        for byte in bytes {
-            if byte == 0 { return false }
-            if byte >= 0x80 { ascii = false }
+    /// Eight bytes at a time: every message read passes here (the dispatcher's push requests are
+    /// about 2.6 KB each).
+    static func isUTF8Text(_ bytes: [UInt8]) -> Bool {
+        let scan = bytes.withUnsafeBytes { raw -> (noZero: Bool, ascii: Bool) in
+            let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+            var high: UInt64 = 0
+            var offset = 0
+            while offset + 8 <= raw.count {
+                let word = raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+                // Non-zero exactly when one of the eight bytes is zero (a borrow starts only at a zero byte).
+                if (word &- ones) & ~word & highs != 0 { return (false, false) }
+                high |= word
+                offset += 8
+            }
+            for index in offset..<raw.count {
+                if raw[index] == 0 { return (false, false) }
+                high |= UInt64(raw[index])
+            }
+            return (true, high & highs == 0)
         }
-        return ascii || String(validating: bytes, as: UTF8.self) != nil
+        guard scan.noZero else { return false }
+        return scan.ascii || String(validating: bytes, as: UTF8.self) != nil
     }
 
     /// Foundation reports `null` where a `Bool` belongs as a type mismatch; like any other required

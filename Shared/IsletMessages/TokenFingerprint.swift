@@ -7,12 +7,18 @@ import Crypto
 /// token it concerns) without revealing it.
 public enum TokenFingerprint {
     public static func of(token: String) -> String {
-        let digest = SHA256.hash(data: Array(token.lowercased().utf8))
-        var hex = ""
-        hex.reserveCapacity(16)
-        for byte in digest.prefix(8) {
-            hex += String(byte >> 4, radix: 16) + String(byte & 0xF, radix: 16)
+        // The dispatcher takes one per push: an ASCII token (every real one) is lowercased byte by
+        // byte and the digits written at once (``Hex``), without a String per digit.
+        var token = token
+        let digest = token.withUTF8 { utf8 -> SHA256.Digest in
+            guard utf8.allSatisfy({ $0 < 0x80 }) else { return SHA256.hash(data: Array(String(decoding: utf8, as: UTF8.self).lowercased().utf8)) }
+            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: utf8.count) { lower in
+                for (index, byte) in utf8.enumerated() {
+                    lower[index] = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
+                }
+                return SHA256.hash(data: UnsafeRawBufferPointer(lower))
+            }
         }
-        return hex
+        return digest.withUnsafeBytes { Hex.lowercase($0.prefix(8)) }
     }
 }

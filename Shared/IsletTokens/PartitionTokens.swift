@@ -323,16 +323,7 @@ public final class PartitionTokens: Sendable {
         return bytes
     }
 
-    static func hex(_ bytes: ArraySlice<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        return String(unsafeUninitializedCapacity: bytes.count * 2) { buffer in
-            for (index, byte) in bytes.enumerated() {
-                buffer[2 * index] = digits[Int(byte >> 4)]
-                buffer[2 * index + 1] = digits[Int(byte & 0xF)]
-            }
-            return bytes.count * 2
-        }
-    }
+    static func hex(_ bytes: ArraySlice<UInt8>) -> String { Hex.lowercase(bytes) }
 
     /// Bytes of the token arena, and how many of them no token uses (tests, diagnostics).
     public var arenaBytes: (used: Int, garbage: Int) { state.withLock { ($0.arena.count, $0.garbage) } }
