@@ -423,8 +423,8 @@ final class APNsStreams: ChannelInboundHandler {
         let reply: EventLoopPromise<APNsReply>
         let maximumBody: Int
         var written = false
-        /// Its deadline passed before it was completely written: the write's own result says
-        /// whether its end left (``expire(_:)``).
+        /// Its deadline passed before it was completely written: the reset's write is under way,
+        /// and what it does to this request's write says whether its end left (``expire(_:)``).
         var expired = false
         var status: Int?
         var requestID: String?
@@ -492,7 +492,8 @@ final class APNsStreams: ChannelInboundHandler {
                 fail(streamID, APNsTransportError(.timeout, "written only at the deadline, before its reset; no answer"))
             case .success:
                 streams[streamID]?.written = true
-            case .failure where expired:
+            case .failure(let error) where expired && error is NIOHTTP2Errors.StreamClosed:
+                // Dropped from NIO's buffers by the reset: it never left.
                 fail(streamID, Self.stall)
             case .failure(let error):
                 fail(streamID, APNsTransportError(goAway.received ? .notProcessed : .lost, "request not written: \(error)"))
@@ -518,14 +519,14 @@ final class APNsStreams: ChannelInboundHandler {
     /// server may read RST_STREAM on completed streams as a rapid-reset attack).
     ///
     /// A request written completely is a timeout (APNs may have it). One that was not retires the
-    /// connection, and is a stall (safe to send again, alert and all) only once its end is sure
-    /// never to leave, decided by its write's own result:
+    /// connection, and is a stall (safe to send again, alert and all) only when its end surely never
+    /// left, as the reset's own write shows at once:
     /// - frames still in NIO's buffers (waiting for a free stream or for flow-control window) are
-    ///   dropped by the reset, unsent: their write fails at once;
-    /// - frames already handed to the socket but not yet on it (a server not reading) would still
-    ///   go out, before the reset, if the socket drained: the connection is closed, which fails
-    ///   them (after TLS's close, at most its shutdown timeout later);
-    /// - frames the reset's flush puts on the socket went out: a timeout.
+    ///   dropped by the reset, unsent: their write fails with `StreamClosed`, a stall;
+    /// - frames the reset's flush puts on the socket went out: a timeout;
+    /// - frames already past HTTP/2, waiting in TLS's or the socket's writes (a server not reading),
+    ///   would still go out, before the reset, if the socket drained. Nothing can say which did: TLS
+    ///   completes every write of a flush with one result, even when part of it was sent. A timeout.
     private func expire(_ streamID: HTTP2StreamID) {
         guard let stream = streams[streamID] else { return }
         let reset = HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))
@@ -537,9 +538,8 @@ final class APNsStreams: ChannelInboundHandler {
         usage.retire()
         streams[streamID]?.expired = true
         context?.writeAndFlush(wrapOutboundOut(reset), promise: nil)
-        guard streams[streamID] != nil else { return }  // dropped by NIO, or written by that flush
-        guard let context else { return fail(streamID, Self.stall) }
-        context.close(promise: nil)
+        // Still here: neither dropped by NIO nor written by that flush.
+        take(streamID)?.reply.fail(APNsTransportError(.timeout, "not completely written by the deadline, but queued for the socket: it may still reach APNs"))
     }
 
     // MARK: Answers
@@ -621,9 +621,8 @@ final class APNsStreams: ChannelInboundHandler {
     }
 
     private func failAll() {
-        for (streamID, stream) in streams {
-            // An expired request still here never had its end written: not processed.
-            fail(streamID, stream.expired ? Self.stall : ended(streamID, refused: false, "connection closed without an answer"))
+        for streamID in Array(streams.keys) {
+            fail(streamID, ended(streamID, refused: false, "connection closed without an answer"))
         }
     }
 }
