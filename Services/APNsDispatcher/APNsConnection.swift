@@ -106,12 +106,12 @@ public struct APNsTransportError: Error, Sendable, Equatable, CustomStringConver
         /// The connection or stream ended without an answer; APNs may or may not have delivered it.
         case lost
         /// The deadline passed before the request was completely written (no connection in time,
-        /// or the server granted no flow-control window, or did not read): APNs cannot have
+        /// or for a stream, or the server granted no flow-control window): APNs cannot have
         /// processed a request whose end it never received, so it is safe to send again unchanged.
         /// The connection it waited on takes no more pushes.
         case stalled
-        /// No answer within the deadline, after the request was written; the stream was cancelled.
-        /// APNs may have delivered it.
+        /// No answer within the deadline, after the request was written (or handed to TLS and the
+        /// socket, from where it may still go out); the stream was cancelled. APNs may have delivered it.
         case timeout
     }
 
@@ -513,7 +513,7 @@ final class APNsStreams: ChannelInboundHandler {
         }
     }
 
-    private static let stall = APNsTransportError(.stalled, "not completely written by the deadline (no stream, no flow-control window, or a server not reading)")
+    private static let stall = APNsTransportError(.stalled, "not completely written by the deadline (no stream, or no flow-control window, before its reset)")
 
     /// The deadline passed: the stream is cancelled. A stream that got its answer is never reset (a
     /// server may read RST_STREAM on completed streams as a rapid-reset attack).
