@@ -92,6 +92,7 @@ public enum IsletJSON {
 
     /// JSON text is UTF-8 and never holds a NUL byte. Checked up front because Foundation reads
     /// UTF-16 as well, and notices bad UTF-8 only in a string it happens to decode.
+    ///
     /// Eight bytes at a time: every message read passes here (the dispatcher's push requests are
     /// about 2.6 KB each).
     static func isUTF8Text(_ bytes: [UInt8]) -> Bool {

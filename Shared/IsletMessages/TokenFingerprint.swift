@@ -9,16 +9,14 @@ public enum TokenFingerprint {
     public static func of(token: String) -> String {
         // The dispatcher takes one per push: an ASCII token (every real one) is lowercased byte by
         // byte and the digits written at once (``Hex``), without a String per digit.
-        var token = token
-        let digest = token.withUTF8 { utf8 -> SHA256.Digest in
-            guard utf8.allSatisfy({ $0 < 0x80 }) else { return SHA256.hash(data: Array(String(decoding: utf8, as: UTF8.self).lowercased().utf8)) }
-            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: utf8.count) { lower in
-                for (index, byte) in utf8.enumerated() {
-                    lower[index] = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
-                }
-                return SHA256.hash(data: UnsafeRawBufferPointer(lower))
+        let ascii = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: token.utf8.count) { lower -> SHA256.Digest? in
+            for (index, byte) in token.utf8.enumerated() {
+                guard byte < 0x80 else { return nil }
+                lower[index] = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
             }
+            return SHA256.hash(data: UnsafeRawBufferPointer(lower))
         }
+        let digest = ascii ?? SHA256.hash(data: Array(token.lowercased().utf8))
         return digest.withUnsafeBytes { Hex.lowercase($0.prefix(8)) }
     }
 }

@@ -259,7 +259,7 @@ public final class PartitionTokens: Sendable {
         state.withLock { state -> DeliveryToken? in
             guard let entry = state.entries[key] else { return nil }
             let profile = state.profiles[Int(entry.profile)]
-            let bytes = Self.hex(state.tokenBytes(entry))
+            let bytes = Hex.lowercase(state.tokenBytes(entry))
             return DeliveryToken(
                 token: fingerprintsOnly ? "" : bytes, app: profile.app, kind: profile.kind, state: profile.state,
                 deviceId: profile.kind == .pushToStart ? Self.deviceId(ofPushToStartKey: key) : nil,
@@ -322,8 +322,6 @@ public final class PartitionTokens: Sendable {
         }
         return bytes
     }
-
-    static func hex(_ bytes: ArraySlice<UInt8>) -> String { Hex.lowercase(bytes) }
 
     /// Bytes of the token arena, and how many of them no token uses (tests, diagnostics).
     public var arenaBytes: (used: Int, garbage: Int) { state.withLock { ($0.arena.count, $0.garbage) } }
