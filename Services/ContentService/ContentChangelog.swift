@@ -170,7 +170,8 @@ public final class ChangelogWriter: Service, Sendable {
     /// time. Returns the memories written.
     @discardableResult
     public func write(partitions: Set<Int32>? = nil, settleWithin: Duration? = nil) async -> Int {
-        await rounds.acquire()
+        // Cancelled while another round runs: the service is stopping; that round writes.
+        guard (try? await rounds.acquire()) != nil else { return 0 }
         defer { rounds.release() }
         let owned = (partitions ?? sender.ownedPartitions).intersection(partitions == nil ? sender.ownedPartitions : writable)
         guard !owned.isEmpty else {

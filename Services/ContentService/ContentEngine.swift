@@ -17,7 +17,8 @@ import Synchronization
 /// classes are kept up to date as activities change or fall due.
 ///
 /// ``prepare(_:)``/``commit(_:)`` and ``sweep()``/``commit(_:)`` pairs must not interleave for one
-/// activity: ``ContentServiceLoop`` runs them one at a time.
+/// activity: ``ContentServiceLoop`` runs an activity's events one at a time in its lane, and a
+/// sweep when no lane works (pairs of different activities may run at once).
 public final class ContentEngine: Sendable {
     public let assembler: PayloadAssembler
     public let freshness: FreshnessPolicy

@@ -12,8 +12,15 @@ import Synchronization
 /// event that does not decode, or does not fit its template, goes to the dead-letter topic with
 /// the reason and the field; one that is a duplicate or out of order is counted and skipped.
 ///
-/// The freshness monitor runs in the same loop's turn (``FreshnessMonitor``): what it sends for
-/// an activity never interleaves with an event of that activity.
+/// Events are worked on in `workers` lanes at once, an activity's always in the same lane (by its
+/// id, whatever key the backend gave the record), one after the other in the order read: the
+/// activities of a lane waiting for an image, or simply busy, do not hold up the others, and the
+/// work spreads over the machine's cores. Events are marked processed in offset order all the
+/// same (``OffsetTracker``).
+///
+/// The freshness monitor, a changelog round and a restore take the whole service's turn
+/// (``ServiceTurns``): what the monitor sends for an activity never interleaves with an event of
+/// that activity.
 public struct ContentServiceLoop: Service {
     let consumer: KafkaConsumer
     let deadLetters: DeadLetterWriter
@@ -30,11 +37,20 @@ public struct ContentServiceLoop: Service {
     private let tracker = OffsetTracker()
     /// How long a partition's revocation waits for its events under way.
     let revocationTimeout: Duration
+    /// Lanes of events worked on at once.
+    let workers: Int
+    /// Events read and not yet worked on, in all lanes, at most (the reading then waits).
+    static let queued = 512
+    /// The default lanes: a few per core, so that lanes waiting for an image leave the cores busy.
+    public static let defaultWorkers = max(4, 2 * ProcessInfo.processInfo.activeProcessorCount)
 
     public init(
         consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: ContentEngine, sender: RequestSender, thumbnails: ThumbnailService? = nil,
-        changelog: ChangelogWriter? = nil, memory: ContentMemoryLoader? = nil, revocationTimeout: Duration = .seconds(8), logger: Logger
+        changelog: ChangelogWriter? = nil, memory: ContentMemoryLoader? = nil, revocationTimeout: Duration = .seconds(8),
+        workers: Int = ContentServiceLoop.defaultWorkers, logger: Logger
     ) {
+        precondition(workers > 0, "at least one lane")
+        self.workers = workers
         self.changelog = changelog
         self.memory = memory
         self.revocationTimeout = revocationTimeout
@@ -67,37 +83,84 @@ public struct ContentServiceLoop: Service {
             // Kept until the next assignment, which usually gives them back.
             memory?.revoked(Set(partitions.map(\.partition)))
         }
+        let lanes = (0..<workers).map { _ in AsyncStream<(ActivityEvent, KafkaMessage)>.makeStream() }
+        let queued = AsyncSemaphore(Self.queued)
+        // The first error of a lane: the service stops (as it did when the one loop threw), reading
+        // first; the lanes then leave what they still hold to the partitions' next owner.
+        let failure = LaneFailure()
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { try await consumer.run() }
-            for try await event in consumer.decoded(as: ActivityEvent.self, deadLetters: deadLetters) {
-                switch event {
-                case .partitionsAssigned(let partitions):
-                    // Their memories first (the changelog, then what came after its checkpoint),
-                    // in the loop's turn: their events wait in the consumer meanwhile, and neither
-                    // the freshness monitor nor a changelog round looks at half-restored memories.
-                    if let memory, try await sender.turn({ await memory.restore(Set(partitions.map(\.partition))) }) == nil { continue }
-                    sender.own(partitions.map(\.partition))
-                    engine.trackChanges(of: sender.ownedPartitions)
-                case .partitionsRevoked(let partitions):
-                    sender.disown(partitions.map(\.partition))
-                    tracker.revoke(partitions)
-                    // Also when they were lost (the session expired), which calls no revocation handler.
-                    memory?.revoked(Set(partitions.map(\.partition)))
-                case .message(let activityEvent, let raw):
-                    // false: its partition is being revoked; the next owner reads it.
-                    guard tracker.begin(raw) else { continue }
-                    try await sender.turn { try await handle(activityEvent, raw) }
-                case .deadLettered(let raw):
-                    // Marked only once the events before it on its partition are done: up to
-                    // 2,000 may still be in flight, and a commit past them would lose them in a crash.
-                    guard tracker.begin(raw) else { continue }
-                    done(raw)
-                default:
-                    continue
+            try await withThrowingDiscardingTaskGroup { group in
+                // Once reading ends (or fails), the events read go on to their requests; then the lanes end.
+                defer { for lane in lanes { lane.continuation.finish() } }
+                for lane in lanes {
+                    group.addTask {
+                        for await (activityEvent, raw) in lane.stream {
+                            defer { queued.release() }
+                            // Its partition was revoked, or is being revoked, while it waited (or a
+                            // lane failed): the next owner does it.
+                            guard tracker.isOpen(raw), failure.error == nil else {
+                                tracker.abandon(raw)
+                                continue
+                            }
+                            do {
+                                // Requests Kafka refused go again first, before anything that may follow them.
+                                if sender.needsRepair { try await sender.turn { try await sender.repair() } }
+                                try await sender.laneTurn { try await handle(activityEvent, raw) }
+                            } catch {
+                                tracker.abandon(raw)
+                                failure.keep(error)
+                                consumer.shutdown()
+                            }
+                        }
+                    }
+                }
+                for try await event in consumer.decoded(as: ActivityEvent.self, deadLetters: deadLetters) {
+                    switch event {
+                    case .partitionsAssigned(let partitions):
+                        // Their memories first (the changelog, then what came after its checkpoint),
+                        // in the whole turn: their events wait in the consumer meanwhile, and neither
+                        // the freshness monitor, a lane nor a changelog round looks at half-restored memories.
+                        if let memory, try await sender.turn({ await memory.restore(Set(partitions.map(\.partition))) }) == nil { continue }
+                        sender.own(partitions.map(\.partition))
+                        engine.trackChanges(of: sender.ownedPartitions)
+                    case .partitionsRevoked(let partitions):
+                        sender.disown(partitions.map(\.partition))
+                        tracker.revoke(partitions)
+                        // Also when they were lost (the session expired), which calls no revocation handler.
+                        memory?.revoked(Set(partitions.map(\.partition)))
+                    case .message(let activityEvent, let raw):
+                        // false: its partition is being revoked; the next owner reads it.
+                        guard tracker.begin(raw) else { continue }
+                        try await queued.acquire()
+                        lanes[Self.lane(of: activityEvent.activityId, among: lanes.count)].continuation.yield((activityEvent, raw))
+                    case .deadLettered(let raw):
+                        // Marked only once the events before it on its partition are done: up to
+                        // 2,000 may still be in flight, and a commit past them would lose them in a crash.
+                        guard tracker.begin(raw) else { continue }
+                        done(raw)
+                    default:
+                        continue
+                    }
                 }
             }
             consumer.shutdown()
+            if let error = failure.error { throw error }
         }
+    }
+
+    /// The lane of an activity's events: the same for every event of its id (FNV-1a of the id).
+    static func lane(of activityId: String, among lanes: Int) -> Int {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in activityId.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        return Int(hash % UInt64(lanes))
+    }
+
+    /// The first error of a lane.
+    private final class LaneFailure: Sendable {
+        private let first = Mutex<(any Error)?>(nil)
+        var error: (any Error)? { first.withLock { $0 } }
+        func keep(_ error: any Error) { first.withLock { $0 = $0 ?? error } }
     }
 
     private func done(_ raw: KafkaMessage) {
@@ -105,7 +168,6 @@ public struct ContentServiceLoop: Service {
     }
 
     private func handle(_ event: ActivityEvent, _ raw: KafkaMessage) async throws {
-        try await sender.repair()
         Counter(label: "islet_content_events_in_total", dimensions: [("event", event.kind.rawValue)]).increment()
         // Thumbnails of the images the activity has not had inline yet (cached; a failure means by URL only).
         var images: [String: [String]] = [:]
@@ -139,12 +201,12 @@ public struct ContentServiceLoop: Service {
 }
 
 /// Sends prepared requests to `islet.push-requests.v1` and commits them to the engine's memory;
-/// runs the work of the event loop and of the freshness monitor one turn at a time.
+/// gives the event lanes and the freshness monitor their turns (``ServiceTurns``).
 ///
-/// Requests are handed to librdkafka in order and acknowledged in the background (up to
-/// `window` events in flight); an event is done once all its requests are. A request Kafka did
-/// not take is sent again, the same bytes, before the next event (``repair()``): its event stays
-/// open (unmarked) until then, so a crash cannot skip it.
+/// Requests are handed to librdkafka in order (an activity's, by its lane) and acknowledged in the
+/// background (up to `window` events in flight); an event is done once all its requests are. A
+/// request Kafka did not take is sent again, the same bytes, in the whole turn before a lane's next
+/// event (``repair()``): its event stays open (unmarked) until then, so a crash cannot skip it.
 public final class RequestSender: Sendable {
     let producer: KafkaProducer
     let engine: ContentEngine
@@ -156,8 +218,8 @@ public final class RequestSender: Sendable {
     public let writer: KafkaHeader = KafkaHeader(name: RequestSender.writerHeader, value: Array(UUID().uuidString.utf8))
     /// The header naming the content-service process that wrote a push request.
     public static let writerHeader = "islet-writer"
-    /// One turn at a time, in arrival order (a mutex cannot be held across an `await`).
-    private let gate = AsyncSemaphore(1)
+    /// The lanes' turns and the whole turn, in arrival order (a mutex cannot be held across an `await`).
+    let turns = ServiceTurns()
     private let owned = Mutex<Set<Int32>>([])
     private let inFlight: AsyncSemaphore
     private let failed = Mutex<[(PushRequest, Completion)]>([])
@@ -191,18 +253,24 @@ public final class RequestSender: Sendable {
     public func own(_ partitions: [Int32]) { owned.withLock { $0.formUnion(partitions) } }
     public func disown(_ partitions: [Int32]) { owned.withLock { $0.subtract(partitions) } }
 
-    /// Runs `body` when no other turn runs.
+    /// Runs `body` when no other turn runs: no lane's, no other whole turn.
     func turn<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        await gate.acquire()
-        defer { gate.release() }
-        return try await body()
+        try await turns.whole(body)
     }
+
+    /// Runs `body` in a lane's turn: other lanes' may run at once, the whole turn may not.
+    func laneTurn<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        try await turns.lane(body)
+    }
+
+    /// Requests Kafka refused wait to be sent again (``repair()``, in the whole turn).
+    var needsRepair: Bool { failed.withLock { !$0.isEmpty } }
 
     /// Hands the requests to Kafka in order and moves the activity's memory on; `onPersisted` is
     /// called once every one is acknowledged.
     func enqueue(_ prepared: ContentEngine.Prepared, onPersisted: @escaping @Sendable () -> Void) async throws {
         let values = try prepared.requests.map { try IsletJSON.encode($0) }
-        await inFlight.acquire()
+        try await inFlight.acquire()
         let limit = inFlight
         let completion = Completion(count: prepared.requests.count) {
             limit.release()
@@ -248,7 +316,8 @@ public final class RequestSender: Sendable {
         return false
     }
 
-    /// Sends again, until Kafka takes them, the requests it refused.
+    /// Sends again, until Kafka takes them, the requests it refused (in the whole turn: a lane's
+    /// next request of the same activity must not pass it).
     func repair() async throws {
         while let (request, completion) = failed.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) {
             if let position = try await sendUntilAcknowledged(request, activity: request.activityKey ?? request.key ?? "") {
@@ -278,50 +347,6 @@ public final class RequestSender: Sendable {
         Counter(label: "islet_content_requests_total", dimensions: [("event", request.event.rawValue), ("priority", "\(request.priority)")])
             .increment()
         Recorder(label: "islet_content_payload_bytes").record(request.payload.utf8.count)
-    }
-}
-
-/// At most `limit` holders at once, served in arrival order: ``acquire()`` waits for a ``release()``.
-final class AsyncSemaphore: Sendable {
-    private struct State {
-        var available: Int
-        var waiting: [CheckedContinuation<Void, Never>] = []
-    }
-    private let state: Mutex<State>
-
-    private let limit: Int
-
-    init(_ limit: Int) {
-        self.limit = limit
-        state = Mutex(State(available: limit))
-    }
-
-    /// No holder.
-    var isIdle: Bool { state.withLock { $0.available == limit } }
-
-    func acquire() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let go = state.withLock { state -> Bool in
-                if state.available > 0 {
-                    state.available -= 1
-                    return true
-                }
-                state.waiting.append(continuation)
-                return false
-            }
-            if go { continuation.resume() }
-        }
-    }
-
-    func release() {
-        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            if state.waiting.isEmpty {
-                state.available += 1
-                return nil
-            }
-            return state.waiting.removeFirst()
-        }
-        next?.resume()
     }
 }
 

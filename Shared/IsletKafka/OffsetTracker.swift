@@ -57,6 +57,17 @@ public final class OffsetTracker: Sendable {
         state.withLock { $0.revoking.formUnion(partitions) }
     }
 
+    /// Whether this record was begun, is not done or abandoned, and its partition is neither
+    /// being revoked nor revoked: work that waited to start is still wanted.
+    public func isOpen(_ message: KafkaMessage) -> Bool {
+        state.withLock { state in
+            guard !state.revoking.contains(message.topicPartition), let track = state.tracks[message.topicPartition],
+                let index = track.index(of: message.offset)
+            else { return false }
+            return track.status[index] == .open
+        }
+    }
+
     /// Whether any record of these partitions was begun and is not yet released.
     public func isOpen(in partitions: Set<KafkaTopicPartition>) -> Bool {
         state.withLock { state in

@@ -1,6 +1,7 @@
 import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2
+import Hummingbird
 import IsletKafka
 import IsletLinks
 import IsletMessages
@@ -9,6 +10,7 @@ import IsletRuntime
 import IsletTesting
 import IsletTokens
 import Logging
+import NIOCore
 import ServiceLifecycle
 import Synchronization
 import Testing
@@ -483,6 +485,81 @@ struct ContentServiceIntegrationTests {
         #expect(Set(all.map(\.requestId)).count == all.count, "no request was made twice")
         await secondGroup.triggerGracefulShutdown()
         try await secondRunning.value
+        producer.shutdown()
+        try await producing.value
+    }
+
+    @Test("an activity waiting for its image holds up only its own lane: other activities' events go on, and its own follow in order")
+    func lanes() async throws {
+        let (topics, suffix) = try await testTopics()
+        // The image server: held.png answers only once the test says so.
+        let (asked, askedContinuation) = AsyncStream.makeStream(of: Void.self)
+        let (release, releaseContinuation) = AsyncStream.makeStream(of: Void.self)
+        let picture = bands(width: 120, height: 120, png: true)
+        let router = Router()
+        router.get("held.png") { _, _ -> Response in
+            askedContinuation.yield()
+            for await _ in release {}
+            return Response(status: .ok, headers: [.contentType: "image/png"], body: .init(byteBuffer: ByteBuffer(bytes: picture)))
+        }
+        let (ports, bound) = AsyncStream.makeStream(of: Int.self)
+        let images = Application(
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { channel in if let port = channel.localAddress?.port { bound.yield(port) } }, logger: logger)
+        let serving = Task { try await images.runService() }
+        var waiting = ports.makeAsyncIterator()
+        let host = "127.0.0.1:\(try #require(await waiting.next()))"
+
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
+        let producing = Task { try await producer.run() }
+        let settings = try ServiceSettings(
+            from: .variables(["ISLET_KAFKA_BOOTSTRAP": try TestBroker.servers(), "ISLET_HTTP_PORT": "0", "ISLET_HTTP_HOST": "127.0.0.1"]),
+            serviceName: "content-lanes-\(suffix)", defaultHTTPPort: 0)
+        var contentSettings = ContentSettings(
+            templatesDirectory: templatesDirectory, keyring: LinkKeyring(signing: linkKey), grpcHost: "127.0.0.1", grpcPort: 0)
+        contentSettings.thumbnails = ThumbnailService.Settings(allowedHosts: [host])
+        contentSettings.thumbnails.timeout = .seconds(60)
+        let runtime = ServiceRuntime(settings: settings, logger: logger)
+        let service = try ContentServiceApp(runtime: runtime, settings: contentSettings, topics: topics)
+        let group = runtime.makeServiceGroup(service.services)
+        let running = Task { try await group.run() }
+
+        func send(_ activityId: String, _ sequence: Int64, photo: String? = nil) async throws {
+            var courier: [String: JSONValue] = ["name": .string("Ana")]
+            if let photo { courier["photoUrl"] = .string(photo) }
+            try await producer.send(
+                ActivityEvent(
+                    eventId: "\(activityId)-\(sequence)", activityId: activityId, kind: .update,
+                    attributesType: "DeliveryAttributes", fields: ["status": .string("preparing"), "orderId": .string("1"), "courier": .object(courier)],
+                    urgency: .routine, occurredAt: Date(), sequence: sequence, bundleId: app.bundleId),
+                to: topics.activityEvents)
+        }
+        // The slow activity's first event waits for its image; its second follows it in its lane.
+        let lanes = ContentServiceLoop.defaultWorkers
+        let slow = "slow-order"
+        try await send(slow, 1, photo: "http://\(host)/held.png")
+        var askedIterator = asked.makeAsyncIterator()
+        _ = await askedIterator.next()
+        try await send(slow, 2, photo: "http://\(host)/held.png")
+        // Five other activities, none in the slow one's lane: they go on meanwhile.
+        let others = (0..<100).map { "order-\($0)" }.filter {
+            ContentServiceLoop.lane(of: $0, among: lanes) != ContentServiceLoop.lane(of: slow, among: lanes)
+        }.prefix(5)
+        for activity in others { try await send(activity, 1) }
+        let first = try await TestBroker.read(PushRequest.self, from: topics.pushRequests, count: 5)
+        #expect(Set(first.compactMap(\.sourceActivityId)) == Set(others), "only the other activities' requests, while the image is held")
+
+        releaseContinuation.finish()
+        let all = try await TestBroker.read(PushRequest.self, from: topics.pushRequests, count: 7)
+        let slowRequests = all.filter { $0.sourceActivityId == slow }
+        #expect(slowRequests.map(\.contentSequence) == [1, 2], "the slow activity's requests, in order")
+        #expect(slowRequests.first?.payload.contains(#""data":""#) == true, "its first payload has the thumbnail inline")
+        #expect(all.count == 7)
+
+        await group.triggerGracefulShutdown()
+        try await running.value
+        serving.cancel()
+        _ = try? await serving.value
         producer.shutdown()
         try await producing.value
     }
