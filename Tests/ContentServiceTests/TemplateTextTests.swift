@@ -12,9 +12,16 @@ struct TemplateTextTests {
         ])
         #expect(TemplateText.pieces(of: "no tags { at } all }}") == [.literal("no tags { at } all }}")])
         #expect(TemplateText.pieces(of: "") == [])
+        #expect(TemplateText.pieces(of: "{{#courier.name}}Courier {{courier.name}}{{/courier.name}}") == [
+            .section(["courier", "name"], inverted: false, [.literal("Courier "), .variable(["courier", "name"])]),
+        ])
+        #expect(TemplateText.pieces(of: "a{{^b}}none{{#c}}{{c}}{{/c}}{{/b}}z") == [
+            .literal("a"), .section(["b"], inverted: true, [.literal("none"), .section(["c"], inverted: false, [.variable(["c"])])]), .literal("z"),
+        ])
         for other in [
-            "{{#courier.name}}Courier {{courier.name}}{{/courier.name}}", "{{^a}}none{{/a}}", "{{{a}}}", "{{&a}}", "{{! a comment }}",
-            "{{>partial}}", "{{a..b}}", "{{.a}}", "{{a.}}", "{{uppercase(a)}}", "{{a-b}}", "{{\ta}}", "{{a", "{{}}",
+            "{{{a}}}", "{{&a}}", "{{! a comment }}", "{{>partial}}", "{{a..b}}", "{{.a}}", "{{a.}}", "{{uppercase(a)}}", "{{a-b}}", "{{\ta}}",
+            "{{a", "{{}}", "{{#a}}open", "{{/a}}", "{{#a}}{{/b}}", "{{#a}}{{#b}}{{/a}}{{/b}}", "{{# a}}x{{/a}}", "{{#a }}x{{/a}}",
+            "{{#a}}\n{{/a}}", "line\n{{^a}}x{{/a}}", "{{#.}}x{{/.}}", "{{=<% %>=}}",
         ] {
             #expect(TemplateText.pieces(of: other) == nil, "\(other)")
         }
@@ -26,6 +33,10 @@ struct TemplateTextTests {
     static let tags = [
         "{{a}}", "{{ a }}", "{{n}}", "{{flag}}", "{{s.x}}", "{{o.x}}", "{{o.y.z}}", "{{o.missing}}", "{{missing}}", "{{list}}", "{{o}}",
         "{{#a}}[{{a}}]{{/a}}", "{{^missing}}none{{/missing}}", "{{{a}}}", "{{! c }}", "{{n.x}}", "{{zero}}", "{{empty}}", "{{no}}",
+        // Sections of every kind of value, whole or as loose tags that nest (or do not match) at random.
+        "{{#o}}{{x}}{{/o}}", "{{#list}}<{{.}}>{{/list}}", "{{^flag}}not{{/flag}}", "{{#empty}}e{{/empty}}", "{{#no}}no{{/no}}",
+        "{{#zero}}z{{a}}{{/zero}}", "{{#o.x}}{{o.x}}{{/o.x}}", "{{^o.y.z}}-{{/o.y.z}}", "{{#s.x}}s{{/s.x}}", "{{^list}}none{{/list}}",
+        "{{#a}}", "{{/a}}", "{{#n}}", "{{/n}}", "{{^missing}}", "{{/missing}}", "{{#flag}}", "{{/flag}}", "{{^no}}", "{{/no}}",
     ]
     static var contexts: [[String: Any]] { [
         ["a": "Ana", "n": Int64(42), "flag": true, "no": false, "s": "text", "zero": Int64(0), "empty": "",
