@@ -71,7 +71,10 @@ public struct ContentServiceLoop: Service {
         consumer.onRevocation(timeout: revocationTimeout + .seconds(4)) { [revocationTimeout] partitions in
             tracker.beginRevoking(partitions)
             let started = ContinuousClock.now
-            let finished = await tracker.waitUntilClosed(partitions, timeout: revocationTimeout)
+            // Events still queued in the lanes are left to the next owner: only those started are waited for.
+            let finished = await tracker.waitUntilClosed(partitions, timeout: revocationTimeout) {
+                tracker.abandonUnstarted(Set(partitions))
+            }
             let metadata: Logger.Metadata = ["kafka.partitions": "\(partitions)", "took": "\(ContinuousClock.now - started)"]
             if finished {
                 logger.info("partitions revoked: their events under way finished", metadata: metadata)
@@ -83,7 +86,7 @@ public struct ContentServiceLoop: Service {
             // Kept until the next assignment, which usually gives them back.
             memory?.revoked(Set(partitions.map(\.partition)))
         }
-        let lanes = (0..<workers).map { _ in AsyncStream<(ActivityEvent, KafkaMessage)>.makeStream() }
+        let lanes = (0..<workers).map { _ in AsyncStream<(ActivityEvent, OffsetTracker.Work)>.makeStream() }
         let queued = AsyncSemaphore(Self.queued)
         // The first error of a lane: the service stops (as it did when the one loop threw), reading
         // first; the lanes then leave what they still hold to the partitions' next owner.
@@ -95,20 +98,25 @@ public struct ContentServiceLoop: Service {
                 defer { for lane in lanes { lane.continuation.finish() } }
                 for lane in lanes {
                     group.addTask {
-                        for await (activityEvent, raw) in lane.stream {
+                        for await (activityEvent, work) in lane.stream {
                             defer { queued.release() }
-                            // Its partition was revoked, or is being revoked, while it waited (or a
-                            // lane failed): the next owner does it.
-                            guard tracker.isOpen(raw), failure.error == nil else {
-                                tracker.abandon(raw)
+                            // A lane failed: the service stops, the next owner does it.
+                            guard failure.error == nil else {
+                                tracker.abandon(work)
                                 continue
                             }
                             do {
+                                // Outside any turn: a lane waiting for an image holds up no one else.
+                                let images = await images(for: activityEvent)
                                 // Requests Kafka refused go again first, before anything that may follow them.
                                 if sender.needsRepair { try await sender.turn { try await sender.repair() } }
-                                try await sender.laneTurn { try await handle(activityEvent, raw) }
+                                try await sender.laneTurn {
+                                    // Its partition was revoked, or is being revoked, while it waited: the next owner does it.
+                                    guard tracker.start(work) else { return }
+                                    try await handle(activityEvent, work, images: images)
+                                }
                             } catch {
-                                tracker.abandon(raw)
+                                tracker.abandon(work)
                                 failure.keep(error)
                                 consumer.shutdown()
                             }
@@ -130,15 +138,15 @@ public struct ContentServiceLoop: Service {
                         // Also when they were lost (the session expired), which calls no revocation handler.
                         memory?.revoked(Set(partitions.map(\.partition)))
                     case .message(let activityEvent, let raw):
-                        // false: its partition is being revoked; the next owner reads it.
-                        guard tracker.begin(raw) else { continue }
+                        // nil: its partition is being revoked; the next owner reads it.
+                        guard let work = tracker.beginWork(raw) else { continue }
                         try await queued.acquire()
-                        lanes[Self.lane(of: activityEvent.activityId, among: lanes.count)].continuation.yield((activityEvent, raw))
+                        lanes[Self.lane(of: activityEvent.activityId, among: lanes.count)].continuation.yield((activityEvent, work))
                     case .deadLettered(let raw):
                         // Marked only once the events before it on its partition are done: up to
                         // 2,000 may still be in flight, and a commit past them would lose them in a crash.
-                        guard tracker.begin(raw) else { continue }
-                        done(raw)
+                        guard let work = tracker.beginWork(raw) else { continue }
+                        done(work)
                     default:
                         continue
                     }
@@ -163,19 +171,21 @@ public struct ContentServiceLoop: Service {
         func keep(_ error: any Error) { first.withLock { $0 = $0 ?? error } }
     }
 
-    private func done(_ raw: KafkaMessage) {
-        if let release = tracker.complete(raw) { consumer.markProcessed(release) }
+    private func done(_ work: OffsetTracker.Work) {
+        if let release = tracker.complete(work) { consumer.markProcessed(release) }
     }
 
-    private func handle(_ event: ActivityEvent, _ raw: KafkaMessage) async throws {
+    /// Thumbnails of the images the activity has not had inline yet (cached; a failure means by URL only).
+    private func images(for event: ActivityEvent) async -> [String: [String]] {
+        guard let thumbnails else { return [:] }
+        let inlined = (try? engine.activityKey(of: event)).flatMap(engine.memory(of:))?.inlinedImages ?? []
+        let urls = engine.assembler.imageURLs(for: event).filter { !inlined.contains($0) }
+        return urls.isEmpty ? [:] : await thumbnails.thumbnails(for: urls)
+    }
+
+    private func handle(_ event: ActivityEvent, _ work: OffsetTracker.Work, images: [String: [String]]) async throws {
+        let raw = work.message
         Counter(label: "islet_content_events_in_total", dimensions: [("event", event.kind.rawValue)]).increment()
-        // Thumbnails of the images the activity has not had inline yet (cached; a failure means by URL only).
-        var images: [String: [String]] = [:]
-        if let thumbnails {
-            let inlined = (try? engine.activityKey(of: event)).flatMap(engine.memory(of:))?.inlinedImages ?? []
-            let urls = engine.assembler.imageURLs(for: event).filter { !inlined.contains($0) }
-            if !urls.isEmpty { images = await thumbnails.thumbnails(for: urls) }
-        }
         let decision: ContentEngine.Decision
         do {
             decision = try engine.prepare(event, partition: raw.partition, images: images)
@@ -183,19 +193,19 @@ public struct ContentServiceLoop: Service {
             Counter(label: "islet_content_events_total", dimensions: [("result", "refused")]).increment()
             logger.info("event refused", metadata: ["activity.id": "\(event.activityId)", "error": "\(error.description)"])
             try await deadLetters.send(raw, reason: .unprocessable, detail: error.description)
-            done(raw)
+            done(work)
             return
         }
         switch decision {
         case .ignore(let why):
             Counter(label: "islet_content_events_total", dimensions: [("result", "ignored")]).increment()
             logger.debug("event ignored", metadata: ["activity.id": "\(event.activityId)", "event.why": "\(why)"])
-            done(raw)
+            done(work)
         case .send(let prepared):
             Counter(label: "islet_content_events_total", dimensions: [("result", "sent")]).increment()
             if !prepared.shrinks.isEmpty { Counter(label: "islet_content_shrinks_total").increment() }
             // In flight: the next event goes on while Kafka acknowledges these.
-            try await sender.enqueue(prepared) { done(raw) }
+            try await sender.enqueue(prepared) { done(work) }
         }
     }
 }
@@ -224,16 +234,32 @@ public final class RequestSender: Sendable {
     private let inFlight: AsyncSemaphore
     private let failed = Mutex<[(PushRequest, Completion)]>([])
 
-    /// Counts down an event's requests; calls `onDone` at zero.
+    /// Counts down an event's requests; calls `onDone` at zero. Holds the event's place in the
+    /// window until then, or until one of its requests fails: a request waiting to be sent again
+    /// (in the whole turn) must not keep a lane that waits for a place from giving that turn.
     final class Completion: Sendable {
-        private let remaining: Mutex<Int>
+        private let state: Mutex<(remaining: Int, holdsPlace: Bool)>
+        private let place: AsyncSemaphore
         private let onDone: @Sendable () -> Void
-        init(count: Int, onDone: @escaping @Sendable () -> Void) {
-            remaining = Mutex(count)
+        init(count: Int, place: AsyncSemaphore, onDone: @escaping @Sendable () -> Void) {
+            state = Mutex((count, true))
+            self.place = place
             self.onDone = onDone
         }
         func one() {
-            if remaining.withLock({ $0 -= 1; return $0 == 0 }) { onDone() }
+            let (finished, release) = state.withLock { state in
+                state.remaining -= 1
+                let finished = state.remaining == 0
+                let release = finished && state.holdsPlace
+                if release { state.holdsPlace = false }
+                return (finished, release)
+            }
+            if release { place.release() }
+            if finished { onDone() }
+        }
+        /// One of its requests failed; it is to be sent again.
+        func failed() {
+            if state.withLock({ state in defer { state.holdsPlace = false }; return state.holdsPlace }) { place.release() }
         }
     }
 
@@ -271,11 +297,7 @@ public final class RequestSender: Sendable {
     func enqueue(_ prepared: ContentEngine.Prepared, onPersisted: @escaping @Sendable () -> Void) async throws {
         let values = try prepared.requests.map { try IsletJSON.encode($0) }
         try await inFlight.acquire()
-        let limit = inFlight
-        let completion = Completion(count: prepared.requests.count) {
-            limit.release()
-            onPersisted()
-        }
+        let completion = Completion(count: prepared.requests.count, place: inFlight, onDone: onPersisted)
         // The memory moves on before the first acknowledgement can say where a request is stored.
         engine.commit(prepared)
         for (request, value) in zip(prepared.requests, values) {
@@ -286,7 +308,9 @@ public final class RequestSender: Sendable {
                         case .success(let report):
                             if let position = report.position { engine.stored(request, at: position) }
                             completion.one()
-                        case .failure: self.failed.withLock { $0.append((request, completion)) }
+                        case .failure:
+                            self.failed.withLock { $0.append((request, completion)) }
+                            completion.failed()
                         }
                     }
                     break
@@ -294,6 +318,7 @@ public final class RequestSender: Sendable {
                     await producer.waitForCapacity()
                 } catch {
                     failed.withLock { $0.append((request, completion)) }
+                    completion.failed()
                     break
                 }
             }
@@ -309,7 +334,8 @@ public final class RequestSender: Sendable {
         var pause = Duration.milliseconds(1)
         while ContinuousClock.now < deadline {
             if failed.withLock({ !$0.isEmpty }) { return false }
-            if inFlight.isIdle { return true }
+            // A failed request gives its place back after it is listed: listed when the window is idle.
+            if inFlight.isIdle { return failed.withLock { $0.isEmpty } }
             guard (try? await Task.sleep(for: pause)) != nil else { return false }
             pause = min(pause * 2, .milliseconds(50))
         }

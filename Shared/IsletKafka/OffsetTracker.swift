@@ -5,7 +5,11 @@ import Synchronization
 /// done (their outcomes acknowledged by Kafka), or a crash would skip the unfinished ones.
 public final class OffsetTracker: Sendable {
     private struct Track {
-        enum Status { case open, done, abandoned }
+        /// `started`: begun and being worked on (``start(_:)``); `open`: begun, not started.
+        enum Status { case open, started, done, abandoned }
+        /// Which assignment of the partition the track is of (a partition revoked and assigned
+        /// again reads its records again, at the same offsets).
+        let generation: UInt64
         /// Records begun, in offset order; `head` is the first not yet released.
         var records: [KafkaMessage] = []
         var status: [Status] = []
@@ -24,13 +28,27 @@ public final class OffsetTracker: Sendable {
         }
 
         /// Records begun, not done and not abandoned.
-        var hasOpen: Bool { status[head...].contains(.open) }
+        var hasOpen: Bool { status[head...].contains { $0 == .open || $0 == .started } }
+    }
+
+    /// A record begun, of one assignment of its partition (``beginWork(_:)``): a record read
+    /// again after the partition was revoked and assigned back is other work, at the same offset.
+    public struct Work: Sendable {
+        public let message: KafkaMessage
+        let generation: UInt64
     }
 
     private struct State {
         var tracks: [KafkaTopicPartition: Track] = [:]
         /// Partitions being revoked: no new record of theirs is begun (``beginRevoking(_:)``).
         var revoking: Set<KafkaTopicPartition> = []
+        var lastGeneration: UInt64 = 0
+
+        /// The track of `work`'s partition, when it is still of `work`'s assignment.
+        func track(of work: Work) -> Track? {
+            guard let track = tracks[work.message.topicPartition], track.generation == work.generation else { return nil }
+            return track
+        }
     }
 
     private let state = Mutex(State())
@@ -42,11 +60,46 @@ public final class OffsetTracker: Sendable {
     /// record (the partition's next owner reads it).
     @discardableResult
     public func begin(_ message: KafkaMessage) -> Bool {
+        beginWork(message) != nil
+    }
+
+    /// ``begin(_:)``, returning the work to ``start(_:)``, ``complete(_:)`` or ``abandon(_:)``.
+    public func beginWork(_ message: KafkaMessage) -> Work? {
         state.withLock { state in
-            guard !state.revoking.contains(message.topicPartition) else { return false }
-            state.tracks[message.topicPartition, default: Track()].records.append(message)
-            state.tracks[message.topicPartition, default: Track()].status.append(.open)
+            guard !state.revoking.contains(message.topicPartition) else { return nil }
+            if state.tracks[message.topicPartition] == nil {
+                state.lastGeneration += 1
+                state.tracks[message.topicPartition] = Track(generation: state.lastGeneration)
+            }
+            state.tracks[message.topicPartition]!.records.append(message)
+            state.tracks[message.topicPartition]!.status.append(.open)
+            return Work(message: message, generation: state.tracks[message.topicPartition]!.generation)
+        }
+    }
+
+    /// Work begun and waiting is now done: `true` when it is still wanted (open, of its
+    /// partition's current assignment, which is not being revoked), and then it counts as started:
+    /// ``abandonUnstarted(_:)`` no longer drops it.
+    public func start(_ work: Work) -> Bool {
+        state.withLock { state in
+            guard !state.revoking.contains(work.message.topicPartition), var track = state.track(of: work),
+                let index = track.index(of: work.message.offset), track.status[index] == .open
+            else { return false }
+            track.status[index] = .started
+            state.tracks[work.message.topicPartition] = track
             return true
+        }
+    }
+
+    /// Records of these partitions begun and not started are dropped (``abandon(_:)``): a
+    /// revocation need not wait for work queued behind others.
+    public func abandonUnstarted(_ partitions: Set<KafkaTopicPartition>) {
+        state.withLock { state in
+            for partition in partitions {
+                guard var track = state.tracks[partition] else { continue }
+                for index in track.head..<track.status.count where track.status[index] == .open { track.status[index] = .abandoned }
+                state.tracks[partition] = track
+            }
         }
     }
 
@@ -55,17 +108,6 @@ public final class OffsetTracker: Sendable {
     /// ``isOpen(in:)`` says whether any is left. Ends with ``revoke(_:)``.
     public func beginRevoking(_ partitions: [KafkaTopicPartition]) {
         state.withLock { $0.revoking.formUnion(partitions) }
-    }
-
-    /// Whether this record was begun, is not done or abandoned, and its partition is neither
-    /// being revoked nor revoked: work that waited to start is still wanted.
-    public func isOpen(_ message: KafkaMessage) -> Bool {
-        state.withLock { state in
-            guard !state.revoking.contains(message.topicPartition), let track = state.tracks[message.topicPartition],
-                let index = track.index(of: message.offset)
-            else { return false }
-            return track.status[index] == .open
-        }
     }
 
     /// Whether any record of these partitions was begun and is not yet released.
@@ -95,21 +137,37 @@ public final class OffsetTracker: Sendable {
     /// at the front of its partition), or `nil` when an earlier one is still open.
     public func complete(_ message: KafkaMessage) -> KafkaMessage? {
         state.withLock { state -> KafkaMessage? in
-            guard var track = state.tracks[message.topicPartition], let index = track.index(of: message.offset) else { return nil }
-            track.status[index] = .done
-            var release: KafkaMessage?
-            while track.head < track.records.count, track.status[track.head] == .done {
-                release = track.records[track.head]
-                track.head += 1
-            }
-            if track.head > 1_024, track.head * 2 > track.records.count {
-                track.records.removeFirst(track.head)
-                track.status.removeFirst(track.head)
-                track.head = 0
-            }
-            state.tracks[message.topicPartition] = track
-            return release
+            guard let track = state.tracks[message.topicPartition] else { return nil }
+            return Self.complete(message, in: track, of: &state)
         }
+    }
+
+    /// ``complete(_:)`` for work of one assignment: nothing when its partition was revoked (and
+    /// perhaps assigned back) since it began, or the work was abandoned.
+    public func complete(_ work: Work) -> KafkaMessage? {
+        state.withLock { state -> KafkaMessage? in
+            guard let track = state.track(of: work), let index = track.index(of: work.message.offset), track.status[index] != .abandoned
+            else { return nil }
+            return Self.complete(work.message, in: track, of: &state)
+        }
+    }
+
+    private static func complete(_ message: KafkaMessage, in track: Track, of state: inout State) -> KafkaMessage? {
+        var track = track
+        guard let index = track.index(of: message.offset) else { return nil }
+        track.status[index] = .done
+        var release: KafkaMessage?
+        while track.head < track.records.count, track.status[track.head] == .done {
+            release = track.records[track.head]
+            track.head += 1
+        }
+        if track.head > 1_024, track.head * 2 > track.records.count {
+            track.records.removeFirst(track.head)
+            track.status.removeFirst(track.head)
+            track.head = 0
+        }
+        state.tracks[message.topicPartition] = track
+        return release
     }
 
     /// Records of these partitions are no longer ours: forget them.
@@ -127,9 +185,20 @@ public final class OffsetTracker: Sendable {
     /// it is released (its partition's next owner does it).
     public func abandon(_ message: KafkaMessage) {
         state.withLock { state in
-            guard var track = state.tracks[message.topicPartition], let index = track.index(of: message.offset) else { return }
+            guard var track = state.tracks[message.topicPartition], let index = track.index(of: message.offset),
+                track.status[index] != .done
+            else { return }
             track.status[index] = .abandoned
             state.tracks[message.topicPartition] = track
+        }
+    }
+
+    /// ``abandon(_:)`` for work of one assignment: nothing when its partition was revoked since it began.
+    public func abandon(_ work: Work) {
+        state.withLock { state in
+            guard var track = state.track(of: work), let index = track.index(of: work.message.offset), track.status[index] != .done else { return }
+            track.status[index] = .abandoned
+            state.tracks[work.message.topicPartition] = track
         }
     }
 

@@ -68,4 +68,42 @@ struct OffsetTrackerTests {
         #expect(closed)
         #expect(checks == 3)
     }
+
+    @Test("work of an assignment revoked and given back is other work: its completion marks nothing of the records read again at the same offsets")
+    func generations() throws {
+        let tracker = OffsetTracker()
+        let partition = KafkaTopicPartition(topic: "t", partition: 0)
+        let old = try #require(tracker.beginWork(message(0, 100)))
+        let oldNext = try #require(tracker.beginWork(message(0, 101)))
+        // Lost (no revocation handler), then assigned again: 100 and 101 are read again.
+        tracker.revoke([partition])
+        let again = try #require(tracker.beginWork(message(0, 100)))
+        let againNext = try #require(tracker.beginWork(message(0, 101)))
+        #expect(!tracker.start(old), "the old work is not wanted any more")
+        #expect(tracker.complete(old) == nil && tracker.complete(oldNext) == nil)
+        tracker.abandon(old)
+        #expect(tracker.open == 2, "the new records are untouched")
+        #expect(tracker.start(again) && tracker.start(againNext))
+        #expect(tracker.complete(againNext) == nil)
+        #expect(tracker.complete(again)?.offset == 101)
+        #expect(tracker.open == 0)
+    }
+
+    @Test("a revocation drops the work not started (waiting in a queue) and waits for what started; done work is never abandoned")
+    func unstarted() async throws {
+        let tracker = OffsetTracker()
+        let partition = KafkaTopicPartition(topic: "t", partition: 0)
+        let works = try (0..<4).map { try #require(tracker.beginWork(message(0, Int64($0)))) }
+        #expect(tracker.start(works[0]) && tracker.start(works[1]))
+        #expect(tracker.complete(works[1]) == nil, "0 is still open")
+        tracker.beginRevoking([partition])
+        #expect(tracker.beginWork(message(0, 4)) == nil, "nothing new begins while it is being revoked")
+        #expect(!tracker.start(works[2]), "queued work does not start once its partition is being revoked")
+        tracker.abandonUnstarted([partition])
+        #expect(tracker.isOpen(in: [partition]), "0 started and is still under way")
+        tracker.abandon(works[1])
+        #expect(tracker.complete(works[0])?.offset == 1, "1 was done before the abandon, and stays done")
+        #expect(!tracker.isOpen(in: [partition]))
+        #expect(tracker.complete(works[2]) == nil && tracker.complete(works[3]) == nil, "abandoned: nothing at or after them is released")
+    }
 }
