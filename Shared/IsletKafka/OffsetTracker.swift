@@ -44,10 +44,14 @@ public final class OffsetTracker: Sendable {
         var revoking: Set<KafkaTopicPartition> = []
         var lastGeneration: UInt64 = 0
 
-        /// The track of `work`'s partition, when it is still of `work`'s assignment.
-        func track(of work: Work) -> Track? {
-            guard let track = tracks[work.message.topicPartition], track.generation == work.generation else { return nil }
-            return track
+        /// Runs `body` on the track of `partition` where it is stored (a copy taken out of the
+        /// dictionary would copy its arrays on the first change), when there is one and, given a
+        /// generation, it is of that assignment.
+        mutating func update<Result>(
+            _ partition: KafkaTopicPartition, generation: UInt64? = nil, _ body: (inout Track) -> Result?
+        ) -> Result? {
+            guard let stored = tracks[partition]?.generation, generation.map({ $0 == stored }) ?? true else { return nil }
+            return body(&tracks[partition]!)
         }
     }
 
@@ -71,9 +75,11 @@ public final class OffsetTracker: Sendable {
                 state.lastGeneration += 1
                 state.tracks[message.topicPartition] = Track(generation: state.lastGeneration)
             }
-            state.tracks[message.topicPartition]!.records.append(message)
-            state.tracks[message.topicPartition]!.status.append(.open)
-            return Work(message: message, generation: state.tracks[message.topicPartition]!.generation)
+            return state.update(message.topicPartition) { track in
+                track.records.append(message)
+                track.status.append(.open)
+                return Work(message: message, generation: track.generation)
+            }
         }
     }
 
@@ -82,12 +88,12 @@ public final class OffsetTracker: Sendable {
     /// ``abandonUnstarted(_:)`` no longer drops it.
     public func start(_ work: Work) -> Bool {
         state.withLock { state in
-            guard !state.revoking.contains(work.message.topicPartition), var track = state.track(of: work),
-                let index = track.index(of: work.message.offset), track.status[index] == .open
-            else { return false }
-            track.status[index] = .started
-            state.tracks[work.message.topicPartition] = track
-            return true
+            guard !state.revoking.contains(work.message.topicPartition) else { return false }
+            return state.update(work.message.topicPartition, generation: work.generation) { track -> Bool? in
+                guard let index = track.index(of: work.message.offset), track.status[index] == .open else { return nil }
+                track.status[index] = .started
+                return true
+            } ?? false
         }
     }
 
@@ -96,9 +102,10 @@ public final class OffsetTracker: Sendable {
     public func abandonUnstarted(_ partitions: Set<KafkaTopicPartition>) {
         state.withLock { state in
             for partition in partitions {
-                guard var track = state.tracks[partition] else { continue }
-                for index in track.head..<track.status.count where track.status[index] == .open { track.status[index] = .abandoned }
-                state.tracks[partition] = track
+                state.update(partition) { track -> Void? in
+                    for index in track.head..<track.status.count where track.status[index] == .open { track.status[index] = .abandoned }
+                    return nil
+                }
             }
         }
     }
@@ -136,25 +143,23 @@ public final class OffsetTracker: Sendable {
     /// A record is done; returns the record to mark processed (the last of the run of done records
     /// at the front of its partition), or `nil` when an earlier one is still open.
     public func complete(_ message: KafkaMessage) -> KafkaMessage? {
-        state.withLock { state -> KafkaMessage? in
-            guard let track = state.tracks[message.topicPartition] else { return nil }
-            return Self.complete(message, in: track, of: &state)
+        state.withLock { state in
+            state.update(message.topicPartition) { track in Self.complete(message, in: &track, unlessAbandoned: false) }
         }
     }
 
     /// ``complete(_:)`` for work of one assignment: nothing when its partition was revoked (and
     /// perhaps assigned back) since it began, or the work was abandoned.
     public func complete(_ work: Work) -> KafkaMessage? {
-        state.withLock { state -> KafkaMessage? in
-            guard let track = state.track(of: work), let index = track.index(of: work.message.offset), track.status[index] != .abandoned
-            else { return nil }
-            return Self.complete(work.message, in: track, of: &state)
+        state.withLock { state in
+            state.update(work.message.topicPartition, generation: work.generation) { track in
+                Self.complete(work.message, in: &track, unlessAbandoned: true)
+            }
         }
     }
 
-    private static func complete(_ message: KafkaMessage, in track: Track, of state: inout State) -> KafkaMessage? {
-        var track = track
-        guard let index = track.index(of: message.offset) else { return nil }
+    private static func complete(_ message: KafkaMessage, in track: inout Track, unlessAbandoned: Bool) -> KafkaMessage? {
+        guard let index = track.index(of: message.offset), !unlessAbandoned || track.status[index] != .abandoned else { return nil }
         track.status[index] = .done
         var release: KafkaMessage?
         while track.head < track.records.count, track.status[track.head] == .done {
@@ -166,7 +171,6 @@ public final class OffsetTracker: Sendable {
             track.status.removeFirst(track.head)
             track.head = 0
         }
-        state.tracks[message.topicPartition] = track
         return release
     }
 
@@ -184,22 +188,20 @@ public final class OffsetTracker: Sendable {
     /// dropped before it started): ``isOpen(in:)`` no longer counts for it, and nothing at or after
     /// it is released (its partition's next owner does it).
     public func abandon(_ message: KafkaMessage) {
-        state.withLock { state in
-            guard var track = state.tracks[message.topicPartition], let index = track.index(of: message.offset),
-                track.status[index] != .done
-            else { return }
-            track.status[index] = .abandoned
-            state.tracks[message.topicPartition] = track
-        }
+        state.withLock { state in _ = state.update(message.topicPartition) { track in Self.abandon(message, in: &track) } }
     }
 
     /// ``abandon(_:)`` for work of one assignment: nothing when its partition was revoked since it began.
     public func abandon(_ work: Work) {
         state.withLock { state in
-            guard var track = state.track(of: work), let index = track.index(of: work.message.offset), track.status[index] != .done else { return }
-            track.status[index] = .abandoned
-            state.tracks[work.message.topicPartition] = track
+            _ = state.update(work.message.topicPartition, generation: work.generation) { track in Self.abandon(work.message, in: &track) }
         }
+    }
+
+    private static func abandon(_ message: KafkaMessage, in track: inout Track) -> Void? {
+        guard let index = track.index(of: message.offset), track.status[index] != .done else { return nil }
+        track.status[index] = .abandoned
+        return nil
     }
 
     /// Records begun and not yet released, in all partitions.
