@@ -12,26 +12,33 @@ import Mustache
 ///  "expanded": [{"progressBar": {"position": 60, "points": [0, 50, 100]}}, …], …}
 /// ```
 struct LayoutRenderer {
-    let template: ActivityTemplate
     let context: [String: Any]
     let contentState: [String: JSONValue]
-    let keyring: LinkKeyring
-    let activityId: String
-    let sequence: Int64
-    let issuedAt: Date
-    /// The app's URL for the activity (the template's `link`, rendered once per event).
-    let baseURL: String
+    /// Signs the event's links (its base URL, activity, type, sequence and time).
+    let links: LinkSigner
     /// Thumbnails by image URL (base64 JPEG, best first), the rung of them to inline (`nil`: none),
     /// and the URLs already inlined in an earlier payload of the activity (not again).
     var images: [String: [String]] = [:]
     var imageRung: Int? = nil
     var alreadyInlined: Set<String> = []
 
-    /// The image URLs the layout shows for this event.
-    func imageURLs(_ layout: ActivityTemplate.Layout) -> [String] {
+    /// The signer of an event's links: the app's URL for the activity (the template's `link`,
+    /// rendered), the activity, its type and the content's sequence, issued now.
+    static func links(baseURL: String, template: ActivityTemplate, event: ActivityEvent, keyring: LinkKeyring, issuedAt: Date) throws(ContentError) -> LinkSigner {
+        do {
+            return try LinkSigner(
+                baseURL: baseURL, activityId: event.activityId, attributesType: template.attributesType, contentSequence: event.sequence,
+                issuedAt: issuedAt, key: keyring.signing)
+        } catch {
+            throw ContentError(field: "link", problem: "\(error)")
+        }
+    }
+
+    /// The image URLs `layout` shows over `context`.
+    static func imageURLs(_ layout: ActivityTemplate.Layout, context: [String: Any]) -> [String] {
         var urls: [String] = []
-        for component in layout.minimal + layout.compactLeading + layout.compactTrailing + layout.expanded {
-            if case .remoteImage(let url, _) = component {
+        for surface in [layout.minimal, layout.compactLeading, layout.compactTrailing, layout.expanded] {
+            for case .remoteImage(let url, _) in surface {
                 let address = url.render(context)
                 if !address.isEmpty, !urls.contains(address) { urls.append(address) }
             }
@@ -60,10 +67,7 @@ struct LayoutRenderer {
 
     private func link(surface: Surface, element: String) throws(ContentError) -> String {
         do {
-            return try DeepLinkCodec.sign(
-                baseURL: baseURL,
-                target: TapTarget(activityId: activityId, attributesType: template.attributesType, surface: surface, element: element, contentSequence: sequence),
-                issuedAt: issuedAt, key: keyring.signing)
+            return try links.sign(surface: surface, element: element)
         } catch {
             throw ContentError(field: "link", problem: "\(error)")
         }

@@ -41,10 +41,14 @@ public struct PayloadAssembler: Sendable {
     public let keyring: LinkKeyring
     public let policy: ContentPolicy
 
+    /// The distinct ranks of each type's droppable texts, lowest first (a translation keeps them).
+    private let ranks: [String: [Int]]
+
     public init(templates: [String: ActivityTemplate], keyring: LinkKeyring, policy: ContentPolicy = ContentPolicy()) {
         self.templates = templates
         self.keyring = keyring
         self.policy = policy
+        ranks = templates.compactMapValues { $0.layout.map(Self.ranks(in:)) }
     }
 
     /// What one event produces.
@@ -144,21 +148,30 @@ public struct PayloadAssembler: Sendable {
         var imageRung: Int?
         var dropBelow = Int.min
         var cap: Int?
-        var description: String
+
+        /// What the step gives up (said only of a step after the first).
+        var description: String {
+            if let imageRung { return "inline image at size \(imageRung + 1)" }
+            if let cap { return "texts cut to \(cap) characters" }
+            if dropBelow != Int.min { return "texts of rank \(dropBelow - 1)" }
+            return "inline image data"
+        }
     }
 
     /// The shrink steps, in order: inline images smaller, then without their data (the URL stays),
     /// then texts rank by rank (lowest first), then every text still too long cut (on a character,
     /// with an ellipsis) to a shorter and shorter length, down to ``textFloor`` characters; only a
     /// payload that cannot fit with every text at the floor is refused.
-    static func shrinks(_ plan: Plan, images: [String: [String]]) -> [Shrink] {
-        let ranks = plan.layoutIncluded ? Self.ranks(in: plan.template.layout!) : []
+    func shrinks(_ plan: Plan, images: [String: [String]]) -> [Shrink] {
+        let ranks = plan.layoutIncluded ? self.ranks[plan.template.attributesType] ?? Self.ranks(in: plan.template.layout!) : []
         let rungs = plan.layoutIncluded ? images.values.map(\.count).max() ?? 0 : 0
         let allRanksDropped = ranks.last.map { $0 + 1 } ?? Int.min
-        return (0..<rungs).map { Shrink(imageRung: $0, description: "inline image at size \($0 + 1)") }
-            + [Shrink(description: rungs > 0 ? "inline image data" : "")]
-            + ranks.map { Shrink(dropBelow: $0 + 1, description: "texts of rank \($0)") }
-            + Self.textCaps.map { Shrink(dropBelow: allRanksDropped, cap: $0, description: "texts cut to \($0) characters") }
+        var steps = (0..<rungs).map { Shrink(imageRung: $0) }
+        steps.reserveCapacity(rungs + 1 + ranks.count + Self.textCaps.count)
+        steps.append(Shrink())
+        for rank in ranks { steps.append(Shrink(dropBelow: rank + 1)) }
+        for cap in Self.textCaps { steps.append(Shrink(dropBelow: allRanksDropped, cap: cap)) }
+        return steps
     }
 
     /// A payload to send: its event, its `aps`, and whether it alerts.
@@ -180,22 +193,25 @@ public struct PayloadAssembler: Sendable {
     func fit(
         _ plan: Plan, images: [String: [String]], memory: ActivityMemory, now: Date
     ) throws(ContentError) -> (drafts: [Draft], shrinks: [String], inlined: Set<String>) {
-        let steps = Self.shrinks(plan, images: images)
-        let baseURL = plan.layoutIncluded ? plan.template.link.render(plan.layoutContext) : ""
+        let steps = shrinks(plan, images: images)
+        // The links' shared part is checked and signed once for every step.
+        let links = plan.layoutIncluded
+            ? try LayoutRenderer.links(
+                baseURL: plan.template.link.render(plan.layoutContext), template: plan.template, event: plan.event, keyring: keyring, issuedAt: now)
+            : nil
         var given: [String] = []
         for (index, step) in steps.enumerated() {
             if index > 0 { given.append(step.description) }
             var contentState = plan.contentState
             var inlined: Set<String> = []
-            if plan.layoutIncluded, let layout = plan.template.layout {
+            if let links, let layout = plan.template.layout {
                 let renderer = LayoutRenderer(
-                    template: plan.template, context: plan.layoutContext, contentState: contentState, keyring: keyring,
-                    activityId: plan.event.activityId, sequence: plan.event.sequence, issuedAt: now, baseURL: baseURL, images: images,
-                    imageRung: step.imageRung, alreadyInlined: memory.inlinedImages)
+                    context: plan.layoutContext, contentState: contentState, links: links, images: images, imageRung: step.imageRung,
+                    alreadyInlined: memory.inlinedImages)
                 contentState["layout"] = try renderer.render(layout, droppingRanksBelow: step.dropBelow)
                 contentState["links"] = try renderer.widgetLinks()
                 if step.imageRung != nil {
-                    inlined = Set(renderer.imageURLs(layout)).subtracting(memory.inlinedImages).filter { images[$0] != nil }
+                    inlined = Set(LayoutRenderer.imageURLs(layout, context: plan.layoutContext)).subtracting(memory.inlinedImages).filter { images[$0] != nil }
                 }
             }
             let drafts = self.drafts(plan, contentState: contentState, cap: step.cap, now: now)
@@ -299,11 +315,7 @@ public struct PayloadAssembler: Sendable {
     public func imageURLs(for event: ActivityEvent) -> [String] {
         guard let template = templates[event.attributesType], let layout = template.layout else { return [] }
         let builder = ContentBuilder(template: template)
-        let context = builder.context(fields: event.fields, state: builder.state(of: event.fields))
-        return LayoutRenderer(
-            template: template, context: context, contentState: [:], keyring: keyring, activityId: event.activityId, sequence: event.sequence,
-            issuedAt: Date(), baseURL: ""
-        ).imageURLs(layout)
+        return LayoutRenderer.imageURLs(layout, context: builder.context(fields: event.fields, state: builder.state(of: event.fields)))
     }
 
     /// The distinct ranks of droppable texts, lowest first.

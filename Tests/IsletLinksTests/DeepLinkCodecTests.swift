@@ -139,6 +139,34 @@ struct DeepLinkCodecTests {
         }
     }
 
+    @Test("a signer's links, one per surface and element, are each link written out and signed over its whole canonical form")
+    func signerLinks() throws {
+        let secret = SymmetricKey(data: Array("the-second-link-key-at-least-32-byte!".utf8))
+        var random = SplitMix(seed: 11)
+        for _ in 0..<300 {
+            let base = random.baseURL()
+            let target = random.target()
+            let signer = try LinkSigner(
+                baseURL: base, activityId: target.activityId, attributesType: target.attributesType, contentSequence: target.contentSequence,
+                issuedAt: issued, key: k2)
+            for (surface, element) in Surface.knownValues.map({ ($0, "widget") }) + [(target.surface, target.element), (.minimal, random.identifier(64))] {
+                // Written here from the format (docs/links.md), not by the codec.
+                let (path, query) = base.firstIndex(of: "?").map { (String(base[..<$0]), String(base[base.index(after: $0)...])) } ?? (base, "")
+                let theirs = query.split(separator: "&").joined(separator: "&")
+                let canonicalBase = theirs.isEmpty ? path : path + "?" + theirs
+                let values = [target.activityId, target.attributesType, surface.rawValue, element, String(target.contentSequence), "1795000000", "k2"]
+                let canonical = (["islet-link-v1", canonicalBase] + values).joined(separator: "\n")
+                let mac = HMAC<SHA256>.authenticationCode(for: Array(canonical.utf8), using: secret)
+                let names = ["isl_a", "isl_t", "isl_s", "isl_e", "isl_q", "isl_i", "isl_k", "isl_sig"]
+                let parameters = zip(names, values + [DeepLinkCodec.base64URLEncode(Array(Array(mac).prefix(16)))]).map { "\($0)=\($1)" }
+                let expected = canonicalBase + (theirs.isEmpty ? "?" : "&") + parameters.joined(separator: "&")
+                #expect(try signer.sign(surface: surface, element: element) == expected)
+                let one = TapTarget(activityId: target.activityId, attributesType: target.attributesType, surface: surface, element: element, contentSequence: target.contentSequence)
+                #expect(try DeepLinkCodec.sign(baseURL: base, target: one, issuedAt: issued, key: k2) == expected)
+            }
+        }
+    }
+
     @Test("changing any single parameter's value, or the base URL, or the signature is caught")
     func tampering() throws {
         var random = SplitMix(seed: 7)
@@ -217,6 +245,18 @@ struct DeepLinkCodecTests {
         #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://x?isl_a=1", target: target, issuedAt: issued, key: k1) }
         var bad = target
         bad.activityId = "a:b"
+        #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://x", target: bad, issuedAt: issued, key: k1) }
+        bad = target
+        bad.surface = Surface(rawValue: "watch")
+        #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://x", target: bad, issuedAt: issued, key: k1) }
+        bad = target
+        bad.element = "a b"
+        #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://x", target: bad, issuedAt: issued, key: k1) }
+        bad = target
+        bad.contentSequence = -1
+        #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://x", target: bad, issuedAt: issued, key: k1) }
+        bad = target
+        bad.attributesType = "9Lives"
         #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://x", target: bad, issuedAt: issued, key: k1) }
         #expect(throws: LinkError.self) { try LinkKey(id: "short", secret: Array("too short".utf8)) }
     }
