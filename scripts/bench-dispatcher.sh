@@ -85,10 +85,17 @@ nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
 [ -n "$nginx_worker" ] || { echo "nginx did not start: $(cat "$run/nginx.out" "$run/nginx-error.log")" >&2; exit 1; }
 nginx_reset() { sleep 1.2; : >"$run/nginx-access.log"; }  # the last round's buffered lines are flushed first
 nginx_lines() { wc -l <"$run/nginx-access.log"; }
-# Waits until nginx logged COUNT requests (at most 300 s), then prints "rate non200" from its log.
+# Waits until nginx logged COUNT requests (at most 300 s), then prints the rate from its log; fails
+# when nginx answered any of them with a status other than 200 (a request the reference did not
+# take as a push: a wrong path or method), so that such a round counts for nothing.
 nginx_rate() {  # COUNT
   for _ in $(seq 1 3000); do [ "$(nginx_lines)" -ge "$1" ] && break; sleep 0.1; done
-  python3 scripts/bench_dispatcher.py nginx-rate "$1" "$run/nginx-access.log"
+  local line; line=$(python3 scripts/bench_dispatcher.py nginx-rate "$1" "$run/nginx-access.log") || return 1
+  if [ "${line#* }" != 0 ]; then
+    echo "nginx answered ${line#* } requests with a status other than 200 (log: $run/nginx-access.log)" >&2
+    return 1
+  fi
+  echo "${line% *}"
 }
 
 # The same request for h2load: one activity's token, a 1 KB update.
@@ -111,8 +118,8 @@ run_h2load() {
   nginx_reset
   local n0 rate; n0=$(cpu_seconds "$nginx_worker")
   h2load_to "https://127.0.0.1:$nginx_port" "$run/h2load.out"
-  rate=$(nginx_rate "$count")
-  echo "${rate% *} $(per_op "$(client_cpu "$run/h2load.out.cpu")" "$count") $(per_op "$(cpu_since "$nginx_worker" "$n0")" "$count")"
+  rate=$(nginx_rate "$count") || return 1
+  echo "$rate $(per_op "$(client_cpu "$run/h2load.out.cpu")" "$count") $(per_op "$(cpu_since "$nginx_worker" "$n0")" "$count")"
 }
 run_h2load_simulator() {
   reset_simulator
@@ -127,8 +134,8 @@ run_aioapns() {
   /usr/bin/time -f "%U %S" -o "$run/aioapns.cpu" python3 Benchmarks/Dispatcher/aioapns_bench.py --port "$nginx_port" --ca "$run/nginx.pem" \
     --key "$run/AuthKey.p8" --key-id "$key_id" --team "$team" --bundle "$bundle" --count "$aio_count" --connections 2 >"$run/aioapns.out"
   # Its warm-up (200 requests) is in the log too: the rate is over the whole run.
-  rate=$(nginx_rate "$((aio_count + 200))")
-  echo "${rate% *} $(per_op "$(client_cpu "$run/aioapns.cpu")" "$((aio_count + 200))") $(per_op "$(cpu_since "$nginx_worker" "$n0")" "$((aio_count + 200))")"
+  rate=$(nginx_rate "$((aio_count + 200))") || return 1
+  echo "$rate $(per_op "$(client_cpu "$run/aioapns.cpu")" "$((aio_count + 200))") $(per_op "$(cpu_since "$nginx_worker" "$n0")" "$((aio_count + 200))")"
 }
 start_broker() {
   eval "$(scripts/broker.sh)"
@@ -158,7 +165,7 @@ run_dispatcher() {
   local broker nginx; broker=$(cpu_since "$ISLET_BROKER_PID" "$b0"); nginx=$(cpu_since "$nginx_worker" "$n0")
   cleanup_round
   [ -n "$rate" ] || { echo "dispatcher round failed (log: $run/dispatcher.log)" >&2; return 1; }
-  echo "${rate% *} $(per_op "$cpu" "$count") $(per_op "$nginx" "$count") $(per_op "$broker" "$count")"
+  echo "$rate $(per_op "$cpu" "$count") $(per_op "$nginx" "$count") $(per_op "$broker" "$count")"
 }
 cleanup_round() { kill "$dispatcher_pid" "$ISLET_BROKER_PID" 2>/dev/null || true; wait "$dispatcher_pid" "$ISLET_BROKER_PID" 2>/dev/null || true; }
 

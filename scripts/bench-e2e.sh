@@ -22,7 +22,7 @@
 #   scripts/bench-e2e.sh                         # 1,000 events/s for 30 s over 2,000 activities
 #   scripts/bench-e2e.sh --rate 500 --seconds 60
 #   E2E_BROKERS=mock scripts/bench-e2e.sh        # one broker only
-#   HOP_RATE=1000 HOP_SECONDS=20 scripts/bench-e2e.sh   # the reference's rate and length
+#   HOP_RATE=1000 HOP_SECONDS=20 scripts/bench-e2e.sh   # the reference's rate (default: the product's) and length
 #
 # Besides what people read, it prints for each broker b: latency<TAB>kafka.hop.b<TAB>p50… (the event's
 # hop, linger 5 ms), latency<TAB>kafka.hop.b.linger1<TAB>p50… (the push request's, linger 1 ms),
@@ -34,7 +34,15 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$repo/scripts/lib.sh"
 cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
-hop_rate=${HOP_RATE:-1000}
+# The reference runs at the product's rate (--rate, 1,000 events/s by default) unless HOP_RATE says otherwise.
+product_rate=1000
+previous=
+for arg in "$@"; do
+  case $arg in --rate=*) product_rate=${arg#--rate=} ;; esac
+  [ "$previous" = --rate ] && product_rate=$arg
+  previous=$arg
+done
+hop_rate=${HOP_RATE:-$product_rate}
 hop_count=$((hop_rate * ${HOP_SECONDS:-20}))
 rdperf=${ISLET_TOOLS:-$repo/.tools}/bin/rdkafka_performance
 

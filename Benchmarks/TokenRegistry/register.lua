@@ -4,8 +4,10 @@
 -- would measure that queue, not the service.
 -- BENCH_JWTS (a file of bearer JWTs, one user per line) and BENCH_RUN (unique per run) come from
 -- the environment.
+-- thread_id is a global on purpose: setup() sets it in each thread's own Lua state with thread:set,
+-- which only a global sees (a `local thread_id` here would stay 0 in both threads, so both would
+-- register the same activities, and every second registration would be a repeat that writes nothing).
 local counter = 0
-local thread_id = 0
 local threads = {}
 
 function setup(thread)
