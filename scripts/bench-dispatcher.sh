@@ -111,7 +111,6 @@ h2load_to() {  # URL-BASE OUT
 }
 client_cpu() { awk '{print $1 + $2}' "$1"; }  # the "%U %S" time(1) wrote
 per_op() { python3 -c "print(f'{$1 / $2 * 1e6:.1f}')"; }  # CPU-SECONDS OPERATIONS → µs per operation
-cpu_since() { python3 -c "print($(cpu_seconds "$1") - $2)"; }  # PID START-CPU-SECONDS → CPU seconds since
 
 # Each run prints "rate client-µs server-µs [broker-µs]" (µs of CPU per request).
 run_h2load() {

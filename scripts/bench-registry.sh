@@ -63,11 +63,10 @@ results="$ISLET_RUN_DIR/bench-registry.tsv"
 service_pid=${pids[-1]}
 # One wrk run as a line of JSON, with the CPU seconds token-registry used during it ("cpu").
 wrk_json() {  # script [seconds]
-  local before after line
-  before=$(cpu_seconds "$service_pid")
+  local start line
+  start=$(cpu_seconds "$service_pid")
   line=$(wrk -t2 -c"$connections" -d"${2:-$duration}s" --timeout 10s -s "$1" "$url" | grep '^{')
-  after=$(cpu_seconds "$service_pid")
-  echo "${line%\}},\"cpu\":$(python3 -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.3f}")' "$before" "$after")}"
+  echo "${line%\}},\"cpu\":$(cpu_since "$service_pid" "$start")}"
 }
 # A short warm-up of both routes (its registrations are counted in the check on the topic below).
 warm=$(BENCH_RUN=warm wrk_json Benchmarks/TokenRegistry/register.lua 3)

@@ -44,7 +44,7 @@ def summary(results, warm_up, on_topic):
               f"   {med(xs, cpu):6.1f} µs CPU per request   non-2xx/errors {bad}")
     print(f"ratio register / read: {med(w, rate) / med(g, rate):.2f}   (medians over {len(rows)} rounds)")
     # Every answered registration (2xx) a record: the rounds', the warm-up's, and the read route's activity.
-    answered = sum(x["requests"] - x["non2xx"] for x in w) + (lambda x: x["requests"] - x["non2xx"])(json.loads(warm_up)) + 1
+    answered = sum(x["requests"] - x["non2xx"] for x in w + [json.loads(warm_up)]) + 1
     on_topic = int(on_topic)
     written = on_topic >= answered
     print(f"registrations answered: {answered:,}; records on islet.tokens.v1: {on_topic:,}"

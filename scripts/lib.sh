@@ -49,3 +49,7 @@ sys.exit(r.returncode)' "$@"
 cpu_seconds() {
   python3 -c 'import os,sys; f=open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")",1)[1].split(); print((int(f[11])+int(f[12]))/os.sysconf("SC_CLK_TCK"))' "$1" 2>/dev/null || echo 0
 }
+# CPU seconds a running process has used since it had used START (a `cpu_seconds` reading).
+cpu_since() {  # PID START
+  python3 -c "print($(cpu_seconds "$1") - $2)"
+}
