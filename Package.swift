@@ -552,6 +552,18 @@ let package = Package(
             ],
             path: "Tests/APNsTests"
         ),
+        // The delivery contract by deterministic simulation: the dispatchers' real decision code on a
+        // simulated cluster, APNs and phones, thousands of seeds of rebalances, restarts and faults.
+        .testTarget(
+            name: "SimulationTests",
+            dependencies: [
+                "APNsDispatcher", "IsletMessages", "IsletKafka", "IsletTokens",
+                .product(name: "HeapModule", package: "swift-collections"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "Tests/SimulationTests"
+        ),
         // apns-dispatcher against the broker and the simulator: requests in, pushes out, one outcome each.
         .testTarget(
             name: "APNsDispatcherIntegrationTests",

@@ -14,8 +14,13 @@ public struct QueuedRequest: Sendable {
     public var ambiguous = false
     /// The provider token was renewed for this request once already (403 ExpiredProviderToken).
     public var renewedProviderToken = false
+    /// A record saying an attempt may have reached the phone (``PushResult/sending``) is on the
+    /// topic for it: the partition's next owner sends it without its alert.
+    public var handedOff = false
     /// The partition it was read from (the budget it spends is written there).
     public var partition: Int32?
+    /// The assignment of that partition it was read under (``DispatchMachine/own(_:)``).
+    var assignment: UInt64?
 
     public init(request: PushRequest, ticket: UInt64, enqueuedAt: Date, partition: Int32? = nil) {
         self.request = request

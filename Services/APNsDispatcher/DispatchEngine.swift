@@ -83,6 +83,14 @@ public struct DispatcherPolicy: Sendable {
     /// A broadcast channel is deleted this long after its activity's `end` was delivered (an
     /// ended activity stays on the lock screen up to 4 hours; nothing is sent to it meanwhile).
     public var channelDeletionDelay: Duration = .seconds(4 * 3_600)
+    /// How many of the request ids it gave a final outcome to the dispatcher remembers (the most
+    /// recent), besides the outcomes it reads when a partition is assigned: a copy of one read again
+    /// is released, not sent again.
+    public var rememberedFinished = 100_000
+    /// How many activities' newest content sent the dispatcher remembers (the most recent, for at
+    /// most an hour each): older content of one of them read later (a request content-service
+    /// wrote again after a refusal, once newer content had gone out) is not sent after it.
+    public var rememberedFloors = 100_000
 
     public init() {}
 }
@@ -119,6 +127,9 @@ public final class DispatchEngine: Sendable {
     private let republishes = WorkQueue<Republish>()
     /// Channel management (rare: one channel per broadcast activity), done one at a time.
     private let channelJobs = WorkQueue<DispatchMachine.Action>()
+    /// Notes for the partitions' next owners (rare: a push-to-start APNs did not take, an alerting
+    /// push whose answer is unknown), persisted one at a time.
+    private let notes = WorkQueue<PushOutcome>()
     /// Rung when the machine wants to be woken earlier than the timer sleeps until.
     private let alarm = Flag()
     private let drained = Flag()
@@ -155,6 +166,7 @@ public final class DispatchEngine: Sendable {
                 group.addTask { await self.republishLoop() }
                 group.addTask { await self.timerLoop() }
                 group.addTask { await self.channelLoop() }
+                group.addTask { await self.noteLoop() }
                 await stopped.wait()
                 // Finished: what is left are sends or publishes a drain timed out on.
                 group.cancelAll()
@@ -177,6 +189,7 @@ public final class DispatchEngine: Sendable {
         sends.finish()
         publishes.finish()
         republishes.finish()
+        notes.finish()
         stopped.raise()
         alarm.raise()
     }
@@ -199,11 +212,25 @@ public final class DispatchEngine: Sendable {
         }
     }
 
-    /// Request ids whose outcome is already on the topic (read at assignment): not sent again.
-    /// `unansweredStarts`: push-to-starts sent before a crash whose answer is unknown: they get
-    /// `failed` instead of a second send (which could start a second activity).
-    public func alreadyFinished(_ requestIds: some Sequence<String>, unansweredStarts: some Sequence<String> = [String]()) {
-        state.withLock { $0.machine.alreadyFinished(requestIds, unansweredStarts: unansweredStarts) }
+    /// What a partition's recent outcomes say, read at its assignment (``RecentOutcomes``): requests
+    /// finished (not sent again), those that may have reached the phone (a push-to-start among them
+    /// gets `failed`, an update goes again without its alert), the newest content sent per activity.
+    public func alreadyFinished(_ ids: RecentOutcomes.Ids, partition: Int32? = nil) {
+        state.withLock { $0.machine.alreadyFinished(ids.finished, maybeDelivered: ids.maybeDelivered, floors: ids.floors, partition: partition) }
+    }
+
+    /// Requests of these partitions are this engine's to work on (a partition assigned).
+    public func own(_ partitions: [Int32]) {
+        state.withLock { $0.machine.own(partitions) }
+    }
+
+    /// These partitions went to another instance, or were lost: what of theirs is read or comes
+    /// back for a retry from now on is left to the next owner.
+    public func disown(_ partitions: [Int32]) {
+        step { machine, _ in
+            machine.disown(partitions)
+            return []
+        }
     }
 
     /// Takes a request. Returns at once unless too many requests are waiting (then it waits:
@@ -211,7 +238,9 @@ public final class DispatchEngine: Sendable {
     /// (its ticket will never be done; the next owner reads it again).
     @discardableResult
     /// - Parameter partition: the partition it was read from (where the budget it spends is written).
-    public func submit(_ request: PushRequest, ticket: UInt64, partition: Int32? = nil) async -> Bool {
+    /// - Parameter stillAssigned: whether the record's partition is still this instance's (asked
+    ///   when the request is taken: a submit that waited for room may outlive the partition).
+    public func submit(_ request: PushRequest, ticket: UInt64, partition: Int32? = nil, stillAssigned: () -> Bool = { true }) async -> Bool {
         enum Admission {
             case taken
             case full
@@ -220,7 +249,7 @@ public final class DispatchEngine: Sendable {
         while true {
             var admission = Admission.refused
             step { machine, now in
-                guard machine.isAccepting else { return [] }
+                guard machine.isAccepting, machine.owns(partition), stillAssigned() else { return [] }
                 guard machine.hasRoom else {
                     admission = .full
                     return []
@@ -306,7 +335,7 @@ public final class DispatchEngine: Sendable {
                 switch action {
                 case .renewProviderToken(let team): sender.renewProviderToken(teamID: team)
                 case .reconnect(let team): sender.reconnect(teamID: team)
-                case .send, .publish, .release, .createChannel, .recordChannel, .deleteChannel: break
+                case .send, .publish, .release, .note, .createChannel, .recordChannel, .deleteChannel: break
                 }
             }
             // Handed out under the lock: sends and outcomes leave in the order they were decided.
@@ -315,6 +344,7 @@ public final class DispatchEngine: Sendable {
                 case .send(let attempt): sends.push(attempt)
                 case .publish(let outcome, let ticket, let copies): publishes.push((outcome, ticket, copies))
                 case .createChannel, .recordChannel, .deleteChannel: channelJobs.push(action)
+                case .note(let note): notes.push(note)
                 case .release, .renewProviderToken, .reconnect: break
                 }
             }
@@ -334,6 +364,12 @@ public final class DispatchEngine: Sendable {
         while let attempt = await sends.next() {
             if let announcement = attempt.announcement {
                 guard await persist(announcement) else { return }
+            }
+            // Its partition was lost while the send waited (for the announcement, for a sender):
+            // not sent; the next owner reads the request again.
+            guard state.withLock({ $0.machine.owns(attempt.entry) }) else {
+                step { $0.answered(attempt, .failure(APNsTransportError(.notProcessed, "not sent: its partition was given up")), seconds: 0, now: $1) }
+                continue
             }
             let started = ContinuousClock.now
             let result: Result<APNsAnswer, any Error>
@@ -455,9 +491,17 @@ public final class DispatchEngine: Sendable {
                 deleted.writtenAt = clock.date
                 guard await persist(deleted) else { return }
                 step { $0.channelDeleted(deleted, now: $1) }
-            case .send, .publish, .release, .renewProviderToken, .reconnect:
+            case .send, .publish, .release, .note, .renewProviderToken, .reconnect:
                 break
             }
+        }
+    }
+
+    /// Persists notes for the partitions' next owners, one at a time, each before its request's retry.
+    private func noteLoop() async {
+        while let note = await notes.next() {
+            guard await persist(note) else { return }
+            step { $0.notePersisted(note.requestId, now: $1) }
         }
     }
 
@@ -496,16 +540,15 @@ public final class DispatchEngine: Sendable {
 
     static let unknownStartAnswer = "a push-to-start whose answer is unknown is not sent again, so that it can never start two activities"
 
-    /// The payload without `aps.alert` and `aps.sound`, for a resend that may reach the phone twice.
+    /// The payload without `aps.alert` and `aps.sound`, for a resend that may reach the phone twice:
+    /// written as content-service writes payloads (``JSONValue/jsonBytes``: nothing escaped that
+    /// needs no escape), so it is never longer than the payload it comes from.
     static func withoutAlert(_ payload: String) -> String {
-        guard case .object(var root)? = try? JSONDecoder().decode(JSONValue.self, from: Data(payload.utf8)),
-            case .object(var aps)? = root["aps"]
-        else { return payload }
+        guard case .object(var root)? = JSONReader.value(of: Array(payload.utf8)), case .object(var aps)? = root["aps"] else { return payload }
         aps["alert"] = nil
         aps["sound"] = nil
         root["aps"] = .object(aps)
-        guard let data = try? JSONEncoder().encode(JSONValue.object(root)) else { return payload }
-        return String(decoding: data, as: UTF8.self)
+        return String(decoding: JSONValue.object(root).jsonBytes, as: UTF8.self)
     }
 }
 

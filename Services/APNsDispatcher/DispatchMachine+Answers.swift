@@ -171,9 +171,11 @@ extension DispatchMachine {
     }
 
     /// Puts an attempted request back in front of its activity's queue, to be sent at `at` — unless
-    /// newer content (or an end) is waiting, which makes it pointless.
+    /// newer content (or an end) is waiting, which makes it pointless, or its partition is no
+    /// longer this machine's (the next owner reads it again). What the next owner must know of
+    /// it is persisted first (``Action/note(_:)``), also when it is left to the next owner.
     private mutating func requeue(_ entry: QueuedRequest, key: String, at: Date) {
-        guard var slot = slots[key] else { return }
+        guard let slot = slots[key] else { return }
         if ActivityQueue.isSupersedableUpdate(entry.request),
             let newer = slot.queue.pending.first(where: {
                 $0.request.event == .end || (ActivityQueue.isSupersedableUpdate($0.request) && $0.request.contentSequence >= entry.request.contentSequence)
@@ -182,10 +184,89 @@ extension DispatchMachine {
             finish(entry, .coalesced, supersededBy: newer.request.requestId, detail: "replaced by newer content while waiting to be retried")
             return
         }
+        if let note = note(for: entry) {
+            var parkedEntry = entry
+            // After a `retrying` the next attempt is announced again; after a `sending`, never.
+            parkedEntry.handedOff = note.result == .sending
+            // Held like a push in flight: nothing else of the activity goes meanwhile, and a
+            // revocation waits for it.
+            slots[key]?.inFlight = parkedEntry
+            parked[entry.request.requestId] = Parked(key: key, at: at)
+            noting += 1
+            actions.append(.note(note))
+            return
+        }
+        guard owns(entry) else {
+            forget(entry, key: key)
+            return
+        }
+        putBack(entry, key: key, at: at)
+    }
+
+    /// What the partition's next owner must know of a request going back to wait, if anything:
+    /// an announced attempt (a push-to-start's, an alerting push's) that APNs certainly did not
+    /// take — it may be sent again, alert and all (`retrying`); an alerting push whose attempt may
+    /// have reached the phone and was not announced — it is sent again without its alert
+    /// (`sending`).
+    private func note(for entry: QueuedRequest) -> PushOutcome? {
+        let request = entry.request
+        let result: PushResult
+        let detail: String
+        if DispatchEngine.isPushToStart(request) || (entry.handedOff && !entry.ambiguous && request.alerting) {
+            (result, detail) = (.retrying, "APNs did not take it: it is sent again")
+        } else if entry.ambiguous && request.alerting && !entry.handedOff {
+            (result, detail) = (.sending, "an attempt may have reached the phone: it is sent again without its alert")
+        } else {
+            return nil
+        }
+        return PushOutcome(
+            requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: result,
+            attempts: entry.attempts, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType,
+            contentSequence: request.contentSequence)
+    }
+
+    /// A note handed out with ``Action/note(_:)`` is persisted: its request waits for its retry.
+    mutating func notePersisted(_ requestId: String, now: Date) -> [Action] {
+        self.now = now
+        guard let parkedRequest = parked.removeValue(forKey: requestId) else { return [] }
+        noting -= 1
+        let key = parkedRequest.key
+        guard let entry = slots[key]?.inFlight, entry.request.requestId == requestId else { return takeActions() }
+        slots[key]?.inFlight = nil
+        if owns(entry) {
+            putBack(entry, key: key, at: parkedRequest.at)
+        } else {
+            forget(entry, key: key)
+        }
+        pump(key)
+        pumpReady()
+        return takeActions()
+    }
+
+    private mutating func putBack(_ entry: QueuedRequest, key: String, at: Date) {
+        guard var slot = slots[key] else { return }
         slot.queue.returnToFront(entry)
         queued += 1
         slot.notBefore = max(slot.notBefore ?? at, at)
         slots[key] = slot
+    }
+
+    /// A request read under an assignment of its partition that is over: no outcome, no retry (the
+    /// partition's owner reads it again). A copy of it read under the partition's current
+    /// assignment (this machine got it back) takes its place, at the front of the activity's queue.
+    private mutating func forget(_ entry: QueuedRequest, key: String) {
+        let copyTickets = copies.isEmpty ? [] : copies.removeValue(forKey: entry.request.requestId) ?? []
+        logger.debug("a request of a partition given up is left to its next owner", metadata: ["request.id": "\(entry.request.requestId)"])
+        if let first = copyTickets.first, let partition = entry.partition, let assignment = ownedPartitions?[partition] {
+            var copy = QueuedRequest(request: entry.request, ticket: first, enqueuedAt: now, partition: partition)
+            copy.assignment = assignment
+            copy.ambiguous = entry.ambiguous
+            copy.handedOff = entry.handedOff
+            if copyTickets.count > 1 { copies[entry.request.requestId] = Array(copyTickets.dropFirst()) }
+            putBack(copy, key: key, at: now)
+            return
+        }
+        forgetIfIdle(key)
     }
 
     /// An `end` was delivered: updates still waiting are pointless.
@@ -229,6 +310,7 @@ extension DispatchMachine {
             return !Self.isForgettable(slot, now: now)
         }
         budgets.sweep(now: now)
+        while let oldest = floorOrder.first, now.timeIntervalSince(oldest.at) >= Self.floorLifetime { forgetOldestFloor() }
         // By now token-registry has invalidated them (within seconds), or the app registered them again.
         deadTokens = deadTokens.filter { now.timeIntervalSince($0.value.at) < 3_600 }
     }

@@ -24,6 +24,12 @@ struct DispatchMachine {
         case publish(PushOutcome, ticket: UInt64, copies: [UInt64])
         /// Nothing to publish (the request's outcome is on the topic already): report the ticket done.
         case release(ticket: UInt64)
+        /// Persist this record that is not final — what the partition's next owner must know of a
+        /// request that waits for its retry (``PushResult/retrying``: a push-to-start APNs did not
+        /// take; ``PushResult/sending``: an alerting push whose attempt may have reached the phone)
+        /// — then call ``notePersisted(_:now:)``. The request waits, held like a push in flight
+        /// (a revocation waits for it), until then.
+        case note(PushOutcome)
         /// APNs said the team's provider token expired: mint a new one.
         case renewProviderToken(team: String)
         /// APNs said the provider token changes too often: open new connections for the team.
@@ -53,8 +59,8 @@ struct DispatchMachine {
         var channelId: String?
         var priority: Int
         var downgraded: Bool
-        /// A push-to-start's `sending` outcome, persisted before its first send: after a crash, the
-        /// next owner knows it may have been delivered and does not send it again.
+        /// A push-to-start's `sending` outcome, persisted before each send: after a crash, the next
+        /// owner knows it may have been delivered and does not send it again.
         var announcement: PushOutcome?
     }
 
@@ -108,6 +114,20 @@ struct DispatchMachine {
         }
     }
 
+    /// The newest content of an activity handed to APNs (sent, perhaps delivered): an update with
+    /// older content is not sent after it (it could reach the phone after the newer one).
+    struct Floor {
+        var sequence: Int64
+        var requestId: String
+        var at: Date
+    }
+
+    /// A request whose retry waits for its note (``Action/note(_:)``) to be persisted.
+    struct Parked {
+        var key: String
+        var at: Date
+    }
+
     /// An activity to look at again at a time.
     struct Wakeup: Comparable {
         var at: Date
@@ -148,12 +168,29 @@ struct DispatchMachine {
     var ready = Deque<String>()
     var readySet: Set<String> = []
     private(set) var isAccepting = true
-    var finished: Set<String> = []
+    /// The request partitions this machine works for, once told (``own(_:)``; `nil`: every one),
+    /// each with the assignment it is in: a request read under an earlier assignment of its
+    /// partition (given up and assigned back meanwhile) is not this assignment's to send.
+    private(set) var ownedPartitions: [Int32: UInt64]?
+    private var lastAssignment: UInt64 = 0
+    /// Request ids whose final outcome was on the topic when their partition was assigned, by
+    /// partition (forgotten with the partition).
+    var finishedByPartition: [Int32?: Set<String>] = [:]
     /// The request ids this engine gave a final outcome to, most recent 100,000: a copy read again
     /// (its partition lost in a broker stall and assigned back before the outcome was on the topic
     /// for ``alreadyFinished(_:unansweredStarts:)`` to see) is not sent again.
-    var ownFinished = RecentIDs(capacity: 100_000)
-    var unansweredStarts: Set<String> = []
+    var ownFinished: RecentIDs
+    /// Request ids whose last record on the topic said an attempt may have reached the phone
+    /// (``PushResult/sending``), without a final outcome: a push-to-start among them is not sent
+    /// again; an update or end is sent again without its alert.
+    var maybeDelivered: Set<String> = []
+    /// Requests waiting for their note to be persisted, by request id.
+    var parked: [String: Parked] = [:]
+    var noting = 0
+    /// The newest content handed to APNs, by activity (``DispatcherPolicy/rememberedFloors`` of
+    /// them, for at most an hour each).
+    var floors: [String: Floor] = [:]
+    var floorOrder = Deque<(key: String, at: Date)>()
     /// The tickets of copies of a request read again while the request itself was held here
     /// (waiting or in flight), by request id: done when its one outcome is persisted.
     var copies: [String: [UInt64]] = [:]
@@ -178,6 +215,7 @@ struct DispatchMachine {
         self.logger = logger
         self.now = now
         window = SendWindow(policy: policy)
+        ownFinished = RecentIDs(capacity: policy.rememberedFinished)
     }
 
     // MARK: What the driver asks
@@ -187,7 +225,7 @@ struct DispatchMachine {
     var hasRoom: Bool { queued - awaitingRequests < policy.maximumQueued && publishing < policy.maximumQueued }
 
     /// A drain began and nothing is in flight or waits to be persisted.
-    var isDrained: Bool { !isAccepting && inFlight == 0 && publishing == 0 }
+    var isDrained: Bool { !isAccepting && inFlight == 0 && publishing == 0 && noting == 0 }
 
     /// When the machine next wants ``timePassed(now:)``.
     var nextWakeup: Date? {
@@ -204,6 +242,21 @@ struct DispatchMachine {
     /// activity ever seen).
     var remembered: (activities: Int, pushToStartDevices: Int) { (Set(slots.keys).union(budgets.activityKeys).count, budgets.deviceCount) }
 
+    /// Whether requests read from `partition` are this machine's to work on.
+    func owns(_ partition: Int32?) -> Bool {
+        guard let partition, let ownedPartitions else { return true }
+        return ownedPartitions[partition] != nil
+    }
+
+    /// Whether `entry` was read under its partition's current assignment.
+    func owns(_ entry: QueuedRequest) -> Bool {
+        guard let partition = entry.partition, let ownedPartitions else { return true }
+        return ownedPartitions[partition] == entry.assignment
+    }
+
+    /// Finished request ids remembered from the topic (for tests: forgotten with their partition).
+    var finishedCount: Int { finishedByPartition.values.reduce(0) { $0 + $1.count } }
+
     // MARK: Inputs
 
     /// A request was read. Call only while ``isAccepting``; the driver holds input back while
@@ -212,21 +265,18 @@ struct DispatchMachine {
         self.now = now
         guard isAccepting else { return [] }
         metrics.received(request)
-        let entry = QueuedRequest(request: request, ticket: ticket, enqueuedAt: now, partition: partition)
+        var entry = QueuedRequest(request: request, ticket: ticket, enqueuedAt: now, partition: partition)
+        entry.assignment = partition.flatMap { ownedPartitions?[$0] }
         if persisting[request.requestId] != nil {
             // Its outcome is on its way to the topic: the copy is done with it.
             metrics.duplicate()
             persisting[request.requestId]!.append(ticket)
             return []
         }
-        if finished.contains(request.requestId) || ownFinished.contains(request.requestId) {
+        if finishedByPartition[partition]?.contains(request.requestId) == true || ownFinished.contains(request.requestId) {
             // Sent before a restart: its outcome is on the topic already.
             metrics.duplicate()
             return [.release(ticket: ticket)]
-        }
-        if unansweredStarts.remove(request.requestId) != nil {
-            finish(entry, .failed, detail: DispatchEngine.unknownStartAnswer + " (sent before a restart)")
-            return takeActions()
         }
         guard let key = request.key else {
             finish(entry, .rejected, detail: "no activity id or push-to-start key")
@@ -238,13 +288,27 @@ struct DispatchMachine {
             // Read again while it waits or is in flight here (its partition lost in a broker stall
             // and assigned back): the copy joins it, for one send and one outcome. Queued, it could
             // be coalesced by newer content while the first copy is delivered (two outcomes), or
-            // coalesce the first copy itself (none sent).
+            // coalesce the first copy itself (none sent). (Before the records of the topic are
+            // looked at: they may be this very request's own, written while it is held here.)
             metrics.duplicate()
             copies[request.requestId, default: []].append(ticket)
             return []
         }
+        if maybeDelivered.remove(request.requestId) != nil {
+            if DispatchEngine.isPushToStart(request) {
+                finish(entry, .failed, detail: DispatchEngine.unknownStartAnswer + " (sent before a restart)")
+                return takeActions()
+            }
+            // An attempt may have reached the phone: sent again, without its alert.
+            entry.ambiguous = true
+            entry.handedOff = true
+        }
         if slots[key]?.ended == true && request.event != .start {
             finish(entry, .expired, detail: "the activity has ended: nothing is sent after its end")
+            return takeActions()
+        }
+        if let floor = olderThanSent(request, key: key) {
+            finish(entry, .coalesced, supersededBy: floor.requestId, detail: "older than content already sent (#\(floor.sequence))")
             return takeActions()
         }
         queued += 1
@@ -255,6 +319,31 @@ struct DispatchMachine {
         }
         pump(key)
         return takeActions()
+    }
+
+    /// The activity's newest content sent, when `request` is an update older than it.
+    func olderThanSent(_ request: PushRequest, key: String) -> Floor? {
+        guard request.event == .update, let floor = floors[key], request.contentSequence < floor.sequence,
+            now.timeIntervalSince(floor.at) < DispatchMachine.floorLifetime
+        else { return nil }
+        return floor
+    }
+
+    /// How long the newest content sent to an activity holds older content back.
+    static let floorLifetime: TimeInterval = 3_600
+
+    /// Notes `sequence` as the newest content of `key` handed to APNs (unless newer was).
+    mutating func raiseFloor(_ key: String, sequence: Int64, requestId: String) {
+        if let floor = floors[key], floor.sequence >= sequence, now.timeIntervalSince(floor.at) < Self.floorLifetime { return }
+        floors[key] = Floor(sequence: sequence, requestId: requestId, at: now)
+        floorOrder.append((key, now))
+        while floorOrder.count > policy.rememberedFloors { forgetOldestFloor() }
+    }
+
+    /// Forgets the floor noted first, unless it was raised since (then a later note stands for it).
+    mutating func forgetOldestFloor() {
+        guard let oldest = floorOrder.popFirst() else { return }
+        if floors[oldest.key]?.at == oldest.at { floors[oldest.key] = nil }
     }
 
     /// A token record was applied to the table: if requests wait for it, they go now.
@@ -278,13 +367,39 @@ struct DispatchMachine {
         return takeActions()
     }
 
-    /// Request ids whose outcome is already on the topic (read at assignment): not sent again.
-    /// `unansweredStarts`: push-to-starts sent before a crash whose answer is unknown: they get
-    /// `failed` instead of a second send (which could start a second activity).
-    mutating func alreadyFinished(_ requestIds: some Sequence<String>, unansweredStarts: some Sequence<String>) {
-        finished.formUnion(requestIds)
-        self.unansweredStarts.formUnion(unansweredStarts)
-        self.unansweredStarts.subtract(finished)
+    /// What the partition's recent outcomes say (read at its assignment): request ids with a final
+    /// outcome (not sent again), those an attempt of which may have reached the phone (a
+    /// push-to-start among them gets `failed` instead of a second send, which could start a second
+    /// activity; an update or end goes again without its alert), and the newest content sent to
+    /// each activity (older content is not sent after it).
+    mutating func alreadyFinished(
+        _ requestIds: some Sequence<String>, maybeDelivered: some Sequence<String>, floors: [String: (sequence: Int64, requestId: String)] = [:],
+        partition: Int32? = nil
+    ) {
+        finishedByPartition[partition, default: []].formUnion(requestIds)
+        self.maybeDelivered.formUnion(maybeDelivered)
+        self.maybeDelivered.subtract(finishedByPartition[partition] ?? [])
+        for (key, floor) in floors { raiseFloor(key, sequence: floor.sequence, requestId: floor.requestId) }
+    }
+
+    /// Requests of these partitions are this machine's to work on (from now: until ``disown(_:)``).
+    mutating func own(_ partitions: some Sequence<Int32>) {
+        var owned = ownedPartitions ?? [:]
+        for partition in partitions where owned[partition] == nil {
+            lastAssignment += 1
+            owned[partition] = lastAssignment
+        }
+        ownedPartitions = owned
+    }
+
+    /// These partitions went to another instance (or were lost): what is read from them is not
+    /// taken, what of theirs comes back for a retry is dropped (the next owner does it), and what
+    /// was remembered of their outcomes is forgotten.
+    mutating func disown(_ partitions: some Sequence<Int32>) {
+        var owned = ownedPartitions ?? [:]
+        for partition in partitions { owned[partition] = nil }
+        ownedPartitions = owned
+        for partition in partitions { finishedByPartition[partition] = nil }
     }
 
     /// Drops the waiting requests whose tickets match (their partitions were revoked: the next
@@ -395,6 +510,9 @@ struct DispatchMachine {
     /// expiration), its team's key and lane.
     mutating func check(_ head: QueuedRequest, key: String, queued: Int) -> Check {
         let request = head.request
+        if let floor = olderThanSent(request, key: key) {
+            return drop(head, key: key, .coalesced, "older than content already sent (#\(floor.sequence))", supersededBy: floor.requestId)
+        }
         if request.isBroadcast { return checkBroadcast(head, key: key) }
         // Without a usable token the request waits for a record (``tokenArrived(_:now:)`` wakes
         // it): a missing one for the token wait; an invalidated or refused one briefly, since the
@@ -433,9 +551,9 @@ struct DispatchMachine {
         return drop(head, key: key, result, detail())
     }
 
-    mutating func drop(_ head: QueuedRequest, key: String, _ result: PushResult, _ detail: String) -> Check {
+    mutating func drop(_ head: QueuedRequest, key: String, _ result: PushResult, _ detail: String, supersededBy: String? = nil) -> Check {
         dropHead(key)
-        finish(head, result, detail: detail)
+        finish(head, result, supersededBy: supersededBy, detail: detail)
         return .finished
     }
 
@@ -466,18 +584,32 @@ struct DispatchMachine {
         queued -= 1
         sending.attempts += 1
         sending.firstAttemptAt = sending.firstAttemptAt ?? now
+        // Announced (`sending`, persisted before it goes): a push-to-start, every attempt; a push
+        // with an alert, its first (and the first after APNs certainly did not take one). The next
+        // owner does not start a second activity, and does not alert twice.
+        let announces: Bool
+        if case .token = recipient {
+            announces = DispatchEngine.isPushToStart(sending.request) || (sending.request.alerting && !sending.handedOff && !sending.ambiguous)
+        } else {
+            announces = false
+        }
+        if announces { sending.handedOff = true }
         slots[key]?.inFlight = sending
         inFlight += 1
         metrics.inFlight(inFlight)
+        if sending.request.event != .start { raiseFloor(key, sequence: sending.request.contentSequence, requestId: sending.request.requestId) }
         let attempt =
             switch recipient {
-            case .token(let record): attempt(sending, key: key, record: record, team: team, priority: priority, downgraded: downgraded)
+            case .token(let record):
+                attempt(sending, key: key, record: record, team: team, priority: priority, downgraded: downgraded, announces: announces)
             case .channel(let channel): broadcast(sending, key: key, channel: channel, team: team, priority: priority, downgraded: downgraded)
             }
         actions.append(.send(attempt))
     }
 
-    func attempt(_ entry: QueuedRequest, key: String, record: DeliveryToken, team: String, priority: Int, downgraded: Bool) -> Attempt {
+    func attempt(
+        _ entry: QueuedRequest, key: String, record: DeliveryToken, team: String, priority: Int, downgraded: Bool, announces: Bool = false
+    ) -> Attempt {
         let request = entry.request
         let payload = entry.ambiguous && request.alerting ? DispatchEngine.withoutAlert(request.payload) : request.payload
         let push = APNsPush(
@@ -485,11 +617,12 @@ struct DispatchMachine {
             expiration: request.expiration.map { Int64($0.timeIntervalSince1970) } ?? 0, payload: ByteBuffer(string: payload))
         let fingerprint = TokenFingerprint.of(token: record.token)
         let announcement: PushOutcome? =
-            DispatchEngine.isPushToStart(request) && entry.attempts == 1
+            announces
             ? PushOutcome(
-                requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: .sending, attempts: 1,
-                tokenFingerprint: fingerprint, detail: "push-to-start about to be sent", completedAt: now, bundleId: request.app.bundleId,
-                attributesType: request.attributesType)
+                requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: .sending,
+                attempts: entry.attempts, tokenFingerprint: fingerprint,
+                detail: DispatchEngine.isPushToStart(request) ? "push-to-start about to be sent" : "a push with an alert about to be sent",
+                completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType, contentSequence: request.contentSequence)
             : nil
         return Attempt(
             entry: entry, key: key, team: team, push: push, environment: record.app.environment, fingerprint: fingerprint,
@@ -566,7 +699,7 @@ struct DispatchMachine {
             priorityUsed: apns == nil ? nil : priority, attempts: entry.attempts,
             latencyMilliseconds: apns == nil ? nil : max(0, now.timeIntervalSince(request.createdAt) * 1_000), tokenFingerprint: fingerprint,
             supersededBy: supersededBy, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType,
-            channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil)
+            channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil, contentSequence: request.contentSequence)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)
         persisting[request.requestId] = []

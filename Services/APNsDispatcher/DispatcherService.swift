@@ -55,13 +55,9 @@ public struct DispatcherService: Service {
         // is sent for it, and the pushes in flight finish and have their outcomes written before
         // its offsets are committed, so that the next owner sends none of them again.
         let (tokenLoader, budgets) = (self.tokenLoader, self.budgets)
-        // Partitions given up cleanly (not lost with an expired session: then another member may
-        // have had them meanwhile).
-        let cleanlyRevoked = PartitionSet()
         consumer.onRevocation(timeout: drainTimeout + .seconds(3)) { partitions in
             // A restore of these partitions' tokens under way is not waited for any more.
             tokenLoader.interrupt(partitions: partitions.map(\.partition))
-            cleanlyRevoked.insert(partitions.map(\.partition))
             let started = ContinuousClock.now
             let finished = await tickets.finishRevoked(partitions, engine: engine, timeout: drainTimeout)
             let metadata: Logger.Metadata = ["kafka.partitions": "\(partitions)", "took": "\(ContinuousClock.now - started)"]
@@ -84,41 +80,45 @@ public struct DispatcherService: Service {
                 await engine.drain(timeout: drainTimeout)
                 consumer.shutdown()
             }
-            // Partitions that came to this dispatcher from another whose first request was not
-            // read yet: the outcomes written since it are read before it is handled. A partition
-            // revoked and assigned back in the same rebalance (Kafka's eager protocol revokes them
-            // all) was nobody else's meanwhile: what it did there, this engine remembers.
-            var unchecked: Set<Int32> = []
-            var revokedLast: Set<Int32> = []
+            // Partitions that came to this dispatcher whose first request was not read yet: the
+            // outcomes written since it are read before it is handled.
+            var partitions = RequestPartitions()
             for await event in consumer.events {
                 switch event {
-                case .partitionsAssigned(let partitions):
-                    let numbers = partitions.map(\.partition)
+                case .partitionsAssigned(let assigned):
+                    let numbers = assigned.map(\.partition)
                     // Their tokens first: no request is looked at against a half-read partition.
                     // (With their budgets, read from the same partitions of the budgets' changelog.)
                     await tokenLoader.restore(partitions: numbers)
                     budgets?.own(Set(numbers))
-                    unchecked.formUnion(Set(numbers).subtracting(revokedLast))
-                    revokedLast = []
-                case .partitionsRevoked(let partitions):
-                    let revoked = Set(partitions)
+                    engine.own(numbers)
+                    partitions.assigned(numbers)
+                case .partitionsRevoked(let revokedPartitions):
+                    let revoked = Set(revokedPartitions)
+                    // From now on what of theirs comes back for a retry is left to the next owner
+                    // too (they may have been lost, without the revocation handler's wait).
+                    engine.disown(revokedPartitions.map(\.partition))
                     let dropped = engine.dropWaiting { ticket in tickets.partition(of: ticket).map(revoked.contains) ?? false }
                     tickets.forget(dropped)
-                    tickets.revoke(partitions)
-                    tokenLoader.revoke(partitions: partitions.map(\.partition))
-                    budgets?.disown(Set(partitions.map(\.partition)))
-                    unchecked.subtract(partitions.map(\.partition))
-                    revokedLast.formUnion(cleanlyRevoked.take(partitions.map(\.partition)))
+                    tickets.revoke(revokedPartitions)
+                    tokenLoader.revoke(partitions: revokedPartitions.map(\.partition))
+                    budgets?.disown(Set(revokedPartitions.map(\.partition)))
+                    partitions.revoked(revoked.map(\.partition))
                 case .message(let raw):
-                    if unchecked.remove(raw.partition) != nil {
+                    if partitions.takeCheck(raw.partition) {
                         let reading = ContinuousClock.now
-                        let recent = await recentOutcomes.requestIds(partition: raw.partition, firstRequestAt: raw.timestampMilliseconds)
-                        engine.alreadyFinished(recent.finished, unansweredStarts: recent.unansweredStarts)
+                        // Read until it is read (the partition's requests wait), unless the
+                        // partition is no longer this instance's meanwhile: its next owner reads it.
+                        guard
+                            let recent = await recentOutcomes.requestIds(
+                                partition: raw.partition, firstRequestAt: raw.timestampMilliseconds, while: { consumer.isCurrent(raw) })
+                        else { continue }
+                        engine.alreadyFinished(recent, partition: raw.partition)
                         logger.info(
                             "outcomes since the partition's first request read",
                             metadata: [
                                 "kafka.partition": "\(raw.partition)", "outcomes.recent": "\(recent.finished.count)",
-                                "outcomes.unansweredStarts": "\(recent.unansweredStarts.count)",
+                                "outcomes.maybeDelivered": "\(recent.maybeDelivered.count)",
                                 "outcomes.readMilliseconds": "\((ContinuousClock.now - reading) / .milliseconds(1))",
                             ])
                     }
@@ -127,7 +127,8 @@ public struct DispatcherService: Service {
                     switch DeadLetterWriter.check(PushRequest.self, raw) {
                     case .success(let request):
                         // Not taken once a drain began: the next owner reads it again.
-                        if !(await engine.submit(request, ticket: ticket, partition: raw.partition)) { tickets.abandon([ticket]) }
+                        let taken = await engine.submit(request, ticket: ticket, partition: raw.partition) { consumer.isCurrent(raw) }
+                        if !taken { tickets.abandon([ticket]) }
                     case .failure(let rejection):
                         // Sent until persisted; the ticket is done (and the partition's marks move on)
                         // only then. Throws only at shutdown: the record is read again after it.
@@ -148,20 +149,29 @@ public struct DispatcherService: Service {
     }
 }
 
-/// Partition numbers one thread notes and another takes.
-final class PartitionSet: Sendable {
-    private let partitions = Mutex<Set<Int32>>([])
+/// The partitions of `islet.push-requests.v1` the dispatcher was assigned, and those whose recent
+/// outcomes are to be read before their first request is handled: every partition, at every
+/// assignment. A partition given up and assigned back may have been another instance's meanwhile
+/// (a cooperative rebalance moves it on later; an eager one may assign it to this instance, then
+/// take it away before a record was read; a consumer that joins again as a new member leaves the
+/// group in between), and what this engine remembers of its own finished requests is a window, not
+/// the partition's history: a request read again past it would be sent again.
+struct RequestPartitions {
+    private(set) var owned: Set<Int32> = []
+    private var unchecked: Set<Int32> = []
 
-    func insert(_ numbers: [Int32]) { partitions.withLock { $0.formUnion(numbers) } }
-
-    /// Those of `numbers` noted, which are no longer noted after.
-    func take(_ numbers: [Int32]) -> Set<Int32> {
-        partitions.withLock { noted in
-            let taken = noted.intersection(numbers)
-            noted.subtract(numbers)
-            return taken
-        }
+    mutating func assigned(_ partitions: [Int32]) {
+        owned.formUnion(partitions)
+        unchecked.formUnion(partitions)
     }
+
+    mutating func revoked(_ partitions: [Int32]) {
+        owned.subtract(partitions)
+        unchecked.subtract(partitions)
+    }
+
+    /// Whether the recent outcomes of `partition` are to be read before its record is handled (once per assignment).
+    mutating func takeCheck(_ partition: Int32) -> Bool { unchecked.remove(partition) != nil }
 }
 
 /// The input records being worked on, by ticket; marks them processed in order when done.
@@ -173,10 +183,15 @@ public final class TicketBook: Sendable {
 
     private let state = Mutex(State())
     private let tracker = OffsetTracker()
-    private let consumer: KafkaConsumer
+    private let markProcessed: @Sendable (KafkaMessage) -> Void
 
-    public init(consumer: KafkaConsumer) {
-        self.consumer = consumer
+    public convenience init(consumer: some MessageSource) {
+        self.init { consumer.markProcessed($0) }
+    }
+
+    /// - Parameter markProcessed: marks a record (and every earlier one of its partition) processed.
+    public init(markProcessed: @escaping @Sendable (KafkaMessage) -> Void) {
+        self.markProcessed = markProcessed
     }
 
     /// A ticket for a record read, or `nil` when its partition is being revoked (not worked on).
@@ -194,7 +209,7 @@ public final class TicketBook: Sendable {
     public func done(_ ticket: UInt64) {
         guard let message = state.withLock({ $0.open.removeValue(forKey: ticket) }) else { return }
         if let release = tracker.complete(message) {
-            consumer.markProcessed(release)
+            markProcessed(release)
         }
     }
 
@@ -210,6 +225,16 @@ public final class TicketBook: Sendable {
 
     func revoke(_ partitions: [KafkaTopicPartition]) {
         tracker.revoke(partitions)
+    }
+
+    /// No record of these partitions is taken any more (they are about to be revoked).
+    func beginRevoking(_ partitions: [KafkaTopicPartition]) {
+        tracker.beginRevoking(partitions)
+    }
+
+    /// Whether a record of these partitions is taken and not yet done or abandoned.
+    func isOpen(in partitions: Set<KafkaTopicPartition>) -> Bool {
+        tracker.isOpen(in: partitions)
     }
 
     /// Before these partitions are revoked: no record of theirs is taken any more, their requests
@@ -252,13 +277,36 @@ public struct RecentOutcomes: Sendable {
         self.logger = logger
     }
 
-    /// Request ids of the partitions' recent outcomes.
-    public struct Ids: Sendable, Equatable {
+    /// What the partitions' recent outcomes say.
+    public struct Ids: Sendable {
         /// With a final outcome: not sent again.
         public var finished: Set<String> = []
-        /// Push-to-starts announced as `sending` but without a final outcome: sent before a crash,
-        /// answer unknown.
-        public var unansweredStarts: Set<String> = []
+        /// Whose last record (no final outcome) says an attempt may have reached the phone
+        /// (``PushResult/sending``): a push-to-start announced and not answered before a crash,
+        /// or an alerting push whose attempt went unanswered.
+        public var maybeDelivered: Set<String> = []
+        /// The newest content sent to each activity (`<bundleId>/<activityId>`), as the outcomes of
+        /// attempts that may have reached the phone tell it.
+        public var floors: [String: (sequence: Int64, requestId: String)] = [:]
+
+        public init() {}
+
+        /// Takes in an outcome read from the topic, in the topic's order.
+        public mutating func add(_ outcome: PushOutcome) {
+            if outcome.result.isFinal {
+                finished.insert(outcome.requestId)
+                maybeDelivered.remove(outcome.requestId)
+            } else if !finished.contains(outcome.requestId) {
+                if outcome.result == .sending { maybeDelivered.insert(outcome.requestId) } else { maybeDelivered.remove(outcome.requestId) }
+            }
+            let reached = outcome.result == .delivered || outcome.result == .deliveredDowngraded || outcome.result == .sending
+                || (outcome.result == .failed && outcome.attempts > 0)
+            if reached, outcome.pushToStartKey == nil, let key = outcome.key, let sequence = outcome.contentSequence,
+                sequence > floors[key]?.sequence ?? .min
+            {
+                floors[key] = (sequence, outcome.requestId)
+            }
+        }
     }
 
     /// How much earlier than the first request read again the outcomes read start: a request
@@ -266,30 +314,30 @@ public struct RecentOutcomes: Sendable {
     /// come minutes after the first copy, and the clocks of the two services' hosts may differ.
     static let clockMargin: TimeInterval = 600
 
-    /// The request ids of outcomes written to `partition` since the partition's first request read
-    /// again was (`firstRequestAt`, its Kafka timestamp in milliseconds, less ``clockMargin``), and
-    /// at most `window` ago. On failure it logs and answers what it read (duplicates are then
-    /// possible, as after any crash).
-    func requestIds(partition: Int32, firstRequestAt: Int64?, now: Date = Date()) async -> Ids {
+    /// What the outcomes written to `partition` since the partition's first request read again
+    /// was (`firstRequestAt`, its Kafka timestamp in milliseconds, less ``clockMargin``), and at
+    /// most `window` ago, say. A read cut short (the cluster stopped answering) is done again, with
+    /// a backoff, for as long as it takes: handling the requests with part of the outcomes would
+    /// send some of them twice, push-to-starts too. `nil` once `wanted` says the partition is no
+    /// longer this instance's (or the task is cancelled): its next owner reads them.
+    func requestIds(partition: Int32, firstRequestAt: Int64?, now: Date = Date(), while wanted: () -> Bool = { true }) async -> Ids? {
         let since = Self.since(window: window, firstRequestAt: firstRequestAt, now: now)
-        // A read cut short (the cluster stopped answering) is done again: handling the requests
-        // with part of the outcomes would send some of them twice. At most `retryLimit`.
-        let giveUp = ContinuousClock.now + Self.retryLimit
         var backoff = Duration.seconds(1)
+        var tries = 0
         while true {
             if let ids = await requestIds(partitions: [partition], since: since) { return ids }
-            guard !Task.isCancelled, ContinuousClock.now < giveUp else {
-                logger.error("recent outcomes could not be read: requests read again may be sent again", metadata: ["kafka.partition": "\(partition)"])
-                return Ids()
+            tries += 1
+            guard !Task.isCancelled, wanted() else { return nil }
+            let metadata: Logger.Metadata = ["kafka.partition": "\(partition)", "backoff": "\(backoff)", "tries": "\(tries)"]
+            if tries % 10 == 0 {
+                logger.error("recent outcomes still not read: the partition's requests wait for them", metadata: metadata)
+            } else {
+                logger.warning("recent outcomes not read completely; reading them again", metadata: metadata)
             }
-            logger.warning("recent outcomes not read completely; reading them again", metadata: ["kafka.partition": "\(partition)", "backoff": "\(backoff)"])
             try? await Task.sleep(for: backoff)
             backoff = min(backoff * 2, .seconds(10))
         }
     }
-
-    /// How long a partition's outcomes are read again and again before its requests go on without them.
-    static let retryLimit = Duration.seconds(300)
 
     /// Where the read of outcomes starts: `window` ago, or later when the first request read again
     /// is younger (less ``clockMargin``).
@@ -326,12 +374,7 @@ public struct RecentOutcomes: Sendable {
                 switch event {
                 case .message(let message):
                     guard let value = message.value, let outcome = try? IsletJSON.decode(PushOutcome.self, from: value) else { break }
-                    if outcome.result.isFinal {
-                        ids.finished.insert(outcome.requestId)
-                        ids.unansweredStarts.remove(outcome.requestId)
-                    } else if !ids.finished.contains(outcome.requestId) {
-                        ids.unansweredStarts.insert(outcome.requestId)
-                    }
+                    ids.add(outcome)
                 case .partitionEnd(let partition):
                     ended.insert(partition.partition)
                     if ended == wanted { return (ids, true) }

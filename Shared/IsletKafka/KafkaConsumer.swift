@@ -325,6 +325,13 @@ public final class KafkaConsumer: Service, Sendable {
         client.wakeUp()
     }
 
+    /// Whether `message`'s partition is still this consumer's, under the assignment it was read
+    /// in, and not being revoked: work on it that waits (a read before it is handled) stops when
+    /// it is not.
+    public func isCurrent(_ message: KafkaMessage) -> Bool {
+        !core.stillAssigned([.message(message)]).isEmpty
+    }
+
     /// Lets the caller finish its work on partitions before they are revoked: `handler` is called
     /// with the partitions about to go (by a rebalance, or by the close at shutdown), after their
     /// buffered messages were dropped and before their marked offsets are committed; librdkafka

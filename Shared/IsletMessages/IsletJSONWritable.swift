@@ -39,6 +39,11 @@ public struct IsletJSONObject {
         integer(name, Int64(value), into: &out)
     }
 
+    public mutating func integer(_ name: String, _ value: Int64?, into out: inout [UInt8]) {
+        guard let value else { return }
+        integer(name, value, into: &out)
+    }
+
     /// A `Double` as the encoder writes it (``JSONValue/writeNumber(_:into:)``).
     public mutating func number(_ name: String, _ value: Double?, into out: inout [UInt8]) {
         guard let value else { return }
@@ -153,6 +158,7 @@ extension PushOutcome: IsletJSONWritable {
         object.string("bundleId", bundleId, into: &out)
         object.string("channelId", channelId, into: &out)
         object.date("completedAt", completedAt, into: &out)
+        object.integer("contentSequence", contentSequence, into: &out)
         object.string("detail", detail, into: &out)
         object.number("latencyMilliseconds", latencyMilliseconds, into: &out)
         object.integer("priorityUsed", priorityUsed, into: &out)

@@ -63,12 +63,17 @@ public struct PushOutcome: IsletMessage {
     /// A broadcast's channel (`apns-channel-id`), when it had one: the outcome is the channel's,
     /// for every phone subscribed to it.
     public var channelId: String?
+    /// The request's ``PushRequest/contentSequence``, on outcomes of attempts that may have reached
+    /// the phone: the partition's next dispatcher sends no older content of the activity after it.
+    /// Absent in outcomes written before it existed (additive).
+    public var contentSequence: Int64?
 
     public init(
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, result: PushResult,
         apns: APNsResponse? = nil, priorityUsed: Int? = nil, attempts: Int, latencyMilliseconds: Double? = nil,
         tokenFingerprint: String? = nil, supersededBy: String? = nil, detail: String? = nil, completedAt: Date,
-        bundleId: String? = nil, attributesType: String? = nil, channelId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        bundleId: String? = nil, attributesType: String? = nil, channelId: String? = nil, contentSequence: Int64? = nil,
+        schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
@@ -86,6 +91,7 @@ public struct PushOutcome: IsletMessage {
         self.detail = detail
         self.completedAt = completedAt
         self.channelId = channelId
+        self.contentSequence = contentSequence
     }
 
     /// The request's key: the activity of its app (`<bundleId>/<activityId>`; the bare activity id
@@ -130,16 +136,23 @@ public struct PushResult: OpenEnum {
     /// unknown (a timeout, a lost connection, a crash of the dispatcher): it is not sent again, so
     /// that it can never start two activities.
     public static let failed = PushResult(rawValue: "failed")
-    /// **Not final.** A push-to-start is about to be sent: the dispatcher writes this record, and
-    /// waits for Kafka's acknowledgement, before it sends one. Its final outcome follows; a
-    /// request that has this record and no final outcome was sent before a crash, and gets
-    /// `failed` rather than a second send.
+    /// **Not final.** An attempt that may reach the phone, or may have: a push-to-start about to be
+    /// sent (the dispatcher writes this record, and waits for Kafka's acknowledgement, before each
+    /// send of one), or an update or end whose attempt went unanswered (a timeout, a lost
+    /// connection) and that waits for its retry. The partition's next dispatcher gives a
+    /// push-to-start with this record and no final outcome `failed` rather than a second send (it
+    /// could start a second activity), and sends an update or end again without its alert.
     public static let sending = PushResult(rawValue: "sending")
+    /// **Not final.** A push-to-start APNs certainly did not take (429, 5xx, a GOAWAY before it was
+    /// processed, …) waits for its retry: the ``sending`` before it did not reach the phone. The
+    /// partition's next dispatcher may send it (once). Written, and acknowledged, before the retry
+    /// can be handed to another dispatcher.
+    public static let retrying = PushResult(rawValue: "retrying")
 
-    /// Every result but ``sending`` ends the request: each request gets exactly one of them.
-    public var isFinal: Bool { self != .sending }
+    /// Every result but ``sending`` and ``retrying`` ends the request: each request gets exactly one of them.
+    public var isFinal: Bool { self != .sending && self != .retrying }
 
     public static let knownValues: [PushResult] = [
-        .delivered, .deliveredDowngraded, .coalesced, .tokenInvalid, .awaitingToken, .rejected, .expired, .failed, .sending,
+        .delivered, .deliveredDowngraded, .coalesced, .tokenInvalid, .awaitingToken, .rejected, .expired, .failed, .sending, .retrying,
     ]
 }

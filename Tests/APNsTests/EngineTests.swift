@@ -196,9 +196,19 @@ final class EngineHarness {
 
     func dropWaiting(where matches: (UInt64) -> Bool) -> [UInt64] { machine.dropWaiting(where: matches) }
 
-    func alreadyFinished(_ requestIds: [String], unansweredStarts: [String] = []) {
-        machine.alreadyFinished(requestIds, unansweredStarts: unansweredStarts)
+    func alreadyFinished(_ requestIds: [String], maybeDelivered: [String] = []) {
+        machine.alreadyFinished(requestIds, maybeDelivered: maybeDelivered)
     }
+
+    /// What a partition's recent outcomes say, as the next owner reads them at its assignment.
+    func alreadyFinished(_ ids: RecentOutcomes.Ids, partition: Int32? = nil) {
+        machine.alreadyFinished(ids.finished, maybeDelivered: ids.maybeDelivered, floors: ids.floors, partition: partition)
+    }
+
+    func own(_ partitions: [Int32]) { machine.own(partitions) }
+
+    /// The partitions went elsewhere (``DispatchEngine/disown(_:)``).
+    func disown(_ partitions: [Int32]) { step { machine, _ in machine.disown(partitions); return [] } }
 
     /// Moves the clock on by `seconds`; the machine is woken if it asked to be by then.
     func advance(_ seconds: TimeInterval) {
@@ -267,6 +277,9 @@ final class EngineHarness {
                 actions += machine.outcomePersisted(outcome.requestId, now: clock.date)
             case .release(let ticket):
                 done.append(ticket)
+            case .note(let note):
+                sink.record(note)
+                actions += machine.notePersisted(note.requestId, now: clock.date)
             case .renewProviderToken(let team):
                 sender.renewProviderToken(teamID: team)
             case .reconnect(let team):
@@ -707,9 +720,9 @@ struct EngineTests {
         #expect(h.done == [1, 2, 3, 4])
 
         // Revoked while it waits: the request and its copy are dropped together, for the next owner.
-        let waiting = h.request("a", sequence: 3)
+        let waiting = h.request("a", sequence: 4)
         h.hold()
-        let blocking = h.request("a", sequence: 1, supersedable: false)
+        let blocking = h.request("a", sequence: 3, supersedable: false)
         h.submit(blocking)  // ticket 5, in flight
         h.submit(waiting)  // ticket 6
         h.submit(waiting)  // ticket 7

@@ -19,7 +19,8 @@ struct Ledger {
     var requestCopies: [String: Int] = [:]
     /// Final outcomes by request id.
     var outcomes: [String: [PushOutcome]] = [:]
-    /// Non-final records (`sending`: a push-to-start announced before its send) by request id.
+    /// Announcements standing by request id: each `sending` (an attempt that may reach the phone)
+    /// counts one, each `retrying` (APNs did not take it) takes one back; more than one is a second send.
     var announcements: [String: Int] = [:]
 
     /// The requests whose activity id starts with `prefix` (push-to-start: its source activity), and their outcomes.
@@ -42,7 +43,8 @@ struct Ledger {
             if outcome.result.isFinal {
                 ledger.outcomes[outcome.requestId, default: []].append(outcome)
             } else {
-                ledger.announcements[outcome.requestId, default: 0] += 1
+                // A `retrying` takes back the `sending` before it (APNs did not take that attempt).
+                ledger.announcements[outcome.requestId, default: 0] += outcome.result == .retrying ? -1 : 1
             }
         }
         return ledger
@@ -69,7 +71,9 @@ struct Ledger {
             problems.append("request \(id) has \(list.count) outcomes: \(list.map(\.result.rawValue))")
         }
         for id in outcomes.keys where requests[id] == nil { problems.append("outcome for \(id), which is no request of the run") }
-        for (id, count) in announcements where count > 1 { problems.append("push-to-start \(id) was announced \(count) times (sent more than once)") }
+        for (id, count) in announcements where count > 1 {
+            problems.append("request \(id) was announced \(count) times without a retrying between (sent more than once)")
+        }
         return problems
     }
 

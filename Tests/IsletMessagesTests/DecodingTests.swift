@@ -112,7 +112,7 @@ struct ToleranceTests {
         check(APNsEnvironment.self, ["production", "sandbox"])
         check(ActivityEventKind.self, ["start", "update", "end"])
         check(Urgency.self, ["routine", "important", "critical"])
-        check(PushResult.self, ["delivered", "deliveredDowngraded", "coalesced", "tokenInvalid", "awaitingToken", "rejected", "expired", "failed", "sending"])
+        check(PushResult.self, ["delivered", "deliveredDowngraded", "coalesced", "tokenInvalid", "awaitingToken", "rejected", "expired", "failed", "sending", "retrying"])
         check(Surface.self, ["lockScreen", "islandExpanded", "compactLeading", "compactTrailing", "minimal"])
         check(
             ClickRejectionReason.self,

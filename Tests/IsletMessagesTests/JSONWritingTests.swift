@@ -128,7 +128,8 @@ struct OwnWriterTests {
             requestId: text(), activityId: maybe(), pushToStartKey: maybe(), result: Bool.random() ? .delivered : PushResult(rawValue: text()),
             apns: Bool.random() ? apns : nil, priorityUsed: Bool.random() ? Int.random(in: -20...20) : nil, attempts: Int.random(in: -5...Int.max),
             latencyMilliseconds: Bool.random() ? randomLatency() : nil, tokenFingerprint: maybe(), supersededBy: maybe(), detail: maybe(),
-            completedAt: date(), bundleId: maybe(), attributesType: maybe(), channelId: maybe(), schemaVersion: Int.random(in: -5...5))
+            completedAt: date(), bundleId: maybe(), attributesType: maybe(), channelId: maybe(),
+            contentSequence: Bool.random() ? Int64.random(in: Int64.min...Int64.max) : nil, schemaVersion: Int.random(in: -5...5))
     }
 
     @Test("a PushOutcome's writer gives the encoder's bytes, for 2,000 random outcomes (latencies of every magnitude among them)")

@@ -1,0 +1,235 @@
+import Foundation
+import IsletMessages
+import IsletTesting
+import IsletTokens
+import Testing
+@testable import APNsDispatcher
+import NIOCore
+
+/// What a partition's next owner is told, and what it does with it: the bugs the simulation found
+/// (Tests/SimulationTests; issue 57), each held here by a test that fails on the code before its fix.
+@Suite("A partition's next owner: what it is told and what it does", .timeLimit(.minutes(1)))
+struct HandOffTests {
+    func registerStart(_ h: EngineHarness, token: String) -> String {
+        let now = h.clock.date
+        let record = TokenRecord(
+            kind: .pushToStart, deviceId: "device-1", userId: "u", token: token, app: AppTarget(bundleId: "com.example.food", environment: .production),
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
+        h.tokens.put(record, key: record.key!)
+        return record.key!
+    }
+
+    func start(_ h: EngineHarness, key: String) -> PushRequest {
+        var request = h.request("unused", .start, sequence: 0)
+        request.activityId = nil
+        request.pushToStartKey = key
+        request.sourceActivityId = "order-1"
+        return request
+    }
+
+    /// The outcomes the sink holds, read as the partition's next owner reads them.
+    func read(_ outcomes: [PushOutcome]) -> RecentOutcomes.Ids {
+        var ids = RecentOutcomes.Ids()
+        for outcome in outcomes { ids.add(outcome) }
+        return ids
+    }
+
+    @Test("every assignment of a partition reads its recent outcomes, also one revoked and assigned back (seeds 2 and 162: a second activity)")
+    func everyAssignmentIsChecked() {
+        var partitions = RequestPartitions()
+        partitions.assigned([0, 1])
+        let first = partitions.takeCheck(0)
+        let again = partitions.takeCheck(0)
+        #expect(first)
+        #expect(!again, "once per assignment")
+        partitions.revoked([0, 1])
+        partitions.assigned([0, 1])
+        let back = partitions.takeCheck(0)
+        let unread = partitions.takeCheck(1)
+        #expect(back, "assigned back: another instance may have had it meanwhile")
+        #expect(unread, "assigned back before a record of it was read")
+    }
+
+    @Test("a push-to-start APNs answered 429 says so (retrying) before its retry: the next owner sends it, once, instead of failing it (seed 7: a start that never appears)")
+    func refusedStartIsHandedOn() {
+        let h = EngineHarness()
+        let key = registerStart(h, token: hexToken(7))
+        let request = start(h, key: key)
+        h.sender.script(hexToken(7), [APNsAnswer(status: 429, reason: "TooManyRequests")])
+        h.hold()
+        h.submit(request)
+        h.release()
+        #expect(h.sink.all.map(\.result) == [.sending, .retrying], "the retrying note is persisted before the retry waits")
+
+        // The partition moves now (the retry waits for its backoff): the next owner reads the outcomes.
+        let next = EngineHarness()
+        _ = registerStart(next, token: hexToken(7))
+        next.alreadyFinished(read(h.sink.all))
+        next.submit(request)
+        next.outcomes(1)
+        #expect(next.sink.final.map(\.result) == [.delivered])
+        #expect(next.sender.sent.count == 1)
+        #expect(next.sink.all.map(\.result) == [.sending, .delivered], "announced again before its send")
+
+        // Had it been announced and not answered (a crash), the next owner would not send it.
+        let crashed = EngineHarness()
+        _ = registerStart(crashed, token: hexToken(7))
+        crashed.alreadyFinished(read([h.sink.all[0]]))
+        crashed.submit(request)
+        #expect(crashed.outcomes(1).map(\.result) == [.failed])
+        #expect(crashed.sender.sent.isEmpty)
+    }
+
+    @Test("a copy read while its push-to-start is in flight here joins it, even when the topic says it may have been delivered (it was: by this very send)")
+    func copyJoinsBeforeTheTopicIsLookedAt() {
+        let h = EngineHarness()
+        let key = registerStart(h, token: hexToken(7))
+        let request = start(h, key: key)
+        h.hold()
+        h.submit(request)
+        // The partition was lost and assigned back: the outcomes read show this send's announcement.
+        h.alreadyFinished(read(h.sink.all))
+        h.submit(request)
+        h.release()
+        #expect(h.outcomes(1).map(\.result) == [.delivered], "one outcome, not failed and delivered")
+        #expect(h.sink.final.count == 1)
+        #expect(h.sender.sent.count == 1)
+    }
+
+    @Test("an update older than content already sent to the activity is not sent after it: here, and at the partition's next owner (seeds 40 and 80: older content after newer)")
+    func olderContentIsNotSentAfterNewer() {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        let older = h.request("a", sequence: 1)
+        let newer = h.request("a", sequence: 2)
+        h.submit(newer)
+        h.outcomes(1)
+        // The older one reaches the topic late (content-service sent it again after a refusal).
+        h.submit(older)
+        let outcomes = h.outcomes(2)
+        #expect(outcomes.last?.result == .coalesced)
+        #expect(outcomes.last?.supersededBy == newer.requestId)
+        #expect(h.sender.sent.map(\.apnsID) == [newer.requestId])
+
+        // The next owner learns the newest content sent from the outcomes it reads.
+        let next = EngineHarness()
+        next.register("a", token: hexToken(1))
+        next.alreadyFinished(read([outcomes[0]]))
+        next.submit(older)
+        #expect(next.outcomes(1).map(\.result) == [.coalesced])
+        #expect(next.sender.sent.isEmpty)
+    }
+
+    @Test("a push with an alert is announced before it is sent: after a crash the next owner sends it without its alert (seed 179: an alert twice)")
+    func alertingPushIsAnnounced() {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        let alerting = h.request("a", sequence: 1, supersedable: false, alerting: true)
+        h.hold()
+        h.submit(alerting)
+        #expect(h.sink.all.map(\.result) == [.sending], "announced before the send")
+        #expect(String(buffer: h.sender.sent[0].payload).contains("alert"))
+
+        // The dispatcher dies with it in flight; the next owner reads the announcement.
+        let next = EngineHarness()
+        next.register("a", token: hexToken(1))
+        next.alreadyFinished(read(h.sink.all))
+        next.submit(alerting)
+        #expect(next.outcomes(1).map(\.result) == [.delivered])
+        #expect(next.sender.sent.count == 1)
+        #expect(!String(buffer: next.sender.sent[0].payload).contains("alert"), "sent again without its alert")
+        #expect(!next.sink.all.contains { $0.result == .sending }, "not announced again: its alert is gone")
+    }
+
+    @Test("a push with an alert APNs answered 429 says so (retrying): the next owner sends it with its alert, announced again")
+    func refusedAlertIsHandedOn() {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        let alerting = h.request("a", sequence: 1, supersedable: false, alerting: true)
+        h.sender.script(hexToken(1), [APNsAnswer(status: 429, reason: "TooManyRequests")])
+        h.submit(alerting)
+        #expect(h.sink.all.map(\.result) == [.sending, .retrying])
+        h.until { h.sink.final.count == 1 }
+        #expect(h.sink.all.map(\.result) == [.sending, .retrying, .sending, .delivered])
+        #expect(h.sender.sent.allSatisfy { String(buffer: $0.payload).contains("alert") }, "APNs took neither attempt before the last: the alert stays")
+
+        let next = EngineHarness()
+        next.register("a", token: hexToken(1))
+        next.alreadyFinished(read(Array(h.sink.all.prefix(2))))
+        next.submit(alerting)
+        next.outcomes(1)
+        #expect(String(buffer: next.sender.sent[0].payload).contains("alert"))
+    }
+
+    @Test("an answer for a partition given up (lost) ends the attempt without a retry and without an outcome; a copy read since it came back takes its place (seed 1504: a request left without an outcome)")
+    func givenUpPartitionIsNotRetried() {
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        h.own([0])
+        let update = h.request("a", sequence: 1)
+        h.sender.script(hexToken(1), [APNsAnswer(status: 503, reason: "ServiceUnavailable")])
+        h.hold()
+        h.submit(update, partition: 0)
+        h.disown([0])
+        h.release()
+        h.advance(120)
+        #expect(h.sink.final.isEmpty, "the partition's next owner gives it its outcome")
+        #expect(h.sender.sent.count == 1, "not retried")
+        #expect(h.done.isEmpty)
+
+        // Lost with the attempt in flight, assigned back, read again: the copy is sent.
+        let g = EngineHarness()
+        g.register("a", token: hexToken(1))
+        g.own([0])
+        g.sender.script(hexToken(1), [APNsAnswer(status: 503, reason: "ServiceUnavailable")])
+        g.hold()
+        g.submit(update, partition: 0)  // ticket 1
+        g.disown([0])
+        g.own([0])
+        g.submit(update, partition: 0)  // ticket 2: joins the attempt in flight
+        g.release()
+        g.until { g.sink.final.count == 1 }
+        #expect(g.sink.final.map(\.result) == [.delivered])
+        #expect(g.done == [2], "the copy of this assignment is done; the first ticket's assignment is over")
+    }
+
+    @Test("a request of a partition not assigned (a submit that waited for room while it was revoked) is not taken")
+    func notOwnedIsRefused() {
+        var machine = EngineHarness().machine
+        machine.own([0])
+        #expect(machine.owns(Int32(0)))
+        #expect(!machine.owns(Int32(1)))
+        machine.disown([0])
+        #expect(!machine.owns(Int32(0)))
+        #expect(machine.owns(nil as Int32?), "a request of no partition (tests) is always taken")
+    }
+
+    @Test("a payload without its alert is written as content-service writes it: slashes not escaped, never longer than the payload")
+    func withoutAlertEscapesNothing() {
+        let link = "https://links.example.com/a/b?x=1"
+        let payload = #"{"aps":{"alert":{"body":"On the way","title":"Order"},"content-state":{"link":"\#(link)"},"event":"update","sound":"default","timestamp":1795000000}}"#
+        let stripped = DispatchEngine.withoutAlert(payload)
+        #expect(stripped.contains(link))
+        #expect(!stripped.contains("alert"))
+        #expect(!stripped.contains("sound"))
+        #expect(stripped.utf8.count < payload.utf8.count)
+        #expect(!stripped.contains(#"\/"#))
+    }
+
+    @Test("the outcomes read: a final outcome ends a request's records; retrying takes back a sending; delivered and sent content raise the activity's floor")
+    func readingTheOutcomes() {
+        let now = Date(timeIntervalSince1970: 1_795_000_000)
+        func outcome(_ id: String, _ result: PushResult, sequence: Int64? = nil, attempts: Int = 1) -> PushOutcome {
+            PushOutcome(
+                requestId: id, activityId: "a", result: result, attempts: attempts, completedAt: now, bundleId: "com.example.food",
+                contentSequence: sequence)
+        }
+        let ids = read([
+            outcome("1", .sending), outcome("1", .delivered, sequence: 3), outcome("2", .sending), outcome("3", .sending), outcome("3", .retrying),
+            outcome("4", .coalesced, sequence: 9, attempts: 0), outcome("5", .failed, sequence: 7, attempts: 0),
+        ])
+        #expect(ids.finished == ["1", "4", "5"])
+        #expect(ids.maybeDelivered == ["2"])
+        #expect(ids.floors["com.example.food/a"]?.sequence == 3, "never sent content (coalesced, failed before a send) is no floor")
+    }
+}

@@ -1,0 +1,213 @@
+import Foundation
+import IsletMessages
+import NIOCore
+@testable import APNsDispatcher
+
+/// How often things go wrong in a run (each seed draws its own mix).
+struct SimFaults {
+    /// A produce Kafka refuses (not stored; the writer is told and tries again).
+    var produceRefused = 0.0
+    /// A produce stored whose acknowledgement is lost (the writer tries again: a copy).
+    var produceAckLost = 0.0
+    /// A read of recent outcomes cut short.
+    var outcomeReadFailure = 0.0
+    /// APNs: answers other than 200 (by kind), and no answers.
+    var tooManyRequests = 0.0
+    var serverError = 0.0
+    var notProcessed = 0.0
+    var timeoutBeforeWrite = 0.0
+    var timeoutAfterDelivery = 0.0
+    var slowAnswer = 0.0
+
+    static func draw(_ random: SimRandom) -> SimFaults {
+        let level = random.pick([0.0, 0.02, 0.05, 0.12])
+        return SimFaults(
+            produceRefused: level * random.unit(), produceAckLost: level * random.unit() / 2, outcomeReadFailure: level * 2 * random.unit(),
+            tooManyRequests: level * random.unit(), serverError: level * random.unit(), notProcessed: level * random.unit(),
+            timeoutBeforeWrite: level * random.unit() / 2, timeoutAfterDelivery: level * random.unit() / 2, slowAnswer: level * random.unit())
+    }
+}
+
+/// A broken promise, with where it broke.
+struct SimViolation: CustomStringConvertible {
+    var invariant: String
+    var detail: String
+    var at: TimeInterval
+    var description: String { "[\(invariant)] at \(String(format: "%.3f", at)) s: \(detail)" }
+}
+
+/// The whole simulated deployment of one seed: the cluster, the dispatchers, APNs and the phones,
+/// the app and the backend (``SimWorkload``), and the ledger the invariants are checked against.
+final class SimWorld {
+    static let bundleId = "com.example.food"
+    static let team = "TEAM123456"
+    static let attributesType = "DeliveryAttributes"
+    static let requestsTopic = "islet.push-requests.v1"
+    static let sessionTimeout: TimeInterval = 10
+    static let start = Date(timeIntervalSince1970: 1_795_000_000)
+
+    let seed: UInt64
+    let random: SimRandom
+    let scheduler: SimScheduler
+    let traceLog: SimTrace
+    let faults: SimFaults
+    let requests: SimTopic
+    let outcomes: SimTopic
+    let tokens: SimTopic
+    var dispatchers: SimGroup!
+    var dispatcherInstances: [SimDispatcher] = []
+    var apns: SimAPNs!
+    var phones: SimPhones!
+    private(set) var violations: [SimViolation] = []
+    /// Every request written to the requests topic, by id (its copies share the id).
+    private(set) var requestsById: [String: PushRequest] = [:]
+    /// The ids of requests the backend's writer was told are persisted (acknowledged).
+    var acknowledged: Set<String> = []
+    /// Push-to-starts announced by a process killed before the start had its final outcome: their
+    /// `failed` is the documented answer to a crash, not a lost start.
+    private(set) var startsAtRisk: Set<String> = []
+    private var announced: [String: String] = [:]
+
+    var now: Date { scheduler.now }
+
+    init(seed: UInt64, partitions: Int) {
+        self.seed = seed
+        random = SimRandom(seed: seed)
+        scheduler = SimScheduler(start: Self.start)
+        traceLog = SimTrace(start: Self.start)
+        faults = SimFaults.draw(random)
+        requests = SimTopic(name: Self.requestsTopic, partitions: partitions)
+        outcomes = SimTopic(name: "islet.push-outcomes.v1", partitions: partitions)
+        tokens = SimTopic(name: "islet.tokens.v1", partitions: partitions)
+    }
+
+    func trace(_ line: @autoclosure () -> String) { traceLog.log(now, line()) }
+
+    func violate(_ invariant: String, _ detail: String) {
+        trace("VIOLATION [\(invariant)] \(detail)")
+        violations.append(SimViolation(invariant: invariant, detail: detail, at: now.timeIntervalSince(Self.start)))
+    }
+
+    // MARK: Writing to the cluster
+
+    /// A record a service writes and waits for: tried until Kafka acknowledges it (a refusal is
+    /// retried after a backoff; a lost acknowledgement stores it and is retried too: a copy), then
+    /// `acknowledged`. Nothing happens once the writer's process is gone.
+    func persist(_ value: SimValue, key: String, by writer: SimDispatcher, incarnation: Int, delay: Double = 0.1, acknowledged: @escaping () -> Void) {
+        let latency = random.seconds(0.001, 0.02)
+        let refused = random.chance(faults.produceRefused)
+        let ackLost = !refused && random.chance(faults.produceAckLost)
+        scheduler.after(latency) { [self] in
+            guard writer.incarnation == incarnation, writer.isUp else { return }
+            // Cut off from the cluster: the write times out, and is tried again.
+            if refused || writer.phase == .stalled {
+                scheduler.after(delay) { [self] in
+                    self.persist(value, key: key, by: writer, incarnation: incarnation, delay: min(delay * 2, 5), acknowledged: acknowledged)
+                }
+                return
+            }
+            append(value, key: key, writer: writer.name)
+            if ackLost {
+                scheduler.after(delay) { [self] in
+                    self.persist(value, key: key, by: writer, incarnation: incarnation, delay: min(delay * 2, 5), acknowledged: acknowledged)
+                }
+                return
+            }
+            acknowledged()
+        }
+    }
+
+    /// Stores a record and lets its readers know.
+    func append(_ value: SimValue, key: String, writer: String) {
+        switch value {
+        case .request(let request):
+            let (partition, offset) = requests.append(key, value, at: now)
+            if requestsById[request.requestId] == nil { requestsById[request.requestId] = request }
+            trace("kafka: request \(request.requestId.prefix(8)) (\(request.event.rawValue) #\(request.contentSequence) of \(key)) at \(partition)@\(offset)")
+            for dispatcher in dispatcherInstances { dispatcher.requestAppended(partition: partition) }
+        case .outcome(let outcome):
+            let (partition, offset) = outcomes.append(key, value, at: now)
+            trace("kafka: outcome \(outcome.result.rawValue) for \(outcome.requestId.prefix(8)) by \(writer) at \(partition)@\(offset)")
+            if outcome.result == .sending { announced[outcome.requestId] = writer } else { announced[outcome.requestId] = nil }
+        case .token(let record):
+            let (partition, offset) = tokens.append(key, value, at: now)
+            trace("kafka: token \(record.state.rawValue) \(record.token.prefix(6)) for \(key) registered \(record.registeredAt.timeIntervalSince(Self.start)) at \(partition)@\(offset)")
+            for dispatcher in dispatcherInstances { dispatcher.tokenAppended(partition: partition, offset: offset) }
+        }
+    }
+
+    /// Requests sent by a dispatcher whose outcome could not reach the topic before the dispatcher
+    /// lost its session (in flight then, answered and not yet written, or sent while it was cut
+    /// off from the cluster): the next owner sends them again (the same content: a repeat on the
+    /// phone, no second alert, no second activity) and the request may show a second outcome.
+    private(set) var sentTwiceAllowed: Set<String> = []
+    /// The newest content of each activity sent that way: the next owner, which cannot know it
+    /// went out, may still send older content of the activity after it (iOS shows the newer, by
+    /// its timestamp).
+    private(set) var unrecordedNewest: [String: Int64] = [:]
+    func inFlightAtLoss(_ requestId: String) {
+        sentTwiceAllowed.insert(requestId)
+        if let request = requestsById[requestId], let activityId = request.sourceActivityId ?? request.activityId {
+            unrecordedNewest[activityId] = max(unrecordedNewest[activityId] ?? .min, request.contentSequence)
+        }
+    }
+
+    /// A process was killed (or lost its session cut off from the cluster): starts it announced
+    /// that have no final outcome may get `failed` from the next owner, whatever APNs answered.
+    func killed(_ dispatcher: SimDispatcher) {
+        for (requestId, writer) in announced where writer == dispatcher.name { startsAtRisk.insert(requestId) }
+    }
+
+    // MARK: Invariants checked as the run goes
+
+    /// Memory held stays under the configured limits.
+    func checkHeld(_ dispatcher: SimDispatcher, machine: DispatchMachine) {
+        let policy = dispatcher.policy
+        let waitingBound = policy.maximumQueued + policy.maximumAwaitingRequestsBound
+        if machine.queued > waitingBound {
+            violate("memory", "\(dispatcher.name) holds \(machine.queued) requests (limit \(waitingBound))")
+        }
+    }
+
+    // MARK: Invariants checked at the end
+
+    func checkAtEnd() {
+        // Every request has exactly one final outcome (written once: a copy of the same record,
+        // written again after a lost acknowledgement, is the same outcome).
+        var finals: [String: [PushOutcome]] = [:]
+        for partition in 0..<outcomes.partitionCount {
+            for record in outcomes.records(partition) {
+                guard case .outcome(let outcome) = record.value, outcome.result.isFinal else { continue }
+                if !(finals[outcome.requestId] ?? []).contains(outcome) { finals[outcome.requestId, default: []].append(outcome) }
+            }
+        }
+        for (requestId, request) in requestsById.sorted(by: { $0.key < $1.key }) {
+            let results = finals[requestId] ?? []
+            let described = "request \(requestId.prefix(8)) (\(request.event.rawValue) of \(request.key ?? ""))"
+            if results.isEmpty {
+                violate("one outcome", "\(described) has no final outcome")
+            } else if results.count > 1 {
+                if !sentTwiceAllowed.contains(requestId) {
+                    violate("one outcome", "\(described) has \(results.map(\.result.rawValue))")
+                }
+            }
+        }
+        // A push-to-start that APNs certainly never took is not given up as "answer unknown".
+        for partition in 0..<outcomes.partitionCount {
+            for record in outcomes.records(partition) {
+                guard case .outcome(let outcome) = record.value, outcome.result == .failed, outcome.pushToStartKey != nil,
+                    outcome.detail?.contains("answer is unknown") == true
+                else { continue }
+                if !apns.mayHaveDelivered(outcome.requestId) && !startsAtRisk.contains(outcome.requestId) {
+                    violate("start lost", "push-to-start \(outcome.requestId.prefix(8)) failed as 'answer unknown', though APNs refused every attempt of it")
+                }
+            }
+        }
+        phones.checkAtEnd()
+    }
+}
+
+extension DispatcherPolicy {
+    /// The requests waiting for a token the machine may hold beyond ``maximumQueued``.
+    var maximumAwaitingRequestsBound: Int { maximumAwaitingToken * 8 }
+}

@@ -1,0 +1,93 @@
+import Foundation
+import IsletMessages
+@testable import APNsDispatcher
+
+/// One seed's run: a deployment drawn from the seed (how many dispatchers, the rebalance protocol,
+/// the faults' rates, the workload), the operations of a real deployment at times drawn from it
+/// (kill -9 and restart, SIGTERM and restart, a stalled member whose session expires, a member
+/// that leaves and joins again, lagging token replicas), run to its end on simulated time, then
+/// the invariants.
+enum Simulation {
+    struct Result {
+        var seed: UInt64
+        var violations: [SimViolation]
+        var trace: [String]
+        var summary: String
+    }
+
+    /// How long the workload runs, and how long the run goes on after it (retries, token waits
+    /// and rebalances settle; every process is running again well before).
+    static let workloadSeconds: TimeInterval = 120
+    static let runSeconds: TimeInterval = 1_200
+
+    static func run(seed: UInt64, verbose: Bool = false) -> Result {
+        let world = SimWorld(seed: seed, partitions: 4)
+        world.traceLog.verbose = verbose
+        let random = world.random
+        var policy = DispatcherPolicy()
+        policy.rememberedFinished = random.pick([16, 64, 100_000])
+        policy.maximumQueued = random.pick([8, 40, 20_000])
+        policy.maximumInFlight = random.pick([4, 64])
+        policy.initialInFlight = min(policy.initialInFlight, policy.maximumInFlight)
+        policy.minimumInFlight = min(policy.minimumInFlight, policy.maximumInFlight)
+        let rebalanceProtocol: SimGroup.RebalanceProtocol = random.chance(0.5) ? .eager : .cooperative
+        world.dispatchers = SimGroup(topic: world.requests, rebalanceProtocol: rebalanceProtocol, revocationLimit: 11, world: world)
+        world.apns = SimAPNs(world: world)
+        world.phones = SimPhones(world: world)
+        let count = random.int(2...3)
+        world.dispatcherInstances = (1...count).map { SimDispatcher(name: "dispatcher-\($0)", world: world, policy: policy) }
+        for dispatcher in world.dispatcherInstances {
+            world.scheduler.after(random.seconds(0, 1)) { dispatcher.start() }
+        }
+        // librdkafka commits what was marked every 5 s.
+        func autoCommit() {
+            world.dispatchers.autoCommit()
+            world.scheduler.after(5, autoCommit)
+        }
+        world.scheduler.after(5, autoCommit)
+
+        // The operations of a deployment, while the workload runs.
+        let operations = random.int(1...5)
+        var described: [String] = []
+        for _ in 0..<operations {
+            let at = random.seconds(2, workloadSeconds + 30)
+            let dispatcher = random.pick(world.dispatcherInstances)
+            switch random.int(0...4) {
+            case 0:
+                let restart = random.seconds(0.5, 20)
+                described.append("kill -9 \(dispatcher.name) at \(Int(at)) s")
+                world.scheduler.after(at) {
+                    guard dispatcher.phase == .running else { return }
+                    dispatcher.kill()
+                    world.scheduler.after(restart) { if dispatcher.phase == .down { dispatcher.start() } }
+                }
+            case 1:
+                described.append("SIGTERM \(dispatcher.name) at \(Int(at)) s")
+                world.scheduler.after(at) { dispatcher.terminate(restartAfter: random.seconds(0.5, 10)) }
+            case 2:
+                let seconds = random.pick([3, 15, 40.0]) * random.unit() + 1
+                described.append("stall \(dispatcher.name) at \(Int(at)) s for \(Int(seconds)) s")
+                world.scheduler.after(at) { dispatcher.stall(for: seconds) }
+            case 3:
+                described.append("\(dispatcher.name) rejoins at \(Int(at)) s")
+                world.scheduler.after(at) { dispatcher.rejoin() }
+            default:
+                described.append("\(dispatcher.name)'s token replica lags from \(Int(at)) s")
+                world.scheduler.after(at) { dispatcher.replicaLag = 1...15 }
+                world.scheduler.after(at + 60) { dispatcher.replicaLag = 0.001...0.2 }
+            }
+        }
+        let workload = SimWorkload(world: world)
+        workload.plan(activities: random.int(4...10), devices: 3, duration: workloadSeconds)
+
+        let end = SimWorld.start.addingTimeInterval(runSeconds)
+        while world.scheduler.runNext(until: end) {}
+        world.checkAtEnd()
+        let summary = """
+            seed \(seed): \(count) dispatchers, \(rebalanceProtocol) rebalances, remembered \(policy.rememberedFinished), \
+            queue \(policy.maximumQueued), in flight \(policy.maximumInFlight); \(workload.plans.count) activities, \
+            \(world.requestsById.count) requests; \(described.joined(separator: ", ")); \(world.scheduler.steps) steps
+            """
+        return Result(seed: seed, violations: world.violations, trace: world.traceLog.last, summary: summary)
+    }
+}

@@ -1,0 +1,55 @@
+import Foundation
+import Testing
+
+/// The delivery contract under the operations of a real deployment, by deterministic simulation
+/// (docs/operations.md, "The delivery contract"): every seed is a whole run — dispatchers killed,
+/// stopped, stalled and rejoining while requests flow and APNs misbehaves — checked against the
+/// invariants at its end. A failing seed prints its trace and replays exactly:
+/// `scripts/simulate.sh --seed N --verbose`.
+struct SimulationTests {
+    /// Seeds run by `swift test` (CI): `ISLET_SIM_SEEDS` of them, from `ISLET_SIM_FIRST_SEED`,
+    /// spread over the chunks below so that both cores work.
+    static let chunks = 16
+    static var seedCount: Int { ProcessInfo.processInfo.environment["ISLET_SIM_SEEDS"].flatMap(Int.init) ?? 2_000 }
+    static var firstSeed: UInt64 { ProcessInfo.processInfo.environment["ISLET_SIM_FIRST_SEED"].flatMap(UInt64.init) ?? 1 }
+
+    @Test("seeds", arguments: 0..<chunks)
+    func seeds(chunk: Int) {
+        let count = Self.seedCount
+        let perChunk = (count + Self.chunks - 1) / Self.chunks
+        let lower = chunk * perChunk
+        let upper = min(count, lower + perChunk)
+        guard lower < upper else { return }
+        for index in lower..<upper {
+            let seed = Self.firstSeed + UInt64(index)
+            let result = Simulation.run(seed: seed)
+            if !result.violations.isEmpty {
+                report(result)
+                // One failing seed per chunk is enough to read, unless asked for all (a census).
+                if ProcessInfo.processInfo.environment["ISLET_SIM_KEEP_GOING"] != "1" { return }
+            }
+        }
+    }
+
+    /// One seed, with its whole trace printed (`ISLET_SIM_SEED`).
+    @Test("one seed", .enabled(if: ProcessInfo.processInfo.environment["ISLET_SIM_SEED"] != nil))
+    func one() {
+        let seed = UInt64(ProcessInfo.processInfo.environment["ISLET_SIM_SEED"]!)!
+        let result = Simulation.run(seed: seed, verbose: ProcessInfo.processInfo.environment["ISLET_SIM_VERBOSE"] == "1")
+        print(result.summary)
+        if !result.violations.isEmpty { report(result) }
+    }
+
+    private func report(_ result: Simulation.Result) {
+        let broken = Set(result.violations.map(\.invariant)).sorted().joined(separator: ", ")
+        let text = """
+            seed \(result.seed) broke: \(broken)
+            \(result.summary)
+            \(result.violations.map(\.description).joined(separator: "\n"))
+            last events:
+            \(result.trace.suffix(120).joined(separator: "\n"))
+            replay: scripts/simulate.sh --seed \(result.seed) --verbose
+            """
+        Issue.record(Comment(rawValue: text))
+    }
+}
