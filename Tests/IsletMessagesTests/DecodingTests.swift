@@ -42,7 +42,7 @@ struct ToleranceTests {
             "PushRequest": ["activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state", "channelStoragePolicy"],
             "PushOutcome": [
                 "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "priorityUsed", "latencyMilliseconds",
-                "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType", "channelId",
+                "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType", "channelId", "contentSequence",
             ],
             "ContentMemoryRecord": [
                 "activity", "checkpoint", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",

@@ -10,7 +10,7 @@ struct SimulationTests {
     /// Seeds run by `swift test` (CI): `ISLET_SIM_SEEDS` of them, from `ISLET_SIM_FIRST_SEED`,
     /// spread over the chunks below so that both cores work.
     static let chunks = 16
-    static var seedCount: Int { ProcessInfo.processInfo.environment["ISLET_SIM_SEEDS"].flatMap(Int.init) ?? 2_000 }
+    static var seedCount: Int { ProcessInfo.processInfo.environment["ISLET_SIM_SEEDS"].flatMap(Int.init) ?? 5_000 }
     static var firstSeed: UInt64 { ProcessInfo.processInfo.environment["ISLET_SIM_FIRST_SEED"].flatMap(UInt64.init) ?? 1 }
 
     @Test("seeds", arguments: 0..<chunks)
