@@ -2,7 +2,7 @@
 # The deterministic simulation of the delivery contract (Tests/SimulationTests; docs/operations.md,
 # "The delivery contract"), on its own: more seeds than CI runs, or one seed replayed with its trace.
 #
-#   scripts/simulate.sh                    2,000 seeds from seed 1 (what CI runs)
+#   scripts/simulate.sh                    5,000 seeds from seed 1 (what CI runs)
 #   scripts/simulate.sh --seeds 50000      more seeds
 #   scripts/simulate.sh --from 90001       seeds from another first seed
 #   scripts/simulate.sh --seed 123 [--verbose]   one seed: its summary, its violations, and with

@@ -21,6 +21,8 @@ public struct QueuedRequest: Sendable {
     public var partition: Int32?
     /// The assignment of that partition it was read under (``DispatchMachine/own(_:)``).
     var assignment: UInt64?
+    /// The id of its last announcement (`sending`) not taken back: a `retrying` names it.
+    var announcementId: String?
 
     public init(request: PushRequest, ticket: UInt64, enqueuedAt: Date, partition: Int32? = nil) {
         self.request = request

@@ -75,6 +75,10 @@ public struct DispatcherPolicy: Sendable {
     /// against ``maximumQueued``: activities without a token must not hold up everyone's input);
     /// past it, the one whose wait ends first ends as `awaitingToken` at once.
     public var maximumAwaitingToken = 50_000
+    /// At most this many requests wait for a token at once, over all activities (starts, ends and
+    /// pushes with an alert are never coalesced: an activity may hold several, up to 4 KB each); past
+    /// it, the activity whose wait ends first gives up (`awaitingToken`).
+    public var maximumAwaitingRequests = 20_000
     /// Updates to activities older than this are not sent: iOS stops showing updates after 8 hours.
     public var activityLifetime: Duration = .seconds(8 * 3_600)
     /// After APNs refused a team's credentials (403), its pushes are held this long; then one is
@@ -120,6 +124,7 @@ public final class DispatchEngine: Sendable {
     private let clock: any WallClock
     private let logger: Logger
     private let onDone: @Sendable (UInt64) -> Void
+    private let onAbandon: @Sendable ([UInt64]) -> Void
     private let workers: Int
     private let sends = WorkQueue<DispatchMachine.Attempt>()
     private let publishes = WorkQueue<(outcome: PushOutcome, ticket: UInt64, copies: [UInt64])>()
@@ -138,12 +143,14 @@ public final class DispatchEngine: Sendable {
     /// - Parameters:
     ///   - teams: the team id that signs for each bundle id.
     ///   - onDone: called with a request's ticket once its outcome is persisted (or it needed none).
+    ///   - onAbandon: called with the tickets of requests left to their partition's next owner.
     public init(
         sender: any APNsSending, tokens: PartitionTokens, outcomes: any OutcomeSink, policy: DispatcherPolicy, teams: [String: String],
         clock: any WallClock = SystemWallClock(), random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
-        logger: Logger, onDone: @escaping @Sendable (UInt64) -> Void
+        logger: Logger, onDone: @escaping @Sendable (UInt64) -> Void, onAbandon: @escaping @Sendable ([UInt64]) -> Void = { _ in }
     ) {
         self.sender = sender
+        self.onAbandon = onAbandon
         self.outcomes = outcomes
         self.clock = clock
         self.logger = logger
@@ -216,7 +223,7 @@ public final class DispatchEngine: Sendable {
     /// finished (not sent again), those that may have reached the phone (a push-to-start among them
     /// gets `failed`, an update goes again without its alert), the newest content sent per activity.
     public func alreadyFinished(_ ids: RecentOutcomes.Ids, partition: Int32? = nil) {
-        state.withLock { $0.machine.alreadyFinished(ids.finished, maybeDelivered: ids.maybeDelivered, floors: ids.floors, partition: partition) }
+        state.withLock { $0.machine.alreadyFinished(ids.finished, maybeDelivered: ids.announcements, floors: ids.floors, partition: partition) }
     }
 
     /// Requests of these partitions are this engine's to work on (a partition assigned).
@@ -229,8 +236,14 @@ public final class DispatchEngine: Sendable {
     public func disown(_ partitions: [Int32]) {
         step { machine, _ in
             machine.disown(partitions)
-            return []
+            return machine.takeActions()
         }
+        // A submit waiting for room may be of one of them: it looks again (and is refused).
+        let submitters = state.withLock { state in
+            defer { state.submitters.removeAll() }
+            return state.submitters
+        }
+        for submitter in submitters { submitter.resume() }
     }
 
     /// Takes a request. Returns at once unless too many requests are waiting (then it waits:
@@ -335,7 +348,7 @@ public final class DispatchEngine: Sendable {
                 switch action {
                 case .renewProviderToken(let team): sender.renewProviderToken(teamID: team)
                 case .reconnect(let team): sender.reconnect(teamID: team)
-                case .send, .publish, .release, .note, .createChannel, .recordChannel, .deleteChannel: break
+                case .send, .publish, .release, .note, .abandon, .createChannel, .recordChannel, .deleteChannel: break
                 }
             }
             // Handed out under the lock: sends and outcomes leave in the order they were decided.
@@ -345,7 +358,7 @@ public final class DispatchEngine: Sendable {
                 case .publish(let outcome, let ticket, let copies): publishes.push((outcome, ticket, copies))
                 case .createChannel, .recordChannel, .deleteChannel: channelJobs.push(action)
                 case .note(let note): notes.push(note)
-                case .release, .renewProviderToken, .reconnect: break
+                case .release, .abandon, .renewProviderToken, .reconnect: break
                 }
             }
             if let next = state.machine.nextWakeup, next < state.timerDeadline { alarm.raise() }
@@ -356,20 +369,29 @@ public final class DispatchEngine: Sendable {
         }
         for submitter in submitters { submitter.resume() }
         for action in actions {
-            if case .release(let ticket) = action { onDone(ticket) }
+            switch action {
+            case .release(let ticket): onDone(ticket)
+            case .abandon(let tickets): onAbandon(tickets)
+            default: break
+            }
         }
     }
 
     private func sendLoop() async {
         while let attempt = await sends.next() {
+            // Its partition was given up (or lost) while the send waited for a sender, or for its
+            // announcement: not sent (its announcement, if persisted, taken back); the partition's
+            // next owner reads the request again.
+            guard owns(attempt) else {
+                step { $0.withdrawn(attempt, announced: false, now: $1) }
+                continue
+            }
             if let announcement = attempt.announcement {
                 guard await persist(announcement) else { return }
-            }
-            // Its partition was lost while the send waited (for the announcement, for a sender):
-            // not sent; the next owner reads the request again.
-            guard state.withLock({ $0.machine.owns(attempt.entry) }) else {
-                step { $0.answered(attempt, .failure(APNsTransportError(.notProcessed, "not sent: its partition was given up")), seconds: 0, now: $1) }
-                continue
+                guard owns(attempt) else {
+                    step { $0.withdrawn(attempt, announced: true, now: $1) }
+                    continue
+                }
             }
             let started = ContinuousClock.now
             let result: Result<APNsAnswer, any Error>
@@ -381,6 +403,10 @@ public final class DispatchEngine: Sendable {
             let seconds = (ContinuousClock.now - started) / .seconds(1)
             step { $0.answered(attempt, result, seconds: seconds, now: $1) }
         }
+    }
+
+    private func owns(_ attempt: DispatchMachine.Attempt) -> Bool {
+        state.withLock { $0.machine.owns(attempt.entry) }
     }
 
     private func publishLoop() async {
@@ -491,17 +517,22 @@ public final class DispatchEngine: Sendable {
                 deleted.writtenAt = clock.date
                 guard await persist(deleted) else { return }
                 step { $0.channelDeleted(deleted, now: $1) }
-            case .send, .publish, .release, .note, .renewProviderToken, .reconnect:
+            case .send, .publish, .release, .note, .abandon, .renewProviderToken, .reconnect:
                 break
             }
         }
     }
 
-    /// Persists notes for the partitions' next owners, one at a time, each before its request's retry.
+    /// Persists notes for the partitions' next owners, each before its request's retry, at once
+    /// (a note held up by one partition's leader does not hold up the others').
     private func noteLoop() async {
-        while let note = await notes.next() {
-            guard await persist(note) else { return }
-            step { $0.notePersisted(note.requestId, now: $1) }
+        await withDiscardingTaskGroup { group in
+            while let note = await notes.next() {
+                group.addTask {
+                    guard await self.persist(note) else { return }
+                    self.step { $0.notePersisted(note, now: $1) }
+                }
+            }
         }
     }
 

@@ -49,8 +49,8 @@ extension DispatchMachine {
             }
             finish(entry, attempt.downgraded ? .deliveredDowngraded : .delivered, apns: apns, priority: priority, fingerprint: fingerprint)
         case .tokenInvalid:
-            if let fingerprint, let registeredAt = attempt.registeredAt {
-                deadTokens[key] = DeadToken(fingerprint: fingerprint, registeredAt: registeredAt, at: now)
+            if let fingerprint, let reason = InvalidationReason(apnsStatus: answer.status, reason: answer.reason) {
+                deadTokens[key] = DeadToken(verdict: TokenVerdict(reason: reason, fingerprint: fingerprint, since: answer.timestamp ?? now), at: now)
             }
             finish(entry, .tokenInvalid, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? "")")
         case .rejected:
@@ -184,10 +184,19 @@ extension DispatchMachine {
             finish(entry, .coalesced, supersededBy: newer.request.requestId, detail: "replaced by newer content while waiting to be retried")
             return
         }
-        if let note = note(for: entry) {
+        // What the topic says of it must stay true for whoever reads it next: an announcement
+        // APNs did not take is taken back (also when the partition is gone: the record is this
+        // machine's own, and names the announcement it takes back).
+        if let note = note(for: entry), note.result == .retrying || owns(entry) {
             var parkedEntry = entry
-            // After a `retrying` the next attempt is announced again; after a `sending`, never.
-            parkedEntry.handedOff = note.result == .sending
+            if note.result == .retrying {
+                // The next attempt is announced again.
+                parkedEntry.handedOff = false
+                parkedEntry.announcementId = nil
+            } else {
+                parkedEntry.handedOff = true
+                parkedEntry.announcementId = note.announcementId
+            }
             // Held like a push in flight: nothing else of the activity goes meanwhile, and a
             // revocation waits for it.
             slots[key]?.inFlight = parkedEntry
@@ -204,34 +213,42 @@ extension DispatchMachine {
     }
 
     /// What the partition's next owner must know of a request going back to wait, if anything:
-    /// an announced attempt (a push-to-start's, an alerting push's) that APNs certainly did not
-    /// take — it may be sent again, alert and all (`retrying`); an alerting push whose attempt may
-    /// have reached the phone and was not announced — it is sent again without its alert
-    /// (`sending`).
+    /// its announced attempt (a push-to-start's, an alerting push's) APNs certainly did not take —
+    /// it may be sent again, alert and all (`retrying`, naming the announcement); an alerting push
+    /// whose attempt may have reached the phone and was not announced — it is sent again without
+    /// its alert (`sending`).
     private func note(for entry: QueuedRequest) -> PushOutcome? {
         let request = entry.request
         let result: PushResult
         let detail: String
-        if DispatchEngine.isPushToStart(request) || (entry.handedOff && !entry.ambiguous && request.alerting) {
-            (result, detail) = (.retrying, "APNs did not take it: it is sent again")
+        let announcementId: String
+        if let announced = entry.announcementId, !entry.ambiguous {
+            (result, detail, announcementId) = (.retrying, "APNs did not take it: it is sent again", announced)
         } else if entry.ambiguous && request.alerting && !entry.handedOff {
-            (result, detail) = (.sending, "an attempt may have reached the phone: it is sent again without its alert")
+            (result, detail, announcementId) = (.sending, "an attempt may have reached the phone: it is sent again without its alert", newAnnouncementId())
         } else {
             return nil
         }
         return PushOutcome(
             requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: result,
             attempts: entry.attempts, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType,
-            contentSequence: request.contentSequence)
+            contentSequence: request.contentSequence, announcementId: announcementId)
     }
 
-    /// A note handed out with ``Action/note(_:)`` is persisted: its request waits for its retry.
-    mutating func notePersisted(_ requestId: String, now: Date) -> [Action] {
+    /// A note handed out with ``Action/note(_:)`` is persisted: its request waits for its retry
+    /// (or, its partition given up meanwhile, is left to the next owner).
+    mutating func notePersisted(_ note: PushOutcome, now: Date) -> [Action] {
         self.now = now
+        let requestId = note.requestId
         guard let parkedRequest = parked.removeValue(forKey: requestId) else { return [] }
         noting -= 1
         let key = parkedRequest.key
         guard let entry = slots[key]?.inFlight, entry.request.requestId == requestId else { return takeActions() }
+        if note.result == .retrying, let taken = note.announcementId {
+            // Read back at an assignment before this was written, the announcement stands no more.
+            maybeDelivered[entry.partition]?[requestId]?.remove(taken)
+            if maybeDelivered[entry.partition]?[requestId]?.isEmpty == true { maybeDelivered[entry.partition]?[requestId] = nil }
+        }
         slots[key]?.inFlight = nil
         if owns(entry) {
             putBack(entry, key: key, at: parkedRequest.at)
@@ -243,7 +260,21 @@ extension DispatchMachine {
         return takeActions()
     }
 
-    private mutating func putBack(_ entry: QueuedRequest, key: String, at: Date) {
+    /// An attempt handed out with ``Action/send(_:)`` was not sent: its partition was given up
+    /// before it went (`announced`: after its announcement was persisted, which is then taken back).
+    mutating func withdrawn(_ attempt: Attempt, announced: Bool, now: Date) -> [Action] {
+        self.now = now
+        attemptEnded(attempt.key)
+        var entry = attempt.entry
+        entry.attempts -= 1
+        if !announced { entry.announcementId = nil }
+        requeue(entry, key: attempt.key, at: now)
+        pumpReady()
+        pump(attempt.key)
+        return takeActions()
+    }
+
+    mutating func putBack(_ entry: QueuedRequest, key: String, at: Date) {
         guard var slot = slots[key] else { return }
         slot.queue.returnToFront(entry)
         queued += 1
@@ -252,20 +283,27 @@ extension DispatchMachine {
     }
 
     /// A request read under an assignment of its partition that is over: no outcome, no retry (the
-    /// partition's owner reads it again). A copy of it read under the partition's current
-    /// assignment (this machine got it back) takes its place, at the front of the activity's queue.
+    /// partition's owner reads it again), its ticket abandoned. A copy of it read under the
+    /// partition's current assignment (this machine got it back) takes its place, checked as a
+    /// request read is; copies of other assignments are abandoned too.
     private mutating func forget(_ entry: QueuedRequest, key: String) {
-        let copyTickets = copies.isEmpty ? [] : copies.removeValue(forKey: entry.request.requestId) ?? []
+        let held = copies.isEmpty ? [] : copies.removeValue(forKey: entry.request.requestId) ?? []
+        let current = entry.partition.flatMap { ownedPartitions?[$0] }
+        let live = held.filter { current != nil && $0.assignment == current }
+        var abandoned = [entry.ticket] + held.filter { current == nil || $0.assignment != current }.map(\.ticket)
         logger.debug("a request of a partition given up is left to its next owner", metadata: ["request.id": "\(entry.request.requestId)"])
-        if let first = copyTickets.first, let partition = entry.partition, let assignment = ownedPartitions?[partition] {
-            var copy = QueuedRequest(request: entry.request, ticket: first, enqueuedAt: now, partition: partition)
-            copy.assignment = assignment
+        if let first = live.first {
+            var copy = QueuedRequest(request: entry.request, ticket: first.ticket, enqueuedAt: now, partition: entry.partition)
+            copy.assignment = first.assignment
             copy.ambiguous = entry.ambiguous
             copy.handedOff = entry.handedOff
-            if copyTickets.count > 1 { copies[entry.request.requestId] = Array(copyTickets.dropFirst()) }
-            putBack(copy, key: key, at: now)
+            if live.count > 1 { copies[entry.request.requestId] = Array(live.dropFirst()) }
+            actions.append(.abandon(abandoned))
+            abandoned = []
+            admit(copy, key: key, atFront: true)
             return
         }
+        actions.append(.abandon(abandoned))
         forgetIfIdle(key)
     }
 

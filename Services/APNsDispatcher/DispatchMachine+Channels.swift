@@ -55,16 +55,28 @@ extension DispatchMachine {
 
     /// One send of a broadcast: to the channel, with `apns-expiration` 0 on a channel that stores
     /// no message (APNs refuses any other there).
-    func broadcast(_ entry: QueuedRequest, key: String, channel: BroadcastChannelRecord, team: String, priority: Int, downgraded: Bool) -> Attempt {
+    func broadcast(
+        _ entry: QueuedRequest, key: String, channel: BroadcastChannelRecord, team: String, priority: Int, downgraded: Bool, announces: Bool = false
+    ) -> Attempt {
         let request = entry.request
         let payload = entry.ambiguous && request.alerting ? DispatchEngine.withoutAlert(request.payload) : request.payload
         let expiration = channel.storagePolicy == 0 ? 0 : request.expiration.map { Int64($0.timeIntervalSince1970) } ?? 0
         let push = APNsPush(
             destination: .channel(id: channel.channelId, bundleID: channel.app.bundleId), priority: priority, apnsID: request.requestId,
             expiration: expiration, payload: ByteBuffer(string: payload))
+        // A broadcast with an alert is announced like a push: sent again (a crash, a partition
+        // moved), it goes without its alert to every phone on the channel.
+        let announcement: PushOutcome? =
+            announces
+            ? PushOutcome(
+                requestId: request.requestId, activityId: request.activityId, result: .sending, attempts: entry.attempts,
+                detail: "a broadcast with an alert about to be sent", completedAt: now, bundleId: request.app.bundleId,
+                attributesType: request.attributesType, channelId: channel.channelId, contentSequence: request.contentSequence,
+                announcementId: entry.announcementId)
+            : nil
         return Attempt(
             entry: entry, key: key, team: team, push: push, environment: channel.app.environment, fingerprint: nil, registeredAt: nil,
-            channelId: channel.channelId, priority: priority, downgraded: downgraded, announcement: nil)
+            channelId: channel.channelId, priority: priority, downgraded: downgraded, announcement: announcement)
     }
 
     // MARK: Inputs

@@ -25,11 +25,14 @@ struct DispatchMachine {
         /// Nothing to publish (the request's outcome is on the topic already): report the ticket done.
         case release(ticket: UInt64)
         /// Persist this record that is not final — what the partition's next owner must know of a
-        /// request that waits for its retry (``PushResult/retrying``: a push-to-start APNs did not
-        /// take; ``PushResult/sending``: an alerting push whose attempt may have reached the phone)
-        /// — then call ``notePersisted(_:now:)``. The request waits, held like a push in flight
-        /// (a revocation waits for it), until then.
+        /// request that waits for its retry (``PushResult/retrying``: APNs did not take the
+        /// announced attempt; ``PushResult/sending``: an alerting push whose attempt may have
+        /// reached the phone) — then call ``notePersisted(_:now:)``. The request waits, held like a
+        /// push in flight (a revocation waits for it), until then.
         case note(PushOutcome)
+        /// These tickets' requests are left to their partition's next owner (the partition was
+        /// given up while they were held): nothing is marked past them.
+        case abandon([UInt64])
         /// APNs said the team's provider token expired: mint a new one.
         case renewProviderToken(team: String)
         /// APNs said the provider token changes too often: open new connections for the team.
@@ -59,8 +62,9 @@ struct DispatchMachine {
         var channelId: String?
         var priority: Int
         var downgraded: Bool
-        /// A push-to-start's `sending` outcome, persisted before each send: after a crash, the next
-        /// owner knows it may have been delivered and does not send it again.
+        /// The `sending` record of a push-to-start (each attempt) or of a push with an alert (its
+        /// first), persisted before the send: after a crash, the next owner knows it may have been
+        /// delivered. Its ``PushOutcome/announcementId`` is the one a `retrying` takes back.
         var announcement: PushOutcome?
     }
 
@@ -102,15 +106,15 @@ struct DispatchMachine {
         var held: Set<String> = []
     }
 
-    /// A token APNs declared dead: its fingerprint and the registration time of the record it was
-    /// sent from. A record registered later (the app registered the token again) is alive.
+    /// A token APNs declared dead (``TokenVerdict``, the rule token-registry and content-service
+    /// apply too): a record of it registered at or before APNs's verdict is not used; one
+    /// registered after it (the app registered the token again) is alive.
     struct DeadToken {
-        var fingerprint: String
-        var registeredAt: Date
+        var verdict: TokenVerdict
         var at: Date
 
         func kills(_ record: DeliveryToken) -> Bool {
-            record.registeredAt <= registeredAt && TokenFingerprint.of(token: record.token) == fingerprint
+            verdict.kills(fingerprint: record.fingerprint, registeredAt: record.registeredAt)
         }
     }
 
@@ -126,6 +130,13 @@ struct DispatchMachine {
     struct Parked {
         var key: String
         var at: Date
+    }
+
+    /// A copy of a request read while the request was held here, and the assignment of its
+    /// partition it was read under.
+    struct Copy {
+        var ticket: UInt64
+        var assignment: UInt64?
     }
 
     /// An activity to look at again at a time.
@@ -176,14 +187,16 @@ struct DispatchMachine {
     /// Request ids whose final outcome was on the topic when their partition was assigned, by
     /// partition (forgotten with the partition).
     var finishedByPartition: [Int32?: Set<String>] = [:]
-    /// The request ids this engine gave a final outcome to, most recent 100,000: a copy read again
-    /// (its partition lost in a broker stall and assigned back before the outcome was on the topic
-    /// for ``alreadyFinished(_:unansweredStarts:)`` to see) is not sent again.
+    /// The request ids this engine gave a final outcome to, the most recent
+    /// ``DispatcherPolicy/rememberedFinished``: a copy read again (its partition lost in a broker
+    /// stall and assigned back before the outcome was on the topic for
+    /// ``alreadyFinished(_:maybeDelivered:floors:partition:)`` to see) is not sent again.
     var ownFinished: RecentIDs
-    /// Request ids whose last record on the topic said an attempt may have reached the phone
-    /// (``PushResult/sending``), without a final outcome: a push-to-start among them is not sent
-    /// again; an update or end is sent again without its alert.
-    var maybeDelivered: Set<String> = []
+    /// Request ids with announcements on the topic (``PushResult/sending``, by announcement id)
+    /// not taken back and without a final outcome: an attempt may have reached the phone. A
+    /// push-to-start among them is not sent again; an update or end is sent again without its alert.
+    /// By partition, forgotten with the partition.
+    var maybeDelivered: [Int32?: [String: Set<String>]] = [:]
     /// Requests waiting for their note to be persisted, by request id.
     var parked: [String: Parked] = [:]
     var noting = 0
@@ -191,9 +204,9 @@ struct DispatchMachine {
     /// them, for at most an hour each).
     var floors: [String: Floor] = [:]
     var floorOrder = Deque<(key: String, at: Date)>()
-    /// The tickets of copies of a request read again while the request itself was held here
-    /// (waiting or in flight), by request id: done when its one outcome is persisted.
-    var copies: [String: [UInt64]] = [:]
+    /// The copies of a request read again while the request itself was held here (waiting or in
+    /// flight), by request id: done when its one outcome is persisted.
+    var copies: [String: [Copy]] = [:]
     /// The requests whose outcome is handed out and not yet persisted, with the tickets of copies
     /// read meanwhile: done only once it is (done at once, a crash before the outcome is on the
     /// topic would leave the request with none, its offset committed).
@@ -268,14 +281,17 @@ struct DispatchMachine {
         var entry = QueuedRequest(request: request, ticket: ticket, enqueuedAt: now, partition: partition)
         entry.assignment = partition.flatMap { ownedPartitions?[$0] }
         if persisting[request.requestId] != nil {
-            // Its outcome is on its way to the topic: the copy is done with it.
+            // Its outcome is on its way to the topic: the copy is done with it (and what the
+            // topic said of it before is moot).
             metrics.duplicate()
             persisting[request.requestId]!.append(ticket)
+            maybeDelivered[partition]?[request.requestId] = nil
             return []
         }
         if finishedByPartition[partition]?.contains(request.requestId) == true || ownFinished.contains(request.requestId) {
             // Sent before a restart: its outcome is on the topic already.
             metrics.duplicate()
+            maybeDelivered[partition]?[request.requestId] = nil
             return [.release(ticket: ticket)]
         }
         guard let key = request.key else {
@@ -291,13 +307,23 @@ struct DispatchMachine {
             // coalesce the first copy itself (none sent). (Before the records of the topic are
             // looked at: they may be this very request's own, written while it is held here.)
             metrics.duplicate()
-            copies[request.requestId, default: []].append(ticket)
+            copies[request.requestId, default: []].append(Copy(ticket: ticket, assignment: entry.assignment))
             return []
         }
-        if maybeDelivered.remove(request.requestId) != nil {
+        admit(entry, key: key)
+        return takeActions()
+    }
+
+    /// What the topic and the activity say of a request about to be queued: sent before (an
+    /// attempt may have reached the phone), after the activity's end, older than what was sent;
+    /// then queued, coalescing as the queue does.
+    mutating func admit(_ entry: QueuedRequest, key: String, atFront: Bool = false) {
+        var entry = entry
+        let request = entry.request
+        if let announced = maybeDelivered[entry.partition]?.removeValue(forKey: request.requestId), !announced.isEmpty {
             if DispatchEngine.isPushToStart(request) {
                 finish(entry, .failed, detail: DispatchEngine.unknownStartAnswer + " (sent before a restart)")
-                return takeActions()
+                return
             }
             // An attempt may have reached the phone: sent again, without its alert.
             entry.ambiguous = true
@@ -305,11 +331,16 @@ struct DispatchMachine {
         }
         if slots[key]?.ended == true && request.event != .start {
             finish(entry, .expired, detail: "the activity has ended: nothing is sent after its end")
-            return takeActions()
+            return
         }
         if let floor = olderThanSent(request, key: key) {
             finish(entry, .coalesced, supersededBy: floor.requestId, detail: "older than content already sent (#\(floor.sequence))")
-            return takeActions()
+            return
+        }
+        if atFront {
+            putBack(entry, key: key, at: now)
+            pump(key)
+            return
         }
         queued += 1
         let replaced = slots[key, default: Slot()].queue.enqueue(entry)
@@ -318,7 +349,6 @@ struct DispatchMachine {
             finish(replaced.request, .coalesced, supersededBy: replaced.by, detail: "replaced by newer content")
         }
         pump(key)
-        return takeActions()
     }
 
     /// The activity's newest content sent, when `request` is an update older than it.
@@ -337,7 +367,9 @@ struct DispatchMachine {
         if let floor = floors[key], floor.sequence >= sequence, now.timeIntervalSince(floor.at) < Self.floorLifetime { return }
         floors[key] = Floor(sequence: sequence, requestId: requestId, at: now)
         floorOrder.append((key, now))
-        while floorOrder.count > policy.rememberedFloors { forgetOldestFloor() }
+        // At most that many activities: a raised floor leaves its earlier note behind, skipped.
+        while floors.count > policy.rememberedFloors { forgetOldestFloor() }
+        if floorOrder.count > 2 * floors.count + 1_024 { floorOrder = Deque(floorOrder.filter { floors[$0.key]?.at == $0.at }) }
     }
 
     /// Forgets the floor noted first, unless it was raised since (then a later note stands for it).
@@ -373,12 +405,15 @@ struct DispatchMachine {
     /// activity; an update or end goes again without its alert), and the newest content sent to
     /// each activity (older content is not sent after it).
     mutating func alreadyFinished(
-        _ requestIds: some Sequence<String>, maybeDelivered: some Sequence<String>, floors: [String: (sequence: Int64, requestId: String)] = [:],
+        _ requestIds: some Sequence<String>, maybeDelivered: [String: Set<String>], floors: [String: (sequence: Int64, requestId: String)] = [:],
         partition: Int32? = nil
     ) {
+        // Read for a partition given up meanwhile: its next owner reads them.
+        guard owns(partition) else { return }
         finishedByPartition[partition, default: []].formUnion(requestIds)
-        self.maybeDelivered.formUnion(maybeDelivered)
-        self.maybeDelivered.subtract(finishedByPartition[partition] ?? [])
+        for (requestId, announcements) in maybeDelivered where !(finishedByPartition[partition]?.contains(requestId) ?? false) {
+            self.maybeDelivered[partition, default: [:]][requestId, default: []].formUnion(announcements)
+        }
         for (key, floor) in floors { raiseFloor(key, sequence: floor.sequence, requestId: floor.requestId) }
     }
 
@@ -399,7 +434,33 @@ struct DispatchMachine {
         var owned = ownedPartitions ?? [:]
         for partition in partitions { owned[partition] = nil }
         ownedPartitions = owned
-        for partition in partitions { finishedByPartition[partition] = nil }
+        for partition in partitions {
+            finishedByPartition[partition] = nil
+            maybeDelivered[partition] = nil
+        }
+        // Their requests waiting here are left to the next owner now.
+        var abandoned: [UInt64] = []
+        let assignments = ownedPartitions ?? [:]
+        let isOwned = { (entry: QueuedRequest) -> Bool in entry.partition.map { assignments[$0] == entry.assignment } ?? true }
+        for key in Array(slots.keys) where !creatingChannels.contains(key) {
+            let removed = slots[key]!.queue.removeAll { !isOwned($0) }
+            guard !removed.isEmpty else { continue }
+            queued -= removed.count
+            if let waiting = awaiting[key] { setAwaiting(key, until: waiting.until, requests: slots[key]!.queue.pending.count) }
+            for entry in removed {
+                abandoned.append(entry.ticket)
+                if !copies.isEmpty { abandoned += (copies.removeValue(forKey: entry.request.requestId) ?? []).map(\.ticket) }
+            }
+            if slots[key]!.queue.isEmpty && slots[key]!.inFlight == nil && !slots[key]!.ended { slots[key] = nil }
+        }
+        if !abandoned.isEmpty { actions.append(.abandon(abandoned)) }
+    }
+
+    /// An id for an announcement: drawn from the machine's randomness (a simulation replays it).
+    func newAnnouncementId() -> String {
+        let high = UInt64(random() * 9_007_199_254_740_992)
+        let low = UInt64(random() * 9_007_199_254_740_992)
+        return String(high, radix: 16) + "-" + String(low, radix: 16)
     }
 
     /// Drops the waiting requests whose tickets match (their partitions were revoked: the next
@@ -415,7 +476,7 @@ struct DispatchMachine {
             if let waiting = awaiting[key] { setAwaiting(key, until: waiting.until, requests: slots[key]!.queue.pending.count) }
             for entry in removed {
                 dropped.append(entry.ticket)
-                if !copies.isEmpty { dropped += copies.removeValue(forKey: entry.request.requestId) ?? [] }
+                if !copies.isEmpty { dropped += (copies.removeValue(forKey: entry.request.requestId) ?? []).map(\.ticket) }
             }
             if slots[key]!.queue.isEmpty && slots[key]!.inFlight == nil && !slots[key]!.ended { slots[key] = nil }
         }
@@ -510,6 +571,12 @@ struct DispatchMachine {
     /// expiration), its team's key and lane.
     mutating func check(_ head: QueuedRequest, key: String, queued: Int) -> Check {
         let request = head.request
+        guard owns(head) else {
+            // Its partition is no longer this machine's: the next owner does it.
+            dropHead(key)
+            actions.append(.abandon([head.ticket] + (copies.isEmpty ? [] : (copies.removeValue(forKey: request.requestId) ?? []).map(\.ticket))))
+            return .finished
+        }
         if let floor = olderThanSent(request, key: key) {
             return drop(head, key: key, .coalesced, "older than content already sent (#\(floor.sequence))", supersededBy: floor.requestId)
         }
@@ -521,6 +588,13 @@ struct DispatchMachine {
         guard let record = tokens.token(forKey: key) else {
             return waitForToken(head, key: key, queued: queued, wait: policy.tokenWait, .awaitingToken,
                 "no token was registered for the activity while the content was current")
+        }
+        if let wanted = request.tokenRegisteredAt, Self.milliseconds(record.registeredAt) < Self.milliseconds(wanted) {
+            // The content was made for a registration this instance's table has not read yet (it
+            // lags the topic): it waits for that record (``tokenArrived(_:now:)`` wakes it), not for
+            // a guess of how long the table may lag.
+            return waitForToken(head, key: key, queued: queued, wait: policy.tokenWait, .awaitingToken,
+                "the token table did not read the registration the content was made for while the content was current")
         }
         guard record.state == .active, !(deadTokens[key]?.kills(record) ?? false) else {
             return waitForToken(head, key: key, queued: queued, wait: policy.tokenRecheck, .tokenInvalid,
@@ -539,6 +613,9 @@ struct DispatchMachine {
         }
         return holdForLane(head, key: key, team: team) ?? .ready(.token(record), team: team)
     }
+
+    /// A date to the millisecond, as records carry it (the token table keeps milliseconds).
+    static func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1_000).rounded(.down)) }
 
     /// Holds `head` until `wait` after it was queued (never past its expiration), then ends it as `result`.
     mutating func waitForToken(_ head: QueuedRequest, key: String, queued: Int, wait: Duration, _ result: PushResult, _ detail: @autoclosure () -> String) -> Check {
@@ -587,13 +664,11 @@ struct DispatchMachine {
         // Announced (`sending`, persisted before it goes): a push-to-start, every attempt; a push
         // with an alert, its first (and the first after APNs certainly did not take one). The next
         // owner does not start a second activity, and does not alert twice.
-        let announces: Bool
-        if case .token = recipient {
-            announces = DispatchEngine.isPushToStart(sending.request) || (sending.request.alerting && !sending.handedOff && !sending.ambiguous)
-        } else {
-            announces = false
+        let announces = DispatchEngine.isPushToStart(sending.request) || (sending.request.alerting && !sending.handedOff && !sending.ambiguous)
+        if announces {
+            sending.handedOff = true
+            sending.announcementId = newAnnouncementId()
         }
-        if announces { sending.handedOff = true }
         slots[key]?.inFlight = sending
         inFlight += 1
         metrics.inFlight(inFlight)
@@ -602,7 +677,8 @@ struct DispatchMachine {
             switch recipient {
             case .token(let record):
                 attempt(sending, key: key, record: record, team: team, priority: priority, downgraded: downgraded, announces: announces)
-            case .channel(let channel): broadcast(sending, key: key, channel: channel, team: team, priority: priority, downgraded: downgraded)
+            case .channel(let channel):
+                broadcast(sending, key: key, channel: channel, team: team, priority: priority, downgraded: downgraded, announces: announces)
             }
         actions.append(.send(attempt))
     }
@@ -622,7 +698,8 @@ struct DispatchMachine {
                 requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: .sending,
                 attempts: entry.attempts, tokenFingerprint: fingerprint,
                 detail: DispatchEngine.isPushToStart(request) ? "push-to-start about to be sent" : "a push with an alert about to be sent",
-                completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType, contentSequence: request.contentSequence)
+                completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType, contentSequence: request.contentSequence,
+                announcementId: entry.announcementId)
             : nil
         return Attempt(
             entry: entry, key: key, team: team, push: push, environment: record.app.environment, fingerprint: fingerprint,
@@ -644,6 +721,10 @@ struct DispatchMachine {
         awaiting[key] = (until, requests)
         awaitingRequests += requests
         wake(key, at: until)
+        // They do not count against the queue limit, but against this one.
+        while awaitingRequests > policy.maximumAwaitingRequests, let first = awaiting.min(by: { $0.value.until < $1.value.until })?.key {
+            giveUpWaiting(first, detail: "more than \(policy.maximumAwaitingRequests) requests wait for their token")
+        }
     }
 
     /// Ends every request of `key` that waits for a token (or for a newer one than the invalid
@@ -705,7 +786,8 @@ struct DispatchMachine {
         persisting[request.requestId] = []
         if let key = request.key { forgetIfIdle(key) }
         publishing += 1
-        let copies = copies.isEmpty ? [] : copies.removeValue(forKey: request.requestId) ?? []
+        let copies = copies.isEmpty ? [] : (copies.removeValue(forKey: request.requestId) ?? []).map(\.ticket)
+        maybeDelivered[entry.partition]?[request.requestId] = nil
         actions.append(.publish(outcome, ticket: entry.ticket, copies: copies))
     }
 }

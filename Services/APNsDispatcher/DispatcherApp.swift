@@ -92,7 +92,7 @@ public struct DispatcherApp: Sendable {
         let client = try APNsClient(configuration: settings.client, keys: settings.keys, logger: logger)
         let engine = DispatchEngine(
             sender: client, tokens: tokens, outcomes: KafkaOutcomeSink(producer: producer, topic: topics.pushOutcomes, channelsTopic: topics.channels), policy: settings.policy,
-            teams: settings.teams, clock: clock, logger: logger, onDone: { tickets.done($0) })
+            teams: settings.teams, clock: clock, logger: logger, onDone: { tickets.done($0) }, onAbandon: { tickets.abandon($0) })
         let budgets = BudgetChangelog(engine: engine, producer: producer, topic: topics.budgets, interval: settings.budgetsInterval, logger: logger)
         let (bootstrap, properties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
         let (budgetsTopic, channelsTopic) = (topics.budgets, topics.channels)
@@ -113,7 +113,9 @@ public struct DispatcherApp: Sendable {
                     settings: properties),
                 logger: logger)
         }
-        health.register(Self.tableCheck) { loader.isRestoring ? .notReady("reading the token partitions just assigned") : .ready }
+        health.register(Self.tableCheck) {
+            loader.isRestoring ? .notReady("reading the token partitions just assigned (or read again by a new replica)") : .ready
+        }
 
         let dispatcher = DispatcherService(
             consumer: consumer,

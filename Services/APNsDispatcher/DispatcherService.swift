@@ -18,7 +18,7 @@ import Synchronization
 /// published, are not sent again — a push-to-start must never start two activities. Requests read
 /// again start at the group's committed offset, and their outcomes were all written after the
 /// first of them was: the read covers the uncommitted stretch (plus 10 minutes, for copies and
-/// clocks), not hours; a partition that comes back in the same rebalance is not read at all. On graceful shutdown it stops taking requests, waits for the pushes in
+/// clocks), not hours; every assignment is read, also of a partition that comes back. On graceful shutdown it stops taking requests, waits for the pushes in
 /// flight and their outcomes (at most `drainTimeout`), then commits and leaves the group. A
 /// partition revoked by a rebalance is given up the same way: nothing new is sent for it, and its
 /// pushes in flight finish before its offsets are committed (``TicketBook/finishRevoked(_:engine:timeout:)``).
@@ -58,6 +58,9 @@ public struct DispatcherService: Service {
         consumer.onRevocation(timeout: drainTimeout + .seconds(3)) { partitions in
             // A restore of these partitions' tokens under way is not waited for any more.
             tokenLoader.interrupt(partitions: partitions.map(\.partition))
+            // From now on nothing of theirs is sent or retried: their pushes in flight finish, and
+            // one answered without a final outcome (a retry) is left to the next owner.
+            engine.disown(partitions.map(\.partition))
             let started = ContinuousClock.now
             let finished = await tickets.finishRevoked(partitions, engine: engine, timeout: drainTimeout)
             let metadata: Logger.Metadata = ["kafka.partitions": "\(partitions)", "took": "\(ContinuousClock.now - started)"]
@@ -69,6 +72,9 @@ public struct DispatcherService: Service {
             // Their budgets as they are now, for the next owner (at most 2 s).
             await budgets?.revoked(Set(partitions.map(\.partition)), within: .seconds(2))
         }
+        // Lost (the session expired): the engine stops their work at once, not when the loop
+        // reaches the event (it may be waiting for room, for a read, for a restore).
+        consumer.onLoss { partitions in engine.disown(partitions.map(\.partition)) }
         try await withThrowingDiscardingTaskGroup { group in
             // The consumer does not stop by itself on graceful shutdown: it would end this loop and
             // cancel the pushes in flight (sent, no outcome: the next owner sends them again).
@@ -111,7 +117,8 @@ public struct DispatcherService: Service {
                         // partition is no longer this instance's meanwhile: its next owner reads it.
                         guard
                             let recent = await recentOutcomes.requestIds(
-                                partition: raw.partition, firstRequestAt: raw.timestampMilliseconds, while: { consumer.isCurrent(raw) })
+                                partition: raw.partition, firstRequestAt: raw.timestampMilliseconds, while: { consumer.isCurrent(raw) }),
+                            consumer.isCurrent(raw)
                         else { continue }
                         engine.alreadyFinished(recent, partition: raw.partition)
                         logger.info(
@@ -178,7 +185,7 @@ struct RequestPartitions {
 public final class TicketBook: Sendable {
     private struct State {
         var next: UInt64 = 1
-        var open: [UInt64: KafkaMessage] = [:]
+        var open: [UInt64: OffsetTracker.Work] = [:]
     }
 
     private let state = Mutex(State())
@@ -196,25 +203,26 @@ public final class TicketBook: Sendable {
 
     /// A ticket for a record read, or `nil` when its partition is being revoked (not worked on).
     func open(_ message: KafkaMessage) -> UInt64? {
-        guard tracker.begin(message) else { return nil }
+        guard let work = tracker.beginWork(message) else { return nil }
         return state.withLock { state in
             let ticket = state.next
             state.next += 1
-            state.open[ticket] = message
+            state.open[ticket] = work
             return ticket
         }
     }
 
-    /// The request's outcome is persisted: mark what can be marked.
+    /// The request's outcome is persisted: mark what can be marked. A ticket of an assignment of
+    /// its partition that is over marks nothing (the partition's records are another track now).
     public func done(_ ticket: UInt64) {
-        guard let message = state.withLock({ $0.open.removeValue(forKey: ticket) }) else { return }
-        if let release = tracker.complete(message) {
+        guard let work = state.withLock({ $0.open.removeValue(forKey: ticket) }) else { return }
+        if let release = tracker.complete(work) {
             markProcessed(release)
         }
     }
 
     func partition(of ticket: UInt64) -> KafkaTopicPartition? {
-        state.withLock { $0.open[ticket]?.topicPartition }
+        state.withLock { $0.open[ticket]?.message.topicPartition }
     }
 
     func forget(_ tickets: [UInt64]) {
@@ -223,8 +231,12 @@ public final class TicketBook: Sendable {
         }
     }
 
+    /// These partitions are no longer this instance's: their records and tickets are forgotten
+    /// (a request of theirs still held by the engine, or its answer, marks nothing).
     func revoke(_ partitions: [KafkaTopicPartition]) {
         tracker.revoke(partitions)
+        let revoked = Set(partitions)
+        state.withLock { state in state.open = state.open.filter { !revoked.contains($0.value.message.topicPartition) } }
     }
 
     /// No record of these partitions is taken any more (they are about to be revoked).
@@ -252,12 +264,15 @@ public final class TicketBook: Sendable {
     /// These records' work will not be done here (dropped, or not taken after a drain began):
     /// nothing waits for them, nothing is marked past them; the next owner reads them again.
     func abandon(_ tickets: [UInt64]) {
-        let messages = state.withLock { state in tickets.compactMap { state.open.removeValue(forKey: $0) } }
-        for message in messages { tracker.abandon(message) }
+        let works = state.withLock { state in tickets.compactMap { state.open.removeValue(forKey: $0) } }
+        for work in works { tracker.abandon(work) }
     }
 
     /// Records read and not yet released.
     public var openCount: Int { tracker.open }
+
+    /// Tickets taken and not yet done, abandoned or forgotten (for tests: nothing leaks).
+    var ticketCount: Int { state.withLock { $0.open.count } }
 }
 
 /// Reads the recent outcomes of some partitions of `islet.push-outcomes.v1`: the request ids that
@@ -281,30 +296,43 @@ public struct RecentOutcomes: Sendable {
     public struct Ids: Sendable {
         /// With a final outcome: not sent again.
         public var finished: Set<String> = []
-        /// Whose last record (no final outcome) says an attempt may have reached the phone
-        /// (``PushResult/sending``): a push-to-start announced and not answered before a crash,
-        /// or an alerting push whose attempt went unanswered.
-        public var maybeDelivered: Set<String> = []
+        /// Announcements (``PushResult/sending``, by announcement id) not taken back by a
+        /// ``PushResult/retrying`` naming them, of requests without a final outcome: an attempt may
+        /// have reached the phone (a push-to-start announced and not answered before a crash, an
+        /// alerting push whose attempt went unanswered).
+        public var announcements: [String: Set<String>] = [:]
         /// The newest content sent to each activity (`<bundleId>/<activityId>`), as the outcomes of
         /// attempts that may have reached the phone tell it.
         public var floors: [String: (sequence: Int64, requestId: String)] = [:]
 
         public init() {}
 
+        /// The requests an attempt of which may have reached the phone.
+        public var maybeDelivered: Set<String> { Set(announcements.keys) }
+
         /// Takes in an outcome read from the topic, in the topic's order.
         public mutating func add(_ outcome: PushOutcome) {
+            let requestId = outcome.requestId
             if outcome.result.isFinal {
-                finished.insert(outcome.requestId)
-                maybeDelivered.remove(outcome.requestId)
-            } else if !finished.contains(outcome.requestId) {
-                if outcome.result == .sending { maybeDelivered.insert(outcome.requestId) } else { maybeDelivered.remove(outcome.requestId) }
+                finished.insert(requestId)
+                announcements[requestId] = nil
+            } else if !finished.contains(requestId) {
+                // A record from before announcements had ids stands for (or takes back) all of them.
+                if outcome.result == .sending {
+                    announcements[requestId, default: []].insert(outcome.announcementId ?? "")
+                } else if let taken = outcome.announcementId {
+                    announcements[requestId]?.remove(taken)
+                    if announcements[requestId]?.isEmpty == true { announcements[requestId] = nil }
+                } else {
+                    announcements[requestId] = nil
+                }
             }
             let reached = outcome.result == .delivered || outcome.result == .deliveredDowngraded || outcome.result == .sending
                 || (outcome.result == .failed && outcome.attempts > 0)
             if reached, outcome.pushToStartKey == nil, let key = outcome.key, let sequence = outcome.contentSequence,
                 sequence > floors[key]?.sequence ?? .min
             {
-                floors[key] = (sequence, outcome.requestId)
+                floors[key] = (sequence, requestId)
             }
         }
     }

@@ -184,7 +184,9 @@ public struct ActivityMemory: Sendable, Equatable {
         set { resendAt = PackedDate(newValue) }
     }
     /// The activity's token is dead (APNs said so): nothing more is sent to it, until the app
-    /// registers it again (``goneAt``, ``goneToken``: the verdict, and the token's fingerprint).
+    /// registers it again (``goneAt``, ``goneToken``: APNs's verdict — since when the token is dead —
+    /// and the token's fingerprint; both `nil` when the dispatcher ended a request `tokenInvalid`
+    /// without asking APNs).
     public var gone: Bool {
         get { flags.contains(.gone) }
         set { flags.set(.gone, newValue) }
@@ -390,9 +392,19 @@ public struct ActivityMemory: Sendable, Equatable {
             }
         }
         if outcome.result == .tokenInvalid, isLatest, latest?.isPushToStart == false {
-            gone = true
-            goneAt = outcome.completedAt
-            goneToken = outcome.tokenFingerprint
+            if let verdict = TokenVerdict(outcome) {
+                // APNs's verdict, judged by the one rule (``TokenVerdict``): since APNs's time, not
+                // when it was read (a registration made between the two is alive).
+                gone = true
+                goneAt = verdict.since
+                goneToken = verdict.fingerprint
+            } else if !gone {
+                // Ended without asking APNs (the dispatcher's table said the token is invalidated):
+                // no verdict to judge by; the token table's next active record revives it.
+                gone = true
+                goneAt = nil
+                goneToken = nil
+            }
         } else if outcome.result == .delivered || outcome.result == .deliveredDowngraded, isLatest {
             gone = false
         }

@@ -63,6 +63,9 @@ public final class ContentEngine: Sendable {
         /// (``own(_:)``; `nil`: of every partition).
         var unwritten: [Int32: Set<String>] = [:]
         var changelogPartitions: Set<Int32>?
+        /// The least timestamp of each partition this instance was assigned (``ContentTimestamps``):
+        /// past what its previous owner can have stamped.
+        var timestampFloors: [Int32: Int64] = [:]
         /// The key as the token table holds it, if it does: a new memory's key shares its storage.
         let heldKey: @Sendable (String) -> String?
 
@@ -249,8 +252,13 @@ public final class ContentEngine: Sendable {
                 problem: "no token is registered for it in \(bundleId), and template \(template.attributesType) names \(template.app.map { "another app (\($0.bundleId))" } ?? "no app")")
         }
         let version = record.flatMap { AppVersion($0.appVersion) } ?? Self.newest
+        let floor = memory.partition.flatMap { partition in state.withLock { $0.timestampFloors[partition] } }
+        // The registration the content is made for, when it is the request's own key's (not the
+        // push-to-start token standing in for the activity's own, not yet read).
+        let registeredAt = template.broadcastStoragePolicy == nil ? tokens.token(forKey: key).map(\.registeredAt) : nil
         let result = try assembler.assemble(
-            event, app: app, appVersion: version, locale: record?.locale, memory: &memory, now: clock.date, images: images)
+            event, app: app, appVersion: version, locale: record?.locale, memory: &memory, now: clock.date, images: images, timestampFloor: floor,
+            tokenRegisteredAt: registeredAt)
         if let ignored { return .ignore(ignored) }
         return .send(Prepared(requests: result.requests, shrinks: result.shrinks, activityKey: activityKey, memory: memory))
     }
@@ -386,7 +394,11 @@ public final class ContentEngine: Sendable {
     /// marked: what this instance knows of it while another owned it was not tracked here, and
     /// its last owner may have stopped before writing it.
     public func trackChanges(of partitions: Set<Int32>) {
+        let floor = ContentTimestamps.floor(assignedAt: clock.date)
         state.withLock { state in
+            // Partitions gained: their next timestamps start past the previous owner's.
+            for partition in partitions where state.timestampFloors[partition] == nil { state.timestampFloors[partition] = floor }
+            for partition in state.timestampFloors.keys where !partitions.contains(partition) { state.timestampFloors[partition] = nil }
             if let tracked = state.changelogPartitions {
                 for partition in tracked.subtracting(partitions) { state.unwritten[partition] = nil }
                 let gained = partitions.subtracting(tracked)
@@ -446,6 +458,9 @@ public final class ContentEngine: Sendable {
     /// The dispatcher's final answer to a request, and where it is on `islet.push-outcomes.v1`
     /// when it was read from there.
     public func record(_ outcome: PushOutcome, at position: KafkaPosition? = nil) {
+        // A record that is not final (an announcement, a retry's note) is the dispatcher's note to
+        // itself: the request's outcome is still to come.
+        guard outcome.result.isFinal else { return }
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             let activityKey: String?
@@ -536,7 +551,8 @@ public final class ContentEngine: Sendable {
                     state.deadlines.schedule(slot, at: later, now: now)
                     continue
                 }
-                guard memory.isLive, let item = followUp(activityKey, memory, latest: latest, now: now, policy: policy) else {
+                guard memory.isLive, let item = followUp(
+                        activityKey, memory, latest: latest, now: now, policy: policy, timestampFloor: memory.partition.flatMap { state.timestampFloors[$0] }) else {
                     continue
                 }
                 if item.requests.isEmpty, let position = memory.payloadToRead {
@@ -555,7 +571,9 @@ public final class ContentEngine: Sendable {
 
     /// What the monitor sends by itself for a live activity at `now`, if anything: its latest content
     /// again (stale, re-sends left, spaced), or its end (severely stale, or its lifetime over).
-    private func followUp(_ activityKey: String, _ memory: ActivityMemory, latest: LatestRequest, now: Date, policy: FreshnessPolicy) -> Prepared? {
+    private func followUp(
+        _ activityKey: String, _ memory: ActivityMemory, latest: LatestRequest, now: Date, policy: FreshnessPolicy, timestampFloor: Int64?
+    ) -> Prepared? {
         let followUp: FollowUp
         if let started = memory.startedAt, now.timeIntervalSince(started) >= policy.lifetime / .seconds(1) {
             followUp = .end(.lifetimeExceeded)
@@ -577,8 +595,13 @@ public final class ContentEngine: Sendable {
         // The request is to be read again first: nothing to send yet (the caller notes it).
         if memory.payloadToRead != nil { return Prepared(requests: [], shrinks: [], activityKey: activityKey, memory: memory) }
         guard let full = memory.latestRequest else { return nil }
-        let timestamp = max((memory.lastTimestamp ?? 0) + 1, Int64(now.timeIntervalSince1970.rounded(.down)))
-        guard let request = assembler.followUp(followUp, of: full, requestId: requestId, timestamp: timestamp, now: now) else { return nil }
+        let timestamp = ContentTimestamps.next(wanted: ContentTimestamps.seconds(now), now: now, last: memory.lastTimestamp, floor: timestampFloor)
+        // The registration it goes to, when the table has one (a broadcast goes to none).
+        let registeredAt = full.isBroadcast ? nil : tokens.token(forKey: activityKey).map(\.registeredAt)
+        guard
+            let request = assembler.followUp(
+                followUp, of: full, requestId: requestId, timestamp: timestamp, now: now, tokenRegisteredAt: registeredAt)
+        else { return nil }
         var next = memory
         next.replay(request)
         var item = Prepared(requests: [request], shrinks: [], activityKey: activityKey, memory: next)
@@ -586,12 +609,15 @@ public final class ContentEngine: Sendable {
         return item
     }
 
-    /// Whether the activity's token, declared dead, was registered since: an active record with
-    /// another token, or registered after the verdict.
+    /// Whether the activity's token, declared dead, was registered since: an active record the
+    /// verdict does not kill (``TokenVerdict``, the rule token-registry and apns-dispatcher apply:
+    /// another token, or the same registered after APNs's verdict); without a verdict (the
+    /// dispatcher found the token invalidated), any active record.
     static func registeredAgain(_ memory: ActivityMemory, token record: DeliveryToken?) -> Bool {
         guard let record, record.state == .active else { return false }
-        if let dead = memory.goneToken, dead != record.fingerprint { return true }
-        return record.registeredAt > (memory.goneAt ?? .distantFuture)
+        guard let since = memory.goneAt else { return true }
+        let verdict = TokenVerdict(reason: .apnsUnregistered, fingerprint: memory.goneToken, since: since)
+        return !verdict.kills(fingerprint: record.fingerprint, registeredAt: record.registeredAt)
     }
 
     /// The live activities that are not fresh, most stale first.

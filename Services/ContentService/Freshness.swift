@@ -108,7 +108,7 @@ extension PayloadAssembler {
     /// re-send, at priority 10, with a new stale date and no alert), or as the activity's `end`.
     /// `nil` when the rewritten payload would not fit (it never grows by more than a few bytes).
     func followUp(
-        _ kind: FollowUp, of latest: PushRequest, requestId: String, timestamp: Int64, now: Date
+        _ kind: FollowUp, of latest: PushRequest, requestId: String, timestamp: Int64, now: Date, tokenRegisteredAt: Date? = nil
     ) -> PushRequest? {
         guard case .object(var body)? = try? IsletJSON.decodeValue(JSONValue.self, from: Array(latest.payload.utf8)),
             case .object(var aps)? = body["aps"]
@@ -136,6 +136,7 @@ extension PayloadAssembler {
             attributesType: latest.attributesType, payload: payload, priority: 10, urgency: .important, supersedable: event == .update,
             alerting: false, apnsTimestamp: timestamp, contentSequence: latest.contentSequence, staleDate: staleDate,
             expiration: event == .update ? staleDate : now.addingTimeInterval(3_600), createdAt: now, sourceEventId: nil,
-            sourceActivityId: latest.sourceActivityId ?? latest.activityId, state: latest.state, channelStoragePolicy: latest.channelStoragePolicy)
+            sourceActivityId: latest.sourceActivityId ?? latest.activityId, state: latest.state, channelStoragePolicy: latest.channelStoragePolicy,
+            tokenRegisteredAt: tokenRegisteredAt)
     }
 }

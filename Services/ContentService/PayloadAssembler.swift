@@ -65,13 +65,16 @@ public struct PayloadAssembler: Sendable {
     /// each shrink step until they fit (``fit(_:images:memory:now:)``), and the requests carrying
     /// them; then what the activity's memory keeps of it.
     /// - Parameter images: thumbnails by image URL (base64 JPEG, best first; ``ThumbnailService``).
+    /// - Parameter timestampFloor: the least timestamp of the event's partition (``ContentTimestamps``).
+    /// - Parameter tokenRegisteredAt: the registration of the token the content is made for
+    ///   (``PushRequest/tokenRegisteredAt``).
     public func assemble(
         _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, locale: String? = nil, memory: inout ActivityMemory, now: Date,
-        images: [String: [String]] = [:]
+        images: [String: [String]] = [:], timestampFloor: Int64? = nil, tokenRegisteredAt: Date? = nil
     ) throws(ContentError) -> Result {
-        let plan = try plan(event, app: app, appVersion: appVersion, locale: locale, memory: memory, now: now)
+        let plan = try plan(event, app: app, appVersion: appVersion, locale: locale, memory: memory, now: now, timestampFloor: timestampFloor)
         let fitted = try fit(plan, images: images, memory: memory, now: now)
-        let requests = requests(plan, carrying: fitted.drafts, app: app, now: now)
+        let requests = requests(plan, carrying: fitted.drafts, app: app, now: now, tokenRegisteredAt: tokenRegisteredAt)
         remember(plan, requests: requests, inlined: fitted.inlined, in: &memory, now: now)
         return Result(requests: requests, shrinks: fitted.shrinks)
     }
@@ -98,7 +101,8 @@ public struct PayloadAssembler: Sendable {
     }
 
     func plan(
-        _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, locale: String?, memory: ActivityMemory, now: Date
+        _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, locale: String?, memory: ActivityMemory, now: Date,
+        timestampFloor: Int64? = nil
     ) throws(ContentError) -> Plan {
         guard let template = templates[event.attributesType]?.localized(locale) else {
             throw ContentError(field: "attributesType", problem: "\(event.attributesType) has no template")
@@ -128,10 +132,10 @@ public struct PayloadAssembler: Sendable {
             alert = LiveActivityAPS.Alert(title: context["state"].flatMap { ($0 as? [String: Any])?["text"] as? String } ?? template.description)
         }
 
-        // Timestamps only move forward; the stale date is never in the past. The event's own time
-        // (a backend clock far ahead is not believed: iOS drops a timestamp more than 8 hours ahead).
-        var timestamp = min(Int64(event.occurredAt.timeIntervalSince1970.rounded(.down)), Int64(now.timeIntervalSince1970.rounded(.down)) + 60)
-        if let last = memory.lastTimestamp, timestamp <= last { timestamp = last + 1 }
+        // Timestamps only move forward, and not far ahead of the clock (ContentTimestamps); the
+        // stale date is never in the past. The event's own time, unless it is ahead.
+        let timestamp = ContentTimestamps.next(
+            wanted: ContentTimestamps.seconds(event.occurredAt), now: now, last: memory.lastTimestamp, floor: timestampFloor)
         let key =
             isPushToStart
             ? MessageKey.pushToStart(bundleId: app.bundleId, deviceId: event.startTarget!.deviceId, attributesType: template.attributesType)
@@ -274,7 +278,7 @@ public struct PayloadAssembler: Sendable {
     }
 
     /// The push requests carrying `drafts`, in order.
-    func requests(_ plan: Plan, carrying drafts: [Draft], app: AppTarget, now: Date) -> [PushRequest] {
+    func requests(_ plan: Plan, carrying drafts: [Draft], app: AppTarget, now: Date, tokenRegisteredAt: Date? = nil) -> [PushRequest] {
         let event = plan.event
         let priority = policy.priority(for: event.urgency)
         return drafts.enumerated().map { index, draft in
@@ -289,7 +293,7 @@ public struct PayloadAssembler: Sendable {
                 alerting: draft.alerting, apnsTimestamp: plan.timestamp + Int64(index), contentSequence: event.sequence,
                 staleDate: plan.staleDate, expiration: draft.kind == .update ? plan.staleDate : now.addingTimeInterval(3_600), createdAt: now,
                 sourceEventId: event.eventId, sourceActivityId: event.activityId, state: plan.state.name,
-                channelStoragePolicy: plan.template.broadcastStoragePolicy)
+                channelStoragePolicy: plan.template.broadcastStoragePolicy, tokenRegisteredAt: tokenRegisteredAt)
         }
     }
 

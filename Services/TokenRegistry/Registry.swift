@@ -290,19 +290,20 @@ public final class Registry: Sendable {
     public static func decide(_ outcome: PushOutcome, current: TokenRecord?) -> OutcomeDecision {
         guard outcome.result == .tokenInvalid else { return .ignore("not a token verdict") }
         guard let apns = outcome.apns else { return .ignore("APNs was not asked") }
-        guard let reason = InvalidationReason(apnsStatus: apns.status, reason: apns.reason) else {
+        guard let verdict = TokenVerdict(outcome) else {
             return .ignore("APNs answer \(apns.status) \(apns.reason ?? "") does not invalidate a token")
         }
         guard let current else { return .ignore("unknown key") }
         guard current.state == .active else { return .ignore("token already \(current.state.rawValue)") }
-        if let fingerprint = outcome.tokenFingerprint, fingerprint != TokenFingerprint.of(token: current.token) {
+        let fingerprint = TokenFingerprint.of(token: current.token)
+        if let dead = verdict.fingerprint, dead != fingerprint {
             return .ignore("the outcome concerns an earlier token of this key")
         }
-        let since = apns.timestamp ?? outcome.completedAt
-        guard since >= current.registeredAt else {
+        // The one rule (TokenVerdict), as content-service and apns-dispatcher apply it.
+        guard verdict.kills(fingerprint: fingerprint, registeredAt: current.registeredAt) else {
             return .ignore("the token was registered again after APNs's verdict")
         }
-        return .invalidate(reason, since: apns.timestamp)
+        return .invalidate(verdict.reason, since: apns.timestamp)
     }
 
     /// Acts on one push outcome; returns what was decided. Throws only if the invalidation could
@@ -476,7 +477,7 @@ public final class Registry: Sendable {
 
     /// A registration for a key that has a record: rotation, reactivation, an update of other
     /// fields, or nothing.
-    private static func reregistration(of current: TokenRecord, as proposed: TokenRecord, now: Date) -> (TokenRecord, Change) {
+    static func reregistration(of current: TokenRecord, as proposed: TokenRecord, now: Date) -> (TokenRecord, Change) {
         var next = proposed
         if current.state != .active {
             // The token was invalidated by APNs (or superseded): registering it, or a new one, revives the key.
@@ -493,7 +494,9 @@ public final class Registry: Sendable {
         }
         if next == current {
             // The app confirms the token is its own now: a 410 timestamped before this must not
-            // kill it. Within a minute of the last registration nothing is written (a repeat).
+            // kill it, so the registration time moves on (written: every service judges APNs's
+            // verdicts by the record). Within a second of the last registration nothing is written
+            // (a repeated request).
             guard now.timeIntervalSince(current.registeredAt) >= Self.confirmationInterval / .seconds(1) else { return (current, .unchanged) }
             next.registeredAt = now
             next.updatedAt = now
@@ -506,8 +509,10 @@ public final class Registry: Sendable {
     }
 
     /// A re-registration of the same token within this time of the last registration writes
-    /// nothing; later, it moves the registration time on (``Change/confirmed``).
-    public static let confirmationInterval: Duration = .seconds(60)
+    /// nothing; later, it moves the registration time on (``Change/confirmed``). Short: a 410 still
+    /// in flight when the app registers again, timestamped after the record's registration time and
+    /// before the app's confirmation, would kill a token the app was just told is registered.
+    public static let confirmationInterval: Duration = .seconds(1)
 }
 
 extension InvalidationReason {

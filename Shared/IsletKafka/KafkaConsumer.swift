@@ -325,6 +325,16 @@ public final class KafkaConsumer: Service, Sendable {
         client.wakeUp()
     }
 
+    /// Tells the caller, synchronously and at once, that partitions were lost — the group gave them
+    /// to others without this member's revocation handler (its session expired, it was fenced,
+    /// its handle replaced) — before ``KafkaConsumerEvent/partitionsRevoked(_:)`` reaches its
+    /// loop, which may be busy with a record: work it holds of theirs must stop now, another
+    /// member may be doing it. `handler` runs on the poll thread and must not block. Set it
+    /// before ``run()``.
+    public func onLoss(_ handler: @escaping @Sendable ([KafkaTopicPartition]) -> Void) {
+        core.setLossHandler(handler)
+    }
+
     /// Whether `message`'s partition is still this consumer's, under the assignment it was read
     /// in, and not being revoked: work on it that waits (a read before it is handled) stops when
     /// it is not.
@@ -537,6 +547,7 @@ final class ConsumerCore: Sendable {
     }
 
     private let revocationHandler = Mutex<RevocationHandler?>(nil)
+    private let lossHandler = Mutex<(@Sendable ([KafkaTopicPartition]) -> Void)?>(nil)
 
     private let marks = Mutex(Marks())
     private let buffer = Mutex(Buffer())
@@ -893,8 +904,14 @@ final class ConsumerCore: Sendable {
         revocationHandler.withLock { $0 = handler }
     }
 
+    func setLossHandler(_ handler: @escaping @Sendable ([KafkaTopicPartition]) -> Void) {
+        lossHandler.withLock { $0 = handler }
+    }
+
     func willRevoke(_ partitions: [KafkaTopicPartition], lost: Bool) -> [KafkaTopicPartition: Int64] {
         let revoked = Set(partitions)
+        // Lost: the caller is told at once, before the event reaches its loop (which may be busy).
+        if lost, !partitions.isEmpty, let handler = lossHandler.withLock({ $0 }) { handler(partitions) }
         if !lost, !partitions.isEmpty, let handler = revocationHandler.withLock({ $0 }) {
             marks.withLock { $0.revoking.formUnion(revoked) }
             dropBuffered(revoked)

@@ -132,6 +132,7 @@ extension PushRequest: IsletJSONWritable {
         object.date("staleDate", staleDate, into: &out)
         object.string("state", state, into: &out)
         object.bool("supersedable", supersedable, into: &out)
+        object.date("tokenRegisteredAt", tokenRegisteredAt, into: &out)
         object.string("urgency", urgency.rawValue, into: &out)
         object.end(into: &out)
     }
@@ -152,6 +153,7 @@ extension PushOutcome: IsletJSONWritable {
     public func writeJSON(into out: inout [UInt8]) {
         var object = IsletJSONObject()
         object.string("activityId", activityId, into: &out)
+        object.string("announcementId", announcementId, into: &out)
         object.object("apns", apns, into: &out)
         object.integer("attempts", Int64(attempts), into: &out)
         object.string("attributesType", attributesType, into: &out)

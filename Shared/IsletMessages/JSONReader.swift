@@ -334,13 +334,14 @@ extension PushRequest: IsletJSONReadable {
             let staleDate = members.optional("staleDate", members.date), let expiration = members.optional("expiration", members.date),
             let createdAt = members.date("createdAt"), let sourceEventId = members.optional("sourceEventId", members.string),
             let sourceActivityId = members.optional("sourceActivityId", members.string), let state = members.optional("state", members.string),
-            let channelStoragePolicy = members.optional("channelStoragePolicy", members.int)
+            let channelStoragePolicy = members.optional("channelStoragePolicy", members.int),
+            let tokenRegisteredAt = members.optional("tokenRegisteredAt", members.date)
         else { return nil }
         self.init(
             requestId: requestId, activityId: activityId, pushToStartKey: pushToStartKey, event: ActivityEventKind(rawValue: event), app: app,
             attributesType: attributesType, payload: payload, priority: priority, urgency: Urgency(rawValue: urgency), supersedable: supersedable,
             alerting: alerting, apnsTimestamp: apnsTimestamp, contentSequence: contentSequence, staleDate: staleDate, expiration: expiration,
             createdAt: createdAt, sourceEventId: sourceEventId, sourceActivityId: sourceActivityId, state: state,
-            channelStoragePolicy: channelStoragePolicy, schemaVersion: schemaVersion)
+            channelStoragePolicy: channelStoragePolicy, tokenRegisteredAt: tokenRegisteredAt, schemaVersion: schemaVersion)
     }
 }

@@ -67,13 +67,18 @@ public struct PushOutcome: IsletMessage {
     /// the phone: the partition's next dispatcher sends no older content of the activity after it.
     /// Absent in outcomes written before it existed (additive).
     public var contentSequence: Int64?
+    /// On a `sending` record, the id of that announcement; on a `retrying`, the id of the
+    /// announcement it takes back (an earlier owner's late `retrying` cannot take back a later
+    /// owner's announcement). Absent in records written before it existed (additive): such a
+    /// `retrying` takes back every announcement of its request.
+    public var announcementId: String?
 
     public init(
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, result: PushResult,
         apns: APNsResponse? = nil, priorityUsed: Int? = nil, attempts: Int, latencyMilliseconds: Double? = nil,
         tokenFingerprint: String? = nil, supersededBy: String? = nil, detail: String? = nil, completedAt: Date,
         bundleId: String? = nil, attributesType: String? = nil, channelId: String? = nil, contentSequence: Int64? = nil,
-        schemaVersion: Int = Self.currentSchemaVersion
+        announcementId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
@@ -92,6 +97,7 @@ public struct PushOutcome: IsletMessage {
         self.completedAt = completedAt
         self.channelId = channelId
         self.contentSequence = contentSequence
+        self.announcementId = announcementId
     }
 
     /// The request's key: the activity of its app (`<bundleId>/<activityId>`; the bare activity id

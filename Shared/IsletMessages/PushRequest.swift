@@ -64,13 +64,18 @@ public struct PushRequest: IsletMessage {
     /// first broadcast with this `message-storage-policy` (0 no message stored, 1 the most recent
     /// stored). A broadcast updates or ends; it never starts (`activityId` is set).
     public var channelStoragePolicy: Int?
+    /// The registration time (`registeredAt`) of the token record the content was made for, when
+    /// content-service had one for the request's key. apns-dispatcher sends to no older record: it
+    /// waits until its token table holds this registration or a newer one (its table may lag the
+    /// topic). Absent in requests written before it existed, and when there was no record (additive).
+    public var tokenRegisteredAt: Date?
 
     public init(
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, event: ActivityEventKind, app: AppTarget,
         attributesType: String, payload: String, priority: Int, urgency: Urgency, supersedable: Bool, alerting: Bool,
         apnsTimestamp: Int64, contentSequence: Int64, staleDate: Date? = nil, expiration: Date? = nil, createdAt: Date,
         sourceEventId: String? = nil, sourceActivityId: String? = nil, state: String? = nil, channelStoragePolicy: Int? = nil,
-        schemaVersion: Int = Self.currentSchemaVersion
+        tokenRegisteredAt: Date? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
@@ -93,6 +98,7 @@ public struct PushRequest: IsletMessage {
         self.sourceActivityId = sourceActivityId
         self.state = state
         self.channelStoragePolicy = channelStoragePolicy
+        self.tokenRegisteredAt = tokenRegisteredAt
     }
 
     /// The largest body of a broadcast, in UTF-8 bytes (APNs allows 5 KB there).

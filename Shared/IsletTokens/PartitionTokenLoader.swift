@@ -323,6 +323,9 @@ public final class PartitionTokenLoader: Service, Sendable {
             let again = state.withLock { state -> Bool in
                 guard !state.stopped, state.followers[id] != nil else { return false }
                 state.followers[id]?.consumer = nil
+                // The next replica reads the partitions from their start: until it has caught up,
+                // the table is not up to date (not ready; records newer than what it holds are not in it).
+                state.followers[id]?.restored = false
                 state.followers[id]?.failures += 1
                 state.followers[id]?.lastError = failure
                 return true

@@ -137,6 +137,8 @@ final class EngineHarness {
     let tokens = PartitionTokens.forTests()
     /// Tickets reported done, in order.
     private(set) var done: [UInt64] = []
+    /// Tickets left to their partition's next owner, in order.
+    private(set) var abandoned: [UInt64] = []
     private(set) var machine: DispatchMachine
     private var holding = false
     private var held: [DispatchMachine.Attempt] = []
@@ -197,12 +199,12 @@ final class EngineHarness {
     func dropWaiting(where matches: (UInt64) -> Bool) -> [UInt64] { machine.dropWaiting(where: matches) }
 
     func alreadyFinished(_ requestIds: [String], maybeDelivered: [String] = []) {
-        machine.alreadyFinished(requestIds, maybeDelivered: maybeDelivered)
+        machine.alreadyFinished(requestIds, maybeDelivered: Dictionary(uniqueKeysWithValues: maybeDelivered.map { ($0, [""]) }))
     }
 
     /// What a partition's recent outcomes say, as the next owner reads them at its assignment.
     func alreadyFinished(_ ids: RecentOutcomes.Ids, partition: Int32? = nil) {
-        machine.alreadyFinished(ids.finished, maybeDelivered: ids.maybeDelivered, floors: ids.floors, partition: partition)
+        machine.alreadyFinished(ids.finished, maybeDelivered: ids.announcements, floors: ids.floors, partition: partition)
     }
 
     func own(_ partitions: [Int32]) { machine.own(partitions) }
@@ -230,6 +232,14 @@ final class EngineHarness {
 
     /// Sends awaiting APNs's answer.
     var heldCount: Int { held.count }
+
+    /// The first send held back, taken out (not to be answered).
+    func takeHeld() -> DispatchMachine.Attempt { held.removeFirst() }
+
+    /// A send not made: its partition was given up before it went (``DispatchMachine/withdrawn(_:announced:now:)``).
+    func withdraw(_ attempt: DispatchMachine.Attempt, announced: Bool) {
+        step { $0.withdrawn(attempt, announced: announced, now: $1) }
+    }
 
     /// Whether the machine asked to be woken at exactly `date`.
     func isScheduled(_ date: Date) -> Bool { machine.plannedWakeups.contains(date) }
@@ -279,7 +289,9 @@ final class EngineHarness {
                 done.append(ticket)
             case .note(let note):
                 sink.record(note)
-                actions += machine.notePersisted(note.requestId, now: clock.date)
+                actions += machine.notePersisted(note, now: clock.date)
+            case .abandon(let tickets):
+                abandoned += tickets
             case .renewProviderToken(let team):
                 sender.renewProviderToken(teamID: team)
             case .reconnect(let team):

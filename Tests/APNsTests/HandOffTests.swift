@@ -216,6 +216,75 @@ struct HandOffTests {
         #expect(!stripped.contains(#"\/"#))
     }
 
+    @Test("a retrying takes back only the announcement it names: an earlier owner's late one leaves a later owner's announcement standing (review of issue 57: a second activity)")
+    func retryingNamesItsAnnouncement() {
+        let now = Date(timeIntervalSince1970: 1_795_000_000)
+        func record(_ result: PushResult, _ id: String?) -> PushOutcome {
+            PushOutcome(requestId: "r", pushToStartKey: "pts:a:d:T", result: result, attempts: 1, completedAt: now, announcementId: id)
+        }
+        #expect(read([record(.sending, "A"), record(.sending, "B"), record(.retrying, "A")]).maybeDelivered == ["r"], "B's stands")
+        #expect(read([record(.sending, "A"), record(.retrying, "A")]).maybeDelivered.isEmpty)
+        #expect(read([record(.sending, "A"), record(.sending, "A")]).announcements["r"] == ["A"], "a copy of one record is one announcement")
+        #expect(read([record(.sending, nil), record(.retrying, nil)]).maybeDelivered.isEmpty, "records from before announcement ids")
+    }
+
+    @Test("an announced attempt whose partition was given up before it went is taken back (retrying, naming it) and not sent; its ticket is left to the next owner")
+    func withdrawnAnnouncement() {
+        let h = EngineHarness()
+        let key = registerStart(h, token: hexToken(7))
+        h.own([0])
+        let request = start(h, key: key)
+        // The send is handed out and announced; the partition is lost before it goes.
+        h.hold()
+        h.submit(request, partition: 0)
+        let attempt = h.takeHeld()
+        h.disown([0])
+        h.withdraw(attempt, announced: true)
+        #expect(h.sink.all.map(\.result) == [.sending, .retrying])
+        #expect(h.sink.all[0].announcementId != nil && h.sink.all[0].announcementId == h.sink.all[1].announcementId)
+        #expect(h.abandoned == [1])
+        #expect(read(h.sink.all).maybeDelivered.isEmpty, "the next owner sends it")
+    }
+
+    @Test("a copy that takes the place of a request of a partition given up is checked as a request read: what the topic said of it holds (a start announced elsewhere is not sent)")
+    func promotedCopyIsChecked() {
+        let h = EngineHarness()
+        let key = registerStart(h, token: hexToken(7))
+        h.own([0])
+        let request = start(h, key: key)
+        h.sender.script(hexToken(7), [APNsAnswer(status: 503, reason: "ServiceUnavailable")])
+        h.hold()
+        h.submit(request, partition: 0)  // ticket 1, in flight (announced)
+        h.disown([0])
+        h.own([0])
+        // Read again under the new assignment: the outcomes showed another owner's announcement.
+        var elsewhere = RecentOutcomes.Ids()
+        elsewhere.add(PushOutcome(requestId: request.requestId, pushToStartKey: key, result: .sending, attempts: 1, completedAt: h.clock.date, announcementId: "other"))
+        h.alreadyFinished(elsewhere, partition: 0)
+        h.submit(request, partition: 0)  // ticket 2: joins the attempt in flight
+        h.release()
+        h.until { h.sink.final.count == 1 }
+        #expect(h.sink.final.map(\.result) == [.failed], "another owner's announcement stands: not sent again")
+        #expect(h.sender.sent.count == 1)
+        #expect(h.abandoned == [1])
+        #expect(h.done == [2])
+    }
+
+    @Test("the newest content sent is remembered for as many activities as configured, however often each is raised")
+    func floorsCountActivities() {
+        var policy = DispatcherPolicy()
+        policy.rememberedFloors = 3
+        let h = EngineHarness(policy: policy)
+        for (index, activity) in ["a", "b", "c"].enumerated() { h.register(activity, token: hexToken(index + 1)) }
+        for sequence in 1...50 {
+            for activity in ["a", "b", "c"] { h.submit(h.request(activity, sequence: Int64(sequence))) }
+        }
+        #expect(h.machine.floors.count == 3)
+        #expect(h.machine.floors["com.example.food/a"]?.sequence == 50)
+        h.submit(h.request("a", sequence: 7))
+        #expect(h.sink.final.last?.result == .coalesced, "a's floor stands after 150 raises")
+    }
+
     @Test("the outcomes read: a final outcome ends a request's records; retrying takes back a sending; delivered and sent content raise the activity's floor")
     func readingTheOutcomes() {
         let now = Date(timeIntervalSince1970: 1_795_000_000)

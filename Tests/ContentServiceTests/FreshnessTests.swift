@@ -184,6 +184,7 @@ struct FreshnessMonitorTests {
         let sent = try apply(engine, delivery("preparing", sequence: 1, at: clock))
         var dead = outcome(sent[0], .tokenInvalid, at: clock)
         dead.tokenFingerprint = TokenFingerprint.of(token: String(repeating: "01", count: 32))
+        dead.apns = .init(status: 410, reason: "Unregistered", timestamp: clock.date)
         engine.record(dead)
         clock.advance(3_600)
         #expect(sweep(engine).isEmpty, "the token is dead: nothing is refreshed")
@@ -192,6 +193,57 @@ struct FreshnessMonitorTests {
         let refreshed = sweep(engine)
         #expect(refreshed.count == 1, "watched again: its stale content is sent again")
         #expect(engine.memory(of: "com.example.food/order-42")?.gone == false)
+    }
+
+    @Test("APNs's verdict is judged by its timestamp, not by when it was read: a registration between the two is alive (issue 57: a re-registration silently undone)")
+    func verdictByItsTimestamp() throws {
+        let clock = ManualClock(now)
+        let tokens = PartitionTokens.whole()
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: clock)
+        func register() {
+            let record = TokenRecord(
+                kind: .update, activityId: "order-42", userId: "u", token: String(repeating: "01", count: 32), app: app,
+                attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: clock.date,
+                updatedAt: clock.date)
+            tokens.put(record, key: record.key!)
+        }
+        register()
+        let sent = try apply(engine, delivery("preparing", sequence: 1, at: clock))
+        let verdictAt = clock.date.addingTimeInterval(10)
+        // The app confirms the token a minute later (token-registry: confirmed, registeredAt moves on) ...
+        clock.advance(60)
+        register()
+        // ... and then APNs's 410 from before that is read.
+        clock.advance(5)
+        var dead = outcome(sent[0], .tokenInvalid, at: clock)
+        dead.tokenFingerprint = TokenFingerprint.of(token: String(repeating: "01", count: 32))
+        dead.apns = .init(status: 410, reason: "Unregistered", timestamp: verdictAt)
+        engine.record(dead)
+        #expect(engine.memory(of: "com.example.food/order-42")?.goneAt == verdictAt, "gone since APNs's time")
+        clock.advance(3_600)
+        #expect(sweep(engine).count == 1, "the registration after the verdict is alive: the stale content is sent again")
+        #expect(engine.memory(of: "com.example.food/order-42")?.gone == false)
+    }
+
+    @Test("a request the dispatcher ended tokenInvalid without asking APNs leaves no verdict: the token table's next active record revives the activity")
+    func noVerdictWithoutAPNs() throws {
+        let clock = ManualClock(now)
+        let tokens = PartitionTokens.whole()
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: clock)
+        let sent = try apply(engine, delivery("preparing", sequence: 1, at: clock))
+        var refused = outcome(sent[0], .tokenInvalid, at: clock)
+        refused.attempts = 0
+        engine.record(refused)
+        #expect(engine.memory(of: "com.example.food/order-42")?.gone == true)
+        #expect(engine.memory(of: "com.example.food/order-42")?.goneAt == nil)
+        clock.advance(3_600)
+        #expect(sweep(engine).isEmpty, "no active token: nothing is sent")
+        let record = TokenRecord(
+            kind: .update, activityId: "order-42", userId: "u", token: String(repeating: "02", count: 32), app: app,
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: clock.date,
+            updatedAt: clock.date)
+        tokens.put(record, key: record.key!)
+        #expect(sweep(engine).count == 1)
     }
 
     @Test("an activity ended by the monitor (severely stale, too old) is to have its token invalidated, with the reason")

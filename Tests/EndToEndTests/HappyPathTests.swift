@@ -225,7 +225,7 @@ extension EndToEnd {
                 try await driver.publish(event)
                 let id = driver.requestId(event)
                 requestIds.append(id)
-                let outcome = try await driver.firstRecord(on: IsletTopics.pushOutcomes.name, as: PushOutcome.self) { $0.requestId == id }
+                let outcome = try await driver.firstRecord(on: IsletTopics.pushOutcomes.name, as: PushOutcome.self) { $0.requestId == id && $0.result.isFinal }
                 #expect(outcome.result == .delivered, "\(scenario.type) \(kind): \(outcome)")
                 let made = try #require(outcome.channelId, "a broadcast's outcome names its channel")
                 #expect(channel == nil || channel == made, "one channel for the match")

@@ -19,9 +19,11 @@ struct Ledger {
     var requestCopies: [String: Int] = [:]
     /// Final outcomes by request id.
     var outcomes: [String: [PushOutcome]] = [:]
-    /// Announcements standing by request id: each `sending` (an attempt that may reach the phone)
-    /// counts one, each `retrying` (APNs did not take it) takes one back; more than one is a second send.
-    var announcements: [String: Int] = [:]
+    /// Announcements standing (`sending`: an attempt that may reach the phone, not taken back by a
+    /// `retrying` naming it), by request id: more than one is a second send.
+    var announced: [String: Set<String>] = [:]
+    /// Announcement records by request id (copies included).
+    var announcementCount: [String: Int] = [:]
 
     /// The requests whose activity id starts with `prefix` (push-to-start: its source activity), and their outcomes.
     static func read(bootstrap: String, prefix: String) async throws -> Ledger {
@@ -43,8 +45,15 @@ struct Ledger {
             if outcome.result.isFinal {
                 ledger.outcomes[outcome.requestId, default: []].append(outcome)
             } else {
-                // A `retrying` takes back the `sending` before it (APNs did not take that attempt).
-                ledger.announcements[outcome.requestId, default: 0] += outcome.result == .retrying ? -1 : 1
+                // A `retrying` takes back the `sending` it names (APNs did not take that attempt);
+                // a copy of one (a write retried after a lost acknowledgement) is the same announcement.
+                let id = outcome.announcementId ?? ""
+                if outcome.result == .retrying {
+                    ledger.announced[outcome.requestId]?.remove(id)
+                } else {
+                    ledger.announced[outcome.requestId, default: []].insert(id)
+                    ledger.announcementCount[outcome.requestId, default: 0] += 1
+                }
             }
         }
         return ledger
@@ -71,8 +80,8 @@ struct Ledger {
             problems.append("request \(id) has \(list.count) outcomes: \(list.map(\.result.rawValue))")
         }
         for id in outcomes.keys where requests[id] == nil { problems.append("outcome for \(id), which is no request of the run") }
-        for (id, count) in announcements where count > 1 {
-            problems.append("request \(id) was announced \(count) times without a retrying between (sent more than once)")
+        for (id, standing) in announced where standing.count > 1 {
+            problems.append("request \(id) has \(standing.count) announcements standing, none taken back (sent more than once)")
         }
         return problems
     }

@@ -39,10 +39,13 @@ struct ToleranceTests {
         let expected: [String: Set<String>] = [
             "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt", "ownerVerified", "locale"],
             "ActivityEvent": ["startTarget", "attributes", "source", "bundleId"],
-            "PushRequest": ["activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state", "channelStoragePolicy"],
+            "PushRequest": [
+                "activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state", "channelStoragePolicy",
+                "tokenRegisteredAt",
+            ],
             "PushOutcome": [
                 "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "priorityUsed", "latencyMilliseconds",
-                "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType", "channelId", "contentSequence",
+                "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType", "channelId", "contentSequence", "announcementId",
             ],
             "ContentMemoryRecord": [
                 "activity", "checkpoint", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",

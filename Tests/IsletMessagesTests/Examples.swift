@@ -74,7 +74,7 @@ enum Examples {
         priority: 10, urgency: .important, supersedable: true, alerting: true, apnsTimestamp: 1_795_342_530, contentSequence: 5,
         staleDate: utc(2026, 11, 22, 10, 45, 30), expiration: utc(2026, 11, 22, 10, 25, 30),
         createdAt: utc(2026, 11, 22, 10, 15, 30, 214), sourceEventId: "orders-outbox-88314", sourceActivityId: "order-42",
-        state: "out_for_delivery")
+        state: "out_for_delivery", tokenRegisteredAt: utc(2026, 11, 22, 10, 2, 11, 307))
 
     /// A goal, broadcast to every phone following the match: one request for the match's channel.
     static let pushRequestBroadcast = PushRequest(
@@ -214,6 +214,12 @@ enum Examples {
         apns: .init(status: 200, apnsId: "EBB93B8D-EF2E-4821-9238-20A483574786"), priorityUsed: 10, attempts: 1,
         latencyMilliseconds: 143.5, tokenFingerprint: "1dc680413d2f03b8", completedAt: utc(2026, 11, 22, 10, 2, 10, 99),
         bundleId: foodApp.bundleId, attributesType: "DeliveryAttributes")
+
+    /// The push-to-start's announcement, written (and acknowledged) before it was sent.
+    static let pushOutcomeSending = PushOutcome(
+        requestId: "EBB93B8D-EF2E-4821-9238-20A483574786", pushToStartKey: pushToStartKey, result: .sending, attempts: 1,
+        tokenFingerprint: "1dc680413d2f03b8", detail: "push-to-start about to be sent", completedAt: utc(2026, 11, 22, 10, 2, 9, 956),
+        bundleId: foodApp.bundleId, attributesType: "DeliveryAttributes", contentSequence: 1, announcementId: "1f3a9c2e07d4b-8c51e6a0f29b3")
 
     static let pushOutcomeCoalesced = PushOutcome(
         requestId: "41482ABD-1BF0-4A3C-BDFA-483C5B7DB965", activityId: "order-42", result: .coalesced, attempts: 0,

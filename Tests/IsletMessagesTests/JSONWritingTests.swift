@@ -95,7 +95,8 @@ struct OwnWriterTests {
             urgency: Bool.random() ? .critical : Urgency(rawValue: text()), supersedable: Bool.random(), alerting: Bool.random(),
             apnsTimestamp: Int64.random(in: Int64.min...Int64.max), contentSequence: Int64.random(in: Int64.min...Int64.max),
             staleDate: maybeDate(), expiration: maybeDate(), createdAt: date(), sourceEventId: maybe(), sourceActivityId: maybe(),
-            state: maybe(), channelStoragePolicy: Bool.random() ? Int.random(in: -3...3) : nil, schemaVersion: Int.random(in: -5...5))
+            state: maybe(), channelStoragePolicy: Bool.random() ? Int.random(in: -3...3) : nil, tokenRegisteredAt: maybeDate(),
+            schemaVersion: Int.random(in: -5...5))
     }
 
     @Test("a PushRequest's writer gives the encoder's bytes, for 2,000 random requests")
@@ -129,7 +130,8 @@ struct OwnWriterTests {
             apns: Bool.random() ? apns : nil, priorityUsed: Bool.random() ? Int.random(in: -20...20) : nil, attempts: Int.random(in: -5...Int.max),
             latencyMilliseconds: Bool.random() ? randomLatency() : nil, tokenFingerprint: maybe(), supersededBy: maybe(), detail: maybe(),
             completedAt: date(), bundleId: maybe(), attributesType: maybe(), channelId: maybe(),
-            contentSequence: Bool.random() ? Int64.random(in: Int64.min...Int64.max) : nil, schemaVersion: Int.random(in: -5...5))
+            contentSequence: Bool.random() ? Int64.random(in: Int64.min...Int64.max) : nil, announcementId: maybe(),
+            schemaVersion: Int.random(in: -5...5))
     }
 
     @Test("a PushOutcome's writer gives the encoder's bytes, for 2,000 random outcomes (latencies of every magnitude among them)")

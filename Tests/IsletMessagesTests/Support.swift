@@ -66,6 +66,7 @@ struct GoldenCase: Sendable, CustomTestStringConvertible {
         GoldenCase("PushOutcome", Examples.pushOutcome),
         GoldenCase("PushOutcome.tokenInvalid", Examples.pushOutcomeTokenInvalid),
         GoldenCase("PushOutcome.pushToStart", Examples.pushOutcomePushToStart),
+        GoldenCase("PushOutcome.sending", Examples.pushOutcomeSending),
         GoldenCase("PushOutcome.coalesced", Examples.pushOutcomeCoalesced),
         GoldenCase("PushOutcome.minimal", Examples.pushOutcomeMinimal),
         GoldenCase("PushOutcome.broadcast", Examples.pushOutcomeBroadcast),

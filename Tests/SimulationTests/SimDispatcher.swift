@@ -90,6 +90,7 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
         }
         requestPartitions = RequestPartitions()
         rejoining = false
+        revocationsWhileCutOff = []
         positions = [:]
         marks = [:]
         tokenPositions = [:]
@@ -128,6 +129,8 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
         let leave = { [weak self] in
             guard let self, !left, self.incarnation == incarnation, self.phase == .draining else { return }
             left = true
+            // Past the drain timeout what is still in flight is cut off.
+            self.markUnrecorded(partitions: nil)
             self.drained = nil
             self.world.dispatchers.leave(self) { [weak self] in
                 guard let self, self.incarnation == incarnation else { return }
@@ -165,6 +168,9 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
             self.phase = .running
             if group.isMember(memberId) {
                 self.world.trace("\(self.name): reaches the cluster again, still a member")
+                let pending = self.revocationsWhileCutOff
+                self.revocationsWhileCutOff = []
+                for (partitions, done) in pending { self.revoke(partitions, done: done) }
                 self.scheduleRead()
             } else {
                 self.world.trace("\(self.name): reaches the cluster again; joins as a new member")
@@ -174,23 +180,31 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
         }
     }
 
+    /// What is in flight to APNs, or answered and its outcome not yet written, of `partitions`
+    /// (`nil`: all): the next owner may send it again (the documented allowance; SimWorld).
+    private func markUnrecorded(partitions: Set<Int32>?) {
+        guard let machine else { return }
+        for slot in machine.slots.values {
+            if let entry = slot.inFlight, partitions.map({ entry.partition.map($0.contains) ?? true }) ?? true {
+                world.inFlightAtLoss(entry.request.requestId)
+                // An announced start in flight: the next owner fails it (its answer is unknown to it).
+                if DispatchEngine.isPushToStart(entry.request) { world.startAtRisk(entry.request.requestId) }
+            }
+        }
+        for requestId in machine.persisting.keys { world.inFlightAtLoss(requestId) }
+    }
+
     /// The session expired: every partition is lost (no handler, nothing committed). The requests
     /// of theirs in flight to APNs may be sent again by the next owner before their outcome is on
     /// the topic.
     private func loseSession() {
         let lost = positions.keys.sorted()
         world.trace("\(name): its session expired: partitions \(lost) lost")
+        // The rebalances it missed were of the membership that expired.
+        revocationsWhileCutOff = []
         // What it could not write before the loss (a start's `retrying`) the next owner cannot know.
         world.killed(self)
-        if let machine {
-            for slot in machine.slots.values {
-                if let entry = slot.inFlight, let partition = entry.partition, lost.contains(partition) {
-                    world.inFlightAtLoss(entry.request.requestId)
-                }
-            }
-            // Answered, their outcome not on the topic yet: the next owner does not know.
-            for requestId in machine.persisting.keys { world.inFlightAtLoss(requestId) }
-        }
+        markUnrecorded(partitions: Set(lost))
         revoked(lost)
     }
 
@@ -211,21 +225,48 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
     }
 
     private var rejoining = false
+    private var revocationsWhileCutOff: [([Int32], () -> Void)] = []
 
     // MARK: The group's calls
 
     func revoke(_ partitions: [Int32], done: @escaping () -> Void) {
-        // A member cut off from the cluster takes no part in the rebalance (the group's limit passes).
-        guard phase != .stalled else { return }
+        // A member cut off from the cluster learns of the rebalance when it reaches the cluster again.
+        guard phase != .stalled else {
+            revocationsWhileCutOff.append((partitions, done))
+            return
+        }
         guard isUp else { return done() }
         world.trace("\(name): revoking \(partitions)")
         let topicPartitions = partitions.map { KafkaTopicPartition(topic: SimWorld.requestsTopic, partition: $0) }
         tickets.beginRevoking(topicPartitions)
+        // DispatcherService's handler: nothing of theirs is sent or retried from now on.
+        step { machine, _ in
+            machine.disown(partitions)
+            return machine.takeActions()
+        }
         revocations.append((Set(partitions), done))
+        // The handler gives up waiting after the drain timeout (8 s): the next owner may send again
+        // what was in flight.
+        let incarnation = self.incarnation
+        world.scheduler.after(policy.drainTimeoutSeconds) { [weak self] in
+            guard let self, self.incarnation == incarnation else { return }
+            if let index = self.revocations.firstIndex(where: { $0.partitions == Set(partitions) }) {
+                let late = self.revocations.remove(at: index).done
+                self.world.trace("\(self.name): its revoked partitions' work did not finish within the drain timeout")
+                self.markUnrecorded(partitions: Set(partitions))
+                late()
+                self.scheduleRead()
+            }
+        }
         checkRevocations()
     }
 
     func marked(_ partition: Int32) -> Int64? { isUp ? marks[partition] : nil }
+
+    func revocationTimedOut(_ partitions: [Int32]) {
+        world.trace("\(name): the group stopped waiting for its revocation of \(partitions)")
+        markUnrecorded(partitions: Set(partitions))
+    }
 
     func revoked(_ partitions: [Int32]) {
         guard isUp else { return }
@@ -330,12 +371,12 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
             readRecentOutcomes(partition: partition, epoch: epoch, firstRequestAt: message.timestampMilliseconds) { [weak self] ids in
                 guard let self else { return }
                 self.intakeBusy = false
-                guard let ids else {
+                guard let ids, self.isCurrent(partition, epoch: epoch) else {
                     self.world.trace("\(self.name): partition \(partition) no longer its own before its outcomes were read")
                     self.scheduleRead()
                     return
                 }
-                self.machine.alreadyFinished(ids.finished, maybeDelivered: ids.maybeDelivered, floors: ids.floors, partition: partition)
+                self.machine.alreadyFinished(ids.finished, maybeDelivered: ids.announcements, floors: ids.floors, partition: partition)
                 self.world.trace("\(self.name): outcomes of partition \(partition) read: \(ids.finished.count) finished, \(ids.maybeDelivered.count) may have reached the phone")
                 self.submit(message, epoch: epoch)
             }
@@ -409,6 +450,21 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
     // MARK: Driving the machine
 
     /// One input to the machine, and what it asks carried out (``DispatchEngine``'s `step`).
+    /// Memory held, for the checks at the end of a run (nothing may be left once everything is done).
+    var leftovers: [String] {
+        guard let machine else { return [] }
+        var left: [String] = []
+        if machine.queued != 0 { left.append("\(machine.queued) requests queued") }
+        if machine.noting != 0 || !machine.parked.isEmpty { left.append("\(machine.parked.count) parked") }
+        if !machine.copies.isEmpty { left.append("\(machine.copies.count) copies") }
+        if !machine.persisting.isEmpty { left.append("\(machine.persisting.count) outcomes persisting") }
+        let announcements = machine.maybeDelivered.values.reduce(0) { $0 + $1.count }
+        if announcements != 0 { left.append("\(announcements) announcements remembered") }
+        if tickets.ticketCount != 0 { left.append("\(tickets.ticketCount) tickets open") }
+        if machine.floors.count > policy.rememberedFloors { left.append("\(machine.floors.count) floors") }
+        return left
+    }
+
     private func step(_ input: (inout DispatchMachine, Date) -> [DispatchMachine.Action]) {
         guard machine != nil else { return }
         let actions = input(&machine, world.now)
@@ -475,9 +531,22 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
         let incarnation = self.incarnation
         switch action {
         case .send(let attempt):
+            // As DispatchEngine's senders: not sent if its partition was given up meanwhile (before
+            // or after its announcement, which is then taken back).
+            guard machine.owns(attempt.entry) else {
+                world.trace("\(name): \(attempt.push.apnsID.prefix(8)) not sent: its partition was given up")
+                step { $0.withdrawn(attempt, announced: false, now: $1) }
+                return
+            }
             if let announcement = attempt.announcement {
                 world.persist(.outcome(announcement), key: attempt.key, by: self, incarnation: incarnation) { [weak self] in
-                    self?.sendToAPNs(attempt, incarnation: incarnation)
+                    guard let self, self.incarnation == incarnation, self.machine != nil else { return }
+                    guard self.machine.owns(attempt.entry) else {
+                        self.world.trace("\(self.name): \(attempt.push.apnsID.prefix(8)) announced, not sent: its partition was given up")
+                        self.step { $0.withdrawn(attempt, announced: true, now: $1) }
+                        return
+                    }
+                    self.sendToAPNs(attempt, incarnation: incarnation)
                 }
             } else {
                 sendToAPNs(attempt, incarnation: incarnation)
@@ -496,8 +565,10 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
             world.trace("\(name): note \(note.result.rawValue) for \(note.requestId.prefix(8))")
             world.persist(.outcome(note), key: note.key ?? "", by: self, incarnation: incarnation) { [weak self] in
                 guard let self, self.incarnation == incarnation, self.machine != nil else { return }
-                self.step { $0.notePersisted(note.requestId, now: $1) }
+                self.step { $0.notePersisted(note, now: $1) }
             }
+        case .abandon(let abandoned):
+            tickets.abandon(abandoned)
         case .renewProviderToken, .reconnect, .createChannel, .recordChannel, .deleteChannel:
             break
         }
@@ -505,13 +576,6 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
 
     private func sendToAPNs(_ attempt: DispatchMachine.Attempt, incarnation: Int) {
         guard self.incarnation == incarnation, machine != nil else { return }
-        guard machine.owns(attempt.entry) else {
-            world.trace("\(name): \(attempt.push.apnsID.prefix(8)) not sent: its partition was given up")
-            step { $0.answered(attempt, .failure(APNsTransportError(.notProcessed, "partition given up")), seconds: 0, now: $1) }
-            return
-        }
-        // Sent while its outcome cannot be written: the partition's next owner may send it again.
-        if phase == .stalled { world.inFlightAtLoss(attempt.push.apnsID) }
         let started = world.now
         world.apns.send(attempt, from: self) { [weak self] result in
             guard let self, self.incarnation == incarnation, self.machine != nil else { return }

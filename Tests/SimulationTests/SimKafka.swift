@@ -220,7 +220,10 @@ final class SimGroup {
             done()
         }
         if membership.isCurrent { membership.member.revoke(partitions, done: finish) }
-        world.scheduler.after(revocationLimit, finish)
+        world.scheduler.after(revocationLimit) { [self] in
+            if !finished, membership.isCurrent { membership.member.revocationTimedOut(partitions) }
+            finish()
+        }
     }
 
     /// Commits what each member marked (librdkafka's auto-commit of stored offsets).
@@ -243,5 +246,7 @@ protocol SimGroupMember: AnyObject {
     func marked(_ partition: Int32) -> Int64?
     /// After the handler and the commit (or after a loss, when the member notices).
     func revoked(_ partitions: [Int32])
+    /// The group stopped waiting for the handler.
+    func revocationTimedOut(_ partitions: [Int32])
     func assigned(_ partitions: [Int32])
 }

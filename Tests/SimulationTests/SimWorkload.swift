@@ -1,3 +1,4 @@
+import ContentService
 import Foundation
 import IsletMessages
 
@@ -72,6 +73,28 @@ final class SimWorkload {
             registerUpdateToken(plan.activityId, device: plan.device)
         }
         var at: TimeInterval = 0
+        // Now and then the app's token stops working for a while (APNs answers 410, timestamped
+        // when it stopped) and the app registers it again; APNs learns of that a moment later,
+        // and may answer 410 meanwhile, timestamped before the new registration. The activity
+        // goes on: its end comes well after.
+        var endNotBefore: TimeInterval = 0
+        if !plan.byPushToStart, world.random.chance(0.35) {
+            let deadAt = world.random.seconds(0.5, 20)
+            let backAt = deadAt + world.random.seconds(0.5, 25)
+            let apnsLag = world.random.seconds(0, 5)
+            endNotBefore = backAt + apnsLag + 10
+            world.scheduler.after(deadAt) { [self] in
+                guard let token = updateTokens[plan.activityId] else { return }
+                world.trace("phone \(plan.device): the token of \(plan.activityId) stops working")
+                world.phones.unregister(token, since: world.now)
+            }
+            world.scheduler.after(backAt) { [self] in
+                guard let token = updateTokens[plan.activityId] else { return }
+                world.trace("phone \(plan.device): the app registers the token of \(plan.activityId) again")
+                world.phones.reregister(token, apnsLag: apnsLag)
+                registerUpdateToken(plan.activityId, device: plan.device)
+            }
+        }
         for (index, update) in plan.updates.enumerated() {
             at += update.after
             world.scheduler.after(at) { [weak self] in
@@ -79,7 +102,7 @@ final class SimWorkload {
                 self.produce(self.request(plan.activityId, event: .update, sequence: Int64(index + 1), alerting: update.alerting, priority: update.priority))
             }
         }
-        at += world.random.seconds(0.1, 10)
+        at = max(at + world.random.seconds(0.1, 10), endNotBefore)
         world.scheduler.after(at) { [weak self] in
             guard let self else { return }
             self.produce(self.request(plan.activityId, event: .end, sequence: Int64(plan.updates.count + 1), alerting: plan.endAlerting, priority: 10))
@@ -99,25 +122,27 @@ final class SimWorkload {
 
     /// token-registry's write (awaited until acknowledged: the app got its 201).
     private func register(_ record: TokenRecord, key: String) {
-        world.scheduler.after(world.random.seconds(0.001, 0.05)) { [self] in
-            world.append(.token(record), key: key, writer: "token-registry")
-        }
+        world.registry.register(record, key: key)
     }
 
-    /// A request as content-service makes it: the timestamp is now, or one past the activity's last.
+    /// A request as content-service makes it: its timestamp by content-service's rule (``ContentTimestamps``).
     private func request(_ activityId: String, event: ActivityEventKind, sequence: Int64, alerting: Bool, priority: Int, pushToStart: String? = nil)
         -> PushRequest
     {
-        let now = Int64(world.now.timeIntervalSince1970)
-        let timestamp = max(now, (lastTimestamp[activityId] ?? .min) + 1)
+        let timestamp = ContentTimestamps.next(wanted: ContentTimestamps.seconds(world.now), now: world.now, last: lastTimestamp[activityId])
         lastTimestamp[activityId] = timestamp
+        // The registration content-service's token table holds for the request's key (it reads the
+        // tokens topic a little behind, now and then seconds behind).
+        let key = pushToStart ?? MessageKey.activity(bundleId: SimWorld.bundleId, activityId: activityId)
+        let lag = world.random.chance(0.05) ? world.random.seconds(1, 10) : world.random.seconds(0.001, 0.3)
+        let registeredAt = world.tokenRecord(forKey: key, asOf: world.now.addingTimeInterval(-lag))?.registeredAt
         var aps = "\"timestamp\":\(timestamp),\"event\":\"\(event.rawValue)\",\"content-state\":{\"seq\":\(sequence),\"note\":\"a/b\"}"
         if alerting { aps += ",\"alert\":{\"title\":\"Order\",\"body\":\"#\(sequence)\"},\"sound\":\"default\"" }
         return PushRequest(
             requestId: world.random.uuid(), activityId: pushToStart == nil ? activityId : nil, pushToStartKey: pushToStart, event: event, app: app,
             attributesType: SimWorld.attributesType, payload: "{\"aps\":{\(aps)}}", priority: priority, urgency: priority == 10 ? .important : .routine,
             supersedable: event == .update && !alerting, alerting: alerting, apnsTimestamp: timestamp, contentSequence: sequence, createdAt: world.now,
-            sourceActivityId: activityId)
+            sourceActivityId: activityId, tokenRegisteredAt: registeredAt)
     }
 
     /// content-service's send: until Kafka acknowledges it.

@@ -58,6 +58,7 @@ final class SimWorld {
     var dispatcherInstances: [SimDispatcher] = []
     var apns: SimAPNs!
     var phones: SimPhones!
+    var registry: SimRegistry!
     private(set) var violations: [SimViolation] = []
     /// Every request written to the requests topic, by id (its copies share the id).
     private(set) var requestsById: [String: PushRequest] = [:]
@@ -66,7 +67,8 @@ final class SimWorld {
     /// Push-to-starts announced by a process killed before the start had its final outcome: their
     /// `failed` is the documented answer to a crash, not a lost start.
     private(set) var startsAtRisk: Set<String> = []
-    private var announced: [String: String] = [:]
+    /// Announcements standing, by request id: announcement id → the dispatcher that wrote it.
+    private var announced: [String: [String: String]] = [:]
 
     var now: Date { scheduler.now }
 
@@ -128,7 +130,12 @@ final class SimWorld {
         case .outcome(let outcome):
             let (partition, offset) = outcomes.append(key, value, at: now)
             trace("kafka: outcome \(outcome.result.rawValue) for \(outcome.requestId.prefix(8)) by \(writer) at \(partition)@\(offset)")
-            if outcome.result == .sending { announced[outcome.requestId] = writer } else { announced[outcome.requestId] = nil }
+            registry?.outcomeAppended(outcome)
+            switch outcome.result {
+            case .sending: announced[outcome.requestId, default: [:]][outcome.announcementId ?? ""] = writer
+            case .retrying: announced[outcome.requestId]?[outcome.announcementId ?? ""] = nil
+            default: announced[outcome.requestId] = nil
+            }
         case .token(let record):
             let (partition, offset) = tokens.append(key, value, at: now)
             trace("kafka: token \(record.state.rawValue) \(record.token.prefix(6)) for \(key) registered \(record.registeredAt.timeIntervalSince(Self.start)) at \(partition)@\(offset)")
@@ -136,26 +143,28 @@ final class SimWorld {
         }
     }
 
-    /// Requests sent by a dispatcher whose outcome could not reach the topic before the dispatcher
-    /// lost its session (in flight then, answered and not yet written, or sent while it was cut
-    /// off from the cluster): the next owner sends them again (the same content: a repeat on the
-    /// phone, no second alert, no second activity) and the request may show a second outcome.
+    /// Requests sent by a dispatcher whose outcome could not reach the topic before the partition
+    /// moved on — in flight (or answered, the outcome not yet written) when the dispatcher lost its
+    /// session, or when a revocation's or a stop's 8 s ran out: the next owner sends them again
+    /// (the same content: a repeat on the phone, no second alert, no second activity) and the
+    /// request may show a second outcome (docs/operations.md, what the contract does not cover).
     private(set) var sentTwiceAllowed: Set<String> = []
-    /// The newest content of each activity sent that way: the next owner, which cannot know it
-    /// went out, may still send older content of the activity after it (iOS shows the newer, by
-    /// its timestamp).
-    private(set) var unrecordedNewest: [String: Int64] = [:]
-    func inFlightAtLoss(_ requestId: String) {
-        sentTwiceAllowed.insert(requestId)
-        if let request = requestsById[requestId], let activityId = request.sourceActivityId ?? request.activityId {
-            unrecordedNewest[activityId] = max(unrecordedNewest[activityId] ?? .min, request.contentSequence)
-        }
-    }
+    func inFlightAtLoss(_ requestId: String) { sentTwiceAllowed.insert(requestId) }
+    func startAtRisk(_ requestId: String) { startsAtRisk.insert(requestId) }
 
     /// A process was killed (or lost its session cut off from the cluster): starts it announced
     /// that have no final outcome may get `failed` from the next owner, whatever APNs answered.
     func killed(_ dispatcher: SimDispatcher) {
-        for (requestId, writer) in announced where writer == dispatcher.name { startsAtRisk.insert(requestId) }
+        for (requestId, writers) in announced where writers.values.contains(dispatcher.name) { startsAtRisk.insert(requestId) }
+    }
+
+    /// The token record of `key` a reader of the tokens topic holds at `date` (the latest appended then).
+    func tokenRecord(forKey key: String, asOf date: Date) -> TokenRecord? {
+        let partition = tokens.partition(ofKey: key)
+        for record in tokens.records(partition).reversed() where record.key == key && record.timestamp <= date {
+            if case .token(let token) = record.value { return token }
+        }
+        return nil
     }
 
     // MARK: Invariants checked as the run goes
@@ -163,7 +172,7 @@ final class SimWorld {
     /// Memory held stays under the configured limits.
     func checkHeld(_ dispatcher: SimDispatcher, machine: DispatchMachine) {
         let policy = dispatcher.policy
-        let waitingBound = policy.maximumQueued + policy.maximumAwaitingRequestsBound
+        let waitingBound = policy.maximumQueued + policy.maximumAwaitingRequests
         if machine.queued > waitingBound {
             violate("memory", "\(dispatcher.name) holds \(machine.queued) requests (limit \(waitingBound))")
         }
@@ -171,7 +180,31 @@ final class SimWorld {
 
     // MARK: Invariants checked at the end
 
+    /// Activities whose end ended `awaitingToken` (the activity's token was not registered within
+    /// the dispatcher's token wait: its push-to-start was held by the device's budget, say).
+    func endsGivenUp() -> Set<String> {
+        var given: Set<String> = []
+        for partition in 0..<outcomes.partitionCount {
+            for record in outcomes.records(partition) {
+                guard case .outcome(let outcome) = record.value, outcome.result == .awaitingToken,
+                    let request = requestsById[outcome.requestId], request.event == .end, let activityId = request.activityId
+                else { continue }
+                given.insert(activityId)
+            }
+        }
+        return given
+    }
+
     func checkAtEnd() {
+        // Nothing acknowledged to content-service is missing from the topic.
+        for requestId in acknowledged.sorted() where requestsById[requestId] == nil {
+            violate("nothing lost", "request \(requestId.prefix(8)) was acknowledged and is not on the topic")
+        }
+        // Once everything is done, nothing is held: no request, ticket, note or announcement left.
+        for dispatcher in dispatcherInstances where dispatcher.phase == .running {
+            let left = dispatcher.leftovers
+            if !left.isEmpty { violate("memory", "\(dispatcher.name) still holds \(left.joined(separator: ", "))") }
+        }
         // Every request has exactly one final outcome (written once: a copy of the same record,
         // written again after a lost acknowledgement, is the same outcome).
         var finals: [String: [PushOutcome]] = [:]
@@ -203,11 +236,6 @@ final class SimWorld {
                 }
             }
         }
-        phones.checkAtEnd()
+        phones.checkAtEnd(endsGivenUp: endsGivenUp())
     }
-}
-
-extension DispatcherPolicy {
-    /// The requests waiting for a token the machine may hold beyond ``maximumQueued``.
-    var maximumAwaitingRequestsBound: Int { maximumAwaitingToken * 8 }
 }

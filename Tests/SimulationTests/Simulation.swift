@@ -34,6 +34,7 @@ enum Simulation {
         world.dispatchers = SimGroup(topic: world.requests, rebalanceProtocol: rebalanceProtocol, revocationLimit: 11, world: world)
         world.apns = SimAPNs(world: world)
         world.phones = SimPhones(world: world)
+        world.registry = SimRegistry(world: world)
         let count = random.int(2...3)
         world.dispatcherInstances = (1...count).map { SimDispatcher(name: "dispatcher-\($0)", world: world, policy: policy) }
         for dispatcher in world.dispatcherInstances {

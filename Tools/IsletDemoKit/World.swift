@@ -214,7 +214,7 @@ public struct World: Sendable {
         step("backend", "the driver arrives: update on islet.activity-events.v1")
         try await producer.send(arriving, to: IsletTopics.activityEvents.name)
         let requestId = RequestIds.content(bundleId: app.bundleId, activityId: ride, eventId: arriving.eventId)
-        let outcome = try await firstRecord(on: IsletTopics.pushOutcomes.name, as: PushOutcome.self) { $0.requestId == requestId }
+        let outcome = try await firstRecord(on: IsletTopics.pushOutcomes.name, as: PushOutcome.self) { $0.requestId == requestId && $0.result.isFinal }
         service("islet.push-outcomes.v1", "\(outcome.result.rawValue): APNs \(outcome.apns.map { "\($0.status) \($0.reason ?? "")" } ?? "-") after \(outcome.attempts) attempt(s)")
         let state = try await waitForRegistry("/v1/activities/\(ride)?bundleId=\(app.bundleId)") { $0.contains("\"invalidated\"") }
         service("token-registry", state)
@@ -243,7 +243,7 @@ public struct World: Sendable {
         }
 
         let kickOff = try await send(.update, .routine, 1, "kick-off (no phone follows yet)")
-        let first = try await firstRecord(on: IsletTopics.pushOutcomes.name, as: PushOutcome.self) { $0.requestId == kickOff[0] }
+        let first = try await firstRecord(on: IsletTopics.pushOutcomes.name, as: PushOutcome.self) { $0.requestId == kickOff[0] && $0.result.isFinal }
         guard let channel = first.channelId else { throw DemoFailure("the match's first broadcast names no channel: \(first)") }
         let record = try await firstRecord(on: IsletTopics.broadcastChannels.name, as: BroadcastChannelRecord.self) { $0.channelId == channel }
         service("apns-dispatcher", "made the match's channel \(channel) (message-storage-policy \(record.storagePolicy)) with APNs; on islet.broadcast-channels.v1")
