@@ -495,6 +495,14 @@ final class APNsStreams: ChannelInboundHandler {
             case .failure(let error) where expired && error is NIOHTTP2Errors.StreamClosed:
                 // Dropped from NIO's buffers by the reset: it never left.
                 fail(streamID, Self.stall)
+            case .failure(let error) where error is NIOHTTP2Errors.StreamClosed:
+                // Closed by NIO while its frames waited in its buffers: by a GOAWAY whose frame NIO
+                // hands on only after failing the writes it dropped (or by a reset). Classified once
+                // that frame is read (the stream's close event, or this turn's end, decides).
+                context.eventLoop.assumeIsolated().execute { [self] in
+                    guard streams[streamID] != nil else { return }
+                    fail(streamID, ended(streamID, refused: false, "request not completely written: \(error)"))
+                }
             case .failure(let error):
                 fail(streamID, APNsTransportError(goAway.received ? .notProcessed : .lost, "request not written: \(error)"))
             }

@@ -61,6 +61,9 @@ public final class BudgetChangelog: Service, Sendable {
         engine.trackBudgetChanges(of: owned)
     }
 
+    /// How many budget records a round has on their way to Kafka at once.
+    static let inFlight = 256
+
     /// These partitions are no longer this instance's (revoked, or lost with the group session):
     /// nothing more of theirs is written.
     public func disown(_ partitions: Set<Int32>) {
@@ -99,23 +102,28 @@ public final class BudgetChangelog: Service, Sendable {
         }
         let now = Date()
         let (producer, topic) = (self.producer, self.topic)
-        let failed = await withTaskGroup(of: (BudgetBook.Change, (any Error)?).self) { group in
-            for change in changes {
-                group.addTask {
-                    do {
-                        let (key, value) = try Self.record(of: change, writtenAt: now)
-                        _ = try await producer.send(topic: topic, key: Array(key.utf8), value: value, partition: change.partition)
-                        return (change, nil)
-                    } catch {
-                        return (change, error)
+        // At most `Self.inFlight` sends at once: a round of a million changes is not a million tasks.
+        var failed: [(BudgetBook.Change, any Error)] = []
+        for start in stride(from: 0, to: changes.count, by: Self.inFlight) {
+            let slice = changes[start..<min(start + Self.inFlight, changes.count)]
+            failed += await withTaskGroup(of: (BudgetBook.Change, (any Error)?).self) { group in
+                for change in slice {
+                    group.addTask {
+                        do {
+                            let (key, value) = try Self.record(of: change, writtenAt: now)
+                            _ = try await producer.send(topic: topic, key: Array(key.utf8), value: value, partition: change.partition)
+                            return (change, nil)
+                        } catch {
+                            return (change, error)
+                        }
                     }
                 }
+                var failed: [(BudgetBook.Change, any Error)] = []
+                for await (change, error) in group {
+                    if let error { failed.append((change, error)) }
+                }
+                return failed
             }
-            var failed: [(BudgetBook.Change, any Error)] = []
-            for await (change, error) in group {
-                if let error { failed.append((change, error)) }
-            }
-            return failed
         }
         // Handed back only where this instance still writes: another owner's now otherwise.
         let stillWritable = writable

@@ -252,7 +252,11 @@ public struct ActivityMemory: Sendable, Equatable {
     /// - Parameter scanImages: look for inlined images in the payload (when read back from Kafka;
     ///   the assembler knows what it inlined).
     mutating func replay(_ request: PushRequest, scanImages: Bool = true) {
-        if let last = lastTimestamp, request.apnsTimestamp <= last { return }
+        if let last = lastTimestamp, request.apnsTimestamp <= last {
+            // An equal timestamp (a burst past the lead, ContentTimestamps) is newer if made later.
+            guard request.apnsTimestamp == last, let latest, !latest.isRequest(request.requestId), request.createdAt > latest.createdAt
+            else { return }
+        }
         lastTimestamp = request.apnsTimestamp
         let previousContent = contentRequestId
         summary = LatestRequest(request)

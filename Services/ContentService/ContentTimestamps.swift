@@ -11,7 +11,8 @@ import Foundation
 ///
 /// A partition newly assigned to this instance starts past ``lead`` of its assignment (``floor``):
 /// its previous owner may still write requests it stamped before giving the partition up (up to
-/// ``lead`` ahead of its clock), and the next content must not be older than those.
+/// ``lead`` ahead of its clock), and the next content must not be older than those. The lead then
+/// counts from the floor until the clock passes it: at most `2 × lead + 1` s ahead, for `lead` s.
 public enum ContentTimestamps {
     /// How far ahead of the clock a timestamp may go, in seconds.
     public static let lead: Int64 = 5
@@ -20,7 +21,8 @@ public enum ContentTimestamps {
     /// within ``lead`` of `now`, at least `floor` (a partition's, after its assignment), and
     /// never before `last` (the activity's last timestamp).
     public static func next(wanted: Int64, now: Date, last: Int64?, floor: Int64? = nil) -> Int64 {
-        let cap = seconds(now) + lead
+        // Right after an assignment the lead counts from the floor (a burst then still goes up).
+        let cap = max(seconds(now), floor ?? .min) + lead
         var timestamp = min(wanted, cap)
         if let floor { timestamp = max(timestamp, floor) }
         if let last, timestamp <= last {

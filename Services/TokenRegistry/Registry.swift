@@ -38,6 +38,12 @@ public final class Registry: Sendable {
     /// Unscoped topic keys whose records were replaced under their app's key, and whose tombstone
     /// Kafka refused: the next sweep deletes them.
     private let pendingLegacyKeys = Mutex(Set<String>())
+    /// Invalidations this instance wrote, by key: where each landed, the verdict it applied, when.
+    /// Another instance may have registered the key's token again just before, unseen by this
+    /// one's table (its reader lags the topic): a record read later that sits before such an
+    /// invalidation on the topic, and that the verdict does not kill, is written again after it
+    /// (``readBehind(_:key:at:)``). Kept 10 minutes.
+    private let ownInvalidations = Mutex<[String: (position: TokenTable.Position, verdict: TokenVerdict, at: Date)]>([:])
 
     /// `tickets`: verifies the activity tickets of registrations (`nil`: none configured; a
     /// registration that sends one is refused).
@@ -335,6 +341,12 @@ public final class Registry: Sendable {
             let legacyKey = self.table.legacyTopicKey(forKey: key)
             let position = try await self.publisher.publish(next)
             await self.apply(next, key: key, at: position, replacing: legacyKey)
+            if let position, let verdict = TokenVerdict(outcome) {
+                self.ownInvalidations.withLock { own in
+                    own = own.filter { now.timeIntervalSince($0.value.at) < 600 }
+                    own[key] = (position, verdict, now)
+                }
+            }
             self.metrics.invalidated(reason)
             self.metrics.changed(next.kind, .invalidated)
             logger.info(
@@ -350,6 +362,51 @@ public final class Registry: Sendable {
         }
         return decision
     }
+
+    /// A record of `key` read from the topic at `position` that the table did not take (it holds a
+    /// later one). When that later one is this instance's invalidation, and this record is a
+    /// registration the invalidation's verdict does not kill (another instance registered the
+    /// token again just before the invalidation landed, and this instance's table had not read it
+    /// when it decided), the invalidation undid a registration by mistake: the registration is
+    /// written again, after it. (Kafka has no compare-and-set: the writer that erred repairs.)
+    @discardableResult
+    func readBehind(_ record: TokenRecord, key: String, at position: TokenTable.Position) -> Task<Void, Never>? {
+        guard record.state == .active,
+            let own = ownInvalidations.withLock({ $0[key] }), own.position.partition == position.partition, position.offset < own.position.offset,
+            !own.verdict.kills(fingerprint: TokenFingerprint.of(token: record.token), registeredAt: record.registeredAt)
+        else { return nil }
+        let logger = self.logger
+        return Task {
+            do {
+                try await self.restore(record, key: key, over: own.position)
+            } catch {
+                logger.error("a registration an invalidation undid could not be written again", metadata: ["token.key": "\(key)", "error": "\(error)"])
+            }
+        }
+    }
+
+    private func restore(_ record: TokenRecord, key: String, over invalidation: TokenTable.Position) async throws {
+        try await locks.withLock(key) { () async throws -> Void in
+            // Only over the invalidation that undid it (a record written since decides for itself).
+            guard let current = self.table.record(forKey: key), current.state == .invalidated,
+                self.ownInvalidations.withLock({ $0[key]?.position == invalidation })
+            else { return }
+            var again = record
+            again.updatedAt = self.now()
+            let legacyKey = self.table.legacyTopicKey(forKey: key)
+            let position = try await self.publisher.publish(again)
+            await self.apply(again, key: key, at: position, replacing: legacyKey)
+            self.ownInvalidations.withLock { $0[key] = nil }
+            self.metrics.changed(again.kind, .reactivated)
+            self.logger.notice(
+                "a registration made just before this instance's invalidation, which had not seen it, is written again",
+                metadata: ["token.key": "\(key)", "token.fingerprint": "\(TokenFingerprint.of(token: again.token))"])
+        }
+    }
+
+    /// The table as the reader of `islet.tokens.v1` feeds it (``TokenTableLoader``): records go to
+    /// the table, and one it does not take is looked at (``readBehind(_:key:at:)``).
+    public var topicFeed: some TokenTopicTable { RegistryTopicFeed(registry: self) }
 
     // MARK: The write path
 
@@ -520,4 +577,23 @@ extension InvalidationReason {
     var isFromAPNs: Bool {
         [.apnsUnregistered, .apnsExpiredToken, .apnsBadDeviceToken, .apnsDeviceTokenNotForTopic].contains(self)
     }
+}
+
+/// The registry's table as the reader of the tokens topic feeds it (``Registry/topicFeed``).
+struct RegistryTopicFeed: TokenTopicTable {
+    let registry: Registry
+
+    @discardableResult
+    func apply(_ record: TokenRecord, key: String, partition: Int32, offset: Int64) -> Bool {
+        let position = TokenTable.Position(partition: partition, offset: offset)
+        let applied = registry.table.apply(record, key: key, at: position)
+        if !applied { registry.readBehind(record, key: record.key ?? key, at: position) }
+        return applied
+    }
+
+    func remove(key: String, partition: Int32, offset: Int64) {
+        registry.table.remove(key: key, partition: partition, offset: offset)
+    }
+
+    var count: Int { registry.table.count }
 }

@@ -52,7 +52,7 @@ public struct TokenRegistryApp: Sendable {
             logger: logger)
         let health = runtime.health
         health.register(Self.tableCheck)
-        let loader = TokenTableLoader(consumer: replica, table: registry.table, service: runtime.settings.serviceName, logger: logger) {
+        let loader = TokenTableLoader(consumer: replica, table: registry.topicFeed, service: runtime.settings.serviceName, logger: logger) {
             registry.markReady()
             health.setReady(Self.tableCheck)
         }

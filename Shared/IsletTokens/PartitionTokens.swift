@@ -97,6 +97,13 @@ public final class PartitionTokens: Sendable {
         var garbage = 0
         var profiles: [Profile] = []
         var profileIndex: [Profile: UInt32] = [:]
+        /// How many entries use each profile; a profile no entry uses is forgotten and its place
+        /// reused: the profiles held follow the tokens held, not every app version and language
+        /// ever registered (the app chooses both).
+        var profileUses: [Int] = []
+        var freeProfiles: [UInt32] = []
+        /// The apps with update tokens in the table: profiles of update tokens, by bundle id.
+        var updateApps: [String: Int] = [:]
         /// The bare activity id a legacy record sits under → its key (only such records).
         var legacyKeys: [String: String] = [:]
         var owned: Set<Int32> = []
@@ -104,16 +111,43 @@ public final class PartitionTokens: Sendable {
 
         func holds(_ partition: Int32) -> Bool { ownsAll || owned.contains(partition) }
 
+        /// The index of `profile`, used by one more entry.
         mutating func profile(_ profile: Profile) -> UInt32 {
-            if let index = profileIndex[profile] { return index }
-            let index = UInt32(profiles.count)
-            profiles.append(profile)
+            if let index = profileIndex[profile] {
+                profileUses[Int(index)] += 1
+                return index
+            }
+            let index: UInt32
+            if let free = freeProfiles.popLast() {
+                index = free
+                profiles[Int(index)] = profile
+                profileUses[Int(index)] = 1
+            } else {
+                index = UInt32(profiles.count)
+                profiles.append(profile)
+                profileUses.append(1)
+            }
             profileIndex[profile] = index
+            if profile.kind == .update { updateApps[profile.app.bundleId, default: 0] += 1 }
             return index
+        }
+
+        /// One entry fewer uses the profile at `index`.
+        mutating func release(profile index: UInt32) {
+            profileUses[Int(index)] -= 1
+            guard profileUses[Int(index)] == 0 else { return }
+            let profile = profiles[Int(index)]
+            profileIndex[profile] = nil
+            freeProfiles.append(index)
+            if profile.kind == .update {
+                updateApps[profile.app.bundleId, default: 1] -= 1
+                if updateApps[profile.app.bundleId] == 0 { updateApps[profile.app.bundleId] = nil }
+            }
         }
 
         mutating func removeEntry(_ key: String) {
             guard let entry = entries.removeValue(forKey: key) else { return }
+            release(profile: entry.profile)
             garbage += Int(entry.tokenLength)
             if entry.legacyTopicKey, let activity = Self.activityId(of: key) { legacyKeys[activity] = nil }
         }
@@ -279,7 +313,7 @@ public final class PartitionTokens: Sendable {
     /// one when a single app uses the id. (The apps are looked up among the few the table knows.)
     public func keys(forActivity activityId: String) -> [String] {
         state.withLock { state in
-            Set(state.profiles.lazy.filter { $0.kind == .update }.map(\.app.bundleId))
+            state.updateApps.keys
                 .map { MessageKey.activity(bundleId: $0, activityId: activityId) }
                 .filter { state.entries[$0] != nil }
                 .sorted()
@@ -288,6 +322,9 @@ public final class PartitionTokens: Sendable {
 
     /// Tokens held.
     public var count: Int { state.withLock { $0.entries.count } }
+
+    /// Profiles held (they follow the tokens held).
+    public var profileCount: Int { state.withLock { $0.profileIndex.count } }
 
     /// Tokens held per partition.
     public var countByPartition: [Int32: Int] {

@@ -97,6 +97,26 @@ struct PartitionTokensTests {
         #expect(tokens.token(forKey: "com.example.rides/order-7") == nil)
     }
 
+    @Test("the shared profiles follow the tokens held: an app that reports a new version or language on every registration does not grow them (issue 57)")
+    func profilesFollowTheTokens() throws {
+        let tokens = PartitionTokens()
+        tokens.own(partitions: [0, 1])
+        for version in 0..<2_000 {
+            var record = Self.update("order-\(version % 10)")
+            record.appVersion = "2.\(version)"
+            record.locale = version.isMultiple(of: 2) ? "en" : "de-\(version)"
+            tokens.apply(record, key: record.key!, partition: 0, offset: Int64(version))
+        }
+        #expect(tokens.count == 10)
+        #expect(tokens.profileCount <= 10, "one profile per token held at most (\(tokens.profileCount))")
+        let other = Self.update("order-x", bundleId: "com.example.ride")
+        tokens.apply(other, key: other.key!, partition: 1, offset: 0)
+        #expect(tokens.keys(forActivity: "order-x") == ["com.example.ride/order-x"])
+        tokens.drop(partitions: [0, 1])
+        #expect(tokens.profileCount == 0)
+        #expect(tokens.keys(forActivity: "order-x").isEmpty)
+    }
+
     @Test("observers hear of every record applied, by key")
     func observers() {
         let tokens = PartitionTokens()

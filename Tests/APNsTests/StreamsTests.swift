@@ -273,6 +273,40 @@ struct StreamsTests {
         #expect(kinds == ["headers", "reset"], "the body never reached the server")
     }
 
+    @Test("with NIO's HTTP/2 on both sides: a GOAWAY whose last stream id is before a request whose body waits for window: not processed (NIO fails the dropped write before it hands the GOAWAY on; it came out possibly delivered)")
+    func goAwayBeforeTheBodyLeft() throws {
+        let client = EmbeddedChannel(), server = EmbeddedChannel()
+        let usage = ConnectionUsage()
+        let streams = APNsStreams(usage: usage)
+        try client.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .client))
+        try client.pipeline.syncOperations.addHandler(streams)
+        var settings = NIOHTTP2Handler.ConnectionConfiguration()
+        settings.initialSettings = [HTTP2Setting(parameter: .initialWindowSize, value: 0)]
+        try server.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: settings))
+        let address = try SocketAddress(ipAddress: "127.0.0.1", port: 443)
+        _ = try client.connect(to: address).wait()
+        _ = try server.connect(to: address).wait()
+        func carry() throws {
+            client.embeddedEventLoop.run()
+            for _ in 0..<4 {
+                while let bytes = try client.readOutbound(as: ByteBuffer.self) { try server.writeInbound(bytes) }
+                while let bytes = try server.readOutbound(as: ByteBuffer.self) { try client.writeInbound(bytes) }
+            }
+            client.embeddedEventLoop.run()
+            while try server.readInbound(as: HTTP2Frame.self) != nil {}
+        }
+        try carry()  // the prefaces and SETTINGS: streams get no window
+        let reply = client.embeddedEventLoop.makePromise(of: APNsReply.self)
+        let headers: HPACKHeaders = [":method": "POST", ":scheme": "https", ":authority": "apns", ":path": "/3/device/ab"]
+        streams.start(
+            .init(headers: headers, body: ByteBuffer(string: "{}"), maximumBody: APNsReply.maximumPushBody,
+                deadline: client.embeddedEventLoop.now + .seconds(10), reply: reply))
+        try carry()  // its HEADERS go out; its body waits for window
+        server.writeAndFlush(HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: 0, errorCode: .noError, opaqueData: nil)), promise: nil)
+        try carry()
+        #expect(try reply.futureResult.map { _ in nil }.recover { ($0 as? APNsTransportError)?.kind }.wait() == .notProcessed)
+    }
+
     @Test("a stream reset by the server fails as possibly delivered; one refused (REFUSED_STREAM) as not processed")
     func resetStreams() throws {
         let harness = try Harness()

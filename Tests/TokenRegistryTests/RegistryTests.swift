@@ -1,4 +1,5 @@
 import Foundation
+import IsletKafka
 import IsletMessages
 import IsletTesting
 import IsletTokens
@@ -151,6 +152,39 @@ struct RegistryTests {
         clock.advance(90)
         let updated = try await registry.registerActivityToken(user: "u1", activityId: "a1", activityRequest(version: "5.3.0"))
         #expect(updated.change == .updated && updated.token.registeredAt == clock.date)
+    }
+
+    @Test("two instances: an invalidation one wrote from a table that had not read the other's confirmation of the token is undone by its writer once it reads it (issue 57: a re-registration silently undone)")
+    func laggingInstanceRepairs() async throws {
+        let a = makeRegistry(), b = makeRegistry()  // one topic (the publisher), two tables
+        let key = "com.example.food/a1"
+        _ = try await a.registerActivityToken(user: "u1", activityId: "a1", activityRequest())  // offset 0
+        let registered = clock.date
+        b.table.apply(publisher.records[0], key: key, at: .init(partition: 0, offset: 0))
+        clock.advance(30)
+        #expect(try await a.registerActivityToken(user: "u1", activityId: "a1", activityRequest()).change == .confirmed)  // offset 1, unread by b
+        // APNs's 410, timestamped between the two registrations, judged by b on its stale record.
+        let outcome = PushOutcome(
+            requestId: "r1", activityId: "a1", result: .tokenInvalid, apns: .init(status: 410, reason: "Unregistered", timestamp: registered.addingTimeInterval(10)),
+            attempts: 1, tokenFingerprint: TokenFingerprint.of(token: hexToken(1)), completedAt: clock.date, bundleId: "com.example.food")
+        guard case .invalidate = try await b.handle(outcome) else {
+            Issue.record("b had not read the confirmation: it invalidates")
+            return
+        }
+        #expect(publisher.records.map(\.state) == [.active, .active, .invalidated])
+        // b's reader reaches offset 1: a registration before its invalidation that the verdict does not kill.
+        #expect(!b.table.apply(publisher.records[1], key: key, at: .init(partition: 0, offset: 1)), "older than the invalidation: not taken")
+        await b.readBehind(publisher.records[1], key: key, at: .init(partition: 0, offset: 1))?.value
+        #expect(publisher.records.map(\.state) == [.active, .active, .invalidated, .active], "written again after the invalidation")
+        #expect(publisher.records.last?.registeredAt == publisher.records[1].registeredAt)
+        #expect(b.table.record(forKey: key)?.state == .active)
+        // Read again (a restart), nothing more is written.
+        #expect(b.readBehind(publisher.records[1], key: key, at: .init(partition: 0, offset: 1)) == nil)
+        // A registration the verdict does kill (from before APNs's time) is not written again.
+        let c = makeRegistry()
+        c.table.apply(publisher.records[0], key: key, at: .init(partition: 0, offset: 0))
+        _ = try await c.handle(outcome)
+        #expect(c.readBehind(publisher.records[0], key: key, at: .init(partition: 0, offset: 0)) == nil)
     }
 
     @Test("a new token rotates: the record carries it with a new registration time; uppercase hex is the same token")
