@@ -14,6 +14,8 @@
 #   ROUNDS=5 COUNT=100000 scripts/bench-dispatcher.sh
 #   ROUNDS=0 LATENCY_SECONDS=60 scripts/bench-dispatcher.sh   # the latency run only, 60 s instead of 20
 #   DISPATCHER_BIN=/path/to/apns-dispatcher scripts/bench-dispatcher.sh   # another build of the dispatcher
+#   ALERTING=1 scripts/bench-dispatcher.sh         # every request with an alert: each announced on the
+#       outcomes topic (and acknowledged) before it is sent; 0.1: one in ten
 #   COMPARE_BIN=/path/to/old/apns-dispatcher ROUNDS=5 scripts/bench-dispatcher.sh
 #       A/B: only the dispatcher against nginx, this build and that one in alternating rounds (which
 #       goes first alternates too), each round's pushes/s and µs of CPU per push, and the medians
@@ -41,6 +43,7 @@ count=${COUNT:-50000}
 aio_count=${AIO_COUNT:-10000}
 activities=${ACTIVITIES:-2000}
 latency_seconds=${LATENCY_SECONDS:-20}  # the latency run at 1,000 requests/s
+alerting=${ALERTING:-0}  # the share of requests with an alert (announced before they are sent)
 
 scripts/bootstrap.sh
 if ! command -v h2load >/dev/null || ! command -v curl >/dev/null || ! command -v nginx >/dev/null || [ ! -x /usr/bin/time ]; then
@@ -154,7 +157,8 @@ start_dispatcher() {  # APNS-URL CA-FILE
 }
 run_dispatcher() {
   start_broker
-  "$bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count "$count" >/dev/null
+  "$bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count "$count" \
+    --alerting "$alerting" >/dev/null
   nginx_reset
   local b0 n0 rate cpu
   b0=$(cpu_seconds "$ISLET_BROKER_PID"); n0=$(cpu_seconds "$nginx_worker")

@@ -50,6 +50,7 @@ struct Common: ParsableArguments {
     @Option var bundle = "com.example.bench"
     @Option(help: "Activities the requests are spread over.") var activities = 2_000
     @Option(help: "Payload size in bytes.") var size = 1_024
+    @Option(help: "Share of requests with an alert (each announced on the outcomes topic before it is sent), 0 to 1.") var alerting = 0.0
 }
 
 func token(_ i: Int) -> String {
@@ -62,11 +63,14 @@ func payload(sequence: Int, size: Int) -> String {
     return head + String(repeating: "x", count: max(0, size - head.utf8.count - tail.utf8.count)) + tail
 }
 
-func request(_ i: Int, activities: Int, bundle: String, size: Int, createdAt: Date = Date()) -> PushRequest {
-    PushRequest(
+func request(_ i: Int, activities: Int, bundle: String, size: Int, alerting share: Double = 0, createdAt: Date = Date()) -> PushRequest {
+    let alerting = Double(i % 1_000) < share * 1_000
+    var body = payload(sequence: i, size: size)
+    if alerting { body = body.replacingOccurrences(of: #"{"aps":{"#, with: #"{"aps":{"alert":{"title":"Bench"},"#) }
+    return PushRequest(
         requestId: UUID().uuidString.lowercased(), activityId: "bench-\(i % activities)", event: .update,
-        app: AppTarget(bundleId: bundle, environment: .production), attributesType: "BenchAttributes", payload: payload(sequence: i, size: size),
-        priority: 5, urgency: .routine, supersedable: false, alerting: false, apnsTimestamp: Int64(1_795_000_000 + i), contentSequence: Int64(i),
+        app: AppTarget(bundleId: bundle, environment: .production), attributesType: "BenchAttributes", payload: body,
+        priority: 5, urgency: .routine, supersedable: false, alerting: alerting, apnsTimestamp: Int64(1_795_000_000 + i), contentSequence: Int64(i),
         createdAt: createdAt)
 }
 
@@ -101,7 +105,7 @@ struct Load: AsyncParsableCommand {
                 let batch = min(2_000, count - sent)
                 try await withThrowingTaskGroup(of: Void.self) { senders in
                     for i in sent..<(sent + batch) {
-                        let r = request(i, activities: common.activities, bundle: common.bundle, size: common.size)
+                        let r = request(i, activities: common.activities, bundle: common.bundle, size: common.size, alerting: common.alerting)
                         senders.addTask { try await producer.send(r) }
                     }
                     try await senders.waitForAll()

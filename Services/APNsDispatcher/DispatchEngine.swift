@@ -276,7 +276,8 @@ public final class DispatchEngine: Sendable {
             case .full:
                 await withCheckedContinuation { continuation in
                     let now = state.withLock { state in
-                        guard state.machine.isAccepting, !state.machine.hasRoom else { return true }
+                        // (A disown between the look above and this one resumed nobody: looked at here.)
+                        guard state.machine.isAccepting, !state.machine.hasRoom, state.machine.owns(partition), stillAssigned() else { return true }
                         state.submitters.append(continuation)
                         return false
                     }

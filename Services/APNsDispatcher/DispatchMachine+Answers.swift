@@ -40,6 +40,15 @@ extension DispatchMachine {
         var action = APNsAction.forAnswer(status: answer.status, reason: answer.reason)
         // A broadcast has no token to be dead, and a push to a token no channel to be gone.
         if action == .tokenInvalid && attempt.channelId != nil || action == .channelInvalid && attempt.channelId == nil { action = .rejected }
+        // Its partition went elsewhere: only APNs's final word is written (it is the truth, whoever
+        // owns the partition now); what would be this machine's decision — a retry, giving up,
+        // coalescing — is the next owner's to make.
+        if !owns(entry), ![.delivered, .tokenInvalid, .rejected, .channelInvalid].contains(action) {
+            if action == .renewProviderToken { actions.append(.renewProviderToken(team: team)) }
+            if action == .providerTokenChurn { actions.append(.reconnect(team: team)) }
+            requeue(entry, key: key, at: now)
+            return action.acceptsCredentials
+        }
         switch action {
         case .delivered:
             // Ended first: finishing may forget an idle activity, and its end must be remembered.
@@ -98,6 +107,13 @@ extension DispatchMachine {
         metrics.transportError(transport?.kind)
         if transport?.isAmbiguous ?? true {
             entry.ambiguous = true
+        }
+        // Its partition went elsewhere: no outcome, no retry here (see ``handle(_:to:)``).
+        guard owns(entry) else {
+            requeue(entry, key: attempt.key, at: now)
+            return
+        }
+        if entry.ambiguous {
             if DispatchEngine.isPushToStart(entry.request) {
                 finish(
                     entry, .failed, priority: attempt.priority, fingerprint: attempt.fingerprint,
@@ -176,7 +192,12 @@ extension DispatchMachine {
     /// it is persisted first (``Action/note(_:)``), also when it is left to the next owner.
     private mutating func requeue(_ entry: QueuedRequest, key: String, at: Date) {
         guard let slot = slots[key] else { return }
-        if ActivityQueue.isSupersedableUpdate(entry.request),
+        // Left to the next owner: only its own announcement is taken back (below); nothing decided.
+        if !owns(entry) && !(entry.announcementId != nil && !entry.ambiguous) {
+            forget(entry, key: key)
+            return
+        }
+        if owns(entry), ActivityQueue.isSupersedableUpdate(entry.request),
             let newer = slot.queue.pending.first(where: {
                 $0.request.event == .end || (ActivityQueue.isSupersedableUpdate($0.request) && $0.request.contentSequence >= entry.request.contentSequence)
             })
@@ -217,7 +238,7 @@ extension DispatchMachine {
     /// it may be sent again, alert and all (`retrying`, naming the announcement); an alerting push
     /// whose attempt may have reached the phone and was not announced — it is sent again without
     /// its alert (`sending`).
-    private func note(for entry: QueuedRequest) -> PushOutcome? {
+    private mutating func note(for entry: QueuedRequest) -> PushOutcome? {
         let request = entry.request
         let result: PushResult
         let detail: String
@@ -267,7 +288,11 @@ extension DispatchMachine {
         attemptEnded(attempt.key)
         var entry = attempt.entry
         entry.attempts -= 1
-        if !announced { entry.announcementId = nil }
+        if !announced, attempt.announcement != nil {
+            // Never announced: as it was before the attempt (its next attempt is announced).
+            entry.announcementId = nil
+            entry.handedOff = false
+        }
         requeue(entry, key: attempt.key, at: now)
         pumpReady()
         pump(attempt.key)

@@ -192,6 +192,12 @@ struct DispatchMachine {
     /// stall and assigned back before the outcome was on the topic for
     /// ``alreadyFinished(_:maybeDelivered:floors:partition:)`` to see) is not sent again.
     var ownFinished: RecentIDs
+    /// The push-to-starts and pushes with an alert this engine gave a final outcome to, for
+    /// ``finishedHorizon`` whatever their number: a copy of one content-service wrote again
+    /// minutes later (a send it retried after a lost acknowledgement) must not start a second
+    /// activity, or alert again, once the window of ``ownFinished`` has moved past it.
+    var announcedFinished: [String: Date] = [:]
+    var announcedFinishedOrder = Deque<(id: String, at: Date)>()
     /// Request ids with announcements on the topic (``PushResult/sending``, by announcement id)
     /// not taken back and without a final outcome: an attempt may have reached the phone. A
     /// push-to-start among them is not sent again; an update or end is sent again without its alert.
@@ -203,6 +209,9 @@ struct DispatchMachine {
     /// The newest content handed to APNs, by activity (``DispatcherPolicy/rememberedFloors`` of
     /// them, for at most an hour each).
     var floors: [String: Floor] = [:]
+    /// Names this machine in its announcement ids; announcements made so far.
+    let machineId: String
+    var announcements: UInt64 = 0
     var floorOrder = Deque<(key: String, at: Date)>()
     /// The copies of a request read again while the request itself was held here (waiting or in
     /// flight), by request id: done when its one outcome is persisted.
@@ -229,6 +238,7 @@ struct DispatchMachine {
         self.now = now
         window = SendWindow(policy: policy)
         ownFinished = RecentIDs(capacity: policy.rememberedFinished)
+        machineId = String(UInt64(random() * 9_007_199_254_740_992), radix: 36) + String(UInt64(random() * 9_007_199_254_740_992), radix: 36)
     }
 
     // MARK: What the driver asks
@@ -288,7 +298,9 @@ struct DispatchMachine {
             maybeDelivered[partition]?[request.requestId] = nil
             return []
         }
-        if finishedByPartition[partition]?.contains(request.requestId) == true || ownFinished.contains(request.requestId) {
+        if finishedByPartition[partition]?.contains(request.requestId) == true || ownFinished.contains(request.requestId)
+            || announcedFinished[request.requestId] != nil
+        {
             // Sent before a restart: its outcome is on the topic already.
             metrics.duplicate()
             maybeDelivered[partition]?[request.requestId] = nil
@@ -358,6 +370,10 @@ struct DispatchMachine {
         else { return nil }
         return floor
     }
+
+    /// How long a copy of a request may come after it (``RecentOutcomes/clockMargin``): finished
+    /// push-to-starts and pushes with an alert are remembered that long.
+    static let finishedHorizon = RecentOutcomes.clockMargin
 
     /// How long the newest content sent to an activity holds older content back.
     static let floorLifetime: TimeInterval = 3_600
@@ -456,11 +472,11 @@ struct DispatchMachine {
         if !abandoned.isEmpty { actions.append(.abandon(abandoned)) }
     }
 
-    /// An id for an announcement: drawn from the machine's randomness (a simulation replays it).
-    func newAnnouncementId() -> String {
-        let high = UInt64(random() * 9_007_199_254_740_992)
-        let low = UInt64(random() * 9_007_199_254_740_992)
-        return String(high, radix: 16) + "-" + String(low, radix: 16)
+    /// An id for an announcement: the machine's own (drawn once from its randomness: a simulation
+    /// replays it) and a count.
+    mutating func newAnnouncementId() -> String {
+        announcements += 1
+        return machineId + "-" + String(announcements, radix: 16)
     }
 
     /// Drops the waiting requests whose tickets match (their partitions were revoked: the next
@@ -592,9 +608,13 @@ struct DispatchMachine {
         if let wanted = request.tokenRegisteredAt, Self.milliseconds(record.registeredAt) < Self.milliseconds(wanted) {
             // The content was made for a registration this instance's table has not read yet (it
             // lags the topic): it waits for that record (``tokenArrived(_:now:)`` wakes it), not for
-            // a guess of how long the table may lag.
-            return waitForToken(head, key: key, queued: queued, wait: policy.tokenWait, .awaitingToken,
-                "the token table did not read the registration the content was made for while the content was current")
+            // a guess of how long the table may lag; past the token wait, the record the table
+            // holds decides (below).
+            let waitEnd = min(head.enqueuedAt.addingTimeInterval(policy.tokenWait / .seconds(1)), request.expiration ?? .distantFuture)
+            if now < waitEnd {
+                setAwaiting(key, until: waitEnd, requests: queued)
+                return .held
+            }
         }
         guard record.state == .active, !(deadTokens[key]?.kills(record) ?? false) else {
             return waitForToken(head, key: key, queued: queued, wait: policy.tokenRecheck, .tokenInvalid,
@@ -783,6 +803,14 @@ struct DispatchMachine {
             channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil, contentSequence: request.contentSequence)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)
+        if DispatchEngine.isPushToStart(request) || request.alerting {
+            announcedFinished[request.requestId] = now
+            announcedFinishedOrder.append((request.requestId, now))
+            while let oldest = announcedFinishedOrder.first, now.timeIntervalSince(oldest.at) > Self.finishedHorizon {
+                announcedFinishedOrder.removeFirst()
+                if announcedFinished[oldest.id] == oldest.at { announcedFinished[oldest.id] = nil }
+            }
+        }
         persisting[request.requestId] = []
         if let key = request.key { forgetIfIdle(key) }
         publishing += 1

@@ -134,6 +134,7 @@ public struct ContentServiceLoop: Service {
                         engine.trackChanges(of: sender.ownedPartitions)
                     case .partitionsRevoked(let partitions):
                         sender.disown(partitions.map(\.partition))
+                        engine.releaseTimestampFloors(partitions.map(\.partition))
                         tracker.revoke(partitions)
                         // Also when they were lost (the session expired), which calls no revocation handler.
                         memory?.revoked(Set(partitions.map(\.partition)))

@@ -11,8 +11,9 @@ import Foundation
 ///
 /// A partition newly assigned to this instance starts past ``lead`` of its assignment (``floor``):
 /// its previous owner may still write requests it stamped before giving the partition up (up to
-/// ``lead`` ahead of its clock), and the next content must not be older than those. The lead then
-/// counts from the floor until the clock passes it: at most `2 × lead + 1` s ahead, for `lead` s.
+/// ``lead`` ahead of its clock, or up to its own floor right after its own assignment, which came
+/// earlier), and the next content must not be older than those. Until the clock passes the floor,
+/// the floor is the timestamp (at most `lead + 1` s ahead, for a second or so).
 public enum ContentTimestamps {
     /// How far ahead of the clock a timestamp may go, in seconds.
     public static let lead: Int64 = 5
@@ -21,13 +22,13 @@ public enum ContentTimestamps {
     /// within ``lead`` of `now`, at least `floor` (a partition's, after its assignment), and
     /// never before `last` (the activity's last timestamp).
     public static func next(wanted: Int64, now: Date, last: Int64?, floor: Int64? = nil) -> Int64 {
-        // Right after an assignment the lead counts from the floor (a burst then still goes up).
-        let cap = max(seconds(now), floor ?? .min) + lead
+        let cap = seconds(now) + lead
         var timestamp = min(wanted, cap)
         if let floor { timestamp = max(timestamp, floor) }
         if let last, timestamp <= last {
-            // One past the last while within the lead; past it, the last again (never back).
-            timestamp = max(last, min(last + 1, cap))
+            // One past the last while within the lead (or up to the floor); past it, the last
+            // again (never back).
+            timestamp = max(last, min(last + 1, max(cap, floor ?? .min)))
         }
         return timestamp
     }

@@ -38,12 +38,19 @@ public final class Registry: Sendable {
     /// Unscoped topic keys whose records were replaced under their app's key, and whose tombstone
     /// Kafka refused: the next sweep deletes them.
     private let pendingLegacyKeys = Mutex(Set<String>())
-    /// Invalidations this instance wrote, by key: where each landed, the verdict it applied, when.
-    /// Another instance may have registered the key's token again just before, unseen by this
-    /// one's table (its reader lags the topic): a record read later that sits before such an
-    /// invalidation on the topic, and that the verdict does not kill, is written again after it
-    /// (``readBehind(_:key:at:)``). Kept 10 minutes.
-    private let ownInvalidations = Mutex<[String: (position: TokenTable.Position, verdict: TokenVerdict, at: Date)]>([:])
+    /// Invalidations this instance wrote, by key: where each landed, the verdict it applied, when,
+    /// and the last record of the key its reader has read before it on the topic since. Another
+    /// instance may have written the key just before (a confirmation, a rotation), unseen by this
+    /// one's table (its reader lags the topic): when the reader reaches the invalidation, that last
+    /// record decides (``readBehind(_:key:at:)``). Kept 10 minutes.
+    private let ownInvalidations = Mutex<[String: OwnInvalidation]>([:])
+
+    struct OwnInvalidation {
+        var position: TokenTable.Position
+        var verdict: TokenVerdict
+        var at: Date
+        var behind: (record: TokenRecord, position: TokenTable.Position)?
+    }
 
     /// `tickets`: verifies the activity tickets of registrations (`nil`: none configured; a
     /// registration that sends one is refused).
@@ -344,7 +351,7 @@ public final class Registry: Sendable {
             if let position, let verdict = TokenVerdict(outcome) {
                 self.ownInvalidations.withLock { own in
                     own = own.filter { now.timeIntervalSince($0.value.at) < 600 }
-                    own[key] = (position, verdict, now)
+                    own[key] = OwnInvalidation(position: position, verdict: verdict, at: now)
                 }
             }
             self.metrics.invalidated(reason)
@@ -364,21 +371,35 @@ public final class Registry: Sendable {
     }
 
     /// A record of `key` read from the topic at `position` that the table did not take (it holds a
-    /// later one). When that later one is this instance's invalidation, and this record is a
-    /// registration the invalidation's verdict does not kill (another instance registered the
-    /// token again just before the invalidation landed, and this instance's table had not read it
-    /// when it decided), the invalidation undid a registration by mistake: the registration is
-    /// written again, after it. (Kafka has no compare-and-set: the writer that erred repairs.)
+    /// later one, or the same). Records before this instance's own invalidation of the key are
+    /// noted, the last of them standing; when the reader reaches the invalidation itself, that
+    /// last record decides: if it is an active record the invalidation's verdict does not kill
+    /// (another instance confirmed the token after APNs's verdict, or rotated it), the
+    /// invalidation — decided from a table that had not read it — undid it by mistake, and it is
+    /// written again, after the invalidation (Kafka has no compare-and-set: the writer that erred
+    /// repairs). An end, another invalidation, or a registration the verdict kills stands.
     @discardableResult
     func readBehind(_ record: TokenRecord, key: String, at position: TokenTable.Position) -> Task<Void, Never>? {
-        guard record.state == .active,
-            let own = ownInvalidations.withLock({ $0[key] }), own.position.partition == position.partition, position.offset < own.position.offset,
-            !own.verdict.kills(fingerprint: TokenFingerprint.of(token: record.token), registeredAt: record.registeredAt)
-        else { return nil }
+        let decision = ownInvalidations.withLock { own -> (TokenRecord, TokenTable.Position)? in
+            guard var mine = own[key], mine.position.partition == position.partition else { return nil }
+            if position.offset < mine.position.offset {
+                if (mine.behind?.position.offset ?? .min) < position.offset { mine.behind = (record, position) }
+                own[key] = mine
+                return nil
+            }
+            guard position == mine.position else { return nil }
+            // The reader reached the invalidation: decided once.
+            own[key] = nil
+            guard let (last, _) = mine.behind, last.state == .active,
+                !mine.verdict.kills(fingerprint: TokenFingerprint.of(token: last.token), registeredAt: last.registeredAt)
+            else { return nil }
+            return (last, mine.position)
+        }
+        guard let (record, invalidation) = decision else { return nil }
         let logger = self.logger
         return Task {
             do {
-                try await self.restore(record, key: key, over: own.position)
+                try await self.restore(record, key: key, over: invalidation)
             } catch {
                 logger.error("a registration an invalidation undid could not be written again", metadata: ["token.key": "\(key)", "error": "\(error)"])
             }
@@ -387,16 +408,14 @@ public final class Registry: Sendable {
 
     private func restore(_ record: TokenRecord, key: String, over invalidation: TokenTable.Position) async throws {
         try await locks.withLock(key) { () async throws -> Void in
-            // Only over the invalidation that undid it (a record written since decides for itself).
-            guard let current = self.table.record(forKey: key), current.state == .invalidated,
-                self.ownInvalidations.withLock({ $0[key]?.position == invalidation })
+            // Only over the invalidation that undid it: a record read since decides for itself.
+            guard let current = self.table.record(forKey: key), current.state == .invalidated, self.table.position(forKey: key) == invalidation
             else { return }
             var again = record
             again.updatedAt = self.now()
             let legacyKey = self.table.legacyTopicKey(forKey: key)
             let position = try await self.publisher.publish(again)
             await self.apply(again, key: key, at: position, replacing: legacyKey)
-            self.ownInvalidations.withLock { $0[key] = nil }
             self.metrics.changed(again.kind, .reactivated)
             self.logger.notice(
                 "a registration made just before this instance's invalidation, which had not seen it, is written again",

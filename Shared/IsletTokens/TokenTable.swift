@@ -121,6 +121,11 @@ public final class TokenTable: Sendable {
         }
     }
 
+    /// Where the record of `key` was read (or acknowledged), when the table knows.
+    public func position(forKey key: String) -> Position? {
+        state.withLock { $0.entries[key]?.position }
+    }
+
     public func record(forKey key: String) -> TokenRecord? {
         state.withLock { $0.entries[key]?.record }
     }

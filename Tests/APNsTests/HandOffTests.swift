@@ -270,6 +270,23 @@ struct HandOffTests {
         #expect(h.done == [2])
     }
 
+    @Test("a copy of a push-to-start content-service wrote again minutes later is not sent again, however many requests finished meanwhile (seed 4259: a second activity)")
+    func lateCopyOfAStart() {
+        var policy = DispatcherPolicy()
+        policy.rememberedFinished = 4
+        let h = EngineHarness(policy: policy)
+        let key = registerStart(h, token: hexToken(7))
+        let request = start(h, key: key)
+        h.submit(request)
+        h.outcomes(1)
+        h.register("a", token: hexToken(1))
+        for sequence in 1...20 { h.submit(h.request("a", sequence: Int64(sequence))) }
+        h.advance(300)
+        h.submit(request)  // the copy, five minutes and twenty requests later
+        #expect(h.sender.sent.filter { $0.apnsID == request.requestId }.count == 1)
+        #expect(h.sink.final.filter { $0.requestId == request.requestId }.count == 1)
+    }
+
     @Test("the newest content sent is remembered for as many activities as configured, however often each is raised")
     func floorsCountActivities() {
         var policy = DispatcherPolicy()

@@ -35,7 +35,11 @@ struct TimestampTests {
         let first = ContentTimestamps.next(wanted: seconds, now: assigned, last: nil, floor: floor)
         #expect(first > previous)
         let second = ContentTimestamps.next(wanted: seconds, now: assigned, last: first, floor: floor)
-        #expect(second == first + 1, "a burst right after the assignment still goes up")
+        #expect(second == first, "a burst right after the assignment repeats the floor (not older: shown)")
+        #expect(first <= seconds + ContentTimestamps.lead + 1)
+        // The owner before had been assigned the partition a second before: its own floor was lower.
+        let previousFloor = ContentTimestamps.floor(assignedAt: assigned.addingTimeInterval(-1))
+        #expect(ContentTimestamps.next(wanted: seconds, now: assigned, last: nil, floor: previousFloor) < first)
         let later = now.addingTimeInterval(60)
         #expect(ContentTimestamps.next(wanted: seconds + 60, now: later, last: second, floor: floor) == seconds + 60, "once the clock passed the floor, the clock")
     }

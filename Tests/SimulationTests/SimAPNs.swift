@@ -104,9 +104,9 @@ final class SimPhones {
     private var buzzes: [String: Int] = [:]
     /// What reached each activity, in order: request id and content sequence.
     private var deliveries: [String: [(requestId: String, sequence: Int64)]] = [:]
-    /// How far ahead of the clock an update's timestamp may be: content-service's bound, twice that
-    /// and one more right after a partition's assignment, one more for an end after its alert.
-    static let timestampLead: Int64 = 2 * ContentTimestamps.lead + 2
+    /// How far ahead of the clock an update's timestamp may be: content-service's bound, one more
+    /// right after a partition's assignment, one more for an end after its alert.
+    static let timestampLead: Int64 = ContentTimestamps.lead + 2
     /// Called when an activity appears on a phone by push-to-start (the app then registers its token).
     var onStarted: ((String, String) -> Void)?
 
@@ -164,6 +164,11 @@ final class SimPhones {
         activity.deliveredSequence = max(activity.deliveredSequence, request.contentSequence)
         // iOS drops an update older than what it shows (an equal timestamp is not older).
         if request.apnsTimestamp >= activity.shownTimestamp {
+            if request.contentSequence < activity.shownSequence {
+                world.violate(
+                    "older shown",
+                    "\(activityId) shows #\(request.contentSequence) (\(request.requestId.prefix(8)), timestamp \(request.apnsTimestamp)) after #\(activity.shownSequence)")
+            }
             activity.shownTimestamp = request.apnsTimestamp
             activity.shownSequence = request.contentSequence
         }

@@ -180,15 +180,17 @@ final class SimWorld {
 
     // MARK: Invariants checked at the end
 
-    /// Activities whose end ended `awaitingToken` (the activity's token was not registered within
-    /// the dispatcher's token wait: its push-to-start was held by the device's budget, say).
+    /// Activities whose end ended `awaitingToken` while no active token of theirs was on the topic
+    /// (the app had not registered it: its push-to-start was held by the device's budget, say).
     func endsGivenUp() -> Set<String> {
         var given: Set<String> = []
         for partition in 0..<outcomes.partitionCount {
             for record in outcomes.records(partition) {
                 guard case .outcome(let outcome) = record.value, outcome.result == .awaitingToken,
-                    let request = requestsById[outcome.requestId], request.event == .end, let activityId = request.activityId
+                    let request = requestsById[outcome.requestId], request.event == .end, let activityId = request.activityId, let key = request.key
                 else { continue }
+                // A token registered meanwhile should have been used: no excuse then.
+                if tokenRecord(forKey: key, asOf: outcome.completedAt)?.state == .active { continue }
                 given.insert(activityId)
             }
         }
@@ -220,7 +222,8 @@ final class SimWorld {
             if results.isEmpty {
                 violate("one outcome", "\(described) has no final outcome")
             } else if results.count > 1 {
-                if !sentTwiceAllowed.contains(requestId) {
+                // Sent again by the next owner: this owner's outcome and the next owner's, no more.
+                if !sentTwiceAllowed.contains(requestId) || results.count > 2 {
                     violate("one outcome", "\(described) has \(results.map(\.result.rawValue))")
                 }
             }

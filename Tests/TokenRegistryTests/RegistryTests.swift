@@ -172,19 +172,64 @@ struct RegistryTests {
             return
         }
         #expect(publisher.records.map(\.state) == [.active, .active, .invalidated])
-        // b's reader reaches offset 1: a registration before its invalidation that the verdict does not kill.
+        // b's reader reaches offset 1 (noted: before its invalidation), then its invalidation: the
+        // last record before it is a registration the verdict does not kill.
         #expect(!b.table.apply(publisher.records[1], key: key, at: .init(partition: 0, offset: 1)), "older than the invalidation: not taken")
-        await b.readBehind(publisher.records[1], key: key, at: .init(partition: 0, offset: 1))?.value
+        #expect(b.readBehind(publisher.records[1], key: key, at: .init(partition: 0, offset: 1)) == nil, "noted; decided at the invalidation")
+        await b.readBehind(publisher.records[2], key: key, at: .init(partition: 0, offset: 2))?.value
         #expect(publisher.records.map(\.state) == [.active, .active, .invalidated, .active], "written again after the invalidation")
         #expect(publisher.records.last?.registeredAt == publisher.records[1].registeredAt)
         #expect(b.table.record(forKey: key)?.state == .active)
         // Read again (a restart), nothing more is written.
-        #expect(b.readBehind(publisher.records[1], key: key, at: .init(partition: 0, offset: 1)) == nil)
-        // A registration the verdict does kill (from before APNs's time) is not written again.
-        let c = makeRegistry()
-        c.table.apply(publisher.records[0], key: key, at: .init(partition: 0, offset: 0))
-        _ = try await c.handle(outcome)
-        #expect(c.readBehind(publisher.records[0], key: key, at: .init(partition: 0, offset: 0)) == nil)
+        #expect(b.readBehind(publisher.records[2], key: key, at: .init(partition: 0, offset: 2)) == nil)
+    }
+
+    @Test("two instances: what stands before the invalidation on the topic decides — an end, or a registration the verdict kills, is not undone; a rotation is written again")
+    func laggingInstanceRepairsOnlyWhatTheVerdictSpares() async throws {
+        let key = "com.example.food/a1"
+        func verdict(at date: Date) -> PushOutcome {
+            PushOutcome(
+                requestId: "r1", activityId: "a1", result: .tokenInvalid, apns: .init(status: 410, reason: "Unregistered", timestamp: date),
+                attempts: 1, tokenFingerprint: TokenFingerprint.of(token: hexToken(1)), completedAt: clock.date, bundleId: "com.example.food")
+        }
+        // a registers, then a confirms and the app ends the activity on a (b reads neither); b invalidates.
+        let a = makeRegistry(), b = makeRegistry()
+        _ = try await a.registerActivityToken(user: "u1", activityId: "a1", activityRequest())  // 0
+        let registered = clock.date
+        b.table.apply(publisher.records[0], key: key, at: .init(partition: 0, offset: 0))
+        clock.advance(30)
+        _ = try await a.registerActivityToken(user: "u1", activityId: "a1", activityRequest())  // 1: confirmed
+        _ = try await a.invalidateActivity(user: "u1", activityId: "a1", reason: .clientEnded)  // 2: ended
+        _ = try await b.handle(verdict(at: registered.addingTimeInterval(10)))  // 3: b's invalidation
+        for offset in 1...3 { b.readBehind(publisher.records[offset], key: key, at: .init(partition: 0, offset: Int64(offset))) }
+        #expect(publisher.records.count == 4, "the app's end stands: nothing written again")
+
+        // a rotates the token (b reads it late); b's invalidation of the old token undid the rotation.
+        let c = makeRegistry(), d = makeRegistry()
+        let key2 = "com.example.food/a2"
+        _ = try await c.registerActivityToken(user: "u1", activityId: "a2", activityRequest())  // 4
+        d.table.apply(publisher.records[4], key: key2, at: .init(partition: 0, offset: 4))
+        clock.advance(30)
+        #expect(try await c.registerActivityToken(user: "u1", activityId: "a2", activityRequest(token: hexToken(2))).change == .rotated)  // 5
+        var old = verdict(at: clock.date)
+        old.activityId = "a2"
+        _ = try await d.handle(old)  // 6: d invalidates the old token's record
+        d.readBehind(publisher.records[5], key: key2, at: .init(partition: 0, offset: 5))
+        await d.readBehind(publisher.records[6], key: key2, at: .init(partition: 0, offset: 6))?.value
+        #expect(publisher.records.last?.token == hexToken(2) && publisher.records.last?.state == .active, "the rotation is written again")
+
+        // A registration from before APNs's verdict is killed by it: not written again.
+        let e = makeRegistry(), f = makeRegistry()
+        let key3 = "com.example.food/a3"
+        _ = try await e.registerActivityToken(user: "u1", activityId: "a3", activityRequest())  // 8
+        let before = publisher.records.count
+        f.table.apply(publisher.records[before - 1], key: key3, at: .init(partition: 0, offset: Int64(before - 1)))
+        clock.advance(30)
+        var late = verdict(at: clock.date)
+        late.activityId = "a3"
+        _ = try await f.handle(late)
+        #expect(f.readBehind(publisher.records[before], key: key3, at: .init(partition: 0, offset: Int64(before))) == nil)
+        #expect(publisher.records.count == before + 1)
     }
 
     @Test("a new token rotates: the record carries it with a new registration time; uppercase hex is the same token")
