@@ -557,7 +557,7 @@ let package = Package(
         .testTarget(
             name: "SimulationTests",
             dependencies: [
-                "APNsDispatcher", "ContentService", "TokenRegistry", "IsletMessages", "IsletKafka", "IsletTokens",
+                "APNsDispatcher", "ContentService", "TokenRegistry", "IsletMessages", "IsletKafka", "IsletTokens", "IsletLinks",
                 .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

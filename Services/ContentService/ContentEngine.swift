@@ -218,7 +218,16 @@ public final class ContentEngine: Sendable {
         if let partition { memory.partition = partition }
         // An event that is not applied is still checked: a caller (gRPC) learns that it is invalid.
         var ignored: String?
-        if let last = memory.lastSequence, event.sequence <= last {
+        // An end whose alerting update was written and the end not (its writer stopped between
+        // the two, or Kafka refused the end while the partition moved): the event is read again
+        // by the next owner, whose memory has its sequence from the update. The end is still owed.
+        let writtenInPart = event.kind == .end && !memory.ended && memory.lastSequence == event.sequence
+            ? memory.latest.flatMap { latest -> String? in
+                let bundleId = String(activityKey.prefix { $0 != "/" })
+                let alert = RequestIds.alertBeforeEnd(bundleId: bundleId, activityId: event.activityId, eventId: event.eventId)
+                return latest.isRequest(alert) ? alert : nil
+            } : nil
+        if writtenInPart == nil, let last = memory.lastSequence, event.sequence <= last {
             ignored = event.sequence == last ? "duplicate sequence \(event.sequence)" : "sequence \(event.sequence) is older than \(last)"
         } else if memory.ended, event.kind != .start {
             ignored = "the activity has ended"
@@ -260,7 +269,7 @@ public final class ContentEngine: Sendable {
             event, app: app, appVersion: version, locale: record?.locale, memory: &memory, now: clock.date, images: images, timestampFloor: floor,
             tokenRegisteredAt: registeredAt)
         if let ignored { return .ignore(ignored) }
-        return .send(Prepared(requests: result.requests, shrinks: result.shrinks, activityKey: activityKey, memory: memory))
+        return .send(Prepared(requests: result.requests.filter { $0.requestId != writtenInPart }, shrinks: result.shrinks, activityKey: activityKey, memory: memory))
     }
 
     /// The activity an event is about, of its app (`<bundleId>/<activityId>`; activity ids are

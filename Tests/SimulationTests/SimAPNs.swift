@@ -159,12 +159,24 @@ final class SimPhones {
             world.violate(
                 "timestamps", "\(request.requestId.prefix(8)) of \(activityId) carries a timestamp \(request.apnsTimestamp - Int64(world.now.timeIntervalSince1970)) s ahead")
         }
+        let repeated = deliveries[activityId]?.contains { $0.requestId == request.requestId } ?? false
         // Checked at the end, when it is known which deliveries were recorded.
         deliveries[activityId, default: []].append((request.requestId, request.contentSequence))
         activity.deliveredSequence = max(activity.deliveredSequence, request.contentSequence)
-        // iOS drops an update older than what it shows (an equal timestamp is not older).
+        // iOS drops an update older than what it shows (an equal timestamp is not older): newer
+        // content stamped older than what is shown is hidden.
+        if request.apnsTimestamp < activity.shownTimestamp && request.contentSequence > activity.shownSequence {
+            world.violate(
+                "newer hidden",
+                "\(activityId) ignores #\(request.contentSequence) (\(request.requestId.prefix(8)), timestamp \(request.apnsTimestamp)): it shows #\(activity.shownSequence), timestamp \(activity.shownTimestamp)")
+        }
         if request.apnsTimestamp >= activity.shownTimestamp {
-            if request.contentSequence < activity.shownSequence {
+            // (Except a repeat the contract allows — delivered by an owner that lost its partition
+            // or was killed before its outcome was written, sent again by the next — stamped equal
+            // to what a burst stamped after it: shown until the later ones, sent again after it,
+            // arrive. docs/operations.md says so.)
+            let allowedRepeat = (repeated || world.sentTwiceAllowed.contains(request.requestId)) && request.apnsTimestamp == activity.shownTimestamp
+            if request.contentSequence < activity.shownSequence && !allowedRepeat {
                 world.violate(
                     "older shown",
                     "\(activityId) shows #\(request.contentSequence) (\(request.requestId.prefix(8)), timestamp \(request.apnsTimestamp)) after #\(activity.shownSequence)")

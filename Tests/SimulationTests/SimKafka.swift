@@ -5,6 +5,7 @@ import IsletMessages
 /// What a simulated record carries: the typed message (the simulation does not encode JSON; the
 /// services' codecs have their own tests).
 enum SimValue {
+    case event(ActivityEvent)
     case request(PushRequest)
     case outcome(PushOutcome)
     case token(TokenRecord)

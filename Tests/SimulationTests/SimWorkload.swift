@@ -2,28 +2,24 @@ import ContentService
 import Foundation
 import IsletMessages
 
-/// The app and the backend side, as content-service and token-registry put them on the topics:
-/// activities started by the app (its update token registered at once) or by push-to-start (the
-/// device's push-to-start token registered first; the activity's own token once the phone started
-/// it), updates at random intervals — bursts among them, some alerting (never coalesced), at
-/// priority 10 or 5 — then an end. Requests carry content-service's sequence and timestamp rules.
-/// The writer of requests meets Kafka's faults as content-service does: a refused request is sent
-/// again after a backoff (later requests of the activity may land before it), a request whose
-/// acknowledgement was lost is sent again (a copy on the topic).
+/// The app and the backend: activities started by the app (its update token registered at once)
+/// or by push-to-start (the device's push-to-start token registered first; the activity's own
+/// token once the phone started it), the backend's events on `islet.activity-events.v1` — the
+/// order's states in turn (three of them alert), at random intervals, bursts among them, with
+/// urgencies that ask for priority 10 or 5 — then its end. content-service turns them into
+/// requests. Now and then a token stops working for a while and the app registers it again.
 final class SimWorkload {
     struct Plan {
         var activityId: String
         var device: String
         var byPushToStart: Bool
         var startAt: TimeInterval
-        var updates: [(after: TimeInterval, alerting: Bool, priority: Int)]
-        var endAlerting: Bool
+        var updates: [(after: TimeInterval, urgency: Urgency)]
     }
 
     unowned let world: SimWorld
     private(set) var plans: [Plan] = []
     private var devices: [String: String] = [:]
-    private var lastTimestamp: [String: Int64] = [:]
     private var updateTokens: [String: String] = [:]
     let app = AppTarget(bundleId: SimWorld.bundleId, environment: .production)
 
@@ -53,33 +49,41 @@ final class SimWorkload {
         }
         for index in 0..<activities {
             let burst = random.chance(0.3)
-            var updates: [(TimeInterval, Bool, Int)] = []
+            var updates: [(TimeInterval, Urgency)] = []
             for _ in 0..<random.int(2...8) {
-                updates.append((burst ? random.seconds(0.01, 0.5) : random.seconds(0.5, duration / 8), random.chance(0.25), random.chance(0.7) ? 10 : 5))
+                updates.append((burst ? random.seconds(0.01, 0.5) : random.seconds(0.5, duration / 8), random.pick([.routine, .important, .important, .critical])))
             }
             let plan = Plan(
                 activityId: "order-\(index)", device: "DEVICE-\(random.int(0...(deviceCount - 1)))", byPushToStart: random.chance(0.45),
-                startAt: random.seconds(0, duration / 4), updates: updates, endAlerting: random.chance(0.3))
+                startAt: random.seconds(0, duration / 4), updates: updates)
             plans.append(plan)
             world.scheduler.after(plan.startAt) { [weak self] in self?.begin(plan) }
         }
     }
 
+    /// The order's states in turn (``SimContent/templates``' DeliveryAttributes): out for delivery,
+    /// arriving and delivered alert.
+    static let states = ["preparing", "courier_assigned", "out_for_delivery", "arriving"]
+
     private func begin(_ plan: Plan) {
         if plan.byPushToStart {
-            produce(request(plan.activityId, event: .start, sequence: 0, alerting: true, priority: 10, pushToStart: Self.pushToStartKey(device: plan.device)))
+            send(plan.activityId, .start, sequence: 1, status: "placed", urgency: .important, startTarget: .init(app: app, deviceId: plan.device))
         } else {
             world.phones.startLocally(plan.activityId, device: plan.device, token: "")
             registerUpdateToken(plan.activityId, device: plan.device)
+            // The backend's start, a moment later: the app started the activity, its first content is an update.
+            world.scheduler.after(world.random.seconds(0.05, 2)) { [self] in
+                send(plan.activityId, .start, sequence: 1, status: "placed", urgency: .important)
+            }
         }
-        var at: TimeInterval = 0
+        var at: TimeInterval = 2
         // Now and then the app's token stops working for a while (APNs answers 410, timestamped
         // when it stopped) and the app registers it again; APNs learns of that a moment later,
         // and may answer 410 meanwhile, timestamped before the new registration. The activity
         // goes on: its end comes well after.
         var endNotBefore: TimeInterval = 0
         if !plan.byPushToStart, world.random.chance(0.35) {
-            let deadAt = world.random.seconds(0.5, 20)
+            let deadAt = world.random.seconds(2.5, 20)
             let backAt = deadAt + world.random.seconds(0.5, 25)
             let apnsLag = world.random.seconds(0, 5)
             endNotBefore = backAt + apnsLag + 10
@@ -97,15 +101,14 @@ final class SimWorkload {
         }
         for (index, update) in plan.updates.enumerated() {
             at += update.after
+            let status = Self.states[min(index, Self.states.count - 1)]
             world.scheduler.after(at) { [weak self] in
-                guard let self else { return }
-                self.produce(self.request(plan.activityId, event: .update, sequence: Int64(index + 1), alerting: update.alerting, priority: update.priority))
+                self?.send(plan.activityId, .update, sequence: Int64(index + 2), status: status, urgency: update.urgency, progress: Double(index * 10))
             }
         }
         at = max(at + world.random.seconds(0.1, 10), endNotBefore)
         world.scheduler.after(at) { [weak self] in
-            guard let self else { return }
-            self.produce(self.request(plan.activityId, event: .end, sequence: Int64(plan.updates.count + 1), alerting: plan.endAlerting, priority: 10))
+            self?.send(plan.activityId, .end, sequence: Int64(plan.updates.count + 2), status: "delivered", urgency: .important)
         }
     }
 
@@ -125,40 +128,18 @@ final class SimWorkload {
         world.registry.register(record, key: key)
     }
 
-    /// A request as content-service makes it: its timestamp by content-service's rule (``ContentTimestamps``).
-    private func request(_ activityId: String, event: ActivityEventKind, sequence: Int64, alerting: Bool, priority: Int, pushToStart: String? = nil)
-        -> PushRequest
-    {
-        let timestamp = ContentTimestamps.next(wanted: ContentTimestamps.seconds(world.now), now: world.now, last: lastTimestamp[activityId])
-        lastTimestamp[activityId] = timestamp
-        // The registration content-service's token table holds for the request's key (it reads the
-        // tokens topic a little behind, now and then seconds behind).
-        let key = pushToStart ?? MessageKey.activity(bundleId: SimWorld.bundleId, activityId: activityId)
-        let lag = world.random.chance(0.05) ? world.random.seconds(1, 10) : world.random.seconds(0.001, 0.3)
-        let registeredAt = world.tokenRecord(forKey: key, asOf: world.now.addingTimeInterval(-lag))?.registeredAt
-        var aps = "\"timestamp\":\(timestamp),\"event\":\"\(event.rawValue)\",\"content-state\":{\"seq\":\(sequence),\"note\":\"a/b\"}"
-        if alerting { aps += ",\"alert\":{\"title\":\"Order\",\"body\":\"#\(sequence)\"},\"sound\":\"default\"" }
-        return PushRequest(
-            requestId: world.random.uuid(), activityId: pushToStart == nil ? activityId : nil, pushToStartKey: pushToStart, event: event, app: app,
-            attributesType: SimWorld.attributesType, payload: "{\"aps\":{\(aps)}}", priority: priority, urgency: priority == 10 ? .important : .routine,
-            supersedable: event == .update && !alerting, alerting: alerting, apnsTimestamp: timestamp, contentSequence: sequence, createdAt: world.now,
-            sourceActivityId: activityId, tokenRegisteredAt: registeredAt)
-    }
-
-    /// content-service's send: until Kafka acknowledges it.
-    private func produce(_ request: PushRequest, delay: Double = 0.1) {
-        let world = self.world
-        let refused = world.random.chance(world.faults.produceRefused)
-        let ackLost = !refused && world.random.chance(world.faults.produceAckLost)
-        world.scheduler.after(world.random.seconds(0.001, 0.03)) { [weak self] in
-            guard let self else { return }
-            if !refused { world.append(.request(request), key: request.key ?? "", writer: "content-service") }
-            if refused || ackLost {
-                world.trace("content-service: request \(request.requestId.prefix(8)) \(refused ? "refused" : "stored, acknowledgement lost"): sent again")
-                world.scheduler.after(world.random.seconds(delay, delay * 20)) { self.produce(request, delay: min(delay * 2, 5)) }
-            } else {
-                world.acknowledged.insert(request.requestId)
-            }
-        }
+    /// The backend's event (written once: the backend's producer is not what is under test).
+    private func send(
+        _ activityId: String, _ kind: ActivityEventKind, sequence: Int64, status: String, urgency: Urgency,
+        startTarget: ActivityEvent.PushToStartTarget? = nil, progress: Double = 0
+    ) {
+        let fields: [String: JSONValue] = [
+            "status": .string(status), "orderId": .string(activityId), "courier": .object(["name": .string("Ana")]), "progress": .number(progress),
+        ]
+        let event = ActivityEvent(
+            eventId: "\(activityId)-e\(sequence)", activityId: activityId, kind: kind, attributesType: SimWorld.attributesType, fields: fields,
+            urgency: urgency, occurredAt: world.now, sequence: sequence, startTarget: startTarget,
+            attributes: startTarget == nil ? nil : ["orderId": .string(activityId)], bundleId: SimWorld.bundleId)
+        world.append(.event(event), key: MessageKey.activity(activityId), writer: "backend")
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import IsletKafka
 import IsletMessages
 import NIOCore
 @testable import APNsDispatcher
@@ -9,6 +10,9 @@ struct SimFaults {
     var produceRefused = 0.0
     /// A produce stored whose acknowledgement is lost (the writer tries again: a copy).
     var produceAckLost = 0.0
+    /// A request's produce held by a stalled broker for seconds (it lands late: past a
+    /// revocation's 8 s, after the partition's next owner wrote the activity's next request).
+    var produceStalled = 0.0
     /// A read of recent outcomes cut short.
     var outcomeReadFailure = 0.0
     /// APNs: answers other than 200 (by kind), and no answers.
@@ -22,7 +26,7 @@ struct SimFaults {
     static func draw(_ random: SimRandom) -> SimFaults {
         let level = random.pick([0.0, 0.02, 0.05, 0.12])
         return SimFaults(
-            produceRefused: level * random.unit(), produceAckLost: level * random.unit() / 2, outcomeReadFailure: level * 2 * random.unit(),
+            produceRefused: level * random.unit(), produceAckLost: level * random.unit() / 2, produceStalled: level * random.unit() / 4, outcomeReadFailure: level * 2 * random.unit(),
             tooManyRequests: level * random.unit(), serverError: level * random.unit(), notProcessed: level * random.unit(),
             timeoutBeforeWrite: level * random.unit() / 2, timeoutAfterDelivery: level * random.unit() / 2, slowAnswer: level * random.unit())
     }
@@ -43,6 +47,7 @@ final class SimWorld {
     static let team = "TEAM123456"
     static let attributesType = "DeliveryAttributes"
     static let requestsTopic = "islet.push-requests.v1"
+    static let eventsTopic = "islet.activity-events.v1"
     static let sessionTimeout: TimeInterval = 10
     static let start = Date(timeIntervalSince1970: 1_795_000_000)
 
@@ -51,11 +56,14 @@ final class SimWorld {
     let scheduler: SimScheduler
     let traceLog: SimTrace
     let faults: SimFaults
+    let events: SimTopic
     let requests: SimTopic
     let outcomes: SimTopic
     let tokens: SimTopic
     var dispatchers: SimGroup!
     var dispatcherInstances: [SimDispatcher] = []
+    var contents: SimGroup!
+    var contentInstances: [SimContent] = []
     var apns: SimAPNs!
     var phones: SimPhones!
     var registry: SimRegistry!
@@ -78,6 +86,7 @@ final class SimWorld {
         scheduler = SimScheduler(start: Self.start)
         traceLog = SimTrace(start: Self.start)
         faults = SimFaults.draw(random)
+        events = SimTopic(name: Self.eventsTopic, partitions: partitions)
         requests = SimTopic(name: Self.requestsTopic, partitions: partitions)
         outcomes = SimTopic(name: "islet.push-outcomes.v1", partitions: partitions)
         tokens = SimTopic(name: "islet.tokens.v1", partitions: partitions)
@@ -122,15 +131,21 @@ final class SimWorld {
     /// Stores a record and lets its readers know.
     func append(_ value: SimValue, key: String, writer: String) {
         switch value {
+        case .event(let event):
+            let (partition, offset) = events.append(key, value, at: now)
+            trace("kafka: event \(event.eventId) (\(event.kind.rawValue) #\(event.sequence) of \(event.activityId)) at \(partition)@\(offset)")
+            for content in contentInstances { content.eventAppended(partition: partition) }
         case .request(let request):
             let (partition, offset) = requests.append(key, value, at: now)
             if requestsById[request.requestId] == nil { requestsById[request.requestId] = request }
-            trace("kafka: request \(request.requestId.prefix(8)) (\(request.event.rawValue) #\(request.contentSequence) of \(key)) at \(partition)@\(offset)")
+            trace("kafka: request \(request.requestId.prefix(8)) (\(request.event.rawValue) #\(request.contentSequence) of \(key), t\(request.apnsTimestamp)) by \(writer) at \(partition)@\(offset)")
             for dispatcher in dispatcherInstances { dispatcher.requestAppended(partition: partition) }
+            for content in contentInstances { content.requestAppended(request, partition: partition, offset: offset) }
         case .outcome(let outcome):
             let (partition, offset) = outcomes.append(key, value, at: now)
             trace("kafka: outcome \(outcome.result.rawValue) for \(outcome.requestId.prefix(8)) by \(writer) at \(partition)@\(offset)")
             registry?.outcomeAppended(outcome)
+            for content in contentInstances { content.outcomeAppended(outcome, partition: partition, offset: offset) }
             switch outcome.result {
             case .sending: announced[outcome.requestId, default: [:]][outcome.announcementId ?? ""] = writer
             case .retrying: announced[outcome.requestId]?[outcome.announcementId ?? ""] = nil
@@ -140,6 +155,34 @@ final class SimWorld {
             let (partition, offset) = tokens.append(key, value, at: now)
             trace("kafka: token \(record.state.rawValue) \(record.token.prefix(6)) for \(key) registered \(record.registeredAt.timeIntervalSince(Self.start)) at \(partition)@\(offset)")
             for dispatcher in dispatcherInstances { dispatcher.tokenAppended(partition: partition, offset: offset) }
+            for content in contentInstances { content.tokenAppended(partition: partition, offset: offset) }
+        }
+    }
+
+    /// A request content-service hands to Kafka: stored and acknowledged (its position), refused
+    /// (`nil`: not stored), or stored with its acknowledgement lost (`nil`: the writer sends it
+    /// again, a copy on the topic). One writer's requests to one partition land in the order they
+    /// were handed over (the idempotent producer keeps it), a stall holding those behind it.
+    func produceRequest(_ request: PushRequest, by writer: String, _ done: @escaping (KafkaPosition?) -> Void) {
+        let refused = random.chance(faults.produceRefused)
+        let ackLost = !refused && random.chance(faults.produceAckLost)
+        let latency = random.chance(faults.produceStalled) ? random.seconds(2, 12) : random.seconds(0.001, 0.03)
+        let lane = "\(writer) \(requests.partition(ofKey: request.key ?? ""))"
+        let landing = max(now.addingTimeInterval(latency), (producerLanes[lane] ?? .distantPast).addingTimeInterval(0.0001))
+        producerLanes[lane] = landing
+        scheduler.at(landing) { [self] in
+            if refused {
+                trace("\(writer): request \(request.requestId.prefix(8)) refused by Kafka")
+                return done(nil)
+            }
+            append(.request(request), key: request.key ?? "", writer: writer)
+            let partition = requests.partition(ofKey: request.key ?? "")
+            if ackLost {
+                trace("\(writer): request \(request.requestId.prefix(8)) stored, its acknowledgement lost")
+                return done(nil)
+            }
+            acknowledged.insert(request.requestId)
+            done(KafkaPosition(partition: partition, offset: requests.end(partition) - 1))
         }
     }
 
@@ -148,6 +191,9 @@ final class SimWorld {
     /// session, or when a revocation's or a stop's 8 s ran out: the next owner sends them again
     /// (the same content: a repeat on the phone, no second alert, no second activity) and the
     /// request may show a second outcome (docs/operations.md, what the contract does not cover).
+    /// When the last request a writer handed over for a partition lands.
+    private var producerLanes: [String: Date] = [:]
+
     private(set) var sentTwiceAllowed: Set<String> = []
     func inFlightAtLoss(_ requestId: String) { sentTwiceAllowed.insert(requestId) }
     func startAtRisk(_ requestId: String) { startsAtRisk.insert(requestId) }

@@ -40,9 +40,18 @@ enum Simulation {
         for dispatcher in world.dispatcherInstances {
             world.scheduler.after(random.seconds(0, 1)) { dispatcher.start() }
         }
+        let contentProtocol: SimGroup.RebalanceProtocol = random.chance(0.5) ? .eager : .cooperative
+        world.contents = SimGroup(topic: world.events, rebalanceProtocol: contentProtocol, revocationLimit: 12, world: world)
+        let contentCount = random.int(2...3)
+        world.contentInstances = (1...contentCount).map { SimContent(name: "content-\($0)", world: world) }
+        for content in world.contentInstances { content.replicaLagging = random.pick([0.0, 0.03, 0.3]) }
+        for content in world.contentInstances {
+            world.scheduler.after(random.seconds(0, 1)) { content.start() }
+        }
         // librdkafka commits what was marked every 5 s.
         func autoCommit() {
             world.dispatchers.autoCommit()
+            world.contents.autoCommit()
             world.scheduler.after(5, autoCommit)
         }
         world.scheduler.after(5, autoCommit)
@@ -52,6 +61,23 @@ enum Simulation {
         var described: [String] = []
         for _ in 0..<operations {
             let at = random.seconds(2, workloadSeconds + 30)
+            if random.chance(0.35) {
+                // content-service: kill -9, SIGTERM (a deploy), each with a restart.
+                let content = random.pick(world.contentInstances)
+                if random.chance(0.5) {
+                    let restart = random.seconds(0.5, 20)
+                    described.append("kill -9 \(content.name) at \(Int(at)) s")
+                    world.scheduler.after(at) {
+                        guard content.phase == .running else { return }
+                        content.kill()
+                        world.scheduler.after(restart) { if content.phase == .down { content.start() } }
+                    }
+                } else {
+                    described.append("SIGTERM \(content.name) at \(Int(at)) s")
+                    world.scheduler.after(at) { content.terminate(restartAfter: random.seconds(0.5, 10)) }
+                }
+                continue
+            }
             let dispatcher = random.pick(world.dispatcherInstances)
             switch random.int(0...4) {
             case 0:
@@ -85,7 +111,7 @@ enum Simulation {
         while world.scheduler.runNext(until: end) {}
         world.checkAtEnd()
         let summary = """
-            seed \(seed): \(count) dispatchers, \(rebalanceProtocol) rebalances, remembered \(policy.rememberedFinished), \
+            seed \(seed): \(contentCount) content-services (\(contentProtocol)), \(count) dispatchers, \(rebalanceProtocol) rebalances, remembered \(policy.rememberedFinished), \
             queue \(policy.maximumQueued), in flight \(policy.maximumInFlight); \(workload.plans.count) activities, \
             \(world.requestsById.count) requests; \(described.joined(separator: ", ")); \(world.scheduler.steps) steps
             """

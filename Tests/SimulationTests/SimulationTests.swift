@@ -2,9 +2,9 @@ import Foundation
 import Testing
 
 /// The delivery contract under the operations of a real deployment, by deterministic simulation
-/// (docs/operations.md, "The delivery contract"): every seed is a whole run — dispatchers killed,
-/// stopped, stalled and rejoining while requests flow and APNs misbehaves — checked against the
-/// invariants at its end. A failing seed prints its trace and replays exactly:
+/// (docs/operations.md, "The delivery contract"): every seed is a whole run — content-services and
+/// dispatchers killed, stopped, stalled and rejoining while backend events flow, Kafka refuses or
+/// holds writes and APNs misbehaves — checked against the invariants as it goes and at its end. A failing seed prints its trace and replays exactly:
 /// `scripts/simulate.sh --seed N --verbose`.
 struct SimulationTests {
     /// Seeds run by `swift test` (CI): `ISLET_SIM_SEEDS` of them, from `ISLET_SIM_FIRST_SEED`,

@@ -1,0 +1,394 @@
+import ContentService
+import Foundation
+import IsletKafka
+import IsletLinks
+import IsletMessages
+import IsletTokens
+
+/// The simulation's wall clock: the scheduler's time. (The engine only reads it.)
+final class SimClock: WallClock, @unchecked Sendable {
+    unowned let scheduler: SimScheduler
+    init(scheduler: SimScheduler) { self.scheduler = scheduler }
+    var now: WallInstant { WallInstant(scheduler.now) }
+    var minimumResolution: Duration { .milliseconds(1) }
+    func sleep(until deadline: WallInstant, tolerance: Duration?) async throws {
+        fatalError("the simulation's engines never sleep")
+    }
+}
+
+/// One content-service process in the simulation: the real ``ContentEngine`` (every decision: the
+/// sequence rules, the templates' payloads, timestamps and their partition floors, the alert
+/// policy, the memory, the freshness monitor, what an outcome means), with the real templates,
+/// driven the way ``ContentServiceLoop``, ``RequestSender`` and ``ContentMemoryLoader`` drive it:
+/// - an event read: prepared; its requests committed to the memory, then handed to Kafka in order,
+///   acknowledged in the background (a refused one, or one whose acknowledgement was lost, is sent
+///   again — the same request — before the next event: a later event's request may land first);
+///   the event is marked processed once all its requests are acknowledged, in offset order;
+/// - the freshness monitor every ``FreshnessPolicy/checkInterval``: its requests the same way;
+/// - a partition assigned: its activities' memories restored from the requests and outcomes on the
+///   topics (the changelog is a shortcut to the same), then followed; revoked: its events under
+///   way finish (at most 8 s), its memories kept until the next assignment says whether it came back;
+/// - the token table: every partition of the tokens topic, a little behind.
+/// One lane: an activity's events are in order either way.
+final class SimContent: SimGroupMember, @unchecked Sendable {
+    enum Phase: Equatable { case down, running, draining }
+
+    let name: String
+    unowned let world: SimWorld
+    private(set) var phase = Phase.down
+    private(set) var incarnation = 0
+    private var joins = 0
+    var memberId: String { "\(name).\(incarnation).\(joins)" }
+
+    private var engine: ContentEngine!
+    private var tokens = PartitionTokens.whole()
+    private var tracker = OffsetTracker()
+    private var positions: [Int32: Int64] = [:]
+    private var epochs: [Int32: Int] = [:]
+    private var lastEpoch = 0
+    private var marks: [Int32: Int64] = [:]
+    /// Activity partitions whose memories are here (restored), and those revoked and kept.
+    private var held: Set<Int32> = []
+    private var kept: Set<Int32> = []
+    private var owned: Set<Int32> { Set(positions.keys) }
+    private var readScheduled = false
+    private var busy = false
+    /// Requests Kafka did not take, to send again (in order) before the next event.
+    private var failed: [(request: PushRequest, done: () -> Void)] = []
+    private var repairing = false
+    private var revocations: [(partitions: Set<Int32>, done: () -> Void)] = []
+    private var tokenPositions: [Int32: Int64] = [:]
+    /// How often its replica of the requests topic is seconds behind (a draw per record).
+    var replicaLagging = 0.03
+
+    init(name: String, world: SimWorld) {
+        self.name = name
+        self.world = world
+    }
+
+    var isUp: Bool { phase != .down }
+
+    static let templates: [String: ActivityTemplate] = {
+        let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Services/ContentService/Templates").path
+        return try! TemplateLoader.load(directory: directory)
+    }()
+    static let keyring = LinkKeyring(signing: try! LinkKey(id: "k1", secret: Array("a-simulation-link-key-of-32-bytes!".utf8)))
+
+    // MARK: Process lifecycle
+
+    func start() {
+        precondition(phase == .down)
+        incarnation += 1
+        joins = 1
+        phase = .running
+        tokens = PartitionTokens.whole()
+        engine = ContentEngine(
+            assembler: PayloadAssembler(templates: Self.templates, keyring: Self.keyring), tokens: tokens, clock: SimClock(scheduler: world.scheduler))
+        tracker = OffsetTracker()
+        positions = [:]
+        epochs = [:]
+        marks = [:]
+        held = []
+        kept = []
+        readScheduled = false
+        busy = false
+        failed = []
+        repairing = false
+        revocations = []
+        // The token table: every partition from its start (TokenTableLoader), then followed.
+        tokenPositions = [:]
+        for partition in 0..<world.tokens.partitionCount {
+            tokenPositions[partition] = 0
+            catchUpTokens(partition, to: world.tokens.end(partition))
+        }
+        world.trace("\(name): starts (process \(incarnation))")
+        world.contents.join(self)
+        scheduleMonitor()
+    }
+
+    func kill() {
+        guard phase != .down else { return }
+        world.trace("\(name): killed (kill -9)")
+        phase = .down
+        engine = nil
+        let (group, memberId) = (world.contents!, memberId)
+        world.scheduler.after(SimWorld.sessionTimeout) { group.expire(memberId: memberId) }
+    }
+
+    /// SIGTERM: the consumer stops (its events under way finish, then it commits and leaves).
+    func terminate(restartAfter: TimeInterval?) {
+        guard phase == .running else { return }
+        world.trace("\(name): SIGTERM")
+        phase = .draining
+        let incarnation = self.incarnation
+        world.contents.leave(self) { [weak self] in
+            guard let self, self.incarnation == incarnation else { return }
+            self.world.trace("\(self.name): stopped")
+            self.phase = .down
+            self.engine = nil
+            if let restartAfter { self.world.scheduler.after(restartAfter) { [weak self] in self?.start() } }
+        }
+    }
+
+    // MARK: The group's calls
+
+    func revoke(_ partitions: [Int32], done: @escaping () -> Void) {
+        guard isUp, engine != nil else { return done() }
+        world.trace("\(name): revoking \(partitions)")
+        tracker.beginRevoking(partitions.map { KafkaTopicPartition(topic: SimWorld.eventsTopic, partition: $0) })
+        tracker.abandonUnstarted(Set(partitions.map { KafkaTopicPartition(topic: SimWorld.eventsTopic, partition: $0) }))
+        revocations.append((Set(partitions), done))
+        let incarnation = self.incarnation
+        world.scheduler.after(8) { [weak self] in
+            guard let self, self.incarnation == incarnation else { return }
+            if let index = self.revocations.firstIndex(where: { $0.partitions == Set(partitions) }) {
+                self.world.trace("\(self.name): its revoked partitions' events did not finish within 8 s")
+                self.revocations.remove(at: index).done()
+            }
+        }
+        checkRevocations()
+    }
+
+    func marked(_ partition: Int32) -> Int64? { isUp ? marks[partition] : nil }
+
+    func revocationTimedOut(_ partitions: [Int32]) {}
+
+    func revoked(_ partitions: [Int32]) {
+        guard isUp, engine != nil else { return }
+        tracker.revoke(partitions.map { KafkaTopicPartition(topic: SimWorld.eventsTopic, partition: $0) })
+        revocations.removeAll { !$0.partitions.isDisjoint(with: partitions) }
+        for partition in partitions {
+            positions[partition] = nil
+            epochs[partition] = nil
+            marks[partition] = nil
+        }
+        // Kept until the next assignment (ContentMemoryLoader.revoked); timestamp floors released.
+        kept.formUnion(partitions)
+        engine.releaseTimestampFloors(partitions)
+        world.trace("\(name): revoked \(partitions)")
+        scheduleRead()
+    }
+
+    func assigned(_ partitions: [Int32]) {
+        guard isUp, engine != nil else { return }
+        world.trace("\(name): assigned \(partitions)")
+        // ContentMemoryLoader.restore: those kept and not given back are forgotten; those not held
+        // are read from the topics (their activities' requests and outcomes).
+        let gone = kept.subtracting(partitions)
+        kept = []
+        if !gone.isEmpty {
+            held.subtract(gone)
+            _ = engine.forget(partitions: gone)
+        }
+        let missing = Set(partitions).subtracting(held)
+        held.formUnion(missing)
+        if !missing.isEmpty { restore(missing) }
+        for partition in partitions {
+            lastEpoch += 1
+            epochs[partition] = lastEpoch
+            positions[partition] = world.contents.committedOffset(partition)
+        }
+        engine.trackChanges(of: owned)
+        scheduleRead()
+    }
+
+    /// The activities of `partitions`, from the requests and outcomes topics.
+    private func restore(_ partitions: Set<Int32>) {
+        for partition in 0..<world.requests.partitionCount {
+            for record in world.requests.records(partition) {
+                guard case .request(let request) = record.value, let activityPartition = activityPartition(of: request),
+                    partitions.contains(activityPartition)
+                else { continue }
+                engine.replay(request, partition: activityPartition, storedAt: KafkaPosition(partition: partition, offset: record.offset))
+            }
+        }
+        for partition in 0..<world.outcomes.partitionCount {
+            for record in world.outcomes.records(partition) {
+                guard case .outcome(let outcome) = record.value, let activityId = outcome.activityId ?? requestActivity(outcome.requestId),
+                    partitions.contains(world.events.partition(ofKey: activityId))
+                else { continue }
+                engine.record(outcome, at: KafkaPosition(partition: partition, offset: record.offset))
+            }
+        }
+    }
+
+    private func activityPartition(of request: PushRequest) -> Int32? {
+        (request.activityId ?? request.sourceActivityId).map { world.events.partition(ofKey: $0) }
+    }
+
+    private func requestActivity(_ requestId: String) -> String? { world.requestsById[requestId]?.sourceActivityId }
+
+    // MARK: Following the topics
+
+    /// A request written (by anyone): applied when its activity's memory is here.
+    func requestAppended(_ request: PushRequest, partition: Int32, offset: Int64) {
+        guard isUp, engine != nil, let activityPartition = activityPartition(of: request), held.contains(activityPartition) else { return }
+        let incarnation = self.incarnation
+        // A replica of the topic a little behind, now and then (often, in some runs) seconds behind.
+        let lag = world.random.chance(replicaLagging) ? world.random.seconds(1, 6) : world.random.seconds(0.001, 0.2)
+        world.scheduler.after(lag) { [weak self] in
+            guard let self, self.incarnation == incarnation, self.engine != nil, self.held.contains(activityPartition) else { return }
+            self.engine.replay(request, partition: activityPartition, storedAt: KafkaPosition(partition: partition, offset: offset))
+        }
+    }
+
+    func outcomeAppended(_ outcome: PushOutcome, partition: Int32, offset: Int64) {
+        guard isUp, engine != nil, let activityId = outcome.activityId ?? requestActivity(outcome.requestId) else { return }
+        let activityPartition = world.events.partition(ofKey: activityId)
+        guard held.contains(activityPartition) else { return }
+        let incarnation = self.incarnation
+        world.scheduler.after(world.random.seconds(0.001, 0.5)) { [weak self] in
+            guard let self, self.incarnation == incarnation, self.engine != nil, self.held.contains(activityPartition) else { return }
+            self.engine.record(outcome, at: KafkaPosition(partition: partition, offset: offset))
+        }
+    }
+
+    func tokenAppended(partition: Int32, offset: Int64) {
+        guard isUp, tokenPositions[partition] != nil else { return }
+        let incarnation = self.incarnation
+        let lag = world.random.chance(0.03) ? world.random.seconds(1, 10) : world.random.seconds(0.001, 0.3)
+        world.scheduler.after(lag) { [weak self] in
+            guard let self, self.incarnation == incarnation, self.isUp else { return }
+            self.catchUpTokens(partition, to: offset + 1)
+        }
+    }
+
+    private func catchUpTokens(_ partition: Int32, to end: Int64) {
+        guard var position = tokenPositions[partition] else { return }
+        let records = world.tokens.records(partition)
+        while position < end {
+            if case .token(let token) = records[Int(position)].value { tokens.apply(token, key: records[Int(position)].key, partition: partition, offset: position) }
+            position += 1
+        }
+        tokenPositions[partition] = position
+    }
+
+    // MARK: Events
+
+    func eventAppended(partition: Int32) {
+        if positions[partition] != nil { scheduleRead() }
+    }
+
+    private func scheduleRead() {
+        guard phase == .running, !readScheduled, !busy else { return }
+        readScheduled = true
+        let incarnation = self.incarnation
+        world.scheduler.after(world.random.seconds(0.0005, 0.01)) { [weak self] in
+            guard let self, self.incarnation == incarnation else { return }
+            self.readScheduled = false
+            self.readNext()
+        }
+    }
+
+    private func readNext() {
+        guard phase == .running, !busy, engine != nil else { return }
+        // Requests Kafka refused go again first, before anything that may follow them.
+        if !failed.isEmpty { return repair() }
+        let ready = positions.filter { $0.value < world.events.end($0.key) }.map(\.key).sorted()
+        guard !ready.isEmpty else { return }
+        let partition = world.random.pick(ready)
+        let offset = positions[partition]!
+        positions[partition] = offset + 1
+        let message = world.events.message(partition, offset)
+        guard let work = tracker.beginWork(message), tracker.start(work) else { return scheduleRead() }
+        guard case .event(let event) = world.events.records(partition)[Int(offset)].value else { fatalError() }
+        let decision: ContentEngine.Decision
+        do {
+            decision = try engine.prepare(event, partition: partition)
+        } catch {
+            world.trace("\(name): event \(event.eventId) of \(event.activityId) refused: \(error.description)")
+            complete(work)
+            return scheduleRead()
+        }
+        switch decision {
+        case .ignore(let why):
+            world.trace("\(name): event \(event.eventId) of \(event.activityId) ignored: \(why)")
+            complete(work)
+        case .send(let prepared):
+            world.trace("\(name): event \(event.eventId) (#\(event.sequence) of \(event.activityId)) → \(prepared.requests.map { "\($0.event.rawValue) \($0.requestId.prefix(8)) t\($0.apnsTimestamp)" })")
+            enqueue(prepared) { [weak self] in self?.complete(work) }
+        }
+        scheduleRead()
+    }
+
+    private func complete(_ work: OffsetTracker.Work) {
+        if let release = tracker.complete(work), positions[release.partition] != nil {
+            marks[release.partition] = max(marks[release.partition] ?? 0, release.offset + 1)
+        }
+        checkRevocations()
+    }
+
+    /// RequestSender.enqueue: the memory moves on, the requests go to Kafka in order.
+    private func enqueue(_ prepared: ContentEngine.Prepared, done: @escaping () -> Void) {
+        engine.commit(prepared)
+        var remaining = prepared.requests.count
+        guard remaining > 0 else { return done() }
+        let one = { remaining -= 1; if remaining == 0 { done() } }
+        for request in prepared.requests { produce(request, done: one) }
+    }
+
+    private func produce(_ request: PushRequest, done: @escaping () -> Void) {
+        let incarnation = self.incarnation
+        world.produceRequest(request, by: name) { [weak self] position in
+            guard let self, self.incarnation == incarnation, self.engine != nil else { return }
+            if let position {
+                self.engine.stored(request, at: position)
+                done()
+            } else {
+                self.failed.append((request, done))
+                self.scheduleRead()
+            }
+        }
+    }
+
+    /// RequestSender.repair: each refused request again, in order, until Kafka takes it.
+    private func repair() {
+        guard !repairing, let (request, done) = failed.first else { return }
+        repairing = true
+        busy = true
+        let incarnation = self.incarnation
+        world.trace("\(name): sends \(request.requestId.prefix(8)) again")
+        world.produceRequest(request, by: name) { [weak self] position in
+            guard let self, self.incarnation == incarnation, self.engine != nil else { return }
+            self.repairing = false
+            self.busy = false
+            if let position {
+                self.failed.removeFirst()
+                self.engine.stored(request, at: position)
+                done()
+            }
+            self.scheduleRead()
+        }
+    }
+
+    private func checkRevocations() {
+        var index = 0
+        while index < revocations.count {
+            let partitions = Set(revocations[index].partitions.map { KafkaTopicPartition(topic: SimWorld.eventsTopic, partition: $0) })
+            if !tracker.isOpen(in: partitions) {
+                world.trace("\(name): its revoked partitions' events finished")
+                revocations.remove(at: index).done()
+            } else {
+                index += 1
+            }
+        }
+    }
+
+    // MARK: The freshness monitor
+
+    private func scheduleMonitor() {
+        let incarnation = self.incarnation
+        world.scheduler.after(5) { [weak self] in
+            guard let self, self.incarnation == incarnation, self.phase == .running, self.engine != nil else { return }
+            if self.failed.isEmpty {
+                for prepared in self.engine.sweep(owned: self.owned) {
+                    self.world.trace("\(self.name): freshness monitor: \(prepared.requests.map { "\($0.event.rawValue) of \($0.activityId ?? "")" })")
+                    self.enqueue(prepared) {}
+                }
+            }
+            // (Until the end of the run's activity: the monitor stops with the workload's horizon.)
+            if self.world.now.timeIntervalSince(SimWorld.start) < Simulation.runSeconds - 60 { self.scheduleMonitor() }
+        }
+    }
+}
