@@ -220,13 +220,13 @@ public final class ContentEngine: Sendable {
         var ignored: String?
         // An end whose alerting update was written and the end not (its writer stopped between
         // the two, or Kafka refused the end while the partition moved): the event is read again
-        // by the next owner, whose memory has its sequence from the update. The end is still owed.
-        let writtenInPart = event.kind == .end && !memory.ended && memory.lastSequence == event.sequence
-            ? memory.latest.flatMap { latest -> String? in
-                let bundleId = String(activityKey.prefix { $0 != "/" })
-                let alert = RequestIds.alertBeforeEnd(bundleId: bundleId, activityId: event.activityId, eventId: event.eventId)
-                return latest.isRequest(alert) ? alert : nil
-            } : nil
+        // by the next owner, whose memory has its sequence from the update (and its content, also
+        // when the freshness monitor sent it again since). The end is still owed.
+        let writtenInPart: String? = {
+            guard event.kind == .end, !memory.ended, memory.lastSequence == event.sequence else { return nil }
+            let alert = RequestIds.alertBeforeEnd(bundleId: String(activityKey.prefix { $0 != "/" }), activityId: event.activityId, eventId: event.eventId)
+            return memory.contentRequestId == alert ? alert : nil
+        }()
         if writtenInPart == nil, let last = memory.lastSequence, event.sequence <= last {
             ignored = event.sequence == last ? "duplicate sequence \(event.sequence)" : "sequence \(event.sequence) is older than \(last)"
         } else if memory.ended, event.kind != .start {

@@ -588,6 +588,32 @@ struct EngineTests {
         #expect(h.outcomes(4).last?.requestId == waiting[4].requestId)
     }
 
+    @Test("requests waiting for their token are bounded in number too (maximumAwaitingRequests), not only activities: alerting updates, which are never coalesced, past the limit give up (issue 57)")
+    func awaitingRequestsAreBounded() throws {
+        var policy = DispatcherPolicy()
+        policy.maximumQueued = 2
+        policy.maximumAwaitingRequests = 4
+        let h = EngineHarness(policy: policy)
+        // One tokenless activity, ten alerting updates: each would be 4 KB held for 2 minutes.
+        var sent: [PushRequest] = []
+        for sequence in 1...10 {
+            let request = h.request("tokenless", sequence: Int64(sequence), supersedable: false, alerting: true)
+            sent.append(request)
+            h.submit(request)
+            #expect(h.machine.queued <= policy.maximumQueued + policy.maximumAwaitingRequests, "held: \(h.machine.queued)")
+        }
+        // Past the limit the activity whose wait ends first gives up what it has waiting.
+        let gaveUp = h.outcomes(5)
+        #expect(gaveUp.allSatisfy { $0.result == .awaitingToken }, "\(gaveUp.map(\.result.rawValue)) \(gaveUp.map(\.detail))")
+        #expect(h.machine.queued <= policy.maximumAwaitingRequests)
+        // The token arrives: what still waits goes, nothing given up is sent.
+        let waiting = sent.count - gaveUp.count
+        h.register("tokenless", token: hexToken(7))
+        let all = h.outcomes(10)
+        #expect(all.count == 10 && Set(all.map(\.requestId)) == Set(sent.map(\.requestId)), "one outcome each")
+        #expect(h.sender.sent.count == waiting)
+    }
+
     @Test("no token yet: the request waits, newer content replaces it, and the latest is sent once the token arrives; still none at the end of the wait: awaitingToken, never tokenInvalid")
     func awaitingToken() throws {
         let h = EngineHarness()

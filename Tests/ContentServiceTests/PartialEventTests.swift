@@ -38,6 +38,19 @@ struct PartialEventTests {
         next.commit(owed)
         if case .send = try next.prepare(end, partition: 1) { Issue.record("the end was written: the event again is a duplicate") }
 
+        // The freshness monitor sent the alert's content again before the event was read again:
+        // the end is still owed.
+        let resent = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now.addingTimeInterval(10)))
+        var resend = ending.requests[0]
+        resend.requestId = RequestIds.resend(of: resend.requestId, number: 1)
+        resend.sourceEventId = nil
+        resend.apnsTimestamp += 1
+        resend.createdAt = now.addingTimeInterval(5)
+        for request in [update.requests[0], ending.requests[0], resend] { resent.replay(request, partition: 1) }
+        let owedAfterResend = try #require(try prepared(resent, end), "a re-send in between does not make the event a duplicate")
+        #expect(owedAfterResend.requests.map(\.requestId) == [ending.requests[1].requestId])
+        #expect((owedAfterResend.requests.first?.apnsTimestamp ?? 0) > resend.apnsTimestamp, "not older than the re-send shown")
+
         // Both on the topic: a duplicate, as before.
         let whole = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now.addingTimeInterval(10)))
         for request in update.requests + ending.requests { whole.replay(request, partition: 1) }

@@ -11,7 +11,7 @@ import NIOCore
 final class SimAPNs {
     unowned let world: SimWorld
     /// Requests APNs may have delivered (it took an attempt it did not refuse).
-    private var taken: Set<String> = []
+    private(set) var taken: Set<String> = []
 
     init(world: SimWorld) { self.world = world }
 
@@ -155,36 +155,42 @@ final class SimPhones {
             return
         }
         guard let activityId = target.activityId, var activity = activities[activityId] else { return }
-        if request.apnsTimestamp > Int64(world.now.timeIntervalSince1970) + Self.timestampLead {
-            world.violate(
-                "timestamps", "\(request.requestId.prefix(8)) of \(activityId) carries a timestamp \(request.apnsTimestamp - Int64(world.now.timeIntervalSince1970)) s ahead")
+        // What iOS reads: the payload as sent (the request's own fields may differ from a copy's).
+        let aps = (try? JSONSerialization.jsonObject(with: Data(payload.utf8)) as? [String: Any])?["aps"] as? [String: Any]
+        guard let timestamp = (aps?["timestamp"] as? NSNumber)?.int64Value, let event = aps?["event"] as? String else {
+            return world.violate("payload", "\(request.requestId.prefix(8)) reached \(activityId) without aps.timestamp and aps.event")
         }
-        let repeated = deliveries[activityId]?.contains { $0.requestId == request.requestId } ?? false
+        if timestamp > Int64(world.now.timeIntervalSince1970) + Self.timestampLead {
+            world.violate(
+                "timestamps", "\(request.requestId.prefix(8)) of \(activityId) carries a timestamp \(timestamp - Int64(world.now.timeIntervalSince1970)) s ahead")
+        }
         // Checked at the end, when it is known which deliveries were recorded.
         deliveries[activityId, default: []].append((request.requestId, request.contentSequence))
         activity.deliveredSequence = max(activity.deliveredSequence, request.contentSequence)
         // iOS drops an update older than what it shows (an equal timestamp is not older): newer
         // content stamped older than what is shown is hidden.
-        if request.apnsTimestamp < activity.shownTimestamp && request.contentSequence > activity.shownSequence {
+        if timestamp < activity.shownTimestamp && request.contentSequence > activity.shownSequence {
             world.violate(
                 "newer hidden",
-                "\(activityId) ignores #\(request.contentSequence) (\(request.requestId.prefix(8)), timestamp \(request.apnsTimestamp)): it shows #\(activity.shownSequence), timestamp \(activity.shownTimestamp)")
+                "\(activityId) ignores #\(request.contentSequence) (\(request.requestId.prefix(8)), timestamp \(timestamp)): it shows #\(activity.shownSequence), timestamp \(activity.shownTimestamp)")
         }
-        if request.apnsTimestamp >= activity.shownTimestamp {
+        if timestamp >= activity.shownTimestamp {
             // (Except a repeat the contract allows — delivered by an owner that lost its partition
             // or was killed before its outcome was written, sent again by the next — stamped equal
             // to what a burst stamped after it: shown until the later ones, sent again after it,
             // arrive. docs/operations.md says so.)
-            let allowedRepeat = (repeated || world.sentTwiceAllowed.contains(request.requestId)) && request.apnsTimestamp == activity.shownTimestamp
+            let allowedRepeat = world.sentTwiceAllowed.contains(request.requestId) && timestamp == activity.shownTimestamp
             if request.contentSequence < activity.shownSequence && !allowedRepeat {
                 world.violate(
                     "older shown",
-                    "\(activityId) shows #\(request.contentSequence) (\(request.requestId.prefix(8)), timestamp \(request.apnsTimestamp)) after #\(activity.shownSequence)")
+                    "\(activityId) shows #\(request.contentSequence) (\(request.requestId.prefix(8)), timestamp \(timestamp)) after #\(activity.shownSequence)")
             }
-            activity.shownTimestamp = request.apnsTimestamp
+            activity.shownTimestamp = timestamp
             activity.shownSequence = request.contentSequence
+            // An end older than what is shown is dropped like an update (the activity then never
+            // ends: "activity ends" at the end of the run).
+            if event == "end" { activity.ended = true }
         }
-        if request.event == .end { activity.ended = true }
         activities[activityId] = activity
         world.trace("phone \(target.device): \(activityId) shows #\(activity.shownSequence)\(activity.ended ? " (ended)" : "")")
     }
@@ -197,8 +203,9 @@ final class SimPhones {
     /// allowance: the next owner cannot know it went, and may send older content after it — iOS
     /// shows the newer, by its timestamp.)
     /// `endsGivenUp`: activities whose end the dispatcher gave up waiting for their token: that
-    /// the phone shows them still is content-service's to repair (its freshness monitor, once the
-    /// token comes), which this simulation does not run yet.
+    /// the phone shows them still is content-service's to repair once the token comes, which it
+    /// does not do yet (docs/operations.md, "Not simulated yet").
+    /// `older after newer` passes over a request delivered again (the same content again).
     func checkAtEnd(endsGivenUp: Set<String>) {
         for (activityId, list) in deliveries.sorted(by: { $0.key < $1.key }) {
             var newest = Int64.min

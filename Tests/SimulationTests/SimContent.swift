@@ -377,14 +377,40 @@ final class SimContent: SimGroupMember, @unchecked Sendable {
 
     // MARK: The freshness monitor
 
+    /// One pass (FreshnessMonitor): re-sends of content that went stale or was not delivered, ends
+    /// of activities past their lifetime. (The token invalidation that follows such an end is not
+    /// written: token-registry's side of it is not simulated.)
+    private func sweep() {
+        for prepared in engine.sweep(owned: owned) {
+            world.trace("\(name): freshness monitor: \(prepared.requests.map { "\($0.event.rawValue) \($0.requestId.prefix(8)) of \($0.activityId ?? "")" })")
+            enqueue(prepared) {}
+        }
+    }
+
     private func scheduleMonitor() {
         let incarnation = self.incarnation
         world.scheduler.after(5) { [weak self] in
             guard let self, self.incarnation == incarnation, self.phase == .running, self.engine != nil else { return }
             if self.failed.isEmpty {
-                for prepared in self.engine.sweep(owned: self.owned) {
-                    self.world.trace("\(self.name): freshness monitor: \(prepared.requests.map { "\($0.event.rawValue) of \($0.activityId ?? "")" })")
-                    self.enqueue(prepared) {}
+                self.sweep()
+                // Activities whose latest payload is on Kafka only (acknowledged, so not kept in
+                // memory): read there (RequestPayloads), handed back, looked at again.
+                let wanted = self.engine.takePayloadsToRead()
+                if !wanted.isEmpty {
+                    var found: [String: (position: KafkaPosition, request: PushRequest)] = [:]
+                    var lost: [ContentEngine.PayloadToRead] = []
+                    for item in wanted {
+                        let records = self.world.requests.records(item.position.partition)
+                        if Int(item.position.offset) < records.count, case .request(let request) = records[Int(item.position.offset)].value,
+                            request.requestId == item.requestId
+                        {
+                            found[item.activityKey] = (item.position, request)
+                        } else {
+                            lost.append(item)
+                        }
+                    }
+                    self.engine.restorePayloads(found, lost: lost)
+                    self.sweep()
                 }
             }
             // (Until the end of the run's activity: the monitor stops with the workload's horizon.)

@@ -109,6 +109,7 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
         guard phase != .down else { return }
         world.trace("\(name): killed (kill -9)")
         world.killed(self)
+        markUnrecorded(partitions: nil)
         phase = .down
         machine = nil
         let (group, memberId) = (world.dispatchers!, memberId)

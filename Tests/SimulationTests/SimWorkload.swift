@@ -53,6 +53,12 @@ final class SimWorkload {
             for _ in 0..<random.int(2...8) {
                 updates.append((burst ? random.seconds(0.01, 0.5) : random.seconds(0.5, duration / 8), random.pick([.routine, .important, .important, .critical])))
             }
+            // Now and then the backend goes quiet for minutes: the content goes stale on the
+            // phone, and content-service's freshness monitor sends it again.
+            if random.chance(0.3) {
+                let quiet = random.int(0...(updates.count - 1))
+                updates[quiet].0 += random.seconds(150, 500)
+            }
             let plan = Plan(
                 activityId: "order-\(index)", device: "DEVICE-\(random.int(0...(deviceCount - 1)))", byPushToStart: random.chance(0.45),
                 startAt: random.seconds(0, duration / 4), updates: updates)

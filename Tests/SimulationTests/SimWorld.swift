@@ -227,14 +227,21 @@ final class SimWorld {
     // MARK: Invariants checked at the end
 
     /// Activities whose end ended `awaitingToken` while no active token of theirs was on the topic
-    /// (the app had not registered it: its push-to-start was held by the device's budget, say).
+    /// (the app had not registered it: its push-to-start was held by the device's budget, say), or
+    /// `failed` because APNs refused every attempt of it (429, 5xx, GOAWAY, eight times): nothing
+    /// sends such an end again yet (docs/operations.md, what the contract does not cover).
     func endsGivenUp() -> Set<String> {
         var given: Set<String> = []
         for partition in 0..<outcomes.partitionCount {
             for record in outcomes.records(partition) {
-                guard case .outcome(let outcome) = record.value, outcome.result == .awaitingToken,
-                    let request = requestsById[outcome.requestId], request.event == .end, let activityId = request.activityId, let key = request.key
+                guard case .outcome(let outcome) = record.value, let request = requestsById[outcome.requestId], request.event == .end,
+                    let activityId = request.activityId, let key = request.key
                 else { continue }
+                if outcome.result == .failed, !apns.taken.contains(outcome.requestId) {
+                    given.insert(activityId)
+                    continue
+                }
+                guard outcome.result == .awaitingToken else { continue }
                 // A token registered meanwhile should have been used: no excuse then.
                 if tokenRecord(forKey: key, asOf: outcome.completedAt)?.state == .active { continue }
                 given.insert(activityId)
