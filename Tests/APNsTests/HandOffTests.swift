@@ -10,23 +10,6 @@ import NIOCore
 /// (Tests/SimulationTests; issue 57), each held here by a test that fails on the code before its fix.
 @Suite("A partition's next owner: what it is told and what it does", .timeLimit(.minutes(1)))
 struct HandOffTests {
-    func registerStart(_ h: EngineHarness, token: String) -> String {
-        let now = h.clock.date
-        let record = TokenRecord(
-            kind: .pushToStart, deviceId: "device-1", userId: "u", token: token, app: AppTarget(bundleId: "com.example.food", environment: .production),
-            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
-        h.tokens.put(record, key: record.key!)
-        return record.key!
-    }
-
-    func start(_ h: EngineHarness, key: String) -> PushRequest {
-        var request = h.request("unused", .start, sequence: 0)
-        request.activityId = nil
-        request.pushToStartKey = key
-        request.sourceActivityId = "order-1"
-        return request
-    }
-
     /// The outcomes the sink holds, read as the partition's next owner reads them.
     func read(_ outcomes: [PushOutcome]) -> RecentOutcomes.Ids {
         var ids = RecentOutcomes.Ids()
@@ -53,8 +36,8 @@ struct HandOffTests {
     @Test("a push-to-start APNs answered 429 says so (retrying) before its retry: the next owner sends it, once, instead of failing it (seed 7: a start that never appears)")
     func refusedStartIsHandedOn() {
         let h = EngineHarness()
-        let key = registerStart(h, token: hexToken(7))
-        let request = start(h, key: key)
+        let key = h.registerPushToStart(token: hexToken(7))
+        let request = h.pushToStart(key: key, sequence: 0)
         h.sender.script(hexToken(7), [APNsAnswer(status: 429, reason: "TooManyRequests")])
         h.hold()
         h.submit(request)
@@ -63,7 +46,7 @@ struct HandOffTests {
 
         // The partition moves now (the retry waits for its backoff): the next owner reads the outcomes.
         let next = EngineHarness()
-        _ = registerStart(next, token: hexToken(7))
+        _ = next.registerPushToStart(token: hexToken(7))
         next.alreadyFinished(read(h.sink.all))
         next.submit(request)
         next.outcomes(1)
@@ -73,7 +56,7 @@ struct HandOffTests {
 
         // Had it been announced and not answered (a crash), the next owner would not send it.
         let crashed = EngineHarness()
-        _ = registerStart(crashed, token: hexToken(7))
+        _ = crashed.registerPushToStart(token: hexToken(7))
         crashed.alreadyFinished(read([h.sink.all[0]]))
         crashed.submit(request)
         #expect(crashed.outcomes(1).map(\.result) == [.failed])
@@ -83,8 +66,8 @@ struct HandOffTests {
     @Test("a copy read while its push-to-start is in flight here joins it, even when the topic says it may have been delivered (it was: by this very send)")
     func copyJoinsBeforeTheTopicIsLookedAt() {
         let h = EngineHarness()
-        let key = registerStart(h, token: hexToken(7))
-        let request = start(h, key: key)
+        let key = h.registerPushToStart(token: hexToken(7))
+        let request = h.pushToStart(key: key, sequence: 0)
         h.hold()
         h.submit(request)
         // The partition was lost and assigned back: the outcomes read show this send's announcement.
@@ -231,9 +214,9 @@ struct HandOffTests {
     @Test("an announced attempt whose partition was given up before it went is taken back (retrying, naming it) and not sent; its ticket is left to the next owner")
     func withdrawnAnnouncement() {
         let h = EngineHarness()
-        let key = registerStart(h, token: hexToken(7))
+        let key = h.registerPushToStart(token: hexToken(7))
         h.own([0])
-        let request = start(h, key: key)
+        let request = h.pushToStart(key: key, sequence: 0)
         // The send is handed out and announced; the partition is lost before it goes.
         h.hold()
         h.submit(request, partition: 0)
@@ -249,9 +232,9 @@ struct HandOffTests {
     @Test("a copy that takes the place of a request of a partition given up is checked as a request read: what the topic said of it holds (a start announced elsewhere is not sent)")
     func promotedCopyIsChecked() {
         let h = EngineHarness()
-        let key = registerStart(h, token: hexToken(7))
+        let key = h.registerPushToStart(token: hexToken(7))
         h.own([0])
-        let request = start(h, key: key)
+        let request = h.pushToStart(key: key, sequence: 0)
         h.sender.script(hexToken(7), [APNsAnswer(status: 503, reason: "ServiceUnavailable")])
         h.hold()
         h.submit(request, partition: 0)  // ticket 1, in flight (announced)
@@ -275,8 +258,8 @@ struct HandOffTests {
         var policy = DispatcherPolicy()
         policy.rememberedFinished = 4
         let h = EngineHarness(policy: policy)
-        let key = registerStart(h, token: hexToken(7))
-        let request = start(h, key: key)
+        let key = h.registerPushToStart(token: hexToken(7))
+        let request = h.pushToStart(key: key, sequence: 0)
         h.submit(request)
         h.outcomes(1)
         h.register("a", token: hexToken(1))

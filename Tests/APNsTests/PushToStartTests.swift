@@ -10,28 +10,11 @@ import NIOCore
 /// whose answer is unknown is not sent again.
 @Suite("Push-to-start is sent at most once", .timeLimit(.minutes(1)))
 struct PushToStartTests {
-    func registerStart(_ h: EngineHarness, token: String) -> String {
-        let now = h.clock.date
-        let record = TokenRecord(
-            kind: .pushToStart, deviceId: "device-1", userId: "u", token: token, app: AppTarget(bundleId: "com.example.food", environment: .production),
-            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
-        h.tokens.put(record, key: record.key!)
-        return record.key!
-    }
-
-    func start(_ h: EngineHarness, key: String) -> PushRequest {
-        var request = h.request("unused", .start, sequence: 1)
-        request.activityId = nil
-        request.pushToStartKey = key
-        request.sourceActivityId = "order-1"
-        return request
-    }
-
     @Test("the start is announced (sending, acknowledged) before it is sent, then gets its final outcome")
     func announced() throws {
         let h = EngineHarness()
-        let key = registerStart(h, token: hexToken(7))
-        let request = start(h, key: key)
+        let key = h.registerPushToStart(token: hexToken(7))
+        let request = h.pushToStart(key: key)
         h.submit(request)
         h.outcomes(1)
         let outcomes = h.sink.all
@@ -43,9 +26,9 @@ struct PushToStartTests {
     @Test("a timeout or a lost connection ends it as failed, without a second send; an update is still retried")
     func ambiguousNotResent() throws {
         let h = EngineHarness()
-        let key = registerStart(h, token: hexToken(7))
+        let key = h.registerPushToStart(token: hexToken(7))
         h.sender.fail(hexToken(7), [APNsTransportError(.timeout, "no answer within 10 s")])
-        h.submit(start(h, key: key))
+        h.submit(h.pushToStart(key: key))
         let outcomes = h.outcomes(1)
         #expect(h.sink.all.map(\.result) == [.sending, .failed])
         #expect(outcomes.last?.result == .failed)
@@ -63,8 +46,8 @@ struct PushToStartTests {
     @Test("a start that stalled before it was completely written is sent again, alert and all: APNs cannot have processed it")
     func stalledResent() throws {
         let h = EngineHarness()
-        let key = registerStart(h, token: hexToken(7))
-        var request = start(h, key: key)
+        let key = h.registerPushToStart(token: hexToken(7))
+        var request = h.pushToStart(key: key)
         request.alerting = true
         h.sender.fail(hexToken(7), [APNsTransportError(.stalled, "not completely written by the deadline")])
         h.submit(request)
@@ -82,12 +65,33 @@ struct PushToStartTests {
     @Test("announced before a crash without a final outcome: failed at once, not sent again")
     func unansweredAfterRestart() throws {
         let h = EngineHarness()
-        let key = registerStart(h, token: hexToken(7))
-        let request = start(h, key: key)
+        let key = h.registerPushToStart(token: hexToken(7))
+        let request = h.pushToStart(key: key)
         h.alreadyFinished([], maybeDelivered: [request.requestId])
         h.submit(request)
         let outcomes = h.outcomes(1)
         #expect(outcomes.map(\.result) == [.failed])
         #expect(h.sender.sent.isEmpty)
+    }
+}
+
+extension EngineHarness {
+    /// A device's push-to-start token for DeliveryAttributes, in the token table: its key.
+    func registerPushToStart(token: String) -> String {
+        let now = clock.date
+        let record = TokenRecord(
+            kind: .pushToStart, deviceId: "device-1", userId: "u", token: token, app: AppTarget(bundleId: "com.example.food", environment: .production),
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: now, updatedAt: now)
+        tokens.put(record, key: record.key!)
+        return record.key!
+    }
+
+    /// A push-to-start of activity order-1 to the device's token `key`.
+    func pushToStart(key: String, sequence: Int64 = 1) -> PushRequest {
+        var request = self.request("unused", .start, sequence: sequence)
+        request.activityId = nil
+        request.pushToStartKey = key
+        request.sourceActivityId = "order-1"
+        return request
     }
 }
