@@ -253,8 +253,10 @@ public struct ActivityMemory: Sendable, Equatable {
     ///   the assembler knows what it inlined).
     mutating func replay(_ request: PushRequest, scanImages: Bool = true) {
         if let last = lastTimestamp, request.apnsTimestamp <= last {
-            // An equal timestamp (a burst past the lead, ContentTimestamps) is newer if made later.
-            guard request.apnsTimestamp == last, let latest, !latest.isRequest(request.requestId), request.createdAt > latest.createdAt
+            // An equal timestamp (a burst past the lead, or at a new owner's floor: ContentTimestamps)
+            // is newer if made later, or at the same instant for a later event.
+            guard request.apnsTimestamp == last, let latest, !latest.isRequest(request.requestId),
+                request.createdAt > latest.createdAt || (request.createdAt == latest.createdAt && request.contentSequence > latest.contentSequence)
             else { return }
         }
         lastTimestamp = request.apnsTimestamp

@@ -1,4 +1,7 @@
 import Foundation
+import IsletMessages
+import IsletTesting
+import IsletTokens
 import Testing
 @testable import ContentService
 
@@ -42,5 +45,20 @@ struct TimestampTests {
         #expect(ContentTimestamps.next(wanted: seconds, now: assigned, last: nil, floor: previousFloor) < first)
         let later = now.addingTimeInterval(60)
         #expect(ContentTimestamps.next(wanted: seconds + 60, now: later, last: second, floor: floor) == seconds + 60, "once the clock passed the floor, the clock")
+    }
+
+    @Test("events of one activity prepared at the same instant right after an assignment (one timestamp, the floor): the memory moves on to each")
+    func sameInstantAtTheFloor() throws {
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+        engine.trackChanges(of: [0])
+        var stamps: [Int64] = []
+        for sequence in Int64(1)...3 {
+            guard case .send(let prepared) = try engine.prepare(event("DeliveryAttributes", sequence: sequence, ["status": .string("preparing"), "orderId": .string("1")]), partition: 0)
+            else { Issue.record("event \(sequence) ignored"); return }
+            engine.commit(prepared)
+            stamps.append(prepared.requests[0].apnsTimestamp)
+        }
+        #expect(Set(stamps).count == 1, "all at the floor: \(stamps)")
+        #expect(engine.memory(of: "com.example.food/order-42")?.lastSequence == 3)
     }
 }
