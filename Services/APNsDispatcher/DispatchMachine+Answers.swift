@@ -390,6 +390,8 @@ struct RecentIDs {
 
     func contains(_ id: String) -> Bool { members.contains(id) }
 
+    var count: Int { members.count }
+
     mutating func insert(_ id: String) {
         guard members.insert(id).inserted else { return }
         if order.count < capacity {

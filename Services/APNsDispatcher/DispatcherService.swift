@@ -350,20 +350,38 @@ public struct RecentOutcomes: Sendable {
     /// longer this instance's (or the task is cancelled): its next owner reads them.
     func requestIds(partition: Int32, firstRequestAt: Int64?, now: Date = Date(), while wanted: () -> Bool = { true }) async -> Ids? {
         let since = Self.since(window: window, firstRequestAt: firstRequestAt, now: now)
-        var backoff = Duration.seconds(1)
-        var tries = 0
+        var rereads = Rereads()
         while true {
             if let ids = await requestIds(partitions: [partition], since: since) { return ids }
-            tries += 1
-            guard !Task.isCancelled, wanted() else { return nil }
-            let metadata: Logger.Metadata = ["kafka.partition": "\(partition)", "backoff": "\(backoff)", "tries": "\(tries)"]
-            if tries % 10 == 0 {
+            guard let pause = rereads.cutShort(stillWanted: !Task.isCancelled && wanted()) else { return nil }
+            let metadata: Logger.Metadata = ["kafka.partition": "\(partition)", "backoff": "\(pause)", "tries": "\(rereads.tries)"]
+            if rereads.tries % 10 == 0 {
                 logger.error("recent outcomes still not read: the partition's requests wait for them", metadata: metadata)
             } else {
                 logger.warning("recent outcomes not read completely; reading them again", metadata: metadata)
             }
-            try? await Task.sleep(for: backoff)
-            backoff = min(backoff * 2, .seconds(10))
+            try? await Task.sleep(for: pause)
+        }
+    }
+
+    /// When a read of a partition's recent outcomes cut short is done again: after a pause that
+    /// doubles from 1 s to 10 s, for as long as the partition is this instance's. Never "long
+    /// enough to go on without them": the requests read again would be sent again, push-to-starts
+    /// too (the simulation's outages of the outcomes topic check it).
+    struct Rereads: Sendable {
+        static let firstPause = Duration.seconds(1)
+        static let longestPause = Duration.seconds(10)
+        /// Reads cut short so far.
+        private(set) var tries = 0
+        private var pause = firstPause
+
+        /// After a read cut short: the pause before the next, or `nil` when there is no next (the
+        /// partition is no longer this instance's, or the service is stopping).
+        mutating func cutShort(stillWanted: Bool) -> Duration? {
+            tries += 1
+            guard stillWanted else { return nil }
+            defer { pause = min(pause * 2, Self.longestPause) }
+            return pause
         }
     }
 

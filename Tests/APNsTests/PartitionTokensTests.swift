@@ -142,6 +142,26 @@ struct RecentOutcomesWindowTests {
         #expect(RecentOutcomes.since(window: window, firstRequestAt: old, now: now) == now.addingTimeInterval(-3_600))
         #expect(RecentOutcomes.since(window: window, firstRequestAt: nil, now: now) == now.addingTimeInterval(-3_600))
     }
+
+    @Test("a read cut short is done again for as long as the partition is wanted (an hour of failures too), pausing 1 s doubling to 10 s")
+    func rereadsNeverGiveUp() {
+        var rereads = RecentOutcomes.Rereads()
+        var pauses: [Duration] = []
+        var waited = Duration.zero
+        // Issue 57, item 6: the read gave up after 300 s and the partition's requests went on
+        // without their outcomes (everything read again sent again, push-to-starts too).
+        while waited < .seconds(3_600) {
+            guard let pause = rereads.cutShort(stillWanted: true) else {
+                Issue.record("gave up after \(rereads.tries) tries, \(waited)")
+                return
+            }
+            pauses.append(pause)
+            waited += pause
+        }
+        #expect(Array(pauses.prefix(6)) == [.seconds(1), .seconds(2), .seconds(4), .seconds(8), .seconds(10), .seconds(10)])
+        #expect(pauses.allSatisfy { $0 <= RecentOutcomes.Rereads.longestPause })
+        #expect(rereads.cutShort(stillWanted: false) == nil)
+    }
 }
 
 @Suite("Partition tokens: the token arena")

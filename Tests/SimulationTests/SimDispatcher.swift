@@ -420,13 +420,16 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
 
     /// Reads the partition's outcomes since the first request read again (as ``RecentOutcomes``):
     /// a read cut short is done again, as long as the partition is this member's (`nil` once not).
-    private func readRecentOutcomes(partition: Int32, epoch: Int, firstRequestAt: Int64?, _ done: @escaping (RecentOutcomes.Ids?) -> Void) {
+    /// The pauses between reads cut short are the service's (``RecentOutcomes/Rereads``).
+    private func readRecentOutcomes(
+        partition: Int32, epoch: Int, firstRequestAt: Int64?, rereads: RecentOutcomes.Rereads = .init(), _ done: @escaping (RecentOutcomes.Ids?) -> Void
+    ) {
         let incarnation = self.incarnation
         let latency = world.random.seconds(0.01, 0.3)
         let fails = world.random.chance(world.faults.outcomeReadFailure)
         world.scheduler.after(latency) { [weak self] in
             guard let self, self.incarnation == incarnation, self.isUp else { return }
-            if !fails {
+            if !fails, !self.world.outcomesUnreadable {
                 let since = RecentOutcomes.since(window: .seconds(3_600), firstRequestAt: firstRequestAt, now: self.world.now)
                 var ids = RecentOutcomes.Ids()
                 for record in self.world.outcomes.records(partition) where record.timestamp >= since {
@@ -434,10 +437,13 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
                 }
                 return done(ids)
             }
-            self.world.scheduler.after(self.world.random.seconds(1, 10)) { [weak self] in
+            var rereads = rereads
+            guard let pause = rereads.cutShort(stillWanted: self.isCurrent(partition, epoch: epoch)) else { return done(nil) }
+            self.world.trace("\(self.name): outcomes of partition \(partition) not read (\(rereads.tries) tries); again in \(pause)")
+            self.world.scheduler.after(pause / .seconds(1)) { [weak self] in
                 guard let self, self.incarnation == incarnation, self.isUp else { return }
                 guard self.isCurrent(partition, epoch: epoch) else { return done(nil) }
-                self.readRecentOutcomes(partition: partition, epoch: epoch, firstRequestAt: firstRequestAt, done)
+                self.readRecentOutcomes(partition: partition, epoch: epoch, firstRequestAt: firstRequestAt, rereads: rereads, done)
             }
         }
     }

@@ -79,6 +79,10 @@ final class SimWorld {
     private var announced: [String: [String: String]] = [:]
 
     var now: Date { scheduler.now }
+    /// Spells when the outcomes topic cannot be read (its leaders unreachable from the dispatchers'
+    /// readers, minutes at a time): every read of recent outcomes is cut short, however long it lasts.
+    var outcomeOutages: [ClosedRange<Date>] = []
+    var outcomesUnreadable: Bool { outcomeOutages.contains { $0.contains(now) } }
 
     init(seed: UInt64, partitions: Int) {
         self.seed = seed
@@ -222,13 +226,21 @@ final class SimWorld {
         if machine.queued > waitingBound {
             violate("memory", "\(dispatcher.name) holds \(machine.queued) requests (limit \(waitingBound))")
         }
+        if machine.awaitingRequests > policy.maximumAwaitingRequests {
+            violate("memory", "\(dispatcher.name) holds \(machine.awaitingRequests) requests waiting for a token (limit \(policy.maximumAwaitingRequests))")
+        }
+        if machine.ownFinished.count > policy.rememberedFinished {
+            violate("memory", "\(dispatcher.name) remembers \(machine.ownFinished.count) finished requests (limit \(policy.rememberedFinished))")
+        }
     }
 
     // MARK: Invariants checked at the end
 
     /// Activities whose end ended `awaitingToken` while no active token of theirs was on the topic
     /// (the app had not registered it: its push-to-start was held by the device's budget, say), or
-    /// `failed` because APNs refused every attempt of it (429, 5xx, GOAWAY, eight times): nothing
+    /// `failed` because APNs refused every attempt of it (429, 5xx, GOAWAY, eight times), or shed
+    /// by the limit of requests waiting for a token (``DispatcherPolicy/maximumAwaitingRequests``,
+    /// a few in some seeds): nothing
     /// sends such an end again yet (docs/operations.md, what the contract does not cover).
     func endsGivenUp() -> Set<String> {
         var given: Set<String> = []
@@ -242,6 +254,11 @@ final class SimWorld {
                     continue
                 }
                 guard outcome.result == .awaitingToken else { continue }
+                // Shed by the limit of requests (or activities) waiting for a token at once.
+                if outcome.detail?.contains("wait for their token") == true {
+                    given.insert(activityId)
+                    continue
+                }
                 // A token registered meanwhile should have been used: no excuse then.
                 if tokenRecord(forKey: key, asOf: outcome.completedAt)?.state == .active { continue }
                 given.insert(activityId)

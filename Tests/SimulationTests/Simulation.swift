@@ -30,6 +30,18 @@ enum Simulation {
         policy.maximumInFlight = random.pick([4, 64])
         policy.initialInFlight = min(policy.initialInFlight, policy.maximumInFlight)
         policy.minimumInFlight = min(policy.minimumInFlight, policy.maximumInFlight)
+        // What came after the first seeds were recorded is drawn from a stream of its own, so that
+        // a seed's deployment, operations and workload stay what they were.
+        let later = SimRandom(seed: seed ^ 0x0DD5_EED5_0F0C_7A6E)
+        policy.maximumAwaitingRequests = later.pick([2, 6, 20_000])
+        var outages: [String] = []
+        if later.chance(0.3) {
+            for _ in 0..<later.int(1...2) {
+                let (from, seconds) = (later.seconds(0, workloadSeconds + 30), later.pick([20, 120, 400.0]) * (0.5 + later.unit()))
+                world.outcomeOutages.append(SimWorld.start.addingTimeInterval(from)...SimWorld.start.addingTimeInterval(from + seconds))
+                outages.append("outcomes unreadable from \(Int(from)) s for \(Int(seconds)) s")
+            }
+        }
         let rebalanceProtocol: SimGroup.RebalanceProtocol = random.chance(0.5) ? .eager : .cooperative
         world.dispatchers = SimGroup(topic: world.requests, rebalanceProtocol: rebalanceProtocol, revocationLimit: 11, world: world)
         world.apns = SimAPNs(world: world)
@@ -104,6 +116,7 @@ enum Simulation {
                 world.scheduler.after(at + 60) { dispatcher.replicaLag = 0.001...0.2 }
             }
         }
+        described += outages
         let workload = SimWorkload(world: world)
         workload.plan(activities: random.int(4...10), devices: 3, duration: workloadSeconds)
 
@@ -112,7 +125,7 @@ enum Simulation {
         world.checkAtEnd()
         let summary = """
             seed \(seed): \(contentCount) content-services (\(contentProtocol)), \(count) dispatchers, \(rebalanceProtocol) rebalances, remembered \(policy.rememberedFinished), \
-            queue \(policy.maximumQueued), in flight \(policy.maximumInFlight); \(workload.plans.count) activities, \
+            queue \(policy.maximumQueued), awaiting \(policy.maximumAwaitingRequests), in flight \(policy.maximumInFlight); \(workload.plans.count) activities, \
             \(world.requestsById.count) requests; \(described.joined(separator: ", ")); \(world.scheduler.steps) steps
             """
         return Result(seed: seed, violations: world.violations, trace: world.traceLog.last, summary: summary)
