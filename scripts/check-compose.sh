@@ -5,7 +5,10 @@
 #   2. a compose implementation's `config` (podman-compose, dry run: no engine needed), which
 #      interpolates the variables with .env.example, resolves every profile, and refuses unknown
 #      volumes, secrets or services;
-#   3. scripts/check_compose.py on that normalized file: products, variables, topics, health checks.
+#   3. scripts/check_compose.py on that normalized file: products, variables, topics, ACLs, health
+#      checks, and each Kafka node's properties (read back from deploy/kafka-node.sh --print) held
+#      to Kafka's start-up rules — for the file alone and with docker-compose.ha.yml;
+#   4. scripts/test_check_compose.py first: each of those Kafka rules refuses a file that breaks it.
 #
 # Both Python tools are installed from PyPI into $ISLET_TOOLS/compose-check (default .tools/),
 # pinned; nothing system-wide. Products listed in ISLET_COMPOSE_PENDING_PRODUCTS (comma-separated)
@@ -35,18 +38,26 @@ fi
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 
 echo "-- compose-spec schema"
-python3 -m check_jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
+python3 -m check_jsonschema --builtin-schema vendor.compose-spec docker-compose.yml docker-compose.ha.yml
 
-echo "-- podman-compose config (every profile, variables from .env.example)"
-normalized="$run_dir/compose.config.yml"
-# Only the variables of .env.example: the caller's own environment must not hide a missing default.
-env -i PATH="$PATH" PYTHONPATH="$PYTHONPATH" HOME="${HOME:-/tmp}" \
-  python3 -c 'import sys, podman_compose; sys.exit(podman_compose.main())' \
-  --dry-run --env-file .env.example -f docker-compose.yml --profile dev config >"$normalized"
-echo "ok -- $(python3 -c 'import sys, yaml; print(len(yaml.safe_load(open(sys.argv[1]))["services"]))' "$normalized") services"
+echo "-- the rule checks themselves (a file that breaks each rule is refused)"
+python3 scripts/test_check_compose.py
 
-echo "-- the file against the code"
 package="$run_dir/package.json"
 # Its own scratch path: no wait for a build that holds .build/.
 swift package dump-package --scratch-path "$run_dir/dump-package" >"$package"
-python3 scripts/check_compose.py "$normalized" "$package" --pending-products "${ISLET_COMPOSE_PENDING_PRODUCTS:-}"
+
+# The file alone (one broker), and with docker-compose.ha.yml (three).
+for variant in default ha; do
+  files=(-f docker-compose.yml)
+  [ "$variant" = ha ] && files+=(-f docker-compose.ha.yml)
+  echo "-- $variant: podman-compose config (every profile, variables from .env.example)"
+  normalized="$run_dir/compose.$variant.config.yml"
+  # Only the variables of .env.example: the caller's own environment must not hide a missing default.
+  env -i PATH="$PATH" PYTHONPATH="$PYTHONPATH" HOME="${HOME:-/tmp}" \
+    python3 -c 'import sys, podman_compose; sys.exit(podman_compose.main())' \
+    --dry-run --env-file .env.example "${files[@]}" --profile dev config >"$normalized"
+  echo "ok -- $(python3 -c 'import sys, yaml; print(len(yaml.safe_load(open(sys.argv[1]))["services"]))' "$normalized") services"
+  echo "-- $variant: the file against the code and Kafka's rules"
+  python3 scripts/check_compose.py "$normalized" "$package" --pending-products "${ISLET_COMPOSE_PENDING_PRODUCTS:-}"
+done

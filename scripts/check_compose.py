@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 
 import yaml
@@ -193,6 +194,271 @@ def created_topics(service):
     return created
 
 
+# ---- Kafka's nodes ---------------------------------------------------------------------------------
+
+def environment_of(service):
+    environment = service.get("environment") or {}
+    if isinstance(environment, list):
+        environment = dict(item.split("=", 1) if "=" in item else (item, "") for item in environment)
+    return {str(key): "" if value is None else str(value) for key, value in environment.items()}
+
+
+def node_properties(name, service, base):
+    """The server.properties a Kafka node of the file writes, read back by running what it runs with
+    the environment the file gives it: a mounted script with `--print`, or the heredoc of its
+    command. None for a service that is not a Kafka node."""
+    words = []
+    for key in ("entrypoint", "command"):
+        value = service.get(key)
+        words += value if isinstance(value, list) else ([value] if value else [])
+    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    environment.update(environment_of(service))
+    for volume in service.get("volumes") or []:
+        source, _, rest = str(volume).partition(":")
+        target = rest.split(":")[0]
+        if target and target in words and source.endswith(".sh"):
+            path = source if os.path.isabs(source) else os.path.join(base, source)
+            output = subprocess.run(["bash", path, "--print"], env=environment, capture_output=True, text=True)
+            if output.returncode != 0:
+                raise ValueError(f"{name}: {source} --print failed: {output.stderr.strip()}")
+            return output.stdout
+    script = "\n".join(str(word) for word in words)
+    match = re.search(r"^[^\n]*<<PROPERTIES\n.*?^PROPERTIES$", script, flags=re.S | re.M)
+    if not match:
+        return None
+    # The heredoc alone, into standard output (what `cat >"$config" <<PROPERTIES` wrote).
+    heredoc = "cat " + match.group(0)[match.group(0).index("<<PROPERTIES"):]
+    output = subprocess.run(["bash", "-c", heredoc], env=environment, capture_output=True, text=True)
+    if output.returncode != 0:
+        raise ValueError(f"{name}: its properties heredoc failed: {output.stderr.strip()}")
+    return output.stdout
+
+
+def parse_properties(text):
+    properties = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.partition("=")
+        properties[key.strip()] = value.strip()
+    return properties
+
+
+def parse_listeners(value):
+    """`INTERNAL://:9092,EXTERNAL://localhost:9094` → [(name, host, port)]."""
+    listeners = []
+    for item in [part.strip() for part in (value or "").split(",") if part.strip()]:
+        match = re.fullmatch(r"([A-Za-z0-9_]+)://\[?([^\]]*?)\]?:(\d+)", item)
+        listeners.append((match.group(1), match.group(2), int(match.group(3))) if match else (item, None, None))
+    return listeners
+
+
+SECURITY_PROTOCOLS = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
+LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "OAUTHBEARER": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"}
+
+
+def jaas_options(value):
+    return dict(re.findall(r'(\w+)="([^"]*)"', value or ""))
+
+
+def check_node(report, name, properties, broker_count):
+    """Kafka's start-up rules that apply to these properties; a message per broken one."""
+    problems = []
+    get = properties.get
+    for key in ("node.id", "process.roles", "controller.listener.names", "listeners", "log.dirs"):
+        if not get(key):
+            problems.append(f"no {key}")
+    if not (get("controller.quorum.voters") or get("controller.quorum.bootstrap.servers")):
+        problems.append("neither controller.quorum.voters nor controller.quorum.bootstrap.servers")
+    listeners = parse_listeners(get("listeners"))
+    names = [listener[0] for listener in listeners]
+    if len(set(names)) != len(names):
+        problems.append(f"listeners repeats a name: {names}")
+    ports = [listener[2] for listener in listeners if listener[2] is not None]
+    if len(set(ports)) != len(ports):
+        problems.append(f"listeners repeats a port: {ports}")
+    protocol_map = dict(item.split(":", 1) for item in (get("listener.security.protocol.map") or "").split(",") if ":" in item)
+    protocols = {}
+    for listener in names:
+        protocol = protocol_map.get(listener) or (listener if listener in SECURITY_PROTOCOLS else None)
+        if protocol is None:
+            problems.append(f"listener {listener} has no security protocol in listener.security.protocol.map")
+        protocols[listener] = protocol
+    for advertised in parse_listeners(get("advertised.listeners")):
+        if advertised[0] not in names:
+            problems.append(f"advertised.listeners names {advertised[0]}, which listeners does not")
+    controllers = [item for item in (get("controller.listener.names") or "").split(",") if item]
+    for controller in controllers:
+        if controller not in names:
+            problems.append(f"controller.listener.names names {controller}, which listeners does not")
+    roles = set((get("process.roles") or "").split(","))
+    inter_broker = get("inter.broker.listener.name") or ("PLAINTEXT" if "PLAINTEXT" in names else None)
+    if "broker" in roles:
+        if inter_broker not in names:
+            problems.append(f"the inter-broker listener {inter_broker} is not among listeners")
+        elif inter_broker in controllers:
+            problems.append(f"the inter-broker listener {inter_broker} is a controller listener")
+    # SASL: each listener × mechanism it offers has its JAAS entry (else Kafka refuses to start:
+    # "Could not find a 'KafkaServer' or '<listener>.KafkaServer' entry in the JAAS configuration").
+    mechanisms_of = {}
+    for listener in names:
+        if not (protocols.get(listener) or "").startswith("SASL_"):
+            continue
+        lower = listener.lower()
+        mechanisms = get(f"listener.name.{lower}.sasl.enabled.mechanisms") or get("sasl.enabled.mechanisms") or "GSSAPI"
+        mechanisms_of[listener] = [m.strip() for m in mechanisms.split(",") if m.strip()]
+        for mechanism in mechanisms_of[listener]:
+            jaas = get(f"listener.name.{lower}.{mechanism.lower()}.sasl.jaas.config")
+            if not jaas:
+                problems.append(f"the SASL listener {listener} offers {mechanism} without a JAAS entry "
+                                f"(listener.name.{lower}.{mechanism.lower()}.sasl.jaas.config): Kafka does not start")
+            elif mechanism in LOGIN_MODULES and not jaas.startswith(LOGIN_MODULES[mechanism]):
+                problems.append(f"listener.name.{lower}.{mechanism.lower()}.sasl.jaas.config is not {LOGIN_MODULES[mechanism]}")
+    super_users = {user.strip() for user in (get("super.users") or "").split(";") if user.strip()}
+    authorizer = bool(get("authorizer.class.name"))
+
+    def client_user(listener, mechanism_key, role):
+        mechanism = get(mechanism_key) or "GSSAPI"
+        if mechanism not in mechanisms_of.get(listener, []):
+            problems.append(f"{mechanism_key}={mechanism} is not offered by the {role} listener {listener} ({mechanisms_of.get(listener)})")
+            return None
+        options = jaas_options(get(f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"))
+        user = options.get("username")
+        if not user or "password" not in options:
+            problems.append(f"the {role} listener {listener}'s {mechanism} JAAS entry names no username and password to connect with")
+            return None
+        if mechanism == "PLAIN" and options.get(f"user_{user}") != options.get("password"):
+            problems.append(f"the {role} listener {listener}'s PLAIN JAAS entry does not accept its own user {user} (user_{user})")
+        if mechanism.startswith("SCRAM") and role == "controller":
+            problems.append(f"the controller listener {listener} uses {mechanism}: SCRAM credentials live in the metadata log the controllers serve")
+        if authorizer and f"User:{user}" not in super_users:
+            problems.append(f"the {role} listener's user {user} is not a super user: the nodes cannot act on the cluster")
+        return user
+
+    if "broker" in roles and inter_broker in mechanisms_of:
+        client_user(inter_broker, "sasl.mechanism.inter.broker.protocol", "inter-broker")
+    for controller in controllers:
+        if controller in mechanisms_of:
+            client_user(controller, "sasl.mechanism.controller.protocol", "controller")
+    if authorizer:
+        if "User:ANONYMOUS" in super_users:
+            problems.append("User:ANONYMOUS is a super user: whoever reaches an unauthenticated listener may do anything")
+        for listener in names:
+            if protocols.get(listener) in ("PLAINTEXT", "SSL"):
+                problems.append(f"listener {listener} is {protocols[listener]}: its clients are not authenticated")
+        if get("allow.everyone.if.no.acl.found") == "true":
+            problems.append("allow.everyone.if.no.acl.found=true: a topic without ACLs is open to everyone")
+    # Replication: every factor at most the brokers there are; an acks=all write waits for fewer
+    # replicas than there are (one may be lost), except with one broker.
+    factors = {key: int(get(key) or default) for key, default in (
+        ("offsets.topic.replication.factor", 3), ("transaction.state.log.replication.factor", 3), ("default.replication.factor", 1))}
+    for key, factor in factors.items():
+        if factor > broker_count:
+            problems.append(f"{key}={factor} with {broker_count} broker(s)")
+    minimum = int(get("min.insync.replicas") or 1)
+    factor = factors["default.replication.factor"]
+    if minimum > factor or (factor > 1 and minimum >= factor):
+        problems.append(f"min.insync.replicas={minimum} with replication factor {factor}: losing one broker stops every acks=all write")
+    if int(get("transaction.state.log.min.isr") or 2) > factors["transaction.state.log.replication.factor"]:
+        problems.append("transaction.state.log.min.isr is larger than its replication factor")
+    return problems
+
+
+def check_kafka(report, services, base):
+    """Each Kafka node's properties against Kafka's start-up rules, the nodes against each other, and
+    kafka-init and the services against the nodes."""
+    nodes = {}
+    for name, service in sorted(services.items()):
+        try:
+            text = node_properties(name, service, base)
+        except ValueError as error:
+            report.fail(str(error))
+            continue
+        if text is not None:
+            nodes[name] = (service, parse_properties(text))
+    if not nodes:
+        report.fail("no service writes Kafka node properties (a mounted script run with --print, or a <<PROPERTIES heredoc)")
+        return
+    brokers = [name for name, (_, p) in nodes.items() if "broker" in (p.get("process.roles") or "")]
+    hosts = {}
+    for name, (service, properties) in nodes.items():
+        hosts[service.get("hostname") or name] = name
+        problems = check_node(report, name, properties, len(brokers))
+        if problems:
+            for problem in problems:
+                report.fail(f"{name}: {problem}")
+        else:
+            report.ok(f"{name}: node {properties.get('node.id')}, listeners, SASL and JAAS, super users, replication agree with Kafka's rules")
+    ids = [p.get("node.id") for _, p in nodes.values()]
+    if len(set(ids)) != len(ids):
+        report.fail(f"node ids repeat: {ids}")
+    voters = {p.get("controller.quorum.voters") for _, p in nodes.values()}
+    if len(voters) != 1:
+        report.fail(f"the nodes disagree on controller.quorum.voters: {sorted(map(str, voters))}")
+    else:
+        listed = [voter for voter in voters.pop().split(",") if voter]
+        controllers = {p.get("node.id"): (service.get("hostname") or name, p) for name, (service, p) in nodes.items()
+                       if "controller" in (p.get("process.roles") or "")}
+        seen = set()
+        for voter in listed:
+            match = re.fullmatch(r"(\d+)@([^:]+):(\d+)", voter)
+            if not match:
+                report.fail(f"controller.quorum.voters: {voter!r} is not id@host:port")
+                continue
+            node_id, host, port = match.groups()
+            seen.add(node_id)
+            if node_id not in controllers:
+                report.fail(f"controller.quorum.voters names node {node_id}, which no controller of the file is")
+                continue
+            hostname, properties = controllers[node_id]
+            controller_ports = [l[2] for l in parse_listeners(properties.get("listeners")) if l[0] in (properties.get("controller.listener.names") or "").split(",")]
+            if host != hostname or int(port) not in controller_ports:
+                report.fail(f"controller.quorum.voters: {voter} is not node {node_id}'s controller listener ({hostname}:{controller_ports})")
+        if set(controllers) - seen:
+            report.fail(f"controllers {sorted(set(controllers) - seen)} are not in controller.quorum.voters")
+        elif len(listed) in (2, 4):
+            report.fail(f"{len(listed)} voters: a quorum that survives no more failures than one node fewer")
+        else:
+            report.ok(f"{len(brokers)} broker(s), {len(listed)} controller(s) in one quorum")
+    # kafka-init: replicas it asks for exist; it talks to a node.
+    init = services.get("kafka-init")
+    if init is not None:
+        command = init.get("command")
+        script = "\n".join(command) if isinstance(command, list) else (command or "")
+        environment = environment_of(init)
+        factors = set()
+        for value in re.findall(r"--replication-factor\s+(\S+)", script):
+            value = value.strip('"')
+            value = re.sub(r"\$\{?(\w+)\}?", lambda m: environment.get(m.group(1), m.group(0)), value)
+            factors.add(value)
+        bad = [f for f in factors if not f.isdigit() or int(f) > len(brokers) or int(f) < 1]
+        if bad:
+            report.fail(f"kafka-init creates topics with replication factor {sorted(factors)} and there are {len(brokers)} broker(s)")
+        else:
+            report.ok(f"kafka-init: replication factor {sorted(factors)} of {len(brokers)} broker(s)")
+        for host in re.findall(r"--bootstrap-server\s+([\w.-]+):\d+", script):
+            if host not in hosts:
+                report.fail(f"kafka-init talks to {host}, which is not a Kafka node of the file")
+    # The services reach the nodes, all of them when there are several.
+    failures = report.failures
+    for name, service in sorted(services.items()):
+        bootstrap = environment_of(service).get("ISLET_KAFKA_BOOTSTRAP")
+        if not bootstrap:
+            continue
+        listed = [item.rsplit(":", 1)[0] for item in bootstrap.split(",") if item]
+        unknown = [host for host in listed if host not in hosts]
+        if unknown:
+            report.fail(f"{name}: ISLET_KAFKA_BOOTSTRAP names {unknown}, not Kafka nodes of the file")
+        elif len(nodes) > 1 and set(listed) != set(hosts):
+            report.fail(f"{name}: ISLET_KAFKA_BOOTSTRAP lists {listed} of the nodes {sorted(hosts)}: it cannot start while those are down")
+    if report.failures == failures:
+        report.ok(f"every service's ISLET_KAFKA_BOOTSTRAP names the file's Kafka nodes ({', '.join(sorted(hosts))})")
+
+
 # ---- ACLs ----------------------------------------------------------------------------------------
 
 # Who a cell of docs/topics.md's topic table names → the Kafka users of the compose file.
@@ -301,6 +567,11 @@ def main():
         i = args.index("--pending-products")
         pending = {name for name in args[i + 1].split(",") if name}
         del args[i:i + 2]
+    base = REPO
+    if "--base" in args:
+        i = args.index("--base")
+        base = args[i + 1]
+        del args[i:i + 2]
     config_path, package_path = args
     with open(config_path) as f:
         config = yaml.safe_load(f)
@@ -383,6 +654,19 @@ def main():
         report.ok(f"co-partitioned topics share {co_partition_counts.pop()} partitions")
     for extra in sorted(set(created) - {topic["name"] for topic in topics}):
         report.fail(f"{extra}: created by kafka-init but not a topic of Topics.swift")
+
+    print("kafka: each node's properties against Kafka's start-up rules; the nodes, kafka-init and the services against each other")
+    check_kafka(report, services, base)
+    co_partitioned = {topic["name"] for topic in topics if topic["co_partitioned"]}
+    if init is not None:
+        command = init.get("command")
+        script = "\n".join(command) if isinstance(command, list) else (command or "")
+        loop = re.search(r"for topic in ([^;\n]+); do", script)
+        checked = set(loop.group(1).split()) if loop else set()
+        if checked != co_partitioned:
+            report.fail(f"kafka-init checks the partition counts of {sorted(checked)}; the co-partitioned topics are {sorted(co_partitioned)}")
+        else:
+            report.ok(f"kafka-init checks that the {len(checked)} co-partitioned topics agree")
 
     print("ACLs: kafka-init grants what docs/topics.md's topic table says, and each service is its own user")
     check_acls(report, services)

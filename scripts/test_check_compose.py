@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The Kafka rules of scripts/check_compose.py, each held to a node's properties that break it (run by
+scripts/check-compose.sh before the checks themselves): a rule that cannot fail checks nothing.
+
+  python3 scripts/test_check_compose.py
+"""
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_compose  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+NODE_SCRIPT = os.path.join(REPO, "deploy", "kafka-node.sh")
+
+
+def node_environment(node_id="1", host="kafka", voters="1@kafka:9093", factor="1", minimum="1"):
+    return {
+        "KAFKA_NODE_ID": node_id, "KAFKA_HOST": host, "KAFKA_CONTROLLER_QUORUM_VOTERS": voters,
+        "KAFKA_REPLICATION_FACTOR": factor, "KAFKA_MIN_INSYNC_REPLICAS": minimum, "ADVERTISED_HOST_PORT": "9094",
+        "KAFKA_ADMIN_PASSWORD": "admin-secret", "KAFKA_CONTROLLER_PASSWORD": "controller-secret",
+    }
+
+
+def shipped(**overrides):
+    """The properties deploy/kafka-node.sh writes, as parsed by the checker."""
+    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    environment.update(node_environment(**overrides))
+    text = subprocess.run(["bash", NODE_SCRIPT, "--print"], env=environment, capture_output=True, text=True, check=True).stdout
+    return check_compose.parse_properties(text)
+
+
+def problems(properties, brokers=1):
+    return check_compose.check_node(check_compose.Report(), "kafka", properties, brokers)
+
+
+class NodeRules(unittest.TestCase):
+    def assertRefused(self, properties, fragment, brokers=1):
+        found = problems(properties, brokers)
+        self.assertTrue(any(fragment in problem for problem in found), f"expected a problem with {fragment!r}, got {found}")
+
+    def test_shipped_properties_pass(self):
+        self.assertEqual(problems(shipped()), [])
+        self.assertEqual(problems(shipped(factor="3", minimum="2"), brokers=3), [])
+
+    def test_a_sasl_listener_without_its_jaas_entry(self):
+        # The shipped file until issue 58: Kafka refuses to start.
+        properties = shipped()
+        del properties["listener.name.external.scram-sha-512.sasl.jaas.config"]
+        self.assertRefused(properties, "EXTERNAL offers SCRAM-SHA-512 without a JAAS entry")
+
+    def test_a_jaas_entry_of_another_mechanism(self):
+        properties = shipped()
+        properties["listener.name.external.scram-sha-512.sasl.jaas.config"] = check_compose.LOGIN_MODULES["PLAIN"] + " required;"
+        self.assertRefused(properties, "is not org.apache.kafka.common.security.scram.ScramLoginModule")
+
+    def test_anonymous_super_user_and_a_plaintext_controller(self):
+        properties = shipped()
+        properties["super.users"] += ";User:ANONYMOUS"
+        self.assertRefused(properties, "User:ANONYMOUS is a super user")
+        properties = shipped()
+        properties["listener.security.protocol.map"] = properties["listener.security.protocol.map"].replace("CONTROLLER:SASL_PLAINTEXT", "CONTROLLER:PLAINTEXT")
+        self.assertRefused(properties, "listener CONTROLLER is PLAINTEXT")
+
+    def test_scram_on_the_controller_listener(self):
+        properties = shipped()
+        properties["listener.name.controller.sasl.enabled.mechanisms"] = "SCRAM-SHA-512"
+        properties["sasl.mechanism.controller.protocol"] = "SCRAM-SHA-512"
+        properties["listener.name.controller.scram-sha-512.sasl.jaas.config"] = properties["listener.name.internal.scram-sha-512.sasl.jaas.config"]
+        self.assertRefused(properties, "SCRAM credentials live in the metadata log")
+
+    def test_controller_mechanism_not_offered(self):
+        properties = shipped()
+        del properties["sasl.mechanism.controller.protocol"]  # GSSAPI by default
+        self.assertRefused(properties, "sasl.mechanism.controller.protocol=GSSAPI is not offered")
+
+    def test_the_nodes_own_users_must_be_super_users(self):
+        properties = shipped()
+        properties["super.users"] = "User:admin"
+        self.assertRefused(properties, "user controller is not a super user")
+        properties = shipped()
+        properties["listener.name.controller.plain.sasl.jaas.config"] = properties["listener.name.controller.plain.sasl.jaas.config"].replace("user_controller", "user_someone")
+        self.assertRefused(properties, "does not accept its own user controller")
+
+    def test_listener_names_agree(self):
+        properties = shipped()
+        properties["advertised.listeners"] += ",OTHER://localhost:9999"
+        self.assertRefused(properties, "advertised.listeners names OTHER")
+        properties = shipped()
+        properties["inter.broker.listener.name"] = "CONTROLLER"
+        self.assertRefused(properties, "is a controller listener")
+        properties = shipped()
+        properties["listener.security.protocol.map"] = "INTERNAL:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT"
+        self.assertRefused(properties, "listener EXTERNAL has no security protocol")
+
+    def test_replication_within_the_brokers(self):
+        properties = shipped()
+        del properties["offsets.topic.replication.factor"]  # 3 by default: consumer groups never work on one broker
+        self.assertRefused(properties, "offsets.topic.replication.factor=3 with 1 broker(s)")
+        self.assertRefused(shipped(factor="3", minimum="3"), "min.insync.replicas=3 with replication factor 3", brokers=3)
+        self.assertRefused(shipped(factor="3", minimum="2"), "default.replication.factor=3 with 2 broker(s)", brokers=2)
+
+
+class Nodes(unittest.TestCase):
+    def services(self, voters):
+        services = {}
+        for number, host in ((1, "kafka"), (2, "kafka-2")):
+            environment = node_environment(node_id=str(number), host=host, voters=voters, factor="2", minimum="1")
+            services[host] = {"hostname": host, "entrypoint": ["/bin/bash", "/opt/islet/kafka-node.sh"],
+                              "volumes": [f"{NODE_SCRIPT}:/opt/islet/kafka-node.sh:ro"], "environment": environment}
+        return services
+
+    def failures(self, services):
+        report = check_compose.Report()
+        with contextlib.redirect_stdout(io.StringIO()):
+            check_compose.check_kafka(report, services, REPO)
+        return report.failures
+
+    def test_the_quorum(self):
+        # Two voters survive no more than one; a voter that is no node; a node that is not a voter.
+        self.assertGreater(self.failures(self.services("1@kafka:9093,2@kafka-2:9093")), 0)
+        self.assertGreater(self.failures(self.services("1@kafka:9093,3@kafka-3:9093")), 0)
+        self.assertGreater(self.failures(self.services("1@kafka:9093")), 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
