@@ -34,6 +34,11 @@ echo "== build (several minutes the first time)"
 swift build -c "$configuration" 2>&1 | grep -E "error|warning: unre|Compiling|Build complete" | grep -v "^\[" | tail -3
 bin=$(swift build -c "$configuration" --show-bin-path)
 
+# Every fixed port the demo's processes listen on (the broker takes a free one).
+ports=(8099 8090 2197 8081 9081 8083 9083 8082 8084)
+[ "$bench" = scale ] && ports+=(8093 9093 8092)
+require_free_ports "${ports[@]}" || exit 2
+
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done; pids=(); }
 trap cleanup EXIT INT TERM
@@ -84,6 +89,10 @@ env "${common[@]}" ISLET_HTTP_PORT=8084 ISLET_LINK_KEYS="demo=$link_secret" \
 pids+=("$!")
 for service in token-registry:8081 content-service:8083 apns-dispatcher:8082 analytics-ingest:8084; do
   wait_ready "${service%%:*}" "http://127.0.0.1:${service##*:}"
+done
+# Ready answers from our processes, not from something that took a port meanwhile.
+for pid in "${pids[@]}"; do
+  kill -0 "$pid" 2>/dev/null || { echo "a process of the demo exited (pid $pid): see the logs in $run" >&2; exit 1; }
 done
 
 if [ "$bench" = latency ]; then

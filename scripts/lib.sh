@@ -9,6 +9,21 @@
 # A free TCP port on 127.0.0.1: the kernel's choice, free when printed (not reserved).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
+# Fails (exit status 2, a line per port on stderr) unless no process listens on any of the TCP
+# PORTs, on any address (IPv4 or IPv6, loopback or not): a service started on a taken port either
+# cannot listen or shares "localhost" with the other process, whose answers then look like ours.
+require_free_ports() {  # port…
+  local port holders taken=0
+  for port in "$@"; do
+    holders=$(ss -Hltnp "sport = :$port" 2>/dev/null | grep -oE 'users:\(\("[^"]+",pid=[0-9]+' | sed -E 's/users:\(\("([^"]+)",pid=([0-9]+)/\1 (pid \2)/' | sort -u | paste -sd, - || true)
+    if [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]; then
+      echo "port $port is taken by ${holders:-another process (run ss -ltnp as root to name it)}: stop it first" >&2
+      taken=1
+    fi
+  done
+  [ "$taken" = 0 ] || return 2
+}
+
 # Waits until URL answers with a 2xx, trying every 0.1 s, at most TRIES times (default 600: 60 s);
 # fails with "no answer from URL" on stderr.
 wait_http() {  # URL [tries]

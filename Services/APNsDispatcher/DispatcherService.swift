@@ -350,17 +350,27 @@ public struct RecentOutcomes: Sendable {
     /// longer this instance's (or the task is cancelled): its next owner reads them.
     func requestIds(partition: Int32, firstRequestAt: Int64?, now: Date = Date(), while wanted: () -> Bool = { true }) async -> Ids? {
         let since = Self.since(window: window, firstRequestAt: firstRequestAt, now: now)
+        return await Self.read(
+            partition: partition, logger: logger, wanted: { !Task.isCancelled && wanted() },
+            pause: { try? await Task.sleep(for: $0) }, { await requestIds(partitions: [partition], since: since) })
+    }
+
+    /// `read` until it reads everything (`nil`: cut short), pausing between reads as ``Rereads``
+    /// says, while `wanted`; `nil` once not wanted.
+    static func read(
+        partition: Int32, logger: Logger, wanted: () -> Bool, pause: (Duration) async -> Void, _ read: () async -> Ids?
+    ) async -> Ids? {
         var rereads = Rereads()
         while true {
-            if let ids = await requestIds(partitions: [partition], since: since) { return ids }
-            guard let pause = rereads.cutShort(stillWanted: !Task.isCancelled && wanted()) else { return nil }
-            let metadata: Logger.Metadata = ["kafka.partition": "\(partition)", "backoff": "\(pause)", "tries": "\(rereads.tries)"]
+            if let ids = await read() { return ids }
+            guard let wait = rereads.cutShort(stillWanted: wanted()) else { return nil }
+            let metadata: Logger.Metadata = ["kafka.partition": "\(partition)", "backoff": "\(wait)", "tries": "\(rereads.tries)"]
             if rereads.tries % 10 == 0 {
                 logger.error("recent outcomes still not read: the partition's requests wait for them", metadata: metadata)
             } else {
                 logger.warning("recent outcomes not read completely; reading them again", metadata: metadata)
             }
-            try? await Task.sleep(for: pause)
+            await pause(wait)
         }
     }
 

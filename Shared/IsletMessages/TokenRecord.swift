@@ -56,7 +56,7 @@ public struct TokenRecord: IsletMessage {
     public var invalidation: Invalidation?
     /// When the activity started on the device (update tokens, when the app reports it).
     public var activityStartedAt: Date?
-    /// When this token was first registered.
+    /// When this token was last registered (a registration of the same token again moves it on).
     public var registeredAt: Date
     /// When this record last changed.
     public var updatedAt: Date

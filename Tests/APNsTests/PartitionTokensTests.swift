@@ -3,6 +3,7 @@ import Foundation
 import IsletMessages
 import IsletTesting
 import IsletTokens
+import Logging
 import Synchronization
 import Testing
 
@@ -161,6 +162,32 @@ struct RecentOutcomesWindowTests {
         #expect(Array(pauses.prefix(6)) == [.seconds(1), .seconds(2), .seconds(4), .seconds(8), .seconds(10), .seconds(10)])
         #expect(pauses.allSatisfy { $0 <= RecentOutcomes.Rereads.longestPause })
         #expect(rereads.cutShort(stillWanted: false) == nil)
+    }
+
+    @Test("the service's read of recent outcomes waits out an outage of hours and then goes on with what it read, never without it")
+    func readThroughAnOutage() async {
+        var finished = RecentOutcomes.Ids()
+        finished.finished = ["a-push-to-start"]
+        var failures = 0
+        var paused = Duration.zero
+        // Two hours of reads cut short (each pause as Rereads says), then a complete one.
+        let ids = await RecentOutcomes.read(partition: 3, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }), wanted: { true }, pause: { paused += $0 }) {
+            guard paused >= .seconds(7_200) else {
+                failures += 1
+                return nil
+            }
+            return finished
+        }
+        #expect(ids?.finished == ["a-push-to-start"])
+        #expect(failures > 700)
+        // The partition moves on meanwhile: the read stops, with nothing to go on with.
+        var reads = 0
+        let stopped = await RecentOutcomes.read(partition: 3, logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }), wanted: { reads < 3 }, pause: { _ in }) {
+            reads += 1
+            return nil
+        }
+        #expect(stopped == nil)
+        #expect(reads == 3)
     }
 }
 

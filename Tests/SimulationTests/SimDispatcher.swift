@@ -425,8 +425,10 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
         partition: Int32, epoch: Int, firstRequestAt: Int64?, rereads: RecentOutcomes.Rereads = .init(), _ done: @escaping (RecentOutcomes.Ids?) -> Void
     ) {
         let incarnation = self.incarnation
-        let latency = world.random.seconds(0.01, 0.3)
+        var latency = world.random.seconds(0.01, 0.3)
         let fails = world.random.chance(world.faults.outcomeReadFailure)
+        // A topic that does not answer: the service's read is cut short after 30 s.
+        if world.outcomesUnreadable { latency = 30 }
         world.scheduler.after(latency) { [weak self] in
             guard let self, self.incarnation == incarnation, self.isUp else { return }
             if !fails, !self.world.outcomesUnreadable {

@@ -35,9 +35,9 @@ enum Simulation {
         let later = SimRandom(seed: seed ^ 0x0DD5_EED5_0F0C_7A6E)
         policy.maximumAwaitingRequests = later.pick([2, 6, 20_000])
         var outages: [String] = []
-        if later.chance(0.3) {
+        if later.chance(0.4) {
             for _ in 0..<later.int(1...2) {
-                let (from, seconds) = (later.seconds(0, workloadSeconds + 30), later.pick([20, 120, 400.0]) * (0.5 + later.unit()))
+                let (from, seconds) = (later.seconds(0, workloadSeconds + 30), later.pick([20, 120, 400, 600.0]) * (0.5 + later.unit()))
                 world.outcomeOutages.append(SimWorld.start.addingTimeInterval(from)...SimWorld.start.addingTimeInterval(from + seconds))
                 outages.append("outcomes unreadable from \(Int(from)) s for \(Int(seconds)) s")
             }
