@@ -10,6 +10,7 @@
 #
 # Everything comes from the environment the compose file gives the container:
 #   KAFKA_NODE_ID, KAFKA_HOST             this node's id and its name on the compose network
+#   KAFKA_PROCESS_ROLES                   broker,controller (the default) or broker
 #   KAFKA_CONTROLLER_QUORUM_VOTERS        id@host:9093 of every controller (1@kafka:9093 alone)
 #   KAFKA_REPLICATION_FACTOR              of the internal topics (1 alone, 3 in the ha file)
 #   KAFKA_MIN_INSYNC_REPLICAS             what an acks=all write waits for (1 alone, 2 in ha)
@@ -18,6 +19,9 @@
 set -euo pipefail
 
 : "${KAFKA_NODE_ID:?}" "${KAFKA_HOST:?}" "${KAFKA_CONTROLLER_QUORUM_VOTERS:?}"
+# broker,controller (every node of the compose files); broker for a node added later, whose id is
+# not among the voters.
+KAFKA_PROCESS_ROLES=${KAFKA_PROCESS_ROLES:-broker,controller}
 : "${KAFKA_REPLICATION_FACTOR:?}" "${KAFKA_MIN_INSYNC_REPLICAS:?}" "${ADVERTISED_HOST_PORT:?}"
 : "${KAFKA_ADMIN_PASSWORD:?}" "${KAFKA_CONTROLLER_PASSWORD:?}"
 
@@ -27,7 +31,7 @@ plain=org.apache.kafka.common.security.plain.PlainLoginModule
 properties() {
   cat <<PROPERTIES
 node.id=$KAFKA_NODE_ID
-process.roles=broker,controller
+process.roles=$KAFKA_PROCESS_ROLES
 controller.quorum.voters=$KAFKA_CONTROLLER_QUORUM_VOTERS
 controller.listener.names=CONTROLLER
 # INTERNAL for the services on the compose network, EXTERNAL for tools on the host (islet CLI),

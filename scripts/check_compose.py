@@ -284,7 +284,8 @@ def check_node(report, name, properties, broker_count):
     protocol_map = dict(item.split(":", 1) for item in (get("listener.security.protocol.map") or "").split(",") if ":" in item)
     protocols = {}
     for listener in names:
-        protocol = protocol_map.get(listener) or (listener if listener in SECURITY_PROTOCOLS else None)
+        # With a map set, every listener needs its entry; without one, a name that is a protocol.
+        protocol = protocol_map.get(listener) or (listener if listener in SECURITY_PROTOCOLS and not protocol_map else None)
         if protocol is None:
             problems.append(f"listener {listener} has no security protocol in listener.security.protocol.map")
         protocols[listener] = protocol
@@ -302,6 +303,8 @@ def check_node(report, name, properties, broker_count):
             problems.append(f"the inter-broker listener {inter_broker} is not among listeners")
         elif inter_broker in controllers:
             problems.append(f"the inter-broker listener {inter_broker} is a controller listener")
+        elif get("advertised.listeners") and inter_broker not in [l[0] for l in parse_listeners(get("advertised.listeners"))]:
+            problems.append(f"the inter-broker listener {inter_broker} is not among advertised.listeners: Kafka does not start")
     # SASL: each listener × mechanism it offers has its JAAS entry (else Kafka refuses to start:
     # "Could not find a 'KafkaServer' or '<listener>.KafkaServer' entry in the JAAS configuration").
     mechanisms_of = {}
@@ -348,7 +351,8 @@ def check_node(report, name, properties, broker_count):
         if "User:ANONYMOUS" in super_users:
             problems.append("User:ANONYMOUS is a super user: whoever reaches an unauthenticated listener may do anything")
         for listener in names:
-            if protocols.get(listener) in ("PLAINTEXT", "SSL"):
+            client_auth = get(f"listener.name.{listener.lower()}.ssl.client.auth") or get("ssl.client.auth") or "none"
+            if protocols.get(listener) == "PLAINTEXT" or (protocols.get(listener) == "SSL" and client_auth != "required"):
                 problems.append(f"listener {listener} is {protocols[listener]}: its clients are not authenticated")
         if get("allow.everyone.if.no.acl.found") == "true":
             problems.append("allow.everyone.if.no.acl.found=true: a topic without ACLs is open to everyone")
@@ -385,8 +389,16 @@ def check_kafka(report, services, base):
         return
     brokers = [name for name, (_, p) in nodes.items() if "broker" in (p.get("process.roles") or "")]
     hosts = {}
+    # What a client on the compose network reaches: each node's advertised inter-broker listener
+    # (the services' listener), by its service name (and hostname).
+    reachable = set()
     for name, (service, properties) in nodes.items():
         hosts[service.get("hostname") or name] = name
+        hosts[name] = name
+        inter = properties.get("inter.broker.listener.name")
+        for listener, host, port in parse_listeners(properties.get("advertised.listeners")):
+            if listener == inter and host in (name, service.get("hostname")):
+                reachable.update({f"{name}:{port}", f"{service.get('hostname') or name}:{port}"})
         problems = check_node(report, name, properties, len(brokers))
         if problems:
             for problem in problems:
@@ -436,10 +448,14 @@ def check_kafka(report, services, base):
             value = re.sub(r"\$\{?(\w+)\}?", lambda m: environment.get(m.group(1), m.group(0)), value)
             factors.add(value)
         bad = [f for f in factors if not f.isdigit() or int(f) > len(brokers) or int(f) < 1]
+        minimum = max(int(p.get("min.insync.replicas") or 1) for _, p in nodes.values())
         if bad:
             report.fail(f"kafka-init creates topics with replication factor {sorted(factors)} and there are {len(brokers)} broker(s)")
+        elif any(int(f) < minimum or (len(brokers) > 1 and int(f) <= minimum) for f in factors):
+            report.fail(f"kafka-init creates topics with replication factor {sorted(factors)}, the nodes' min.insync.replicas is {minimum}: "
+                        "acks=all writes fail (NOT_ENOUGH_REPLICAS), or stop when one broker does")
         else:
-            report.ok(f"kafka-init: replication factor {sorted(factors)} of {len(brokers)} broker(s)")
+            report.ok(f"kafka-init: replication factor {sorted(factors)} of {len(brokers)} broker(s), min.insync.replicas {minimum}")
         for host in re.findall(r"--bootstrap-server\s+([\w.-]+):\d+", script):
             if host not in hosts:
                 report.fail(f"kafka-init talks to {host}, which is not a Kafka node of the file")
@@ -449,14 +465,15 @@ def check_kafka(report, services, base):
         bootstrap = environment_of(service).get("ISLET_KAFKA_BOOTSTRAP")
         if not bootstrap:
             continue
-        listed = [item.rsplit(":", 1)[0] for item in bootstrap.split(",") if item]
-        unknown = [host for host in listed if host not in hosts]
+        entries = [item.strip() for item in bootstrap.split(",") if item.strip()]
+        listed = [item.rsplit(":", 1)[0] for item in entries]
+        unknown = [entry for entry in entries if entry not in reachable]
         if unknown:
-            report.fail(f"{name}: ISLET_KAFKA_BOOTSTRAP names {unknown}, not Kafka nodes of the file")
-        elif len(nodes) > 1 and set(listed) != set(hosts):
-            report.fail(f"{name}: ISLET_KAFKA_BOOTSTRAP lists {listed} of the nodes {sorted(hosts)}: it cannot start while those are down")
+            report.fail(f"{name}: ISLET_KAFKA_BOOTSTRAP names {unknown}, not a Kafka node's advertised internal listener {sorted(reachable)}")
+        elif len(nodes) > 1 and {hosts[h] for h in listed} != set(nodes):
+            report.fail(f"{name}: ISLET_KAFKA_BOOTSTRAP lists {listed} of the nodes {sorted(nodes)}: it cannot start while those are down")
     if report.failures == failures:
-        report.ok(f"every service's ISLET_KAFKA_BOOTSTRAP names the file's Kafka nodes ({', '.join(sorted(hosts))})")
+        report.ok(f"every service's ISLET_KAFKA_BOOTSTRAP names the file's Kafka nodes ({', '.join(sorted(nodes))})")
 
 
 # ---- ACLs ----------------------------------------------------------------------------------------

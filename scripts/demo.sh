@@ -34,9 +34,10 @@ echo "== build (several minutes the first time)"
 swift build -c "$configuration" 2>&1 | grep -E "error|warning: unre|Compiling|Build complete" | grep -v "^\[" | tail -3
 bin=$(swift build -c "$configuration" --show-bin-path)
 
-# Every fixed port the demo's processes listen on (the broker takes a free one).
-ports=(8099 8090 2197 8081 9081 8083 9083 8082 8084)
-[ "$bench" = scale ] && ports+=(8093 9093 8092)
+# Every fixed port the demo's processes listen on (the broker takes a free one), with the operator
+# listeners (HTTP port + 100).
+ports=(8099 8090 2197 8081 8181 9081 8083 8183 9083 8082 8084 8184)
+[ "$bench" = scale ] && ports+=(8093 8193 9093 8092)
 require_free_ports "${ports[@]}" || exit 2
 
 pids=()

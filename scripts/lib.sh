@@ -15,11 +15,31 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 require_free_ports() {  # port…
   local port holders taken=0
   for port in "$@"; do
-    holders=$(ss -Hltnp "sport = :$port" 2>/dev/null | grep -oE 'users:\(\("[^"]+",pid=[0-9]+' | sed -E 's/users:\(\("([^"]+)",pid=([0-9]+)/\1 (pid \2)/' | sort -u | paste -sd, - || true)
-    if [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]; then
-      echo "port $port is taken by ${holders:-another process (run ss -ltnp as root to name it)}: stop it first" >&2
-      taken=1
+    if command -v ss >/dev/null 2>&1; then
+      [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ] || continue
+      holders=$(ss -Hltnp "sport = :$port" 2>/dev/null | grep -oE 'users:\(\("[^"]+",pid=[0-9]+' \
+        | sed -E 's/users:\(\("([^"]+)",pid=([0-9]+)/\1 (pid \2)/' | sort -u | paste -sd, - || true)
+    else
+      # Without iproute2: a listener anywhere on the port makes binding the wildcard address fail.
+      python3 - "$port" <<'PY' && continue
+import socket, sys
+port = int(sys.argv[1])
+for family, address in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    try:
+        s.bind((address, port))
+    except OSError:
+        sys.exit(1)
+    finally:
+        s.close()
+PY
+      holders=""
     fi
+    echo "port $port is taken by ${holders:-another process (ss -ltnp as root names it)}: stop it first" >&2
+    taken=1
   done
   [ "$taken" = 0 ] || return 2
 }

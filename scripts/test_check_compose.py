@@ -96,6 +96,16 @@ class NodeRules(unittest.TestCase):
         properties = shipped()
         properties["listener.security.protocol.map"] = "INTERNAL:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT"
         self.assertRefused(properties, "listener EXTERNAL has no security protocol")
+        properties = shipped()
+        properties["advertised.listeners"] = "EXTERNAL://localhost:9094"
+        self.assertRefused(properties, "the inter-broker listener INTERNAL is not among advertised.listeners")
+
+    def test_tls_without_client_certificates_is_unauthenticated(self):
+        properties = shipped()
+        properties["listener.security.protocol.map"] = properties["listener.security.protocol.map"].replace("EXTERNAL:SASL_PLAINTEXT", "EXTERNAL:SSL")
+        self.assertRefused(properties, "listener EXTERNAL is SSL")
+        properties["listener.name.external.ssl.client.auth"] = "required"
+        self.assertFalse(any("listener EXTERNAL is SSL" in problem for problem in problems(properties)))
 
     def test_replication_within_the_brokers(self):
         properties = shipped()
@@ -106,25 +116,51 @@ class NodeRules(unittest.TestCase):
 
 
 class Nodes(unittest.TestCase):
-    def services(self, voters):
+    HOSTS = ("kafka", "kafka-2", "kafka-3")
+    VOTERS = "1@kafka:9093,2@kafka-2:9093,3@kafka-3:9093"
+
+    def services(self, voters=VOTERS, count=3, factor="3", minimum="2", init_factor="3", bootstrap=None, ids=None):
         services = {}
-        for number, host in ((1, "kafka"), (2, "kafka-2")):
-            environment = node_environment(node_id=str(number), host=host, voters=voters, factor="2", minimum="1")
+        for number, host in enumerate(self.HOSTS[:count], start=1):
+            node_id = str(ids[number - 1] if ids else number)
+            environment = node_environment(node_id=node_id, host=host, voters=voters, factor=factor, minimum=minimum)
             services[host] = {"hostname": host, "entrypoint": ["/bin/bash", "/opt/islet/kafka-node.sh"],
                               "volumes": [f"{NODE_SCRIPT}:/opt/islet/kafka-node.sh:ro"], "environment": environment}
+        services["kafka-init"] = {"command": [f"topics --bootstrap-server kafka:9092 --create --replication-factor {init_factor} --topic t --partitions 3"]}
+        services["token-registry"] = {"environment": {"ISLET_KAFKA_BOOTSTRAP": bootstrap or ",".join(f"{h}:9092" for h in self.HOSTS[:count])}}
         return services
 
     def failures(self, services):
         report = check_compose.Report()
-        with contextlib.redirect_stdout(io.StringIO()):
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
             check_compose.check_kafka(report, services, REPO)
-        return report.failures
+        return [line.strip() for line in output.getvalue().splitlines() if line.strip().startswith("FAIL")]
+
+    def assertFails(self, services, fragment):
+        found = self.failures(services)
+        self.assertTrue(any(fragment in line for line in found), f"expected a failure with {fragment!r}, got {found}")
+
+    def test_three_nodes_pass(self):
+        self.assertEqual(self.failures(self.services()), [])
 
     def test_the_quorum(self):
-        # Two voters survive no more than one; a voter that is no node; a node that is not a voter.
-        self.assertGreater(self.failures(self.services("1@kafka:9093,2@kafka-2:9093")), 0)
-        self.assertGreater(self.failures(self.services("1@kafka:9093,3@kafka-3:9093")), 0)
-        self.assertGreater(self.failures(self.services("1@kafka:9093")), 0)
+        self.assertFails(self.services(voters="1@kafka:9093,2@kafka-2:9093", count=2, factor="2", minimum="1", init_factor="2"),
+                         "2 voters")
+        self.assertFails(self.services(voters="1@kafka:9093,2@kafka-2:9093,4@kafka-4:9093"), "names node 4, which no controller")
+        self.assertFails(self.services(voters="1@kafka:9093,2@kafka-2:9094,3@kafka-3:9093"), "is not node 2's controller listener")
+        self.assertFails(self.services(ids=[1, 2, 2]), "node ids repeat")
+
+    def test_kafka_init_replicas(self):
+        self.assertFails(self.services(init_factor="4"), "replication factor ['4'] and there are 3 broker(s)")
+        # Fewer replicas than the nodes' min.insync.replicas: every acks=all write fails.
+        self.assertFails(self.services(init_factor="1"), "min.insync.replicas is 2")
+        self.assertFails(self.services(init_factor="2"), "min.insync.replicas is 2")
+
+    def test_the_services_bootstrap(self):
+        self.assertFails(self.services(bootstrap="kafka:9093,kafka-2:9092,kafka-3:9092"), "not a Kafka node's advertised internal listener")
+        self.assertFails(self.services(bootstrap="broker:9092"), "not a Kafka node's advertised internal listener")
+        self.assertFails(self.services(bootstrap="kafka:9092"), "it cannot start while those are down")
 
 
 if __name__ == "__main__":
