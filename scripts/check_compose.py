@@ -556,9 +556,7 @@ def check_acls(report, services):
     for user in sorted((readers & set(CONSUMERS + ["backend"])) - group_users):
         report.fail(f"{user} reads topics but has no consumer-group ACL")
     for name in SERVICES:
-        environment = (services.get(name) or {}).get("environment") or {}
-        if isinstance(environment, list):
-            environment = dict(item.split("=", 1) if "=" in item else (item, "") for item in environment)
+        environment = environment_of(services.get(name) or {})
         if environment.get("ISLET_KAFKA_SASL_USERNAME") != name or not environment.get("ISLET_KAFKA_SASL_PASSWORD"):
             report.fail(f"{name}: does not authenticate to Kafka as user {name} (ISLET_KAFKA_SASL_USERNAME/PASSWORD)")
         else:
@@ -611,9 +609,7 @@ def main():
     print("variables: every ISLET_* variable a service sets is read by its code")
     everything = variables_read(["Services", "Shared"])
     for name, service in sorted(services.items()):
-        environment = service.get("environment") or {}
-        if isinstance(environment, list):
-            environment = dict(item.split("=", 1) if "=" in item else (item, "") for item in environment)
+        environment = environment_of(service)
         names = sorted(variable for variable in environment if variable.startswith("ISLET_"))
         if not names:
             continue
