@@ -36,8 +36,19 @@ do {
         onServerRunning: { channel in ListenerReport.bound("http", port: channel.localAddress?.port) }, logger: logger)
     Task { ListenerReport.bound("apns", port: try? await server.listeningPort) }
     try await ServiceGroup(
-        configuration: .init(services: [.init(service: server), .init(service: admin)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        configuration: .init(
+            services: [
+                .init(
+                    service: Listener(
+                        server, name: "apns", host: settings.host, port: settings.port, variables: ["ISLET_SIMULATOR_HOST", "ISLET_SIMULATOR_PORT"])),
+                .init(
+                    service: Listener(admin, name: "http", host: settings.adminHost, port: settings.adminPort, variables: ["ISLET_HTTP_HOST", "ISLET_HTTP_PORT"])),
+            ],
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
     ).run()
+} catch let error as ListenerBindError {
+    logger.critical("apns-simulator \(error)")
+    exit(1)
 } catch {
     // Printed, and exit status 1 (an error thrown from top-level code would trap).
     logger.critical("apns-simulator stopped: \(error)")

@@ -89,7 +89,9 @@ public struct TokenRegistryApp: Sendable {
         self.grpc = grpc
         let sweeper = TokenSweeper(registry: registry, retention: settings.tokenRetention, interval: .seconds(3_600))
         self.services = [
-            producer, loader, listener, sweeper, grpc, runtime.operatorServer(router: runtime.makeRouter().buildResponder()),
+            producer, loader, listener, sweeper,
+            runtime.listener(grpc, name: "grpc", host: settings.grpcHost, port: settings.grpcPort, variables: ["ISLET_GRPC_HOST", "ISLET_GRPC_PORT"]),
+            runtime.operatorServer(router: runtime.makeRouter().buildResponder()),
             runtime.httpServer(router: router.buildResponder()),
         ]
     }

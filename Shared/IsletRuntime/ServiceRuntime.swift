@@ -87,6 +87,9 @@ public struct ServiceRuntime: Sendable {
         }
         do {
             try await runtime.run(group)
+        } catch let error as ListenerBindError {
+            runtime.logger.critical("\(serviceName) \(error)")
+            exit(1)
         } catch {
             runtime.logger.critical("\(serviceName) stopped: \(error)")
             exit(1)
@@ -116,29 +119,34 @@ public struct ServiceRuntime: Sendable {
     /// with `router` (``makeRouter(context:)`` plus any operator route), as a `Service`.
     public func operatorServer<Responder: HTTPResponder>(router: Responder) -> some Service
     where Responder.Context: InitializableFromSource<ApplicationRequestContextSource> {
-        httpServer(router: router, host: settings.operatorHost, port: settings.operatorPort, name: "operator")
+        httpServer(
+            router: router, host: settings.operatorHost, port: settings.operatorPort, name: "operator",
+            variables: ["ISLET_OPERATOR_HOST", "ISLET_OPERATOR_PORT"])
     }
 
     /// The HTTP server for `router` on the configured host and port, as a `Service`, with the
     /// request deadline and the per-address connection cap of ``ServiceSettings/httpLimits``.
     public func httpServer<Responder: HTTPResponder>(router: Responder) -> some Service
     where Responder.Context: InitializableFromSource<ApplicationRequestContextSource> {
-        httpServer(router: router, host: settings.httpHost, port: settings.httpPort, name: "http")
+        httpServer(router: router, host: settings.httpHost, port: settings.httpPort, name: "http", variables: ["ISLET_HTTP_HOST", "ISLET_HTTP_PORT"])
     }
 
-    /// `name`: the listener's name in ``ListenerReport``.
-    private func httpServer<Responder: HTTPResponder>(router: Responder, host: String, port: Int, name: String) -> some Service
+    /// `name`: the listener's name in ``ListenerReport`` and in a ``ListenerBindError``.
+    private func httpServer<Responder: HTTPResponder>(
+        router: Responder, host: String, port: Int, name: String, variables: [String]
+    ) -> some Service
     where Responder.Context: InitializableFromSource<ApplicationRequestContextSource> {
         let limits = settings.httpLimits
         let counts = ConnectionCounts()
         let logger = self.logger
-        return Application(
+        let application = Application(
             responder: router,
             server: .http1(
                 configuration: .init(additionalChannelHandlers: [HTTPConnectionGuard(limits: limits, counts: counts, logger: logger)])),
             configuration: .init(address: .hostname(host, port: port), serverName: settings.serviceName),
             onServerRunning: { channel in ListenerReport.bound(name, port: channel.localAddress?.port) },
             logger: logger)
+        return Listener(application, name: name, host: host, port: port, variables: variables)
     }
 
     /// Runs the services until SIGTERM or SIGINT, then shuts them down gracefully in reverse order

@@ -3,6 +3,7 @@ import GRPCCore
 import GRPCNIOTransportHTTP2
 import IsletMessages
 import IsletProtos
+import IsletRuntime
 import IsletTesting
 import IsletTokens
 import Testing
@@ -60,5 +61,19 @@ struct GRPCTests {
                 ($0 as? RPCError)?.code == .invalidArgument
             }
         }
+    }
+
+    @Test("a gRPC port in use stops the server with the address, the variables and the reason")
+    func portInUse() async throws {
+        let taken = try TakenPort()
+        defer { taken.close() }
+        let server = GRPCServerService(host: "127.0.0.1", port: taken.port, services: [])
+        let error = await #expect(throws: ListenerBindError.self) {
+            try await Listener(server, name: "grpc", host: "127.0.0.1", port: taken.port, variables: ["ISLET_GRPC_HOST", "ISLET_GRPC_PORT"]).run()
+        }
+        #expect(
+            error?.description
+                == "cannot listen on 127.0.0.1:\(taken.port) (grpc: ISLET_GRPC_HOST, ISLET_GRPC_PORT): the port is in use by another process (`ss -ltnp 'sport = :\(taken.port)'` names it)"
+        )
     }
 }
