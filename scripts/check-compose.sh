@@ -8,7 +8,12 @@
 #   3. scripts/check_compose.py on that normalized file: products, variables, topics, ACLs, health
 #      checks, and each Kafka node's properties (read back from deploy/kafka-node.sh --print) held
 #      to Kafka's start-up rules — for the file alone and with docker-compose.ha.yml;
-#   4. scripts/test_check_compose.py first: each of those Kafka rules refuses a file that breaks it.
+#   4. scripts/test_check_compose.py first: each of those Kafka rules refuses a file that breaks it;
+#   5. scripts/compose_start.py, for each variant: every Islet service started as a process with the
+#      environment, secrets and command compose gives it (from an .env that scripts/new-env.sh
+#      --dev writes, as an operator's first start would), on a local broker, until its health
+#      check answers; then the demo's scenarios through them. It needs the build (`swift build`,
+#      done here) and prints what it had to change (host names, ports, paths, Kafka's SASL).
 #
 # Both Python tools are installed from PyPI into $ISLET_TOOLS/compose-check (default .tools/),
 # pinned; nothing system-wide. Products listed in ISLET_COMPOSE_PENDING_PRODUCTS (comma-separated)
@@ -60,4 +65,30 @@ for variant in default ha; do
   echo "ok -- $(python3 -c 'import sys, yaml; print(len(yaml.safe_load(open(sys.argv[1]))["services"]))' "$normalized") services"
   echo "-- $variant: the file against the code and Kafka's rules"
   python3 scripts/check_compose.py "$normalized" "$package" --pending-products "${ISLET_COMPOSE_PENDING_PRODUCTS:-}"
+done
+
+# 5. The services under compose's own environment (the binaries of `swift build`; a broker each).
+echo "-- the services under compose's environment"
+python3 scripts/compose_start.py --self-test --bin "$(swift build --show-bin-path)" --run-dir "$run_dir/compose-start/self-test"
+swift build 2>&1 | grep -E "error|Compiling|Build complete" | grep -v "^\[" | tail -3
+bin=$(swift build --show-bin-path)
+env_file="$run_dir/compose-start/compose.env"
+mkdir -p "$run_dir/compose-start"
+python3 scripts/new_env.py --dev --force --out "$env_file" --key "$run_dir/compose-start/AuthKey.p8" 2>/dev/null
+for variant in default ha; do
+  files=(-f docker-compose.yml)
+  [ "$variant" = ha ] && files+=(-f docker-compose.ha.yml)
+  echo "-- $variant: every service started as compose configures it, then the demo's scenarios"
+  config="$run_dir/compose-start/compose.$variant.yml"
+  env -i PATH="$PATH" PYTHONPATH="$PYTHONPATH" HOME="${HOME:-/tmp}" \
+    python3 -c 'import sys, podman_compose; sys.exit(podman_compose.main())' \
+    --dry-run --env-file "$env_file" "${files[@]}" config >"$config"
+  (
+    eval "$(ISLET_RUN_DIR="$run_dir/compose-start" scripts/broker.sh)"
+    trap 'kill "$ISLET_BROKER_PID" 2>/dev/null || true' EXIT
+    # kafka-init's part: the topics (the local broker has no users or ACLs to grant).
+    "$bin/islet-demo" setup --bootstrap "$ISLET_KAFKA_BOOTSTRAP" >/dev/null
+    python3 scripts/compose_start.py "$config" --bin "$bin" --bootstrap "$ISLET_KAFKA_BOOTSTRAP" \
+      --run-dir "$run_dir/compose-start/$variant" --play
+  )
 done

@@ -565,6 +565,44 @@ def check_acls(report, services):
 
 # ---- the checks -----------------------------------------------------------------------------------
 
+def check_secure_defaults(report, services):
+    """What the file gives the services when .env sets nothing optional: the protections on."""
+    problems = []
+    registry = environment_of(services.get("token-registry") or {})
+    content = environment_of(services.get("content-service") or {})
+    ingest = environment_of(services.get("analytics-ingest") or {})
+    if str(registry.get("ISLET_TICKETS_REQUIRED", "")).lower() != "true":
+        problems.append(f"token-registry: ISLET_TICKETS_REQUIRED is {registry.get('ISLET_TICKETS_REQUIRED')!r}, not true: "
+                        "anyone may register a token for an activity id until its owner does")
+    for name, environment, variable in [
+        ("token-registry", registry, "ISLET_TICKET_HS256_KEYS"), ("token-registry", registry, "ISLET_GRPC_KEYS"),
+        ("content-service", content, "ISLET_GRPC_KEYS"), ("content-service", content, "ISLET_REGISTRY_GRPC_KEY"),
+    ]:
+        if not environment.get(variable):
+            problems.append(f"{name}: {variable} is empty")
+    grpc_port = str(registry.get("ISLET_GRPC_PORT", ""))
+    if str(content.get("ISLET_REGISTRY_GRPC", "")) != f"token-registry:{grpc_port}":
+        problems.append(f"content-service: ISLET_REGISTRY_GRPC is {content.get('ISLET_REGISTRY_GRPC')!r}, not token-registry:{grpc_port}: "
+                        "the freshness monitor cannot invalidate the token of an activity it ends")
+    writers = set()
+    for entry in str(registry.get("ISLET_GRPC_KEYS", "")).split(","):
+        name, _, rest = entry.partition("=")
+        key, _, permissions = rest.rpartition(":")
+        if "write" in permissions.split("+"):
+            writers.add(key)
+    if content.get("ISLET_REGISTRY_GRPC_KEY") and content.get("ISLET_REGISTRY_GRPC_KEY") not in writers:
+        problems.append("content-service: ISLET_REGISTRY_GRPC_KEY is not a key of token-registry's ISLET_GRPC_KEYS with write")
+    for variable in ("ISLET_ANALYTICS_TRUSTED_PROXIES", "ISLET_ANALYTICS_CLIENT_HEADER", "ISLET_HTTP_MAX_CONNECTIONS_PER_ADDRESS"):
+        if variable not in ingest:
+            problems.append(f"analytics-ingest: {variable} is not passed (behind a load balancer every phone would share one rate limit)")
+    for problem in problems:
+        report.fail(problem)
+    if not problems:
+        report.ok("tickets required, the freshness monitor wired to token-registry with a key it accepts, "
+                  "analytics-ingest's proxies configurable")
+    return problems
+
+
 def built_product(service):
     build = service.get("build")
     if not isinstance(build, dict):
@@ -683,6 +721,9 @@ def main():
 
     print("ACLs: kafka-init grants what docs/topics.md's topic table says, and each service is its own user")
     check_acls(report, services)
+
+    print("secure defaults: what the services get when .env sets nothing optional")
+    check_secure_defaults(report, services)
 
     print("operations: health checks, restart policies, secrets")
     for name, service in sorted(services.items()):

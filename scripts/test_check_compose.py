@@ -163,5 +163,50 @@ class Nodes(unittest.TestCase):
         self.assertFails(self.services(bootstrap="kafka:9092"), "it cannot start while those are down")
 
 
+class SecureDefaults(unittest.TestCase):
+    def services(self):
+        return {
+            "token-registry": {"environment": {
+                "ISLET_TICKETS_REQUIRED": "true", "ISLET_TICKET_HS256_KEYS": "backend=k", "ISLET_GRPC_PORT": "9081",
+                "ISLET_GRPC_KEYS": "content-service=K1:write,backend=K2:read+write"}},
+            "content-service": {"environment": {
+                "ISLET_GRPC_KEYS": "content-service=K1:write", "ISLET_REGISTRY_GRPC": "token-registry:9081", "ISLET_REGISTRY_GRPC_KEY": "K1"}},
+            "analytics-ingest": {"environment": {
+                "ISLET_ANALYTICS_TRUSTED_PROXIES": "", "ISLET_ANALYTICS_CLIENT_HEADER": "", "ISLET_HTTP_MAX_CONNECTIONS_PER_ADDRESS": ""}},
+        }
+
+    def refused(self, services, fragment):
+        with contextlib.redirect_stdout(io.StringIO()):
+            found = check_compose.check_secure_defaults(check_compose.Report(), services)
+        self.assertTrue(any(fragment in problem for problem in found), f"expected a problem with {fragment!r}, got {found}")
+
+    def test_the_shipped_shape_passes(self):
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(check_compose.check_secure_defaults(check_compose.Report(), self.services()), [])
+
+    def test_tickets_not_required(self):
+        services = self.services()
+        services["token-registry"]["environment"]["ISLET_TICKETS_REQUIRED"] = ""
+        self.refused(services, "ISLET_TICKETS_REQUIRED is '', not true")
+
+    def test_freshness_monitor_not_wired(self):
+        services = self.services()
+        services["content-service"]["environment"]["ISLET_REGISTRY_GRPC"] = ""
+        self.refused(services, "the freshness monitor cannot invalidate")
+
+    def test_a_key_the_registry_does_not_take(self):
+        services = self.services()
+        services["content-service"]["environment"]["ISLET_REGISTRY_GRPC_KEY"] = "K2-other"
+        self.refused(services, "not a key of token-registry's ISLET_GRPC_KEYS with write")
+        services["token-registry"]["environment"]["ISLET_GRPC_KEYS"] = "content-service=K1:read"
+        services["content-service"]["environment"]["ISLET_REGISTRY_GRPC_KEY"] = "K1"
+        self.refused(services, "not a key of token-registry's ISLET_GRPC_KEYS with write")
+
+    def test_proxies_not_configurable(self):
+        services = self.services()
+        del services["analytics-ingest"]["environment"]["ISLET_ANALYTICS_TRUSTED_PROXIES"]
+        self.refused(services, "ISLET_ANALYTICS_TRUSTED_PROXIES is not passed")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)

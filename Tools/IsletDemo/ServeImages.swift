@@ -5,8 +5,10 @@ import IsletDemoKit
 import Hummingbird
 import NIOCore
 
-/// Serves the photos the events point at (a courier's and a driver's), as a CDN would.
+/// Serves the photos the events point at (a courier's and a driver's), as a CDN would; `/health`
+/// answers 200 (docker-compose.yml's dev profile runs it as `example-images`).
 struct ServeImages: AsyncParsableCommand {
+    @Option var host = "127.0.0.1"
     @Option var port = 8099
 
     func run() async throws {
@@ -17,7 +19,8 @@ struct ServeImages: AsyncParsableCommand {
                 Response(status: .ok, headers: [.contentType: "image/jpeg"], body: .init(byteBuffer: ByteBuffer(bytes: jpeg)))
             }
         }
-        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: port)), logger: quiet)
+        router.get("health") { _, _ in Response(status: .ok) }
+        let app = Application(router: router, configuration: .init(address: .hostname(host, port: port)), logger: quiet)
         try await app.runService()
     }
 

@@ -24,11 +24,15 @@ public struct DemoEndpoints: Sendable {
     /// order goes through it (as a backend without a Kafka client would), the rest through Kafka.
     public var content: String
     public var backendKey: String?
+    /// The key the apps' backends sign activity tickets with, `kid=secret` (one of token-registry's
+    /// `ISLET_TICKET_HS256_KEYS`): when given, each update-token registration carries the ticket its
+    /// backend would hand the app with the order (needed where `ISLET_TICKETS_REQUIRED` is true).
+    public var ticketKey: String?
 
     public init(
         bootstrap: String, registry: String = "http://127.0.0.1:8081", simulator: String = "http://127.0.0.1:8090",
         ingest: String = "http://127.0.0.1:8084", images: String = "http://127.0.0.1:8099", jwtKey: String,
-        content: String = "http://127.0.0.1:8083", backendKey: String? = nil
+        content: String = "http://127.0.0.1:8083", backendKey: String? = nil, ticketKey: String? = nil
     ) {
         self.bootstrap = bootstrap
         self.registry = registry
@@ -38,6 +42,7 @@ public struct DemoEndpoints: Sendable {
         self.jwtKey = jwtKey
         self.content = content
         self.backendKey = backendKey
+        self.ticketKey = ticketKey
     }
 }
 
@@ -108,7 +113,7 @@ public struct World: Sendable {
             "/v1/activities/\(order)/token",
             RegisterActivityTokenRequest(
                 token: token, attributesType: "DeliveryAttributes", app: app, frequentUpdatesEnabled: false, appVersion: "2.1",
-                activityStartedAt: Date()))
+                activityStartedAt: Date(), ticket: try await ticket(activityId: order, bundleId: app.bundleId)))
         service("token-registry", answer)
 
         var fields: [String: JSONValue] = ["orderId": .string(run), "storeName": .string("Casa Lola")]
@@ -181,7 +186,7 @@ public struct World: Sendable {
             "/v1/activities/\(ride)/token",
             RegisterActivityTokenRequest(
                 token: token, attributesType: "RideAttributes", app: app, frequentUpdatesEnabled: false, appVersion: "3.0",
-                activityStartedAt: Date(), deviceId: device)))
+                activityStartedAt: Date(), deviceId: device, ticket: try await ticket(activityId: ride, bundleId: app.bundleId))))
 
         fields["driver"] = .object([
             "name": .string("Sam"), "vehicle": .string("Blue Prius"), "plate": .string("KX 42 LT"), "photoUrl": .string("\(play.images)/driver.jpg"),
@@ -381,6 +386,16 @@ public struct World: Sendable {
         let response = try await http.execute(HTTPClientRequest(url: "\(play.simulator)/admin/notifications?token=\(token)"), timeout: .seconds(5))
         let body = try await response.body.collect(upTo: 64 << 20)
         return try IsletJSON.decodeValue([AcceptedNotification].self, from: Array(buffer: body))
+    }
+
+    /// The activity's ticket, as its backend signs it for the demo's user (nil without a ticket key).
+    func ticket(activityId: String, bundleId: String) async throws -> String? {
+        guard let key = play.ticketKey else { return nil }
+        let parts = key.split(separator: "=", maxSplits: 1).map(String.init)
+        guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else { throw DemoFailure("--ticket-key must be kid=secret") }
+        return try await ActivityTickets.sign(
+            .init(user: "demo-user", activityId: activityId, bundleId: bundleId, expires: Date().addingTimeInterval(3_600)),
+            kid: parts[0], secret: Array(parts[1].utf8))
     }
 
     /// - Parameter jwt: the user's token (default: the demo's user).
