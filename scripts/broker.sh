@@ -48,10 +48,14 @@ tansu="$tools/bin/tansu"
 [ -x "$tansu" ] || { echo "tansu not found at $tansu: run scripts/bootstrap.sh" >&2; exit 1; }
 
 port=${ISLET_BROKER_PORT:-$(free_port)}
+# ISLET_BROKER_AUTHENTICATION=1: clients must log in (SASL). tansu 0.6 keeps no SCRAM user in
+# memory, so it refuses every login (docs/operations.md): for tests of a refused login only.
+authentication=()
+[ "${ISLET_BROKER_AUTHENTICATION:-0}" = 1 ] && authentication=(--authentication)
 "$tansu" broker \
   --listener-url "tcp://127.0.0.1:$port" \
   --advertised-listener-url "tcp://127.0.0.1:$port" \
-  --storage-engine memory://tansu/ \
+  --storage-engine memory://tansu/ ${authentication[@]+"${authentication[@]}"} \
   >"$run_dir/broker.log" 2>&1 </dev/null &
 pid=$!
 

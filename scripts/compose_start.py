@@ -4,6 +4,7 @@ environment, secrets and command compose gives its container, and waits for each
 check (run by scripts/check-compose.sh for the file alone and with docker-compose.ha.yml).
 
   compose_start.py CONFIG.yml --bin DIR --bootstrap HOST:PORT --run-dir DIR [--play]
+  compose_start.py CONFIG.yml --bin DIR --bootstrap HOST:PORT --run-dir DIR --refused-logins
   compose_start.py --self-test --bin DIR --run-dir DIR
 
 CONFIG.yml is `podman-compose config` of the file, interpolated with an .env that
@@ -23,7 +24,9 @@ scripts/new-env.sh --dev wrote (every profile). What differs from a container, e
 
 Anything else is as compose would pass it: a variable compose sets wrongly, a secret that does not
 exist or a key compose does not pass stops the service, and the check fails with the service's
-own words. --play then runs the demo's scenarios (islet-demo play) against the services, with the
+own words. --refused-logins keeps the SASL settings, against a broker that refuses every login
+(tansu --authentication): each Kafka client logs in with the file's mechanism and user, and its
+/health/ready must say that Kafka refused the login. --play then runs the demo's scenarios (islet-demo play) against the services, with the
 keys of the file: what a first `docker compose up` of the dev profile is for. --self-test shows that
 the check fails, naming the cause, when a required key is missing or a secret file is absent.
 """
@@ -349,6 +352,54 @@ def run(config_path, bin_dir, bootstrap, run_dir, with_play):
     say(f"ok       every service stopped on SIGTERM with status 0")
 
 
+def refused_logins(config_path, bin_dir, bootstrap, run_dir):
+    """Each service that logs in to Kafka, with compose's SASL settings unchanged, against a broker
+    that requires authentication and knows no user (tansu --authentication: it refuses every SCRAM
+    login): the login is attempted with the file's mechanism and refused, and /health/ready says so."""
+    with open(config_path) as f:
+        config = yaml.safe_load(f)
+    plan = Plan(config, bin_dir, bootstrap, run_dir)
+    processes = Processes(run_dir)
+    expected = "Kafka refused this client's login"
+    try:
+        names = []
+        for name in start_order(plan.islet, plan.services):
+            env, _ = plan.environment(name)
+            given = plan.services[name].get("environment") or {}
+            for key, value in given.items():
+                if KAFKA_SECURITY.match(key):
+                    env[key] = str(value)
+            processes.start(name, plan.command(name), env)
+            if given.get("ISLET_KAFKA_SASL_USERNAME"):
+                names.append(name)
+            else:
+                # Not a Kafka client (the simulator, the example images): what the others need.
+                processes.wait_ready(name, plan.health_url(name))
+        for name in names:
+            url = plan.health_url(name)
+            deadline = time.monotonic() + 60
+            answer = ""
+            while time.monotonic() < deadline:
+                if processes.running[name].poll() is not None:
+                    raise Failure(f"{name} exited when its login was refused:\n      " + "\n      ".join(processes.log_tail(name)))
+                try:
+                    with urllib.request.urlopen(url, timeout=2) as response:
+                        answer = f"{response.status} {response.read()[:400].decode(errors='replace')}"
+                except urllib.error.HTTPError as error:
+                    answer = f"{error.code} {error.read()[:2000].decode(errors='replace')}"
+                except OSError as error:
+                    answer = str(error)
+                if answer.startswith("503") and expected in answer:
+                    break
+                time.sleep(0.3)
+            else:
+                raise Failure(f"{name}'s /health/ready never said its login was refused (last: {answer[:400]})")
+            reason = re.search(r'"(Kafka refused[^"]*)"', answer)
+            say(f"ok       {name}: 503, {reason.group(1)[:150] if reason else expected}…")
+    finally:
+        processes.stop()
+
+
 def self_test(bin_dir, run_dir):
     """The check fails with the service's own words when compose passes a wrong environment."""
     cases = [
@@ -374,11 +425,15 @@ def main():
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--play", action="store_true")
     parser.add_argument("--self-test", action="store_true")
+    parser.add_argument("--refused-logins", action="store_true",
+                        help="start the services with their SASL settings against --bootstrap, a broker that refuses every login")
     args = parser.parse_args()
     os.makedirs(args.run_dir, exist_ok=True)
     try:
         if args.self_test:
             self_test(args.bin, args.run_dir)
+        elif args.refused_logins:
+            refused_logins(args.config, args.bin, args.bootstrap, args.run_dir)
         else:
             run(args.config, args.bin, args.bootstrap, args.run_dir, args.play)
     except Failure as failure:

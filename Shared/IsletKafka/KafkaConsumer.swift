@@ -621,7 +621,8 @@ final class ConsumerCore: Sendable {
         let snapshot = KafkaHealthSnapshot(
             phase: phase, consecutiveRecoveries: consecutive, lastRecoveryReason: lastReason, lastContact: cluster.last,
             awaitingAssignment: awaitingAssignment.load(ordering: .acquiring), fallingBehind: inGroup ? nil : lag.withLock(\.behind),
-            starved: inGroup ? lag.withLock(\.starved) : nil, fetchWaitMilliseconds: fetchWaitMilliseconds.load(ordering: .relaxed))
+            starved: inGroup ? lag.withLock(\.starved) : nil, fetchWaitMilliseconds: fetchWaitMilliseconds.load(ordering: .relaxed),
+            loginRefused: cluster.loginRefused)
         return snapshot.health(now: now, policy: policy)
     }
 
@@ -982,6 +983,7 @@ final class ConsumerCore: Sendable {
     // MARK: Errors
 
     func clientError(_ error: KafkaError) {
+        cluster.observe(error)
         if error.isFatal {
             // The poll loop sees it (rd_kafka_fatal_error) and replaces the handle.
             logger.error("fatal consumer error", metadata: ["kafka.error": "\(error)"])

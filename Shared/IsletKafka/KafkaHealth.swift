@@ -115,9 +115,22 @@ enum MonotonicTime {
 /// When the cluster last answered a client, and the probe that asks it when nothing else does.
 final class ClusterContact: Sendable {
     private let at = Atomic<UInt64>(0)
+    private let refusal = Mutex<LoginRefused?>(nil)
 
     /// When the cluster last answered (``MonotonicTime``; 0: never).
     var last: UInt64 { at.load(ordering: .acquiring) }
+
+    /// The cluster's last refusal of the client's login (SASL), if one came after its last answer.
+    var loginRefused: LoginRefused? {
+        let last = self.last
+        return refusal.withLock { refused in refused.flatMap { $0.at >= last ? $0 : nil } }
+    }
+
+    /// librdkafka reported `error` (any thread): an authentication failure is kept for the health.
+    func observe(_ error: KafkaError, at now: UInt64 = MonotonicTime.now()) {
+        guard error.isAuthenticationFailure else { return }
+        refusal.withLock { $0 = LoginRefused(at: now, reason: error.message) }
+    }
 
     /// The cluster answered (an acknowledgement, records fetched, a rebalance, a probe).
     func heard(at now: UInt64 = MonotonicTime.now()) {
@@ -140,6 +153,15 @@ final class ClusterContact: Sendable {
             }
         } while (try? await Task.sleep(for: policy.probeInterval)) != nil
     }
+}
+
+/// The cluster refused the client's login (librdkafka's `RD_KAFKA_RESP_ERR__AUTHENTICATION`: a wrong
+/// SASL user or password, a mechanism the listener does not offer). librdkafka keeps trying; the
+/// health says why it gets nowhere.
+struct LoginRefused: Sendable, Equatable {
+    /// When (``MonotonicTime``).
+    var at: UInt64
+    var reason: String
 }
 
 /// The facts a client's health is decided from, at one moment. Kept apart from the clients so the
@@ -176,6 +198,8 @@ struct KafkaHealthSnapshot: Sendable, Equatable {
     var starved: LagWatch.Behind?
     /// The `fetch.wait.max.ms` its handle fetches with.
     var fetchWaitMilliseconds: Int = 0
+    /// The cluster refused the client's login after it last answered (``ClusterContact/loginRefused``).
+    var loginRefused: LoginRefused? = nil
 
     func health(now: UInt64, policy: KafkaHealthPolicy) -> KafkaClientHealth {
         if consecutiveRecoveries >= policy.maximumRecoveries {
@@ -189,6 +213,11 @@ struct KafkaHealthSnapshot: Sendable, Equatable {
         case .stopping: return .notReady("stopping")
         case .recovering(let reason): return .notReady("being recreated after: \(reason)")
         case .running: break
+        }
+        if let refused = loginRefused {
+            return .notReady(
+                "Kafka refused this client's login (check ISLET_KAFKA_SASL_USERNAME, ISLET_KAFKA_SASL_PASSWORD and ISLET_KAFKA_SASL_MECHANISMS): \(refused.reason)"
+            )
         }
         if lastContact == 0 { return .notReady("no answer from Kafka yet") }
         if now > lastContact && now - lastContact > limit {

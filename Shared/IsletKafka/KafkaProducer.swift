@@ -535,6 +535,7 @@ final class ProducerCore: Sendable {
 
     /// librdkafka raised an error on the client of `generation`.
     func clientError(_ error: KafkaError, generation: UInt64) {
+        cluster.observe(error)
         if error.requiresNewClient {
             requestRecreation(of: generation, reason: error)
         } else {
@@ -601,7 +602,7 @@ final class ProducerCore: Sendable {
         }
         let snapshot = KafkaHealthSnapshot(
             phase: phase, consecutiveRecoveries: consecutive, lastRecoveryReason: lastReason, lastContact: cluster.last,
-            waiting: inFlight, waitingSince: waitingSince.load(ordering: .relaxed))
+            waiting: inFlight, waitingSince: waitingSince.load(ordering: .relaxed), loginRefused: cluster.loginRefused)
         return snapshot.health(now: now, policy: policy)
     }
 

@@ -18,6 +18,27 @@ struct HealthRuleTests {
         #expect(snapshot(contact: 0).health(now: 1 * second, policy: policy).reason == "no answer from Kafka yet")
     }
 
+    @Test("a login the cluster refused after its last answer makes the client not ready, saying so; an answer after it clears it")
+    func loginRefused() {
+        let contact = ClusterContact()
+        // librdkafka's RD_KAFKA_RESP_ERR__AUTHENTICATION, as its error callback reports a refused SASL login.
+        let refused = KafkaError(
+            code: .client, message: "sasl_plaintext://kafka:9092/bootstrap: SASL authentication error: SASL SCRAM authentication failed",
+            librdkafkaCode: -169)
+        contact.observe(KafkaError(code: .client, message: "1/1 brokers are down", librdkafkaCode: -187), at: 5 * second)
+        #expect(contact.loginRefused == nil)
+        contact.observe(refused, at: 10 * second)
+        var facts = snapshot(contact: 0)
+        facts.loginRefused = contact.loginRefused
+        #expect(facts.health(now: 11 * second, policy: policy).status == .notReady)
+        #expect(
+            facts.health(now: 11 * second, policy: policy).reason
+                == "Kafka refused this client's login (check ISLET_KAFKA_SASL_USERNAME, ISLET_KAFKA_SASL_PASSWORD and ISLET_KAFKA_SASL_MECHANISMS): sasl_plaintext://kafka:9092/bootstrap: SASL authentication error: SASL SCRAM authentication failed"
+        )
+        contact.heard(at: 12 * second)
+        #expect(contact.loginRefused == nil)
+    }
+
     @Test("records unacknowledged for longer than unreachableAfter make a producer not ready even while probes answer")
     func waiting() {
         var facts = snapshot()

@@ -276,6 +276,9 @@ enum RDKafkaConstants {
 // MARK: - Errors
 
 extension KafkaError {
+    /// The cluster refused the client's login (`RD_KAFKA_RESP_ERR__AUTHENTICATION`).
+    var isAuthenticationFailure: Bool { librdkafkaCode == RD_KAFKA_RESP_ERR__AUTHENTICATION.rawValue }
+
     /// A `KafkaError` for a librdkafka response code.
     init(code: Code, _ err: rd_kafka_resp_err_t, context: String? = nil) {
         let text = String(cString: rd_kafka_err2str(err))
