@@ -374,10 +374,11 @@ let package = Package(
         .executableTarget(
             name: "IsletDemo",
             dependencies: [
-                "ContentService", "IsletDemoKit", "IsletKafka", "IsletMessages",
+                "ContentService", "IsletDemoKit", "IsletKafka", "IsletMessages", "IsletRuntime",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
             path: "Tools/IsletDemo"

@@ -79,14 +79,24 @@ properties >"$config"
 # For the health check (kafka-broker-api-versions.sh as admin).
 printf 'security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config=%s required username="admin" password="%s";\n' \
   "$scram" "$KAFKA_ADMIN_PASSWORD" >/tmp/admin.properties
+# A password of .env.example (CHANGE-ME) or any short one is refused: the users are created once,
+# when the volume is formatted, and would keep a known password (scripts/new-env.sh makes new ones).
+strong() {  # variable name
+  if [ "${#2}" -lt 16 ] || [ "$2" = CHANGE-ME ]; then
+    echo "kafka-node: $1 must be a password of at least 16 characters (scripts/new-env.sh writes new ones)" >&2
+    exit 1
+  fi
+}
+strong KAFKA_CONTROLLER_PASSWORD "$KAFKA_CONTROLLER_PASSWORD"
 users=()
 for user in admin token-registry content-service apns-dispatcher analytics-ingest analytics-consumer backend; do
   if [ "$user" = admin ]; then
-    password=$KAFKA_ADMIN_PASSWORD
+    variable=KAFKA_ADMIN_PASSWORD
   else
     variable=KAFKA_PASSWORD_$(echo "$user" | tr 'a-z-' 'A-Z_')
-    password=${!variable:?$variable is not set}
   fi
+  password=${!variable:?$variable is not set}
+  strong "$variable" "$password"
   users+=(--add-scram "SCRAM-SHA-512=[name=$user,password=$password]")
 done
 /opt/kafka/bin/kafka-storage.sh format --ignore-formatted --cluster-id "$CLUSTER_ID" --config "$config" "${users[@]}"

@@ -392,13 +392,19 @@ def check_kafka(report, services, base):
     # What a client on the compose network reaches: each node's advertised inter-broker listener
     # (the services' listener), by its service name (and hostname).
     reachable = set()
+    # A node's advertised internal listener → (its security protocol, the SASL mechanisms it offers).
+    security = {}
     for name, (service, properties) in nodes.items():
         hosts[service.get("hostname") or name] = name
         hosts[name] = name
         inter = properties.get("inter.broker.listener.name")
+        protocol_map = dict(item.split(":", 1) for item in (properties.get("listener.security.protocol.map") or "").split(",") if ":" in item)
         for listener, host, port in parse_listeners(properties.get("advertised.listeners")):
             if listener == inter and host in (name, service.get("hostname")):
                 reachable.update({f"{name}:{port}", f"{service.get('hostname') or name}:{port}"})
+                mechanisms = properties.get(f"listener.name.{listener.lower()}.sasl.enabled.mechanisms") or properties.get("sasl.enabled.mechanisms") or ""
+                security[f"{name}:{port}"] = security[f"{service.get('hostname') or name}:{port}"] = (
+                    protocol_map.get(listener, listener), {m.strip() for m in mechanisms.split(",") if m.strip()})
         problems = check_node(report, name, properties, len(brokers))
         if problems:
             for problem in problems:
@@ -472,8 +478,20 @@ def check_kafka(report, services, base):
             report.fail(f"{name}: ISLET_KAFKA_BOOTSTRAP names {unknown}, not a Kafka node's advertised internal listener {sorted(reachable)}")
         elif len(nodes) > 1 and {hosts[h] for h in listed} != set(nodes):
             report.fail(f"{name}: ISLET_KAFKA_BOOTSTRAP lists {listed} of the nodes {sorted(nodes)}: it cannot start while those are down")
+        else:
+            # It speaks the listener's protocol, with a mechanism the listener offers.
+            environment = environment_of(service)
+            protocol = environment.get("ISLET_KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT"
+            mechanism = environment.get("ISLET_KAFKA_SASL_MECHANISMS") or "GSSAPI"
+            for entry in entries:
+                expected, offered = security.get(entry, (None, set()))
+                if expected and protocol.upper() != expected.upper():
+                    report.fail(f"{name}: ISLET_KAFKA_SECURITY_PROTOCOL is {protocol}, the listener at {entry} is {expected}")
+                elif expected and expected.upper().startswith("SASL") and mechanism.upper() not in {m.upper() for m in offered}:
+                    report.fail(f"{name}: ISLET_KAFKA_SASL_MECHANISMS is {mechanism}, the listener at {entry} offers {sorted(offered)}")
     if report.failures == failures:
-        report.ok(f"every service's ISLET_KAFKA_BOOTSTRAP names the file's Kafka nodes ({', '.join(sorted(nodes))})")
+        report.ok(f"every service's ISLET_KAFKA_BOOTSTRAP names the file's Kafka nodes ({', '.join(sorted(nodes))}), "
+                  "with the listener's security protocol and a SASL mechanism it offers")
 
 
 # ---- ACLs ----------------------------------------------------------------------------------------

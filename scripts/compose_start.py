@@ -5,7 +5,7 @@ check (run by scripts/check-compose.sh for the file alone and with docker-compos
 
   compose_start.py CONFIG.yml --bin DIR --bootstrap HOST:PORT --run-dir DIR [--play]
   compose_start.py CONFIG.yml --bin DIR --bootstrap HOST:PORT --run-dir DIR --refused-logins
-  compose_start.py --self-test --bin DIR --run-dir DIR
+  compose_start.py CONFIG.yml --bin DIR --bootstrap HOST:PORT --run-dir DIR --self-test
 
 CONFIG.yml is `podman-compose config` of the file, interpolated with an .env that
 scripts/new-env.sh --dev wrote (every profile). What differs from a container, each printed:
@@ -27,12 +27,18 @@ exist or a key compose does not pass stops the service, and the check fails with
 own words. --refused-logins keeps the SASL settings, against a broker that refuses every login
 (tansu --authentication): each Kafka client logs in with the file's mechanism and user, and its
 /health/ready must say that Kafka refused the login. --play then runs the demo's scenarios (islet-demo play) against the services, with the
-keys of the file: what a first `docker compose up` of the dev profile is for. --self-test shows that
-the check fails, naming the cause, when a required key is missing or a secret file is absent.
+keys of the file: what a first `docker compose up` of the dev profile is for. --self-test breaks the file
+one thing at a time (a required key not passed, the secret's file missing, a listener others reach
+bound to its container's loopback) and shows that the check then fails, naming the cause in the
+service's own words.
 """
 import argparse
+import contextlib
+import copy
+import io
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -54,10 +60,31 @@ KAFKA_SECURITY = re.compile(r"^ISLET_KAFKA_(SECURITY_PROTOCOL|SASL_[A-Z_]+)$")
 READY_SECONDS = 90
 
 
-def free_port():
-    with socket.socket() as s:
+class PortPicker:
+    """Free loopback ports, each one different: every socket that found one is held until all are
+    picked (a port given back at once could be given out again)."""
+
+    def __init__(self):
+        self.held = []
+
+    def pick(self):
+        s = socket.socket()
         s.bind(("127.0.0.1", 0))
+        self.held.append(s)
         return s.getsockname()[1]
+
+    def release(self):
+        for s in self.held:
+            s.close()
+        self.held = []
+
+
+def free_port():
+    picker = PortPicker()
+    try:
+        return picker.pick()
+    finally:
+        picker.release()
 
 
 def say(message):
@@ -106,19 +133,28 @@ class Plan:
         self.run_dir = run_dir
         # (service, container port) → the local port.
         self.ports = {}
+        picker = PortPicker()
         for name in self.islet:
             for key, value in (self.services[name].get("environment") or {}).items():
                 if key.endswith("_PORT") and str(value).isdigit() and int(value) > 0:
-                    self.ports[(name, int(value))] = free_port()
+                    self.ports[(name, int(value))] = picker.pick()
             command = self.services[name].get("command") or []
             for option, value in zip(command, command[1:]):
                 if option == "--port" and value.isdigit():
-                    self.ports[(name, int(value))] = free_port()
+                    self.ports[(name, int(value))] = picker.pick()
+        picker.release()
         self.hosts = {}
         for name in self.islet:
             self.hosts[name] = name
             if self.services[name].get("hostname"):
                 self.hosts[self.services[name]["hostname"]] = name
+        # Named volumes start empty, as a first `docker compose up` has them.
+        shutil.rmtree(os.path.join(run_dir, "volumes"), ignore_errors=True)
+        for name in self.islet:
+            for volume in self.services[name].get("volumes") or []:
+                source = volume.split(":")[0] if isinstance(volume, str) else volume["source"]
+                if not (source.startswith("/") or source.startswith(".")):
+                    os.makedirs(os.path.join(run_dir, "volumes", source), exist_ok=True)
         self.kafka_hosts = set(self.kafka) | {self.services[n].get("hostname") for n in self.kafka if self.services[n].get("hostname")}
 
     def command_of(self, name):
@@ -155,9 +191,7 @@ class Plan:
             if source.startswith("/") or source.startswith("."):
                 mapped[target] = os.path.abspath(os.path.join(REPO, source))
             else:
-                directory = os.path.join(self.run_dir, "volumes", source)
-                os.makedirs(directory, exist_ok=True)
-                mapped[target] = directory
+                mapped[target] = os.path.join(self.run_dir, "volumes", source)
         for path, source in IMAGE_PATHS.items():
             mapped.setdefault(path, os.path.join(REPO, source))
         return mapped
@@ -205,6 +239,35 @@ class Plan:
                 command[i] = "127.0.0.1"
         return [os.path.join(self.bin_dir, product(self.services[name]))] + command
 
+    def reachable_listeners(self):
+        """(service, container port) pairs something outside the container reaches: another
+        service's `host:port`, or a published port."""
+        reached = set()
+        for name, service in self.services.items():
+            for value in (service.get("environment") or {}).values():
+                for host, port in re.findall(r"(?<![\w.-])([a-z][a-z0-9-]*):(\d{2,5})\b", str(value)):
+                    if host in self.hosts:
+                        reached.add((self.hosts[host], int(port)))
+        for name in self.islet:
+            for entry in self.services[name].get("ports") or []:
+                target = entry.get("target") if isinstance(entry, dict) else str(entry).rsplit(":", 1)[-1].split("/")[0]
+                if str(target).isdigit():
+                    reached.add((name, int(target)))
+        return reached
+
+    def check_listen_addresses(self):
+        """A listener others reach must listen on the container's interfaces, not its loopback."""
+        reached = self.reachable_listeners()
+        for name in sorted(self.islet):
+            env = {k: str(v) for k, v in (self.services[name].get("environment") or {}).items()}
+            for key, value in env.items():
+                if not key.endswith("_HOST") or value not in ("127.0.0.1", "localhost", "::1"):
+                    continue
+                port = env.get(key[: -len("_HOST")] + "_PORT", "")
+                if port.isdigit() and (name, int(port)) in reached:
+                    raise Failure(f"{name} listens on {value}:{port} ({key}), which only its own container reaches, "
+                                  f"but port {port} is published or named by another service")
+
     def health_url(self, name):
         test = (self.services[name].get("healthcheck") or {}).get("test") or []
         urls = [part for part in test if isinstance(part, str) and part.startswith("http")]
@@ -240,8 +303,8 @@ class Processes:
         self.running = {}
 
     def start(self, name, command, env):
-        log = open(os.path.join(self.run_dir, f"{name}.log"), "wb")
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.run_dir)
+        with open(os.path.join(self.run_dir, f"{name}.log"), "wb") as log:
+            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.run_dir)
         self.running[name] = process
         return process
 
@@ -292,6 +355,9 @@ def keys_of(env, variable):
 
 def play(plan, processes, bin_dir):
     """islet-demo play against the services, with the keys the file gives them."""
+    for service, port in [("token-registry", 8081), ("content-service", 8083), ("analytics-ingest", 8084), ("apns-simulator", 8090)]:
+        if (service, port) not in plan.ports:
+            raise Failure(f"the demo needs {service} on port {port}, which the file does not give it")
     registry = plan.services["token-registry"]["environment"]
     content = plan.services["content-service"]["environment"]
     url = lambda service, port: f"http://127.0.0.1:{plan.ports[(service, port)]}"
@@ -309,7 +375,10 @@ def play(plan, processes, bin_dir):
     if images:
         command += ["--images", url(images[0], 8099)]
     say("$ islet-demo play (the demo's scenarios, with the file's keys)")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=processes.run_dir)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=processes.run_dir)
+    except subprocess.TimeoutExpired:
+        raise Failure("the demo's scenarios did not finish within 300 s against the services as compose configures them")
     with open(os.path.join(processes.run_dir, "play.log"), "w") as f:
         f.write(result.stdout + result.stderr)
     if result.returncode != 0:
@@ -331,6 +400,7 @@ def run(config_path, bin_dir, bootstrap, run_dir, with_play):
             raise Failure(f"the Dockerfile no longer has `{line}`: IMAGE_PATHS in {os.path.basename(__file__)} must follow it")
     plan = Plan(config, bin_dir, bootstrap, run_dir)
     check_kafka_users(plan)
+    plan.check_listen_addresses()
     processes = Processes(run_dir)
     try:
         for name in start_order(plan.islet, plan.services):
@@ -389,32 +459,54 @@ def refused_logins(config_path, bin_dir, bootstrap, run_dir):
                     answer = f"{error.code} {error.read()[:2000].decode(errors='replace')}"
                 except OSError as error:
                     answer = str(error)
-                if answer.startswith("503") and expected in answer:
+                if answer.startswith("503") and expected in answer and "SCRAM" in answer:
                     break
                 time.sleep(0.3)
             else:
-                raise Failure(f"{name}'s /health/ready never said its login was refused (last: {answer[:400]})")
+                raise Failure(f"{name}'s /health/ready never said its SCRAM login was refused (last: {answer[:400]})")
             reason = re.search(r'"(Kafka refused[^"]*)"', answer)
             say(f"ok       {name}: 503, {reason.group(1)[:150] if reason else expected}…")
     finally:
         processes.stop()
 
 
-def self_test(bin_dir, run_dir):
-    """The check fails with the service's own words when compose passes a wrong environment."""
+def self_test(config_path, bin_dir, bootstrap, run_dir):
+    """The check itself fails, with the service's own words, on a file compose would run wrongly:
+    the normalized file with one thing broken at a time, through the same start-up as the check."""
+    with open(config_path) as f:
+        base = yaml.safe_load(f)
+
+    def without_link_keys(config):
+        del config["services"]["content-service"]["environment"]["ISLET_LINK_KEYS"]
+
+    def missing_secret(config):
+        config["secrets"]["apns_auth_key"]["file"] = os.path.join(run_dir, "no-such-AuthKey.p8")
+
+    def registry_on_loopback(config):
+        config["services"]["token-registry"]["environment"]["ISLET_GRPC_HOST"] = "127.0.0.1"
+
     cases = [
-        ("content-service without ISLET_LINK_KEYS", "content-service", {"ISLET_KAFKA_BOOTSTRAP": "127.0.0.1:9"}, "ISLET_LINK_KEYS"),
-        ("apns-dispatcher with a secret file that is not there", "apns-dispatcher",
-         {"ISLET_KAFKA_BOOTSTRAP": "127.0.0.1:9", "ISLET_APNS_KEYS": "TEAM123456=KEY1234567:/run/secrets/apns_auth_key",
-          "ISLET_APNS_APPS": "com.example.food=TEAM123456"}, "/run/secrets/apns_auth_key"),
+        ("content-service without ISLET_LINK_KEYS", without_link_keys, ["content-service exited", "ISLET_LINK_KEYS"]),
+        ("the APNs key's secret file missing", missing_secret, ["exited", "no-such-AuthKey.p8"]),
+        ("token-registry's gRPC API on its container's loopback", registry_on_loopback, ["token-registry listens on 127.0.0.1:9081"]),
     ]
-    for title, executable, env, expected in cases:
-        env = dict(env, PATH=os.environ.get("PATH", "/usr/bin:/bin"), ISLET_HTTP_PORT=str(free_port()))
-        result = subprocess.run([os.path.join(os.path.abspath(bin_dir), executable)], env=env, capture_output=True, text=True, timeout=60)
-        words = (result.stdout + result.stderr).strip().splitlines()
-        if result.returncode == 0 or not any(expected in line for line in words):
-            raise Failure(f"self-test: {title}: expected a non-zero exit naming {expected}, got {result.returncode}: {words[-3:]}")
-        say(f"ok       refused: {title}: {[line for line in words if expected in line][-1][-160:]}")
+    for number, (title, breaking, expected) in enumerate(cases, start=1):
+        config = copy.deepcopy(base)
+        breaking(config)
+        broken = os.path.join(run_dir, f"broken-{number}.yml")
+        with open(broken, "w") as f:
+            yaml.safe_dump(config, f)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                run(broken, bin_dir, bootstrap, os.path.join(run_dir, f"broken-{number}"), False)
+        except Failure as failure:
+            text = str(failure)
+            if not all(fragment in text for fragment in expected):
+                raise Failure(f"self-test: {title}: the check failed, but not naming {expected}: {text[:400]}")
+            words = [line.strip() for line in text.splitlines() if expected[-1] in line]
+            say(f"ok       refused: {title}: {(words[-1] if words else text)[-170:]}")
+            continue
+        raise Failure(f"self-test: {title}: the check passed")
 
 
 def main():
@@ -429,9 +521,11 @@ def main():
                         help="start the services with their SASL settings against --bootstrap, a broker that refuses every login")
     args = parser.parse_args()
     os.makedirs(args.run_dir, exist_ok=True)
+    # Stopped from outside (CI's timeout, Ctrl-C): the services it started are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         if args.self_test:
-            self_test(args.bin, args.run_dir)
+            self_test(args.config, args.bin, args.bootstrap, args.run_dir)
         elif args.refused_logins:
             refused_logins(args.config, args.bin, args.bootstrap, args.run_dir)
         else:

@@ -41,7 +41,7 @@ def fill(text, dev, key_path):
             line = line[2:]
         if key_path and line.startswith("APNS_KEY_FILE="):
             line = "APNS_KEY_FILE=" + key_path
-        lines.append(PLACEHOLDER.sub(secret, line))
+        lines.append(line if line.startswith("#") else PLACEHOLDER.sub(secret, line))
     return "\n".join(lines) + "\n"
 
 
@@ -52,6 +52,9 @@ def write_key(path):
         check=True, capture_output=True).stdout
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as f:
+        # Readable by the containers' user (uid 10001) whatever the umask: compose mounts a file
+        # secret with the host file's owner and mode (docs/deployment.md, "The APNs key").
+        os.fchmod(f.fileno(), 0o644)
         f.write(pem)
 
 
@@ -75,7 +78,11 @@ def main():
     if args.dev and not os.path.exists(key):
         write_key(key)
         print(f"new-env: wrote a new APNs signing key for the simulator to {key}", file=sys.stderr)
+    elif args.dev and not os.stat(key).st_mode & 0o004:
+        print(f"new-env: {key} is not readable by others: the containers' user (uid 10001) must read it "
+              "(docs/deployment.md, \"The APNs key\")", file=sys.stderr)
     with open(os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), 0o600)
         f.write(text)
     print(f"new-env: wrote {args.out} (mode 600){' with the dev profile' if args.dev else ''}", file=sys.stderr)
     if not args.dev:

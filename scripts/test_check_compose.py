@@ -127,8 +127,18 @@ class Nodes(unittest.TestCase):
             services[host] = {"hostname": host, "entrypoint": ["/bin/bash", "/opt/islet/kafka-node.sh"],
                               "volumes": [f"{NODE_SCRIPT}:/opt/islet/kafka-node.sh:ro"], "environment": environment}
         services["kafka-init"] = {"command": [f"topics --bootstrap-server kafka:9092 --create --replication-factor {init_factor} --topic t --partitions 3"]}
-        services["token-registry"] = {"environment": {"ISLET_KAFKA_BOOTSTRAP": bootstrap or ",".join(f"{h}:9092" for h in self.HOSTS[:count])}}
+        services["token-registry"] = {"environment": {
+            "ISLET_KAFKA_BOOTSTRAP": bootstrap or ",".join(f"{h}:9092" for h in self.HOSTS[:count]),
+            "ISLET_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "ISLET_KAFKA_SASL_MECHANISMS": "SCRAM-SHA-512"}}
         return services
+
+    def test_the_services_speak_the_listeners_protocol_and_mechanism(self):
+        services = self.services()
+        services["token-registry"]["environment"]["ISLET_KAFKA_SASL_MECHANISMS"] = "SCRAM-SHA-256"
+        self.assertFails(services, "ISLET_KAFKA_SASL_MECHANISMS is SCRAM-SHA-256, the listener at kafka:9092 offers ['SCRAM-SHA-512']")
+        services = self.services()
+        del services["token-registry"]["environment"]["ISLET_KAFKA_SECURITY_PROTOCOL"]
+        self.assertFails(services, "ISLET_KAFKA_SECURITY_PROTOCOL is PLAINTEXT, the listener at kafka:9092 is SASL_PLAINTEXT")
 
     def failures(self, services):
         report = check_compose.Report()

@@ -29,14 +29,22 @@ public final class TakenPort: @unchecked Sendable {
         }
         guard bound else {
             let code = errno
-            _ = Glibc.close(fd)
+            Self.close(fd)
             throw TakenPortError.socket(code)
         }
         self.descriptor = fd
         self.port = Int(UInt16(bigEndian: address.sin_port))
     }
 
-    public func close() { _ = Glibc.close(descriptor) }
+    public func close() { Self.close(descriptor) }
+
+    private static func close(_ descriptor: Int32) {
+        #if canImport(Glibc)
+        _ = Glibc.close(descriptor)
+        #else
+        _ = Darwin.close(descriptor)
+        #endif
+    }
 }
 
 public enum TakenPortError: Error {

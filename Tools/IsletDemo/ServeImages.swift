@@ -3,7 +3,10 @@ import ContentService
 import Foundation
 import IsletDemoKit
 import Hummingbird
+import IsletRuntime
 import NIOCore
+import ServiceLifecycle
+import UnixSignals
 
 /// Serves the photos the events point at (a courier's and a driver's), as a CDN would; `/health`
 /// answers 200 (docker-compose.yml's dev profile runs it as `example-images`).
@@ -21,7 +24,8 @@ struct ServeImages: AsyncParsableCommand {
         }
         router.get("health") { _, _ in Response(status: .ok) }
         let app = Application(router: router, configuration: .init(address: .hostname(host, port: port)), logger: quiet)
-        try await app.runService()
+        let server = Listener(app, name: "http", host: host, port: port, variables: ["--host", "--port"])
+        try await ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: quiet)).run()
     }
 
     /// A 400×300 picture (a head and shoulders on a background), JPEG, made with libgd.
