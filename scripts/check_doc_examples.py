@@ -495,7 +495,7 @@ def build_model():
                          if re.search(r"runtime\.(?:httpServer|operatorServer)\(", body)), "")
             routers = {name: list(made[maker]) for name, maker in re.findall(r"let\s+(\w+)\s*=\s*runtime\.(makeAppRouter|makeRouter)\(", body)}
             for name in routers:
-                for type_name, target_router in re.findall(r"\b([A-Z]\w*)\((?:[^()]|\([^()]*\))*\)\.addRoutes\(\s*to:\s*(\w+)", body):
+                for type_name, target_router in re.findall(r"\b([A-Z]\w*)\((?:[^()]|\([^()]*\))*\)\s*\.addRoutes\(\s*to:\s*(\w+)", body):
                     if target_router == name:
                         routers[name] += add_routes_of(type_name, library, sources)
                 routers[name] += routes_in(body, {name}, sources, os.path.relpath(library, REPO))

@@ -8,7 +8,8 @@ import IsletTokens
 
 /// The questions a backend may ask about an activity: its state, and the dispatcher's latest
 /// answers to its pushes. Answered by the instance that owns the activity's partition (it has the
-/// activity's memory); another instance answers 421 `notOwner`.
+/// activity's memory); another instance asks the owner (``PeerForwarding``, `ISLET_CONTENT_PEERS`),
+/// or without peers answers 421 `notOwner`.
 extension ActivityHTTPAPI {
     /// `GET /v1/activities/{activityId}`: what content-service knows of the activity.
     struct ActivityState: Codable, Equatable {
@@ -100,7 +101,11 @@ extension ActivityHTTPAPI {
     static let maximumOutcomeLimit = 100
 
     func getActivity(_ request: Request, activityId: String) async throws(HTTPAPIError) -> Response {
-        let (bundleId, partition, view) = try await asked(request, activityId: activityId)
+        let (bundleId, partition, view): (String, Int32, ContentEngine.ActivityView)
+        switch try await asked(request, activityId: activityId) {
+        case .elsewhere(let answer): return answer
+        case .here(let b, let p, let v): (bundleId, partition, view) = (b, p, v)
+        }
         let memory = view.memory
         let latest = memory?.latest
         let token: String
@@ -130,7 +135,11 @@ extension ActivityHTTPAPI {
             }
             limit = number
         }
-        let (bundleId, _, view) = try await asked(request, activityId: activityId)
+        let (bundleId, view): (String, ContentEngine.ActivityView)
+        switch try await asked(request, activityId: activityId) {
+        case .elsewhere(let answer): return answer
+        case .here(let b, _, let v): (bundleId, view) = (b, v)
+        }
         let positions = view.memory?.outcomePositions ?? []
         let read: [KafkaPosition: PushOutcome]
         do {
@@ -144,11 +153,19 @@ extension ActivityHTTPAPI {
         return try Self.json(OutcomeList(activityId: activityId, bundleId: bundleId, outcomes: outcomes.prefix(limit).map(OutcomeItem.init)))
     }
 
+    /// Where a question about an activity is answered.
+    enum Asked {
+        /// Here: this instance owns the activity's partition and knows the activity.
+        case here(bundleId: String, partition: Int32, view: ContentEngine.ActivityView)
+        /// The answer of the instance that owns it (``PeerForwarding``).
+        case elsewhere(Response)
+    }
+
     /// Checks a question about an activity: the caller may read, the ids are valid, this instance
-    /// owns the activity's partition and is ready, and the activity is known.
-    private func asked(_ request: Request, activityId: String) async throws(HTTPAPIError) -> (
-        bundleId: String, partition: Int32, view: ContentEngine.ActivityView
-    ) {
+    /// owns the activity's partition and is ready, and the activity is known. When another instance
+    /// owns it (or this one holds no partition now) and peers are configured, the question goes to
+    /// the owner and its answer is the answer.
+    private func asked(_ request: Request, activityId: String) async throws(HTTPAPIError) -> Asked {
         _ = try authorize(request, needs: .read)
         try Self.requireActivityId(activityId)
         guard let bundleId = request.uri.queryParameters["bundleId"].map(String.init), !bundleId.isEmpty else {
@@ -163,6 +180,13 @@ extension ActivityHTTPAPI {
             throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "starting: the token table and activity memory are being read", retryAfterSeconds: 5)
         }
         let owned = lookup.owned()
+        if !owned.contains(partition), let peers, !PeerForwarding.isForwarded(request) {
+            if let answer = await peers.forward(request, partition: partition) { return .elsewhere(answer) }
+            throw HTTPAPIError(
+                .serviceUnavailable, .unavailable,
+                reason: "no content-service instance answers for partition \(partition) of the activity topics now (partitions are moving between instances, or the peers cannot be reached): retry in a moment",
+                retryAfterSeconds: 2)
+        }
         // Holding nothing, it cannot tell who holds the activity: its consumer is (re)joining the group.
         guard !owned.isEmpty else {
             throw HTTPAPIError(
@@ -182,7 +206,7 @@ extension ActivityHTTPAPI {
                 .notFound, .notFound, field: "activityId",
                 reason: "no activity \(activityId) of \(bundleId) is known: no event or token of it (or forgotten after its retention)")
         }
-        return (bundleId, partition, view)
+        return .here(bundleId: bundleId, partition: partition, view: view)
     }
 
     private static func json(_ value: some Encodable) throws(HTTPAPIError) -> Response {

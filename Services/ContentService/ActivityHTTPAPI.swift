@@ -24,19 +24,26 @@ import Metrics
 /// Kafka may have, since an unacknowledged record can still be stored, so it is retried with the
 /// same key or event id.
 /// A call with an `Idempotency-Key` header is answered once: a repeat with the same key and body
-/// gets the first answer (``IdempotentReplies``), and the event id derives from the key.
+/// gets the first answer (``IdempotentReplies``), and the event id derives from the key. With
+/// peers (``PeerForwarding``) such a call goes to the instance that owns the activity, which keeps
+/// the answers, so a repeat that reaches another instance gets the same answer.
 public struct ActivityHTTPAPI: Sendable {
     let intake: EventIntake
     let keys: BackendKeys
     let maxBodyBytes: Int
     let lookup: ActivityLookup
+    /// The other instances, asked what this one does not own (nil: it answers 421 `notOwner`).
+    let peers: PeerForwarding?
     let replies = IdempotentReplies()
 
-    public init(intake: EventIntake, keys: BackendKeys, maxBodyBytes: Int = 65_536, lookup: ActivityLookup = .everything()) {
+    public init(
+        intake: EventIntake, keys: BackendKeys, maxBodyBytes: Int = 65_536, lookup: ActivityLookup = .everything(), peers: PeerForwarding? = nil
+    ) {
         self.intake = intake
         self.keys = keys
         self.maxBodyBytes = maxBodyBytes
         self.lookup = lookup
+        self.peers = peers
     }
 
     /// The routes, for the tests that check docs/openapi.yaml against them: (method, path with `{parameters}`).
@@ -78,6 +85,14 @@ public struct ActivityHTTPAPI: Sendable {
         let backend = try authorize(request, needs: .write)
         let idempotencyKey = try Self.idempotencyKey(request.headers)
         let bytes = try await HTTPJSON.body(of: request, maxBodyBytes: maxBodyBytes)
+        // With a key, the activity's owner answers, as it answered the first call: it keeps the
+        // answers (any instance publishes the same event: the event id derives from the key).
+        if idempotencyKey != nil, let peers, !PeerForwarding.isForwarded(request), let partition = lookup.partition(activityId),
+            !lookup.owned().contains(partition), let answer = await peers.forward(request, partition: partition, body: bytes),
+            answer.status != .serviceUnavailable
+        {
+            return answer
+        }
         // With a key: the request's fingerprint (path and body), what a repeat must match.
         let scopedKey = idempotencyKey.map { "\(backend)\u{0}\($0)" }
         var fingerprint: [UInt8] = []

@@ -41,6 +41,11 @@ public struct ContentSettings: Sendable {
     /// that changed are written to `islet.content-memory.v1` (``ChangelogWriter``). Shorter: less
     /// to read again after a crash, more records.
     public var changelogInterval: Duration = .seconds(5)
+    /// `ISLET_CONTENT_PEERS` (`host:port,…` of the other instances' HTTP APIs; a name that resolves
+    /// to several addresses counts as each, this instance's own address is left out): where a
+    /// backend's question about an activity this instance does not own is asked
+    /// (``PeerForwarding``). None: such a question is answered 421 `notOwner`.
+    public var peers: [PeerForwarding.Peer] = []
 
     public init(
         templatesDirectory: String, keyring: LinkKeyring, policy: ContentPolicy = ContentPolicy(), freshness: FreshnessPolicy = FreshnessPolicy(),
@@ -91,6 +96,11 @@ public struct ContentSettings: Sendable {
         changelogInterval = try config.milliseconds("islet.content.changelog.interval.ms", default: .seconds(5))
         guard changelogInterval >= .milliseconds(100) else {
             throw ConfigurationError(key: "islet.content.changelog.interval.ms", problem: "must be at least 100")
+        }
+        do {
+            peers = try PeerForwarding.Peer.list(config.optionalString("islet.content.peers") ?? "")
+        } catch {
+            throw ConfigurationError(key: "islet.content.peers", problem: "must be host:port of the other instances' HTTP APIs, comma-separated: \(error)")
         }
         thumbnails.allowedHosts = (config.optionalString("islet.thumbnail.hosts") ?? "").split(separator: ",")
             .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
@@ -216,7 +226,9 @@ public struct ContentServiceApp: Sendable {
         let lookup = ActivityLookup(
             partition: { activityId in memoryLoader.activityPartitionCount.map { KafkaPartitioner.partition(ofKey: activityId, partitions: $0) } },
             owned: { sender.ownedPartitions }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) })
-        ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes, lookup: lookup).addRoutes(to: router)
+        let peers = settings.peers.isEmpty ? nil : PeerForwarding(peers: settings.peers, ownPort: runtime.settings.httpPort, logger: logger)
+        ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes, lookup: lookup, peers: peers)
+            .addRoutes(to: router)
 
         // The stale list names activities: on the operator listener (loopback unless
         // ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.

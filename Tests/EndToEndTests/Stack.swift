@@ -434,6 +434,14 @@ enum HTTP {
     static func request(
         _ url: String, method: HTTPMethod = .GET, headers: [(String, String)] = [], body: [UInt8]? = nil, timeout: Duration = .seconds(30)
     ) async throws -> (Int, [UInt8]) {
+        let (status, _, answer) = try await exchange(url, method: method, headers: headers, body: body, timeout: timeout)
+        return (status, answer)
+    }
+
+    /// ``request(_:method:headers:body:timeout:)`` with the answer's headers.
+    static func exchange(
+        _ url: String, method: HTTPMethod = .GET, headers: [(String, String)] = [], body: [UInt8]? = nil, timeout: Duration = .seconds(30)
+    ) async throws -> (Int, HTTPHeaders, [UInt8]) {
         var request = HTTPClientRequest(url: url)
         request.method = method
         for (name, value) in headers { request.headers.add(name: name, value: value) }
@@ -443,7 +451,7 @@ enum HTTP {
         }
         let response = try await HTTPClient.shared.execute(request, timeout: .init(timeout))
         let buffer = try await response.body.collect(upTo: 256 << 20)
-        return (Int(response.status.code), Array(buffer: buffer))
+        return (Int(response.status.code), response.headers, Array(buffer: buffer))
     }
 
     /// The status of a GET, `nil` when nothing answers.

@@ -1,0 +1,199 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import IsletKafka
+import IsletMessages
+import IsletProtos
+import IsletRuntime
+import IsletTesting
+import IsletTokens
+import Logging
+import NIOCore
+import Synchronization
+import Testing
+@testable import ContentService
+
+@Suite("A question about an activity another instance owns goes to that instance", .timeLimit(.minutes(1)))
+struct PeerForwardingTests {
+    static let key = String(repeating: "k", count: 40)
+    static let uri = "/v1/activities/order-42?bundleId=com.example.food"
+
+    /// The peers as the test plays them: what each answers, and every call made to them.
+    final class Peers: Sendable {
+        struct Call: Sendable {
+            var url: String
+            var method: HTTPRequest.Method
+            var pathAndQuery: String
+            var headers: HTTPFields
+            var body: [UInt8]?
+        }
+        /// Base URL → the status it answers (and a body naming it).
+        let answers = Mutex<[String: Int]>([:])
+        let calls = Mutex<[Call]>([])
+
+        func send(_ url: String, _ method: HTTPRequest.Method, _ pathAndQuery: String, _ headers: HTTPFields, _ body: [UInt8]?) throws -> Response {
+            calls.withLock { $0.append(Call(url: url, method: method, pathAndQuery: pathAndQuery, headers: headers, body: body)) }
+            guard let status = answers.withLock({ $0[url] }) else { throw CancellationError() }
+            var headers: HTTPFields = [.contentType: "application/json"]
+            if status == 503 { headers[.retryAfter] = "7" }
+            return Response(status: .init(code: status), headers: headers, body: .init(byteBuffer: ByteBuffer(string: "{\"from\":\"\(url)\"}")))
+        }
+
+        func asked() -> [String] { calls.withLock { $0.map(\.url) } }
+        func forget() { calls.withLock { $0 = [] } }
+    }
+
+    let published = RecordingEvents()
+    let peers = Peers()
+    let engine: ContentEngine
+
+    init() throws {
+        engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
+    }
+
+    /// The HTTP API of an instance that owns partition 5 (the activity is in 3), with two peers at
+    /// 10.0.0.1:8083 and 10.0.0.2:8083, and itself listed too (127.0.0.1:8083: left out).
+    func withAPI(_ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
+        let (published, peers) = (self.published, self.peers)
+        let intake = EventIntake(engine: engine, isReady: { true }) { try published.publish($0) }
+        let keys = try BackendKeys(["backend": Self.key + ":read+write"])
+        let lookup = ActivityLookup(partition: { _ in 3 }, owned: { [5] }, readOutcomes: { _ in [:] })
+        let forwarding = PeerForwarding(
+            peers: [.init(host: "content-a", port: 8083), .init(host: "content-b", port: 8083), .init(host: "localhost", port: 8083)],
+            ownPort: 8083, logger: ActivityHTTPAPITests.logger,
+            resolve: { peer in
+                switch peer.host {
+                case "content-a": ["10.0.0.1"]
+                case "content-b": ["10.0.0.2"]
+                default: ["127.0.0.1"]
+                }
+            },
+            send: { url, method, path, headers, body in try peers.send(url, method, path, headers, body) })
+        let router = Router()
+        router.add(middleware: HTTPErrorMiddleware(logger: ActivityHTTPAPITests.logger))
+        ActivityHTTPAPI(intake: intake, keys: keys, lookup: lookup, peers: forwarding).addRoutes(to: router)
+        try await Application(router: router, logger: ActivityHTTPAPITests.logger).test(.router) { client in try await body(client) }
+    }
+
+    static let a = "http://10.0.0.1:8083"
+    static let b = "http://10.0.0.2:8083"
+
+    static func headers(_ extra: HTTPFields = [:]) -> HTTPFields {
+        var headers: HTTPFields = [.authorization: "Bearer \(key)"]
+        headers.append(contentsOf: extra)
+        return headers
+    }
+
+    static func from(_ response: TestResponse) -> String? {
+        (try? JSONSerialization.jsonObject(with: Data(response.body.readableBytesView)) as? [String: String])?["from"]
+    }
+
+    @Test("the owner is found by asking every peer (itself left out), its answer is the answer, and it is asked first next time")
+    func findsTheOwner() async throws {
+        peers.answers.withLock { $0 = [Self.a: 421, Self.b: 200] }
+        try await withAPI { [peers] client in
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in
+                #expect(response.status == .ok && Self.from(response) == Self.b)
+            }
+            #expect(Set(peers.asked()) == [Self.a, Self.b], "every peer but itself")
+            let call = try #require(peers.calls.withLock { $0.first { $0.url == Self.b } })
+            #expect(call.pathAndQuery == Self.uri && call.method == .get)
+            #expect(call.headers[.authorization] == "Bearer \(Self.key)", "the caller's own credentials: the owner checks them")
+            #expect(call.headers[PeerForwarding.forwardedHeader] == "8083")
+
+            peers.forget()
+            try await client.execute(uri: Self.uri + "&again", method: .get, headers: Self.headers()) { response in
+                #expect(Self.from(response) == Self.b)
+            }
+            #expect(peers.asked() == [Self.b], "the owner it learned, alone")
+
+            // The partition moved: the old owner says 421, the others are asked again.
+            peers.answers.withLock { $0 = [Self.a: 200, Self.b: 421] }
+            peers.forget()
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in
+                #expect(response.status == .ok && Self.from(response) == Self.a)
+            }
+            #expect(peers.asked() == [Self.b, Self.a])
+        }
+        #expect(published.events.isEmpty)
+    }
+
+    @Test("no peer owns it: 503 with Retry-After; a peer's 503 (starting, rebalancing) is relayed; an unreachable peer is one that does not own it")
+    func nobodyOwnsIt() async throws {
+        try await withAPI { [peers] client in
+            peers.answers.withLock { $0 = [Self.a: 421, Self.b: 421] }
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in
+                #expect(response.status == .serviceUnavailable && response.headers[.retryAfter] == "2")
+                let body = try IsletJSON.decodeValue(HTTPAPIError.Body.self, from: Array(response.body.readableBytesView))
+                #expect(body.error == .unavailable && body.reason.contains("partition 3"))
+            }
+            peers.answers.withLock { $0 = [Self.a: 503] }  // b does not answer at all
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in
+                #expect(response.status == .serviceUnavailable && response.headers[.retryAfter] == "7" && Self.from(response) == Self.a)
+            }
+        }
+    }
+
+    @Test("a forwarded call is never forwarded again (421), and a call it would refuse is refused here, before any peer is asked")
+    func noLoopsNoAmplification() async throws {
+        peers.answers.withLock { $0 = [Self.a: 200, Self.b: 200] }
+        try await withAPI { [peers] client in
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers([PeerForwarding.forwardedHeader: "9999"])) { response in
+                #expect(response.status == .misdirectedRequest)
+            }
+            try await client.execute(uri: Self.uri, method: .get, headers: [:]) { response in
+                #expect(response.status == .unauthorized)
+            }
+            try await client.execute(uri: "/v1/activities/order-42", method: .get, headers: Self.headers()) { response in
+                #expect(response.status == .badRequest)
+            }
+            #expect(peers.asked().isEmpty)
+        }
+    }
+
+    @Test("an event with an Idempotency-Key goes to the activity's owner, which keeps the answers; without a key, or when no owner answers, it is published here")
+    func idempotentEvents() async throws {
+        peers.answers.withLock { $0 = [Self.a: 421, Self.b: 202] }
+        let event = #"{"kind":"update","attributesType":"DeliveryAttributes","bundleId":"com.example.food","sequence":1,"fields":{"orderId":"42","status":"preparing"}}"#
+        try await withAPI { [peers, published] client in
+            let keyed = Self.headers([.contentType: "application/json", ActivityHTTPAPI.idempotencyKeyHeader: "order-42-step-1"])
+            try await client.execute(uri: "/v1/activities/order-42/events", method: .post, headers: keyed, body: ByteBuffer(string: event)) { response in
+                #expect(response.status == .accepted && Self.from(response) == Self.b)
+            }
+            let call = try #require(peers.calls.withLock { $0.first { $0.url == Self.b } })
+            #expect(call.method == .post && call.body == Array(event.utf8))
+            #expect(call.headers[ActivityHTTPAPI.idempotencyKeyHeader] == "order-42-step-1" && call.headers[.contentType] == "application/json")
+            #expect(published.events.isEmpty, "the owner publishes it")
+
+            peers.forget()
+            let plain = Self.headers([.contentType: "application/json"])
+            try await client.execute(uri: "/v1/activities/order-42/events", method: .post, headers: plain, body: ByteBuffer(string: event)) { response in
+                #expect(response.status == .accepted && Self.from(response) == nil)
+            }
+            #expect(peers.asked().isEmpty && published.events.count == 1, "without a key any instance publishes it")
+
+            peers.answers.withLock { $0 = [Self.a: 421, Self.b: 503] }
+            try await client.execute(uri: "/v1/activities/order-42/events", method: .post, headers: keyed, body: ByteBuffer(string: event)) { response in
+                #expect(response.status == .accepted && Self.from(response) == nil)
+            }
+            #expect(published.events.count == 2, "no owner answers: published here, with the event id the key gives")
+        }
+    }
+
+    @Test("a peer's addresses come from the resolver; this machine's own include loopback (how an instance leaves itself out)")
+    func addresses() {
+        #expect(PeerForwarding.addresses(of: .init(host: "127.0.0.1", port: 8083)) == ["127.0.0.1"])
+        #expect(PeerForwarding.addresses(of: .init(host: "localhost", port: 8083)).contains { $0 == "127.0.0.1" || $0 == "::1" })
+        #expect(PeerForwarding.ownAddresses().contains("127.0.0.1"))
+    }
+
+    @Test("ISLET_CONTENT_PEERS: host:port, comma-separated")
+    func peerList() throws {
+        #expect(try PeerForwarding.Peer.list(" content-service:8083, [::1]:9000 ,") == [.init(host: "content-service", port: 8083), .init(host: "::1", port: 9000)])
+        #expect(try PeerForwarding.Peer.list("").isEmpty)
+        for wrong in ["content-service", "content-service:0", ":8083", "a:b"] {
+            #expect(throws: PeerForwarding.ConfigurationProblem.self) { try PeerForwarding.Peer.list(wrong) }
+        }
+    }
+}
