@@ -52,16 +52,21 @@ package="$run_dir/package.json"
 # Its own scratch path: no wait for a build that holds .build/.
 swift package dump-package --scratch-path "$run_dir/dump-package" >"$package"
 
-# The file alone (one broker), and with docker-compose.ha.yml (three).
-for variant in default ha; do
-  files=(-f docker-compose.yml)
-  [ "$variant" = ha ] && files+=(-f docker-compose.ha.yml)
-  echo "-- $variant: podman-compose config (every profile, variables from .env.example)"
-  normalized="$run_dir/compose.$variant.config.yml"
-  # Only the variables of .env.example: the caller's own environment must not hide a missing default.
+# The normalized file of a variant (default: the file alone, one broker; ha: with
+# docker-compose.ha.yml, three), its variables from an env file only: the caller's own environment
+# must not hide a missing default. Every profile.
+normalized_config() {  # variant, env file
+  local files=(-f docker-compose.yml)
+  [ "$1" = ha ] && files+=(-f docker-compose.ha.yml)
   env -i PATH="$PATH" PYTHONPATH="$PYTHONPATH" HOME="${HOME:-/tmp}" \
     python3 -c 'import sys, podman_compose; sys.exit(podman_compose.main())' \
-    --dry-run --env-file .env.example "${files[@]}" --profile dev config >"$normalized"
+    --dry-run --env-file "$2" "${files[@]}" --profile dev config
+}
+
+for variant in default ha; do
+  echo "-- $variant: podman-compose config (every profile, variables from .env.example)"
+  normalized="$run_dir/compose.$variant.config.yml"
+  normalized_config "$variant" .env.example >"$normalized"
   echo "ok -- $(python3 -c 'import sys, yaml; print(len(yaml.safe_load(open(sys.argv[1]))["services"]))' "$normalized") services"
   echo "-- $variant: the file against the code and Kafka's rules"
   python3 scripts/check_compose.py "$normalized" "$package" --pending-products "${ISLET_COMPOSE_PENDING_PRODUCTS:-}"
@@ -80,13 +85,9 @@ rm -rf "$run_dir/compose-start" && mkdir -p "$run_dir/compose-start"
 env_file="$run_dir/compose-start/compose.env"
 python3 scripts/new_env.py --dev --out "$env_file" --key "$run_dir/compose-start/AuthKey.p8"
 for variant in default ha; do
-  files=(-f docker-compose.yml)
-  [ "$variant" = ha ] && files+=(-f docker-compose.ha.yml)
   echo "-- $variant: every service started as compose configures it, then the demo's scenarios"
   config="$run_dir/compose-start/compose.$variant.yml"
-  env -i PATH="$PATH" PYTHONPATH="$PYTHONPATH" HOME="${HOME:-/tmp}" \
-    python3 -c 'import sys, podman_compose; sys.exit(podman_compose.main())' \
-    --dry-run --env-file "$env_file" "${files[@]}" config >"$config"
+  normalized_config "$variant" "$env_file" >"$config"
   (
     eval "$(ISLET_RUN_DIR="$run_dir/compose-start" scripts/broker.sh)"
     trap 'kill "$ISLET_BROKER_PID" 2>/dev/null || true' EXIT

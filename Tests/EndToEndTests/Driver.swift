@@ -40,12 +40,12 @@ final class Driver: Sendable {
     @discardableResult
     func registerActivity(
         _ activityId: String, token: String, type: String, bundleId: String, appVersion: String = "3.0", frequent: Bool = false,
-        deviceId: String? = nil, user: String = "user-1", locale: String? = nil, retryFor: Duration = .seconds(90)
+        deviceId: String? = nil, user: String = "user-1", locale: String? = nil, retryFor: Duration = .seconds(90), registry: String? = nil
     ) async throws -> Int {
         let body = RegisterActivityTokenRequest(
             token: token, attributesType: type, app: AppTarget(bundleId: bundleId, environment: .production), frequentUpdatesEnabled: frequent,
             appVersion: appVersion, activityStartedAt: Date(), deviceId: deviceId, locale: locale)
-        return try await put("/v1/activities/\(activityId)/token", try IsletJSON.encode(body), user: user, retryFor: retryFor)
+        return try await put("/v1/activities/\(activityId)/token", try IsletJSON.encode(body), user: user, retryFor: retryFor, registry: registry)
     }
 
     @discardableResult
@@ -57,13 +57,14 @@ final class Driver: Sendable {
         return try await put("/v1/apps/\(bundleId)/devices/\(device)/push-to-start/\(type)", try IsletJSON.encode(body), user: user, retryFor: .seconds(90))
     }
 
-    func put(_ path: String, _ body: [UInt8], user: String, retryFor: Duration) async throws -> Int {
+    /// `registry`: the instance's base URL (default: the stack's token-registry).
+    func put(_ path: String, _ body: [UInt8], user: String, retryFor: Duration, registry: String? = nil) async throws -> Int {
         let jwt = try await stack.jwt(user: user)
         let deadline = ContinuousClock.now + retryFor
         while true {
             do {
                 let (status, answer) = try await HTTP.request(
-                    stack.url(.registry) + path, method: .PUT, headers: [("Authorization", "Bearer \(jwt)")], body: body, timeout: .seconds(10))
+                    (registry ?? stack.url(.registry)) + path, method: .PUT, headers: [("Authorization", "Bearer \(jwt)")], body: body, timeout: .seconds(10))
                 if status < 500 || ContinuousClock.now > deadline {
                     guard (200..<300).contains(status) else { throw E2EFailure("registry: PUT \(path) → \(status) \(String(decoding: answer, as: UTF8.self))", status: status) }
                     return status

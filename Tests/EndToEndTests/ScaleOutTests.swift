@@ -2,15 +2,16 @@ import Foundation
 import IsletMessages
 import IsletTesting
 import NIOHTTP1
+import Synchronization
 import Testing
 
 extension EndToEnd {
-    /// Two content-service instances share the activity partitions; a backend behind a load
-    /// balancer reaches either (here: each call goes to the next instance in turn, as a
-    /// round-robin balancer sends them).
-    @Suite("End to end: two content-service instances behind one address", .timeLimit(.minutes(6)))
+    /// Two instances of each service: token-registry, content-service and apns-dispatcher share
+    /// their partitions; an app or a backend behind a load balancer reaches either (here: each call
+    /// goes to the next instance in turn, as a round-robin balancer sends them).
+    @Suite("End to end: two instances of each service behind one address", .timeLimit(.minutes(6)))
     struct ScaleOutTests {
-        @Test("every lookup is answered 200 by either instance (the owner's answer, forwarded), never 421; an Idempotency-Key repeat that reaches the other instance gets the first answer")
+        @Test("registrations through either registry reach the phone through either dispatcher; every lookup is answered 200 by either content-service (the owner's answer, forwarded), never 421; an Idempotency-Key repeat that reaches the other instance gets the first answer")
         func anyInstanceAnswers() async throws {
             let stack = try Stack(name: "scale-out")
             // Fixed ports: each instance is the other's peer (ISLET_CONTENT_PEERS, itself left out).
@@ -20,16 +21,23 @@ extension EndToEnd {
             let peers = ports.map { "127.0.0.1:\($0)" }.joined(separator: ",")
             stack[.content].set("ISLET_HTTP_PORT", "\(ports[0])")
             stack[.content].set("ISLET_CONTENT_PEERS", peers)
-            let second = stack.another(.content, instance: "b")
-            second.set("ISLET_HTTP_PORT", "\(ports[1])")
             let instances = ports.map { "http://127.0.0.1:\($0)" }
+            let others = Mutex<[ServiceProcess]>([])
             try await stack.run { driver in
-                try await second.start()
-                // Started activities, spread over the three partitions.
+                // Made once the stack runs: they copy its environment, the broker's address included.
+                let second = stack.another(.content, instance: "b")
+                second.set("ISLET_HTTP_PORT", "\(ports[1])")
+                others.withLock { $0 = [second, stack.another(.registry, instance: "b"), stack.another(.dispatcher, instance: "b")] }
+                let others = others.withLock { $0 }
+                for other in others { try await other.start() }
+                let registries = [stack.url(.registry), others[1].healthURL]
+                // Activities registered through either registry and updated, spread over the three
+                // partitions; their pushes go out through either dispatcher.
                 var activities: [String] = []
                 for number in 0..<9 {
                     let activity = "\(driver.run)scale-\(number)"
-                    try await driver.registerActivity(activity, token: Driver.token(activity), type: "DeliveryAttributes", bundleId: "com.example.food")
+                    try await driver.registerActivity(
+                        activity, token: Driver.token(activity), type: "DeliveryAttributes", bundleId: "com.example.food", registry: registries[number % 2])
                     try await driver.publish(
                         driver.event(activity, .update, type: "DeliveryAttributes", sequence: 1, fields: ["orderId": .string("\(number)"), "status": .string("preparing")]))
                     activities.append(activity)
@@ -86,8 +94,10 @@ extension EndToEnd {
                     #expect(first == repeated, "\(String(decoding: first, as: UTF8.self)) / \(String(decoding: repeated, as: UTF8.self))")
                     #expect(repeatHeaders.first(name: "Idempotent-Replayed") == "true", "the repeat was not answered from the first answer")
                 }
+                // Before the stack's broker stops.
+                for other in others { _ = await other.terminate(within: .seconds(15)) }
             }
-            _ = await second.terminate(within: .seconds(15))
+            for other in others.withLock({ $0 }) { _ = await other.terminate(within: .seconds(15)) }
         }
 
         /// What the test reads of `GET /v1/activities/{id}`.
