@@ -176,16 +176,25 @@ extension ActivityHTTPAPI {
         } catch {
             throw Self.invalid(error.field, error.problem)
         }
-        guard intake.isReady(), let partition = lookup.partition(activityId) else {
+        guard let partition = lookup.partition(activityId) else {
             throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "starting: the token table and activity memory are being read", retryAfterSeconds: 5)
         }
         let owned = lookup.owned()
-        if !owned.contains(partition), let peers, !PeerForwarding.isForwarded(request) {
-            if let answer = await peers.forward(request, partition: partition) { return .elsewhere(answer) }
-            throw HTTPAPIError(
-                .serviceUnavailable, .unavailable,
-                reason: "no content-service instance answers for partition \(partition) of the activity topics now (partitions are moving between instances, or the peers cannot be reached): retry in a moment",
-                retryAfterSeconds: 2)
+        // Elsewhere, or here but still reading its memory (a restart): the owner's answer, when
+        // another instance owns it now.
+        if !owned.contains(partition) || !intake.isReady(), let peers, !PeerForwarding.isForwarded(request) {
+            switch await peers.forward(request, partition: partition) {
+            case .answered(let answer): return .elsewhere(answer)
+            case .noOwner where owned.contains(partition): break  // its own, once it has read it
+            case .noOwner, .unknown:
+                throw HTTPAPIError(
+                    .serviceUnavailable, .unavailable,
+                    reason: "no content-service instance answers for partition \(partition) of the activity topics now (partitions are moving between instances, or a peer does not answer): retry in a moment",
+                    retryAfterSeconds: 2)
+            }
+        }
+        guard intake.isReady() else {
+            throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "starting: the token table and activity memory are being read", retryAfterSeconds: 5)
         }
         // Holding nothing, it cannot tell who holds the activity: its consumer is (re)joining the group.
         guard !owned.isEmpty else {

@@ -86,12 +86,25 @@ public struct ActivityHTTPAPI: Sendable {
         let idempotencyKey = try Self.idempotencyKey(request.headers)
         let bytes = try await HTTPJSON.body(of: request, maxBodyBytes: maxBodyBytes)
         // With a key, the activity's owner answers, as it answered the first call: it keeps the
-        // answers (any instance publishes the same event: the event id derives from the key).
-        if idempotencyKey != nil, let peers, !PeerForwarding.isForwarded(request), let partition = lookup.partition(activityId),
-            !lookup.owned().contains(partition), let answer = await peers.forward(request, partition: partition, body: bytes),
-            answer.status != .serviceUnavailable
-        {
-            return answer
+        // answers. Only when every peer says it does not own the partition either (partitions
+        // moving) is it handled here: the event id derives from the key, so the owner-to-be drops
+        // a repeat. A peer that did not answer may have published it: 503, retry with the key.
+        if idempotencyKey != nil, let peers, let partition = lookup.partition(activityId), !lookup.owned().contains(partition) {
+            if PeerForwarding.isForwarded(request) {
+                throw HTTPAPIError(
+                    .misdirectedRequest, .notOwner,
+                    reason: "the activity is in partition \(partition) of the activity topics, which another content-service instance owns")
+            }
+            _ = try HTTPJSON.decodeBody(ActivityEventBody.self, from: bytes)  // a malformed body is refused here, not by every peer
+            switch await peers.forward(request, partition: partition, body: bytes) {
+            case .answered(let answer): return answer
+            case .noOwner: break
+            case .unknown:
+                throw HTTPAPIError(
+                    .serviceUnavailable, .unavailable,
+                    reason: "the instance that owns the activity did not answer in time, and may have published the event: retry with the same Idempotency-Key",
+                    retryAfterSeconds: 2)
+            }
         }
         // With a key: the request's fingerprint (path and body), what a repeat must match.
         let scopedKey = idempotencyKey.map { "\(backend)\u{0}\($0)" }

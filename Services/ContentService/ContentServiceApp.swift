@@ -226,7 +226,10 @@ public struct ContentServiceApp: Sendable {
         let lookup = ActivityLookup(
             partition: { activityId in memoryLoader.activityPartitionCount.map { KafkaPartitioner.partition(ofKey: activityId, partitions: $0) } },
             owned: { sender.ownedPartitions }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) })
-        let peers = settings.peers.isEmpty ? nil : PeerForwarding(peers: settings.peers, ownPort: runtime.settings.httpPort, logger: logger)
+        // A forwarded event waits for Kafka's acknowledgement at the owner: longer than that.
+        let peers =
+            settings.peers.isEmpty
+            ? nil : PeerForwarding(peers: settings.peers, ownPort: runtime.settings.httpPort, timeout: settings.sendTimeout + .seconds(1), logger: logger)
         ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes, lookup: lookup, peers: peers)
             .addRoutes(to: router)
 

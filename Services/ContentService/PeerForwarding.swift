@@ -2,10 +2,12 @@ import AsyncHTTPClient
 import Foundation
 import HTTPTypes
 import Hummingbird
+import IsletRuntime
 import Logging
 import Metrics
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import Synchronization
 
 #if canImport(Glibc)
@@ -57,13 +59,24 @@ public final class PeerForwarding: Sendable {
 
     public typealias Send = @Sendable (_ baseURL: String, _ method: HTTPRequest.Method, _ pathAndQuery: String, _ headers: HTTPFields, _ body: [UInt8]?) async throws -> Response
 
+    /// Calls forwarded at once; another is answered 503 here rather than queued (a flood of
+    /// questions to one instance costs the others a bounded number of calls).
+    public static let maximumForwards = 64
+
     let peers: [Peer]
     let ownPort: Int
+    private let running = Mutex(0)
     let timeout: Duration
     let logger: Logger
     private let send: Send
     private let owners = Mutex<[Int32: String]>([:])
-    private let resolved = Mutex<(at: ContinuousClock.Instant, urls: [String])?>(nil)
+    private struct Resolution {
+        var at: ContinuousClock.Instant
+        var addresses: [Peer: [String]]
+        var urls: [String]
+        var refreshing: Bool
+    }
+    private let resolved = Mutex<Resolution?>(nil)
     private let resolve: @Sendable (Peer) -> [String]
 
     /// - Parameters:
@@ -85,59 +98,122 @@ public final class PeerForwarding: Sendable {
     /// Whether a call was forwarded to this instance (it is answered here, never forwarded again).
     static func isForwarded(_ request: Request) -> Bool { request.headers[forwardedHeader] != nil }
 
-    /// The owner's answer to the call; else a 503 a peer answered (it is starting or holds no
-    /// partition now, or the owner is busy: its `Retry-After` is relayed); nil when every peer
-    /// answered 421 or could not be reached: the caller answers it itself.
-    func forward(_ request: Request, partition: Int32, body: [UInt8]? = nil) async -> Response? {
-        let (pathAndQuery, method) = (request.uri.description, request.method)
-        var headers = HTTPFields()
-        for name in [HTTPField.Name.authorization, .contentType, ActivityHTTPAPI.idempotencyKeyHeader] {
-            if let value = request.headers[name] { headers[name] = value }
+    /// What became of a forwarded call.
+    enum Outcome {
+        /// An answer to relay: the owner's, or a 503 (a peer starting or holding no partition now,
+        /// the owner busy: its `Retry-After` is relayed; or too many calls forwarded at once).
+        case answered(Response)
+        /// Every peer answered 421: no instance owns the partition now (none was reached that does).
+        case noOwner
+        /// A peer did not answer (down, slow): the call may have been handled there.
+        case unknown
+    }
+
+    /// Asks the owner of `partition`: the one it learned, else every peer at once.
+    func forward(_ request: Request, partition: Int32, body: [UInt8]? = nil) async -> Outcome {
+        // Only the API's own routes, as one absolute path: nothing in it can name another host.
+        let path = request.uri.path
+        guard path.hasPrefix("/v1/activities/"), !path.hasPrefix("//") else { return .noOwner }
+        let admitted = running.withLock { running in
+            guard running < Self.maximumForwards else { return false }
+            running += 1
+            return true
         }
-        headers[Self.forwardedHeader] = "\(ownPort)"
+        guard admitted else {
+            Counter(label: "islet_content_forwarded_total", dimensions: [("to", "busy")]).increment()
+            return .answered(
+                Response(
+                    status: .serviceUnavailable, headers: [.contentType: "application/json", .retryAfter: "1"],
+                    body: .init(
+                        byteBuffer: ByteBuffer(
+                            bytes: HTTPAPIError(
+                                .serviceUnavailable, .unavailable,
+                                reason: "too many questions are being asked of other instances at once: retry in a moment"
+                            ).jsonBody))))
+        }
+        defer { running.withLock { $0 -= 1 } }
+        let query = request.uri.query.map { "?\($0)" } ?? ""
+        let (pathAndQuery, method) = (path + query, request.method)
+        var fields = HTTPFields()
+        for name in [HTTPField.Name.authorization, .contentType, ActivityHTTPAPI.idempotencyKeyHeader] {
+            if let value = request.headers[name] { fields[name] = value }
+        }
+        fields[Self.forwardedHeader] = "\(ownPort)"
+        let headers = fields
         let known = owners.withLock { $0[partition] }
-        var unavailable: Response?
         if let known {
             switch await ask(known, method, pathAndQuery, headers, body) {
-            case .owner(let answer):
+            case .owner(let answer, _):
                 Counter(label: "islet_content_forwarded_total", dimensions: [("to", "known owner")]).increment()
-                return answer
-            case .unavailable(let answer): unavailable = answer
+                return .answered(answer)
+            case .unavailable(let answer):
+                // Busy or rebalancing: its answer, and it stays the owner to ask (no fan-out onto a busy partition).
+                Counter(label: "islet_content_forwarded_total", dimensions: [("to", "unavailable")]).increment()
+                return .answered(answer)
+            case .noAnswer:
+                Counter(label: "islet_content_forwarded_total", dimensions: [("to", "no answer")]).increment()
+                return .unknown
             case .notOwner: break
             }
         }
-        let candidates = urls().filter { $0 != known }
-        let sent = headers
-        let (found, busy): ((String, Response)?, Response?) = await withTaskGroup(of: (String, Answer).self) { group in
+        let candidates = await urls().filter { $0 != known }
+        let (found, busy, silent): ((String, Response, Bool)?, Response?, Bool) = await withTaskGroup(of: (String, Answer).self) { group in
             for url in candidates {
-                group.addTask { [self] in (url, await ask(url, method, pathAndQuery, sent, body)) }
+                group.addTask { [self] in (url, await ask(url, method, pathAndQuery, headers, body)) }
             }
-            var busy: Response?
+            var (busy, silent): (Response?, Bool) = (nil, false)
             for await (url, answer) in group {
                 switch answer {
-                case .owner(let response):
+                case .owner(let response, let proves):
                     group.cancelAll()
-                    return ((url, response), busy)
+                    return ((url, response, proves), busy, silent)
                 case .unavailable(let response): busy = busy ?? response
+                case .noAnswer: silent = true
                 case .notOwner: break
                 }
             }
-            return (nil, busy)
+            return (nil, busy, silent)
         }
-        unavailable = unavailable ?? busy
-        owners.withLock { owners in owners[partition] = found?.0 }
-        Counter(label: "islet_content_forwarded_total", dimensions: [("to", found != nil ? "owner found" : unavailable != nil ? "unavailable" : "none")])
-            .increment()
-        return found?.1 ?? unavailable
+        // Learned from an answer only the owner gives; another (a refusal every instance gives alike)
+        // is relayed, not learned from. A newer lesson another call learned meanwhile stays.
+        owners.withLock { owners in
+            if let (url, _, proves) = found, proves {
+                owners[partition] = url
+            } else if owners[partition] == known {
+                owners[partition] = nil
+            }
+        }
+        let outcome: Outcome
+        if let (_, response, _) = found {
+            outcome = .answered(response)
+        } else if let busy {
+            outcome = .answered(busy)
+        } else {
+            outcome = silent ? .unknown : .noOwner
+        }
+        let label =
+            switch outcome {
+            case .answered: found != nil ? "owner found" : "unavailable"
+            case .unknown: "no answer"
+            case .noOwner: "none"
+            }
+        Counter(label: "islet_content_forwarded_total", dimensions: [("to", label)]).increment()
+        if case .unknown = outcome {
+            logger.warning("a peer did not answer a forwarded call", metadata: ["partition": "\(partition)", "peers": "\(candidates)"])
+        }
+        return outcome
     }
 
     enum Answer {
-        /// The owner answered (anything but 421 and 503).
-        case owner(Response)
+        /// Anything but 421 and 503; `proves`: only the owner answers so (2xx, 404 of a known route,
+        /// 409 of a key in flight, 422 of a key reused).
+        case owner(Response, proves: Bool)
         /// 503: starting, holding no partition now, or the owner busy.
         case unavailable(Response)
-        /// 421, or no answer.
+        /// 421.
         case notOwner
+        /// No answer within the timeout, or no connection.
+        case noAnswer
     }
 
     private func ask(_ url: String, _ method: HTTPRequest.Method, _ pathAndQuery: String, _ headers: HTTPFields, _ body: [UInt8]?) async -> Answer {
@@ -146,30 +222,62 @@ public final class PeerForwarding: Sendable {
             switch answer.status {
             case .misdirectedRequest: return .notOwner
             case .serviceUnavailable: return .unavailable(answer)
-            default: return .owner(answer)
+            default:
+                let proves = answer.status.kind == .successful || [.notFound, .conflict, .unprocessableContent].contains(answer.status)
+                return .owner(answer, proves: proves)
             }
         } catch {
             logger.debug("a peer did not answer a forwarded call", metadata: ["peer": "\(url)", "error": "\(error)"])
-            return .notOwner
+            return .noAnswer
         }
     }
 
-    /// The peers' base URLs, each address of each peer but this instance's own (resolved again
-    /// every 10 seconds: replicas come and go).
-    private func urls() -> [String] {
+    /// The peers' base URLs, each address of each peer but this instance's own. Resolved on
+    /// NIO's blocking pool (a slow resolver never holds the tasks that answer calls), again every 10
+    /// seconds in the background while the last list serves (replicas come and go); a peer that
+    /// resolves to nothing keeps its last addresses, and is warned of.
+    private func urls() async -> [String] {
         let now = ContinuousClock.now
-        if let cached = resolved.withLock({ $0 }), now - cached.at < .seconds(10) { return cached.urls }
-        let own = Self.ownAddresses()
-        var urls: [String] = []
-        for peer in peers {
-            for address in resolve(peer) where !(peer.port == ownPort && own.contains(address)) {
-                let host = address.contains(":") ? "[\(address)]" : address
-                let url = "http://\(host):\(peer.port)"
-                if !urls.contains(url) { urls.append(url) }
-            }
+        let (cached, refresh) = resolved.withLock { state -> ([String]?, Bool) in
+            guard var current = state else { return (nil, false) }
+            guard now - current.at >= .seconds(10), !current.refreshing else { return (current.urls, false) }
+            current.refreshing = true
+            state = current
+            return (current.urls, true)
         }
-        resolved.withLock { $0 = (now, urls) }
-        return urls
+        guard let cached else { return await refreshURLs() }
+        if refresh { Task { await self.refreshURLs() } }
+        return cached
+    }
+
+    @discardableResult
+    private func refreshURLs() async -> [String] {
+        let (peers, ownPort, resolve) = (self.peers, self.ownPort, self.resolve)
+        let resolved: [Peer: [String]] =
+            (try? await NIOThreadPool.singleton.runIfActive {
+                Dictionary(uniqueKeysWithValues: peers.map { ($0, resolve($0)) })
+            }) ?? [:]
+        let own = (try? await NIOThreadPool.singleton.runIfActive { Self.ownAddresses() }) ?? ["127.0.0.1", "::1"]
+        return self.resolved.withLock { state in
+            var addresses = state?.addresses ?? [:]
+            for peer in peers {
+                if let found = resolved[peer], !found.isEmpty {
+                    addresses[peer] = found
+                } else {
+                    logger.warning("a peer of ISLET_CONTENT_PEERS does not resolve: its last addresses are kept", metadata: ["peer": "\(peer)"])
+                }
+            }
+            var urls: [String] = []
+            for peer in peers {
+                for address in addresses[peer] ?? [] where !(peer.port == ownPort && own.contains(address)) {
+                    let host = address.contains(":") ? "[\(address)]" : address
+                    let url = "http://\(host):\(peer.port)"
+                    if !urls.contains(url) { urls.append(url) }
+                }
+            }
+            state = Resolution(at: .now, addresses: addresses, urls: urls, refreshing: false)
+            return urls
+        }
     }
 
     /// The addresses `peer`'s host resolves to (numeric, IPv4 and IPv6).

@@ -31,9 +31,12 @@ struct PeerForwardingTests {
         /// Base URL → the status it answers (and a body naming it).
         let answers = Mutex<[String: Int]>([:])
         let calls = Mutex<[Call]>([])
+        /// While true, every call waits (a peer that is slow to answer).
+        let held = Mutex(false)
 
-        func send(_ url: String, _ method: HTTPRequest.Method, _ pathAndQuery: String, _ headers: HTTPFields, _ body: [UInt8]?) throws -> Response {
+        func send(_ url: String, _ method: HTTPRequest.Method, _ pathAndQuery: String, _ headers: HTTPFields, _ body: [UInt8]?) async throws -> Response {
             calls.withLock { $0.append(Call(url: url, method: method, pathAndQuery: pathAndQuery, headers: headers, body: body)) }
+            while held.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
             guard let status = answers.withLock({ $0[url] }) else { throw CancellationError() }
             var headers: HTTPFields = [.contentType: "application/json"]
             if status == 503 { headers[.retryAfter] = "7" }
@@ -69,7 +72,7 @@ struct PeerForwardingTests {
                 default: ["127.0.0.1"]
                 }
             },
-            send: { url, method, path, headers, body in try peers.send(url, method, path, headers, body) })
+            send: { url, method, path, headers, body in try await peers.send(url, method, path, headers, body) })
         let router = Router()
         router.add(middleware: HTTPErrorMiddleware(logger: ActivityHTTPAPITests.logger))
         ActivityHTTPAPI(intake: intake, keys: keys, lookup: lookup, peers: forwarding).addRoutes(to: router)
@@ -119,7 +122,36 @@ struct PeerForwardingTests {
         #expect(published.events.isEmpty)
     }
 
-    @Test("no peer owns it: 503 with Retry-After; a peer's 503 (starting, rebalancing) is relayed; an unreachable peer is one that does not own it")
+    @Test("the known owner answers 503 (busy): relayed, and it stays the owner (no fan-out); a refusal every instance gives alike is relayed, not learned from")
+    func busyOwnerAndRefusals() async throws {
+        peers.answers.withLock { $0 = [Self.a: 421, Self.b: 200] }
+        try await withAPI { [peers] client in
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in #expect(Self.from(response) == Self.b) }
+            peers.answers.withLock { $0 = [Self.a: 421, Self.b: 503] }
+            peers.forget()
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in
+                #expect(response.status == .serviceUnavailable && response.headers[.retryAfter] == "7" && Self.from(response) == Self.b)
+            }
+            #expect(peers.asked() == [Self.b], "no fan-out onto a busy partition")
+            peers.answers.withLock { $0 = [Self.a: 421, Self.b: 200] }
+            peers.forget()
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in #expect(Self.from(response) == Self.b) }
+            #expect(peers.asked() == [Self.b], "still the owner")
+
+            // An answer any instance gives (here 400) is relayed but proves nothing: the next call asks everyone.
+            peers.answers.withLock { $0 = [Self.a: 400, Self.b: 421] }
+            peers.forget()
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in
+                #expect(response.status == .badRequest && Self.from(response) == Self.a)
+            }
+            peers.answers.withLock { $0 = [Self.a: 421, Self.b: 200] }
+            peers.forget()
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in #expect(Self.from(response) == Self.b) }
+            #expect(Set(peers.asked()) == [Self.a, Self.b])
+        }
+    }
+
+    @Test("no peer owns it: 503 with Retry-After; a peer's 503 (starting, rebalancing) is relayed; a peer that does not answer: 503")
     func nobodyOwnsIt() async throws {
         try await withAPI { [peers] client in
             peers.answers.withLock { $0 = [Self.a: 421, Self.b: 421] }
@@ -152,6 +184,30 @@ struct PeerForwardingTests {
         }
     }
 
+    @Test("at most maximumForwards calls are forwarded at once: another is answered 503 at once, not queued")
+    func bounded() async throws {
+        peers.answers.withLock { $0 = [Self.a: 421, Self.b: 200] }
+        peers.held.withLock { $0 = true }
+        try await withAPI { [peers] client in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<PeerForwarding.maximumForwards {
+                    group.addTask {
+                        try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in #expect(response.status == .ok) }
+                    }
+                }
+                // Every one of them is waiting for its peers (two calls each).
+                while peers.calls.withLock({ $0.count }) < 2 * PeerForwarding.maximumForwards { try await Task.sleep(for: .milliseconds(5)) }
+                try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in
+                    #expect(response.status == .serviceUnavailable && response.headers[.retryAfter] == "1")
+                    #expect(String(buffer: response.body).contains("too many questions"))
+                }
+                #expect(peers.calls.withLock { $0.count } == 2 * PeerForwarding.maximumForwards, "the refused one asked nobody")
+                peers.held.withLock { $0 = false }
+                try await group.waitForAll()
+            }
+        }
+    }
+
     @Test("an event with an Idempotency-Key goes to the activity's owner, which keeps the answers; without a key, or when no owner answers, it is published here")
     func idempotentEvents() async throws {
         peers.answers.withLock { $0 = [Self.a: 421, Self.b: 202] }
@@ -173,11 +229,41 @@ struct PeerForwardingTests {
             }
             #expect(peers.asked().isEmpty && published.events.count == 1, "without a key any instance publishes it")
 
+            // The owner answers 503 (Kafka did not acknowledge: it may have published): that answer,
+            // never a second publication here.
             peers.answers.withLock { $0 = [Self.a: 421, Self.b: 503] }
+            try await client.execute(uri: "/v1/activities/order-42/events", method: .post, headers: keyed, body: ByteBuffer(string: event)) { response in
+                #expect(response.status == .serviceUnavailable && Self.from(response) == Self.b)
+            }
+            // A peer that does not answer may have published it: 503, retry with the key.
+            peers.answers.withLock { $0 = [Self.a: 421] }
+            try await client.execute(uri: "/v1/activities/order-42/events", method: .post, headers: keyed, body: ByteBuffer(string: event)) { response in
+                #expect(response.status == .serviceUnavailable && Self.from(response) == nil)
+                #expect(String(buffer: response.body).contains("retry with the same Idempotency-Key"))
+            }
+            #expect(published.events.count == 1)
+            // Every peer says it does not own the partition (partitions moving): published here,
+            // with the event id the key gives.
+            peers.answers.withLock { $0 = [Self.a: 421, Self.b: 421] }
             try await client.execute(uri: "/v1/activities/order-42/events", method: .post, headers: keyed, body: ByteBuffer(string: event)) { response in
                 #expect(response.status == .accepted && Self.from(response) == nil)
             }
-            #expect(published.events.count == 2, "no owner answers: published here, with the event id the key gives")
+            #expect(published.events.count == 2)
+
+            // Forwarded to an instance that does not own it: 421, nothing published, no key kept there.
+            try await client.execute(
+                uri: "/v1/activities/order-42/events", method: .post,
+                headers: Self.headers([.contentType: "application/json", ActivityHTTPAPI.idempotencyKeyHeader: "other", PeerForwarding.forwardedHeader: "1"]),
+                body: ByteBuffer(string: event)
+            ) { response in
+                #expect(response.status == .misdirectedRequest)
+            }
+            // A malformed body is refused here, before any peer is asked.
+            peers.forget()
+            try await client.execute(uri: "/v1/activities/order-42/events", method: .post, headers: keyed, body: ByteBuffer(string: "{")) { response in
+                #expect(response.status == .badRequest)
+            }
+            #expect(peers.asked().isEmpty && published.events.count == 2)
         }
     }
 

@@ -94,8 +94,11 @@ extension EndToEnd {
                     #expect(first == repeated, "\(String(decoding: first, as: UTF8.self)) / \(String(decoding: repeated, as: UTF8.self))")
                     #expect(repeatHeaders.first(name: "Idempotent-Replayed") == "true", "the repeat was not answered from the first answer")
                 }
-                // Before the stack's broker stops.
-                for other in others { _ = await other.terminate(within: .seconds(15)) }
+                // Before the stack's broker stops: each stops cleanly on SIGTERM.
+                for other in others {
+                    let (took, status) = await other.terminate(within: .seconds(15))
+                    #expect(status == 0, "\(other.name.rawValue) b exited with \(status.map(String.init) ?? "nothing: killed") after \(took)")
+                }
             }
             for other in others.withLock({ $0 }) { _ = await other.terminate(within: .seconds(15)) }
         }
