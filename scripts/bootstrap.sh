@@ -45,6 +45,7 @@ fi
 # --- apt packages ------------------------------------------------------------------------------
 apt_packages=(
   build-essential pkg-config curl ca-certificates python3 python3-pip unzip patch
+  openssl  # scripts/new-env.sh --dev makes the simulator's signing key with it
   libssl-dev libcurl4-openssl-dev zlib1g-dev libzstd-dev liblz4-dev libsasl2-dev
   libgd-dev  # content-service thumbnails (crop, scale, JPEG) through Shared/CGD
 )
