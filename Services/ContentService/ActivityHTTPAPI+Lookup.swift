@@ -180,12 +180,15 @@ extension ActivityHTTPAPI {
             throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "starting: the token table and activity memory are being read", retryAfterSeconds: 5)
         }
         let owned = lookup.owned()
+        // Forwarded here and not the owner: 421 whatever else, so that a 503 a forwarder relays
+        // only ever comes from the owner.
+        if PeerForwarding.isForwarded(request), !owned.contains(partition) { throw Self.notOwner(partition) }
         // Elsewhere, or here but still reading its memory (a restart): the owner's answer, when
         // another instance owns it now.
         if !owned.contains(partition) || !intake.isReady(), let peers, !PeerForwarding.isForwarded(request) {
             switch await peers.forward(request, partition: partition) {
             case .answered(let answer): return .elsewhere(answer)
-            case .noOwner where owned.contains(partition): break  // its own, once it has read it
+            case .noOwner where owned.contains(partition): break  // its own, once it has read it (not while reading: see the readiness gate)
             case .noOwner, .unknown:
                 throw HTTPAPIError(
                     .serviceUnavailable, .unavailable,
@@ -203,19 +206,22 @@ extension ActivityHTTPAPI {
                 reason: "this instance holds no partition now (its consumer is joining the group: at start, in a rebalance, after Kafka stalled): retry in a moment",
                 retryAfterSeconds: 2)
         }
-        guard owned.contains(partition) else {
-            throw HTTPAPIError(
-                .misdirectedRequest, .notOwner,
-                reason:
-                    "the activity is in partition \(partition) of the activity topics, which another content-service instance owns: ask that one (or, while partitions move between instances, again in a moment)"
-            )
-        }
+        guard owned.contains(partition) else { throw Self.notOwner(partition) }
         guard let view = intake.engine.view(of: MessageKey.activity(bundleId: bundleId, activityId: activityId)) else {
             throw HTTPAPIError(
                 .notFound, .notFound, field: "activityId",
                 reason: "no activity \(activityId) of \(bundleId) is known: no event or token of it (or forgotten after its retention)")
         }
         return .here(bundleId: bundleId, partition: partition, view: view)
+    }
+
+    /// 421 `notOwner`: another instance owns the activity's partition.
+    static func notOwner(_ partition: Int32) -> HTTPAPIError {
+        HTTPAPIError(
+            .misdirectedRequest, .notOwner,
+            reason:
+                "the activity is in partition \(partition) of the activity topics, which another content-service instance owns: ask that one (or, while partitions move between instances, again in a moment)"
+        )
     }
 
     private static func json(_ value: some Encodable) throws(HTTPAPIError) -> Response {

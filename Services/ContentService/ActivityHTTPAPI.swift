@@ -89,21 +89,23 @@ public struct ActivityHTTPAPI: Sendable {
         // answers. Only when every peer says it does not own the partition either (partitions
         // moving) is it handled here: the event id derives from the key, so the owner-to-be drops
         // a repeat. A peer that did not answer may have published it: 503, retry with the key.
-        if idempotencyKey != nil, let peers, let partition = lookup.partition(activityId), !lookup.owned().contains(partition) {
-            if PeerForwarding.isForwarded(request) {
-                throw HTTPAPIError(
-                    .misdirectedRequest, .notOwner,
-                    reason: "the activity is in partition \(partition) of the activity topics, which another content-service instance owns")
-            }
-            _ = try HTTPJSON.decodeBody(ActivityEventBody.self, from: bytes)  // a malformed body is refused here, not by every peer
-            switch await peers.forward(request, partition: partition, body: bytes) {
-            case .answered(let answer): return answer
-            case .noOwner: break
-            case .unknown:
-                throw HTTPAPIError(
-                    .serviceUnavailable, .unavailable,
-                    reason: "the instance that owns the activity did not answer in time, and may have published the event: retry with the same Idempotency-Key",
-                    retryAfterSeconds: 2)
+        if idempotencyKey != nil, let partition = lookup.partition(activityId), !lookup.owned().contains(partition) {
+            // Forwarded here by a peer and not the owner: 421, with or without peers of its own.
+            if PeerForwarding.isForwarded(request) { throw Self.notOwner(partition) }
+            if let peers {
+                // A bad id or a malformed body is refused here, not by every peer.
+                try Self.requireActivityId(activityId)
+                _ = try HTTPJSON.decodeBody(ActivityEventBody.self, from: bytes)
+                switch await peers.forward(request, partition: partition, body: bytes) {
+                case .answered(let answer): return answer
+                case .noOwner: break
+                case .unknown:
+                    throw HTTPAPIError(
+                        .serviceUnavailable, .unavailable,
+                        reason:
+                            "the instance that owns the activity did not answer in time, and may have published the event: retry with the same Idempotency-Key",
+                        retryAfterSeconds: 2)
+                }
             }
         }
         // With a key: the request's fingerprint (path and body), what a repeat must match.

@@ -111,9 +111,10 @@ public final class PeerForwarding: Sendable {
 
     /// Asks the owner of `partition`: the one it learned, else every peer at once.
     func forward(_ request: Request, partition: Int32, body: [UInt8]? = nil) async -> Outcome {
-        // Only the API's own routes, as one absolute path: nothing in it can name another host.
-        let path = request.uri.path
-        guard path.hasPrefix("/v1/activities/"), !path.hasPrefix("//") else { return .noOwner }
+        // Only the API's own routes, as one absolute path without empty segments (the router
+        // ignores them): nothing in it can name another host.
+        let path = "/" + request.uri.path.split(separator: "/").joined(separator: "/")
+        guard path.hasPrefix("/v1/activities/") else { return .unknown }
         let admitted = running.withLock { running in
             guard running < Self.maximumForwards else { return false }
             running += 1
@@ -151,8 +152,14 @@ public final class PeerForwarding: Sendable {
                 Counter(label: "islet_content_forwarded_total", dimensions: [("to", "unavailable")]).increment()
                 return .answered(answer)
             case .noAnswer:
-                Counter(label: "islet_content_forwarded_total", dimensions: [("to", "no answer")]).increment()
-                return .unknown
+                // Down, or gone with its address: not the owner to ask first any more. A keyed
+                // event may have been published there (its retry asks everyone); a question is
+                // asked of the others now.
+                owners.withLock { owners in if owners[partition] == known { owners[partition] = nil } }
+                if method != .get {
+                    Counter(label: "islet_content_forwarded_total", dimensions: [("to", "no answer")]).increment()
+                    return .unknown
+                }
             case .notOwner: break
             }
         }

@@ -57,9 +57,10 @@ struct PeerForwardingTests {
 
     /// The HTTP API of an instance that owns partition 5 (the activity is in 3), with two peers at
     /// 10.0.0.1:8083 and 10.0.0.2:8083, and itself listed too (127.0.0.1:8083: left out).
-    func withAPI(_ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
+    /// `ready: false`: still reading its memory (a restart); `withPeers: false`: no ISLET_CONTENT_PEERS.
+    func withAPI(ready: Bool = true, withPeers: Bool = true, _ body: @escaping @Sendable (any TestClientProtocol) async throws -> Void) async throws {
         let (published, peers) = (self.published, self.peers)
-        let intake = EventIntake(engine: engine, isReady: { true }) { try published.publish($0) }
+        let intake = EventIntake(engine: engine, isReady: { ready }) { try published.publish($0) }
         let keys = try BackendKeys(["backend": Self.key + ":read+write"])
         let lookup = ActivityLookup(partition: { _ in 3 }, owned: { [5] }, readOutcomes: { _ in [:] })
         let forwarding = PeerForwarding(
@@ -75,7 +76,7 @@ struct PeerForwardingTests {
             send: { url, method, path, headers, body in try await peers.send(url, method, path, headers, body) })
         let router = Router()
         router.add(middleware: HTTPErrorMiddleware(logger: ActivityHTTPAPITests.logger))
-        ActivityHTTPAPI(intake: intake, keys: keys, lookup: lookup, peers: forwarding).addRoutes(to: router)
+        ActivityHTTPAPI(intake: intake, keys: keys, lookup: lookup, peers: withPeers ? forwarding : nil).addRoutes(to: router)
         try await Application(router: router, logger: ActivityHTTPAPITests.logger).test(.router) { client in try await body(client) }
     }
 
@@ -144,10 +145,78 @@ struct PeerForwardingTests {
             try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in
                 #expect(response.status == .badRequest && Self.from(response) == Self.a)
             }
-            peers.answers.withLock { $0 = [Self.a: 421, Self.b: 200] }
+            // Had a's 400 been learned, a's 503 would now be relayed; b owns it.
+            peers.answers.withLock { $0 = [Self.a: 503, Self.b: 200] }
             peers.forget()
             try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in #expect(Self.from(response) == Self.b) }
             #expect(Set(peers.asked()) == [Self.a, Self.b])
+        }
+    }
+
+    @Test("the owner it learned stops answering (down, or gone with its address): a question asks the others at once, a keyed event is 503, and the next asks everyone")
+    func deadOwner() async throws {
+        peers.answers.withLock { $0 = [Self.a: 421, Self.b: 200] }
+        let event = #"{"kind":"update","attributesType":"DeliveryAttributes","bundleId":"com.example.food","sequence":1,"fields":{"orderId":"42","status":"preparing"}}"#
+        try await withAPI { [peers, published] client in
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in #expect(Self.from(response) == Self.b) }
+            peers.answers.withLock { $0 = [Self.a: 200] }  // b is gone; a owns the partition now
+            peers.forget()
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in
+                #expect(response.status == .ok && Self.from(response) == Self.a)
+            }
+            #expect(peers.asked() == [Self.b, Self.a])
+            // Learned a; a goes silent too: the keyed event may have been published there.
+            peers.answers.withLock { $0 = [:] }
+            let keyed = Self.headers([.contentType: "application/json", ActivityHTTPAPI.idempotencyKeyHeader: "k-1"])
+            try await client.execute(uri: "/v1/activities/order-42/events", method: .post, headers: keyed, body: ByteBuffer(string: event)) { response in
+                #expect(response.status == .serviceUnavailable)
+            }
+            peers.answers.withLock { $0 = [Self.b: 202] }
+            peers.forget()
+            try await client.execute(uri: "/v1/activities/order-42/events", method: .post, headers: keyed, body: ByteBuffer(string: event)) { response in
+                #expect(response.status == .accepted && Self.from(response) == Self.b)
+            }
+            #expect(Set(peers.asked()) == [Self.a, Self.b], "the retry asks everyone")
+            #expect(published.events.isEmpty)
+        }
+    }
+
+    @Test("forwarded to an instance that does not own the partition: 421 even while it is starting, and even without peers of its own (a keyed event is never published there)")
+    func forwardedToANonOwner() async throws {
+        let event = #"{"kind":"update","attributesType":"DeliveryAttributes","bundleId":"com.example.food","sequence":1,"fields":{"orderId":"42","status":"preparing"}}"#
+        let forwarded = Self.headers([PeerForwarding.forwardedHeader: "1"])
+        try await withAPI(ready: false) { client in
+            try await client.execute(uri: Self.uri, method: .get, headers: forwarded) { response in #expect(response.status == .misdirectedRequest) }
+        }
+        try await withAPI(withPeers: false) { client in
+            var headers = forwarded
+            headers[.contentType] = "application/json"
+            headers[ActivityHTTPAPI.idempotencyKeyHeader] = "k-2"
+            try await client.execute(uri: "/v1/activities/order-42/events", method: .post, headers: headers, body: ByteBuffer(string: event)) { response in
+                #expect(response.status == .misdirectedRequest)
+            }
+        }
+        #expect(published.events.isEmpty && peers.asked().isEmpty)
+    }
+
+    @Test("a restarting instance still reading its memory asks the owner")
+    func startingInstanceAsks() async throws {
+        peers.answers.withLock { $0 = [Self.a: 421, Self.b: 200] }
+        try await withAPI(ready: false) { client in
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in
+                #expect(response.status == .ok && Self.from(response) == Self.b)
+            }
+        }
+    }
+
+    @Test("a path with empty segments (the router ignores them) is forwarded as its route: /v1//activities/… goes as /v1/activities/…")
+    func emptySegments() async throws {
+        peers.answers.withLock { $0 = [Self.a: 421, Self.b: 200] }
+        try await withAPI { [peers] client in
+            try await client.execute(uri: "/v1//activities/order-42?bundleId=com.example.food", method: .get, headers: Self.headers()) { response in
+                #expect(response.status == .ok && Self.from(response) == Self.b)
+            }
+            #expect(peers.calls.withLock { $0.allSatisfy { $0.pathAndQuery == Self.uri } })
         }
     }
 
@@ -205,6 +274,8 @@ struct PeerForwardingTests {
                 peers.held.withLock { $0 = false }
                 try await group.waitForAll()
             }
+            // Every slot given back.
+            try await client.execute(uri: Self.uri, method: .get, headers: Self.headers()) { response in #expect(response.status == .ok) }
         }
     }
 
