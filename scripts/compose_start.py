@@ -56,6 +56,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 # source into /out/templates, the runtime stage copies that to /etc/islet/templates.
 IMAGE_PATHS = {"/etc/islet/templates": "Services/ContentService/Templates"}
 DOCKERFILE_PROOF = ["cp Services/ContentService/Templates/*.yaml /out/templates/", "COPY --from=build /out/templates/ /etc/islet/templates/"]
+# A compose service's `host:port` inside a variable's value (not part of a longer name or address).
+HOST_PORT = re.compile(r"(?<![\w.-])([a-z][a-z0-9-]*):(\d{2,5})\b")
 KAFKA_SECURITY = re.compile(r"^ISLET_KAFKA_(SECURITY_PROTOCOL|SASL_[A-Z_]+)$")
 READY_SECONDS = 90
 
@@ -77,14 +79,6 @@ class PortPicker:
         for s in self.held:
             s.close()
         self.held = []
-
-
-def free_port():
-    picker = PortPicker()
-    try:
-        return picker.pick()
-    finally:
-        picker.release()
 
 
 def say(message):
@@ -216,7 +210,7 @@ class Plan:
                 def host_port(match):
                     replaced = self.address(f"{name}'s {key}", match.group(1), int(match.group(2)))
                     return replaced if replaced else match.group(0)
-                new = re.sub(r"(?<![\w.-])([a-z][a-z0-9-]*):(\d{2,5})\b", host_port, new)
+                new = HOST_PORT.sub(host_port, new)
                 if key == "ISLET_KAFKA_BOOTSTRAP":
                     new = ",".join(dict.fromkeys(new.split(",")))
                 for container, local in sorted(paths.items(), key=lambda item: -len(item[0])):
@@ -245,7 +239,7 @@ class Plan:
         reached = set()
         for name, service in self.services.items():
             for value in (service.get("environment") or {}).values():
-                for host, port in re.findall(r"(?<![\w.-])([a-z][a-z0-9-]*):(\d{2,5})\b", str(value)):
+                for host, port in HOST_PORT.findall(str(value)):
                     if host in self.hosts:
                         reached.add((self.hosts[host], int(port)))
         for name in self.islet:

@@ -52,13 +52,13 @@ public final class OutcomeReader: Sendable {
     let settings: [String: String]
     let timeout: Duration
     let logger: Logger
-    private let running = Mutex(0)
+    private let admission = Admission(limit: maximumLookups)
 
     /// Lookups read at once; the next is refused until one is done.
     public static let maximumLookups = 4
 
     /// Lookups reading now.
-    var lookupsRunning: Int { running.withLock { $0 } }
+    var lookupsRunning: Int { admission.count }
 
     public init(
         bootstrapServers: String, topic: String = IsletTopics.pushOutcomes.name, settings: [String: String] = [:], timeout: Duration = .seconds(5),
@@ -75,16 +75,11 @@ public final class OutcomeReader: Sendable {
     /// expired) is left out.
     public func read(_ positions: [KafkaPosition]) async throws(ActivityLookup.Unavailable) -> [KafkaPosition: PushOutcome] {
         guard !positions.isEmpty else { return [:] }
-        let admitted = running.withLock { running in
-            guard running < Self.maximumLookups else { return false }
-            running += 1
-            return true
-        }
-        guard admitted else {
+        guard admission.enter() else {
             Counter(label: "islet_content_outcome_lookups_total", dimensions: [("result", "busy")]).increment()
             throw ActivityLookup.Unavailable("too many outcome lookups at once in this instance: retry in a moment")
         }
-        defer { running.withLock { $0 -= 1 } }
+        defer { admission.leave() }
         let (bootstrapServers, topic, settings, timeout, logger) = (self.bootstrapServers, self.topic, self.settings, self.timeout, self.logger)
         let scans = await withTaskGroup(of: (KafkaPosition, PositionScan<PushOutcome>?).self) { group in
             for position in Set(positions) {

@@ -65,7 +65,7 @@ public final class PeerForwarding: Sendable {
 
     let peers: [Peer]
     let ownPort: Int
-    private let running = Mutex(0)
+    private let admission = Admission(limit: maximumForwards)
     let timeout: Duration
     let logger: Logger
     private let send: Send
@@ -115,12 +115,7 @@ public final class PeerForwarding: Sendable {
         // ignores them): nothing in it can name another host.
         let path = "/" + request.uri.path.split(separator: "/").joined(separator: "/")
         guard path.hasPrefix("/v1/activities/") else { return .unknown }
-        let admitted = running.withLock { running in
-            guard running < Self.maximumForwards else { return false }
-            running += 1
-            return true
-        }
-        guard admitted else {
+        guard admission.enter() else {
             Counter(label: "islet_content_forwarded_total", dimensions: [("to", "busy")]).increment()
             return .answered(
                 Response(
@@ -132,7 +127,7 @@ public final class PeerForwarding: Sendable {
                                 reason: "too many questions are being asked of other instances at once: retry in a moment"
                             ).jsonBody))))
         }
-        defer { running.withLock { $0 -= 1 } }
+        defer { admission.leave() }
         let query = request.uri.query.map { "?\($0)" } ?? ""
         let (pathAndQuery, method) = (path + query, request.method)
         var fields = HTTPFields()
