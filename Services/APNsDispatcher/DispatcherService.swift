@@ -7,7 +7,7 @@ import ServiceLifecycle
 import Synchronization
 
 /// The Kafka side of apns-dispatcher: reads `islet.push-requests.v1` in the dispatcher's consumer
-/// group, hands each request to the ``DispatchEngine``, and marks a request processed only once
+/// group (a ``KafkaConsumer``; in tests a ``MemoryBus`` member, through the same code), hands each request to the ``DispatchEngine``, and marks a request processed only once
 /// its outcome is persisted — in offset order (``OffsetTracker``), although outcomes complete in
 /// any order.
 ///
@@ -22,8 +22,8 @@ import Synchronization
 /// flight and their outcomes (at most `drainTimeout`), then commits and leaves the group. A
 /// partition revoked by a rebalance is given up the same way: nothing new is sent for it, and its
 /// pushes in flight finish before its offsets are committed (``TicketBook/finishRevoked(_:engine:timeout:)``).
-public struct DispatcherService: Service {
-    let consumer: KafkaConsumer
+public struct DispatcherService<Consumer: GroupMessageSource>: Service {
+    let consumer: Consumer
     let deadLetters: DeadLetterWriter
     let engine: DispatchEngine
     let tickets: TicketBook
@@ -35,7 +35,7 @@ public struct DispatcherService: Service {
     let logger: Logger
 
     public init(
-        consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: DispatchEngine, tickets: TicketBook, tokenLoader: PartitionTokenLoader,
+        consumer: Consumer, deadLetters: DeadLetterWriter, engine: DispatchEngine, tickets: TicketBook, tokenLoader: PartitionTokenLoader,
         budgets: BudgetChangelog? = nil, recentOutcomes: RecentOutcomes, drainTimeout: Duration = .seconds(8), logger: Logger
     ) {
         self.consumer = consumer
@@ -278,17 +278,29 @@ public final class TicketBook: Sendable {
 /// Reads the recent outcomes of some partitions of `islet.push-outcomes.v1`: the request ids that
 /// already have their final outcome.
 public struct RecentOutcomes: Sendable {
-    let bootstrapServers: String
-    let topic: String
+    /// Makes the replica that reads these partitions of the outcomes topic from the first record
+    /// at or after `since` (`nil`: from their start).
+    public typealias MakeReader = @Sendable (_ partitions: [Int32], _ since: Date?) throws -> any MessageSource
+
+    let makeReader: MakeReader
     let window: Duration
-    let settings: [String: String]
     let logger: Logger
 
+    /// Reads `topic` of the cluster at `bootstrapServers`.
     public init(bootstrapServers: String, topic: String, window: Duration = .seconds(3_600), settings: [String: String] = [:], logger: Logger) {
-        self.bootstrapServers = bootstrapServers
-        self.topic = topic
+        self.init(window: window, logger: logger) { partitions, since in
+            try KafkaConsumer(
+                configuration: .replica(
+                    bootstrapServers: bootstrapServers, topics: [topic], partitions: partitions, since: since, clientID: "apns-dispatcher.outcomes",
+                    settings: settings),
+                logger: logger)
+        }
+    }
+
+    /// Reads what `makeReader`'s replicas read (a ``MemoryBus``'s in tests).
+    public init(window: Duration = .seconds(3_600), logger: Logger, makeReader: @escaping MakeReader) {
+        self.makeReader = makeReader
         self.window = window
-        self.settings = settings
         self.logger = logger
     }
 
@@ -417,11 +429,7 @@ public struct RecentOutcomes: Sendable {
 
     /// `nil`: cut short after 30 s (a partition never reported its end).
     private func read(partitions: [Int32], since: Date?) async throws -> Ids? {
-        let reader = try KafkaConsumer(
-            configuration: .replica(
-                bootstrapServers: bootstrapServers, topics: [topic], partitions: partitions, since: since, clientID: "apns-dispatcher.outcomes",
-                settings: settings),
-            logger: logger)
+        let reader = try makeReader(partitions, since)
         let wanted = Set(partitions)
         let (ids, complete) = try await reader.reading(atMost: .seconds(30)) { reader -> (Ids, Bool) in
             var ids = Ids()

@@ -36,7 +36,7 @@ public struct ReplicaCatchUp: Sendable {
     }
 }
 
-extension KafkaConsumer {
+extension MessageSource {
     /// Runs this replica until it is shut down, handing every record to `apply` in partition order
     /// (with whether the replica has caught up yet). `caughtUp` is called once, with the seconds the
     /// catch-up took, when every partition (of every topic in `topics`) was read to its end: the

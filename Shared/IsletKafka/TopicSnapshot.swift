@@ -61,11 +61,11 @@ public enum TopicSnapshot {
     }
 }
 
-extension KafkaConsumer {
+extension MessageSource {
     /// Runs this consumer (a replica, read for a while) while `read` goes through its events, for at
     /// most `timeout`: then the consumer is shut down, its events end, and `read` returns what it
     /// has. Returns `read`'s answer; the consumer is shut down when it returns.
-    public func reading<T: Sendable>(atMost timeout: Duration, _ read: @escaping @Sendable (KafkaConsumer) async throws -> T) async throws -> T {
+    public func reading<T: Sendable>(atMost timeout: Duration, _ read: @escaping @Sendable (Self) async throws -> T) async throws -> T {
         try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
                 try await self.run()

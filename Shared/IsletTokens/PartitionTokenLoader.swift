@@ -28,13 +28,13 @@ import Synchronization
 /// graceful shutdown).
 public final class PartitionTokenLoader: Service, Sendable {
     /// Makes the replica that reads these partitions of the token topic from their start.
-    public typealias MakeReplica = @Sendable (_ partitions: [Int32]) throws -> KafkaConsumer
+    public typealias MakeReplica = @Sendable (_ partitions: [Int32]) throws -> any MessageSource
 
     private struct Follower {
         /// The partitions it reads that are still held (owned or parked).
         var live: Set<Int32>
         /// Its current replica, while one runs.
-        var consumer: KafkaConsumer?
+        var consumer: (any MessageSource)?
         /// Read to the end once.
         var restored = false
         /// Replicas in a row that stopped by themselves, and why the last one did.
@@ -56,8 +56,8 @@ public final class PartitionTokenLoader: Service, Sendable {
         var followed: Set<Int32> { followers.values.reduce(into: []) { $0.formUnion($1.live) } }
 
         /// Stops holding `partitions`: returns the replicas left with nothing to follow.
-        mutating func release(_ partitions: Set<Int32>) -> [KafkaConsumer] {
-            var stop: [KafkaConsumer] = []
+        mutating func release(_ partitions: Set<Int32>) -> [any MessageSource] {
+            var stop: [any MessageSource] = []
             for (id, var follower) in followers where !follower.live.isDisjoint(with: partitions) {
                 follower.live.subtract(partitions)
                 if follower.live.isEmpty {
@@ -244,7 +244,7 @@ public final class PartitionTokenLoader: Service, Sendable {
 
     // MARK: Inside
 
-    private func drop(_ partitions: Set<Int32>, _ stop: [KafkaConsumer]) {
+    private func drop(_ partitions: Set<Int32>, _ stop: [any MessageSource]) {
         guard !partitions.isEmpty else { return }
         tokens.drop(partitions: partitions)
         for consumer in stop { consumer.shutdown() }

@@ -1,0 +1,270 @@
+import Foundation
+import ServiceLifecycle
+import Synchronization
+
+/// A Kafka cluster in memory, for tests of a service's Kafka side without a broker: topics of
+/// partitions (a keyed record goes where Islet's producers put it, ``KafkaPartitioner``), plain
+/// sources and replicas that read partitions from a position, and consumer groups whose members
+/// are given partitions and have them taken back — by eager or cooperative rebalances, through
+/// the member's revocation handler, committing what it marked — as ``KafkaConsumer``'s are. A
+/// member can crash (kill -9: nothing committed, its partitions stay with it until its session
+/// expires) or lose its session while it runs (its loss handler, then it joins again). Produces
+/// can be refused or held (``failProduces(_:)``).
+///
+/// Records are handed to readers as they are sent, under the bus's lock: every reader sees a
+/// partition in offset order.
+public final class MemoryBus: MessageSink, Sendable {
+    /// What a produce to a topic meets (``failProduces(_:)``).
+    public enum ProduceFault: Sendable {
+        /// Refused with this error (nothing written).
+        case refuse(KafkaError)
+        /// Not answered until ``releaseHeldProduces()``; then written.
+        case hold
+    }
+
+    /// How a group moves partitions between its members.
+    public enum RebalanceProtocol: Sendable {
+        /// Every member gives up every partition, then the group assigns them all again (most to
+        /// the members that had them).
+        case eager
+        /// Only the partitions that move are given up.
+        case cooperative
+    }
+
+    struct Reader {
+        let continuation: AsyncStream<KafkaConsumerEvent>.Continuation
+        /// The next offset to hand over, per partition followed.
+        var positions: [KafkaTopicPartition: Int64]
+        /// Reports ``KafkaConsumerEvent/partitionEnd(_:)`` when it has read a partition to its end.
+        let reportsEnds: Bool
+        var endsReported: Set<KafkaTopicPartition> = []
+    }
+
+    struct State {
+        var partitionCounts: [String: Int]
+        var topics: [String: [[KafkaMessage]]] = [:]
+        var readers: [UInt64: Reader] = [:]
+        var groups: [String: MemoryGroupState] = [:]
+        var nextId: UInt64 = 1
+        var fault: (@Sendable (String) -> ProduceFault?)?
+        var held: [CheckedContinuation<Void, Never>] = []
+
+        mutating func partitions(of topic: String) -> [[KafkaMessage]] {
+            if let partitions = topics[topic] { return partitions }
+            let partitions = Array(repeating: [KafkaMessage](), count: max(1, partitionCounts[topic] ?? 1))
+            topics[topic] = partitions
+            return partitions
+        }
+
+        mutating func takeId() -> UInt64 {
+            defer { nextId += 1 }
+            return nextId
+        }
+    }
+
+    let state: Mutex<State>
+    let now: @Sendable () -> Date
+
+    /// - Parameters:
+    ///   - partitions: the number of partitions of each topic (1 for those not named).
+    ///   - now: the records' timestamps.
+    public init(partitions: [String: Int] = [:], now: @escaping @Sendable () -> Date = { Date() }) {
+        state = Mutex(State(partitionCounts: partitions))
+        self.now = now
+    }
+
+    // MARK: Producing
+
+    @discardableResult
+    public func send(topic: String, key: String?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil) async throws
+        -> KafkaDeliveryReport
+    {
+        switch state.withLock({ $0.fault?(topic) }) {
+        case .refuse(let error)?: throw error
+        case .hold?: await withCheckedContinuation { held in state.withLock { $0.held.append(held) } }
+        case nil: break
+        }
+        let timestamp = Int64((now().timeIntervalSince1970 * 1_000).rounded(.down))
+        // Delivered under the lock: concurrent sends reach every reader in offset order.
+        return state.withLock { state in
+            var partitions = state.partitions(of: topic)
+            let chosen = partition ?? key.map { KafkaPartitioner.partition(ofKey: $0, partitions: Int32(partitions.count)) } ?? 0
+            precondition(partitions.indices.contains(Int(chosen)), "\(topic) has no partition \(chosen)")
+            let offset = Int64(partitions[Int(chosen)].count)
+            partitions[Int(chosen)].append(
+                KafkaMessage(
+                    topic: topic, partition: chosen, offset: offset, key: key.map { Array($0.utf8) }, value: value,
+                    timestampMilliseconds: timestamp, headers: headers))
+            state.topics[topic] = partitions
+            Self.deliver(KafkaTopicPartition(topic: topic, partition: chosen), in: &state)
+            return KafkaDeliveryReport(topic: topic, partition: chosen, offset: offset)
+        }
+    }
+
+    /// From now on, a produce to a topic meets `fault`'s answer for it (`nil`: written).
+    public func failProduces(_ fault: (@Sendable (_ topic: String) -> ProduceFault?)?) {
+        state.withLock { $0.fault = fault }
+    }
+
+    /// Produces held by ``ProduceFault/hold`` go on (and are written).
+    public func releaseHeldProduces() {
+        for held in state.withLock({ state in defer { state.held = [] }; return state.held }) { held.resume() }
+    }
+
+    /// Produces held now.
+    public var heldProduces: Int { state.withLock { $0.held.count } }
+
+    // MARK: Reading
+
+    /// Every record sent to `topic`, partition after partition, each in offset order.
+    public func records(_ topic: String) -> [KafkaMessage] {
+        state.withLock { $0.topics[topic]?.flatMap { $0 } ?? [] }
+    }
+
+    /// The records of one partition of `topic`.
+    public func records(_ topic: String, partition: Int32) -> [KafkaMessage] {
+        state.withLock { state in
+            let partitions = state.topics[topic] ?? []
+            return partitions.indices.contains(Int(partition)) ? partitions[Int(partition)] : []
+        }
+    }
+
+    /// A source of `topics` (one consumer with every partition): their records so far, then each
+    /// as it is sent, until the source shuts down.
+    public func source(_ topics: [String]) -> MemorySource {
+        reader(topics: topics, partitions: nil, since: nil, reportsEnds: false)
+    }
+
+    /// A replica of `topics` (``KafkaConsumerConfiguration/Membership/replica``): `partitions` (`nil`:
+    /// all) from their start, or from the first record at or after `since`; reports each
+    /// partition's end when it has read it.
+    public func replica(_ topics: [String], partitions: [Int32]? = nil, since: Date? = nil) -> MemorySource {
+        reader(topics: topics, partitions: partitions, since: since, reportsEnds: true)
+    }
+
+    private func reader(topics: [String], partitions wanted: [Int32]?, since: Date?, reportsEnds: Bool) -> MemorySource {
+        let (events, continuation) = AsyncStream.makeStream(of: KafkaConsumerEvent.self)
+        let sinceMilliseconds = since.map { Int64(($0.timeIntervalSince1970 * 1_000).rounded(.down)) }
+        let id = state.withLock { state in
+            var positions: [KafkaTopicPartition: Int64] = [:]
+            for topic in topics {
+                let partitions = state.partitions(of: topic)
+                for partition in partitions.indices where wanted.map({ $0.contains(Int32(partition)) }) ?? true {
+                    let start = sinceMilliseconds.flatMap { since in
+                        partitions[partition].first { ($0.timestampMilliseconds ?? 0) >= since }?.offset
+                    }
+                    positions[KafkaTopicPartition(topic: topic, partition: Int32(partition))] =
+                        sinceMilliseconds == nil ? 0 : start ?? Int64(partitions[partition].count)
+                }
+            }
+            let id = state.takeId()
+            continuation.yield(.partitionsAssigned(positions.keys.sorted(by: Self.order)))
+            state.readers[id] = Reader(continuation: continuation, positions: positions, reportsEnds: reportsEnds)
+            for partition in positions.keys { Self.deliver(partition, in: &state) }
+            return id
+        }
+        return MemorySource(bus: self, id: id, deliveries: events)
+    }
+
+    func stopReader(_ id: UInt64) {
+        state.withLock { $0.readers.removeValue(forKey: id) }?.continuation.finish()
+    }
+
+    static func order(_ a: KafkaTopicPartition, _ b: KafkaTopicPartition) -> Bool {
+        (a.topic, a.partition) < (b.topic, b.partition)
+    }
+
+    /// Hands what is new in `partition` to every reader and group member that reads it.
+    static func deliver(_ partition: KafkaTopicPartition, in state: inout State) {
+        let records = state.topics[partition.topic]?[Int(partition.partition)] ?? []
+        for id in state.readers.keys {
+            guard var position = state.readers[id]?.positions[partition] else { continue }
+            let reader = state.readers[id]!
+            let before = position
+            while position < records.count {
+                reader.continuation.yield(.message(records[Int(position)]))
+                position += 1
+            }
+            state.readers[id]!.positions[partition] = position
+            if reader.reportsEnds, position > before || !reader.endsReported.contains(partition) {
+                state.readers[id]!.endsReported.insert(partition)
+                reader.continuation.yield(.partitionEnd(partition))
+            }
+        }
+        for group in state.groups.keys {
+            state.groups[group]!.deliver(partition, records: records)
+        }
+    }
+
+    // MARK: Groups
+
+    /// A new member of consumer group `group`, reading `topics`. It joins when it runs.
+    /// - Parameter autoCommit: whether what it marks is committed at once (as librdkafka's commit
+    ///   every `auto.commit.interval.ms`, with no interval); with `false` only at a revocation, a
+    ///   graceful close or ``MemoryGroupMember/commit()``.
+    public func member(
+        group: String, topics: [String], rebalance: RebalanceProtocol = .cooperative, autoCommit: Bool = true
+    ) -> MemoryGroupMember {
+        MemoryGroupMember(bus: self, group: group, topics: topics, rebalance: rebalance, autoCommit: autoCommit)
+    }
+
+    /// The offset the group committed for a partition (the next to read), if any.
+    public func committed(group: String, topic: String, partition: Int32) -> Int64? {
+        state.withLock { $0.groups[group]?.committed[KafkaTopicPartition(topic: topic, partition: partition)] }
+    }
+
+    /// The partitions each member of `group` holds now, by member name.
+    public func assignment(group: String) -> [String: [KafkaTopicPartition]] {
+        state.withLock { state in
+            (state.groups[group]?.members ?? []).reduce(into: [:]) { $0[$1.name] = $1.assigned.keys.sorted(by: Self.order) }
+        }
+    }
+}
+
+/// A ``MemoryBus`` source or replica: remembers what was marked processed.
+public final class MemorySource: MessageSource {
+    public let events: AsyncStream<KafkaConsumerEvent>
+    private let bus: MemoryBus
+    private let id: UInt64
+    private let stopped = Mutex<[CheckedContinuation<Void, Never>]?>([])
+    private let marked = Mutex<[String: Int64]>([:])
+
+    init(bus: MemoryBus, id: UInt64, deliveries: AsyncStream<KafkaConsumerEvent>) {
+        self.bus = bus
+        self.id = id
+        events = deliveries
+    }
+
+    /// Returns once the source is shut down.
+    public func run() async throws {
+        await withCheckedContinuation { waiter in
+            let running = stopped.withLock { waiters -> Bool in
+                guard waiters != nil else { return false }
+                waiters!.append(waiter)
+                return true
+            }
+            if !running { waiter.resume() }
+        }
+    }
+
+    public func shutdown() {
+        bus.stopReader(id)
+        let waiters = stopped.withLock { waiters in
+            defer { waiters = nil }
+            return waiters ?? []
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    @discardableResult
+    public func markProcessed(_ message: KafkaMessage) -> Bool {
+        marked.withLock { $0[message.topic] = max($0[message.topic] ?? -1, message.offset) }
+        return true
+    }
+
+    /// Always ready: memory does not go away.
+    public var health: KafkaClientHealth { .ready }
+
+    /// The offset of the last record of `topic` marked processed.
+    public func processed(_ topic: String) -> Int64? { marked.withLock { $0[topic] } }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import IsletKafka
+import IsletMessages
+import Synchronization
+import Testing
+
+/// The in-memory cluster the services' Kafka sides are tested on: it must behave as Kafka does
+/// where they rely on it (partitions by key, commits, rebalances, losses), or those tests prove
+/// nothing.
+@Suite("The in-memory bus", .timeLimit(.minutes(1)))
+struct MemoryBusTests {
+    /// Reads a member's events into a log, as a service's loop does.
+    final class Log: Sendable {
+        final class Events: Sendable { let list = Mutex<[KafkaConsumerEvent]>([]) }
+        let events = Events()
+        let task: Task<Void, Never>
+
+        init(_ member: MemoryGroupMember, marking: Bool = true) {
+            let events = self.events
+            task = Task {
+                for await event in member.events {
+                    events.list.withLock { $0.append(event) }
+                    if marking, case .message(let message) = event { member.markProcessed(message) }
+                }
+            }
+        }
+
+        var offsets: [Int64] { events.list.withLock { $0.compactMap { if case .message(let m) = $0 { m.offset } else { nil } } } }
+        var assigned: [[Int32]] { events.list.withLock { $0.compactMap { if case .partitionsAssigned(let p) = $0 { p.map(\.partition) } else { nil } } } }
+        var revoked: [[Int32]] { events.list.withLock { $0.compactMap { if case .partitionsRevoked(let p) = $0 { p.map(\.partition) } else { nil } } } }
+    }
+
+    static func eventually(_ what: String, _ condition: () -> Bool, sourceLocation: SourceLocation = #_sourceLocation) async {
+        for _ in 0..<2_000 {
+            if condition() { return }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        Issue.record("never: \(what)", sourceLocation: sourceLocation)
+    }
+
+    @Test("a keyed record goes to the partition Islet's producers put it in; a replica from a time reads from the first record at or after it, and reports each partition's end")
+    func partitionsAndReplicas() async throws {
+        let bus = MemoryBus(partitions: ["t": 4])
+        let key = MessageKey.activity(bundleId: "com.example.food", activityId: "order-1")
+        let report = try await bus.send(topic: "t", key: key, value: [1])
+        #expect(report.partition == KafkaPartitioner.partition(ofKey: key, partitions: 4))
+        try await Task.sleep(for: .milliseconds(5))
+        let cut = Date()
+        try await Task.sleep(for: .milliseconds(5))
+        try await bus.send(topic: "t", key: key, value: [2])
+        let replica = bus.replica(["t"], partitions: [report.partition], since: cut)
+        var iterator = replica.events.makeAsyncIterator()
+        guard case .partitionsAssigned(let assigned)? = await iterator.next() else { Issue.record("no assignment"); return }
+        #expect(assigned.map(\.partition) == [report.partition])
+        guard case .message(let message)? = await iterator.next() else { Issue.record("no record"); return }
+        #expect(message.value == [2] && message.offset == 1)
+        guard case .partitionEnd? = await iterator.next() else { Issue.record("no end"); return }
+        replica.shutdown()
+        #expect(await iterator.next() == nil)
+    }
+
+    @Test("refused produces throw and write nothing; held ones are written when released")
+    func produceFaults() async throws {
+        let bus = MemoryBus()
+        bus.failProduces { $0 == "refused" ? .refuse(KafkaError(code: .consumer, message: "no")) : $0 == "held" ? .hold : nil }
+        await #expect(throws: KafkaError.self) { try await bus.send(topic: "refused", key: nil, value: [1]) }
+        #expect(bus.records("refused").isEmpty)
+        async let held = bus.send(topic: "held", key: nil, value: [1])
+        await Self.eventually("held") { bus.heldProduces == 1 }
+        #expect(bus.records("held").isEmpty)
+        bus.releaseHeldProduces()
+        #expect(try await held.offset == 0)
+        #expect(bus.records("held").count == 1)
+    }
+
+    @Test("cooperative: a second member takes half the partitions, only those are revoked from the first, through its handler, and what it marked is committed before the new owner reads from there")
+    func cooperativeJoin() async throws {
+        let bus = MemoryBus(partitions: ["t": 4])
+        for partition in Int32(0)..<4 { try await bus.send(topic: "t", key: nil, value: [1], partition: partition) }
+        let first = bus.member(group: "g", topics: ["t"], autoCommit: false)
+        let handled = Mutex<[[Int32]]>([])
+        first.onRevocation(timeout: .seconds(5)) { partitions in handled.withLock { $0.append(partitions.map(\.partition)) } }
+        let firstLog = Log(first)
+        let firstRun = Task { try await first.run() }
+        await Self.eventually("every record read") { firstLog.offsets.count == 4 }
+        let second = bus.member(group: "g", topics: ["t"], autoCommit: false)
+        let secondLog = Log(second)
+        let secondRun = Task { try await second.run() }
+        await Self.eventually("two partitions each") { bus.assignment(group: "g").values.map(\.count) == [2, 2] }
+        #expect(firstLog.assigned == [[0, 1, 2, 3]])
+        #expect(handled.withLock { $0 } == [[2, 3]] && firstLog.revoked == [[2, 3]], "only the partitions that moved")
+        #expect(secondLog.assigned == [[2, 3]])
+        #expect(secondLog.offsets.isEmpty, "the first member's marks were committed at the revocation: nothing read again")
+        #expect(bus.committed(group: "g", topic: "t", partition: 2) == 1)
+        #expect(bus.committed(group: "g", topic: "t", partition: 0) == nil, "not committed yet (no auto-commit)")
+        first.shutdown()
+        await first.left()
+        #expect(bus.committed(group: "g", topic: "t", partition: 0) == 1, "committed at the close")
+        await Self.eventually("the second holds all") { bus.assignment(group: "g")[second.name + ".1"]?.count == 4 }
+        #expect(secondLog.offsets.isEmpty)
+        second.shutdown()
+        _ = try await (firstRun.value, secondRun.value)
+    }
+
+    @Test("eager: every partition of every member is revoked, then assigned again — a record read under the earlier assignment is no longer current and its mark is refused")
+    func eagerJoin() async throws {
+        let bus = MemoryBus(partitions: ["t": 2])
+        let first = bus.member(group: "g", topics: ["t"], rebalance: .eager)
+        let held = Mutex<KafkaMessage?>(nil)
+        let firstRun = Task { try await first.run() }
+        let reader = Task {
+            for await event in first.events { if case .message(let message) = event { held.withLock { $0 = message } } }
+        }
+        try await bus.send(topic: "t", key: nil, value: [1], partition: 0)
+        await Self.eventually("read") { held.withLock { $0 } != nil }
+        let message = held.withLock { $0! }
+        #expect(first.isCurrent(message))
+        let second = bus.member(group: "g", topics: ["t"], rebalance: .eager)
+        let secondRun = Task { try await second.run() }
+        await Self.eventually("one partition each") { bus.assignment(group: "g").values.map(\.count) == [1, 1] }
+        #expect(bus.assignment(group: "g")[first.name + ".1"] == [KafkaTopicPartition(topic: "t", partition: 0)], "partition 0 given back")
+        #expect(!first.isCurrent(message), "read under the assignment before the rebalance")
+        #expect(!first.markProcessed(message))
+        first.shutdown()
+        second.shutdown()
+        _ = try await (firstRun.value, secondRun.value)
+        reader.cancel()
+    }
+
+    @Test("kill -9: nothing committed, the partitions stay with the dead member until its session expires; a running member whose session expires is told they are lost, then joins again")
+    func crashAndLoss() async throws {
+        let bus = MemoryBus(partitions: ["t": 2])
+        try await bus.send(topic: "t", key: nil, value: [1], partition: 0)
+        let first = bus.member(group: "g", topics: ["t"], autoCommit: false)
+        let firstLog = Log(first)
+        let firstRun = Task { try await first.run() }
+        await Self.eventually("read") { firstLog.offsets == [0] }
+        let second = bus.member(group: "g", topics: ["t"], autoCommit: false)
+        let lost = Mutex<[Int32]>([])
+        second.onLoss { partitions in lost.withLock { $0 += partitions.map(\.partition) } }
+        let secondLog = Log(second)
+        let secondRun = Task { try await second.run() }
+        await Self.eventually("one each") { bus.assignment(group: "g").values.map(\.count) == [1, 1] }
+        first.crash()
+        _ = try await firstRun.value
+        try await Task.sleep(for: .milliseconds(20))
+        #expect(bus.assignment(group: "g")[first.name + ".1"] == [KafkaTopicPartition(topic: "t", partition: 0)], "held until the session expires")
+        await first.expireSession()
+        await Self.eventually("the second holds both") { bus.assignment(group: "g")[second.name + ".1"]?.count == 2 }
+        #expect(secondLog.offsets == [0], "read again: the dead member committed nothing")
+        await second.expireSession()
+        #expect(lost.withLock { $0 } == [0, 1])
+        await Self.eventually("back as a new member") { bus.assignment(group: "g")[second.name + ".2"]?.count == 2 }
+        #expect(secondLog.revoked == [[0, 1]] && secondLog.offsets == [0, 0], "nothing was committed: read again")
+        second.shutdown()
+        _ = try await secondRun.value
+    }
+}
