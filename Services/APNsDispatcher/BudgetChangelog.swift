@@ -20,7 +20,7 @@ import Synchronization
 /// (at most what its owner spent in the last `interval`), never more.
 public final class BudgetChangelog: Service, Sendable {
     let engine: DispatchEngine
-    let producer: KafkaProducer
+    let producer: any MessageSink
     let topic: String
     public let interval: Duration
     let logger: Logger
@@ -35,7 +35,7 @@ public final class BudgetChangelog: Service, Sendable {
     }
 
     public init(
-        engine: DispatchEngine, producer: KafkaProducer, topic: String = IsletTopics.dispatchBudgets.name, interval: Duration = .seconds(5),
+        engine: DispatchEngine, producer: any MessageSink, topic: String = IsletTopics.dispatchBudgets.name, interval: Duration = .seconds(5),
         logger: Logger
     ) {
         self.engine = engine
@@ -111,7 +111,7 @@ public final class BudgetChangelog: Service, Sendable {
                     group.addTask {
                         do {
                             let (key, value) = try Self.record(of: change, writtenAt: now)
-                            _ = try await producer.send(topic: topic, key: Array(key.utf8), value: value, partition: change.partition)
+                            _ = try await producer.send(topic: topic, key: key, value: value, headers: [], partition: change.partition)
                             return (change, nil)
                         } catch {
                             return (change, error)

@@ -99,7 +99,7 @@ public final class ReadPositions: Sendable {
 public final class ChangelogWriter: Service, Sendable {
     let engine: ContentEngine
     let sender: RequestSender
-    let producer: KafkaProducer
+    let producer: any MessageSink
     let positions: ReadPositions
     let topic: String
     public let interval: Duration
@@ -121,7 +121,7 @@ public final class ChangelogWriter: Service, Sendable {
     }
 
     public init(
-        engine: ContentEngine, sender: RequestSender, producer: KafkaProducer, positions: ReadPositions,
+        engine: ContentEngine, sender: RequestSender, producer: any MessageSink, positions: ReadPositions,
         topic: String = IsletTopics.contentMemory.name, interval: Duration = .seconds(5), settleTimeout: Duration = .seconds(5), logger: Logger
     ) {
         self.settleTimeout = settleTimeout
@@ -238,7 +238,7 @@ public final class ChangelogWriter: Service, Sendable {
             guard writable.contains(partition) else { continue }
             do {
                 let record = ContentMemoryRecord(checkpoint: .init(partition: partition, positions: checkpointPositions), writtenAt: now)
-                _ = try await producer.send(topic: topic, key: ContentMemoryRecord.checkpointKey, value: try IsletJSON.encode(record), partition: partition)
+                _ = try await producer.send(topic: topic, key: ContentMemoryRecord.checkpointKey, value: try IsletJSON.encode(record), headers: [], partition: partition)
                 state.withLock { $0.checkpoints[partition] = taken.positions }
             } catch {
                 lastError = error
@@ -264,7 +264,7 @@ public final class ChangelogWriter: Service, Sendable {
             for (index, record) in records.enumerated() {
                 group.addTask {
                     do {
-                        _ = try await producer.send(topic: topic, key: Array(record.key.utf8), value: record.value, partition: record.partition)
+                        _ = try await producer.send(topic: topic, key: record.key, value: record.value, headers: [], partition: record.partition)
                         return (index, nil)
                     } catch {
                         return (index, error)

@@ -34,7 +34,7 @@ public final class ContentMemoryLoader: Service, Sendable {
     /// at the offsets given.
     public typealias MakeReplica = @Sendable (
         _ topics: [String], _ since: Date?, _ startAt: [KafkaTopicPartition: Int64], _ partitions: [Int32]?
-    ) throws -> KafkaConsumer
+    ) throws -> any MessageSource
     /// Where each partition of `topics` ends now (the next offset to be written).
     public typealias ReadEnds = @Sendable (_ topics: [String]) async throws -> [KafkaTopicPartition: Int64]
 
@@ -49,7 +49,7 @@ public final class ContentMemoryLoader: Service, Sendable {
     public let positions: ReadPositions
     let onReady: @Sendable () -> Void
     let logger: Logger
-    private let follower = Mutex<KafkaConsumer?>(nil)
+    private let follower = Mutex<(any MessageSource)?>(nil)
     /// The partitions whose activities' records the follower applies: restored (or being
     /// restored) here, and assigned — or revoked and kept until the next assignment.
     private let held = Mutex<Set<Int32>>([])

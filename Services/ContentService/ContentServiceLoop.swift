@@ -21,8 +21,8 @@ import Synchronization
 /// The freshness monitor, a changelog round and a restore take the whole service's turn
 /// (``ServiceTurns``): what the monitor sends for an activity never interleaves with an event of
 /// that activity.
-public struct ContentServiceLoop: Service {
-    let consumer: KafkaConsumer
+public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
+    let consumer: Consumer
     let deadLetters: DeadLetterWriter
     let engine: ContentEngine
     let sender: RequestSender
@@ -39,15 +39,11 @@ public struct ContentServiceLoop: Service {
     let revocationTimeout: Duration
     /// Lanes of events worked on at once.
     let workers: Int
-    /// Events read and not yet worked on, in all lanes, at most (the reading then waits).
-    static let queued = 512
-    /// The default lanes: a few per core, so that lanes waiting for an image leave the cores busy.
-    public static let defaultWorkers = max(4, 2 * ProcessInfo.processInfo.activeProcessorCount)
 
     public init(
-        consumer: KafkaConsumer, deadLetters: DeadLetterWriter, engine: ContentEngine, sender: RequestSender, thumbnails: ThumbnailService? = nil,
+        consumer: Consumer, deadLetters: DeadLetterWriter, engine: ContentEngine, sender: RequestSender, thumbnails: ThumbnailService? = nil,
         changelog: ChangelogWriter? = nil, memory: ContentMemoryLoader? = nil, revocationTimeout: Duration = .seconds(8),
-        workers: Int = ContentServiceLoop.defaultWorkers, logger: Logger
+        workers: Int = ContentLanes.defaultWorkers, logger: Logger
     ) {
         precondition(workers > 0, "at least one lane")
         self.workers = workers
@@ -87,7 +83,7 @@ public struct ContentServiceLoop: Service {
             memory?.revoked(Set(partitions.map(\.partition)))
         }
         let lanes = (0..<workers).map { _ in AsyncStream<(ActivityEvent, OffsetTracker.Work)>.makeStream() }
-        let queued = AsyncSemaphore(Self.queued)
+        let queued = AsyncSemaphore(ContentLanes.queued)
         // The first error of a lane: the service stops (as it did when the one loop threw), reading
         // first; the lanes then leave what they still hold to the partitions' next owner.
         let failure = LaneFailure()
@@ -142,7 +138,7 @@ public struct ContentServiceLoop: Service {
                         // nil: its partition is being revoked; the next owner reads it.
                         guard let work = tracker.beginWork(raw) else { continue }
                         try await queued.acquire()
-                        lanes[Self.lane(of: activityEvent.activityId, among: lanes.count)].continuation.yield((activityEvent, work))
+                        lanes[ContentLanes.lane(of: activityEvent.activityId, among: lanes.count)].continuation.yield((activityEvent, work))
                     case .deadLettered(let raw):
                         // Marked only once the events before it on its partition are done: up to
                         // 2,000 may still be in flight, and a commit past them would lose them in a crash.
@@ -156,13 +152,6 @@ public struct ContentServiceLoop: Service {
             consumer.shutdown()
             if let error = failure.error { throw error }
         }
-    }
-
-    /// The lane of an activity's events: the same for every event of its id (FNV-1a of the id).
-    static func lane(of activityId: String, among lanes: Int) -> Int {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in activityId.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        return Int(hash % UInt64(lanes))
     }
 
     /// The first error of a lane.
@@ -211,6 +200,21 @@ public struct ContentServiceLoop: Service {
     }
 }
 
+/// The lanes ``ContentServiceLoop`` works on events in.
+public enum ContentLanes {
+    /// Events read and not yet worked on, in all lanes, at most (the reading then waits).
+    static let queued = 512
+    /// The default lanes: a few per core, so that lanes waiting for an image leave the cores busy.
+    public static let defaultWorkers = max(4, 2 * ProcessInfo.processInfo.activeProcessorCount)
+
+    /// The lane of an activity's events: the same for every event of its id (FNV-1a of the id).
+    static func lane(of activityId: String, among lanes: Int) -> Int {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in activityId.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        return Int(hash % UInt64(lanes))
+    }
+}
+
 /// Sends prepared requests to `islet.push-requests.v1` and commits them to the engine's memory;
 /// gives the event lanes and the freshness monitor their turns (``ServiceTurns``).
 ///
@@ -219,7 +223,7 @@ public struct ContentServiceLoop: Service {
 /// request Kafka did not take is sent again, the same bytes, in the whole turn before a lane's next
 /// event (``repair()``): its event stays open (unmarked) until then, so a crash cannot skip it.
 public final class RequestSender: Sendable {
-    let producer: KafkaProducer
+    let producer: any MessageSink
     let engine: ContentEngine
     let topic: String
     let logger: Logger
@@ -265,7 +269,7 @@ public final class RequestSender: Sendable {
     }
 
     public init(
-        producer: KafkaProducer, engine: ContentEngine, topic: String = IsletTopics.pushRequests.name, window: Int = 2_000, logger: Logger
+        producer: any MessageSink, engine: ContentEngine, topic: String = IsletTopics.pushRequests.name, window: Int = 2_000, logger: Logger
     ) {
         self.producer = producer
         self.engine = engine
@@ -304,7 +308,7 @@ public final class RequestSender: Sendable {
         for (request, value) in zip(prepared.requests, values) {
             while true {
                 do {
-                    try producer.produce(topic: topic, key: request.key.map { Array($0.utf8) }, value: value, headers: [writer]) { [self] result in
+                    try producer.produce(topic: topic, key: request.key.map { Array($0.utf8) }, value: value, headers: [writer], partition: nil) { [self] result in
                         switch result {
                         case .success(let report):
                             if let position = report.position { engine.stored(request, at: position) }

@@ -47,7 +47,8 @@ public final class MemoryBus: MessageSink, Sendable {
         var groups: [String: MemoryGroupState] = [:]
         var nextId: UInt64 = 1
         var fault: (@Sendable (String) -> ProduceFault?)?
-        var held: [CheckedContinuation<Void, Never>] = []
+        /// Produces held, in the order they came: each goes on when released.
+        var held: [@Sendable () -> Void] = []
 
         mutating func partitions(of topic: String) -> [[KafkaMessage]] {
             if let partitions = topics[topic] { return partitions }
@@ -81,9 +82,39 @@ public final class MemoryBus: MessageSink, Sendable {
     {
         switch state.withLock({ $0.fault?(topic) }) {
         case .refuse(let error)?: throw error
-        case .hold?: await withCheckedContinuation { held in state.withLock { $0.held.append(held) } }
+        case .hold?: await withCheckedContinuation { held in state.withLock { $0.held.append { held.resume() } } }
         case nil: break
         }
+        return write(topic: topic, key: key, value: value, headers: headers, partition: partition)
+    }
+
+    public func produce(
+        topic: String, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil,
+        onDelivery: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
+    ) throws(KafkaError) {
+        let key = key.map { String(decoding: $0, as: UTF8.self) }
+        // Written now, in the order handed over; the verdict comes later, as librdkafka's does.
+        let write: @Sendable () -> Void = {
+            let report = self.write(topic: topic, key: key, value: value, headers: headers, partition: partition)
+            Task { onDelivery(.success(report)) }
+        }
+        let fault = state.withLock { state -> ProduceFault? in
+            let fault = state.fault?(topic)
+            // Held: written when released, in the order held.
+            if case .hold? = fault { state.held.append(write) }
+            return fault
+        }
+        switch fault {
+        case .refuse(let error)?: Task { onDelivery(.failure(error)) }
+        case .hold?: break
+        case nil: write()
+        }
+    }
+
+    /// Always room in memory.
+    public func waitForCapacity() async {}
+
+    private func write(topic: String, key: String?, value: [UInt8]?, headers: [KafkaHeader], partition: Int32?) -> KafkaDeliveryReport {
         let timestamp = Int64((now().timeIntervalSince1970 * 1_000).rounded(.down))
         // Delivered under the lock: concurrent sends reach every reader in offset order.
         return state.withLock { state in
@@ -108,7 +139,7 @@ public final class MemoryBus: MessageSink, Sendable {
 
     /// Produces held by ``ProduceFault/hold`` go on (and are written).
     public func releaseHeldProduces() {
-        for held in state.withLock({ state in defer { state.held = [] }; return state.held }) { held.resume() }
+        for held in state.withLock({ state in defer { state.held = [] }; return state.held }) { held() }
     }
 
     /// Produces held now.
@@ -136,13 +167,30 @@ public final class MemoryBus: MessageSink, Sendable {
     }
 
     /// A replica of `topics` (``KafkaConsumerConfiguration/Membership/replica``): `partitions` (`nil`:
-    /// all) from their start, or from the first record at or after `since`; reports each
-    /// partition's end when it has read it.
-    public func replica(_ topics: [String], partitions: [Int32]? = nil, since: Date? = nil) -> MemorySource {
-        reader(topics: topics, partitions: partitions, since: since, reportsEnds: true)
+    /// all) from their start, or from the first record at or after `since`, or from the offset
+    /// `startAt` gives; reports each partition's end when it has read it.
+    public func replica(
+        _ topics: [String], partitions: [Int32]? = nil, since: Date? = nil, startAt: [KafkaTopicPartition: Int64] = [:]
+    ) -> MemorySource {
+        reader(topics: topics, partitions: partitions, since: since, startAt: startAt, reportsEnds: true)
     }
 
-    private func reader(topics: [String], partitions wanted: [Int32]?, since: Date?, reportsEnds: Bool) -> MemorySource {
+    /// Where each partition of `topics` ends now (the next offset to be written).
+    public func ends(_ topics: [String]) -> [KafkaTopicPartition: Int64] {
+        state.withLock { state in
+            var ends: [KafkaTopicPartition: Int64] = [:]
+            for topic in topics {
+                for (partition, records) in state.partitions(of: topic).enumerated() {
+                    ends[KafkaTopicPartition(topic: topic, partition: Int32(partition))] = Int64(records.count)
+                }
+            }
+            return ends
+        }
+    }
+
+    private func reader(
+        topics: [String], partitions wanted: [Int32]?, since: Date?, startAt: [KafkaTopicPartition: Int64] = [:], reportsEnds: Bool
+    ) -> MemorySource {
         let (events, continuation) = AsyncStream.makeStream(of: KafkaConsumerEvent.self)
         let sinceMilliseconds = since.map { Int64(($0.timeIntervalSince1970 * 1_000).rounded(.down)) }
         let id = state.withLock { state in
@@ -153,8 +201,8 @@ public final class MemoryBus: MessageSink, Sendable {
                     let start = sinceMilliseconds.flatMap { since in
                         partitions[partition].first { ($0.timestampMilliseconds ?? 0) >= since }?.offset
                     }
-                    positions[KafkaTopicPartition(topic: topic, partition: Int32(partition))] =
-                        sinceMilliseconds == nil ? 0 : start ?? Int64(partitions[partition].count)
+                    let topicPartition = KafkaTopicPartition(topic: topic, partition: Int32(partition))
+                    positions[topicPartition] = startAt[topicPartition] ?? (sinceMilliseconds == nil ? 0 : start ?? Int64(partitions[partition].count))
                 }
             }
             let id = state.takeId()
@@ -235,15 +283,24 @@ public final class MemorySource: MessageSource {
         events = deliveries
     }
 
-    /// Returns once the source is shut down.
+    /// Returns once the source is shut down — by ``shutdown()``, a graceful shutdown of its service
+    /// group, or cancellation, as ``KafkaConsumer/run()``.
     public func run() async throws {
-        await withCheckedContinuation { waiter in
-            let running = stopped.withLock { waiters -> Bool in
-                guard waiters != nil else { return false }
-                waiters!.append(waiter)
-                return true
+        await withTaskCancellationHandler {
+            await withGracefulShutdownHandler {
+                await withCheckedContinuation { waiter in
+                    let running = stopped.withLock { waiters -> Bool in
+                        guard waiters != nil else { return false }
+                        waiters!.append(waiter)
+                        return true
+                    }
+                    if !running { waiter.resume() }
+                }
+            } onGracefulShutdown: {
+                self.shutdown()
             }
-            if !running { waiter.resume() }
+        } onCancel: {
+            self.shutdown()
         }
     }
 

@@ -535,7 +535,7 @@ struct ContentServiceIntegrationTests {
                 to: topics.activityEvents)
         }
         // The slow activity's first event waits for its image; its second follows it in its lane.
-        let lanes = ContentServiceLoop.defaultWorkers
+        let lanes = ContentLanes.defaultWorkers
         let slow = "slow-order"
         try await send(slow, 1, photo: "http://\(host)/held.png")
         var askedIterator = asked.makeAsyncIterator()
@@ -543,7 +543,7 @@ struct ContentServiceIntegrationTests {
         try await send(slow, 2, photo: "http://\(host)/held.png")
         // Five other activities, none in the slow one's lane: they go on meanwhile.
         let others = (0..<100).map { "order-\($0)" }.filter {
-            ContentServiceLoop.lane(of: $0, among: lanes) != ContentServiceLoop.lane(of: slow, among: lanes)
+            ContentLanes.lane(of: $0, among: lanes) != ContentLanes.lane(of: slow, among: lanes)
         }.prefix(5)
         for activity in others { try await send(activity, 1) }
         let first = try await TestBroker.read(PushRequest.self, from: topics.pushRequests, count: 5)

@@ -93,11 +93,11 @@ struct TurnsTests {
 
     @Test("an activity's lane is the same for every event of it, and activities spread over the lanes")
     func lanes() {
-        #expect(ContentServiceLoop.lane(of: "order-42", among: 8) == ContentServiceLoop.lane(of: "order-42", among: 8))
+        #expect(ContentLanes.lane(of: "order-42", among: 8) == ContentLanes.lane(of: "order-42", among: 8))
         // FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c.
-        #expect(ContentServiceLoop.lane(of: "a", among: 1_000) == Int(UInt64(0xaf63_dc4c_8601_ec8c) % 1_000))
+        #expect(ContentLanes.lane(of: "a", among: 1_000) == Int(UInt64(0xaf63_dc4c_8601_ec8c) % 1_000))
         var counts = [Int](repeating: 0, count: 8)
-        for index in 0..<8_000 { counts[ContentServiceLoop.lane(of: "order-\(index)", among: 8)] += 1 }
+        for index in 0..<8_000 { counts[ContentLanes.lane(of: "order-\(index)", among: 8)] += 1 }
         #expect(counts.allSatisfy { (800...1_200).contains($0) }, "\(counts)")
     }
 }

@@ -86,7 +86,9 @@ struct MemoryBusTests {
         let second = bus.member(group: "g", topics: ["t"], autoCommit: false)
         let secondLog = Log(second)
         let secondRun = Task { try await second.run() }
-        await Self.eventually("two partitions each") { bus.assignment(group: "g").values.map(\.count) == [2, 2] }
+        await Self.eventually("two partitions each, told") {
+            bus.assignment(group: "g").values.map(\.count) == [2, 2] && !secondLog.assigned.isEmpty && !firstLog.revoked.isEmpty
+        }
         #expect(firstLog.assigned == [[0, 1, 2, 3]])
         #expect(handled.withLock { $0 } == [[2, 3]] && firstLog.revoked == [[2, 3]], "only the partitions that moved")
         #expect(secondLog.assigned == [[2, 3]])
@@ -96,7 +98,7 @@ struct MemoryBusTests {
         first.shutdown()
         await first.left()
         #expect(bus.committed(group: "g", topic: "t", partition: 0) == 1, "committed at the close")
-        await Self.eventually("the second holds all") { bus.assignment(group: "g")[second.name + ".1"]?.count == 4 }
+        await Self.eventually("the second holds all") { bus.assignment(group: "g")[second.name + ".1"]?.count == 4 && secondLog.assigned.count == 2 }
         #expect(secondLog.offsets.isEmpty)
         second.shutdown()
         _ = try await (firstRun.value, secondRun.value)
@@ -140,18 +142,20 @@ struct MemoryBusTests {
         second.onLoss { partitions in lost.withLock { $0 += partitions.map(\.partition) } }
         let secondLog = Log(second)
         let secondRun = Task { try await second.run() }
-        await Self.eventually("one each") { bus.assignment(group: "g").values.map(\.count) == [1, 1] }
+        await Self.eventually("one each, told") { bus.assignment(group: "g").values.map(\.count) == [1, 1] && !secondLog.assigned.isEmpty }
         first.crash()
         _ = try await firstRun.value
         try await Task.sleep(for: .milliseconds(20))
         #expect(bus.assignment(group: "g")[first.name + ".1"] == [KafkaTopicPartition(topic: "t", partition: 0)], "held until the session expires")
         await first.expireSession()
         await Self.eventually("the second holds both") { bus.assignment(group: "g")[second.name + ".1"]?.count == 2 }
-        #expect(secondLog.offsets == [0], "read again: the dead member committed nothing")
+        await Self.eventually("record 0 read again: the dead member committed nothing") { secondLog.offsets == [0] }
         await second.expireSession()
         #expect(lost.withLock { $0 } == [0, 1])
-        await Self.eventually("back as a new member") { bus.assignment(group: "g")[second.name + ".2"]?.count == 2 }
-        #expect(secondLog.revoked == [[0, 1]] && secondLog.offsets == [0, 0], "nothing was committed: read again")
+        await Self.eventually("back as a new member, record 0 read again (nothing was committed)") {
+            bus.assignment(group: "g")[second.name + ".2"]?.count == 2 && secondLog.offsets == [0, 0]
+        }
+        #expect(secondLog.revoked == [[0, 1]])
         second.shutdown()
         _ = try await secondRun.value
     }
