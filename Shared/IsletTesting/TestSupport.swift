@@ -64,6 +64,17 @@ public struct SplitMix: RandomNumberGenerator, Sendable {
     }
 }
 
+/// Polls `condition` every 10 ms until it holds (a test waiting for services that run on their
+/// own tasks, in memory); throws ``TimeoutError`` after `limit`.
+public func eventually(_ what: String, limit: Duration = .seconds(20), _ condition: () -> Bool) async throws {
+    let deadline = ContinuousClock.now + limit
+    while ContinuousClock.now < deadline {
+        if condition() { return }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    throw TimeoutError(what: what, limit: limit)
+}
+
 /// Polls `condition` every 100 ms until it gives a value (an integration test waiting for a
 /// service that runs on its own); throws ``TimeoutError`` after `limit`.
 public func waitForValue<T: Sendable>(

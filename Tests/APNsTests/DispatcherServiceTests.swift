@@ -236,14 +236,6 @@ struct DispatcherServiceTests {
         return found
     }
 
-    /// Waits until `condition` holds (at most 20 s).
-    static func eventually(_ what: String, _ condition: () -> Bool, sourceLocation: SourceLocation = #_sourceLocation) async {
-        for _ in 0..<2_000 {
-            if condition() { return }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        Issue.record("never: \(what)", sourceLocation: sourceLocation)
-    }
 
     @Test("a cooperative rebalance while pushes are in flight: the old owner's revocation waits for them and their outcomes, the new owner starts after them and sends none again")
     func cooperativeRevocationWaitsForFlight() async throws {
@@ -253,13 +245,13 @@ struct DispatcherServiceTests {
         let first = Dispatcher(cluster)
         cluster.sender.hold()
         for index in 0..<16 { requests.append(try await cluster.update("order-\(index)")) }
-        await Self.eventually("every push in flight") { cluster.sender.sent.count == 16 }
+        try await eventually("every push in flight") { cluster.sender.sent.count == 16 }
         // A second dispatcher joins: half of the partitions move, their pushes still unanswered.
         let second = Dispatcher(cluster)
         try await Task.sleep(for: .milliseconds(100))
         cluster.sender.release()
         await cluster.waitForFinals(requests)
-        await Self.eventually("both dispatchers hold partitions") { cluster.bus.assignment(group: "apns-dispatcher").values.allSatisfy { $0.count == 2 } }
+        try await eventually("both dispatchers hold partitions") { cluster.bus.assignment(group: "apns-dispatcher").values.allSatisfy { $0.count == 2 } }
         // What the second one reads from now on is its own.
         let later = try await cluster.update("order-3", sequence: 2)
         await cluster.waitForFinals([later])
@@ -297,7 +289,7 @@ struct DispatcherServiceTests {
         #expect(cluster.bus.committed(group: "apns-dispatcher", topic: Self.requests, partition: 0) ?? 0 <= waitingAt, "the waiting request holds the commit")
         // Another member joins: every partition is revoked, and partition 0 given back to the first.
         let second = Dispatcher(cluster, rebalance: .eager, policy: Self.forgetful)
-        await Self.eventually("partition 0 back with the first member, the rest shared") {
+        try await eventually("partition 0 back with the first member, the rest shared") {
             let assignment = cluster.bus.assignment(group: "apns-dispatcher")
             return assignment.count == 2 && assignment.values.allSatisfy { $0.count == 2 }
                 && assignment[first.consumer.name + ".1"]?.contains(KafkaTopicPartition(topic: Self.requests, partition: 0)) == true
@@ -334,7 +326,7 @@ struct DispatcherServiceTests {
         let key = try await cluster.registerPushToStart(token: hexToken(50))
         cluster.sender.hold()
         let start = try await cluster.pushToStart(key: key, activity: "order-50")
-        await Self.eventually("the push-to-start sent") { cluster.sends[start.requestId] == 1 }
+        try await eventually("the push-to-start sent") { cluster.sends[start.requestId] == 1 }
         await first.kill()
         cluster.sender.release()
         let second = Dispatcher(cluster, autoCommit: false, policy: Self.forgetful)
@@ -355,7 +347,7 @@ struct DispatcherServiceTests {
         try await cluster.register("order-1", token: hexToken(1))
         cluster.sender.script(hexToken(1), [APNsAnswer(status: 503, reason: "ServiceUnavailable")])
         let request = try await cluster.update("order-1")
-        await Self.eventually("the first attempt answered 503") { cluster.sender.answers == 1 }
+        try await eventually("the first attempt answered 503") { cluster.sender.answers == 1 }
         // Its session expires before the retry: the partitions are lost, the member joins again.
         await dispatcher.consumer.expireSession()
         await cluster.waitForFinals([request])
@@ -376,11 +368,11 @@ struct DispatcherServiceTests {
         let dispatcher = Dispatcher(cluster)
         try await cluster.register("order-1", token: hexToken(1))
         let request = try await cluster.update("order-1")
-        await Self.eventually("both refused") { refusals.load(ordering: .relaxed) <= 0 }
+        try await eventually("both refused") { refusals.load(ordering: .relaxed) <= 0 }
         await cluster.waitForFinals([request])
         cluster.expectOnce([request])
         let partition = cluster.bus.records(Self.requests).first { $0.keyString == request.key }!.partition
-        await Self.eventually("committed past it") {
+        try await eventually("committed past it") {
             cluster.bus.committed(group: "apns-dispatcher", topic: Self.requests, partition: partition) == 1
         }
         await dispatcher.stop()
@@ -394,14 +386,14 @@ struct DispatcherServiceTests {
         for index in 0..<8 { try await cluster.register("order-\(index)", token: hexToken(index)) }
         cluster.sender.hold()
         for index in 0..<8 { requests.append(try await cluster.update("order-\(index)")) }
-        await Self.eventually("every push in flight") { cluster.sender.sent.count == 8 }
+        try await eventually("every push in flight") { cluster.sender.sent.count == 8 }
         let second = Dispatcher(cluster)
         async let stopped: Void = first.stop()
         try await Task.sleep(for: .milliseconds(100))
         cluster.sender.release()
         await stopped
         await cluster.waitForFinals(requests)
-        await Self.eventually("the second holds every partition") {
+        try await eventually("the second holds every partition") {
             cluster.bus.assignment(group: "apns-dispatcher").values.contains { $0.count == 4 }
         }
         cluster.expectOnce(requests)
@@ -415,7 +407,7 @@ struct DispatcherServiceTests {
         policy.retry.baseDelay = .milliseconds(200)
         policy.retry.maximumDelay = .milliseconds(200)
         let dispatchers = [Dispatcher(cluster, policy: policy), Dispatcher(cluster, policy: policy)]
-        await Self.eventually("two members, two partitions each") {
+        try await eventually("two members, two partitions each") {
             let assignment = cluster.bus.assignment(group: "apns-dispatcher")
             return assignment.count == 2 && assignment.values.allSatisfy { $0.count == 2 }
         }
@@ -427,13 +419,13 @@ struct DispatcherServiceTests {
         try await cluster.register(activity, token: hexToken(7))
         cluster.sender.script(hexToken(7), [APNsAnswer(status: 503, reason: "ServiceUnavailable")])
         let request = try await cluster.update(activity)
-        await Self.eventually("the first attempt answered 503") { cluster.sender.answers == 1 }
+        try await eventually("the first attempt answered 503") { cluster.sender.answers == 1 }
         // The first member's loop is held by a dead letter Kafka does not acknowledge; then its session expires.
         cluster.bus.failProduces { $0 == "dead-letters" ? .hold : nil }
         try await cluster.bus.send(topic: Self.requests, key: MessageKey.activity(bundleId: Self.bundleId, activityId: activity), value: Array("{".utf8))
-        await Self.eventually("the dead letter held") { cluster.bus.heldProduces == 1 }
+        try await eventually("the dead letter held") { cluster.bus.heldProduces == 1 }
         await first.consumer.expireSession(rejoining: false)
-        await Self.eventually("the second member delivered it") { cluster.finals[request.requestId] != nil }
+        try await eventually("the second member delivered it") { cluster.finals[request.requestId] != nil }
         try await Task.sleep(for: .milliseconds(500))
         cluster.bus.failProduces(nil)
         cluster.bus.releaseHeldProduces()

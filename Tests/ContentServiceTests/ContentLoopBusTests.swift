@@ -111,13 +111,6 @@ struct ContentLoopBusTests {
         }
     }
 
-    static func eventually(_ what: String, _ condition: () -> Bool, sourceLocation: SourceLocation = #_sourceLocation) async {
-        for _ in 0..<2_000 {
-            if condition() { return }
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        Issue.record("never: \(what)", sourceLocation: sourceLocation)
-    }
 
     static let activities = (0..<12).map { "order-\($0)" }
 
@@ -128,7 +121,7 @@ struct ContentLoopBusTests {
         for sequence in Int64(1)...3 { for activity in Self.activities { try await cluster.post(activity, sequence) } }
         await cluster.waitForRequests(Self.activities, through: 3)
         cluster.expectLedger(Self.activities, events: 3)
-        await Self.eventually("committed") {
+        try await eventually("committed") {
             (Int32(0)..<4).allSatisfy {
                 cluster.bus.committed(group: Self.group, topic: Self.events, partition: $0) == Int64(cluster.bus.records(Self.events, partition: $0).count)
             }
@@ -145,12 +138,12 @@ struct ContentLoopBusTests {
         // Kafka holds the next requests; a second instance joins meanwhile.
         cluster.bus.failProduces { $0 == Self.requests ? .hold : nil }
         for activity in Self.activities { try await cluster.post(activity, 2) }
-        await Self.eventually("requests held") { cluster.bus.heldProduces > 0 }
+        try await eventually("requests held") { cluster.bus.heldProduces > 0 }
         let second = try Process(cluster)
         try await Task.sleep(for: .milliseconds(100))
         cluster.bus.failProduces(nil)
         cluster.bus.releaseHeldProduces()
-        await Self.eventually("two partitions each") {
+        try await eventually("two partitions each") {
             let assignment = cluster.bus.assignment(group: Self.group)
             return assignment.count == 2 && assignment.values.allSatisfy { $0.count == 2 }
         }
@@ -168,7 +161,7 @@ struct ContentLoopBusTests {
         for activity in Self.activities { try await cluster.post(activity, 1) }
         await cluster.waitForRequests(Self.activities, through: 1)
         let second = try Process(cluster, rebalance: .eager)
-        await Self.eventually("two partitions each") {
+        try await eventually("two partitions each") {
             let assignment = cluster.bus.assignment(group: Self.group)
             return assignment.count == 2 && assignment.values.allSatisfy { $0.count == 2 }
         }
@@ -188,7 +181,7 @@ struct ContentLoopBusTests {
         await first.kill()
         let second = try Process(cluster, autoCommit: false)
         await first.consumer.expireSession()
-        await Self.eventually("the second holds every partition") { cluster.bus.assignment(group: Self.group)[second.consumer.name + ".1"]?.count == 4 }
+        try await eventually("the second holds every partition") { cluster.bus.assignment(group: Self.group)[second.consumer.name + ".1"]?.count == 4 }
         for activity in Self.activities { try await cluster.post(activity, 3) }
         await cluster.waitForRequests(Self.activities, through: 3)
         cluster.expectLedger(Self.activities, events: 3)

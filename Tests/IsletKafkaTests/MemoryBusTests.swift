@@ -1,5 +1,6 @@
 import Foundation
 import IsletKafka
+import IsletTesting
 import IsletMessages
 import Synchronization
 import Testing
@@ -30,13 +31,6 @@ struct MemoryBusTests {
         var revoked: [[Int32]] { events.list.withLock { $0.compactMap { if case .partitionsRevoked(let p) = $0 { p.map(\.partition) } else { nil } } } }
     }
 
-    static func eventually(_ what: String, _ condition: () -> Bool, sourceLocation: SourceLocation = #_sourceLocation) async {
-        for _ in 0..<2_000 {
-            if condition() { return }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        Issue.record("never: \(what)", sourceLocation: sourceLocation)
-    }
 
     @Test("a keyed record goes to the partition Islet's producers put it in; a replica from a time reads from the first record at or after it, and reports each partition's end")
     func partitionsAndReplicas() async throws {
@@ -66,7 +60,7 @@ struct MemoryBusTests {
         await #expect(throws: KafkaError.self) { try await bus.send(topic: "refused", key: nil, value: [1]) }
         #expect(bus.records("refused").isEmpty)
         async let held = bus.send(topic: "held", key: nil, value: [1])
-        await Self.eventually("held") { bus.heldProduces == 1 }
+        try await eventually("held") { bus.heldProduces == 1 }
         #expect(bus.records("held").isEmpty)
         bus.releaseHeldProduces()
         #expect(try await held.offset == 0)
@@ -82,11 +76,11 @@ struct MemoryBusTests {
         first.onRevocation(timeout: .seconds(5)) { partitions in handled.withLock { $0.append(partitions.map(\.partition)) } }
         let firstLog = Log(first)
         let firstRun = Task { try await first.run() }
-        await Self.eventually("every record read") { firstLog.offsets.count == 4 }
+        try await eventually("every record read") { firstLog.offsets.count == 4 }
         let second = bus.member(group: "g", topics: ["t"], autoCommit: false)
         let secondLog = Log(second)
         let secondRun = Task { try await second.run() }
-        await Self.eventually("two partitions each, told") {
+        try await eventually("two partitions each, told") {
             bus.assignment(group: "g").values.map(\.count) == [2, 2] && !secondLog.assigned.isEmpty && !firstLog.revoked.isEmpty
         }
         #expect(firstLog.assigned == [[0, 1, 2, 3]])
@@ -98,7 +92,7 @@ struct MemoryBusTests {
         first.shutdown()
         await first.left()
         #expect(bus.committed(group: "g", topic: "t", partition: 0) == 1, "committed at the close")
-        await Self.eventually("the second holds all") { bus.assignment(group: "g")[second.name + ".1"]?.count == 4 && secondLog.assigned.count == 2 }
+        try await eventually("the second holds all") { bus.assignment(group: "g")[second.name + ".1"]?.count == 4 && secondLog.assigned.count == 2 }
         #expect(secondLog.offsets.isEmpty)
         second.shutdown()
         _ = try await (firstRun.value, secondRun.value)
@@ -114,12 +108,12 @@ struct MemoryBusTests {
             for await event in first.events { if case .message(let message) = event { held.withLock { $0 = message } } }
         }
         try await bus.send(topic: "t", key: nil, value: [1], partition: 0)
-        await Self.eventually("read") { held.withLock { $0 } != nil }
+        try await eventually("read") { held.withLock { $0 } != nil }
         let message = held.withLock { $0! }
         #expect(first.isCurrent(message))
         let second = bus.member(group: "g", topics: ["t"], rebalance: .eager)
         let secondRun = Task { try await second.run() }
-        await Self.eventually("one partition each") { bus.assignment(group: "g").values.map(\.count) == [1, 1] }
+        try await eventually("one partition each") { bus.assignment(group: "g").values.map(\.count) == [1, 1] }
         #expect(bus.assignment(group: "g")[first.name + ".1"] == [KafkaTopicPartition(topic: "t", partition: 0)], "partition 0 given back")
         #expect(!first.isCurrent(message), "read under the assignment before the rebalance")
         #expect(!first.markProcessed(message))
@@ -136,23 +130,23 @@ struct MemoryBusTests {
         let first = bus.member(group: "g", topics: ["t"], autoCommit: false)
         let firstLog = Log(first)
         let firstRun = Task { try await first.run() }
-        await Self.eventually("read") { firstLog.offsets == [0] }
+        try await eventually("read") { firstLog.offsets == [0] }
         let second = bus.member(group: "g", topics: ["t"], autoCommit: false)
         let lost = Mutex<[Int32]>([])
         second.onLoss { partitions in lost.withLock { $0 += partitions.map(\.partition) } }
         let secondLog = Log(second)
         let secondRun = Task { try await second.run() }
-        await Self.eventually("one each, told") { bus.assignment(group: "g").values.map(\.count) == [1, 1] && !secondLog.assigned.isEmpty }
+        try await eventually("one each, told") { bus.assignment(group: "g").values.map(\.count) == [1, 1] && !secondLog.assigned.isEmpty }
         first.crash()
         _ = try await firstRun.value
         try await Task.sleep(for: .milliseconds(20))
         #expect(bus.assignment(group: "g")[first.name + ".1"] == [KafkaTopicPartition(topic: "t", partition: 0)], "held until the session expires")
         await first.expireSession()
-        await Self.eventually("the second holds both") { bus.assignment(group: "g")[second.name + ".1"]?.count == 2 }
-        await Self.eventually("record 0 read again: the dead member committed nothing") { secondLog.offsets == [0] }
+        try await eventually("the second holds both") { bus.assignment(group: "g")[second.name + ".1"]?.count == 2 }
+        try await eventually("record 0 read again: the dead member committed nothing") { secondLog.offsets == [0] }
         await second.expireSession()
         #expect(lost.withLock { $0 } == [0, 1])
-        await Self.eventually("back as a new member, record 0 read again (nothing was committed)") {
+        try await eventually("back as a new member, record 0 read again (nothing was committed)") {
             bus.assignment(group: "g")[second.name + ".2"]?.count == 2 && secondLog.offsets == [0, 0]
         }
         #expect(secondLog.revoked == [[0, 1]])
