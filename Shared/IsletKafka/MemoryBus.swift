@@ -7,9 +7,15 @@ import Synchronization
 /// sources and replicas that read partitions from a position, and consumer groups whose members
 /// are given partitions and have them taken back — by eager or cooperative rebalances, through
 /// the member's revocation handler, committing what it marked — as ``KafkaConsumer``'s are. A
-/// member can crash (kill -9: nothing committed, its partitions stay with it until its session
-/// expires) or lose its session while it runs (its loss handler, then it joins again). Produces
-/// can be refused or held (``failProduces(_:)``).
+/// member can crash (kill -9: nothing committed since its last commit, its partitions stay with
+/// it until its session expires) or lose its session while it runs (its loss handler, then it
+/// joins again). Produces can be refused or held (``failProduces(_:)``).
+///
+/// What it does not model: a member that goes on working after the group gave its partitions to
+/// another (the bus tells it of the loss first; the deterministic simulation covers that case), a
+/// write persisted whose acknowledgement is lost, a full producer queue, and librdkafka's commit
+/// interval (with `autoCommit` a mark is committed at once; without, only at a revocation, a
+/// close or ``MemoryGroupMember/commit()``).
 ///
 /// Records are handed to readers as they are sent, under the bus's lock: every reader sees a
 /// partition in offset order.
@@ -24,8 +30,9 @@ public final class MemoryBus: MessageSink, Sendable {
 
     /// How a group moves partitions between its members.
     public enum RebalanceProtocol: Sendable {
-        /// Every member gives up every partition, then the group assigns them all again (most to
-        /// the members that had them).
+        /// Every member gives up every partition, then the group assigns them all again, in ranges
+        /// over the members in the order they joined (as Kafka's `range` assignor over member
+        /// ids, Islet's default): a partition may come back to the member that had it, or not.
         case eager
         /// Only the partitions that move are given up.
         case cooperative
@@ -47,8 +54,11 @@ public final class MemoryBus: MessageSink, Sendable {
         var groups: [String: MemoryGroupState] = [:]
         var nextId: UInt64 = 1
         var fault: (@Sendable (String) -> ProduceFault?)?
-        /// Produces held, in the order they came: each goes on when released.
-        var held: [@Sendable () -> Void] = []
+        /// Produces held, in the order they came: each is written when released.
+        var held: [(topic: String, write: @Sendable (inout State) -> Void)] = []
+
+        /// Whether a record of `topic` waits behind a held one (records of a topic are written in order).
+        func holds(_ topic: String) -> Bool { held.contains { $0.topic == topic } }
 
         mutating func partitions(of topic: String) -> [[KafkaMessage]] {
             if let partitions = topics[topic] { return partitions }
@@ -65,6 +75,9 @@ public final class MemoryBus: MessageSink, Sendable {
 
     let state: Mutex<State>
     let now: @Sendable () -> Date
+    /// Delivery reports of ``produce(topic:key:value:headers:partition:onDelivery:)``, called one
+    /// after the other, in the order the records were written (as librdkafka's poll thread does).
+    private let reports: AsyncStream<@Sendable () -> Void>.Continuation
 
     /// - Parameters:
     ///   - partitions: the number of partitions of each topic (1 for those not named).
@@ -72,7 +85,14 @@ public final class MemoryBus: MessageSink, Sendable {
     public init(partitions: [String: Int] = [:], now: @escaping @Sendable () -> Date = { Date() }) {
         state = Mutex(State(partitionCounts: partitions))
         self.now = now
+        let (stream, reports) = AsyncStream.makeStream(of: (@Sendable () -> Void).self)
+        self.reports = reports
+        Task {
+            for await report in stream { report() }
+        }
     }
+
+    deinit { reports.finish() }
 
     // MARK: Producing
 
@@ -80,12 +100,24 @@ public final class MemoryBus: MessageSink, Sendable {
     public func send(topic: String, key: String?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil) async throws
         -> KafkaDeliveryReport
     {
-        switch state.withLock({ $0.fault?(topic) }) {
-        case .refuse(let error)?: throw error
-        case .hold?: await withCheckedContinuation { held in state.withLock { $0.held.append { held.resume() } } }
-        case nil: break
+        let timestamp = self.timestamp()
+        return try await withCheckedThrowingContinuation { continuation in
+            let answer = state.withLock { state -> Result<KafkaDeliveryReport, any Error>? in
+                switch state.fault?(topic) {
+                case .refuse(let error)?: return .failure(error)
+                case .hold?: break
+                case nil:
+                    // Behind a held record of its topic, a record waits too: they are written in order.
+                    if !state.holds(topic) {
+                        return .success(Self.append(topic, key, value, headers, partition, timestamp, in: &state))
+                    }
+                }
+                state.held.append(
+                    (topic, { state in continuation.resume(returning: Self.append(topic, key, value, headers, partition, timestamp, in: &state)) }))
+                return nil
+            }
+            if let answer { continuation.resume(with: answer) }
         }
-        return write(topic: topic, key: key, value: value, headers: headers, partition: partition)
     }
 
     public func produce(
@@ -93,53 +125,65 @@ public final class MemoryBus: MessageSink, Sendable {
         onDelivery: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
     ) throws(KafkaError) {
         let key = key.map { String(decoding: $0, as: UTF8.self) }
-        // Written now, in the order handed over; the verdict comes later, as librdkafka's does.
-        let write: @Sendable () -> Void = {
-            let report = self.write(topic: topic, key: key, value: value, headers: headers, partition: partition)
-            Task { onDelivery(.success(report)) }
+        let timestamp = self.timestamp()
+        let reports = self.reports
+        // Written now, in the order handed over (behind records held); the verdicts come later,
+        // one after the other, as librdkafka's delivery reports do.
+        let write: @Sendable (inout State) -> Void = { state in
+            let report = Self.append(topic, key, value, headers, partition, timestamp, in: &state)
+            reports.yield { onDelivery(.success(report)) }
         }
-        let fault = state.withLock { state -> ProduceFault? in
-            let fault = state.fault?(topic)
-            // Held: written when released, in the order held.
-            if case .hold? = fault { state.held.append(write) }
-            return fault
-        }
-        switch fault {
-        case .refuse(let error)?: Task { onDelivery(.failure(error)) }
-        case .hold?: break
-        case nil: write()
+        state.withLock { state in
+            switch state.fault?(topic) {
+            case .refuse(let error)?:
+                reports.yield { onDelivery(.failure(error)) }
+            case .hold?:
+                state.held.append((topic, write))
+            case nil:
+                // Behind a held record of its topic, a record waits too: they are written in order.
+                if state.holds(topic) { state.held.append((topic, write)) } else { write(&state) }
+            }
         }
     }
 
     /// Always room in memory.
     public func waitForCapacity() async {}
 
-    private func write(topic: String, key: String?, value: [UInt8]?, headers: [KafkaHeader], partition: Int32?) -> KafkaDeliveryReport {
-        let timestamp = Int64((now().timeIntervalSince1970 * 1_000).rounded(.down))
-        // Delivered under the lock: concurrent sends reach every reader in offset order.
-        return state.withLock { state in
-            var partitions = state.partitions(of: topic)
-            let chosen = partition ?? key.map { KafkaPartitioner.partition(ofKey: $0, partitions: Int32(partitions.count)) } ?? 0
-            precondition(partitions.indices.contains(Int(chosen)), "\(topic) has no partition \(chosen)")
-            let offset = Int64(partitions[Int(chosen)].count)
-            partitions[Int(chosen)].append(
-                KafkaMessage(
-                    topic: topic, partition: chosen, offset: offset, key: key.map { Array($0.utf8) }, value: value,
-                    timestampMilliseconds: timestamp, headers: headers))
-            state.topics[topic] = partitions
-            Self.deliver(KafkaTopicPartition(topic: topic, partition: chosen), in: &state)
-            return KafkaDeliveryReport(topic: topic, partition: chosen, offset: offset)
-        }
+    private func timestamp() -> Int64 { Int64((now().timeIntervalSince1970 * 1_000).rounded(.down)) }
+
+    /// Appends a record and hands it to its readers (under the lock: every reader sees a partition
+    /// in offset order).
+    private static func append(
+        _ topic: String, _ key: String?, _ value: [UInt8]?, _ headers: [KafkaHeader], _ partition: Int32?, _ timestamp: Int64, in state: inout State
+    ) -> KafkaDeliveryReport {
+        var partitions = state.partitions(of: topic)
+        let chosen = partition ?? key.map { KafkaPartitioner.partition(ofKey: $0, partitions: Int32(partitions.count)) } ?? 0
+        precondition(partitions.indices.contains(Int(chosen)), "\(topic) has no partition \(chosen)")
+        let offset = Int64(partitions[Int(chosen)].count)
+        partitions[Int(chosen)].append(
+            KafkaMessage(
+                topic: topic, partition: chosen, offset: offset, key: key.map { Array($0.utf8) }, value: value,
+                timestampMilliseconds: timestamp, headers: headers))
+        state.topics[topic] = partitions
+        deliver(KafkaTopicPartition(topic: topic, partition: chosen), in: &state)
+        return KafkaDeliveryReport(topic: topic, partition: chosen, offset: offset)
     }
 
-    /// From now on, a produce to a topic meets `fault`'s answer for it (`nil`: written).
+    /// From now on, a produce to a topic meets `fault`'s answer for it (`nil`: written). `fault`
+    /// runs under the bus's lock: it must not call the bus.
     public func failProduces(_ fault: (@Sendable (_ topic: String) -> ProduceFault?)?) {
         state.withLock { $0.fault = fault }
     }
 
-    /// Produces held by ``ProduceFault/hold`` go on (and are written).
+    /// Produces held by ``ProduceFault/hold`` (and those that came behind them) are written, in the
+    /// order they came. A held send waits until then, as a send to a broker that does not answer
+    /// does until its timeout.
     public func releaseHeldProduces() {
-        for held in state.withLock({ state in defer { state.held = [] }; return state.held }) { held() }
+        state.withLock { state in
+            let held = state.held
+            state.held = []
+            for (_, write) in held { write(&state) }
+        }
     }
 
     /// Produces held now.
@@ -251,7 +295,7 @@ public final class MemoryBus: MessageSink, Sendable {
     ///   every `auto.commit.interval.ms`, with no interval); with `false` only at a revocation, a
     ///   graceful close or ``MemoryGroupMember/commit()``.
     public func member(
-        group: String, topics: [String], rebalance: RebalanceProtocol = .cooperative, autoCommit: Bool = true
+        group: String, topics: [String], rebalance: RebalanceProtocol = .eager, autoCommit: Bool = true
     ) -> MemoryGroupMember {
         MemoryGroupMember(bus: self, group: group, topics: topics, rebalance: rebalance, autoCommit: autoCommit)
     }
@@ -259,6 +303,13 @@ public final class MemoryBus: MessageSink, Sendable {
     /// The offset the group committed for a partition (the next to read), if any.
     public func committed(group: String, topic: String, partition: Int32) -> Int64? {
         state.withLock { $0.groups[group]?.committed[KafkaTopicPartition(topic: topic, partition: partition)] }
+    }
+
+    /// The partitions each member of `group` is revoking now (its handler runs), by member name.
+    public func revoking(group: String) -> [String: [KafkaTopicPartition]] {
+        state.withLock { state in
+            (state.groups[group]?.members ?? []).filter { !$0.revoking.isEmpty }.reduce(into: [:]) { $0[$1.name] = $1.revoking.sorted(by: Self.order) }
+        }
     }
 
     /// The partitions each member of `group` holds now, by member name.

@@ -93,7 +93,8 @@ extension MemoryBus {
     @discardableResult
     func change(_ group: String, _ change: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
         state.withLock { state in
-            let previous = state.groups[group, default: MemoryGroupState()].changes
+            if state.groups[group] == nil { state.groups[group] = MemoryGroupState() }
+            let previous = state.groups[group]!.changes
             let task = Task {
                 await previous?.value
                 await change()
@@ -103,12 +104,16 @@ extension MemoryBus {
         }
     }
 
+    /// The member joins once the group's earlier changes are done (never in the middle of a
+    /// rebalance), and the group rebalances.
     func join(_ member: MemoryGroupState.Member, group: String, rebalance: RebalanceProtocol) {
-        state.withLock { state in
-            state.groups[group, default: MemoryGroupState()].members.append(member)
-            state.groups[group]!.rebalanceProtocol = rebalance
+        change(group) {
+            self.state.withLock { state in
+                state.groups[group, default: MemoryGroupState()].members.append(member)
+                state.groups[group]!.rebalanceProtocol = rebalance
+            }
+            await self.rebalance(group)
         }
-        change(group) { await self.rebalance(group) }
     }
 
     /// Moves the group's partitions to where ``MemoryGroupState/target(partitions:)`` says: the
@@ -144,7 +149,9 @@ extension MemoryBus {
             let target = groupState.target(partitions: all)
             for index in groupState.members.indices where !groupState.members[index].crashed {
                 let member = groupState.members[index]
-                let new = (target[member.name] ?? []).filter { member.assigned[$0] == nil }.sorted(by: Self.order)
+                // Never two owners: a partition another member still holds stays its.
+                let heldByOthers = Set(groupState.members.filter { $0.name != member.name }.flatMap(\.assigned.keys))
+                let new = (target[member.name] ?? []).filter { member.assigned[$0] == nil && !heldByOthers.contains($0) }.sorted(by: Self.order)
                 for partition in new {
                     groupState.members[index].assigned[partition] = groupState.nextEpoch
                     groupState.nextEpoch += 1
@@ -174,7 +181,8 @@ extension MemoryBus {
             guard let index = state.groups[group]?.index(of: name) else { return }
             var member = state.groups[group]!.members[index]
             for partition in partitions {
-                if let mark = member.marks[partition] { state.groups[group]!.committed[partition] = mark }
+                // A member killed while its handler ran commits nothing.
+                if !member.crashed, let mark = member.marks[partition] { state.groups[group]!.committed[partition] = mark }
                 member.assigned[partition] = nil
                 member.positions[partition] = nil
                 member.marks[partition] = nil
@@ -222,6 +230,8 @@ public final class MemoryGroupMember: GroupMessageSource {
         var loss: (@Sendable ([KafkaTopicPartition]) -> Void)?
         /// The current membership, while it is in the group.
         var membership: String?
+        /// A graceful leave is under way (the membership stays until it is done).
+        var leaving = false
         var joins = 0
         var started = false
         /// `nil` once stopped.
@@ -341,12 +351,21 @@ public final class MemoryGroupMember: GroupMessageSource {
     }
 
     /// Leaves the group gracefully (its partitions through the revocation handler, what it marked
-    /// committed), then ``run()`` returns.
+    /// meanwhile committed), then ``run()`` returns.
     public func shutdown() {
-        guard let membership = state.withLock({ state in defer { state.membership = nil }; return state.membership }) else { return finish() }
+        let leaving = state.withLock { state -> String? in
+            guard let membership = state.membership, !state.leaving else { return nil }
+            state.leaving = true
+            return membership
+        }
+        guard let membership = leaving else {
+            if state.withLock({ $0.membership == nil }) { finish() }
+            return
+        }
         let (bus, group) = (self.bus, self.group)
         bus.change(group) {
             await bus.leave(membership, group: group)
+            self.state.withLock { $0.membership = nil }
             self.finish()
             await bus.rebalance(group)
         }

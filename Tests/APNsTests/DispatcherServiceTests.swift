@@ -156,7 +156,7 @@ struct DispatcherServiceTests {
         private let running: Task<Void, any Error>
 
         init(
-            _ cluster: Cluster, rebalance: MemoryBus.RebalanceProtocol = .cooperative, autoCommit: Bool = true, policy: DispatcherPolicy = DispatcherPolicy(),
+            _ cluster: Cluster, rebalance: MemoryBus.RebalanceProtocol = .eager, autoCommit: Bool = true, policy: DispatcherPolicy = DispatcherPolicy(),
             drainTimeout: Duration = .seconds(8)
         ) {
             let bus = cluster.bus
@@ -237,18 +237,20 @@ struct DispatcherServiceTests {
     }
 
 
-    @Test("a cooperative rebalance while pushes are in flight: the old owner's revocation waits for them and their outcomes, the new owner starts after them and sends none again")
-    func cooperativeRevocationWaitsForFlight() async throws {
+    @Test(
+        "a rebalance while pushes are in flight (eager: every partition; cooperative: those that move): the old owner's revocation waits for them and their outcomes, the new owner starts after them and sends none again",
+        arguments: [MemoryBus.RebalanceProtocol.eager, .cooperative])
+    func revocationWaitsForFlight(_ rebalance: MemoryBus.RebalanceProtocol) async throws {
         let cluster = Cluster()
         var requests: [PushRequest] = []
         for index in 0..<16 { try await cluster.register("order-\(index)", token: hexToken(index)) }
-        let first = Dispatcher(cluster)
+        let first = Dispatcher(cluster, rebalance: rebalance)
         cluster.sender.hold()
         for index in 0..<16 { requests.append(try await cluster.update("order-\(index)")) }
         try await eventually("every push in flight") { cluster.sender.sent.count == 16 }
-        // A second dispatcher joins: half of the partitions move, their pushes still unanswered.
-        let second = Dispatcher(cluster)
-        try await Task.sleep(for: .milliseconds(100))
+        // A second dispatcher joins: partitions move, their pushes still unanswered.
+        let second = Dispatcher(cluster, rebalance: rebalance)
+        try await eventually("the first one's revocation waits") { !cluster.bus.revoking(group: "apns-dispatcher").isEmpty }
         cluster.sender.release()
         await cluster.waitForFinals(requests)
         try await eventually("both dispatchers hold partitions") { cluster.bus.assignment(group: "apns-dispatcher").values.allSatisfy { $0.count == 2 } }
@@ -341,8 +343,8 @@ struct DispatcherServiceTests {
     func lostSessionStopsRetries() async throws {
         let cluster = Cluster()
         var policy = DispatcherPolicy()
-        policy.retry.baseDelay = .milliseconds(300)
-        policy.retry.maximumDelay = .milliseconds(300)
+        policy.retry.baseDelay = .seconds(1)
+        policy.retry.maximumDelay = .seconds(1)
         let dispatcher = Dispatcher(cluster, policy: policy)
         try await cluster.register("order-1", token: hexToken(1))
         cluster.sender.script(hexToken(1), [APNsAnswer(status: 503, reason: "ServiceUnavailable")])
@@ -351,34 +353,38 @@ struct DispatcherServiceTests {
         // Its session expires before the retry: the partitions are lost, the member joins again.
         await dispatcher.consumer.expireSession()
         await cluster.waitForFinals([request])
-        try await Task.sleep(for: .milliseconds(600))
+        // Past the time the lost membership's retry was due.
+        try await Task.sleep(for: .milliseconds(1_500))
         #expect(cluster.finals[request.requestId] == [.delivered])
         #expect(cluster.sends[request.requestId] == 2, "the 503, then one attempt by the new membership: the lost one's retry never went")
         await dispatcher.stop()
     }
 
-    @Test("Kafka refuses the outcome twice: the request's offset is committed only once its outcome is written, and it is sent once")
+    @Test("Kafka refuses the outcome twice, then holds it: the request's offset is not committed until its outcome is written, and it is sent once")
     func refusedOutcome() async throws {
         let cluster = Cluster()
-        let refusals = Atomic<Int>(2)
+        let writes = Atomic<Int>(0)
         cluster.bus.failProduces { topic in
-            guard topic == Self.outcomes, refusals.wrappingSubtract(1, ordering: .relaxed).oldValue > 0 else { return nil }
-            return .refuse(KafkaError(code: .consumer, message: "not enough replicas"))
+            guard topic == Self.outcomes else { return nil }
+            let write = writes.add(1, ordering: .relaxed).newValue
+            return write <= 2 ? .refuse(KafkaError(code: .consumer, message: "not enough replicas")) : write == 3 ? .hold : nil
         }
         let dispatcher = Dispatcher(cluster)
         try await cluster.register("order-1", token: hexToken(1))
         let request = try await cluster.update("order-1")
-        try await eventually("both refused") { refusals.load(ordering: .relaxed) <= 0 }
+        try await eventually("refused twice, then held") { cluster.bus.heldProduces == 1 }
+        let partition = cluster.bus.records(Self.requests).first { $0.keyString == request.key }!.partition
+        #expect(cluster.bus.committed(group: "apns-dispatcher", topic: Self.requests, partition: partition) == nil, "not committed before its outcome is written")
+        cluster.bus.releaseHeldProduces()
         await cluster.waitForFinals([request])
         cluster.expectOnce([request])
-        let partition = cluster.bus.records(Self.requests).first { $0.keyString == request.key }!.partition
         try await eventually("committed past it") {
             cluster.bus.committed(group: "apns-dispatcher", topic: Self.requests, partition: partition) == 1
         }
         await dispatcher.stop()
     }
 
-    @Test("SIGTERM with pushes in flight: the drain waits for their answers and outcomes, commits past them, and the next owner sends none again")
+    @Test("SIGTERM with pushes in flight: the drain (and the revocation at the close) waits for their answers and outcomes, commits past them, and the next owner sends none again")
     func gracefulStopHandsOver() async throws {
         let cluster = Cluster()
         let first = Dispatcher(cluster)
@@ -404,8 +410,8 @@ struct DispatcherServiceTests {
     func lossStopsWorkAtOnce() async throws {
         let cluster = Cluster()
         var policy = DispatcherPolicy()
-        policy.retry.baseDelay = .milliseconds(200)
-        policy.retry.maximumDelay = .milliseconds(200)
+        policy.retry.baseDelay = .seconds(1)
+        policy.retry.maximumDelay = .seconds(1)
         let dispatchers = [Dispatcher(cluster, policy: policy), Dispatcher(cluster, policy: policy)]
         try await eventually("two members, two partitions each") {
             let assignment = cluster.bus.assignment(group: "apns-dispatcher")
@@ -426,7 +432,8 @@ struct DispatcherServiceTests {
         try await eventually("the dead letter held") { cluster.bus.heldProduces == 1 }
         await first.consumer.expireSession(rejoining: false)
         try await eventually("the second member delivered it") { cluster.finals[request.requestId] != nil }
-        try await Task.sleep(for: .milliseconds(500))
+        // Past the time the first member's retry was due.
+        try await Task.sleep(for: .milliseconds(1_500))
         cluster.bus.failProduces(nil)
         cluster.bus.releaseHeldProduces()
         try await Task.sleep(for: .milliseconds(100))

@@ -13,8 +13,7 @@ import Testing
 /// content-service's Kafka side — ``ContentServiceLoop`` with its lanes, ``RequestSender``, the
 /// memory loader and the changelog writer, the code that runs on Kafka — on the in-memory cluster
 /// (``MemoryBus``), through the transitions of a deployment: a second instance joining while
-/// requests wait for Kafka's acknowledgement, an eager rebalance giving the partitions back, the
-/// owner killed. After each, the ledger on the requests topic: every event turned into its
+/// requests wait for Kafka's acknowledgement, an eager rebalance, SIGTERM, the owner killed. After each, the ledger on the requests topic: every event turned into its
 /// request once, each activity's content sequences rising without a gap or a repeat.
 @Suite("content-service's Kafka side on the in-memory bus", .timeLimit(.minutes(1)))
 struct ContentLoopBusTests {
@@ -74,7 +73,7 @@ struct ContentLoopBusTests {
         private let group: ServiceGroup
         private let running: Task<Void, any Error>
 
-        init(_ cluster: Cluster, rebalance: MemoryBus.RebalanceProtocol = .cooperative, autoCommit: Bool = true) throws {
+        init(_ cluster: Cluster, rebalance: MemoryBus.RebalanceProtocol = .eager, autoCommit: Bool = true) throws {
             let bus = cluster.bus
             var logger = Logger(label: "content-service")
             logger.logLevel = .critical
@@ -129,18 +128,20 @@ struct ContentLoopBusTests {
         await process.stop()
     }
 
-    @Test("a second instance joins while requests wait for Kafka's acknowledgement: the memories of the activities that move go with them (the changelog written at the revocation, the requests after it), and each event makes one request, in sequence")
-    func cooperativeHandOver() async throws {
+    @Test(
+        "a second instance joins while requests wait for Kafka's acknowledgement (eager and cooperative): the first one's revocation waits for them, the memories of the activities that move are restored by their new owner, and each event makes one request, in sequence",
+        arguments: [MemoryBus.RebalanceProtocol.eager, .cooperative])
+    func handOver(_ rebalance: MemoryBus.RebalanceProtocol) async throws {
         let cluster = Cluster()
-        let first = try Process(cluster)
+        let first = try Process(cluster, rebalance: rebalance)
         for activity in Self.activities { try await cluster.post(activity, 1) }
         await cluster.waitForRequests(Self.activities, through: 1)
         // Kafka holds the next requests; a second instance joins meanwhile.
         cluster.bus.failProduces { $0 == Self.requests ? .hold : nil }
         for activity in Self.activities { try await cluster.post(activity, 2) }
         try await eventually("requests held") { cluster.bus.heldProduces > 0 }
-        let second = try Process(cluster)
-        try await Task.sleep(for: .milliseconds(100))
+        let second = try Process(cluster, rebalance: rebalance)
+        try await eventually("the first one's revocation waits for its requests") { !cluster.bus.revoking(group: Self.group).isEmpty }
         cluster.bus.failProduces(nil)
         cluster.bus.releaseHeldProduces()
         try await eventually("two partitions each") {
@@ -154,7 +155,7 @@ struct ContentLoopBusTests {
         await second.stop()
     }
 
-    @Test("an eager rebalance revokes every partition and gives most back: the memories kept go on, those that moved are restored by their new owner")
+    @Test("an eager rebalance revokes every partition and assigns them again: the memories of those that come back are kept, those that moved are restored by their new owner")
     func eagerRebalance() async throws {
         let cluster = Cluster()
         let first = try Process(cluster, rebalance: .eager)
@@ -170,6 +171,28 @@ struct ContentLoopBusTests {
         cluster.expectLedger(Self.activities, events: 3)
         await first.stop()
         await second.stop()
+    }
+
+    @Test("SIGTERM while requests wait for Kafka's acknowledgement: the close's revocation waits for them, and every event is committed before the instance leaves")
+    func gracefulStopCommits() async throws {
+        let cluster = Cluster()
+        let process = try Process(cluster, autoCommit: false)
+        for activity in Self.activities { try await cluster.post(activity, 1) }
+        await cluster.waitForRequests(Self.activities, through: 1)
+        cluster.bus.failProduces { $0 == Self.requests ? .hold : nil }
+        for activity in Self.activities { try await cluster.post(activity, 2) }
+        try await eventually("requests held") { cluster.bus.heldProduces > 0 }
+        async let stopped: Void = process.stop()
+        try await eventually("the close's revocation waits for them") { !cluster.bus.revoking(group: Self.group).isEmpty }
+        cluster.bus.failProduces(nil)
+        cluster.bus.releaseHeldProduces()
+        await stopped
+        for partition in Int32(0)..<4 {
+            #expect(
+                cluster.bus.committed(group: Self.group, topic: Self.events, partition: partition)
+                    == Int64(cluster.bus.records(Self.events, partition: partition).count), "partition \(partition)")
+        }
+        cluster.expectLedger(Self.activities, events: 2)
     }
 
     @Test("kill -9 with nothing committed: the next owner reads every event again, its memory restored from the requests written, and makes no request twice")
