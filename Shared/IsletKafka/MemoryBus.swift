@@ -31,8 +31,9 @@ public final class MemoryBus: MessageSink, Sendable {
     /// How a group moves partitions between its members.
     public enum RebalanceProtocol: Sendable {
         /// Every member gives up every partition, then the group assigns them all again, in ranges
-        /// over the members in the order they joined (as Kafka's `range` assignor over member
-        /// ids, Islet's default): a partition may come back to the member that had it, or not.
+        /// over the members in the order they joined: a deterministic stand-in for Kafka's `range`
+        /// assignor (Islet's default), which orders members by their random ids. A partition may
+        /// come back to the member that had it, or not.
         case eager
         /// Only the partitions that move are given up.
         case cooperative
@@ -136,7 +137,12 @@ public final class MemoryBus: MessageSink, Sendable {
         state.withLock { state in
             switch state.fault?(topic) {
             case .refuse(let error)?:
-                reports.yield { onDelivery(.failure(error)) }
+                // Reported in its place: after the records of its topic held before it.
+                if state.holds(topic) {
+                    state.held.append((topic, { _ in reports.yield { onDelivery(.failure(error)) } }))
+                } else {
+                    reports.yield { onDelivery(.failure(error)) }
+                }
             case .hold?:
                 state.held.append((topic, write))
             case nil:

@@ -106,8 +106,9 @@ extension MemoryBus {
 
     /// The member joins once the group's earlier changes are done (never in the middle of a
     /// rebalance), and the group rebalances.
-    func join(_ member: MemoryGroupState.Member, group: String, rebalance: RebalanceProtocol) {
+    func join(_ member: MemoryGroupState.Member, group: String, rebalance: RebalanceProtocol, if current: @escaping @Sendable () -> Bool) {
         change(group) {
+            guard current() else { return }
             self.state.withLock { state in
                 state.groups[group, default: MemoryGroupState()].members.append(member)
                 state.groups[group]!.rebalanceProtocol = rebalance
@@ -180,9 +181,10 @@ extension MemoryBus {
         state.withLock { state in
             guard let index = state.groups[group]?.index(of: name) else { return }
             var member = state.groups[group]!.members[index]
+            // Killed while its handler ran: it holds them, uncommitted, until its session expires.
+            guard !member.crashed else { return }
             for partition in partitions {
-                // A member killed while its handler ran commits nothing.
-                if !member.crashed, let mark = member.marks[partition] { state.groups[group]!.committed[partition] = mark }
+                if let mark = member.marks[partition] { state.groups[group]!.committed[partition] = mark }
                 member.assigned[partition] = nil
                 member.positions[partition] = nil
                 member.marks[partition] = nil
@@ -200,7 +202,8 @@ extension MemoryBus {
         }
         if !held.isEmpty { await revoke(held, from: name, group: group) }
         state.withLock { state in
-            guard let index = state.groups[group]?.index(of: name) else { return }
+            // Killed meanwhile: it stays, with its partitions, until its session expires.
+            guard let index = state.groups[group]?.index(of: name), !state.groups[group]!.members[index].crashed else { return }
             state.groups[group]!.members.remove(at: index)
         }
     }
@@ -330,7 +333,9 @@ public final class MemoryGroupMember: GroupMessageSource {
     }
 
     private func join() {
-        let member = state.withLock { state -> MemoryGroupState.Member in
+        let member = state.withLock { state -> MemoryGroupState.Member? in
+            // Stopped, or leaving for good: it does not join again.
+            guard state.waiters != nil, !state.leaving else { return nil }
             state.joins += 1
             let membership = "\(name).\(state.joins)"
             state.membership = membership
@@ -338,7 +343,9 @@ public final class MemoryGroupMember: GroupMessageSource {
                 name: membership, handle: ObjectIdentifier(self), continuation: continuation, topics: topics, autoCommit: autoCommit,
                 revocation: state.revocation, loss: state.loss)
         }
-        bus.join(member, group: group, rebalance: rebalance)
+        guard let member else { return }
+        // Killed, stopped or gone again before the group took the join in: it does not join.
+        bus.join(member, group: group, rebalance: rebalance) { [self] in state.withLock { $0.membership == member.name } }
     }
 
     private func finish() {

@@ -178,4 +178,31 @@ struct MemoryBusTests {
         second.shutdown()
         _ = try await secondRun.value
     }
+
+    @Test("a member killed while its revocation handler runs commits nothing and keeps those partitions until its session expires")
+    func killedDuringRevocation() async throws {
+        let bus = MemoryBus(partitions: ["t": 2])
+        try await bus.send(topic: "t", key: nil, value: [1], partition: 1)
+        let first = bus.member(group: "g", topics: ["t"], rebalance: .cooperative, autoCommit: false)
+        let release = Atomic<Bool>(false)
+        first.onRevocation(timeout: .seconds(10)) { _ in
+            while !release.load(ordering: .relaxed) { try? await Task.sleep(for: .milliseconds(5)) }
+        }
+        let firstLog = Log(first)
+        let firstRun = Task { try await first.run() }
+        try await eventually("read and marked") { firstLog.offsets == [0] }
+        let second = bus.member(group: "g", topics: ["t"], rebalance: .cooperative)
+        let secondRun = Task { try await second.run() }
+        try await eventually("the first revoking a partition") { !bus.revoking(group: "g").isEmpty }
+        first.crash()
+        release.store(true, ordering: .relaxed)
+        _ = try await firstRun.value
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(bus.assignment(group: "g")[first.name + ".1"]?.count == 2, "the dead member keeps them")
+        #expect(bus.committed(group: "g", topic: "t", partition: 1) == nil, "nothing committed")
+        await first.expireSession()
+        try await eventually("the second holds both") { bus.assignment(group: "g")[second.name + ".1"]?.count == 2 }
+        second.shutdown()
+        _ = try await secondRun.value
+    }
 }
