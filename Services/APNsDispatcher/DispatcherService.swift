@@ -50,31 +50,8 @@ public struct DispatcherService<Consumer: GroupMessageSource>: Service {
     }
 
     public func run() async throws {
-        let (consumer, engine, tickets, drainTimeout, logger) = (self.consumer, self.engine, self.tickets, self.drainTimeout, self.logger)
-        // A partition moving to another dispatcher (a rebalance, this one stopping): nothing new
-        // is sent for it, and the pushes in flight finish and have their outcomes written before
-        // its offsets are committed, so that the next owner sends none of them again.
-        let (tokenLoader, budgets) = (self.tokenLoader, self.budgets)
-        consumer.onRevocation(timeout: drainTimeout + .seconds(3)) { partitions in
-            // A restore of these partitions' tokens under way is not waited for any more.
-            tokenLoader.interrupt(partitions: partitions.map(\.partition))
-            // From now on nothing of theirs is sent or retried: their pushes in flight finish, and
-            // one answered without a final outcome (a retry) is left to the next owner.
-            engine.disown(partitions.map(\.partition))
-            let started = ContinuousClock.now
-            let finished = await tickets.finishRevoked(partitions, engine: engine, timeout: drainTimeout)
-            let metadata: Logger.Metadata = ["kafka.partitions": "\(partitions)", "took": "\(ContinuousClock.now - started)"]
-            if finished {
-                logger.info("partitions revoked: their pushes in flight finished, the rest is left to the next owner", metadata: metadata)
-            } else {
-                logger.warning("partitions revoked before their pushes in flight finished: the next owner may send those again", metadata: metadata)
-            }
-            // Their budgets as they are now, for the next owner (at most 2 s).
-            await budgets?.revoked(Set(partitions.map(\.partition)), within: .seconds(2))
-        }
-        // Lost (the session expired): the engine stops their work at once, not when the loop
-        // reaches the event (it may be waiting for room, for a read, for a restore).
-        consumer.onLoss { partitions in engine.disown(partitions.map(\.partition)) }
+        let (consumer, engine, drainTimeout) = (self.consumer, self.engine, self.drainTimeout)
+        handover.install(on: consumer, logger: logger)
         try await withThrowingDiscardingTaskGroup { group in
             // The consumer does not stop by itself on graceful shutdown: it would end this loop and
             // cancel the pushes in flight (sent, no outcome: the next owner sends them again).
@@ -92,66 +69,109 @@ public struct DispatcherService<Consumer: GroupMessageSource>: Service {
             for await event in consumer.events {
                 switch event {
                 case .partitionsAssigned(let assigned):
-                    let numbers = assigned.map(\.partition)
-                    // Their tokens first: no request is looked at against a half-read partition.
-                    // (With their budgets, read from the same partitions of the budgets' changelog.)
-                    await tokenLoader.restore(partitions: numbers)
-                    budgets?.own(Set(numbers))
-                    engine.own(numbers)
-                    partitions.assigned(numbers)
-                case .partitionsRevoked(let revokedPartitions):
-                    let revoked = Set(revokedPartitions)
-                    // From now on what of theirs comes back for a retry is left to the next owner
-                    // too (they may have been lost, without the revocation handler's wait).
-                    engine.disown(revokedPartitions.map(\.partition))
-                    let dropped = engine.dropWaiting { ticket in tickets.partition(of: ticket).map(revoked.contains) ?? false }
-                    tickets.forget(dropped)
-                    tickets.revoke(revokedPartitions)
-                    tokenLoader.revoke(partitions: revokedPartitions.map(\.partition))
-                    budgets?.disown(Set(revokedPartitions.map(\.partition)))
+                    _ = try await handover.assigned(assigned)
+                    partitions.assigned(assigned.map(\.partition))
+                case .partitionsRevoked(let revoked):
+                    handover.revoked(revoked)
                     partitions.revoked(revoked.map(\.partition))
                 case .message(let raw):
                     if partitions.takeCheck(raw.partition) {
-                        let reading = ContinuousClock.now
-                        // Read until it is read (the partition's requests wait), unless the
-                        // partition is no longer this instance's meanwhile: its next owner reads it.
-                        guard
-                            let recent = await recentOutcomes.requestIds(
-                                partition: raw.partition, firstRequestAt: raw.timestampMilliseconds, while: { consumer.isCurrent(raw) }),
-                            consumer.isCurrent(raw)
-                        else { continue }
-                        engine.alreadyFinished(recent, partition: raw.partition)
-                        logger.info(
-                            "outcomes since the partition's first request read",
-                            metadata: [
-                                "kafka.partition": "\(raw.partition)", "outcomes.recent": "\(recent.finished.count)",
-                                "outcomes.maybeDelivered": "\(recent.maybeDelivered.count)",
-                                "outcomes.readMilliseconds": "\((ContinuousClock.now - reading) / .milliseconds(1))",
-                            ])
+                        // Not read (the partition is no longer this instance's meanwhile): its next owner reads it.
+                        guard await readRecentOutcomes(before: raw) else { continue }
                     }
-                    // nil: its partition is being revoked; the next owner reads it.
-                    guard let ticket = tickets.open(raw) else { continue }
-                    switch DeadLetterWriter.check(PushRequest.self, raw) {
-                    case .success(let request):
-                        // Not taken once a drain began: the next owner reads it again.
-                        let taken = await engine.submit(request, ticket: ticket, partition: raw.partition) { consumer.isCurrent(raw) }
-                        if !taken { tickets.abandon([ticket]) }
-                    case .failure(let rejection):
-                        // Sent until persisted; the ticket is done (and the partition's marks move on)
-                        // only then. Throws only at shutdown: the record is read again after it.
-                        do {
-                            try await deadLetters.send(raw, reason: rejection.reason, detail: rejection.detail)
-                            tickets.done(ticket)
-                        } catch {
-                            logger.warning("shut down while a dead letter was being written: the record will be read again", metadata: ["error": "\(error)"])
-                        }
-                    }
+                    await handle(raw)
                 case .partitionEnd:
                     break
                 }
             }
             engine.finish()
             group.cancelAll()
+        }
+    }
+
+    /// What the dispatcher does as partitions come and go (``PartitionHandover``). A partition
+    /// moving to another dispatcher (a rebalance, this one stopping): nothing new is sent for it,
+    /// and the pushes in flight finish and have their outcomes written before its offsets are
+    /// committed, so that the next owner sends none of them again; then its budgets as they are
+    /// now, for the next owner (at most 2 s). Lost (the session expired): the engine stops its
+    /// work at once, not when the loop reaches the event (it may be waiting for room, for a read,
+    /// for a restore). Assigned: its tokens first, so that no request is looked at against a
+    /// half-read partition (with its budgets, read from the same partition of the budgets' changelog).
+    var handover: PartitionHandover {
+        let (engine, tickets, tokenLoader, budgets) = (self.engine, self.tickets, self.tokenLoader, self.budgets)
+        return PartitionHandover(
+            work: "pushes in flight", finishTimeout: drainTimeout, releaseTimeout: .seconds(2),
+            stop: { partitions in
+                // A restore of these partitions' tokens under way is not waited for any more.
+                tokenLoader.interrupt(partitions: partitions.map(\.partition))
+                // From now on nothing of theirs is sent or retried: their pushes in flight finish, and
+                // one answered without a final outcome (a retry) is left to the next owner.
+                engine.disown(partitions.map(\.partition))
+            },
+            finish: { partitions, timeout in await tickets.finishRevoked(partitions, engine: engine, timeout: timeout) },
+            release: { partitions, timeout in await budgets?.revoked(partitions, within: timeout) },
+            lost: { partitions in engine.disown(partitions.map(\.partition)) },
+            restore: { partitions in
+                await tokenLoader.restore(partitions: partitions.map(\.partition))
+                return true
+            },
+            own: { partitions in
+                budgets?.own(Set(partitions.map(\.partition)))
+                engine.own(partitions.map(\.partition))
+            },
+            forget: { revokedPartitions in
+                let revoked = Set(revokedPartitions)
+                // From now on what of theirs comes back for a retry is left to the next owner
+                // too (they may have been lost, without the revocation handler's wait).
+                engine.disown(revokedPartitions.map(\.partition))
+                let dropped = engine.dropWaiting { ticket in tickets.partition(of: ticket).map(revoked.contains) ?? false }
+                tickets.forget(dropped)
+                tickets.revoke(revokedPartitions)
+                tokenLoader.revoke(partitions: revokedPartitions.map(\.partition))
+                budgets?.disown(Set(revokedPartitions.map(\.partition)))
+            })
+    }
+
+    /// Reads the outcomes written since `raw`, the first request of its partition in this
+    /// assignment, into the engine: requests whose outcome was already published are not sent
+    /// again. Read until it is read (the partition's requests wait), unless the partition is no
+    /// longer this instance's meanwhile (`false`): its next owner reads it.
+    private func readRecentOutcomes(before raw: KafkaMessage) async -> Bool {
+        let reading = ContinuousClock.now
+        guard
+            let recent = await recentOutcomes.requestIds(
+                partition: raw.partition, firstRequestAt: raw.timestampMilliseconds, while: { consumer.isCurrent(raw) }),
+            consumer.isCurrent(raw)
+        else { return false }
+        engine.alreadyFinished(recent, partition: raw.partition)
+        logger.info(
+            "outcomes since the partition's first request read",
+            metadata: [
+                "kafka.partition": "\(raw.partition)", "outcomes.recent": "\(recent.finished.count)",
+                "outcomes.maybeDelivered": "\(recent.maybeDelivered.count)",
+                "outcomes.readMilliseconds": "\((ContinuousClock.now - reading) / .milliseconds(1))",
+            ])
+        return true
+    }
+
+    /// One request: to the engine, or to the dead letters when it does not decode.
+    private func handle(_ raw: KafkaMessage) async {
+        // nil: its partition is being revoked; the next owner reads it.
+        guard let ticket = tickets.open(raw) else { return }
+        switch DeadLetterWriter.check(PushRequest.self, raw) {
+        case .success(let request):
+            // Not taken once a drain began: the next owner reads it again.
+            let taken = await engine.submit(request, ticket: ticket, partition: raw.partition) { consumer.isCurrent(raw) }
+            if !taken { tickets.abandon([ticket]) }
+        case .failure(let rejection):
+            // Sent until persisted; the ticket is done (and the partition's marks move on)
+            // only then. Throws only at shutdown: the record is read again after it.
+            do {
+                try await deadLetters.send(raw, reason: rejection.reason, detail: rejection.detail)
+                tickets.done(ticket)
+            } catch {
+                logger.warning("shut down while a dead letter was being written: the record will be read again", metadata: ["error": "\(error)"])
+            }
         }
     }
 }

@@ -59,29 +59,8 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
     }
 
     public func run() async throws {
-        // A partition moving to another instance (a rebalance, this one stopping): its events
-        // still arriving are skipped, and those under way finish (their requests acknowledged
-        // and the events marked) before its offsets are committed, so that the next owner does
-        // none of them again.
-        let (tracker, logger, changelog, memory) = (self.tracker, self.logger, self.changelog, self.memory)
-        consumer.onRevocation(timeout: revocationTimeout + .seconds(4)) { [revocationTimeout] partitions in
-            tracker.beginRevoking(partitions)
-            let started = ContinuousClock.now
-            // Events still queued in the lanes are left to the next owner: only those started are waited for.
-            let finished = await tracker.waitUntilClosed(partitions, timeout: revocationTimeout) {
-                tracker.abandonUnstarted(Set(partitions))
-            }
-            let metadata: Logger.Metadata = ["kafka.partitions": "\(partitions)", "took": "\(ContinuousClock.now - started)"]
-            if finished {
-                logger.info("partitions revoked: their events under way finished", metadata: metadata)
-            } else {
-                logger.warning("partitions revoked before their events under way finished: the next owner does those again", metadata: metadata)
-            }
-            // Their memories, while they are still this instance's (at most 3 s).
-            await changelog?.revoked(Set(partitions.map(\.partition)), within: .seconds(3))
-            // Kept until the next assignment, which usually gives them back.
-            memory?.revoked(Set(partitions.map(\.partition)))
-        }
+        let handover = self.handover
+        handover.install(on: consumer, logger: logger)
         let lanes = (0..<workers).map { _ in AsyncStream<(ActivityEvent, OffsetTracker.Work)>.makeStream() }
         let queued = AsyncSemaphore(ContentLanes.queued)
         // The first error of a lane: the service stops (as it did when the one loop threw), reading
@@ -93,47 +72,14 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
                 // Once reading ends (or fails), the events read go on to their requests; then the lanes end.
                 defer { for lane in lanes { lane.continuation.finish() } }
                 for lane in lanes {
-                    group.addTask {
-                        for await (activityEvent, work) in lane.stream {
-                            defer { queued.release() }
-                            // A lane failed: the service stops, the next owner does it.
-                            guard failure.error == nil else {
-                                tracker.abandon(work)
-                                continue
-                            }
-                            do {
-                                // Outside any turn: a lane waiting for an image holds up no one else.
-                                let images = await images(for: activityEvent)
-                                // Requests Kafka refused go again first, before anything that may follow them.
-                                if sender.needsRepair { try await sender.turn { try await sender.repair() } }
-                                try await sender.laneTurn {
-                                    // Its partition was revoked, or is being revoked, while it waited: the next owner does it.
-                                    guard tracker.start(work) else { return }
-                                    try await handle(activityEvent, work, images: images)
-                                }
-                            } catch {
-                                tracker.abandon(work)
-                                failure.keep(error)
-                                consumer.shutdown()
-                            }
-                        }
-                    }
+                    group.addTask { await work(on: lane.stream, queued: queued, failure: failure) }
                 }
                 for try await event in consumer.decoded(as: ActivityEvent.self, deadLetters: deadLetters) {
                     switch event {
                     case .partitionsAssigned(let partitions):
-                        // Their memories first (the changelog, then what came after its checkpoint),
-                        // in the whole turn: their events wait in the consumer meanwhile, and neither
-                        // the freshness monitor, a lane nor a changelog round looks at half-restored memories.
-                        if let memory, try await sender.turn({ await memory.restore(Set(partitions.map(\.partition))) }) == nil { continue }
-                        sender.own(partitions.map(\.partition))
-                        engine.trackChanges(of: sender.ownedPartitions)
+                        _ = try await handover.assigned(partitions)
                     case .partitionsRevoked(let partitions):
-                        sender.disown(partitions.map(\.partition))
-                        engine.releaseTimestampFloors(partitions.map(\.partition))
-                        tracker.revoke(partitions)
-                        // Also when they were lost (the session expired), which calls no revocation handler.
-                        memory?.revoked(Set(partitions.map(\.partition)))
+                        handover.revoked(partitions)
                     case .message(let activityEvent, let raw):
                         // nil: its partition is being revoked; the next owner reads it.
                         guard let work = tracker.beginWork(raw) else { continue }
@@ -151,6 +97,72 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
             }
             consumer.shutdown()
             if let error = failure.error { throw error }
+        }
+    }
+
+    /// What this service does as partitions come and go (``PartitionHandover``). A partition
+    /// moving to another instance (a rebalance, this one stopping): its events still arriving are
+    /// skipped, and those under way finish (their requests acknowledged and the events marked)
+    /// before its offsets are committed, so that the next owner does none of them again; then its
+    /// memories are written while it is still this instance's (at most 3 s), and kept until the
+    /// next assignment, which usually gives them back. A partition assigned: its memories first
+    /// (the changelog, then what came after its checkpoint), in the whole turn: its events wait in
+    /// the consumer meanwhile, and neither the freshness monitor, a lane nor a changelog round
+    /// looks at half-restored memories.
+    var handover: PartitionHandover {
+        let (tracker, changelog, memory, sender, engine) = (self.tracker, self.changelog, self.memory, self.sender, self.engine)
+        return PartitionHandover(
+            work: "events under way", finishTimeout: revocationTimeout, releaseTimeout: .seconds(3),
+            stop: { tracker.beginRevoking($0) },
+            finish: { partitions, timeout in
+                // Events still queued in the lanes are left to the next owner: only those started are waited for.
+                await tracker.waitUntilClosed(partitions, timeout: timeout) { tracker.abandonUnstarted(Set(partitions)) }
+            },
+            release: { partitions, timeout in
+                await changelog?.revoked(partitions, within: timeout)
+                memory?.revoked(partitions)
+            },
+            restore: { partitions in
+                guard let memory else { return true }
+                return try await sender.turn({ await memory.restore(Set(partitions.map(\.partition))) }) != nil
+            },
+            own: { partitions in
+                sender.own(partitions.map(\.partition))
+                engine.trackChanges(of: sender.ownedPartitions)
+            },
+            forget: { partitions in
+                sender.disown(partitions.map(\.partition))
+                engine.releaseTimestampFloors(partitions.map(\.partition))
+                tracker.revoke(partitions)
+                // Also when they were lost (the session expired), which calls no revocation handler.
+                memory?.revoked(Set(partitions.map(\.partition)))
+            })
+    }
+
+    /// One lane: its events one after the other, each in the lane's turn once its images are in.
+    private func work(on lane: AsyncStream<(ActivityEvent, OffsetTracker.Work)>, queued: AsyncSemaphore, failure: LaneFailure) async {
+        for await (activityEvent, work) in lane {
+            defer { queued.release() }
+            // A lane failed: the service stops, the next owner does it.
+            guard failure.error == nil else {
+                tracker.abandon(work)
+                continue
+            }
+            do {
+                // Outside any turn: a lane waiting for an image holds up no one else.
+                let images = await images(for: activityEvent)
+                // Requests Kafka refused go again first, before anything that may follow them.
+                if sender.needsRepair { try await sender.turn { try await sender.repair() } }
+                try await sender.laneTurn {
+                    // Its partition was revoked, or is being revoked, while it waited: the next owner does it.
+                    guard tracker.start(work) else { return }
+                    try await handle(activityEvent, work, images: images)
+                }
+            } catch {
+                tracker.abandon(work)
+                failure.keep(error)
+                consumer.shutdown()
+            }
         }
     }
 
