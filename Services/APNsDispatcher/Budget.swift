@@ -1,4 +1,5 @@
 import Foundation
+import IsletKafka
 import IsletMessages
 import IsletTokens
 
@@ -158,6 +159,27 @@ public struct BudgetPolicy: Sendable {
 /// Each budget remembers the partition of the requests that spent it, and which changed since
 /// they were last taken for the changelog (``takeChanges(partitions:now:)``): the instance a
 /// partition moves to reads them (``restore(_:now:policy:)``) and goes on spending the same budgets.
+/// A budget by what it is for: an activity (`bundleId/activityId`) or a push-to-start device (`bundleId:deviceId`).
+public enum BudgetKey: Hashable, Sendable {
+    case activity(String)
+    case device(String)
+}
+
+/// A budget to write to the changelog (`budget` nil: forgotten, full again: a tombstone).
+public struct BudgetChange: Sendable {
+    public var key: BudgetKey
+    public var partition: Int32
+    public var budget: Budget?
+    public var waitingSince: Date?
+
+    init(key: BudgetKey, partition: Int32, budget: Budget?, waitingSince: Date? = nil) {
+        self.key = key
+        self.partition = partition
+        self.budget = budget
+        self.waitingSince = waitingSince
+    }
+}
+
 struct BudgetBook {
     /// 40 bytes: optionals held with a sentinel (an `Optional`'s extra byte would pad each to 8).
     private struct ActivityBudget {
@@ -202,24 +224,13 @@ struct BudgetBook {
         }
     }
 
-    /// A budget by what it is for: an activity (`bundleId/activityId`) or a push-to-start device (`bundleId:deviceId`).
-    enum Key: Hashable, Sendable {
-        case activity(String)
-        case device(String)
-    }
-
-    /// A budget to write to the changelog (`budget` nil: forgotten, full again: a tombstone).
-    struct Change: Sendable {
-        var key: Key
-        var partition: Int32
-        var budget: Budget?
-        var waitingSince: Date?
-    }
+    typealias Key = BudgetKey
+    typealias Change = BudgetChange
 
     private var activities: [String: ActivityBudget] = [:]
     private var devices: [String: DeviceBudget] = [:]
     /// Budgets changed since last taken, by partition.
-    private var changed: [Int32: Set<Key>] = [:]
+    private var changed = PartitionChanges<Key>()
     /// The key as the token table holds it, to share its storage (a long key held once, not twice).
     private let heldKey: @Sendable (String) -> String?
 
@@ -315,15 +326,13 @@ struct BudgetBook {
     // MARK: The changelog
 
     private mutating func noteChanged(_ key: Key, partition: Int32?) {
-        guard let partition else { return }
-        changed[partition, default: []].insert(key)
+        changed.note(key, partition: partition)
     }
 
     /// Takes the budgets of `partitions` that changed since they were last taken.
     mutating func takeChanges(partitions: Set<Int32>) -> [Change] {
         var taken: [Change] = []
-        for partition in partitions {
-            guard let keys = changed.removeValue(forKey: partition) else { continue }
+        for (partition, keys) in changed.take(partitions: partitions) {
             for key in keys {
                 switch key {
                 case .activity(let name):
@@ -339,16 +348,16 @@ struct BudgetBook {
 
     /// Changes taken that did not reach the changelog: taken again next time.
     mutating func changedAgain(_ changes: [Change]) {
-        for change in changes { changed[change.partition, default: []].insert(change.key) }
+        for change in changes { changed.note(change.key, partition: change.partition) }
     }
 
     /// Stops tracking changes of partitions other than `partitions` (they are another instance's).
     mutating func trackChanges(of partitions: Set<Int32>) {
-        changed = changed.filter { partitions.contains($0.key) }
+        changed.track(only: partitions)
     }
 
     /// Budgets changed and not yet taken, in `partitions`.
-    func changeCount(partitions: Set<Int32>) -> Int { partitions.reduce(0) { $0 + (changed[$1]?.count ?? 0) } }
+    func changeCount(partitions: Set<Int32>) -> Int { changed.count(partitions: partitions) }
 
     /// A record of `islet.dispatch-budgets.v1`, read back.
     mutating func restore(_ record: DispatchBudgetRecord, now: Date) {

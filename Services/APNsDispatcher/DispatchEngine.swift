@@ -121,7 +121,7 @@ public final class DispatchEngine: Sendable {
     private let state: Mutex<State>
     private let sender: any APNsSending
     private let outcomes: any OutcomeSink
-    private let clock: any WallClock
+    let clock: any WallClock
     private let logger: Logger
     private let onDone: @Sendable (UInt64) -> Void
     private let onAbandon: @Sendable ([UInt64]) -> Void

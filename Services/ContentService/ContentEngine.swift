@@ -61,8 +61,7 @@ public final class ContentEngine: Sendable {
         /// The activities whose memory changed since it was last written to the changelog
         /// (``ChangelogWriter``), by partition: of the partitions this instance owns
         /// (``own(_:)``; `nil`: of every partition).
-        var unwritten: [Int32: Set<String>] = [:]
-        var changelogPartitions: Set<Int32>?
+        var unwritten = PartitionChanges<String>()
         /// The least timestamp of each partition this instance was assigned (``ContentTimestamps``):
         /// past what its previous owner can have stamped.
         var timestampFloors: [Int32: Int64] = [:]
@@ -91,8 +90,7 @@ public final class ContentEngine: Sendable {
         }
 
         mutating func unwritten(_ key: String, partition: Int32?) {
-            guard let partition, changelogPartitions?.contains(partition) ?? true else { return }
-            unwritten[partition, default: []].insert(key)
+            unwritten.note(key, partition: partition)
         }
 
         /// Sets (or, with `nil`, forgets) the memory of `key`, keeping the index, the apps, the live
@@ -387,8 +385,7 @@ public final class ContentEngine: Sendable {
     public func takeUnwritten(partitions: Set<Int32>) -> [Unwritten] {
         state.withLock { state in
             var taken: [Unwritten] = []
-            for partition in partitions {
-                guard let keys = state.unwritten.removeValue(forKey: partition) else { continue }
+            for (partition, keys) in state.unwritten.take(partitions: partitions) {
                 for key in keys { taken.append(Unwritten(partition: partition, activityKey: key, memory: state.memory(key))) }
             }
             return taken
@@ -414,33 +411,25 @@ public final class ContentEngine: Sendable {
             // Partitions gained: their next timestamps start past the previous owner's.
             for partition in partitions where state.timestampFloors[partition] == nil { state.timestampFloors[partition] = floor }
             for partition in state.timestampFloors.keys where !partitions.contains(partition) { state.timestampFloors[partition] = nil }
-            if let tracked = state.changelogPartitions {
-                for partition in tracked.subtracting(partitions) { state.unwritten[partition] = nil }
-                let gained = partitions.subtracting(tracked)
-                if !gained.isEmpty {
-                    for (key, _, memory) in state.all {
-                        if let partition = memory.partition, gained.contains(partition) { state.unwritten[partition, default: []].insert(key) }
-                    }
+            let gained = state.unwritten.track(only: partitions)
+            if !gained.isEmpty {
+                for (key, _, memory) in state.all {
+                    if let partition = memory.partition, gained.contains(partition) { state.unwritten.note(key, partition: partition) }
                 }
-            } else {
-                state.unwritten = state.unwritten.filter { partitions.contains($0.key) }
             }
-            state.changelogPartitions = partitions
         }
     }
 
     /// Memories taken by ``takeUnwritten(partitions:)`` that did not reach the changelog.
     public func unwrittenAgain(_ items: [Unwritten]) {
         state.withLock { state in
-            for item in items where state.changelogPartitions?.contains(item.partition) ?? true {
-                state.unwritten[item.partition, default: []].insert(item.activityKey)
-            }
+            for item in items { state.unwritten.note(item.activityKey, partition: item.partition) }
         }
     }
 
     /// Activities whose memory changed since it was last written to the changelog, in these partitions.
     public func unwrittenCount(partitions: Set<Int32>) -> Int {
-        state.withLock { state in partitions.reduce(0) { $0 + (state.unwritten[$1]?.count ?? 0) } }
+        state.withLock { $0.unwritten.count(partitions: partitions) }
     }
 
     /// An activity's memory read from the changelog (`nil`: a tombstone, the activity forgotten).
@@ -463,7 +452,7 @@ public final class ContentEngine: Sendable {
         return state.withLock { state in
             let keys = state.all.compactMap { item in item.memory.partition.map(partitions.contains) == true ? item.key : nil }
             for key in keys { state.set(key, nil, now: now, policy: policy, restored: true) }
-            for partition in partitions { state.unwritten[partition] = nil }
+            state.unwritten.drop(partitions: partitions)
             state.startOwners = state.startOwners.filter { state.index[$0.value] != nil }
             state.startOwnersPruned = state.startOwners.count
             return keys.count

@@ -28,7 +28,7 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
     let sender: RequestSender
     let thumbnails: ThumbnailService?
     /// Where a partition's memories are written when it is revoked.
-    let changelog: ChangelogWriter?
+    let changelog: ContentChangelog?
     /// Where a partition's memories are read when it is assigned (`nil`: the engine's memory is
     /// kept by the caller).
     let memory: ContentMemoryLoader?
@@ -42,7 +42,7 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
 
     public init(
         consumer: Consumer, deadLetters: DeadLetterWriter, engine: ContentEngine, sender: RequestSender, thumbnails: ThumbnailService? = nil,
-        changelog: ChangelogWriter? = nil, memory: ContentMemoryLoader? = nil, revocationTimeout: Duration = .seconds(8),
+        changelog: ContentChangelog? = nil, memory: ContentMemoryLoader? = nil, revocationTimeout: Duration = .seconds(8),
         workers: Int = ContentLanes.defaultWorkers, logger: Logger
     ) {
         precondition(workers > 0, "at least one lane")

@@ -1,3 +1,4 @@
+import IsletKafka
 import Synchronization
 import Testing
 @testable import ContentService
