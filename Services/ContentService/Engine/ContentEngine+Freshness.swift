@@ -1,0 +1,186 @@
+import Foundation
+import IsletKafka
+import HeapModule
+import IsletMessages
+import IsletTokens
+import Synchronization
+
+/// The freshness monitor's side of the engine: the pass over the activities due, and what is stale.
+extension ContentEngine {
+    /// The freshness monitor's pass: for each live activity, what to send by itself — its latest
+    /// content again when stale (at most ``FreshnessPolicy/maximumResends`` times, spaced), its
+    /// end when severely stale or at the end of its lifetime. Forgets activities not heard of
+    /// within the retention. Send the results, then ``commit(_:)`` each.
+    ///
+    /// Looks only at the activities due (their deadline passed) and at those whose token is dead
+    /// (whether the app registered one again), never at every activity.
+    /// - Parameter owned: the partitions this instance owns (`nil`: all); other instances look
+    ///   after the rest. An activity of another partition stays scheduled at its own deadline, so
+    ///   that it is looked at once its partition is owned (until then its owner's requests, read
+    ///   back, move it on).
+    public func sweep(owned: Set<Int32>? = nil) -> [Prepared] {
+        let now = clock.date
+        let policy = freshness
+        let tokens = self.tokens
+        return state.withLock { state -> [Prepared] in
+            func isOwned(_ memory: ActivityMemory) -> Bool { owned.map { owned in memory.partition.map(owned.contains) ?? false } ?? true }
+            // The app registered a token after APNs's verdict (a new one, or the same again): the
+            // activity is watched again (and, stale, refreshed in this pass: it is due at once).
+            var revived: [(String, ActivityMemory)] = []
+            for slot in state.gone {
+                let (activityKey, memory) = (state.slots[Int(slot)].key, state.slots[Int(slot)].memory)
+                guard memory.latest != nil, isOwned(memory),
+                    Self.registeredAgain(memory, token: tokens.token(forKey: activityKey))
+                else { continue }
+                var alive = memory
+                alive.gone = false
+                revived.append((activityKey, alive))
+            }
+            for (activityKey, memory) in revived { state.set(activityKey, memory, now: now, policy: policy) }
+
+            // Partitions newly owned: their live activities are looked at now (the others had
+            // put them off a minute at a time).
+            if state.swept, let last = state.lastOwned, owned.map({ !$0.isSubset(of: last) }) ?? true {
+                var newlyOwned: [Int32] = []
+                for (_, slot, memory) in state.all where memory.isLive {
+                    let ownedNow = owned.map { owned in memory.partition.map(owned.contains) ?? false } ?? true
+                    if ownedNow, !(memory.partition.map(last.contains) ?? false) { newlyOwned.append(slot) }
+                }
+                for slot in newlyOwned { state.deadlines.schedule(slot, at: now, now: now) }
+            }
+            state.lastOwned = owned
+            state.swept = true
+            let due = state.deadlines.popDue(now: now)
+            state.examinedInLastSweep = due.count
+            state.payloadsToRead = []
+            var prepared: [Prepared] = []
+            for slot in due {
+                let (activityKey, memory) = (state.slots[Int(slot)].key, state.slots[Int(slot)].memory)
+                guard !activityKey.isEmpty, let latest = memory.latest else { continue }
+                // Forgotten whoever owns it: the retention is about memory, not about sending.
+                if !memory.isLive, now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) {
+                    state.set(activityKey, nil, now: now, policy: policy)
+                    continue
+                }
+                // Scheduled again as it is: at once when there is something to do. If the request
+                // made now is persisted, ``commit(_:)`` schedules the activity's next deadline;
+                // if not, the next pass decides again.
+                state.look(at: slot, memory, now: now, policy: policy)
+                // Another instance's, or nothing the monitor can do (its payload lost): looked at
+                // again in a minute, not on every pass.
+                if memory.isLive, !isOwned(memory) || memory.payloadLost {
+                    // (Earlier when its freshness class changes by then: the counts stay exact.)
+                    var later = now.addingTimeInterval(60)
+                    if let since = memory.staleSince(now: now) {
+                        let severe = since.addingTimeInterval(policy.severeAfter / .seconds(1))
+                        if severe > now { later = min(later, severe) }
+                    }
+                    state.deadlines.schedule(slot, at: later, now: now)
+                    continue
+                }
+                guard memory.isLive, let item = followUp(
+                        activityKey, memory, latest: latest, now: now, policy: policy, timestampFloor: memory.partition.flatMap { state.timestampFloors[$0] }) else {
+                    continue
+                }
+                if item.requests.isEmpty, let position = memory.payloadToRead {
+                    state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
+                    continue
+                }
+                prepared.append(item)
+            }
+            if state.startOwners.count > max(state.index.count, 2 * state.startOwnersPruned) {
+                state.startOwners = state.startOwners.filter { state.index[$0.value] != nil }
+                state.startOwnersPruned = state.startOwners.count
+            }
+            return prepared
+        }
+    }
+
+    /// What the monitor sends by itself for a live activity at `now`, if anything: its latest content
+    /// again (stale, re-sends left, spaced), or its end (severely stale, or its lifetime over).
+    private func followUp(
+        _ activityKey: String, _ memory: ActivityMemory, latest: LatestRequest, now: Date, policy: FreshnessPolicy, timestampFloor: Int64?
+    ) -> Prepared? {
+        let followUp: FollowUp
+        if let started = memory.startedAt, now.timeIntervalSince(started) >= policy.lifetime / .seconds(1) {
+            followUp = .end(.lifetimeExceeded)
+        } else {
+            switch memory.freshness(now: now, policy: policy) {
+            case .severelyStale?:
+                followUp = .end(.severelyStale)
+            case .staleRecoverable?:
+                guard memory.resends < policy.maximumResends else { return nil }
+                if let last = memory.lastResendAt, now.timeIntervalSince(last) < policy.resendSpacing / .seconds(1) { return nil }
+                followUp = .resend
+            case .fresh?, nil:
+                return nil
+            }
+        }
+        let requestId = followUp == .resend
+            ? RequestIds.resend(of: memory.contentRequestId ?? latest.requestId, number: memory.resends + 1)
+            : RequestIds.end(after: latest.requestId)
+        // The request is to be read again first: nothing to send yet (the caller notes it).
+        if memory.payloadToRead != nil { return Prepared(requests: [], shrinks: [], activityKey: activityKey, memory: memory) }
+        guard let full = memory.latestRequest else { return nil }
+        let timestamp = ContentTimestamps.next(wanted: ContentTimestamps.seconds(now), now: now, last: memory.lastTimestamp, floor: timestampFloor)
+        // The registration it goes to, when the table has one (a broadcast goes to none).
+        let registeredAt = full.isBroadcast ? nil : tokens.token(forKey: activityKey).map(\.registeredAt)
+        guard
+            let request = assembler.followUp(
+                followUp, of: full, requestId: requestId, timestamp: timestamp, now: now, tokenRegisteredAt: registeredAt)
+        else { return nil }
+        var next = memory
+        next.replay(request)
+        var item = Prepared(requests: [request], shrinks: [], activityKey: activityKey, memory: next)
+        if case .end(let reason) = followUp { item.invalidation = reason }
+        return item
+    }
+
+    /// Whether the activity's token, declared dead, was registered since: an active record the
+    /// verdict does not kill (``TokenVerdict``, the rule token-registry and apns-dispatcher apply:
+    /// another token, or the same registered after APNs's verdict); without a verdict (the
+    /// dispatcher found the token invalidated), any active record.
+    static func registeredAgain(_ memory: ActivityMemory, token record: DeliveryToken?) -> Bool {
+        guard let record, record.state == .active else { return false }
+        guard let since = memory.goneAt else { return true }
+        let verdict = TokenVerdict(reason: .apnsUnregistered, fingerprint: memory.goneToken, since: since)
+        return !verdict.kills(fingerprint: record.fingerprint, registeredAt: record.registeredAt)
+    }
+
+    /// The live activities that are not fresh, most stale first.
+    public func staleActivities(limit: Int = 1_000) -> [StaleActivity] {
+        let now = clock.date
+        let policy = freshness
+        let stale = state.withLock { state in
+            state.catchUp(now: now, policy: policy)
+            return state.notFresh.keys.compactMap { slot -> StaleActivity? in
+                let (activityKey, memory) = (state.slots[Int(slot)].key, state.slots[Int(slot)].memory)
+                guard !activityKey.isEmpty, let freshness = memory.freshness(now: now, policy: policy), freshness != .fresh,
+                    let since = memory.staleSince(now: now), let latest = memory.latest
+                else { return nil }
+                return StaleActivity(
+                    activityId: String(activityKey.drop { $0 != "/" }.dropFirst()),
+                    bundleId: latest.app.bundleId, attributesType: latest.attributesType, freshness: freshness, staleSince: since,
+                    contentSequence: latest.contentSequence, resends: memory.resends)
+            }
+        }
+        return Array(
+            stale.sorted { ($0.staleSince, $0.bundleId, $0.activityId) < ($1.staleSince, $1.bundleId, $1.activityId) }.prefix(limit))
+    }
+
+    /// Live activities per freshness class (for /metrics).
+    public func freshnessCounts() -> [Freshness: Int] {
+        let now = clock.date
+        let policy = freshness
+        return state.withLock { state in
+            state.catchUp(now: now, policy: policy)
+            var counts = Dictionary(uniqueKeysWithValues: Freshness.allCases.map { ($0, state.notFreshCounts[$0] ?? 0) })
+            counts[.fresh] = state.liveCount - state.notFresh.count
+            return counts
+        }
+    }
+
+    /// Activities the last ``sweep(owned:)`` found due and looked at: tests check that a pass is
+    /// proportional to what is due.
+    var examinedInLastSweep: Int { state.withLock { $0.examinedInLastSweep } }
+}

@@ -1,0 +1,154 @@
+import Foundation
+import HeapModule
+import IsletKafka
+import IsletMessages
+
+/// The memories of the activities this content-service instance knows (``ActivityMemory``), with
+/// what finds and orders them: the index by key, the apps, the push-to-start owners, the freshness
+/// classes and each activity's next deadline (``DeadlineQueue``), what changed since the last
+/// changelog round (``PartitionChanges``) and the partitions' timestamp floors. Held by the
+/// ``ContentEngine`` under one lock.
+struct ActivityMemories {
+    /// The memories, one per slot; ``index`` finds an activity's slot by its key
+    /// (`<bundleId>/<activityId>`: activity ids are scoped per app). A forgotten activity's
+    /// slot is reused. About 200 bytes an activity with its key and deadline, where a
+    /// dictionary of memories held by key took more than 900 (issue 24).
+    var index: [String: Int32] = [:]
+    var slots: [Slot] = []
+    var freeSlots: [Int32] = []
+    /// Memories per app (`bundleId`): an event or outcome that does not name its app is looked
+    /// up in each (they are few).
+    var apps: [String: Int] = [:]
+    /// Push-to-start keys of recent starts → the activity they started (their outcomes carry the key).
+    var startOwners: [String: String] = [:]
+    /// `startOwners.count` when it was last pruned: pruned again once it doubled (amortised).
+    var startOwnersPruned = 0
+    /// When the monitor is to look at each activity next.
+    var deadlines = DeadlineQueue()
+    /// The live activities that were not fresh when last looked at, and their class. Exact as
+    /// long as the clock does not step back: a class changes by time alone only at a deadline.
+    var notFresh: [Int32: Freshness] = [:]
+    var notFreshCounts: [Freshness: Int] = [:]
+    /// Activities remembered live (``ActivityMemory/isLive``: not ended, token alive).
+    var liveCount = 0
+    /// Activities whose token is dead (``ActivityMemory/gone``). No deadline revives them (a token
+    /// registered again does, which no clock tells): each monitor pass asks the token table about
+    /// the ones it owns. They are few (APNs declared their token dead, within the retention).
+    var gone: Set<Int32> = []
+    /// Activities the last monitor pass looked at (tests: a pass is proportional to what is due).
+    var examinedInLastSweep = 0
+    /// The partitions the last sweep was given (`nil`: all), if there was one.
+    var lastOwned: Set<Int32>?
+    var swept = false
+    /// Activities the monitor has something to send for whose latest request is not in memory,
+    /// in the order they fell due (the oldest first).
+    var payloadsToRead: [ContentEngine.PayloadToRead] = []
+    /// The activities whose memory changed since it was last written to the changelog
+    /// (``ChangelogWriter``), by partition: of the partitions this instance owns
+    /// (``own(_:)``; `nil`: of every partition).
+    var unwritten = PartitionChanges<String>()
+    /// The least timestamp of each partition this instance was assigned (``ContentTimestamps``):
+    /// past what its previous owner can have stamped.
+    var timestampFloors: [Int32: Int64] = [:]
+    /// The key as the token table holds it, if it does: a new memory's key shares its storage.
+    let heldKey: @Sendable (String) -> String?
+
+    struct Slot {
+        /// Empty when the slot is free.
+        var key: String
+        var memory: ActivityMemory
+    }
+
+    func memory(_ key: String) -> ActivityMemory? { index[key].map { slots[Int($0)].memory } }
+
+    /// The keys of the memories of `activityId`, one per app that has it.
+    func keys(ofActivity activityId: String) -> [String] {
+        apps.keys.compactMap { bundleId in
+            let key = MessageKey.activity(bundleId: bundleId, activityId: activityId)
+            return index[key] == nil ? nil : key
+        }
+    }
+
+    /// Every memory, with its key and slot.
+    var all: some Sequence<(key: String, slot: Int32, memory: ActivityMemory)> {
+        slots.lazy.enumerated().filter { !$0.element.key.isEmpty }.map { ($0.element.key, Int32($0.offset), $0.element.memory) }
+    }
+
+    mutating func unwritten(_ key: String, partition: Int32?) {
+        unwritten.note(key, partition: partition)
+    }
+
+    /// Sets (or, with `nil`, forgets) the memory of `key`, keeping the index, the apps, the live
+    /// and gone activities, the freshness classes, and the activity's deadline.
+    /// - Parameter restored: read from the changelog (not to be written there again).
+    mutating func set(_ key: String, _ memory: ActivityMemory?, now: Date, policy: FreshnessPolicy, restored: Bool = false) {
+        let previous: ActivityMemory?
+        let slot: Int32
+        if let existing = index[key] {
+            slot = existing
+            previous = slots[Int(slot)].memory
+        } else if memory != nil {
+            // (Byte for byte: `==` on strings is canonical equivalence, and the key goes to Kafka.)
+            let key = heldKey(key).flatMap { $0.utf8.elementsEqual(key.utf8) ? $0 : nil } ?? key
+            if let free = freeSlots.popLast() {
+                slot = free
+                slots[Int(slot)].key = key
+            } else {
+                slot = Int32(slots.count)
+                slots.append(Slot(key: key, memory: ActivityMemory()))
+            }
+            index[key] = slot
+            apps[String(key.prefix { $0 != "/" }), default: 0] += 1
+            previous = nil
+        } else {
+            return
+        }
+        if !restored { unwritten(key, partition: memory?.partition ?? previous?.partition) }
+        changed(slot, memory, wasLive: previous?.isLive == true, wasGone: previous?.gone == true, now: now, policy: policy)
+        if let memory {
+            slots[Int(slot)].memory = memory
+        } else {
+            slots[Int(slot)] = Slot(key: "", memory: ActivityMemory())
+            index[key] = nil
+            freeSlots.append(slot)
+            let bundleId = String(key.prefix { $0 != "/" })
+            apps[bundleId, default: 1] -= 1
+            if apps[bundleId] == 0 { apps[bundleId] = nil }
+        }
+    }
+
+    /// Changes the memory of `key`, if remembered, in place, then as ``set(_:_:now:policy:restored:)``.
+    mutating func update(_ key: String, now: Date, policy: FreshnessPolicy, _ change: (inout ActivityMemory) -> Void) {
+        guard let slot = index[key] else { return }
+        let (wasLive, wasGone) = (slots[Int(slot)].memory.isLive, slots[Int(slot)].memory.gone)
+        change(&slots[Int(slot)].memory)
+        unwritten(key, partition: slots[Int(slot)].memory.partition)
+        changed(slot, slots[Int(slot)].memory, wasLive: wasLive, wasGone: wasGone, now: now, policy: policy)
+    }
+
+    private mutating func changed(_ slot: Int32, _ memory: ActivityMemory?, wasLive: Bool, wasGone: Bool, now: Date, policy: FreshnessPolicy) {
+        liveCount += (memory?.isLive == true ? 1 : 0) - (wasLive ? 1 : 0)
+        if memory?.gone == true { gone.insert(slot) } else if wasGone { gone.remove(slot) }
+        look(at: slot, memory, now: now, policy: policy)
+    }
+
+    /// Brings the activity's freshness class up to date at `now`, and schedules it at its next deadline.
+    mutating func look(at slot: Int32, _ memory: ActivityMemory?, now: Date, policy: FreshnessPolicy) {
+        let class_ = memory?.freshness(now: now, policy: policy).flatMap { $0 == .fresh ? nil : $0 }
+        let previous: Freshness?
+        if let class_ { previous = notFresh.updateValue(class_, forKey: slot) } else { previous = notFresh.removeValue(forKey: slot) }
+        if previous != class_ {
+            if let previous { notFreshCounts[previous, default: 0] -= 1 }
+            if let class_ { notFreshCounts[class_, default: 0] += 1 }
+        }
+        if let due = memory?.nextDeadline(now: now, policy: policy) { deadlines.schedule(slot, at: due, now: now) } else { deadlines.cancel(slot) }
+    }
+
+    /// Looks at the activities due at `now` (their class may have changed by time) without
+    /// acting: those with something to do stay due for the monitor.
+    mutating func catchUp(now: Date, policy: FreshnessPolicy) {
+        for slot in deadlines.popDue(now: now) where !slots[Int(slot)].key.isEmpty {
+            look(at: slot, slots[Int(slot)].memory, now: now, policy: policy)
+        }
+    }
+}
