@@ -29,6 +29,19 @@ public struct DispatcherSettings: Sendable {
     }
 
     public init(from config: IsletConfig) throws {
+        let keys = try Self.signingKeys(config)
+        let teams = try Self.teams(config, keys: keys)
+        let budgetsInterval = try config.milliseconds("islet.dispatcher.budgets.interval.ms", default: .seconds(5))
+        guard budgetsInterval >= .milliseconds(100) else {
+            throw ConfigurationError(key: "islet.dispatcher.budgets.interval.ms", problem: "must be at least 100")
+        }
+        self.init(
+            keys: keys, teams: teams, client: try Self.client(config), policy: try Self.policy(config),
+            dedupeWindow: try config.milliseconds("islet.dispatcher.dedupe.window.ms", default: .seconds(3_600)), budgetsInterval: budgetsInterval)
+    }
+
+    /// `ISLET_APNS_KEYS`: one signing key per team, read from its .p8 file.
+    static func signingKeys(_ config: IsletConfig) throws -> [APNsSigningKey] {
         var keys: [APNsSigningKey] = []
         for (team, value) in try config.properties("islet.apns.keys").sorted(by: { $0.key < $1.key }) {
             let parts = value.split(separator: ":", maxSplits: 1).map(String.init)
@@ -45,12 +58,21 @@ public struct DispatcherSettings: Sendable {
             }
         }
         guard !keys.isEmpty else { throw ConfigurationError(key: "islet.apns.keys", problem: "must name at least one signing key") }
+        return keys
+    }
+
+    /// `ISLET_APNS_APPS`: the team of each app, which must have a key.
+    static func teams(_ config: IsletConfig, keys: [APNsSigningKey]) throws -> [String: String] {
         let teams = try config.properties("islet.apns.apps")
         guard !teams.isEmpty else { throw ConfigurationError(key: "islet.apns.apps", problem: "must map at least one bundle id to its team") }
         for (bundle, team) in teams where !keys.contains(where: { $0.teamID == team }) {
             throw ConfigurationError(key: "islet.apns.apps", problem: "\(bundle) is signed by team \(team), which has no key in ISLET_APNS_KEYS")
         }
+        return teams
+    }
 
+    /// Where APNs is (`ISLET_APNS_*_URL`), the trust roots, connections and timeouts.
+    static func client(_ config: IsletConfig) throws -> APNsClient.Configuration {
         var client = APNsClient.Configuration()
         if let url = config.optionalString("islet.apns.url") { client.useEverywhere(try Self.endpoint(url, key: "islet.apns.url")) }
         if let url = config.optionalString("islet.apns.production.url") { client.production = try Self.endpoint(url, key: "islet.apns.production.url") }
@@ -76,6 +98,11 @@ public struct DispatcherSettings: Sendable {
         client.connectionsPerLane = try config.int("islet.apns.connections", default: 2, range: 1...64)
         client.requestTimeout = try config.milliseconds("islet.apns.request.timeout.ms", default: .seconds(10))
 
+        return client
+    }
+
+    /// Budgets, retries and the send window (`ISLET_BUDGET_*`, `ISLET_RETRY_*`, `ISLET_DISPATCHER_*`).
+    static func policy(_ config: IsletConfig) throws -> DispatcherPolicy {
         var policy = DispatcherPolicy()
         policy.budgets.standard.capacity = try config.int("islet.budget.standard.per.hour", default: 12, range: 1...100_000)
         policy.budgets.frequent.capacity = try config.int("islet.budget.frequent.per.hour", default: 240, range: 1...100_000)
@@ -97,13 +124,7 @@ public struct DispatcherSettings: Sendable {
         policy.slowAnswer = try config.milliseconds("islet.dispatcher.slow.answer.ms", default: .seconds(2))
         policy.tokenWait = try config.milliseconds("islet.dispatcher.token.wait.ms", default: .seconds(120))
         policy.channelDeletionDelay = try config.milliseconds("islet.dispatcher.channel.deletion.delay.ms", default: .seconds(4 * 3_600))
-        let budgetsInterval = try config.milliseconds("islet.dispatcher.budgets.interval.ms", default: .seconds(5))
-        guard budgetsInterval >= .milliseconds(100) else {
-            throw ConfigurationError(key: "islet.dispatcher.budgets.interval.ms", problem: "must be at least 100")
-        }
-        self.init(
-            keys: keys, teams: teams, client: client, policy: policy,
-            dedupeWindow: try config.milliseconds("islet.dispatcher.dedupe.window.ms", default: .seconds(3_600)), budgetsInterval: budgetsInterval)
+        return policy
     }
 
     static func endpoint(_ text: String, key: String) throws(ConfigurationError) -> APNsClient.Endpoint {

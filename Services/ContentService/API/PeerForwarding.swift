@@ -116,66 +116,17 @@ public final class PeerForwarding: Sendable {
         let path = "/" + request.uri.path.split(separator: "/").joined(separator: "/")
         guard path.hasPrefix("/v1/activities/") else { return .unknown }
         guard admission.enter() else {
-            Counter(label: "islet_content_forwarded_total", dimensions: [("to", "busy")]).increment()
-            return .answered(
-                Response(
-                    status: .serviceUnavailable, headers: [.contentType: "application/json", .retryAfter: "1"],
-                    body: .init(
-                        byteBuffer: ByteBuffer(
-                            bytes: HTTPAPIError(
-                                .serviceUnavailable, .unavailable,
-                                reason: "too many questions are being asked of other instances at once: retry in a moment"
-                            ).jsonBody))))
+            count("busy")
+            return .answered(Self.tooManyForwarded)
         }
         defer { admission.leave() }
-        let query = request.uri.query.map { "?\($0)" } ?? ""
-        let (pathAndQuery, method) = (path + query, request.method)
-        var fields = HTTPFields()
-        for name in [HTTPField.Name.authorization, .contentType, ActivityHTTPAPI.idempotencyKeyHeader] {
-            if let value = request.headers[name] { fields[name] = value }
-        }
-        fields[Self.forwardedHeader] = "\(ownPort)"
-        let headers = fields
+        let call = Call(
+            method: request.method, pathAndQuery: path + (request.uri.query.map { "?\($0)" } ?? ""), headers: forwardedHeaders(of: request),
+            body: body)
         let known = owners.withLock { $0[partition] }
-        if let known {
-            switch await ask(known, method, pathAndQuery, headers, body) {
-            case .owner(let answer, _):
-                Counter(label: "islet_content_forwarded_total", dimensions: [("to", "known owner")]).increment()
-                return .answered(answer)
-            case .unavailable(let answer):
-                // Busy or rebalancing: its answer, and it stays the owner to ask (no fan-out onto a busy partition).
-                Counter(label: "islet_content_forwarded_total", dimensions: [("to", "unavailable")]).increment()
-                return .answered(answer)
-            case .noAnswer:
-                // Down, or gone with its address: not the owner to ask first any more. A keyed
-                // event may have been published there (its retry asks everyone); a question is
-                // asked of the others now.
-                owners.withLock { owners in if owners[partition] == known { owners[partition] = nil } }
-                if method != .get {
-                    Counter(label: "islet_content_forwarded_total", dimensions: [("to", "no answer")]).increment()
-                    return .unknown
-                }
-            case .notOwner: break
-            }
-        }
+        if let known, let outcome = await askKnown(known, call, partition: partition) { return outcome }
         let candidates = await urls().filter { $0 != known }
-        let (found, busy, silent): ((String, Response, Bool)?, Response?, Bool) = await withTaskGroup(of: (String, Answer).self) { group in
-            for url in candidates {
-                group.addTask { [self] in (url, await ask(url, method, pathAndQuery, headers, body)) }
-            }
-            var (busy, silent): (Response?, Bool) = (nil, false)
-            for await (url, answer) in group {
-                switch answer {
-                case .owner(let response, let proves):
-                    group.cancelAll()
-                    return ((url, response, proves), busy, silent)
-                case .unavailable(let response): busy = busy ?? response
-                case .noAnswer: silent = true
-                case .notOwner: break
-                }
-            }
-            return (nil, busy, silent)
-        }
+        let (found, busy, silent) = await askEveryone(candidates, call)
         // Learned from an answer only the owner gives; another (a refusal every instance gives alike)
         // is relayed, not learned from. A newer lesson another call learned meanwhile stays.
         owners.withLock { owners in
@@ -193,17 +144,95 @@ public final class PeerForwarding: Sendable {
         } else {
             outcome = silent ? .unknown : .noOwner
         }
-        let label =
-            switch outcome {
-            case .answered: found != nil ? "owner found" : "unavailable"
-            case .unknown: "no answer"
-            case .noOwner: "none"
-            }
-        Counter(label: "islet_content_forwarded_total", dimensions: [("to", label)]).increment()
+        switch outcome {
+        case .answered: count(found != nil ? "owner found" : "unavailable")
+        case .unknown: count("no answer")
+        case .noOwner: count("none")
+        }
         if case .unknown = outcome {
             logger.warning("a peer did not answer a forwarded call", metadata: ["partition": "\(partition)", "peers": "\(candidates)"])
         }
         return outcome
+    }
+
+    /// A call as it is forwarded.
+    struct Call: Sendable {
+        var method: HTTPRequest.Method
+        var pathAndQuery: String
+        var headers: HTTPFields
+        var body: [UInt8]?
+    }
+
+    /// The 503 of an instance forwarding too many calls at once.
+    static let tooManyForwarded = Response(
+        status: .serviceUnavailable, headers: [.contentType: "application/json", .retryAfter: "1"],
+        body: .init(
+            byteBuffer: ByteBuffer(
+                bytes: HTTPAPIError(
+                    .serviceUnavailable, .unavailable, reason: "too many questions are being asked of other instances at once: retry in a moment"
+                ).jsonBody)))
+
+    /// The headers a forwarded call keeps (its credentials, its body's type, its idempotency
+    /// key), and the one saying it was forwarded.
+    private func forwardedHeaders(of request: Request) -> HTTPFields {
+        var fields = HTTPFields()
+        for name in [HTTPField.Name.authorization, .contentType, ActivityHTTPAPI.idempotencyKeyHeader] {
+            if let value = request.headers[name] { fields[name] = value }
+        }
+        fields[Self.forwardedHeader] = "\(ownPort)"
+        return fields
+    }
+
+    /// Asks the owner learned before. `nil`: it is not the owner any more (or did not answer a
+    /// question), and every peer is to be asked.
+    private func askKnown(_ known: String, _ call: Call, partition: Int32) async -> Outcome? {
+        switch await ask(known, call.method, call.pathAndQuery, call.headers, call.body) {
+        case .owner(let answer, _):
+            count("known owner")
+            return .answered(answer)
+        case .unavailable(let answer):
+            // Busy or rebalancing: its answer, and it stays the owner to ask (no fan-out onto a busy partition).
+            count("unavailable")
+            return .answered(answer)
+        case .noAnswer:
+            // Down, or gone with its address: not the owner to ask first any more. A keyed
+            // event may have been published there (its retry asks everyone); a question is
+            // asked of the others now.
+            owners.withLock { owners in if owners[partition] == known { owners[partition] = nil } }
+            guard call.method == .get else {
+                count("no answer")
+                return .unknown
+            }
+            return nil
+        case .notOwner:
+            return nil
+        }
+    }
+
+    /// Asks every candidate at once: the owner's answer (and whether it proves ownership), else a
+    /// 503 one gave, and whether one did not answer.
+    private func askEveryone(_ candidates: [String], _ call: Call) async -> (found: (String, Response, Bool)?, busy: Response?, silent: Bool) {
+        await withTaskGroup(of: (String, Answer).self) { group in
+            for url in candidates {
+                group.addTask { [self] in (url, await ask(url, call.method, call.pathAndQuery, call.headers, call.body)) }
+            }
+            var (busy, silent): (Response?, Bool) = (nil, false)
+            for await (url, answer) in group {
+                switch answer {
+                case .owner(let response, let proves):
+                    group.cancelAll()
+                    return ((url, response, proves), busy, silent)
+                case .unavailable(let response): busy = busy ?? response
+                case .noAnswer: silent = true
+                case .notOwner: break
+                }
+            }
+            return (nil, busy, silent)
+        }
+    }
+
+    private func count(_ to: String) {
+        Counter(label: "islet_content_forwarded_total", dimensions: [("to", to)]).increment()
     }
 
     enum Answer {

@@ -153,43 +153,22 @@ public struct ContentServiceApp: Sendable {
     public let services: [any Service]
 
     public init(runtime: ServiceRuntime, settings: ContentSettings, topics: Topics = Topics()) throws {
-        let logger = runtime.logger
-        let service = runtime.settings.serviceName
+        let (logger, service, health) = (runtime.logger, runtime.settings.serviceName, runtime.health)
         let templates = try TemplateLoader.load(directory: settings.templatesDirectory)
         logger.info("templates loaded", metadata: ["templates": "\(templates.keys.sorted())"])
         let producer = try KafkaProducer(
             configuration: Self.producerConfiguration(runtime.settings.producerConfiguration(), sendTimeout: settings.sendTimeout), logger: logger)
-        let health = runtime.health
-
-        // The token table (which app, version and environment an activity has): the whole topic,
-        // compact. content-service looks up tokens of activities whose partitions it does not own
-        // (a remote start's push-to-start token, an event checked through the gRPC API).
-        let tokens = PartitionTokens.whole(fingerprintsOnly: true)
-        health.register(Self.tableCheck)
-        let tokenReplica = try KafkaConsumer(
-            configuration: TokenTableLoader.replicaConfiguration(
-                bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.tokens, clientID: service,
-                settings: runtime.settings.consumerProperties),
-            logger: logger)
-        let tokenLoader = TokenTableLoader(consumer: tokenReplica, table: tokens, service: service, logger: logger) { health.setReady(Self.tableCheck) }
+        let table = try Self.tokenTable(runtime: runtime, topic: topics.tokens)
 
         // The activities' memory, from the service's own output and the dispatcher's answers.
         let engine = ContentEngine(
-            assembler: PayloadAssembler(templates: templates, keyring: settings.keyring, policy: settings.policy), tokens: tokens,
+            assembler: PayloadAssembler(templates: templates, keyring: settings.keyring, policy: settings.policy), tokens: table.tokens,
             freshness: settings.freshness)
         health.register(Self.memoryCheck)
         let sender = RequestSender(producer: producer, engine: engine, topic: topics.pushRequests, logger: logger)
-        let (bootstrap, consumerProperties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
-        let producerProperties = runtime.settings.producerProperties
-        let memoryLoader = ContentMemoryLoader(
-            engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes, changelogTopic: topics.contentMemory,
-            since: Date().addingTimeInterval(-(settings.freshness.retention / .seconds(1))), ownWrites: sender.writer, logger: logger,
-            readEnds: ContentMemoryLoader.ends(bootstrapServers: bootstrap, clientID: service, settings: producerProperties, logger: logger),
-            makeReplica: ContentMemoryLoader.replicas(bootstrapServers: bootstrap, clientID: service, settings: consumerProperties, logger: logger)
-        ) { health.setReady(Self.memoryCheck) }
-
+        let memoryLoader = Self.memoryLoader(runtime: runtime, settings: settings, topics: topics, engine: engine, sender: sender)
         // The memories that changed, written to the changelog every few seconds, and when partitions are revoked.
-        let changelog = ChangelogWriter(
+        let changelog = ContentChangelog(
             engine: engine, sender: sender, producer: producer, positions: memoryLoader.positions, topic: topics.contentMemory,
             interval: settings.changelogInterval, logger: logger)
         let consumer = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.activityEvents]), logger: logger)
@@ -198,55 +177,18 @@ public struct ContentServiceApp: Sendable {
             consumer: consumer,
             deadLetters: DeadLetterWriter(producer: producer, consumer: consumer, service: service, logger: logger, topic: topics.deadLetters),
             engine: engine, sender: sender, thumbnails: thumbnails, changelog: changelog, memory: memoryLoader, logger: logger)
-        if settings.registry == nil {
-            logger.notice("ISLET_REGISTRY_GRPC is not set: activities the freshness monitor ends keep their token active until the app ends them")
-        }
-        let invalidator = settings.registry.map { RegistryInvalidator(host: $0.host, port: $0.port, key: $0.key) }
-        let payloads = RequestPayloads(
-            bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushRequests, settings: runtime.settings.consumerProperties, logger: logger)
-        let monitor = FreshnessMonitor(engine: engine, sender: sender, logger: logger, invalidator: invalidator, payloads: payloads)
+        let monitor = Self.monitor(runtime: runtime, settings: settings, topics: topics, engine: engine, sender: sender)
         let ready: @Sendable () -> Bool = {
             let checks = health.report().checks
             return checks[Self.tableCheck] == .ready && checks[Self.memoryCheck] == .ready
         }
-        if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC and HTTP APIs refuse every call") }
         let intake = EventIntake(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready)
-        let grpc = GRPCServerService(
-            host: settings.grpcHost, port: settings.grpcPort,
-            services: [ActivityGRPCService(intake: intake)],
-            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.activityServiceMethods)],
-            onListening: { ListenerReport.bound("grpc", port: $0) })
-
-        // The backends' HTTP API, beside /health and /metrics.
-        let router = runtime.makeRouter()
-        // Questions about an activity are answered where its memory is (the owner of its
-        // partition), its latest outcomes read again from where the memory saw them.
-        let outcomes = OutcomeReader(
-            bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushOutcomes, settings: runtime.settings.consumerProperties, logger: logger)
-        let lookup = ActivityLookup(
-            partition: { activityId in memoryLoader.activityPartitionCount.map { KafkaPartitioner.partition(ofKey: activityId, partitions: $0) } },
-            owned: { sender.ownedPartitions }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) })
-        // A forwarded event waits for Kafka's acknowledgement at the owner: longer than that.
-        let peers =
-            settings.peers.isEmpty
-            ? nil : PeerForwarding(peers: settings.peers, ownPort: runtime.settings.httpPort, timeout: settings.sendTimeout + .seconds(1), logger: logger)
-        ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes, lookup: lookup, peers: peers)
-            .addRoutes(to: router)
-
-        // The stale list names activities: on the operator listener (loopback unless
-        // ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.
-        let operatorRouter = runtime.makeRouter()
-        operatorRouter.get("v1/activities/stale") { request, _ -> Response in
-            let limit = request.uri.queryParameters.get("limit", as: Int.self) ?? 1_000
-            let stale = engine.staleActivities(limit: min(max(limit, 1), 1_000)).map(StaleActivityJSON.init)
-            return Response(
-                status: .ok, headers: [.contentType: "application/json"],
-                body: .init(byteBuffer: ByteBuffer(bytes: try IsletJSON.encode(["activities": stale]))))
-        }
+        let grpc = Self.grpcServer(settings: settings, intake: intake, logger: logger)
+        let router = Self.backendRouter(runtime: runtime, settings: settings, topics: topics, intake: intake, memory: memoryLoader, sender: sender)
         // Readiness follows the Kafka clients too: not ready while one cannot reach the cluster or
         // is being recreated; not live once recreation keeps failing.
         health.register("kafka.producer") { producer.health }
-        health.register("kafka.tokens") { tokenReplica.health }
+        health.register("kafka.tokens") { table.replica.health }
         health.register("kafka.memory") { memoryLoader.health }
         health.register("content-memory.changelog") { changelog.failure.map { .notReady("the changelog is behind: \($0)") } ?? .ready }
         health.register("kafka.events") { consumer.health }
@@ -255,14 +197,106 @@ public struct ContentServiceApp: Sendable {
         self.monitor = monitor
         self.grpc = grpc
         self.services = (thumbnails.map { [$0] } ?? []) + [
-            producer, tokenLoader, memoryLoader,
+            producer, table.loader, memoryLoader,
             ReadinessGate(health: health, check: Self.memoryCheck, then: changelog),
             ReadinessGate(health: health, check: Self.tableCheck, then: ReadinessGate(health: health, check: Self.memoryCheck, then: loop)),
             ReadinessGate(health: health, check: Self.memoryCheck, then: monitor),
             runtime.listener(grpc, name: "grpc", host: settings.grpcHost, port: settings.grpcPort, variables: ["ISLET_GRPC_HOST", "ISLET_GRPC_PORT"]),
             runtime.httpServer(router: router.buildResponder()),
-            runtime.operatorServer(router: operatorRouter.buildResponder()),
+            runtime.operatorServer(router: Self.operatorRouter(runtime: runtime, engine: engine).buildResponder()),
         ]
+    }
+
+    /// The token table (which app, version and environment an activity has): the whole topic,
+    /// compact. content-service looks up tokens of activities whose partitions it does not own
+    /// (a remote start's push-to-start token, an event checked through the gRPC API).
+    private static func tokenTable(runtime: ServiceRuntime, topic: String) throws
+        -> (tokens: PartitionTokens, replica: KafkaConsumer, loader: TokenTableLoader)
+    {
+        let (logger, service, health) = (runtime.logger, runtime.settings.serviceName, runtime.health)
+        let tokens = PartitionTokens.whole(fingerprintsOnly: true)
+        health.register(Self.tableCheck)
+        let replica = try KafkaConsumer(
+            configuration: TokenTableLoader.replicaConfiguration(
+                bootstrapServers: runtime.settings.kafkaBootstrap, topic: topic, clientID: service, settings: runtime.settings.consumerProperties),
+            logger: logger)
+        let loader = TokenTableLoader(consumer: replica, table: tokens, service: service, logger: logger) { health.setReady(Self.tableCheck) }
+        return (tokens, replica, loader)
+    }
+
+    /// The memories of the partitions assigned, read from the changelog and the topics after it.
+    private static func memoryLoader(
+        runtime: ServiceRuntime, settings: ContentSettings, topics: Topics, engine: ContentEngine, sender: RequestSender
+    ) -> ContentMemoryLoader {
+        let (logger, service, health) = (runtime.logger, runtime.settings.serviceName, runtime.health)
+        let (bootstrap, consumerProperties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
+        return ContentMemoryLoader(
+            engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes, changelogTopic: topics.contentMemory,
+            since: engine.clock.date.addingTimeInterval(-(settings.freshness.retention / .seconds(1))), ownWrites: sender.writer, logger: logger,
+            readEnds: ContentMemoryLoader.ends(bootstrapServers: bootstrap, clientID: service, settings: runtime.settings.producerProperties, logger: logger),
+            makeReplica: ContentMemoryLoader.replicas(bootstrapServers: bootstrap, clientID: service, settings: consumerProperties, logger: logger)
+        ) { health.setReady(Self.memoryCheck) }
+    }
+
+    /// The freshness monitor, with token-registry's invalidation when it is configured.
+    private static func monitor(
+        runtime: ServiceRuntime, settings: ContentSettings, topics: Topics, engine: ContentEngine, sender: RequestSender
+    ) -> FreshnessMonitor {
+        let logger = runtime.logger
+        if settings.registry == nil {
+            logger.notice("ISLET_REGISTRY_GRPC is not set: activities the freshness monitor ends keep their token active until the app ends them")
+        }
+        let invalidator = settings.registry.map { RegistryInvalidator(host: $0.host, port: $0.port, key: $0.key) }
+        let payloads = RequestPayloads(
+            bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushRequests, settings: runtime.settings.consumerProperties, logger: logger)
+        return FreshnessMonitor(engine: engine, sender: sender, logger: logger, invalidator: invalidator, payloads: payloads)
+    }
+
+    /// The backends' gRPC API.
+    private static func grpcServer(settings: ContentSettings, intake: EventIntake, logger: Logger) -> GRPCServerService {
+        if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC and HTTP APIs refuse every call") }
+        return GRPCServerService(
+            host: settings.grpcHost, port: settings.grpcPort,
+            services: [ActivityGRPCService(intake: intake)],
+            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.activityServiceMethods)],
+            onListening: { ListenerReport.bound("grpc", port: $0) })
+    }
+
+    /// The backends' HTTP API, beside /health and /metrics. Questions about an activity are
+    /// answered where its memory is (the owner of its partition), its latest outcomes read again
+    /// from where the memory saw them.
+    private static func backendRouter(
+        runtime: ServiceRuntime, settings: ContentSettings, topics: Topics, intake: EventIntake, memory: ContentMemoryLoader, sender: RequestSender
+    ) -> Router<BasicRequestContext> {
+        let router = runtime.makeRouter()
+        let outcomes = OutcomeReader(
+            bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushOutcomes, settings: runtime.settings.consumerProperties,
+            logger: runtime.logger)
+        let lookup = ActivityLookup(
+            partition: { activityId in memory.activityPartitionCount.map { KafkaPartitioner.partition(ofKey: activityId, partitions: $0) } },
+            owned: { sender.ownedPartitions }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) })
+        // A forwarded event waits for Kafka's acknowledgement at the owner: longer than that.
+        let peers =
+            settings.peers.isEmpty
+            ? nil
+            : PeerForwarding(peers: settings.peers, ownPort: runtime.settings.httpPort, timeout: settings.sendTimeout + .seconds(1), logger: runtime.logger)
+        ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes, lookup: lookup, peers: peers)
+            .addRoutes(to: router)
+        return router
+    }
+
+    /// The stale list names activities: on the operator listener (loopback unless
+    /// ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.
+    private static func operatorRouter(runtime: ServiceRuntime, engine: ContentEngine) -> Router<BasicRequestContext> {
+        let router = runtime.makeRouter()
+        router.get("v1/activities/stale") { request, _ -> Response in
+            let limit = request.uri.queryParameters.get("limit", as: Int.self) ?? 1_000
+            let stale = engine.staleActivities(limit: min(max(limit, 1), 1_000)).map(StaleActivityJSON.init)
+            return Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(bytes: try IsletJSON.encode(["activities": stale]))))
+        }
+        return router
     }
 }
 

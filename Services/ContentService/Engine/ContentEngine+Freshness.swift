@@ -23,77 +23,52 @@ extension ContentEngine {
         let policy = freshness
         let tokens = self.tokens
         return state.withLock { state -> [Prepared] in
-            func isOwned(_ memory: ActivityMemory) -> Bool { owned.map { owned in memory.partition.map(owned.contains) ?? false } ?? true }
-            // The app registered a token after APNs's verdict (a new one, or the same again): the
-            // activity is watched again (and, stale, refreshed in this pass: it is due at once).
-            var revived: [(String, ActivityMemory)] = []
-            for slot in state.gone {
-                let (activityKey, memory) = (state.slots[Int(slot)].key, state.slots[Int(slot)].memory)
-                guard memory.latest != nil, isOwned(memory),
-                    Self.registeredAgain(memory, token: tokens.token(forKey: activityKey))
-                else { continue }
-                var alive = memory
-                alive.gone = false
-                revived.append((activityKey, alive))
-            }
-            for (activityKey, memory) in revived { state.set(activityKey, memory, now: now, policy: policy) }
-
-            // Partitions newly owned: their live activities are looked at now (the others had
-            // put them off a minute at a time).
-            if state.swept, let last = state.lastOwned, owned.map({ !$0.isSubset(of: last) }) ?? true {
-                var newlyOwned: [Int32] = []
-                for (_, slot, memory) in state.all where memory.isLive {
-                    let ownedNow = owned.map { owned in memory.partition.map(owned.contains) ?? false } ?? true
-                    if ownedNow, !(memory.partition.map(last.contains) ?? false) { newlyOwned.append(slot) }
-                }
-                for slot in newlyOwned { state.deadlines.schedule(slot, at: now, now: now) }
-            }
-            state.lastOwned = owned
-            state.swept = true
+            state.revive(owned: owned, now: now, policy: policy) { Self.registeredAgain($1, token: tokens.token(forKey: $0)) }
+            state.scheduleNewlyOwned(owned, now: now)
             let due = state.deadlines.popDue(now: now)
             state.examinedInLastSweep = due.count
             state.payloadsToRead = []
-            var prepared: [Prepared] = []
-            for slot in due {
-                let (activityKey, memory) = (state.slots[Int(slot)].key, state.slots[Int(slot)].memory)
-                guard !activityKey.isEmpty, let latest = memory.latest else { continue }
-                // Forgotten whoever owns it: the retention is about memory, not about sending.
-                if !memory.isLive, now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) {
-                    state.set(activityKey, nil, now: now, policy: policy)
-                    continue
-                }
-                // Scheduled again as it is: at once when there is something to do. If the request
-                // made now is persisted, ``commit(_:)`` schedules the activity's next deadline;
-                // if not, the next pass decides again.
-                state.look(at: slot, memory, now: now, policy: policy)
-                // Another instance's, or nothing the monitor can do (its payload lost): looked at
-                // again in a minute, not on every pass.
-                if memory.isLive, !isOwned(memory) || memory.payloadLost {
-                    // (Earlier when its freshness class changes by then: the counts stay exact.)
-                    var later = now.addingTimeInterval(60)
-                    if let since = memory.staleSince(now: now) {
-                        let severe = since.addingTimeInterval(policy.severeAfter / .seconds(1))
-                        if severe > now { later = min(later, severe) }
-                    }
-                    state.deadlines.schedule(slot, at: later, now: now)
-                    continue
-                }
-                guard memory.isLive, let item = followUp(
-                        activityKey, memory, latest: latest, now: now, policy: policy, timestampFloor: memory.partition.flatMap { state.timestampFloors[$0] }) else {
-                    continue
-                }
-                if item.requests.isEmpty, let position = memory.payloadToRead {
-                    state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
-                    continue
-                }
-                prepared.append(item)
-            }
-            if state.startOwners.count > max(state.index.count, 2 * state.startOwnersPruned) {
-                state.startOwners = state.startOwners.filter { state.index[$0.value] != nil }
-                state.startOwnersPruned = state.startOwners.count
-            }
+            let prepared = due.compactMap { slot in look(at: slot, in: &state, owned: owned, now: now, policy: policy) }
+            state.pruneStartOwners()
             return prepared
         }
+    }
+
+    /// One activity due in a pass: forgotten past the retention, put off when another instance
+    /// owns it (or its payload is lost), else what the monitor sends for it, if anything.
+    private func look(at slot: Int32, in state: inout ActivityMemories, owned: Set<Int32>?, now: Date, policy: FreshnessPolicy) -> Prepared? {
+        let (activityKey, memory) = (state.slots[Int(slot)].key, state.slots[Int(slot)].memory)
+        guard !activityKey.isEmpty, let latest = memory.latest else { return nil }
+        // Forgotten whoever owns it: the retention is about memory, not about sending.
+        if !memory.isLive, now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) {
+            state.set(activityKey, nil, now: now, policy: policy)
+            return nil
+        }
+        // Scheduled again as it is: at once when there is something to do. If the request
+        // made now is persisted, ``commit(_:)`` schedules the activity's next deadline;
+        // if not, the next pass decides again.
+        state.look(at: slot, memory, now: now, policy: policy)
+        // Another instance's, or nothing the monitor can do (its payload lost): looked at
+        // again in a minute, not on every pass.
+        if memory.isLive, !ActivityMemories.isOwned(memory, by: owned) || memory.payloadLost {
+            // (Earlier when its freshness class changes by then: the counts stay exact.)
+            var later = now.addingTimeInterval(60)
+            if let since = memory.staleSince(now: now) {
+                let severe = since.addingTimeInterval(policy.severeAfter / .seconds(1))
+                if severe > now { later = min(later, severe) }
+            }
+            state.deadlines.schedule(slot, at: later, now: now)
+            return nil
+        }
+        let floor = memory.partition.flatMap { state.timestampFloors[$0] }
+        guard memory.isLive, let item = followUp(activityKey, memory, latest: latest, now: now, policy: policy, timestampFloor: floor) else {
+            return nil
+        }
+        if item.requests.isEmpty, let position = memory.payloadToRead {
+            state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
+            return nil
+        }
+        return item
     }
 
     /// What the monitor sends by itself for a live activity at `now`, if anything: its latest content

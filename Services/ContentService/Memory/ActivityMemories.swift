@@ -151,4 +151,47 @@ struct ActivityMemories {
             look(at: slot, slots[Int(slot)].memory, now: now, policy: policy)
         }
     }
+
+    // MARK: The freshness monitor's pass
+
+    /// Whether `memory`'s partition is among those owned (`nil`: all are).
+    static func isOwned(_ memory: ActivityMemory, by owned: Set<Int32>?) -> Bool {
+        owned.map { owned in memory.partition.map(owned.contains) ?? false } ?? true
+    }
+
+    /// The app registered a token after APNs's verdict (a new one, or the same again): the
+    /// activity is watched again (and, stale, refreshed in this pass: it is due at once).
+    mutating func revive(owned: Set<Int32>?, now: Date, policy: FreshnessPolicy, registeredAgain: (String, ActivityMemory) -> Bool) {
+        var revived: [(String, ActivityMemory)] = []
+        for slot in gone {
+            let (activityKey, memory) = (slots[Int(slot)].key, slots[Int(slot)].memory)
+            guard memory.latest != nil, Self.isOwned(memory, by: owned), registeredAgain(activityKey, memory) else { continue }
+            var alive = memory
+            alive.gone = false
+            revived.append((activityKey, alive))
+        }
+        for (activityKey, memory) in revived { set(activityKey, memory, now: now, policy: policy) }
+    }
+
+    /// Partitions newly owned: their live activities are looked at now (the others had put them
+    /// off a minute at a time).
+    mutating func scheduleNewlyOwned(_ owned: Set<Int32>?, now: Date) {
+        if swept, let last = lastOwned, owned.map({ !$0.isSubset(of: last) }) ?? true {
+            var newlyOwned: [Int32] = []
+            for (_, slot, memory) in all where memory.isLive {
+                if Self.isOwned(memory, by: owned), !(memory.partition.map(last.contains) ?? false) { newlyOwned.append(slot) }
+            }
+            for slot in newlyOwned { deadlines.schedule(slot, at: now, now: now) }
+        }
+        lastOwned = owned
+        swept = true
+    }
+
+    /// Drops the push-to-start owners of forgotten activities, once they are many.
+    mutating func pruneStartOwners() {
+        if startOwners.count > max(index.count, 2 * startOwnersPruned) {
+            startOwners = startOwners.filter { index[$0.value] != nil }
+            startOwnersPruned = startOwners.count
+        }
+    }
 }
