@@ -34,7 +34,7 @@ extension DispatchMachine {
     /// Does what APNs's answer asks (the one answer table, ``APNsAction``); returns whether the
     /// answer accepted the team's credentials.
     private mutating func handle(_ answer: APNsAnswer, to attempt: Attempt) -> Bool {
-        var entry = attempt.entry
+        let entry = attempt.entry
         let (key, team, apns) = (attempt.key, attempt.team, answer.response)
         let (priority, fingerprint) = (attempt.priority, attempt.fingerprint)
         var action = APNsAction.forAnswer(status: answer.status, reason: answer.reason)
@@ -68,25 +68,9 @@ extension DispatchMachine {
             finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "APNs: \(answer.reason ?? ""): the channel is gone")
             channelGone(key, channelId: attempt.channelId, reason: answer.reason ?? "")
         case .renewProviderToken:
-            guard !entry.renewedProviderToken else {
-                finish(entry, .rejected, apns: apns, priority: priority, fingerprint: fingerprint, detail: "ExpiredProviderToken after a renewal")
-                break
-            }
-            entry.renewedProviderToken = true
-            actions.append(.renewProviderToken(team: team))
-            requeue(entry, key: key, at: now)
+            renewProviderToken(for: entry, attempt, apns: apns)
         case .stopLane:
-            // Held, not finished: a start or an end lost to a credential hiccup is an activity
-            // that never appears or never ends. Sent again once the lane reopens.
-            let reason = answer.reason ?? "403"
-            if entry.attempts >= policy.retry.maximumAttempts {
-                finish(
-                    entry, .failed, apns: apns, priority: priority, fingerprint: fingerprint,
-                    detail: "gave up after \(entry.attempts) attempts: APNs refused team \(team)'s credentials (\(reason))")
-            } else {
-                requeue(entry, key: key, at: now)
-            }
-            stopLane(team, reason: reason, refused: entry.request.requestId)
+            refusedCredentials(entry, attempt, answer)
         case .backOffToken:
             slots[key]?.notBefore = now.addingTimeInterval(policy.retry.tokenBackoff / .seconds(1))
             retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint, minimumDelay: policy.retry.tokenBackoff)
@@ -97,6 +81,36 @@ extension DispatchMachine {
             retry(entry, key: key, apns: apns, priority: priority, fingerprint: fingerprint)
         }
         return action.acceptsCredentials
+    }
+
+    /// ExpiredProviderToken: the team's token renewed and the request sent again, once; a second
+    /// time it is rejected.
+    private mutating func renewProviderToken(for entry: QueuedRequest, _ attempt: Attempt, apns: PushOutcome.APNsResponse) {
+        guard !entry.renewedProviderToken else {
+            finish(
+                entry, .rejected, apns: apns, priority: attempt.priority, fingerprint: attempt.fingerprint,
+                detail: "ExpiredProviderToken after a renewal")
+            return
+        }
+        var entry = entry
+        entry.renewedProviderToken = true
+        actions.append(.renewProviderToken(team: attempt.team))
+        requeue(entry, key: attempt.key, at: now)
+    }
+
+    /// APNs refused the team's credentials (403): the lane stops. Held, not finished: a start or
+    /// an end lost to a credential hiccup is an activity that never appears or never ends. Sent
+    /// again once the lane reopens, unless its attempts are spent.
+    private mutating func refusedCredentials(_ entry: QueuedRequest, _ attempt: Attempt, _ answer: APNsAnswer) {
+        let (team, reason) = (attempt.team, answer.reason ?? "403")
+        if entry.attempts >= policy.retry.maximumAttempts {
+            finish(
+                entry, .failed, apns: answer.response, priority: attempt.priority, fingerprint: attempt.fingerprint,
+                detail: "gave up after \(entry.attempts) attempts: APNs refused team \(team)'s credentials (\(reason))")
+        } else {
+            requeue(entry, key: attempt.key, at: now)
+        }
+        stopLane(team, reason: reason, refused: entry.request.requestId)
     }
 
     /// No answer from APNs: retried, unless it may have been delivered and was a push-to-start (a

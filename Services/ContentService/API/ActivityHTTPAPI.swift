@@ -85,29 +85,7 @@ public struct ActivityHTTPAPI: Sendable {
         let backend = try authorize(request, needs: .write)
         let idempotencyKey = try Self.idempotencyKey(request.headers)
         let bytes = try await HTTPJSON.body(of: request, maxBodyBytes: maxBodyBytes)
-        // With a key, the activity's owner answers, as it answered the first call: it keeps the
-        // answers. Only when every peer says it does not own the partition either (partitions
-        // moving) is it handled here: the event id derives from the key, so the owner-to-be drops
-        // a repeat. A peer that did not answer may have published it: 503, retry with the key.
-        if idempotencyKey != nil, let partition = lookup.partition(activityId), !lookup.owned().contains(partition) {
-            // Forwarded here by a peer and not the owner: 421, with or without peers of its own.
-            if PeerForwarding.isForwarded(request) { throw Self.notOwner(partition) }
-            if let peers {
-                // A bad id or a malformed body is refused here, not by every peer.
-                try Self.requireActivityId(activityId)
-                _ = try HTTPJSON.decodeBody(ActivityEventBody.self, from: bytes)
-                switch await peers.forward(request, partition: partition, body: bytes) {
-                case .answered(let answer): return answer
-                case .noOwner: break
-                case .unknown:
-                    throw HTTPAPIError(
-                        .serviceUnavailable, .unavailable,
-                        reason:
-                            "the instance that owns the activity did not answer in time, and may have published the event: retry with the same Idempotency-Key",
-                        retryAfterSeconds: 2)
-                }
-            }
-        }
+        if idempotencyKey != nil, let answer = try await ownersAnswer(request, activityId: activityId, body: bytes) { return answer }
         // With a key: the request's fingerprint (path and body), what a repeat must match.
         let scopedKey = idempotencyKey.map { "\(backend)\u{0}\($0)" }
         var fingerprint: [UInt8] = []
@@ -117,19 +95,9 @@ public struct ActivityHTTPAPI: Sendable {
             hash.update(data: Array("POST \(request.uri.path)\u{0}".utf8))
             hash.update(data: bytes)
             fingerprint = Array(hash.finalize())
-            switch replies.claim(scopedKey, fingerprint: fingerprint, now: Date()) {
+            switch try claimKey(scopedKey, fingerprint: fingerprint) {
             case .first(let generation): claim = generation
-            case .answered(let answer):
-                return Response(
-                    status: .init(code: answer.status),
-                    headers: [.contentType: "application/json", Self.replayedHeader: "true"],
-                    body: .init(byteBuffer: ByteBuffer(bytes: answer.body)))
-            case .inProgress:
-                throw HTTPAPIError(.conflict, .conflict, field: "Idempotency-Key", reason: "a request with this key is still being handled: retry in a moment")
-            case .reused:
-                throw HTTPAPIError(
-                    .unprocessableContent, .idempotencyKeyReused, field: "Idempotency-Key",
-                    reason: "this key was used for a different request (another path or body): use a new key for a new request")
+            case .answered(let answer): return answer
             }
         }
         // Only an event published is an answer kept: a refusal may depend on the moment (Kafka,
@@ -153,6 +121,57 @@ public struct ActivityHTTPAPI: Sendable {
         }
         if let scopedKey { replies.finish(scopedKey, claim: claim, with: .init(status: 202, body: body)) }
         return Response(status: .accepted, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    /// A keyed event of an activity whose partition another instance owns: that owner's answer,
+    /// as it answered the first call (it keeps the answers). `nil`: handled here — this instance
+    /// owns it, or every peer says it does not own the partition either (partitions moving: the
+    /// event id derives from the key, so the owner-to-be drops a repeat). A peer that did not
+    /// answer may have published it: 503, retry with the key.
+    private func ownersAnswer(_ request: Request, activityId: String, body: [UInt8]) async throws(HTTPAPIError) -> Response? {
+        guard let partition = lookup.partition(activityId), !lookup.owned().contains(partition) else { return nil }
+        // Forwarded here by a peer and not the owner: 421, with or without peers of its own.
+        if PeerForwarding.isForwarded(request) { throw Self.notOwner(partition) }
+        guard let peers else { return nil }
+        // A bad id or a malformed body is refused here, not by every peer.
+        try Self.requireActivityId(activityId)
+        _ = try HTTPJSON.decodeBody(ActivityEventBody.self, from: body)
+        switch await peers.forward(request, partition: partition, body: body) {
+        case .answered(let answer): return answer
+        case .noOwner: return nil
+        case .unknown:
+            throw HTTPAPIError(
+                .serviceUnavailable, .unavailable,
+                reason: "the instance that owns the activity did not answer in time, and may have published the event: retry with the same Idempotency-Key",
+                retryAfterSeconds: 2)
+        }
+    }
+
+    enum Claim {
+        /// The first call with the key: handle it, then finish the claim of this generation.
+        case first(UInt64)
+        /// A repeat of a call answered: its answer again.
+        case answered(Response)
+    }
+
+    /// Claims an idempotency key for a call with this fingerprint; throws when a call with the key
+    /// is under way (409) or the key was used for another request (422).
+    private func claimKey(_ scopedKey: String, fingerprint: [UInt8]) throws(HTTPAPIError) -> Claim {
+        switch replies.claim(scopedKey, fingerprint: fingerprint, now: intake.engine.clock.date) {
+        case .first(let generation): return .first(generation)
+        case .answered(let answer):
+            return .answered(
+                Response(
+                    status: .init(code: answer.status),
+                    headers: [.contentType: "application/json", Self.replayedHeader: "true"],
+                    body: .init(byteBuffer: ByteBuffer(bytes: answer.body))))
+        case .inProgress:
+            throw HTTPAPIError(.conflict, .conflict, field: "Idempotency-Key", reason: "a request with this key is still being handled: retry in a moment")
+        case .reused:
+            throw HTTPAPIError(
+                .unprocessableContent, .idempotencyKeyReused, field: "Idempotency-Key",
+                reason: "this key was used for a different request (another path or body): use a new key for a new request")
+        }
     }
 
     private func publish(_ bytes: [UInt8], activityId: String, backend: String, derivedEventId: String?) async throws(HTTPAPIError) -> EventReply {

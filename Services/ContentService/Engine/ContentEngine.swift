@@ -71,25 +71,52 @@ public final class ContentEngine: Sendable {
         var memory = state.withLock { $0.memory(activityKey) } ?? ActivityMemory()
         if let partition { memory.partition = partition }
         // An event that is not applied is still checked: a caller (gRPC) learns that it is invalid.
-        var ignored: String?
-        // An end whose alerting update was written and the end not (its writer stopped between
-        // the two, or Kafka refused the end while the partition moved): the event is read again
-        // by the next owner, whose memory has its sequence from the update (and its content, also
-        // when the freshness monitor sent it again since). The end is still owed.
-        let writtenInPart: String? = {
-            guard event.kind == .end, !memory.ended, memory.lastSequence == event.sequence else { return nil }
-            let alert = RequestIds.alertBeforeEnd(bundleId: String(activityKey.prefix { $0 != "/" }), activityId: event.activityId, eventId: event.eventId)
-            return memory.contentRequestId == alert ? alert : nil
-        }()
-        if writtenInPart == nil, let last = memory.lastSequence, event.sequence <= last {
-            ignored = event.sequence == last ? "duplicate sequence \(event.sequence)" : "sequence \(event.sequence) is older than \(last)"
+        let writtenInPart = Self.endWrittenInPart(event, activityKey: activityKey, memory: memory)
+        let ignored = try Self.whyIgnored(event, memory: memory, endWrittenInPart: writtenInPart != nil)
+        let (key, record, app) = try target(of: event, activityKey: activityKey, template: template, memory: memory)
+        let version = record.flatMap { AppVersion($0.appVersion) } ?? Self.newest
+        let floor = memory.partition.flatMap { partition in state.withLock { $0.timestampFloors[partition] } }
+        // The registration the content is made for, when it is the request's own key's (not the
+        // push-to-start token standing in for the activity's own, not yet read).
+        let registeredAt = template.broadcastStoragePolicy == nil ? tokens.token(forKey: key).map(\.registeredAt) : nil
+        let result = try assembler.assemble(
+            event, app: app, appVersion: version, locale: record?.locale, memory: &memory, now: clock.date, images: images, timestampFloor: floor,
+            tokenRegisteredAt: registeredAt)
+        if let ignored { return .ignore(ignored) }
+        return .send(Prepared(requests: result.requests.filter { $0.requestId != writtenInPart }, shrinks: result.shrinks, activityKey: activityKey, memory: memory))
+    }
+
+    /// An end whose alerting update was written and the end not (its writer stopped between
+    /// the two, or Kafka refused the end while the partition moved): the event is read again
+    /// by the next owner, whose memory has its sequence from the update (and its content, also
+    /// when the freshness monitor sent it again since). The end is still owed; the update's
+    /// request id is returned (not sent again).
+    static func endWrittenInPart(_ event: ActivityEvent, activityKey: String, memory: ActivityMemory) -> String? {
+        guard event.kind == .end, !memory.ended, memory.lastSequence == event.sequence else { return nil }
+        let alert = RequestIds.alertBeforeEnd(bundleId: String(activityKey.prefix { $0 != "/" }), activityId: event.activityId, eventId: event.eventId)
+        return memory.contentRequestId == alert ? alert : nil
+    }
+
+    /// Why the event is not applied (`nil`: it is): a duplicate or older sequence, an activity
+    /// ended. Throws for a start of a live activity.
+    static func whyIgnored(_ event: ActivityEvent, memory: ActivityMemory, endWrittenInPart: Bool) throws(ContentError) -> String? {
+        if !endWrittenInPart, let last = memory.lastSequence, event.sequence <= last {
+            return event.sequence == last ? "duplicate sequence \(event.sequence)" : "sequence \(event.sequence) is older than \(last)"
         } else if memory.ended, event.kind != .start {
-            ignored = "the activity has ended"
+            return "the activity has ended"
         } else if event.kind == .start, memory.isLive, !memory.startNeverArrived {
             // A second start would put a second Live Activity on the phone (a push-to-start) or
             // restart one that is running: end it first.
             throw ContentError(field: "kind", problem: "the activity is live (started, not ended): end it before starting it again")
         }
+        return nil
+    }
+
+    /// Whom the event's requests are for: the key of its token (the activity's, or the
+    /// push-to-start target's), that token if known, and the app.
+    private func target(of event: ActivityEvent, activityKey: String, template: ActivityTemplate, memory: ActivityMemory) throws(ContentError)
+        -> (key: String, record: DeliveryToken?, app: AppTarget)
+    {
         // The token tells the app's environment and version; without one, the push-to-start
         // target's or the template's app.
         let key: String
@@ -114,16 +141,7 @@ public final class ContentEngine: Sendable {
                 field: "activityId",
                 problem: "no token is registered for it in \(bundleId), and template \(template.attributesType) names \(template.app.map { "another app (\($0.bundleId))" } ?? "no app")")
         }
-        let version = record.flatMap { AppVersion($0.appVersion) } ?? Self.newest
-        let floor = memory.partition.flatMap { partition in state.withLock { $0.timestampFloors[partition] } }
-        // The registration the content is made for, when it is the request's own key's (not the
-        // push-to-start token standing in for the activity's own, not yet read).
-        let registeredAt = template.broadcastStoragePolicy == nil ? tokens.token(forKey: key).map(\.registeredAt) : nil
-        let result = try assembler.assemble(
-            event, app: app, appVersion: version, locale: record?.locale, memory: &memory, now: clock.date, images: images, timestampFloor: floor,
-            tokenRegisteredAt: registeredAt)
-        if let ignored { return .ignore(ignored) }
-        return .send(Prepared(requests: result.requests.filter { $0.requestId != writtenInPart }, shrinks: result.shrinks, activityKey: activityKey, memory: memory))
+        return (key, record, app)
     }
 
     /// The activity an event is about, of its app (`<bundleId>/<activityId>`; activity ids are

@@ -298,7 +298,14 @@ public struct ActivityMemory: Sendable, Equatable {
             startedAt = request.createdAt
         }
         if request.event == .end { ended = true }
-        if scanImages, request.payload.utf8.count > 1_500, Self.contains(request.payload.utf8, #""data":"#.utf8) {
+        if scanImages { noteInlinedImages(of: request) }
+    }
+
+    /// The images the request's payload inlined: the app has them once it is delivered. Outcomes
+    /// that never came (their request read back, their outcome not) count as delivered, as most
+    /// are, rather than inlined again for ever.
+    private mutating func noteInlinedImages(of request: PushRequest) {
+        if request.payload.utf8.count > 1_500, Self.contains(request.payload.utf8, #""data":"#.utf8) {
             let urls = Self.inlinedImageURLs(in: request.payload).subtracting(inlinedImages)
             switch latestOutcome {
             case .delivered?, .deliveredDowngraded?: inlinedImages.formUnion(urls)  // its outcome was read first
@@ -306,8 +313,6 @@ public struct ActivityMemory: Sendable, Equatable {
             case nil: if !urls.isEmpty { pendingImages[request.requestId] = PendingImages(urls: urls, since: request.createdAt) }
             }
         }
-        // Outcomes that never came (their request read back, their outcome not): delivered, as
-        // most are, rather than inlined again for ever.
         if !rare.pendingImages.isEmpty {
             withExtras { extras in
                 for (id, pending) in extras.pendingImages where request.createdAt.timeIntervalSince(pending.since) > Self.pendingLifetime {
