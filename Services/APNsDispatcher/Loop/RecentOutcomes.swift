@@ -15,6 +15,8 @@ public struct RecentOutcomes: Sendable {
 
     let makeReader: MakeReader
     let window: Duration
+    /// The time the window and the records' Kafka timestamps are measured against: the host's.
+    let clock: any WallClock
     let logger: Logger
 
     /// Reads `topic` of the cluster at `bootstrapServers`.
@@ -29,8 +31,9 @@ public struct RecentOutcomes: Sendable {
     }
 
     /// Reads what `makeReader`'s replicas read (a ``MemoryBus``'s in tests).
-    public init(window: Duration = .seconds(3_600), logger: Logger, makeReader: @escaping MakeReader) {
+    public init(window: Duration = .seconds(3_600), clock: any WallClock = SystemWallClock(), logger: Logger, makeReader: @escaping MakeReader) {
         self.makeReader = makeReader
+        self.clock = clock
         self.window = window
         self.logger = logger
     }
@@ -91,8 +94,8 @@ public struct RecentOutcomes: Sendable {
     /// a backoff, for as long as it takes: handling the requests with part of the outcomes would
     /// send some of them twice, push-to-starts too. `nil` once `wanted` says the partition is no
     /// longer this instance's (or the task is cancelled): its next owner reads them.
-    func requestIds(partition: Int32, firstRequestAt: Int64?, now: Date = Date(), while wanted: () -> Bool = { true }) async -> Ids? {
-        let since = Self.since(window: window, firstRequestAt: firstRequestAt, now: now)
+    func requestIds(partition: Int32, firstRequestAt: Int64?, while wanted: () -> Bool = { true }) async -> Ids? {
+        let since = Self.since(window: window, firstRequestAt: firstRequestAt, now: clock.date)
         return await Self.read(
             partition: partition, logger: logger, wanted: { !Task.isCancelled && wanted() },
             pause: { try? await Task.sleep(for: $0) }, { await requestIds(partitions: [partition], since: since) })

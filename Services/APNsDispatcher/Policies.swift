@@ -1,0 +1,144 @@
+import Foundation
+// apns-dispatcher's policies, in one place: the send window and queues (DispatcherPolicy), the
+// priority-10 budgets (BudgetPolicy) and retries (RetryPolicy).
+
+/// The dispatcher's rules, in one place.
+public struct DispatcherPolicy: Sendable {
+    public var budgets = BudgetPolicy()
+    public var retry = RetryPolicy()
+    /// At most this many pushes wait for APNs's answer at once (over all connections): the
+    /// ceiling of the send window (``SendWindow``), which grows towards it while APNs answers
+    /// quickly and shrinks when it does not.
+    public var maximumInFlight = 1_024
+    /// The send window's size at start.
+    public var initialInFlight = 32
+    /// The send window never shrinks below this.
+    public var minimumInFlight = 8
+    /// An answer slower than this (or none) halves the send window: pushes then wait in their
+    /// activities' queues rather than at a slow server, far from the request deadline.
+    public var slowAnswer: Duration = .seconds(2)
+    /// At most this many requests wait in the activities' queues; reading more input waits.
+    public var maximumQueued = 20_000
+    /// A request whose key has no token yet waits for one — the app registers it over HTTP while the
+    /// backend's event travels Kafka, and a remotely started activity gets its token only once iOS
+    /// started it — at most this long, and never past its `apns-expiration`. Newer content for the
+    /// activity replaces it meanwhile (coalesced). A request still without a token then ends as
+    /// `awaitingToken` (never `tokenInvalid`: nothing says the activity is gone).
+    public var tokenWait: Duration = .seconds(120)
+    /// A request whose token is invalidated (or was refused by APNs) waits this long for a newer
+    /// record before it ends as `tokenInvalid`: the app that registers the same token again after
+    /// a reinstall is answered by token-registry as soon as the record is on Kafka, and its
+    /// backend's next event may reach this instance before the table has read that record.
+    public var tokenRecheck: Duration = .seconds(3)
+    /// At most this many activities wait for their token at once (their requests do not count
+    /// against ``maximumQueued``: activities without a token must not hold up everyone's input);
+    /// past it, the one whose wait ends first ends as `awaitingToken` at once.
+    public var maximumAwaitingToken = 50_000
+    /// At most this many requests wait for a token at once, over all activities (starts, ends and
+    /// pushes with an alert are never coalesced: an activity may hold several, up to 4 KB each); past
+    /// it, the activity whose wait ends first gives up (`awaitingToken`).
+    public var maximumAwaitingRequests = 20_000
+    /// Updates to activities older than this are not sent: iOS stops showing updates after 8 hours.
+    public var activityLifetime: Duration = .seconds(8 * 3_600)
+    /// After APNs refused a team's credentials (403), its pushes are held this long; then one is
+    /// sent to probe whether APNs accepts them again, and the others wait for its answer.
+    public var laneCooldown: Duration = .seconds(60)
+    /// A broadcast channel is deleted this long after its activity's `end` was delivered (an
+    /// ended activity stays on the lock screen up to 4 hours; nothing is sent to it meanwhile).
+    public var channelDeletionDelay: Duration = .seconds(4 * 3_600)
+    /// How many of the request ids it gave a final outcome to the dispatcher remembers (the most
+    /// recent), besides the outcomes it reads when a partition is assigned: a copy of one read again
+    /// is released, not sent again.
+    public var rememberedFinished = 100_000
+    /// How many activities' newest content sent the dispatcher remembers (the most recent, for at
+    /// most an hour each): older content of one of them read later (a request content-service
+    /// wrote again after a refusal, once newer content had gone out) is not sent after it.
+    public var rememberedFloors = 100_000
+
+    public init() {}
+}
+
+/// How large budgets are.
+///
+/// Defaults: 12 priority-10 sends an hour (a burst of 12) for an ordinary activity, 240 an hour
+/// with frequent updates enabled. Apple documents neither number; observed on devices: a budget
+/// of about 240 remaining at the "frequent" level
+/// (https://github.com/kylebshr/luka-ios/pull/146) and throttling of ordinary activities after
+/// roughly a dozen immediate updates an hour. Staying under APNs's own limit matters more than
+/// using all of it: a throttled activity stops updating on the lock screen, while a downgraded
+/// update (priority 5) still arrives, only not at once. Push-to-start has its own, fixed budget
+/// per device (about 10 in a short window, per Apple DTS); Islet allows 8, then one a minute.
+public struct BudgetPolicy: Sendable {
+    public struct Limits: Sendable, Equatable {
+        public var capacity: Int
+        public var period: Duration
+
+        public init(capacity: Int, period: Duration) {
+            self.capacity = max(1, capacity)
+            self.period = period
+        }
+    }
+
+    public var standard: Limits
+    public var frequent: Limits
+    /// Budgets of particular apps (by bundle id), instead of `standard` and `frequent`: a sports
+    /// app whose users expect every goal at once may be given more than a food-delivery app.
+    public var apps: [String: (standard: Limits, frequent: Limits)] = [:]
+    public var pushToStart: Limits
+    /// How long a `critical` update waits for budget before it is sent at priority 5 anyway.
+    public var criticalMaximumWait: Duration
+
+    public init(
+        standard: Limits = Limits(capacity: 12, period: .seconds(3_600)),
+        frequent: Limits = Limits(capacity: 240, period: .seconds(3_600)),
+        pushToStart: Limits = Limits(capacity: 8, period: .seconds(480)),
+        criticalMaximumWait: Duration = .seconds(120)
+    ) {
+        self.standard = standard
+        self.frequent = frequent
+        self.pushToStart = pushToStart
+        self.criticalMaximumWait = criticalMaximumWait
+    }
+
+    public func limits(bundleId: String, frequentUpdates: Bool) -> Limits {
+        if let app = apps[bundleId] { return frequentUpdates ? app.frequent : app.standard }
+        return frequentUpdates ? frequent : standard
+    }
+}
+
+/// When to try again: exponential backoff with full jitter, bounded in attempts and time.
+public struct RetryPolicy: Sendable, Equatable {
+    /// The first delay's upper bound; each attempt doubles it, up to ``maximumDelay``.
+    public var baseDelay: Duration
+    public var maximumDelay: Duration
+    /// Attempts in all (the first send included).
+    public var maximumAttempts: Int
+    /// A request without an `expiration` is given up this long after its first attempt.
+    public var maximumDuration: Duration
+    /// How long a token that got 429 TooManyRequests is left alone.
+    public var tokenBackoff: Duration
+
+    public init(
+        baseDelay: Duration = .milliseconds(200), maximumDelay: Duration = .seconds(30), maximumAttempts: Int = 8,
+        maximumDuration: Duration = .seconds(300), tokenBackoff: Duration = .seconds(30)
+    ) {
+        self.baseDelay = baseDelay
+        self.maximumDelay = maximumDelay
+        self.maximumAttempts = maximumAttempts
+        self.maximumDuration = maximumDuration
+        self.tokenBackoff = tokenBackoff
+    }
+
+    /// The delay before attempt `attempt + 1` after `attempt` failed ones, for `random` in 0..<1.
+    public func delay(afterAttempts attempts: Int, random: Double) -> Duration {
+        let exponent = min(max(attempts - 1, 0), 20)
+        let ceiling = min(baseDelay * (1 << exponent), maximumDelay)
+        return ceiling * min(max(random, 0), 1)
+    }
+
+    /// Until when a request may still be retried: its `expiration`, or ``maximumDuration`` after
+    /// its first attempt.
+    public func deadline(expiration: Date?, firstAttempt: Date) -> Date {
+        expiration ?? firstAttempt.addingTimeInterval(maximumDuration / .seconds(1))
+    }
+}

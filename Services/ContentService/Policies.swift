@@ -1,0 +1,58 @@
+import Foundation
+import IsletMessages
+
+// content-service's policies, in one place: what goes into a payload (ContentPolicy) and how
+// the freshness monitor watches what it sent (FreshnessPolicy).
+
+public struct ContentPolicy: Sendable {
+    public enum Dismissal: Sendable, Equatable {
+        /// Leave the ended activity on the Lock Screen as iOS decides (up to 4 hours).
+        case system
+        /// Remove it at once.
+        case immediate
+        /// Remove it this long after the end (at most 4 hours).
+        case after(Duration)
+    }
+
+    /// At most this many alerting pushes per activity in ``alertWindow`` (reminder fatigue).
+    public var maximumAlerts = 3
+    public var alertWindow: Duration = .seconds(3_600)
+    public var dismissal: Dismissal = .after(.seconds(900))
+
+    public init() {}
+
+    /// The `aps.dismissal-date` of an end sent at `now` (`nil`: iOS decides).
+    public func dismissalDate(now: Date) -> Int64? {
+        switch dismissal {
+        case .system: nil
+        case .immediate: Int64(now.timeIntervalSince1970.rounded(.down)) - 1
+        case .after(let delay): Int64(now.addingTimeInterval(min(delay / .seconds(1), 4 * 3_600)).timeIntervalSince1970.rounded(.up))
+        }
+    }
+
+    /// Priority 10 for what the user must see now, 5 for the rest.
+    public func priority(for urgency: Urgency) -> Int { urgency == .routine ? 5 : 10 }
+}
+
+/// The freshness monitor's rules (Lyft's Freshness Monitor): what the phone shows goes out of date
+/// at the content's stale date, or at once when its delivery failed. A stale activity is first
+/// re-sent its latest content at priority 10 (a bounded number of times, spaced); one stale for
+/// longer than `severeAfter` is ended with its final content. Independently, every activity is
+/// ended with its latest content before iOS's 8-hour limit, at `lifetime` after its start.
+public struct FreshnessPolicy: Sendable {
+    /// How often the monitor looks (`ISLET_FRESHNESS_INTERVAL_SECONDS`, default 5).
+    public var checkInterval: Duration = .seconds(5)
+    /// Re-sends of one content at most (`ISLET_FRESHNESS_RESENDS`, default 3).
+    public var maximumResends = 3
+    /// At least this long between two re-sends of an activity (`ISLET_FRESHNESS_RESEND_SPACING_SECONDS`, default 60).
+    public var resendSpacing: Duration = .seconds(60)
+    /// Stale for this long: severely stale, ended (`ISLET_FRESHNESS_SEVERE_SECONDS`, default 600).
+    public var severeAfter: Duration = .seconds(600)
+    /// Ended with its final content this long after its start (`ISLET_ACTIVITY_LIFETIME_SECONDS`,
+    /// default 7 h 50 min: iOS stops showing updates at 8 hours).
+    public var lifetime: Duration = .seconds(7 * 3_600 + 50 * 60)
+    /// An activity not heard of for this long is forgotten (its events are then treated as new).
+    public var retention: Duration = .seconds(9 * 3_600)
+
+    public init() {}
+}
