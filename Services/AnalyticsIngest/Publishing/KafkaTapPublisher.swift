@@ -1,19 +1,6 @@
 import IsletKafka
 import IsletMessages
 
-/// A record analytics-ingest writes: a verified tap, or a rejected one.
-public enum TapRecord: Sendable {
-    case click(ClickEvent)
-    case rejected(RejectedClick)
-}
-
-/// Where taps go. A tap counts only once its record is acknowledged.
-public protocol TapPublisher: Sendable {
-    /// Publishes the records (concurrently) and returns, for each in order, `nil` when it was
-    /// acknowledged or the error why not.
-    func publish(_ records: [TapRecord]) async -> [(any Error)?]
-}
-
 /// Publishes to Kafka: clicks on `islet.clicks.v1` under the activity id, rejected taps on
 /// `islet.clicks-rejected.v1` without a key. How long a record may wait for its acknowledgement
 /// is ``IngestSettings/sendTimeout``: the producer's `message.timeout.ms` and its

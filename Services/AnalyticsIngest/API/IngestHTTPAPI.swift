@@ -5,18 +5,6 @@ import IsletRuntime
 import Logging
 import NIOCore
 
-/// The request context of analytics-ingest: Hummingbird's, plus the TCP peer's address (the
-/// default client identity for rate limiting).
-public struct IngestRequestContext: RequestContext, RemoteAddressRequestContext {
-    public var coreContext: CoreRequestContextStorage
-    public let remoteAddress: SocketAddress?
-
-    public init(source: ApplicationRequestContextSource) {
-        coreContext = .init(source: source)
-        remoteAddress = source.channel.remoteAddress
-    }
-}
-
 /// The app's HTTP/JSON API. No bearer token: what is counted is vouched for by the link's
 /// signature, not by the caller. Each request is rate limited per client first.
 ///
