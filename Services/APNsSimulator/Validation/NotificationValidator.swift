@@ -1,54 +1,6 @@
 import Foundation
 import IsletMessages
 
-/// What APNs answers when it refuses a request: the HTTP status and the `reason` of the JSON body.
-public struct APNsRejection: Error, Sendable, Equatable, CustomStringConvertible {
-    public var status: Int
-    public var reason: String
-    /// With 410: since when the token is invalid (milliseconds since 1970 in the body).
-    public var timestamp: Date?
-
-    public init(_ status: Int, _ reason: String, timestamp: Date? = nil) {
-        self.status = status
-        self.reason = reason
-        self.timestamp = timestamp
-    }
-
-    public var description: String { "\(status) \(reason)" }
-
-    /// `{"reason": …}`, plus `"timestamp"` (ms) with 410, as APNs writes it.
-    public var body: [UInt8] {
-        var text = #"{"reason":"\#(reason)""#
-        if let timestamp { text += #","timestamp":\#(Int64((timestamp.timeIntervalSince1970 * 1_000).rounded(.down)))"# }
-        return Array((text + "}").utf8)
-    }
-}
-
-/// A Live Activity push the simulator accepted: what the phone would have received.
-public struct AcceptedNotification: Sendable, Codable, Equatable {
-    /// The device token (lowercase hex).
-    public var token: String
-    public var apnsID: String
-    public var topic: String
-    public var priority: Int
-    public var pushType: String
-    public var expiration: Int64?
-    public var collapseID: String?
-    /// `aps.event`: start, update or end.
-    public var event: String
-    /// `aps.timestamp`.
-    public var timestamp: Int64
-    /// `aps.input-push-channel` of a start: the broadcast channel the new activity subscribes to.
-    public var inputPushChannel: String?
-    /// The whole body, as sent.
-    public var payload: String
-    public var payloadBytes: Int
-    public var receivedAt: Date
-    /// Which connection and stream it came on (for GOAWAY and retry checks).
-    public var connection: Int
-    public var stream: Int
-}
-
 /// Validates a provider API request like APNs does for Live Activity pushes (token path).
 public enum NotificationValidator {
     public static let maximumPayloadBytes = 4_096
@@ -202,4 +154,3 @@ extension NotificationValidator.PayloadShape.APS {
         if case .string(let text)? = aps["input-push-channel"] { inputPushChannel = text } else { inputPushChannel = nil }
     }
 }
-

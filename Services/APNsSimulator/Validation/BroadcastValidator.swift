@@ -1,42 +1,6 @@
 import Foundation
 import IsletMessages
 
-/// A broadcast channel the simulator holds for an app (iOS 18): what APNs keeps of it, and what
-/// the simulator counts.
-public struct SimulatedChannel: Sendable, Codable, Equatable {
-    /// The id APNs made for it (random, base64).
-    public var id: String
-    public var bundleId: String
-    /// `message-storage-policy`: 0 no message stored, 1 the most recent one stored.
-    public var storagePolicy: Int
-    public var createdAt: Date
-    /// Activities subscribed to it: started by a push with `input-push-channel` naming it, or
-    /// added through the admin API (simulated phones).
-    public var subscribers: Int
-    /// Broadcasts accepted on it.
-    public var broadcasts: Int
-}
-
-/// A broadcast the simulator accepted: what every subscribed phone would have received.
-public struct AcceptedBroadcast: Sendable, Codable, Equatable {
-    public var channelId: String
-    public var bundleId: String
-    /// `apns-request-id`, as sent or made by the simulator.
-    public var requestId: String
-    public var priority: Int
-    public var expiration: Int64
-    /// `aps.event`: update or end (a broadcast can never start).
-    public var event: String
-    /// `aps.timestamp`.
-    public var timestamp: Int64
-    public var payload: String
-    public var payloadBytes: Int
-    /// The activities it reached: the channel's subscribers when it arrived.
-    public var subscribers: Int
-    public var receivedAt: Date
-    public var connection: Int
-}
-
 /// Validates the broadcast provider API (iOS 18) like APNs: channel management on
 /// `/1/apps/<bundle>/…` and broadcast sends on `/4/broadcasts/apps/<bundle>`, with their error
 /// reasons (../shared/reference/apple-rules.md, "Broadcast").
