@@ -127,77 +127,6 @@ struct RegisterToken: AsyncParsableCommand {
     }
 }
 
-/// The body of `PUT /v1/activities/{activityId}/token` (docs/token-registry.md).
-struct TokenRegistrationBody: Encodable, Sendable, Equatable {
-    struct App: Encodable, Sendable, Equatable {
-        var bundleId: String
-        var environment: String
-    }
-    var token: String
-    var attributesType: String
-    var app: App
-    var frequentUpdatesEnabled: Bool
-    var appVersion: String
-    var activityStartedAt: Date
-    var deviceId: String?
-    var ticket: String?
-    var locale: String?
-}
-
-/// A random token for tests: 32 bytes, hex.
-enum TestToken {
-    static func random() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
-    }
-}
-
-/// token-registry's answer, in one line.
-enum RegistryAnswer {
-    private struct Success: Decodable {
-        struct Token: Decodable {
-            var state: String
-            var tokenFingerprint: String
-        }
-        var change: String
-        var token: Token
-    }
-
-    static func describe(status: Int, body: [UInt8], activityId: String) -> String {
-        let decoder = JSONDecoder()
-        if (200..<300).contains(status), let answer = try? decoder.decode(Success.self, from: Data(body)) {
-            return "\(status) \(answer.change) \(activityId): state \(answer.token.state), token \(answer.token.tokenFingerprint)"
-        }
-        return ServiceHTTP.refusal(status: status, body: body)
-    }
-}
-
-/// What the CLI shares for the services' HTTP APIs (token-registry's and content-service's).
-enum ServiceHTTP {
-    private struct Failure: Decodable {
-        var error: String
-        var field: String?
-        var reason: String?
-    }
-
-    /// An ``HTTPAPIError`` body as `status error field F: reason`; another body as it is (500 bytes).
-    static func refusal(status: Int, body: [UInt8]) -> String {
-        guard let failure = try? JSONDecoder().decode(Failure.self, from: Data(body)) else {
-            return "\(status): \(String(decoding: body.prefix(500), as: UTF8.self))"
-        }
-        var text = "\(status) \(failure.error)"
-        if let field = failure.field { text += " field \(field)" }
-        if let reason = failure.reason { text += ": \(reason)" }
-        return text
-    }
-
-    /// `base/v1/activities/{activityId}/then`, the id escaped as one path segment.
-    static func activityURL(base: String, activityId: String, then suffix: String) -> String {
-        let path = activityId.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? activityId
-        return base.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/v1/activities/\(path)/\(suffix)"
-    }
-}
-
 /// How the CLI gets the app's bearer JWT for token-registry.
 struct BearerOptions: ParsableArguments {
     @Option(help: "A bearer JWT to send as it is (default: $ISLET_CLI_JWT).")
@@ -299,16 +228,4 @@ struct TicketClaims: JWTPayload {
     var exp: ExpirationClaim
 
     func verify(using algorithm: some JWTAlgorithm) async throws {}
-}
-
-struct BearerClaims: JWTPayload {
-    var sub: SubjectClaim
-    var exp: ExpirationClaim
-    var iat: IssuedAtClaim
-    var iss: IssuerClaim?
-    var aud: AudienceClaim?
-
-    func verify(using algorithm: some JWTAlgorithm) async throws {
-        try exp.verifyNotExpired()
-    }
 }
