@@ -177,9 +177,10 @@ def read(path):
 
 
 def swift_code(directory):
-    """{path: code view} of the hand-written Swift files of a directory (generated *.pb/*.grpc left out)."""
+    """{path: code view} of the hand-written Swift files of a directory and its subfolders (a
+    target's parts; generated *.pb/*.grpc left out)."""
     files = {}
-    for path in sorted(glob.glob(os.path.join(directory, "*.swift"))):
+    for path in sorted(glob.glob(os.path.join(directory, "**", "*.swift"), recursive=True)):
         if path.endswith((".pb.swift", ".grpc.swift")):
             continue
         files[path] = code_view(read(path))

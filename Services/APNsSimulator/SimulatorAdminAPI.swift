@@ -18,38 +18,12 @@ import IsletMessages
 /// | `GET /admin/certificate` | the TLS certificate (PEM) clients should trust |
 public enum SimulatorAdminAPI {
     public static func addRoutes<Context: RequestContext>(to router: Router<Context>, state: SimulatorState, certificatePEM: String) {
-        router.get("/admin/notifications") { request, _ -> Response in
-            let token = request.uri.queryParameters.get("token")?.lowercased()
-            let limit = request.uri.queryParameters.get("limit").flatMap(Int.init) ?? .max
-            var notifications: [AcceptedNotification]
-            if let from = request.uri.queryParameters.get("from").flatMap(Int.init) {
-                let count = request.uri.queryParameters.get("count").flatMap(Int.init) ?? 100_000
-                notifications = state.notifications(from: from, count: min(count, 100_000))
-            } else {
-                notifications = state.notifications(token: token, limit: limit)
-            }
-            // payload=false: without the bodies (for large queries).
-            if request.uri.queryParameters.get("payload") == "false" {
-                for i in notifications.indices { notifications[i].payload = "" }
-            }
-            return try json(notifications)
-        }
+        router.get("/admin/notifications") { request, _ -> Response in try notifications(request, state: state) }
         router.delete("/admin/notifications") { _, _ -> Response in
             state.clearNotifications()
             return Response(status: .noContent)
         }
-        router.post("/admin/faults") { request, _ -> Response in
-            let body = try await request.body.collect(upTo: 65_536)
-            let fault: Fault
-            do {
-                fault = try JSONDecoder().decode(Fault.self, from: Data(body.readableBytesView))
-            } catch {
-                return Response(
-                    status: .badRequest, headers: [.contentType: "application/json"],
-                    body: .init(byteBuffer: ByteBuffer(string: #"{"reason":"a fault is {\"kind\": reject|delay|stall|goAway|reset, …}"}"#)))
-            }
-            return try json(["id": state.add(fault)], status: .created)
-        }
+        router.post("/admin/faults") { request, _ -> Response in try await addFault(request, state: state) }
         router.delete("/admin/faults") { _, _ -> Response in
             state.clearFaults()
             return Response(status: .noContent)
@@ -58,28 +32,67 @@ public enum SimulatorAdminAPI {
         router.get("/admin/channels") { request, _ -> Response in
             try json(state.channels(bundleId: request.uri.queryParameters.get("bundleId")))
         }
-        router.post("/admin/subscribers") { request, _ -> Response in
-            let body = try await request.body.collect(upTo: 65_536)
-            guard let asked = try? JSONDecoder().decode(Subscribers.self, from: Data(body.readableBytesView)), (1...10_000_000).contains(asked.count) else {
-                return try json(["reason": "subscribers are {\"bundleId\": …, \"channelId\": …, \"count\": 1…10000000}"], status: .badRequest)
-            }
-            guard state.subscribe(asked.count, to: asked.channelId, bundleId: asked.bundleId) else {
-                return try json(["reason": "\(asked.bundleId) has no channel \(asked.channelId)"], status: .notFound)
-            }
-            return try json(state.channel(asked.channelId, bundleId: asked.bundleId))
-        }
-        router.get("/admin/broadcasts") { request, _ -> Response in
-            var broadcasts = state.broadcasts(
-                channel: request.uri.queryParameters.get("channel"), limit: request.uri.queryParameters.get("limit").flatMap(Int.init) ?? .max)
-            if request.uri.queryParameters.get("payload") == "false" {
-                for i in broadcasts.indices { broadcasts[i].payload = "" }
-            }
-            return try json(broadcasts)
-        }
+        router.post("/admin/subscribers") { request, _ -> Response in try await addSubscribers(request, state: state) }
+        router.get("/admin/broadcasts") { request, _ -> Response in try broadcasts(request, state: state) }
         router.get("/admin/certificate") { _, _ -> Response in
             Response(status: .ok, headers: [.contentType: "application/x-pem-file"], body: .init(byteBuffer: ByteBuffer(string: certificatePEM)))
         }
         router.get("/health") { _, _ -> Response in try json(["status": "ready"]) }
+    }
+
+    /// `GET /admin/notifications`: by token and limit, or a page (`from`, `count`); `payload=false`
+    /// leaves the bodies out (for large queries).
+    static func notifications(_ request: Request, state: SimulatorState) throws -> Response {
+        let token = request.uri.queryParameters.get("token")?.lowercased()
+        let limit = request.uri.queryParameters.get("limit").flatMap(Int.init) ?? .max
+        var notifications: [AcceptedNotification]
+        if let from = request.uri.queryParameters.get("from").flatMap(Int.init) {
+            let count = request.uri.queryParameters.get("count").flatMap(Int.init) ?? 100_000
+            notifications = state.notifications(from: from, count: min(count, 100_000))
+        } else {
+            notifications = state.notifications(token: token, limit: limit)
+        }
+        // payload=false: without the bodies (for large queries).
+        if request.uri.queryParameters.get("payload") == "false" {
+            for i in notifications.indices { notifications[i].payload = "" }
+        }
+        return try json(notifications)
+    }
+
+    /// `POST /admin/faults`: a ``Fault`` (JSON); answers its id.
+    static func addFault(_ request: Request, state: SimulatorState) async throws -> Response {
+        let body = try await request.body.collect(upTo: 65_536)
+        let fault: Fault
+        do {
+            fault = try JSONDecoder().decode(Fault.self, from: Data(body.readableBytesView))
+        } catch {
+            return Response(
+                status: .badRequest, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(string: #"{"reason":"a fault is {\"kind\": reject|delay|stall|goAway|reset, …}"}"#)))
+        }
+        return try json(["id": state.add(fault)], status: .created)
+    }
+
+    /// `POST /admin/subscribers`: ``Subscribers`` more simulated activities on a channel.
+    static func addSubscribers(_ request: Request, state: SimulatorState) async throws -> Response {
+        let body = try await request.body.collect(upTo: 65_536)
+        guard let asked = try? JSONDecoder().decode(Subscribers.self, from: Data(body.readableBytesView)), (1...10_000_000).contains(asked.count) else {
+            return try json(["reason": "subscribers are {\"bundleId\": …, \"channelId\": …, \"count\": 1…10000000}"], status: .badRequest)
+        }
+        guard state.subscribe(asked.count, to: asked.channelId, bundleId: asked.bundleId) else {
+            return try json(["reason": "\(asked.bundleId) has no channel \(asked.channelId)"], status: .notFound)
+        }
+        return try json(state.channel(asked.channelId, bundleId: asked.bundleId))
+    }
+
+    /// `GET /admin/broadcasts`: by channel and limit; `payload=false` leaves the bodies out.
+    static func broadcasts(_ request: Request, state: SimulatorState) throws -> Response {
+        var broadcasts = state.broadcasts(
+            channel: request.uri.queryParameters.get("channel"), limit: request.uri.queryParameters.get("limit").flatMap(Int.init) ?? .max)
+        if request.uri.queryParameters.get("payload") == "false" {
+            for i in broadcasts.indices { broadcasts[i].payload = "" }
+        }
+        return try json(broadcasts)
     }
 
     /// `POST /admin/subscribers`: simulated activities to add to a channel.

@@ -1,0 +1,42 @@
+import Foundation
+import IsletMessages
+
+/// What the registry knows of a token, without the token (a credential): the answer to every route.
+public struct TokenStateView: Codable, Sendable, Equatable {
+    public var kind: TokenKind
+    public var activityId: String?
+    public var deviceId: String?
+    public var state: TokenState
+    public var app: AppTarget
+    public var attributesType: String
+    public var frequentUpdatesEnabled: Bool
+    public var appVersion: String
+    /// ``TokenFingerprint`` of the current token.
+    public var tokenFingerprint: String
+    public var invalidation: TokenRecord.Invalidation?
+    public var activityStartedAt: Date?
+    public var registeredAt: Date
+    public var updatedAt: Date
+    /// Whether the owner proved the activity theirs with a ticket (absent: no).
+    public var ownerVerified: Bool?
+    /// The language the activity is shown in, when the app said (canonical BCP 47).
+    public var locale: String?
+
+    public init(_ record: TokenRecord) {
+        self.kind = record.kind
+        self.activityId = record.activityId
+        self.deviceId = record.deviceId
+        self.state = record.state
+        self.app = record.app
+        self.attributesType = record.attributesType
+        self.frequentUpdatesEnabled = record.frequentUpdatesEnabled
+        self.appVersion = record.appVersion
+        self.tokenFingerprint = TokenFingerprint.of(token: record.token)
+        self.invalidation = record.invalidation
+        self.activityStartedAt = record.activityStartedAt
+        self.registeredAt = record.registeredAt
+        self.updatedAt = record.updatedAt
+        self.ownerVerified = record.ownerVerified
+        self.locale = record.locale
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+import HTTPTypes
+import IsletKafka
+import IsletMessages
+import IsletRuntime
+import IsletTokens
+import Logging
+import Synchronization
+
+// APNs's verdicts: push outcomes that kill a token, and the repair of an invalidation that
+// undid a registration this instance had not read yet.
+extension Registry {
+    /// What a push outcome means for the token it concerns.
+    public enum OutcomeDecision: Equatable, Sendable {
+        case invalidate(InvalidationReason, since: Date?)
+        case ignore(String)
+    }
+
+    /// Applies the rule for outcomes: APNs's "this token is dead" (410 Unregistered / ExpiredToken,
+    /// 400 BadDeviceToken / DeviceTokenNotForTopic) invalidates the token it was about — unless the
+    /// key has another token by now, or the same token was registered again after APNs's verdict
+    /// (the 410 `timestamp`, or when the outcome completed).
+    public static func decide(_ outcome: PushOutcome, current: TokenRecord?) -> OutcomeDecision {
+        guard outcome.result == .tokenInvalid else { return .ignore("not a token verdict") }
+        guard let apns = outcome.apns else { return .ignore("APNs was not asked") }
+        guard let verdict = TokenVerdict(outcome) else {
+            return .ignore("APNs answer \(apns.status) \(apns.reason ?? "") does not invalidate a token")
+        }
+        guard let current else { return .ignore("unknown key") }
+        guard current.state == .active else { return .ignore("token already \(current.state.rawValue)") }
+        let fingerprint = TokenFingerprint.of(token: current.token)
+        if let dead = verdict.fingerprint, dead != fingerprint {
+            return .ignore("the outcome concerns an earlier token of this key")
+        }
+        // The one rule (TokenVerdict), as content-service and apns-dispatcher apply it.
+        guard verdict.kills(fingerprint: fingerprint, registeredAt: current.registeredAt) else {
+            return .ignore("the token was registered again after APNs's verdict")
+        }
+        return .invalidate(verdict.reason, since: apns.timestamp)
+    }
+
+    /// Acts on one push outcome; returns what was decided. Throws only if the invalidation could
+    /// not be persisted (the outcome is then read again).
+    @discardableResult
+    public func handle(_ outcome: PushOutcome) async throws -> OutcomeDecision {
+        guard outcome.result == .tokenInvalid, var key = outcome.key else {
+            metrics.outcome("ignored")
+            return .ignore("not a token verdict")
+        }
+        if let activityId = outcome.activityId, outcome.bundleId == nil {
+            // Written before outcomes named their app: the activity of the only app that has the id.
+            let keys = table.keys(forActivity: activityId)
+            guard keys.count == 1 else {
+                metrics.outcome("ignored")
+                return .ignore(keys.isEmpty ? "unknown key" : "an outcome without its app, for an id registered in several apps")
+            }
+            key = keys[0]
+        }
+        let logger = self.logger
+        let decision = try await locks.withLock(key) { [key] () async throws -> OutcomeDecision in
+            let current = self.table.record(forKey: key)
+            let decision = Self.decide(outcome, current: current)
+            guard case .invalidate(let reason, let since) = decision, var next = current else { return decision }
+            let now = self.now()
+            next.state = .invalidated
+            next.invalidation = .init(reason: reason, invalidatedAt: now, apnsTimestamp: since)
+            next.updatedAt = now
+            let legacyKey = self.table.legacyTopicKey(forKey: key)
+            let position = try await self.publisher.publish(next)
+            await self.apply(next, key: key, at: position, replacing: legacyKey)
+            if let position, let verdict = TokenVerdict(outcome) {
+                self.ownInvalidations.withLock { own in
+                    own = own.filter { now.timeIntervalSince($0.value.at) < 600 }
+                    own[key] = OwnInvalidation(position: position, verdict: verdict, at: now)
+                }
+            }
+            self.metrics.invalidated(reason)
+            self.metrics.changed(next.kind, .invalidated)
+            logger.info(
+                "token invalidated by APNs's answer",
+                metadata: ["token.key": "\(key)", "token.fingerprint": "\(TokenFingerprint.of(token: next.token))", "token.reason": "\(reason)"])
+            return decision
+        }
+        if case .ignore(let why) = decision {
+            metrics.outcome("ignored")
+            logger.debug("push outcome ignored", metadata: ["token.key": "\(key)", "outcome.why": "\(why)"])
+        } else {
+            metrics.outcome("invalidated")
+        }
+        return decision
+    }
+
+    /// A record of `key` read from the topic at `position` that the table did not take (it holds a
+    /// later one, or the same). Records before this instance's own invalidation of the key are
+    /// noted, the last of them standing; when the reader reaches the invalidation itself, that
+    /// last record decides: if it is an active record the invalidation's verdict does not kill
+    /// (another instance confirmed the token after APNs's verdict, or rotated it), the
+    /// invalidation — decided from a table that had not read it — undid it by mistake, and it is
+    /// written again, after the invalidation (Kafka has no compare-and-set: the writer that erred
+    /// repairs). An end, another invalidation, or a registration the verdict kills stands.
+    @discardableResult
+    func readBehind(_ record: TokenRecord, key: String, at position: TokenTable.Position) -> Task<Void, Never>? {
+        let decision = ownInvalidations.withLock { own -> (TokenRecord, TokenTable.Position)? in
+            guard var mine = own[key], mine.position.partition == position.partition else { return nil }
+            if position.offset < mine.position.offset {
+                if (mine.behind?.position.offset ?? .min) < position.offset { mine.behind = (record, position) }
+                own[key] = mine
+                return nil
+            }
+            guard position == mine.position else { return nil }
+            // The reader reached the invalidation: decided once.
+            own[key] = nil
+            guard let (last, _) = mine.behind, last.state == .active,
+                !mine.verdict.kills(fingerprint: TokenFingerprint.of(token: last.token), registeredAt: last.registeredAt)
+            else { return nil }
+            return (last, mine.position)
+        }
+        guard let (record, invalidation) = decision else { return nil }
+        let logger = self.logger
+        return Task {
+            do {
+                try await self.restore(record, key: key, over: invalidation)
+            } catch {
+                logger.error("a registration an invalidation undid could not be written again", metadata: ["token.key": "\(key)", "error": "\(error)"])
+            }
+        }
+    }
+
+    private func restore(_ record: TokenRecord, key: String, over invalidation: TokenTable.Position) async throws {
+        try await locks.withLock(key) { () async throws -> Void in
+            // Only over the invalidation that undid it: a record read since decides for itself.
+            guard let current = self.table.record(forKey: key), current.state == .invalidated, self.table.position(forKey: key) == invalidation
+            else { return }
+            var again = record
+            again.updatedAt = self.now()
+            let legacyKey = self.table.legacyTopicKey(forKey: key)
+            let position = try await self.publisher.publish(again)
+            await self.apply(again, key: key, at: position, replacing: legacyKey)
+            self.metrics.changed(again.kind, .reactivated)
+            self.logger.notice(
+                "a registration made just before this instance's invalidation, which had not seen it, is written again",
+                metadata: ["token.key": "\(key)", "token.fingerprint": "\(TokenFingerprint.of(token: again.token))"])
+        }
+    }
+
+    /// The table as the reader of `islet.tokens.v1` feeds it (``TokenTableLoader``): records go to
+    /// the table, and one it does not take is looked at (``readBehind(_:key:at:)``).
+    public var topicFeed: some TokenTopicTable { RegistryTopicFeed(registry: self) }
+}
