@@ -164,13 +164,8 @@ public struct ContentServiceApp: Sendable {
         let engine = ContentEngine(
             assembler: PayloadAssembler(templates: templates, keyring: settings.keyring, policy: settings.policy), tokens: table.tokens,
             freshness: settings.freshness)
-        health.register(Self.memoryCheck)
         let sender = RequestSender(producer: producer, engine: engine, topic: topics.pushRequests, logger: logger)
-        let memoryLoader = Self.memoryLoader(runtime: runtime, settings: settings, topics: topics, engine: engine, sender: sender)
-        // The memories that changed, written to the changelog every few seconds, and when partitions are revoked.
-        let changelog = ContentChangelog(
-            engine: engine, sender: sender, producer: producer, positions: memoryLoader.positions, topic: topics.contentMemory,
-            interval: settings.changelogInterval, logger: logger)
+        let (memoryLoader, changelog) = Self.memory(runtime: runtime, settings: settings, topics: topics, engine: engine, sender: sender, producer: producer)
         let consumer = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.activityEvents]), logger: logger)
         let thumbnails = settings.thumbnails.allowedHosts.isEmpty ? nil : ThumbnailService(settings: settings.thumbnails, logger: logger)
         let loop = ContentServiceLoop(
@@ -178,13 +173,24 @@ public struct ContentServiceApp: Sendable {
             deadLetters: DeadLetterWriter(producer: producer, consumer: consumer, service: service, logger: logger, topic: topics.deadLetters),
             engine: engine, sender: sender, thumbnails: thumbnails, changelog: changelog, memory: memoryLoader, logger: logger)
         let monitor = Self.monitor(runtime: runtime, settings: settings, topics: topics, engine: engine, sender: sender)
-        let ready: @Sendable () -> Bool = {
-            let checks = health.report().checks
-            return checks[Self.tableCheck] == .ready && checks[Self.memoryCheck] == .ready
-        }
+        let ready: @Sendable () -> Bool = { Self.isReady(health.report().checks) }
         let intake = EventIntake(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready)
-        let grpc = Self.grpcServer(settings: settings, intake: intake, logger: logger)
-        let router = Self.backendRouter(runtime: runtime, settings: settings, topics: topics, intake: intake, memory: memoryLoader, sender: sender)
+        // The backends' gRPC API.
+        if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC and HTTP APIs refuse every call") }
+        let grpc = GRPCServerService(
+            host: settings.grpcHost, port: settings.grpcPort, services: [ActivityGRPCService(intake: intake)],
+            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.activityServiceMethods)],
+            onListening: { ListenerReport.bound("grpc", port: $0) })
+        // The backends' HTTP API, beside /health and /metrics.
+        let router = runtime.makeRouter()
+        ActivityHTTPAPI(
+            intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes,
+            lookup: Self.lookup(runtime: runtime, topics: topics, memory: memoryLoader, sender: sender), peers: Self.peers(runtime: runtime, settings: settings)
+        ).addRoutes(to: router)
+        // The stale list names activities: on the operator listener (loopback unless
+        // ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.
+        let operatorRouter = runtime.makeRouter()
+        operatorRouter.get("v1/activities/stale") { request, _ in try Self.staleList(request, engine: engine) }
         // Readiness follows the Kafka clients too: not ready while one cannot reach the cluster or
         // is being recreated; not live once recreation keeps failing.
         health.register("kafka.producer") { producer.health }
@@ -203,8 +209,13 @@ public struct ContentServiceApp: Sendable {
             ReadinessGate(health: health, check: Self.memoryCheck, then: monitor),
             runtime.listener(grpc, name: "grpc", host: settings.grpcHost, port: settings.grpcPort, variables: ["ISLET_GRPC_HOST", "ISLET_GRPC_PORT"]),
             runtime.httpServer(router: router.buildResponder()),
-            runtime.operatorServer(router: Self.operatorRouter(runtime: runtime, engine: engine).buildResponder()),
+            runtime.operatorServer(router: operatorRouter.buildResponder()),
         ]
+    }
+
+    /// Whether the token table and the memory are read: events are taken only then.
+    static func isReady(_ checks: [String: HealthRegistry.Status]) -> Bool {
+        checks[tableCheck] == .ready && checks[memoryCheck] == .ready
     }
 
     /// The token table (which app, version and environment an activity has): the whole topic,
@@ -224,18 +235,25 @@ public struct ContentServiceApp: Sendable {
         return (tokens, replica, loader)
     }
 
-    /// The memories of the partitions assigned, read from the changelog and the topics after it.
-    private static func memoryLoader(
-        runtime: ServiceRuntime, settings: ContentSettings, topics: Topics, engine: ContentEngine, sender: RequestSender
-    ) -> ContentMemoryLoader {
+    /// The memories of the partitions assigned, read from the changelog and the topics after it;
+    /// and the changelog: the memories that changed, written every few seconds, and when
+    /// partitions are revoked.
+    private static func memory(
+        runtime: ServiceRuntime, settings: ContentSettings, topics: Topics, engine: ContentEngine, sender: RequestSender, producer: KafkaProducer
+    ) -> (ContentMemoryLoader, ContentChangelog) {
         let (logger, service, health) = (runtime.logger, runtime.settings.serviceName, runtime.health)
+        health.register(Self.memoryCheck)
         let (bootstrap, consumerProperties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
-        return ContentMemoryLoader(
+        let loader = ContentMemoryLoader(
             engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes, changelogTopic: topics.contentMemory,
             since: engine.clock.date.addingTimeInterval(-(settings.freshness.retention / .seconds(1))), ownWrites: sender.writer, logger: logger,
             readEnds: ContentMemoryLoader.ends(bootstrapServers: bootstrap, clientID: service, settings: runtime.settings.producerProperties, logger: logger),
             makeReplica: ContentMemoryLoader.replicas(bootstrapServers: bootstrap, clientID: service, settings: consumerProperties, logger: logger)
         ) { health.setReady(Self.memoryCheck) }
+        let changelog = ContentChangelog(
+            engine: engine, sender: sender, producer: producer, positions: loader.positions, topic: topics.contentMemory,
+            interval: settings.changelogInterval, logger: logger)
+        return (loader, changelog)
     }
 
     /// The freshness monitor, with token-registry's invalidation when it is configured.
@@ -252,51 +270,31 @@ public struct ContentServiceApp: Sendable {
         return FreshnessMonitor(engine: engine, sender: sender, logger: logger, invalidator: invalidator, payloads: payloads)
     }
 
-    /// The backends' gRPC API.
-    private static func grpcServer(settings: ContentSettings, intake: EventIntake, logger: Logger) -> GRPCServerService {
-        if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC and HTTP APIs refuse every call") }
-        return GRPCServerService(
-            host: settings.grpcHost, port: settings.grpcPort,
-            services: [ActivityGRPCService(intake: intake)],
-            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.activityServiceMethods)],
-            onListening: { ListenerReport.bound("grpc", port: $0) })
-    }
-
-    /// The backends' HTTP API, beside /health and /metrics. Questions about an activity are
-    /// answered where its memory is (the owner of its partition), its latest outcomes read again
-    /// from where the memory saw them.
-    private static func backendRouter(
-        runtime: ServiceRuntime, settings: ContentSettings, topics: Topics, intake: EventIntake, memory: ContentMemoryLoader, sender: RequestSender
-    ) -> Router<BasicRequestContext> {
-        let router = runtime.makeRouter()
+    /// Questions about an activity are answered where its memory is (the owner of its partition),
+    /// its latest outcomes read again from where the memory saw them.
+    private static func lookup(runtime: ServiceRuntime, topics: Topics, memory: ContentMemoryLoader, sender: RequestSender) -> ActivityLookup {
         let outcomes = OutcomeReader(
             bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushOutcomes, settings: runtime.settings.consumerProperties,
             logger: runtime.logger)
-        let lookup = ActivityLookup(
+        return ActivityLookup(
             partition: { activityId in memory.activityPartitionCount.map { KafkaPartitioner.partition(ofKey: activityId, partitions: $0) } },
             owned: { sender.ownedPartitions }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) })
-        // A forwarded event waits for Kafka's acknowledgement at the owner: longer than that.
-        let peers =
-            settings.peers.isEmpty
-            ? nil
-            : PeerForwarding(peers: settings.peers, ownPort: runtime.settings.httpPort, timeout: settings.sendTimeout + .seconds(1), logger: runtime.logger)
-        ActivityHTTPAPI(intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes, lookup: lookup, peers: peers)
-            .addRoutes(to: router)
-        return router
     }
 
-    /// The stale list names activities: on the operator listener (loopback unless
-    /// ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.
-    private static func operatorRouter(runtime: ServiceRuntime, engine: ContentEngine) -> Router<BasicRequestContext> {
-        let router = runtime.makeRouter()
-        router.get("v1/activities/stale") { request, _ -> Response in
-            let limit = request.uri.queryParameters.get("limit", as: Int.self) ?? 1_000
-            let stale = engine.staleActivities(limit: min(max(limit, 1), 1_000)).map(StaleActivityJSON.init)
-            return Response(
-                status: .ok, headers: [.contentType: "application/json"],
-                body: .init(byteBuffer: ByteBuffer(bytes: try IsletJSON.encode(["activities": stale]))))
-        }
-        return router
+    /// The other instances, when there are: a call about an activity another owns is asked there.
+    /// A forwarded event waits for Kafka's acknowledgement at the owner: longer than that.
+    private static func peers(runtime: ServiceRuntime, settings: ContentSettings) -> PeerForwarding? {
+        settings.peers.isEmpty
+            ? nil
+            : PeerForwarding(peers: settings.peers, ownPort: runtime.settings.httpPort, timeout: settings.sendTimeout + .seconds(1), logger: runtime.logger)
+    }
+
+    /// `GET /v1/activities/stale` on the operator listener.
+    private static func staleList(_ request: Request, engine: ContentEngine) throws -> Response {
+        let limit = request.uri.queryParameters.get("limit", as: Int.self) ?? 1_000
+        let stale = engine.staleActivities(limit: min(max(limit, 1), 1_000)).map(StaleActivityJSON.init)
+        return Response(
+            status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: try IsletJSON.encode(["activities": stale]))))
     }
 }
 
