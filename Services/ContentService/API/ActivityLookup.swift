@@ -47,11 +47,7 @@ public struct ActivityLookup: Sendable {
 /// once in the instance: more are refused (503) rather than queued, so that a flood of lookups
 /// costs Kafka connections to nobody.
 public final class OutcomeReader: Sendable {
-    let bootstrapServers: String
-    let topic: String
-    let settings: [String: String]
-    let timeout: Duration
-    let logger: Logger
+    let source: PositionReader
     private let admission = Admission(limit: maximumLookups)
 
     /// Lookups read at once; the next is refused until one is done.
@@ -64,11 +60,8 @@ public final class OutcomeReader: Sendable {
         bootstrapServers: String, topic: String = IsletTopics.pushOutcomes.name, settings: [String: String] = [:], timeout: Duration = .seconds(5),
         logger: Logger
     ) {
-        self.bootstrapServers = bootstrapServers
-        self.topic = topic
-        self.settings = settings
-        self.timeout = timeout
-        self.logger = logger
+        source = PositionReader(
+            bootstrapServers: bootstrapServers, topic: topic, settings: settings, clientID: "content-service.outcomes", timeout: timeout, logger: logger)
     }
 
     /// The outcomes at these positions; a position whose record is no longer on the topic (it
@@ -80,13 +73,12 @@ public final class OutcomeReader: Sendable {
             throw ActivityLookup.Unavailable("too many outcome lookups at once in this instance: retry in a moment")
         }
         defer { admission.leave() }
-        let (bootstrapServers, topic, settings, timeout, logger) = (self.bootstrapServers, self.topic, self.settings, self.timeout, self.logger)
+        let source = self.source
         let scans = await withTaskGroup(of: (KafkaPosition, PositionScan<PushOutcome>?).self) { group in
             for position in Set(positions) {
                 group.addTask {
                     let scan = try? await PositionScan.read(
-                        PushOutcome.self, at: [position], ranges: [position.partition: (position.offset, position.offset)], topic: topic,
-                        bootstrapServers: bootstrapServers, settings: settings, clientID: "content-service.outcomes", timeout: timeout, logger: logger)
+                        PushOutcome.self, at: [position], ranges: [position.partition: (position.offset, position.offset)], from: source)
                     return (position, scan)
                 }
             }
@@ -100,7 +92,7 @@ public final class OutcomeReader: Sendable {
                 found[position] = outcome
             } else if scan?.passed(position) != true {
                 Counter(label: "islet_content_outcome_lookups_total", dimensions: [("result", "unavailable")]).increment()
-                logger.warning("push outcomes could not be read again", metadata: ["kafka.topic": "\(topic)", "kafka.position": "\(position)"])
+                source.logger.warning("push outcomes could not be read again", metadata: ["kafka.topic": "\(source.topic)", "kafka.position": "\(position)"])
                 throw ActivityLookup.Unavailable("the outcomes could not be read from Kafka now: retry in a moment")
             }
         }

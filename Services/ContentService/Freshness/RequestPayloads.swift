@@ -17,12 +17,9 @@ import Metrics
 /// and leaves out what could not be read now (the cluster unreachable, the time up): those stay
 /// due and are asked for again on the next pass.
 public struct RequestPayloads: Sendable {
-    let bootstrapServers: String
-    let topic: String
-    let settings: [String: String]
-    let logger: Logger
-    /// How long one read may take (default 30 s).
-    let timeout: Duration
+    /// The topic of push requests; one read takes at most its timeout (default 30 s).
+    let source: PositionReader
+    var logger: Logger { source.logger }
 
     /// At most this many payloads are read in one pass, those of the activities due longest first;
     /// the others wait for the next pass.
@@ -39,11 +36,8 @@ public struct RequestPayloads: Sendable {
         bootstrapServers: String, topic: String = IsletTopics.pushRequests.name, settings: [String: String] = [:], timeout: Duration = .seconds(30),
         logger: Logger
     ) {
-        self.bootstrapServers = bootstrapServers
-        self.topic = topic
-        self.settings = settings
-        self.timeout = timeout
-        self.logger = logger
+        source = PositionReader(
+            bootstrapServers: bootstrapServers, topic: topic, settings: settings, clientID: "content-service.payloads", timeout: timeout, logger: logger)
     }
 
     /// The payloads of these requests (in the order given, at most ``maximumPerRead``).
@@ -83,66 +77,6 @@ public struct RequestPayloads: Sendable {
     }
 
     private func scan(_ ranges: [Int32: (first: Int64, last: Int64)], wanted: [KafkaPosition: Set<String>]) async throws -> PositionScan<PushRequest> {
-        try await PositionScan.read(
-            PushRequest.self, at: Set(wanted.keys), ranges: ranges, topic: topic, bootstrapServers: bootstrapServers, settings: settings,
-            clientID: "content-service.payloads", timeout: timeout, logger: logger)
-    }
-}
-
-/// What one read of records by position found: one replica assigned the partitions of the
-/// positions wanted, reading each from its first wanted offset to its last, for at most a timeout.
-/// The records are Islet's own JSON messages.
-struct PositionScan<Record: IsletMessage>: Sendable {
-    /// The records at the wanted positions.
-    var records: [KafkaPosition: Record] = [:]
-    /// Per partition, the highest offset read (a wanted position at or below it that was not
-    /// read is not there).
-    var highest: [Int32: Int64] = [:]
-    /// Partitions whose reading started over at their first record (the positions were past
-    /// their end: the topic was recreated).
-    var restarted: Set<Int32> = []
-
-    /// The record at `position` is certainly not on the topic (expired, or the topic recreated).
-    func passed(_ position: KafkaPosition) -> Bool {
-        restarted.contains(position.partition) || (highest[position.partition].map { $0 >= position.offset } ?? false)
-    }
-
-    /// Reads `ranges` (per partition, the first and last offsets wanted) of `topic`, decoding the records at `wanted`.
-    static func read(
-        _ type: Record.Type, at wanted: Set<KafkaPosition>, ranges: [Int32: (first: Int64, last: Int64)], topic: String, bootstrapServers: String,
-        settings: [String: String], clientID: String, timeout: Duration, logger: Logger
-    ) async throws -> PositionScan {
-        var configuration = KafkaConsumerConfiguration.replica(
-            bootstrapServers: bootstrapServers, topics: [topic], partitions: ranges.keys.sorted(), clientID: clientID, settings: settings)
-        configuration.replicaStartOffsets = ranges.mapValues(\.first)
-        let reader = try KafkaConsumer(configuration: configuration, logger: logger)
-        return try await reader.reading(atMost: timeout) { reader in
-            var read = PositionScan()
-            var open = Set(ranges.keys)
-            for await event in reader.events {
-                switch event {
-                case .message(let message):
-                    let partition = message.partition
-                    guard let range = ranges[partition], open.contains(partition) else { break }
-                    if message.offset < range.first {
-                        read.restarted.insert(partition)
-                        open.remove(partition)
-                    } else {
-                        read.highest[partition] = max(read.highest[partition] ?? message.offset, message.offset)
-                        let position = message.position
-                        if wanted.contains(position), let value = message.value, let record = try? IsletJSON.decode(Record.self, from: value) {
-                            read.records[position] = record
-                        }
-                        if message.offset >= range.last { open.remove(partition) }
-                    }
-                case .partitionEnd(let partition):
-                    open.remove(partition.partition)
-                default:
-                    break
-                }
-                if open.isEmpty { return read }
-            }
-            return read
-        }
+        try await PositionScan.read(PushRequest.self, at: Set(wanted.keys), ranges: ranges, from: source)
     }
 }
