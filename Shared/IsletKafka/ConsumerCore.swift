@@ -174,10 +174,9 @@ final class ConsumerCore: Sendable {
     /// their buffered messages dropped), and the caller told so; it waits for its next assignment.
     /// A replica keeps what it buffered: its next handle starts after it.
     func loseEverything() {
-        let owned = machine.withLock { $0.lostWithHandle }
-        guard !owned.isEmpty else { return }
+        guard let owned = machine.withLock({ $0.lostWithHandle }) else { return }
         _ = willRevoke(owned, lost: true)
-        didRevoke(owned)
+        if !owned.isEmpty { didRevoke(owned) }
     }
 
     // MARK: Errors
@@ -265,7 +264,8 @@ extension ConsumerCore {
         // The broker is asked what its fetch answers did not say only while it answers at all.
         let ask = clusterAnswers(at: now)
         let known = client.lag(owned, startingAt: startingOffsets(of: owned, client, asking: ask), askingTheBroker: ask)
-        let look = machine.withLock { $0.noteLag(known: known, owned: owned, at: now, clusterAnswers: ask) }
+        let answers = clusterAnswers(at: now)
+        let look = machine.withLock { $0.noteLag(known: known, owned: owned, at: now, clusterAnswers: answers) }
         lagGauge.record(Double(look.records))
         if !look.wasStuck, let stuck = look.stuck {
             logger.warning(

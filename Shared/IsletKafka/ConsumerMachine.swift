@@ -333,9 +333,10 @@ struct ConsumerMachine {
         enqueue(.partitionsRevoked(partitions))
     }
 
-    /// The partitions a fatal error makes this member give up: a group member's owned ones (a
-    /// replica keeps what it buffered: its next handle starts after it).
-    var lostWithHandle: [KafkaTopicPartition] { inGroup ? owned : [] }
+    /// The partitions a fatal error makes this member give up: a group member's owned ones, lost
+    /// even when there are none (it waits for the group again); `nil` for a replica, which keeps
+    /// what it buffered (its next handle starts after it).
+    var lostWithHandle: [KafkaTopicPartition]? { inGroup ? owned : nil }
 
     /// Drops the buffered messages of these partitions: they are never delivered.
     private mutating func dropBuffered(_ revoked: Set<KafkaTopicPartition>) {

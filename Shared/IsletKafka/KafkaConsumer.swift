@@ -47,6 +47,7 @@ public final class KafkaConsumer: Service, Sendable {
         self.current = CurrentClient(try Self.makeClient(properties: properties, core: core, logger: logger))
     }
 
+    /// A handle whose callbacks feed `core` (the poll loop makes its replacements with this too).
     static func makeClient(properties: [String: String], core: ConsumerCore, logger: Logger) throws(KafkaError) -> RDKafkaClient {
         try RDKafkaClient(
             kind: .consumer,

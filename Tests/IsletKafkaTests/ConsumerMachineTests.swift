@@ -125,8 +125,24 @@ struct ConsumerMachineTests {
         #expect(machine.awaitingAssignment)
         let result16 = machine.mark(read)
         #expect(!result16)
-        #expect(machine.lostWithHandle.isEmpty)
-        #expect(makeMachine(inGroup: false).lostWithHandle.isEmpty)
+        #expect(machine.lostWithHandle == [])
+        #expect(makeMachine(inGroup: false).lostWithHandle == nil, "a replica keeps what it buffered")
+    }
+
+    @Test("a group member that owns no partitions and loses its handle waits for the group again")
+    func lostWithNothingOwned() {
+        var machine = makeMachine()
+        _ = machine.assign([])
+        #expect(!machine.awaitingAssignment)
+        let owned = machine.lostWithHandle ?? [p0]
+        #expect(owned.isEmpty)
+        guard case .none = machine.beginRevocation(owned, lost: true) else {
+            Issue.record("nothing to tell")
+            return
+        }
+        let stored = machine.endRevocation(owned, lost: true)
+        #expect(stored.isEmpty)
+        #expect(machine.awaitingAssignment)
     }
 
     @Test("a full buffer waits for the caller's loop, then pauses the owned partitions; half the buffer taken resumes them")
