@@ -118,14 +118,14 @@ struct ConsumerMachine {
     // Partitions. Every assignment of a partition gets a new epoch; messages carry the epoch they
     // were read under, so a mark finds its partition by one integer lookup, and a message read
     // under an earlier assignment finds nothing.
-    var byEpoch: [UInt64: PartitionMarks] = [:]
+    private var byEpoch: [UInt64: PartitionMarks] = [:]
     var epochOf: [KafkaTopicPartition: UInt64] = [:]
-    var nextEpoch: UInt64 = 1
+    private var nextEpoch: UInt64 = 1
     /// Whether any partition has a pending mark.
-    var marksDirty = false
+    private var marksDirty = false
     /// Partitions being revoked while the caller finishes its work on them: their messages are
     /// not delivered any more, their marks still count.
-    var revoking: Set<KafkaTopicPartition> = []
+    private var revoking: Set<KafkaTopicPartition> = []
     /// Partitions paused because the buffer was full.
     private(set) var paused: Set<KafkaTopicPartition> = []
     /// A group member's committed offsets at assignment, of the partitions it holds (-1: none).
@@ -134,15 +134,15 @@ struct ConsumerMachine {
     var awaitingAssignment: Bool
 
     // The buffer between the poll thread and the caller's loop.
-    var items: [KafkaConsumerEvent] = []
+    private var items: [KafkaConsumerEvent] = []
     private(set) var messageCount = 0
-    var waiter: Waiter?
-    var finished = false
+    private var waiter: Waiter?
+    private var finished = false
     /// Bumped by every revocation, after it removed the revoked messages.
     private(set) var generation: UInt64 = 0
     /// The poll thread waits for the caller's loop to take the buffer.
-    var pollThreadWaiting = false
-    var iteratorClaimed = false
+    private var pollThreadWaiting = false
+    private var iteratorClaimed = false
 
     var recovery = Recovery()
 
