@@ -1,4 +1,3 @@
-import CRdKafka
 import IsletMessages
 
 /// Where Islet's producers put a keyed record (``KafkaProducerConfiguration``: librdkafka's
@@ -12,10 +11,14 @@ public enum KafkaPartitioner {
         return Array(key.utf8).withUnsafeBytes { partition(of: $0, partitions: partitions) }
     }
 
-    /// The partition of a key's bytes (the producers' partitioner callback calls this too).
+    /// The partition of a key's bytes.
     static func partition(of key: UnsafeRawBufferPointer, partitions: Int32) -> Int32 {
-        let start = MessageKey.partitionKeyStart(of: key)
-        // murmur2 only hashes the key: the topic and the opaques are not looked at.
-        return rd_kafka_msg_partitioner_murmur2(nil, key.baseAddress.map { $0 + start }, key.count - start, partitions, nil, nil)
+        RDKafkaPartitioner.murmur2(key, from: hashedKeyStart(key), partitions: partitions)
+    }
+
+    /// Where the part of a key that names the activity starts (``MessageKey/partitionKeyStart(of:)``):
+    /// the producers' partitioner hashes the key from there on.
+    @Sendable static func hashedKeyStart(_ key: UnsafeRawBufferPointer) -> Int {
+        MessageKey.partitionKeyStart(of: key)
     }
 }

@@ -2,7 +2,6 @@
 // Code outside it sees Swift types only.
 import CRdKafka
 import Foundation
-import IsletMessages
 import Logging
 import Synchronization
 
@@ -21,6 +20,10 @@ struct RDKafkaCallbacks: Sendable {
     var rebalance: RDKafkaRebalanceHooks?
     /// librdkafka's statistics (JSON), every `statistics.interval.ms`, on the poll thread.
     var onStatistics: (@Sendable (String) -> Void)?
+    /// Producers only: every topic is partitioned by murmur2 (``RDKafkaPartitioner``) over a
+    /// record's key from the index this returns on (the part that decides where the record goes);
+    /// `nil` keeps librdkafka's default partitioner. Called on the producing thread, for every keyed record.
+    var hashedKeyStart: (@Sendable (UnsafeRawBufferPointer) -> Int)?
 }
 
 /// What a consumer does around a rebalance. librdkafka's rebalance callback performs the C side
@@ -97,8 +100,8 @@ final class RDKafkaClient: @unchecked Sendable {
         if callbacks.onStatistics != nil {
             rd_kafka_conf_set_stats_cb(conf, rdkafkaStatisticsCallback)
         }
-        if kind == .producer {
-            // Every topic of this producer partitions by activity (``MessageKey/partitionKeyStart(of:)``).
+        if kind == .producer, callbacks.hashedKeyStart != nil {
+            // Every topic of this producer partitions by the part of the key the caller names.
             let topicConf: OpaquePointer
             if let existing = rd_kafka_conf_get_default_topic_conf(conf) {
                 topicConf = existing
@@ -106,7 +109,9 @@ final class RDKafkaClient: @unchecked Sendable {
                 topicConf = rd_kafka_topic_conf_new()
                 rd_kafka_conf_set_default_topic_conf(conf, topicConf)
             }
-            rd_kafka_topic_conf_set_partitioner_cb(topicConf, rdkafkaActivityPartitioner)
+            // The partitioner finds the callbacks through the topics' opaque (copied to each topic).
+            rd_kafka_topic_conf_set_opaque(topicConf, context.toOpaque())
+            rd_kafka_topic_conf_set_partitioner_cb(topicConf, rdkafkaKeyPartitioner)
         }
 
         // On success rd_kafka_new takes ownership of conf; on failure it is ours to destroy.
@@ -355,16 +360,16 @@ private let rdkafkaStatisticsCallback: @convention(c) (OpaquePointer?, UnsafeMut
     return 0
 }
 
-/// Islet's partitioner: librdkafka's murmur2 (the Java client's: a record keyed `order-42` goes
-/// where any Kafka client puts it) over the part of the key that names the activity, so that
-/// `com.example.food/order-42` lands with `order-42`. A record without a key gets a random partition.
-private let rdkafkaActivityPartitioner:
+/// murmur2 (the Java client's: a record keyed `order-42` goes where any Kafka client puts it)
+/// over the key from ``RDKafkaCallbacks/hashedKeyStart`` on. A record without a key gets a random partition.
+private let rdkafkaKeyPartitioner:
     @convention(c) (OpaquePointer?, UnsafeRawPointer?, Int, Int32, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32 = {
         topic, key, length, partitions, topicOpaque, messageOpaque in
-        guard let key else {
+        guard let key, let hashedKeyStart = context(from: topicOpaque)?.callbacks.hashedKeyStart else {
             return rd_kafka_msg_partitioner_murmur2_random(topic, nil, 0, partitions, topicOpaque, messageOpaque)
         }
-        return KafkaPartitioner.partition(of: UnsafeRawBufferPointer(start: key, count: length), partitions: partitions)
+        let bytes = UnsafeRawBufferPointer(start: key, count: length)
+        return RDKafkaPartitioner.murmur2(bytes, from: hashedKeyStart(bytes), partitions: partitions)
     }
 
 private let rdkafkaErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {

@@ -13,18 +13,7 @@ enum RDKafkaRebalance {
         let cooperative = String(cString: rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE"
         switch err {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
-            if cooperative {
-                if let error = rd_kafka_incremental_assign(rk, partitions) {
-                    logger.error("incremental assign failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, consuming: error))"])
-                }
-            } else {
-                let result = rd_kafka_assign(rk, partitions)
-                if result != RD_KAFKA_RESP_ERR_NO_ERROR {
-                    logger.error("assign failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, result))"])
-                }
-            }
-            // A partition paused for backpressure under an earlier assignment starts afresh.
-            if let partitions { _ = rd_kafka_resume_partitions(rk, partitions) }
+            assign(rk: rk, partitions, cooperative: cooperative, logger: logger)
             logger.debug("partitions assigned", metadata: ["kafka.partitions": "\(list)"])
             hooks.didAssign(list)
 
@@ -37,31 +26,9 @@ enum RDKafkaRebalance {
                 if !offsets.isEmpty, let error = storeOffsets(rk: rk, offsets) {
                     logger.warning("storing offsets before revocation failed", metadata: ["kafka.error": "\(error)"])
                 }
-                // Synchronous: the next owner starts exactly after what was marked processed here.
-                // A transient failure (the coordinator moving) is retried twice; if the commit still
-                // fails, the next owner redoes what was marked since the last commit.
-                var attempt = 1
-                while true {
-                    let result = rd_kafka_commit(rk, nil, 0)
-                    if result == RD_KAFKA_RESP_ERR_NO_ERROR || result == RD_KAFKA_RESP_ERR__NO_OFFSET { break }
-                    let error = KafkaError(code: .consumer, result)
-                    guard attempt < 3, error.isRetriable || result == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS else {
-                        logger.error(
-                            "commit on revocation failed: processed messages will be delivered again",
-                            metadata: ["kafka.error": "\(error)", "kafka.partitions": "\(list)"])
-                        break
-                    }
-                    attempt += 1
-                    usleep(100_000)
-                }
+                commitBeforeRevocation(rk: rk, list, logger: logger)
             }
-            if cooperative {
-                if let error = rd_kafka_incremental_unassign(rk, partitions) {
-                    logger.error("incremental unassign failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, consuming: error))"])
-                }
-            } else {
-                rd_kafka_assign(rk, nil)
-            }
+            unassign(rk: rk, partitions, cooperative: cooperative, logger: logger)
             logger.debug("partitions revoked", metadata: ["kafka.partitions": "\(list)", "kafka.lost": "\(lost)"])
             hooks.didRevoke(list)
 
@@ -70,6 +37,55 @@ enum RDKafkaRebalance {
             _ = hooks.willRevoke(list, true)
             rd_kafka_assign(rk, nil)
             hooks.didRevoke(list)
+        }
+    }
+
+    private static func assign(
+        rk: OpaquePointer, _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, cooperative: Bool, logger: Logger
+    ) {
+        if cooperative {
+            if let error = rd_kafka_incremental_assign(rk, partitions) {
+                logger.error("incremental assign failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, consuming: error))"])
+            }
+        } else {
+            let result = rd_kafka_assign(rk, partitions)
+            if result != RD_KAFKA_RESP_ERR_NO_ERROR {
+                logger.error("assign failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, result))"])
+            }
+        }
+        // A partition paused for backpressure under an earlier assignment starts afresh.
+        if let partitions { _ = rd_kafka_resume_partitions(rk, partitions) }
+    }
+
+    /// Synchronous: the next owner starts exactly after what was marked processed here.
+    /// A transient failure (the coordinator moving) is retried twice; if the commit still
+    /// fails, the next owner redoes what was marked since the last commit.
+    private static func commitBeforeRevocation(rk: OpaquePointer, _ list: [KafkaTopicPartition], logger: Logger) {
+        var attempt = 1
+        while true {
+            let result = rd_kafka_commit(rk, nil, 0)
+            if result == RD_KAFKA_RESP_ERR_NO_ERROR || result == RD_KAFKA_RESP_ERR__NO_OFFSET { return }
+            let error = KafkaError(code: .consumer, result)
+            guard attempt < 3, error.isRetriable || result == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS else {
+                logger.error(
+                    "commit on revocation failed: processed messages will be delivered again",
+                    metadata: ["kafka.error": "\(error)", "kafka.partitions": "\(list)"])
+                return
+            }
+            attempt += 1
+            usleep(100_000)
+        }
+    }
+
+    private static func unassign(
+        rk: OpaquePointer, _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, cooperative: Bool, logger: Logger
+    ) {
+        if cooperative {
+            if let error = rd_kafka_incremental_unassign(rk, partitions) {
+                logger.error("incremental unassign failed", metadata: ["kafka.error": "\(KafkaError(code: .consumer, consuming: error))"])
+            }
+        } else {
+            rd_kafka_assign(rk, nil)
         }
     }
 
