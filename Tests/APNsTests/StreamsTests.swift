@@ -231,26 +231,10 @@ struct StreamsTests {
 
     @Test("with NIO's HTTP/2 on both sides: at its deadline a body waiting for flow-control window is dropped by the reset, unsent, and fails as not processed")
     func noWindow() throws {
-        let client = EmbeddedChannel(), server = EmbeddedChannel()
-        let usage = ConnectionUsage()
-        let streams = APNsStreams(usage: usage)
-        try client.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .client))
-        try client.pipeline.syncOperations.addHandler(streams)
-        var settings = NIOHTTP2Handler.ConnectionConfiguration()
-        settings.initialSettings = [HTTP2Setting(parameter: .initialWindowSize, value: 0)]
-        try server.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: settings))
-        let address = try SocketAddress(ipAddress: "127.0.0.1", port: 443)
-        _ = try client.connect(to: address).wait()
-        _ = try server.connect(to: address).wait()
+        let pair = try NoWindowPair()
+        let (client, server, usage, streams) = (pair.client, pair.server, pair.usage, pair.streams)
         var received: [HTTP2Frame] = []
-        func carry() throws {
-            client.embeddedEventLoop.run()
-            for _ in 0..<4 {
-                while let bytes = try client.readOutbound(as: ByteBuffer.self) { try server.writeInbound(bytes) }
-                while let bytes = try server.readOutbound(as: ByteBuffer.self) { try client.writeInbound(bytes) }
-            }
-            while let frame = try server.readInbound(as: HTTP2Frame.self) { received.append(frame) }
-        }
+        func carry() throws { received += try pair.carry() }
         try carry()  // the prefaces and SETTINGS: streams get no window
         let reply = client.embeddedEventLoop.makePromise(of: APNsReply.self)
         let headers: HPACKHeaders = [":method": "POST", ":scheme": "https", ":authority": "apns", ":path": "/3/device/ab"]
@@ -275,25 +259,11 @@ struct StreamsTests {
 
     @Test("with NIO's HTTP/2 on both sides: a GOAWAY whose last stream id is before a request whose body waits for window: not processed (NIO fails the dropped write before it hands the GOAWAY on; it came out possibly delivered)")
     func goAwayBeforeTheBodyLeft() throws {
-        let client = EmbeddedChannel(), server = EmbeddedChannel()
-        let usage = ConnectionUsage()
-        let streams = APNsStreams(usage: usage)
-        try client.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .client))
-        try client.pipeline.syncOperations.addHandler(streams)
-        var settings = NIOHTTP2Handler.ConnectionConfiguration()
-        settings.initialSettings = [HTTP2Setting(parameter: .initialWindowSize, value: 0)]
-        try server.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: settings))
-        let address = try SocketAddress(ipAddress: "127.0.0.1", port: 443)
-        _ = try client.connect(to: address).wait()
-        _ = try server.connect(to: address).wait()
+        let pair = try NoWindowPair()
+        let (client, server, usage, streams) = (pair.client, pair.server, pair.usage, pair.streams)
         func carry() throws {
+            _ = try pair.carry()
             client.embeddedEventLoop.run()
-            for _ in 0..<4 {
-                while let bytes = try client.readOutbound(as: ByteBuffer.self) { try server.writeInbound(bytes) }
-                while let bytes = try server.readOutbound(as: ByteBuffer.self) { try client.writeInbound(bytes) }
-            }
-            client.embeddedEventLoop.run()
-            while try server.readInbound(as: HTTP2Frame.self) != nil {}
         }
         try carry()  // the prefaces and SETTINGS: streams get no window
         let reply = client.embeddedEventLoop.makePromise(of: APNsReply.self)
@@ -391,5 +361,38 @@ private final class HeldWrites: ChannelOutboundHandler {
         kept = []
         for (_, promise) in failed { promise?.fail(ChannelError.ioOnClosedChannel) }
         context.close(mode: mode, promise: promise)
+    }
+}
+
+/// A client channel with ``APNsStreams`` over NIO's HTTP/2 and a server channel with NIO's HTTP/2
+/// that gives streams no flow-control window, connected in memory.
+struct NoWindowPair {
+    let client = EmbeddedChannel(), server = EmbeddedChannel()
+    let usage = ConnectionUsage()
+    let streams: APNsStreams
+
+    init() throws {
+        streams = APNsStreams(usage: usage)
+        try client.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .client))
+        try client.pipeline.syncOperations.addHandler(streams)
+        var settings = NIOHTTP2Handler.ConnectionConfiguration()
+        settings.initialSettings = [HTTP2Setting(parameter: .initialWindowSize, value: 0)]
+        try server.pipeline.syncOperations.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: settings))
+        let address = try SocketAddress(ipAddress: "127.0.0.1", port: 443)
+        _ = try client.connect(to: address).wait()
+        _ = try server.connect(to: address).wait()
+    }
+
+    /// Runs the client's loop and carries the bytes both ways until they settle; returns the
+    /// frames the server read.
+    func carry() throws -> [HTTP2Frame] {
+        client.embeddedEventLoop.run()
+        for _ in 0..<4 {
+            while let bytes = try client.readOutbound(as: ByteBuffer.self) { try server.writeInbound(bytes) }
+            while let bytes = try server.readOutbound(as: ByteBuffer.self) { try client.writeInbound(bytes) }
+        }
+        var received: [HTTP2Frame] = []
+        while let frame = try server.readInbound(as: HTTP2Frame.self) { received.append(frame) }
+        return received
     }
 }

@@ -144,12 +144,7 @@ extension EndToEnd {
 
             // A tap on the last update's Lock Screen link becomes a click on islet.clicks.v1.
             let last = try #require(try await driver.stack.received(token: token).last { $0.event == "update" })
-            let payload = try IsletJSON.decodeValue(JSONValue.self, from: Array(last.payload.utf8))
-            let link = try #require(payload["aps"]?["content-state"]?["links"]?["lockScreen"]?.stringValue, "\(scenario.type): a Lock Screen link")
-            let tap: JSONValue = ["url": .string(link), "tappedAt": .string(IsletDate.format(Date())), "appVersion": "3.0", "osVersion": "18.1"]
-            let (status, answer) = try await HTTP.request(driver.stack.url(.ingest) + "/v1/taps", method: .POST, body: tap.jsonBytes)
-            #expect(status == 200 || status == 202, "tap answered \(status) \(String(decoding: answer, as: UTF8.self))")
-            let click = try await driver.firstRecord(on: IsletTopics.clicks.name, as: ClickEvent.self) { $0.activityId == activity }
+            let click = try await tapLockScreenLink(of: last.payload, type: scenario.type, activity: activity, driver: driver)
             #expect(click.attributesType == scenario.type)
             #expect(click.surface == .lockScreen)
         }
@@ -273,13 +268,19 @@ extension EndToEnd {
 
             // A tap on the last update's Lock Screen link becomes a click on islet.clicks.v1.
             let last = try #require(broadcasts.last { $0.event == "update" })
-            let payload = try IsletJSON.decodeValue(JSONValue.self, from: Array(last.payload.utf8))
-            let link = try #require(payload["aps"]?["content-state"]?["links"]?["lockScreen"]?.stringValue, "\(scenario.type): a Lock Screen link")
+            let click = try await tapLockScreenLink(of: last.payload, type: scenario.type, activity: activity, driver: driver)
+            #expect(click.attributesType == scenario.type)
+        }
+
+        /// Taps the Lock Screen link of a payload the phone got, as the app forwards it to
+        /// analytics-ingest; returns the click it became on islet.clicks.v1.
+        func tapLockScreenLink(of pushPayload: String, type: String, activity: String, driver: Driver) async throws -> ClickEvent {
+            let payload = try IsletJSON.decodeValue(JSONValue.self, from: Array(pushPayload.utf8))
+            let link = try #require(payload["aps"]?["content-state"]?["links"]?["lockScreen"]?.stringValue, "\(type): a Lock Screen link")
             let tap: JSONValue = ["url": .string(link), "tappedAt": .string(IsletDate.format(Date())), "appVersion": "3.0", "osVersion": "18.1"]
             let (status, answer) = try await HTTP.request(driver.stack.url(.ingest) + "/v1/taps", method: .POST, body: tap.jsonBytes)
             #expect(status == 200 || status == 202, "tap answered \(status) \(String(decoding: answer, as: UTF8.self))")
-            let click = try await driver.firstRecord(on: IsletTopics.clicks.name, as: ClickEvent.self) { $0.activityId == activity }
-            #expect(click.attributesType == scenario.type)
+            return try await driver.firstRecord(on: IsletTopics.clicks.name, as: ClickEvent.self) { $0.activityId == activity }
         }
 
         /// Compares with Tests/EndToEndTests/Golden/<name>.json; `ISLET_UPDATE_GOLDEN=1` rewrites it.

@@ -112,8 +112,7 @@ final class SimContent: SimGroupMember, @unchecked Sendable {
         world.trace("\(name): killed (kill -9)")
         phase = .down
         engine = nil
-        let (group, memberId) = (world.contents!, memberId)
-        world.scheduler.after(SimWorld.sessionTimeout) { group.expire(memberId: memberId) }
+        world.expireAfterSessionTimeout(memberId, in: world.contents!)
     }
 
     /// SIGTERM: the consumer stops (its events under way finish, then it commits and leaves).

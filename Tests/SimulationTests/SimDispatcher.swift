@@ -112,8 +112,7 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
         markUnrecorded(partitions: nil)
         phase = .down
         machine = nil
-        let (group, memberId) = (world.dispatchers!, memberId)
-        world.scheduler.after(SimWorld.sessionTimeout) { group.expire(memberId: memberId) }
+        world.expireAfterSessionTimeout(memberId, in: world.dispatchers!)
     }
 
     /// SIGTERM: drain (nothing new sent; what is in flight finishes, at most 8 s), then commit and leave.

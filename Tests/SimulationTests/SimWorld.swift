@@ -98,6 +98,11 @@ final class SimWorld {
 
     func trace(_ line: @autoclosure () -> String) { traceLog.log(now, line()) }
 
+    /// A member killed (kill -9): the group notices after the session timeout.
+    func expireAfterSessionTimeout(_ memberId: String, in group: SimGroup) {
+        scheduler.after(Self.sessionTimeout) { group.expire(memberId: memberId) }
+    }
+
     func violate(_ invariant: String, _ detail: String) {
         trace("VIOLATION [\(invariant)] \(detail)")
         violations.append(SimViolation(invariant: invariant, detail: detail, at: now.timeIntervalSince(Self.start)))
