@@ -35,6 +35,7 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
     let logger: Logger
     /// Events are marked processed in offset order, once their requests are acknowledged.
     private let tracker = OffsetTracker()
+    private let metrics = ContentMetrics()
     /// How long a partition's revocation waits for its events under way.
     let revocationTimeout: Duration
     /// Lanes of events worked on at once.
@@ -187,12 +188,12 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
 
     private func handle(_ event: ActivityEvent, _ work: OffsetTracker.Work, images: [String: [String]]) async throws {
         let raw = work.message
-        Counter(label: "islet_content_events_in_total", dimensions: [("event", event.kind.rawValue)]).increment()
+        metrics.eventIn(event.kind)
         let decision: ContentEngine.Decision
         do {
             decision = try engine.prepare(event, partition: raw.partition, images: images)
         } catch {
-            Counter(label: "islet_content_events_total", dimensions: [("result", "refused")]).increment()
+            metrics.eventRefused()
             logger.info("event refused", metadata: ["activity.id": "\(event.activityId)", "error": "\(error.description)"])
             try await deadLetters.send(raw, reason: .unprocessable, detail: error.description)
             done(work)
@@ -200,12 +201,11 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
         }
         switch decision {
         case .ignore(let why):
-            Counter(label: "islet_content_events_total", dimensions: [("result", "ignored")]).increment()
+            metrics.eventIgnored()
             logger.debug("event ignored", metadata: ["activity.id": "\(event.activityId)", "event.why": "\(why)"])
             done(work)
         case .send(let prepared):
-            Counter(label: "islet_content_events_total", dimensions: [("result", "sent")]).increment()
-            if !prepared.shrinks.isEmpty { Counter(label: "islet_content_shrinks_total").increment() }
+            metrics.eventSent(shrunk: !prepared.shrinks.isEmpty)
             // In flight: the next event goes on while Kafka acknowledges these.
             try await sender.enqueue(prepared) { done(work) }
         }

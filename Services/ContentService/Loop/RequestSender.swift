@@ -27,6 +27,7 @@ public final class RequestSender: Sendable {
     /// The lanes' turns and the whole turn, in arrival order (a mutex cannot be held across an `await`).
     let turns = ServiceTurns()
     private let owned = Mutex<Set<Int32>>([])
+    private let metrics = ContentMetrics()
     private let inFlight: AsyncSemaphore
     private let failed = Mutex<[(PushRequest, Completion)]>([])
 
@@ -165,9 +166,5 @@ public final class RequestSender: Sendable {
         }
     }
 
-    private func count(_ request: PushRequest) {
-        Counter(label: "islet_content_requests_total", dimensions: [("event", request.event.rawValue), ("priority", "\(request.priority)")])
-            .increment()
-        Recorder(label: "islet_content_payload_bytes").record(request.payload.utf8.count)
-    }
+    private func count(_ request: PushRequest) { metrics.request(request) }
 }
