@@ -33,11 +33,15 @@ public struct PartitionHandover: Sendable {
     /// How long the revocation waits for the work under way, and for the release.
     public var finishTimeout: Duration
     public var releaseTimeout: Duration
-    /// What "the work under way" is called in the log ("pushes in flight", "events under way").
+    /// What "the work under way" is called in the log ("pushes in flight", "events under way"),
+    /// what the log adds when it finished, and what happens to it when it did not.
     public var work: String
+    public var finishedNote: String
+    public var unfinishedNote: String
 
     public init(
-        work: String, finishTimeout: Duration, releaseTimeout: Duration,
+        work: String, finishedNote: String = "", unfinishedNote: String = "the next owner does those again", finishTimeout: Duration,
+        releaseTimeout: Duration,
         stop: @escaping @Sendable ([KafkaTopicPartition]) -> Void,
         finish: @escaping @Sendable ([KafkaTopicPartition], Duration) async -> Bool,
         release: @escaping @Sendable (Set<Int32>, Duration) async -> Void,
@@ -47,6 +51,8 @@ public struct PartitionHandover: Sendable {
         forget: @escaping @Sendable ([KafkaTopicPartition]) -> Void
     ) {
         self.work = work
+        self.finishedNote = finishedNote
+        self.unfinishedNote = unfinishedNote
         self.finishTimeout = finishTimeout
         self.releaseTimeout = releaseTimeout
         self.stop = stop
@@ -76,9 +82,9 @@ public struct PartitionHandover: Sendable {
         let finished = await finish(partitions, finishTimeout)
         let metadata: Logger.Metadata = ["kafka.partitions": "\(partitions)", "took": "\(ContinuousClock.now - started)"]
         if finished {
-            logger.info("partitions revoked: their \(work) finished", metadata: metadata)
+            logger.info("partitions revoked: their \(work) finished\(finishedNote)", metadata: metadata)
         } else {
-            logger.warning("partitions revoked before their \(work) finished: the next owner does those again", metadata: metadata)
+            logger.warning("partitions revoked before their \(work) finished: \(unfinishedNote)", metadata: metadata)
         }
         await release(Set(partitions.map(\.partition)), releaseTimeout)
     }

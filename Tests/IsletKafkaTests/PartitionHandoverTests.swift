@@ -89,4 +89,22 @@ struct PartitionHandoverTests {
         _ = try? await running.value
         #expect(!steps.all.contains { $0.hasPrefix("own") })
     }
+
+    @Test("work under way that does not finish in time: the release still follows, in the revocation, and then the revoked event")
+    func unfinished() async throws {
+        let bus = MemoryBus(partitions: ["t": 2])
+        let steps = Steps(), otherSteps = Steps()
+        let first = bus.member(group: "g", topics: ["t"], rebalance: .cooperative)
+        let running = Self.run(first, Self.handover(steps, finished: false))
+        try await eventually("assigned") { steps.all.count == 2 }
+        _ = steps.take()
+        let second = bus.member(group: "g", topics: ["t"], rebalance: .cooperative)
+        let other = Self.run(second, Self.handover(otherSteps))
+        try await eventually("moved") { otherSteps.all.count == 2 && steps.all.count == 4 }
+        #expect(steps.take() == ["stop [1]", "finish [1]", "release [1]", "forget [1]"])
+        first.shutdown()
+        second.shutdown()
+        _ = try? await running.value
+        _ = try? await other.value
+    }
 }

@@ -31,12 +31,13 @@ public struct DispatcherSettings: Sendable {
     public init(from config: IsletConfig) throws {
         let keys = try Self.signingKeys(config)
         let teams = try Self.teams(config, keys: keys)
+        let (client, policy) = (try Self.client(config), try Self.policy(config))
         let budgetsInterval = try config.milliseconds("islet.dispatcher.budgets.interval.ms", default: .seconds(5))
         guard budgetsInterval >= .milliseconds(100) else {
             throw ConfigurationError(key: "islet.dispatcher.budgets.interval.ms", problem: "must be at least 100")
         }
         self.init(
-            keys: keys, teams: teams, client: try Self.client(config), policy: try Self.policy(config),
+            keys: keys, teams: teams, client: client, policy: policy,
             dedupeWindow: try config.milliseconds("islet.dispatcher.dedupe.window.ms", default: .seconds(3_600)), budgetsInterval: budgetsInterval)
     }
 

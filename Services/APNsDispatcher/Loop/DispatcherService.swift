@@ -100,7 +100,8 @@ public struct DispatcherService<Consumer: GroupMessageSource>: Service {
     var handover: PartitionHandover {
         let (engine, tickets, tokenLoader, budgets) = (self.engine, self.tickets, self.tokenLoader, self.budgets)
         return PartitionHandover(
-            work: "pushes in flight", finishTimeout: drainTimeout, releaseTimeout: .seconds(2),
+            work: "pushes in flight", finishedNote: ", the rest is left to the next owner", unfinishedNote: "the next owner may send those again",
+            finishTimeout: drainTimeout, releaseTimeout: .seconds(2),
             stop: { partitions in
                 // A restore of these partitions' tokens under way is not waited for any more.
                 tokenLoader.interrupt(partitions: partitions.map(\.partition))

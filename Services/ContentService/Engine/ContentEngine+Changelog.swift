@@ -26,6 +26,12 @@ extension ContentEngine {
         }
     }
 
+    /// These partitions went to another instance: the floors of their timestamps are forgotten (a
+    /// partition that comes back gets a new one, past what its owner meanwhile can have stamped).
+    public func releaseTimestampFloors(_ partitions: some Sequence<Int32>) {
+        state.withLock { state in for partition in partitions { state.timestampFloors[partition] = nil } }
+    }
+
     /// The partitions whose changes are tracked for the changelog are now `partitions` (this
     /// instance's assignment; called on each assignment, not on revocations, so that a partition
     /// revoked and assigned back is not written again in full). Until the first call every
@@ -33,12 +39,6 @@ extension ContentEngine {
     /// then the others are dropped. A partition gained from another instance has every memory
     /// marked: what this instance knows of it while another owned it was not tracked here, and
     /// its last owner may have stopped before writing it.
-    /// These partitions went to another instance: the floors of their timestamps are forgotten (a
-    /// partition that comes back gets a new one, past what its owner meanwhile can have stamped).
-    public func releaseTimestampFloors(_ partitions: some Sequence<Int32>) {
-        state.withLock { state in for partition in partitions { state.timestampFloors[partition] = nil } }
-    }
-
     public func trackChanges(of partitions: Set<Int32>) {
         let floor = ContentTimestamps.floor(assignedAt: clock.date)
         state.withLock { state in

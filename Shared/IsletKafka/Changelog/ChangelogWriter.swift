@@ -4,51 +4,6 @@ import Metrics
 import ServiceLifecycle
 import Synchronization
 
-/// A service's state kept per partition that a ``ChangelogWriter`` writes to a compacted topic:
-/// the budgets of apns-dispatcher, the activity memories of content-service.
-public protocol ChangelogSource: Sendable {
-    /// One key's latest state (a record of the changelog, or a tombstone).
-    associatedtype Change: Sendable
-    /// What a round took besides its changes, for ``finish(_:partitions:writtenAt:send:)``.
-    associatedtype Round: Sendable
-
-    /// The partitions this instance owns: a periodic round writes those.
-    var ownedPartitions: Set<Int32> { get }
-    /// The time a round's records are stamped with.
-    var now: Date { get }
-    /// Takes the changes of `partitions` since the last round (they count as written from now
-    /// on). Throws ``ChangelogRoundRefused`` when the round cannot begin now.
-    func take(partitions: Set<Int32>, settleWithin: Duration?) async throws(ChangelogRoundRefused) -> (round: Round, changes: [Change])
-    /// The partition a change is written to.
-    func partition(of change: Change) -> Int32
-    /// A change's record: its key, and its value (`nil`: a tombstone).
-    func record(of change: Change, writtenAt: Date) throws -> (key: String, value: [UInt8]?)
-    /// Changes taken that Kafka did not take (or that were not handed to it): the next round's,
-    /// where this instance still writes their partition (`writable`).
-    func takeBack(_ changes: [Change], writable: Set<Int32>)
-    /// After a round's changes: what else it writes for each partition whose changes all reached
-    /// Kafka (content-service's checkpoint), through `send`, which hands a record to Kafka only
-    /// while its partition is still writable. Returns the partitions whose end was not written.
-    func finish(_ round: Round, partitions: Set<Int32>, written: Set<Int32>, writtenAt: Date, send: ChangelogWriter<Self>.Send) async
-        -> (failed: Set<Int32>, error: (any Error)?)
-    /// These partitions are being revoked: whatever the source remembers of what it wrote for
-    /// them is forgotten (another owner may write them next).
-    func revoking(_ partitions: Set<Int32>)
-}
-
-extension ChangelogSource {
-    public func finish(_ round: Round, partitions: Set<Int32>, written: Set<Int32>, writtenAt: Date, send: ChangelogWriter<Self>.Send) async
-        -> (failed: Set<Int32>, error: (any Error)?)
-    { ([], nil) }
-    public func revoking(_ partitions: Set<Int32>) {}
-}
-
-/// A round that could not begin (the requests it must follow were not acknowledged in time, say).
-public struct ChangelogRoundRefused: Error, Sendable {
-    public var reason: String
-    public init(_ reason: String) { self.reason = reason }
-}
-
 /// Writes the changes of a service's per-partition state (``ChangelogSource``) to a compacted
 /// topic, in the manner of a Kafka Streams store: every ``interval`` for the partitions this
 /// instance owns, and once more for partitions being revoked (``revoked(_:within:)``, from the
@@ -69,7 +24,10 @@ public final class ChangelogWriter<Source: ChangelogSource>: Service, Sendable {
     public let interval: Duration
     /// Records encoded and handed to the producer at once.
     let slice: Int
-    /// Whether rounds run one at a time (a revocation's waits for the one under way).
+    /// Whether rounds run one at a time (a revocation's waits for the one under way). Rounds that
+    /// may overlap send every change they took, also of a partition revoked meanwhile: a
+    /// revocation's round finds nothing left to take of what a periodic round under way took, and
+    /// the next owner merges a late record (the source's records must allow that: budgets do).
     let oneAtATime: Bool
     /// What the log and the health check call this changelog ("the budgets' changelog").
     let name: String
@@ -160,8 +118,7 @@ public final class ChangelogWriter<Source: ChangelogSource>: Service, Sendable {
         recordsWritten.increment(by: count)
         if let error = finishError ?? changesError {
             roundsFailed.increment()
-            let partitions = failedPartitions.union(unfinished).sorted()
-            fail("\(failed.count) records not written, partitions \(partitions) not all written: \(error)")
+            fail(source.failure(records: failed.count, partitions: failedPartitions.union(unfinished).sorted(), error: error))
         } else {
             state.withLock { $0.failure = nil }
         }
@@ -190,8 +147,9 @@ public final class ChangelogWriter<Source: ChangelogSource>: Service, Sendable {
             var records: [(change: Source.Change, key: String, value: [UInt8]?)] = []
             records.reserveCapacity(slice.count)
             for change in slice {
-                // Its partition is another instance's now: handed back (dropped unless this instance owns it again).
-                guard writable.contains(source.partition(of: change)) else {
+                // Its partition is another instance's now: handed back (dropped unless this instance
+                // owns it again) — unless rounds overlap (above).
+                guard !oneAtATime || writable.contains(source.partition(of: change)) else {
                     failed.append(change)
                     continue
                 }
@@ -200,7 +158,7 @@ public final class ChangelogWriter<Source: ChangelogSource>: Service, Sendable {
                     records.append((change, key, value))
                 } catch {
                     // Never expected; its partition's round is incomplete all the same.
-                    logger.error("\(name): record not encoded", metadata: ["error": "\(error)"])
+                    logger.error("\(name): record not encoded", metadata: ["changelog.key": "\(source.name(of: change))", "error": "\(error)"])
                     failed.append(change)
                     lastError = error
                 }

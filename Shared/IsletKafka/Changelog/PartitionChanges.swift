@@ -32,6 +32,12 @@ public struct PartitionChanges<Key: Hashable & Sendable>: Sendable {
         return gained
     }
 
+    /// Drops what changed in partitions other than `partitions`, and goes on noting changes of
+    /// every partition (what the budgets do: a budget of a partition away may come back with it).
+    public mutating func keep(only partitions: Set<Int32>) {
+        changed = changed.filter { partitions.contains($0.key) }
+    }
+
     /// Drops what changed in `partitions` (their state was forgotten).
     public mutating func drop(partitions: some Sequence<Int32>) {
         for partition in partitions { changed[partition] = nil }
