@@ -35,7 +35,8 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
     let logger: Logger
     /// Events are marked processed in offset order, once their requests are acknowledged.
     private let tracker = OffsetTracker()
-    private let metrics = ContentMetrics()
+    /// The sender's: one set of metrics for the service.
+    private var metrics: ContentMetrics { sender.metrics }
     /// How long a partition's revocation waits for its events under way.
     let revocationTimeout: Duration
     /// Lanes of events worked on at once.

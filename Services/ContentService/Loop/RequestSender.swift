@@ -27,7 +27,8 @@ public final class RequestSender: Sendable {
     /// The lanes' turns and the whole turn, in arrival order (a mutex cannot be held across an `await`).
     let turns = ServiceTurns()
     private let owned = Mutex<Set<Int32>>([])
-    private let metrics = ContentMetrics()
+    /// content-service's metrics of every event and request (one set for the service, given by its assembly).
+    let metrics: ContentMetrics
     private let inFlight: AsyncSemaphore
     private let failed = Mutex<[(PushRequest, Completion)]>([])
 
@@ -63,6 +64,7 @@ public final class RequestSender: Sendable {
     public init(
         producer: any MessageSink, engine: ContentEngine, topic: String = IsletTopics.pushRequests.name, window: Int = 2_000, logger: Logger
     ) {
+        self.metrics = ContentMetrics()
         self.producer = producer
         self.engine = engine
         self.topic = topic
