@@ -6,7 +6,8 @@
 //   Shared/<Module>/      code every service shares: message types, the Kafka wrapper, the service runtime
 //   Services/<Service>/   one folder per service (a library with the logic, a thin executable)
 //   Tests/<Target>Tests/  unit tests per target; integration and fault tests in their own targets
-//   Benchmarks/           benchmark executables, run by scripts/bench-*.sh
+//   Benchmarks/           the benchmark executables, a package of their own (Benchmarks/Package.swift) that
+//                         uses this one's library products; run by scripts/bench-*.sh
 import Foundation
 import PackageDescription
 
@@ -34,6 +35,13 @@ let package = Package(
         .library(name: "IsletRuntime", targets: ["IsletRuntime"]),
         .library(name: "IsletProtos", targets: ["IsletProtos"]),
         .library(name: "IsletLinks", targets: ["IsletLinks"]),
+        // For the benchmarks (Benchmarks/Package.swift), which drive the services' libraries in process.
+        .library(name: "IsletTokens", targets: ["IsletTokens"]),
+        .library(name: "TokenRegistry", targets: ["TokenRegistry"]),
+        .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
+        .library(name: "APNsDispatcher", targets: ["APNsDispatcher"]),
+        .library(name: "ContentService", targets: ["ContentService"]),
+        .library(name: "IsletDemoKit", targets: ["IsletDemoKit"]),
         .executable(name: "token-registry", targets: ["TokenRegistryExecutable"]),
         .executable(name: "apns-simulator", targets: ["APNsSimulatorExecutable"]),
         .executable(name: "apns-dispatcher", targets: ["APNsDispatcherExecutable"]),
@@ -41,12 +49,7 @@ let package = Package(
         .executable(name: "islet", targets: ["IsletCLI"]),
         .executable(name: "analytics-ingest", targets: ["AnalyticsIngestExecutable"]),
         .executable(name: "analytics-consumer", targets: ["AnalyticsConsumerExecutable"]),
-        .executable(name: "islet-kafka-bench", targets: ["IsletKafkaBench"]),
-        .executable(name: "islet-dispatch-bench", targets: ["IsletDispatchBench"]),
-        .executable(name: "islet-content-bench", targets: ["IsletContentBench"]),
         .executable(name: "islet-demo", targets: ["IsletDemo"]),
-        .executable(name: "islet-stack-bench", targets: ["IsletStackBench"]),
-        .executable(name: "islet-http-load", targets: ["IsletHTTPLoad"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -345,18 +348,6 @@ let package = Package(
             path: "Services/ContentServiceExecutable"
         ),
 
-        // Produce/consume throughput of the wrapper, compared by scripts/bench-kafka.sh with rdkafka_performance.
-        .executableTarget(
-            name: "IsletKafkaBench",
-            dependencies: [
-                "IsletKafka",
-                "IsletTokens",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            path: "Benchmarks/KafkaThroughput"
-        ),
-
         // The demo's app and backend as a library: the demo plays it, the stack benchmarks drive the product with it.
         .target(
             name: "IsletDemoKit",
@@ -383,60 +374,6 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
             path: "Tools/IsletDemo"
-        ),
-
-        // End-to-end latency and memory per activity of the running product, for scripts/demo.sh --latency / --memory.
-        .executableTarget(
-            name: "IsletStackBench",
-            dependencies: [
-                "APNsSimulator", "ContentService", "IsletDemoKit", "IsletKafka", "IsletMessages", "TokenRegistry",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"),
-            ],
-            path: "Benchmarks/Stack"
-        ),
-
-        // content-service's assembly and pipeline figures, for scripts/bench-content.sh.
-        .executableTarget(
-            name: "IsletContentBench",
-            dependencies: [
-                "ContentService", "IsletKafka", "IsletLinks", "IsletMessages", "IsletRuntime", "IsletTokens",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ],
-            path: "Benchmarks/ContentService"
-        ),
-
-        // Loads and paces push requests for scripts/bench-dispatcher.sh.
-        .executableTarget(
-            name: "IsletDispatchBench",
-            dependencies: [
-                "APNsDispatcher", "IsletKafka", "IsletMessages",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-            .product(name: "NIOHTTP1", package: "swift-nio"),
-            ],
-            path: "Benchmarks/Dispatcher",
-            exclude: ["aioapns_bench.py"]
-        ),
-
-        // Open-loop (constant-rate) HTTP/1.1 load with latency from the intended send time, for finding
-        // the highest rate a service sustains within a p99 budget.
-        .executableTarget(
-            name: "IsletHTTPLoad",
-            dependencies: [
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-            ],
-            path: "Benchmarks/HTTPLoad"
         ),
 
         // The admin CLI `islet` (docs/cli.md): publish events, register test tokens, tail topics, look up activities.

@@ -29,8 +29,10 @@ scripts/bootstrap.sh
 if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
   as_root apt-get install -y -q wrk curl >/dev/null
 fi
-build_release analytics-ingest islet-kafka-bench islet-http-load
+build_release analytics-ingest
+build_benchmarks islet-kafka-bench islet-http-load
 bin=$(swift build -c release --show-bin-path)
+bench_bin=$(benchmarks_bin)
 
 pids=()
 cleanup() { stop_pids "${pids[@]}"; }
@@ -39,7 +41,7 @@ trap cleanup EXIT INT TERM
 eval "$(scripts/broker.sh)"
 pids+=("$ISLET_BROKER_PID")
 for topic in islet.clicks.v1 islet.clicks-rejected.v1; do
-  "$bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
+  "$bench_bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
 done
 
 secret=$(new_secret)
@@ -98,7 +100,7 @@ done
 open_results="$ISLET_RUN_DIR/bench-analytics-open.tsv"
 : > "$open_results"
 sweep() {  # path: one line of JSON
-  python3 scripts/bench_analytics.py sweep "$bin/islet-http-load" "$url" "$1" "$(sign_links "open-$RANDOM" 100000)" "$service_pid"
+  python3 scripts/bench_analytics.py sweep "$bench_bin/islet-http-load" "$url" "$1" "$(sign_links "open-$RANDOM" 100000)" "$service_pid"
 }
 for r in $(seq 1 "$open_rounds"); do
   echo "open loop, round $r:" >&2
@@ -109,6 +111,6 @@ done
 # Every accepted tap is on the topic, once: the service's count against the topic's.
 accepted=$(curl -s "http://127.0.0.1:$operator_port/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="accepted"\}/ {print $2}')
 other=$(curl -s "http://127.0.0.1:$operator_port/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="(duplicate|rejected|unavailable)"\}/ {s += $2} END {print s + 0}')
-on_topic=$("$bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.clicks.v1)
+on_topic=$("$bench_bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.clicks.v1)
 
 python3 scripts/bench_analytics.py summary "$results" "$accepted" "$on_topic" "$other" "$open_results"

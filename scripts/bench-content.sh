@@ -38,8 +38,8 @@ rounds=${ROUNDS:-3}
 events=${EVENTS:-20000}
 
 scripts/bootstrap.sh
-build_release islet-content-bench
-bench=$(swift build -c release --show-bin-path)/islet-content-bench
+build_benchmarks islet-content-bench
+bench=$(benchmarks_bin)/islet-content-bench
 
 if [ "${1:-}" = --memory ]; then
   echo "== memory per live activity (${ACTIVITIES:-1000000} activities, in process)"

@@ -30,8 +30,8 @@ rounds=${ROUNDS:-5}
 tools=${ISLET_TOOLS:-$repo/.tools}
 
 scripts/bootstrap.sh
-build_release islet-kafka-bench
-bench=$(swift build -c release --show-bin-path)/islet-kafka-bench
+build_benchmarks islet-kafka-bench
+bench=$(benchmarks_bin)/islet-kafka-bench
 rdperf="$tools/bin/rdkafka_performance"
 producer_props=(-X enable.idempotence=true -X acks=all -X linger.ms=5 -X partitioner=murmur2_random -X message.timeout.ms=30000)
 results="$ISLET_RUN_DIR/bench-kafka.tsv"

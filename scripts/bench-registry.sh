@@ -26,8 +26,10 @@ scripts/bootstrap.sh
 if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
   as_root apt-get install -y -q wrk curl >/dev/null
 fi
-build_release token-registry islet-kafka-bench
+build_release token-registry
+build_benchmarks islet-kafka-bench
 bin=$(swift build -c release --show-bin-path)
+bench_bin=$(benchmarks_bin)
 
 pids=()
 cleanup() { stop_pids "${pids[@]}"; }
@@ -36,7 +38,7 @@ trap cleanup EXIT INT TERM
 eval "$(scripts/broker.sh)"
 pids+=("$ISLET_BROKER_PID")
 for topic in islet.tokens.v1 islet.push-outcomes.v1 islet.dlq.v1; do
-  "$bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
+  "$bench_bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
 done
 
 secret=$(new_secret)
@@ -85,6 +87,6 @@ done
 # registrations wrk counted (warm-up and the read route's one activity included; a request still in
 # flight when wrk stopped may have been written unanswered). A registration answered without a
 # write (a repeat, `unchanged`) would leave the topic short.
-on_topic=$("$bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.tokens.v1)
+on_topic=$("$bench_bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.tokens.v1)
 
 python3 scripts/bench_registry.py summary "$results" "$warm" "$on_topic"
