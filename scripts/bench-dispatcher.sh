@@ -31,11 +31,8 @@
 set -euo pipefail
 shopt -s inherit_errexit  # a failure inside `d=$(run_dispatcher)` fails the script, not just prints 0
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-. "$repo/scripts/lib.sh"
-cd "$repo"
-export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
+# shellcheck source=scripts/lib-bench.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib-bench.sh"
 run=$ISLET_RUN_DIR/bench-dispatcher
 mkdir -p "$run"
 rounds=${ROUNDS:-3}  # 0: only the latency run
@@ -45,7 +42,6 @@ activities=${ACTIVITIES:-2000}
 latency_seconds=${LATENCY_SECONDS:-20}  # the latency run at 1,000 requests/s
 alerting=${ALERTING:-0}  # the share of requests with an alert (announced before they are sent)
 
-scripts/bootstrap.sh
 if ! command -v h2load >/dev/null || ! command -v curl >/dev/null || ! command -v nginx >/dev/null || [ ! -x /usr/bin/time ]; then
   as_root apt-get install -y -q nghttp2-client curl nginx-light time >/dev/null
 fi
@@ -54,10 +50,6 @@ build_release apns-simulator apns-dispatcher
 build_benchmarks islet-dispatch-bench islet-kafka-bench
 bin=$(swift build -c release --show-bin-path)
 bench_bin=$(benchmarks_bin)
-
-pids=()
-cleanup() { stop_pids "${pids[@]}"; pids=(); }
-trap cleanup EXIT INT TERM
 
 key_id=BENCHKEY01; team=BENCHTEAM1; bundle=com.example.bench
 "$bench_bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"

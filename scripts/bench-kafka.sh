@@ -20,16 +20,11 @@
 # marks every message processed; rdkafka_performance commits nothing.
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-. "$repo/scripts/lib.sh"
-cd "$repo"
-export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
-mkdir -p "$ISLET_RUN_DIR"
+# shellcheck source=scripts/lib-bench.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib-bench.sh"
 rounds=${ROUNDS:-5}
 tools=${ISLET_TOOLS:-$repo/.tools}
 
-scripts/bootstrap.sh
 build_benchmarks islet-kafka-bench
 bench=$(benchmarks_bin)/islet-kafka-bench
 rdperf="$tools/bin/rdkafka_performance"

@@ -12,28 +12,17 @@
 #   ROUNDS=3 DURATION=10 CONNECTIONS=64 scripts/bench-registry.sh
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-. "$repo/scripts/lib.sh"
-cd "$repo"
-export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
-mkdir -p "$ISLET_RUN_DIR"
+# shellcheck source=scripts/lib-bench.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib-bench.sh"
 rounds=${ROUNDS:-5}
 duration=${DURATION:-15}
 connections=${CONNECTIONS:-32}
 
-scripts/bootstrap.sh
-if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
-  as_root apt-get install -y -q wrk curl >/dev/null
-fi
+need_wrk
 build_release token-registry
 build_benchmarks islet-kafka-bench
 bin=$(swift build -c release --show-bin-path)
 bench_bin=$(benchmarks_bin)
-
-pids=()
-cleanup() { stop_pids "${pids[@]}"; }
-trap cleanup EXIT INT TERM
 
 eval "$(scripts/broker.sh)"
 pids+=("$ISLET_BROKER_PID")
