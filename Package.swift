@@ -6,7 +6,8 @@
 //   Shared/<Module>/      code every service shares: message types, the Kafka wrapper, the service runtime
 //   Services/<Service>/   one folder per service (a library with the logic, a thin executable)
 //   Tests/<Target>Tests/  unit tests per target; integration and fault tests in their own targets
-//   Benchmarks/           benchmark executables, run by scripts/bench-*.sh
+//   Benchmarks/           the benchmark executables, a package of their own (Benchmarks/Package.swift) that
+//                         uses this one's library products; run by scripts/bench-*.sh
 import Foundation
 import PackageDescription
 
@@ -25,6 +26,40 @@ let shared: [SwiftSetting] = [
 let fuzzing = ProcessInfo.processInfo.environment["ISLET_FUZZ"] == "1"
 let fuzzed: [SwiftSetting] = fuzzing ? [.unsafeFlags(["-sanitize=fuzzer"])] : []
 
+/// The other packages' products the targets use, each named once.
+let logging: Target.Dependency = .product(name: "Logging", package: "swift-log")
+let metrics: Target.Dependency = .product(name: "Metrics", package: "swift-metrics")
+let dequeModule: Target.Dependency = .product(name: "DequeModule", package: "swift-collections")
+let heapModule: Target.Dependency = .product(name: "HeapModule", package: "swift-collections")
+let configuration: Target.Dependency = .product(name: "Configuration", package: "swift-configuration")
+let argumentParser: Target.Dependency = .product(name: "ArgumentParser", package: "swift-argument-parser")
+let serviceLifecycle: Target.Dependency = .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
+let unixSignals: Target.Dependency = .product(name: "UnixSignals", package: "swift-service-lifecycle")
+let prometheus: Target.Dependency = .product(name: "Prometheus", package: "swift-prometheus")
+let hummingbird: Target.Dependency = .product(name: "Hummingbird", package: "hummingbird")
+let hummingbirdTesting: Target.Dependency = .product(name: "HummingbirdTesting", package: "hummingbird")
+let crypto: Target.Dependency = .product(name: "Crypto", package: "swift-crypto")
+let jwtKit: Target.Dependency = .product(name: "JWTKit", package: "jwt-kit")
+let swiftProtobuf: Target.Dependency = .product(name: "SwiftProtobuf", package: "swift-protobuf")
+let grpcCore: Target.Dependency = .product(name: "GRPCCore", package: "grpc-swift-2")
+let grpcProtobuf: Target.Dependency = .product(name: "GRPCProtobuf", package: "grpc-swift-protobuf")
+let grpcNIOTransportHTTP2: Target.Dependency = .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport")
+let nioCore: Target.Dependency = .product(name: "NIOCore", package: "swift-nio")
+let nioEmbedded: Target.Dependency = .product(name: "NIOEmbedded", package: "swift-nio")
+let nioFoundationCompat: Target.Dependency = .product(name: "NIOFoundationCompat", package: "swift-nio")
+let nioHTTP1: Target.Dependency = .product(name: "NIOHTTP1", package: "swift-nio")
+let nioPosix: Target.Dependency = .product(name: "NIOPosix", package: "swift-nio")
+let nioHPACK: Target.Dependency = .product(name: "NIOHPACK", package: "swift-nio-http2")
+let nioHTTP2: Target.Dependency = .product(name: "NIOHTTP2", package: "swift-nio-http2")
+let nioHTTPTypes: Target.Dependency = .product(name: "NIOHTTPTypes", package: "swift-nio-extras")
+let httpTypes: Target.Dependency = .product(name: "HTTPTypes", package: "swift-http-types")
+let nioSSL: Target.Dependency = .product(name: "NIOSSL", package: "swift-nio-ssl")
+let x509: Target.Dependency = .product(name: "X509", package: "swift-certificates")
+let swiftASN1: Target.Dependency = .product(name: "SwiftASN1", package: "swift-asn1")
+let mustache: Target.Dependency = .product(name: "Mustache", package: "swift-mustache")
+let yams: Target.Dependency = .product(name: "Yams", package: "Yams")
+let asyncHTTPClient: Target.Dependency = .product(name: "AsyncHTTPClient", package: "async-http-client")
+
 let package = Package(
     name: "islet",
     platforms: [.macOS(.v15)],
@@ -34,6 +69,13 @@ let package = Package(
         .library(name: "IsletRuntime", targets: ["IsletRuntime"]),
         .library(name: "IsletProtos", targets: ["IsletProtos"]),
         .library(name: "IsletLinks", targets: ["IsletLinks"]),
+        // For the benchmarks (Benchmarks/Package.swift), which drive the services' libraries in process.
+        .library(name: "IsletTokens", targets: ["IsletTokens"]),
+        .library(name: "TokenRegistry", targets: ["TokenRegistry"]),
+        .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
+        .library(name: "APNsDispatcher", targets: ["APNsDispatcher"]),
+        .library(name: "ContentService", targets: ["ContentService"]),
+        .library(name: "IsletDemoKit", targets: ["IsletDemoKit"]),
         .executable(name: "token-registry", targets: ["TokenRegistryExecutable"]),
         .executable(name: "apns-simulator", targets: ["APNsSimulatorExecutable"]),
         .executable(name: "apns-dispatcher", targets: ["APNsDispatcherExecutable"]),
@@ -41,12 +83,7 @@ let package = Package(
         .executable(name: "islet", targets: ["IsletCLI"]),
         .executable(name: "analytics-ingest", targets: ["AnalyticsIngestExecutable"]),
         .executable(name: "analytics-consumer", targets: ["AnalyticsConsumerExecutable"]),
-        .executable(name: "islet-kafka-bench", targets: ["IsletKafkaBench"]),
-        .executable(name: "islet-dispatch-bench", targets: ["IsletDispatchBench"]),
-        .executable(name: "islet-content-bench", targets: ["IsletContentBench"]),
         .executable(name: "islet-demo", targets: ["IsletDemo"]),
-        .executable(name: "islet-stack-bench", targets: ["IsletStackBench"]),
-        .executable(name: "islet-http-load", targets: ["IsletHTTPLoad"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -98,7 +135,7 @@ let package = Package(
         .target(
             name: "IsletMessages",
             dependencies: [
-                .product(name: "Crypto", package: "swift-crypto"),
+                crypto,
             ],
             path: "Shared/IsletMessages",
             swiftSettings: fuzzed
@@ -108,12 +145,7 @@ let package = Package(
         .target(
             name: "IsletProtos",
             dependencies: [
-                .product(name: "GRPCCore", package: "grpc-swift-2"),
-                .product(name: "GRPCProtobuf", package: "grpc-swift-protobuf"),
-                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
-                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Crypto", package: "swift-crypto"),
+                grpcCore, grpcProtobuf, swiftProtobuf, grpcNIOTransportHTTP2, serviceLifecycle, crypto,
             ],
             path: "Shared/IsletProtos",
             exclude: ["token_registry.proto"]
@@ -125,9 +157,7 @@ let package = Package(
             dependencies: [
                 "CRdKafka",
                 "IsletMessages",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                logging, metrics, serviceLifecycle,
             ],
             path: "Shared/IsletKafka"
         ),
@@ -138,15 +168,8 @@ let package = Package(
             dependencies: [
                 "IsletKafka",
                 "CMalloc",
-                .product(name: "Configuration", package: "swift-configuration"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                configuration, logging, metrics, prometheus, serviceLifecycle, unixSignals, hummingbird,
+                nioCore, nioHTTPTypes,
             ],
             path: "Shared/IsletRuntime"
         ),
@@ -157,7 +180,7 @@ let package = Package(
             name: "IsletLinks",
             dependencies: [
                 "IsletMessages",
-                .product(name: "Crypto", package: "swift-crypto"),
+                crypto,
             ],
             path: "Shared/IsletLinks",
             swiftSettings: fuzzed
@@ -168,9 +191,7 @@ let package = Package(
             name: "IsletTesting",
             dependencies: [
                 "IsletKafka", "IsletMessages", "IsletProtos",
-                .product(name: "GRPCCore", package: "grpc-swift-2"),
-                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
-                .product(name: "Logging", package: "swift-log"),
+                grpcCore, grpcNIOTransportHTTP2, logging,
             ],
             path: "Shared/IsletTesting"
         ),
@@ -180,9 +201,7 @@ let package = Package(
             name: "IsletTokens",
             dependencies: [
                 "IsletMessages", "IsletKafka",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                logging, metrics, serviceLifecycle,
             ],
             path: "Shared/IsletTokens"
         ),
@@ -192,15 +211,8 @@ let package = Package(
             name: "TokenRegistry",
             dependencies: [
                 "IsletMessages", "IsletKafka", "IsletRuntime", "IsletProtos", "IsletTokens",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "JWTKit", package: "jwt-kit"),
-                .product(name: "GRPCCore", package: "grpc-swift-2"),
-                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            .product(name: "HTTPTypes", package: "swift-http-types"),
-            .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                hummingbird, jwtKit, grpcCore, grpcNIOTransportHTTP2, logging, metrics,
+                serviceLifecycle, httpTypes, swiftProtobuf,
             ],
             path: "Services/TokenRegistry",
             swiftSettings: fuzzed
@@ -216,13 +228,7 @@ let package = Package(
             name: "AnalyticsIngest",
             dependencies: [
                 "IsletMessages", "IsletKafka", "IsletRuntime", "IsletLinks",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                hummingbird, nioCore, crypto, logging, metrics, prometheus, serviceLifecycle,
             ],
             path: "Services/AnalyticsIngest",
             swiftSettings: fuzzed
@@ -237,11 +243,7 @@ let package = Package(
             name: "AnalyticsConsumer",
             dependencies: [
                 "IsletMessages", "IsletKafka", "IsletRuntime",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            .product(name: "Hummingbird", package: "hummingbird"),
+                logging, metrics, prometheus, serviceLifecycle, hummingbird,
             ],
             path: "Services/AnalyticsConsumer"
         ),
@@ -256,19 +258,8 @@ let package = Package(
             name: "APNsSimulator",
             dependencies: [
                 "IsletMessages", "IsletRuntime",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
-                .product(name: "NIOHPACK", package: "swift-nio-http2"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "JWTKit", package: "jwt-kit"),
+                nioCore, nioPosix, nioHTTP1, nioHTTP2, nioHPACK, nioSSL, crypto, x509, swiftASN1,
+                hummingbird, logging, serviceLifecycle, jwtKit,
             ],
             path: "Services/APNsSimulator"
         ),
@@ -276,10 +267,7 @@ let package = Package(
             name: "APNsSimulatorExecutable",
             dependencies: [
                 "APNsSimulator", "IsletRuntime",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                hummingbird, logging, serviceLifecycle, unixSignals,
             ],
             path: "Services/APNsSimulatorExecutable"
         ),
@@ -289,21 +277,8 @@ let package = Package(
             name: "APNsDispatcher",
             dependencies: [
                 "IsletMessages", "IsletKafka", "IsletRuntime", "IsletTokens",
-                .product(name: "DequeModule", package: "swift-collections"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "HeapModule", package: "swift-collections"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
-                .product(name: "NIOHPACK", package: "swift-nio-http2"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "JWTKit", package: "jwt-kit"),
+                dequeModule, httpTypes, heapModule, nioCore, nioPosix, nioHTTP1, nioHTTP2, nioHPACK,
+                nioSSL, crypto, logging, metrics, serviceLifecycle, hummingbird, jwtKit,
             ],
             path: "Services/APNsDispatcher",
             swiftSettings: fuzzed
@@ -319,22 +294,9 @@ let package = Package(
             name: "ContentService",
             dependencies: [
                 "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos", "CGD",
-                .product(name: "HeapModule", package: "swift-collections"),
-                .product(name: "DequeModule", package: "swift-collections"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "GRPCCore", package: "grpc-swift-2"),
-                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Mustache", package: "swift-mustache"),
-                .product(name: "Yams", package: "Yams"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
+                heapModule, dequeModule, asyncHTTPClient, nioCore, nioHTTP1, nioPosix, crypto, grpcCore,
+                swiftProtobuf, hummingbird, mustache, yams, logging, metrics, serviceLifecycle,
+                grpcNIOTransportHTTP2,
             ],
             path: "Services/ContentService",
             exclude: ["Templates"]
@@ -345,28 +307,12 @@ let package = Package(
             path: "Services/ContentServiceExecutable"
         ),
 
-        // Produce/consume throughput of the wrapper, compared by scripts/bench-kafka.sh with rdkafka_performance.
-        .executableTarget(
-            name: "IsletKafkaBench",
-            dependencies: [
-                "IsletKafka",
-                "IsletTokens",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            path: "Benchmarks/KafkaThroughput"
-        ),
-
         // The demo's app and backend as a library: the demo plays it, the stack benchmarks drive the product with it.
         .target(
             name: "IsletDemoKit",
             dependencies: [
                 "APNsSimulator", "ContentService", "IsletKafka", "IsletMessages", "TokenRegistry",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "JWTKit", package: "jwt-kit"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
+                asyncHTTPClient, jwtKit, logging, nioCore, nioHTTP1,
             ],
             path: "Tools/IsletDemoKit"
         ),
@@ -376,67 +322,9 @@ let package = Package(
             name: "IsletDemo",
             dependencies: [
                 "ContentService", "IsletDemoKit", "IsletKafka", "IsletMessages", "IsletRuntime",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                argumentParser, hummingbird, nioCore, serviceLifecycle, unixSignals,
             ],
             path: "Tools/IsletDemo"
-        ),
-
-        // End-to-end latency and memory per activity of the running product, for scripts/demo.sh --latency / --memory.
-        .executableTarget(
-            name: "IsletStackBench",
-            dependencies: [
-                "APNsSimulator", "ContentService", "IsletDemoKit", "IsletKafka", "IsletMessages", "TokenRegistry",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"),
-            ],
-            path: "Benchmarks/Stack"
-        ),
-
-        // content-service's assembly and pipeline figures, for scripts/bench-content.sh.
-        .executableTarget(
-            name: "IsletContentBench",
-            dependencies: [
-                "ContentService", "IsletKafka", "IsletLinks", "IsletMessages", "IsletRuntime", "IsletTokens",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ],
-            path: "Benchmarks/ContentService"
-        ),
-
-        // Loads and paces push requests for scripts/bench-dispatcher.sh.
-        .executableTarget(
-            name: "IsletDispatchBench",
-            dependencies: [
-                "APNsDispatcher", "IsletKafka", "IsletMessages",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-            .product(name: "NIOHTTP1", package: "swift-nio"),
-            ],
-            path: "Benchmarks/Dispatcher",
-            exclude: ["aioapns_bench.py"]
-        ),
-
-        // Open-loop (constant-rate) HTTP/1.1 load with latency from the intended send time, for finding
-        // the highest rate a service sustains within a p99 budget.
-        .executableTarget(
-            name: "IsletHTTPLoad",
-            dependencies: [
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-            ],
-            path: "Benchmarks/HTTPLoad"
         ),
 
         // The admin CLI `islet` (docs/cli.md): publish events, register test tokens, tail topics, look up activities.
@@ -444,23 +332,15 @@ let package = Package(
             name: "IsletCLI",
             dependencies: [
                 "IsletKafka", "IsletMessages", "IsletProtos",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "GRPCCore", package: "grpc-swift-2"),
-                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
-                .product(name: "JWTKit", package: "jwt-kit"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
-            .product(name: "NIOHTTP1", package: "swift-nio"),
+                argumentParser, asyncHTTPClient, crypto, grpcCore, grpcNIOTransportHTTP2, jwtKit,
+                logging, nioCore, swiftProtobuf, nioHTTP1,
             ],
             path: "Tools/IsletCLI"
         ),
 
         .testTarget(
             name: "IsletMessagesTests",
-            dependencies: ["IsletMessages", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["IsletMessages", crypto],
             path: "Tests/IsletMessagesTests",
             resources: [.copy("Golden")]
         ),
@@ -469,7 +349,7 @@ let package = Package(
             dependencies: [
                 "IsletKafka",
                 "IsletTesting",
-                .product(name: "Logging", package: "swift-log"),
+                logging,
             ],
             path: "Tests/IsletKafkaTests"
         ),
@@ -480,8 +360,7 @@ let package = Package(
                 "IsletTesting",
                 "IsletKafka",
                 "IsletMessages",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                logging, serviceLifecycle,
             ],
             path: "Tests/IsletKafkaIntegrationTests"
         ),
@@ -492,7 +371,7 @@ let package = Package(
                 "IsletTesting",
                 "IsletKafka",
                 "IsletMessages",
-                .product(name: "Logging", package: "swift-log"),
+                logging,
             ],
             path: "Tests/IsletKafkaFaultTests"
         ),
@@ -502,15 +381,8 @@ let package = Package(
             dependencies: [
                 "IsletTesting",
                 "TokenRegistry", "IsletMessages", "IsletKafka", "IsletRuntime", "IsletProtos", "IsletTokens",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "JWTKit", package: "jwt-kit"),
-                .product(name: "GRPCCore", package: "grpc-swift-2"),
-                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            .product(name: "HTTPTypes", package: "swift-http-types"),
-            .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                hummingbird, hummingbirdTesting, jwtKit, grpcCore, grpcNIOTransportHTTP2, logging,
+                serviceLifecycle, httpTypes, swiftProtobuf,
             ],
             path: "Tests/TokenRegistryTests"
         ),
@@ -520,12 +392,7 @@ let package = Package(
             dependencies: [
                 "IsletTesting",
                 "TokenRegistry", "IsletMessages", "IsletKafka", "IsletRuntime", "IsletTokens",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "JWTKit", package: "jwt-kit"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            .product(name: "HTTPTypes", package: "swift-http-types"),
+                hummingbird, hummingbirdTesting, jwtKit, logging, serviceLifecycle, httpTypes,
             ],
             path: "Tests/TokenRegistryIntegrationTests"
         ),
@@ -537,20 +404,8 @@ let package = Package(
                 "IsletTesting",
                 // TokenRegistry: the answer table is checked against the registry's use of it.
                 "APNsSimulator", "APNsDispatcher", "IsletMessages", "IsletTokens", "IsletRuntime", "TokenRegistry",
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
-            .product(name: "NIOHTTP2", package: "swift-nio-http2"),
-            .product(name: "NIOPosix", package: "swift-nio"),
-            .product(name: "NIOHPACK", package: "swift-nio-http2"),
-            .product(name: "NIOEmbedded", package: "swift-nio"),
-            .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "JWTKit", package: "jwt-kit"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                crypto, nioCore, logging, serviceLifecycle, x509, swiftASN1, nioHTTP2, nioPosix,
+                nioHPACK, nioEmbedded, nioSSL, jwtKit, hummingbird, hummingbirdTesting,
             ],
             path: "Tests/APNsTests"
         ),
@@ -560,9 +415,7 @@ let package = Package(
             name: "SimulationTests",
             dependencies: [
                 "APNsDispatcher", "ContentService", "TokenRegistry", "IsletMessages", "IsletKafka", "IsletTokens", "IsletLinks",
-                .product(name: "HeapModule", package: "swift-collections"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
+                heapModule, logging, nioCore,
             ],
             path: "Tests/SimulationTests"
         ),
@@ -572,9 +425,7 @@ let package = Package(
             dependencies: [
                 "IsletTesting",
                 "APNsSimulator", "APNsDispatcher", "IsletMessages", "IsletKafka", "IsletRuntime", "IsletTokens",
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                crypto, logging, serviceLifecycle,
             ],
             path: "Tests/APNsDispatcherIntegrationTests"
         ),
@@ -583,17 +434,8 @@ let package = Package(
             dependencies: [
                 "IsletTesting",
                 "ContentService", "IsletMessages", "IsletLinks", "IsletKafka", "IsletRuntime", "IsletTokens", "IsletProtos",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "Yams", package: "Yams"),
-                .product(name: "Mustache", package: "swift-mustache"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "GRPCCore", package: "grpc-swift-2"),
-                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
-                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                hummingbird, hummingbirdTesting, httpTypes, yams, mustache, nioCore, grpcCore,
+                grpcNIOTransportHTTP2, swiftProtobuf, logging, serviceLifecycle,
             ],
             path: "Tests/ContentServiceTests",
             exclude: ["Golden"]
@@ -604,10 +446,7 @@ let package = Package(
             dependencies: [
                 "IsletTesting",
                 "AnalyticsIngest", "AnalyticsConsumer", "IsletKafka", "IsletLinks", "IsletMessages", "IsletRuntime",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
+                hummingbird, hummingbirdTesting, logging, prometheus,
             ],
             path: "Tests/AnalyticsIngestTests"
         ),
@@ -617,23 +456,20 @@ let package = Package(
             dependencies: [
                 "IsletTesting",
                 "AnalyticsIngest", "AnalyticsConsumer", "IsletLinks", "IsletMessages", "IsletKafka", "IsletRuntime",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                hummingbird, hummingbirdTesting, logging, serviceLifecycle,
             ],
             path: "Tests/AnalyticsIntegrationTests"
         ),
         .testTarget(
             name: "IsletLinksTests",
-            dependencies: ["IsletLinks", "IsletMessages", "IsletTesting", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["IsletLinks", "IsletMessages", "IsletTesting", crypto],
             path: "Tests/IsletLinksTests"
         ),
         // The properties the fuzzers check (Fuzz/Checks, one enum per parser), and the tests that replay
         // every fuzzer's seeds and saved failures through them in the normal test run.
         .target(
             name: "FuzzChecks",
-            dependencies: ["IsletLinks", "IsletMessages", "IsletKafka", "IsletRuntime", "TokenRegistry", "AnalyticsIngest", "APNsDispatcher", .product(name: "HTTPTypes", package: "swift-http-types")],
+            dependencies: ["IsletLinks", "IsletMessages", "IsletKafka", "IsletRuntime", "TokenRegistry", "AnalyticsIngest", "APNsDispatcher", httpTypes],
             path: "Fuzz/Checks"
         ),
         .testTarget(
@@ -646,18 +482,8 @@ let package = Package(
             dependencies: [
                 "IsletRuntime", "IsletTesting",
                 "IsletKafka", "IsletMessages",
-                .product(name: "Configuration", package: "swift-configuration"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOEmbedded", package: "swift-nio"),
-                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-            .product(name: "NIOFoundationCompat", package: "swift-nio"),
-            .product(name: "Prometheus", package: "swift-prometheus"),
+                configuration, hummingbird, hummingbirdTesting, logging, metrics, serviceLifecycle,
+                nioCore, nioEmbedded, nioHTTPTypes, httpTypes, nioFoundationCompat, prometheus,
             ],
             path: "Tests/IsletRuntimeTests"
         ),
@@ -668,15 +494,8 @@ let package = Package(
             dependencies: [
                 "IsletTesting",
                 "APNsSimulator", "ContentService", "TokenRegistry", "IsletKafka", "IsletLinks", "IsletMessages", "IsletProtos", "IsletRuntime",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "GRPCCore", package: "grpc-swift-2"),
-                .product(name: "GRPCNIOTransportHTTP2", package: "grpc-swift-nio-transport"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "JWTKit", package: "jwt-kit"),
-                .product(name: "Logging", package: "swift-log"),
-            .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                asyncHTTPClient, grpcCore, grpcNIOTransportHTTP2, nioCore, nioHTTP1, crypto, jwtKit,
+                logging, swiftProtobuf,
             ],
             path: "Tests/EndToEndTests",
             exclude: ["Golden"]
@@ -689,13 +508,7 @@ let package = Package(
                 "IsletTesting",
                 "IsletCLI", "IsletKafka", "IsletMessages", "IsletProtos",
                 "ContentService", "IsletLinks", "IsletRuntime", "IsletTokens",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "JWTKit", package: "jwt-kit"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+                hummingbird, hummingbirdTesting, argumentParser, jwtKit, crypto, logging, swiftProtobuf,
             ],
             path: "Tests/IsletCLITests"
         ),

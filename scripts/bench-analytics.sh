@@ -14,32 +14,23 @@
 #   ROUNDS=3 DURATION=10 CONNECTIONS=64 OPEN_ROUNDS=1 scripts/bench-analytics.sh
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-. "$repo/scripts/lib.sh"
-cd "$repo"
-export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
-mkdir -p "$ISLET_RUN_DIR"
+# shellcheck source=scripts/lib-bench.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib-bench.sh"
 rounds=${ROUNDS:-5}
 duration=${DURATION:-15}
 connections=${CONNECTIONS:-32}
 open_rounds=${OPEN_ROUNDS:-3}
 
-scripts/bootstrap.sh
-if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
-  as_root apt-get install -y -q wrk curl >/dev/null
-fi
-build_release analytics-ingest islet-kafka-bench islet-http-load
+need_wrk
+build_release analytics-ingest
+build_benchmarks islet-kafka-bench islet-http-load
 bin=$(swift build -c release --show-bin-path)
-
-pids=()
-cleanup() { stop_pids "${pids[@]}"; }
-trap cleanup EXIT INT TERM
+bench_bin=$(benchmarks_bin)
 
 eval "$(scripts/broker.sh)"
 pids+=("$ISLET_BROKER_PID")
 for topic in islet.clicks.v1 islet.clicks-rejected.v1; do
-  "$bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
+  "$bench_bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
 done
 
 secret=$(new_secret)
@@ -98,7 +89,7 @@ done
 open_results="$ISLET_RUN_DIR/bench-analytics-open.tsv"
 : > "$open_results"
 sweep() {  # path: one line of JSON
-  python3 scripts/bench_analytics.py sweep "$bin/islet-http-load" "$url" "$1" "$(sign_links "open-$RANDOM" 100000)" "$service_pid"
+  python3 scripts/bench_analytics.py sweep "$bench_bin/islet-http-load" "$url" "$1" "$(sign_links "open-$RANDOM" 100000)" "$service_pid"
 }
 for r in $(seq 1 "$open_rounds"); do
   echo "open loop, round $r:" >&2
@@ -109,6 +100,6 @@ done
 # Every accepted tap is on the topic, once: the service's count against the topic's.
 accepted=$(curl -s "http://127.0.0.1:$operator_port/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="accepted"\}/ {print $2}')
 other=$(curl -s "http://127.0.0.1:$operator_port/metrics" | awk -F' ' '/^islet_analytics_taps_total\{verdict="(duplicate|rejected|unavailable)"\}/ {s += $2} END {print s + 0}')
-on_topic=$("$bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.clicks.v1)
+on_topic=$("$bench_bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.clicks.v1)
 
 python3 scripts/bench_analytics.py summary "$results" "$accepted" "$on_topic" "$other" "$open_results"

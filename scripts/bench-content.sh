@@ -28,18 +28,13 @@
 #   scripts/bench-content.sh --memory
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-. "$repo/scripts/lib.sh"
-cd "$repo"
-export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
-mkdir -p "$ISLET_RUN_DIR"
+# shellcheck source=scripts/lib-bench.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib-bench.sh"
 rounds=${ROUNDS:-3}
 events=${EVENTS:-20000}
 
-scripts/bootstrap.sh
-build_release islet-content-bench
-bench=$(swift build -c release --show-bin-path)/islet-content-bench
+build_benchmarks islet-content-bench
+bench=$(benchmarks_bin)/islet-content-bench
 
 if [ "${1:-}" = --memory ]; then
   echo "== memory per live activity (${ACTIVITIES:-1000000} activities, in process)"

@@ -31,11 +31,8 @@
 set -euo pipefail
 shopt -s inherit_errexit  # a failure inside `d=$(run_dispatcher)` fails the script, not just prints 0
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-. "$repo/scripts/lib.sh"
-cd "$repo"
-export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
+# shellcheck source=scripts/lib-bench.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib-bench.sh"
 run=$ISLET_RUN_DIR/bench-dispatcher
 mkdir -p "$run"
 rounds=${ROUNDS:-3}  # 0: only the latency run
@@ -45,20 +42,17 @@ activities=${ACTIVITIES:-2000}
 latency_seconds=${LATENCY_SECONDS:-20}  # the latency run at 1,000 requests/s
 alerting=${ALERTING:-0}  # the share of requests with an alert (announced before they are sent)
 
-scripts/bootstrap.sh
 if ! command -v h2load >/dev/null || ! command -v curl >/dev/null || ! command -v nginx >/dev/null || [ ! -x /usr/bin/time ]; then
   as_root apt-get install -y -q nghttp2-client curl nginx-light time >/dev/null
 fi
 python3 -c 'import aioapns' 2>/dev/null || python3 -m pip install -q 'aioapns==4.0'
-build_release apns-simulator apns-dispatcher islet-dispatch-bench islet-kafka-bench
+build_release apns-simulator apns-dispatcher
+build_benchmarks islet-dispatch-bench islet-kafka-bench
 bin=$(swift build -c release --show-bin-path)
-
-pids=()
-cleanup() { stop_pids "${pids[@]}"; pids=(); }
-trap cleanup EXIT INT TERM
+bench_bin=$(benchmarks_bin)
 
 key_id=BENCHKEY01; team=BENCHTEAM1; bundle=com.example.bench
-"$bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"
+"$bench_bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"
 sim_port=$(free_port); admin_port=$(free_port)
 ISLET_SIMULATOR_KEYS="$key_id=$team:$run/AuthKey.p8" ISLET_SIMULATOR_PORT=$sim_port ISLET_HTTP_PORT=$admin_port \
   ISLET_SIMULATOR_TLS_CERTIFICATE_OUT="$run/simulator.pem" ISLET_SIMULATOR_RECORD_CAPACITY=$((count + 50000)) ISLET_LOG_LEVEL=warning \
@@ -102,7 +96,7 @@ nginx_rate() {  # COUNT
 }
 
 # The same request for h2load: one activity's token, a 1 KB update.
-jwt=$("$bin/islet-dispatch-bench" provider-token --key "$run/AuthKey.p8" --key-id "$key_id" --team "$team")
+jwt=$("$bench_bin/islet-dispatch-bench" provider-token --key "$run/AuthKey.p8" --key-id "$key_id" --team "$team")
 python3 scripts/bench_dispatcher.py payload "$run/payload.json"
 token=$(printf 'ab%.0s' $(seq 1 80))
 
@@ -143,7 +137,7 @@ start_broker() {
   eval "$(scripts/broker.sh)"
   pids+=("$ISLET_BROKER_PID")
   for t in islet.tokens.v1:compact islet.push-requests.v1:delete islet.push-outcomes.v1:delete islet.dlq.v1:delete islet.dispatch-budgets.v1:compact islet.broadcast-channels.v1:compact; do
-    "$bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "${t%%:*}" --partitions 4 >/dev/null
+    "$bench_bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "${t%%:*}" --partitions 4 >/dev/null
   done
 }
 start_dispatcher() {  # APNS-URL CA-FILE
@@ -157,7 +151,7 @@ start_dispatcher() {  # APNS-URL CA-FILE
 }
 run_dispatcher() {
   start_broker
-  "$bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count "$count" \
+  "$bench_bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count "$count" \
     --alerting "$alerting" >/dev/null
   nginx_reset
   local b0 n0 rate cpu
@@ -205,18 +199,18 @@ done
 
 echo "== latency at 1,000 requests/s for $latency_seconds s"
 start_broker
-"$bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count 0 >/dev/null
+"$bench_bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count 0 >/dev/null
 start_dispatcher "https://127.0.0.1:$sim_port" "$run/simulator.pem"
 # Warm up: the dispatcher has joined its group (the local broker takes about 5 s) and opened its
 # connections before timing starts.
 reset_simulator
-"$bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count 500 >/dev/null
+"$bench_bin/islet-dispatch-bench" load --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --count 500 >/dev/null
 for _ in $(seq 1 600); do
   [ "$(stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["accepted"])')" -ge 500 ] && break
   sleep 0.1
 done
 reset_simulator
-"$bin/islet-dispatch-bench" paced --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --rate 1000 --seconds "$latency_seconds" \
+"$bench_bin/islet-dispatch-bench" paced --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --bundle "$bundle" --activities "$activities" --rate 1000 --seconds "$latency_seconds" \
   --out "$run/paced.txt"
 sleep 3
 curl -sf "$admin/admin/notifications?payload=false" >"$run/received.json"

@@ -49,6 +49,7 @@ rdperf=${ISLET_TOOLS:-$repo/.tools}/bin/rdkafka_performance
 scripts/bootstrap.sh
 echo "== build (release)"
 swift build -c release 2>&1 | grep -E "error|Build complete" | tail -3
+swift build -c release --package-path Benchmarks --product islet-stack-bench 2>&1 | grep -E "error|complete" | tail -3
 export ISLET_BUILD_CONFIGURATION=release
 brokers=${E2E_BROKERS:-tansu mock}
 hop_pids=()

@@ -20,18 +20,13 @@
 # marks every message processed; rdkafka_performance commits nothing.
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-. "$repo/scripts/lib.sh"
-cd "$repo"
-export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
-mkdir -p "$ISLET_RUN_DIR"
+# shellcheck source=scripts/lib-bench.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib-bench.sh"
 rounds=${ROUNDS:-5}
 tools=${ISLET_TOOLS:-$repo/.tools}
 
-scripts/bootstrap.sh
-build_release islet-kafka-bench
-bench=$(swift build -c release --show-bin-path)/islet-kafka-bench
+build_benchmarks islet-kafka-bench
+bench=$(benchmarks_bin)/islet-kafka-bench
 rdperf="$tools/bin/rdkafka_performance"
 producer_props=(-X enable.idempotence=true -X acks=all -X linger.ms=5 -X partitioner=murmur2_random -X message.timeout.ms=30000)
 results="$ISLET_RUN_DIR/bench-kafka.tsv"

@@ -12,31 +12,22 @@
 #   ROUNDS=3 DURATION=10 CONNECTIONS=64 scripts/bench-registry.sh
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-. "$repo/scripts/lib.sh"
-cd "$repo"
-export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}
-mkdir -p "$ISLET_RUN_DIR"
+# shellcheck source=scripts/lib-bench.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib-bench.sh"
 rounds=${ROUNDS:-5}
 duration=${DURATION:-15}
 connections=${CONNECTIONS:-32}
 
-scripts/bootstrap.sh
-if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
-  as_root apt-get install -y -q wrk curl >/dev/null
-fi
-build_release token-registry islet-kafka-bench
+need_wrk
+build_release token-registry
+build_benchmarks islet-kafka-bench
 bin=$(swift build -c release --show-bin-path)
-
-pids=()
-cleanup() { stop_pids "${pids[@]}"; }
-trap cleanup EXIT INT TERM
+bench_bin=$(benchmarks_bin)
 
 eval "$(scripts/broker.sh)"
 pids+=("$ISLET_BROKER_PID")
 for topic in islet.tokens.v1 islet.push-outcomes.v1 islet.dlq.v1; do
-  "$bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
+  "$bench_bin/islet-kafka-bench" create-topic --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic "$topic" --partitions 4 >/dev/null
 done
 
 secret=$(new_secret)
@@ -85,6 +76,6 @@ done
 # registrations wrk counted (warm-up and the read route's one activity included; a request still in
 # flight when wrk stopped may have been written unanswered). A registration answered without a
 # write (a repeat, `unchanged`) would leave the topic short.
-on_topic=$("$bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.tokens.v1)
+on_topic=$("$bench_bin/islet-kafka-bench" count-records --bootstrap "$ISLET_KAFKA_BOOTSTRAP" --topic islet.tokens.v1)
 
 python3 scripts/bench_registry.py summary "$results" "$warm" "$on_topic"

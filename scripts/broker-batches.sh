@@ -14,8 +14,8 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 export ISLET_RUN_DIR=${ISLET_RUN_DIR:-$repo/.islet-run}/broker-batches
 scripts/bootstrap.sh
-build_release islet-kafka-bench
-bench=$(swift build -c release --show-bin-path)/islet-kafka-bench
+build_benchmarks islet-kafka-bench
+bench=$(benchmarks_bin)/islet-kafka-bench
 perf=${ISLET_TOOLS:-$repo/.tools}/bin/rdkafka_performance
 eval "$(scripts/broker.sh)"
 trap 'kill "$ISLET_BROKER_PID" 2>/dev/null || true' EXIT INT TERM

@@ -33,6 +33,10 @@ scripts/bootstrap.sh
 echo "== build (several minutes the first time)"
 swift build -c "$configuration" 2>&1 | grep -E "error|warning: unre|Compiling|Build complete" | grep -v "^\[" | tail -3
 bin=$(swift build -c "$configuration" --show-bin-path)
+if [ "$bench" != no ]; then  # islet-stack-bench: the benchmarks' package (Benchmarks/Package.swift)
+  swift build -c "$configuration" --package-path Benchmarks --product islet-stack-bench 2>&1 | grep -E "error|complete" | tail -3
+  stack_bench=$(swift build -c "$configuration" --package-path Benchmarks --show-bin-path)/islet-stack-bench
+fi
 
 # Every fixed port the demo's processes listen on (the broker takes a free one), with the operator
 # listeners (HTTP port + 100).
@@ -57,7 +61,8 @@ bootstrap=$ISLET_KAFKA_BOOTSTRAP
 
 echo "== services (logs in $run)"
 key_id=DEMOKEY001; team=DEMOTEAM01
-"$bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"
+# The simulator's and the dispatcher's signing key: P-256 in PKCS#8 PEM, what an AuthKey .p8 is.
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$run/AuthKey.p8" 2>/dev/null
 link_secret=$(new_secret); jwt_secret=$(new_secret); backend_key=$(new_secret); ticket_secret=$(new_secret)
 # The backends' gRPC APIs (loopback only) take calls from this key: `islet activity`, `islet stale`.
 grpc_keys="demo-backend=$backend_key:read+write"
@@ -101,7 +106,7 @@ done
 
 if [ "$bench" = latency ]; then
   echo "== end-to-end latency ($configuration build)"
-  "$bin/islet-stack-bench" latency --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" --process "broker=$ISLET_BROKER_PID" \
+  "$stack_bench" latency --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" --process "broker=$ISLET_BROKER_PID" \
     --process "apns-simulator=$simulator_pid" --process "content-service=$content_pid" --process "apns-dispatcher=$dispatcher_pid" "$@"
   exit 0
 fi
@@ -119,7 +124,7 @@ if [ "$bench" = scale ]; then
   wait_ready content-service-2 http://127.0.0.1:8093
   wait_ready apns-dispatcher-2 http://127.0.0.1:8092
   echo "== two instances of content-service and apns-dispatcher at scale ($configuration build)"
-  "$bin/islet-stack-bench" scale --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" \
+  "$stack_bench" scale --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" \
     --instance "content:content-1=$content_pid@http://127.0.0.1:8083/metrics" --instance "content:content-2=$content2_pid@http://127.0.0.1:8093/metrics" \
     --instance "dispatcher:dispatcher-1=$dispatcher_pid@http://127.0.0.1:8082/metrics" \
     --instance "dispatcher:dispatcher-2=$dispatcher2_pid@http://127.0.0.1:8092/metrics" \
@@ -128,7 +133,7 @@ if [ "$bench" = scale ]; then
 fi
 if [ "$bench" = memory ]; then
   echo "== memory per live activity ($configuration build)"
-  "$bin/islet-stack-bench" memory --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" \
+  "$stack_bench" memory --bootstrap "$bootstrap" --jwt-key "demo=$jwt_secret" \
     --process "apns-dispatcher=$dispatcher_pid" --process "content-service=$content_pid" "$@"
   exit 0
 fi

@@ -70,6 +70,20 @@ build_release() {  # product…
   for product in "$@"; do swift build -c release --product "$product" | { grep -E "error:" >&2 || true; }; done
 }
 
+# The benchmark executables (islet-kafka-bench, islet-dispatch-bench, islet-content-bench,
+# islet-stack-bench, islet-http-load) are a package of their own, Benchmarks/ (its Package.swift).
+# build_benchmarks builds each in release mode as build_release does the product's; benchmarks_bin
+# prints the folder they are built into. Both take the package's path from this file's, so they
+# work from any directory.
+build_benchmarks() {  # product…
+  local product
+  for product in "$@"; do
+    swift build -c release --package-path "$(dirname "${BASH_SOURCE[0]}")/../Benchmarks" --product "$product" \
+      | { grep -E "error:" >&2 || true; }
+  done
+}
+benchmarks_bin() { swift build -c release --package-path "$(dirname "${BASH_SOURCE[0]}")/../Benchmarks" --show-bin-path; }
+
 # Runs a command (its output passes through) and writes the CPU seconds (user + system) it and its
 # children used to FILE; returns its exit status.
 cpu_of() {  # file command…

@@ -20,11 +20,13 @@ count=${COUNT:-50000}
 concurrency=${CONCURRENCY:-100}
 
 scripts/bootstrap.sh
-for product in apns-simulator islet-dispatch-bench; do swift build -c release --product "$product" >/dev/null; done
+swift build -c release --product apns-simulator >/dev/null
+swift build -c release --package-path Benchmarks --product islet-dispatch-bench >/dev/null
 bin=$(swift build -c release --show-bin-path)
+bench_bin=$(benchmarks_bin)
 
 key_id=REPROKEY01; team=REPROTEAM1
-"$bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"
+"$bench_bin/islet-dispatch-bench" key --out "$run/AuthKey.p8"
 sim_port=$(free_port); admin_port=$(free_port)
 ISLET_SIMULATOR_KEYS="$key_id=$team:$run/AuthKey.p8" ISLET_SIMULATOR_PORT=$sim_port ISLET_HTTP_PORT=$admin_port \
   ISLET_SIMULATOR_TLS_CERTIFICATE_OUT="$run/simulator.pem" ISLET_SIMULATOR_RECORD_CAPACITY=1000 ISLET_LOG_LEVEL=warning \
@@ -34,7 +36,7 @@ trap 'stop_pids "$sim_pid"' EXIT INT TERM
 wait_http "http://127.0.0.1:$admin_port/health" 300 || true  # the client run below shows what went wrong
 
 echo "== AsyncHTTPClient: $count pushes, $concurrency in flight"
-"$bin/islet-dispatch-bench" ahc --url "https://127.0.0.1:$sim_port" --ca "$run/simulator.pem" --key "$run/AuthKey.p8" \
+"$bench_bin/islet-dispatch-bench" ahc --url "https://127.0.0.1:$sim_port" --ca "$run/simulator.pem" --key "$run/AuthKey.p8" \
   --key-id "$key_id" --team "$team" --count "$count" --concurrency "$concurrency"
 echo "== the simulator's stats"
 curl -sf "http://127.0.0.1:$admin_port/admin/stats"; echo

@@ -4,12 +4,9 @@
 -- two threads walks its own half, so a link comes again only after many others: the service counts
 -- a link at most once a second), BENCH_ISSUED the epoch seconds they were issued at,
 -- BENCH_OFFSET_MS where this run's tap times start.
-local threads = {}
-
-function setup(thread)
-  thread:set("thread_id", #threads)
-  table.insert(threads, thread)
-end
+local shared = dofile(debug.getinfo(1, "S").source:match("^@(.-)[^/]*$") .. "../wrk-shared.lua")
+setup = shared.setup  -- a global thread_id in each thread
+done = shared.done  -- the JSON line
 
 function init(args)
   path = os.getenv("BENCH_PATH")
@@ -33,10 +30,4 @@ function request()
   local url = urls[(counter % #urls) + 1]
   local body = '{"url":"' .. url .. '","tappedAt":"' .. tapped .. '","appVersion":"5.2.0","osVersion":"18.1"}'
   return wrk.format("POST", path, headers, body)
-end
-
-function done(summary, latency, requests)
-  io.write(string.format('{"requests":%d,"seconds":%.3f,"non2xx":%d,"errors":%d,"p50ms":%.3f,"p99ms":%.3f}\n',
-    summary.requests, summary.duration / 1e6, summary.errors.status, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    latency:percentile(50) / 1000, latency:percentile(99) / 1000))
 end

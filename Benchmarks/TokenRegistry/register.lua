@@ -4,16 +4,14 @@
 -- would measure that queue, not the service.
 -- BENCH_JWTS (a file of bearer JWTs, one user per line) and BENCH_RUN (unique per run) come from
 -- the environment.
--- thread_id is a global on purpose: setup() sets it in each thread's own Lua state with thread:set,
--- which only a global sees (a `local thread_id` here would stay 0 in both threads, so both would
--- register the same activities, and every second registration would be a repeat that writes nothing).
+-- thread_id is a global on purpose: setup() (wrk-shared.lua) sets it in each thread's own Lua
+-- state with thread:set, which only a global sees (a `local thread_id` here would stay 0 in both
+-- threads, so both would register the same activities, and every second registration would be a
+-- repeat that writes nothing).
+local shared = dofile(debug.getinfo(1, "S").source:match("^@(.-)[^/]*$") .. "../wrk-shared.lua")
+setup = shared.setup
+done = shared.done  -- the JSON line
 local counter = 0
-local threads = {}
-
-function setup(thread)
-  thread:set("thread_id", #threads)
-  table.insert(threads, thread)
-end
 
 function init(args)
   jwts = {}
@@ -31,10 +29,4 @@ function request()
   -- Each thread walks its own half of the users.
   local jwt = jwts[((counter * 2 + thread_id) % #jwts) + 1]
   return wrk.format("PUT", path, {["Authorization"] = "Bearer " .. jwt, ["Content-Type"] = "application/json"}, body)
-end
-
-function done(summary, latency, requests)
-  io.write(string.format('{"requests":%d,"seconds":%.3f,"non2xx":%d,"errors":%d,"p50ms":%.3f,"p99ms":%.3f}\n',
-    summary.requests, summary.duration / 1e6, summary.errors.status, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    latency:percentile(50) / 1000, latency:percentile(99) / 1000))
 end
