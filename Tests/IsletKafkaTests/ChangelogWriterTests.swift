@@ -40,37 +40,37 @@ struct ChangelogWriterTests {
             metrics: "test_changelog", logger: Logger(label: "test"))
     }
 
-    @Test("rounds that may overlap (the budgets'): a round under way when its partition is revoked writes all it took; the revocation's round finds nothing left and does not wait for it")
-    func overlappingRoundWritesWhatItTook() async throws {
+    /// A round of 300 changes of partition 1 whose first slice (256) Kafka holds while the
+    /// partition is revoked (the revocation's round waits for the one under way at most its time
+    /// when rounds run one at a time); then Kafka takes everything. Returns what the round wrote.
+    static func roundRevokedUnderWay(oneAtATime: Bool) async throws -> (bus: MemoryBus, after: (handedBack: [Int], failure: String?), written: Int) {
         let bus = MemoryBus(partitions: ["changelog": 2])
         let source = Numbers(count: 300, partition: 1)
-        let writer = Self.writer(source, bus: bus, oneAtATime: false)
+        let writer = Self.writer(source, bus: bus, oneAtATime: oneAtATime)
         bus.failProduces { $0 == "changelog" ? .hold : nil }
         let round = Task { await writer.write() }
         try await eventually("the first slice held") { bus.heldProduces == 256 }
         await writer.revoked([1], within: .milliseconds(200))
         bus.failProduces(nil)
         bus.releaseHeldProduces()
-        #expect(await round.value == 300)
+        let written = await round.value
+        return (bus, (source.handedBack.withLock { $0 }, writer.failure), written)
+    }
+
+    @Test("rounds that may overlap (the budgets'): a round under way when its partition is revoked writes all it took; the revocation's round finds nothing left and does not wait for it")
+    func overlappingRoundWritesWhatItTook() async throws {
+        let (bus, after, written) = try await Self.roundRevokedUnderWay(oneAtATime: false)
+        #expect(written == 300)
         #expect(bus.records("changelog").count == 300)
-        #expect(source.handedBack.withLock { $0 }.isEmpty)
+        #expect(after.handedBack.isEmpty)
     }
 
     @Test("rounds one at a time (the memories'): what a round took of a partition revoked meanwhile is not handed to Kafka any more, but handed back")
     func oneAtATimeStopsAtTheRevocation() async throws {
-        let bus = MemoryBus(partitions: ["changelog": 2])
-        let source = Numbers(count: 300, partition: 1)
-        let writer = Self.writer(source, bus: bus, oneAtATime: true)
-        bus.failProduces { $0 == "changelog" ? .hold : nil }
-        let round = Task { await writer.write() }
-        try await eventually("the first slice held") { bus.heldProduces == 256 }
-        // The revocation's round waits for the one under way, at most its time.
-        await writer.revoked([1], within: .milliseconds(200))
-        bus.failProduces(nil)
-        bus.releaseHeldProduces()
-        #expect(await round.value == 256)
+        let (bus, after, written) = try await Self.roundRevokedUnderWay(oneAtATime: true)
+        #expect(written == 256)
         #expect(bus.records("changelog").count == 256)
-        #expect(source.handedBack.withLock { $0 } == Array(256..<300))
-        #expect(writer.failure == nil, "not a failure: those are another instance's to write now")
+        #expect(after.handedBack == Array(256..<300))
+        #expect(after.failure == nil, "not a failure: those are another instance's to write now")
     }
 }
