@@ -11,6 +11,10 @@ final class ConsumerCore: Sendable {
     typealias RevocationHandler = ConsumerMachine.RevocationHandler
 
     private let machine: Mutex<ConsumerMachine>
+    /// The machine's revocation generation, published (inside the lock) where a revocation drops
+    /// buffered messages: the caller's loop checks it on every event without taking the lock the
+    /// poll thread works under.
+    private let publishedGeneration = Atomic<UInt64>(0)
     /// Signalled when the caller's loop took the buffer the poll thread waits on
     /// (``ConsumerMachine/Backpressure/waitForSpace``), and on a stop. A semaphore because the
     /// poll thread is an OS thread of its own that must block, never an async task.
@@ -56,7 +60,7 @@ final class ConsumerCore: Sendable {
     var stopRequested: Bool { machine.withLock { $0.stopRequested } }
     var abandonRequested: Bool { machine.withLock { $0.abandonRequested } }
     /// The latest revocation's generation.
-    var generation: UInt64 { machine.withLock { $0.generation } }
+    var generation: UInt64 { publishedGeneration.load(ordering: .acquiring) }
 
     func requestStop() {
         machine.withLock { $0.requestStop() }
@@ -139,13 +143,20 @@ final class ConsumerCore: Sendable {
     }
 
     func willRevoke(_ partitions: [KafkaTopicPartition], lost: Bool) -> [KafkaTopicPartition: Int64] {
-        switch machine.withLock({ $0.beginRevocation(partitions, lost: lost) }) {
+        let work = machine.withLock { machine in
+            defer { publishedGeneration.store(machine.generation, ordering: .releasing) }
+            return machine.beginRevocation(partitions, lost: lost)
+        }
+        switch work {
         case .none: break
         // Lost: the caller is told at once, before the event reaches its loop (which may be busy).
         case .tellLoss(let handler): handler(partitions)
         case .finishWork(let handler): finishWork(on: partitions, handler)
         }
-        return machine.withLock { $0.endRevocation(partitions, lost: lost) }
+        return machine.withLock { machine in
+            defer { publishedGeneration.store(machine.generation, ordering: .releasing) }
+            return machine.endRevocation(partitions, lost: lost)
+        }
     }
 
     func didRevoke(_ partitions: [KafkaTopicPartition]) {
