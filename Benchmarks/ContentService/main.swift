@@ -72,6 +72,7 @@ struct Assembly: ParsableCommand {
         var plain: [Double] = []
         var withImage: [Double] = []
         var thumbnail: [Double] = []
+        var apiEvent: [String: [Double]] = [:]
         var bytes: (Int, Int) = (0, 0)
         for _ in 0..<rounds {
             // Without an image: 1,000 activities, each event an update of one of them.
@@ -98,6 +99,23 @@ struct Assembly: ParsableCommand {
                 bytes.1 = prepared.requests[0].payload.utf8.count
             }
             withImage.append((ContinuousClock.now - started) / .microseconds(1) / Double(events))
+
+            // An event posted to the API of the instance that owns it, then read back from Kafka:
+            // checked (assembled) at the API, then prepared and committed by the loop. As before
+            // issue 59's change (the check a dry run, assembled again at the read) and now (the
+            // check's assembly used at the read), alternating in each round.
+            for reuse in [false, true] {
+                engine = try makeEngine(templates: templates)
+                started = ContinuousClock.now
+                for i in 0..<events {
+                    let event = deliveryEvent(activity: i % 1_000, sequence: Int64(i / 1_000 + 1))
+                    _ = reuse ? try engine.prepareAhead(event, partition: nil) : try engine.prepare(event)
+                    guard case .send(let prepared) = try engine.prepare(event) else { fatalError("not sent") }
+                    engine.commit(prepared)
+                }
+                apiEvent[reuse ? "once" : "twice", default: []].append((ContinuousClock.now - started) / .microseconds(1) / Double(events))
+            }
+            if engine.eventsAssembledOnce != events { fatalError("\(engine.eventsAssembledOnce) of \(events) events assembled once") }
 
             let count = max(events / 50, 50)
             started = ContinuousClock.now
@@ -127,6 +145,7 @@ struct Assembly: ParsableCommand {
         print(String(format: "assembly_us_per_event=%.1f payload_bytes=%d", median(plain), bytes.0))
         print(String(format: "decode_us event=%.1f request=%.1f payload_tree=%.1f (bytes %d, %d, %d)",
             median(decode["event"]!), median(decode["request"]!), median(decode["payload"]!), event.count, request.count, payload.count))
+        print(String(format: "api_event_us twice=%.1f once=%.1f (checked at the API, read back, committed)", median(apiEvent["twice"]!), median(apiEvent["once"]!)))
         print(String(format: "assembly_with_thumbnail_us_per_event=%.1f payload_bytes=%d", median(withImage), bytes.1))
         print(String(format: "thumbnail_us_per_image=%.1f source_bytes=%d ladder=%d", median(thumbnail), photo.count, Thumbnailer.ladder.count))
     }

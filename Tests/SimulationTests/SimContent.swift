@@ -265,6 +265,18 @@ final class SimContent: SimGroupMember, @unchecked Sendable {
 
     // MARK: Events
 
+    /// A backend's call to this instance's API (``EventIntake``): the event checked, and assembled
+    /// ahead of its publication (used when it is read back, if nothing it read has changed).
+    func checkAhead(_ event: ActivityEvent) {
+        guard phase == .running, let engine else { return }
+        let partition = world.events.partition(ofKey: MessageKey.activity(event.activityId))
+        do {
+            _ = try engine.prepareAhead(event, partition: partition)
+        } catch {
+            world.trace("\(name): event \(event.eventId) of \(event.activityId) checked ahead: \(error.description)")
+        }
+    }
+
     func eventAppended(partition: Int32) {
         if positions[partition] != nil { scheduleRead() }
     }
@@ -294,7 +306,12 @@ final class SimContent: SimGroupMember, @unchecked Sendable {
         guard case .event(let event) = world.events.records(partition)[Int(offset)].value else { fatalError() }
         let decision: ContentEngine.Decision
         do {
+            let used = engine.eventsAssembledOnce
             decision = try engine.prepare(event, partition: partition)
+            if engine.eventsAssembledOnce > used {
+                world.assembledAheadUsed += 1
+                world.trace("\(name): event \(event.eventId) as assembled at the check")
+            }
         } catch {
             world.trace("\(name): event \(event.eventId) of \(event.activityId) refused: \(error.description)")
             complete(work)

@@ -146,6 +146,9 @@ final class SimWorkload {
             eventId: "\(activityId)-e\(sequence)", activityId: activityId, kind: kind, attributesType: SimWorld.attributesType, fields: fields,
             urgency: urgency, occurredAt: world.now, sequence: sequence, startTarget: startTarget,
             attributes: startTarget == nil ? nil : ["orderId": .string(activityId)], bundleId: SimWorld.bundleId)
+        // Half the events come through an instance's API, which assembles them before publishing.
+        let intakes = world.contentInstances.filter(\.isUp)
+        if !intakes.isEmpty, world.random.chance(0.5) { world.random.pick(intakes).checkAhead(event) }
         world.append(.event(event), key: MessageKey.activity(activityId), writer: "backend")
     }
 }

@@ -68,6 +68,8 @@ final class SimWorld {
     var phones: SimPhones!
     var registry: SimRegistry!
     private(set) var violations: [SimViolation] = []
+    /// Events sent as assembled when an instance's API checked them (``SimContent/checkAhead(_:)``).
+    var assembledAheadUsed = 0
     /// Every request written to the requests topic, by id (its copies share the id).
     private(set) var requestsById: [String: PushRequest] = [:]
     /// The ids of requests the backend's writer was told are persisted (acknowledged).

@@ -13,6 +13,8 @@ enum Simulation {
         var violations: [SimViolation]
         var trace: [String]
         var summary: String
+        /// Events sent as assembled at their check (the assembly kept ahead used).
+        var assembledAheadUsed = 0
     }
 
     /// How long the workload runs, and how long the run goes on after it (retries, token waits
@@ -126,8 +128,8 @@ enum Simulation {
         let summary = """
             seed \(seed): \(contentCount) content-services (\(contentProtocol)), \(count) dispatchers, \(rebalanceProtocol) rebalances, remembered \(policy.rememberedFinished), \
             queue \(policy.maximumQueued), awaiting \(policy.maximumAwaitingRequests), in flight \(policy.maximumInFlight); \(workload.plans.count) activities, \
-            \(world.requestsById.count) requests; \(described.joined(separator: ", ")); \(world.scheduler.steps) steps
+            \(world.requestsById.count) requests, \(world.assembledAheadUsed) events as assembled at the check; \(described.joined(separator: ", ")); \(world.scheduler.steps) steps
             """
-        return Result(seed: seed, violations: world.violations, trace: world.traceLog.last, summary: summary)
+        return Result(seed: seed, violations: world.violations, trace: world.traceLog.last, summary: summary, assembledAheadUsed: world.assembledAheadUsed)
     }
 }

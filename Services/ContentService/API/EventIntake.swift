@@ -6,11 +6,14 @@ import IsletMessages
 /// its template, publish it to `islet.activity-events.v1`, and answer with the ids of the push
 /// requests it becomes.
 ///
-/// The check is a dry run: the requests are made but not kept, and the instance owning the
-/// activity's partition makes them again when it reads the event, in order with the activity's
-/// other events. It is against the activity's memory only when this instance owns that partition.
-/// Request ids derive from the event id (``RequestIds``), so they are known before the requests
-/// exist, and a call repeated with the same event id changes nothing.
+/// The check assembles the event's requests (``ContentEngine/prepareAhead(_:partition:)``), which
+/// are not sent yet: the instance owning the activity's partition sends them when it reads the
+/// event, in order with the activity's other events. When that is this instance (a call about
+/// another instance's activity is forwarded there when peers are configured) and nothing the
+/// assembly read has changed by then, those requests are the ones sent; otherwise it assembles the
+/// event again from what is true then. The check is against the activity's memory only when this
+/// instance owns that partition. Request ids derive from the event id (``RequestIds``), so they are
+/// known before the requests exist, and a call repeated with the same event id changes nothing.
 public struct EventIntake: Sendable {
     /// Where the events go; throws when they are not acknowledged.
     public typealias Publish = @Sendable (ActivityEvent) async throws -> Void
@@ -25,18 +28,29 @@ public struct EventIntake: Sendable {
         case notAcknowledged(String)
     }
 
+    /// The partition of `islet.activity-events.v1` an activity id is in (`nil`: not known yet).
+    public typealias Partition = @Sendable (_ activityId: String) -> Int32?
+
     let engine: ContentEngine
     let publish: Publish
     let isReady: @Sendable () -> Bool
+    let partition: Partition
 
-    public init(engine: ContentEngine, isReady: @escaping @Sendable () -> Bool = { true }, publish: @escaping Publish) {
+    public init(
+        engine: ContentEngine, isReady: @escaping @Sendable () -> Bool = { true }, partition: @escaping Partition = { _ in nil },
+        publish: @escaping Publish
+    ) {
         self.engine = engine
         self.isReady = isReady
+        self.partition = partition
         self.publish = publish
     }
 
-    public init(engine: ContentEngine, producer: KafkaProducer, topic: String = IsletTopics.activityEvents.name, isReady: @escaping @Sendable () -> Bool) {
-        self.init(engine: engine, isReady: isReady) { event in _ = try await producer.send(event, to: topic) }
+    public init(
+        engine: ContentEngine, producer: KafkaProducer, topic: String = IsletTopics.activityEvents.name, isReady: @escaping @Sendable () -> Bool,
+        partition: @escaping Partition
+    ) {
+        self.init(engine: engine, isReady: isReady, partition: partition) { event in _ = try await producer.send(event, to: topic) }
     }
 
     /// Checks and publishes `event` (already valid as a message); returns its push requests' ids
@@ -45,7 +59,7 @@ public struct EventIntake: Sendable {
         guard isReady() else { throw .starting }
         let requestIds: [String]
         do {
-            switch try engine.prepare(event) {
+            switch try engine.prepareAhead(event, partition: partition(event.activityId)) {
             case .send(let prepared): requestIds = prepared.requests.map(\.requestId)
             case .ignore: requestIds = []
             }

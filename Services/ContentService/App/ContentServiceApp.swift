@@ -65,7 +65,8 @@ public struct ContentServiceApp: Sendable {
             engine: engine, sender: sender, thumbnails: thumbnails, changelog: changelog, memory: memoryLoader, logger: logger)
         let monitor = Self.monitor(runtime: runtime, settings: settings, topics: topics, engine: engine, sender: sender)
         let ready: @Sendable () -> Bool = { Self.isReady(health.report().checks) }
-        let intake = EventIntake(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready)
+        let lookup = Self.lookup(runtime: runtime, topics: topics, memory: memoryLoader, sender: sender)
+        let intake = EventIntake(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready, partition: lookup.partition)
         // The backends' gRPC API.
         if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC and HTTP APIs refuse every call") }
         let grpc = GRPCServerService(
@@ -76,7 +77,7 @@ public struct ContentServiceApp: Sendable {
         let router = runtime.makeRouter()
         ActivityHTTPAPI(
             intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes,
-            lookup: Self.lookup(runtime: runtime, topics: topics, memory: memoryLoader, sender: sender), peers: Self.peers(runtime: runtime, settings: settings)
+            lookup: lookup, peers: Self.peers(runtime: runtime, settings: settings)
         ).addRoutes(to: router)
         // The stale list names activities: on the operator listener (loopback unless
         // ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.

@@ -26,6 +26,8 @@ public final class ContentEngine: Sendable {
     let state: Mutex<ActivityMemories>
     /// What the engine takes for now (timestamps, stale dates, the freshness monitor).
     let clock: any WallClock
+    /// Events assembled when a backend handed them here, until they are read back.
+    let assembledAhead = AssembledAhead()
 
     public init(
         assembler: PayloadAssembler, tokens: PartitionTokens, freshness: FreshnessPolicy = FreshnessPolicy(),
@@ -55,121 +57,6 @@ public final class ContentEngine: Sendable {
         /// The freshness monitor ended the activity by itself, for this reason: its token is to be
         /// invalidated in token-registry once the end is persisted.
         public var invalidation: InvalidationReason? = nil
-    }
-
-    /// An app version newer than any: when the activity's version is unknown every field is sent
-    /// (extra fields are ignored by the app's decoder; a missing one would break it).
-    static let newest = AppVersion("999999")!
-
-    /// - Parameter partition: the partition the event was read from (its activity's partition).
-    /// - Parameter images: thumbnails by image URL (``ThumbnailService``); without, images go by URL only.
-    public func prepare(_ event: ActivityEvent, partition: Int32? = nil, images: [String: [String]] = [:]) throws(ContentError) -> Decision {
-        guard let template = assembler.templates[event.attributesType] else {
-            throw ContentError(field: "attributesType", problem: "\(event.attributesType) has no template")
-        }
-        let activityKey = try activityKey(of: event)
-        var memory = state.withLock { $0.memory(activityKey) } ?? ActivityMemory()
-        if let partition { memory.partition = partition }
-        // An event that is not applied is still checked: a caller (gRPC) learns that it is invalid.
-        let writtenInPart = Self.endWrittenInPart(event, activityKey: activityKey, memory: memory)
-        let ignored = try Self.whyIgnored(event, memory: memory, endWrittenInPart: writtenInPart != nil)
-        let (key, record, app) = try target(of: event, activityKey: activityKey, template: template, memory: memory)
-        let version = record.flatMap { AppVersion($0.appVersion) } ?? Self.newest
-        let floor = memory.partition.flatMap { partition in state.withLock { $0.timestampFloors[partition] } }
-        // The registration the content is made for, when it is the request's own key's (not the
-        // push-to-start token standing in for the activity's own, not yet read).
-        let registeredAt = template.broadcastStoragePolicy == nil ? tokens.token(forKey: key).map(\.registeredAt) : nil
-        let result = try assembler.assemble(
-            event, app: app, appVersion: version, locale: record?.locale, memory: &memory, now: clock.date, images: images, timestampFloor: floor,
-            tokenRegisteredAt: registeredAt)
-        if let ignored { return .ignore(ignored) }
-        return .send(Prepared(requests: result.requests.filter { $0.requestId != writtenInPart }, shrinks: result.shrinks, activityKey: activityKey, memory: memory))
-    }
-
-    /// An end whose alerting update was written and the end not (its writer stopped between
-    /// the two, or Kafka refused the end while the partition moved): the event is read again
-    /// by the next owner, whose memory has its sequence from the update (and its content, also
-    /// when the freshness monitor sent it again since). The end is still owed; the update's
-    /// request id is returned (not sent again).
-    static func endWrittenInPart(_ event: ActivityEvent, activityKey: String, memory: ActivityMemory) -> String? {
-        guard event.kind == .end, !memory.ended, memory.lastSequence == event.sequence else { return nil }
-        let alert = RequestIds.alertBeforeEnd(bundleId: String(activityKey.prefix { $0 != "/" }), activityId: event.activityId, eventId: event.eventId)
-        return memory.contentRequestId == alert ? alert : nil
-    }
-
-    /// Why the event is not applied (`nil`: it is): a duplicate or older sequence, an activity
-    /// ended. Throws for a start of a live activity.
-    static func whyIgnored(_ event: ActivityEvent, memory: ActivityMemory, endWrittenInPart: Bool) throws(ContentError) -> String? {
-        if !endWrittenInPart, let last = memory.lastSequence, event.sequence <= last {
-            return event.sequence == last ? "duplicate sequence \(event.sequence)" : "sequence \(event.sequence) is older than \(last)"
-        } else if memory.ended, event.kind != .start {
-            return "the activity has ended"
-        } else if event.kind == .start, memory.isLive, !memory.startNeverArrived {
-            // A second start would put a second Live Activity on the phone (a push-to-start) or
-            // restart one that is running: end it first.
-            throw ContentError(field: "kind", problem: "the activity is live (started, not ended): end it before starting it again")
-        }
-        return nil
-    }
-
-    /// Whom the event's requests are for: the key of its token (the activity's, or the
-    /// push-to-start target's), that token if known, and the app.
-    private func target(of event: ActivityEvent, activityKey: String, template: ActivityTemplate, memory: ActivityMemory) throws(ContentError)
-        -> (key: String, record: DeliveryToken?, app: AppTarget)
-    {
-        // The token tells the app's environment and version; without one, the push-to-start
-        // target's or the template's app.
-        let key: String
-        if let target = event.startTarget {
-            key = MessageKey.pushToStart(bundleId: target.app.bundleId, deviceId: target.deviceId, attributesType: event.attributesType)
-        } else {
-            key = activityKey
-        }
-        // A broadcast goes to no token: one payload for every phone, for the newest app version in
-        // the default language. An activity started by a push whose own token is not read yet (the
-        // app registers it right after the start; the backend's first update may come first): the
-        // push-to-start token's app, version and locale, the same phone's.
-        let record = template.broadcastStoragePolicy == nil
-            ? tokens.token(forKey: key) ?? memory.startedWith.flatMap { tokens.token(forKey: $0) } : nil
-        let bundleId = String(activityKey.prefix { $0 != "/" })
-        // Without a token yet: the push-to-start target's app, else the app of what was last sent
-        // (a remote start's), else the template's when it is that app.
-        guard let app = record?.app ?? event.startTarget?.app ?? memory.latest?.app
-                ?? template.app.flatMap({ $0.bundleId == bundleId ? $0 : nil })
-        else {
-            throw ContentError(
-                field: "activityId",
-                problem: "no token is registered for it in \(bundleId), and template \(template.attributesType) names \(template.app.map { "another app (\($0.bundleId))" } ?? "no app")")
-        }
-        return (key, record, app)
-    }
-
-    /// The activity an event is about, of its app (`<bundleId>/<activityId>`; activity ids are
-    /// scoped per app). The app is the event's `bundleId`, else its push-to-start target's. An
-    /// event without either (written before events named their app) goes to the only app that
-    /// has the id live — an active token registered for it, or a live activity this service
-    /// remembers — else to its template's app; when several apps have it, it is refused: the
-    /// event must name its app (a guess could show one user's order on another's phone).
-    public func activityKey(of event: ActivityEvent) throws(ContentError) -> String {
-        if let bundleId = event.bundleId ?? event.startTarget?.app.bundleId {
-            return MessageKey.activity(bundleId: bundleId, activityId: event.activityId)
-        }
-        let tokens = self.tokens
-        var keys = Set(tokens.keys(forActivity: event.activityId).filter { tokens.token(forKey: $0)?.state == .active })
-        state.withLock { state in
-            for key in state.keys(ofActivity: event.activityId) where state.memory(key)?.isLive == true { keys.insert(key) }
-        }
-        if keys.count > 1 {
-            throw ContentError(
-                field: "bundleId",
-                problem: "the activity id is live in several apps (\(keys.sorted().map { String($0.prefix { $0 != "/" }) }.joined(separator: ", "))): the event must name its app")
-        }
-        if let key = keys.first { return key }
-        guard let app = assembler.templates[event.attributesType]?.app else {
-            throw ContentError(
-                field: "bundleId", problem: "the event names no app, no app has the activity live, and template \(event.attributesType) names no app")
-        }
-        return MessageKey.activity(bundleId: app.bundleId, activityId: event.activityId)
     }
 
     /// The prepared requests are persisted: the activity's memory moves on.
