@@ -2,7 +2,6 @@ import Foundation
 import IsletKafka
 import IsletMessages
 import Logging
-import Metrics
 import Synchronization
 
 /// What the backends' HTTP API needs to answer questions about an activity

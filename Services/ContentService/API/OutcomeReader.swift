@@ -2,7 +2,6 @@ import Foundation
 import IsletKafka
 import IsletMessages
 import Logging
-import Metrics
 import Synchronization
 
 /// Reads outcomes again where they are on `islet.push-outcomes.v1`, for the outcomes an activity's
@@ -13,6 +12,7 @@ import Synchronization
 /// costs Kafka connections to nobody.
 public final class OutcomeReader: Sendable {
     let source: PositionReader
+    let metrics: ContentMetrics
     private let admission = Admission(limit: maximumLookups)
 
     /// Lookups read at once; the next is refused until one is done.
@@ -23,8 +23,9 @@ public final class OutcomeReader: Sendable {
 
     public init(
         bootstrapServers: String, topic: String = IsletTopics.pushOutcomes.name, settings: [String: String] = [:], timeout: Duration = .seconds(5),
-        logger: Logger
+        metrics: ContentMetrics, logger: Logger
     ) {
+        self.metrics = metrics
         source = PositionReader(
             bootstrapServers: bootstrapServers, topic: topic, settings: settings, clientID: "content-service.outcomes", timeout: timeout, logger: logger)
     }
@@ -34,7 +35,7 @@ public final class OutcomeReader: Sendable {
     public func read(_ positions: [KafkaPosition]) async throws(ActivityLookup.Unavailable) -> [KafkaPosition: PushOutcome] {
         guard !positions.isEmpty else { return [:] }
         guard admission.enter() else {
-            Counter(label: "islet_content_outcome_lookups_total", dimensions: [("result", "busy")]).increment()
+            metrics.outcomeLookup("busy")
             throw ActivityLookup.Unavailable("too many outcome lookups at once in this instance: retry in a moment")
         }
         defer { admission.leave() }
@@ -56,12 +57,12 @@ public final class OutcomeReader: Sendable {
             if let outcome = scan?.records[position] {
                 found[position] = outcome
             } else if scan?.passed(position) != true {
-                Counter(label: "islet_content_outcome_lookups_total", dimensions: [("result", "unavailable")]).increment()
+                metrics.outcomeLookup("unavailable")
                 source.logger.warning("push outcomes could not be read again", metadata: ["kafka.topic": "\(source.topic)", "kafka.position": "\(position)"])
                 throw ActivityLookup.Unavailable("the outcomes could not be read from Kafka now: retry in a moment")
             }
         }
-        Counter(label: "islet_content_outcome_lookups_total", dimensions: [("result", "read")]).increment()
+        metrics.outcomeLookup("read")
         return found
     }
 }

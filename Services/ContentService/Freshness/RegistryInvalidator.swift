@@ -4,7 +4,6 @@ import GRPCNIOTransportHTTP2
 import IsletMessages
 import IsletProtos
 import Logging
-import Metrics
 import SwiftProtobuf
 import Synchronization
 

@@ -2,7 +2,6 @@ import Foundation
 import GRPCCore
 import IsletMessages
 import Logging
-import Metrics
 import Synchronization
 
 /// The token invalidations the freshness monitor owes token-registry for the activities it ended:
@@ -33,13 +32,15 @@ public final class TokenInvalidations: Sendable {
     public static let callsPerPass = 100
 
     let invalidator: (any ActivityInvalidating)?
+    let metrics: ContentMetrics
     let logger: Logger
     let capacity: Int
     private let items = Mutex<[Item]>([])
 
     /// - Parameter invalidator: `nil` when token-registry's API is not configured: the items are logged and dropped.
-    public init(invalidator: (any ActivityInvalidating)?, logger: Logger, capacity: Int = 10_000) {
+    public init(invalidator: (any ActivityInvalidating)?, metrics: ContentMetrics, logger: Logger, capacity: Int = 10_000) {
         self.invalidator = invalidator
+        self.metrics = metrics
         self.logger = logger
         self.capacity = capacity
     }
@@ -77,7 +78,7 @@ public final class TokenInvalidations: Sendable {
         for item in owed {
             do {
                 try await invalidator.invalidate(activityId: item.activityId, bundleId: item.bundleId, reason: item.reason)
-                Counter(label: "islet_content_invalidations_total", dimensions: [("reason", item.reason.rawValue)]).increment()
+                metrics.invalidated(item.reason)
             } catch let error as RPCError where [.invalidArgument, .permissionDenied, .unauthenticated, .failedPrecondition].contains(error.code) {
                 logger.error(
                     "token-registry refused to invalidate an activity's token (check ISLET_REGISTRY_GRPC_KEY: a key with write): not tried again",
