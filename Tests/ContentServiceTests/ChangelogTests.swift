@@ -160,7 +160,7 @@ struct ChangelogTests {
     @Test("a push-to-start request read back places its activity's memory in the activity's partition, not in the push-to-start key's")
     func pushToStartPartition() throws {
         let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
-        let loader = ContentMemoryLoader(engine: engine, since: now, logger: Logger(label: "test")) { topics, since, _, _ in
+        let loader = ContentMemoryLoader(engine: engine, since: now, metrics: ContentMetrics(), logger: Logger(label: "test")) { topics, since, _, _ in
             try KafkaConsumer(configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: topics, since: since), logger: Logger(label: "test"))
         }
         let request = PushRequest(
@@ -235,7 +235,7 @@ struct ChangelogTests {
         func apply(_ key: String, _ value: [UInt8]?, partition: Int32 = 0) {
             ContentMemoryLoader.apply(
                 changelog: KafkaMessage(topic: "m", partition: partition, offset: 0, key: Array(key.utf8), value: value), to: engine,
-                checkpoints: &checkpoints, memories: &memories, logger: logger)
+                checkpoints: &checkpoints, memories: &memories, metrics: ContentMetrics(), logger: logger)
         }
         let memory = ContentMemoryRecord(activity: .init(bundleId: app.bundleId, activityId: "x", partition: 0, lastSequence: 4), writtenAt: now)
         apply("com.example.food/x", try IsletJSON.encode(memory))
@@ -260,7 +260,7 @@ struct ChangelogTests {
         // A producer that never reaches a broker: what it is given is never acknowledged.
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: "127.0.0.1:1"), logger: quiet)
         let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
-        let sender = RequestSender(producer: producer, engine: engine, logger: quiet)
+        let sender = RequestSender(producer: producer, engine: engine, metrics: ContentMetrics(), logger: quiet)
         sender.own([0])
         guard case .send(let prepared) = try engine.prepare(delivery(1, "preparing"), partition: 0) else {
             Issue.record("nothing to send")

@@ -78,10 +78,11 @@ struct ContentLoopBusTests {
             var logger = Logger(label: "content-service")
             logger.logLevel = .critical
             engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole())
-            let sender = RequestSender(producer: bus, engine: engine, topic: ContentLoopBusTests.requests, logger: logger)
+            let sender = RequestSender(producer: bus, engine: engine, topic: ContentLoopBusTests.requests, metrics: ContentMetrics(), logger: logger)
             let loader = ContentMemoryLoader(
                 engine: engine, requestsTopic: ContentLoopBusTests.requests, outcomesTopic: ContentLoopBusTests.outcomes,
-                changelogTopic: ContentLoopBusTests.memory, since: Date().addingTimeInterval(-3_600), ownWrites: sender.writer, logger: logger,
+                changelogTopic: ContentLoopBusTests.memory, since: Date().addingTimeInterval(-3_600), ownWrites: sender.writer, metrics: sender.metrics,
+                logger: logger,
                 readEnds: { topics in bus.ends(topics) },
                 makeReplica: { topics, since, startAt, partitions in bus.replica(topics, partitions: partitions, since: since, startAt: startAt) })
             let changelog = ChangelogWriter(

@@ -80,7 +80,7 @@ struct ContentServiceIntegrationTests {
         // Another request's id at a stored position: not its payload, and certainly not there.
         let other = ContentEngine.PayloadToRead(activityKey: "other", position: stored[1].1, requestId: UUID().uuidString.lowercased())
         wanted.append(other)
-        let reader = RequestPayloads(bootstrapServers: try TestBroker.servers(), topic: topic, timeout: .seconds(10), logger: logger)
+        let reader = RequestPayloads(bootstrapServers: try TestBroker.servers(), topic: topic, timeout: .seconds(10), metrics: ContentMetrics(), logger: logger)
         let read = await reader.read(wanted)
         #expect(Set(read.found.keys) == Set(wanted.map(\.activityKey)).subtracting(["other"]))
         #expect(read.lost == [other])
@@ -108,7 +108,7 @@ struct ContentServiceIntegrationTests {
             let report = try await producer.send(outcome, to: topic)
             stored[KafkaPosition(partition: report.partition, offset: try #require(report.offset))] = outcome
         }
-        let reader = OutcomeReader(bootstrapServers: try TestBroker.servers(), topic: topic, timeout: .seconds(4), logger: logger)
+        let reader = OutcomeReader(bootstrapServers: try TestBroker.servers(), topic: topic, timeout: .seconds(4), metrics: ContentMetrics(), logger: logger)
         let wanted = Array(stored.keys.sorted { ($0.partition, $0.offset) < ($1.partition, $1.offset) }.enumerated().filter { $0.offset % 7 == 0 }.map(\.element))
         let read = try await reader.read(wanted)
         #expect(Set(read.keys) == Set(wanted))
@@ -131,7 +131,7 @@ struct ContentServiceIntegrationTests {
     func outcomeLookupsBounded() async throws {
         // A cluster that never answers: each lookup takes its whole timeout.
         let reader = OutcomeReader(
-            bootstrapServers: "127.0.0.1:1", timeout: .seconds(20), logger: testLogger("islet.test.content-integration", level: .critical))
+            bootstrapServers: "127.0.0.1:1", timeout: .seconds(20), metrics: ContentMetrics(), logger: testLogger("islet.test.content-integration", level: .critical))
         let waiting = (0..<OutcomeReader.maximumLookups).map { index in
             Task { try? await reader.read([KafkaPosition(partition: 0, offset: Int64(index))]) }
         }
@@ -262,7 +262,7 @@ struct ContentServiceIntegrationTests {
         let ready = AwaitedLog<Bool>()
         let loader = ContentMemoryLoader(
             engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes, changelogTopic: topics.contentMemory,
-            since: now.addingTimeInterval(-3_600), logger: logger,
+            since: now.addingTimeInterval(-3_600), metrics: ContentMetrics(), logger: logger,
             readEnds: ContentMemoryLoader.ends(bootstrapServers: servers, clientID: "test", settings: [:], logger: logger),
             makeReplica: ContentMemoryLoader.replicas(bootstrapServers: servers, clientID: "test", settings: [:], logger: logger)
         ) { ready.append(true) }
@@ -306,7 +306,7 @@ struct ContentServiceIntegrationTests {
         let producer = try KafkaProducer(configuration: .init(bootstrapServers: try TestBroker.servers()), logger: logger)
         let producing = Task { try await producer.run() }
         let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
-        let sender = RequestSender(producer: producer, engine: engine, logger: logger)
+        let sender = RequestSender(producer: producer, engine: engine, metrics: ContentMetrics(), logger: logger)
         sender.own([0, 1])
         engine.trackChanges(of: [0, 1])
         let requests = KafkaTopicPartition(topic: "test.requests", partition: 0)

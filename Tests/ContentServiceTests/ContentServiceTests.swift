@@ -325,7 +325,7 @@ struct MemoryReplicaTests {
         quiet.logLevel = .critical
         let logger = quiet
         func loader(_ engine: ContentEngine) -> ContentMemoryLoader {
-            ContentMemoryLoader(engine: engine, since: now, ownWrites: own, logger: logger) { topics, since, _, _ in
+            ContentMemoryLoader(engine: engine, since: now, ownWrites: own, metrics: ContentMetrics(), logger: logger) { topics, since, _, _ in
                 try KafkaConsumer(configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: topics, since: since), logger: logger)
             }
         }
@@ -355,7 +355,7 @@ extension MemoryReplicaTests {
         quiet.logLevel = .critical
         let logger = quiet
         let reader = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
-        let loader = ContentMemoryLoader(engine: reader, since: now, logger: logger) { topics, since, _, _ in
+        let loader = ContentMemoryLoader(engine: reader, since: now, metrics: ContentMetrics(), logger: logger) { topics, since, _, _ in
             try KafkaConsumer(configuration: .replica(bootstrapServers: "127.0.0.1:1", topics: topics, since: since), logger: logger)
         }
         loader.learn(activityPartitions: 48)

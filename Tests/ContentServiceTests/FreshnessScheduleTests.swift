@@ -63,13 +63,14 @@ struct FreshnessScheduleTests {
         defer { producer.shutdown() }
         let clock = ManualClock(now)
         let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
-        let sender = RequestSender(producer: producer, engine: engine, logger: quiet)
+        let sender = RequestSender(producer: producer, engine: engine, metrics: ContentMetrics(), logger: quiet)
         sender.own([0])
         let sent = (0..<3).map { try? commit(engine, update("order-\($0)", "preparing", sequence: 1, at: clock)).first }.compactMap { $0 }
         #expect(sent.count == 3)
         clock.advance(601)  // past their stale date
         let monitor = FreshnessMonitor(
-            engine: engine, sender: sender, logger: quiet, payloads: RequestPayloads(bootstrapServers: "127.0.0.1:1", timeout: .milliseconds(100), logger: quiet))
+            engine: engine, sender: sender, metrics: sender.metrics, logger: quiet,
+            payloads: RequestPayloads(bootstrapServers: "127.0.0.1:1", timeout: .milliseconds(100), metrics: sender.metrics, logger: quiet))
         // Not awaited past 2 minutes: the old pass never returned, nor answered cancellation. (It
         // returns in a fraction of a second; the bound is wide because the whole suite shares the
         // two threads of this machine's task pool with CPU-bound suites, which once kept this

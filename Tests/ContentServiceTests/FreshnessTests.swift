@@ -262,7 +262,7 @@ struct FreshnessMonitorTests {
     @Test("invalidations owed to token-registry are sent, and what fails is sent again on the next pass (bounded)")
     func invalidationsRetried() async throws {
         let fake = FakeInvalidator()
-        let invalidations = TokenInvalidations(invalidator: fake, logger: Logger(label: "test"), capacity: 3)
+        let invalidations = TokenInvalidations(invalidator: fake, metrics: ContentMetrics(), logger: Logger(label: "test"), capacity: 3)
         let item = TokenInvalidations.Item(activityId: "order-42", bundleId: "com.example.food", reason: .severelyStale)
         invalidations.add(item)
         invalidations.add(item)

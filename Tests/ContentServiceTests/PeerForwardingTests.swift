@@ -65,7 +65,7 @@ struct PeerForwardingTests {
         let lookup = ActivityLookup(partition: { _ in 3 }, owned: { [5] }, readOutcomes: { _ in [:] })
         let forwarding = PeerForwarding(
             peers: [.init(host: "content-a", port: 8083), .init(host: "content-b", port: 8083), .init(host: "localhost", port: 8083)],
-            ownPort: 8083, logger: ActivityHTTPAPITests.logger,
+            ownPort: 8083, metrics: ContentMetrics(), logger: ActivityHTTPAPITests.logger,
             resolve: { peer in
                 switch peer.host {
                 case "content-a": ["10.0.0.1"]

@@ -88,7 +88,7 @@ struct ThumbnailTests {
             // Generous for a loaded CI machine and ThreadSanitizer (3 s was too short there); the
             // slow route answers far later still.
             settings.timeout = .seconds(8)
-            let service = ThumbnailService(settings: settings, logger: Logger(label: "test.thumbnails"))
+            let service = ThumbnailService(settings: settings, metrics: ContentMetrics(), logger: Logger(label: "test.thumbnails"))
             group.addTask { try await service.run() }
 
             #expect(service.isAllowed(URL(string: "http://\(host)/a.png")!))

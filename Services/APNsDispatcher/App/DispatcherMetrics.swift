@@ -10,6 +10,7 @@ struct DispatcherMetrics: Sendable {
     private let sendWindowGauge = Gauge(label: "islet_dispatcher_send_window")
     private let budget = Recorder(label: "islet_dispatcher_budget_remaining", aggregate: true)
     private let latency = Timer(label: "islet_dispatcher_apns_latency_seconds")
+    private let invalidBudgetRecords = Counter(label: "islet_dispatch_budget_changelog_invalid_records_total")
     /// The counters of every answer and outcome a push commonly gets, made once (making one takes
     /// the registry's lock and formats its labels): a rarer status is counted by a counter made then.
     private let sends: [Int: Counter] = Dictionary(
@@ -56,6 +57,9 @@ struct DispatcherMetrics: Sendable {
     private static func outcomeCounter(_ result: PushResult) -> Counter {
         Counter(label: "islet_dispatcher_outcomes_total", dimensions: [("result", result.rawValue)])
     }
+
+    /// `islet_dispatch_budget_changelog_invalid_records_total`: budget records read back that did not decode (a bug).
+    func budgetRecordInvalid() { invalidBudgetRecords.increment() }
 
     /// `islet_dispatcher_lane_stopped_total{team}`: APNs refused a team's credentials (alert on it).
     func laneStopped(team: String) {

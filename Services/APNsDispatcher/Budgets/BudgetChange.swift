@@ -3,12 +3,6 @@ import IsletKafka
 import IsletMessages
 import IsletTokens
 
-/// A budget by what it is for: an activity (`bundleId/activityId`) or a push-to-start device (`bundleId:deviceId`).
-public enum BudgetKey: Hashable, Sendable {
-    case activity(String)
-    case device(String)
-}
-
 /// A budget to write to the changelog (`budget` nil: forgotten, full again: a tombstone).
 public struct BudgetChange: Sendable {
     public var key: BudgetKey

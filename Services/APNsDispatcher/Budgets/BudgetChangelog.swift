@@ -2,7 +2,6 @@ import Foundation
 import IsletKafka
 import IsletMessages
 import Logging
-import Metrics
 import ServiceLifecycle
 import Synchronization
 
@@ -48,7 +47,7 @@ extension ChangelogWriter where Source == BudgetChanges {
             engine.restoreBudget(record)
         } catch {
             // Written by the dispatcher itself: a record that does not decode is a bug, not input to guess at.
-            Counter(label: "islet_dispatch_budget_changelog_invalid_records_total").increment()
+            engine.metrics.budgetRecordInvalid()
             logger.error("budget record ignored", metadata: ["kafka.partition": "\(message.partition)", "kafka.offset": "\(message.offset)", "error": "\(error)"])
         }
     }

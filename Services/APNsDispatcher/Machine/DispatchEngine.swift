@@ -27,6 +27,8 @@ public final class DispatchEngine: Sendable {
     private let sender: any APNsSending
     private let outcomes: any OutcomeSink
     let clock: any WallClock
+    /// The dispatcher's metrics: its machine's (one set for the service).
+    let metrics: DispatcherMetrics
     private let logger: Logger
     private let onDone: @Sendable (UInt64) -> Void
     private let onAbandon: @Sendable ([UInt64]) -> Void
@@ -62,6 +64,7 @@ public final class DispatchEngine: Sendable {
         self.onDone = onDone
         workers = max(1, policy.maximumInFlight)
         state = Mutex(State(machine: DispatchMachine(tokens: tokens, policy: policy, teams: teams, random: random, logger: logger, now: clock.date)))
+        metrics = state.withLock { $0.machine.metrics }
         // A token a request waits for arrives: that activity is looked at again (no polling).
         let engine = WeakEngine(self)
         tokens.onApply { key in engine.value?.step { $0.tokenArrived(key, now: $1) } }

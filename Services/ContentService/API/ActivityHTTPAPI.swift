@@ -35,10 +35,13 @@ public struct ActivityHTTPAPI: Sendable {
     /// The other instances, asked what this one does not own (nil: it answers 421 `notOwner`).
     let peers: PeerForwarding?
     let replies = IdempotentReplies()
+    let metrics: ContentMetrics
 
     public init(
-        intake: EventIntake, keys: BackendKeys, maxBodyBytes: Int = 65_536, lookup: ActivityLookup = .everything(), peers: PeerForwarding? = nil
+        intake: EventIntake, keys: BackendKeys, maxBodyBytes: Int = 65_536, lookup: ActivityLookup = .everything(), peers: PeerForwarding? = nil,
+        metrics: ContentMetrics = ContentMetrics()
     ) {
+        self.metrics = metrics
         self.intake = intake
         self.keys = keys
         self.maxBodyBytes = maxBodyBytes
@@ -60,7 +63,7 @@ public struct ActivityHTTPAPI: Sendable {
                     guard let activityId = raw.removingPercentEncoding else { throw Self.invalid("activityId", "is not valid percent-encoded UTF-8") }
                     return try await handle(request, activityId)
                 } catch let error as HTTPAPIError {
-                    Counter(label: "islet_content_http_refused_total", dimensions: [("error", error.code.rawValue)]).increment()
+                    metrics.httpRefused(error.code)
                     throw error
                 }
             }

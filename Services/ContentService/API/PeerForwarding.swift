@@ -4,7 +4,6 @@ import HTTPTypes
 import Hummingbird
 import IsletRuntime
 import Logging
-import Metrics
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -67,6 +66,7 @@ public final class PeerForwarding: Sendable {
     let ownPort: Int
     private let admission = Admission(limit: maximumForwards)
     let timeout: Duration
+    let metrics: ContentMetrics
     let logger: Logger
     private let send: Send
     private let owners = Mutex<[Int32: String]>([:])
@@ -84,12 +84,13 @@ public final class PeerForwarding: Sendable {
     ///   - resolve: a peer's addresses (default: the system's resolver; tests give their own).
     ///   - send: how a call is made (default: AsyncHTTPClient; tests give their own).
     public init(
-        peers: [Peer], ownPort: Int, timeout: Duration = .seconds(2), logger: Logger, resolve: (@Sendable (Peer) -> [String])? = nil,
+        peers: [Peer], ownPort: Int, timeout: Duration = .seconds(2), metrics: ContentMetrics, logger: Logger, resolve: (@Sendable (Peer) -> [String])? = nil,
         send: Send? = nil
     ) {
         self.peers = peers
         self.ownPort = ownPort
         self.timeout = timeout
+        self.metrics = metrics
         self.logger = logger
         self.resolve = resolve ?? { Self.addresses(of: $0) }
         self.send = send ?? Self.client(timeout: timeout)
@@ -232,7 +233,7 @@ public final class PeerForwarding: Sendable {
     }
 
     private func count(_ to: String) {
-        Counter(label: "islet_content_forwarded_total", dimensions: [("to", to)]).increment()
+        metrics.forwarded(to: to)
     }
 
     enum Answer {

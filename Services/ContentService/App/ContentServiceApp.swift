@@ -50,23 +50,22 @@ public struct ContentServiceApp: Sendable {
         let producer = try KafkaProducer(
             configuration: Self.producerConfiguration(runtime.settings.producerConfiguration(), sendTimeout: settings.sendTimeout), logger: logger)
         let table = try Self.tokenTable(runtime: runtime, topic: topics.tokens)
-
         // The activities' memory, from the service's own output and the dispatcher's answers.
         let engine = ContentEngine(
             assembler: PayloadAssembler(templates: templates, keyring: settings.keyring, policy: settings.policy), tokens: table.tokens,
             freshness: settings.freshness)
-        let sender = RequestSender(producer: producer, engine: engine, topic: topics.pushRequests, logger: logger)
+        let sender = RequestSender(producer: producer, engine: engine, topic: topics.pushRequests, metrics: ContentMetrics(), logger: logger)
         let (memoryLoader, changelog) = Self.memory(runtime: runtime, settings: settings, topics: topics, engine: engine, sender: sender, producer: producer)
         let consumer = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.activityEvents]), logger: logger)
-        let thumbnails = settings.thumbnails.allowedHosts.isEmpty ? nil : ThumbnailService(settings: settings.thumbnails, logger: logger)
+        let thumbnails = settings.thumbnails.allowedHosts.isEmpty ? nil : ThumbnailService(settings: settings.thumbnails, metrics: sender.metrics, logger: logger)
         let loop = ContentServiceLoop(
             consumer: consumer,
             deadLetters: DeadLetterWriter(producer: producer, consumer: consumer, service: service, logger: logger, topic: topics.deadLetters),
             engine: engine, sender: sender, thumbnails: thumbnails, changelog: changelog, memory: memoryLoader, logger: logger)
         let monitor = Self.monitor(runtime: runtime, settings: settings, topics: topics, engine: engine, sender: sender)
-        let ready: @Sendable () -> Bool = { Self.isReady(health.report().checks) }
         let lookup = Self.lookup(runtime: runtime, topics: topics, memory: memoryLoader, sender: sender)
-        let intake = EventIntake(engine: engine, producer: producer, topic: topics.activityEvents, isReady: ready, partition: lookup.partition)
+        let intake = EventIntake(
+            engine: engine, producer: producer, topic: topics.activityEvents, isReady: { Self.isReady(health.report().checks) }, partition: lookup.partition)
         // The backends' gRPC API.
         if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC and HTTP APIs refuse every call") }
         let grpc = GRPCServerService(
@@ -77,7 +76,7 @@ public struct ContentServiceApp: Sendable {
         let router = runtime.makeRouter()
         ActivityHTTPAPI(
             intake: intake, keys: settings.backendKeys, maxBodyBytes: settings.maxBodyBytes,
-            lookup: lookup, peers: Self.peers(runtime: runtime, settings: settings)
+            lookup: lookup, peers: Self.peers(runtime: runtime, settings: settings, metrics: sender.metrics), metrics: sender.metrics
         ).addRoutes(to: router)
         // The stale list names activities: on the operator listener (loopback unless
         // ISLET_OPERATOR_HOST says otherwise), not on the HTTP port orchestrators probe.
@@ -138,7 +137,8 @@ public struct ContentServiceApp: Sendable {
         let (bootstrap, consumerProperties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
         let loader = ContentMemoryLoader(
             engine: engine, requestsTopic: topics.pushRequests, outcomesTopic: topics.pushOutcomes, changelogTopic: topics.contentMemory,
-            since: engine.clock.date.addingTimeInterval(-(settings.freshness.retention / .seconds(1))), ownWrites: sender.writer, logger: logger,
+            since: engine.clock.date.addingTimeInterval(-(settings.freshness.retention / .seconds(1))), ownWrites: sender.writer, metrics: sender.metrics,
+            logger: logger,
             readEnds: ContentMemoryLoader.ends(bootstrapServers: bootstrap, clientID: service, settings: runtime.settings.producerProperties, logger: logger),
             makeReplica: ContentMemoryLoader.replicas(bootstrapServers: bootstrap, clientID: service, settings: consumerProperties, logger: logger)
         ) { health.setReady(Self.memoryCheck) }
@@ -158,8 +158,9 @@ public struct ContentServiceApp: Sendable {
         }
         let invalidator = settings.registry.map { RegistryInvalidator(host: $0.host, port: $0.port, key: $0.key) }
         let payloads = RequestPayloads(
-            bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushRequests, settings: runtime.settings.consumerProperties, logger: logger)
-        return FreshnessMonitor(engine: engine, sender: sender, logger: logger, invalidator: invalidator, payloads: payloads)
+            bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushRequests, settings: runtime.settings.consumerProperties,
+            metrics: sender.metrics, logger: logger)
+        return FreshnessMonitor(engine: engine, sender: sender, metrics: sender.metrics, logger: logger, invalidator: invalidator, payloads: payloads)
     }
 
     /// Questions about an activity are answered where its memory is (the owner of its partition),
@@ -167,7 +168,7 @@ public struct ContentServiceApp: Sendable {
     private static func lookup(runtime: ServiceRuntime, topics: Topics, memory: ContentMemoryLoader, sender: RequestSender) -> ActivityLookup {
         let outcomes = OutcomeReader(
             bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushOutcomes, settings: runtime.settings.consumerProperties,
-            logger: runtime.logger)
+            metrics: sender.metrics, logger: runtime.logger)
         return ActivityLookup(
             partition: { activityId in memory.activityPartitionCount.map { KafkaPartitioner.partition(ofKey: activityId, partitions: $0) } },
             owned: { sender.ownedPartitions }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) })
@@ -175,10 +176,11 @@ public struct ContentServiceApp: Sendable {
 
     /// The other instances, when there are: a call about an activity another owns is asked there.
     /// A forwarded event waits for Kafka's acknowledgement at the owner: longer than that.
-    private static func peers(runtime: ServiceRuntime, settings: ContentSettings) -> PeerForwarding? {
+    private static func peers(runtime: ServiceRuntime, settings: ContentSettings, metrics: ContentMetrics) -> PeerForwarding? {
         settings.peers.isEmpty
             ? nil
-            : PeerForwarding(peers: settings.peers, ownPort: runtime.settings.httpPort, timeout: settings.sendTimeout + .seconds(1), logger: runtime.logger)
+            : PeerForwarding(
+                peers: settings.peers, ownPort: runtime.settings.httpPort, timeout: settings.sendTimeout + .seconds(1), metrics: metrics, logger: runtime.logger)
     }
 
     /// `GET /v1/activities/stale` on the operator listener.

@@ -11,18 +11,6 @@ public enum Freshness: String, Sendable, CaseIterable {
     case severelyStale
 }
 
-/// One live activity that is not fresh, for the stale-activities query.
-public struct StaleActivity: Sendable, Equatable {
-    public var activityId: String
-    /// The activity's app.
-    public var bundleId: String
-    public var attributesType: String
-    public var freshness: Freshness
-    public var staleSince: Date
-    public var contentSequence: Int64
-    public var resends: Int
-}
-
 extension ActivityMemory {
     /// Whether the service still sends to this activity: started or updated, not ended, token alive.
     var isLive: Bool { latest != nil && !ended && !gone }
@@ -72,12 +60,6 @@ extension ActivityMemory {
 
     /// How much earlier than its moment an activity is looked at (``nextDeadline(now:policy:)``).
     static let deadlineMargin: TimeInterval = 0.001
-}
-
-/// What the monitor does about one activity.
-enum FollowUp: Equatable {
-    case resend
-    case end(InvalidationReason)
 }
 
 extension PayloadAssembler {

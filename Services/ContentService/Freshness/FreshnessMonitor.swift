@@ -2,7 +2,6 @@ import Foundation
 import IsletKafka
 import IsletMessages
 import Logging
-import Metrics
 import ServiceLifecycle
 import Synchronization
 
@@ -12,6 +11,7 @@ import Synchronization
 public struct FreshnessMonitor: Service {
     let engine: ContentEngine
     let sender: RequestSender
+    let metrics: ContentMetrics
     let logger: Logger
     /// The tokens of the activities the monitor ended, to invalidate in token-registry.
     let invalidations: TokenInvalidations
@@ -23,13 +23,15 @@ public struct FreshnessMonitor: Service {
     /// - Parameter payloads: where payloads the memory dropped (``RequestSender`` reports where
     ///   Kafka stored each request) are read again.
     public init(
-        engine: ContentEngine, sender: RequestSender, logger: Logger, invalidator: (any ActivityInvalidating)? = nil, payloads: RequestPayloads
+        engine: ContentEngine, sender: RequestSender, metrics: ContentMetrics, logger: Logger, invalidator: (any ActivityInvalidating)? = nil,
+        payloads: RequestPayloads
     ) {
         self.engine = engine
         self.sender = sender
+        self.metrics = metrics
         self.logger = logger
         self.payloads = payloads
-        self.invalidations = TokenInvalidations(invalidator: invalidator, logger: logger)
+        self.invalidations = TokenInvalidations(invalidator: invalidator, metrics: metrics, logger: logger)
     }
 
     public func run() async throws {
@@ -61,7 +63,7 @@ public struct FreshnessMonitor: Service {
                 || now.timeIntervalSince(item.endSentAt) > TokenInvalidations.endWait
         }
         for (freshness, count) in engine.freshnessCounts() {
-            Gauge(label: "islet_content_activities", dimensions: [("freshness", freshness.rawValue)]).record(count)
+            metrics.activities(freshness, count)
         }
         return sent
     }
@@ -88,7 +90,7 @@ public struct FreshnessMonitor: Service {
                 }
                 for request in prepared.requests {
                     let action = request.event == .end ? "end" : "resend"
-                    Counter(label: "islet_content_freshness_actions_total", dimensions: [("action", action)]).increment()
+                    metrics.freshnessAction(action)
                     logger.info("freshness monitor", metadata: ["activity.key": "\(prepared.activityKey)", "action": "\(action)"])
                 }
                 sent += prepared.requests

@@ -2,7 +2,6 @@ import Foundation
 import IsletKafka
 import IsletMessages
 import Logging
-import Metrics
 
 /// Reads push requests again where they are on `islet.push-requests.v1`: the activity memory does
 /// not keep the latest request's payload once Kafka has it (``ActivityMemory/payloadStoredAt``),
@@ -19,6 +18,7 @@ import Metrics
 public struct RequestPayloads: Sendable {
     /// The topic of push requests; one read takes at most its timeout (default 30 s).
     let source: PositionReader
+    let metrics: ContentMetrics
     var logger: Logger { source.logger }
 
     /// At most this many payloads are read in one pass, those of the activities due longest first;
@@ -34,8 +34,9 @@ public struct RequestPayloads: Sendable {
 
     public init(
         bootstrapServers: String, topic: String = IsletTopics.pushRequests.name, settings: [String: String] = [:], timeout: Duration = .seconds(30),
-        logger: Logger
+        metrics: ContentMetrics, logger: Logger
     ) {
+        self.metrics = metrics
         source = PositionReader(
             bootstrapServers: bootstrapServers, topic: topic, settings: settings, clientID: "content-service.payloads", timeout: timeout, logger: logger)
     }
@@ -64,10 +65,9 @@ public struct RequestPayloads: Sendable {
                 answer.lost.append(item)
             }
         }
-        Counter(label: "islet_content_payloads_read_total", dimensions: [("result", "read")]).increment(by: answer.found.count)
-        Counter(label: "islet_content_payloads_read_total", dimensions: [("result", "lost")]).increment(by: answer.lost.count)
-        Counter(label: "islet_content_payloads_read_total", dimensions: [("result", "not_now")]).increment(
-            by: chosen.count - answer.found.count - answer.lost.count)
+        metrics.payloadsRead("read", answer.found.count)
+        metrics.payloadsRead("lost", answer.lost.count)
+        metrics.payloadsRead("not_now", chosen.count - answer.found.count - answer.lost.count)
         if !answer.lost.isEmpty {
             logger.error(
                 "latest payloads not found where they were stored: those activities are not re-sent or ended until their next request",

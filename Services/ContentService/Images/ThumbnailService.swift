@@ -1,7 +1,6 @@
 import AsyncHTTPClient
 import Foundation
 import Logging
-import Metrics
 import NIOCore
 import NIOHTTP1
 import ServiceLifecycle
@@ -33,6 +32,7 @@ public final class ThumbnailService: Service, Sendable {
     public let settings: Settings
     private let fetch: Fetch
     private let client: HTTPClient?
+    private let metrics: ContentMetrics
     private let logger: Logger
     private enum Entry { case ready([String]), failed(until: ContinuousClock.Instant) }
     private struct Cache {
@@ -42,17 +42,18 @@ public final class ThumbnailService: Service, Sendable {
     private let cache = Mutex(Cache())
 
     /// Fetches over HTTP(S) with its own client (no redirects: a redirect could leave the allow-list).
-    public convenience init(settings: Settings, logger: Logger) {
+    public convenience init(settings: Settings, metrics: ContentMetrics, logger: Logger) {
         let client = HTTPClient(
             eventLoopGroupProvider: .singleton,
             configuration: .init(redirectConfiguration: .disallow, timeout: .init(connect: .milliseconds(Int64(settings.timeout / .milliseconds(1))))))
-        self.init(settings: settings, logger: logger, client: client) { url, settings in
+        self.init(settings: settings, metrics: metrics, logger: logger, client: client) { url, settings in
             try await Self.download(url, settings: settings, client: client)
         }
     }
 
-    init(settings: Settings, logger: Logger, client: HTTPClient? = nil, fetch: @escaping Fetch) {
+    init(settings: Settings, metrics: ContentMetrics, logger: Logger, client: HTTPClient? = nil, fetch: @escaping Fetch) {
         self.settings = settings
+        self.metrics = metrics
         self.logger = logger
         self.client = client
         self.fetch = fetch
@@ -90,7 +91,7 @@ public final class ThumbnailService: Service, Sendable {
         let now = ContinuousClock.now
         switch cache.withLock({ $0.entries[address] }) {
         case .ready(let variants)?:
-            Counter(label: "islet_content_thumbnails_total", dimensions: [("result", "cached")]).increment()
+            metrics.thumbnail("cached")
             return variants
         case .failed(let until)? where until > now:
             return nil
@@ -98,7 +99,7 @@ public final class ThumbnailService: Service, Sendable {
             break
         }
         guard let url = URL(string: address), isAllowed(url) else {
-            Counter(label: "islet_content_thumbnails_total", dimensions: [("result", "not_allowed")]).increment()
+            metrics.thumbnail("not_allowed")
             remember(address, .failed(until: now + settings.failureTTL))
             return nil
         }
@@ -106,12 +107,12 @@ public final class ThumbnailService: Service, Sendable {
             let started = ContinuousClock.now
             let bytes = try await fetch(url, settings)
             let variants = try Thumbnailer.thumbnails(of: bytes).map { Data($0).base64EncodedString() }
-            Timer(label: "islet_content_thumbnail_seconds").record(duration: ContinuousClock.now - started)
-            Counter(label: "islet_content_thumbnails_total", dimensions: [("result", "made")]).increment()
+            metrics.thumbnailMade(in: ContinuousClock.now - started)
+            metrics.thumbnail("made")
             remember(address, .ready(variants))
             return variants
         } catch {
-            Counter(label: "islet_content_thumbnails_total", dimensions: [("result", "failed")]).increment()
+            metrics.thumbnail("failed")
             logger.info("no thumbnail", metadata: ["image.host": "\(url.host ?? "")", "error": "\(error)"])
             remember(address, .failed(until: now + settings.failureTTL))
             return nil

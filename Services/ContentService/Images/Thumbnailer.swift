@@ -1,11 +1,5 @@
 import Foundation
 
-/// Why an image cannot become a thumbnail.
-public struct ThumbnailError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var description: String
-    init(_ description: String) { self.description = description }
-}
-
 /// Square JPEG thumbnails (Lyft's 72×72), made with libgd: decodes JPEG or PNG, crops the centre
 /// square, resamples and encodes JPEG. The image's size is read from its header first, so a small
 /// file that claims a huge picture is refused before anything is decoded.

@@ -62,9 +62,10 @@ public final class RequestSender: Sendable {
     }
 
     public init(
-        producer: any MessageSink, engine: ContentEngine, topic: String = IsletTopics.pushRequests.name, window: Int = 2_000, logger: Logger
+        producer: any MessageSink, engine: ContentEngine, topic: String = IsletTopics.pushRequests.name, window: Int = 2_000,
+        metrics: ContentMetrics, logger: Logger
     ) {
-        self.metrics = ContentMetrics()
+        self.metrics = metrics
         self.producer = producer
         self.engine = engine
         self.topic = topic

@@ -2,7 +2,6 @@ import Foundation
 import IsletKafka
 import IsletMessages
 import Logging
-import Metrics
 import ServiceLifecycle
 import Synchronization
 
@@ -48,6 +47,7 @@ public final class ContentMemoryLoader: Service, Sendable {
     let ownWrites: KafkaHeader?
     public let positions: ReadPositions
     let onReady: @Sendable () -> Void
+    let metrics: ContentMetrics
     let logger: Logger
     private let follower = Mutex<(any MessageSource)?>(nil)
     /// The partitions whose activities' records the follower applies: restored (or being
@@ -63,7 +63,7 @@ public final class ContentMemoryLoader: Service, Sendable {
     public init(
         engine: ContentEngine, requestsTopic: String = IsletTopics.pushRequests.name, outcomesTopic: String = IsletTopics.pushOutcomes.name,
         changelogTopic: String = IsletTopics.contentMemory.name, since: Date, ownWrites: KafkaHeader? = nil, positions: ReadPositions = ReadPositions(),
-        logger: Logger, readEnds: ReadEnds? = nil, makeReplica: @escaping MakeReplica, onReady: @escaping @Sendable () -> Void = {}
+        metrics: ContentMetrics, logger: Logger, readEnds: ReadEnds? = nil, makeReplica: @escaping MakeReplica, onReady: @escaping @Sendable () -> Void = {}
     ) {
         self.makeReplica = makeReplica
         self.readEnds = readEnds
@@ -74,6 +74,7 @@ public final class ContentMemoryLoader: Service, Sendable {
         self.since = since
         self.ownWrites = ownWrites
         self.positions = positions
+        self.metrics = metrics
         self.logger = logger
         self.onReady = onReady
     }
@@ -170,8 +171,7 @@ public final class ContentMemoryLoader: Service, Sendable {
             return nil
         }
         let seconds = (ContinuousClock.now - started) / .seconds(1)
-        Gauge(label: "islet_content_memory_restore_seconds").record(seconds)
-        Counter(label: "islet_content_memory_restored_total").increment(by: changelog.memories)
+        metrics.memoryRestored(seconds: seconds, memories: changelog.memories)
         logger.info(
             "partitions restored",
             metadata: [
@@ -216,8 +216,9 @@ public final class ContentMemoryLoader: Service, Sendable {
     func readChangelog(_ partitions: Set<Int32>) async throws -> Changelog {
         var changelog = Changelog()
         do {
-            try await readToEnd([changelogTopic], partitions: partitions.sorted(), since: nil, startAt: [:]) { [engine, logger] message in
-                Self.apply(changelog: message, to: engine, checkpoints: &changelog.checkpoints, memories: &changelog.memories, logger: logger)
+            try await readToEnd([changelogTopic], partitions: partitions.sorted(), since: nil, startAt: [:]) { [engine, metrics, logger] message in
+                Self.apply(
+                    changelog: message, to: engine, checkpoints: &changelog.checkpoints, memories: &changelog.memories, metrics: metrics, logger: logger)
             }
         } catch where "\(error)".contains("does not exist") {
             logger.error(
@@ -267,7 +268,7 @@ public final class ContentMemoryLoader: Service, Sendable {
 
     static func apply(
         changelog message: KafkaMessage, to engine: ContentEngine, checkpoints: inout [Int32: [KafkaTopicPartition: Int64]],
-        memories: inout Int, logger: Logger
+        memories: inout Int, metrics: ContentMetrics, logger: Logger
     ) {
         guard let value = message.value else {
             // A tombstone: the activity was forgotten, or the partition's checkpoint deleted (an
@@ -289,7 +290,7 @@ public final class ContentMemoryLoader: Service, Sendable {
                     uniquingKeysWith: min)
             }
         } catch {
-            Counter(label: "islet_content_memory_invalid_records_total").increment()
+            metrics.memoryRecordInvalid()
             logger.error("changelog record ignored", metadata: ["kafka.partition": "\(message.partition)", "kafka.offset": "\(message.offset)", "error": "\(error)"])
         }
     }
@@ -318,7 +319,7 @@ public final class ContentMemoryLoader: Service, Sendable {
         do {
             if message.topic == requestsTopic {
                 if skipOwnWrites, let ownWrites, message.header(ownWrites.name) == ownWrites {
-                    Counter(label: "islet_content_memory_own_requests_skipped_total").increment()
+                    metrics.ownRequestSkipped()
                     return false
                 }
                 let count = activityPartitions.withLock { $0 }
@@ -357,7 +358,7 @@ public final class ContentMemoryLoader: Service, Sendable {
             return true
         } catch {
             // Written by Islet's own services: a record that does not decode is a bug, not input to guess at.
-            Counter(label: "islet_content_memory_invalid_records_total").increment()
+            metrics.memoryRecordInvalid()
             logger.error("record ignored", metadata: ["kafka.topic": "\(message.topic)", "kafka.offset": "\(message.offset)", "error": "\(error)"])
             return false
         }

@@ -2,18 +2,6 @@ import IsletKafka
 import IsletMessages
 import Logging
 
-/// Where records are read again by their position: a topic of a cluster, read by a replica of
-/// its own for at most `timeout` each time (the latest payloads the freshness monitor re-sends,
-/// the outcomes a lookup reports).
-struct PositionReader: Sendable {
-    let bootstrapServers: String
-    let topic: String
-    let settings: [String: String]
-    let clientID: String
-    let timeout: Duration
-    let logger: Logger
-}
-
 /// What one read of records by position found: one replica assigned the partitions of the
 /// positions wanted, reading each from its first wanted offset to its last, for at most a timeout.
 /// The records are Islet's own JSON messages.

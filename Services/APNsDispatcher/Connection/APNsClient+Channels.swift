@@ -2,65 +2,6 @@ import Foundation
 import IsletMessages
 import NIOCore
 
-/// What a broadcast channel keeps of the messages sent on it (`message-storage-policy`, fixed when
-/// the channel is made).
-public enum APNsStoragePolicy: Int, Sendable, Codable, Equatable {
-    /// Nothing is stored: a phone offline when a broadcast goes out misses it. APNs allows more
-    /// broadcasts on such a channel; every broadcast on it must have `apns-expiration` 0. Scores.
-    case noMessageStored = 0
-    /// The most recent message is stored (at most 8 hours) for phones that were offline.
-    case mostRecentMessageStored = 1
-}
-
-/// One channel management request (iOS 18 broadcast), to
-/// `api-manage-broadcast[.sandbox].push.apple.com`: make a channel, read one, delete one, list an
-/// app's channels.
-public struct APNsChannelRequest: Sendable {
-    public var method: String
-    public var path: String
-    /// `apns-channel-id`: the channel read or deleted.
-    public var channelID: String?
-    public var body: ByteBuffer?
-    /// `apns-request-id`: names the request in APNs's answer and logs.
-    public var requestID: String
-
-    public static func create(bundleID: String, storagePolicy: APNsStoragePolicy, requestID: String = UUID().uuidString.lowercased()) -> Self {
-        let body = #"{"message-storage-policy":\#(storagePolicy.rawValue),"push-type":"LiveActivity"}"#
-        return Self(method: "POST", path: "/1/apps/\(bundleID)/channels", channelID: nil, body: ByteBuffer(string: body), requestID: requestID)
-    }
-
-    public static func read(_ channelID: String, bundleID: String, requestID: String = UUID().uuidString.lowercased()) -> Self {
-        Self(method: "GET", path: "/1/apps/\(bundleID)/channels", channelID: channelID, body: nil, requestID: requestID)
-    }
-
-    public static func delete(_ channelID: String, bundleID: String, requestID: String = UUID().uuidString.lowercased()) -> Self {
-        Self(method: "DELETE", path: "/1/apps/\(bundleID)/channels", channelID: channelID, body: nil, requestID: requestID)
-    }
-
-    public static func list(bundleID: String, requestID: String = UUID().uuidString.lowercased()) -> Self {
-        Self(method: "GET", path: "/1/apps/\(bundleID)/all-channels", channelID: nil, body: nil, requestID: requestID)
-    }
-}
-
-/// APNs refused a channel management request: its status and reason (`BadChannelId`,
-/// `ChannelNotRegistered`, `CannotCreateChannelConfig` at the 10,000 channels of an app, …).
-public struct APNsChannelError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var status: Int
-    public var reason: String?
-    public var requestID: String?
-
-    public init(status: Int, reason: String?, requestID: String? = nil) {
-        self.status = status
-        self.reason = reason
-        self.requestID = requestID
-    }
-
-    /// The channel is not there (deleted, never made, or another app's): a delete of it is done.
-    public var channelIsGone: Bool { status == 400 && (reason == "ChannelNotRegistered" || reason == "BadChannelId") || status == 404 }
-
-    public var description: String { "APNs answered \(status) \(reason ?? "without a reason")" }
-}
-
 extension APNsClient {
     /// Makes a broadcast channel for the app; returns its id (random base64: no size assumed).
     public func createChannel(bundleID: String, storagePolicy: APNsStoragePolicy, teamID: String, environment: APNsEnvironment) async throws -> String {

@@ -1,0 +1,50 @@
+import NIOCore
+
+/// One push to APNs: to a device token (`POST /3/device/<token>`), or a broadcast to every
+/// activity subscribed to a channel (`POST /4/broadcasts/apps/<bundle>`, iOS 18).
+public struct APNsPush: Sendable {
+    /// Where a push goes.
+    public enum Destination: Sendable, Equatable {
+        /// One activity's (or a push-to-start) device token; `topic` is `apns-topic`,
+        /// `<bundle id>.push-type.liveactivity`.
+        case device(token: String, topic: String)
+        /// A broadcast channel of the app: one push for all its subscribers.
+        case channel(id: String, bundleID: String)
+    }
+
+    public var destination: Destination
+    /// 10 or 5 (a broadcast may also use 1).
+    public var priority: Int
+    /// `apns-id` on the token path, `apns-request-id` on a broadcast: the request id (so a retry
+    /// is recognised as the same push).
+    public var apnsID: String
+    /// `apns-expiration`, epoch seconds; 0: one attempt, not stored (the only value a channel
+    /// that stores no message takes).
+    public var expiration: Int64
+    public var payload: ByteBuffer
+
+    public init(destination: Destination, priority: Int, apnsID: String, expiration: Int64, payload: ByteBuffer) {
+        self.destination = destination
+        self.priority = priority
+        self.apnsID = apnsID
+        self.expiration = expiration
+        self.payload = payload
+    }
+
+    public init(deviceToken: String, topic: String, priority: Int, apnsID: String, expiration: Int64, payload: ByteBuffer) {
+        self.init(destination: .device(token: deviceToken, topic: topic), priority: priority, apnsID: apnsID, expiration: expiration, payload: payload)
+    }
+
+    /// The device token, or `nil` for a broadcast.
+    public var deviceToken: String? {
+        if case .device(let token, _) = destination { token } else { nil }
+    }
+
+    /// Whom it is for: the device token, or the channel id.
+    public var recipient: String {
+        switch destination {
+        case .device(let token, _): token
+        case .channel(let id, _): id
+        }
+    }
+}

@@ -1,0 +1,7 @@
+import IsletMessages
+
+/// What the monitor does about one activity.
+enum FollowUp: Equatable {
+    case resend
+    case end(InvalidationReason)
+}
