@@ -1,4 +1,5 @@
 import IsletMessages
+import IsletRuntime
 import Metrics
 
 /// apns-dispatcher's metrics (Prometheus names on /metrics).
@@ -11,6 +12,8 @@ struct DispatcherMetrics: Sendable {
     private let budget = Recorder(label: "islet_dispatcher_budget_remaining", aggregate: true)
     private let latency = Timer(label: "islet_dispatcher_apns_latency_seconds")
     private let invalidBudgetRecords = Counter(label: "islet_dispatch_budget_changelog_invalid_records_total")
+    private let transportErrors = CounterFamily("islet_dispatcher_transport_errors_total", dimensions: ["kind"])
+    private let lanesStopped = CounterFamily("islet_dispatcher_lane_stopped_total", dimensions: ["team"])
     /// The counters of every answer and outcome a push commonly gets, made once (making one takes
     /// the registry's lock and formats its labels): a rarer status is counted by a counter made then.
     private let sends: [Int: Counter] = Dictionary(
@@ -45,9 +48,7 @@ struct DispatcherMetrics: Sendable {
     }
 
     /// `islet_dispatcher_transport_errors_total{kind}`: pushes that got no answer.
-    func transportError(_ kind: APNsTransportError.Kind?) {
-        Counter(label: "islet_dispatcher_transport_errors_total", dimensions: [("kind", kind.map { "\($0)" } ?? "other")]).increment()
-    }
+    func transportError(_ kind: APNsTransportError.Kind?) { transportErrors.increment(kind.map { "\($0)" } ?? "other") }
 
     /// `islet_dispatcher_outcomes_total{result}`: final outcomes (coalesced and downgraded included).
     func outcome(_ result: PushResult) {
@@ -62,7 +63,5 @@ struct DispatcherMetrics: Sendable {
     func budgetRecordInvalid() { invalidBudgetRecords.increment() }
 
     /// `islet_dispatcher_lane_stopped_total{team}`: APNs refused a team's credentials (alert on it).
-    func laneStopped(team: String) {
-        Counter(label: "islet_dispatcher_lane_stopped_total", dimensions: [("team", team)]).increment()
-    }
+    func laneStopped(team: String) { lanesStopped.increment(team) }
 }

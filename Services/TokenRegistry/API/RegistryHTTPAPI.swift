@@ -32,7 +32,7 @@ public struct RegistryHTTPAPI: Sendable {
 
     public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
         // On the router, not the group: unknown routes get the same JSON answers.
-        router.add(middleware: APIErrorMiddleware<Context>(logger: logger))
+        router.add(middleware: APIErrorMiddleware<Context>(logger: logger, metrics: registry.metrics))
         let api = router.group("v1")
         let (registry, authenticator, maxBodyBytes) = (self.registry, self.authenticator, self.maxBodyBytes)
 
@@ -114,7 +114,8 @@ func json<Value: Encodable>(_ value: Value, status: HTTPResponse.Status = .ok) t
 /// (logged; the body reveals nothing).
 struct APIErrorMiddleware<Context: RequestContext>: RouterMiddleware {
     let logger: Logger
-    private let metrics = RegistryMetrics()
+    /// The registry's (one set of metrics per service).
+    let metrics: RegistryMetrics
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
