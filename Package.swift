@@ -191,7 +191,7 @@ let package = Package(
             name: "IsletTesting",
             dependencies: [
                 "IsletKafka", "IsletMessages", "IsletProtos",
-                grpcCore, grpcNIOTransportHTTP2, logging,
+                grpcCore, grpcNIOTransportHTTP2, logging, serviceLifecycle,
             ],
             path: "Shared/IsletTesting"
         ),
