@@ -186,7 +186,8 @@ let package = Package(
             swiftSettings: fuzzed
         ),
 
-        // What the test targets share (Tests/*): the test broker and topic readers, loggers, ids and tokens, timeouts.
+        // What the test targets share (Tests/*): the test broker and topic readers, a process on the in-memory bus, loggers,
+        // ids and tokens, timeouts.
         .target(
             name: "IsletTesting",
             dependencies: [
