@@ -186,12 +186,13 @@ let package = Package(
             swiftSettings: fuzzed
         ),
 
-        // What the test targets share (Tests/*): the test broker and topic readers, loggers, ids and tokens, timeouts.
+        // What the test targets share (Tests/*): the test broker and topic readers, a process on the in-memory bus, loggers,
+        // ids and tokens, timeouts.
         .target(
             name: "IsletTesting",
             dependencies: [
                 "IsletKafka", "IsletMessages", "IsletProtos",
-                grpcCore, grpcNIOTransportHTTP2, logging,
+                grpcCore, grpcNIOTransportHTTP2, logging, serviceLifecycle,
             ],
             path: "Shared/IsletTesting"
         ),

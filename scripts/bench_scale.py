@@ -54,7 +54,7 @@ JAVA_VECTORS = {
     b"abc": 479470107,
 }
 
-TOPICS = [  # name, cleanup.policy, retention.ms (Shared/IsletMessages/Topics.swift)
+TOPICS = [  # name, cleanup.policy, retention.ms (Shared/IsletMessages/IsletTopics.swift)
     ("islet.tokens.v1", "compact", None),
     ("islet.activity-events.v1", "delete", 7 * 86_400_000),
     ("islet.push-requests.v1", "delete", 3 * 86_400_000),

@@ -11,7 +11,7 @@ PACKAGE.json is `swift package dump-package`. Checks:
   2. every ISLET_* variable a service sets is read by that product's code (its targets and the
      package targets they depend on): `config.string("islet.link.keys")` reads ISLET_LINK_KEYS,
      `environment["ISLET_LOG_LEVEL"]` reads ISLET_LOG_LEVEL;
-  3. every topic of Shared/IsletMessages/Topics.swift is created by kafka-init with its cleanup
+  3. every topic of Shared/IsletMessages/IsletTopics.swift is created by kafka-init with its cleanup
      policy and retention, co-partitioned topics with one partition count, and no other topic;
   4. every built service has a health check and a restart policy, and a /run/secrets/NAME it names
      is a secret it mounts;
@@ -33,7 +33,7 @@ import sys
 import yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-TOPICS_SWIFT = os.path.join(REPO, "Shared", "IsletMessages", "Topics.swift")
+TOPICS_SWIFT = os.path.join(REPO, "Shared", "IsletMessages", "IsletTopics.swift")
 KAFKA_SECURITY_SWIFT = os.path.join(REPO, "Shared", "IsletKafka", "KafkaSecurity.swift")
 TOPICS_DOC = os.path.join(REPO, "docs", "topics.md")
 
@@ -125,7 +125,7 @@ def variables_read(paths):
     return found
 
 
-# ---- Topics.swift ---------------------------------------------------------------------------------
+# ---- IsletTopics.swift ----------------------------------------------------------------------------
 
 def seconds_of(expression, constants):
     """`day * 7`, `Duration.seconds(86_400)`, `.seconds(60)` → seconds, or None."""
@@ -158,7 +158,7 @@ def load_topics(report):
         else:
             seconds = seconds_of(retention, constants)
             if seconds is None:
-                report.fail(f"Topics.swift: cannot read the retention of {fields['name']} ({retention}); teach scripts/check_compose.py")
+                report.fail(f"IsletTopics.swift: cannot read the retention of {fields['name']} ({retention}); teach scripts/check_compose.py")
                 continue
             fields["retention_ms"] = seconds * 1000
         fields["co_partitioned"] = re.search(r"coPartitioned:\s*(true|false)", body).group(1) == "true"
@@ -167,7 +167,7 @@ def load_topics(report):
     names = [name.strip() for name in listed.split(",") if name.strip()]
     missing = [name for name in names if name not in declared]
     if missing:
-        report.fail(f"Topics.swift: IsletTopics.all names {missing}, which this script could not read")
+        report.fail(f"IsletTopics.swift: IsletTopics.all names {missing}, which this script could not read")
     return [declared[name] for name in names if name in declared]
 
 
@@ -687,7 +687,7 @@ def main():
             if unset:
                 report.note(f"{name}: its code can read {', '.join(unset)}, which the file does not set (the service's default applies)")
 
-    print("topics: kafka-init creates every topic of Topics.swift as declared")
+    print("topics: kafka-init creates every topic of IsletTopics.swift as declared")
     topics = load_topics(report)
     init = services.get("kafka-init")
     if init is None:
@@ -706,10 +706,10 @@ def main():
         if not (partitions or "").isdigit() or int(partitions) < 1:
             problems.append(f"partitions {partitions!r} is not a positive number")
         if configs.get("cleanup.policy") != topic["cleanup"]:
-            problems.append(f"cleanup.policy {configs.get('cleanup.policy')!r}, Topics.swift says {topic['cleanup']!r}")
+            problems.append(f"cleanup.policy {configs.get('cleanup.policy')!r}, IsletTopics.swift says {topic['cleanup']!r}")
         expected_retention = None if topic["retention_ms"] is None else str(topic["retention_ms"])
         if configs.get("retention.ms") != expected_retention:
-            problems.append(f"retention.ms {configs.get('retention.ms')!r}, Topics.swift says {expected_retention!r}")
+            problems.append(f"retention.ms {configs.get('retention.ms')!r}, IsletTopics.swift says {expected_retention!r}")
         if topic["co_partitioned"]:
             co_partition_counts.add(partitions)
         if problems:
@@ -722,7 +722,7 @@ def main():
     elif co_partition_counts:
         report.ok(f"co-partitioned topics share {co_partition_counts.pop()} partitions")
     for extra in sorted(set(created) - {topic["name"] for topic in topics}):
-        report.fail(f"{extra}: created by kafka-init but not a topic of Topics.swift")
+        report.fail(f"{extra}: created by kafka-init but not a topic of IsletTopics.swift")
 
     print("kafka: each node's properties against Kafka's start-up rules; the nodes, kafka-init and the services against each other")
     check_kafka(report, services, base)

@@ -1,44 +1,3 @@
-/// A topic and one of its partitions.
-public struct KafkaTopicPartition: Hashable, Sendable, CustomStringConvertible {
-    public var topic: String
-    public var partition: Int32
-
-    public init(topic: String, partition: Int32) {
-        self.topic = topic
-        self.partition = partition
-    }
-
-    public var description: String { "\(topic)[\(partition)]" }
-}
-
-/// Where a record is: its partition and offset (of a topic both sides know).
-public struct KafkaPosition: Sendable, Hashable, CustomStringConvertible {
-    public var partition: Int32
-    public var offset: Int64
-
-    public init(partition: Int32, offset: Int64) {
-        self.partition = partition
-        self.offset = offset
-    }
-
-    public var description: String { "\(partition)@\(offset)" }
-}
-
-/// A record header: a name and optional bytes.
-public struct KafkaHeader: Hashable, Sendable {
-    public var name: String
-    public var value: [UInt8]?
-
-    public init(name: String, value: [UInt8]?) {
-        self.name = name
-        self.value = value
-    }
-
-    public init(name: String, string: String) {
-        self.init(name: name, value: Array(string.utf8))
-    }
-}
-
 /// A record read from Kafka.
 ///
 /// Its origin (``topic``, ``partition``, ``offset``) is what ``KafkaConsumer/markProcessed(_:)``
@@ -83,21 +42,4 @@ public struct KafkaMessage: Sendable {
     public func header(_ name: String) -> KafkaHeader? {
         headers.first { $0.name == name }
     }
-}
-
-/// Where a produced record was persisted (acks=all): its partition and offset.
-public struct KafkaDeliveryReport: Sendable, Hashable {
-    public var topic: String
-    public var partition: Int32
-    /// The offset the broker gave the record, when known.
-    public var offset: Int64?
-
-    public init(topic: String, partition: Int32, offset: Int64?) {
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-    }
-
-    /// Where the record is, when the broker said.
-    public var position: KafkaPosition? { offset.map { KafkaPosition(partition: partition, offset: $0) } }
 }

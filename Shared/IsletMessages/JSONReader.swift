@@ -232,13 +232,6 @@ public enum JSONReader {
     }
 }
 
-/// A message that can be made from a ``JSONValue`` read by ``JSONReader``: `nil` whenever the
-/// value is not exactly what the message's `Decodable` conformance would accept, and the decoder
-/// then decides (with its error when there is one).
-public protocol IsletJSONReadable {
-    init?(json: JSONValue)
-}
-
 /// Reading members as the synthesized `Decodable` conformances read them.
 public struct JSONMembers {
     public let members: [String: JSONValue]

@@ -1,6 +1,5 @@
 import CMalloc
 import Foundation
-import ServiceLifecycle
 
 /// Gives back to the system the pages malloc holds free. glibc keeps what a process freed for its
 /// own reuse: an instance that dropped partitions (a rebalance), or whose restore went through
@@ -19,18 +18,5 @@ public enum FreeMemory {
             let kilobytes = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap({ Int($0) })
         else { return 0 }
         return kilobytes * 1_024
-    }
-}
-
-/// Every service runs it (``ServiceRuntime/makeServiceGroup(_:signals:clock:)``): ``FreeMemory/release()``
-/// every `interval` (30 s). A pass costs a walk of malloc's free lists, milliseconds for gigabytes.
-struct FreeMemoryReleaser<C: Clock>: Service where C.Duration == Duration {
-    var interval: Duration = .seconds(30)
-    let clock: C
-
-    func run() async throws {
-        while (try? await cancelWhenGracefulShutdown { try await clock.sleep(for: interval) }) != nil {
-            FreeMemory.release()
-        }
     }
 }

@@ -1,33 +1,7 @@
-import Foundation
 import IsletKafka
-import IsletMessages
 import Logging
 import Metrics
 import ServiceLifecycle
-
-/// A table built from `islet.tokens.v1`: ``TokenTable`` (token-registry's, with its indexes) or
-/// ``PartitionTokens`` (the compact one the sending services keep).
-public protocol TokenTopicTable: Sendable {
-    /// Applies a record read from `partition` at `offset` under its topic key `key`.
-    @discardableResult
-    func apply(_ record: TokenRecord, key: String, partition: Int32, offset: Int64) -> Bool
-    /// A tombstone of `key` read from `partition` at `offset`.
-    func remove(key: String, partition: Int32, offset: Int64)
-    var count: Int { get }
-}
-
-extension TokenTable: TokenTopicTable {
-    @discardableResult
-    public func apply(_ record: TokenRecord, key: String, partition: Int32, offset: Int64) -> Bool {
-        apply(record, key: key, at: Position(partition: partition, offset: offset))
-    }
-
-    public func remove(key: String, partition: Int32, offset: Int64) {
-        remove(key: key, at: Position(partition: partition, offset: offset))
-    }
-}
-
-extension PartitionTokens: TokenTopicTable {}
 
 /// Keeps a ``TokenTopicTable`` equal to `islet.tokens.v1`: reads every partition of the topic from its
 /// start (a replica, not a group member: every instance holds the whole table) and goes on
@@ -88,56 +62,5 @@ public struct TokenTableLoader: Service {
             applier.apply(message, to: table)
             if caughtUp { tokens.record(Double(table.count)) }
         }
-    }
-}
-
-/// Applies the records of `islet.tokens.v1` to a table: a token record or a tombstone. One that
-/// is not valid (``TokenTopicRecord``) is logged and counted, never applied.
-struct TokenRecordApplier: Sendable {
-    let logger: Logger
-    let invalid: Counter
-
-    init(service: String, logger: Logger) {
-        self.logger = logger
-        invalid = Counter(label: "islet_tokens_invalid_records_total", dimensions: [("service", service)])
-    }
-
-    func apply(_ message: KafkaMessage, to table: some TokenTopicTable) {
-        do {
-            switch try TokenTopicRecord(message) {
-            case .record(let record, let key): table.apply(record, key: key, partition: message.partition, offset: message.offset)
-            case .tombstone(let key): table.remove(key: key, partition: message.partition, offset: message.offset)
-            }
-        } catch {
-            invalid.increment()
-            logger.error(
-                "token record not applied",
-                metadata: ["kafka.partition": "\(message.partition)", "kafka.offset": "\(message.offset)", "error": "\(error)"])
-        }
-    }
-}
-
-/// A record of `islet.tokens.v1` as the tables read it: a token record under its topic key, or a
-/// tombstone. Throws for a record without a key, one that does not decode or validate, or one
-/// whose key is not its key rule's: the topic is written only by token-registry, so such a record
-/// means a bug or a foreign writer, and a table must not guess.
-enum TokenTopicRecord {
-    case record(TokenRecord, key: String)
-    case tombstone(key: String)
-
-    init(_ message: KafkaMessage) throws {
-        guard let key = message.keyString else { throw MessageValidationError(field: "key", problem: "a token record needs a key") }
-        guard let value = message.value else {
-            self = .tombstone(key: key)
-            return
-        }
-        let record = try IsletJSON.decode(TokenRecord.self, from: value)
-        try record.validate()
-        // An update token written before activity ids were scoped per app has the bare
-        // activity id as its key: it is read, and kept under its app's key.
-        guard record.key == key || record.legacyKey == key else {
-            throw MessageValidationError(field: "key", problem: "the record's key rule gives \(record.key ?? "none"), not \(key)")
-        }
-        self = .record(record, key: key)
     }
 }

@@ -4,7 +4,6 @@ import IsletMessages
 import IsletTesting
 import IsletTokens
 import Logging
-import ServiceLifecycle
 import Synchronization
 import Testing
 
@@ -149,11 +148,10 @@ struct DispatcherServiceTests {
     /// One apns-dispatcher process on the cluster: its service group (the token loader and the
     /// dispatcher's loop) as `DispatcherApp` assembles it, with the bus in place of Kafka.
     final class Dispatcher: Sendable {
-        let consumer: MemoryGroupMember
         let engine: DispatchEngine
         let sender: ProcessSender
-        private let group: ServiceGroup
-        private let running: Task<Void, any Error>
+        private let process: MemoryBusProcess
+        var consumer: MemoryGroupMember { process.consumer }
 
         init(
             _ cluster: Cluster, rebalance: MemoryBus.RebalanceProtocol = .eager, autoCommit: Bool = true, policy: DispatcherPolicy = DispatcherPolicy(),
@@ -181,26 +179,18 @@ struct DispatcherServiceTests {
                     bus.replica([DispatcherServiceTests.outcomes], partitions: partitions, since: since)
                 },
                 drainTimeout: drainTimeout, logger: logger)
-            self.consumer = consumer
             self.engine = engine
-            group = ServiceGroup(services: [loader, service], logger: logger)
-            let group = self.group
-            running = Task { try await group.run() }
+            process = MemoryBusProcess(consumer: consumer, services: [loader, service], logger: logger)
         }
 
         /// SIGTERM: what is in flight finishes, then it commits and leaves.
-        func stop() async {
-            await group.triggerGracefulShutdown()
-            _ = try? await running.value
-        }
+        func stop() async { await process.stop() }
 
         /// kill -9: nothing more is sent, answered, written or committed; the group notices when
         /// its session expires (``MemoryGroupMember/expireSession()``).
         func kill() async {
             sender.killed.store(true, ordering: .relaxed)
-            consumer.crash()
-            running.cancel()
-            _ = try? await running.value
+            await process.kill()
         }
     }
 

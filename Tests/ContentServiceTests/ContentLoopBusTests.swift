@@ -4,7 +4,6 @@ import IsletMessages
 import IsletTesting
 import IsletTokens
 import Logging
-import ServiceLifecycle
 import Synchronization
 import Testing
 
@@ -68,10 +67,9 @@ struct ContentLoopBusTests {
     /// One content-service process on the cluster: the loop, the memory loader and the changelog
     /// writer as `ContentServiceApp` assembles them, with the bus in place of Kafka.
     final class Process: Sendable {
-        let consumer: MemoryGroupMember
         let engine: ContentEngine
-        private let group: ServiceGroup
-        private let running: Task<Void, any Error>
+        private let process: MemoryBusProcess
+        var consumer: MemoryGroupMember { process.consumer }
 
         init(_ cluster: Cluster, rebalance: MemoryBus.RebalanceProtocol = .eager, autoCommit: Bool = true) throws {
             let bus = cluster.bus
@@ -88,27 +86,19 @@ struct ContentLoopBusTests {
             let changelog = ChangelogWriter(
                 engine: engine, sender: sender, producer: bus, positions: loader.positions, topic: ContentLoopBusTests.memory, interval: .seconds(1),
                 logger: logger)
-            consumer = bus.member(group: ContentLoopBusTests.group, topics: [ContentLoopBusTests.events], rebalance: rebalance, autoCommit: autoCommit)
+            let consumer = bus.member(group: ContentLoopBusTests.group, topics: [ContentLoopBusTests.events], rebalance: rebalance, autoCommit: autoCommit)
             let loop = ContentServiceLoop(
                 consumer: consumer,
                 deadLetters: DeadLetterWriter(producer: bus, consumer: consumer, service: "content-service", logger: logger, topic: "dead-letters"),
                 engine: engine, sender: sender, changelog: changelog, memory: loader, revocationTimeout: .seconds(5), workers: 4, logger: logger)
-            group = ServiceGroup(services: [loader, changelog, loop], logger: logger)
-            let group = self.group
-            running = Task { try await group.run() }
+            process = MemoryBusProcess(consumer: consumer, services: [loader, changelog, loop], logger: logger)
         }
 
-        func stop() async {
-            await group.triggerGracefulShutdown()
-            _ = try? await running.value
-        }
+        /// SIGTERM: its events under way finish, then it commits and leaves.
+        func stop() async { await process.stop() }
 
         /// kill -9: the member is dead to the group (nothing committed) and the process stops.
-        func kill() async {
-            consumer.crash()
-            running.cancel()
-            _ = try? await running.value
-        }
+        func kill() async { await process.kill() }
     }
 
 

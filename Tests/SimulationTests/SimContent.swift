@@ -30,18 +30,15 @@ final class SimClock: WallClock, @unchecked Sendable {
 ///   way finish (at most 8 s), its memories kept until the next assignment says whether it came back;
 /// - the token table: every partition of the tokens topic, a little behind.
 /// One lane: an activity's events are in order either way.
-final class SimContent: SimGroupMember, @unchecked Sendable {
-    enum Phase: Equatable { case down, running, draining }
-
+final class SimContent: SimProcess, @unchecked Sendable {
     let name: String
     unowned let world: SimWorld
-    private(set) var phase = Phase.down
+    var phase = SimPhase.down
     private(set) var incarnation = 0
-    private var joins = 0
-    var memberId: String { "\(name).\(incarnation).\(joins)" }
+    private(set) var joins = 0
 
     private var engine: ContentEngine!
-    private var tokens = PartitionTokens.whole()
+    private(set) var tokens = PartitionTokens.whole()
     private var tracker = OffsetTracker()
     private var positions: [Int32: Int64] = [:]
     private var epochs: [Int32: Int] = [:]
@@ -51,13 +48,13 @@ final class SimContent: SimGroupMember, @unchecked Sendable {
     private var held: Set<Int32> = []
     private var kept: Set<Int32> = []
     private var owned: Set<Int32> { Set(positions.keys) }
-    private var readScheduled = false
+    var readScheduled = false
     private var busy = false
     /// Requests Kafka did not take, to send again (in order) before the next event.
     private var failed: [(request: PushRequest, done: () -> Void)] = []
     private var repairing = false
-    private var revocations: [(partitions: Set<Int32>, done: () -> Void)] = []
-    private var tokenPositions: [Int32: Int64] = [:]
+    var revocations: [(partitions: Set<Int32>, done: () -> Void)] = []
+    var tokenPositions: [Int32: Int64] = [:]
     /// How often its replica of the requests topic is seconds behind (a draw per record).
     var replicaLagging = 0.03
 
@@ -66,7 +63,8 @@ final class SimContent: SimGroupMember, @unchecked Sendable {
         self.world = world
     }
 
-    var isUp: Bool { phase != .down }
+    var group: SimGroup { world.contents }
+    var mayRead: Bool { phase == .running && !busy }
 
     static let templates: [String: ActivityTemplate] = {
         let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -107,27 +105,14 @@ final class SimContent: SimGroupMember, @unchecked Sendable {
         scheduleMonitor()
     }
 
-    func kill() {
-        guard phase != .down else { return }
-        world.trace("\(name): killed (kill -9)")
-        phase = .down
+    func forgetMemory() {
         engine = nil
-        world.expireAfterSessionTimeout(memberId, in: world.contents!)
     }
 
     /// SIGTERM: the consumer stops (its events under way finish, then it commits and leaves).
     func terminate(restartAfter: TimeInterval?) {
-        guard phase == .running else { return }
-        world.trace("\(name): SIGTERM")
-        phase = .draining
-        let incarnation = self.incarnation
-        world.contents.leave(self) { [weak self] in
-            guard let self, self.incarnation == incarnation else { return }
-            self.world.trace("\(self.name): stopped")
-            self.phase = .down
-            self.engine = nil
-            if let restartAfter { self.world.scheduler.after(restartAfter) { [weak self] in self?.start() } }
-        }
+        guard let incarnation = beginStopping() else { return }
+        leaveGroup(incarnation: incarnation, restartAfter: restartAfter)
     }
 
     // MARK: The group's calls
@@ -137,16 +122,12 @@ final class SimContent: SimGroupMember, @unchecked Sendable {
         world.trace("\(name): revoking \(partitions)")
         tracker.beginRevoking(partitions.map { KafkaTopicPartition(topic: SimWorld.eventsTopic, partition: $0) })
         tracker.abandonUnstarted(Set(partitions.map { KafkaTopicPartition(topic: SimWorld.eventsTopic, partition: $0) }))
-        revocations.append((Set(partitions), done))
-        let incarnation = self.incarnation
-        world.scheduler.after(8) { [weak self] in
-            guard let self, self.incarnation == incarnation else { return }
-            if let index = self.revocations.firstIndex(where: { $0.partitions == Set(partitions) }) {
-                self.world.trace("\(self.name): its revoked partitions' events did not finish within 8 s")
-                self.revocations.remove(at: index).done()
-            }
-        }
-        checkRevocations()
+        awaitRevocation(of: partitions, done: done, atMost: 8)
+    }
+
+    func revocationOverran(_ partitions: [Int32], done: () -> Void) {
+        world.trace("\(name): its revoked partitions' events did not finish within 8 s")
+        done()
     }
 
     func marked(_ partition: Int32) -> Int64? { isUp ? marks[partition] : nil }
@@ -243,24 +224,8 @@ final class SimContent: SimGroupMember, @unchecked Sendable {
         }
     }
 
-    func tokenAppended(partition: Int32, offset: Int64) {
-        guard isUp, tokenPositions[partition] != nil else { return }
-        let incarnation = self.incarnation
-        let lag = world.random.chance(0.03) ? world.random.seconds(1, 10) : world.random.seconds(0.001, 0.3)
-        world.scheduler.after(lag) { [weak self] in
-            guard let self, self.incarnation == incarnation, self.isUp else { return }
-            self.catchUpTokens(partition, to: offset + 1)
-        }
-    }
-
-    private func catchUpTokens(_ partition: Int32, to end: Int64) {
-        guard var position = tokenPositions[partition] else { return }
-        let records = world.tokens.records(partition)
-        while position < end {
-            if case .token(let token) = records[Int(position)].value { tokens.apply(token, key: records[Int(position)].key, partition: partition, offset: position) }
-            position += 1
-        }
-        tokenPositions[partition] = position
+    func tokenReplicaLag() -> TimeInterval {
+        world.random.chance(0.03) ? world.random.seconds(1, 10) : world.random.seconds(0.001, 0.3)
     }
 
     // MARK: Events
@@ -281,18 +246,7 @@ final class SimContent: SimGroupMember, @unchecked Sendable {
         if positions[partition] != nil { scheduleRead() }
     }
 
-    private func scheduleRead() {
-        guard phase == .running, !readScheduled, !busy else { return }
-        readScheduled = true
-        let incarnation = self.incarnation
-        world.scheduler.after(world.random.seconds(0.0005, 0.01)) { [weak self] in
-            guard let self, self.incarnation == incarnation else { return }
-            self.readScheduled = false
-            self.readNext()
-        }
-    }
-
-    private func readNext() {
+    func readNext() {
         guard phase == .running, !busy, engine != nil else { return }
         // Requests Kafka refused go again first, before anything that may follow them.
         if !failed.isEmpty { return repair() }
@@ -378,7 +332,7 @@ final class SimContent: SimGroupMember, @unchecked Sendable {
         }
     }
 
-    private func checkRevocations() {
+    func checkRevocations() {
         var index = 0
         while index < revocations.count {
             let partitions = Set(revocations[index].partitions.map { KafkaTopicPartition(topic: SimWorld.eventsTopic, partition: $0) })

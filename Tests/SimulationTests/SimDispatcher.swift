@@ -21,16 +21,13 @@ import Logging
 /// - the revocation handler: nothing new taken for the partitions, their waiting requests dropped
 ///   again and again until nothing of theirs is open (or the group's limit passes);
 /// - SIGTERM: a drain (nothing new sent) until nothing is in flight (at most 8 s), then leave.
-final class SimDispatcher: SimGroupMember, @unchecked Sendable {
-    enum Phase: Equatable { case down, running, draining, stalled }
-
+final class SimDispatcher: SimProcess, @unchecked Sendable {
     let name: String
     unowned let world: SimWorld
-    private(set) var phase = Phase.down
+    var phase = SimPhase.down
     /// Bumped at every start: callbacks of an earlier process are dropped.
     private(set) var incarnation = 0
-    private var joins = 0
-    var memberId: String { "\(name).\(incarnation).\(joins)" }
+    private(set) var joins = 0
 
     private var machine: DispatchMachine!
     private(set) var tokens = PartitionTokens()
@@ -40,12 +37,12 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
     private var positions: [Int32: Int64] = [:]
     private var marks: [Int32: Int64] = [:]
     /// Where the token replica has read each owned partition to.
-    private var tokenPositions: [Int32: Int64] = [:]
+    var tokenPositions: [Int32: Int64] = [:]
     /// The read loop waits: for recent outcomes, for room in the machine, for a token restore.
     private var intakeBusy = false
-    private var readScheduled = false
+    var readScheduled = false
     private var timerAt: Date?
-    private var revocations: [(partitions: Set<Int32>, done: () -> Void)] = []
+    var revocations: [(partitions: Set<Int32>, done: () -> Void)] = []
     /// A drain's end (SIGTERM): called once nothing is in flight, or at the drain's limit.
     private var drained: (() -> Void)?
     let policy: DispatcherPolicy
@@ -58,7 +55,8 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
         self.policy = policy
     }
 
-    var isUp: Bool { phase != .down }
+    var group: SimGroup { world.dispatchers }
+    var mayRead: Bool { (phase == .running || phase == .draining) && !intakeBusy }
 
     /// The machine, for the invariants (memory held).
     var heldRequests: Int { machine?.queued ?? 0 }
@@ -104,23 +102,19 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
         world.dispatchers.join(self)
     }
 
-    /// kill -9: everything in memory is gone; the group notices after the session timeout.
-    func kill() {
-        guard phase != .down else { return }
-        world.trace("\(name): killed (kill -9)")
+    /// kill -9: what it was sending may have reached the phone, and no outcome says so.
+    func dying() {
         world.killed(self)
         markUnrecorded(partitions: nil)
-        phase = .down
+    }
+
+    func forgetMemory() {
         machine = nil
-        world.expireAfterSessionTimeout(memberId, in: world.dispatchers!)
     }
 
     /// SIGTERM: drain (nothing new sent; what is in flight finishes, at most 8 s), then commit and leave.
     func terminate(restartAfter: TimeInterval?) {
-        guard phase == .running else { return }
-        world.trace("\(name): SIGTERM")
-        phase = .draining
-        let incarnation = self.incarnation
+        guard let incarnation = beginStopping() else { return }
         step { machine, _ in
             machine.beginDrain()
             return []
@@ -132,13 +126,7 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
             // Past the drain timeout what is still in flight is cut off.
             self.markUnrecorded(partitions: nil)
             self.drained = nil
-            self.world.dispatchers.leave(self) { [weak self] in
-                guard let self, self.incarnation == incarnation else { return }
-                self.world.trace("\(self.name): stopped")
-                self.phase = .down
-                self.machine = nil
-                if let restartAfter { self.world.scheduler.after(restartAfter) { [weak self] in self?.start() } }
-            }
+            self.leaveGroup(incarnation: incarnation, restartAfter: restartAfter)
         }
         drained = leave
         world.scheduler.after(policy.drainTimeoutSeconds, leave)
@@ -244,21 +232,16 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
             machine.disown(partitions)
             return machine.takeActions()
         }
-        revocations.append((Set(partitions), done))
         // The handler gives up waiting after the drain timeout (8 s): the next owner may send again
         // what was in flight.
-        let incarnation = self.incarnation
-        world.scheduler.after(policy.drainTimeoutSeconds) { [weak self] in
-            guard let self, self.incarnation == incarnation else { return }
-            if let index = self.revocations.firstIndex(where: { $0.partitions == Set(partitions) }) {
-                let late = self.revocations.remove(at: index).done
-                self.world.trace("\(self.name): its revoked partitions' work did not finish within the drain timeout")
-                self.markUnrecorded(partitions: Set(partitions))
-                late()
-                self.scheduleRead()
-            }
-        }
-        checkRevocations()
+        awaitRevocation(of: partitions, done: done, atMost: policy.drainTimeoutSeconds)
+    }
+
+    func revocationOverran(_ partitions: [Int32], done: () -> Void) {
+        world.trace("\(name): its revoked partitions' work did not finish within the drain timeout")
+        markUnrecorded(partitions: Set(partitions))
+        done()
+        scheduleRead()
     }
 
     func marked(_ partition: Int32) -> Int64? { isUp ? marks[partition] : nil }
@@ -311,28 +294,8 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
 
     // MARK: The token replica
 
-    /// A record was appended to the tokens topic: applied after the replica's lag.
-    func tokenAppended(partition: Int32, offset: Int64) {
-        guard isUp, tokenPositions[partition] != nil else { return }
-        let incarnation = self.incarnation
-        let lag = world.random.chance(0.05) ? world.random.seconds(2, 20) : world.random.seconds(replicaLag.lowerBound, replicaLag.upperBound)
-        world.scheduler.after(lag) { [weak self] in
-            guard let self, self.incarnation == incarnation, self.isUp else { return }
-            self.catchUpTokens(partition, to: offset + 1)
-        }
-    }
-
-    private func catchUpTokens(_ partition: Int32, to end: Int64) {
-        guard var position = tokenPositions[partition] else { return }
-        let records = world.tokens.records(partition)
-        while position < end {
-            let record = records[Int(position)]
-            if case .token(let token) = record.value {
-                tokens.apply(token, key: record.key, partition: partition, offset: record.offset)
-            }
-            position += 1
-        }
-        tokenPositions[partition] = position
+    func tokenReplicaLag() -> TimeInterval {
+        world.random.chance(0.05) ? world.random.seconds(2, 20) : world.random.seconds(replicaLag.lowerBound, replicaLag.upperBound)
     }
 
     // MARK: Reading requests
@@ -342,19 +305,8 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
         if positions[partition] != nil { scheduleRead() }
     }
 
-    private func scheduleRead() {
-        guard phase == .running || phase == .draining, !readScheduled, !intakeBusy else { return }
-        readScheduled = true
-        let incarnation = self.incarnation
-        world.scheduler.after(world.random.seconds(0.0005, 0.01)) { [weak self] in
-            guard let self, self.incarnation == incarnation else { return }
-            self.readScheduled = false
-            self.readNext()
-        }
-    }
-
     /// The consumer's next record, from a partition chosen by chance among those with records left.
-    private func readNext() {
+    func readNext() {
         guard phase == .running || phase == .draining, !intakeBusy, revocations.isEmpty else { return }
         let ready = positions.filter { $0.value < world.requests.end($0.key) }.map(\.key).sorted()
         guard !ready.isEmpty else { return }
@@ -498,7 +450,7 @@ final class SimDispatcher: SimGroupMember, @unchecked Sendable {
         checkDrained()
     }
 
-    private func checkRevocations() {
+    func checkRevocations() {
         guard !revocations.isEmpty, machine != nil else { return }
         var index = 0
         while index < revocations.count {

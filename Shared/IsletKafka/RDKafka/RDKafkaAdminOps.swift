@@ -1,13 +1,5 @@
 import CRdKafka
 
-/// One topic to create, in librdkafka's terms.
-struct RDKafkaNewTopic {
-    var name: String
-    var partitions: Int32
-    var replicationFactor: Int32
-    var configs: [String: String]
-}
-
 /// librdkafka's answer for one topic of a CreateTopics request.
 struct RDKafkaTopicResult {
     var name: String

@@ -5,39 +5,6 @@ import Foundation
 import Logging
 import Synchronization
 
-/// What librdkafka reports through its callbacks, routed to Swift closures.
-///
-/// Delivery reports, rebalances and errors are served by `rd_kafka_poll`/`rd_kafka_consume_batch_queue`,
-/// that is on the client's own poll thread; log lines arrive on librdkafka's internal threads.
-struct RDKafkaCallbacks: Sendable {
-    var logger: Logger
-    /// Called for every delivery report, before the record's own handler (producers only; `nil`
-    /// when the record was persisted, otherwise why not).
-    var onDelivery: (@Sendable (_ failure: KafkaError?) -> Void)?
-    /// librdkafka raised an error (`isFatal` tells whether the client is now unusable).
-    var onError: (@Sendable (KafkaError) -> Void)?
-    /// Consumer-group rebalances (consumers only).
-    var rebalance: RDKafkaRebalanceHooks?
-    /// librdkafka's statistics (JSON), every `statistics.interval.ms`, on the poll thread.
-    var onStatistics: (@Sendable (String) -> Void)?
-    /// Producers only: every topic is partitioned by murmur2 (``RDKafkaPartitioner``) over a
-    /// record's key from the index this returns on (the part that decides where the record goes);
-    /// `nil` keeps librdkafka's default partitioner. Called on the producing thread, for every keyed record.
-    var hashedKeyStart: (@Sendable (UnsafeRawBufferPointer) -> Int)?
-}
-
-/// What a consumer does around a rebalance. librdkafka's rebalance callback performs the C side
-/// (assign, store, commit, unassign) and calls these in order.
-struct RDKafkaRebalanceHooks: Sendable {
-    /// Partitions were assigned (and are now fetched).
-    var didAssign: @Sendable (_ partitions: [KafkaTopicPartition]) -> Void
-    /// Partitions are about to be revoked: returns the offsets to store for them (the next offset
-    /// to read) before the synchronous commit. `lost` means another member may own them already.
-    var willRevoke: @Sendable (_ partitions: [KafkaTopicPartition], _ lost: Bool) -> [KafkaTopicPartition: Int64]
-    /// Partitions were revoked (after the commit).
-    var didRevoke: @Sendable (_ partitions: [KafkaTopicPartition]) -> Void
-}
-
 /// Owns one `rd_kafka_t`.
 ///
 /// `@unchecked Sendable`: librdkafka documents `rd_kafka_t` as thread-safe; the only mutable Swift
@@ -266,16 +233,6 @@ private struct RDKafkaDoomedHandle: @unchecked Sendable {
 /// The NUL-terminated text librdkafka wrote into an error buffer.
 func cBufferString(_ buffer: [CChar]) -> String {
     buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
-}
-
-enum RDKafkaConstants {
-    static let destroyWithoutConsumerClose: Int32 = 0x8  // RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE
-    static let messageFlagCopy: Int32 = 0x2  // RD_KAFKA_MSG_F_COPY
-    static let purgeQueue: Int32 = 0x1  // RD_KAFKA_PURGE_F_QUEUE
-    static let purgeInFlight: Int32 = 0x2  // RD_KAFKA_PURGE_F_INFLIGHT
-    static let partitionUnassigned: Int32 = -1  // RD_KAFKA_PARTITION_UA
-    static let offsetBeginning: Int64 = -2  // RD_KAFKA_OFFSET_BEGINNING
-    static let offsetEnd: Int64 = -1  // RD_KAFKA_OFFSET_END
 }
 
 // MARK: - Errors

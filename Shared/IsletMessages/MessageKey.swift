@@ -1,0 +1,57 @@
+/// Record keys, formed in one place.
+///
+/// Activity ids are chosen by backends, so two apps may use the same one (`order-42`): Islet keeps
+/// an activity's state under its app and id together, ``activity(bundleId:activityId:)``. Records
+/// are partitioned by the activity id alone (``partitionKeyStart(of:)``), so that everything about an
+/// id lands in one partition of every co-partitioned topic however its key is spelled.
+public enum MessageKey {
+    /// An activity of one app: `<bundleId>/<activityId>`. Bundle ids never contain `/`, so the
+    /// first `/` ends the app.
+    public static func activity(bundleId: String, activityId: String) -> String { "\(bundleId)/\(activityId)" }
+
+    /// The key a backend gives an activity's events: the activity id alone (the event names its app
+    /// in its value).
+    public static func activity(_ activityId: String) -> String { activityId }
+
+    /// Where the bytes of `key` that choose its partition start: for an activity of an app
+    /// (`<bundleId>/<activityId>`) after the `/`, so that it lands where a backend's event keyed by
+    /// the bare activity id does; for every other key (an activity id, which never holds `/`; a
+    /// push-to-start key, whose first `:` comes before any `/`), at 0: the whole key.
+    public static func partitionKeyStart<Key: Collection<UInt8>>(of key: Key) -> Int {
+        var offset = 0
+        for byte in key {
+            if byte == UInt8(ascii: ":") { return 0 }
+            if byte == UInt8(ascii: "/") { return offset + 1 }
+            offset += 1
+        }
+        return 0
+    }
+
+    /// An activity id as keys need it: neither `:` (push-to-start keys) nor `/` (an app's activity).
+    public static func requireActivityId(_ activityId: String, field: String = "activityId") throws(MessageValidationError) {
+        for character in [":", "/"] where activityId.contains(character) {
+            throw MessageValidationError(field: field, problem: "must not contain '\(character)' (keys use it as a separator)")
+        }
+    }
+
+    /// A bundle id: two or more dot-separated parts of ASCII letters, digits and `-`, at most 155 characters.
+    public static func requireBundleId(_ bundleId: String, field: String = "app.bundleId") throws(MessageValidationError) {
+        let parts = bundleId.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        let valid = bundleId.utf8.count <= 155 && parts.count >= 2
+            && parts.allSatisfy { part in
+                !part.isEmpty && part.allSatisfy { byte in
+                    (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                        || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
+                }
+            }
+        guard valid else {
+            throw MessageValidationError(field: field, problem: "must be a bundle identifier like com.example.app (at most 155 characters)")
+        }
+    }
+
+    /// Push-to-start traffic of one app, device and attributes type: `pts:<bundleId>:<deviceId>:<attributesType>`.
+    /// Activity ids never contain `:`, so the two kinds of key never collide.
+    public static func pushToStart(bundleId: String, deviceId: String, attributesType: String) -> String {
+        "pts:\(bundleId):\(deviceId):\(attributesType)"
+    }
+}
