@@ -38,10 +38,10 @@ func aps(_ request: PushRequest) throws -> [String: JSONValue] {
 
 @Suite("Templates as data")
 struct TemplateTests {
-    @Test("the three example templates load and check")
+    @Test("the four example templates load and check")
     func examples() throws {
         let templates = try TemplateLoader.load(directory: templatesDirectory)
-        #expect(Set(templates.keys) == ["DeliveryAttributes", "RideAttributes", "MatchAttributes"])
+        #expect(Set(templates.keys) == ["DeliveryAttributes", "RideAttributes", "MatchAttributes", "PizzaDeliveryAttributes"])
         #expect(templates["DeliveryAttributes"]?.states.count == 6)
     }
 

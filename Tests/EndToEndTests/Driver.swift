@@ -102,7 +102,10 @@ final class Driver: Sendable {
     }
 
     /// The example templates' apps, by attributes type.
-    static let apps = ["DeliveryAttributes": "com.example.food", "RideAttributes": "com.example.ride", "MatchAttributes": "com.example.scores"]
+    static let apps = [
+        "DeliveryAttributes": "com.example.food", "RideAttributes": "com.example.ride", "MatchAttributes": "com.example.scores",
+        "PizzaDeliveryAttributes": "com.example.pizza",
+    ]
 
     /// An event of the backend; it names its app (`bundleId`, by default its type's app), as backends do.
     func event(
@@ -147,10 +150,12 @@ final class Driver: Sendable {
 }
 
 // Literals for the scenarios' fields.
-extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral,
-    ExpressibleByDictionaryLiteral, ExpressibleByBooleanLiteral
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
+    ExpressibleByDictionaryLiteral, ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral
 {
     public init(stringLiteral value: String) { self = .string(value) }
+    public init(floatLiteral value: Double) { self = .number(value) }
+    public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
     public init(integerLiteral value: Int64) { self = .integer(value) }
     public init(booleanLiteral value: Bool) { self = .bool(value) }
     public init(dictionaryLiteral elements: (String, JSONValue)...) { self = .object(Dictionary(elements) { $1 }) }

@@ -49,6 +49,19 @@ struct Scenario: Sendable {
                 (.update, .routine, ["period": "halftime", "matchId": "m-1", "homeTeam": "Lions", "awayTeam": "Bears", "homeScore": 1, "minute": 45]),
                 (.end, .important, ["period": "full_time", "matchId": "m-1", "homeTeam": "Lions", "awayTeam": "Bears", "homeScore": 1, "awayScore": 1, "minute": 90]),
             ]),
+        // Apple's pizza sample: a delivery window the Lock Screen counts down (a ClosedRange<Date>),
+        // a status enum, the toppings, the driver as a nested struct.
+        Scenario(
+            type: "PizzaDeliveryAttributes", bundleId: "com.example.pizza",
+            steps: [
+                (.start, .routine, ["orderId": "p-1", "status": "ordered", "estimatedDeliveryTime": ["2026-11-22T12:00:00Z", "2026-11-22T12:30:00Z"]]),
+                (.update, .routine, ["orderId": "p-1", "status": "baking", "estimatedDeliveryTime": ["2026-11-22T12:00:00Z", "2026-11-22T12:30:00Z"],
+                    "toppings": ["mozzarella", "basil"]]),
+                (.update, .important, ["orderId": "p-1", "status": "on_the_way", "estimatedDeliveryTime": ["start": "2026-11-22T12:10:00Z", "end": "2026-11-22T12:25:00Z"],
+                    "toppings": ["mozzarella", "basil"], "driver": ["name": "Tim", "vehicle": "scooter", "rating": 4.8]]),
+                (.end, .important, ["orderId": "p-1", "status": "delivered", "estimatedDeliveryTime": ["2026-11-22T12:10:00Z", "2026-11-22T12:22:00Z"],
+                    "driver": ["name": "Tim", "vehicle": "scooter"]]),
+            ]),
     ]
 }
 

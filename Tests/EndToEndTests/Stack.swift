@@ -181,7 +181,8 @@ final class Stack: Sendable {
     /// Whether ``start()`` creates the Islet topics (not on a broker the test brought).
     let createsTopics: Bool
     let directory: URL
-    let teamID = "E2ETEAM001"
+    let teamID = Stack.teamID
+    static let teamID = "E2ETEAM001"
     let keyID = "E2EKEY0001"
     let jwtKey = (kid: "e2e", secret: Stack.randomHex(32))
     let linkKey = (kid: "e2e", secret: Stack.randomHex(32))
@@ -241,7 +242,7 @@ final class Stack: Sendable {
             ],
             .dispatcher: [
                 "ISLET_APNS_KEYS": "\(teamID)=\(keyID):\(keyFile.path)",
-                "ISLET_APNS_APPS": "com.example.food=\(teamID),com.example.ride=\(teamID),com.example.scores=\(teamID)",
+                "ISLET_APNS_APPS": Driver.apps.values.sorted().map { "\($0)=" + Stack.teamID }.joined(separator: ","),
                 // ISLET_APNS_URL: set once the simulator reported its port (``start()``).
                 "ISLET_APNS_CA_FILE": certificate.path,
                 // A broadcast channel goes 2 s after its match ended (4 hours in production).

@@ -12,6 +12,21 @@ public struct ActivityTemplate: Sendable {
     public struct Field: Sendable {
         public enum Kind: String, Sendable, Decodable {
             case string, int, double, bool, date
+            /// A `ClosedRange<Date>`: encoded as its `Codable` conformance does, `[lower, upper]`
+            /// in seconds since 2001 (what `Text(timerInterval:)` and `ProgressView(timerInterval:)` animate).
+            case dateRange
+            /// A `String`-backed Swift enum: one of ``Field/values`` known to the app version.
+            case enumeration = "enum"
+            /// An array of ``Field/items``' kind.
+            case array
+            /// A nested `Codable` struct of ``Field/fields``.
+            case object
+        }
+
+        /// A case of an `enum` field, and the first app version that decodes it.
+        public struct EnumValue: Sendable, Equatable {
+            public var value: String
+            public var since: AppVersion
         }
 
         /// The content-state key (the Swift property of `ContentState`).
@@ -31,6 +46,12 @@ public struct ActivityTemplate: Sendable {
         /// A text for people (`text: true`, or any `value:` template): may be cut, with an ellipsis,
         /// to fit 4 KB. Other fields (ids, states, URLs) are never cut.
         public var isText = false
+        /// An `enum`'s cases.
+        public var values: [EnumValue] = []
+        /// An `array`'s element (one field, without a name or a source of its own).
+        public var items: [Field] = []
+        /// An `object`'s members.
+        public var fields: [Field] = []
     }
 
     /// One element of the server-driven UI.

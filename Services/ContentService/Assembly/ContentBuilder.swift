@@ -37,6 +37,15 @@ struct ContentBuilder {
     private func values(
         of specs: [ActivityTemplate.Field], fields: [String: JSONValue], context: [String: Any], appVersion: AppVersion?, path: String
     ) throws(ContentError) -> [String: JSONValue] {
+        try Self.values(of: specs, fields: fields, context: context, appVersion: appVersion, path: path, typeName: template.attributesType)
+    }
+
+    /// The members `specs` make of `fields` (a content state, attributes, or a nested object's
+    /// members) for `appVersion` (`nil`: every member, as for attributes).
+    static func values(
+        of specs: [ActivityTemplate.Field], fields: [String: JSONValue], context: [String: Any], appVersion: AppVersion?, path: String,
+        typeName: String
+    ) throws(ContentError) -> [String: JSONValue] {
         var result: [String: JSONValue] = [:]
         for spec in specs {
             if let appVersion, appVersion < spec.since { continue }
@@ -45,19 +54,65 @@ struct ContentBuilder {
                 continue
             }
             let source = spec.source ?? spec.name
+            let at = "\(path).\(source)"
             if let given = FieldValue.lookup(source, in: fields), given != .null {
-                guard let value = FieldValue.convert(given, to: spec.kind) else {
-                    throw ContentError(field: "\(path).\(source)", problem: "must be a \(spec.kind.rawValue)")
-                }
-                result[spec.name] = value
+                result[spec.name] = try convert(given, spec, context: context, appVersion: appVersion, path: at, typeName: typeName)
             } else if let fallback = spec.fallback {
-                result[spec.name] = fallback == .null ? .null : FieldValue.convert(fallback, to: spec.kind) ?? fallback
+                result[spec.name] =
+                    fallback == .null ? .null : try convert(fallback, spec, context: context, appVersion: appVersion, path: at, typeName: typeName)
             } else if spec.optional {
                 result[spec.name] = .null
             } else {
-                throw ContentError(field: "\(path).\(source)", problem: "is required by \(template.attributesType)")
+                throw ContentError(field: at, problem: "is required by \(typeName)")
             }
         }
         return result
+    }
+
+    /// `given` as `appVersion`'s `ContentState` decodes a field of `spec`'s kind.
+    static func convert(
+        _ given: JSONValue, _ spec: ActivityTemplate.Field, context: [String: Any], appVersion: AppVersion?, path: String, typeName: String
+    ) throws(ContentError) -> JSONValue {
+        switch spec.kind {
+        case .dateRange:
+            return try FieldValue.dateRange(given, path: path)
+        case .enumeration:
+            return try enumeration(given, spec, appVersion: appVersion, path: path)
+        case .array:
+            guard case .array(let elements) = given else { throw ContentError(field: path, problem: "must be an array") }
+            let item = spec.items[0]
+            var converted: [JSONValue] = []
+            converted.reserveCapacity(elements.count)
+            for (index, element) in elements.enumerated() {
+                if element == .null, item.optional {
+                    converted.append(.null)
+                    continue
+                }
+                converted.append(try convert(element, item, context: context, appVersion: appVersion, path: "\(path)[\(index)]", typeName: typeName))
+            }
+            return .array(converted)
+        case .object:
+            guard case .object(let members) = given else { throw ContentError(field: path, problem: "must be an object") }
+            return .object(try values(of: spec.fields, fields: members, context: context, appVersion: appVersion, path: path, typeName: typeName))
+        case .string, .int, .double, .bool, .date:
+            guard let value = FieldValue.convert(given, to: spec.kind) else { throw ContentError(field: path, problem: "must be a \(spec.kind.rawValue)") }
+            return value
+        }
+    }
+
+    /// A case of an `enum` field. One the app version does not decode yet (its `since` is newer)
+    /// becomes the field's default when that version knows the default; else the event is refused
+    /// (the app would fail to decode the whole content state).
+    static func enumeration(_ given: JSONValue, _ spec: ActivityTemplate.Field, appVersion: AppVersion?, path: String) throws(ContentError) -> JSONValue {
+        let cases = spec.values.map(\.value)
+        guard case .string(let text) = given, let known = spec.values.first(where: { $0.value == text }) else {
+            throw ContentError(field: path, problem: "must be one of \(cases.joined(separator: ", "))")
+        }
+        guard let appVersion, appVersion < known.since else { return given }
+        if case .string(let fallback)? = spec.fallback, let standIn = spec.values.first(where: { $0.value == fallback }), standIn.since <= appVersion {
+            return .string(fallback)
+        }
+        throw ContentError(
+            field: path, problem: "\(text) is decoded by app versions \(known.since) and later, and the activity's app is \(appVersion) (the field has no default it decodes)")
     }
 }

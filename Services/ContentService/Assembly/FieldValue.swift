@@ -7,10 +7,6 @@ enum FieldValue {
     /// `ContentState`, reads a `Date`.
     static func referenceSeconds(_ date: Date) -> Double { date.timeIntervalSinceReferenceDate }
 
-    static func matches(_ value: JSONValue, _ kind: ActivityTemplate.Field.Kind) -> Bool {
-        convert(value, to: kind) != nil
-    }
-
     /// The value as the app's `ContentState` decodes it, or `nil` when it cannot be one.
     static func convert(_ value: JSONValue, to kind: ActivityTemplate.Field.Kind) -> JSONValue? {
         switch (kind, value) {
@@ -27,6 +23,21 @@ enum FieldValue {
         case (.date, .number(let n)): .number(referenceSeconds(Date(timeIntervalSince1970: n)))
         default: nil
         }
+    }
+
+    /// A `ClosedRange<Date>` as its `Codable` conformance encodes it: `[lower, upper]`, each in
+    /// seconds since 2001. From `[start, end]` or `{"start": …, "end": …}`, each a date.
+    static func dateRange(_ value: JSONValue, path: String) throws(ContentError) -> JSONValue {
+        let ends: (start: JSONValue, end: JSONValue)
+        switch value {
+        case .array(let items) where items.count == 2: ends = (items[0], items[1])
+        case .object(let members) where members.count == 2 && members["start"] != nil && members["end"] != nil: ends = (members["start"]!, members["end"]!)
+        default: throw ContentError(field: path, problem: "must be [start, end] or {\"start\": …, \"end\": …}, each a date")
+        }
+        guard case .number(let lower)? = convert(ends.start, to: .date) else { throw ContentError(field: path, problem: "its start must be a date") }
+        guard case .number(let upper)? = convert(ends.end, to: .date) else { throw ContentError(field: path, problem: "its end must be a date") }
+        guard lower <= upper else { throw ContentError(field: path, problem: "must not end before it starts") }
+        return .array([.number(lower), .number(upper)])
     }
 
     /// A dotted path (`courier.name`) into the domain fields.

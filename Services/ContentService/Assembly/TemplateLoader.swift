@@ -118,12 +118,22 @@ public enum TemplateLoader {
         var required: Bool?
         /// A text for people: may be cut to fit 4 KB.
         var text: Bool?
+        /// An `enum`'s cases: `[placed, { value: ready, since: "1.3" }]`.
+        var values: [RawEnumValue]?
+        /// An `array`'s element: `{ type: string }` (written as one field, kept as a list of one).
+        var items: [RawField]?
+        /// An `object`'s members.
+        var fields: [RawField]?
 
-        enum CodingKeys: String, CodingKey { case name, type, since, from, value, `default`, optional, required, text }
+        enum CodingKeys: String, CodingKey { case name, type, since, from, value, `default`, optional, required, text, values, items, fields }
 
         init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
-            name = try container.decode(String.self, forKey: .name)
+            // An array's element has no name of its own.
+            name = try container.decodeIfPresent(String.self, forKey: .name) ?? ""
+            values = try container.decodeIfPresent([RawEnumValue].self, forKey: .values)
+            items = try container.decodeIfPresent(RawField.self, forKey: .items).map { [$0] }
+            fields = try container.decodeIfPresent([RawField].self, forKey: .fields)
             type = try container.decode(ActivityTemplate.Field.Kind.self, forKey: .type)
             since = try container.decodeIfPresent(AppVersion.self, forKey: .since)
             from = try container.decodeIfPresent(String.self, forKey: .from)
@@ -135,6 +145,23 @@ public enum TemplateLoader {
             optional = try container.decodeIfPresent(Bool.self, forKey: .optional)
             required = try container.decodeIfPresent(Bool.self, forKey: .required)
             text = try container.decodeIfPresent(Bool.self, forKey: .text)
+        }
+    }
+
+    /// A case of an `enum` field: its value, or `{ value: …, since: "1.3" }`.
+    struct RawEnumValue: Decodable {
+        var value: String
+        var since: AppVersion?
+
+        private enum Keys: String, CodingKey { case value, since }
+
+        init(from decoder: any Decoder) throws {
+            if let value = try? decoder.singleValueContainer().decode(String.self) {
+                (self.value, since) = (value, nil)
+                return
+            }
+            let container = try decoder.container(keyedBy: Keys.self)
+            (value, since) = (try container.decode(String.self, forKey: .value), try container.decodeIfPresent(AppVersion.self, forKey: .since))
         }
     }
 
@@ -265,7 +292,8 @@ public enum TemplateLoader {
             guard !seen.contains("layout"), !seen.contains("links") else {
                 throw fail("contentState", "layout and links are added by the service; no field may take those names")
             }
-            let dates = Set(contentState.filter { $0.kind == .date }.map(\.name))
+            // Timers count to a date, or over a range of dates.
+            let dates = Set(contentState.filter { $0.kind == .date || $0.kind == .dateRange }.map(\.name))
             var layout: ActivityTemplate.Layout?
             if let rawLayout = raw.layout {
                 func components(_ list: [RawComponent]?, _ name: String) throws -> [ActivityTemplate.Component] {
@@ -309,27 +337,6 @@ public enum TemplateLoader {
             }
         }
 
-        func compile(_ raw: RawField, at path: String) throws -> ActivityTemplate.Field {
-            var raw = raw
-            // YAML reads `""` as null; for a string that is not optional it means the empty string.
-            if raw.type == .string, raw.optional != true, raw.default == .null { raw.default = .string("") }
-            guard isTypeName(raw.name) else { throw fail(path + ".name", "must be a Swift property name") }
-            if raw.value != nil && raw.from != nil { throw fail(path, "takes either from or value, not both") }
-            if raw.value != nil && raw.type != .string { throw fail(path + ".value", "templates make strings only") }
-            let optional = raw.optional ?? false
-            if raw.default == nil && !optional && raw.value == nil && raw.required != true {
-                throw fail(path + ".default", "is required (an event may lack \(raw.from ?? raw.name)), unless the field is optional or required")
-            }
-            if let fallback = raw.default, fallback != .null, !FieldValue.matches(fallback, raw.type) {
-                throw fail(path + ".default", "is not a \(raw.type.rawValue)")
-            }
-            if raw.text == true && raw.type != .string { throw fail(path + ".text", "only a string is a text") }
-            return ActivityTemplate.Field(
-                name: raw.name, kind: raw.type, since: raw.since ?? AppVersion("0")!, source: raw.value == nil ? (raw.from ?? raw.name) : nil,
-                template: try raw.value.map { try mustache($0, at: path + ".value") }, fallback: raw.default, optional: optional,
-                isText: raw.text ?? (raw.value != nil))
-        }
-
         func compile(_ raw: RawComponent, at path: String, dates: Set<String>) throws -> ActivityTemplate.Component {
             let accessibility = try raw.accessibility.map { try mustache($0, at: path + ".accessibility") }
             switch (raw.richText, raw.progressBar, raw.remoteImage) {
@@ -355,7 +362,7 @@ public enum TemplateLoader {
             case (nil, let icon?, nil):
                 return .init(kind: .icon(icon), rank: raw.rank, element: raw.element)
             case (nil, nil, let field?):
-                guard dates.contains(field) else { throw fail(path + ".timer", "\(field) is not a date field of the content state") }
+                guard dates.contains(field) else { throw fail(path + ".timer", "\(field) is not a date or dateRange field of the content state") }
                 return .init(kind: .timer(field: field, countsDown: raw.countsDown ?? true), rank: raw.rank, element: raw.element)
             default:
                 throw fail(path, "must be exactly one of text, icon, timer")
