@@ -2,6 +2,7 @@ import Foundation
 import IsletMessages
 import IsletTesting
 import IsletTokens
+import Synchronization
 import Testing
 @testable import ContentService
 
@@ -74,7 +75,7 @@ struct AssembledAheadTests {
     }
 
     enum Change: String, CaseIterable, CustomTestStringConvertible {
-        case anotherEvent, outcome, tokenRotated, images, tooOld, otherEventSameId, otherPartition
+        case anotherEvent, outcome, tokenRotated, images, tooOld, otherEventSameId, otherPartition, partitionAssigned
         var testDescription: String { rawValue }
     }
 
@@ -103,6 +104,9 @@ struct AssembledAheadTests {
             event = delivery("arriving", sequence: 3, at: clock, id: event.eventId)
         case .otherPartition:
             partition = 1
+        case .partitionAssigned:
+            // The partition (re)assigned: its timestamps start past a floor it did not have.
+            engine.trackChanges(of: [0])
         }
         let decision = try engine.prepare(event, partition: partition, images: images)
         let sent = requests(decision)
@@ -111,6 +115,50 @@ struct AssembledAheadTests {
         #expect(sent != ahead)
         if change == .otherEventSameId { #expect(sent.first?.state == "arriving") }
         if change == .tokenRotated { #expect(sent.first?.tokenRegisteredAt == clock.date) }
+    }
+
+    @Test("an alert of the activity leaving the alert window between the check and the read: assembled again (its memory of alerts differs)")
+    func alertLeavesTheWindow() throws {
+        let first = try handle(delivery("out_for_delivery", sequence: 1, at: clock))
+        #expect(first.first?.alerting == true)
+        clock.advance(by: ContentPolicy().alertWindow - .seconds(1))
+        let event = delivery("arriving", sequence: 2, at: clock)
+        _ = try engine.prepareAhead(event, partition: 0)
+        clock.advance(by: .seconds(1.5))
+        let sent = try handle(event)
+        #expect(sent.first?.createdAt == clock.date, "made at the read")
+        #expect(engine.eventsAssembledOnce == 0)
+    }
+
+    @Test("through EventIntake, the event read back from its bytes (dates to the millisecond) is the event checked: assembled once")
+    func throughTheIntake() async throws {
+        clock.advance(0.123_456_7)
+        let published = RecordingEvents()
+        let bytes = Mutex<[[UInt8]]>([])
+        let intake = EventIntake(engine: engine, partition: { _ in 0 }, owned: { [0] }) { event in
+            try published.publish(event)
+            let encoded = try IsletJSON.encode(event)
+            bytes.withLock { $0.append(encoded) }
+        }
+        var fields = fields
+        fields["status"] = .string("out_for_delivery")
+        fields["progress"] = .number(40.0)
+        let given = ActivityEvent(
+            eventId: "e-intake", activityId: "order-42", kind: .update, attributesType: "DeliveryAttributes", fields: fields, urgency: .important,
+            occurredAt: clock.date, sequence: 1, bundleId: app.bundleId)
+        let ids = try await intake.accept(given)
+        clock.advance(by: .milliseconds(20))
+        let read = try IsletJSON.decode(ActivityEvent.self, from: try #require(bytes.withLock { $0.first }))
+        let sent = try handle(read)
+        #expect(sent.map(\.requestId) == ids)
+        #expect(engine.eventsAssembledOnce == 1, "the read-back event is the one kept")
+
+        // Not kept where another instance reads the partition back.
+        let elsewhere = EventIntake(engine: engine, partition: { _ in 0 }, owned: { [1] }) { _ in }
+        var next = given
+        (next.eventId, next.sequence) = ("e-elsewhere", 2)
+        _ = try await elsewhere.accept(next)
+        #expect(engine.assembledAhead.count == 0)
     }
 
     @Test("entries never read back fall out: by age, and beyond the capacity the oldest first")
@@ -132,9 +180,9 @@ struct AssembledAheadTests {
         #expect(ahead.count == AssembledAhead.capacity)
         var oldest = event
         oldest.eventId = "e-0"
-        #expect(ahead.take(oldest, inputs: inputs, withImages: false, now: clock.date) == nil, "the oldest fell out")
+        #expect(ahead.take(oldest, inputs: inputs, withImages: false, now: clock.date, alertWindow: 3_600) == nil, "the oldest fell out")
         var newest = event
         newest.eventId = "e-\(AssembledAhead.capacity)"
-        #expect(ahead.take(newest, inputs: inputs, withImages: false, now: clock.date) != nil)
+        #expect(ahead.take(newest, inputs: inputs, withImages: false, now: clock.date, alertWindow: 3_600) != nil)
     }
 }

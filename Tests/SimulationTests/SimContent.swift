@@ -82,7 +82,8 @@ final class SimContent: SimProcess, @unchecked Sendable {
         phase = .running
         tokens = PartitionTokens.whole()
         engine = ContentEngine(
-            assembler: PayloadAssembler(templates: Self.templates, keyring: Self.keyring), tokens: tokens, clock: SimClock(scheduler: world.scheduler))
+            assembler: PayloadAssembler(templates: Self.templates, keyring: Self.keyring), tokens: tokens, clock: SimClock(scheduler: world.scheduler),
+            checksAssembledAhead: true)
         tracker = OffsetTracker()
         positions = [:]
         epochs = [:]
@@ -236,11 +237,15 @@ final class SimContent: SimProcess, @unchecked Sendable {
         guard phase == .running, let engine else { return }
         let partition = world.events.partition(ofKey: MessageKey.activity(event.activityId))
         do {
-            _ = try engine.prepareAhead(event, partition: partition)
+            // Kept only where it will be read back, as EventIntake keeps it.
+            _ = try engine.prepareAhead(event, partition: partition, keep: owns(partition))
         } catch {
             world.trace("\(name): event \(event.eventId) of \(event.activityId) checked ahead: \(error.description)")
         }
     }
+
+    /// Whether this instance reads the partition's events now.
+    func owns(_ partition: Int32) -> Bool { phase == .running && positions[partition] != nil }
 
     func eventAppended(partition: Int32) {
         if positions[partition] != nil { scheduleRead() }
@@ -265,6 +270,9 @@ final class SimContent: SimProcess, @unchecked Sendable {
             if engine.eventsAssembledOnce > used {
                 world.assembledAheadUsed += 1
                 world.trace("\(name): event \(event.eventId) as assembled at the check")
+                if engine.assembledAheadMismatchCount > 0 {
+                    world.violate("assembled once", "\(name): event \(event.eventId)'s kept assembly is not what its inputs make at the check's time")
+                }
             }
         } catch {
             world.trace("\(name): event \(event.eventId) of \(event.activityId) refused: \(error.description)")

@@ -160,6 +160,10 @@ final class SimDispatcher: SimProcess, @unchecked Sendable {
                 self.revocationsWhileCutOff = []
                 for (partitions, done) in pending { self.revoke(partitions, done: done) }
                 self.scheduleRead()
+            } else if self.rejoining {
+                // Its handle is being replaced (``rejoin()``): the new one joins once the old one's
+                // leaving is done — one member per process, as one consumer handle at a time.
+                self.world.trace("\(self.name): reaches the cluster again; its new handle joins once the old one has left")
             } else {
                 self.world.trace("\(self.name): reaches the cluster again; joins as a new member")
                 self.joins += 1

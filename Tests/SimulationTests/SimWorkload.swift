@@ -146,9 +146,12 @@ final class SimWorkload {
             eventId: "\(activityId)-e\(sequence)", activityId: activityId, kind: kind, attributesType: SimWorld.attributesType, fields: fields,
             urgency: urgency, occurredAt: world.now, sequence: sequence, startTarget: startTarget,
             attributes: startTarget == nil ? nil : ["orderId": .string(activityId)], bundleId: SimWorld.bundleId)
-        // Half the events come through an instance's API, which assembles them before publishing.
+        // Half the events come through an instance's API, which assembles them before publishing:
+        // mostly the partition's owner (peers forward a call there), else any instance.
+        let partition = world.events.partition(ofKey: MessageKey.activity(activityId))
         let intakes = world.contentInstances.filter(\.isUp)
-        if !intakes.isEmpty, world.random.chance(0.5) { world.random.pick(intakes).checkAhead(event) }
+        let owners = intakes.filter { $0.owns(partition) }
+        if !intakes.isEmpty, world.random.chance(0.5) { world.random.pick(!owners.isEmpty && world.random.chance(0.8) ? owners : intakes).checkAhead(event) }
         world.append(.event(event), key: MessageKey.activity(activityId), writer: "backend")
     }
 }

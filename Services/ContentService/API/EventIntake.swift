@@ -35,31 +35,40 @@ public struct EventIntake: Sendable {
     let publish: Publish
     let isReady: @Sendable () -> Bool
     let partition: Partition
+    /// The partitions this instance owns now (it reads their events back).
+    let owned: @Sendable () -> Set<Int32>
 
     public init(
         engine: ContentEngine, isReady: @escaping @Sendable () -> Bool = { true }, partition: @escaping Partition = { _ in nil },
-        publish: @escaping Publish
+        owned: @escaping @Sendable () -> Set<Int32> = { [] }, publish: @escaping Publish
     ) {
         self.engine = engine
         self.isReady = isReady
         self.partition = partition
+        self.owned = owned
         self.publish = publish
     }
 
     public init(
         engine: ContentEngine, producer: KafkaProducer, topic: String = IsletTopics.activityEvents.name, isReady: @escaping @Sendable () -> Bool,
-        partition: @escaping Partition
+        lookup: ActivityLookup
     ) {
-        self.init(engine: engine, isReady: isReady, partition: partition) { event in _ = try await producer.send(event, to: topic) }
+        self.init(engine: engine, isReady: isReady, partition: lookup.partition, owned: lookup.owned) { event in
+            _ = try await producer.send(event, to: topic)
+        }
     }
 
     /// Checks and publishes `event` (already valid as a message); returns its push requests' ids
     /// (none when the owner will ignore it: a sequence not above the activity's last).
-    public func accept(_ event: ActivityEvent) async throws(Refusal) -> [String] {
+    public func accept(_ given: ActivityEvent) async throws(Refusal) -> [String] {
         guard isReady() else { throw .starting }
+        // The event as the owner will read it back (dates to the millisecond, numbers as JSON
+        // spells them): what is checked, kept and published is that.
+        let event = (try? IsletJSON.decode(ActivityEvent.self, from: IsletJSON.encode(given))) ?? given
+        let partition = partition(event.activityId)
         let requestIds: [String]
         do {
-            switch try engine.prepareAhead(event, partition: partition(event.activityId)) {
+            switch try engine.prepareAhead(event, partition: partition, keep: partition.map(owned().contains) ?? false) {
             case .send(let prepared): requestIds = prepared.requests.map(\.requestId)
             case .ignore: requestIds = []
             }

@@ -65,7 +65,7 @@ public struct ContentServiceApp: Sendable {
         let monitor = Self.monitor(runtime: runtime, settings: settings, topics: topics, engine: engine, sender: sender)
         let lookup = Self.lookup(runtime: runtime, topics: topics, memory: memoryLoader, sender: sender)
         let intake = EventIntake(
-            engine: engine, producer: producer, topic: topics.activityEvents, isReady: { Self.isReady(health.report().checks) }, partition: lookup.partition)
+            engine: engine, producer: producer, topic: topics.activityEvents, isReady: { Self.isReady(health.report().checks) }, lookup: lookup)
         // The backends' gRPC API.
         if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC and HTTP APIs refuse every call") }
         let grpc = GRPCServerService(

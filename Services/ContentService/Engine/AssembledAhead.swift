@@ -9,13 +9,15 @@ import Synchronization
 /// An assembly is used again only for the same event (every field equal), made from equal
 /// inputs (``ContentEngine/AssemblyInputs``: the memory, the token, the floor), without images
 /// to inline, and at most ``maximumAge`` ago (the stale date and the alert window count from when
-/// it was made). Anything else is assembled again. An entry is taken once, hit or miss; one
-/// never read back (its publication failed, or another instance owns its partition) falls out
-/// when it is too old or when ``capacity`` newer ones are kept.
+/// it was made), and when no alert of the activity left the alert window in between (the decision
+/// to alert would differ). Anything else is assembled again. An entry is taken once, hit or miss;
+/// one never read back (its publication failed, or the partition moved) falls out when it is too
+/// old or when ``capacity`` newer ones are kept (checked at every keep and take).
 final class AssembledAhead: Sendable {
-    /// How long an assembly stays usable: a stale date and an alert window a few seconds early
-    /// at most. An event read back later (a backlog) is assembled again.
-    static let maximumAge: TimeInterval = 5
+    /// How long an assembly stays usable: its stale date, dismissal date and alert time count from
+    /// the check, at most this much before the read. An event read back later (a backlog) is
+    /// assembled again.
+    static let maximumAge: TimeInterval = 2
     /// Entries kept at most (each a few KB: the payloads).
     static let capacity = 4_096
 
@@ -47,15 +49,22 @@ final class AssembledAhead: Sendable {
         }
     }
 
-    /// The assembly kept for this event, if it may be used for it now; the entry is gone either way.
-    func take(_ event: ActivityEvent, inputs: ContentEngine.AssemblyInputs, withImages: Bool, now: Date) -> ContentEngine.Decision? {
+    /// The assembly kept for this event, and when it was made, if it may be used for it now; the
+    /// entry is gone either way.
+    /// - Parameter alertWindow: the alert policy's window: an alert of the activity that leaves
+    ///   it between the check and now would change the decision to alert.
+    func take(
+        _ event: ActivityEvent, inputs: ContentEngine.AssemblyInputs, withImages: Bool, now: Date, alertWindow: TimeInterval
+    ) -> (decision: ContentEngine.Decision, at: Date)? {
         state.withLock { state in
+            defer { Self.trim(&state, now: now) }
             guard let entry = state.entries.removeValue(forKey: event.eventId) else { return nil }
             guard !withImages, entry.event == event, entry.inputs == inputs,
-                now >= entry.at, now.timeIntervalSince(entry.at) <= Self.maximumAge
+                now >= entry.at, now.timeIntervalSince(entry.at) <= Self.maximumAge,
+                !inputs.memory.alertTimes.contains(where: { $0 > entry.at.addingTimeInterval(-alertWindow) && $0 <= now.addingTimeInterval(-alertWindow) })
             else { return nil }
             taken.add(1, ordering: .relaxed)
-            return entry.decision
+            return (entry.decision, entry.at)
         }
     }
 

@@ -22,24 +22,46 @@ extension ContentEngine {
     /// - Parameter images: thumbnails by image URL (``ThumbnailService``); without, images go by URL only.
     public func prepare(_ event: ActivityEvent, partition: Int32? = nil, images: [String: [String]] = [:]) throws(ContentError) -> Decision {
         let preparation = try inputs(of: event, partition: partition)
-        if let ahead = assembledAhead.take(event, inputs: preparation.inputs, withImages: !images.isEmpty, now: clock.date) { return ahead }
-        return try assemble(event, preparation, images: images, now: clock.date)
+        let now = clock.date
+        let window = assembler.policy.alertWindow / .seconds(1)
+        if let ahead = assembledAhead.take(event, inputs: preparation.inputs, withImages: !images.isEmpty, now: now, alertWindow: window) {
+            if checksAssembledAhead { try check(ahead, of: event, preparation) }
+            return ahead.decision
+        }
+        return try assemble(event, preparation, images: images, now: now)
     }
 
     /// As ``prepare(_:partition:images:)``, for an event about to be published (``EventIntake``):
-    /// its decision is kept for when the event is read back, and used then if its inputs have not
-    /// changed (``AssembledAhead``).
+    /// with `keep`, its decision is kept for when the event is read back, and used then if its
+    /// inputs have not changed (``AssembledAhead``).
     /// - Parameter partition: the partition the event will be in (`nil` when not known yet).
-    public func prepareAhead(_ event: ActivityEvent, partition: Int32?) throws(ContentError) -> Decision {
+    /// - Parameter keep: this instance owns that partition (it will read the event back).
+    public func prepareAhead(_ event: ActivityEvent, partition: Int32?, keep: Bool = true) throws(ContentError) -> Decision {
         let preparation = try inputs(of: event, partition: partition)
         let now = clock.date
         let decision = try assemble(event, preparation, images: [:], now: now)
-        assembledAhead.keep(event, inputs: preparation.inputs, decision: decision, at: now)
+        if keep { assembledAhead.keep(event, inputs: preparation.inputs, decision: decision, at: now) }
         return decision
     }
 
-    /// Events sent as assembled at their check (``prepareAhead(_:partition:)``), since the start.
+    /// Assembled again as it was at the check: the same requests and memory, or the assembly is
+    /// not the pure function of its inputs it must be to be used again (the simulator checks
+    /// every use so; counted in ``assembledAheadMismatches``).
+    private func check(_ ahead: (decision: Decision, at: Date), of event: ActivityEvent, _ preparation: Preparation) throws(ContentError) {
+        let again = try assemble(event, preparation, images: [:], now: ahead.at)
+        switch (ahead.decision, again) {
+        case (.send(let kept), .send(let made)) where kept.requests == made.requests && kept.memory == made.memory: return
+        case (.ignore(let kept), .ignore(let made)) where kept == made: return
+        default: assembledAheadMismatches.add(1, ordering: .relaxed)
+        }
+    }
+
+    /// Events sent as assembled at their check (``prepareAhead(_:partition:keep:)``), since the start.
     public var eventsAssembledOnce: Int { assembledAhead.used }
+
+    /// Uses of a kept assembly that assembling again at the check's time did not reproduce
+    /// (with `checksAssembledAhead`): must stay 0.
+    public var assembledAheadMismatchCount: Int { assembledAheadMismatches.load(ordering: .relaxed) }
 
     /// What assembly reads besides the event, the clock and the images: all of it, so that two
     /// equal values assemble an event to the same requests.

@@ -28,11 +28,15 @@ public final class ContentEngine: Sendable {
     let clock: any WallClock
     /// Events assembled when a backend handed them here, until they are read back.
     let assembledAhead = AssembledAhead()
+    /// Whether each use of a kept assembly is checked by assembling again (the simulator's runs).
+    let checksAssembledAhead: Bool
+    let assembledAheadMismatches = Atomic<Int>(0)
 
     public init(
         assembler: PayloadAssembler, tokens: PartitionTokens, freshness: FreshnessPolicy = FreshnessPolicy(),
-        clock: any WallClock = SystemWallClock()
+        clock: any WallClock = SystemWallClock(), checksAssembledAhead: Bool = false
     ) {
+        self.checksAssembledAhead = checksAssembledAhead
         self.assembler = assembler
         self.tokens = tokens
         self.state = Mutex(ActivityMemories(heldKey: { [tokens] in tokens.heldKey($0) }))
