@@ -14,14 +14,15 @@ struct DispatcherMetrics: Sendable {
     private let invalidBudgetRecords = Counter(label: "islet_dispatch_budget_changelog_invalid_records_total")
     private let transportErrors = CounterFamily("islet_dispatcher_transport_errors_total", dimensions: ["kind"])
     private let lanesStopped = CounterFamily("islet_dispatcher_lane_stopped_total", dimensions: ["team"])
-    /// The counters of every answer and outcome a push commonly gets, made once (making one takes
-    /// the registry's lock and formats its labels): a rarer status is counted by a counter made then.
+    /// The counters of every answer a push commonly gets, made once (making one takes the
+    /// registry's lock and formats its labels), a table looked up by number for every push without
+    /// formatting a label: a rarer status is counted by a counter made then.
     private let sends: [Int: Counter] = Dictionary(
         uniqueKeysWithValues: [5, 10].flatMap { priority in
             [200, 400, 403, 404, 405, 410, 413, 429, 500, 503].map { status in (Self.sendKey(status: status, priority: priority), Self.sendCounter(status: status, priority: priority)) }
         })
-    private let outcomes: [String: Counter] = Dictionary(
-        uniqueKeysWithValues: PushResult.knownValues.filter(\.isFinal).map { ($0.rawValue, Self.outcomeCounter($0)) })
+    private let outcomes = CounterFamily(
+        "islet_dispatcher_outcomes_total", dimensions: ["result"], known: PushResult.knownValues.filter(\.isFinal).map { [$0.rawValue] })
 
     /// `islet_dispatcher_requests_total`: push requests read.
     func received(_ request: PushRequest) { requests.increment() }
@@ -51,13 +52,7 @@ struct DispatcherMetrics: Sendable {
     func transportError(_ kind: APNsTransportError.Kind?) { transportErrors.increment(kind.map { "\($0)" } ?? "other") }
 
     /// `islet_dispatcher_outcomes_total{result}`: final outcomes (coalesced and downgraded included).
-    func outcome(_ result: PushResult) {
-        (outcomes[result.rawValue] ?? Self.outcomeCounter(result)).increment()
-    }
-
-    private static func outcomeCounter(_ result: PushResult) -> Counter {
-        Counter(label: "islet_dispatcher_outcomes_total", dimensions: [("result", result.rawValue)])
-    }
+    func outcome(_ result: PushResult) { outcomes.increment(result.rawValue) }
 
     /// `islet_dispatch_budget_changelog_invalid_records_total`: budget records read back that did not decode (a bug).
     func budgetRecordInvalid() { invalidBudgetRecords.increment() }

@@ -3,9 +3,10 @@ import IsletRuntime
 import Metrics
 
 /// content-service's metrics (Prometheus names on /metrics), made once, at start, and handed to
-/// each part that counts: making one takes the metrics registry's lock and formats its labels. A
-/// label value outside the known ones (an event kind, a priority, a reason) is counted by a
-/// counter made then.
+/// each part that counts: making one takes the metrics registry's lock and formats its labels.
+/// Labelled counters are ``CounterFamily``s; the two counted for every event (events in by kind,
+/// requests by kind and priority) are tables of the known values, looked up without formatting a
+/// label (a value outside them is counted by a counter made then).
 public struct ContentMetrics: Sendable {
     private let eventsIn: [String: Counter] = Dictionary(
         uniqueKeysWithValues: ActivityEventKind.knownValues.map { ($0.rawValue, Self.eventsInCounter($0.rawValue)) })
@@ -22,21 +23,19 @@ public struct ContentMetrics: Sendable {
     private let restored = Counter(label: "islet_content_memory_restored_total")
     private let invalidMemoryRecords = Counter(label: "islet_content_memory_invalid_records_total")
     private let ownRequestsSkipped = Counter(label: "islet_content_memory_own_requests_skipped_total")
-    private let forwards = Self.counters(
-        "islet_content_forwarded_total", "to", ["owner found", "known owner", "busy", "unavailable", "no answer", "none"])
-    private let outcomeLookups = Self.counters("islet_content_outcome_lookups_total", "result", ["read", "busy", "unavailable"])
-    private let thumbnails = Self.counters("islet_content_thumbnails_total", "result", ["made", "cached", "not_allowed", "failed"])
+    private let forwards = CounterFamily("islet_content_forwarded_total", dimensions: ["to"], known: ["owner found", "known owner", "busy", "unavailable", "no answer", "none"].map { [$0] })
+    private let outcomeLookups = CounterFamily("islet_content_outcome_lookups_total", dimensions: ["result"], known: ["read", "busy", "unavailable"].map { [$0] })
+    private let thumbnails = CounterFamily("islet_content_thumbnails_total", dimensions: ["result"], known: ["made", "cached", "not_allowed", "failed"].map { [$0] })
     private let thumbnailTime = Timer(label: "islet_content_thumbnail_seconds")
-    private let invalidations = Self.counters(
-        "islet_content_invalidations_total", "reason", [InvalidationReason.severelyStale, .lifetimeExceeded].map(\.rawValue))
+    private let invalidations = CounterFamily("islet_content_invalidations_total", dimensions: ["reason"], known: [InvalidationReason.severelyStale, .lifetimeExceeded].map { [$0.rawValue] })
     private let activityGauges: [String: Gauge] = Dictionary(
         uniqueKeysWithValues: Freshness.allCases.map { ($0.rawValue, Gauge(label: "islet_content_activities", dimensions: [("freshness", $0.rawValue)])) })
-    private let freshnessActions = Self.counters("islet_content_freshness_actions_total", "action", ["resend", "end"])
-    private let payloadReads = Self.counters("islet_content_payloads_read_total", "result", ["read", "lost", "not_now"])
-    private let httpRefusals = Self.counters(
-        "islet_content_http_refused_total", "error",
+    private let freshnessActions = CounterFamily("islet_content_freshness_actions_total", dimensions: ["action"], known: ["resend", "end"].map { [$0] })
+    private let payloadReads = CounterFamily("islet_content_payloads_read_total", dimensions: ["result"], known: ["read", "lost", "not_now"].map { [$0] })
+    private let httpRefusals = CounterFamily(
+        "islet_content_http_refused_total", dimensions: ["error"], known:
         [HTTPAPIError.Code.malformedBody, .invalidField, .unauthenticated, .forbidden, .notFound, .conflict, .bodyTooLarge, .unsupportedMediaType,
-            .unavailable, .notOwner, .idempotencyKeyReused, .internal].map(\.rawValue))
+            .unavailable, .notOwner, .idempotencyKeyReused, .internal].map { [$0.rawValue] })
 
     public init() {}
 
@@ -66,43 +65,34 @@ public struct ContentMetrics: Sendable {
     /// `islet_content_memory_own_requests_skipped_total`: requests this process wrote, not decoded again.
     func ownRequestSkipped() { ownRequestsSkipped.increment() }
     /// `islet_content_forwarded_total{to}`: a call about an activity another instance owns.
-    func forwarded(to: String) { Self.counter(forwards, "islet_content_forwarded_total", "to", to).increment() }
+    func forwarded(to: String) { forwards.increment(to) }
     /// `islet_content_outcome_lookups_total{result}`: `read`, `busy` (refused), `unavailable`.
-    func outcomeLookup(_ result: String) { Self.counter(outcomeLookups, "islet_content_outcome_lookups_total", "result", result).increment() }
+    func outcomeLookup(_ result: String) { outcomeLookups.increment(result) }
     /// `islet_content_thumbnails_total{result}`: `made`, `cached`, `not_allowed`, `failed`.
-    func thumbnail(_ result: String) { Self.counter(thumbnails, "islet_content_thumbnails_total", "result", result).increment() }
+    func thumbnail(_ result: String) { thumbnails.increment(result) }
     /// `islet_content_thumbnail_seconds`: the time to fetch and make one.
     func thumbnailMade(in duration: Duration) { thumbnailTime.record(duration: duration) }
     /// `islet_content_invalidations_total{reason}`: tokens token-registry invalidated for the freshness monitor.
     func invalidated(_ reason: InvalidationReason) {
-        Self.counter(invalidations, "islet_content_invalidations_total", "reason", reason.rawValue).increment()
+        invalidations.increment(reason.rawValue)
     }
     /// `islet_content_activities{freshness}`: live activities of the partitions owned, by freshness.
     func activities(_ freshness: Freshness, _ count: Int) {
         (activityGauges[freshness.rawValue] ?? Gauge(label: "islet_content_activities", dimensions: [("freshness", freshness.rawValue)])).record(count)
     }
     /// `islet_content_freshness_actions_total{action}`: `resend`, `end`.
-    func freshnessAction(_ action: String) { Self.counter(freshnessActions, "islet_content_freshness_actions_total", "action", action).increment() }
+    func freshnessAction(_ action: String) { freshnessActions.increment(action) }
     /// `islet_content_payloads_read_total{result}`: latest payloads read again (`read`), gone (`lost`), to try later (`not_now`).
     func payloadsRead(_ result: String, _ count: Int) {
-        Self.counter(payloadReads, "islet_content_payloads_read_total", "result", result).increment(by: count)
+        payloadReads.increment(result, by: count)
     }
 
     /// A call to the backends' HTTP API refused, by its error code.
-    func httpRefused(_ code: HTTPAPIError.Code) { Self.counter(httpRefusals, "islet_content_http_refused_total", "error", code.rawValue).increment() }
+    func httpRefused(_ code: HTTPAPIError.Code) { httpRefusals.increment(code.rawValue) }
 
     private static func eventsInCounter(_ kind: String) -> Counter { Counter(label: "islet_content_events_in_total", dimensions: [("event", kind)]) }
     private static func requestKey(_ event: String, _ priority: Int) -> String { "\(event)/\(priority)" }
     private static func requestCounter(_ event: String, _ priority: Int) -> Counter {
         Counter(label: "islet_content_requests_total", dimensions: [("event", event), ("priority", "\(priority)")])
-    }
-
-    /// One counter of `label` per value of its one dimension.
-    private static func counters(_ label: String, _ dimension: String, _ values: [String]) -> [String: Counter] {
-        Dictionary(uniqueKeysWithValues: values.map { ($0, Counter(label: label, dimensions: [(dimension, $0)])) })
-    }
-
-    private static func counter(_ counters: [String: Counter], _ label: String, _ dimension: String, _ value: String) -> Counter {
-        counters[value] ?? Counter(label: label, dimensions: [(dimension, value)])
     }
 }
