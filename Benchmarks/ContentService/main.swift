@@ -360,7 +360,7 @@ struct Restore: AsyncParsableCommand {
             }
         }
         print("history: \(activities) activities × \(history) requests and outcomes written in \(ContinuousClock.now - generated)")
-        let sender = RequestSender(producer: producer, engine: source, topic: requestsTopic, logger: benchLogger)
+        let sender = RequestSender(producer: producer, engine: source, topic: requestsTopic, metrics: ContentMetrics(), logger: benchLogger)
         let writer = ChangelogWriter(
             engine: source, sender: sender, producer: producer, positions: ReadPositions(ends.positions.withLock { $0 }), topic: memoryTopic, logger: benchLogger)
         let written = ContinuousClock.now
@@ -378,7 +378,7 @@ struct Restore: AsyncParsableCommand {
                 let ready = AsyncStream<Void>.makeStream()
                 let loader = ContentMemoryLoader(
                     engine: engine, requestsTopic: requestsTopic, outcomesTopic: outcomesTopic,
-                    changelogTopic: way == "changelog" ? memoryTopic : emptyMemoryTopic, since: since, logger: benchLogger,
+                    changelogTopic: way == "changelog" ? memoryTopic : emptyMemoryTopic, since: since, metrics: ContentMetrics(), logger: benchLogger,
                     readEnds: ContentMemoryLoader.ends(bootstrapServers: bootstrap, clientID: "bench", settings: [:], logger: benchLogger),
                     makeReplica: ContentMemoryLoader.replicas(bootstrapServers: bootstrap, clientID: "bench", settings: [:], logger: benchLogger),
                     onReady: { ready.continuation.yield() })
