@@ -71,12 +71,12 @@ struct GoldenPayloadTests {
                     "estimatedDeliveryTime": .array([.string("2026-11-18T08:00:00Z"), .string("2026-11-18T08:30:00Z")])],
                       startTarget: device, attributes: ["numberOfPizzas": .integer(2), "totalAmount": .string("$24")]),
                 event("PizzaDeliveryAttributes", sequence: 2, urgency: .routine, at: 300, ["status": .string("baking"), "orderId": .string("p-1"),
-                    "estimatedDeliveryTime": .object(["start": .integer(1_795_000_300), "end": .integer(1_795_001_800)]),
+                    "estimatedDeliveryTime": .object(["start": .integer(1_794_988_800), "end": .string("2026-11-18T08:30:00Z")]),
                     "toppings": .array([.string("mozzarella"), .string("basil")])]),
                 event("PizzaDeliveryAttributes", sequence: 3, at: 900, ["status": .string("on_the_way"), "orderId": .string("p-1"),
                     "estimatedDeliveryTime": .array([.string("2026-11-18T08:10:00Z"), .string("2026-11-18T08:25:00Z")]),
                     "driver": .object(["name": .string("Tim"), "vehicle": .string("bike"), "rating": .number(4.8)])]),
-                // A case app 1.1 does not decode: on_the_way (the field's default) for it.
+                // A case app 1.1 does not decode: on_the_way (its olderApps case) for it.
                 event("PizzaDeliveryAttributes", sequence: 4, urgency: .critical, at: 1_400, ["status": .string("at_the_door"), "orderId": .string("p-1"),
                     "estimatedDeliveryTime": .array([.string("2026-11-18T08:22:00Z"), .string("2026-11-18T08:24:00Z")]),
                     "driver": .object(["name": .string("Tim"), "vehicle": .string("bike")])]),

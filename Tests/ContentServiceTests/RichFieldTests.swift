@@ -24,6 +24,14 @@ struct RichFieldTests {
             "contentState[0].fields[1].name"),
         ("  - { name: o, type: object, optional: true, fields: [{ name: t, type: string, default: \"\", text: true }] }", "contentState[0].fields[0].text"),
         ("  - { name: r, type: dateRange, default: [\"2026-11-18T08:30:00Z\", \"2026-11-18T08:00:00Z\"] }", "contentState[0].default"),
+        ("  - { name: s, type: enum, values: [a, { value: b, olderApps: a }], default: a }", "contentState[0].values[1].olderApps"),
+        ("  - { name: s, type: enum, values: [a, { value: b, since: \"1.1\" }, { value: c, since: \"1.2\", olderApps: b }], default: a }",
+            "contentState[0].values[2].olderApps"),
+        ("  - { name: s, type: enum, values: [a, { value: b, since: \"1.2\" }], default: b }", "contentState[0].default"),
+        ("  - { name: s, type: enum, values: [a], default: null }", "contentState[0].default"),
+        ("  - { name: l, type: array, items: { type: int }, default: null }", "contentState[0].default"),
+        ("  - { name: n, type: int, default: 0 }\nexamples: [{ n: many }]", "examples[0]"),
+        ("  - { name: s, type: enum, values: [a, { value: b, since: \"1.2\" }], required: true }\nexamples: [{ s: b }]", "examples[0]"),
     ])
     func brokenAtLoad(field: String, path: String) {
         let error = #expect(throws: TemplateError.self) { try TemplateLoader.load(text: Self.header + field, file: "kinds.yaml") }
@@ -68,7 +76,7 @@ struct RichFieldTests {
         #expect(Set(old.keys) == ["driverName", "estimatedDeliveryTime"])
     }
 
-    @Test("a case newer than the activity's app becomes the field's default for it")
+    @Test("a case newer than the activity's app becomes its olderApps case for it")
     func caseNewerThanTheApp() throws {
         var fields = Self.pizza
         fields["status"] = .string("at_the_door")
@@ -93,6 +101,57 @@ struct RichFieldTests {
         let error = #expect(throws: ContentError.self) { try contentState(fields, version: "1.2") }
         #expect(error?.field == field)
         #expect(error?.problem.contains(problem) == true, "\(String(describing: error))")
+    }
+
+    /// A template with an enum whose newer case has no stand-in, an optional one, an array and a
+    /// nested member of a later version.
+    static let versioned = """
+        attributesType: V
+        defaultState: a
+        link: x
+        states: {a: {}}
+        contentState:
+          - { name: s, type: enum, since: "1.0", values: [a, { value: b, since: "1.2" }], required: true }
+          - { name: o, type: enum, since: "1.0", values: [a, { value: b, since: "1.2" }], optional: true }
+          - { name: l, type: array, items: { type: int }, default: [] }
+          - name: d
+            type: object
+            optional: true
+            fields: [{ name: x, type: int, default: 0 }, { name: y, type: int, since: "1.2", default: 0 }]
+        """
+
+    func versioned(_ fields: [String: JSONValue], version: AppVersion) throws(ContentError) -> [String: JSONValue] {
+        let template = try! TemplateLoader.load(text: Self.versioned, file: "v.yaml")
+        let builder = ContentBuilder(template: template)
+        return try builder.contentState(fields: fields, context: [:], appVersion: version)
+    }
+
+    @Test("per app version: a case without a stand-in is refused for older apps, null for an optional field; a nested member only from its version")
+    func perVersion() throws {
+        let fields: [String: JSONValue] = ["s": .string("b"), "o": .string("b"), "d": .object(["x": .integer(1), "y": .integer(2)])]
+        let error = #expect(throws: ContentError.self) { try versioned(fields, version: AppVersion("1.1")!) }
+        #expect(error?.field == "fields.s")
+        var older = fields
+        older["s"] = .string("a")
+        let state = try versioned(older, version: AppVersion("1.1")!)
+        #expect(state["o"] == .null, "an optional enum's newer case is nil for an older app")
+        #expect(state["d"] == .object(["x": .integer(1)]), "y is 1.2's")
+        #expect(try versioned(fields, version: AppVersion("1.2")!)["d"] == .object(["x": .integer(1), "y": .integer(2)]))
+        // An app of unknown version (a broadcast, a token not read yet) is sent no newer case.
+        #expect(throws: ContentError.self) { try versioned(fields, version: .unknown) }
+        #expect(try versioned(older, version: .unknown)["o"] == .null)
+        // null in an array of a non-optional element is refused.
+        var list = older
+        list["l"] = .array([.integer(1), .null])
+        let nullError = #expect(throws: ContentError.self) { try versioned(list, version: AppVersion("1.2")!) }
+        #expect(nullError?.field == "fields.l[1]")
+    }
+
+    @Test("pizza: at_the_door reaches an app older than 1.2 as on_the_way, and an app of unknown version too")
+    func standIn() throws {
+        var fields = Self.pizza
+        fields["status"] = .string("at_the_door")
+        #expect(try contentState(fields, version: "999999")["status"] == .string("on_the_way"))
     }
 
     @Test("a required range missing is refused")

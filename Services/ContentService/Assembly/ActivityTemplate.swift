@@ -23,10 +23,12 @@ public struct ActivityTemplate: Sendable {
             case object
         }
 
-        /// A case of an `enum` field, and the first app version that decodes it.
+        /// A case of an `enum` field, the first app version that decodes it, and the case an older
+        /// app is sent instead (`olderApps`; else the field's default).
         public struct EnumValue: Sendable, Equatable {
             public var value: String
             public var since: AppVersion
+            public var standIn: String?
         }
 
         /// The content-state key (the Swift property of `ContentState`).

@@ -1,5 +1,11 @@
 /// An app's `CFBundleShortVersionString`, compared number by number (5.10 > 5.9).
 public struct AppVersion: Sendable, Comparable, CustomStringConvertible, Decodable {
+    /// The version of an app Islet does not know (a broadcast, for every phone; an activity whose
+    /// token is not read yet): newer than any, so every field is sent (an app ignores a field it
+    /// does not know; a missing one would break its decoding); an enum's case only when every app
+    /// with the field decodes it.
+    public static let unknown = AppVersion("999999")!
+
     public let parts: [Int]
 
     public init?(_ text: String) {

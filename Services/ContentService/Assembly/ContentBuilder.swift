@@ -100,19 +100,21 @@ struct ContentBuilder {
         }
     }
 
-    /// A case of an `enum` field. One the app version does not decode yet (its `since` is newer)
-    /// becomes the field's default when that version knows the default; else the event is refused
-    /// (the app would fail to decode the whole content state).
+    /// A case of an `enum` field. One the app version does not decode (its `since` is newer; for
+    /// an app of unknown version, any case newer than the field) becomes its `olderApps` case, else
+    /// the field's default, else `null` when the field is optional; else the event is refused (the
+    /// app would fail to decode the whole content state).
     static func enumeration(_ given: JSONValue, _ spec: ActivityTemplate.Field, appVersion: AppVersion?, path: String) throws(ContentError) -> JSONValue {
-        let cases = spec.values.map(\.value)
         guard case .string(let text) = given, let known = spec.values.first(where: { $0.value == text }) else {
-            throw ContentError(field: path, problem: "must be one of \(cases.joined(separator: ", "))")
+            throw ContentError(field: path, problem: "must be one of \(spec.values.map(\.value).joined(separator: ", "))")
         }
-        guard let appVersion, appVersion < known.since else { return given }
-        if case .string(let fallback)? = spec.fallback, let standIn = spec.values.first(where: { $0.value == fallback }), standIn.since <= appVersion {
-            return .string(fallback)
-        }
-        throw ContentError(
-            field: path, problem: "\(text) is decoded by app versions \(known.since) and later, and the activity's app is \(appVersion) (the field has no default it decodes)")
+        guard let appVersion else { return given }
+        let decodes = { (value: ActivityTemplate.Field.EnumValue) in appVersion == .unknown ? value.since <= spec.since : value.since <= appVersion }
+        if decodes(known) { return given }
+        let named = { (name: String?) in name.flatMap { name in spec.values.first { $0.value == name && decodes($0) } } }
+        if let standIn = named(known.standIn) ?? named(spec.fallback?.stringValue) { return .string(standIn.value) }
+        if spec.optional { return .null }
+        let app = appVersion == .unknown ? "the app's version is not known" : "the activity's app is \(appVersion)"
+        throw ContentError(field: path, problem: "\(text) is decoded by app versions \(known.since) and later, and \(app) (the field has no case it decodes instead)")
     }
 }

@@ -28,6 +28,9 @@ extension TemplateLoader.Compiler {
             template: try raw.value.map { try mustache($0, at: path + ".value") }, fallback: raw.default, optional: optional,
             isText: raw.text ?? (raw.value != nil && !nested))
         try structure(&field, raw, at: path)
+        if raw.default == .null, !optional, raw.type != .string {
+            throw fail(path + ".default", "is null, and the field is not optional (the app could not decode it)")
+        }
         if let fallback = raw.default, fallback != .null {
             do {
                 _ = try ContentBuilder.convert(fallback, field, context: [:], appVersion: nil, path: path + ".default", typeName: "")
@@ -36,6 +39,22 @@ extension TemplateLoader.Compiler {
             }
         }
         return field
+    }
+
+    /// What an app older than a case is sent instead (its `olderApps`, else the field's
+    /// default) is a case every app that has the field decodes; so is the default.
+    func checkStandIns(_ field: ActivityTemplate.Field, at path: String) throws {
+        let original = { (name: String) in field.values.first { $0.value == name && $0.since == field.since } }
+        for (i, value) in field.values.enumerated() {
+            guard let standIn = value.standIn else { continue }
+            guard value.since > field.since else { throw fail("\(path).values[\(i)].olderApps", "only a case newer than its field has one") }
+            guard original(standIn) != nil else {
+                throw fail("\(path).values[\(i)].olderApps", "must be a case every app with the field decodes (one without a since of its own)")
+            }
+        }
+        if case .string(let fallback)? = field.fallback, field.values.contains(where: { $0.value == fallback }), original(fallback) == nil {
+            throw fail(path + ".default", "is a case newer than its field: the apps before it could not decode it")
+        }
     }
 
     /// An enum's cases, an array's element, an object's members: each only with its kind.
@@ -51,7 +70,8 @@ extension TemplateLoader.Compiler {
                 guard !value.value.isEmpty, seen.insert(value.value).inserted else { throw fail("\(path).values[\(i)]", "must be a case, once") }
                 if let since = value.since, since < field.since { throw fail("\(path).values[\(i)].since", "is before the field's own since") }
             }
-            field.values = values.map { .init(value: $0.value, since: $0.since ?? field.since) }
+            field.values = values.map { .init(value: $0.value, since: $0.since ?? field.since, standIn: $0.olderApps) }
+            try checkStandIns(field, at: path)
         case .array:
             guard let item = raw.items?.first else { throw fail(path + ".items", "is required by an array: its element, as { type: … }") }
             field.items = [try compile(item, at: path + ".items", nested: true, element: true)]
@@ -64,6 +84,33 @@ extension TemplateLoader.Compiler {
             }
         case .string, .int, .double, .bool, .date, .dateRange:
             break
+        }
+    }
+}
+
+extension ExampleCheck {
+    /// Every example builds, for every app version the file names (and for an app of unknown
+    /// version): a value of the wrong kind or a case an app could not be sent stops the service.
+    func checkKinds(_ builder: ContentBuilder) throws {
+        var versions: Set<String> = [AppVersion.unknown.description]
+        func collect(_ fields: [ActivityTemplate.Field]) {
+            for field in fields {
+                versions.insert(field.since.description)
+                for value in field.values { versions.insert(value.since.description) }
+                collect(field.items + field.fields)
+            }
+        }
+        collect(template.contentState)
+        for (i, fields) in examples.enumerated() {
+            let context = builder.context(fields: fields, state: builder.state(of: fields))
+            for version in versions.sorted().compactMap(AppVersion.init) {
+                do {
+                    _ = try builder.contentState(fields: fields, context: context, appVersion: version)
+                } catch {
+                    let app = version == .unknown ? "an app of unknown version" : "app \(version)"
+                    throw TemplateError(file: file, path: "examples[\(i)]", problem: "\(error.field) \(error.problem) (for \(app))")
+                }
+            }
         }
     }
 }

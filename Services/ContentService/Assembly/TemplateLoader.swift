@@ -5,7 +5,8 @@ import Yams
 
 /// Reads template files (`*.yaml`, `*.yml`, `*.json`) and checks them: every Mustache template
 /// parses, every type and version is known, every field that may be missing has a default, every
-/// state named exists, every timer names a date field. A bad file stops the service at start-up
+/// state named exists, every timer names a date or a date range field, every example builds for
+/// every app version the file names. A bad file stops the service at start-up
 /// with the file, the place in it and the problem.
 public enum TemplateLoader {
     /// Every template in `directory`, by attributes type.
@@ -148,20 +149,24 @@ public enum TemplateLoader {
         }
     }
 
-    /// A case of an `enum` field: its value, or `{ value: …, since: "1.3" }`.
+    /// A case of an `enum` field: its value, or `{ value: …, since: "1.3", olderApps: … }`.
     struct RawEnumValue: Decodable {
         var value: String
         var since: AppVersion?
+        /// The case sent instead to an app older than `since`.
+        var olderApps: String?
 
-        private enum Keys: String, CodingKey { case value, since }
+        private enum Keys: String, CodingKey { case value, since, olderApps }
 
         init(from decoder: any Decoder) throws {
             if let value = try? decoder.singleValueContainer().decode(String.self) {
-                (self.value, since) = (value, nil)
+                self.value = value
                 return
             }
             let container = try decoder.container(keyedBy: Keys.self)
-            (value, since) = (try container.decode(String.self, forKey: .value), try container.decodeIfPresent(AppVersion.self, forKey: .since))
+            value = try container.decode(String.self, forKey: .value)
+            since = try container.decodeIfPresent(AppVersion.self, forKey: .since)
+            olderApps = try container.decodeIfPresent(String.self, forKey: .olderApps)
         }
     }
 
@@ -400,10 +405,11 @@ struct ExampleCheck {
     func check(_ sources: [Source]) throws {
         guard !examples.isEmpty else { throw TemplateError(file: file, path: "examples", problem: "must list at least one example event's fields") }
         let builder = ContentBuilder(template: template)
+        try checkKinds(builder)
         let contexts = examples.map { fields -> (base: [String: Any], layout: [String: Any]) in
             let base = builder.context(fields: fields, state: builder.state(of: fields))
             var layout = base
-            let values = (try? builder.contentState(fields: fields, context: base, appVersion: ContentEngine.newest)) ?? [:]
+            let values = (try? builder.contentState(fields: fields, context: base, appVersion: .unknown)) ?? [:]
             for (name, value) in values where layout[name] == nil { layout[name] = FieldValue.renderable(value) }
             return (base, layout)
         }

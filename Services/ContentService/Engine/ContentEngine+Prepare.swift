@@ -14,9 +14,8 @@ import Synchronization
 /// rotated, a re-send, the partition's floor, images to inline), it is assembled again from what
 /// is true now, as every event read from Kafka is.
 extension ContentEngine {
-    /// An app version newer than any: when the activity's version is unknown every field is sent
-    /// (extra fields are ignored by the app's decoder; a missing one would break it).
-    static let newest = AppVersion("999999")!
+    /// The version assembled for when the activity's app version is not known (``AppVersion/unknown``).
+    static let newest = AppVersion.unknown
 
     /// - Parameter partition: the partition the event was read from (its activity's partition).
     /// - Parameter images: thumbnails by image URL (``ThumbnailService``); without, images go by URL only.
