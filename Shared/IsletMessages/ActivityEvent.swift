@@ -55,13 +55,17 @@ public struct ActivityEvent: IsletMessage {
     public var attributes: [String: JSONValue]?
     /// The name of the backend that produced the event, for tracing.
     public var source: String?
+    /// How this event is presented where it differs from its template (dismissal, relevance,
+    /// stale time, sound, alert texts). Absent in events written before it existed (additive).
+    public var presentation: EventPresentation?
 
     public init(
         eventId: String, activityId: String, kind: ActivityEventKind, attributesType: String, fields: [String: JSONValue],
         urgency: Urgency, occurredAt: Date, sequence: Int64, startTarget: PushToStartTarget? = nil,
-        attributes: [String: JSONValue]? = nil, source: String? = nil, bundleId: String? = nil,
+        attributes: [String: JSONValue]? = nil, source: String? = nil, bundleId: String? = nil, presentation: EventPresentation? = nil,
         schemaVersion: Int = Self.currentSchemaVersion
     ) {
+        self.presentation = presentation
         self.schemaVersion = schemaVersion
         self.eventId = eventId
         self.activityId = activityId
@@ -101,5 +105,6 @@ public struct ActivityEvent: IsletMessage {
         if startTarget != nil, kind != .start {
             throw MessageValidationError(field: "startTarget", problem: "only allowed with kind start (kind is \(kind))")
         }
+        try presentation?.validate(kind: kind, occurredAt: occurredAt)
     }
 }

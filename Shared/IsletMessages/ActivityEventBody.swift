@@ -19,6 +19,8 @@ public struct ActivityEventBody: Codable, Sendable, Equatable {
     public var eventId: String?
     /// When given, the path's.
     public var activityId: String?
+    /// How this event is presented where it differs from its template (``EventPresentation``).
+    public var presentation: EventPresentation?
 
     /// `event` as a body; `occurredAt` and `eventId` left to the server when `keepingTime` and
     /// `keepingEventId` are false.
@@ -34,5 +36,6 @@ public struct ActivityEventBody: Codable, Sendable, Equatable {
         attributes = event.attributes
         source = event.source
         eventId = keepingEventId ? event.eventId : nil
+        presentation = event.presentation
     }
 }

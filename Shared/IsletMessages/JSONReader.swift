@@ -247,7 +247,8 @@ extension ActivityEvent: IsletJSONReadable {
             let activityId = members.string("activityId"), let bundleId = members.optional("bundleId", members.string), let kind = members.string("kind"),
             let attributesType = members.string("attributesType"), let fields = members.object("fields"),
             let urgency = members.string("urgency"), let occurredAt = members.date("occurredAt"), let sequence = members.integer("sequence"),
-            let attributes = members.optional("attributes", members.object), let source = members.optional("source", members.string)
+            let attributes = members.optional("attributes", members.object), let source = members.optional("source", members.string),
+            let presentation = members.optional("presentation", { members.members[$0].flatMap(EventPresentation.init(json:)) })
         else { return nil }
         var startTarget: PushToStartTarget?
         if !members.isAbsent("startTarget") {
@@ -259,7 +260,7 @@ extension ActivityEvent: IsletJSONReadable {
         self.init(
             eventId: eventId, activityId: activityId, kind: ActivityEventKind(rawValue: kind), attributesType: attributesType, fields: fields,
             urgency: Urgency(rawValue: urgency), occurredAt: occurredAt, sequence: sequence, startTarget: startTarget, attributes: attributes,
-            source: source, bundleId: bundleId, schemaVersion: schemaVersion)
+            source: source, bundleId: bundleId, presentation: presentation, schemaVersion: schemaVersion)
     }
 }
 

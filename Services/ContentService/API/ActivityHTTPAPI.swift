@@ -197,7 +197,8 @@ public struct ActivityHTTPAPI: Sendable {
         let event = ActivityEvent(
             eventId: eventId, activityId: activityId, kind: body.kind, attributesType: body.attributesType, fields: body.fields ?? [:],
             urgency: body.urgency ?? .routine, occurredAt: body.occurredAt ?? intake.engine.clock.date, sequence: body.sequence,
-            startTarget: body.startTarget, attributes: body.attributes, source: body.source ?? backend, bundleId: body.bundleId)
+            startTarget: body.startTarget, attributes: body.attributes, source: body.source ?? backend, bundleId: body.bundleId,
+            presentation: body.presentation)
         do {
             try event.validate()
         } catch {

@@ -87,9 +87,13 @@ public struct PayloadAssembler: Sendable {
         // The alert policy: on a change of state that matters, within the fatigue limit.
         let recentAlerts = memory.alertTimes.filter { now.timeIntervalSince($0) < policy.alertWindow / .seconds(1) }
         let stateChanged = memory.lastState != state.name
-        var alert = state.alert.flatMap { alert -> LiveActivityAPS.Alert? in
-            guard event.urgency != .routine, stateChanged, recentAlerts.count < policy.maximumAlerts else { return nil }
-            return LiveActivityAPS.Alert(alert, context: layoutContext)
+        // The event's own alert texts (in the user's language: the backend's) stand in for the state's.
+        let presentation = event.presentation
+        let alerts = state.alert != nil || presentation?.alert != nil
+        var alert: LiveActivityAPS.Alert? = nil
+        if alerts, event.urgency != .routine, stateChanged, recentAlerts.count < policy.maximumAlerts {
+            alert = presentation?.alert.map { LiveActivityAPS.Alert(title: $0.title, body: $0.body, sound: state.alert?.sound) }
+                ?? state.alert.map { LiveActivityAPS.Alert($0, context: layoutContext) }
         }
         let isPushToStart = event.kind == .start && event.startTarget != nil
         if isPushToStart, template.broadcastStoragePolicy != nil {
@@ -98,9 +102,11 @@ public struct PayloadAssembler: Sendable {
                 problem: "\(template.attributesType) is sent by broadcast: the app starts the activity on its channel (input-push-channel), not a push-to-start")
         }
         if isPushToStart, alert == nil {
-            // A push-to-start must alert (ActivityKit requires it); the state's text, or the type.
-            alert = LiveActivityAPS.Alert(title: context["state"].flatMap { ($0 as? [String: Any])?["text"] as? String } ?? template.description)
+            // A push-to-start must alert (ActivityKit requires it); the event's, the state's text, or the type.
+            alert = presentation?.alert.map { LiveActivityAPS.Alert(title: $0.title, body: $0.body) }
+                ?? LiveActivityAPS.Alert(title: context["state"].flatMap { ($0 as? [String: Any])?["text"] as? String } ?? template.description)
         }
+        if let sound = presentation?.sound { alert?.sound = sound }
 
         // Timestamps only move forward, and not far ahead of the clock (ContentTimestamps); the
         // stale date is never in the past. The event's own time, unless it is ahead.
@@ -112,7 +118,7 @@ public struct PayloadAssembler: Sendable {
             : event.activityId
         return Plan(
             event: event, template: template, state: state, contentState: contentState, layoutContext: layoutContext, alert: alert,
-            isPushToStart: isPushToStart, timestamp: timestamp, staleDate: now.addingTimeInterval(state.staleAfter / .seconds(1)), key: key,
+            isPushToStart: isPushToStart, timestamp: timestamp, staleDate: now.addingTimeInterval(presentation?.staleAfterSeconds.map(TimeInterval.init) ?? state.staleAfter / .seconds(1)), key: key,
             attributes: isPushToStart ? try builder.attributes(event.attributes ?? event.fields, context: context) : [:],
             recentAlerts: recentAlerts, layoutIncluded: template.layout.map { appVersion >= $0.since } ?? false)
     }
@@ -217,7 +223,7 @@ public struct PayloadAssembler: Sendable {
         }
         var aps = LiveActivityAPS(
             event: plan.event.kind, timestamp: plan.timestamp, contentState: contentState,
-            staleDate: Int64(plan.staleDate.timeIntervalSince1970.rounded(.up)), relevanceScore: plan.state.relevance)
+            staleDate: Int64(plan.staleDate.timeIntervalSince1970.rounded(.up)), relevanceScore: plan.event.presentation?.relevanceScore ?? plan.state.relevance)
         if plan.isPushToStart {
             aps.start = .init(attributesType: plan.template.attributesType, attributes: plan.attributes)
             aps.alert = alert
@@ -233,7 +239,7 @@ public struct PayloadAssembler: Sendable {
                 drafts.append(Draft(kind: .update, aps: update, alerting: true))
                 aps.timestamp = plan.timestamp + 1
             }
-            aps.dismissalDate = policy.dismissalDate(now: now)
+            aps.dismissalDate = Self.dismissalDate(plan.event.presentation?.dismissal, policy: policy, now: now)
             return drafts + [Draft(kind: .end, aps: aps, alerting: false)]
         case .start where !plan.isPushToStart:
             // The app started the activity itself: its first content is an update (a `start`
@@ -244,6 +250,15 @@ public struct PayloadAssembler: Sendable {
         default:
             if !plan.isPushToStart { aps.alert = alert }
             return [Draft(kind: plan.event.kind, aps: aps, alerting: alert != nil)]
+        }
+    }
+
+    /// The `aps.dismissal-date` of an end sent at `now`: the event's (at once: a second ago), else the policy's.
+    static func dismissalDate(_ dismissal: EventPresentation.Dismissal?, policy: ContentPolicy, now: Date) -> Int64? {
+        switch dismissal {
+        case .immediate?: Int64(now.timeIntervalSince1970.rounded(.down)) - 1
+        case .at(let date)?: Int64(max(date, now).timeIntervalSince1970.rounded(.up))
+        case nil: policy.dismissalDate(now: now)
         }
     }
 
