@@ -38,7 +38,10 @@ struct ToleranceTests {
         // Each type's goldens together contain every field, so the tests above reach all of them.
         let expected: [String: Set<String>] = [
             "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt", "ownerVerified", "locale"],
-            "ActivityEvent": ["startTarget", "attributes", "source", "bundleId"],
+            "ActivityEvent": [
+                "startTarget", "attributes", "source", "bundleId", "presentation", "presentation.dismissal", "presentation.relevanceScore",
+                "presentation.staleAfterSeconds", "presentation.sound", "presentation.alert", "presentation.alert.body",
+            ],
             "PushRequest": [
                 "activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state", "channelStoragePolicy",
                 "tokenRegisteredAt",

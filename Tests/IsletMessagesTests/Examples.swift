@@ -65,6 +65,13 @@ enum Examples {
         eventId: "orders-outbox-88342", activityId: "order-42", kind: .end, attributesType: "DeliveryAttributes",
         fields: ["status": .string("delivered")], urgency: .routine, occurredAt: utc(2026, 11, 22, 10, 31, 2, 500), sequence: 7)
 
+    static let activityEventPresented = ActivityEvent(
+        eventId: "orders-outbox-88350", activityId: "order-43", kind: .end, attributesType: "DeliveryAttributes",
+        fields: ["status": .string("delivered")], urgency: .important, occurredAt: utc(2026, 11, 22, 10, 31, 2, 500), sequence: 8,
+        source: "orders-service", bundleId: foodApp.bundleId,
+        presentation: EventPresentation(
+            dismissal: .immediate, relevanceScore: 20, staleAfterSeconds: 60, sound: "default", alert: .init(title: "Delivered", body: "Enjoy your meal")))
+
     // MARK: PushRequest
 
     static let pushRequest = PushRequest(

@@ -60,6 +60,7 @@ struct GoldenCase: Sendable, CustomTestStringConvertible {
         GoldenCase("ActivityEvent", Examples.activityEvent),
         GoldenCase("ActivityEvent.pushToStart", Examples.activityEventPushToStart),
         GoldenCase("ActivityEvent.minimal", Examples.activityEventMinimal),
+        GoldenCase("ActivityEvent.presentation", Examples.activityEventPresented),
         GoldenCase("PushRequest", Examples.pushRequest),
         GoldenCase("PushRequest.pushToStart", Examples.pushRequestPushToStart),
         GoldenCase("PushRequest.broadcast", Examples.pushRequestBroadcast),
@@ -114,7 +115,7 @@ struct MessageSchema: Sendable {
             typeName: "ActivityEvent", topic: IsletTopics.activityEvents,
             required: [
                 "schemaVersion", "eventId", "activityId", "kind", "attributesType", "fields", "urgency", "occurredAt", "sequence",
-                "startTarget.app", "startTarget.app.bundleId", "startTarget.app.environment", "startTarget.deviceId",
+                "startTarget.app", "startTarget.app.bundleId", "startTarget.app.environment", "startTarget.deviceId", "presentation.alert.title",
             ],
             freeForm: ["fields", "attributes"],
             enums: ["kind": true, "urgency": true, "startTarget.app.environment": false]),
