@@ -1,4 +1,5 @@
 import Foundation
+import IsletMessages
 import ServiceLifecycle
 import Synchronization
 
@@ -83,7 +84,7 @@ public final class MemoryBus: MessageSink, Sendable {
     /// - Parameters:
     ///   - partitions: the number of partitions of each topic (1 for those not named).
     ///   - now: the records' timestamps.
-    public init(partitions: [String: Int] = [:], now: @escaping @Sendable () -> Date = { Date() }) {
+    public init(partitions: [String: Int] = [:], now: @escaping @Sendable () -> Date = { SystemWallClock().date }) {
         state = Mutex(State(partitionCounts: partitions))
         self.now = now
         let (stream, reports) = AsyncStream.makeStream(of: (@Sendable () -> Void).self)

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import IsletMessages
 import NIOSSL
 import SwiftASN1
 import X509
@@ -20,14 +21,15 @@ public struct SimulatorTLS: Sendable {
         SimulatorTLS(certificatePEM: try String(contentsOfFile: certificate, encoding: .utf8), privateKeyPEM: try String(contentsOfFile: privateKey, encoding: .utf8))
     }
 
-    /// A new self-signed P-256 certificate for `hosts` (DNS names or IPv4 addresses), valid for a year.
-    public static func selfSigned(hosts: [String] = ["localhost", "127.0.0.1"]) throws -> SimulatorTLS {
+    /// A new self-signed P-256 certificate for `hosts` (DNS names or IPv4 addresses), valid for a
+    /// year from the clock's now (an hour before, for clocks a little behind).
+    public static func selfSigned(hosts: [String] = ["localhost", "127.0.0.1"], clock: any WallClock = SystemWallClock()) throws -> SimulatorTLS {
         let key = P256.Signing.PrivateKey()
         let name = try DistinguishedName {
             CommonName("Islet APNs simulator")
             OrganizationName("Islet")
         }
-        let now = Date()
+        let now = clock.date
         let names: [GeneralName] = hosts.map { host in
             let octets = host.split(separator: ".").compactMap { UInt8($0) }
             if octets.count == 4 { return .ipAddress(ASN1OctetString(contentBytes: ArraySlice(octets))) }
