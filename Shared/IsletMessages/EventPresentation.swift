@@ -13,16 +13,24 @@ public struct EventPresentation: Codable, Sendable, Hashable {
         /// activity 4 hours at most).
         case at(Date)
 
-        public init(from decoder: any Decoder) throws {
-            let text = try decoder.singleValueContainer().decode(String.self)
+        /// `immediate`, or an ISO 8601 time.
+        public init?(text: String) {
             if text == "immediate" {
                 self = .immediate
             } else if let date = IsletDate.parse(text) {
                 self = .at(date)
             } else {
+                return nil
+            }
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let text = try decoder.singleValueContainer().decode(String.self)
+            guard let dismissal = Dismissal(text: text) else {
                 throw DecodingError.dataCorrupted(
                     .init(codingPath: decoder.codingPath, debugDescription: "must be \"immediate\" or an ISO 8601 date, is \(text)"))
             }
+            self = dismissal
         }
 
         public func encode(to encoder: any Encoder) throws {
@@ -112,14 +120,8 @@ extension EventPresentation: IsletJSONReadable {
         }
         var dismissal: Dismissal?
         if !members.isAbsent("dismissal") {
-            guard let text = members.string("dismissal") else { return nil }
-            if text == "immediate" {
-                dismissal = .immediate
-            } else if let date = IsletDate.parse(text) {
-                dismissal = .at(date)
-            } else {
-                return nil
-            }
+            guard let given = members.string("dismissal").flatMap(Dismissal.init(text:)) else { return nil }
+            dismissal = given
         }
         var alert: Alert?
         if !members.isAbsent("alert") {
