@@ -152,7 +152,8 @@ extension Islet_Content_V1_ActivityService {
         ///
         /// > Source IDL Documentation:
         /// >
-        /// > Final content; iOS then removes the activity (after the dismissal policy's delay).
+        /// > Final content; iOS then removes the activity (after the dismissal policy's delay, or at the
+        /// > event's presentation.dismissal).
         ///
         /// - Parameters:
         ///   - request: A streaming request of `Islet_Content_V1_ActivityEventRequest` messages.
@@ -234,7 +235,8 @@ extension Islet_Content_V1_ActivityService {
         ///
         /// > Source IDL Documentation:
         /// >
-        /// > Final content; iOS then removes the activity (after the dismissal policy's delay).
+        /// > Final content; iOS then removes the activity (after the dismissal policy's delay, or at the
+        /// > event's presentation.dismissal).
         ///
         /// - Parameters:
         ///   - request: A request containing a single `Islet_Content_V1_ActivityEventRequest` message.
@@ -314,7 +316,8 @@ extension Islet_Content_V1_ActivityService {
         ///
         /// > Source IDL Documentation:
         /// >
-        /// > Final content; iOS then removes the activity (after the dismissal policy's delay).
+        /// > Final content; iOS then removes the activity (after the dismissal policy's delay, or at the
+        /// > event's presentation.dismissal).
         ///
         /// - Parameters:
         ///   - request: A `Islet_Content_V1_ActivityEventRequest` message.
@@ -563,7 +566,8 @@ extension Islet_Content_V1_ActivityService {
         ///
         /// > Source IDL Documentation:
         /// >
-        /// > Final content; iOS then removes the activity (after the dismissal policy's delay).
+        /// > Final content; iOS then removes the activity (after the dismissal policy's delay, or at the
+        /// > event's presentation.dismissal).
         ///
         /// - Parameters:
         ///   - request: A request containing a single `Islet_Content_V1_ActivityEventRequest` message.
@@ -695,7 +699,8 @@ extension Islet_Content_V1_ActivityService {
         ///
         /// > Source IDL Documentation:
         /// >
-        /// > Final content; iOS then removes the activity (after the dismissal policy's delay).
+        /// > Final content; iOS then removes the activity (after the dismissal policy's delay, or at the
+        /// > event's presentation.dismissal).
         ///
         /// - Parameters:
         ///   - request: A request containing a single `Islet_Content_V1_ActivityEventRequest` message.
@@ -827,7 +832,8 @@ extension Islet_Content_V1_ActivityService.ClientProtocol {
     ///
     /// > Source IDL Documentation:
     /// >
-    /// > Final content; iOS then removes the activity (after the dismissal policy's delay).
+    /// > Final content; iOS then removes the activity (after the dismissal policy's delay, or at the
+    /// > event's presentation.dismissal).
     ///
     /// - Parameters:
     ///   - request: A request containing a single `Islet_Content_V1_ActivityEventRequest` message.
@@ -956,7 +962,8 @@ extension Islet_Content_V1_ActivityService.ClientProtocol {
     ///
     /// > Source IDL Documentation:
     /// >
-    /// > Final content; iOS then removes the activity (after the dismissal policy's delay).
+    /// > Final content; iOS then removes the activity (after the dismissal policy's delay, or at the
+    /// > event's presentation.dismissal).
     ///
     /// - Parameters:
     ///   - message: request message to send.

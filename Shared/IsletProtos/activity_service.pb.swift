@@ -28,83 +28,212 @@ fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobu
 }
 
 /// INVALID_ARGUMENT, naming the field, when the event does not fit its attributes type's template.
-public nonisolated struct Islet_Content_V1_ActivityEventRequest: Sendable {
+public nonisolated struct Islet_Content_V1_ActivityEventRequest: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   /// Your id for the event, so a retried call is recognised; a UUID is made when empty.
-  public var eventID: String = String()
+  public var eventID: String {
+    get {_storage._eventID}
+    set {_uniqueStorage()._eventID = newValue}
+  }
 
   /// Your id for the activity, e.g. "order-42" (no ':' or '/').
-  public var activityID: String = String()
+  public var activityID: String {
+    get {_storage._activityID}
+    set {_uniqueStorage()._activityID = newValue}
+  }
 
   /// The widget's ActivityAttributes type, e.g. "DeliveryAttributes".
-  public var attributesType: String = String()
+  public var attributesType: String {
+    get {_storage._attributesType}
+    set {_uniqueStorage()._attributesType = newValue}
+  }
 
   /// The domain state in your own terms, e.g. {"status": "out_for_delivery", "etaMinutes": 12}.
   public var fields: SwiftProtobuf.Google_Protobuf_Struct {
-    get {_fields ?? SwiftProtobuf.Google_Protobuf_Struct()}
-    set {_fields = newValue}
+    get {_storage._fields ?? SwiftProtobuf.Google_Protobuf_Struct()}
+    set {_uniqueStorage()._fields = newValue}
   }
   /// Returns true if `fields` has been explicitly set.
-  public var hasFields: Bool {self._fields != nil}
+  public var hasFields: Bool {_storage._fields != nil}
   /// Clears the value of `fields`. Subsequent reads from it will return its default value.
-  public mutating func clearFields() {self._fields = nil}
+  public mutating func clearFields() {_uniqueStorage()._fields = nil}
 
   /// routine (default), important or critical.
-  public var urgency: String = String()
+  public var urgency: String {
+    get {_storage._urgency}
+    set {_uniqueStorage()._urgency = newValue}
+  }
 
   /// When it happened (default: when the call arrives).
   public var occurredAt: SwiftProtobuf.Google_Protobuf_Timestamp {
-    get {_occurredAt ?? SwiftProtobuf.Google_Protobuf_Timestamp()}
-    set {_occurredAt = newValue}
+    get {_storage._occurredAt ?? SwiftProtobuf.Google_Protobuf_Timestamp()}
+    set {_uniqueStorage()._occurredAt = newValue}
   }
   /// Returns true if `occurredAt` has been explicitly set.
-  public var hasOccurredAt: Bool {self._occurredAt != nil}
+  public var hasOccurredAt: Bool {_storage._occurredAt != nil}
   /// Clears the value of `occurredAt`. Subsequent reads from it will return its default value.
-  public mutating func clearOccurredAt() {self._occurredAt = nil}
+  public mutating func clearOccurredAt() {_uniqueStorage()._occurredAt = nil}
 
   /// Increases with every event of the activity; a call whose sequence is not above the last one
   /// applied is accepted and ignored (a retry or out of order).
-  public var sequence: Int64 = 0
+  public var sequence: Int64 {
+    get {_storage._sequence}
+    set {_uniqueStorage()._sequence = newValue}
+  }
 
   /// Start only: the app and device to start the activity on (push-to-start).
   public var startTarget: Islet_Content_V1_PushToStartTarget {
-    get {_startTarget ?? Islet_Content_V1_PushToStartTarget()}
-    set {_startTarget = newValue}
+    get {_storage._startTarget ?? Islet_Content_V1_PushToStartTarget()}
+    set {_uniqueStorage()._startTarget = newValue}
   }
   /// Returns true if `startTarget` has been explicitly set.
-  public var hasStartTarget: Bool {self._startTarget != nil}
+  public var hasStartTarget: Bool {_storage._startTarget != nil}
   /// Clears the value of `startTarget`. Subsequent reads from it will return its default value.
-  public mutating func clearStartTarget() {self._startTarget = nil}
+  public mutating func clearStartTarget() {_uniqueStorage()._startTarget = nil}
 
   /// Start only: the static ActivityAttributes values.
   public var attributes: SwiftProtobuf.Google_Protobuf_Struct {
-    get {_attributes ?? SwiftProtobuf.Google_Protobuf_Struct()}
-    set {_attributes = newValue}
+    get {_storage._attributes ?? SwiftProtobuf.Google_Protobuf_Struct()}
+    set {_uniqueStorage()._attributes = newValue}
   }
   /// Returns true if `attributes` has been explicitly set.
-  public var hasAttributes: Bool {self._attributes != nil}
+  public var hasAttributes: Bool {_storage._attributes != nil}
   /// Clears the value of `attributes`. Subsequent reads from it will return its default value.
-  public mutating func clearAttributes() {self._attributes = nil}
+  public mutating func clearAttributes() {_uniqueStorage()._attributes = nil}
 
   /// Your service's name, for tracing.
-  public var source: String = String()
+  public var source: String {
+    get {_storage._source}
+    set {_uniqueStorage()._source = newValue}
+  }
 
   /// The app the activity lives in, e.g. "com.example.food" (activity ids are scoped per app).
   /// Empty: the app whose token is registered for activity_id (start_target's, for a remote start);
   /// refused when the id is registered in several apps.
-  public var bundleID: String = String()
+  public var bundleID: String {
+    get {_storage._bundleID}
+    set {_uniqueStorage()._bundleID = newValue}
+  }
+
+  /// How this event is presented on the phone, where it differs from the template's state and the
+  /// service's policy; unset (or a member unset): the template's.
+  public var presentation: Islet_Content_V1_EventPresentation {
+    get {_storage._presentation ?? Islet_Content_V1_EventPresentation()}
+    set {_uniqueStorage()._presentation = newValue}
+  }
+  /// Returns true if `presentation` has been explicitly set.
+  public var hasPresentation: Bool {_storage._presentation != nil}
+  /// Clears the value of `presentation`. Subsequent reads from it will return its default value.
+  public mutating func clearPresentation() {_uniqueStorage()._presentation = nil}
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
-  fileprivate var _fields: SwiftProtobuf.Google_Protobuf_Struct? = nil
-  fileprivate var _occurredAt: SwiftProtobuf.Google_Protobuf_Timestamp? = nil
-  fileprivate var _startTarget: Islet_Content_V1_PushToStartTarget? = nil
-  fileprivate var _attributes: SwiftProtobuf.Google_Protobuf_Struct? = nil
+  fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// One event's presentation (docs/topics.md, an event's presentation). Each member checked against
+/// Apple's rules: INVALID_ARGUMENT naming it, e.g. "presentation.dismissal: only an end is dismissed".
+public nonisolated struct Islet_Content_V1_EventPresentation: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// End only: when the ended activity leaves the Lock Screen (aps.dismissal-date). Unset: the
+  /// dismissal policy's delay.
+  public var dismissal: Islet_Content_V1_EventPresentation.OneOf_Dismissal? = nil
+
+  /// At once; must be true when set.
+  public var immediate: Bool {
+    get {
+      if case .immediate(let v)? = dismissal {return v}
+      return false
+    }
+    set {dismissal = .immediate(newValue)}
+  }
+
+  /// At this time: not before occurred_at, at most 4 hours after it.
+  public var dismissAt: SwiftProtobuf.Google_Protobuf_Timestamp {
+    get {
+      if case .dismissAt(let v)? = dismissal {return v}
+      return SwiftProtobuf.Google_Protobuf_Timestamp()
+    }
+    set {dismissal = .dismissAt(newValue)}
+  }
+
+  /// aps.relevance-score, 0 to 100: the highest of a user's activities gets the Dynamic Island.
+  public var relevanceScore: Double {
+    get {_relevanceScore ?? 0}
+    set {_relevanceScore = newValue}
+  }
+  /// Returns true if `relevanceScore` has been explicitly set.
+  public var hasRelevanceScore: Bool {self._relevanceScore != nil}
+  /// Clears the value of `relevanceScore`. Subsequent reads from it will return its default value.
+  public mutating func clearRelevanceScore() {self._relevanceScore = nil}
+
+  /// The content goes stale this many seconds after it is sent (10 to 28800), in place of the
+  /// state's.
+  public var staleAfterSeconds: Int32 {
+    get {_staleAfterSeconds ?? 0}
+    set {_staleAfterSeconds = newValue}
+  }
+  /// Returns true if `staleAfterSeconds` has been explicitly set.
+  public var hasStaleAfterSeconds: Bool {self._staleAfterSeconds != nil}
+  /// Clears the value of `staleAfterSeconds`. Subsequent reads from it will return its default value.
+  public mutating func clearStaleAfterSeconds() {self._staleAfterSeconds = nil}
+
+  /// The alert's sound: "default" or a sound file of the app, at most 256 bytes, no '/'. Empty: the
+  /// template's.
+  public var sound: String = String()
+
+  /// The texts of this event's alert, in place of the state's; whether it alerts is still the alert
+  /// policy's (urgency, a change of state, the fatigue limit).
+  public var alert: Islet_Content_V1_EventAlert {
+    get {_alert ?? Islet_Content_V1_EventAlert()}
+    set {_alert = newValue}
+  }
+  /// Returns true if `alert` has been explicitly set.
+  public var hasAlert: Bool {self._alert != nil}
+  /// Clears the value of `alert`. Subsequent reads from it will return its default value.
+  public mutating func clearAlert() {self._alert = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  /// End only: when the ended activity leaves the Lock Screen (aps.dismissal-date). Unset: the
+  /// dismissal policy's delay.
+  public nonisolated enum OneOf_Dismissal: Equatable, Sendable {
+    /// At once; must be true when set.
+    case immediate(Bool)
+    /// At this time: not before occurred_at, at most 4 hours after it.
+    case dismissAt(SwiftProtobuf.Google_Protobuf_Timestamp)
+
+  }
+
+  public init() {}
+
+  fileprivate var _relevanceScore: Double? = nil
+  fileprivate var _staleAfterSeconds: Int32? = nil
+  fileprivate var _alert: Islet_Content_V1_EventAlert? = nil
+}
+
+public nonisolated struct Islet_Content_V1_EventAlert: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// 1 to 256 bytes.
+  public var title: String = String()
+
+  /// At most 1024 bytes; empty: none.
+  public var body: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 public nonisolated struct Islet_Content_V1_PushToStartTarget: Sendable {
@@ -210,7 +339,154 @@ fileprivate nonisolated let _protobuf_package = "islet.content.v1"
 
 nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ActivityEventRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}event_id\0\u{3}activity_id\0\u{3}attributes_type\0\u{1}fields\0\u{1}urgency\0\u{3}occurred_at\0\u{1}sequence\0\u{3}start_target\0\u{1}attributes\0\u{1}source\0\u{3}bundle_id\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}event_id\0\u{3}activity_id\0\u{3}attributes_type\0\u{1}fields\0\u{1}urgency\0\u{3}occurred_at\0\u{1}sequence\0\u{3}start_target\0\u{1}attributes\0\u{1}source\0\u{3}bundle_id\0\u{1}presentation\0")
+
+  fileprivate class _StorageClass {
+    var _eventID: String = String()
+    var _activityID: String = String()
+    var _attributesType: String = String()
+    var _fields: SwiftProtobuf.Google_Protobuf_Struct? = nil
+    var _urgency: String = String()
+    var _occurredAt: SwiftProtobuf.Google_Protobuf_Timestamp? = nil
+    var _sequence: Int64 = 0
+    var _startTarget: Islet_Content_V1_PushToStartTarget? = nil
+    var _attributes: SwiftProtobuf.Google_Protobuf_Struct? = nil
+    var _source: String = String()
+    var _bundleID: String = String()
+    var _presentation: Islet_Content_V1_EventPresentation? = nil
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _eventID = source._eventID
+      _activityID = source._activityID
+      _attributesType = source._attributesType
+      _fields = source._fields
+      _urgency = source._urgency
+      _occurredAt = source._occurredAt
+      _sequence = source._sequence
+      _startTarget = source._startTarget
+      _attributes = source._attributes
+      _source = source._source
+      _bundleID = source._bundleID
+      _presentation = source._presentation
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._eventID) }()
+        case 2: try { try decoder.decodeSingularStringField(value: &_storage._activityID) }()
+        case 3: try { try decoder.decodeSingularStringField(value: &_storage._attributesType) }()
+        case 4: try { try decoder.decodeSingularMessageField(value: &_storage._fields) }()
+        case 5: try { try decoder.decodeSingularStringField(value: &_storage._urgency) }()
+        case 6: try { try decoder.decodeSingularMessageField(value: &_storage._occurredAt) }()
+        case 7: try { try decoder.decodeSingularInt64Field(value: &_storage._sequence) }()
+        case 8: try { try decoder.decodeSingularMessageField(value: &_storage._startTarget) }()
+        case 9: try { try decoder.decodeSingularMessageField(value: &_storage._attributes) }()
+        case 10: try { try decoder.decodeSingularStringField(value: &_storage._source) }()
+        case 11: try { try decoder.decodeSingularStringField(value: &_storage._bundleID) }()
+        case 12: try { try decoder.decodeSingularMessageField(value: &_storage._presentation) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._eventID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._eventID, fieldNumber: 1)
+      }
+      if !_storage._activityID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._activityID, fieldNumber: 2)
+      }
+      if !_storage._attributesType.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._attributesType, fieldNumber: 3)
+      }
+      try { if let v = _storage._fields {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+      } }()
+      if !_storage._urgency.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._urgency, fieldNumber: 5)
+      }
+      try { if let v = _storage._occurredAt {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+      } }()
+      if _storage._sequence != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._sequence, fieldNumber: 7)
+      }
+      try { if let v = _storage._startTarget {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+      } }()
+      try { if let v = _storage._attributes {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+      } }()
+      if !_storage._source.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._source, fieldNumber: 10)
+      }
+      if !_storage._bundleID.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._bundleID, fieldNumber: 11)
+      }
+      try { if let v = _storage._presentation {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+      } }()
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Islet_Content_V1_ActivityEventRequest, rhs: Islet_Content_V1_ActivityEventRequest) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._eventID != rhs_storage._eventID {return false}
+        if _storage._activityID != rhs_storage._activityID {return false}
+        if _storage._attributesType != rhs_storage._attributesType {return false}
+        if _storage._fields != rhs_storage._fields {return false}
+        if _storage._urgency != rhs_storage._urgency {return false}
+        if _storage._occurredAt != rhs_storage._occurredAt {return false}
+        if _storage._sequence != rhs_storage._sequence {return false}
+        if _storage._startTarget != rhs_storage._startTarget {return false}
+        if _storage._attributes != rhs_storage._attributes {return false}
+        if _storage._source != rhs_storage._source {return false}
+        if _storage._bundleID != rhs_storage._bundleID {return false}
+        if _storage._presentation != rhs_storage._presentation {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Islet_Content_V1_EventPresentation: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".EventPresentation"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}immediate\0\u{3}dismiss_at\0\u{3}relevance_score\0\u{3}stale_after_seconds\0\u{1}sound\0\u{1}alert\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -218,17 +494,31 @@ nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Messa
       // allocates stack space for every case branch when no optimizations are
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.eventID) }()
-      case 2: try { try decoder.decodeSingularStringField(value: &self.activityID) }()
-      case 3: try { try decoder.decodeSingularStringField(value: &self.attributesType) }()
-      case 4: try { try decoder.decodeSingularMessageField(value: &self._fields) }()
-      case 5: try { try decoder.decodeSingularStringField(value: &self.urgency) }()
-      case 6: try { try decoder.decodeSingularMessageField(value: &self._occurredAt) }()
-      case 7: try { try decoder.decodeSingularInt64Field(value: &self.sequence) }()
-      case 8: try { try decoder.decodeSingularMessageField(value: &self._startTarget) }()
-      case 9: try { try decoder.decodeSingularMessageField(value: &self._attributes) }()
-      case 10: try { try decoder.decodeSingularStringField(value: &self.source) }()
-      case 11: try { try decoder.decodeSingularStringField(value: &self.bundleID) }()
+      case 1: try {
+        var v: Bool?
+        try decoder.decodeSingularBoolField(value: &v)
+        if let v = v {
+          if self.dismissal != nil {try decoder.handleConflictingOneOf()}
+          self.dismissal = .immediate(v)
+        }
+      }()
+      case 2: try {
+        var v: SwiftProtobuf.Google_Protobuf_Timestamp?
+        var hadOneofValue = false
+        if let current = self.dismissal {
+          hadOneofValue = true
+          if case .dismissAt(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.dismissal = .dismissAt(v)
+        }
+      }()
+      case 3: try { try decoder.decodeSingularDoubleField(value: &self._relevanceScore) }()
+      case 4: try { try decoder.decodeSingularInt32Field(value: &self._staleAfterSeconds) }()
+      case 5: try { try decoder.decodeSingularStringField(value: &self.sound) }()
+      case 6: try { try decoder.decodeSingularMessageField(value: &self._alert) }()
       default: break
       }
     }
@@ -239,54 +529,73 @@ nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Messa
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
-    if !self.eventID.isEmpty {
-      try visitor.visitSingularStringField(value: self.eventID, fieldNumber: 1)
+    switch self.dismissal {
+    case .immediate?: try {
+      guard case .immediate(let v)? = self.dismissal else { preconditionFailure() }
+      try visitor.visitSingularBoolField(value: v, fieldNumber: 1)
+    }()
+    case .dismissAt?: try {
+      guard case .dismissAt(let v)? = self.dismissal else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case nil: break
     }
-    if !self.activityID.isEmpty {
-      try visitor.visitSingularStringField(value: self.activityID, fieldNumber: 2)
-    }
-    if !self.attributesType.isEmpty {
-      try visitor.visitSingularStringField(value: self.attributesType, fieldNumber: 3)
-    }
-    try { if let v = self._fields {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    try { if let v = self._relevanceScore {
+      try visitor.visitSingularDoubleField(value: v, fieldNumber: 3)
     } }()
-    if !self.urgency.isEmpty {
-      try visitor.visitSingularStringField(value: self.urgency, fieldNumber: 5)
+    try { if let v = self._staleAfterSeconds {
+      try visitor.visitSingularInt32Field(value: v, fieldNumber: 4)
+    } }()
+    if !self.sound.isEmpty {
+      try visitor.visitSingularStringField(value: self.sound, fieldNumber: 5)
     }
-    try { if let v = self._occurredAt {
+    try { if let v = self._alert {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
     } }()
-    if self.sequence != 0 {
-      try visitor.visitSingularInt64Field(value: self.sequence, fieldNumber: 7)
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Islet_Content_V1_EventPresentation, rhs: Islet_Content_V1_EventPresentation) -> Bool {
+    if lhs.dismissal != rhs.dismissal {return false}
+    if lhs._relevanceScore != rhs._relevanceScore {return false}
+    if lhs._staleAfterSeconds != rhs._staleAfterSeconds {return false}
+    if lhs.sound != rhs.sound {return false}
+    if lhs._alert != rhs._alert {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Islet_Content_V1_EventAlert: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".EventAlert"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}title\0\u{1}body\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.title) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.body) }()
+      default: break
+      }
     }
-    try { if let v = self._startTarget {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
-    } }()
-    try { if let v = self._attributes {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
-    } }()
-    if !self.source.isEmpty {
-      try visitor.visitSingularStringField(value: self.source, fieldNumber: 10)
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.title.isEmpty {
+      try visitor.visitSingularStringField(value: self.title, fieldNumber: 1)
     }
-    if !self.bundleID.isEmpty {
-      try visitor.visitSingularStringField(value: self.bundleID, fieldNumber: 11)
+    if !self.body.isEmpty {
+      try visitor.visitSingularStringField(value: self.body, fieldNumber: 2)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  public static func ==(lhs: Islet_Content_V1_ActivityEventRequest, rhs: Islet_Content_V1_ActivityEventRequest) -> Bool {
-    if lhs.eventID != rhs.eventID {return false}
-    if lhs.activityID != rhs.activityID {return false}
-    if lhs.attributesType != rhs.attributesType {return false}
-    if lhs._fields != rhs._fields {return false}
-    if lhs.urgency != rhs.urgency {return false}
-    if lhs._occurredAt != rhs._occurredAt {return false}
-    if lhs.sequence != rhs.sequence {return false}
-    if lhs._startTarget != rhs._startTarget {return false}
-    if lhs._attributes != rhs._attributes {return false}
-    if lhs.source != rhs.source {return false}
-    if lhs.bundleID != rhs.bundleID {return false}
+  public static func ==(lhs: Islet_Content_V1_EventAlert, rhs: Islet_Content_V1_EventAlert) -> Bool {
+    if lhs.title != rhs.title {return false}
+    if lhs.body != rhs.body {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -118,6 +118,71 @@ struct ActivityGRPCTests {
         }
     }
 
+    @Test("an event's presentation is published with it; a member that breaks Apple's rules is INVALID_ARGUMENT naming it")
+    func presentation() async throws {
+        let clock = ManualClock(now)
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
+        let published = RecordingEvents()
+        let api = ActivityGRPCService(engine: engine) { try published.publish($0) }
+        try await withGRPCServer([api]) { client in
+            let activities = Islet_Content_V1_ActivityService.Client(wrapping: client)
+            let update = Islet_Content_V1_ActivityEventRequest.with {
+                $0.eventID = "ev-1"
+                $0.activityID = "order-7"
+                $0.attributesType = "DeliveryAttributes"
+                $0.sequence = 1
+                $0.fields = fields(["status": .init(stringValue: "out_for_delivery"), "orderId": .init(stringValue: "7")])
+            }
+            _ = try await activities.update(update)
+            let end = update.changing {
+                $0.eventID = "ev-2"
+                $0.sequence = 2
+                $0.fields.fields["status"] = .init(stringValue: "delivered")
+                $0.presentation = .with {
+                    $0.immediate = true
+                    $0.relevanceScore = 80
+                    $0.alert = .with { $0.title = "Delivered"; $0.body = "Enjoy your meal" }
+                }
+            }
+            _ = try await activities.end(end)
+            let event = try #require(published.events.last)
+            #expect(event.kind == .end)
+            #expect(event.presentation == EventPresentation(dismissal: .immediate, relevanceScore: 80, alert: .init(title: "Delivered", body: "Enjoy your meal")))
+            #expect(published.events.first?.presentation == nil, "no presentation given: none, the template's")
+
+            // A dismissal at a time arrives as that time.
+            let at = clock.date.addingTimeInterval(600)
+            _ = try await activities.end(end.changing {
+                $0.activityID = "order-8"
+                $0.presentation = .with { $0.dismissAt = Google_Protobuf_Timestamp(date: at); $0.staleAfterSeconds = 60 }
+            })
+            #expect(published.events.last?.presentation == EventPresentation(dismissal: .at(at), staleAfterSeconds: 60))
+
+            // Refused, naming the member; nothing published. A given 0 is a value, not "not given".
+            let refusals: [(Islet_Content_V1_ActivityEventRequest, String)] = [
+                (update.changing { $0.sequence = 3; $0.presentation = .with { $0.immediate = true } }, "presentation.dismissal"),
+                (update.changing { $0.sequence = 3; $0.presentation = .with { $0.relevanceScore = 500 } }, "presentation.relevanceScore"),
+                (update.changing { $0.sequence = 3; $0.presentation = .with { $0.staleAfterSeconds = 0 } }, "presentation.staleAfterSeconds"),
+                (update.changing { $0.sequence = 3; $0.presentation = .with { $0.alert = .with { $0.body = "no title" } } }, "presentation.alert.title"),
+            ]
+            let count = published.events.count
+            for (request, field) in refusals {
+                await #expect {
+                    _ = try await activities.update(request)
+                } throws: { error in
+                    guard let error = error as? RPCError else { return false }
+                    return error.code == .invalidArgument && error.message.hasPrefix(field + ":")
+                }
+            }
+            for dismissal in [Islet_Content_V1_EventPresentation.OneOf_Dismissal.immediate(false), .dismissAt(Google_Protobuf_Timestamp(date: clock.date.addingTimeInterval(5 * 3_600)))] {
+                await #expect {
+                    _ = try await activities.end(end.changing { $0.activityID = "order-9"; $0.presentation.dismissal = dismissal })
+                } throws: { ($0 as? RPCError)?.message.hasPrefix("presentation.dismissal:") == true }
+            }
+            #expect(published.events.count == count)
+        }
+    }
+
     @Test("stale activities are listed, most stale first")
     func staleList() async throws {
         let clock = ManualClock(now)

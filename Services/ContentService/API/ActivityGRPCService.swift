@@ -99,12 +99,29 @@ public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServic
             target = .init(app: AppTarget(bundleId: given.bundleID, environment: environment), deviceId: given.deviceID)
         }
         if request.hasAttributes, kind != .start { throw invalid("attributes", "only allowed in Start") }
+        var presentation: EventPresentation?
+        if request.hasPresentation {
+            let given = request.presentation
+            var dismissal: EventPresentation.Dismissal?
+            switch given.dismissal {
+            case nil: dismissal = nil
+            case .immediate(let immediate)?:
+                guard immediate else { throw invalid("presentation.dismissal", "immediate must be true when set (leave dismissal unset for the policy's)") }
+                dismissal = .immediate
+            case .dismissAt(let time)?: dismissal = .at(time.date)
+            }
+            presentation = EventPresentation(
+                dismissal: dismissal, relevanceScore: given.hasRelevanceScore ? given.relevanceScore : nil,
+                staleAfterSeconds: given.hasStaleAfterSeconds ? Int(given.staleAfterSeconds) : nil, sound: given.sound.isEmpty ? nil : given.sound,
+                alert: given.hasAlert ? .init(title: given.alert.title, body: given.alert.body.isEmpty ? nil : given.alert.body) : nil)
+        }
         let event = ActivityEvent(
             eventId: eventId, activityId: request.activityID, kind: kind, attributesType: request.attributesType,
             fields: request.fields.fields.mapValues(JSONValue.init(protobuf:)), urgency: urgency,
             occurredAt: request.hasOccurredAt ? request.occurredAt.date : now, sequence: request.sequence, startTarget: target,
             attributes: request.hasAttributes ? request.attributes.fields.mapValues(JSONValue.init(protobuf:)) : nil,
-            source: request.source.isEmpty ? nil : request.source, bundleId: request.bundleID.isEmpty ? nil : request.bundleID)
+            source: request.source.isEmpty ? nil : request.source, bundleId: request.bundleID.isEmpty ? nil : request.bundleID,
+            presentation: presentation)
         do {
             try event.validate()
         } catch {
