@@ -148,7 +148,7 @@ let package = Package(
                 grpcCore, grpcProtobuf, swiftProtobuf, grpcNIOTransportHTTP2, serviceLifecycle, crypto,
             ],
             path: "Shared/IsletProtos",
-            exclude: ["token_registry.proto"]
+            exclude: ["token_registry.proto", "activity_service.proto"]
         ),
 
         // Kafka over librdkafka: producer, consumer groups, admin, typed helpers, mock cluster.
