@@ -62,6 +62,17 @@ struct PresentationTests {
         #expect(try aps(try #require(try requests(quiet, memory: &memory).first))["alert"] == nil)
     }
 
+    @Test("a dismissal time is sent within 4 hours of the end's sending, whatever the event's own time")
+    func dismissalWithinFourHours() throws {
+        var memory = ActivityMemory()
+        // The backend's clock is 10 hours ahead: its event is valid (3 h after its own time).
+        var made = event("DeliveryAttributes", .end, sequence: 1, urgency: .routine, at: 10 * 3_600, Self.arriving)
+        made.presentation = EventPresentation(dismissal: .at(now.addingTimeInterval(13 * 3_600)))
+        try made.validate()
+        let end = try #require(try requests(made, memory: &memory).last)
+        #expect(try aps(end)["dismissal-date"] == .integer(Int64(now.timeIntervalSince1970) + 4 * 3_600))
+    }
+
     @Test("an end: dismissed at once, at the event's time, or by the policy when it says nothing")
     func dismissal() throws {
         for (dismissal, expected) in [

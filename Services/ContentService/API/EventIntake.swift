@@ -65,6 +65,12 @@ public struct EventIntake: Sendable {
         // The event as the owner will read it back (dates to the millisecond, numbers as JSON
         // spells them): what is checked, kept and published is that.
         let event = (try? IsletJSON.decode(ActivityEvent.self, from: IsletJSON.encode(given))) ?? given
+        do {
+            // Its times to the millisecond: still within its rules (a dismissal within 4 h of it).
+            try event.validate()
+        } catch {
+            throw .invalid(field: error.field, problem: error.problem)
+        }
         let partition = partition(event.activityId)
         let requestIds: [String]
         do {

@@ -103,7 +103,7 @@ public struct PayloadAssembler: Sendable {
         }
         if isPushToStart, alert == nil {
             // A push-to-start must alert (ActivityKit requires it); the event's, the state's text, or the type.
-            alert = presentation?.alert.map { LiveActivityAPS.Alert(title: $0.title, body: $0.body) }
+            alert = presentation?.alert.map { LiveActivityAPS.Alert(title: $0.title, body: $0.body, sound: state.alert?.sound) }
                 ?? LiveActivityAPS.Alert(title: context["state"].flatMap { ($0 as? [String: Any])?["text"] as? String } ?? template.description)
         }
         if let sound = presentation?.sound { alert?.sound = sound }
@@ -257,7 +257,8 @@ public struct PayloadAssembler: Sendable {
     static func dismissalDate(_ dismissal: EventPresentation.Dismissal?, policy: ContentPolicy, now: Date) -> Int64? {
         switch dismissal {
         case .immediate?: Int64(now.timeIntervalSince1970.rounded(.down)) - 1
-        case .at(let date)?: Int64(max(date, now).timeIntervalSince1970.rounded(.up))
+        // Within iOS's 4 hours of the end, whatever the event's own time said.
+        case .at(let date)?: Int64(min(max(date, now), now.addingTimeInterval(EventPresentation.maximumDismissal)).timeIntervalSince1970.rounded(.up))
         case nil: policy.dismissalDate(now: now)
         }
     }
