@@ -37,12 +37,21 @@ private func fields(_ members: [String: Google_Protobuf_Value]) -> Google_Protob
 struct ActivityGRPCTests {
     @Test("Start/Update/End publish the event and answer with the ids of its requests; invalid calls name the field; Kafka down is UNAVAILABLE")
     func api() async throws {
+        try await Self.withService { activities, published, clock in
+            try await Self.exercise(activities, published: published, clock: clock)
+        }
+    }
+
+    /// The service on a real server, publishing to `published`, on a manual clock.
+    static func withService(
+        _ body: (Islet_Content_V1_ActivityService.Client<HTTP2ClientTransport.Posix>, RecordingEvents, ManualClock) async throws -> Void
+    ) async throws {
         let clock = ManualClock(now)
         let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
         let published = RecordingEvents()
         let api = ActivityGRPCService(engine: engine) { try published.publish($0) }
         try await withGRPCServer([api]) { client in
-            try await Self.exercise(Islet_Content_V1_ActivityService.Client(wrapping: client), published: published, clock: clock)
+            try await body(Islet_Content_V1_ActivityService.Client(wrapping: client), published, clock)
         }
     }
 
@@ -120,12 +129,7 @@ struct ActivityGRPCTests {
 
     @Test("an event's presentation is published with it; a member that breaks Apple's rules is INVALID_ARGUMENT naming it")
     func presentation() async throws {
-        let clock = ManualClock(now)
-        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
-        let published = RecordingEvents()
-        let api = ActivityGRPCService(engine: engine) { try published.publish($0) }
-        try await withGRPCServer([api]) { client in
-            let activities = Islet_Content_V1_ActivityService.Client(wrapping: client)
+        try await Self.withService { activities, published, clock in
             let update = Islet_Content_V1_ActivityEventRequest.with {
                 $0.eventID = "ev-1"
                 $0.activityID = "order-7"
