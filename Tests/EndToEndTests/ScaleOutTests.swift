@@ -1,3 +1,4 @@
+import APNsSimulator
 import Foundation
 import IsletMessages
 import IsletTesting
@@ -34,6 +35,7 @@ extension EndToEnd {
                 // Activities registered through either registry and updated, spread over the three
                 // partitions; their pushes go out through either dispatcher.
                 var activities: [String] = []
+                let before = try await stack.simulatorStats().accepted
                 for number in 0..<9 {
                     let activity = "\(driver.run)scale-\(number)"
                     try await driver.registerActivity(
@@ -42,7 +44,7 @@ extension EndToEnd {
                         driver.event(activity, .update, type: "DeliveryAttributes", sequence: 1, fields: ["orderId": .string("\(number)"), "status": .string("preparing")]))
                     activities.append(activity)
                 }
-                try await stack.waitForPushes(9, within: .seconds(90))
+                try await stack.waitForPushes(9, within: .seconds(90), since: before)
 
                 // Every activity through each instance: both answer 200 with the same state once the
                 // group has settled; a 503 (partitions moving) is asked again; 421 never reaches the backend.

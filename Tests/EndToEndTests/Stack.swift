@@ -82,6 +82,8 @@ final class ServiceProcess: @unchecked Sendable {  // its mutable state is under
     var logFiles: [URL] { (1...max(1, lock.withLock { starts })).map { logDirectory.appendingPathComponent("\(logName)-\($0).log") } }
 
     private var logName: String { instance.map { "\(name.rawValue)-\($0)" } ?? name.rawValue }
+    /// Its name and instance, for messages.
+    var label: String { logName }
 
     /// The listeners it reports once bound.
     private var expectedListeners: Set<String> {
@@ -269,6 +271,7 @@ final class Stack: Sendable {
     func another(_ name: ServiceProcess.Name, instance: String) -> ServiceProcess {
         let process = ServiceProcess(name: name, environment: self[name].environment, logDirectory: directory, instance: instance)
         if name == .dispatcher, let simulatorPort { process.set("ISLET_APNS_URL", "https://127.0.0.1:\(simulatorPort)") }
+        extraInstances.withLock { $0.append(process) }
         return process
     }
 
@@ -386,21 +389,63 @@ final class Stack: Sendable {
         guard status == 201 else { throw E2EFailure("the simulator refused the fault: \(status) \(String(decoding: body, as: UTF8.self))") }
     }
 
-    /// Waits until the simulator accepted `count` more pushes than now.
+    /// Waits until the simulator accepted `count` more pushes than now, or than `since` (its
+    /// `accepted` count read before the events were published: a fast pipeline delivers the first
+    /// before this is called).
     /// Returns early once `publishing` is lowered (the backend sent everything: fewer pushes may
     /// come) and the pushes have stopped coming for a few seconds.
-    func waitForPushes(_ count: Int, within timeout: Duration, publishing: Flag? = nil) async throws {
-        let start = try await simulatorStats().accepted
+    func waitForPushes(_ count: Int, within timeout: Duration, since: Int? = nil, publishing: Flag? = nil) async throws {
+        let start: Int
+        if let since { start = since } else { start = try await simulatorStats().accepted }
         let deadline = ContinuousClock.now + timeout
         var last = start
         var quietSince = ContinuousClock.now
         while case let accepted = try await simulatorStats().accepted, accepted < start + count {
             if accepted != last { (last, quietSince) = (accepted, ContinuousClock.now) }
             if let publishing, !publishing.isRaised, ContinuousClock.now - quietSince > .seconds(5) { return }
-            guard ContinuousClock.now < deadline else { throw E2EFailure("fewer than \(count) pushes in \(timeout): the pipeline is not flowing") }
+            guard ContinuousClock.now < deadline else {
+                throw E2EFailure("fewer than \(count) pushes in \(timeout) (\(accepted - start) came): the pipeline is not flowing; \(await flowDigest())")
+            }
             try await Task.sleep(for: .milliseconds(100))
         }
     }
+
+    /// Where the flow stopped, for a failure's message: each running process's counters of events,
+    /// requests, sends and consumer lag (from its /metrics), the extra instances a test started included.
+    func flowDigest(also others: [ServiceProcess] = []) async -> String {
+        let counters = [
+            "islet_content_events_in_total", "islet_content_events_total", "islet_content_requests_total", "islet_dispatcher_requests_total",
+            "islet_dispatcher_sends_total", "islet_kafka_consumer_messages_total", "islet_kafka_consumer_lag_records",
+        ]
+        var lines: [String] = []
+        for process in [.registry, .content, .dispatcher].map({ self[$0] }) + others + extraInstances.withLock({ $0 }) where process.isRunning {
+            let base = process.port("operator").map { "http://127.0.0.1:\($0)" } ?? process.healthURL
+            guard let (status, body) = try? await HTTP.request("\(base)/metrics", timeout: .seconds(5)), status == 200 else {
+                lines.append("\(process.label): /metrics did not answer")
+                continue
+            }
+            var sums: [String: Double] = [:]
+            for line in String(decoding: body, as: UTF8.self).split(separator: "\n") where !line.hasPrefix("#") {
+                var name = String(line.prefix { $0 != "{" && $0 != " " })
+                // Outcomes by result: where a push ended matters.
+                if name == "islet_dispatcher_outcomes_total", let result = line.firstRange(of: "result=\"").map({ line[$0.upperBound...].prefix { $0 != "\"" } }) {
+                    name += "{\(result)}"
+                    sums[name, default: 0] += line.split(separator: " ").last.flatMap { Double($0) } ?? 0
+                    continue
+                }
+                guard counters.contains(name), let value = line.split(separator: " ").last.flatMap({ Double($0) }) else { continue }
+                sums[name, default: 0] += value
+            }
+            lines.append("\(process.label): " + sums.sorted { $0.key < $1.key }.map { "\($0.key.replacingOccurrences(of: "islet_", with: "")) \(Int($0.value))" }.joined(separator: ", "))
+        }
+        if let stats = try? await simulatorStats() {
+            lines.append("apns-simulator: accepted \(stats.accepted), rejected \(stats.rejected), connections \(stats.connections), resets \(stats.resets)")
+        }
+        return lines.joined(separator: "; ")
+    }
+
+    /// Instances a test started besides the stack's own (``another(_:instance:)``): the failure digest reads them too.
+    let extraInstances = Mutex<[ServiceProcess]>([])
 
     func simulatorStats() async throws -> SimulatorStats {
         let (_, body) = try await HTTP.request("\(url(.simulator))/admin/stats")
