@@ -58,14 +58,24 @@ public struct ActivityEvent: IsletMessage {
     /// How this event is presented where it differs from its template (dismissal, relevance,
     /// stale time, sound, alert texts). Absent in events written before it existed (additive).
     public var presentation: EventPresentation?
+    /// When the phone should show this event, when that is later than its arrival: a scheduled
+    /// step ("at 12:41 show arrived"). content-service keeps it and sends it then; a newer event
+    /// (a sequence at or above its own), the activity's end, or another step with the same
+    /// sequence (moved or changed) supersedes it. Only with kind update or end; at most
+    /// ``maximumScheduleAhead`` ahead. Absent: at once (events written before it existed too).
+    public var at: Date?
+
+    /// How far ahead an event may be scheduled (``at``): a Live Activity shows updates for 8 hours.
+    public static let maximumScheduleAhead: TimeInterval = 8 * 3_600
 
     public init(
         eventId: String, activityId: String, kind: ActivityEventKind, attributesType: String, fields: [String: JSONValue],
         urgency: Urgency, occurredAt: Date, sequence: Int64, startTarget: PushToStartTarget? = nil,
         attributes: [String: JSONValue]? = nil, source: String? = nil, bundleId: String? = nil, presentation: EventPresentation? = nil,
-        schemaVersion: Int = Self.currentSchemaVersion
+        at: Date? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.presentation = presentation
+        self.at = at
         self.schemaVersion = schemaVersion
         self.eventId = eventId
         self.activityId = activityId
@@ -106,5 +116,13 @@ public struct ActivityEvent: IsletMessage {
             throw MessageValidationError(field: "startTarget", problem: "only allowed with kind start (kind is \(kind))")
         }
         try presentation?.validate(kind: kind, occurredAt: occurredAt)
+        if let at {
+            guard kind != .start else {
+                throw MessageValidationError(field: "at", problem: "a start cannot be scheduled (only updates and ends): start it when it is to appear")
+            }
+            guard at.timeIntervalSince(occurredAt) <= Self.maximumScheduleAhead else {
+                throw MessageValidationError(field: "at", problem: "must be at most 8 hours after occurredAt (a Live Activity shows updates for 8 hours)")
+            }
+        }
     }
 }

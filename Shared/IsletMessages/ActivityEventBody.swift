@@ -21,6 +21,8 @@ public struct ActivityEventBody: Codable, Sendable, Equatable {
     public var activityId: String?
     /// How this event is presented where it differs from its template (``EventPresentation``).
     public var presentation: EventPresentation?
+    /// When the phone should show it, if later than now (``ActivityEvent/at``).
+    public var at: Date?
 
     /// `event` as a body; `occurredAt` and `eventId` left to the server when `keepingTime` and
     /// `keepingEventId` are false.
@@ -37,5 +39,6 @@ public struct ActivityEventBody: Codable, Sendable, Equatable {
         source = event.source
         eventId = keepingEventId ? event.eventId : nil
         presentation = event.presentation
+        at = event.at
     }
 }

@@ -248,7 +248,8 @@ extension ActivityEvent: IsletJSONReadable {
             let attributesType = members.string("attributesType"), let fields = members.object("fields"),
             let urgency = members.string("urgency"), let occurredAt = members.date("occurredAt"), let sequence = members.integer("sequence"),
             let attributes = members.optional("attributes", members.object), let source = members.optional("source", members.string),
-            let presentation = members.optional("presentation", { members.members[$0].flatMap(EventPresentation.init(json:)) })
+            let presentation = members.optional("presentation", { members.members[$0].flatMap(EventPresentation.init(json:)) }),
+            let at = members.optional("at", members.date)
         else { return nil }
         var startTarget: PushToStartTarget?
         if !members.isAbsent("startTarget") {
@@ -260,7 +261,7 @@ extension ActivityEvent: IsletJSONReadable {
         self.init(
             eventId: eventId, activityId: activityId, kind: ActivityEventKind(rawValue: kind), attributesType: attributesType, fields: fields,
             urgency: Urgency(rawValue: urgency), occurredAt: occurredAt, sequence: sequence, startTarget: startTarget, attributes: attributes,
-            source: source, bundleId: bundleId, presentation: presentation, schemaVersion: schemaVersion)
+            source: source, bundleId: bundleId, presentation: presentation, at: at, schemaVersion: schemaVersion)
     }
 }
 

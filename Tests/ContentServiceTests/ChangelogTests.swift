@@ -231,11 +231,12 @@ struct ChangelogTests {
         let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         var checkpoints: [Int32: [KafkaTopicPartition: Int64]] = [:]
         var memories = 0
+        var steps: [String: ContentMemoryRecord.Steps] = [:]
         let logger = Logger(label: "test")
         func apply(_ key: String, _ value: [UInt8]?, partition: Int32 = 0) {
             ContentMemoryLoader.apply(
                 changelog: KafkaMessage(topic: "m", partition: partition, offset: 0, key: Array(key.utf8), value: value), to: engine,
-                checkpoints: &checkpoints, memories: &memories, metrics: ContentMetrics(), logger: logger)
+                checkpoints: &checkpoints, memories: &memories, steps: &steps, metrics: ContentMetrics(), logger: logger)
         }
         let memory = ContentMemoryRecord(activity: .init(bundleId: app.bundleId, activityId: "x", partition: 0, lastSequence: 4), writtenAt: now)
         apply("com.example.food/x", try IsletJSON.encode(memory))

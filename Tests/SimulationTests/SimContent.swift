@@ -283,6 +283,11 @@ final class SimContent: SimProcess, @unchecked Sendable {
         case .ignore(let why):
             world.trace("\(name): event \(event.eventId) of \(event.activityId) ignored: \(why)")
             complete(work)
+        case .schedule(let scheduled):
+            // The workload schedules nothing ahead (ActivityEvent.at): kept as the service keeps it.
+            world.trace("\(name): event \(event.eventId) of \(event.activityId) scheduled")
+            engine.commit(scheduled)
+            complete(work)
         case .send(let prepared):
             world.trace("\(name): event \(event.eventId) (#\(event.sequence) of \(event.activityId)) → \(prepared.requests.map { "\($0.event.rawValue) \($0.requestId.prefix(8)) t\($0.apnsTimestamp)" })")
             enqueue(prepared) { [weak self] in self?.complete(work) }

@@ -198,7 +198,7 @@ public struct ActivityHTTPAPI: Sendable {
             eventId: eventId, activityId: activityId, kind: body.kind, attributesType: body.attributesType, fields: body.fields ?? [:],
             urgency: body.urgency ?? .routine, occurredAt: body.occurredAt ?? intake.engine.clock.date, sequence: body.sequence,
             startTarget: body.startTarget, attributes: body.attributes, source: body.source ?? backend, bundleId: body.bundleId,
-            presentation: body.presentation)
+            presentation: body.presentation, at: body.at)
         do {
             try event.validate()
         } catch {

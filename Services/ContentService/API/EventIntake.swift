@@ -77,6 +77,8 @@ public struct EventIntake: Sendable {
             switch try engine.prepareAhead(event, partition: partition, keep: partition.map(owned().contains) ?? false) {
             case .send(let prepared): requestIds = prepared.requests.map(\.requestId)
             case .ignore: requestIds = []
+            // Sent at its time: its requests' ids are not known yet.
+            case .schedule: requestIds = []
             }
         } catch {
             throw .invalid(field: error.field, problem: error.problem)

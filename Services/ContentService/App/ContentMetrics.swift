@@ -13,6 +13,9 @@ public struct ContentMetrics: Sendable {
     private let refused = Counter(label: "islet_content_events_total", dimensions: [("result", "refused")])
     private let ignored = Counter(label: "islet_content_events_total", dimensions: [("result", "ignored")])
     private let sent = Counter(label: "islet_content_events_total", dimensions: [("result", "sent")])
+    private let scheduled = Counter(label: "islet_content_events_total", dimensions: [("result", "scheduled")])
+    private let stepsSent = Counter(label: "islet_content_steps_total", dimensions: [("result", "sent")])
+    private let stepsDropped = Counter(label: "islet_content_steps_total", dimensions: [("result", "superseded")])
     private let shrinks = Counter(label: "islet_content_shrinks_total")
     private let requests: [String: Counter] = Dictionary(
         uniqueKeysWithValues: ActivityEventKind.knownValues.flatMap { kind in
@@ -44,6 +47,11 @@ public struct ContentMetrics: Sendable {
     /// `islet_content_events_total{result}` (and `islet_content_shrinks_total`).
     func eventRefused() { refused.increment() }
     func eventIgnored() { ignored.increment() }
+    /// Kept for later (``ActivityEvent/at``).
+    func eventScheduled() { scheduled.increment() }
+    /// `islet_content_steps_total{result}`: scheduled steps sent at their time, or let go (superseded).
+    func stepSent() { stepsSent.increment() }
+    func stepDropped() { stepsDropped.increment() }
     func eventSent(shrunk: Bool) {
         sent.increment()
         if shrunk { shrinks.increment() }

@@ -98,6 +98,7 @@ public struct ContentServiceApp: Sendable {
             ReadinessGate(health: health, check: Self.memoryCheck, then: changelog),
             ReadinessGate(health: health, check: Self.tableCheck, then: ReadinessGate(health: health, check: Self.memoryCheck, then: loop)),
             ReadinessGate(health: health, check: Self.memoryCheck, then: monitor),
+            ReadinessGate(health: health, check: Self.memoryCheck, then: StepSender(engine: engine, sender: sender, logger: logger)),
             runtime.listener(grpc, name: "grpc", host: settings.grpcHost, port: settings.grpcPort, variables: ["ISLET_GRPC_HOST", "ISLET_GRPC_PORT"]),
             runtime.httpServer(router: router.buildResponder()),
             runtime.operatorServer(router: operatorRouter.buildResponder()),

@@ -19,9 +19,11 @@ extension ContentEngine {
 
     /// - Parameter partition: the partition the event was read from (its activity's partition).
     /// - Parameter images: thumbnails by image URL (``ThumbnailService``); without, images go by URL only.
-    public func prepare(_ event: ActivityEvent, partition: Int32? = nil, images: [String: [String]] = [:]) throws(ContentError) -> Decision {
+    /// - Parameter firing: the event is a scheduled step whose time has come (``dueSteps(owned:)``).
+    public func prepare(_ event: ActivityEvent, partition: Int32? = nil, images: [String: [String]] = [:], firing: Bool = false) throws(ContentError) -> Decision {
         let preparation = try inputs(of: event, partition: partition)
         let now = clock.date
+        if !firing, Self.isForLater(event, now: now) { return try schedule(event, preparation, now: now) }
         let window = assembler.policy.alertWindow / .seconds(1)
         if let ahead = assembledAhead.take(event, inputs: preparation.inputs, withImages: !images.isEmpty, now: now, alertWindow: window) {
             if checksAssembledAhead { try check(ahead, of: event, preparation) }
@@ -38,6 +40,7 @@ extension ContentEngine {
     public func prepareAhead(_ event: ActivityEvent, partition: Int32?, keep: Bool = true) throws(ContentError) -> Decision {
         let preparation = try inputs(of: event, partition: partition)
         let now = clock.date
+        if Self.isForLater(event, now: now) { return try schedule(event, preparation, now: now) }
         let decision = try assemble(event, preparation, images: [:], now: now)
         if keep { assembledAhead.keep(event, inputs: preparation.inputs, decision: decision, at: now) }
         return decision

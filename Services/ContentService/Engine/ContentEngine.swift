@@ -49,6 +49,9 @@ public final class ContentEngine: Sendable {
         case send(Prepared)
         /// Nothing to send, and why (counted, and the event marked processed).
         case ignore(String)
+        /// An event for later (``ActivityEvent/at``): write the activity's steps to the changelog,
+        /// then ``commit(_:)-(Scheduled)`` them; the event is then processed.
+        case schedule(Scheduled)
     }
 
     /// Requests ready to be sent, and the activity's memory once they are.

@@ -205,6 +205,12 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
             metrics.eventIgnored()
             logger.debug("event ignored", metadata: ["activity.id": "\(event.activityId)", "event.why": "\(why)"])
             done(work)
+        case .schedule(let scheduled):
+            metrics.eventScheduled()
+            logger.debug("event scheduled", metadata: ["activity.id": "\(event.activityId)", "event.at": "\(event.at.map { "\($0)" } ?? "")"])
+            if let changelog { try await sender.persist(scheduled, topic: changelog.topic, partition: raw.partition) }
+            engine.commit(scheduled)
+            done(work)
         case .send(let prepared):
             metrics.eventSent(shrunk: !prepared.shrinks.isEmpty)
             // In flight: the next event goes on while Kafka acknowledges these.

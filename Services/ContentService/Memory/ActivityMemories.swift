@@ -25,6 +25,8 @@ struct ActivityMemories {
     var startOwnersPruned = 0
     /// When the monitor is to look at each activity next.
     var deadlines = DeadlineQueue()
+    /// The activities' scheduled steps by their time.
+    var steps = StepQueue()
     /// The live activities that were not fresh when last looked at, and their class. Exact as
     /// long as the clock does not step back: a class changes by time alone only at a deadline.
     var notFresh: [Int32: Freshness] = [:]
@@ -104,6 +106,11 @@ struct ActivityMemories {
             return
         }
         if !restored { unwritten(key, partition: memory?.partition ?? previous?.partition) }
+        // Forgotten with steps in the changelog: their record goes too (a later activity of the
+        // same id, whose sequences start again, must not inherit them).
+        if !restored, memory == nil, let previous, previous.stepsRecorded {
+            unwritten(ContentMemoryRecord.stepsKey(activityKey: key), partition: previous.partition)
+        }
         changed(slot, memory, wasLive: previous?.isLive == true, wasGone: previous?.gone == true, now: now, policy: policy)
         if let memory {
             slots[Int(slot)].memory = memory

@@ -61,11 +61,15 @@ public struct ActivityMemory: Sendable, Equatable {
         var request: PushRequest?
         /// Outcomes of requests other than the latest, that may be newer (read before their request).
         var waiting: [WaitingOutcome] = []
+        /// Events scheduled for later, the earliest first.
+        var steps: [ActivityEvent] = []
+        /// The changelog holds a record of the steps (a tombstone is owed once none is left).
+        var stepsRecorded = false
 
         var isEmpty: Bool {
             goneAt == nil && goneToken == nil && inlinedImages.isEmpty && pendingImages.isEmpty && pushToStartKey == nil && startedWith == nil
                 && contentRequestId == nil
-                && request == nil && waiting.isEmpty
+                && request == nil && waiting.isEmpty && steps.isEmpty && !stepsRecorded
         }
     }
 
@@ -218,6 +222,49 @@ public struct ActivityMemory: Sendable, Equatable {
         set { partitionCode = newValue ?? -1 }
     }
 
+    /// Events scheduled for later (``ActivityEvent/at``), the earliest first: each is sent at its
+    /// time unless a newer event (its sequence or above), the end, or a step of the same sequence
+    /// supersedes it first.
+    public var steps: [ActivityEvent] { rare.steps }
+
+    /// The changelog holds a record of ``steps`` (when none is left, it is owed a tombstone).
+    var stepsRecorded: Bool {
+        get { rare.stepsRecorded }
+        set { if newValue != rare.stepsRecorded { withExtras { $0.stepsRecorded = newValue } } }
+    }
+
+    /// Most steps an activity may have scheduled at once.
+    public static let maximumSteps = 8
+
+    /// Keeps `event` for its time, in place of a step with the same sequence (moved or changed).
+    mutating func schedule(_ event: ActivityEvent) {
+        withExtras { extras in
+            extras.steps.removeAll { $0.sequence == event.sequence }
+            let at = event.at ?? .distantPast
+            let index = extras.steps.firstIndex { ($0.at ?? .distantPast, $0.sequence) > (at, event.sequence) } ?? extras.steps.count
+            extras.steps.insert(event, at: index)
+        }
+    }
+
+    /// Puts back the steps a changelog record holds: those an event already applied supersedes are left out.
+    mutating func restoreSteps(_ events: [ActivityEvent]) {
+        withExtras { $0.steps = [] }
+        for event in events where lastSequence.map({ event.sequence > $0 }) ?? true { schedule(event) }
+        stepsRecorded = true
+    }
+
+    /// The step of `sequence` lets go (due, and not to be sent: ignored).
+    mutating func dropSteps(only sequence: Int64) {
+        guard rare.steps.contains(where: { $0.sequence == sequence }) else { return }
+        withExtras { extras in extras.steps.removeAll { $0.sequence == sequence } }
+    }
+
+    /// Steps superseded: by an event applied with `sequence` (theirs at or below it), or all of them.
+    mutating func dropSteps(through sequence: Int64? = nil) {
+        guard !rare.steps.isEmpty else { return }
+        withExtras { extras in extras.steps.removeAll { step in sequence.map { step.sequence <= $0 } ?? true } }
+    }
+
     /// The dispatcher's answer to one of the activity's requests, if it came: the latest's, or
     /// one that came before its request was read.
     public func outcome(of requestId: String) -> PushResult? {
@@ -276,6 +323,8 @@ public struct ActivityMemory: Sendable, Equatable {
         if let state = request.state { lastState = state }
         if request.sourceEventId != nil {
             lastSequence = max(lastSequence ?? request.contentSequence, request.contentSequence)
+            // Steps the content supersedes (an event at or above their sequence, or one of them sent).
+            dropSteps(through: request.contentSequence)
             contentRequestId = request.requestId
             resends = 0
             lastResendAt = nil
@@ -297,7 +346,10 @@ public struct ActivityMemory: Sendable, Equatable {
         } else if startedAt == nil {
             startedAt = request.createdAt
         }
-        if request.event == .end { ended = true }
+        if request.event == .end {
+            ended = true
+            dropSteps()
+        }
         if scanImages { noteInlinedImages(of: request) }
     }
 

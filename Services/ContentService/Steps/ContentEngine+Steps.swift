@@ -1,0 +1,135 @@
+import Foundation
+import IsletMessages
+import Synchronization
+
+/// Scheduled steps: events a backend sends ahead of their time (``ActivityEvent/at``), "at 12:41
+/// show arrived". The activity's memory keeps them (``ActivityMemory/steps``), the changelog holds
+/// them (a record under ``ContentMemoryRecord/stepsKey(activityKey:)``, written before the event
+/// counts as processed), and one ordered queue of the instance (``StepQueue``) finds those due;
+/// ``StepSender`` sends each at its time as the event it is, assembled then (the token, app
+/// version and alert window of that moment). A step is superseded, never sent, by an event applied
+/// first with its sequence or above, by the activity's end, or by a step with the same sequence.
+extension ContentEngine {
+    /// An event kept for later, and the activity's steps with it.
+    public struct Scheduled: Sendable {
+        /// The activity, of its app (`<bundleId>/<activityId>`).
+        public let activityKey: String
+        public let event: ActivityEvent
+        /// The partition of the activity's records (the changelog record's too).
+        public let partition: Int32?
+        /// Every step of the activity once this one is kept, the earliest first.
+        public let steps: [ActivityEvent]
+    }
+
+    /// How far ahead of now an event's `at` must be to be kept for later: nearer, it is sent at once
+    /// (the monitor's passes and Kafka's latency are of that order).
+    public static let scheduleLead: TimeInterval = 1
+
+    static func isForLater(_ event: ActivityEvent, now: Date) -> Bool {
+        event.at.map { $0.timeIntervalSince(now) > scheduleLead } ?? false
+    }
+
+    /// An event for later: checked now as it is to be assembled then (its fields against its
+    /// template, its sequence, the activity not ended), so that a backend learns now what is wrong.
+    func schedule(_ event: ActivityEvent, _ preparation: Preparation, now: Date) throws(ContentError) -> Decision {
+        if let ignored = preparation.ignored { return .ignore(ignored) }
+        _ = try assemble(event, preparation, images: [:], now: now)
+        guard let at = event.at, at.timeIntervalSince(now) <= ActivityEvent.maximumScheduleAhead else {
+            throw ContentError(field: "at", problem: "must be at most 8 hours from now (a Live Activity shows updates for 8 hours)")
+        }
+        var memory = preparation.inputs.memory
+        guard memory.steps.filter({ $0.sequence != event.sequence }).count < ActivityMemory.maximumSteps else {
+            throw ContentError(
+                field: "at",
+                problem: "the activity has \(ActivityMemory.maximumSteps) steps scheduled already: send one with the same sequence to change it, or wait for one to pass")
+        }
+        memory.schedule(event)
+        return .schedule(Scheduled(activityKey: preparation.inputs.activityKey, event: event, partition: memory.partition, steps: memory.steps))
+    }
+
+    /// The changelog holds the activity's steps (or there is none: tests, the simulator): the
+    /// memory keeps the step, and the queue of steps finds it at its time.
+    public func commit(_ scheduled: Scheduled) {
+        let (now, policy) = (clock.date, freshness)
+        state.withLock { state in
+            if state.index[scheduled.activityKey] != nil {
+                state.update(scheduled.activityKey, now: now, policy: policy) { memory in
+                    memory.schedule(scheduled.event)
+                    memory.stepsRecorded = true
+                }
+            } else {
+                var memory = ActivityMemory()
+                memory.partition = scheduled.partition
+                memory.schedule(scheduled.event)
+                memory.stepsRecorded = true
+                state.set(scheduled.activityKey, memory, now: now, policy: policy)
+            }
+            if let slot = state.index[scheduled.activityKey] { state.steps.insert(scheduled.event, slot: slot) }
+        }
+    }
+
+    /// An activity's steps read from the changelog (after its memory): those an event applied
+    /// since supersedes are left out.
+    public func restoreSteps(_ activityKey: String, _ events: [ActivityEvent], partition: Int32) {
+        let (now, policy) = (clock.date, freshness)
+        state.withLock { state in
+            if state.index[activityKey] == nil {
+                // Steps of an activity whose memory was forgotten: nothing to send them to.
+                guard !events.isEmpty else { return }
+                var memory = ActivityMemory()
+                memory.partition = partition
+                state.set(activityKey, memory, now: now, policy: policy, restored: true)
+            }
+            guard let slot = state.index[activityKey] else { return }
+            state.slots[Int(slot)].memory.restoreSteps(events)
+            for step in state.slots[Int(slot)].memory.steps { state.steps.insert(step, slot: slot) }
+        }
+    }
+
+    /// A step due now, of an activity of a partition in `owned`.
+    public struct DueStep: Sendable {
+        public let activityKey: String
+        public let event: ActivityEvent
+        public let partition: Int32?
+    }
+
+    /// The steps whose time has come, of the partitions in `owned` (`nil`: all), the earliest
+    /// first; those of other partitions wait for their owner (looked at again in a second). Send
+    /// each through ``prepare(_:partition:images:firing:)`` with `firing`.
+    public func dueSteps(owned: Set<Int32>?) -> [DueStep] {
+        let now = clock.date
+        return state.withLock { state in
+            var due: [DueStep] = []
+            for entry in state.steps.popDue(now: now) {
+                let (slot, key, memory) = (entry.slot, state.slots[Int(entry.slot)].key, state.slots[Int(entry.slot)].memory)
+                // Still kept as it was when queued (not superseded, moved, nor of a forgotten activity).
+                guard !key.isEmpty, memory.isLive || memory.latest == nil,
+                    let event = memory.steps.first(where: { $0.sequence == entry.sequence && $0.at?.timeIntervalSinceReferenceDate == entry.at })
+                else { continue }
+                guard ActivityMemories.isOwned(memory, by: owned) else {
+                    state.steps.insert(event, slot: slot, at: now.addingTimeInterval(1))
+                    continue
+                }
+                due.append(DueStep(activityKey: key, event: event, partition: memory.partition))
+            }
+            return due
+        }
+    }
+
+    /// A due step that is not to be sent after all (ignored: superseded, the activity ended):
+    /// the memory lets it go.
+    public func dropStep(_ step: DueStep) {
+        let (now, policy) = (clock.date, freshness)
+        state.withLock { state in
+            state.update(step.activityKey, now: now, policy: policy) { memory in
+                memory.dropSteps(only: step.event.sequence)
+            }
+        }
+    }
+
+    /// The earliest time a step is due, if any is kept (the sender sleeps until then).
+    public var nextStepDue: Date? { state.withLock { $0.steps.nextDue } }
+
+    /// The activity's steps, the earliest first (the lookup shows them).
+    public func steps(of activityKey: String) -> [ActivityEvent] { state.withLock { $0.memory(activityKey)?.steps ?? [] } }
+}
