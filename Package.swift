@@ -494,8 +494,8 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "IsletTesting",
-                "APNsSimulator", "ContentService", "TokenRegistry", "IsletKafka", "IsletLinks", "IsletMessages", "IsletProtos", "IsletRuntime",
-                asyncHTTPClient, grpcCore, grpcNIOTransportHTTP2, nioCore, nioHTTP1, crypto, jwtKit,
+                "APNsSimulator", "AnalyticsConsumer", "ContentService", "TokenRegistry", "IsletKafka", "IsletLinks", "IsletMessages", "IsletProtos",
+                "IsletRuntime", asyncHTTPClient, grpcCore, grpcNIOTransportHTTP2, nioCore, nioHTTP1, crypto, jwtKit,
                 logging, swiftProtobuf,
             ],
             path: "Tests/EndToEndTests",

@@ -4,10 +4,14 @@ import Synchronization
 
 /// ``ClickStats`` shared between the consumer loop, the reporter and tests, with its metrics.
 ///
-/// - `islet_analytics_consumer_taps_total{attributes_type, surface, element}`: taps counted.
-/// - `islet_analytics_consumer_delivered_updates{attributes_type}`: updates delivered to tapped
-///   activities of the type (a gauge: earlier deliveries are attributed when a first tap arrives).
-/// - `islet_analytics_consumer_taps_per_delivered_update{attributes_type, surface, element}`.
+/// - `islet_analytics_consumer_taps_total{app, attributes_type, surface, element}`: taps counted.
+/// - `islet_analytics_consumer_delivered_updates{app, attributes_type}`: updates delivered to
+///   activities of the app and type (a gauge: an old outcome, without its type, is attributed when
+///   its activity's first tap arrives).
+/// - `islet_analytics_consumer_taps_per_delivered_update{app, attributes_type, surface, element}`.
+///
+/// `app` is the bundle id, or `unknown` (``ClickStats/unknownApp``) for a click or an outcome
+/// that names none.
 /// - `islet_analytics_consumer_unattributed_updates`: delivered to activities without a tap yet.
 /// - `islet_analytics_consumer_duplicate_clicks_total`: clicks read again and not counted.
 ///
@@ -17,7 +21,7 @@ public final class StatsStore: Sendable {
         var stats: ClickStats
         var tapCounters: [ClickStats.Cell: Counter] = [:]
         var ratioGauges: [ClickStats.Cell: Gauge] = [:]
-        var deliveredGauges: [String: Gauge] = [:]
+        var deliveredGauges: [ClickStats.AppType: Gauge] = [:]
     }
 
     private let state: Mutex<State>
@@ -40,7 +44,7 @@ public final class StatsStore: Sendable {
                 state.tapCounters[cell]
                 ?? Counter(
                     label: "islet_analytics_consumer_taps_total",
-                    dimensions: [("attributes_type", cell.attributesType), ("surface", cell.surface), ("element", cell.element)],
+                    dimensions: [("app", cell.app), ("attributes_type", cell.attributesType), ("surface", cell.surface), ("element", cell.element)],
                     factory: factory)
             state.tapCounters[cell] = counter
             counter.increment()
@@ -65,16 +69,20 @@ public final class StatsStore: Sendable {
                     state.ratioGauges[row.cell]
                     ?? Gauge(
                         label: "islet_analytics_consumer_taps_per_delivered_update",
-                        dimensions: [("attributes_type", row.cell.attributesType), ("surface", row.cell.surface), ("element", row.cell.element)],
+                        dimensions: [
+                            ("app", row.cell.app), ("attributes_type", row.cell.attributesType), ("surface", row.cell.surface), ("element", row.cell.element),
+                        ],
                         factory: factory)
                 state.ratioGauges[row.cell] = gauge
                 if let ratio = row.tapsPerDeliveredUpdate { gauge.record(ratio) }
             }
-            for (type, delivered) in state.stats.deliveredByType {
+            for (appType, delivered) in state.stats.delivered {
                 let gauge =
-                    state.deliveredGauges[type]
-                    ?? Gauge(label: "islet_analytics_consumer_delivered_updates", dimensions: [("attributes_type", type)], factory: factory)
-                state.deliveredGauges[type] = gauge
+                    state.deliveredGauges[appType]
+                    ?? Gauge(
+                        label: "islet_analytics_consumer_delivered_updates", dimensions: [("app", appType.app), ("attributes_type", appType.attributesType)],
+                        factory: factory)
+                state.deliveredGauges[appType] = gauge
                 gauge.record(delivered)
             }
             return state.stats.unattributedDelivered

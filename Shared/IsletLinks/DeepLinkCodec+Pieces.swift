@@ -8,23 +8,38 @@ extension DeepLinkCodec {
     /// Lower-case hex of `bytes`.
     public static func hex(_ bytes: some Sequence<UInt8>) -> String { Hex.lowercase(Array(bytes)) }
 
+    /// The seven values of `target`'s link other than its app, in the order of ``names``.
     static func values(of target: TapTarget, issuedAt: Int64, keyId: String) -> [String] {
         [target.activityId, target.attributesType, target.surface.rawValue, target.element, String(target.contentSequence), String(issuedAt), keyId]
     }
 
-    static func canonical(base: String, values: [String]) -> String {
-        (["islet-link-v1", base] + values).joined(separator: "\n")
+    /// The first line of a link's canonical form: `islet-link-v1` for a link without an app,
+    /// `islet-link-v2` for one naming its app.
+    static func version(app: String?) -> String { app == nil ? "islet-link-v1" : "islet-link-v2" }
+
+    /// A link's canonical form: its ``version(app:)``, the base URL, then the seven `values`
+    /// (`isl_a` … `isl_k`, in the order of ``names``) with the app's value, if any, after the
+    /// attributes type; one per line.
+    static func canonical(base: String, values: [String], app: String?) -> String {
+        var lines = values
+        if let app { lines.insert(app, at: 2) }
+        return ([version(app: app), base] + lines).joined(separator: "\n")
     }
 
     /// The first 16 bytes of HMAC-SHA256 over the canonical form: the same bytes as
-    /// `canonical(base:values:)`, gathered into one buffer (each `update` call costs more than
-    /// copying a few hundred bytes).
-    static func mac(base: String, values: some Collection<String>, key: LinkKey) -> [UInt8] {
+    /// `canonical(base:values:app:)`, gathered into one buffer (each `update` call costs more
+    /// than copying a few hundred bytes).
+    static func mac(base: String, values: some Collection<String>, app: String?, key: LinkKey) -> [UInt8] {
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(base.utf8.count + values.reduce(0) { $0 + $1.utf8.count } + 24)
-        bytes.append(contentsOf: "islet-link-v1\n".utf8)
+        bytes.reserveCapacity(base.utf8.count + values.reduce(0) { $0 + $1.utf8.count } + (app?.utf8.count ?? 0) + 24)
+        bytes.append(contentsOf: version(app: app).utf8)
+        bytes.append(UInt8(ascii: "\n"))
         bytes.append(contentsOf: base.utf8)
-        for value in values {
+        for (index, value) in values.enumerated() {
+            if index == 2, let app {
+                bytes.append(UInt8(ascii: "\n"))
+                bytes.append(contentsOf: app.utf8)
+            }
             bytes.append(UInt8(ascii: "\n"))
             bytes.append(contentsOf: value.utf8)
         }

@@ -7,14 +7,15 @@ import IsletMessages
 /// content-service appends to the app's own URL:
 ///
 /// ```
-/// fooddelivery://order/42?tab=status&isl_a=order-42&isl_t=DeliveryAttributes&isl_s=lockScreen
-///     &isl_e=eta&isl_q=7&isl_i=1795000000&isl_k=k2&isl_sig=Qm9vbV9zaWduYXR1cmUx
+/// fooddelivery://order/42?tab=status&isl_a=order-42&isl_t=DeliveryAttributes&isl_p=com.example.food
+///     &isl_s=lockScreen&isl_e=eta&isl_q=7&isl_i=1795000000&isl_k=k2&isl_sig=Qm9vbV9zaWduYXR1cmUx
 /// ```
 ///
 /// | parameter | value |
 /// | --- | --- |
 /// | `isl_a` | activity id |
 /// | `isl_t` | attributes type |
+/// | `isl_p` | the app: its bundle id, with `~sandbox` after it for a sandbox app; absent in links signed before links named their app |
 /// | `isl_s` | surface: `lockScreen`, `islandExpanded`, `compactLeading`, `compactTrailing`, `minimal` |
 /// | `isl_e` | element id |
 /// | `isl_q` | content sequence |
@@ -22,9 +23,13 @@ import IsletMessages
 /// | `isl_k` | key id |
 /// | `isl_sig` | the first 16 bytes of HMAC-SHA256 over the canonical form, base64url without padding |
 ///
-/// The canonical form is `islet-link-v1`, the base URL (the link without Islet's parameters, its
-/// other query parameters in their order), then the seven values, separated by newlines — so the
-/// parameters cannot be moved to another URL, reordered into another meaning, or changed.
+/// The canonical form is `islet-link-v2`, the base URL (the link without Islet's parameters, its
+/// other query parameters in their order), then the eight values `isl_a` … `isl_k` in the order
+/// above, separated by newlines — so the parameters cannot be moved to another URL, reordered into
+/// another meaning, or changed. A link without `isl_p` (signed before links named their app, and
+/// still on phones for up to 12 hours) has the canonical form `islet-link-v1` and the seven other
+/// values: it verifies as it always did, and names no app. The first line differs, so an app can
+/// be neither added to such a link nor removed from a newer one.
 public enum DeepLinkCodec {
     /// How long after it was issued a link counts a tap.
     public static let maximumAge: TimeInterval = 12 * 3_600
@@ -32,13 +37,18 @@ public enum DeepLinkCodec {
     public static let clockSkew: TimeInterval = 300
 
     static let prefix = "isl_"
-    static let names = ["isl_a", "isl_t", "isl_s", "isl_e", "isl_q", "isl_i", "isl_k", "isl_sig"]
+    /// Islet's parameters: the eight every link has, in the order of the canonical form of a
+    /// link without an app, then `isl_p` (at ``appSlot``), which links signed before links named
+    /// their app lack.
+    static let names = ["isl_a", "isl_t", "isl_s", "isl_e", "isl_q", "isl_i", "isl_k", "isl_sig", "isl_p"]
+    /// Where `isl_p` is in ``names``.
+    static let appSlot = 8
 
     /// The app's URL with the signed analytics parameters appended.
     public static func sign(baseURL: String, target: TapTarget, issuedAt: Date, key: LinkKey) throws(LinkError) -> String {
         try LinkSigner(
             baseURL: baseURL, activityId: target.activityId, attributesType: target.attributesType, contentSequence: target.contentSequence,
-            issuedAt: issuedAt, key: key
+            issuedAt: issuedAt, key: key, app: target.app
         ).sign(surface: target.surface, element: target.element)
     }
 
@@ -47,13 +57,13 @@ public enum DeepLinkCodec {
     /// (`receivedAt`): a phone's clock, or a `tappedAt` it sends, cannot revive an old link.
     public static func verify(_ url: String, keyring: LinkKeyring, tappedAt: Date, receivedAt: Date) -> Result<VerifiedLink, LinkRejection> {
         do throws(LinkRejection) {
-            let (base, values) = try parameters(of: url)
+            let (base, values, app) = try parameters(of: url)
             // The fields, checked before the signature so that a broken link says what is broken.
-            let (target, issued) = try fields(values)
+            let (target, issued) = try fields(values, app: app)
             guard let key = keyring.key(id: values[6]) else {
                 throw LinkRejection(.unknownKeyId, "key \(values[6].prefix(32)) is not one of the accepted keys")
             }
-            let signature = try signatureBytes(values[7], base: base, values: values.dropLast(), key: key)
+            let signature = try signatureBytes(values[7], base: base, values: values.dropLast(), app: app, key: key)
             let issuedAt = Date(timeIntervalSince1970: TimeInterval(issued))
             try checkAge(issuedAt: issuedAt, tappedAt: tappedAt, receivedAt: receivedAt)
             return .success(VerifiedLink(target: target, keyId: key.id, issuedAt: issuedAt, baseURL: base, signature: signature))
@@ -62,9 +72,10 @@ public enum DeepLinkCodec {
         }
     }
 
-    /// The link's base URL (without Islet's parameters, the others in their order) and the values
-    /// of Islet's parameters in the order of ``names``, each present once.
-    static func parameters(of url: String) throws(LinkRejection) -> (base: String, values: [String]) {
+    /// The link's base URL (without Islet's parameters, the others in their order), the values of
+    /// the eight parameters every link has in the order of ``names``, each present once, and the
+    /// value of `isl_p`, present at most once.
+    static func parameters(of url: String) throws(LinkRejection) -> (base: String, values: [String], app: String?) {
         guard url.utf8.count <= 4_096 else { throw LinkRejection(.malformedUrl, "longer than 4096 bytes") }
         guard let schemeEnd = url.utf8.firstIndex(of: UInt8(ascii: ":")), schemeEnd != url.utf8.startIndex,
             url.utf8[..<schemeEnd].allSatisfy(isSchemeByte)
@@ -92,14 +103,16 @@ public enum DeepLinkCodec {
             }
             ours[slot] = value
         }
-        for (slot, name) in names.enumerated() where ours[slot] == nil { throw LinkRejection(.missingParameter, "\(name) is missing") }
+        for (slot, name) in names.enumerated() where ours[slot] == nil && slot != appSlot {
+            throw LinkRejection(.missingParameter, "\(name) is missing")
+        }
         let base = theirs.isEmpty ? String(path) : String(path) + "?" + theirs.joined(separator: "&")
-        return (base, ours.map { $0! })
+        return (base, ours[..<appSlot].map { $0! }, ours[appSlot])
     }
 
     /// What the link leads to, and when it was issued (epoch seconds), from the values of
-    /// `isl_a` … `isl_i`.
-    static func fields(_ values: [String]) throws(LinkRejection) -> (TapTarget, issued: Int64) {
+    /// `isl_a` … `isl_i` and of `isl_p`, if the link has one.
+    static func fields(_ values: [String], app appValue: String?) throws(LinkRejection) -> (TapTarget, issued: Int64) {
         let (activityId, attributesType, surfaceText, element) = (values[0], values[1], values[2], values[3])
         guard isIdentifier(activityId, maxLength: 128) else { throw LinkRejection(.invalidParameter, "isl_a is not an activity id") }
         guard isTypeName(attributesType) else { throw LinkRejection(.invalidParameter, "isl_t is not a type name") }
@@ -110,16 +123,26 @@ public enum DeepLinkCodec {
             throw LinkRejection(.invalidParameter, "isl_q is not a content sequence")
         }
         guard let issued = decimal(values[5]) else { throw LinkRejection(.invalidParameter, "isl_i is not a time") }
-        let target = TapTarget(activityId: activityId, attributesType: attributesType, surface: surface, element: element, contentSequence: sequence)
+        var app: AppTarget?
+        if let appValue {
+            guard let named = self.app(fromValue: appValue) else {
+                throw LinkRejection(.invalidParameter, "isl_p is not an app (a bundle id, followed by ~sandbox for a sandbox app)")
+            }
+            app = named
+        }
+        let target = TapTarget(
+            activityId: activityId, attributesType: attributesType, surface: surface, element: element, contentSequence: sequence, app: app)
         return (target, issued)
     }
 
     /// The signature's bytes (`isl_sig`), once they match the MAC of the canonical form.
-    static func signatureBytes(_ text: String, base: String, values: some Collection<String>, key: LinkKey) throws(LinkRejection) -> [UInt8] {
+    static func signatureBytes(
+        _ text: String, base: String, values: some Collection<String>, app: String?, key: LinkKey
+    ) throws(LinkRejection) -> [UInt8] {
         guard let given = base64URLDecode(text), given.count == 16 else {
             throw LinkRejection(.badSignature, "isl_sig is not a 16-byte base64url value")
         }
-        let expected = mac(base: base, values: values, key: key)
+        let expected = mac(base: base, values: values, app: app, key: key)
         guard constantTimeEqual(given, expected) else { throw LinkRejection(.badSignature, "the signature does not match") }
         return given
     }

@@ -67,12 +67,31 @@ struct HTTPAPITests {
         #expect(click.surface == .islandExpanded)
         #expect(click.element == "eta")
         #expect(click.contentSequence == 7)
+        #expect(click.app == TestLinks.food)
         #expect(click.keyId == "k2")
         #expect(click.appVersion == "5.2.0" && click.osVersion == "18.1")
         #expect(click.issuedAt == TestLinks.issued)
         #expect(click.tappedAt == TestLinks.issued.addingTimeInterval(120))
         #expect(click.receivedAt == TestLinks.now)
         #expect(click.clickId.count == 32)
+    }
+
+    @Test("a link signed before links named their app is still accepted: its click has no app; a sandbox app's link gives its environment")
+    func linksWithoutApp() async throws {
+        let old = TestLinks.tap(TestLinks.url(TestLinks.target("order-1", app: nil)))
+        let sandbox = TestLinks.tap(TestLinks.url(TestLinks.target("order-2", app: AppTarget(bundleId: "com.example.food", environment: .sandbox))))
+        #expect(!old.url!.contains("isl_p="))
+        try await withAPI { client in
+            for tap in [old, sandbox] {
+                try await client.execute(uri: "/v1/taps", method: .post, headers: Self.headers(), body: try Self.body(tap)) { (response) async throws in
+                    #expect(response.status == .ok)
+                    #expect(try Self.result(response).verdict == .accepted)
+                }
+            }
+        }
+        #expect(publisher.clicks.map(\.activityId) == ["order-1", "order-2"])
+        #expect(publisher.clicks.first?.app == nil)
+        #expect(publisher.clicks.last?.app == AppTarget(bundleId: "com.example.food", environment: .sandbox))
     }
 
     /// One case per way a tap can fail, with the reason and field the answer must name.
@@ -86,6 +105,9 @@ struct HTTPAPITests {
         return [
             ("edited activity id", TestLinks.tap(replacing("isl_a", with: "order-43")), .badSignature, "url"),
             ("edited app parameter", TestLinks.tap(good.replacingOccurrences(of: "tab=status", with: "tab=refund")), .badSignature, "url"),
+            ("another app named", TestLinks.tap(replacing("isl_p", with: "com.example.ride")), .badSignature, "url"),
+            ("the app respelled", TestLinks.tap(replacing("isl_p", with: "com.example.food~production")), .invalidParameter, "url"),
+            ("the app removed", TestLinks.tap(good.replacingOccurrences(of: #"&isl_p=[^&]*"#, with: "", options: .regularExpression)), .badSignature, "url"),
             ("forged signature", TestLinks.tap(replacing("isl_sig", with: flipped)), .badSignature, "url"),
             ("signed by a key not accepted", TestLinks.tap(TestLinks.url(key: TestLinks.stranger)), .unknownKeyId, "url"),
             (
@@ -136,7 +158,7 @@ struct HTTPAPITests {
         let covered = Set(cases.map(\.reason))
         #expect(covered == Set(ClickRejectionReason.knownValues).subtracting([.duplicateTap]), "every reason but duplicateTap (its own test)")
         let text = registry.emitted
-        #expect(text.contains(#"islet_analytics_rejected_total{reason="badSignature"} 3"#))
+        #expect(text.contains(#"islet_analytics_rejected_total{reason="badSignature"} 5"#))
         #expect(text.contains(#"islet_analytics_taps_total{verdict="rejected"} \#(cases.count)"#))
     }
 

@@ -172,13 +172,18 @@ struct StateTests {
 
 @Suite("analytics-consumer's statistics")
 struct ClickStatsTests {
-    static func click(_ id: String, activity: String, type: String = "DeliveryAttributes", surface: Surface = .lockScreen, element: String = "eta")
-        -> ClickEvent
-    {
+    /// A click of app `app` (a bundle id; `nil`: a link that named no app).
+    static func click(
+        _ id: String, activity: String, type: String = "DeliveryAttributes", surface: Surface = .lockScreen, element: String = "eta",
+        app: String? = "com.example.food"
+    ) -> ClickEvent {
         ClickEvent(
-            clickId: id, activityId: activity, attributesType: type, surface: surface, element: element, contentSequence: 1, appVersion: "5",
-            osVersion: "18", keyId: "k1", issuedAt: TestLinks.issued, tappedAt: TestLinks.issued, receivedAt: TestLinks.now)
+            clickId: id, activityId: activity, attributesType: type, surface: surface, element: element, contentSequence: 1,
+            app: app.map { AppTarget(bundleId: $0, environment: .production) }, appVersion: "5", osVersion: "18", keyId: "k1",
+            issuedAt: TestLinks.issued, tappedAt: TestLinks.issued, receivedAt: TestLinks.now)
     }
+
+    static func type(_ app: String, _ attributesType: String) -> ClickStats.AppType { ClickStats.AppType(app: app, attributesType: attributesType) }
 
     static func delivered(_ id: String, activity: String?, result: PushResult = .delivered) -> PushOutcome {
         PushOutcome(requestId: id, activityId: activity, result: result, attempts: 1, completedAt: TestLinks.now)
@@ -209,9 +214,45 @@ struct ClickStatsTests {
         #expect(stats.duplicateClicks == 1)
         #expect(stats.deliveredTotal == 6)
         #expect(stats.unattributedDelivered == 1)
+        #expect(rows.allSatisfy { $0.cell.app == "com.example.food" })
         let text = stats.render()
         #expect(text.contains("RideAttributes"))
         #expect(text.contains("0.500"))
+    }
+
+    @Test("two apps with the same attributes type and activity ids count apart: each cell divides by its own app's deliveries; clicks and outcomes naming no app count under unknown")
+    func perApp() throws {
+        var stats = ClickStats()
+        func delivered(_ id: String, activity: String, app: String?) -> PushOutcome {
+            PushOutcome(
+                requestId: id, activityId: activity, result: .delivered, attempts: 1, completedAt: TestLinks.now, bundleId: app,
+                attributesType: "DeliveryAttributes")
+        }
+        // The same activity id in two apps (ids are the backends' own).
+        stats.record(Self.click("c1", activity: "order-42", surface: .lockScreen, element: "status", app: "com.example.food"))
+        stats.record(Self.click("c2", activity: "order-42", surface: .lockScreen, element: "status", app: "com.example.food"))
+        stats.record(Self.click("c3", activity: "order-42", surface: .lockScreen, element: "status", app: "com.example.grocery"))
+        stats.record(Self.click("c4", activity: "order-42", surface: .islandExpanded, element: "status", app: "com.example.grocery"))
+        for index in 0..<4 { stats.record(delivered("f\(index)", activity: "order-42", app: "com.example.food")) }
+        stats.record(delivered("g1", activity: "order-42", app: "com.example.grocery"))
+        // An old link (no app) and an old outcome (no app): the unknown bucket, divided by its own deliveries.
+        stats.record(Self.click("c5", activity: "order-7", app: nil))
+        stats.record(delivered("u1", activity: "order-7", app: nil))
+        stats.record(delivered("u2", activity: "order-7", app: nil))
+
+        let rows = stats.rows
+        #expect(rows.map(\.cell) == [
+            ClickStats.Cell(app: "com.example.food", attributesType: "DeliveryAttributes", surface: "lockScreen", element: "status"),
+            ClickStats.Cell(app: "com.example.grocery", attributesType: "DeliveryAttributes", surface: "islandExpanded", element: "status"),
+            ClickStats.Cell(app: "com.example.grocery", attributesType: "DeliveryAttributes", surface: "lockScreen", element: "status"),
+            ClickStats.Cell(app: ClickStats.unknownApp, attributesType: "DeliveryAttributes", surface: "lockScreen", element: "eta"),
+        ])
+        #expect(rows.map(\.taps) == [2, 1, 1, 1])
+        #expect(rows.map(\.deliveredUpdates) == [4, 1, 1, 2])
+        #expect(rows.map(\.tapsPerDeliveredUpdate) == [0.5, 1, 1, 0.5])
+        let text = stats.render()
+        #expect(text.hasPrefix("app "))
+        #expect(text.contains("com.example.grocery") && text.contains("unknown"))
     }
 
     @Test("an outcome naming its attributes type counts for that type, tapped or not, push-to-start included: every activity's deliveries are the denominator")
@@ -228,7 +269,7 @@ struct ClickStatsTests {
         stats.record(delivered("r3", activity: nil, type: "DeliveryAttributes"))  // a push-to-start
         stats.record(delivered("r3", activity: nil, type: "DeliveryAttributes"))  // repeat
         stats.record(delivered("r4", activity: "b1", type: "RideAttributes"))
-        #expect(stats.deliveredByType == ["DeliveryAttributes": 3, "RideAttributes": 1])
+        #expect(stats.delivered == [Self.type("com.example.food", "DeliveryAttributes"): 3, Self.type("com.example.food", "RideAttributes"): 1])
         #expect(stats.unattributedDelivered == 0)
         #expect(stats.rows.map(\.deliveredUpdates) == [3])
         #expect(stats.rows.first?.tapsPerDeliveredUpdate == 1.0 / 3.0)
@@ -252,9 +293,11 @@ struct ClickStatsTests {
         store.record(Self.delivered("r2", activity: "a1"))
         store.refreshGauges()
         let text = registry.emitted
-        #expect(text.contains(#"islet_analytics_consumer_taps_total{attributes_type="DeliveryAttributes",surface="lockScreen",element="eta"} 1"#))
-        #expect(text.contains(#"islet_analytics_consumer_delivered_updates{attributes_type="DeliveryAttributes"} 2"#))
-        #expect(text.contains(#"islet_analytics_consumer_taps_per_delivered_update{attributes_type="DeliveryAttributes",surface="lockScreen",element="eta"} 0.5"#))
+        #expect(text.contains(#"islet_analytics_consumer_taps_total{app="com.example.food",attributes_type="DeliveryAttributes",surface="lockScreen",element="eta"} 1"#))
+        #expect(text.contains(#"islet_analytics_consumer_delivered_updates{app="com.example.food",attributes_type="DeliveryAttributes"} 2"#))
+        #expect(
+            text.contains(
+                #"islet_analytics_consumer_taps_per_delivered_update{app="com.example.food",attributes_type="DeliveryAttributes",surface="lockScreen",element="eta"} 0.5"#))
         #expect(text.contains("islet_analytics_consumer_duplicate_clicks_total 1"))
     }
 }

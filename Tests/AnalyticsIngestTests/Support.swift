@@ -19,10 +19,14 @@ enum TestLinks {
     /// When the server receives taps in these tests.
     static let now = issued.addingTimeInterval(600)
 
-    static func target(_ activity: String = "order-42", surface: Surface = .islandExpanded, element: String = "eta", sequence: Int64 = 7)
-        -> TapTarget
-    {
-        TapTarget(activityId: activity, attributesType: "DeliveryAttributes", surface: surface, element: element, contentSequence: sequence)
+    /// The app content-service signs the links for.
+    static let food = AppTarget(bundleId: "com.example.food", environment: .production)
+
+    /// A link's target; `app: nil` for a link signed before links named their app.
+    static func target(
+        _ activity: String = "order-42", surface: Surface = .islandExpanded, element: String = "eta", sequence: Int64 = 7, app: AppTarget? = food
+    ) -> TapTarget {
+        TapTarget(activityId: activity, attributesType: "DeliveryAttributes", surface: surface, element: element, contentSequence: sequence, app: app)
     }
 
     static func url(_ target: TapTarget = target(), key: LinkKey = k2, issuedAt: Date = issued, base: String = "fooddelivery://order/42?tab=status")

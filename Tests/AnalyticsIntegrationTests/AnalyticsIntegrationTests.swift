@@ -18,13 +18,15 @@ private let logger = testLogger("islet.test.analytics-integration")
 private let key = try! LinkKey(id: "k1", secret: Array("an-integration-link-key-of-32-bytes!".utf8))
 private let issued = Date().addingTimeInterval(-600)
 
+/// A link as content-service signs it, naming the type's app (the ride app for RideAttributes).
 private func url(
     _ activity: String, type: String = "DeliveryAttributes", surface: Surface = .lockScreen, element: String = "eta", sequence: Int64 = 3
 ) -> String {
-    try! DeepLinkCodec.sign(
+    let app = AppTarget(bundleId: type == "RideAttributes" ? "com.example.ride" : "com.example.food", environment: .production)
+    return try! DeepLinkCodec.sign(
         baseURL: "fooddelivery://order/\(activity)",
-        target: TapTarget(activityId: activity, attributesType: type, surface: surface, element: element, contentSequence: sequence), issuedAt: issued,
-        key: key)
+        target: TapTarget(activityId: activity, attributesType: type, surface: surface, element: element, contentSequence: sequence, app: app),
+        issuedAt: issued, key: key)
 }
 
 private func tap(_ url: String, at offset: TimeInterval = 60) -> TapInput {
@@ -214,19 +216,23 @@ struct AnalyticsIntegrationTests {
         try await producer.send(topic: topics.clicks, key: "order-1", value: Array("{not json".utf8))
 
         let expected: [ClickStats.Cell: Int] = [
-            .init(attributesType: "DeliveryAttributes", surface: "lockScreen", element: "eta"): 3,
-            .init(attributesType: "DeliveryAttributes", surface: "minimal", element: "widget"): 1,
-            .init(attributesType: "RideAttributes", surface: "islandExpanded", element: "courier"): 2,
+            .init(app: "com.example.food", attributesType: "DeliveryAttributes", surface: "lockScreen", element: "eta"): 3,
+            .init(app: "com.example.food", attributesType: "DeliveryAttributes", surface: "minimal", element: "widget"): 1,
+            .init(app: "com.example.ride", attributesType: "RideAttributes", surface: "islandExpanded", element: "courier"): 2,
+        ]
+        // The outcomes name neither app nor type (written before outcomes did): each activity's clicks attribute them.
+        let delivered: [ClickStats.AppType: Int] = [
+            .init(app: "com.example.food", attributesType: "DeliveryAttributes"): 4, .init(app: "com.example.ride", attributesType: "RideAttributes"): 2,
         ]
         let deadline = ContinuousClock.now + .seconds(90)
         var stats = consumer.store.snapshot
         while ContinuousClock.now < deadline {
             stats = consumer.store.snapshot
-            if stats.taps == expected, stats.deliveredByType == ["DeliveryAttributes": 4, "RideAttributes": 2], stats.duplicateClicks == 1 { break }
+            if stats.taps == expected, stats.delivered == delivered, stats.duplicateClicks == 1 { break }
             try await Task.sleep(for: .milliseconds(100))
         }
         #expect(stats.taps == expected)
-        #expect(stats.deliveredByType == ["DeliveryAttributes": 4, "RideAttributes": 2])
+        #expect(stats.delivered == delivered)
         #expect(stats.duplicateClicks == 1)
         #expect(stats.rows.first { $0.cell.element == "courier" }?.tapsPerDeliveredUpdate == 1.0)
         // The dead letter may be written after the counts above are complete (its partition is read on its own).

@@ -66,6 +66,40 @@ struct TemplateTests {
         #expect(error?.file == "broken.yaml")
     }
 
+    @Test("an element link in the collapsed island is refused at load, naming the template, the region and the element", arguments: ["minimal", "compactLeading", "compactTrailing"])
+    func collapsedIslandLinks(region: String) throws {
+        let text = """
+            attributesType: DeliveryAttributes
+            defaultState: a
+            link: "app://x"
+            contentState: []
+            layout:
+              since: "1.0"
+              \(region):
+                - richText: [{ icon: bag.fill }, { text: Track, element: track }]
+              expanded:
+                - richText: [{ text: Track, element: track }]
+              lockScreen:
+                - richText: [{ text: Track, element: track }]
+            states: { a: {} }
+            """
+        let error = #expect(throws: TemplateError.self) { try TemplateLoader.load(text: text, file: "delivery.yaml") }
+        #expect(error?.file == "delivery.yaml")
+        #expect(error?.path == "layout.\(region)[0].richText[1].element", "\(String(describing: error))")
+        #expect(error?.problem.contains("DeliveryAttributes") == true && error?.problem.contains("element track") == true, "\(String(describing: error))")
+        // The same link in expanded and on the Lock Screen only: loads.
+        let fine = try TemplateLoader.load(text: text.replacingOccurrences(of: ", { text: Track, element: track }]", with: "]"), file: "delivery.yaml")
+        #expect(fine.layout?.lockScreen?.count == 1)
+        // An empty Lock Screen region says nothing: refused (leave it out).
+        let empty = #expect(throws: TemplateError.self) {
+            try TemplateLoader.load(
+                text: text.replacingOccurrences(of: ", { text: Track, element: track }]", with: "]")
+                    .replacingOccurrences(of: "  lockScreen:\n    - richText: [{ text: Track, element: track }]", with: "  lockScreen: []"),
+                file: "delivery.yaml")
+        }
+        #expect(empty?.path == "layout.lockScreen", "\(String(describing: empty))")
+    }
+
     @Test("a template variable that renders nothing in every example is refused at load, naming the file, the place and the variable; one that some example fills is fine")
     func variablesRenderSomething() throws {
         let base = """
@@ -278,13 +312,47 @@ struct PayloadTests {
             app: app, appVersion: AppVersion("2.0")!, memory: &memory, now: now)
         let payload = result.requests[0].payload
         let urls = payload.components(separatedBy: "\"").filter { $0.hasPrefix("fooddelivery://") }
-        #expect(urls.count >= 7)  // five surfaces, the status text and the courier text
+        #expect(urls.count >= 8)  // five surfaces; the status and courier texts expanded; the status text on the Lock Screen
         for url in urls {
             let verified = try DeepLinkCodec.verify(url, keyring: LinkKeyring(signing: linkKey), tappedAt: now.addingTimeInterval(30), receivedAt: now.addingTimeInterval(30)).get()
             #expect(verified.target.activityId == "order-42")
             #expect(verified.target.contentSequence == 3)
+            #expect(verified.target.app == app, "every link names the app the content is for")
             #expect(verified.baseURL == "fooddelivery://order/42")
         }
+    }
+
+    @Test("an element's link names the surface it is drawn on: lockScreen in the Lock Screen region, islandExpanded in the expanded one")
+    func elementLinkSurfaces() throws {
+        let assembler = try assembler()
+        var memory = ActivityMemory()
+        let result = try assembler.assemble(
+            event("DeliveryAttributes", sequence: 3, ["status": .string("out_for_delivery"), "orderId": .string("42"), "courier": .object(courier)]),
+            app: app, appVersion: AppVersion("2.0")!, memory: &memory, now: now)
+        let layout = try #require(try aps(result.requests[0])["content-state"]?["layout"])
+        /// The element links of a region, as (element, surface) pairs.
+        func links(_ region: String) throws -> [String: Surface] {
+            var links: [String: Surface] = [:]
+            guard case .array(let components)? = layout[region] else { return links }
+            for component in components {
+                guard case .array(let elements)? = component["richText"]?["elements"] else { continue }
+                for element in elements {
+                    guard let url = element["link"]?.stringValue else { continue }
+                    let verified = try DeepLinkCodec.verify(url, keyring: LinkKeyring(signing: linkKey), tappedAt: now, receivedAt: now).get()
+                    links[verified.target.element] = verified.target.surface
+                }
+            }
+            return links
+        }
+        #expect(try links("lockScreen") == ["status": .lockScreen])
+        #expect(try links("expanded") == ["status": .islandExpanded, "courier": .islandExpanded])
+        for region in ["minimal", "compactLeading", "compactTrailing"] { #expect(try links(region).isEmpty, "\(region)") }
+        // A template without a Lock Screen region sends none.
+        var rideMemory = ActivityMemory()
+        let ride = try assembler.assemble(
+            event("RideAttributes", sequence: 1, ["phase": .string("matching"), "rideId": .string("r-7")]), app: app, appVersion: AppVersion("3.0")!,
+            memory: &rideMemory, now: now)
+        #expect(try aps(ride.requests[0])["content-state"]?["layout"]?["lockScreen"] == nil)
     }
 }
 

@@ -95,7 +95,7 @@ extension ActivityTemplate {
             if let text = state.text { texts.append(text) }
             if let alert = state.alert { add(alert.title); add(alert.body) }
         }
-        for component in layout.map({ $0.minimal + $0.compactLeading + $0.compactTrailing + $0.expanded }) ?? [] {
+        for component in layout?.allComponents ?? [] {
             switch component {
             case .richText(let elements, let accessibility):
                 texts += elements.compactMap { if case .text(let text) = $0.kind { text } else { nil } } + [accessibility].compactMap { $0 }

@@ -1,4 +1,5 @@
 import APNsSimulator
+import AnalyticsConsumer
 import Foundation
 import IsletMessages
 import NIOHTTP1
@@ -155,11 +156,28 @@ extension EndToEnd {
             let received = try pushes.map { try goldenView($0, role: $0.token == startToken ? "push-to-start token" : "activity token", run: driver.run) }
             try compareGolden(received, name: scenario.type, stack: driver.stack)
 
-            // A tap on the last update's Lock Screen link becomes a click on islet.clicks.v1.
+            // A tap on the last update's Lock Screen link becomes a click on islet.clicks.v1, naming its app.
             let last = try #require(try await driver.stack.received(token: token).last { $0.event == "update" })
             let click = try await tapLockScreenLink(of: last.payload, type: scenario.type, activity: activity, driver: driver)
             #expect(click.attributesType == scenario.type)
             #expect(click.surface == .lockScreen)
+            #expect(click.app == AppTarget(bundleId: scenario.bundleId, environment: .production))
+
+            // A tap on an element of the Lock Screen region (the delivery template has one) is
+            // counted under lockScreen × that element for the app, in analytics-consumer's table.
+            guard let (element, link) = try lockScreenElementLink(of: last.payload) else {
+                #expect(scenario.type != "DeliveryAttributes", "the delivery template has a Lock Screen element link")
+                return
+            }
+            let elementClick = try await tap(link, activity: activity, element: element, driver: driver)
+            #expect(elementClick.surface == .lockScreen && elementClick.element == element)
+            #expect(elementClick.app == AppTarget(bundleId: scenario.bundleId, environment: .production))
+            var stats = ClickStats()
+            for click in [click, elementClick] { stats.record(click) }
+            for outcome in ledger.outcomes.values.joined() { stats.record(outcome) }
+            let cell = ClickStats.Cell(app: scenario.bundleId, attributesType: scenario.type, surface: "lockScreen", element: element)
+            let row = try #require(stats.rows.first { $0.cell == cell }, "\(stats.render())")
+            #expect(row.taps == 1 && row.deliveredUpdates == pushes.count, "\(stats.render())")
         }
 
         @Test("a backend starts, updates and ends a delivery over HTTP for a phone in Chinese: the simulator receives the Chinese texts")
@@ -290,10 +308,33 @@ extension EndToEnd {
         func tapLockScreenLink(of pushPayload: String, type: String, activity: String, driver: Driver) async throws -> ClickEvent {
             let payload = try IsletJSON.decodeValue(JSONValue.self, from: Array(pushPayload.utf8))
             let link = try #require(payload["aps"]?["content-state"]?["links"]?["lockScreen"]?.stringValue, "\(type): a Lock Screen link")
+            return try await tap(link, activity: activity, element: "widget", driver: driver)
+        }
+
+        /// The first element link of a payload's Lock Screen region (`layout.lockScreen`) and its
+        /// element, as the widget reads them; `nil` when the layout has no such link.
+        func lockScreenElementLink(of pushPayload: String) throws -> (element: String, link: String)? {
+            let payload = try IsletJSON.decodeValue(JSONValue.self, from: Array(pushPayload.utf8))
+            guard case .array(let components)? = payload["aps"]?["content-state"]?["layout"]?["lockScreen"] else { return nil }
+            for component in components {
+                guard case .array(let elements)? = component["richText"]?["elements"] else { continue }
+                for element in elements {
+                    // The element's id is in its signed link (isl_e), as the app forwards it.
+                    if let link = element["link"]?.stringValue, let id = link.split(separator: "&").first(where: { $0.hasPrefix("isl_e=") }) {
+                        return (String(id.dropFirst("isl_e=".count)), link)
+                    }
+                }
+            }
+            return nil
+        }
+
+        /// Taps `link` as the app forwards it to analytics-ingest; returns the click it became on
+        /// islet.clicks.v1 (the activity's click on `element`).
+        func tap(_ link: String, activity: String, element: String, driver: Driver) async throws -> ClickEvent {
             let tap: JSONValue = ["url": .string(link), "tappedAt": .string(IsletDate.format(Date())), "appVersion": "3.0", "osVersion": "18.1"]
             let (status, answer) = try await HTTP.request(driver.stack.url(.ingest) + "/v1/taps", method: .POST, body: tap.jsonBytes)
             #expect(status == 200 || status == 202, "tap answered \(status) \(String(decoding: answer, as: UTF8.self))")
-            return try await driver.firstRecord(on: IsletTopics.clicks.name, as: ClickEvent.self) { $0.activityId == activity }
+            return try await driver.firstRecord(on: IsletTopics.clicks.name, as: ClickEvent.self) { $0.activityId == activity && $0.element == element }
         }
 
         /// Compares with Tests/EndToEndTests/Golden/<name>.json; `ISLET_UPDATE_GOLDEN=1` rewrites it.

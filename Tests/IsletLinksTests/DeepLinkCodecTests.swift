@@ -24,10 +24,21 @@ extension SplitMix {
         return "\(scheme)://\(host)\(paths.randomElement(using: &self)!)" + (query.isEmpty ? "" : "?" + query)
     }
 
+    /// No app (a link signed before links named their app), a production app or a sandbox one.
+    mutating func app() -> AppTarget? {
+        let bundleIds = ["com.example.food", "com.example.ride-share", "io.x.Y9", "a.b"]
+        switch Int.random(in: 0..<3, using: &self) {
+        case 0: return nil
+        case 1: return AppTarget(bundleId: bundleIds.randomElement(using: &self)!, environment: .production)
+        default: return AppTarget(bundleId: bundleIds.randomElement(using: &self)!, environment: .sandbox)
+        }
+    }
+
     mutating func target() -> TapTarget {
         TapTarget(
             activityId: identifier(64), attributesType: ["DeliveryAttributes", "RideAttributes", "Score_v2"].randomElement(using: &self)!,
-            surface: Surface.knownValues.randomElement(using: &self)!, element: identifier(20), contentSequence: Int64.random(in: 0...1_000_000, using: &self))
+            surface: Surface.knownValues.randomElement(using: &self)!, element: identifier(20), contentSequence: Int64.random(in: 0...1_000_000, using: &self),
+            app: app())
     }
 }
 
@@ -82,6 +93,18 @@ struct DeepLinkCodecTests {
         #expect(
             try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42", target: target, issuedAt: issued, key: k1)
                 == "fooddelivery://order/42?\(common)&isl_sig=Ghy8OUYtWpQq20PC8StywA")
+        // Naming the app: islet-link-v2, the app's value after the attributes type.
+        var named = target
+        named.app = AppTarget(bundleId: "com.example.food", environment: .production)
+        #expect(
+            try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42?tab=status", target: named, issuedAt: issued, key: k1)
+                == "fooddelivery://order/42?tab=status&isl_a=order-42&isl_t=DeliveryAttributes&isl_p=com.example.food"
+                + "&isl_s=lockScreen&isl_e=eta&isl_q=7&isl_i=1795000000&isl_k=k1&isl_sig=_uyUq2K28a6a-J2_nV-I4w")
+        named.app = AppTarget(bundleId: "com.example.food", environment: .sandbox)
+        #expect(
+            try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42", target: named, issuedAt: issued, key: k1)
+                == "fooddelivery://order/42?isl_a=order-42&isl_t=DeliveryAttributes&isl_p=com.example.food~sandbox"
+                + "&isl_s=lockScreen&isl_e=eta&isl_q=7&isl_i=1795000000&isl_k=k1&isl_sig=PkKdK9_cjupTI3gJENTKSw")
     }
 
     @Test("base64url without padding, for every length up to 40 bytes", arguments: 0...40)
@@ -129,13 +152,17 @@ struct DeepLinkCodecTests {
     }
 
     @Test("the MAC is computed over exactly the canonical form")
-    func macOverCanonicalForm() {
+    func macOverCanonicalForm() throws {
         var random = SplitMix(seed: 7)
         for _ in 0..<200 {
             let base = random.baseURL()
-            let values = DeepLinkCodec.values(of: random.target(), issuedAt: 1_795_000_000, keyId: "k2")
-            let whole = HMAC<SHA256>.authenticationCode(for: Array(DeepLinkCodec.canonical(base: base, values: values).utf8), using: SymmetricKey(data: Array("the-second-link-key-at-least-32-byte!".utf8)))
-            #expect(DeepLinkCodec.mac(base: base, values: values, key: k2) == Array(whole.prefix(16)))
+            let target = random.target()
+            let values = DeepLinkCodec.values(of: target, issuedAt: 1_795_000_000, keyId: "k2")
+            let app = try target.app.map(DeepLinkCodec.appValue)
+            let canonical = DeepLinkCodec.canonical(base: base, values: values, app: app)
+            #expect(canonical.hasPrefix(app == nil ? "islet-link-v1\n" : "islet-link-v2\n"))
+            let whole = HMAC<SHA256>.authenticationCode(for: Array(canonical.utf8), using: SymmetricKey(data: Array("the-second-link-key-at-least-32-byte!".utf8)))
+            #expect(DeepLinkCodec.mac(base: base, values: values, app: app, key: k2) == Array(whole.prefix(16)))
         }
     }
 
@@ -148,20 +175,25 @@ struct DeepLinkCodecTests {
             let target = random.target()
             let signer = try LinkSigner(
                 baseURL: base, activityId: target.activityId, attributesType: target.attributesType, contentSequence: target.contentSequence,
-                issuedAt: issued, key: k2)
+                issuedAt: issued, key: k2, app: target.app)
             for (surface, element) in Surface.knownValues.map({ ($0, "widget") }) + [(target.surface, target.element), (.minimal, random.identifier(64))] {
                 // Written here from the format (docs/links.md), not by the codec.
                 let (path, query) = base.firstIndex(of: "?").map { (String(base[..<$0]), String(base[base.index(after: $0)...])) } ?? (base, "")
                 let theirs = query.split(separator: "&").joined(separator: "&")
                 let canonicalBase = theirs.isEmpty ? path : path + "?" + theirs
-                let values = [target.activityId, target.attributesType, surface.rawValue, element, String(target.contentSequence), "1795000000", "k2"]
-                let canonical = (["islet-link-v1", canonicalBase] + values).joined(separator: "\n")
+                // The app, when there is one, after the type: its bundle id, ~sandbox after a sandbox one's.
+                let app = target.app.map { $0.bundleId + ($0.environment == .sandbox ? "~sandbox" : "") }
+                let values = [target.activityId, target.attributesType] + (app.map { [$0] } ?? [])
+                    + [surface.rawValue, element, String(target.contentSequence), "1795000000", "k2"]
+                let canonical = ([app == nil ? "islet-link-v1" : "islet-link-v2", canonicalBase] + values).joined(separator: "\n")
                 let mac = HMAC<SHA256>.authenticationCode(for: Array(canonical.utf8), using: secret)
-                let names = ["isl_a", "isl_t", "isl_s", "isl_e", "isl_q", "isl_i", "isl_k", "isl_sig"]
+                let names = ["isl_a", "isl_t"] + (app == nil ? [] : ["isl_p"]) + ["isl_s", "isl_e", "isl_q", "isl_i", "isl_k", "isl_sig"]
                 let parameters = zip(names, values + [DeepLinkCodec.base64URLEncode(Array(Array(mac).prefix(16)))]).map { "\($0)=\($1)" }
                 let expected = canonicalBase + (theirs.isEmpty ? "?" : "&") + parameters.joined(separator: "&")
                 #expect(try signer.sign(surface: surface, element: element) == expected)
-                let one = TapTarget(activityId: target.activityId, attributesType: target.attributesType, surface: surface, element: element, contentSequence: target.contentSequence)
+                let one = TapTarget(
+                    activityId: target.activityId, attributesType: target.attributesType, surface: surface, element: element,
+                    contentSequence: target.contentSequence, app: target.app)
                 #expect(try DeepLinkCodec.sign(baseURL: base, target: one, issuedAt: issued, key: k2) == expected)
             }
         }
@@ -185,6 +217,7 @@ struct DeepLinkCodecTests {
             }
             if pair[0] == "isl_s" { changed = value == "minimal" ? "lockScreen" : "minimal" }
             if pair[0] == "isl_t" { changed = value == "RideAttributes" ? "DeliveryAttributes" : "RideAttributes" }
+            if pair[0] == "isl_p" { changed = value.hasSuffix("~sandbox") ? String(value.dropLast(8)) : value + "~sandbox" }
             parts[index] = pair[0] + "=" + changed
             let tampered = String(path) + "?" + parts.joined(separator: "&")
             let result = DeepLinkCodec.verify(tampered, keyring: keyring, tappedAt: issued.addingTimeInterval(60), receivedAt: issued.addingTimeInterval(60))
@@ -259,6 +292,99 @@ struct DeepLinkCodecTests {
         bad.attributesType = "9Lives"
         #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://x", target: bad, issuedAt: issued, key: k1) }
         #expect(throws: LinkError.self) { try LinkKey(id: "short", secret: Array("too short".utf8)) }
+    }
+
+    @Test("a link names its app and gives it back; a link signed before links named their app still verifies, naming none")
+    func appInLink() throws {
+        let food = AppTarget(bundleId: "com.example.food", environment: .production)
+        let target = TapTarget(
+            activityId: "order-42", attributesType: "DeliveryAttributes", surface: .lockScreen, element: "status", contentSequence: 7, app: food)
+        let url = try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42?tab=status", target: target, issuedAt: issued, key: k2)
+        #expect(url.contains("&isl_p=com.example.food&"))
+        let verified = try DeepLinkCodec.verify(url, keyring: keyring, tappedAt: issued, receivedAt: issued).get()
+        #expect(verified.target == target)
+        #expect(verified.target.app == food)
+
+        var sandbox = target
+        sandbox.app = AppTarget(bundleId: "com.example.food", environment: .sandbox)
+        let sandboxURL = try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42?tab=status", target: sandbox, issuedAt: issued, key: k2)
+        #expect(sandboxURL.contains("&isl_p=com.example.food~sandbox&"))
+        #expect(try DeepLinkCodec.verify(sandboxURL, keyring: keyring, tappedAt: issued, receivedAt: issued).get().target.app == sandbox.app)
+
+        // A link as phones hold it from before (written out here, signed over islet-link-v1).
+        var old = target
+        old.app = nil
+        let oldURL = "fooddelivery://order/42?tab=status&isl_a=order-42&isl_t=DeliveryAttributes&isl_s=lockScreen&isl_e=eta&isl_q=7"
+            + "&isl_i=1795000000&isl_k=k1&isl_sig=JrQcHO-eZBCe1Xfb-AoC1g"
+        let oldLink = try DeepLinkCodec.verify(oldURL, keyring: keyring, tappedAt: issued, receivedAt: issued).get()
+        #expect(oldLink.target.app == nil)
+        #expect(oldLink.target.element == "eta")
+        #expect(try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42?tab=status", target: old, issuedAt: issued, key: k2).contains("isl_p") == false)
+    }
+
+    @Test("an app changed, respelled, removed or added is refused", arguments: [
+        ("isl_p=com.example.food&", "isl_p=com.example.ride&", ClickRejectionReason.badSignature),
+        ("isl_p=com.example.food&", "isl_p=com.example.Food&", .badSignature),
+        ("isl_p=com.example.food&", "isl_p=com.example.food~sandbox&", .badSignature),
+        // Another spelling of the same app is not the app's value: one spelling only.
+        ("isl_p=com.example.food&", "isl_p=com.example.food~production&", .invalidParameter),
+        ("isl_p=com.example.food&", "isl_p=com.example.food~&", .invalidParameter),
+        ("isl_p=com.example.food&", "isl_p=~sandbox&", .invalidParameter),
+        ("isl_p=com.example.food&", "isl_p=food&", .invalidParameter),
+        ("isl_p=com.example.food&", "isl_p=&", .invalidParameter),
+        ("isl_p=com.example.food&", "isl_p=com.example.food&isl_p=com.example.food&", .duplicateParameter),
+        // Removed: what is left is signed over islet-link-v2, not v1.
+        ("isl_p=com.example.food&", "", .badSignature),
+    ])
+    func appTampering(original: String, replacement: String, reason: ClickRejectionReason) throws {
+        let target = TapTarget(
+            activityId: "order-42", attributesType: "DeliveryAttributes", surface: .lockScreen, element: "status", contentSequence: 7,
+            app: AppTarget(bundleId: "com.example.food", environment: .production))
+        let url = try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42?tab=status", target: target, issuedAt: issued, key: k2)
+        let tampered = url.replacingOccurrences(of: original, with: replacement)
+        #expect(tampered != url)
+        guard case .failure(let rejection) = DeepLinkCodec.verify(tampered, keyring: keyring, tappedAt: issued, receivedAt: issued) else {
+            Issue.record("accepted \(tampered)")
+            return
+        }
+        #expect(rejection.reason == reason, "\(rejection)")
+    }
+
+    @Test("an app added to a link that named none is refused; the app's value percent-encoded is the same link")
+    func appAddedOrEncoded() throws {
+        let target = TapTarget(activityId: "order-42", attributesType: "DeliveryAttributes", surface: .lockScreen, element: "status", contentSequence: 7)
+        let old = try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42", target: target, issuedAt: issued, key: k2)
+        for added in [old + "&isl_p=com.example.food", old.replacingOccurrences(of: "&isl_s=", with: "&isl_p=com.example.food&isl_s=")] {
+            guard case .failure(let rejection) = DeepLinkCodec.verify(added, keyring: keyring, tappedAt: issued, receivedAt: issued) else {
+                Issue.record("accepted \(added)")
+                continue
+            }
+            #expect(rejection.reason == .badSignature, "\(rejection)")
+        }
+        // Percent-encoding is read away from every Islet value (docs/links.md): the same link, the
+        // same identity, the same app.
+        var named = target
+        named.app = AppTarget(bundleId: "com.example.food", environment: .sandbox)
+        let url = try DeepLinkCodec.sign(baseURL: "fooddelivery://order/42", target: named, issuedAt: issued, key: k2)
+        let encoded = url.replacingOccurrences(of: "isl_p=com.example.food~sandbox", with: "isl_p=com%2Eexample.food%7Esandbox")
+        #expect(encoded != url)
+        let plain = try DeepLinkCodec.verify(url, keyring: keyring, tappedAt: issued, receivedAt: issued).get()
+        let reread = try DeepLinkCodec.verify(encoded, keyring: keyring, tappedAt: issued, receivedAt: issued).get()
+        #expect(reread == plain)
+        #expect(reread.identity == plain.identity)
+    }
+
+    @Test("an app links cannot name is refused at signing")
+    func appSigningErrors() {
+        let target = TapTarget(activityId: "a", attributesType: "T", surface: .minimal, element: "e", contentSequence: 1)
+        for app in [
+            AppTarget(bundleId: "food", environment: .production), AppTarget(bundleId: "com.example.food~sandbox", environment: .production),
+            AppTarget(bundleId: "com.example.food", environment: APNsEnvironment(rawValue: "staging")),
+        ] {
+            var bad = target
+            bad.app = app
+            #expect(throws: LinkError.self) { try DeepLinkCodec.sign(baseURL: "app://x", target: bad, issuedAt: issued, key: k1) }
+        }
     }
 
     @Test("constant-time comparison compares whole values")

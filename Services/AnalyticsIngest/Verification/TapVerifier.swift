@@ -5,7 +5,8 @@ import IsletMessages
 
 /// The checks of one tap, without side effects: the body's fields, then the link with the shared
 /// codec (``DeepLinkCodec/verify(_:keyring:tappedAt:receivedAt:)``: parameters, key id, signature
-/// compared in constant time, issued at most 12 hours before the tap reached Islet).
+/// compared in constant time, issued at most 12 hours before the tap reached Islet). A click's
+/// `app` is the one its signed link names; a link signed before links named their app gives none.
 public struct TapVerifier: Sendable {
     /// What the checks found.
     public enum Outcome: Sendable {
@@ -61,7 +62,7 @@ public struct TapVerifier: Sendable {
                 ClickEvent(
                     clickId: Self.clickId(link: link, tappedAt: tappedAt), activityId: link.target.activityId,
                     attributesType: link.target.attributesType, surface: link.target.surface, element: link.target.element,
-                    contentSequence: link.target.contentSequence, appVersion: input.appVersion!, osVersion: input.osVersion!,
+                    contentSequence: link.target.contentSequence, app: link.target.app, appVersion: input.appVersion!, osVersion: input.osVersion!,
                     keyId: link.keyId, issuedAt: link.issuedAt, tappedAt: tappedAt, receivedAt: receivedAt),
                 link: link.identity)
         }

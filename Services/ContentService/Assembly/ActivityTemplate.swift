@@ -81,6 +81,14 @@ public struct ActivityTemplate: Sendable {
         public var element: String?
     }
 
+    /// The server-driven layout: one list of components per region of the widget.
+    ///
+    /// Element links (``RichTextElement/element``) may stand only where the user can tap an
+    /// element: the Lock Screen and the expanded island, whose links name their surface
+    /// (`lockScreen`, `islandExpanded`). The collapsed island (`minimal`, `compactLeading`,
+    /// `compactTrailing`) opens its one widget URL wherever it is tapped (Hema: "only one
+    /// widgetUrl is supported when the island is collapsed"), so the loader refuses element links
+    /// there.
     public struct Layout: Sendable {
         /// The first app version that renders server-driven layouts.
         public var since: AppVersion
@@ -88,6 +96,14 @@ public struct ActivityTemplate: Sendable {
         public var compactLeading: [Component]
         public var compactTrailing: [Component]
         public var expanded: [Component]
+        /// The Lock Screen's own components, sent as `lockScreen`, their element links signed for
+        /// the Lock Screen; `nil` when the template has no such region: nothing is sent, and an app
+        /// that shows the expanded components on the Lock Screen reports their taps as
+        /// `islandExpanded`, the surface their links name.
+        public var lockScreen: [Component]?
+
+        /// Every component of every region.
+        public var allComponents: [Component] { minimal + compactLeading + compactTrailing + expanded + (lockScreen ?? []) }
     }
 
     public struct Alert: Sendable {

@@ -5,11 +5,14 @@ import Mustache
 
 /// Renders a template's server-driven layout for one event into the JSON the app's widget reads
 /// (Lyft's RichText / ProgressBar / RemoteImage models), with a signed link on every surface and
-/// on every element that has one.
+/// on every element that has one. An element's link names the surface it is drawn on: the
+/// `expanded` region's `islandExpanded`, the `lockScreen` region's `lockScreen` (the collapsed
+/// island's regions have no element links: ``TemplateLoader``).
 ///
 /// ```json
 /// {"minimal": [{"richText": {"elements": [{"icon": "bag.fill"}], "accessibility": "Order 42"}}],
-///  "expanded": [{"progressBar": {"position": 60, "points": [0, 50, 100]}}, …], …}
+///  "expanded": [{"progressBar": {"position": 60, "points": [0, 50, 100]}}, …],
+///  "lockScreen": [{"richText": {"elements": [{"text": "Preparing", "link": "fooddelivery://…&isl_s=lockScreen&isl_e=status…"}]}}], …}
 /// ```
 struct LayoutRenderer {
     let context: [String: Any]
@@ -23,12 +26,15 @@ struct LayoutRenderer {
     var alreadyInlined: Set<String> = []
 
     /// The signer of an event's links: the app's URL for the activity (the template's `link`,
-    /// rendered), the activity, its type and the content's sequence, issued now.
-    static func links(baseURL: String, template: ActivityTemplate, event: ActivityEvent, keyring: LinkKeyring, issuedAt: Date) throws(ContentError) -> LinkSigner {
+    /// rendered), the activity, its type, the app the content is for and the content's sequence,
+    /// issued now.
+    static func links(
+        baseURL: String, template: ActivityTemplate, event: ActivityEvent, app: AppTarget, keyring: LinkKeyring, issuedAt: Date
+    ) throws(ContentError) -> LinkSigner {
         do {
             return try LinkSigner(
                 baseURL: baseURL, activityId: event.activityId, attributesType: template.attributesType, contentSequence: event.sequence,
-                issuedAt: issuedAt, key: keyring.signing)
+                issuedAt: issuedAt, key: keyring.signing, app: app)
         } catch {
             throw ContentError(field: "link", problem: "\(error)")
         }
@@ -37,23 +43,25 @@ struct LayoutRenderer {
     /// The image URLs `layout` shows over `context`.
     static func imageURLs(_ layout: ActivityTemplate.Layout, context: [String: Any]) -> [String] {
         var urls: [String] = []
-        for surface in [layout.minimal, layout.compactLeading, layout.compactTrailing, layout.expanded] {
-            for case .remoteImage(let url, _) in surface {
-                let address = url.render(context)
-                if !address.isEmpty, !urls.contains(address) { urls.append(address) }
-            }
+        for case .remoteImage(let url, _) in layout.allComponents {
+            let address = url.render(context)
+            if !address.isEmpty, !urls.contains(address) { urls.append(address) }
         }
         return urls
     }
 
     /// The surfaces' components; texts ranked below `droppingRanksBelow` are left out.
     func render(_ layout: ActivityTemplate.Layout, droppingRanksBelow threshold: Int) throws(ContentError) -> JSONValue {
-        .object([
+        var regions: [String: JSONValue] = [
             "minimal": try components(layout.minimal, surface: .minimal, threshold: threshold),
             "compactLeading": try components(layout.compactLeading, surface: .compactLeading, threshold: threshold),
             "compactTrailing": try components(layout.compactTrailing, surface: .compactTrailing, threshold: threshold),
             "expanded": try components(layout.expanded, surface: .islandExpanded, threshold: threshold),
-        ])
+        ]
+        if let lockScreen = layout.lockScreen {
+            regions["lockScreen"] = try components(lockScreen, surface: .lockScreen, threshold: threshold)
+        }
+        return .object(regions)
     }
 
     /// The widget URL of each surface (`widgetURL`), signed.

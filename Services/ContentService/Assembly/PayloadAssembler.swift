@@ -65,6 +65,8 @@ public struct PayloadAssembler: Sendable {
         var staleDate: Date
         /// The request key: the activity id, or the push-to-start key of a push-to-start.
         var key: String
+        /// The app the requests go to, named in every link.
+        var app: AppTarget
         var attributes: [String: JSONValue]
         var recentAlerts: [Date]
         var layoutIncluded: Bool
@@ -119,7 +121,7 @@ public struct PayloadAssembler: Sendable {
         return Plan(
             event: event, template: template, state: state, contentState: contentState, layoutContext: layoutContext, alert: alert,
             isPushToStart: isPushToStart, timestamp: timestamp, staleDate: now.addingTimeInterval(presentation?.staleAfterSeconds.map(TimeInterval.init) ?? state.staleAfter / .seconds(1)), key: key,
-            attributes: isPushToStart ? try builder.attributes(event.attributes ?? event.fields, context: context) : [:],
+            app: app, attributes: isPushToStart ? try builder.attributes(event.attributes ?? event.fields, context: context) : [:],
             recentAlerts: recentAlerts, layoutIncluded: template.layout.map { appVersion >= $0.since } ?? false)
     }
 
@@ -177,7 +179,8 @@ public struct PayloadAssembler: Sendable {
         // The links' shared part is checked and signed once for every step.
         let links = plan.layoutIncluded
             ? try LayoutRenderer.links(
-                baseURL: plan.template.link.render(plan.layoutContext), template: plan.template, event: plan.event, keyring: keyring, issuedAt: now)
+                baseURL: plan.template.link.render(plan.layoutContext), template: plan.template, event: plan.event, app: plan.app, keyring: keyring,
+                issuedAt: now)
             : nil
         var given: [String] = []
         for (index, step) in steps.enumerated() {
@@ -339,7 +342,7 @@ public struct PayloadAssembler: Sendable {
 
     static func ranks(in layout: ActivityTemplate.Layout) -> [Int] {
         var ranks: Set<Int> = []
-        for component in layout.minimal + layout.compactLeading + layout.compactTrailing + layout.expanded {
+        for component in layout.allComponents {
             if case .richText(let elements, _) = component {
                 for element in elements { if let rank = element.rank { ranks.insert(rank) } }
             }

@@ -176,6 +176,7 @@ public enum TemplateLoader {
         var compactLeading: [RawComponent]?
         var compactTrailing: [RawComponent]?
         var expanded: [RawComponent]?
+        var lockScreen: [RawComponent]?
     }
 
     struct RawComponent: Decodable {
@@ -304,10 +305,18 @@ public enum TemplateLoader {
                 func components(_ list: [RawComponent]?, _ name: String) throws -> [ActivityTemplate.Component] {
                     try (list ?? []).enumerated().map { i, c in try compile(c, at: "layout.\(name)[\(i)]", dates: dates) }
                 }
+                // The collapsed island opens one widget URL wherever it is tapped: no element links.
+                for (name, list) in [("minimal", rawLayout.minimal), ("compactLeading", rawLayout.compactLeading), ("compactTrailing", rawLayout.compactTrailing)] {
+                    try refuseElementLinks(list ?? [], region: name, attributesType: raw.attributesType)
+                }
+                if let lockScreen = rawLayout.lockScreen, lockScreen.isEmpty {
+                    throw fail("layout.lockScreen", "must list at least one component, or be left out")
+                }
                 layout = ActivityTemplate.Layout(
                     since: rawLayout.since, minimal: try components(rawLayout.minimal, "minimal"),
                     compactLeading: try components(rawLayout.compactLeading, "compactLeading"),
-                    compactTrailing: try components(rawLayout.compactTrailing, "compactTrailing"), expanded: try components(rawLayout.expanded, "expanded"))
+                    compactTrailing: try components(rawLayout.compactTrailing, "compactTrailing"), expanded: try components(rawLayout.expanded, "expanded"),
+                    lockScreen: try rawLayout.lockScreen.map { try components($0, "lockScreen") })
             }
             var states: [String: ActivityTemplate.State] = [:]
             for (name, state) in raw.states {
@@ -329,6 +338,22 @@ public enum TemplateLoader {
                 attributesType: raw.attributesType, description: raw.description ?? "", app: raw.app, stateField: raw.stateField ?? "status",
                 link: try mustache(raw.link, at: "link"), attributes: attributes, contentState: contentState, layout: layout, states: states,
                 defaultState: raw.defaultState, broadcastStoragePolicy: raw.broadcast?.storagePolicy)
+        }
+
+        /// A region of the collapsed island (`minimal`, `compactLeading`, `compactTrailing`) has no
+        /// element links: iOS opens the island's one widget URL wherever it is tapped (Hema: "only
+        /// one widgetUrl is supported when the island is collapsed"), so such a link would never be
+        /// opened, and its taps would be counted under the widget.
+        func refuseElementLinks(_ components: [RawComponent], region: String, attributesType: String) throws {
+            for (i, component) in components.enumerated() {
+                for (j, element) in (component.richText ?? []).enumerated() {
+                    guard let id = element.element else { continue }
+                    throw fail(
+                        "layout.\(region)[\(i)].richText[\(j)].element",
+                        "\(attributesType): element \(id) cannot link in \(region): the collapsed island opens only its widget URL (links.\(region)), "
+                            + "so put element links in expanded or lockScreen")
+                }
+            }
         }
 
         func alertText(_ raw: RawAlertText, at path: String) throws -> ActivityTemplate.AlertText {
