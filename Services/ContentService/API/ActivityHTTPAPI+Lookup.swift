@@ -39,6 +39,18 @@ extension ActivityHTTPAPI {
         /// Times the latest content was sent again because it went stale.
         var resends: Int
         var latestRequest: LatestRequestState?
+        /// Events scheduled for later (``ActivityEvent/at``), the earliest first; absent when none.
+        var scheduled: [ScheduledStep]?
+    }
+
+    /// An event kept for its time.
+    struct ScheduledStep: Codable, Equatable {
+        var at: Date
+        var sequence: Int64
+        var eventId: String
+        var kind: String
+        /// The state it shows (its `status` field, when it has one).
+        var state: String?
     }
 
     struct LatestRequestState: Codable, Equatable {
@@ -123,6 +135,15 @@ extension ActivityHTTPAPI {
                 LatestRequestState(
                     requestId: $0.requestId, event: $0.event.rawValue, createdAt: $0.createdAt, staleDate: $0.staleDate, contentSequence: $0.contentSequence,
                     content: $0.isContent, pushToStart: $0.isPushToStart, outcome: memory?.outcome(of: $0.requestId)?.rawValue)
+            },
+            scheduled: memory.flatMap { memory in
+                memory.steps.isEmpty
+                    ? nil
+                    : memory.steps.map { step in
+                        ScheduledStep(
+                            at: step.at ?? .distantPast, sequence: step.sequence, eventId: step.eventId, kind: step.kind.rawValue,
+                            state: { if case .string(let state)? = step.fields["status"] { state } else { nil } }())
+                    }
             })
         return try Self.json(state)
     }
