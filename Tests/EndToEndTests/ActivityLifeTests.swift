@@ -46,6 +46,56 @@ extension EndToEnd {
             }
         }
 
+        @Test("a step scheduled for 40 s ahead (\"at 12:41 show delivered\") reaches the phone within a second of its time, although content-service was killed -9 and restarted in between; the lookup lists it until then")
+        func scheduledStep() async throws {
+            let stack = try Stack(name: "activity-scheduled")
+            try await stack.run { driver in
+                let order = driver.run + "scheduled"
+                let token = Driver.token(order)
+                try await driver.registerActivity(order, token: token, type: "DeliveryAttributes", bundleId: "com.example.food")
+                let first = driver.event(order, .start, type: "DeliveryAttributes", sequence: 1, fields: Self.fields)
+                try await driver.publish(first)
+                _ = try await driver.received(token: token, through: driver.requestId(first))
+
+                // The backend plans the arrival: sent now, to be shown in 40 s (a sequence above the updates until then).
+                var step = driver.event(order, .update, type: "DeliveryAttributes", sequence: 1_000, fields: Self.fields.merging(["status": "delivered"]) { $1 })
+                let at = Date().addingTimeInterval(40)
+                step.at = at
+                let (status, answer) = try await driver.post(event: ActivityEventBody(step, bundleId: "com.example.food"), activityId: order, idempotencyKey: "\(order)-arrival")
+                #expect(status == 202, "\(String(decoding: answer, as: UTF8.self))")
+                // Kept (in the changelog too) once the owner read it: the lookup lists it.
+                let deadline = ContinuousClock.now + .seconds(20)
+                var listed = false
+                while !listed, ContinuousClock.now < deadline {
+                    let (_, body) = try await driver.get(content: "/v1/activities/\(order)?bundleId=com.example.food")
+                    listed = (try? IsletJSON.decodeValue(Scheduled.self, from: body))?.scheduled?.map(\.sequence) == [1_000]
+                    if !listed { try await Task.sleep(for: .milliseconds(200)) }
+                }
+                #expect(listed, "the lookup does not list the step")
+                #expect(try await stack.received(token: token).count == 1, "nothing sent before its time")
+
+                // No chance to write anything more: the next start reads the step back from the changelog.
+                await stack[.content].kill9()
+                try await stack[.content].start()
+                let pushes = try await driver.received(token: token, through: driver.requestId(step), timeout: .seconds(60))
+                let arrived = try #require(pushes.first { $0.apnsID.lowercased() == driver.requestId(step) })
+                let late = arrived.receivedAt.timeIntervalSince(at)
+                print("scheduled step: at the simulator \(late) s after its time")
+                #expect(late >= -0.05 && late <= 1, "sent \(late) s after its time")
+                let state = try IsletJSON.decodeValue(JSONValue.self, from: Array(arrived.payload.utf8))["aps"]?["content-state"]
+                #expect(state?["status"] == "delivered")
+                #expect(pushes.filter { $0.apnsID.lowercased() == driver.requestId(step) }.count == 1, "sent once")
+                let (_, body) = try await driver.get(content: "/v1/activities/\(order)?bundleId=com.example.food")
+                #expect(try IsletJSON.decodeValue(Scheduled.self, from: body).scheduled == nil, "still listed after it was sent")
+            }
+        }
+
+        /// What the test reads of the lookup's answer.
+        struct Scheduled: Decodable {
+            struct Step: Decodable { var sequence: Int64 }
+            var scheduled: [Step]?
+        }
+
         static let fields: [String: JSONValue] = ["orderId": "7", "storeName": "Casa Lola", "status": "preparing"]
 
         /// The user deletes the app (APNs: 410), reinstalls it, and the app registers the same token again.
