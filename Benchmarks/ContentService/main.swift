@@ -3,6 +3,8 @@
 //               the thumbnail itself (libgd: decode 640×480 JPEG, crop, scale, encode);
 //   restore   — the activity memory rebuilt at start: from the changelog, and from the requests and
 //               outcomes (scripts/bench-content.sh --restore);
+//   steps     — scheduled steps (ActivityEvent.at): the cost of keeping one (CPU to schedule it, resident
+//               bytes), of the sender's look when none is due with a million kept, and of sending one at its time;
 //   pipeline  — events per second through one in-process instance against the broker (event read →
 //               push request acknowledged), next to a pass-through that reads the same events and
 //               writes them back (same librdkafka settings, same in-order marking): the ratio is
@@ -28,7 +30,7 @@ let benchLogger: Logger = {
 @main
 struct ContentBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "islet-content-bench", abstract: "Measure content-service.", subcommands: [Assembly.self, Pipeline.self, Restore.self, Memory.self])
+        commandName: "islet-content-bench", abstract: "Measure content-service.", subcommands: [Assembly.self, Pipeline.self, Restore.self, Memory.self, Steps.self])
 }
 
 func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
@@ -484,6 +486,85 @@ struct Memory: ParsableCommand {
         print(String(format: "after malloc_trim(0): %.1f MB (%.0f bytes per activity)", Double(trimmed) / 1024, trimmedBytes))
         print(String(format: "RESULT content-memory activities=%d token_bytes_per_activity=%.0f memory_bytes_per_activity=%.0f bytes_per_activity=%.0f trimmed_bytes_per_activity=%.0f",
             activities, tokenBytes, memoryBytes, tokenBytes + memoryBytes, trimmedBytes))
+    }
+}
+
+/// Scheduled steps held by one instance: what a million cost (issue 60: one ordered queue, not a timer each).
+struct Steps: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Scheduled steps: CPU and memory to keep them, the idle look, sending one at its time.")
+
+    @Option var templates = "Services/ContentService/Templates"
+    @Option(help: "Activities, each with --per-activity steps (default 125,000 × 8 = 1,000,000 steps).") var activities = 125_000
+    @Option var perActivity = 8
+    @Option(help: "Steps made due and sent in the last part.") var fired = 10_000
+
+    func run() throws {
+        let engine = try makeEngine(templates: templates)
+        let app = "com.example.food"
+        func event(_ activity: Int, sequence: Int64, at: Date?) -> ActivityEvent {
+            var event = deliveryEvent(activity: activity, sequence: sequence)
+            event.bundleId = app
+            event.at = at
+            return event
+        }
+        for activity in 0..<activities {
+            guard case .send(let prepared) = try engine.prepare(event(activity, sequence: 1, at: nil), partition: 0) else { fatalError("not sent") }
+            engine.commit(prepared)
+        }
+        FreeMemory.release()
+        let before = residentKB()
+        let later = Date().addingTimeInterval(3_600)
+        let cpu = try cpuSeconds(pid: getpid())
+        let started = ContinuousClock.now
+        for step in 0..<perActivity {
+            for activity in 0..<activities {
+                let at = later.addingTimeInterval(Double(step * activities + activity) / 1_000)
+                guard case .schedule(let scheduled) = try engine.prepare(event(activity, sequence: Int64(10 + step), at: at), partition: 0) else {
+                    fatalError("not scheduled")
+                }
+                engine.commit(scheduled)
+            }
+        }
+        let steps = activities * perActivity
+        let scheduleSeconds = (ContinuousClock.now - started) / .seconds(1)
+        let scheduleCPU = try cpuSeconds(pid: getpid()) - cpu
+        _ = engine.takeUnwritten(partitions: [0])
+        FreeMemory.release()
+        let after = residentKB()
+        // The sender's look every 200 ms when nothing is due: a peek at the earliest step.
+        let looks = 100_000
+        let lookStarted = ContinuousClock.now
+        var due = 0
+        for _ in 0..<looks where engine.nextStepDue.map({ $0 <= Date() }) == true { due += 1 }
+        let lookSeconds = (ContinuousClock.now - lookStarted) / .seconds(1)
+        precondition(due == 0)
+        // Steps due: `fired` activities get one more each, due in 2 s; then one pass sends them.
+        let soon = Date().addingTimeInterval(2)
+        for activity in 0..<min(fired, activities) {
+            // Replaces the step of sequence 10 (moved earlier).
+            guard case .schedule(let scheduled) = try engine.prepare(event(activity, sequence: 10, at: soon), partition: 0) else { fatalError("not scheduled") }
+            engine.commit(scheduled)
+        }
+        Thread.sleep(until: soon.addingTimeInterval(0.01))
+        let fireCPU = try cpuSeconds(pid: getpid())
+        let fireStarted = ContinuousClock.now
+        var sent = 0
+        for step in engine.dueSteps(owned: nil) {
+            guard case .send(let prepared) = try engine.prepare(step.event, partition: step.partition, firing: true) else { continue }
+            engine.commit(prepared)
+            sent += prepared.requests.count
+        }
+        let fireSeconds = (ContinuousClock.now - fireStarted) / .seconds(1)
+        let fireCPUSeconds = try cpuSeconds(pid: getpid()) - fireCPU
+        guard sent == min(fired, activities) else { throw ValidationError("\(sent) steps sent, not \(min(fired, activities))") }
+        print(String(format: "%d steps kept for %d activities: %.1f µs (%.1f µs CPU) to schedule one, %.0f bytes resident each (VmRSS %.1f → %.1f MB)",
+            steps, activities, scheduleSeconds / Double(steps) * 1e6, scheduleCPU / Double(steps) * 1e6, Double(after - before) * 1_024 / Double(steps),
+            Double(before) / 1_024, Double(after) / 1_024))
+        print(String(format: "the sender's look with none due: %.3f µs; %d steps sent at their time in one pass: %.1f µs (%.1f µs CPU) each",
+            lookSeconds / Double(looks) * 1e6, sent, fireSeconds / Double(sent) * 1e6, fireCPUSeconds / Double(sent) * 1e6))
+        print(String(format: "RESULT content-steps steps=%d schedule_us=%.1f schedule_cpu_us=%.1f bytes_per_step=%.0f look_us=%.3f fire_us=%.1f fire_cpu_us=%.1f",
+            steps, scheduleSeconds / Double(steps) * 1e6, scheduleCPU / Double(steps) * 1e6, Double(after - before) * 1_024 / Double(steps),
+            lookSeconds / Double(looks) * 1e6, fireSeconds / Double(sent) * 1e6, fireCPUSeconds / Double(sent) * 1e6))
     }
 }
 

@@ -3,7 +3,7 @@ import Foundation
 /// content-service's changelog, on `islet.content-memory.v1` (compacted, co-partitioned with the
 /// activity topics): what it remembers of an activity between events, or a partition's checkpoint.
 ///
-/// Exactly one of ``activity``, ``checkpoint`` and ``steps`` is set. The instance that owns an activity
+/// Exactly one of ``activity`` and ``checkpoint`` is set. The instance that owns an activity
 /// partition writes the memory of each activity that changed, under the activity's key, to the
 /// same partition number; then a ``checkpoint`` under the key `checkpoint`: every record of
 /// `islet.push-requests.v1` and `islet.push-outcomes.v1` before its positions is reflected in the
@@ -59,6 +59,9 @@ public struct ContentMemoryRecord: IsletMessage {
         /// The push-to-start key the live activity was started with (its token stands for the
         /// activity's own until that is read).
         public var startedWith: String?
+        /// Events scheduled for later (``ActivityEvent/at``), the earliest first: an event that
+        /// schedules one counts as processed only once a record holding it is written.
+        public var steps: [ActivityEvent]?
 
         public init(
             bundleId: String, activityId: String, partition: Int32, lastSequence: Int64? = nil, lastTimestamp: Int64? = nil,
@@ -66,8 +69,9 @@ public struct ContentMemoryRecord: IsletMessage {
             payloadStoredAt: Position? = nil, payloadLost: Bool? = nil, outcomes: [Outcome]? = nil, contentRequestId: String? = nil,
             resends: Int = 0, lastResendAt: Date? = nil, gone: Bool = false, goneAt: Date? = nil, goneToken: String? = nil,
             inlinedImages: [String]? = nil, pendingImages: [PendingImages]? = nil, outcomePositions: [Position]? = nil,
-            startedWith: String? = nil
+            startedWith: String? = nil, steps: [ActivityEvent]? = nil
         ) {
+            self.steps = steps
             self.bundleId = bundleId
             self.activityId = activityId
             self.partition = partition
@@ -213,46 +217,15 @@ public struct ContentMemoryRecord: IsletMessage {
         }
     }
 
-    /// An activity's scheduled steps (events with a future ``ActivityEvent/at``), under the key
-    /// ``stepsKey(bundleId:activityId:)``: written when a step is taken, before its event counts as
-    /// processed, so that a restart or the partition's next owner still sends it. A tombstone once
-    /// none is left.
-    public struct Steps: Codable, Sendable, Equatable {
-        public var bundleId: String
-        public var activityId: String
-        public var partition: Int32
-        /// The events, the earliest `at` first.
-        public var events: [ActivityEvent]
-
-        public init(bundleId: String, activityId: String, partition: Int32, events: [ActivityEvent]) {
-            self.bundleId = bundleId
-            self.activityId = activityId
-            self.partition = partition
-            self.events = events
-        }
-    }
-
-    /// The key of an activity's scheduled steps: `steps:<bundleId>/<activityId>`.
-    public static func stepsKey(activityKey: String) -> String { stepsPrefix + activityKey }
-    /// What the keys of scheduled steps begin with (activity keys never contain `:`).
-    public static let stepsPrefix = "steps:"
-
     public var schemaVersion: Int
     public var activity: Activity?
     public var checkpoint: Checkpoint?
-    public var steps: Steps?
     /// When the record was written.
     public var writtenAt: Date
 
     public init(activity: Activity, writtenAt: Date, schemaVersion: Int = Self.currentSchemaVersion) {
         self.schemaVersion = schemaVersion
         self.activity = activity
-        self.writtenAt = writtenAt
-    }
-
-    public init(steps: Steps, writtenAt: Date, schemaVersion: Int = Self.currentSchemaVersion) {
-        self.schemaVersion = schemaVersion
-        self.steps = steps
         self.writtenAt = writtenAt
     }
 
@@ -265,17 +238,12 @@ public struct ContentMemoryRecord: IsletMessage {
     /// The activity of its app (`<bundleId>/<activityId>`), or `checkpoint`.
     public var key: String? {
         if let activity { return MessageKey.activity(bundleId: activity.bundleId, activityId: activity.activityId) }
-        if let steps { return Self.stepsKey(activityKey: MessageKey.activity(bundleId: steps.bundleId, activityId: steps.activityId)) }
         return Self.checkpointKey
     }
 
     public func validate() throws(MessageValidationError) {
-        guard [activity != nil, checkpoint != nil, steps != nil].filter({ $0 }).count == 1 else {
-            throw MessageValidationError(field: "activity", problem: "exactly one of activity, checkpoint and steps must be set")
-        }
-        if let steps {
-            try MessageKey.requireBundleId(steps.bundleId, field: "steps.bundleId")
-            try MessageKey.requireActivityId(steps.activityId, field: "steps.activityId")
+        guard (activity == nil) != (checkpoint == nil) else {
+            throw MessageValidationError(field: "activity", problem: "exactly one of activity and checkpoint must be set")
         }
         if let activity {
             try MessageKey.requireBundleId(activity.bundleId, field: "activity.bundleId")

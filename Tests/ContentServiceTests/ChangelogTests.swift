@@ -4,6 +4,7 @@ import IsletMessages
 import IsletTesting
 import IsletTokens
 import Logging
+import Synchronization
 import Testing
 @testable import ContentService
 
@@ -231,12 +232,11 @@ struct ChangelogTests {
         let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: ManualClock(now))
         var checkpoints: [Int32: [KafkaTopicPartition: Int64]] = [:]
         var memories = 0
-        var steps: [String: ContentMemoryRecord.Steps] = [:]
         let logger = Logger(label: "test")
         func apply(_ key: String, _ value: [UInt8]?, partition: Int32 = 0) {
             ContentMemoryLoader.apply(
                 changelog: KafkaMessage(topic: "m", partition: partition, offset: 0, key: Array(key.utf8), value: value), to: engine,
-                checkpoints: &checkpoints, memories: &memories, steps: &steps, metrics: ContentMetrics(), logger: logger)
+                checkpoints: &checkpoints, memories: &memories, metrics: ContentMetrics(), logger: logger)
         }
         let memory = ContentMemoryRecord(activity: .init(bundleId: app.bundleId, activityId: "x", partition: 0, lastSequence: 4), writtenAt: now)
         apply("com.example.food/x", try IsletJSON.encode(memory))
@@ -275,4 +275,54 @@ struct ChangelogTests {
         #expect(engine.unwrittenCount(partitions: [0]) == 1, "still to be written, in a later round")
         producer.shutdown()
     }
+
+    @Test("an event that scheduled a step is processed once a round wrote the activity's memory with the step, not before; revoked first, it is left to the next owner")
+    func scheduledEventWaitsForTheRound() async throws {
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        let clock = ManualClock(now)
+        let bus = MemoryBus(partitions: ["memory": 2, "requests": 2], now: { clock.date })
+        let engine = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
+        let sender = RequestSender(producer: bus, engine: engine, topic: "requests", metrics: ContentMetrics(), logger: quiet)
+        sender.own([0, 1])
+        engine.trackChanges(of: [0, 1])
+        let writer = ChangelogWriter(engine: engine, sender: sender, producer: bus, positions: ReadPositions(), topic: "memory", logger: quiet)
+        var step = delivery(10, "delivered")
+        step.at = now.addingTimeInterval(600)
+        guard case .schedule(let scheduled) = try engine.prepare(step, partition: 0) else {
+            Issue.record("not scheduled")
+            return
+        }
+        engine.commit(scheduled)
+        let done = Raised()
+        let abandoned = Raised()
+        writer.source.afterNextRound(partition: 0, done: { done.raise() }, abandon: { abandoned.raise() })
+        #expect(!done.isRaised, "not before the round")
+        _ = await writer.write()
+        #expect(done.isRaised && !abandoned.isRaised)
+        let written = bus.records("memory", partition: 0).compactMap { $0.value.flatMap { try? IsletJSON.decode(ContentMemoryRecord.self, from: $0) } }
+        #expect(written.last { $0.activity != nil }?.activity?.steps?.map(\.sequence) == [10], "the round wrote the step")
+
+        // Another step, then the partition is revoked before a round: left to the next owner.
+        var other = delivery(11, "delivered", activity: "order-43")
+        other.at = now.addingTimeInterval(600)
+        guard case .schedule(let second) = try engine.prepare(other, partition: 1) else {
+            Issue.record("not scheduled")
+            return
+        }
+        engine.commit(second)
+        let secondDone = Raised()
+        let secondAbandoned = Raised()
+        writer.source.afterNextRound(partition: 1, done: { secondDone.raise() }, abandon: { secondAbandoned.raise() })
+        writer.source.abandonAwaiting([1])
+        _ = await writer.write()
+        #expect(secondAbandoned.isRaised && !secondDone.isRaised)
+    }
+}
+
+/// A flag a callback raises.
+private final class Raised: Sendable {
+    private let raised = Mutex(false)
+    func raise() { raised.withLock { $0 = true } }
+    var isRaised: Bool { raised.withLock { $0 } }
 }

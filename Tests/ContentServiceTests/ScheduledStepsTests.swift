@@ -155,18 +155,18 @@ struct ScheduledStepsTests {
         #expect(engine.steps(of: key).isEmpty)
     }
 
-    @Test("steps read back from the changelog are sent at their time by the next owner; those an applied event superseded are not")
+    @Test("steps travel in the activity's changelog record: the next owner sends them at their time; those a request read after the checkpoint supersedes are not; another partition's wait for its owner")
     func restored() throws {
         try apply(delivery("preparing", .start, sequence: 1))
         try apply(delivery("arrived", sequence: 10, at: 300))
         try apply(delivery("arriving", sequence: 5, at: 200))
-        let memory = try #require(engine.memory(of: key))
-        let steps = memory.steps
-        // Another instance: the memory from the changelog, then the steps record, then a request
-        // read after the checkpoint (sequence 5 was applied after all: its step is superseded).
+        let record = try #require(engine.memory(of: key)).record(activityKey: key, partition: 0)
+        #expect(record.steps?.map(\.sequence) == [5, 10])
+        let decoded = try IsletJSON.decode(ContentMemoryRecord.self, from: IsletJSON.encode(ContentMemoryRecord(activity: record, writtenAt: now)))
+        // Another instance: the memory from the changelog, then a request read after the
+        // checkpoint (sequence 5 was applied after all: its step is superseded).
         let next = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
-        next.restore(key, ActivityMemory(memory.record(activityKey: key, partition: 0)))
-        next.restoreSteps(key, steps, partition: 0)
+        next.restore(key, ActivityMemory(try #require(decoded.activity)))
         #expect(next.steps(of: key).map(\.sequence) == [5, 10])
         guard case .send(let applied) = try engine.prepare(delivery("arriving", sequence: 5), partition: 0) else {
             Issue.record("not sent")
@@ -175,6 +175,8 @@ struct ScheduledStepsTests {
         for request in applied.requests { next.replay(request, partition: 0) }
         #expect(next.steps(of: key).map(\.sequence) == [10])
         clock.advance(300)
+        #expect(next.dueSteps(owned: [1]).isEmpty, "another instance's partition")
+        clock.advance(1)
         var sent: [PushRequest] = []
         for step in next.dueSteps(owned: [0]) {
             if case .send(let prepared) = try next.prepare(step.event, partition: step.partition, firing: true) {
@@ -182,23 +184,69 @@ struct ScheduledStepsTests {
                 sent += prepared.requests
             }
         }
-        #expect(sent.map(\.contentSequence) == [10])
-        // Steps of a partition another instance owns wait for it.
-        try apply(delivery("delivered", sequence: 20, at: 10))
-        clock.advance(10)
-        #expect(engine.dueSteps(owned: [1]).isEmpty)
-        #expect(try fire().map(\.contentSequence) == [20] || engine.steps(of: key).isEmpty == false)
+        #expect(sent.map(\.contentSequence) == [10], "sent by the owner, once it looks")
     }
 
-    @Test("a forgotten activity's steps record gets a tombstone; steps travel in the changelog record and the event's wire form")
-    func changelogForms() throws {
-        let step = delivery("arrived", sequence: 10, at: 300)
+    @Test("an activity ended, then started again under the same id with lower sequences: a step of its first life never reaches the second, also after a restore")
+    func newLife() throws {
+        try apply(delivery("preparing", .start, sequence: 1))
+        try apply(delivery("delivered", sequence: 1_000, at: 600))
+        try apply(delivery("cancelled", .end, sequence: 5))
+        try apply(delivery("preparing", .start, sequence: 6))
+        #expect(engine.steps(of: key).isEmpty)
+        let next = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
+        next.restore(key, ActivityMemory(try #require(engine.memory(of: key)).record(activityKey: key, partition: 0)))
+        clock.advance(600)
+        #expect(next.dueSteps(owned: [0]).isEmpty)
+        #expect(try fire().isEmpty)
+    }
+
+    @Test("a scheduled end whose alerting update was written and the end not (a crash between): the next owner still sends the end, and only the end")
+    func endWrittenInPart() throws {
+        try apply(delivery("preparing", .start, sequence: 1))
+        try apply(delivery("delivered", .end, sequence: 10, at: 300))
+        let before = try #require(engine.memory(of: key)).record(activityKey: key, partition: 0)
+        clock.advance(300)
+        let sent = try fire()
+        try #require(sent.count == 2, "an alerting update before the end: \(sent.map(\.event))")
+        let next = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
+        next.restore(key, ActivityMemory(before))
+        next.replay(sent[0], partition: 0)
+        #expect(next.steps(of: key).map(\.sequence) == [10], "the end is still owed")
+        var again: [PushRequest] = []
+        for step in next.dueSteps(owned: [0]) {
+            if case .send(let prepared) = try next.prepare(step.event, partition: step.partition, firing: true) {
+                next.commit(prepared)
+                again += prepared.requests
+            }
+        }
+        #expect(again.map(\.requestId) == [sent[1].requestId])
+    }
+
+    @Test("a step that names no app keeps the app it was scheduled for; the event's wire form keeps `at`")
+    func appAndWireForm() throws {
+        try apply(delivery("preparing", .start, sequence: 1))
+        var step = delivery("delivered", sequence: 10, at: 300)
+        step.bundleId = nil
+        try apply(step)
+        #expect(engine.steps(of: key).first?.bundleId == app.bundleId)
         let decoded = try IsletJSON.decode(ActivityEvent.self, from: IsletJSON.encode(step))
-        #expect(decoded.at == step.at.map { Date(timeIntervalSince1970: ($0.timeIntervalSince1970 * 1_000).rounded() / 1_000) })
-        let record = ContentMemoryRecord(steps: .init(bundleId: app.bundleId, activityId: "order-42", partition: 0, events: [step]), writtenAt: now)
-        try record.validate()
-        #expect(record.key == "steps:com.example.food/order-42")
-        let back = try IsletJSON.decode(ContentMemoryRecord.self, from: IsletJSON.encode(record))
-        #expect(back.steps?.events.map(\.sequence) == [10])
+        #expect(decoded.at == step.at)
+    }
+
+    @Test("moving a step again and again does not grow the queue without bound")
+    func queueBounded() throws {
+        try apply(delivery("preparing", .start, sequence: 1))
+        for move in 0..<5_000 { try apply(delivery("delivered", sequence: 10, at: 300 + Double(move))) }
+        #expect(engine.queuedSteps < 2_100, "\(engine.queuedSteps) entries for one step")
+        clock.advance(300 + 5_000)
+        let due = engine.dueSteps(owned: [0])
+        #expect(due.map(\.event.sequence) == [10], "\(engine.steps(of: key).map { $0.at?.timeIntervalSince(now) }) \(engine.queuedSteps)")
+        for step in due {
+            guard case .send = try engine.prepare(step.event, partition: step.partition, firing: true) else {
+                Issue.record("not sent: \(try engine.prepare(step.event, partition: step.partition, firing: true))")
+                continue
+            }
+        }
     }
 }

@@ -40,7 +40,7 @@ struct ToleranceTests {
             "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt", "ownerVerified", "locale"],
             "ActivityEvent": [
                 "startTarget", "attributes", "source", "bundleId", "presentation", "presentation.dismissal", "presentation.relevanceScore",
-                "presentation.staleAfterSeconds", "presentation.sound", "presentation.alert", "presentation.alert.body",
+                "presentation.staleAfterSeconds", "presentation.sound", "presentation.alert", "presentation.alert.body", "at",
             ],
             "PushRequest": [
                 "activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state", "channelStoragePolicy",
@@ -51,7 +51,7 @@ struct ToleranceTests {
                 "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType", "channelId", "contentSequence", "announcementId",
             ],
             "ContentMemoryRecord": [
-                "activity", "checkpoint", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",
+                "activity", "checkpoint", "activity.steps", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",
                 "activity.startedAt", "activity.latest", "activity.payloadStoredAt", "activity.payloadLost", "activity.outcomes", "activity.outcomePositions", "activity.startedWith",
                 "activity.contentRequestId", "activity.lastResendAt", "activity.goneAt", "activity.goneToken", "activity.inlinedImages",
                 "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey",

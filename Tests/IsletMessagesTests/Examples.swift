@@ -72,6 +72,11 @@ enum Examples {
         presentation: EventPresentation(
             dismissal: .immediate, relevanceScore: 20, staleAfterSeconds: 60, sound: "default", alert: .init(title: "Delivered", body: "Enjoy your meal")))
 
+    static let activityEventScheduled = ActivityEvent(
+        eventId: "orders-outbox-88315", activityId: "order-42", kind: .update, attributesType: "DeliveryAttributes",
+        fields: ["courierName": .string("Ana"), "status": .string("arriving")], urgency: .important, occurredAt: utc(2026, 11, 22, 10, 15, 30, 123),
+        sequence: 1_795_343_250_000, source: "orders-service", bundleId: foodApp.bundleId, at: utc(2026, 11, 22, 10, 27, 30))
+
     // MARK: PushRequest
 
     static let pushRequest = PushRequest(
@@ -160,6 +165,12 @@ enum Examples {
         writtenAt: utc(2026, 11, 22, 10, 2, 15, 2))
 
     /// Partition 2's checkpoint: its memories reflect every request and outcome before these offsets.
+    static let contentMemorySteps = ContentMemoryRecord(
+        activity: .init(
+            bundleId: foodApp.bundleId, activityId: "order-42", partition: 2, lastSequence: 1_795_342_530_000, lastTimestamp: 1_795_342_530,
+            lastState: "out_for_delivery", startedAt: utc(2026, 11, 22, 10, 2, 11, 500), steps: [activityEventScheduled]),
+        writtenAt: utc(2026, 11, 22, 10, 15, 30, 310))
+
     static let contentMemoryCheckpoint = ContentMemoryRecord(
         checkpoint: .init(
             partition: 2,

@@ -49,7 +49,7 @@ extension ActivityHTTPAPI {
         var sequence: Int64
         var eventId: String
         var kind: String
-        /// The state it shows (its `status` field, when it has one).
+        /// The state it shows (its template's state field, when the event sets it).
         var state: String?
     }
 
@@ -142,7 +142,9 @@ extension ActivityHTTPAPI {
                     : memory.steps.map { step in
                         ScheduledStep(
                             at: step.at ?? .distantPast, sequence: step.sequence, eventId: step.eventId, kind: step.kind.rawValue,
-                            state: { if case .string(let state)? = step.fields["status"] { state } else { nil } }())
+                            state: intake.engine.assembler.templates[step.attributesType].flatMap { template in
+                                if case .string(let state)? = step.fields[template.stateField] { state } else { nil }
+                            })
                     }
             })
         return try Self.json(state)

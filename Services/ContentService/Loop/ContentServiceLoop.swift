@@ -115,7 +115,11 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
         let (tracker, changelog, memory, sender, engine) = (self.tracker, self.changelog, self.memory, self.sender, self.engine)
         return PartitionHandover(
             work: "events under way", finishTimeout: revocationTimeout, releaseTimeout: .seconds(3),
-            stop: { tracker.beginRevoking($0) },
+            stop: { partitions in
+                tracker.beginRevoking(partitions)
+                // Events that scheduled a step and wait for a round are left to the next owner.
+                changelog?.source.abandonAwaiting(Set(partitions.map(\.partition)))
+            },
             finish: { partitions, timeout in
                 // Events still queued in the lanes are left to the next owner: only those started are waited for.
                 await tracker.waitUntilClosed(partitions, timeout: timeout) { tracker.abandonUnstarted(Set(partitions)) }
@@ -138,6 +142,7 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
                 tracker.revoke(partitions)
                 // Also when they were lost (the session expired), which calls no revocation handler.
                 memory?.revoked(Set(partitions.map(\.partition)))
+                changelog?.source.abandonAwaiting(Set(partitions.map(\.partition)))
             })
     }
 
@@ -208,9 +213,13 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
         case .schedule(let scheduled):
             metrics.eventScheduled()
             logger.debug("event scheduled", metadata: ["activity.id": "\(event.activityId)", "event.at": "\(event.at.map { "\($0)" } ?? "")"])
-            if let changelog { try await sender.persist(scheduled, topic: changelog.topic, partition: raw.partition) }
             engine.commit(scheduled)
-            done(work)
+            // Processed once the changelog holds the step: a crash before that reads the event again.
+            if let changelog {
+                changelog.source.afterNextRound(partition: raw.partition, done: { done(work) }, abandon: { tracker.abandon(work) })
+            } else {
+                done(work)
+            }
         case .send(let prepared):
             metrics.eventSent(shrunk: !prepared.shrinks.isEmpty)
             // In flight: the next event goes on while Kafka acknowledges these.

@@ -170,29 +170,4 @@ public final class RequestSender: Sendable {
     }
 
     private func count(_ request: PushRequest) { metrics.request(request) }
-
-    /// Writes the activity's scheduled steps to the changelog (`topic`, in `partition`), until
-    /// Kafka acknowledges them: the event that added one is processed only then, so that a crash
-    /// or the partition's next owner still sends it. A broker that does not answer holds the lane
-    /// (as an unacknowledged request holds its event), never loses the step.
-    func persist(_ scheduled: ContentEngine.Scheduled, topic: String, partition: Int32) async throws {
-        let key = scheduled.activityKey
-        let record = ContentMemoryRecord(
-            steps: .init(
-                bundleId: String(key.prefix { $0 != "/" }), activityId: String(key.drop { $0 != "/" }.dropFirst()), partition: partition,
-                events: scheduled.steps),
-            writtenAt: engine.clock.date)
-        let value = try IsletJSON.encode(record)
-        var backoff = Duration.milliseconds(100)
-        while true {
-            do {
-                _ = try await producer.send(topic: topic, key: ContentMemoryRecord.stepsKey(activityKey: key), value: value, headers: [], partition: partition)
-                return
-            } catch {
-                logger.warning("scheduled steps not persisted; retrying", metadata: ["activity.key": "\(key)", "error": "\(error)"])
-                try await Task.sleep(for: backoff)
-                backoff = min(backoff * 2, .seconds(5))
-            }
-        }
-    }
 }

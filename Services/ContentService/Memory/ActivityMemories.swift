@@ -27,6 +27,8 @@ struct ActivityMemories {
     var deadlines = DeadlineQueue()
     /// The activities' scheduled steps by their time.
     var steps = StepQueue()
+    /// Steps queued when the queue was last made again from the memories.
+    var stepsAtRebuild = 0
     /// The live activities that were not fresh when last looked at, and their class. Exact as
     /// long as the clock does not step back: a class changes by time alone only at a deadline.
     var notFresh: [Int32: Freshness] = [:]
@@ -106,14 +108,10 @@ struct ActivityMemories {
             return
         }
         if !restored { unwritten(key, partition: memory?.partition ?? previous?.partition) }
-        // Forgotten with steps in the changelog: their record goes too (a later activity of the
-        // same id, whose sequences start again, must not inherit them).
-        if !restored, memory == nil, let previous, previous.stepsRecorded {
-            unwritten(ContentMemoryRecord.stepsKey(activityKey: key), partition: previous.partition)
-        }
         changed(slot, memory, wasLive: previous?.isLive == true, wasGone: previous?.gone == true, now: now, policy: policy)
         if let memory {
             slots[Int(slot)].memory = memory
+            if memory.steps != (previous?.steps ?? []) { queueSteps(memory.steps, of: slot, previous: previous?.steps ?? []) }
         } else {
             slots[Int(slot)] = Slot(key: "", memory: ActivityMemory())
             index[key] = nil
@@ -128,9 +126,26 @@ struct ActivityMemories {
     mutating func update(_ key: String, now: Date, policy: FreshnessPolicy, _ change: (inout ActivityMemory) -> Void) {
         guard let slot = index[key] else { return }
         let (wasLive, wasGone) = (slots[Int(slot)].memory.isLive, slots[Int(slot)].memory.gone)
+        let steps = slots[Int(slot)].memory.steps
         change(&slots[Int(slot)].memory)
+        if slots[Int(slot)].memory.steps != steps { queueSteps(slots[Int(slot)].memory.steps, of: slot, previous: steps) }
         unwritten(key, partition: slots[Int(slot)].memory.partition)
         changed(slot, slots[Int(slot)].memory, wasLive: wasLive, wasGone: wasGone, now: now, policy: policy)
+    }
+
+    /// The steps of the activity in `slot` that are new (not in `previous`) wait in the queue for their time.
+    private mutating func queueSteps(_ current: [ActivityEvent], of slot: Int32, previous: [ActivityEvent]) {
+        for step in current where !previous.contains(where: { $0.sequence == step.sequence && $0.at == step.at }) {
+            steps.insert(step, slot: slot)
+        }
+        // Entries of superseded or moved steps wait for their time; should they outnumber the
+        // steps kept, the queue is made again from the memories (amortised: it has doubled since).
+        if steps.count > 2 * stepsAtRebuild + 1_024 {
+            var queue = StepQueue()
+            for (_, slot, memory) in all { for step in memory.steps { queue.insert(step, slot: slot) } }
+            steps = queue
+            stepsAtRebuild = queue.count
+        }
     }
 
     private mutating func changed(_ slot: Int32, _ memory: ActivityMemory?, wasLive: Bool, wasGone: Bool, now: Date, policy: FreshnessPolicy) {

@@ -63,13 +63,11 @@ public struct ActivityMemory: Sendable, Equatable {
         var waiting: [WaitingOutcome] = []
         /// Events scheduled for later, the earliest first.
         var steps: [ActivityEvent] = []
-        /// The changelog holds a record of the steps (a tombstone is owed once none is left).
-        var stepsRecorded = false
 
         var isEmpty: Bool {
             goneAt == nil && goneToken == nil && inlinedImages.isEmpty && pendingImages.isEmpty && pushToStartKey == nil && startedWith == nil
                 && contentRequestId == nil
-                && request == nil && waiting.isEmpty && steps.isEmpty && !stepsRecorded
+                && request == nil && waiting.isEmpty && steps.isEmpty
         }
     }
 
@@ -227,12 +225,6 @@ public struct ActivityMemory: Sendable, Equatable {
     /// supersedes it first.
     public var steps: [ActivityEvent] { rare.steps }
 
-    /// The changelog holds a record of ``steps`` (when none is left, it is owed a tombstone).
-    var stepsRecorded: Bool {
-        get { rare.stepsRecorded }
-        set { if newValue != rare.stepsRecorded { withExtras { $0.stepsRecorded = newValue } } }
-    }
-
     /// Most steps an activity may have scheduled at once.
     public static let maximumSteps = 8
 
@@ -246,11 +238,9 @@ public struct ActivityMemory: Sendable, Equatable {
         }
     }
 
-    /// Puts back the steps a changelog record holds: those an event already applied supersedes are left out.
+    /// Puts back the steps a changelog record holds.
     mutating func restoreSteps(_ events: [ActivityEvent]) {
-        withExtras { $0.steps = [] }
-        for event in events where lastSequence.map({ event.sequence > $0 }) ?? true { schedule(event) }
-        stepsRecorded = true
+        for event in events { schedule(event) }
     }
 
     /// The step of `sequence` lets go (due, and not to be sent: ignored).
@@ -259,10 +249,22 @@ public struct ActivityMemory: Sendable, Equatable {
         withExtras { extras in extras.steps.removeAll { $0.sequence == sequence } }
     }
 
-    /// Steps superseded: by an event applied with `sequence` (theirs at or below it), or all of them.
-    mutating func dropSteps(through sequence: Int64? = nil) {
+    /// Steps superseded: by an event applied with `sequence` (theirs at or below it), or all of
+    /// them. An end step whose alerting update `request` is stays: its end is still owed (the
+    /// update was written, the end not: ``ContentEngine/endWrittenInPart(_:activityKey:memory:)``).
+    mutating func dropSteps(through sequence: Int64? = nil, after request: PushRequest? = nil) {
         guard !rare.steps.isEmpty else { return }
-        withExtras { extras in extras.steps.removeAll { step in sequence.map { step.sequence <= $0 } ?? true } }
+        withExtras { extras in
+            extras.steps.removeAll { step in
+                guard sequence.map({ step.sequence <= $0 }) ?? true else { return false }
+                if let request, step.kind == .end,
+                    RequestIds.alertBeforeEnd(bundleId: request.app.bundleId, activityId: step.activityId, eventId: step.eventId) == request.requestId
+                {
+                    return false
+                }
+                return true
+            }
+        }
     }
 
     /// The dispatcher's answer to one of the activity's requests, if it came: the latest's, or
@@ -324,7 +326,7 @@ public struct ActivityMemory: Sendable, Equatable {
         if request.sourceEventId != nil {
             lastSequence = max(lastSequence ?? request.contentSequence, request.contentSequence)
             // Steps the content supersedes (an event at or above their sequence, or one of them sent).
-            dropSteps(through: request.contentSequence)
+            dropSteps(through: request.contentSequence, after: request)
             contentRequestId = request.requestId
             resends = 0
             lastResendAt = nil

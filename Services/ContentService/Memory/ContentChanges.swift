@@ -25,6 +25,34 @@ public final class ContentChanges: ChangelogSource {
     let settleTimeout: Duration
     /// The positions each partition's last checkpoint named (not written again unchanged).
     private let checkpoints = Mutex<[Int32: [KafkaTopicPartition: Int64]]>([:])
+    /// Events that scheduled a step (``ContentEngine/commit(_:)-(Scheduled)``), by partition: each
+    /// is processed once a round wrote its activity's memory — waiting for the next round, or in
+    /// the round under way (taken after the step was kept).
+    private let awaiting = Mutex<(next: [Int32: [Awaiting]], inRound: [Int32: [Awaiting]])>(([:], [:]))
+
+    /// An event waiting for the changelog, and what to do with it.
+    struct Awaiting: Sendable {
+        /// Written: the event is processed.
+        let done: @Sendable () -> Void
+        /// Its partition goes to another instance first: left to the next owner, which reads it again.
+        let abandon: @Sendable () -> Void
+    }
+
+    /// Calls `done` once a round has written the memories of `partition` as they are now, or
+    /// `abandon` when the partition is revoked before that.
+    public func afterNextRound(partition: Int32, done: @escaping @Sendable () -> Void, abandon: @escaping @Sendable () -> Void) {
+        awaiting.withLock { $0.next[partition, default: []].append(Awaiting(done: done, abandon: abandon)) }
+    }
+
+    /// The partitions are being revoked: the events waiting for the next round are left to their
+    /// next owner (the revocation's round writes the memories, and the owner reads the events
+    /// again: a step read twice is kept once). Those in the round under way finish with it.
+    public func abandonAwaiting(_ partitions: Set<Int32>) {
+        let abandoned = awaiting.withLock { awaiting in
+            partitions.flatMap { awaiting.next.removeValue(forKey: $0) ?? [] }
+        }
+        for item in abandoned { item.abandon() }
+    }
 
     init(engine: ContentEngine, sender: RequestSender, positions: ReadPositions, settleTimeout: Duration) {
         self.engine = engine
@@ -54,6 +82,10 @@ public final class ContentChanges: ChangelogSource {
         let taken = try? await sender.turn { () async -> ([KafkaTopicPartition: Int64], [ContentEngine.Unwritten])? in
             guard await sender.settle(within: settleTimeout) else { return nil }
             let current = positions.current
+            // The events that scheduled a step so far: their memories are in what is taken now.
+            self.awaiting.withLock { awaiting in
+                for partition in partitions { if let items = awaiting.next.removeValue(forKey: partition) { awaiting.inRound[partition, default: []] += items } }
+            }
             return (current, engine.takeUnwritten(partitions: partitions))
         }
         guard let taken = taken ?? nil else {
@@ -88,6 +120,16 @@ public final class ContentChanges: ChangelogSource {
     ) async -> (failed: Set<Int32>, error: (any Error)?) {
         let named = round.sorted { ($0.key.topic, $0.key.partition) < ($1.key.topic, $1.key.partition) }
             .map { ContentMemoryRecord.Position(topic: $0.key.topic, partition: $0.key.partition, offset: $0.value) }
+        // The memories of `partitions` are written (those whose writes failed are not among them):
+        // the events waiting for them are processed; the others wait for the next round.
+        let finished = awaiting.withLock { awaiting in
+            defer {
+                for (partition, items) in awaiting.inRound { awaiting.next[partition, default: []] += items }
+                awaiting.inRound = [:]
+            }
+            return partitions.flatMap { awaiting.inRound.removeValue(forKey: $0) ?? [] }
+        }
+        for item in finished { item.done() }
         var failed = (Set<Int32>(), (any Error)?.none)
         for partition in partitions.sorted() where written.contains(partition) || checkpoints.withLock({ $0[partition] }) != round {
             do {

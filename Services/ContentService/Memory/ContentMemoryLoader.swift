@@ -192,9 +192,6 @@ public final class ContentMemoryLoader: Service, Sendable {
     struct Changelog {
         var memories = 0
         var checkpoints: [Int32: [KafkaTopicPartition: Int64]] = [:]
-        /// Scheduled steps by activity key: put back once every memory is (a steps record may
-        /// come before its activity's memory record).
-        var steps: [String: ContentMemoryRecord.Steps] = [:]
     }
 
     /// Runs `read` until it succeeds, after a backoff of 1 s doubling to 30 s; `nil` when the
@@ -221,11 +218,7 @@ public final class ContentMemoryLoader: Service, Sendable {
         do {
             try await readToEnd([changelogTopic], partitions: partitions.sorted(), since: nil, startAt: [:]) { [engine, metrics, logger] message in
                 Self.apply(
-                    changelog: message, to: engine, checkpoints: &changelog.checkpoints, memories: &changelog.memories, steps: &changelog.steps,
-                    metrics: metrics, logger: logger)
-            }
-            for (key, steps) in changelog.steps.sorted(by: { $0.key < $1.key }) {
-                engine.restoreSteps(String(key.dropFirst(ContentMemoryRecord.stepsPrefix.count)), steps.events, partition: steps.partition)
+                    changelog: message, to: engine, checkpoints: &changelog.checkpoints, memories: &changelog.memories, metrics: metrics, logger: logger)
             }
         } catch where "\(error)".contains("does not exist") {
             logger.error(
@@ -275,19 +268,13 @@ public final class ContentMemoryLoader: Service, Sendable {
 
     static func apply(
         changelog message: KafkaMessage, to engine: ContentEngine, checkpoints: inout [Int32: [KafkaTopicPartition: Int64]],
-        memories: inout Int, steps: inout [String: ContentMemoryRecord.Steps], metrics: ContentMetrics, logger: Logger
+        memories: inout Int, metrics: ContentMetrics, logger: Logger
     ) {
         guard let value = message.value else {
             // A tombstone: the activity was forgotten, or the partition's checkpoint deleted (an
             // operator's way to have the memory rebuilt from the requests and outcomes).
             guard let key = message.keyString else { return }
-            if key == ContentMemoryRecord.checkpointKey {
-                checkpoints[message.partition] = nil
-            } else if key.hasPrefix(ContentMemoryRecord.stepsPrefix) {
-                steps[key] = nil
-            } else {
-                engine.restore(key, nil)
-            }
+            if key == ContentMemoryRecord.checkpointKey { checkpoints[message.partition] = nil } else { engine.restore(key, nil) }
             return
         }
         do {
@@ -295,8 +282,6 @@ public final class ContentMemoryLoader: Service, Sendable {
             if let activity = record.activity {
                 engine.restore(MessageKey.activity(bundleId: activity.bundleId, activityId: activity.activityId), ActivityMemory(activity))
                 memories += 1
-            } else if let record = record.steps {
-                steps[ContentMemoryRecord.stepsKey(activityKey: MessageKey.activity(bundleId: record.bundleId, activityId: record.activityId))] = record
             } else if let checkpoint = record.checkpoint {
                 checkpoints[message.partition] = Dictionary(
                     checkpoint.positions.compactMap { position in

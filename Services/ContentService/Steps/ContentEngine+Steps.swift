@@ -3,9 +3,10 @@ import IsletMessages
 import Synchronization
 
 /// Scheduled steps: events a backend sends ahead of their time (``ActivityEvent/at``), "at 12:41
-/// show arrived". The activity's memory keeps them (``ActivityMemory/steps``), the changelog holds
-/// them (a record under ``ContentMemoryRecord/stepsKey(activityKey:)``, written before the event
-/// counts as processed), and one ordered queue of the instance (``StepQueue``) finds those due;
+/// show arrived". The activity's memory keeps them (``ActivityMemory/steps``), and with it the
+/// changelog (the event that schedules one counts as processed only once a round wrote the
+/// activity's memory: ``ContentChanges/afterNextRound(partition:done:abandon:)``), and one ordered
+/// queue of the instance (``StepQueue``) finds those due;
 /// ``StepSender`` sends each at its time as the event it is, assembled then (the token, app
 /// version and alert window of that moment). A step is superseded, never sent, by an event applied
 /// first with its sequence or above, by the activity's end, or by a step with the same sequence.
@@ -43,46 +44,26 @@ extension ContentEngine {
                 field: "at",
                 problem: "the activity has \(ActivityMemory.maximumSteps) steps scheduled already: send one with the same sequence to change it, or wait for one to pass")
         }
-        memory.schedule(event)
-        return .schedule(Scheduled(activityKey: preparation.inputs.activityKey, event: event, partition: memory.partition, steps: memory.steps))
+        // Its app as resolved now: at its time another app may have the same activity id live.
+        var kept = event
+        kept.bundleId = String(preparation.inputs.activityKey.prefix { $0 != "/" })
+        memory.schedule(kept)
+        return .schedule(Scheduled(activityKey: preparation.inputs.activityKey, event: kept, partition: memory.partition, steps: memory.steps))
     }
 
-    /// The changelog holds the activity's steps (or there is none: tests, the simulator): the
-    /// memory keeps the step, and the queue of steps finds it at its time.
+    /// The memory keeps the step (the queue of steps finds it at its time). Its event is
+    /// processed once the changelog has it (``ContentChanges/afterNextRound(partition:done:abandon:)``).
     public func commit(_ scheduled: Scheduled) {
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             if state.index[scheduled.activityKey] != nil {
-                state.update(scheduled.activityKey, now: now, policy: policy) { memory in
-                    memory.schedule(scheduled.event)
-                    memory.stepsRecorded = true
-                }
+                state.update(scheduled.activityKey, now: now, policy: policy) { $0.schedule(scheduled.event) }
             } else {
                 var memory = ActivityMemory()
                 memory.partition = scheduled.partition
                 memory.schedule(scheduled.event)
-                memory.stepsRecorded = true
                 state.set(scheduled.activityKey, memory, now: now, policy: policy)
             }
-            if let slot = state.index[scheduled.activityKey] { state.steps.insert(scheduled.event, slot: slot) }
-        }
-    }
-
-    /// An activity's steps read from the changelog (after its memory): those an event applied
-    /// since supersedes are left out.
-    public func restoreSteps(_ activityKey: String, _ events: [ActivityEvent], partition: Int32) {
-        let (now, policy) = (clock.date, freshness)
-        state.withLock { state in
-            if state.index[activityKey] == nil {
-                // Steps of an activity whose memory was forgotten: nothing to send them to.
-                guard !events.isEmpty else { return }
-                var memory = ActivityMemory()
-                memory.partition = partition
-                state.set(activityKey, memory, now: now, policy: policy, restored: true)
-            }
-            guard let slot = state.index[activityKey] else { return }
-            state.slots[Int(slot)].memory.restoreSteps(events)
-            for step in state.slots[Int(slot)].memory.steps { state.steps.insert(step, slot: slot) }
         }
     }
 
@@ -93,25 +74,49 @@ extension ContentEngine {
         public let partition: Int32?
     }
 
+    /// Steps sent in one pass at most (the pass holds the whole turn: events wait meanwhile); the
+    /// rest go in the next, 200 ms later.
+    public static let stepsPerPass = 1_000
+
     /// The steps whose time has come, of the partitions in `owned` (`nil`: all), the earliest
-    /// first; those of other partitions wait for their owner (looked at again in a second). Send
-    /// each through ``prepare(_:partition:images:firing:)`` with `firing`.
+    /// first, at most ``stepsPerPass``; those of other partitions wait for their owner (looked at
+    /// again in a second). Send each through ``prepare(_:partition:images:firing:)`` with `firing`.
     public func dueSteps(owned: Set<Int32>?) -> [DueStep] {
         let now = clock.date
         return state.withLock { state in
             var due: [DueStep] = []
-            for entry in state.steps.popDue(now: now) {
+            // (A step queued twice — restored, then its event read again — comes out once.)
+            var seen = Set<String>()
+            // Entries of superseded or moved steps come out too: taken in batches until enough are due.
+            var entries: [StepQueue.Entry] = []
+            while due.count < Self.stepsPerPass {
+                if entries.isEmpty { entries = state.steps.popDue(now: now, limit: Self.stepsPerPass).reversed() }
+                guard let entry = entries.popLast() else { break }
                 let (slot, key, memory) = (entry.slot, state.slots[Int(entry.slot)].key, state.slots[Int(entry.slot)].memory)
                 // Still kept as it was when queued (not superseded, moved, nor of a forgotten activity).
-                guard !key.isEmpty, memory.isLive || memory.latest == nil,
-                    let event = memory.steps.first(where: { $0.sequence == entry.sequence && $0.at?.timeIntervalSinceReferenceDate == entry.at })
+                guard !key.isEmpty,
+                    let event = memory.steps.first(where: { $0.sequence == entry.sequence && $0.at?.timeIntervalSinceReferenceDate == entry.at }),
+                    seen.insert("\(entry.slot):\(entry.sequence)").inserted
                 else { continue }
                 guard ActivityMemories.isOwned(memory, by: owned) else {
                     state.steps.insert(event, slot: slot, at: now.addingTimeInterval(1))
                     continue
                 }
+                if memory.ended {
+                    // (An end read back after the step was restored: it supersedes every step.)
+                    state.update(key, now: now, policy: freshness) { $0.dropSteps() }
+                    continue
+                }
+                if memory.gone {
+                    // Its token is dead (APNs said so): looked at again in a minute, sent if the app
+                    // registered a token again by then (the monitor revives the activity).
+                    state.steps.insert(event, slot: slot, at: now.addingTimeInterval(60))
+                    continue
+                }
                 due.append(DueStep(activityKey: key, event: event, partition: memory.partition))
             }
+            // Due but beyond this pass: back in the queue for the next.
+            for entry in entries { state.steps.insert(entry) }
             return due
         }
     }
@@ -126,6 +131,9 @@ extension ContentEngine {
             }
         }
     }
+
+    /// Entries in the queue of steps (tests: bounded).
+    var queuedSteps: Int { state.withLock { $0.steps.count } }
 
     /// The earliest time a step is due, if any is kept (the sender sleeps until then).
     public var nextStepDue: Date? { state.withLock { $0.steps.nextDue } }

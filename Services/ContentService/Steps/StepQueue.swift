@@ -7,9 +7,10 @@ import IsletMessages
 /// million steps cost 32 bytes each and a pass only what is due. Entries are checked against the
 /// activity's memory when they come out: a step superseded, moved or of a forgotten activity
 /// (its slot reused) is dropped then. Entries of superseded steps wait for their time (at most
-/// 8 hours); should they come to outnumber the steps kept, the owner rebuilds the queue.
+/// 8 hours); should they come to outnumber the steps kept, the owner makes the queue again
+/// (``ActivityMemories``).
 struct StepQueue: Sendable {
-    struct Entry: Comparable, Sendable {
+    struct Entry: Comparable, Hashable, Sendable {
         /// When it is due (seconds since the reference date).
         var due: Double
         var slot: Int32
@@ -28,11 +29,15 @@ struct StepQueue: Sendable {
             Entry(due: (at ?? time).timeIntervalSinceReferenceDate, slot: slot, sequence: step.sequence, at: time.timeIntervalSinceReferenceDate))
     }
 
-    /// Removes the entries due at `now`, earliest first: check each against its activity's steps.
-    mutating func popDue(now: Date) -> [Entry] {
+    /// Puts back an entry taken out.
+    mutating func insert(_ entry: Entry) { heap.insert(entry) }
+
+    /// Removes the entries due at `now` (at most `limit`), earliest first: check each against its
+    /// activity's steps.
+    mutating func popDue(now: Date, limit: Int = .max) -> [Entry] {
         let now = now.timeIntervalSinceReferenceDate
         var due: [Entry] = []
-        while let first = heap.min, first.due <= now { due.append(heap.removeMin()) }
+        while due.count < limit, let first = heap.min, first.due <= now { due.append(heap.removeMin()) }
         return due
     }
 
