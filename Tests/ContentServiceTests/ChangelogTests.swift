@@ -317,6 +317,17 @@ struct ChangelogTests {
         writer.source.abandonAwaiting([1])
         _ = await writer.write()
         #expect(secondAbandoned.isRaised && !secondDone.isRaised)
+        // An event that comes to wait while its partition is being revoked is left to the next
+        // owner at once (the revocation does not wait for it); assigned again, events wait again.
+        let late = Raised()
+        writer.source.afterNextRound(partition: 1, done: {}, abandon: { late.raise() })
+        #expect(late.isRaised)
+        writer.source.reopen([1])
+        let again = Raised()
+        writer.source.afterNextRound(partition: 1, done: { again.raise() }, abandon: {})
+        #expect(!again.isRaised)
+        _ = await writer.write()
+        #expect(again.isRaised)
     }
 }
 

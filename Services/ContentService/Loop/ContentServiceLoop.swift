@@ -133,6 +133,7 @@ public struct ContentServiceLoop<Consumer: GroupMessageSource>: Service {
                 return try await sender.turn({ await memory.restore(Set(partitions.map(\.partition))) }) != nil
             },
             own: { partitions in
+                changelog?.source.reopen(Set(partitions.map(\.partition)))
                 sender.own(partitions.map(\.partition))
                 engine.trackChanges(of: sender.ownedPartitions)
             },

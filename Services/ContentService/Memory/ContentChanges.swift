@@ -28,7 +28,9 @@ public final class ContentChanges: ChangelogSource {
     /// Events that scheduled a step (``ContentEngine/commit(_:)-(Scheduled)``), by partition: each
     /// is processed once a round wrote its activity's memory — waiting for the next round, or in
     /// the round under way (taken after the step was kept).
-    private let awaiting = Mutex<(next: [Int32: [Awaiting]], inRound: [Int32: [Awaiting]])>(([:], [:]))
+    /// Partitions being revoked (``abandonAwaiting(_:)``, until ``reopen(_:)``): an event of one that
+    /// comes to wait now is left to the next owner at once, so that no revocation waits for a round.
+    private let awaiting = Mutex<(next: [Int32: [Awaiting]], inRound: [Int32: [Awaiting]], closed: Set<Int32>)>(([:], [:], []))
 
     /// An event waiting for the changelog, and what to do with it.
     struct Awaiting: Sendable {
@@ -41,7 +43,12 @@ public final class ContentChanges: ChangelogSource {
     /// Calls `done` once a round has written the memories of `partition` as they are now, or
     /// `abandon` when the partition is revoked before that.
     public func afterNextRound(partition: Int32, done: @escaping @Sendable () -> Void, abandon: @escaping @Sendable () -> Void) {
-        awaiting.withLock { $0.next[partition, default: []].append(Awaiting(done: done, abandon: abandon)) }
+        let closed = awaiting.withLock { awaiting in
+            if awaiting.closed.contains(partition) { return true }
+            awaiting.next[partition, default: []].append(Awaiting(done: done, abandon: abandon))
+            return false
+        }
+        if closed { abandon() }
     }
 
     /// The partitions are being revoked: the events waiting for the next round are left to their
@@ -49,9 +56,15 @@ public final class ContentChanges: ChangelogSource {
     /// again: a step read twice is kept once). Those in the round under way finish with it.
     public func abandonAwaiting(_ partitions: Set<Int32>) {
         let abandoned = awaiting.withLock { awaiting in
-            partitions.flatMap { awaiting.next.removeValue(forKey: $0) ?? [] }
+            awaiting.closed.formUnion(partitions)
+            return partitions.flatMap { awaiting.next.removeValue(forKey: $0) ?? [] }
         }
         for item in abandoned { item.abandon() }
+    }
+
+    /// The partitions are this instance's again (assigned): their events wait for rounds again.
+    public func reopen(_ partitions: Set<Int32>) {
+        awaiting.withLock { $0.closed.subtract(partitions) }
     }
 
     init(engine: ContentEngine, sender: RequestSender, positions: ReadPositions, settleTimeout: Duration) {
@@ -122,14 +135,18 @@ public final class ContentChanges: ChangelogSource {
             .map { ContentMemoryRecord.Position(topic: $0.key.topic, partition: $0.key.partition, offset: $0.value) }
         // The memories of `partitions` are written (those whose writes failed are not among them):
         // the events waiting for them are processed; the others wait for the next round.
-        let finished = awaiting.withLock { awaiting in
-            defer {
-                for (partition, items) in awaiting.inRound { awaiting.next[partition, default: []] += items }
-                awaiting.inRound = [:]
+        let (finished, abandoned) = awaiting.withLock { awaiting in
+            let finished = partitions.flatMap { awaiting.inRound.removeValue(forKey: $0) ?? [] }
+            // Not written: the next round, unless their partition is being revoked meanwhile.
+            var abandoned: [Awaiting] = []
+            for (partition, items) in awaiting.inRound {
+                if awaiting.closed.contains(partition) { abandoned += items } else { awaiting.next[partition, default: []] += items }
             }
-            return partitions.flatMap { awaiting.inRound.removeValue(forKey: $0) ?? [] }
+            awaiting.inRound = [:]
+            return (finished, abandoned)
         }
         for item in finished { item.done() }
+        for item in abandoned { item.abandon() }
         var failed = (Set<Int32>(), (any Error)?.none)
         for partition in partitions.sorted() where written.contains(partition) || checkpoints.withLock({ $0[partition] }) != round {
             do {
