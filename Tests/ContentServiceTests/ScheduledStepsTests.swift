@@ -38,8 +38,9 @@ struct ScheduledStepsTests {
         }
     }
 
-    /// What StepSender does: the steps due now, sent (or let go).
-    func fire() throws -> [PushRequest] {
+    /// What StepSender does: the steps due now, sent (or let go), by `engine` (this test's by default).
+    func fire(_ other: ContentEngine? = nil) throws -> [PushRequest] {
+        let engine = other ?? self.engine
         var sent: [PushRequest] = []
         for step in engine.dueSteps(owned: [0]) {
             if case .send(let prepared) = try engine.prepare(step.event, partition: step.partition, firing: true) {
@@ -177,14 +178,7 @@ struct ScheduledStepsTests {
         clock.advance(300)
         #expect(next.dueSteps(owned: [1]).isEmpty, "another instance's partition")
         clock.advance(1)
-        var sent: [PushRequest] = []
-        for step in next.dueSteps(owned: [0]) {
-            if case .send(let prepared) = try next.prepare(step.event, partition: step.partition, firing: true) {
-                next.commit(prepared)
-                sent += prepared.requests
-            }
-        }
-        #expect(sent.map(\.contentSequence) == [10], "sent by the owner, once it looks")
+        #expect(try fire(next).map(\.contentSequence) == [10], "sent by the owner, once it looks")
     }
 
     @Test("an activity ended, then started again under the same id with lower sequences: a step of its first life never reaches the second, also after a restore")
@@ -213,14 +207,7 @@ struct ScheduledStepsTests {
         next.restore(key, ActivityMemory(before))
         next.replay(sent[0], partition: 0)
         #expect(next.steps(of: key).map(\.sequence) == [10], "the end is still owed")
-        var again: [PushRequest] = []
-        for step in next.dueSteps(owned: [0]) {
-            if case .send(let prepared) = try next.prepare(step.event, partition: step.partition, firing: true) {
-                next.commit(prepared)
-                again += prepared.requests
-            }
-        }
-        #expect(again.map(\.requestId) == [sent[1].requestId])
+        #expect(try fire(next).map(\.requestId) == [sent[1].requestId])
     }
 
     @Test("a step that names no app keeps the app it was scheduled for; the event's wire form keeps `at`")

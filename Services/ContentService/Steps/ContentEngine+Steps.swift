@@ -18,8 +18,6 @@ extension ContentEngine {
         public let event: ActivityEvent
         /// The partition of the activity's records (the changelog record's too).
         public let partition: Int32?
-        /// Every step of the activity once this one is kept, the earliest first.
-        public let steps: [ActivityEvent]
     }
 
     /// How far ahead of now an event's `at` must be to be kept for later: nearer, it is sent at once
@@ -48,7 +46,7 @@ extension ContentEngine {
         var kept = event
         kept.bundleId = String(preparation.inputs.activityKey.prefix { $0 != "/" })
         memory.schedule(kept)
-        return .schedule(Scheduled(activityKey: preparation.inputs.activityKey, event: kept, partition: memory.partition, steps: memory.steps))
+        return .schedule(Scheduled(activityKey: preparation.inputs.activityKey, event: kept, partition: memory.partition))
     }
 
     /// The memory keeps the step (the queue of steps finds it at its time). Its event is
@@ -56,14 +54,10 @@ extension ContentEngine {
     public func commit(_ scheduled: Scheduled) {
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
-            if state.index[scheduled.activityKey] != nil {
-                state.update(scheduled.activityKey, now: now, policy: policy) { $0.schedule(scheduled.event) }
-            } else {
-                var memory = ActivityMemory()
-                memory.partition = scheduled.partition
-                memory.schedule(scheduled.event)
-                state.set(scheduled.activityKey, memory, now: now, policy: policy)
-            }
+            var memory = state.memory(scheduled.activityKey) ?? ActivityMemory()
+            if memory.partition == nil { memory.partition = scheduled.partition }
+            memory.schedule(scheduled.event)
+            state.set(scheduled.activityKey, memory, now: now, policy: policy)
         }
     }
 

@@ -20,7 +20,7 @@ public final class ChangelogWriter<Source: ChangelogSource>: Service, Sendable {
 
     public let source: Source
     let producer: any MessageSink
-    public let topic: String
+    let topic: String
     public let interval: Duration
     /// Records encoded and handed to the producer at once.
     let slice: Int
