@@ -213,7 +213,7 @@ let package = Package(
             dependencies: [
                 "IsletMessages", "IsletKafka", "IsletRuntime", "IsletProtos", "IsletTokens",
                 hummingbird, jwtKit, grpcCore, grpcNIOTransportHTTP2, logging, metrics,
-                serviceLifecycle, httpTypes, swiftProtobuf,
+                serviceLifecycle, httpTypes, swiftProtobuf, asyncHTTPClient,
             ],
             path: "Services/TokenRegistry",
             swiftSettings: fuzzed

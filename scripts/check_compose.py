@@ -595,6 +595,7 @@ def check_secure_defaults(report, services):
     for name, environment, variable in [
         ("token-registry", registry, "ISLET_TICKET_HS256_KEYS"), ("token-registry", registry, "ISLET_GRPC_KEYS"),
         ("content-service", content, "ISLET_GRPC_KEYS"), ("content-service", content, "ISLET_REGISTRY_GRPC_KEY"),
+        ("token-registry", registry, "ISLET_CONTENT_HTTP_KEY"),
     ]:
         if not environment.get(variable):
             problems.append(f"{name}: {variable} is empty")
@@ -602,21 +603,29 @@ def check_secure_defaults(report, services):
     if str(content.get("ISLET_REGISTRY_GRPC", "")) != f"token-registry:{grpc_port}":
         problems.append(f"content-service: ISLET_REGISTRY_GRPC is {content.get('ISLET_REGISTRY_GRPC')!r}, not token-registry:{grpc_port}: "
                         "the freshness monitor cannot invalidate the token of an activity it ends")
-    writers = set()
-    for entry in str(registry.get("ISLET_GRPC_KEYS", "")).split(","):
-        name, _, rest = entry.partition("=")
-        key, _, permissions = rest.rpartition(":")
-        if "write" in permissions.split("+"):
-            writers.add(key)
-    if content.get("ISLET_REGISTRY_GRPC_KEY") and content.get("ISLET_REGISTRY_GRPC_KEY") not in writers:
+    def keys_with(environment, permission):
+        keys = set()
+        for entry in str(environment.get("ISLET_GRPC_KEYS", "")).split(","):
+            name, _, rest = entry.partition("=")
+            key, _, permissions = rest.rpartition(":")
+            if permission in permissions.split("+"):
+                keys.add(key)
+        return keys
+    if content.get("ISLET_REGISTRY_GRPC_KEY") and content.get("ISLET_REGISTRY_GRPC_KEY") not in keys_with(registry, "write"):
         problems.append("content-service: ISLET_REGISTRY_GRPC_KEY is not a key of token-registry's ISLET_GRPC_KEYS with write")
+    content_http = f"content-service:{content.get('ISLET_HTTP_PORT', '')}"
+    if str(registry.get("ISLET_CONTENT_HTTP", "")) != content_http:
+        problems.append(f"token-registry: ISLET_CONTENT_HTTP is {registry.get('ISLET_CONTENT_HTTP')!r}, not {content_http}: "
+                        "an app cannot read the content of the activity its backend announced")
+    if registry.get("ISLET_CONTENT_HTTP_KEY") and registry.get("ISLET_CONTENT_HTTP_KEY") not in keys_with(content, "read"):
+        problems.append("token-registry: ISLET_CONTENT_HTTP_KEY is not a key of content-service's ISLET_GRPC_KEYS with read")
     for variable in ("ISLET_ANALYTICS_TRUSTED_PROXIES", "ISLET_ANALYTICS_CLIENT_HEADER", "ISLET_HTTP_MAX_CONNECTIONS_PER_ADDRESS"):
         if variable not in ingest:
             problems.append(f"analytics-ingest: {variable} is not passed (behind a load balancer every phone would share one rate limit)")
     for problem in problems:
         report.fail(problem)
     if not problems:
-        report.ok("tickets required, the freshness monitor wired to token-registry with a key it accepts, "
+        report.ok("tickets required, the freshness monitor wired to token-registry and token-registry to content-service with keys they accept, "
                   "analytics-ingest's proxies configurable")
     return problems
 

@@ -80,6 +80,7 @@ quota=(); [ "$bench" = no ] || quota=(ISLET_QUOTA_LIVE_ACTIVITIES=0)
 # apps' backends sign them: `play --ticket-key`); the benchmarks' loads carry none.
 tickets=(); [ "$bench" = no ] && tickets=(ISLET_TICKETS_REQUIRED=true)
 env "${common[@]}" ${quota[@]+"${quota[@]}"} ${tickets[@]+"${tickets[@]}"} ISLET_HTTP_PORT=8081 ISLET_GRPC_PORT=9081 ISLET_GRPC_KEYS="$grpc_keys" ISLET_AUTH_HS256_KEYS="demo=$jwt_secret" ISLET_TICKET_HS256_KEYS="orders=$ticket_secret" \
+  ISLET_CONTENT_HTTP=127.0.0.1:8083 ISLET_CONTENT_HTTP_KEY="$backend_key" \
   ISLET_APPS=com.example.food,com.example.ride,com.example.scores "$bin/token-registry" >"$run/token-registry.log" 2>&1 &
 pids+=("$!")
 env "${common[@]}" ISLET_HTTP_PORT=8083 ISLET_GRPC_PORT=9083 ISLET_GRPC_KEYS="$grpc_keys" ISLET_LINK_KEYS="demo=$link_secret" \

@@ -178,9 +178,11 @@ class SecureDefaults(unittest.TestCase):
         return {
             "token-registry": {"environment": {
                 "ISLET_TICKETS_REQUIRED": "true", "ISLET_TICKET_HS256_KEYS": "backend=k", "ISLET_GRPC_PORT": "9081",
-                "ISLET_GRPC_KEYS": "content-service=K1:write,backend=K2:read+write"}},
+                "ISLET_GRPC_KEYS": "content-service=K1:write,backend=K2:read+write,token-registry=K3:read",
+                "ISLET_CONTENT_HTTP": "content-service:8083", "ISLET_CONTENT_HTTP_KEY": "K3"}},
             "content-service": {"environment": {
-                "ISLET_GRPC_KEYS": "content-service=K1:write", "ISLET_REGISTRY_GRPC": "token-registry:9081", "ISLET_REGISTRY_GRPC_KEY": "K1"}},
+                "ISLET_GRPC_KEYS": "content-service=K1:write,token-registry=K3:read", "ISLET_REGISTRY_GRPC": "token-registry:9081",
+                "ISLET_REGISTRY_GRPC_KEY": "K1", "ISLET_HTTP_PORT": "8083"}},
             "analytics-ingest": {"environment": {
                 "ISLET_ANALYTICS_TRUSTED_PROXIES": "", "ISLET_ANALYTICS_CLIENT_HEADER": "", "ISLET_HTTP_MAX_CONNECTIONS_PER_ADDRESS": ""}},
         }
@@ -211,6 +213,16 @@ class SecureDefaults(unittest.TestCase):
         services["token-registry"]["environment"]["ISLET_GRPC_KEYS"] = "content-service=K1:read"
         services["content-service"]["environment"]["ISLET_REGISTRY_GRPC_KEY"] = "K1"
         self.refused(services, "not a key of token-registry's ISLET_GRPC_KEYS with write")
+
+    def test_registry_not_wired_to_content(self):
+        services = self.services()
+        services["token-registry"]["environment"]["ISLET_CONTENT_HTTP"] = "content:8083"
+        self.refused(services, "an app cannot read the content")
+        services = self.services()
+        services["token-registry"]["environment"]["ISLET_CONTENT_HTTP_KEY"] = "K1"
+        self.refused(services, "not a key of content-service's ISLET_GRPC_KEYS with read")
+        services["token-registry"]["environment"]["ISLET_CONTENT_HTTP_KEY"] = ""
+        self.refused(services, "ISLET_CONTENT_HTTP_KEY is empty")
 
     def test_proxies_not_configurable(self):
         services = self.services()

@@ -33,6 +33,8 @@ public struct HTTPAPIError: Error, HTTPResponseError, Sendable, Equatable, Custo
         public static let notFound: Code = "notFound"
         /// The change cannot be made in the resource's state (e.g. the activity has ended).
         public static let conflict: Code = "conflict"
+        /// The activity has ended: there is nothing to show any more, and it must not be started.
+        public static let ended: Code = "ended"
         /// The user holds as many live activities (or push-to-start tokens) as allowed: end one first.
         public static let quotaExceeded: Code = "quotaExceeded"
         /// The body is larger than the service accepts.

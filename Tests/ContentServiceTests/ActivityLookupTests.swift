@@ -27,6 +27,8 @@ struct ActivityLookupTests {
     final class World: Sendable {
         /// What the lookups read "from Kafka", by position.
         let stored = Mutex<[KafkaPosition: PushOutcome]>([:])
+        /// The push requests the content lookup reads "from Kafka", by position.
+        let requests = Mutex<[KafkaPosition: PushRequest]>([:])
         let kafkaAnswers = Mutex(true)
         /// The partitions the instance owns (the activity is in 3).
         let owned = Mutex<Set<Int32>>([3])
@@ -45,10 +47,16 @@ struct ActivityLookupTests {
         let (published, world) = (self.published, self.world)
         let intake = EventIntake(engine: engine, isReady: { ready }) { try published.publish($0) }
         let keys = try BackendKeys(["dashboard": Self.readerKey + ":read", "orders": Self.writerOnlyKey + ":write"])
-        let lookup = ActivityLookup(partition: { _ in 3 }, owned: { world.owned.withLock { $0 } }) { positions throws(ActivityLookup.Unavailable) in
-            guard world.kafkaAnswers.withLock({ $0 }) else { throw ActivityLookup.Unavailable("the outcomes could not be read from Kafka now") }
-            return world.stored.withLock { stored in stored.filter { positions.contains($0.key) } }
-        }
+        let lookup = ActivityLookup(
+            partition: { _ in 3 }, owned: { world.owned.withLock { $0 } },
+            readOutcomes: { positions throws(ActivityLookup.Unavailable) in
+                guard world.kafkaAnswers.withLock({ $0 }) else { throw ActivityLookup.Unavailable("the outcomes could not be read from Kafka now") }
+                return world.stored.withLock { stored in stored.filter { positions.contains($0.key) } }
+            },
+            readRequest: { position, requestId throws(ActivityLookup.Unavailable) in
+                guard world.kafkaAnswers.withLock({ $0 }) else { throw ActivityLookup.Unavailable("the latest payload could not be read from Kafka now") }
+                return world.requests.withLock { $0[position] }.flatMap { $0.requestId == requestId ? $0 : nil }
+            })
         let router = Router()
         router.add(middleware: HTTPErrorMiddleware(logger: ActivityHTTPAPITests.logger))
         ActivityHTTPAPI(intake: intake, keys: keys, lookup: lookup).addRoutes(to: router)
@@ -234,6 +242,74 @@ struct ActivityLookupTests {
                 #expect(response.status == .serviceUnavailable && response.headers[.retryAfter] == "5")
             }
         }
+    }
+
+    static let contentURI = "/v1/activities/order-42/content?bundleId=com.example.food"
+
+    @Test(
+        "the content: the latest request's content state as the phone decodes it, read again from Kafka once the memory dropped it; 503 when Kafka does not answer, 404 when it is gone, 410 once ended"
+    )
+    func content() async throws {
+        let request = try send(1, "preparing")
+        let expected = try aps(request)
+        try await withAPI { [self] client in
+            func content() async throws -> ActivityHTTPAPI.ActivityContent {
+                var seen: ActivityHTTPAPI.ActivityContent?
+                try await client.execute(uri: Self.contentURI, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                    #expect(response.status == .ok)
+                    seen = try Self.decode(ActivityHTTPAPI.ActivityContent.self, response)
+                }
+                return try #require(seen)
+            }
+            // In memory: Kafka has not acknowledged the request yet.
+            var answer = try await content()
+            #expect(answer.contentState == expected["content-state"] && answer.sequence == 1 && answer.requestId == request.requestId)
+            #expect(answer.state == "preparing" && answer.attributesType == "DeliveryAttributes" && answer.attributes == nil)
+            if case .integer(let stale)? = expected["stale-date"] { #expect(answer.staleDate == Date(timeIntervalSince1970: TimeInterval(stale))) }
+
+            // Stored: the memory drops the payload and the answer reads it where it is.
+            let position = KafkaPosition(partition: 3, offset: 40)
+            world.requests.withLock { $0[position] = request }
+            engine.stored(request, at: position)
+            #expect(engine.memory(of: "com.example.food/order-42")?.latestRequest == nil)
+            answer = try await content()
+            #expect(answer.contentState == expected["content-state"] && answer.requestId == request.requestId)
+
+            world.kafkaAnswers.withLock { $0 = false }
+            try await client.execute(uri: Self.contentURI, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                #expect(response.status == .serviceUnavailable && response.headers[.retryAfter] == "2")
+            }
+            world.kafkaAnswers.withLock { $0 = true }
+            world.requests.withLock { $0[position] = nil }
+            try await client.execute(uri: Self.contentURI, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                #expect(response.status == .notFound)
+                let body = try Self.decode(HTTPAPIError.Body.self, response)
+                #expect(body.reason.contains("no longer on Kafka"))
+            }
+
+            // A backend key without read, none, an activity nobody announced.
+            try await client.execute(uri: Self.contentURI, method: .get, headers: Self.headers(Self.writerOnlyKey)) { #expect($0.status == .forbidden) }
+            try await client.execute(uri: Self.contentURI, method: .get, headers: Self.headers(nil)) { #expect($0.status == .unauthorized) }
+            try await client.execute(uri: "/v1/activities/order-43/content?bundleId=com.example.food", method: .get, headers: Self.headers(Self.readerKey)) {
+                #expect($0.status == .notFound)
+            }
+
+            // Ended: nothing to start.
+            let end = try #require(
+                {
+                    if case .send(let prepared) = try engine.prepare(event("DeliveryAttributes", .end, sequence: 2, ["orderId": .string("42"), "status": .string("delivered")])) {
+                        return prepared
+                    }
+                    return nil
+                }())
+            engine.commit(end)
+            try await client.execute(uri: Self.contentURI, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                #expect(response.status == .gone)
+                let body = try Self.decode(HTTPAPIError.Body.self, response)
+                #expect(body.error == .ended)
+            }
+        }
+        #expect(published.events.isEmpty, "asking publishes nothing")
     }
 
     @Test("an activity's outcome positions: the latest four, the latest first, a position read twice kept once, carried through the changelog")

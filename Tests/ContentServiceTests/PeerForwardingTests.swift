@@ -62,7 +62,7 @@ struct PeerForwardingTests {
         let (published, peers) = (self.published, self.peers)
         let intake = EventIntake(engine: engine, isReady: { ready }) { try published.publish($0) }
         let keys = try BackendKeys(["backend": Self.key + ":read+write"])
-        let lookup = ActivityLookup(partition: { _ in 3 }, owned: { [5] }, readOutcomes: { _ in [:] })
+        let lookup = ActivityLookup(partition: { _ in 3 }, owned: { [5] }, readOutcomes: { _ in [:] }, readRequest: { _, _ in nil })
         let forwarding = PeerForwarding(
             peers: [.init(host: "content-a", port: 8083), .init(host: "content-b", port: 8083), .init(host: "localhost", port: 8083)],
             ownPort: 8083, metrics: ContentMetrics(), logger: ActivityHTTPAPITests.logger,

@@ -7,7 +7,7 @@ extension EndToEnd {
     /// An activity's life through the edges where updates used to be lost without a word.
     @Suite("End to end: an activity's life", .timeLimit(.minutes(5)))
     struct ActivityLifeTests {
-        @Test("APNs answers 410 for a token, the registry invalidates it, the app registers the same token again: the next update reaches the phone; and the backend's first event, 20 s before the app registers its token, is delivered once it does")
+        @Test("APNs answers 410 for a token, the registry invalidates it, the app registers the same token again: the next update reaches the phone; and the backend's first event, 20 s before the app registers its token, is read by the app with its ticket (another user is refused) and delivered once the token comes")
         func life() async throws {
             let stack = try Stack(name: "activity-life")
             try await stack.run { driver in
@@ -131,6 +131,20 @@ extension EndToEnd {
             let token = Driver.token(order)
             let first = driver.event(order, .start, type: "DeliveryAttributes", sequence: 1, fields: Self.fields)
             try await driver.publish(first)
+
+            // The app starts its Live Activity only with real data (Lyft): it asks token-registry for
+            // the announced content, proving with the backend's ticket that the order is its user's.
+            let ticket = try await stack.ticket(user: "user-1", activity: order, bundleId: "com.example.food")
+            let (status, body) = try await driver.firstContent(order, bundleId: "com.example.food", ticket: ticket, user: "user-1", retryFor: .seconds(20))
+            #expect(status == 200, "\(String(decoding: body, as: UTF8.self))")
+            let content = try IsletJSON.decodeValue(JSONValue.self, from: body)
+            #expect(content["contentState"]?["status"] == "preparing" && content["sequence"] == 1, "\(String(decoding: body, as: UTF8.self))")
+            // Another user with the owner's ticket, or without one: refused, whatever the id.
+            let (stolen, _) = try await driver.firstContent(order, bundleId: "com.example.food", ticket: ticket, user: "user-2")
+            #expect(stolen == 403, "another user's ticket")
+            let (forged, _) = try await driver.firstContent(order, bundleId: "com.example.food", ticket: ticket + "x", user: "user-1")
+            #expect(forged == 403, "a ticket that does not verify")
+
             try await Task.sleep(for: .seconds(20))
             #expect(try await stack.received(token: token, payloads: false).isEmpty)
             try await driver.registerActivity(order, token: token, type: "DeliveryAttributes", bundleId: "com.example.food")

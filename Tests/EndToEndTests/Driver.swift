@@ -78,6 +78,21 @@ final class Driver: Sendable {
         }
     }
 
+    /// The app asks token-registry for the content of an activity its backend announced
+    /// (`GET /v1/activities/{id}/content`, its user's JWT and the activity's ticket); asked again
+    /// while the answer is 404 or 503 (the event not read yet), for at most `retryFor`.
+    func firstContent(_ activityId: String, bundleId: String, ticket: String, user: String, retryFor: Duration = .zero) async throws -> (Int, [UInt8]) {
+        let jwt = try await stack.jwt(user: user)
+        let deadline = ContinuousClock.now + retryFor
+        while true {
+            let (status, body) = try await HTTP.request(
+                stack.url(.registry) + "/v1/activities/\(activityId)/content?bundleId=\(bundleId)", method: .GET,
+                headers: [("Authorization", "Bearer \(jwt)"), ("Islet-Activity-Ticket", ticket)], body: nil, timeout: .seconds(10))
+            if ![404, 503].contains(status) || ContinuousClock.now > deadline { return (status, body) }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+    }
+
     // MARK: The backend
 
     func publish(_ event: ActivityEvent) async throws {

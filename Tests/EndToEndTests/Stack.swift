@@ -234,6 +234,8 @@ final class Stack: Sendable {
                 "ISLET_GRPC_PORT": "0", "ISLET_AUTH_HS256_KEYS": "\(jwtKey.kid)=\(jwtKey.secret)",
                 "ISLET_GRPC_KEYS": "e2e-backend=\(backendKey):read+write",
                 "ISLET_TICKET_HS256_KEYS": "\(ticketKey.kid)=\(ticketKey.secret)",
+                // ISLET_CONTENT_HTTP: set once content-service reported its port (``start()``).
+                "ISLET_CONTENT_HTTP_KEY": backendKey,
                 "ISLET_APPS": Driver.apps.values.sorted().joined(separator: ","),
                 // The load runs register thousands of activities for one user.
                 "ISLET_QUOTA_LIVE_ACTIVITIES": "0", "ISLET_QUOTA_PUSH_TO_START": "0",
@@ -306,8 +308,17 @@ final class Stack: Sendable {
         guard let simulatorPort else { throw E2EFailure("the simulator reported no APNs port") }
         self[.dispatcher].set("ISLET_APNS_URL", "https://127.0.0.1:\(simulatorPort)")
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for name in [ServiceProcess.Name.registry, .content, .dispatcher, .ingest] {
+            for name in [ServiceProcess.Name.content, .dispatcher, .ingest] {
                 group.addTask { try await self[name].start() }
+            }
+            // token-registry reads an announced activity's content from content-service's HTTP API:
+            // it starts once that has bound its port.
+            group.addTask {
+                let deadline = ContinuousClock.now + .seconds(120)
+                while self[.content].port("http") == nil, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+                guard let port = self[.content].port("http") else { throw E2EFailure("content-service reported no HTTP port") }
+                self[.registry].set("ISLET_CONTENT_HTTP", "127.0.0.1:\(port)")
+                try await self[.registry].start()
             }
             try await group.waitForAll()
         }

@@ -188,7 +188,7 @@ extension ActivityHTTPAPI {
     /// owns the activity's partition and is ready, and the activity is known. When another instance
     /// owns it (or this one holds no partition now) and peers are configured, the question goes to
     /// the owner and its answer is the answer.
-    private func asked(_ request: Request, activityId: String) async throws(HTTPAPIError) -> Asked {
+    func asked(_ request: Request, activityId: String) async throws(HTTPAPIError) -> Asked {
         _ = try authorize(request, needs: .read)
         try Self.requireActivityId(activityId)
         guard let bundleId = request.uri.queryParameters["bundleId"].map(String.init), !bundleId.isEmpty else {
@@ -247,7 +247,7 @@ extension ActivityHTTPAPI {
         )
     }
 
-    private static func json(_ value: some Encodable) throws(HTTPAPIError) -> Response {
+    static func json(_ value: some Encodable) throws(HTTPAPIError) -> Response {
         guard let body = try? IsletJSON.encode(value) else { throw HTTPAPIError(.internalServerError, .internal, reason: "internal error") }
         return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }

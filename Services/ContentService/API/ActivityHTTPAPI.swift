@@ -17,6 +17,7 @@ import Metrics
 /// | `POST /v1/activities/{activityId}/events` | start, update or end the activity (202 with the event id and push request ids) |
 /// | `GET /v1/activities/{activityId}?bundleId=` | the activity's state: its token, last sequence and state, freshness, latest request and its outcome |
 /// | `GET /v1/activities/{activityId}/outcomes?bundleId=&limit=` | the dispatcher's latest answers to its pushes (at most 4 kept) |
+/// | `GET /v1/activities/{activityId}/content?bundleId=` | the content the phone should show now (token-registry asks it for an app about to start the activity) |
 ///
 /// Every call needs `Authorization: Bearer <key>` of a backend of `ISLET_GRPC_KEYS` (`write` to
 /// publish, `read` to ask);
@@ -52,6 +53,7 @@ public struct ActivityHTTPAPI: Sendable {
     /// The routes, for the tests that check docs/openapi.yaml against them: (method, path with `{parameters}`).
     public static let routes: [(method: HTTPRequest.Method, path: String)] = [
         (.post, "/v1/activities/{activityId}/events"), (.get, "/v1/activities/{activityId}"), (.get, "/v1/activities/{activityId}/outcomes"),
+        (.get, "/v1/activities/{activityId}/content"),
     ]
 
     public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
@@ -71,6 +73,7 @@ public struct ActivityHTTPAPI: Sendable {
         router.post("v1/activities/:activityId/events", use: counted { [self] in try await postEvent($0, activityId: $1) })
         router.get("v1/activities/:activityId", use: counted { [self] in try await getActivity($0, activityId: $1) })
         router.get("v1/activities/:activityId/outcomes", use: counted { [self] in try await getOutcomes($0, activityId: $1) })
+        router.get("v1/activities/:activityId/content", use: counted { [self] in try await getContent($0, activityId: $1) })
     }
 
     /// The answer: the event as published, and the push requests it becomes.

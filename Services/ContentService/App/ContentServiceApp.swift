@@ -170,9 +170,20 @@ public struct ContentServiceApp: Sendable {
         let outcomes = OutcomeReader(
             bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushOutcomes, settings: runtime.settings.consumerProperties,
             metrics: sender.metrics, logger: runtime.logger)
+        // A backend (or token-registry, for an app) waits for the answer: seconds, not the monitor's 30.
+        let payloads = RequestPayloads(
+            bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushRequests, settings: runtime.settings.consumerProperties,
+            timeout: .seconds(5), metrics: sender.metrics, logger: runtime.logger)
         return ActivityLookup(
             partition: { activityId in memory.activityPartitionCount.map { KafkaPartitioner.partition(ofKey: activityId, partitions: $0) } },
-            owned: { sender.ownedPartitions }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) })
+            owned: { sender.ownedPartitions }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) },
+            readRequest: { position, requestId throws(ActivityLookup.Unavailable) in
+                let wanted = ContentEngine.PayloadToRead(activityKey: requestId, position: position, requestId: requestId)
+                let answer = await payloads.read([wanted])
+                if let found = answer.found[requestId] { return found.request }
+                guard !answer.lost.isEmpty else { throw ActivityLookup.Unavailable("the latest payload could not be read from Kafka now") }
+                return nil
+            })
     }
 
     /// The other instances, when there are: a call about an activity another owns is asked there.

@@ -12,6 +12,7 @@ import Logging
 /// | --- | --- |
 /// | `PUT /v1/activities/{activityId}/token` | register or rotate the activity's update token |
 /// | `GET /v1/activities/{activityId}[?bundleId=]` | the activity's token state (never the token) |
+/// | `GET /v1/activities/{activityId}/content?bundleId=` | the content the activity shows now, for an app that starts it only with real data (``FirstContent``; the activity's ticket in `Islet-Activity-Ticket`) |
 /// | `POST /v1/activities/{activityId}/invalidate` | the activity ended / was dismissed / is ineligible |
 /// | `PUT /v1/activities/{activityId}/frequent-updates` | the user changed the frequent-updates setting |
 /// | `PUT /v1/apps/{bundleId}/devices/{deviceId}/push-to-start/{attributesType}` | register or rotate a push-to-start token |
@@ -22,12 +23,15 @@ public struct RegistryHTTPAPI: Sendable {
     let authenticator: Authenticator
     let maxBodyBytes: Int
     let logger: Logger
+    /// Where an app reads an announced activity's content; `nil`: that route answers 501.
+    let firstContent: FirstContent?
 
-    public init(registry: Registry, authenticator: Authenticator, maxBodyBytes: Int, logger: Logger) {
+    public init(registry: Registry, authenticator: Authenticator, maxBodyBytes: Int, logger: Logger, firstContent: FirstContent? = nil) {
         self.registry = registry
         self.authenticator = authenticator
         self.maxBodyBytes = maxBodyBytes
         self.logger = logger
+        self.firstContent = firstContent
     }
 
     public func addRoutes<Context: RequestContext>(to router: Router<Context>) {
@@ -48,6 +52,19 @@ public struct RegistryHTTPAPI: Sendable {
             let user = try await authenticator.user(authorization: request.headers[.authorization])
             return try json(
                 try registry.activity(user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter))
+        }
+        let firstContent = self.firstContent
+        api.get("activities/:activityId/content") { request, context -> Response in
+            let user = try await authenticator.user(authorization: request.headers[.authorization])
+            guard let firstContent else {
+                throw APIError(
+                    .notImplemented, .notFound,
+                    reason: "this registry serves no activity content (its operator has not set ISLET_CONTENT_HTTP): start the activity from your backend's own data")
+            }
+            let body = try await firstContent.content(
+                user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter,
+                ticket: request.headers[FirstContent.ticketHeader])
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
         }
         api.post("activities/:activityId/invalidate") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])

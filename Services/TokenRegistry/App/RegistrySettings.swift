@@ -59,6 +59,12 @@ public struct RegistrySettings: Sendable {
     /// serves. A registration for another app is 400 on `app.bundleId` (`{bundleId}`): nobody can
     /// park an activity id or a device under an app that does not exist.
     public var apps: Set<String> = []
+    /// `ISLET_CONTENT_HTTP` (`host:port` of content-service's backend HTTP API) and
+    /// `ISLET_CONTENT_HTTP_KEY` (a backend key of its `ISLET_CONTENT_KEYS` with `read`): where an
+    /// app's `GET /v1/activities/{activityId}/content` is read (``FirstContent``). Needs
+    /// `ISLET_TICKET_HS256_KEYS` (the app proves the activity its user's with a ticket). Unset:
+    /// that route answers 501.
+    public var content: (host: String, port: Int, key: String)?
     /// `ISLET_KAFKA_SEND_TIMEOUT_MS` (default 5000): an app's change not acknowledged by Kafka
     /// within this time is answered 503 (the app retries; a late write is the same idempotent change).
     public var sendTimeout: Duration
@@ -119,6 +125,22 @@ public struct RegistrySettings: Sendable {
         ticketsRequired = try config.bool("islet.tickets.required", default: false)
         if ticketsRequired && ticketKeys.isEmpty {
             throw ConfigurationError(key: "islet.tickets.required", problem: "needs ISLET_TICKET_HS256_KEYS to verify the tickets")
+        }
+        if let target = config.optionalString("islet.content.http") {
+            guard let colon = target.lastIndex(of: ":"), colon > target.startIndex, let port = Int(target[target.index(after: colon)...]),
+                (1...65_535).contains(port)
+            else {
+                throw ConfigurationError(key: "islet.content.http", problem: "must be host:port, got \(target)")
+            }
+            guard let key = config.optionalString("islet.content.http.key", isSecret: true), key.utf8.count >= 32 else {
+                throw ConfigurationError(
+                    key: "islet.content.http.key", problem: "is required with ISLET_CONTENT_HTTP: a backend key of content-service's ISLET_CONTENT_KEYS with read (at least 32 characters)")
+            }
+            guard !ticketKeys.isEmpty else {
+                throw ConfigurationError(
+                    key: "islet.content.http", problem: "needs ISLET_TICKET_HS256_KEYS: an app proves with the activity's ticket that the content is its user's")
+            }
+            content = (String(target[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port, key)
         }
         for app in (config.optionalString("islet.apps") ?? "").split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) })
         where !app.isEmpty {

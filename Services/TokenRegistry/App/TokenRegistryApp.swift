@@ -67,6 +67,15 @@ public struct TokenRegistryApp: Sendable {
             tickets: tickets, apps: settings.apps)
     }
 
+    /// Where an app reads the content of an activity its backend announced (``FirstContent``);
+    /// `nil` without `ISLET_CONTENT_HTTP`.
+    static func firstContent(settings: RegistrySettings) async -> FirstContent? {
+        guard let content = settings.content, !settings.ticketKeys.isEmpty else { return nil }
+        return FirstContent(
+            tickets: await ActivityTickets(secrets: settings.ticketKeys, required: true),
+            source: ContentServiceClient(host: content.host, port: content.port, key: content.key), apps: settings.apps)
+    }
+
     /// The reader that rebuilds the table from the tokens topic, and keeps it current; the
     /// registry (and ``tableCheck``) turn ready once it caught up.
     static func tableLoader(runtime: ServiceRuntime, registry: Registry, topic: String) throws -> (KafkaConsumer, TokenTableLoader) {
@@ -112,7 +121,10 @@ public struct TokenRegistryApp: Sendable {
         // Phones reach the app port: /health and the API there; /metrics on the operator listener.
         let router = runtime.makeAppRouter()
         router.add(middleware: MetricsMiddleware())
-        RegistryHTTPAPI(registry: registry, authenticator: authenticator, maxBodyBytes: settings.maxBodyBytes, logger: logger).addRoutes(to: router)
+        RegistryHTTPAPI(
+            registry: registry, authenticator: authenticator, maxBodyBytes: settings.maxBodyBytes, logger: logger,
+            firstContent: await Self.firstContent(settings: settings)
+        ).addRoutes(to: router)
         if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC API refuses every call") }
         let grpc = GRPCServerService(
             host: settings.grpcHost, port: settings.grpcPort, services: [RegistryGRPCService(registry: registry)],
