@@ -34,8 +34,9 @@ struct ActivityLookupTests {
         let owned = Mutex<Set<Int32>>([3])
     }
 
+    let tokens = PartitionTokens.whole()
+
     init() throws {
-        let tokens = PartitionTokens.whole()
         let record = TokenRecord(
             kind: .update, activityId: "order-42", userId: "alice", token: String(repeating: "ab", count: 32), app: app,
             attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: now, updatedAt: now)
@@ -272,19 +273,32 @@ struct ActivityLookupTests {
             world.requests.withLock { $0[position] = request }
             engine.stored(request, at: position)
             #expect(engine.memory(of: "com.example.food/order-42")?.latestRequest == nil)
-            answer = try await content()
-            #expect(answer.contentState == expected["content-state"] && answer.requestId == request.requestId)
-
             world.kafkaAnswers.withLock { $0 = false }
             try await client.execute(uri: Self.contentURI, method: .get, headers: Self.headers(Self.readerKey)) { response in
                 #expect(response.status == .serviceUnavailable && response.headers[.retryAfter] == "2")
             }
             world.kafkaAnswers.withLock { $0 = true }
-            world.requests.withLock { $0[position] = nil }
+            answer = try await content()
+            #expect(answer.contentState == expected["content-state"] && answer.requestId == request.requestId)
+            // Read once: kept until the next request, a second ask reads no Kafka.
+            #expect(engine.memory(of: "com.example.food/order-42")?.latestRequest?.requestId == request.requestId)
+            world.kafkaAnswers.withLock { $0 = false }
+            answer = try await content()
+            world.kafkaAnswers.withLock { $0 = true }
+
+            // The next request is stored too, and is no longer on Kafka: 404, and the memory knows it is lost.
+            let next = try send(2, "out_for_delivery")
+            let nextPosition = KafkaPosition(partition: 3, offset: 41)
+            engine.stored(next, at: nextPosition)
             try await client.execute(uri: Self.contentURI, method: .get, headers: Self.headers(Self.readerKey)) { response in
                 #expect(response.status == .notFound)
                 let body = try Self.decode(HTTPAPIError.Body.self, response)
                 #expect(body.reason.contains("no longer on Kafka"))
+            }
+            #expect(engine.memory(of: "com.example.food/order-42")?.payloadLost == true, "not asked for again")
+            // Another app's activity of the same id is another activity.
+            try await client.execute(uri: "/v1/activities/order-42/content?bundleId=com.example.ride", method: .get, headers: Self.headers(Self.readerKey)) {
+                #expect($0.status == .notFound)
             }
 
             // A backend key without read, none, an activity nobody announced.
@@ -297,7 +311,7 @@ struct ActivityLookupTests {
             // Ended: nothing to start.
             let end = try #require(
                 {
-                    if case .send(let prepared) = try engine.prepare(event("DeliveryAttributes", .end, sequence: 2, ["orderId": .string("42"), "status": .string("delivered")])) {
+                    if case .send(let prepared) = try engine.prepare(event("DeliveryAttributes", .end, sequence: 3, ["orderId": .string("42"), "status": .string("delivered")])) {
                         return prepared
                     }
                     return nil
@@ -310,6 +324,34 @@ struct ActivityLookupTests {
             }
         }
         #expect(published.events.isEmpty, "asking publishes nothing")
+    }
+
+    @Test("no content to start with: a token the app or a backend ended (410, whatever the memory says), an activity started by push-to-start (409: the phone has it)")
+    func contentRefused() async throws {
+        _ = try send(1, "preparing")
+        let ended = TokenRecord(
+            kind: .update, activityId: "order-42", userId: "alice", token: String(repeating: "ab", count: 32), app: app,
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "9.0", state: .invalidated,
+            invalidation: .init(reason: .clientEnded, invalidatedAt: now), registeredAt: now, updatedAt: now)
+        tokens.put(ended, key: ended.key!)
+        let pushToStart = TokenRecord(
+            kind: .pushToStart, deviceId: "d1", userId: "alice", token: String(repeating: "cd", count: 32), app: app, attributesType: "DeliveryAttributes",
+            frequentUpdatesEnabled: false, appVersion: "9.0", state: .active, registeredAt: now, updatedAt: now)
+        tokens.put(pushToStart, key: pushToStart.key!)
+        var started = event("DeliveryAttributes", .start, sequence: 1, ["orderId": .string("44"), "status": .string("preparing")], startTarget: .init(app: app, deviceId: "d1"), attributes: ["orderId": .string("44")])
+        started.activityId = "order-44"
+        guard case .send(let prepared) = try engine.prepare(started) else { Issue.record("the start was not sent"); return }
+        engine.commit(prepared)
+        try await withAPI { client in
+            try await client.execute(uri: Self.contentURI, method: .get, headers: Self.headers(Self.readerKey)) { response in
+                #expect(response.status == .gone)
+            }
+            try await client.execute(uri: "/v1/activities/order-44/content?bundleId=com.example.food", method: .get, headers: Self.headers(Self.readerKey)) { response in
+                #expect(response.status == .conflict)
+                let body = try Self.decode(HTTPAPIError.Body.self, response)
+                #expect(body.reason.contains("push-to-start"))
+            }
+        }
     }
 
     @Test("an activity's outcome positions: the latest four, the latest first, a position read twice kept once, carried through the changelog")

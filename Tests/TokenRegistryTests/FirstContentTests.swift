@@ -39,15 +39,16 @@ struct FirstContentTests {
         router.get("v1/activities/:activityId/content") { request, context -> Response in
             asked.calls.withLock { $0.append((request.uri.description, request.headers[.authorization])) }
             guard request.headers[.authorization] == "Bearer \(contentKey)" else { return Response(status: .unauthorized) }
-            let status: HTTPResponse.Status =
+            let (status, body): (HTTPResponse.Status, String) =
                 switch context.parameters.get("activityId") {
-                case "order-42": .ok
-                case "order-45": .gone
-                case "order-46": .serviceUnavailable
-                default: .notFound
+                case "order-42": (.ok, content)
+                case "order-45": (.gone, #"{"error":"ended","field":"activityId","reason":"has ended"}"#)
+                case "order-46": (.serviceUnavailable, #"{"error":"unavailable","reason":"busy"}"#)
+                case "order-47": (.conflict, #"{"error":"conflict","field":"activityId","reason":"started on the phone by push-to-start"}"#)
+                case "order-48": (.notFound, #"{"error":"notFound","reason":"no such route"}"#)
+                default: (.notFound, #"{"error":"notFound","field":"activityId","reason":"no content of activity yet"}"#)
                 }
-            return Response(
-                status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: status == .ok ? content : "{}")))
+            return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
         }
         return router
     }
@@ -59,7 +60,7 @@ struct FirstContentTests {
         let firstContent = await contentPort.asyncMap { port in
             FirstContent(
                 tickets: await ActivityTickets(secrets: [Self.ticketKid: Self.ticketSecret], required: true),
-                source: ContentServiceClient(host: "127.0.0.1", port: port, key: key, timeout: .seconds(3)))
+                source: ContentServiceClient(host: "127.0.0.1", port: port, key: key, timeout: .seconds(3), logger: quietLogger))
         }
         let router = Router()
         RegistryHTTPAPI(
@@ -137,13 +138,19 @@ struct FirstContentTests {
         #expect(asked.calls.withLock { $0.isEmpty }, "content-service is never asked for a refused call")
     }
 
-    @Test("content-service's answers, relayed as the app needs them: 404 nothing announced, 410 ended, 503 busy, down or refusing the key (Retry-After)")
+    @Test("content-service's answers, relayed as the app needs them: 404 nothing announced, 409 started by push, 410 ended, 503 busy, down or without the route (Retry-After), 500 when it refuses the registry's key")
     func answers() async throws {
         let asked = Asked()
         let alice = try await TestKeys.bearer("alice")
         try await Application(router: Self.contentService(asked), logger: quietLogger).test(.live) { content in
             let port = try #require(content.port)
-            for (activity, status, code) in [("order-44", HTTPResponse.Status.notFound, HTTPAPIError.Code.notFound), ("order-45", .gone, .ended), ("order-46", .serviceUnavailable, .unavailable)] {
+            let answers: [(String, HTTPResponse.Status, HTTPAPIError.Code)] = [
+                ("order-44", .notFound, .notFound), ("order-45", .gone, .ended), ("order-46", .serviceUnavailable, .unavailable),
+                ("order-47", .conflict, .conflict),
+                // A 404 that is not about the activity: a content-service without the route (mid-upgrade), not "not announced".
+                ("order-48", .serviceUnavailable, .unavailable),
+            ]
+            for (activity, status, code) in answers {
                 let ticket = try await Self.ticket(user: "alice", activity: activity)
                 try await withRegistry(contentPort: port) { client in
                     try await client.execute(uri: "/v1/activities/\(activity)/content?bundleId=com.example.food", method: .get, headers: Self.headers(alice, ticket: ticket)) { response in
@@ -154,11 +161,11 @@ struct FirstContentTests {
                     }
                 }
             }
-            // A key content-service does not take: the app cannot fix that; 503, not the 401 of another service.
+            // A key content-service does not take: the app cannot fix that; 500 (logged as an error), not the 401 of another service.
             let ticket = try await Self.ticket(user: "alice")
             try await withRegistry(contentPort: port, key: String(repeating: "x", count: 40)) { client in
                 try await client.execute(uri: "/v1/activities/order-42/content?bundleId=com.example.food", method: .get, headers: Self.headers(alice, ticket: ticket)) { response in
-                    #expect(response.status == .serviceUnavailable)
+                    #expect(response.status == .internalServerError)
                 }
             }
         }
@@ -179,6 +186,7 @@ struct FirstContentTests {
             try await client.execute(uri: "/v1/activities/order-42/content?bundleId=com.example.food", method: .get, headers: Self.headers(alice, ticket: "x")) { response in
                 #expect(response.status == .notImplemented)
                 let body = try Self.error(response)
+                #expect(body.error == .unavailable)
                 #expect(body.reason.contains("ISLET_CONTENT_HTTP"))
             }
         }
@@ -191,6 +199,10 @@ struct FirstContentTests {
             from: .variables(
                 base.merging(["ISLET_CONTENT_HTTP_KEY": Self.contentKey, "ISLET_TICKET_HS256_KEYS": "orders=\(String(decoding: Self.ticketSecret, as: UTF8.self))"]) { $1 }))
         #expect(settings.content?.host == "content-service" && settings.content?.port == 8082 && settings.content?.key == Self.contentKey)
+        let complete = base.merging(["ISLET_CONTENT_HTTP_KEY": Self.contentKey, "ISLET_TICKET_HS256_KEYS": "orders=\(String(decoding: Self.ticketSecret, as: UTF8.self))"]) { $1 }
+        for (variable, value) in [("ISLET_CONTENT_HTTP", "http://content-service:8082"), ("ISLET_CONTENT_HTTP", "content-service"), ("ISLET_CONTENT_HTTP_KEY", "short")] {
+            #expect(throws: ConfigurationError.self, "\(variable)=\(value)") { try RegistrySettings(from: .variables(complete.merging([variable: value]) { $1 })) }
+        }
     }
 }
 

@@ -3,6 +3,7 @@ import Hummingbird
 import IsletKafka
 import IsletMessages
 import IsletRuntime
+import IsletTokens
 
 /// `GET /v1/activities/{activityId}/content`: what the phone should show of an activity now, for
 /// an app that starts it only with real data (Lyft's pattern: the app asks, and starts the Live
@@ -11,9 +12,10 @@ import IsletRuntime
 /// token-registry, with the user's JWT and the activity's ticket), with a backend key that reads.
 ///
 /// The answer is the content of the latest request made for the activity, as the phone would
-/// decode it (`aps.content-state`, and `aps.attributes` when it was a push-to-start): made for the
-/// app version and language of the activity's token, or, before the app registered one (the
-/// usual case here), for the newest app version in the template's default language.
+/// decode it (`aps.content-state`): made for the app version and language of the activity's
+/// token, or, before the app registered one (the usual case here), for the newest app version in
+/// the template's default language. Not for an activity started by push-to-start (409: the phone
+/// has it already), nor one that ended or whose token was ended (410).
 extension ActivityHTTPAPI {
     struct ActivityContent: Codable, Equatable {
         var activityId: String
@@ -48,8 +50,16 @@ extension ActivityHTTPAPI {
             throw HTTPAPIError(
                 .notFound, .notFound, field: "activityId", reason: "no content of activity \(activityId) of \(bundleId) yet: its backend has sent no event of it")
         }
-        guard !memory.ended else {
+        // Ended, or its token ended by the app or a backend (no end event yet): its token could
+        // not be registered again (409), so a card started now would never update.
+        guard !memory.ended, view.token?.state != .invalidated || memory.gone else {
             throw HTTPAPIError(.gone, .ended, field: "activityId", reason: "activity \(activityId) of \(bundleId) has ended: it must not be started")
+        }
+        // Started by push-to-start: the phone has it (or will) already; a start by the app would be a second one.
+        guard !(latest.isPushToStart || memory.startedWith != nil) || memory.startNeverArrived else {
+            throw HTTPAPIError(
+                .conflict, .conflict, field: "activityId",
+                reason: "activity \(activityId) of \(bundleId) was started on the phone by push-to-start: starting it in the app too would show it twice")
         }
         let stored: PushRequest
         if let inMemory = memory.latestRequest, inMemory.requestId == latest.requestId {
@@ -61,7 +71,15 @@ extension ActivityHTTPAPI {
             } catch {
                 throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: error.reason, retryAfterSeconds: 2)
             }
-            guard let read else { throw Self.contentLost(activityId, bundleId) }
+            let activityKey = MessageKey.activity(bundleId: bundleId, activityId: activityId)
+            guard let read else {
+                // Not asked for again: the memory knows it is lost until the next request.
+                intake.engine.restorePayloads(
+                    [:], lost: [ContentEngine.PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId)])
+                throw Self.contentLost(activityId, bundleId)
+            }
+            // Kept until the next request: an app asking again (a retry, a second screen) reads no Kafka.
+            intake.engine.restorePayloads([activityKey: (position, read)])
             stored = read
         } else {
             throw Self.contentLost(activityId, bundleId)

@@ -170,14 +170,18 @@ public struct ContentServiceApp: Sendable {
         let outcomes = OutcomeReader(
             bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushOutcomes, settings: runtime.settings.consumerProperties,
             metrics: sender.metrics, logger: runtime.logger)
-        // A backend (or token-registry, for an app) waits for the answer: seconds, not the monitor's 30.
+        // A backend (or token-registry, for an app, which waits 5 s) waits for the answer: 3 s, not
+        // the monitor's 30; at most 4 reads at once (each is a Kafka consumer), more are refused.
         let payloads = RequestPayloads(
             bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushRequests, settings: runtime.settings.consumerProperties,
-            timeout: .seconds(5), metrics: sender.metrics, logger: runtime.logger)
+            timeout: .seconds(3), metrics: sender.metrics, logger: runtime.logger)
+        let admission = Admission(limit: OutcomeReader.maximumLookups)
         return ActivityLookup(
             partition: { activityId in memory.activityPartitionCount.map { KafkaPartitioner.partition(ofKey: activityId, partitions: $0) } },
             owned: { sender.ownedPartitions }, readOutcomes: { positions throws(ActivityLookup.Unavailable) in try await outcomes.read(positions) },
             readRequest: { position, requestId throws(ActivityLookup.Unavailable) in
+                guard admission.enter() else { throw ActivityLookup.Unavailable("too many content lookups at once in this instance: retry in a moment") }
+                defer { admission.leave() }
                 let wanted = ContentEngine.PayloadToRead(activityKey: requestId, position: position, requestId: requestId)
                 let answer = await payloads.read([wanted])
                 if let found = answer.found[requestId] { return found.request }

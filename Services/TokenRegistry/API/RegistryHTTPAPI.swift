@@ -58,7 +58,7 @@ public struct RegistryHTTPAPI: Sendable {
             let user = try await authenticator.user(authorization: request.headers[.authorization])
             guard let firstContent else {
                 throw APIError(
-                    .notImplemented, .notFound,
+                    .notImplemented, .unavailable,
                     reason: "this registry serves no activity content (its operator has not set ISLET_CONTENT_HTTP): start the activity from your backend's own data")
             }
             let body = try await firstContent.content(

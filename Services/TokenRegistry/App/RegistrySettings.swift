@@ -128,9 +128,9 @@ public struct RegistrySettings: Sendable {
         }
         if let target = config.optionalString("islet.content.http") {
             guard let colon = target.lastIndex(of: ":"), colon > target.startIndex, let port = Int(target[target.index(after: colon)...]),
-                (1...65_535).contains(port)
+                (1...65_535).contains(port), !target.contains("/")
             else {
-                throw ConfigurationError(key: "islet.content.http", problem: "must be host:port, got \(target)")
+                throw ConfigurationError(key: "islet.content.http", problem: "must be host:port (no scheme), got \(target)")
             }
             guard let key = config.optionalString("islet.content.http.key", isSecret: true), key.utf8.count >= 32 else {
                 throw ConfigurationError(

@@ -69,11 +69,11 @@ public struct TokenRegistryApp: Sendable {
 
     /// Where an app reads the content of an activity its backend announced (``FirstContent``);
     /// `nil` without `ISLET_CONTENT_HTTP`.
-    static func firstContent(settings: RegistrySettings) async -> FirstContent? {
+    static func firstContent(settings: RegistrySettings, logger: Logger) async -> FirstContent? {
         guard let content = settings.content, !settings.ticketKeys.isEmpty else { return nil }
         return FirstContent(
             tickets: await ActivityTickets(secrets: settings.ticketKeys, required: true),
-            source: ContentServiceClient(host: content.host, port: content.port, key: content.key), apps: settings.apps)
+            source: ContentServiceClient(host: content.host, port: content.port, key: content.key, logger: logger), apps: settings.apps)
     }
 
     /// The reader that rebuilds the table from the tokens topic, and keeps it current; the
@@ -123,7 +123,7 @@ public struct TokenRegistryApp: Sendable {
         router.add(middleware: MetricsMiddleware())
         RegistryHTTPAPI(
             registry: registry, authenticator: authenticator, maxBodyBytes: settings.maxBodyBytes, logger: logger,
-            firstContent: await Self.firstContent(settings: settings)
+            firstContent: await Self.firstContent(settings: settings, logger: logger)
         ).addRoutes(to: router)
         if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC API refuses every call") }
         let grpc = GRPCServerService(

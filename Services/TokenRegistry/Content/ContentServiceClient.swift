@@ -1,7 +1,9 @@
 import AsyncHTTPClient
 import Foundation
 import HTTPTypes
+import IsletMessages
 import IsletRuntime
+import Logging
 import NIOCore
 import NIOHTTP1
 
@@ -14,11 +16,13 @@ public struct ContentServiceClient: ActivityContentSource {
     let key: String
     /// A call not answered within this (connecting included) is a 503.
     let timeout: Duration
+    let logger: Logger
 
-    public init(host: String, port: Int, key: String, timeout: Duration = .seconds(5)) {
+    public init(host: String, port: Int, key: String, timeout: Duration = .seconds(5), logger: Logger) {
         self.baseURL = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
         self.key = key
         self.timeout = timeout
+        self.logger = logger
     }
 
     /// The largest answer taken (content fits 4 KB; the JSON around it is small).
@@ -35,13 +39,35 @@ public struct ContentServiceClient: ActivityContentSource {
             status = response.status
             body = Array(buffer: try await response.body.collect(upTo: Self.maximumAnswerBytes))
         } catch {
+            logger.warning("content-service did not answer a content lookup", metadata: ["error": "\(error)"])
             throw Self.unavailable("content-service did not answer")
         }
-        switch status.code {
-        case 200: return body
-        case 404: throw APIError(.notFound, .notFound, field: "activityId", reason: "no content of this activity yet: its backend has not announced it (or it was forgotten)")
-        case 410: throw APIError(.gone, .ended, field: "activityId", reason: "the activity has ended: do not start it")
-        default: throw Self.unavailable("content-service answered \(status.code)")
+        // content-service's own refusal, when it gave one (its reason says which 404 it is).
+        let refusal = try? IsletJSON.decodeValue(HTTPAPIError.Body.self, from: body)
+        switch (status.code, refusal?.field) {
+        case (200, _):
+            return body
+        case (404, "activityId"?):
+            throw APIError(.notFound, .notFound, field: "activityId", reason: refusal?.reason ?? "no content of this activity yet")
+        case (409, _):
+            throw APIError(.conflict, .conflict, field: "activityId", reason: refusal?.reason ?? "the activity cannot be started by the app")
+        case (410, _):
+            throw APIError(.gone, .ended, field: "activityId", reason: "the activity has ended: do not start it")
+        case (401, _), (403, _):
+            logger.error(
+                "content-service refused token-registry's key: apps cannot read activity content (check ISLET_CONTENT_HTTP_KEY against content-service's ISLET_GRPC_KEYS, read)",
+                metadata: ["http.status": "\(status.code)"])
+            throw APIError(.internalServerError, .internal, reason: "internal error")
+        case (421, _):
+            logger.warning(
+                "the content-service instance at ISLET_CONTENT_HTTP does not own the activity and has no peers to ask (ISLET_CONTENT_PEERS)",
+                metadata: ["activity.id": "\(activityId)"])
+            throw Self.unavailable("content-service answered 421")
+        default:
+            // A 404 without the field: a content-service without the route (older, mid-upgrade).
+            logger.warning(
+                "content-service did not answer a content lookup", metadata: ["http.status": "\(status.code)", "reason": "\(refusal?.reason ?? "")"])
+            throw Self.unavailable("content-service answered \(status.code)")
         }
     }
 
