@@ -42,15 +42,94 @@ public struct EventPresentation: Codable, Sendable, Hashable {
         }
     }
 
-    /// The texts of this event's alert, in the user's language, in place of the state's (whether
-    /// it alerts is still the alert policy's: the urgency, a change of state, the fatigue limit).
+    /// The texts of this event's alert, in place of the state's (whether it alerts is still the
+    /// alert policy's: the urgency, a change of state, the fatigue limit).
+    ///
+    /// The title is a text (`title`) or a key of the app's `Localizable.strings` with its arguments
+    /// (`titleLocKey`, `titleLocArgs`: APNs `loc-key`, `loc-args`, localized by the phone); one of
+    /// the two, never both (refused: which one the backend meant is not for us to guess). The body
+    /// likewise, and optional. `translations` gives the alert in other languages: the one for the
+    /// activity's language is chosen as a template's translations are (the locale, then shorter
+    /// down to the language; Chinese by script), its title and body in place of all of the above;
+    /// none matching, the alert's own.
     public struct Alert: Codable, Sendable, Hashable {
-        public var title: String
-        public var body: String?
+        /// The alert in one language.
+        public struct Translation: Codable, Sendable, Hashable {
+            public var title: String
+            /// None: the alert has no body in this language.
+            public var body: String?
 
-        public init(title: String, body: String? = nil) {
+            public init(title: String, body: String? = nil) {
+                self.title = title
+                self.body = body
+            }
+        }
+
+        public var title: String?
+        public var body: String?
+        public var titleLocKey: String?
+        public var titleLocArgs: [String]?
+        public var bodyLocKey: String?
+        public var bodyLocArgs: [String]?
+        /// By canonical language tag (`zh-Hans`, `pt-BR`).
+        public var translations: [String: Translation]?
+
+        public init(
+            title: String? = nil, body: String? = nil, titleLocKey: String? = nil, titleLocArgs: [String]? = nil, bodyLocKey: String? = nil,
+            bodyLocArgs: [String]? = nil, translations: [String: Translation]? = nil
+        ) {
             self.title = title
             self.body = body
+            self.titleLocKey = titleLocKey
+            self.titleLocArgs = titleLocArgs
+            self.bodyLocKey = bodyLocKey
+            self.bodyLocArgs = bodyLocArgs
+            self.translations = translations
+        }
+
+        /// Most languages an alert may carry.
+        public static let maximumTranslations = 50
+        /// Most arguments of a loc key.
+        public static let maximumLocArgs = 16
+
+        /// The limits of each member, each refusal naming the member.
+        func validate() throws(MessageValidationError) {
+            func fail(_ member: String, _ problem: String) -> MessageValidationError {
+                MessageValidationError(field: "presentation.alert.\(member)", problem: problem)
+            }
+            try Self.validateText(title: title, body: body, at: "presentation.alert.")
+            if title != nil, titleLocKey != nil { throw fail("titleLocKey", "give title or titleLocKey, not both") }
+            if title == nil, titleLocKey == nil { throw fail("title", "is required (or titleLocKey)") }
+            if body != nil, bodyLocKey != nil { throw fail("bodyLocKey", "give body or bodyLocKey, not both") }
+            for (key, args, name) in [(titleLocKey, titleLocArgs, "title"), (bodyLocKey, bodyLocArgs, "body")] {
+                if let key, !(1...256).contains(key.utf8.count) { throw fail("\(name)LocKey", "must be 1-256 bytes") }
+                guard let args else { continue }
+                guard key != nil else { throw fail("\(name)LocArgs", "only with \(name)LocKey") }
+                guard args.count <= Self.maximumLocArgs, args.allSatisfy({ $0.utf8.count <= 256 }) else {
+                    throw fail("\(name)LocArgs", "at most \(Self.maximumLocArgs) arguments of at most 256 bytes each")
+                }
+            }
+            guard let translations else { return }
+            guard translations.count <= Self.maximumTranslations else {
+                throw fail("translations", "at most \(Self.maximumTranslations) languages")
+            }
+            for (tag, translation) in translations.sorted(by: { $0.key < $1.key }) {
+                // As a token's locale is registered (TokenRecord.locale): what the locale is matched against.
+                guard LanguageTag(tag)?.description == tag else {
+                    throw fail("translations.\(tag)", "must be a canonical language tag (BCP 47), like zh-Hans or pt-BR")
+                }
+                try Self.validateText(title: translation.title, body: translation.body, at: "presentation.alert.translations.\(tag).")
+            }
+        }
+
+        /// A title of 1-256 bytes (when given) and a body of at most 1024.
+        private static func validateText(title: String?, body: String?, at prefix: String) throws(MessageValidationError) {
+            if let title, !(1...256).contains(title.utf8.count) {
+                throw MessageValidationError(field: prefix + "title", problem: "must be 1-256 bytes")
+            }
+            if let body, body.utf8.count > 1_024 {
+                throw MessageValidationError(field: prefix + "body", problem: "must be at most 1024 bytes")
+            }
         }
     }
 
@@ -95,14 +174,7 @@ public struct EventPresentation: Codable, Sendable, Hashable {
         if let sound, !(1...256).contains(sound.utf8.count) || sound.contains("/") {
             throw MessageValidationError(field: "presentation.sound", problem: "must be default or a sound file's name (1-256 bytes, no /)")
         }
-        if let alert {
-            guard (1...256).contains(alert.title.utf8.count) else {
-                throw MessageValidationError(field: "presentation.alert.title", problem: "must be 1-256 bytes")
-            }
-            if let body = alert.body, body.utf8.count > 1_024 {
-                throw MessageValidationError(field: "presentation.alert.body", problem: "must be at most 1024 bytes")
-            }
-        }
+        try alert?.validate()
     }
 }
 
@@ -125,11 +197,33 @@ extension EventPresentation: IsletJSONReadable {
         }
         var alert: Alert?
         if !members.isAbsent("alert") {
-            guard let given = members.members["alert"].flatMap(JSONMembers.init), let title = given.string("title"),
-                let body = given.optional("body", given.string)
-            else { return nil }
-            alert = Alert(title: title, body: body)
+            guard let given = members.members["alert"].flatMap(Alert.init(json:)) else { return nil }
+            alert = given
         }
         self.init(dismissal: dismissal, relevanceScore: relevance, staleAfterSeconds: staleAfterSeconds, sound: sound, alert: alert)
+    }
+}
+
+extension EventPresentation.Alert: IsletJSONReadable {
+    public init?(json: JSONValue) {
+        guard let members = JSONMembers(json), let title = members.optional("title", members.string), let body = members.optional("body", members.string),
+            let titleLocKey = members.optional("titleLocKey", members.string), let titleLocArgs = members.optional("titleLocArgs", members.strings),
+            let bodyLocKey = members.optional("bodyLocKey", members.string), let bodyLocArgs = members.optional("bodyLocArgs", members.strings)
+        else { return nil }
+        var translations: [String: Translation]?
+        if !members.isAbsent("translations") {
+            guard let given = members.object("translations") else { return nil }
+            var read: [String: Translation] = [:]
+            for (tag, value) in given {
+                guard let translation = JSONMembers(value), let title = translation.string("title"),
+                    let body = translation.optional("body", translation.string)
+                else { return nil }
+                read[tag] = Translation(title: title, body: body)
+            }
+            translations = read
+        }
+        self.init(
+            title: title, body: body, titleLocKey: titleLocKey, titleLocArgs: titleLocArgs, bodyLocKey: bodyLocKey, bodyLocArgs: bodyLocArgs,
+            translations: translations)
     }
 }

@@ -44,6 +44,18 @@ public struct JSONMembers {
         string(key).flatMap(IsletDate.parse)
     }
 
+    /// An array of strings only.
+    public func strings(_ key: String) -> [String]? {
+        guard case .array(let items)? = members[key] else { return nil }
+        var strings: [String] = []
+        strings.reserveCapacity(items.count)
+        for item in items {
+            guard case .string(let value) = item else { return nil }
+            strings.append(value)
+        }
+        return strings
+    }
+
     public func object(_ key: String) -> [String: JSONValue]? {
         if case .object(let value)? = members[key] { value } else { nil }
     }

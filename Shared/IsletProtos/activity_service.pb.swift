@@ -129,6 +129,18 @@ public nonisolated struct Islet_Content_V1_ActivityEventRequest: @unchecked Send
   /// Clears the value of `presentation`. Subsequent reads from it will return its default value.
   public mutating func clearPresentation() {_uniqueStorage()._presentation = nil}
 
+  /// Update and End only: when the phone should show it. More than a second from now, the event is
+  /// a scheduled step, kept and sent at that time (docs/templates.md, Scheduled steps); at most 8
+  /// hours after occurred_at and from now. Unset, or in the past: at once. Refused on a Start.
+  public var at: SwiftProtobuf.Google_Protobuf_Timestamp {
+    get {_storage._at ?? SwiftProtobuf.Google_Protobuf_Timestamp()}
+    set {_uniqueStorage()._at = newValue}
+  }
+  /// Returns true if `at` has been explicitly set.
+  public var hasAt: Bool {_storage._at != nil}
+  /// Clears the value of `at`. Subsequent reads from it will return its default value.
+  public mutating func clearAt() {_uniqueStorage()._at = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -220,7 +232,43 @@ public nonisolated struct Islet_Content_V1_EventPresentation: Sendable {
   fileprivate var _alert: Islet_Content_V1_EventAlert? = nil
 }
 
+/// The title is a text (title) or a key of the app's Localizable.strings (title_loc_key, with
+/// title_loc_args: APNs loc-key and loc-args, localized by the phone): one of the two, not both.
+/// The body likewise, and optional. translations: the alert in other languages, chosen for the
+/// activity's language as a template's translations are; none matching, title and body as given.
 public nonisolated struct Islet_Content_V1_EventAlert: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// 1 to 256 bytes; empty: none (then title_loc_key is required).
+  public var title: String = String()
+
+  /// At most 1024 bytes; empty: none.
+  public var body: String = String()
+
+  /// By canonical language tag ("zh-Hans", "pt-BR"), at most 50: the alert's title and body in
+  /// that language, in place of the ones above.
+  public var translations: Dictionary<String,Islet_Content_V1_EventAlertTranslation> = [:]
+
+  /// 1 to 256 bytes; empty: none.
+  public var titleLocKey: String = String()
+
+  /// Only with title_loc_key: at most 16, each at most 256 bytes.
+  public var titleLocArgs: [String] = []
+
+  /// 1 to 256 bytes; empty: none.
+  public var bodyLocKey: String = String()
+
+  /// Only with body_loc_key: at most 16, each at most 256 bytes.
+  public var bodyLocArgs: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Islet_Content_V1_EventAlertTranslation: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
@@ -228,7 +276,7 @@ public nonisolated struct Islet_Content_V1_EventAlert: Sendable {
   /// 1 to 256 bytes.
   public var title: String = String()
 
-  /// At most 1024 bytes; empty: none.
+  /// At most 1024 bytes; empty: none in this language.
   public var body: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -339,7 +387,7 @@ fileprivate nonisolated let _protobuf_package = "islet.content.v1"
 
 nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ActivityEventRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}event_id\0\u{3}activity_id\0\u{3}attributes_type\0\u{1}fields\0\u{1}urgency\0\u{3}occurred_at\0\u{1}sequence\0\u{3}start_target\0\u{1}attributes\0\u{1}source\0\u{3}bundle_id\0\u{1}presentation\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}event_id\0\u{3}activity_id\0\u{3}attributes_type\0\u{1}fields\0\u{1}urgency\0\u{3}occurred_at\0\u{1}sequence\0\u{3}start_target\0\u{1}attributes\0\u{1}source\0\u{3}bundle_id\0\u{1}presentation\0\u{1}at\0")
 
   fileprivate class _StorageClass {
     var _eventID: String = String()
@@ -354,6 +402,7 @@ nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Messa
     var _source: String = String()
     var _bundleID: String = String()
     var _presentation: Islet_Content_V1_EventPresentation? = nil
+    var _at: SwiftProtobuf.Google_Protobuf_Timestamp? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -376,6 +425,7 @@ nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Messa
       _source = source._source
       _bundleID = source._bundleID
       _presentation = source._presentation
+      _at = source._at
     }
   }
 
@@ -406,6 +456,7 @@ nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Messa
         case 10: try { try decoder.decodeSingularStringField(value: &_storage._source) }()
         case 11: try { try decoder.decodeSingularStringField(value: &_storage._bundleID) }()
         case 12: try { try decoder.decodeSingularMessageField(value: &_storage._presentation) }()
+        case 13: try { try decoder.decodeSingularMessageField(value: &_storage._at) }()
         default: break
         }
       }
@@ -454,6 +505,9 @@ nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Messa
       try { if let v = _storage._presentation {
         try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
       } }()
+      try { if let v = _storage._at {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -475,6 +529,7 @@ nonisolated extension Islet_Content_V1_ActivityEventRequest: SwiftProtobuf.Messa
         if _storage._source != rhs_storage._source {return false}
         if _storage._bundleID != rhs_storage._bundleID {return false}
         if _storage._presentation != rhs_storage._presentation {return false}
+        if _storage._at != rhs_storage._at {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -568,6 +623,66 @@ nonisolated extension Islet_Content_V1_EventPresentation: SwiftProtobuf.Message,
 
 nonisolated extension Islet_Content_V1_EventAlert: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".EventAlert"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}title\0\u{1}body\0\u{1}translations\0\u{3}title_loc_key\0\u{3}title_loc_args\0\u{3}body_loc_key\0\u{3}body_loc_args\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.title) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.body) }()
+      case 3: try { try decoder.decodeMapField(fieldType: SwiftProtobuf._ProtobufMessageMap<SwiftProtobuf.ProtobufString,Islet_Content_V1_EventAlertTranslation>.self, value: &self.translations) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.titleLocKey) }()
+      case 5: try { try decoder.decodeRepeatedStringField(value: &self.titleLocArgs) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self.bodyLocKey) }()
+      case 7: try { try decoder.decodeRepeatedStringField(value: &self.bodyLocArgs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.title.isEmpty {
+      try visitor.visitSingularStringField(value: self.title, fieldNumber: 1)
+    }
+    if !self.body.isEmpty {
+      try visitor.visitSingularStringField(value: self.body, fieldNumber: 2)
+    }
+    if !self.translations.isEmpty {
+      try visitor.visitMapField(fieldType: SwiftProtobuf._ProtobufMessageMap<SwiftProtobuf.ProtobufString,Islet_Content_V1_EventAlertTranslation>.self, value: self.translations, fieldNumber: 3)
+    }
+    if !self.titleLocKey.isEmpty {
+      try visitor.visitSingularStringField(value: self.titleLocKey, fieldNumber: 4)
+    }
+    if !self.titleLocArgs.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.titleLocArgs, fieldNumber: 5)
+    }
+    if !self.bodyLocKey.isEmpty {
+      try visitor.visitSingularStringField(value: self.bodyLocKey, fieldNumber: 6)
+    }
+    if !self.bodyLocArgs.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.bodyLocArgs, fieldNumber: 7)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Islet_Content_V1_EventAlert, rhs: Islet_Content_V1_EventAlert) -> Bool {
+    if lhs.title != rhs.title {return false}
+    if lhs.body != rhs.body {return false}
+    if lhs.translations != rhs.translations {return false}
+    if lhs.titleLocKey != rhs.titleLocKey {return false}
+    if lhs.titleLocArgs != rhs.titleLocArgs {return false}
+    if lhs.bodyLocKey != rhs.bodyLocKey {return false}
+    if lhs.bodyLocArgs != rhs.bodyLocArgs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Islet_Content_V1_EventAlertTranslation: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".EventAlertTranslation"
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}title\0\u{1}body\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
@@ -593,7 +708,7 @@ nonisolated extension Islet_Content_V1_EventAlert: SwiftProtobuf.Message, SwiftP
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  public static func ==(lhs: Islet_Content_V1_EventAlert, rhs: Islet_Content_V1_EventAlert) -> Bool {
+  public static func ==(lhs: Islet_Content_V1_EventAlertTranslation, rhs: Islet_Content_V1_EventAlertTranslation) -> Bool {
     if lhs.title != rhs.title {return false}
     if lhs.body != rhs.body {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}

@@ -187,6 +187,74 @@ struct ActivityGRPCTests {
         }
     }
 
+    @Test("an alert's translations and loc keys, and an update's or end's `at`, are published as the topic carries them; refusals name the member")
+    func localizedAlertAndAt() async throws {
+        try await Self.withService { activities, published, clock in
+            let at = clock.date.addingTimeInterval(600)
+            let update = Islet_Content_V1_ActivityEventRequest.with {
+                $0.eventID = "ev-1"
+                $0.activityID = "order-7"
+                $0.attributesType = "DeliveryAttributes"
+                $0.urgency = "important"
+                $0.sequence = 1
+                $0.fields = fields(["status": .init(stringValue: "out_for_delivery"), "orderId": .init(stringValue: "7")])
+                $0.at = Google_Protobuf_Timestamp(date: at)
+                $0.presentation = .with {
+                    $0.alert = .with {
+                        $0.titleLocKey = "ON_THE_WAY"
+                        $0.titleLocArgs = ["Ana"]
+                        $0.body = "Ana is bringing your order"
+                        $0.translations = [
+                            "zh-Hans": .with { $0.title = "配送中"; $0.body = "Ana 正在为您送货" },
+                            "de": .with { $0.title = "Unterwegs" },
+                        ]
+                    }
+                }
+            }
+            #expect(try await activities.update(update).requestIds.isEmpty, "a step: its requests are made at its time")
+            let event = try #require(published.events.last)
+            #expect(event.at == at)
+            #expect(
+                event.presentation?.alert
+                    == EventPresentation.Alert(
+                        body: "Ana is bringing your order", titleLocKey: "ON_THE_WAY", titleLocArgs: ["Ana"],
+                        translations: ["zh-Hans": .init(title: "配送中", body: "Ana 正在为您送货"), "de": .init(title: "Unterwegs")]))
+            _ = try await activities.end(update.changing {
+                $0.eventID = "ev-2"
+                $0.sequence = 2
+                $0.fields.fields["status"] = .init(stringValue: "delivered")
+                $0.clearPresentation()
+            })
+            #expect(published.events.last?.kind == .end)
+            #expect(published.events.last?.at == at)
+            _ = try await activities.update(update.changing { $0.activityID = "order-8"; $0.clearAt(); $0.clearPresentation() })
+            #expect(published.events.last?.at == nil, "no at: at once")
+
+            let count = published.events.count
+            let refusals: [(Islet_Content_V1_ActivityEventRequest, String)] = [
+                (update.changing { $0.activityID = "order-9"; $0.presentation.alert.title = "On the way" }, "presentation.alert.titleLocKey"),
+                (update.changing { $0.activityID = "order-9"; $0.presentation.alert.translations["zh-hans"] = .with { $0.title = "x" } },
+                 "presentation.alert.translations.zh-hans"),
+                (update.changing { $0.activityID = "order-9"; $0.presentation.alert.translations["de"] = .with { $0.body = "no title" } },
+                 "presentation.alert.translations.de.title"),
+                (update.changing { $0.activityID = "order-9"; $0.presentation.alert.bodyLocArgs = ["x"] }, "presentation.alert.bodyLocArgs"),
+                (update.changing { $0.activityID = "order-9"; $0.at = Google_Protobuf_Timestamp(date: clock.date.addingTimeInterval(9 * 3_600)) }, "at"),
+            ]
+            for (request, field) in refusals {
+                await #expect {
+                    _ = try await activities.update(request)
+                } throws: { error in
+                    guard let error = error as? RPCError else { return false }
+                    return error.code == .invalidArgument && error.message.hasPrefix(field + ":")
+                }
+            }
+            await #expect {
+                _ = try await activities.start(update.changing { $0.activityID = "order-9"; $0.clearPresentation() })
+            } throws: { ($0 as? RPCError)?.message.hasPrefix("at:") == true }
+            #expect(published.events.count == count)
+        }
+    }
+
     @Test("stale activities are listed, most stale first")
     func staleList() async throws {
         let clock = ManualClock(now)

@@ -8,8 +8,8 @@ import Testing
 /// template's state and the policy decide as before.
 @Suite("Per-event presentation: dismissal, relevance, stale time, alert texts and sound")
 struct PresentationTests {
-    func requests(_ event: ActivityEvent, memory: inout ActivityMemory) throws -> [PushRequest] {
-        try assembler().assemble(event, app: app, appVersion: AppVersion("3.0")!, locale: nil, memory: &memory, now: now).requests
+    func requests(_ event: ActivityEvent, locale: String? = nil, memory: inout ActivityMemory) throws -> [PushRequest] {
+        try assembler().assemble(event, app: app, appVersion: AppVersion("3.0")!, locale: locale, memory: &memory, now: now).requests
     }
 
     static let arriving: [String: JSONValue] = ["status": .string("arriving"), "orderId": .string("42"), "courier": .object(["name": .string("Ana")])]
@@ -24,12 +24,44 @@ struct PresentationTests {
         (.update, EventPresentation(sound: "../etc/passwd"), "presentation.sound"),
         (.update, EventPresentation(alert: .init(title: "")), "presentation.alert.title"),
         (.update, EventPresentation(alert: .init(title: "t", body: String(repeating: "b", count: 1_025))), "presentation.alert.body"),
+        // A title, or a title's loc key: one, not both (which one was meant is not ours to guess).
+        (.update, EventPresentation(alert: .init(body: "no title")), "presentation.alert.title"),
+        (.update, EventPresentation(alert: .init(title: "t", titleLocKey: "T")), "presentation.alert.titleLocKey"),
+        (.update, EventPresentation(alert: .init(title: "t", body: "b", bodyLocKey: "B")), "presentation.alert.bodyLocKey"),
+        (.update, EventPresentation(alert: .init(titleLocKey: "")), "presentation.alert.titleLocKey"),
+        (.update, EventPresentation(alert: .init(titleLocKey: String(repeating: "K", count: 257))), "presentation.alert.titleLocKey"),
+        (.update, EventPresentation(alert: .init(title: "t", titleLocArgs: ["a"])), "presentation.alert.titleLocArgs"),
+        (.update, EventPresentation(alert: .init(titleLocKey: "T", titleLocArgs: Array(repeating: "a", count: 17))), "presentation.alert.titleLocArgs"),
+        (.update, EventPresentation(alert: .init(title: "t", bodyLocKey: "B", bodyLocArgs: [String(repeating: "a", count: 257)])), "presentation.alert.bodyLocArgs"),
+        // Translations: canonical tags (as a token's locale is registered), the same limits as the alert's own texts, at most 50.
+        (.update, EventPresentation(alert: .init(title: "t", translations: ["zh-hans": .init(title: "嗨")])), "presentation.alert.translations.zh-hans"),
+        (.update, EventPresentation(alert: .init(title: "t", translations: ["zh_Hans": .init(title: "嗨")])), "presentation.alert.translations.zh_Hans"),
+        (.update, EventPresentation(alert: .init(title: "t", translations: ["chinese": .init(title: "嗨")])), "presentation.alert.translations.chinese"),
+        (.update, EventPresentation(alert: .init(title: "t", translations: ["zh-Hans": .init(title: "")])), "presentation.alert.translations.zh-Hans.title"),
+        (.update, EventPresentation(alert: .init(title: "t", translations: ["de": .init(title: "t", body: String(repeating: "b", count: 1_025))])),
+         "presentation.alert.translations.de.body"),
+        (.update, EventPresentation(alert: .init(title: "t", translations: Self.languages(51))), "presentation.alert.translations"),
     ])
     func refused(kind: ActivityEventKind, presentation: EventPresentation, field: String) {
         var made = event("DeliveryAttributes", kind, sequence: 1, Self.arriving)
         made.presentation = presentation
         let error = #expect(throws: MessageValidationError.self) { try made.validate() }
         #expect(error?.field == field)
+    }
+
+    /// `count` distinct canonical tags (`aa`, `ab`, …), each with a title.
+    static func languages(_ count: Int) -> [String: EventPresentation.Alert.Translation] {
+        let letters = Array("abcdefghijklmnopqrstuvwxyz")
+        return Dictionary(uniqueKeysWithValues: (0..<count).map { ("\(letters[$0 / 26])\(letters[$0 % 26])", .init(title: "t\($0)")) })
+    }
+
+    @Test("the limits allow what they name: 50 translations, 16 arguments of 256 bytes, keys of 256 bytes, a translation without a body")
+    func withinLimits() throws {
+        var made = event("DeliveryAttributes", .update, sequence: 1, Self.arriving)
+        made.presentation = EventPresentation(alert: .init(
+            titleLocKey: String(repeating: "K", count: 256), titleLocArgs: Array(repeating: String(repeating: "a", count: 256), count: 16),
+            bodyLocKey: "B", translations: Self.languages(50).merging(["zh-Hans-CN": .init(title: "嗨")]) { $1 }.filter { $0.key != "aa" }))
+        try made.validate()
     }
 
     @Test("the presentation travels on the topic: written and read back the same, by the fast reader and by Codable")
@@ -44,6 +76,25 @@ struct PresentationTests {
         made.presentation = EventPresentation(dismissal: .immediate)
         #expect(try IsletJSON.decode(ActivityEvent.self, from: try IsletJSON.encode(made)) == made)
         #expect(String(decoding: try IsletJSON.encode(made), as: UTF8.self).contains(#""dismissal":"immediate""#))
+        // An alert by loc keys, with translations.
+        made.presentation = EventPresentation(alert: .init(
+            titleLocKey: "ARRIVED", titleLocArgs: ["Ana"], bodyLocKey: "DOOR", bodyLocArgs: ["4B", "2"],
+            translations: ["zh-Hans": .init(title: "已到达", body: "4B 门"), "de": .init(title: "Angekommen")]))
+        let localized = try IsletJSON.encode(made)
+        #expect(try IsletJSON.decode(ActivityEvent.self, from: localized) == made)
+        #expect(try IsletJSON.decodeWithDecoder(ActivityEvent.self, from: localized) == made)
+        #expect(String(decoding: localized, as: UTF8.self).contains(#""translations":{"de":{"title":"Angekommen"},"zh-Hans":{"#))
+        // What the fast reader cannot take is refused, as Codable refuses it.
+        let text = String(decoding: localized, as: UTF8.self)
+        for (part, broken) in [
+            (#""titleLocArgs":["Ana"]"#, #""titleLocArgs":"Ana""#), (#""titleLocArgs":["Ana"]"#, #""titleLocArgs":[1]"#),
+            (#""de":{"title":"Angekommen"}"#, #""de":{"body":"Angekommen"}"#), (#""de":{"title":"Angekommen"}"#, #""de":"Angekommen""#),
+        ] {
+            #expect(text.contains(part), "\(part)")
+            #expect(throws: MessageDecodingError.self, "\(broken)") {
+                try IsletJSON.decode(ActivityEvent.self, from: Array(text.replacingOccurrences(of: part, with: broken).utf8))
+            }
+        }
     }
 
     @Test("an update: its relevance, stale time, alert texts and sound in place of the state's")
@@ -86,5 +137,90 @@ struct PresentationTests {
             let end = try #require(try requests(made, memory: &memory).last)
             #expect(try aps(end)["dismissal-date"] == .integer(expected), "\(String(describing: dismissal))")
         }
+    }
+
+    static let translated = EventPresentation.Alert(
+        title: "Ana is here", body: "Door 4B",
+        translations: ["zh-Hans": .init(title: "Ana 已到达", body: "4B 门口"), "zh-Hant": .init(title: "Ana 已到達"), "de": .init(title: "Ana ist da", body: "Tür 4B")])
+
+    @Test("an event's own alert in the token's language: the translation the template's translations would choose, else its own texts", arguments: [
+        ("zh-Hans-CN", JSONValue.object(["title": .string("Ana 已到达"), "body": .string("4B 门口")])),
+        ("zh-CN", .object(["title": .string("Ana 已到达"), "body": .string("4B 门口")])),
+        ("zh-TW", .object(["title": .string("Ana 已到達")])),  // a translation without a body: none (not the default language's)
+        ("de-AT", .object(["title": .string("Ana ist da"), "body": .string("Tür 4B")])),
+        ("fr-FR", .object(["title": .string("Ana is here"), "body": .string("Door 4B")])),
+        ("not a tag", .object(["title": .string("Ana is here"), "body": .string("Door 4B")])),
+    ] as [(String, JSONValue)])
+    func translatedAlert(locale: String, expected: JSONValue) throws {
+        var memory = ActivityMemory()
+        var made = event("DeliveryAttributes", .update, sequence: 1, Self.arriving)
+        made.presentation = EventPresentation(alert: Self.translated)
+        let sent = try aps(try #require(try requests(made, locale: locale, memory: &memory).first))
+        #expect(sent["alert"]?.removing("sound") == expected)
+        // Chosen by the same function as the template's language (none for no locale).
+        #expect(ActivityTemplate.language(for: locale, in: Self.translated.translations!)?.title ?? "Ana is here" == expected["title"]?.stringValue)
+        #expect(ActivityTemplate.language(for: nil, in: Self.translated.translations!) == nil)
+    }
+
+    @Test("an event's own alert by loc keys: sent as {loc-key, loc-args}, as a template's loc-key alert is; a push-to-start too")
+    func locKeyAlert() throws {
+        var memory = ActivityMemory()
+        var made = event("DeliveryAttributes", .update, sequence: 1, Self.arriving)
+        made.presentation = EventPresentation(alert: .init(titleLocKey: "COURIER_HERE", bodyLocKey: "DOOR", bodyLocArgs: ["4B", "Ana"]))
+        let sent = try aps(try #require(try requests(made, locale: "zh-Hans-CN", memory: &memory).first))
+        #expect(sent["alert"]?.removing("sound") == .object([
+            "title": .object(["loc-key": .string("COURIER_HERE")]),
+            "body": .object(["loc-key": .string("DOOR"), "loc-args": .array([.string("4B"), .string("Ana")])]),
+        ]))
+        // A loc-key title with a text body; a translation for the locale wins over the keys.
+        made.presentation = EventPresentation(alert: .init(body: "Door 4B", titleLocKey: "COURIER_HERE", translations: ["zh-Hans": .init(title: "已到达")]))
+        memory = ActivityMemory()
+        #expect(try aps(try #require(try requests(made, locale: "en-GB", memory: &memory).first))["alert"]?.removing("sound")
+            == .object(["title": .object(["loc-key": .string("COURIER_HERE")]), "body": .string("Door 4B")]))
+        memory = ActivityMemory()
+        #expect(try aps(try #require(try requests(made, locale: "zh-Hans-CN", memory: &memory).first))["alert"]?.removing("sound")
+            == .object(["title": .string("已到达")]))
+        // A push-to-start's required alert is the event's, by key.
+        var start = event("DeliveryAttributes", .start, sequence: 1, Self.arriving, startTarget: .init(app: app, deviceId: "d1"), attributes: ["orderId": .string("42")])
+        start.presentation = EventPresentation(alert: .init(titleLocKey: "ORDER_STARTED"))
+        memory = ActivityMemory()
+        #expect(try aps(try #require(try requests(start, memory: &memory).first))["alert"]?["title"] == .object(["loc-key": .string("ORDER_STARTED")]))
+    }
+
+    @Test("to fit 4 KB a translated alert is cut like any alert text, and a loc key's arguments are, never the key")
+    func shrinkCutsTranslatedAlert() throws {
+        let name = String(repeating: "🚲", count: 3_000)  // 12 KB in the content state: texts must be cut to 256 characters
+        let long: [String: JSONValue] = ["status": .string("arriving"), "orderId": .string("42"), "courier": .object(["name": .string(name)])]
+        let body = String(repeating: "请到门口取餐", count: 56)  // 336 characters, 1008 bytes
+        var memory = ActivityMemory()
+        var made = event("DeliveryAttributes", .update, sequence: 1, long)
+        made.presentation = EventPresentation(alert: .init(title: "Here", body: "Door 4B", translations: ["zh-Hans": .init(title: "已到达", body: body)]))
+        let result = try assembler().assemble(made, app: app, appVersion: AppVersion("2.0")!, locale: "zh-Hans-CN", memory: &memory, now: now)
+        #expect(result.requests[0].payload.utf8.count <= PushRequest.maximumPayloadBytes)
+        #expect(result.shrinks.last?.hasPrefix("texts cut to") == true, "\(result.shrinks)")
+        let alert = try #require(try aps(result.requests[0])["alert"])
+        let cut = try #require(alert["body"]?.stringValue)
+        #expect(cut.hasPrefix("请到门口取餐") && cut.hasSuffix("…") && cut.count < body.count, "\(cut) \(result.shrinks)")
+        #expect(alert["title"] == .string("已到达"))
+
+        memory = ActivityMemory()
+        let key = "COURIER_" + String(repeating: "K", count: 240)
+        // 16 arguments of 256 bytes: 4 KB by themselves.
+        made.presentation = EventPresentation(alert: .init(title: "Here", bodyLocKey: key, bodyLocArgs: Array(repeating: String(repeating: "Ana ", count: 64), count: 16)))
+        let keyed = try assembler().assemble(made, app: app, appVersion: AppVersion("2.0")!, locale: "zh-Hans-CN", memory: &memory, now: now)
+        let keyedBody = try #require(try aps(keyed.requests[0])["alert"]?["body"])
+        #expect(keyedBody["loc-key"] == .string(key), "the key is never cut")
+        guard case .array(let args)? = keyedBody["loc-args"] else { Issue.record("no loc-args"); return }
+        #expect(args.count == 16 && args.allSatisfy { $0.stringValue?.hasSuffix("…") == true }, "\(args) \(keyed.shrinks)")
+        #expect(keyed.requests[0].payload.utf8.count <= PushRequest.maximumPayloadBytes)
+    }
+}
+
+extension JSONValue {
+    /// The object without its member `key`.
+    func removing(_ key: String) -> JSONValue {
+        guard case .object(var members) = self else { return self }
+        members[key] = nil
+        return .object(members)
     }
 }

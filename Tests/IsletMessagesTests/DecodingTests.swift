@@ -40,7 +40,9 @@ struct ToleranceTests {
             "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt", "ownerVerified", "locale"],
             "ActivityEvent": [
                 "startTarget", "attributes", "source", "bundleId", "presentation", "presentation.dismissal", "presentation.relevanceScore",
-                "presentation.staleAfterSeconds", "presentation.sound", "presentation.alert", "presentation.alert.body", "at",
+                "presentation.staleAfterSeconds", "presentation.sound", "presentation.alert", "presentation.alert.title", "presentation.alert.body",
+                "presentation.alert.titleLocKey", "presentation.alert.titleLocArgs", "presentation.alert.bodyLocKey", "presentation.alert.bodyLocArgs",
+                "presentation.alert.translations", "at",
             ],
             "PushRequest": [
                 "activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state", "channelStoragePolicy",
@@ -185,6 +187,9 @@ struct DecodingErrorTests {
             Change("ActivityEvent", "fields", .array([.string("status")])),
             Change("ActivityEvent.pushToStart", "startTarget.deviceId", .integer(7)),
             Change("ActivityEvent.pushToStart", "attributes", .string("orderId=42")),
+            Change("ActivityEvent.localizedAlert", "presentation.alert.titleLocArgs", .string("Tim")),
+            Change("ActivityEvent.localizedAlert", "presentation.alert.bodyLocKey", .integer(1)),
+            Change("ActivityEvent.localizedAlert", "presentation.alert.translations", .array([])),
             Change("PushRequest", "priority", .string("10")),
             Change("PushRequest", "payload", .object(["aps": .object([:])])),
             Change("PushRequest", "supersedable", .integer(1)),

@@ -72,6 +72,17 @@ enum Examples {
         presentation: EventPresentation(
             dismissal: .immediate, relevanceScore: 20, staleAfterSeconds: 60, sound: "default", alert: .init(title: "Delivered", body: "Enjoy your meal")))
 
+    /// The driver is here: an alert the phone localizes (the app's `Localizable.strings`), with
+    /// the backend's own Chinese for a phone in Chinese.
+    static let activityEventLocalizedAlert = ActivityEvent(
+        eventId: "rides-outbox-5120", activityId: "ride-9", kind: .update, attributesType: "RideAttributes",
+        fields: ["phase": .string("arriving")], urgency: .important, occurredAt: utc(2026, 11, 22, 10, 40, 11, 250), sequence: 6,
+        source: "rides-service", bundleId: rideApp.bundleId,
+        presentation: EventPresentation(
+            alert: .init(
+                titleLocKey: "RIDE_DRIVER_HERE_TITLE", titleLocArgs: ["Tim"], bodyLocKey: "RIDE_DRIVER_HERE_BODY", bodyLocArgs: ["Blue Prius", "KX 42 LT"],
+                translations: ["zh-Hans": .init(title: "Tim 已到达", body: "请找蓝色 Prius KX 42 LT")])))
+
     static let activityEventScheduled = ActivityEvent(
         eventId: "orders-outbox-88315", activityId: "order-42", kind: .update, attributesType: "DeliveryAttributes",
         fields: ["courierName": .string("Ana"), "status": .string("arriving")], urgency: .important, occurredAt: utc(2026, 11, 22, 10, 15, 30, 123),

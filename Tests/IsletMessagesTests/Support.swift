@@ -62,6 +62,7 @@ struct GoldenCase: Sendable, CustomTestStringConvertible {
         GoldenCase("ActivityEvent.minimal", Examples.activityEventMinimal),
         GoldenCase("ActivityEvent.presentation", Examples.activityEventPresented),
         GoldenCase("ActivityEvent.scheduled", Examples.activityEventScheduled),
+        GoldenCase("ActivityEvent.localizedAlert", Examples.activityEventLocalizedAlert),
         GoldenCase("PushRequest", Examples.pushRequest),
         GoldenCase("PushRequest.pushToStart", Examples.pushRequestPushToStart),
         GoldenCase("PushRequest.broadcast", Examples.pushRequestBroadcast),
@@ -117,9 +118,10 @@ struct MessageSchema: Sendable {
             typeName: "ActivityEvent", topic: IsletTopics.activityEvents,
             required: [
                 "schemaVersion", "eventId", "activityId", "kind", "attributesType", "fields", "urgency", "occurredAt", "sequence",
-                "startTarget.app", "startTarget.app.bundleId", "startTarget.app.environment", "startTarget.deviceId", "presentation.alert.title",
+                "startTarget.app", "startTarget.app.bundleId", "startTarget.app.environment", "startTarget.deviceId",
             ],
-            freeForm: ["fields", "attributes"],
+            // An alert's translations are keyed by language tag: a map, not members of the schema.
+            freeForm: ["fields", "attributes", "presentation.alert.translations"],
             enums: ["kind": true, "urgency": true, "startTarget.app.environment": false]),
         MessageSchema(
             typeName: "PushRequest", topic: IsletTopics.pushRequests,

@@ -113,7 +113,7 @@ public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServic
             presentation = EventPresentation(
                 dismissal: dismissal, relevanceScore: given.hasRelevanceScore ? given.relevanceScore : nil,
                 staleAfterSeconds: given.hasStaleAfterSeconds ? Int(given.staleAfterSeconds) : nil, sound: given.sound.isEmpty ? nil : given.sound,
-                alert: given.hasAlert ? .init(title: given.alert.title, body: given.alert.body.isEmpty ? nil : given.alert.body) : nil)
+                alert: given.hasAlert ? alert(given.alert) : nil)
         }
         let event = ActivityEvent(
             eventId: eventId, activityId: request.activityID, kind: kind, attributesType: request.attributesType,
@@ -121,13 +121,24 @@ public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServic
             occurredAt: request.hasOccurredAt ? request.occurredAt.date : now, sequence: request.sequence, startTarget: target,
             attributes: request.hasAttributes ? request.attributes.fields.mapValues(JSONValue.init(protobuf:)) : nil,
             source: request.source.isEmpty ? nil : request.source, bundleId: request.bundleID.isEmpty ? nil : request.bundleID,
-            presentation: presentation)
+            presentation: presentation, at: request.hasAt ? request.at.date : nil)
         do {
             try event.validate()
         } catch {
             throw invalid(error.field, error.problem)
         }
         return event
+    }
+
+    /// An alert as the topic carries it: an empty string or list is not given.
+    static func alert(_ given: Islet_Content_V1_EventAlert) -> EventPresentation.Alert {
+        func nonEmpty(_ text: String) -> String? { text.isEmpty ? nil : text }
+        func nonEmpty(_ list: [String]) -> [String]? { list.isEmpty ? nil : list }
+        return EventPresentation.Alert(
+            title: nonEmpty(given.title), body: nonEmpty(given.body), titleLocKey: nonEmpty(given.titleLocKey),
+            titleLocArgs: nonEmpty(given.titleLocArgs), bodyLocKey: nonEmpty(given.bodyLocKey), bodyLocArgs: nonEmpty(given.bodyLocArgs),
+            translations: given.translations.isEmpty
+                ? nil : given.translations.mapValues { EventPresentation.Alert.Translation(title: $0.title, body: nonEmpty($0.body)) })
     }
 }
 

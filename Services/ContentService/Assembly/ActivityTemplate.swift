@@ -156,10 +156,18 @@ public struct ActivityTemplate: Sendable {
     /// The template in `locale`'s language: the first of its fallbacks (``LanguageTag/fallbacks``)
     /// the template has, else the default texts.
     public func localized(_ locale: String?) -> ActivityTemplate {
-        guard !languages.isEmpty, let tag = locale.flatMap(LanguageTag.init) else { return self }
+        Self.language(for: locale, in: languages) ?? self
+    }
+
+    /// What `byLanguage` (keyed by canonical language tag) has for `locale`: its entry for the
+    /// first of the locale's fallbacks it has (``LanguageTag/fallbacks``: `zh-Hans-CN`, `zh-Hans`,
+    /// `zh`; `zh-TW` → `zh-Hant`), else nil (no match, or no locale). The one way a language is
+    /// chosen: a template's translations and an event's own alert translations alike.
+    public static func language<Value>(for locale: String?, in byLanguage: [String: Value]) -> Value? {
+        guard !byLanguage.isEmpty, let tag = locale.flatMap(LanguageTag.init) else { return nil }
         for candidate in tag.fallbacks {
-            if let template = languages[candidate] { return template }
+            if let value = byLanguage[candidate] { return value }
         }
-        return self
+        return nil
     }
 }

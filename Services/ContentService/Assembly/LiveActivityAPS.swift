@@ -56,6 +56,21 @@ struct LiveActivityAPS: Sendable, Equatable {
             self.init(title: Text(alert.title, context: context), body: Text(alert.body, context: context), sound: alert.sound)
         }
 
+        /// An event's own alert (``EventPresentation/Alert``) for a phone in `locale`: its
+        /// translation for that language, chosen as a template's are
+        /// (``ActivityTemplate/language(for:in:)``), else its own title and body, each a text or a
+        /// loc key with its arguments.
+        init(_ alert: EventPresentation.Alert, locale: String?, sound: String?) {
+            if let translated = alert.translations.flatMap({ ActivityTemplate.language(for: locale, in: $0) }) {
+                self.init(title: translated.title, body: translated.body, sound: sound)
+                return
+            }
+            // Validated: a title or a title key (a missing one would be an empty title).
+            let title = alert.titleLocKey.map { Text.localized(key: $0, args: alert.titleLocArgs ?? []) } ?? .text(alert.title ?? "")
+            let body = alert.bodyLocKey.map { Text.localized(key: $0, args: alert.bodyLocArgs ?? []) } ?? alert.body.map(Text.text)
+            self.init(title: title, body: body, sound: sound)
+        }
+
         /// Title and body cut to `cap` characters (the sound is a file name: never cut).
         func cut(to cap: Int) -> Alert {
             Alert(title: title.cut(to: cap), body: body.map { $0.cut(to: cap) }, sound: sound)

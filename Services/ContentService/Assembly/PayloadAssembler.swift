@@ -89,12 +89,13 @@ public struct PayloadAssembler: Sendable {
         // The alert policy: on a change of state that matters, within the fatigue limit.
         let recentAlerts = memory.alertTimes.filter { now.timeIntervalSince($0) < policy.alertWindow / .seconds(1) }
         let stateChanged = memory.lastState != state.name
-        // The event's own alert texts (in the user's language: the backend's) stand in for the state's.
+        // The event's own alert texts stand in for the state's: in the token's language when the
+        // event translates them (chosen as the template's language is), else as given.
         let presentation = event.presentation
         let alerts = state.alert != nil || presentation?.alert != nil
         var alert: LiveActivityAPS.Alert? = nil
         if alerts, event.urgency != .routine, stateChanged, recentAlerts.count < policy.maximumAlerts {
-            alert = presentation?.alert.map { LiveActivityAPS.Alert(title: $0.title, body: $0.body, sound: state.alert?.sound) }
+            alert = presentation?.alert.map { LiveActivityAPS.Alert($0, locale: locale, sound: state.alert?.sound) }
                 ?? state.alert.map { LiveActivityAPS.Alert($0, context: layoutContext) }
         }
         let isPushToStart = event.kind == .start && event.startTarget != nil
@@ -105,7 +106,7 @@ public struct PayloadAssembler: Sendable {
         }
         if isPushToStart, alert == nil {
             // A push-to-start must alert (ActivityKit requires it); the event's, the state's text, or the type.
-            alert = presentation?.alert.map { LiveActivityAPS.Alert(title: $0.title, body: $0.body, sound: state.alert?.sound) }
+            alert = presentation?.alert.map { LiveActivityAPS.Alert($0, locale: locale, sound: state.alert?.sound) }
                 ?? LiveActivityAPS.Alert(title: context["state"].flatMap { ($0 as? [String: Any])?["text"] as? String } ?? template.description)
         }
         if let sound = presentation?.sound { alert?.sound = sound }
