@@ -13,12 +13,12 @@ public enum KafkaPartitioner {
 
     /// The partition of a key's bytes.
     static func partition(of key: UnsafeRawBufferPointer, partitions: Int32) -> Int32 {
-        RDKafkaPartitioner.murmur2(key, from: hashedKeyStart(key), partitions: partitions)
+        RDKafkaPartitioner.murmur2(key, in: hashedKeyRange(key), partitions: partitions)
     }
 
-    /// Where the part of a key that names the activity starts (``MessageKey/partitionKeyStart(of:)``):
-    /// the producers' partitioner hashes the key from there on.
-    @Sendable static func hashedKeyStart(_ key: UnsafeRawBufferPointer) -> Int {
-        MessageKey.partitionKeyStart(of: key)
+    /// The part of a key that names the activity (``MessageKey/partitionKeyRange(of:)``): what the
+    /// producers' partitioner hashes.
+    @Sendable static func hashedKeyRange(_ key: UnsafeRawBufferPointer) -> Range<Int> {
+        MessageKey.partitionKeyRange(of: key)
     }
 }

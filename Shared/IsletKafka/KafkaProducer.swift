@@ -69,7 +69,7 @@ public final class KafkaProducer: Service, Sendable {
                 onDelivery: { failure in core.reported(failure, generation: generation) },
                 onError: { error in core.clientError(error, generation: generation) },
                 onStatistics: statistics,
-                hashedKeyStart: KafkaPartitioner.hashedKeyStart))
+                hashedKeyRange: KafkaPartitioner.hashedKeyRange))
     }
 
     /// Sends one record and returns once the broker has persisted it (acks=all), or throws why not.

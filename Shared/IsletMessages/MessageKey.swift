@@ -13,18 +13,32 @@ public enum MessageKey {
     /// in its value).
     public static func activity(_ activityId: String) -> String { activityId }
 
-    /// Where the bytes of `key` that choose its partition start: for an activity of an app
-    /// (`<bundleId>/<activityId>`) after the `/`, so that it lands where a backend's event keyed by
-    /// the bare activity id does; for every other key (an activity id, which never holds `/`; a
-    /// push-to-start key, whose first `:` comes before any `/`), at 0: the whole key.
+    /// One device's update token of an activity: `<bundleId>/<activityId>/<deviceId>`. It lands in
+    /// the activity's partition (``partitionKeyRange(of:)`` hashes the activity id alone).
+    public static func device(bundleId: String, activityId: String, deviceId: String) -> String { "\(bundleId)/\(activityId)/\(deviceId)" }
+
+    /// Where the bytes of `key` that choose its partition start (``partitionKeyRange(of:)``).
     public static func partitionKeyStart<Key: Collection<UInt8>>(of key: Key) -> Int {
+        partitionKeyRange(of: key).lowerBound
+    }
+
+    /// The bytes of `key` that choose its partition: for an activity of an app
+    /// (`<bundleId>/<activityId>`, or one device's `<bundleId>/<activityId>/<deviceId>`) the activity
+    /// id between the first `/` and the next, so that it lands where a backend's event keyed by the
+    /// bare activity id does; for every other key (an activity id, which never holds `/`; a
+    /// push-to-start key, whose first `:` comes before any `/`) the whole key.
+    public static func partitionKeyRange<Key: Collection<UInt8>>(of key: Key) -> Range<Int> {
         var offset = 0
+        var start: Int?
         for byte in key {
-            if byte == UInt8(ascii: ":") { return 0 }
-            if byte == UInt8(ascii: "/") { return offset + 1 }
+            if start == nil, byte == UInt8(ascii: ":") { return 0..<key.count }
+            if byte == UInt8(ascii: "/") {
+                if let start { return start..<offset }
+                start = offset + 1
+            }
             offset += 1
         }
-        return 0
+        return (start ?? 0)..<offset
     }
 
     /// An activity id as keys need it: neither `:` (push-to-start keys) nor `/` (an app's activity).

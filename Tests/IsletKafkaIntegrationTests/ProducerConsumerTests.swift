@@ -48,7 +48,7 @@ struct ProducerConsumerTests {
         let reports = try await withProducer(try makeProducer(servers)) { producer in
             var reports: [String: Int32] = [:]
             for id in ids {
-                for key in [id, "com.example.food/\(id)", "com.example.ride/\(id)"] {
+                for key in [id, "com.example.food/\(id)", "com.example.ride/\(id)", "com.example.food/\(id)/ipad-7"] {
                     reports[key] = try await producer.send(topic: topic, key: key, value: [1]).partition
                 }
             }
@@ -61,6 +61,7 @@ struct ProducerConsumerTests {
             let expected = javaPartition(Array(id.utf8), partitions: partitions)
             #expect(reports[id] == expected, "\(id): the Java client's partition")
             #expect(reports["com.example.food/\(id)"] == expected && reports["com.example.ride/\(id)"] == expected, "\(id) in either app")
+            #expect(reports["com.example.food/\(id)/ipad-7"] == expected, "\(id): one device's token lands with its activity")
         }
         #expect(Set(ids.map { reports[$0]! }).count > 1, "the ids spread over partitions")
         for (key, partition) in reports {

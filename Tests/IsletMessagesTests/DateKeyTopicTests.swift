@@ -118,13 +118,17 @@ struct KeyTests {
         #expect(food == "com.example.food/order-42" && food != ride, "two apps' activities of one id are two keys")
         func partitionBytes(_ key: String) -> Substring {
             let bytes = Array(key.utf8)
-            return Substring(decoding: bytes[MessageKey.partitionKeyStart(of: bytes)...], as: UTF8.self)
+            return Substring(decoding: bytes[MessageKey.partitionKeyRange(of: bytes)], as: UTF8.self)
         }
         #expect(partitionBytes(food) == "order-42" && partitionBytes(ride) == "order-42", "they land where the backend's event keyed order-42 does")
         #expect(partitionBytes("order-42") == "order-42")
         #expect(partitionBytes(Examples.pushToStartKey) == Substring(Examples.pushToStartKey), "a push-to-start key is hashed whole")
         #expect(partitionBytes("pts:com.example.food:dev/ice:T") == "pts:com.example.food:dev/ice:T", "a ':' before the '/': not an app's activity")
         #expect(partitionBytes("") == "")
+        let device = MessageKey.device(bundleId: "com.example.food", activityId: "order-42", deviceId: "ipad-1")
+        #expect(device == "com.example.food/order-42/ipad-1")
+        #expect(partitionBytes(device) == "order-42", "one device's token of the activity lands in the activity's partition")
+        #expect(MessageKey.partitionKeyStart(of: Array(device.utf8)) == "com.example.food/".utf8.count)
     }
 
     @Test("activity ids hold neither ':' nor '/'; an event's bundleId is a bundle id, and a push-to-start target's app is the event's")

@@ -104,6 +104,8 @@ final class SimPhones {
     private var buzzes: [String: Int] = [:]
     /// What reached each activity, in order: request id and content sequence.
     private var deliveries: [String: [(requestId: String, sequence: Int64)]] = [:]
+    /// The versions of a scheduled step each activity showed.
+    private var stepsShown: [String: Set<String>] = [:]
     /// How far ahead of the clock an update's timestamp may be: content-service's bound, one more
     /// right after a partition's assignment, one more for an end after its alert.
     static let timestampLead: Int64 = ContentTimestamps.lead + 2
@@ -164,8 +166,13 @@ final class SimPhones {
             world.violate(
                 "timestamps", "\(request.requestId.prefix(8)) of \(activityId) carries a timestamp \(timestamp - Int64(world.now.timeIntervalSince1970)) s ahead")
         }
+        // A step is never shown before its time (content-service sends it within a second of it).
+        if let eventId = request.sourceEventId, let due = world.stepTimes[eventId], world.now < due.addingTimeInterval(-1) {
+            world.violate("step early", "step \(eventId) reached \(activityId) \(due.timeIntervalSince(world.now)) s before its time")
+        }
         // Checked at the end, when it is known which deliveries were recorded.
         deliveries[activityId, default: []].append((request.requestId, request.contentSequence))
+        if let eventId = request.sourceEventId, world.stepTimes[eventId] != nil { stepsShown[activityId, default: []].insert(eventId) }
         activity.deliveredSequence = max(activity.deliveredSequence, request.contentSequence)
         // iOS drops an update older than what it shows (an equal timestamp is not older): newer
         // content stamped older than what is shown is hidden.
@@ -207,6 +214,20 @@ final class SimPhones {
     /// does not do yet (docs/operations.md, "Not simulated yet").
     /// `older after newer` passes over a request delivered again (the same content again).
     func checkAtEnd(endsGivenUp: Set<String>) {
+        // A moved step is one step: the phone shows one of its versions, never both.
+        for (activityId, shown) in stepsShown.sorted(by: { $0.key < $1.key }) where shown.count > 1 {
+            world.violate("step once", "\(activityId) showed the step in \(shown.count) versions: \(shown.sorted())")
+        }
+        // content-service made a request of every step (kept through restarts and rebalances by
+        // its changelog), unless the end came first: what happened to the request then is the
+        // dispatcher's (coalesced behind the end, refused by APNs), checked as for any request.
+        let stepsMade = Set(world.requestsById.values.compactMap(\.sourceEventId)).intersection(world.stepTimes.keys)
+        for (activityId, versions) in world.stepVersions.sorted(by: { $0.key < $1.key }) {
+            guard let activity = activities[activityId], !isDead(activity.token), !endsGivenUp.contains(activityId),
+                !world.stepsSupersededByEnd.contains(activityId), stepsMade.isDisjoint(with: versions)
+            else { continue }
+            world.violate("step lost", "no request was made of \(activityId)'s step (\(versions.joined(separator: ", "))), and its end did not supersede it")
+        }
         for (activityId, list) in deliveries.sorted(by: { $0.key < $1.key }) {
             var newest = Int64.min
             var seen: Set<String> = []

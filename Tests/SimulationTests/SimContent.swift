@@ -1,4 +1,4 @@
-import ContentService
+@testable import ContentService
 import Foundation
 import IsletKafka
 import IsletLinks
@@ -28,7 +28,13 @@ final class SimClock: WallClock, @unchecked Sendable {
 /// - a partition assigned: its activities' memories restored from the requests and outcomes on the
 ///   topics (the changelog is a shortcut to the same), then followed; revoked: its events under
 ///   way finish (at most 8 s), its memories kept until the next assignment says whether it came back;
-/// - the token table: every partition of the tokens topic, a little behind.
+/// - the token table: every partition of the tokens topic, a little behind;
+/// - the changelog: every 5 s (a round) the memories that changed in its partitions are written to
+///   `islet.content-memory.v1`; an event that schedules a step (``ActivityEvent/at``) is marked
+///   processed only after the next round (``ContentChanges/afterNextRound``), and left to the next
+///   owner when its partition is revoked before; a partition assigned is restored from its
+///   changelog first (the steps live there only), then from the requests and outcomes;
+/// - the step sender (``StepSender``): every second the steps due are prepared and sent as events are.
 /// One lane: an activity's events are in order either way.
 final class SimContent: SimProcess, @unchecked Sendable {
     let name: String
@@ -57,6 +63,10 @@ final class SimContent: SimProcess, @unchecked Sendable {
     var tokenPositions: [Int32: Int64] = [:]
     /// How often its replica of the requests topic is seconds behind (a draw per record).
     var replicaLagging = 0.03
+    /// Events that scheduled a step, waiting for the next changelog round to be marked processed.
+    private var awaitingRound: [(partition: Int32, work: OffsetTracker.Work)] = []
+    /// Since when each partition it owns has been here (restored): a step of it due since then is its to send.
+    private var ownedSince: [Int32: Date] = [:]
 
     init(name: String, world: SimWorld) {
         self.name = name
@@ -95,6 +105,8 @@ final class SimContent: SimProcess, @unchecked Sendable {
         failed = []
         repairing = false
         revocations = []
+        awaitingRound = []
+        ownedSince = [:]
         // The token table: every partition from its start (TokenTableLoader), then followed.
         tokenPositions = [:]
         for partition in 0..<world.tokens.partitionCount {
@@ -104,6 +116,8 @@ final class SimContent: SimProcess, @unchecked Sendable {
         world.trace("\(name): starts (process \(incarnation))")
         world.contents.join(self)
         scheduleMonitor()
+        scheduleChangelogRound()
+        scheduleSteps()
     }
 
     func forgetMemory() {
@@ -123,6 +137,11 @@ final class SimContent: SimProcess, @unchecked Sendable {
         world.trace("\(name): revoking \(partitions)")
         tracker.beginRevoking(partitions.map { KafkaTopicPartition(topic: SimWorld.eventsTopic, partition: $0) })
         tracker.abandonUnstarted(Set(partitions.map { KafkaTopicPartition(topic: SimWorld.eventsTopic, partition: $0) }))
+        // ContentChanges.abandonAwaiting: an event waiting for a round is left to the next owner at once.
+        let leaving = Set(partitions)
+        for (_, work) in awaitingRound.filter({ leaving.contains($0.partition) }) { tracker.abandon(work) }
+        awaitingRound.removeAll { leaving.contains($0.partition) }
+        for partition in partitions { ownedSince[partition] = nil }
         awaitRevocation(of: partitions, done: done, atMost: 8)
     }
 
@@ -143,6 +162,7 @@ final class SimContent: SimProcess, @unchecked Sendable {
             positions[partition] = nil
             epochs[partition] = nil
             marks[partition] = nil
+            ownedSince[partition] = nil
         }
         // Kept until the next assignment (ContentMemoryLoader.revoked); timestamp floors released.
         kept.formUnion(partitions)
@@ -169,13 +189,22 @@ final class SimContent: SimProcess, @unchecked Sendable {
             lastEpoch += 1
             epochs[partition] = lastEpoch
             positions[partition] = world.contents.committedOffset(partition)
+            if ownedSince[partition] == nil { ownedSince[partition] = world.now }
         }
         engine.trackChanges(of: owned)
         scheduleRead()
     }
 
-    /// The activities of `partitions`, from the requests and outcomes topics.
+    /// The activities of `partitions`: their changelog first (ContentMemoryLoader: the latest
+    /// memory of each activity, with its steps), then the requests and outcomes topics move them on.
     private func restore(_ partitions: Set<Int32>) {
+        for partition in partitions {
+            var latest: [String: ContentMemoryRecord.Activity?] = [:]
+            for record in world.changelog.records(partition) {
+                if case .memory(let memory) = record.value { latest[record.key] = memory }
+            }
+            for (key, record) in latest.sorted(by: { $0.key < $1.key }) { engine.restore(key, record.map(ActivityMemory.init)) }
+        }
         for partition in 0..<world.requests.partitionCount {
             for record in world.requests.records(partition) {
                 guard case .request(let request) = record.value, let activityPartition = activityPartition(of: request),
@@ -284,11 +313,15 @@ final class SimContent: SimProcess, @unchecked Sendable {
             world.trace("\(name): event \(event.eventId) of \(event.activityId) ignored: \(why)")
             complete(work)
         case .schedule(let scheduled):
-            // The workload schedules nothing ahead (ActivityEvent.at): kept as the service keeps it.
-            world.trace("\(name): event \(event.eventId) of \(event.activityId) scheduled")
+            // Processed once a changelog round wrote the step: a crash before reads the event again.
+            world.trace("\(name): event \(event.eventId) of \(event.activityId) scheduled for \(event.at.map { $0.timeIntervalSince(SimWorld.start) } ?? 0) s")
             engine.commit(scheduled)
-            complete(work)
+            awaitingRound.append((partition, work))
         case .send(let prepared):
+            if event.kind == .end, !engine.steps(of: prepared.activityKey).isEmpty {
+                world.trace("\(name): the end of \(event.activityId) supersedes its steps")
+                world.stepsSupersededByEnd.insert(event.activityId)
+            }
             world.trace("\(name): event \(event.eventId) (#\(event.sequence) of \(event.activityId)) → \(prepared.requests.map { "\($0.event.rawValue) \($0.requestId.prefix(8)) t\($0.apnsTimestamp)" })")
             enqueue(prepared) { [weak self] in self?.complete(work) }
         }
@@ -358,6 +391,65 @@ final class SimContent: SimProcess, @unchecked Sendable {
         }
     }
 
+    // MARK: The changelog and the steps
+
+    /// A changelog round every 5 s (`ISLET_CONTENT_CHANGELOG_INTERVAL_MS`): the memories of its
+    /// partitions that changed, written; then the events that waited for a round are processed.
+    /// (Kafka takes every round here: a refused round is the real writer's to retry.)
+    private func scheduleChangelogRound() {
+        let incarnation = self.incarnation
+        world.scheduler.after(5) { [weak self] in
+            guard let self, self.incarnation == incarnation, self.isUp, self.engine != nil else { return }
+            if self.phase == .running {
+                let waiting = self.awaitingRound
+                self.awaitingRound = []
+                for item in self.engine.takeUnwritten(partitions: self.owned) {
+                    self.world.append(.memory(item.memory.map { $0.record(activityKey: item.activityKey, partition: item.partition) }), key: item.activityKey, writer: self.name)
+                }
+                for (_, work) in waiting { self.complete(work) }
+            }
+            if self.world.now.timeIntervalSince(SimWorld.start) < Simulation.runSeconds - 30 { self.scheduleChangelogRound() }
+        }
+    }
+
+    /// StepSender: every second, the steps due (of the partitions it owns), prepared as the events
+    /// they are and sent; then no step of a partition held since before its time may be more than
+    /// 3 s overdue (the sender runs every second; Kafka refusing writes holds it, as it holds events).
+    private func scheduleSteps() {
+        let incarnation = self.incarnation
+        world.scheduler.after(1) { [weak self] in
+            guard let self, self.incarnation == incarnation, self.isUp, self.engine != nil else { return }
+            if self.phase == .running, !self.busy, self.failed.isEmpty {
+                for step in self.engine.dueSteps(owned: self.owned) {
+                    let decision = (try? self.engine.prepare(step.event, partition: step.partition, firing: true)) ?? .ignore("refused at its time")
+                    if case .send(let prepared) = decision {
+                        self.world.trace("\(self.name): step \(step.event.eventId) of \(step.event.activityId) sent → \(prepared.requests.map { "\($0.event.rawValue) \($0.requestId.prefix(8))" })")
+                        self.enqueue(prepared) {}
+                    } else {
+                        self.world.trace("\(self.name): step \(step.event.eventId) of \(step.event.activityId) not sent: \(decision)")
+                        self.engine.dropStep(step)
+                    }
+                }
+                self.checkStepsOnTime()
+            }
+            if self.world.now.timeIntervalSince(SimWorld.start) < Simulation.runSeconds - 30 { self.scheduleSteps() }
+        }
+    }
+
+    private func checkStepsOnTime() {
+        for (activityId, versions) in world.stepVersions {
+            let partition = world.events.partition(ofKey: activityId)
+            guard let since = ownedSince[partition], positions[partition] != nil else { continue }
+            for step in engine.steps(of: MessageKey.activity(bundleId: SimWorld.bundleId, activityId: activityId)) where versions.contains(step.eventId) {
+                guard let at = step.at, at >= since, world.now.timeIntervalSince(at) > 3 else { continue }
+                let memory = engine.memory(of: MessageKey.activity(bundleId: SimWorld.bundleId, activityId: activityId))
+                // A dead token's steps wait for the app to register it again.
+                if memory?.gone == true { continue }
+                world.violate("step on time", "\(name): step \(step.eventId) of \(activityId), due at \(at.timeIntervalSince(SimWorld.start)) s, still kept \(world.now.timeIntervalSince(at)) s later")
+            }
+        }
+    }
+
     // MARK: The freshness monitor
 
     /// One pass (FreshnessMonitor): re-sends of content that went stale or was not delivered, ends
@@ -365,6 +457,9 @@ final class SimContent: SimProcess, @unchecked Sendable {
     /// written: token-registry's side of it is not simulated.)
     private func sweep() {
         for prepared in engine.sweep(owned: owned) {
+            if prepared.requests.contains(where: { $0.event == .end }), !engine.steps(of: prepared.activityKey).isEmpty {
+                world.stepsSupersededByEnd.insert(String(prepared.activityKey.drop { $0 != "/" }.dropFirst()))
+            }
             world.trace("\(name): freshness monitor: \(prepared.requests.map { "\($0.event.rawValue) \($0.requestId.prefix(8)) of \($0.activityId ?? "")" })")
             enqueue(prepared) {}
         }

@@ -9,6 +9,8 @@ enum SimValue {
     case request(PushRequest)
     case outcome(PushOutcome)
     case token(TokenRecord)
+    /// content-service's changelog (`islet.content-memory.v1`): an activity's memory, `nil` a tombstone.
+    case memory(ContentMemoryRecord.Activity?)
 }
 
 struct SimRecord {
@@ -34,8 +36,7 @@ final class SimTopic {
     /// The partition of a key, by Islet's rule (the activity id's murmur2, as librdkafka does).
     func partition(ofKey key: String) -> Int32 {
         let bytes = Array(key.utf8)
-        let start = MessageKey.partitionKeyStart(of: bytes)
-        return KafkaPartitioner.partition(ofKey: String(decoding: bytes[start...], as: UTF8.self), partitions: partitionCount)
+        return KafkaPartitioner.partition(ofKey: String(decoding: bytes[MessageKey.partitionKeyRange(of: bytes)], as: UTF8.self), partitions: partitionCount)
     }
 
     @discardableResult
@@ -180,7 +181,10 @@ final class SimGroup {
                 // (Members that left meanwhile are not in `members` any more.)
                 let new = target.filter { $0.value == membership.id && owners[$0.key] == nil }.map(\.key).sorted()
                 for partition in new { owners[partition] = membership.id }
-                if membership.isCurrent && (!new.isEmpty || rebalanceProtocol == .eager) { membership.member.assigned(new) }
+                // Every rebalance ends with an assignment, empty when nothing is added (librdkafka
+                // calls the rebalance callback with an empty list under the cooperative protocol
+                // too): a member learns that partitions it gave up went elsewhere.
+                if membership.isCurrent { membership.member.assigned(new) }
             }
             rebalancing = false
             if rebalanceAgain {

@@ -18,6 +18,8 @@ final class SimWorkload {
     }
 
     unowned let world: SimWorld
+    /// Scheduled steps are drawn from a stream of their own: the rest of a seed's workload stays what it was.
+    private lazy var stepRandom = SimRandom(seed: world.seed ^ 0x57E9_5CED_0A11_17ED)
     private(set) var plans: [Plan] = []
     private var devices: [String: String] = [:]
     private var updateTokens: [String: String] = [:]
@@ -105,17 +107,51 @@ final class SimWorkload {
                 registerUpdateToken(plan.activityId, device: plan.device)
             }
         }
+        // Now and then the backend plans the arrival ("at 12:41 show arriving"): a step above every
+        // update's sequence, sent after one of the updates, shown 3 to 60 s later; sometimes moved
+        // (the ETA changed) before its time; the end comes well after it.
+        let step = endNotBefore == 0 && stepRandom.chance(0.35)
+        let stepAfter = stepRandom.int(0...(plan.updates.count - 1))
+        var stepDue: TimeInterval = 0
         for (index, update) in plan.updates.enumerated() {
             at += update.after
             let status = Self.states[min(index, Self.states.count - 1)]
             world.scheduler.after(at) { [weak self] in
                 self?.send(plan.activityId, .update, sequence: Int64(index + 2), status: status, urgency: update.urgency, progress: Double(index * 10))
             }
+            if step, index == stepAfter {
+                let sentAt = at + stepRandom.seconds(0.01, 2)
+                stepDue = scheduleStep(plan.activityId, version: "s", sentAt: sentAt, dueIn: stepRandom.seconds(3, 60))
+                if stepRandom.chance(0.3) {
+                    let movedAt = sentAt + stepRandom.seconds(0.5, 2.5)
+                    stepDue = max(stepDue, scheduleStep(plan.activityId, version: "m", sentAt: movedAt, dueIn: stepRandom.seconds(3, 60)))
+                }
+            }
         }
         at = max(at + world.random.seconds(0.1, 10), endNotBefore)
+        if step { at = max(at, stepDue + 60) }
+        let endSequence = step ? Self.endAfterStep : Int64(plan.updates.count + 2)
         world.scheduler.after(at) { [weak self] in
-            self?.send(plan.activityId, .end, sequence: Int64(plan.updates.count + 2), status: "delivered", urgency: .important)
+            self?.send(plan.activityId, .end, sequence: endSequence, status: "delivered", urgency: .important)
         }
+    }
+
+    /// A step's sequence: above every update's. The end's, after a step: above it.
+    static let stepSequence: Int64 = 1_000
+    static let endAfterStep: Int64 = 2_000
+
+    /// The backend sends, at `sentAt`, the step "arriving" to be shown `dueIn` seconds later (the
+    /// same sequence each time: a second version moves the first). Returns when it is due.
+    private func scheduleStep(_ activityId: String, version: String, sentAt: TimeInterval, dueIn: TimeInterval) -> TimeInterval {
+        let eventId = "\(activityId)-e\(Self.stepSequence)\(version)"
+        world.stepVersions[activityId, default: []].append(eventId)
+        world.scheduler.after(sentAt) { [weak self] in
+            guard let self else { return }
+            let due = world.now.addingTimeInterval(dueIn)
+            world.stepTimes[eventId] = due
+            send(activityId, .update, sequence: Self.stepSequence, status: "arriving", urgency: .important, progress: 90, at: due, eventId: eventId)
+        }
+        return sentAt + dueIn
     }
 
     private func registerUpdateToken(_ activityId: String, device: String) {
@@ -137,15 +173,15 @@ final class SimWorkload {
     /// The backend's event (written once: the backend's producer is not what is under test).
     private func send(
         _ activityId: String, _ kind: ActivityEventKind, sequence: Int64, status: String, urgency: Urgency,
-        startTarget: ActivityEvent.PushToStartTarget? = nil, progress: Double = 0
+        startTarget: ActivityEvent.PushToStartTarget? = nil, progress: Double = 0, at: Date? = nil, eventId: String? = nil
     ) {
         let fields: [String: JSONValue] = [
             "status": .string(status), "orderId": .string(activityId), "courier": .object(["name": .string("Ana")]), "progress": .number(progress),
         ]
         let event = ActivityEvent(
-            eventId: "\(activityId)-e\(sequence)", activityId: activityId, kind: kind, attributesType: SimWorld.attributesType, fields: fields,
+            eventId: eventId ?? "\(activityId)-e\(sequence)", activityId: activityId, kind: kind, attributesType: SimWorld.attributesType, fields: fields,
             urgency: urgency, occurredAt: world.now, sequence: sequence, startTarget: startTarget,
-            attributes: startTarget == nil ? nil : ["orderId": .string(activityId)], bundleId: SimWorld.bundleId)
+            attributes: startTarget == nil ? nil : ["orderId": .string(activityId)], bundleId: SimWorld.bundleId, at: at)
         // Half the events come through an instance's API, which assembles them before publishing:
         // mostly the partition's owner (peers forward a call there), else any instance.
         let partition = world.events.partition(ofKey: MessageKey.activity(activityId))

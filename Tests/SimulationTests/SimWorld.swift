@@ -60,6 +60,14 @@ final class SimWorld {
     let requests: SimTopic
     let outcomes: SimTopic
     let tokens: SimTopic
+    /// content-service's changelog: the memories its owners write every round (scheduled steps live there only).
+    let changelog: SimTopic
+    /// The steps the backend scheduled, by event id: when each is to be shown (``SimWorkload``).
+    var stepTimes: [String: Date] = [:]
+    /// The versions of each activity's step (a moved step has two), by activity id, oldest first.
+    var stepVersions: [String: [String]] = [:]
+    /// Activities whose end was applied while a step of theirs was still kept (it supersedes it).
+    var stepsSupersededByEnd: Set<String> = []
     var dispatchers: SimGroup!
     var dispatcherInstances: [SimDispatcher] = []
     var contents: SimGroup!
@@ -96,6 +104,7 @@ final class SimWorld {
         requests = SimTopic(name: Self.requestsTopic, partitions: partitions)
         outcomes = SimTopic(name: "islet.push-outcomes.v1", partitions: partitions)
         tokens = SimTopic(name: "islet.tokens.v1", partitions: partitions)
+        changelog = SimTopic(name: "islet.content-memory.v1", partitions: partitions)
     }
 
     func trace(_ line: @autoclosure () -> String) { traceLog.log(now, line()) }
@@ -167,6 +176,9 @@ final class SimWorld {
             trace("kafka: token \(record.state.rawValue) \(record.token.prefix(6)) for \(key) registered \(record.registeredAt.timeIntervalSince(Self.start)) at \(partition)@\(offset)")
             for dispatcher in dispatcherInstances { dispatcher.tokenAppended(partition: partition, offset: offset) }
             for content in contentInstances { content.tokenAppended(partition: partition, offset: offset) }
+        case .memory(let record):
+            let (partition, offset) = changelog.append(key, value, at: now)
+            trace("kafka: memory of \(key) (\(record.map { "\($0.steps?.count ?? 0) steps" } ?? "tombstone")) by \(writer) at \(partition)@\(offset)")
         }
     }
 

@@ -15,8 +15,8 @@ struct RDKafkaCallbacks: Sendable {
     var rebalance: RDKafkaRebalanceHooks?
     /// librdkafka's statistics (JSON), every `statistics.interval.ms`, on the poll thread.
     var onStatistics: (@Sendable (String) -> Void)?
-    /// Producers only: every topic is partitioned by murmur2 (``RDKafkaPartitioner``) over a
-    /// record's key from the index this returns on (the part that decides where the record goes);
-    /// `nil` keeps librdkafka's default partitioner. Called on the producing thread, for every keyed record.
-    var hashedKeyStart: (@Sendable (UnsafeRawBufferPointer) -> Int)?
+    /// Producers only: every topic is partitioned by murmur2 (``RDKafkaPartitioner``) over the
+    /// part of a record's key this returns (the part that decides where the record goes); `nil`
+    /// keeps librdkafka's default partitioner. Called on the producing thread, for every keyed record.
+    var hashedKeyRange: (@Sendable (UnsafeRawBufferPointer) -> Range<Int>)?
 }

@@ -67,7 +67,7 @@ final class RDKafkaClient: @unchecked Sendable {
         if callbacks.onStatistics != nil {
             rd_kafka_conf_set_stats_cb(conf, rdkafkaStatisticsCallback)
         }
-        if kind == .producer, callbacks.hashedKeyStart != nil {
+        if kind == .producer, callbacks.hashedKeyRange != nil {
             // Every topic of this producer partitions by the part of the key the caller names.
             let topicConf: OpaquePointer
             if let existing = rd_kafka_conf_get_default_topic_conf(conf) {
@@ -318,15 +318,15 @@ private let rdkafkaStatisticsCallback: @convention(c) (OpaquePointer?, UnsafeMut
 }
 
 /// murmur2 (the Java client's: a record keyed `order-42` goes where any Kafka client puts it)
-/// over the key from ``RDKafkaCallbacks/hashedKeyStart`` on. A record without a key gets a random partition.
+/// over the part of the key ``RDKafkaCallbacks/hashedKeyRange`` names. A record without a key gets a random partition.
 private let rdkafkaKeyPartitioner:
     @convention(c) (OpaquePointer?, UnsafeRawPointer?, Int, Int32, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int32 = {
         topic, key, length, partitions, topicOpaque, messageOpaque in
-        guard let key, let hashedKeyStart = context(from: topicOpaque)?.callbacks.hashedKeyStart else {
+        guard let key, let hashedKeyRange = context(from: topicOpaque)?.callbacks.hashedKeyRange else {
             return rd_kafka_msg_partitioner_murmur2_random(topic, nil, 0, partitions, topicOpaque, messageOpaque)
         }
         let bytes = UnsafeRawBufferPointer(start: key, count: length)
-        return RDKafkaPartitioner.murmur2(bytes, from: hashedKeyStart(bytes), partitions: partitions)
+        return RDKafkaPartitioner.murmur2(bytes, in: hashedKeyRange(bytes), partitions: partitions)
     }
 
 private let rdkafkaErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
