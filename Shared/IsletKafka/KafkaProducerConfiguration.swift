@@ -36,7 +36,7 @@ public struct KafkaProducerConfiguration: Sendable {
     ///   HTTP caller gets a 503 in bounded time instead of librdkafka's default 5 minutes.
     ///
     /// The partitioner is not a setting: every producer partitions by activity, with the Java
-    /// client's murmur2 over the activity id part of the key (``MessageKey/partitionKeyStart(of:)``),
+    /// client's murmur2 over the activity id part of the key (``MessageKey/partitionKeyRange(of:)``),
     /// so that a backend producing `order-42` with any Kafka client and Islet writing
     /// `com.example.food/order-42` reach the same partition (co-partitioning depends on it).
     /// librdkafka's own default (CRC32) would not; a `partitioner` setting is ignored.

@@ -91,6 +91,8 @@ public struct EventPresentation: Codable, Sendable, Hashable {
         public static let maximumTranslations = 50
         /// Most arguments of a loc key.
         public static let maximumLocArgs = 16
+        /// The most bytes of one key's arguments in all.
+        public static let maximumLocArgBytes = 512
 
         /// The limits of each member, each refusal naming the member.
         func validate() throws(MessageValidationError) {
@@ -105,8 +107,13 @@ public struct EventPresentation: Codable, Sendable, Hashable {
                 if let key, !(1...256).contains(key.utf8.count) { throw fail("\(name)LocKey", "must be 1-256 bytes") }
                 guard let args else { continue }
                 guard key != nil else { throw fail("\(name)LocArgs", "only with \(name)LocKey") }
-                guard args.count <= Self.maximumLocArgs, args.allSatisfy({ $0.utf8.count <= 256 }) else {
-                    throw fail("\(name)LocArgs", "at most \(Self.maximumLocArgs) arguments of at most 256 bytes each")
+                // In bytes, not only characters: the 4 KB shrink cuts arguments to 32 characters at
+                // the least, which is 128 bytes of emoji, and a key is never cut.
+                guard args.count <= Self.maximumLocArgs, args.allSatisfy({ $0.utf8.count <= 256 }),
+                    args.reduce(0, { $0 + $1.utf8.count }) <= Self.maximumLocArgBytes
+                else {
+                    throw fail(
+                        "\(name)LocArgs", "at most \(Self.maximumLocArgs) arguments of at most 256 bytes each, \(Self.maximumLocArgBytes) bytes in all")
                 }
             }
             guard let translations else { return }
@@ -116,7 +123,11 @@ public struct EventPresentation: Codable, Sendable, Hashable {
             for (tag, translation) in translations.sorted(by: { $0.key < $1.key }) {
                 // As a token's locale is registered (TokenRecord.locale): what the locale is matched against.
                 guard LanguageTag(tag)?.description == tag else {
-                    throw fail("translations.\(tag)", "must be a canonical language tag (BCP 47), like zh-Hans or pt-BR")
+                    // The tag is named only when it is short and printable: it goes back in the answer and the logs.
+                    let nameable = tag.utf8.count <= 35 && tag.utf8.allSatisfy { (0x21...0x7e).contains($0) }
+                    throw nameable
+                        ? fail("translations.\(tag)", "must be a canonical language tag (BCP 47), like zh-Hans or pt-BR")
+                        : fail("translations", "holds a key that is not a canonical language tag (BCP 47) of at most 35 characters, like zh-Hans or pt-BR")
                 }
                 try Self.validateText(title: translation.title, body: translation.body, at: "presentation.alert.translations.\(tag).")
             }

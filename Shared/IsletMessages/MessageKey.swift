@@ -2,7 +2,7 @@
 ///
 /// Activity ids are chosen by backends, so two apps may use the same one (`order-42`): Islet keeps
 /// an activity's state under its app and id together, ``activity(bundleId:activityId:)``. Records
-/// are partitioned by the activity id alone (``partitionKeyStart(of:)``), so that everything about an
+/// are partitioned by the activity id alone (``partitionKeyRange(of:)``), so that everything about an
 /// id lands in one partition of every co-partitioned topic however its key is spelled.
 public enum MessageKey {
     /// An activity of one app: `<bundleId>/<activityId>`. Bundle ids never contain `/`, so the

@@ -33,6 +33,12 @@ struct PresentationTests {
         (.update, EventPresentation(alert: .init(title: "t", titleLocArgs: ["a"])), "presentation.alert.titleLocArgs"),
         (.update, EventPresentation(alert: .init(titleLocKey: "T", titleLocArgs: Array(repeating: "a", count: 17))), "presentation.alert.titleLocArgs"),
         (.update, EventPresentation(alert: .init(title: "t", bodyLocKey: "B", bodyLocArgs: [String(repeating: "a", count: 257)])), "presentation.alert.bodyLocArgs"),
+        // 512 bytes of arguments per key at most: a key is never cut, and an argument not below 32 characters.
+        (.update, EventPresentation(alert: .init(titleLocKey: "T", titleLocArgs: Array(repeating: String(repeating: "🚲", count: 43), count: 3))),
+         "presentation.alert.titleLocArgs"),
+        // A key that is no tag, long or unprintable, is not echoed back.
+        (.update, EventPresentation(alert: .init(title: "t", translations: [String(repeating: "x", count: 400): .init(title: "嗨")])), "presentation.alert.translations"),
+        (.update, EventPresentation(alert: .init(title: "t", translations: ["zh\nHans": .init(title: "嗨")])), "presentation.alert.translations"),
         // Translations: canonical tags (as a token's locale is registered), the same limits as the alert's own texts, at most 50.
         (.update, EventPresentation(alert: .init(title: "t", translations: ["zh-hans": .init(title: "嗨")])), "presentation.alert.translations.zh-hans"),
         (.update, EventPresentation(alert: .init(title: "t", translations: ["zh_Hans": .init(title: "嗨")])), "presentation.alert.translations.zh_Hans"),
@@ -55,13 +61,28 @@ struct PresentationTests {
         return Dictionary(uniqueKeysWithValues: (0..<count).map { ("\(letters[$0 / 26])\(letters[$0 % 26])", .init(title: "t\($0)")) })
     }
 
-    @Test("the limits allow what they name: 50 translations, 16 arguments of 256 bytes, keys of 256 bytes, a translation without a body")
+    @Test("the limits allow what they name: 50 translations, 16 arguments of up to 256 bytes and 512 in all, keys of 256 bytes, a translation without a body")
     func withinLimits() throws {
         var made = event("DeliveryAttributes", .update, sequence: 1, Self.arriving)
         made.presentation = EventPresentation(alert: .init(
-            titleLocKey: String(repeating: "K", count: 256), titleLocArgs: Array(repeating: String(repeating: "a", count: 256), count: 16),
-            bodyLocKey: "B", translations: Self.languages(50).merging(["zh-Hans-CN": .init(title: "嗨")]) { $1 }.filter { $0.key != "aa" }))
+            titleLocKey: String(repeating: "K", count: 256), titleLocArgs: Array(repeating: String(repeating: "a", count: 32), count: 16),
+            bodyLocKey: "B", bodyLocArgs: [String(repeating: "a", count: 256), String(repeating: "b", count: 256)],
+            translations: Self.languages(50).merging(["zh-Hans-CN": .init(title: "嗨")]) { $1 }.filter { $0.key != "aa" }))
         try made.validate()
+    }
+
+    @Test("an alert at every limit, in 4-byte emoji, fits 4 KB once assembled: both keys whole, 1 KB of arguments cut as texts are")
+    func largestAlertFits() throws {
+        var made = event("DeliveryAttributes", .update, sequence: 1, Self.arriving)
+        let args = Array(repeating: String(repeating: "🚲", count: 8), count: 16)
+        made.presentation = EventPresentation(alert: .init(
+            titleLocKey: String(repeating: "T", count: 256), titleLocArgs: args, bodyLocKey: String(repeating: "B", count: 256), bodyLocArgs: args))
+        try made.validate()
+        var memory = ActivityMemory()
+        let result = try assembler().assemble(made, app: app, appVersion: AppVersion("2.0")!, locale: nil, memory: &memory, now: now)
+        #expect(result.requests[0].payload.utf8.count <= PushRequest.maximumPayloadBytes, "\(result.shrinks)")
+        let alert = try #require(try aps(result.requests[0])["alert"])
+        #expect(alert["title"]?["loc-key"] == .string(String(repeating: "T", count: 256)) && alert["body"]?["loc-key"] == .string(String(repeating: "B", count: 256)))
     }
 
     @Test("the presentation travels on the topic: written and read back the same, by the fast reader and by Codable")

@@ -187,7 +187,9 @@ final class SimWorkload {
         let partition = world.events.partition(ofKey: MessageKey.activity(activityId))
         let intakes = world.contentInstances.filter(\.isUp)
         let owners = intakes.filter { $0.owns(partition) }
-        if !intakes.isEmpty, world.random.chance(0.5) { world.random.pick(!owners.isEmpty && world.random.chance(0.8) ? owners : intakes).checkAhead(event) }
+        // (A step's draws come from the steps' stream: the other draws of a seed stay where they were.)
+        let random = at == nil ? world.random : stepRandom
+        if !intakes.isEmpty, random.chance(0.5) { random.pick(!owners.isEmpty && random.chance(0.8) ? owners : intakes).checkAhead(event) }
         world.append(.event(event), key: MessageKey.activity(activityId), writer: "backend")
     }
 }
