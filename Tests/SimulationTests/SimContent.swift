@@ -439,7 +439,9 @@ final class SimContent: SimProcess, @unchecked Sendable {
         let incarnation = self.incarnation
         world.scheduler.after(1) { [weak self] in
             guard let self, self.incarnation == incarnation, self.isUp, self.engine != nil else { return }
-            if self.phase == .running, !self.busy, self.failed.isEmpty {
+            // (As the service's sender: nothing to do before the earliest step is due. A step kept
+            // and not queued is caught at the end: no request was made of it.)
+            if self.phase == .running, !self.busy, self.failed.isEmpty, let due = self.engine.nextStepDue, due <= self.world.now {
                 for step in self.engine.dueSteps(owned: self.owned) {
                     let decision = (try? self.engine.prepare(step.event, partition: step.partition, firing: true)) ?? .ignore("refused at its time")
                     if case .send(let prepared) = decision {
