@@ -38,6 +38,22 @@ struct SimulationTests {
         }
     }
 
+    /// Seed 15311, found by `scripts/simulate.sh --seeds 20000` (after 7d283bc), kept as a known
+    /// issue until it is fixed: content-service's write of request 8b4f5bda was stored twice (its
+    /// acknowledgement lost); the dispatcher coalesced the first copy, then finished twenty other
+    /// requests, past its memory of finished ones (`rememberedFinished`, drawn as 16 here), and
+    /// gave the second copy a second final outcome (`awaitingToken`). With the default memory
+    /// (100,000) the copy is recognized. When this test reports that the known issue was not
+    /// recorded, the seed passes: turn it into an ordinary test.
+    @Test("seed 15311: a copy read after the dispatcher forgot its request has a second final outcome (known)")
+    func seed15311() {
+        let result = Simulation.run(seed: 15311)
+        withKnownIssue("a request's copy read after rememberedFinished forgot the request gets a second final outcome") {
+            #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
+        }
+        #expect(Set(result.violations.map(\.invariant)).isSubset(of: ["one outcome"]), "no other invariant breaks in this seed")
+    }
+
     /// One seed, with its whole trace printed (`ISLET_SIM_SEED`).
     @Test("one seed", .enabled(if: ProcessInfo.processInfo.environment["ISLET_SIM_SEED"] != nil))
     func one() {
