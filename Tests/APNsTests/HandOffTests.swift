@@ -270,6 +270,42 @@ struct HandOffTests {
         #expect(h.sink.final.filter { $0.requestId == request.requestId }.count == 1)
     }
 
+    @Test("a copy of an update content-service wrote again is released, however many requests of other activities finished meanwhile (seed 15311: a second outcome)")
+    func lateCopyOfAnUpdate() {
+        var policy = DispatcherPolicy()
+        policy.rememberedFinished = 4
+        let h = EngineHarness(policy: policy)
+        let request = h.request("a", sequence: 5)
+        h.submit(request)  // no token yet: it waits, then gives up
+        h.submit(h.request("a", sequence: 6))  // and coalesces it
+        #expect(h.sink.final.map(\.requestId) == [request.requestId])
+        for (index, activity) in ["b", "c", "d", "e", "f", "g"].enumerated() {
+            h.register(activity, token: hexToken(index + 1))
+            h.submit(h.request(activity, sequence: 1))
+        }
+        h.advance(120)
+        h.submit(request)  // the copy, after seven finished requests and two minutes
+        h.advance(300)
+        #expect(h.sink.final.filter { $0.requestId == request.requestId }.count == 1, "one outcome")
+        #expect(h.sink.final.count == 8, "the six others' and a's two")
+    }
+
+    @Test("the requests finished by activity are forgotten after the horizon and beyond the activities kept")
+    func finishedRequestsAreBounded() {
+        let now = Date(timeIntervalSince1970: 1_795_000_000)
+        var finished = FinishedRequests(perActivity: 2, maximumActivities: 3, horizon: 600)
+        for id in ["1", "2", "3"] { finished.insert(id, key: "a", now: now) }
+        #expect(!finished.contains("1", key: "a", now: now), "two kept per activity")
+        #expect(finished.contains("2", key: "a", now: now) && finished.contains("3", key: "a", now: now))
+        #expect(!finished.contains("3", key: "b", now: now), "by activity")
+        for (index, key) in ["b", "c", "d"].enumerated() { finished.insert("x", key: key, now: now.addingTimeInterval(Double(index + 1))) }
+        #expect(finished.count == 3)
+        #expect(!finished.contains("3", key: "a", now: now), "the activity that finished longest ago is forgotten first")
+        #expect(!finished.contains("x", key: "b", now: now.addingTimeInterval(602)), "past the horizon")
+        finished.insert("y", key: "e", now: now.addingTimeInterval(700))
+        #expect(finished.count == 1, "the expired are forgotten")
+    }
+
     @Test("the newest content sent is remembered for as many activities as configured, however often each is raised")
     func floorsCountActivities() {
         var policy = DispatcherPolicy()

@@ -426,6 +426,7 @@ final class SimDispatcher: SimProcess, @unchecked Sendable {
         if announcements != 0 { left.append("\(announcements) announcements remembered") }
         if tickets.ticketCount != 0 { left.append("\(tickets.ticketCount) tickets open") }
         if machine.floors.count > policy.rememberedFloors { left.append("\(machine.floors.count) floors") }
+        if machine.finishedByActivity.count > policy.rememberedFloors { left.append("\(machine.finishedByActivity.count) activities' finished requests") }
         return left
     }
 

@@ -38,20 +38,16 @@ struct SimulationTests {
         }
     }
 
-    /// Seed 15311, found by `scripts/simulate.sh --seeds 20000` (after 7d283bc), kept as a known
-    /// issue until it is fixed: content-service's write of request 8b4f5bda was stored twice (its
-    /// acknowledgement lost); the dispatcher coalesced the first copy, then finished twenty other
-    /// requests, past its memory of finished ones (`rememberedFinished`, drawn as 16 here), and
-    /// gave the second copy a second final outcome (`awaitingToken`). With the default memory
-    /// (100,000) the copy is recognized. When this test reports that the known issue was not
-    /// recorded, the seed passes: turn it into an ordinary test.
-    @Test("seed 15311: a copy read after the dispatcher forgot its request has a second final outcome (known)")
+    /// Seed 15311, found by `scripts/simulate.sh --seeds 20000` (after 7d283bc): content-service's
+    /// write of request 8b4f5bda was stored twice (its acknowledgement lost); the dispatcher
+    /// coalesced the first copy, then finished twenty other requests, past its memory of finished
+    /// ones (`rememberedFinished`, drawn as 16 here), and gave the second copy a second final
+    /// outcome (`awaitingToken`). The dispatcher now also remembers each activity's last finished
+    /// requests for 10 minutes (`rememberedFinishedPerActivity`).
+    @Test("seed 15311: a copy read after the dispatcher's window of finished requests moved past it is released, not given a second outcome")
     func seed15311() {
         let result = Simulation.run(seed: 15311)
-        withKnownIssue("a request's copy read after rememberedFinished forgot the request gets a second final outcome") {
-            #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
-        }
-        #expect(Set(result.violations.map(\.invariant)).isSubset(of: ["one outcome"]), "no other invariant breaks in this seed")
+        #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
     /// One seed, with its whole trace printed (`ISLET_SIM_SEED`).

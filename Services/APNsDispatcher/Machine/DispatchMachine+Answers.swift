@@ -388,6 +388,7 @@ extension DispatchMachine {
         }
         budgets.sweep(now: now)
         while let oldest = floorOrder.first, now.timeIntervalSince(oldest.at) >= Self.floorLifetime { forgetOldestFloor() }
+        finishedByActivity.forget(now: now)
         // By now token-registry has invalidated them (within seconds), or the app registered them again.
         deadTokens = deadTokens.filter { now.timeIntervalSince($0.value.at) < 3_600 }
     }

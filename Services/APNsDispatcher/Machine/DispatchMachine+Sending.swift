@@ -291,6 +291,7 @@ extension DispatchMachine {
             channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil, contentSequence: request.contentSequence)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)
+        if let key = request.key { finishedByActivity.insert(request.requestId, key: key, now: now) }
         if DispatchEngine.isPushToStart(request) || request.alerting {
             announcedFinished[request.requestId] = now
             announcedFinishedOrder.append((request.requestId, now))

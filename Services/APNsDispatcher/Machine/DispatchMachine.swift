@@ -93,6 +93,12 @@ struct DispatchMachine {
     /// stall and assigned back before the outcome was on the topic for
     /// ``alreadyFinished(_:maybeDelivered:floors:partition:)`` to see) is not sent again.
     var ownFinished: RecentIDs
+    /// The request ids this engine gave a final outcome to, by activity, for ``finishedHorizon``
+    /// (``DispatcherPolicy/rememberedFinishedPerActivity`` of each, for
+    /// ``DispatcherPolicy/rememberedFloors`` activities): a copy content-service wrote again after a
+    /// lost acknowledgement, read once ``ownFinished`` has moved past its request (a busy instance
+    /// finishes 100,000 requests in seconds), is released, not given a second outcome.
+    var finishedByActivity: FinishedRequests
     /// The push-to-starts and pushes with an alert this engine gave a final outcome to, for
     /// ``finishedHorizon`` whatever their number: a copy of one content-service wrote again
     /// minutes later (a send it retried after a lost acknowledgement) must not start a second
@@ -139,6 +145,8 @@ struct DispatchMachine {
         self.now = now
         window = SendWindow(policy: policy)
         ownFinished = RecentIDs(capacity: policy.rememberedFinished)
+        finishedByActivity = FinishedRequests(
+            perActivity: policy.rememberedFinishedPerActivity, maximumActivities: policy.rememberedFloors, horizon: Self.finishedHorizon)
         machineId = String(UInt64(random() * 9_007_199_254_740_992), radix: 36) + String(UInt64(random() * 9_007_199_254_740_992), radix: 36)
     }
 
@@ -200,7 +208,7 @@ struct DispatchMachine {
             return []
         }
         if finishedByPartition[partition]?.contains(request.requestId) == true || ownFinished.contains(request.requestId)
-            || announcedFinished[request.requestId] != nil
+            || announcedFinished[request.requestId] != nil || request.key.map({ finishedByActivity.contains(request.requestId, key: $0, now: now) }) == true
         {
             // Sent before a restart: its outcome is on the topic already.
             metrics.duplicate()
@@ -273,7 +281,8 @@ struct DispatchMachine {
     }
 
     /// How long a copy of a request may come after it (``RecentOutcomes/clockMargin``): finished
-    /// push-to-starts and pushes with an alert are remembered that long.
+    /// push-to-starts and pushes with an alert are remembered that long, and the last requests
+    /// each activity finished.
     static let finishedHorizon = RecentOutcomes.clockMargin
 
     /// How long the newest content sent to an activity holds older content back.

@@ -50,6 +50,11 @@ public struct DispatcherPolicy: Sendable {
     /// recent), besides the outcomes it reads when a partition is assigned: a copy of one read again
     /// is released, not sent again.
     public var rememberedFinished = 100_000
+    /// Besides, how many of each activity's requests with a final outcome it remembers for 10
+    /// minutes (for the last ``rememberedFloors`` activities): a copy content-service wrote again
+    /// after a lost acknowledgement is released, not given a second outcome, however many requests
+    /// of other activities finished in between, as long as fewer than this many of its own did.
+    public var rememberedFinishedPerActivity = 64
     /// How many activities' newest content sent the dispatcher remembers (the most recent, for at
     /// most an hour each): older content of one of them read later (a request content-service
     /// wrote again after a refusal, once newer content had gone out) is not sent after it.
