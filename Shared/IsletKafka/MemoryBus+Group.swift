@@ -70,10 +70,10 @@ extension MemoryBus {
                     groupState.nextEpoch += 1
                     groupState.members[index].positions[partition] = groupState.committed[partition] ?? 0
                 }
-                if !new.isEmpty || !member.everAssigned {
-                    groupState.members[index].everAssigned = true
-                    member.continuation.yield(.partitionsAssigned(new))
-                }
+                // Every rebalance ends with an assignment for every member, empty when nothing
+                // came to it (librdkafka's rebalance callback, under either protocol): a member
+                // forgets there what went elsewhere.
+                member.continuation.yield(.partitionsAssigned(new))
             }
             state.groups[group] = groupState
             for partition in all { Self.deliver(partition, in: &state) }

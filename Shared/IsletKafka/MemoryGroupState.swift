@@ -12,7 +12,6 @@ struct MemoryGroupState {
         let loss: (@Sendable ([KafkaTopicPartition]) -> Void)?
         /// Killed: it holds its partitions (and nothing is delivered to it) until its session expires.
         var crashed = false
-        var everAssigned = false
         /// Each partition held, with the assignment's epoch.
         var assigned: [KafkaTopicPartition: UInt64] = [:]
         var positions: [KafkaTopicPartition: Int64] = [:]

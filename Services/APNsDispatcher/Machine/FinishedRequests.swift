@@ -15,6 +15,16 @@ struct FinishedRequests {
         var ids: [Int] = []
         var next = 0
         var at: Date
+
+        mutating func note(_ id: Int, keeping limit: Int, at now: Date) {
+            if ids.count < limit {
+                ids.append(id)
+            } else {
+                ids[next] = id
+                next = (next + 1) % limit
+            }
+            at = now
+        }
     }
 
     private var activities: [String: Activity] = [:]
@@ -42,17 +52,8 @@ struct FinishedRequests {
 
     /// Notes that `requestId`, a request of `key`, has its final outcome.
     mutating func insert(_ requestId: String, key: String, now: Date) {
-        var activity = activities.removeValue(forKey: key) ?? Activity(at: now)
-        if now.timeIntervalSince(activity.at) > horizon { activity = Activity(at: now) }
-        let id = requestId.hashValue
-        if activity.ids.count < perActivity {
-            activity.ids.append(id)
-        } else {
-            activity.ids[activity.next] = id
-            activity.next = (activity.next + 1) % perActivity
-        }
-        activity.at = now
-        activities[key] = activity
+        if activities[key].map({ now.timeIntervalSince($0.at) > horizon }) ?? true { activities[key] = Activity(at: now) }
+        activities[key]!.note(requestId.hashValue, keeping: perActivity, at: now)  // changed in place
         order.append((key, now))
         forget(now: now)
         if order.count > 2 * activities.count + 1_024 { order = Deque(order.filter { activities[$0.key]?.at == $0.at }) }
