@@ -7,7 +7,7 @@ import Testing
 /// answers a fetch with what it read within the fetch's wait: with `fetch.wait.max.ms=0` it reads
 /// nothing at all, which is what a 10 ms wait meets once it holds gigabytes (measured at a million
 /// activities). Real broker, real starvation.
-@Suite("A starved consumer", .serialized)
+@Suite("A starved consumer", .serialized, .enabled(if: TestBroker.shouldRun))
 struct StarvationTests {
     /// Looks at the lag often and calls a member starved after a second.
     static func policy(longestFetchWait: Duration) -> KafkaHealthPolicy {
