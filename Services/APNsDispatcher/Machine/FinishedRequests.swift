@@ -5,7 +5,7 @@ import Foundation
 /// ``DispatchMachine/finishedHorizon``: a copy of one that content-service wrote again (a send it
 /// retried after a lost acknowledgement, read here minutes later) is known however many requests of
 /// other activities finished in between. Each activity keeps its last `perActivity` ids, and at most
-/// `maximumActivities` activities are kept (the one that finished longest ago is forgotten first).
+/// `maximumActivities` activities are kept: past that, the one first noted is forgotten first.
 ///
 /// Ids are kept as their hash values (a few bytes each, so that 100,000 busy activities cost a few
 /// MB): a new request taken for a copy would need its hash to equal one of the few kept for its own
@@ -14,9 +14,12 @@ struct FinishedRequests {
     private struct Activity {
         var ids: [Int] = []
         var next = 0
+        /// When it last finished a request.
         var at: Date
 
-        mutating func note(_ id: Int, keeping limit: Int, at now: Date) {
+        /// Notes `id`, forgetting what finished before the horizon, and the oldest past `limit`.
+        mutating func note(_ id: Int, keeping limit: Int, at now: Date, horizon: TimeInterval) {
+            if now.timeIntervalSince(at) > horizon { (ids, next) = ([], 0) }
             if ids.count < limit {
                 ids.append(id)
             } else {
@@ -28,9 +31,8 @@ struct FinishedRequests {
     }
 
     private var activities: [String: Activity] = [:]
-    /// When each activity finished a request, oldest first; an activity that finished again has a
-    /// later note, and its earlier ones are skipped.
-    private var order = Deque<(key: String, at: Date)>()
+    /// The activities in the order they were first noted, each once.
+    private var order = Deque<String>()
     let perActivity: Int
     let maximumActivities: Int
     let horizon: TimeInterval
@@ -52,18 +54,22 @@ struct FinishedRequests {
 
     /// Notes that `requestId`, a request of `key`, has its final outcome.
     mutating func insert(_ requestId: String, key: String, now: Date) {
-        if activities[key].map({ now.timeIntervalSince($0.at) > horizon }) ?? true { activities[key] = Activity(at: now) }
-        activities[key]!.note(requestId.hashValue, keeping: perActivity, at: now)  // changed in place
-        order.append((key, now))
+        let known = activities.count
+        // One lookup, the activity changed where the dictionary keeps it.
+        activities[key, default: Activity(at: now)].note(requestId.hashValue, keeping: perActivity, at: now, horizon: horizon)
+        if activities.count != known { order.append(key) }
         forget(now: now)
-        if order.count > 2 * activities.count + 1_024 { order = Deque(order.filter { activities[$0.key]?.at == $0.at }) }
     }
 
-    /// Forgets the activities past the horizon, and the oldest beyond the number kept.
+    /// Forgets the activities first noted while they are past the horizon, or beyond the number
+    /// kept. (One past the horizon behind a recent one waits: ``contains(_:key:now:)`` does not
+    /// count it, and the number kept bounds them.)
     mutating func forget(now: Date) {
-        while let oldest = order.first, activities.count > maximumActivities || now.timeIntervalSince(oldest.at) > horizon {
+        while let oldest = order.first, let activity = activities[oldest],
+            activities.count > maximumActivities || now.timeIntervalSince(activity.at) > horizon
+        {
             order.removeFirst()
-            if activities[oldest.key]?.at == oldest.at { activities[oldest.key] = nil }
+            activities[oldest] = nil
         }
     }
 }
