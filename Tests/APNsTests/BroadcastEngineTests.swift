@@ -182,6 +182,23 @@ struct BroadcastEngineTests {
         #expect(h.done == [1])
     }
 
+    @Test("a request whose partition went and came back while APNs made its channel: the copy read under the new assignment takes its place (sent once, its ticket done), the first one's ticket is left to the next owner")
+    func copyReadWhileTheChannelWasMade() throws {
+        let h = EngineHarness()
+        h.holdingChannels = true
+        h.own([0])
+        let request = h.broadcastRequest("match-7", sequence: 1, supersedable: false)
+        h.submit(request, partition: 0)  // ticket 1
+        h.disown([0])  // kept: its channel is being made
+        h.own([0])  // back, under a new assignment
+        h.submit(request, partition: 0)  // ticket 2: read again, it joins the first
+        h.makeHeldChannels()
+        #expect(h.sender.sent.count == 1)
+        #expect(h.sink.final.map(\.requestId) == [request.requestId])
+        #expect(h.abandoned == [1])
+        #expect(h.done == [2], "the copy read under the current assignment is done, not abandoned")
+    }
+
     @Test("a broadcast of an app's other environment is not sent on the activity's channel")
     func environmentsApart() throws {
         let h = EngineHarness()

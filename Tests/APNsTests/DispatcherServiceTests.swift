@@ -264,11 +264,12 @@ struct DispatcherServiceTests {
         return (waiting, delivered)
     }
 
-    /// A dispatcher that remembers one finished request of its own: only the recent outcomes it
-    /// reads at an assignment keep it from sending again the requests read again.
+    /// A dispatcher that remembers one finished request of its own (and none by activity): only the
+    /// recent outcomes it reads at an assignment keep it from sending again the requests read again.
     static var forgetful: DispatcherPolicy {
         var policy = DispatcherPolicy()
         policy.rememberedFinished = 1
+        policy.rememberedFinishedPerActivity = 0
         return policy
     }
 

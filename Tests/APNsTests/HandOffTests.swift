@@ -257,6 +257,7 @@ struct HandOffTests {
     func lateCopyOfAStart() {
         var policy = DispatcherPolicy()
         policy.rememberedFinished = 4
+        policy.rememberedFinishedPerActivity = 0
         let h = EngineHarness(policy: policy)
         let key = h.registerPushToStart(token: hexToken(7))
         let request = h.pushToStart(key: key, sequence: 0)
@@ -304,6 +305,13 @@ struct HandOffTests {
         #expect(!finished.contains("x", key: "b", now: now.addingTimeInterval(602)), "past the horizon")
         finished.insert("y", key: "e", now: now.addingTimeInterval(700))
         #expect(finished.count == 1, "the expired are forgotten")
+        // Each id for the horizon after its own outcome, however busy its activity stays.
+        finished.insert("1", key: "e", now: now.addingTimeInterval(800))
+        #expect(finished.contains("y", key: "e", now: now.addingTimeInterval(1_300)) && !finished.contains("y", key: "e", now: now.addingTimeInterval(1_301)))
+        #expect(finished.contains("1", key: "e", now: now.addingTimeInterval(1_301)))
+        var off = FinishedRequests(perActivity: 0, maximumActivities: 3, horizon: 600)
+        off.insert("1", key: "a", now: now)
+        #expect(!off.contains("1", key: "a", now: now) && off.count == 0, "0 keeps nothing")
     }
 
     @Test("the newest content sent is remembered for as many activities as configured, however often each is raised")

@@ -324,8 +324,9 @@ extension DispatchMachine {
     /// A request read under an assignment of its partition that is over: no outcome, no retry (the
     /// partition's owner reads it again), its ticket abandoned. A copy of it read under the
     /// partition's current assignment (this machine got it back) takes its place, checked as a
-    /// request read is; copies of other assignments are abandoned too.
-    private mutating func forget(_ entry: QueuedRequest, key: String) {
+    /// request read is; copies of other assignments are abandoned too. `pumping`: the copy is
+    /// looked at now (otherwise by the caller's look at the queue, which it heads).
+    mutating func forget(_ entry: QueuedRequest, key: String, pumping: Bool = true) {
         let held = copies.isEmpty ? [] : copies.removeValue(forKey: entry.request.requestId) ?? []
         let current = entry.partition.flatMap { ownedPartitions?[$0] }
         let live = held.filter { current != nil && $0.assignment == current }
@@ -339,7 +340,7 @@ extension DispatchMachine {
             if live.count > 1 { copies[entry.request.requestId] = Array(live.dropFirst()) }
             actions.append(.abandon(abandoned))
             abandoned = []
-            admit(copy, key: key, atFront: true)
+            admit(copy, key: key, atFront: true, pumping: pumping)
             return
         }
         actions.append(.abandon(abandoned))

@@ -76,9 +76,11 @@ extension DispatchMachine {
     mutating func check(_ head: QueuedRequest, key: String, queued: Int) -> Check {
         let request = head.request
         guard owns(head) else {
-            // Its partition is no longer this machine's: the next owner does it.
+            // Read under an assignment of its partition that is over (kept while APNs made its
+            // channel): the next owner does it — or this machine, when the partition came back and
+            // a copy was read under the new assignment: that copy takes its place at the head.
             dropHead(key)
-            actions.append(.abandon([head.ticket] + (copies.isEmpty ? [] : (copies.removeValue(forKey: request.requestId) ?? []).map(\.ticket))))
+            forget(head, key: key, pumping: false)
             return .finished
         }
         if let floor = olderThanSent(request, key: key) {
@@ -291,7 +293,8 @@ extension DispatchMachine {
             channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil, contentSequence: request.contentSequence)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)
-        if let key = request.key { finishedByActivity.insert(request.requestId, key: key, now: now) }
+        let key = request.key
+        if let key { finishedByActivity.insert(request.requestId, key: key, now: now) }
         if DispatchEngine.isPushToStart(request) || request.alerting {
             announcedFinished[request.requestId] = now
             announcedFinishedOrder.append((request.requestId, now))
@@ -301,7 +304,7 @@ extension DispatchMachine {
             }
         }
         persisting[request.requestId] = []
-        if let key = request.key { forgetIfIdle(key) }
+        if let key { forgetIfIdle(key) }
         publishing += 1
         let copies = copies.isEmpty ? [] : (copies.removeValue(forKey: request.requestId) ?? []).map(\.ticket)
         maybeDelivered[entry.partition]?[request.requestId] = nil

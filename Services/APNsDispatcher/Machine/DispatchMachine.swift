@@ -208,7 +208,7 @@ struct DispatchMachine {
             return []
         }
         if finishedByPartition[partition]?.contains(request.requestId) == true || ownFinished.contains(request.requestId)
-            || announcedFinished[request.requestId] != nil || request.key.map({ finishedByActivity.contains(request.requestId, key: $0, now: now) }) == true
+            || announcedFinished[request.requestId] != nil
         {
             // Sent before a restart: its outcome is on the topic already.
             metrics.duplicate()
@@ -218,6 +218,13 @@ struct DispatchMachine {
         guard let key = request.key else {
             finish(entry, .rejected, detail: "no activity id or push-to-start key")
             return takeActions()
+        }
+        if finishedByActivity.contains(request.requestId, key: key, now: now) {
+            // A copy content-service wrote again (a lost acknowledgement), read after the window
+            // of ``ownFinished`` moved past its request.
+            metrics.duplicate()
+            maybeDelivered[partition]?[request.requestId] = nil
+            return [.release(ticket: ticket)]
         }
         // The slot is read and changed where the dictionary keeps it: a copy of it held while its
         // queue changes would copy the whole queue (every request waiting) for each push.
@@ -238,7 +245,7 @@ struct DispatchMachine {
     /// What the topic and the activity say of a request about to be queued: sent before (an
     /// attempt may have reached the phone), after the activity's end, older than what was sent;
     /// then queued, coalescing as the queue does.
-    mutating func admit(_ entry: QueuedRequest, key: String, atFront: Bool = false) {
+    mutating func admit(_ entry: QueuedRequest, key: String, atFront: Bool = false, pumping: Bool = true) {
         var entry = entry
         let request = entry.request
         if let announced = maybeDelivered[entry.partition]?.removeValue(forKey: request.requestId), !announced.isEmpty {
@@ -260,7 +267,7 @@ struct DispatchMachine {
         }
         if atFront {
             putBack(entry, key: key, at: now)
-            pump(key)
+            if pumping { pump(key) }
             return
         }
         queued += 1

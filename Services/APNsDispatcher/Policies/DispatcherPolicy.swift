@@ -50,14 +50,17 @@ public struct DispatcherPolicy: Sendable {
     /// recent), besides the outcomes it reads when a partition is assigned: a copy of one read again
     /// is released, not sent again.
     public var rememberedFinished = 100_000
-    /// Besides, how many of each activity's requests with a final outcome it remembers for 10
-    /// minutes (for the last ``rememberedFloors`` activities): a copy content-service wrote again
-    /// after a lost acknowledgement is released, not given a second outcome, however many requests
-    /// of other activities finished in between, as long as fewer than this many of its own did.
+    /// Besides, how many of each activity's requests with a final outcome it remembers, each for 10
+    /// minutes after its outcome (for ``rememberedFloors`` activities: past that, the activity first
+    /// noted is forgotten first): a copy content-service wrote again after a lost acknowledgement is
+    /// released, not given a second outcome, however many requests of other activities finished in
+    /// between, as long as fewer than this many of its own did and its activity is still kept.
+    /// `0`: none (tests that check the outcomes read at an assignment alone).
     public var rememberedFinishedPerActivity = 64
     /// How many activities' newest content sent the dispatcher remembers (the most recent, for at
     /// most an hour each): older content of one of them read later (a request content-service
-    /// wrote again after a refusal, once newer content had gone out) is not sent after it.
+    /// wrote again after a refusal, once newer content had gone out) is not sent after it. Also how
+    /// many activities' finished requests it keeps (``rememberedFinishedPerActivity``).
     public var rememberedFloors = 100_000
 
     public init() {}
