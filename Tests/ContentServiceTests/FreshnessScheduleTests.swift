@@ -130,39 +130,6 @@ struct FreshnessScheduleTests {
         #expect(engine.memory(of: "com.example.food/order-43") == nil, "partition 5 is not owned, but the retention is over")
     }
 
-    @Test("an end that found no token (awaitingToken) is sent again as it was once the app registers one, at most maximumResends times: the activity appeared after all (seed 24440: a push-to-start sent late, after its activity's end)")
-    func endSentAgainWhenATokenArrives() throws {
-        let clock = ManualClock(now)
-        let tokens = PartitionTokens.whole()
-        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: clock)
-        _ = try commit(engine, update("order-42", "preparing", sequence: 1, at: clock))
-        let end = try #require(try commit(engine, update("order-42", "delivered", .end, sequence: 2, at: clock)).last)
-        #expect(end.event == .end)
-        engine.record(outcome(end, .awaitingToken, at: clock))
-        #expect(engine.sweep().isEmpty, "no token yet")
-        clock.advance(30)
-        register(tokens, "order-42", seed: 7, at: clock)
-        func dismissal(_ request: PushRequest) -> JSONValue? {
-            guard case .object(let body)? = try? IsletJSON.decodeValue(JSONValue.self, from: Array(request.payload.utf8)),
-                case .object(let aps)? = body["aps"]
-            else { return nil }
-            return aps["dismissal-date"]
-        }
-        var last = end
-        for number in 1...3 {
-            let again = engine.sweep()
-            let request = try #require(again.first?.requests.first, "end sent again (\(number))")
-            #expect(request.requestId == RequestIds.end(after: last.requestId) && request.event == .end && again.first?.invalidation == nil)
-            #expect(dismissal(request) == dismissal(end) && dismissal(end) != nil, "its dismissal date kept")
-            for item in again { engine.commit(item) }
-            #expect(engine.sweep().isEmpty, "once per outcome")
-            engine.record(outcome(request, .awaitingToken, at: clock))  // no token at the dispatcher yet
-            last = request
-        }
-        #expect(engine.sweep().isEmpty, "at most maximumResends times")
-        #expect(engine.memory(of: "com.example.food/order-42")?.gone == false)
-    }
-
     @Test("model: freshness counts, stale activities and each pass's requests match a brute-force computation over the memories", arguments: [1, 2, 3, 4] as [UInt64])
     func model(seed: UInt64) throws {
         var random = SplitMix(seed: seed)
@@ -179,7 +146,7 @@ struct FreshnessScheduleTests {
         let keys = ids.map { "com.example.food/\($0)" }
         var sequences = [String: Int64]()
         let statuses = ["placed", "preparing", "courier_assigned", "out_for_delivery", "arriving"]
-        let results: [PushResult] = [.delivered, .failed, .expired, .tokenInvalid, .coalesced, .awaitingToken]
+        let results: [PushResult] = [.delivered, .failed, .expired, .tokenInvalid, .coalesced]
         let ownerships: [Set<Int32>?] = [nil, [0], [1, 2], [0, 1, 2], []]
 
         func memories() -> [String: ActivityMemory] {
@@ -290,15 +257,6 @@ private func reference(
         var memory = original
         guard let latest = memory.latest else { continue }
         let isOwned = owned.map { owned in memory.partition.map(owned.contains) ?? false } ?? true
-        if isOwned, memory.gone, memory.endNeverArrived, ContentEngine.registeredAgain(memory, token: tokens.token(forKey: key)) {
-            // An end that found no token, a token registered since: the end again.
-            if now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) {
-                forgotten.insert(key)
-            } else if memory.resends < policy.maximumResends {
-                sent.insert("\(key) \([RequestIds.end(after: latest.requestId)]) -")
-            }
-            continue
-        }
         if isOwned, memory.gone, ContentEngine.registeredAgain(memory, token: tokens.token(forKey: key)) { memory.gone = false }
         if !memory.isLive {
             if now.timeIntervalSince(latest.createdAt) > policy.retention / .seconds(1) { forgotten.insert(key) }

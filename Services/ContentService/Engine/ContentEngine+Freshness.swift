@@ -23,13 +23,12 @@ extension ContentEngine {
         let policy = freshness
         let tokens = self.tokens
         return state.withLock { state -> [Prepared] in
-            let endsAgain = state.revive(owned: owned, now: now, policy: policy) { Self.registeredAgain($1, token: tokens.token(forKey: $0)) }
+            state.revive(owned: owned, now: now, policy: policy) { Self.registeredAgain($1, token: tokens.token(forKey: $0)) }
             state.scheduleNewlyOwned(owned, now: now)
             let due = state.deadlines.popDue(now: now)
             state.examinedInLastSweep = due.count
             state.payloadsToRead = []
-            var prepared = due.compactMap { slot in look(at: slot, in: &state, owned: owned, now: now, policy: policy) }
-            prepared += endsAgain.compactMap { slot in endAgain(slot, in: &state, now: now, policy: policy) }
+            let prepared = due.compactMap { slot in look(at: slot, in: &state, owned: owned, now: now, policy: policy) }
             state.pruneStartOwners()
             return prepared
         }
@@ -72,36 +71,13 @@ extension ContentEngine {
         return item
     }
 
-    /// An ended activity whose end never reached the phone (no token then) has a token now: its
-    /// end again, as it was, at most ``FreshnessPolicy/maximumResends`` times.
-    private func endAgain(_ slot: Int32, in state: inout ActivityMemories, now: Date, policy: FreshnessPolicy) -> Prepared? {
-        let (activityKey, memory) = (state.slots[Int(slot)].key, state.slots[Int(slot)].memory)
-        // (Past the retention it is forgotten, by this pass or the next.)
-        guard !activityKey.isEmpty, let latest = memory.latest, now.timeIntervalSince(latest.createdAt) <= policy.retention / .seconds(1)
-        else { return nil }
-        guard memory.resends < policy.maximumResends else {
-            state.update(activityKey, now: now, policy: policy) { $0.gone = false }  // given up: not looked at again
-            return nil
-        }
-        if let position = memory.payloadToRead {
-            // Read first; the next pass sends it (the activity stays gone until then).
-            state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
-            return nil
-        }
-        let floor = memory.partition.flatMap { state.timestampFloors[$0] }
-        return followUp(activityKey, memory, latest: latest, now: now, policy: policy, timestampFloor: floor, forced: .endAgain)
-    }
-
     /// What the monitor sends by itself for a live activity at `now`, if anything: its latest content
     /// again (stale, re-sends left, spaced), or its end (severely stale, or its lifetime over).
     private func followUp(
-        _ activityKey: String, _ memory: ActivityMemory, latest: LatestRequest, now: Date, policy: FreshnessPolicy, timestampFloor: Int64?,
-        forced: FollowUp? = nil
+        _ activityKey: String, _ memory: ActivityMemory, latest: LatestRequest, now: Date, policy: FreshnessPolicy, timestampFloor: Int64?
     ) -> Prepared? {
         let followUp: FollowUp
-        if let forced {
-            followUp = forced
-        } else if let started = memory.startedAt, now.timeIntervalSince(started) >= policy.lifetime / .seconds(1) {
+        if let started = memory.startedAt, now.timeIntervalSince(started) >= policy.lifetime / .seconds(1) {
             followUp = .end(.lifetimeExceeded)
         } else {
             switch memory.freshness(now: now, policy: policy) {
@@ -130,7 +106,6 @@ extension ContentEngine {
         else { return nil }
         var next = memory
         next.replay(request)
-        if followUp == .endAgain { next.gone = false }  // watched as any end is again: its outcome decides
         var item = Prepared(requests: [request], shrinks: [], activityKey: activityKey, memory: next)
         if case .end(let reason) = followUp { item.invalidation = reason }
         return item

@@ -85,9 +85,6 @@ extension PayloadAssembler {
         case .end:
             event = .end
             if let dismissal = policy.dismissalDate(now: now) { aps["dismissal-date"] = .integer(dismissal) }
-        case .endAgain:
-            event = .end
-            if case .object(let original)? = body["aps"], let dismissal = original["dismissal-date"] { aps["dismissal-date"] = dismissal }
         }
         aps["event"] = .string(event.rawValue)
         body["aps"] = .object(aps)

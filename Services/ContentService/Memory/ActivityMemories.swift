@@ -182,28 +182,17 @@ struct ActivityMemories {
     }
 
     /// The app registered a token after APNs's verdict (a new one, or the same again): the
-    /// activity is watched again (and, stale, refreshed in this pass: it is due at once). Returns
-    /// the slots of the ended activities whose end never arrived (still gone): it is to be sent
-    /// again.
-    @discardableResult
-    mutating func revive(owned: Set<Int32>?, now: Date, policy: FreshnessPolicy, registeredAgain: (String, ActivityMemory) -> Bool) -> [Int32] {
+    /// activity is watched again (and, stale, refreshed in this pass: it is due at once).
+    mutating func revive(owned: Set<Int32>?, now: Date, policy: FreshnessPolicy, registeredAgain: (String, ActivityMemory) -> Bool) {
         var revived: [(String, ActivityMemory)] = []
-        var endsAgain: [Int32] = []
         for slot in gone {
             let (activityKey, memory) = (slots[Int(slot)].key, slots[Int(slot)].memory)
             guard memory.latest != nil, Self.isOwned(memory, by: owned), registeredAgain(activityKey, memory) else { continue }
-            // An end that never arrived stays gone until it is sent again (its payload may have
-            // to be read first).
-            if memory.endNeverArrived {
-                endsAgain.append(slot)
-                continue
-            }
             var alive = memory
             alive.gone = false
             revived.append((activityKey, alive))
         }
         for (activityKey, memory) in revived { set(activityKey, memory, now: now, policy: policy) }
-        return endsAgain
     }
 
     /// Partitions newly owned: their live activities are looked at now (the others had put them

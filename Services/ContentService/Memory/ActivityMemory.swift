@@ -332,8 +332,7 @@ public struct ActivityMemory: Sendable, Equatable {
             lastResendAt = nil
         } else {
             contentRequestId = previousContent
-            // (An end sent again counts too: ``endNeverArrived`` re-sends are bounded the same way.)
-            if request.event != .start {
+            if request.event == .update {
                 resends += 1
                 lastResendAt = request.createdAt
             }
@@ -409,14 +408,6 @@ public struct ActivityMemory: Sendable, Equatable {
         return [.rejected, .expired, .awaitingToken, .tokenInvalid, .coalesced].contains(result)
     }
 
-    /// The activity's end was its last request and did not reach the phone for want of a token
-    /// (`awaitingToken`, `tokenInvalid`): sent again once one is registered, if the activity
-    /// appears after all (a push-to-start that went late, a token table that lagged).
-    var endNeverArrived: Bool {
-        guard ended, let latest, latest.event == .end, let result = latestOutcome else { return false }
-        return result == .awaitingToken || result == .tokenInvalid
-    }
-
     /// `requestId` is on `islet.push-requests.v1` at `position`: when it is the latest request, it
     /// is not kept in full any more.
     mutating func stored(_ requestId: String, at position: KafkaPosition) {
@@ -479,13 +470,6 @@ public struct ActivityMemory: Sendable, Equatable {
                 goneAt = nil
                 goneToken = nil
             }
-        } else if outcome.result == .awaitingToken, isLatest, latest?.event == .end, !gone {
-            // The end found no token (the activity may still appear: a push-to-start delayed, a
-            // token replica behind): the next active record of the token table revives it, and
-            // the monitor sends the end again (``endNeverArrived``).
-            gone = true
-            goneAt = nil
-            goneToken = nil
         } else if outcome.result == .delivered || outcome.result == .deliveredDowngraded, isLatest {
             gone = false
         }
