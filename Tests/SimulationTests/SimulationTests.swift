@@ -50,6 +50,23 @@ struct SimulationTests {
         #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
+    /// Seed 24440, found by seeds 15,000–30,000, kept as a known issue: a push-to-start waited two
+    /// minutes behind an outcomes topic its dispatcher could not read, and reached the phone after
+    /// its activity's end had given up waiting for a token (`awaitingToken`) — 1.6 s before the
+    /// other dispatcher's lagging token replica showed the token the app then registered. The
+    /// activity stays on the phone. Sending such an end again once a token appears was tried and
+    /// taken back: a token registered after the end may be a new activity with the same id (see
+    /// docs/operations.md). When this test reports that the known issue was not recorded, the seed
+    /// passes: turn it into an ordinary test.
+    @Test("seed 24440: a push-to-start that reaches the phone after its activity's end gave up waiting for a token leaves the activity on the phone (known)")
+    func seed24440() {
+        let result = Simulation.run(seed: 24440)
+        withKnownIssue("an end given up for want of a token is not sent again when the activity appears late") {
+            #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
+        }
+        #expect(Set(result.violations.map(\.invariant)).isSubset(of: ["activity ends"]), "no other invariant breaks in this seed")
+    }
+
     /// One seed, with its whole trace printed (`ISLET_SIM_SEED`).
     @Test("one seed", .enabled(if: ProcessInfo.processInfo.environment["ISLET_SIM_SEED"] != nil))
     func one() {
