@@ -39,35 +39,6 @@ extension ClickEvent: IsletJSONWritable {
     }
 }
 
-extension PushRequest: IsletJSONWritable {
-    public func writeJSON(into out: inout [UInt8]) {
-        var object = IsletJSONObject()
-        object.string("activityId", activityId, into: &out)
-        object.bool("alerting", alerting, into: &out)
-        object.integer("apnsTimestamp", apnsTimestamp, into: &out)
-        object.object("app", app, into: &out)
-        object.string("attributesType", attributesType, into: &out)
-        object.integer("channelStoragePolicy", channelStoragePolicy, into: &out)
-        object.integer("contentSequence", contentSequence, into: &out)
-        object.date("createdAt", createdAt, into: &out)
-        object.string("event", event.rawValue, into: &out)
-        object.date("expiration", expiration, into: &out)
-        object.string("payload", payload, into: &out)
-        object.integer("priority", Int64(priority), into: &out)
-        object.string("pushToStartKey", pushToStartKey, into: &out)
-        object.string("requestId", requestId, into: &out)
-        object.integer("schemaVersion", Int64(schemaVersion), into: &out)
-        object.string("sourceActivityId", sourceActivityId, into: &out)
-        object.string("sourceEventId", sourceEventId, into: &out)
-        object.date("staleDate", staleDate, into: &out)
-        object.string("state", state, into: &out)
-        object.bool("supersedable", supersedable, into: &out)
-        object.date("tokenRegisteredAt", tokenRegisteredAt, into: &out)
-        object.string("urgency", urgency.rawValue, into: &out)
-        object.end(into: &out)
-    }
-}
-
 extension PushOutcome.APNsResponse: IsletJSONWritable {
     public func writeJSON(into out: inout [UInt8]) {
         var object = IsletJSONObject()

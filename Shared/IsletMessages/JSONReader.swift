@@ -268,26 +268,3 @@ extension ActivityEvent: IsletJSONReadable {
 extension JSONValue: IsletJSONReadable {
     public init?(json: JSONValue) { self = json }
 }
-
-extension PushRequest: IsletJSONReadable {
-    public init?(json: JSONValue) {
-        guard let members = JSONMembers(json), let schemaVersion = members.int("schemaVersion"), let requestId = members.string("requestId"),
-            let activityId = members.optional("activityId", members.string), let pushToStartKey = members.optional("pushToStartKey", members.string),
-            let event = members.string("event"), let app = members.members["app"].flatMap(AppTarget.init(json:)),
-            let attributesType = members.string("attributesType"), let payload = members.string("payload"), let priority = members.int("priority"),
-            let urgency = members.string("urgency"), let supersedable = members.bool("supersedable"), let alerting = members.bool("alerting"),
-            let apnsTimestamp = members.integer("apnsTimestamp"), let contentSequence = members.integer("contentSequence"),
-            let staleDate = members.optional("staleDate", members.date), let expiration = members.optional("expiration", members.date),
-            let createdAt = members.date("createdAt"), let sourceEventId = members.optional("sourceEventId", members.string),
-            let sourceActivityId = members.optional("sourceActivityId", members.string), let state = members.optional("state", members.string),
-            let channelStoragePolicy = members.optional("channelStoragePolicy", members.int),
-            let tokenRegisteredAt = members.optional("tokenRegisteredAt", members.date)
-        else { return nil }
-        self.init(
-            requestId: requestId, activityId: activityId, pushToStartKey: pushToStartKey, event: ActivityEventKind(rawValue: event), app: app,
-            attributesType: attributesType, payload: payload, priority: priority, urgency: Urgency(rawValue: urgency), supersedable: supersedable,
-            alerting: alerting, apnsTimestamp: apnsTimestamp, contentSequence: contentSequence, staleDate: staleDate, expiration: expiration,
-            createdAt: createdAt, sourceEventId: sourceEventId, sourceActivityId: sourceActivityId, state: state,
-            channelStoragePolicy: channelStoragePolicy, tokenRegisteredAt: tokenRegisteredAt, schemaVersion: schemaVersion)
-    }
-}

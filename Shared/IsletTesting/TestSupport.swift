@@ -37,33 +37,6 @@ public func withTimeout<T: Sendable>(
     }
 }
 
-/// `what` did not finish within `limit`.
-public struct TimeoutError: Error, CustomStringConvertible {
-    public var what: String
-    public var limit: Duration
-    public var description: String { "\(what) did not finish within \(limit)" }
-
-    public init(what: String, limit: Duration) {
-        self.what = what
-        self.limit = limit
-    }
-}
-
-/// A small seeded random number generator (SplitMix64), so that a failing random case can be replayed.
-public struct SplitMix: RandomNumberGenerator, Sendable {
-    public var state: UInt64
-
-    public init(seed: UInt64) { state = seed }
-
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// Polls `condition` every 10 ms until it holds (a test waiting for services that run on their
 /// own tasks, in memory); throws ``TimeoutError`` after `limit`.
 public func eventually(_ what: String, limit: Duration = .seconds(20), _ condition: () -> Bool) async throws {

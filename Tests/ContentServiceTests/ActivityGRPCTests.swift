@@ -55,6 +55,20 @@ struct ActivityGRPCTests {
         }
     }
 
+    /// Each update refused as INVALID_ARGUMENT, its message naming the member.
+    static func expectRefused(
+        _ refusals: [(Islet_Content_V1_ActivityEventRequest, String)], by activities: Islet_Content_V1_ActivityService.Client<HTTP2ClientTransport.Posix>
+    ) async {
+        for (request, field) in refusals {
+            await #expect {
+                _ = try await activities.update(request)
+            } throws: { error in
+                guard let error = error as? RPCError else { return false }
+                return error.code == .invalidArgument && error.message.hasPrefix(field + ":")
+            }
+        }
+    }
+
     static func exercise(
         _ activities: Islet_Content_V1_ActivityService.Client<HTTP2ClientTransport.Posix>, published: RecordingEvents, clock: ManualClock
     ) async throws {
@@ -99,14 +113,7 @@ struct ActivityGRPCTests {
             (update.changing { $0.sequence = -1 }, "sequence"),
             (update.changing { $0.startTarget = .with { $0.bundleID = "com.example.food"; $0.deviceID = "d1" } }, "start_target"),
         ]
-        for (request, field) in refusals {
-            await #expect {
-                _ = try await activities.update(request)
-            } throws: { error in
-                guard let error = error as? RPCError else { return false }
-                return error.code == .invalidArgument && error.message.hasPrefix(field + ":")
-            }
-        }
+        await Self.expectRefused(refusals, by: activities)
         await #expect {
             _ = try await activities.start(update.changing {
                 $0.startTarget = .with { $0.bundleID = "com.example.food"; $0.deviceID = "d1"; $0.environment = "staging" }
@@ -170,14 +177,7 @@ struct ActivityGRPCTests {
                 (update.changing { $0.sequence = 3; $0.presentation = .with { $0.alert = .with { $0.body = "no title" } } }, "presentation.alert.title"),
             ]
             let count = published.events.count
-            for (request, field) in refusals {
-                await #expect {
-                    _ = try await activities.update(request)
-                } throws: { error in
-                    guard let error = error as? RPCError else { return false }
-                    return error.code == .invalidArgument && error.message.hasPrefix(field + ":")
-                }
-            }
+            await Self.expectRefused(refusals, by: activities)
             for dismissal in [Islet_Content_V1_EventPresentation.OneOf_Dismissal.immediate(false), .dismissAt(Google_Protobuf_Timestamp(date: clock.date.addingTimeInterval(5 * 3_600)))] {
                 await #expect {
                     _ = try await activities.end(end.changing { $0.activityID = "order-9"; $0.presentation.dismissal = dismissal })
@@ -240,14 +240,7 @@ struct ActivityGRPCTests {
                 (update.changing { $0.activityID = "order-9"; $0.presentation.alert.bodyLocArgs = ["x"] }, "presentation.alert.bodyLocArgs"),
                 (update.changing { $0.activityID = "order-9"; $0.at = Google_Protobuf_Timestamp(date: clock.date.addingTimeInterval(9 * 3_600)) }, "at"),
             ]
-            for (request, field) in refusals {
-                await #expect {
-                    _ = try await activities.update(request)
-                } throws: { error in
-                    guard let error = error as? RPCError else { return false }
-                    return error.code == .invalidArgument && error.message.hasPrefix(field + ":")
-                }
-            }
+            await Self.expectRefused(refusals, by: activities)
             await #expect {
                 _ = try await activities.start(update.changing { $0.activityID = "order-9"; $0.clearPresentation() })
             } throws: { ($0 as? RPCError)?.message.hasPrefix("at:") == true }

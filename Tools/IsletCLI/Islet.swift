@@ -3,7 +3,6 @@
 import ArgumentParser
 import Foundation
 import IsletKafka
-import Logging
 
 @main
 struct Islet: AsyncParsableCommand {
@@ -12,14 +11,4 @@ struct Islet: AsyncParsableCommand {
         abstract: "Islet's admin tool: publish events, register test tokens, tail topics, look at activities.",
         discussion: "Every command is described, with examples, in docs/cli.md.",
         subcommands: [PublishEvent.self, RegisterToken.self, Tail.self, ActivityCommand.self, StaleCommand.self])
-}
-
-enum CLILog {
-    /// A logger to standard error, without bootstrapping the global logging system (tests run
-    /// commands in-process).
-    static func logger(verbose: Bool) -> Logger {
-        var logger = Logger(label: "islet.cli") { StreamLogHandler.standardError(label: $0) }
-        logger.logLevel = verbose ? .debug : .error
-        return logger
-    }
 }
