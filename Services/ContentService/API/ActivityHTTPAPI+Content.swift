@@ -61,29 +61,7 @@ extension ActivityHTTPAPI {
                 .conflict, .conflict, field: "activityId",
                 reason: "activity \(activityId) of \(bundleId) was started on the phone by push-to-start: starting it in the app too would show it twice")
         }
-        let stored: PushRequest
-        if let inMemory = memory.latestRequest, inMemory.requestId == latest.requestId {
-            stored = inMemory
-        } else if let position = memory.payloadStoredAt, !memory.payloadLost {
-            let read: PushRequest?
-            do {
-                read = try await lookup.readRequest(position, latest.requestId)
-            } catch {
-                throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: error.reason, retryAfterSeconds: 2)
-            }
-            let activityKey = MessageKey.activity(bundleId: bundleId, activityId: activityId)
-            guard let read else {
-                // Not asked for again: the memory knows it is lost until the next request.
-                intake.engine.restorePayloads(
-                    [:], lost: [ContentEngine.PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId)])
-                throw Self.contentLost(activityId, bundleId)
-            }
-            // Kept until the next request: an app asking again (a retry, a second screen) reads no Kafka.
-            intake.engine.restorePayloads([activityKey: (position, read)])
-            stored = read
-        } else {
-            throw Self.contentLost(activityId, bundleId)
-        }
+        let stored = try await latestPayload(memory, latest: latest, activityId: activityId, bundleId: bundleId)
         guard case .object(let body)? = JSONReader.value(of: Array(stored.payload.utf8)), case .object(let aps)? = body["aps"],
             let contentState = aps["content-state"]
         else {
@@ -101,6 +79,35 @@ extension ActivityHTTPAPI {
             contentState: contentState, attributes: aps["attributes"], staleDate: staleDate, relevanceScore: relevance, requestId: stored.requestId,
             createdAt: stored.createdAt)
         return try Self.json(content)
+    }
+
+    /// The latest request in full: from the memory, or read again from where Kafka stored it
+    /// (kept until the next request); 404 when it is gone from there, 503 when it cannot be read now.
+    private func latestPayload(_ memory: ActivityMemory, latest: LatestRequest, activityId: String, bundleId: String) async throws(HTTPAPIError)
+        -> PushRequest
+    {
+        if let inMemory = memory.latestRequest, inMemory.requestId == latest.requestId {
+            return inMemory
+        } else if let position = memory.payloadStoredAt, !memory.payloadLost {
+            let read: PushRequest?
+            do {
+                read = try await lookup.readRequest(position, latest.requestId)
+            } catch {
+                throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: error.reason, retryAfterSeconds: 2)
+            }
+            let activityKey = MessageKey.activity(bundleId: bundleId, activityId: activityId)
+            guard let read else {
+                // Not asked for again: the memory knows it is lost until the next request.
+                intake.engine.restorePayloads(
+                    [:], lost: [ContentEngine.PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId)])
+                throw Self.contentLost(activityId, bundleId)
+            }
+            // Kept until the next request: an app asking again (a retry, a second screen) reads no Kafka.
+            intake.engine.restorePayloads([activityKey: (position, read)])
+            return read
+        } else {
+            throw Self.contentLost(activityId, bundleId)
+        }
     }
 
     /// 404: the latest payload is no longer where it was stored on Kafka (it expired, or the topic

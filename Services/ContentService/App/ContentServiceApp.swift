@@ -66,12 +66,7 @@ public struct ContentServiceApp: Sendable {
         let lookup = Self.lookup(runtime: runtime, topics: topics, memory: memoryLoader, sender: sender)
         let intake = EventIntake(
             engine: engine, producer: producer, topic: topics.activityEvents, isReady: { Self.isReady(health.report().checks) }, lookup: lookup)
-        // The backends' gRPC API.
-        if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC and HTTP APIs refuse every call") }
-        let grpc = GRPCServerService(
-            host: settings.grpcHost, port: settings.grpcPort, services: [ActivityGRPCService(intake: intake)],
-            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.activityServiceMethods)],
-            onListening: { ListenerReport.bound("grpc", port: $0) })
+        let grpc = Self.grpcServer(settings: settings, intake: intake, logger: logger)
         // The backends' HTTP API, beside /health and /metrics.
         let router = runtime.makeRouter()
         ActivityHTTPAPI(
@@ -103,6 +98,15 @@ public struct ContentServiceApp: Sendable {
             runtime.httpServer(router: router.buildResponder()),
             runtime.operatorServer(router: operatorRouter.buildResponder()),
         ]
+    }
+
+    /// The backends' gRPC API.
+    private static func grpcServer(settings: ContentSettings, intake: EventIntake, logger: Logger) -> GRPCServerService {
+        if settings.backendKeys.isEmpty { logger.warning("ISLET_GRPC_KEYS names no backend: the gRPC and HTTP APIs refuse every call") }
+        return GRPCServerService(
+            host: settings.grpcHost, port: settings.grpcPort, services: [ActivityGRPCService(intake: intake)],
+            interceptors: [BackendAuthInterceptor(keys: settings.backendKeys, permissions: BackendAuthInterceptor.activityServiceMethods)],
+            onListening: { ListenerReport.bound("grpc", port: $0) })
     }
 
     /// Whether the token table and the memory are read: events are taken only then.

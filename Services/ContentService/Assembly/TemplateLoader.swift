@@ -271,6 +271,44 @@ public enum TemplateLoader {
             }
         }
 
+        func compileLayout(_ rawLayout: RawLayout, attributesType: String, dates: Set<String>) throws -> ActivityTemplate.Layout {
+            func components(_ list: [RawComponent]?, _ name: String) throws -> [ActivityTemplate.Component] {
+                try (list ?? []).enumerated().map { i, c in try compile(c, at: "layout.\(name)[\(i)]", dates: dates) }
+            }
+            // The collapsed island opens one widget URL wherever it is tapped: no element links.
+            for (name, list) in [("minimal", rawLayout.minimal), ("compactLeading", rawLayout.compactLeading), ("compactTrailing", rawLayout.compactTrailing)] {
+                try refuseElementLinks(list ?? [], region: name, attributesType: attributesType)
+            }
+            if let lockScreen = rawLayout.lockScreen, lockScreen.isEmpty {
+                throw fail("layout.lockScreen", "must list at least one component, or be left out")
+            }
+            return ActivityTemplate.Layout(
+                since: rawLayout.since, minimal: try components(rawLayout.minimal, "minimal"),
+                compactLeading: try components(rawLayout.compactLeading, "compactLeading"),
+                compactTrailing: try components(rawLayout.compactTrailing, "compactTrailing"), expanded: try components(rawLayout.expanded, "expanded"),
+                lockScreen: try rawLayout.lockScreen.map { try components($0, "lockScreen") })
+        }
+
+        func compileStates(_ rawStates: [String: RawState]) throws -> [String: ActivityTemplate.State] {
+            var states: [String: ActivityTemplate.State] = [:]
+            for (name, state) in rawStates {
+                let path = "states.\(name)"
+                let staleAfter = state.staleAfterSeconds ?? 180
+                guard (10...8 * 3_600).contains(staleAfter) else { throw fail(path + ".staleAfterSeconds", "must be 10 to 28800") }
+                let relevance = state.relevance ?? 50
+                guard relevance >= 0, relevance <= 100 else { throw fail(path + ".relevance", "must be 0 to 100") }
+                states[name] = ActivityTemplate.State(
+                    name: name, text: try state.text.map { try mustache($0, at: path + ".text") }, staleAfter: .seconds(staleAfter),
+                    relevance: relevance,
+                    alert: try state.alert.map {
+                        ActivityTemplate.Alert(
+                            title: try alertText($0.title, at: path + ".alert.title"), body: try alertText($0.body, at: path + ".alert.body"),
+                            sound: $0.sound)
+                    })
+            }
+            return states
+        }
+
         func compile(_ raw: RawTemplate) throws -> ActivityTemplate {
             guard isTypeName(raw.attributesType) else { throw fail("attributesType", "must be a Swift type name") }
             guard !raw.states.isEmpty else { throw fail("states", "must name at least one state") }
@@ -300,40 +338,8 @@ public enum TemplateLoader {
             }
             // Timers count to a date, or over a range of dates.
             let dates = Set(contentState.filter { $0.kind == .date || $0.kind == .dateRange }.map(\.name))
-            var layout: ActivityTemplate.Layout?
-            if let rawLayout = raw.layout {
-                func components(_ list: [RawComponent]?, _ name: String) throws -> [ActivityTemplate.Component] {
-                    try (list ?? []).enumerated().map { i, c in try compile(c, at: "layout.\(name)[\(i)]", dates: dates) }
-                }
-                // The collapsed island opens one widget URL wherever it is tapped: no element links.
-                for (name, list) in [("minimal", rawLayout.minimal), ("compactLeading", rawLayout.compactLeading), ("compactTrailing", rawLayout.compactTrailing)] {
-                    try refuseElementLinks(list ?? [], region: name, attributesType: raw.attributesType)
-                }
-                if let lockScreen = rawLayout.lockScreen, lockScreen.isEmpty {
-                    throw fail("layout.lockScreen", "must list at least one component, or be left out")
-                }
-                layout = ActivityTemplate.Layout(
-                    since: rawLayout.since, minimal: try components(rawLayout.minimal, "minimal"),
-                    compactLeading: try components(rawLayout.compactLeading, "compactLeading"),
-                    compactTrailing: try components(rawLayout.compactTrailing, "compactTrailing"), expanded: try components(rawLayout.expanded, "expanded"),
-                    lockScreen: try rawLayout.lockScreen.map { try components($0, "lockScreen") })
-            }
-            var states: [String: ActivityTemplate.State] = [:]
-            for (name, state) in raw.states {
-                let path = "states.\(name)"
-                let staleAfter = state.staleAfterSeconds ?? 180
-                guard (10...8 * 3_600).contains(staleAfter) else { throw fail(path + ".staleAfterSeconds", "must be 10 to 28800") }
-                let relevance = state.relevance ?? 50
-                guard relevance >= 0, relevance <= 100 else { throw fail(path + ".relevance", "must be 0 to 100") }
-                states[name] = ActivityTemplate.State(
-                    name: name, text: try state.text.map { try mustache($0, at: path + ".text") }, staleAfter: .seconds(staleAfter),
-                    relevance: relevance,
-                    alert: try state.alert.map {
-                        ActivityTemplate.Alert(
-                            title: try alertText($0.title, at: path + ".alert.title"), body: try alertText($0.body, at: path + ".alert.body"),
-                            sound: $0.sound)
-                    })
-            }
+            let layout = try raw.layout.map { try compileLayout($0, attributesType: raw.attributesType, dates: dates) }
+            let states = try compileStates(raw.states)
             return ActivityTemplate(
                 attributesType: raw.attributesType, description: raw.description ?? "", app: raw.app, stateField: raw.stateField ?? "status",
                 link: try mustache(raw.link, at: "link"), attributes: attributes, contentState: contentState, layout: layout, states: states,

@@ -80,7 +80,12 @@ public struct RegistryHTTPAPI: Sendable {
                 try await registry.setFrequentUpdates(
                     user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter, enabled: body.enabled))
         }
+        addPushToStartRoutes(to: api)
+    }
 
+    /// A device's push-to-start tokens, per attributes type.
+    private func addPushToStartRoutes<Context: RequestContext>(to api: RouterGroup<Context>) {
+        let (registry, authenticator, maxBodyBytes) = (self.registry, self.authenticator, self.maxBodyBytes)
         let pushToStart = "apps/:bundleId/devices/:deviceId/push-to-start/:attributesType"
         api.put(RouterPath(pushToStart)) { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])

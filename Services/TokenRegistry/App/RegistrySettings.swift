@@ -85,7 +85,8 @@ public struct RegistrySettings: Sendable {
         self.sendTimeout = sendTimeout
     }
 
-    public init(from config: IsletConfig) throws(ConfigurationError) {
+    /// The keys that verify the app's JWTs (`islet.auth.hs256.keys`, `islet.auth.es256.keys`): at least one.
+    static func verificationKeys(from config: IsletConfig) throws(ConfigurationError) -> [VerificationKey] {
         var keys: [VerificationKey] = []
         for (kid, secret) in try config.properties("islet.auth.hs256.keys").sorted(by: { $0.key < $1.key }) {
             guard secret.utf8.count >= 32 else {
@@ -103,6 +104,31 @@ public struct RegistrySettings: Sendable {
             throw ConfigurationError(
                 key: "islet.auth.hs256.keys", problem: "or ISLET_AUTH_ES256_KEYS must name at least one key to verify the app's JWTs")
         }
+        return keys
+    }
+
+    /// content-service's backend API for an activity's first content (`islet.content.http`,
+    /// `islet.content.http.key`), when set: host, port and key; it needs the ticket keys.
+    static func content(from config: IsletConfig, ticketKeys: [String: [UInt8]]) throws(ConfigurationError) -> (host: String, port: Int, key: String)? {
+        guard let target = config.optionalString("islet.content.http") else { return nil }
+        guard let colon = target.lastIndex(of: ":"), colon > target.startIndex, let port = Int(target[target.index(after: colon)...]),
+            (1...65_535).contains(port), !target.contains("/")
+        else {
+            throw ConfigurationError(key: "islet.content.http", problem: "must be host:port (no scheme), got \(target)")
+        }
+        guard let key = config.optionalString("islet.content.http.key", isSecret: true), key.utf8.count >= 32 else {
+            throw ConfigurationError(
+                key: "islet.content.http.key", problem: "is required with ISLET_CONTENT_HTTP: a backend key of content-service's ISLET_CONTENT_KEYS with read (at least 32 characters)")
+        }
+        guard !ticketKeys.isEmpty else {
+            throw ConfigurationError(
+                key: "islet.content.http", problem: "needs ISLET_TICKET_HS256_KEYS: an app proves with the activity's ticket that the content is its user's")
+        }
+        return (String(target[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port, key)
+    }
+
+    public init(from config: IsletConfig) throws(ConfigurationError) {
+        let keys = try Self.verificationKeys(from: config)
         self.init(
             verificationKeys: keys,
             issuer: config.optionalString("islet.auth.issuer"),
@@ -126,22 +152,7 @@ public struct RegistrySettings: Sendable {
         if ticketsRequired && ticketKeys.isEmpty {
             throw ConfigurationError(key: "islet.tickets.required", problem: "needs ISLET_TICKET_HS256_KEYS to verify the tickets")
         }
-        if let target = config.optionalString("islet.content.http") {
-            guard let colon = target.lastIndex(of: ":"), colon > target.startIndex, let port = Int(target[target.index(after: colon)...]),
-                (1...65_535).contains(port), !target.contains("/")
-            else {
-                throw ConfigurationError(key: "islet.content.http", problem: "must be host:port (no scheme), got \(target)")
-            }
-            guard let key = config.optionalString("islet.content.http.key", isSecret: true), key.utf8.count >= 32 else {
-                throw ConfigurationError(
-                    key: "islet.content.http.key", problem: "is required with ISLET_CONTENT_HTTP: a backend key of content-service's ISLET_CONTENT_KEYS with read (at least 32 characters)")
-            }
-            guard !ticketKeys.isEmpty else {
-                throw ConfigurationError(
-                    key: "islet.content.http", problem: "needs ISLET_TICKET_HS256_KEYS: an app proves with the activity's ticket that the content is its user's")
-            }
-            content = (String(target[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port, key)
-        }
+        content = try Self.content(from: config, ticketKeys: ticketKeys)
         for app in (config.optionalString("islet.apps") ?? "").split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) })
         where !app.isEmpty {
             guard (try? Validation.bundleId(app)) != nil else {
