@@ -515,9 +515,12 @@ def build_model():
             if operator:
                 listeners[(product, "operator")] = (
                     "islet.operator.port", http_port + offset, Listener(product, "operator", served(operator.group(1))))
-            if "GRPCServerService(" in body:
+            # The gRPC server, made there or in a function of its own.
+            grpc_body = body if "GRPCServerService(" in body else next(
+                (other for code in swift_code(library).values() for _, _, other in functions(code) if "GRPCServerService(" in other), "")
+            if grpc_body:
                 listeners[(product, "grpc")] = (
-                    "islet.grpc.port", config_int(library_code, "islet.grpc.port"), Listener(product, "grpc", grpc=grpc_server(body, protos)))
+                    "islet.grpc.port", config_int(library_code, "islet.grpc.port"), Listener(product, "grpc", grpc=grpc_server(grpc_body, protos)))
         else:
             # A Hummingbird Application of its own (the APNs simulator's admin API).
             routes = []
