@@ -14,7 +14,7 @@ struct SimulationTests {
     static var firstSeed: UInt64 { ProcessInfo.processInfo.environment["ISLET_SIM_FIRST_SEED"].flatMap(UInt64.init) ?? 1 }
 
     @Test("seeds", arguments: 0..<chunks)
-    func seeds(chunk: Int) async {
+    func seeds(chunk: Int) {
         let count = Self.seedCount
         let perChunk = (count + Self.chunks - 1) / Self.chunks
         let lower = chunk * perChunk
@@ -29,10 +29,6 @@ struct SimulationTests {
         for index in lower..<upper {
             let seed = Self.firstSeed + UInt64(index)
             let result = Simulation.run(seed: seed)
-            // A seed is CPU-bound and synchronous: between seeds the chunk lets the other suites'
-            // tasks have the task pool's threads (two on this machine), which 16 chunks would
-            // otherwise hold for minutes.
-            await Task.yield()
             assembledAheadUsed += result.assembledAheadUsed
             if !result.violations.isEmpty {
                 report(result)
