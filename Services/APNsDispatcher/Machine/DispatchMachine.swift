@@ -207,24 +207,20 @@ struct DispatchMachine {
             maybeDelivered[partition]?[request.requestId] = nil
             return []
         }
+        let key = request.key
         if finishedByPartition[partition]?.contains(request.requestId) == true || ownFinished.contains(request.requestId)
-            || announcedFinished[request.requestId] != nil
+            || announcedFinished[request.requestId] != nil || key.map({ finishedByActivity.contains(request.requestId, key: $0, now: now) }) == true
         {
+            // (The last: a copy content-service wrote again after a lost acknowledgement, read once
+            // ``ownFinished`` moved past its request.)
             // Sent before a restart: its outcome is on the topic already.
             metrics.duplicate()
             maybeDelivered[partition]?[request.requestId] = nil
             return [.release(ticket: ticket)]
         }
-        guard let key = request.key else {
+        guard let key else {
             finish(entry, .rejected, detail: "no activity id or push-to-start key")
             return takeActions()
-        }
-        if finishedByActivity.contains(request.requestId, key: key, now: now) {
-            // A copy content-service wrote again (a lost acknowledgement), read after the window
-            // of ``ownFinished`` moved past its request.
-            metrics.duplicate()
-            maybeDelivered[partition]?[request.requestId] = nil
-            return [.release(ticket: ticket)]
         }
         // The slot is read and changed where the dictionary keeps it: a copy of it held while its
         // queue changes would copy the whole queue (every request waiting) for each push.
