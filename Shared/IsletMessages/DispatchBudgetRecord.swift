@@ -6,7 +6,9 @@ import Foundation
 /// the same budget instead of a full one (APNs keeps counting per activity and device, whichever
 /// instance sends).
 ///
-/// Exactly one of ``activityId`` and ``deviceId`` is set. The instance that owns a partition of
+/// Exactly one of ``activityId`` and ``deviceId`` is set; ``activityDeviceId`` names, with
+/// ``activityId``, the budget of one more device of an activity (its copies' key,
+/// ``MessageKey/device(bundleId:activityId:deviceId:)``: APNs counts per activity on each device). The instance that owns a partition of
 /// `islet.push-requests.v1` writes, every few seconds and when the partition is revoked, the
 /// budgets its requests spent that changed, to the same partition number; a budget full again
 /// gets a tombstone (a `null` value): a full budget is what an instance assumes when it knows
@@ -23,6 +25,9 @@ public struct DispatchBudgetRecord: IsletMessage {
     public var activityId: String?
     /// A device's push-to-start budget.
     public var deviceId: String?
+    /// With ``activityId``: the activity's budget on this one more device of it. Absent for the
+    /// activity's own (additive).
+    public var activityDeviceId: String?
     /// The partition of the requests that spent it (the one it is written to).
     public var partition: Int32
     /// Sends left at ``updatedAt`` (fractional: the budget refills continuously).
@@ -38,8 +43,10 @@ public struct DispatchBudgetRecord: IsletMessage {
 
     public init(
         bundleId: String, activityId: String? = nil, deviceId: String? = nil, partition: Int32, available: Double, capacity: Int,
-        periodSeconds: Double, updatedAt: Date, waitingSince: Date? = nil, writtenAt: Date, schemaVersion: Int = Self.currentSchemaVersion
+        periodSeconds: Double, updatedAt: Date, waitingSince: Date? = nil, writtenAt: Date, activityDeviceId: String? = nil,
+        schemaVersion: Int = Self.currentSchemaVersion
     ) {
+        self.activityDeviceId = activityDeviceId
         self.schemaVersion = schemaVersion
         self.bundleId = bundleId
         self.activityId = activityId
@@ -53,8 +60,10 @@ public struct DispatchBudgetRecord: IsletMessage {
         self.writtenAt = writtenAt
     }
 
-    /// `<bundleId>/<activityId>` for an activity's budget, `<bundleId>:<deviceId>` for a device's.
+    /// `<bundleId>/<activityId>` for an activity's budget (`<bundleId>/<activityId>/<deviceId>` on
+    /// one more device of it), `<bundleId>:<deviceId>` for a device's push-to-start budget.
     public var key: String? {
+        if let activityId, let activityDeviceId { return MessageKey.device(bundleId: bundleId, activityId: activityId, deviceId: activityDeviceId) }
         if let activityId { return MessageKey.activity(bundleId: bundleId, activityId: activityId) }
         return deviceId.map { Self.deviceKey(bundleId: bundleId, deviceId: $0) }
     }
@@ -68,6 +77,12 @@ public struct DispatchBudgetRecord: IsletMessage {
         }
         try MessageKey.requireBundleId(bundleId, field: "bundleId")
         if let activityId { try MessageKey.requireActivityId(activityId) }
+        if let activityDeviceId {
+            guard activityId != nil else {
+                throw MessageValidationError(field: "activityDeviceId", problem: "names a device of an activity: activityId is required")
+            }
+            try MessageKey.requireDeviceId(activityDeviceId, field: "activityDeviceId")
+        }
         guard capacity >= 1 else { throw MessageValidationError(field: "capacity", problem: "must be at least 1") }
         guard periodSeconds > 0, periodSeconds.isFinite else { throw MessageValidationError(field: "periodSeconds", problem: "must be positive") }
         guard available >= 0, available <= Double(capacity) else {

@@ -25,10 +25,13 @@ public struct InvalidationReason: OpenEnum {
     public static let lifetimeExceeded = InvalidationReason(rawValue: "lifetimeExceeded")
     /// A backend ended the activity through the registry's API (the order was cancelled, …).
     public static let backendEnded = InvalidationReason(rawValue: "backendEnded")
+    /// Another user's device record of an activity, when the activity became its owner's (the
+    /// owner's registration claimed it, or was its first): never used again.
+    public static let claimedByOwner = InvalidationReason(rawValue: "claimedByOwner")
 
     public static let knownValues: [InvalidationReason] = [
         .clientEnded, .userDismissed, .ineligible, .apnsUnregistered, .apnsExpiredToken, .apnsBadDeviceToken,
-        .apnsDeviceTokenNotForTopic, .severelyStale, .lifetimeExceeded, .backendEnded,
+        .apnsDeviceTokenNotForTopic, .severelyStale, .lifetimeExceeded, .backendEnded, .claimedByOwner,
     ]
 
     /// APNs's answer as a verdict on the token it was sent to — the one table apns-dispatcher (which

@@ -63,6 +63,7 @@ extension PushOutcome: IsletJSONWritable {
         object.date("completedAt", completedAt, into: &out)
         object.integer("contentSequence", contentSequence, into: &out)
         object.string("detail", detail, into: &out)
+        object.string("deviceId", deviceId, into: &out)
         object.number("latencyMilliseconds", latencyMilliseconds, into: &out)
         object.integer("priorityUsed", priorityUsed, into: &out)
         object.string("pushToStartKey", pushToStartKey, into: &out)

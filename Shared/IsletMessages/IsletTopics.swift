@@ -4,18 +4,18 @@ public enum IsletTopics {
 
     /// Push tokens and their state; written by token-registry. Compacted: the latest record per key is the token's state.
     public static let tokens = IsletTopic(
-        name: "islet.tokens.v1", keyRule: "bundleId/activityId for update tokens; the push-to-start key for push-to-start tokens",
+        name: "islet.tokens.v1", keyRule: "bundleId/activityId for update tokens (bundleId/activityId/deviceId for an activity's further devices); the push-to-start key for push-to-start tokens",
         cleanupPolicy: .compact, retention: nil, coPartitioned: true)
     /// Domain events from backends; written by backends (or content-service's gRPC API).
     public static let activityEvents = IsletTopic(
         name: "islet.activity-events.v1", keyRule: "activityId", cleanupPolicy: .delete, retention: day * 7, coPartitioned: true)
     /// Complete APNs requests; written by content-service.
     public static let pushRequests = IsletTopic(
-        name: "islet.push-requests.v1", keyRule: "bundleId/activityId; the push-to-start key for push-to-start requests",
+        name: "islet.push-requests.v1", keyRule: "bundleId/activityId (bundleId/activityId/deviceId for a copy to one more device); the push-to-start key for push-to-start requests",
         cleanupPolicy: .delete, retention: day * 3, coPartitioned: true)
     /// One final outcome per push request; written by apns-dispatcher.
     public static let pushOutcomes = IsletTopic(
-        name: "islet.push-outcomes.v1", keyRule: "the request's key (bundleId/activityId or push-to-start key)",
+        name: "islet.push-outcomes.v1", keyRule: "the request's key (bundleId/activityId, bundleId/activityId/deviceId or push-to-start key)",
         cleanupPolicy: .delete, retention: day * 7, coPartitioned: true)
     /// What content-service remembers of each activity (``ContentMemoryRecord``), and per partition
     /// how far the records behind it were read; written and read by content-service only. Compacted:
@@ -32,7 +32,7 @@ public enum IsletTopics {
     /// record per key is the budget; a partition's new owner reads its partition when it is
     /// assigned and goes on with the same budgets.
     public static let dispatchBudgets = IsletTopic(
-        name: "islet.dispatch-budgets.v1", keyRule: "bundleId/activityId for an activity's budget; bundleId:deviceId for a device's push-to-start budget",
+        name: "islet.dispatch-budgets.v1", keyRule: "bundleId/activityId for an activity's budget (bundleId/activityId/deviceId on one more device); bundleId:deviceId for a device's push-to-start budget",
         cleanupPolicy: .compact, retention: nil, coPartitioned: true,
         otherConfigs: ["segment.ms": "3600000", "min.cleanable.dirty.ratio": "0.1"])
     /// The broadcast channel (iOS 18) of each activity sent by broadcast (``BroadcastChannelRecord``);

@@ -17,6 +17,29 @@ public enum MessageKey {
     /// the activity's partition (``partitionKeyRange(of:)`` hashes the activity id alone).
     public static func device(bundleId: String, activityId: String, deviceId: String) -> String { "\(bundleId)/\(activityId)/\(deviceId)" }
 
+    /// The activity (`<bundleId>/<activityId>`) and device of a device's key
+    /// (``device(bundleId:activityId:deviceId:)``); `nil` for any other key.
+    public static func splitDevice(_ key: String) -> (activityKey: String, deviceId: String)? {
+        guard !key.hasPrefix("pts:"), let first = key.firstIndex(of: "/") else { return nil }
+        guard let second = key[key.index(after: first)...].firstIndex(of: "/") else { return nil }
+        return (String(key[..<second]), String(key[key.index(after: second)...]))
+    }
+
+    /// The app and activity id of an activity's key (`<bundleId>/<activityId>`); `nil` for any other key.
+    public static func splitActivity(_ key: String) -> (bundleId: String, activityId: String)? {
+        guard !key.hasPrefix("pts:"), let slash = key.firstIndex(of: "/") else { return nil }
+        let activityId = key[key.index(after: slash)...]
+        guard !activityId.isEmpty, !activityId.contains("/") else { return nil }
+        return (String(key[..<slash]), String(activityId))
+    }
+
+    /// A device id as a device's key needs it: without `/` and `:`.
+    public static func requireDeviceId(_ deviceId: String, field: String = "deviceId") throws(MessageValidationError) {
+        for character in [":", "/"] where deviceId.contains(character) {
+            throw MessageValidationError(field: field, problem: "must not contain '\(character)' (keys use it as a separator)")
+        }
+    }
+
     /// Where the bytes of `key` that choose its partition start (``partitionKeyRange(of:)``).
     public static func partitionKeyStart<Key: Collection<UInt8>>(of key: Key) -> Int {
         partitionKeyRange(of: key).lowerBound

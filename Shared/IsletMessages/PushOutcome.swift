@@ -72,13 +72,16 @@ public struct PushOutcome: IsletMessage {
     /// owner's announcement). Absent in records written before it existed (additive): such a
     /// `retrying` takes back every announcement of its request.
     public var announcementId: String?
+    /// The request's ``PushRequest/deviceId``: the outcome of a copy for one more device of the
+    /// activity, about that device's token only. Absent otherwise (additive).
+    public var deviceId: String?
 
     public init(
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, result: PushResult,
         apns: APNsResponse? = nil, priorityUsed: Int? = nil, attempts: Int, latencyMilliseconds: Double? = nil,
         tokenFingerprint: String? = nil, supersededBy: String? = nil, detail: String? = nil, completedAt: Date,
         bundleId: String? = nil, attributesType: String? = nil, channelId: String? = nil, contentSequence: Int64? = nil,
-        announcementId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        announcementId: String? = nil, deviceId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
@@ -98,13 +101,17 @@ public struct PushOutcome: IsletMessage {
         self.channelId = channelId
         self.contentSequence = contentSequence
         self.announcementId = announcementId
+        self.deviceId = deviceId
     }
 
     /// The request's key: the activity of its app (`<bundleId>/<activityId>`; the bare activity id
-    /// for an outcome written before outcomes named their app), or the push-to-start key.
+    /// for an outcome written before outcomes named their app; a device's copy's
+    /// `<bundleId>/<activityId>/<deviceId>`), or the push-to-start key.
     public var key: String? {
         guard let activityId else { return pushToStartKey }
-        return bundleId.map { MessageKey.activity(bundleId: $0, activityId: activityId) } ?? MessageKey.activity(activityId)
+        guard let bundleId else { return MessageKey.activity(activityId) }
+        if let deviceId { return MessageKey.device(bundleId: bundleId, activityId: activityId, deviceId: deviceId) }
+        return MessageKey.activity(bundleId: bundleId, activityId: activityId)
     }
 
     public func validate() throws(MessageValidationError) {

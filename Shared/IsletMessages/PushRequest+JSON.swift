@@ -18,6 +18,7 @@ extension PushRequest: IsletJSONMemberList, IsletJSONWritable, IsletJSONReadable
         visitor.integer("channelStoragePolicy", &channelStoragePolicy)
         visitor.integer("contentSequence", &contentSequence)
         visitor.date("createdAt", &createdAt)
+        visitor.string("deviceId", &deviceId)
         visitor.open("event", &event)
         visitor.date("expiration", &expiration)
         visitor.string("payload", &payload)

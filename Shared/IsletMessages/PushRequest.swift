@@ -69,13 +69,19 @@ public struct PushRequest: IsletMessage {
     /// waits until its token table holds this registration or a newer one (its table may lag the
     /// topic). Absent in requests written before it existed, and when there was no record (additive).
     public var tokenRegisteredAt: Date?
+    /// Set on a copy of an activity's request for one more of its devices (the token record
+    /// `<bundleId>/<activityId>/<deviceId>`, ``TokenRecord/deviceKeyed``): its key is that device's,
+    /// so the dispatcher queues, budgets and coalesces it apart from the activity's own. Its
+    /// `requestId` is derived from the activity's request's. Absent on the activity's own request
+    /// and on requests written before it existed (additive).
+    public var deviceId: String?
 
     public init(
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, event: ActivityEventKind, app: AppTarget,
         attributesType: String, payload: String, priority: Int, urgency: Urgency, supersedable: Bool, alerting: Bool,
         apnsTimestamp: Int64, contentSequence: Int64, staleDate: Date? = nil, expiration: Date? = nil, createdAt: Date,
         sourceEventId: String? = nil, sourceActivityId: String? = nil, state: String? = nil, channelStoragePolicy: Int? = nil,
-        tokenRegisteredAt: Date? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        tokenRegisteredAt: Date? = nil, deviceId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
@@ -99,6 +105,7 @@ public struct PushRequest: IsletMessage {
         self.state = state
         self.channelStoragePolicy = channelStoragePolicy
         self.tokenRegisteredAt = tokenRegisteredAt
+        self.deviceId = deviceId
     }
 
     /// The largest body of a broadcast, in UTF-8 bytes (APNs allows 5 KB there).
@@ -107,9 +114,16 @@ public struct PushRequest: IsletMessage {
     /// Whether it goes to the activity's broadcast channel.
     public var isBroadcast: Bool { channelStoragePolicy != nil }
 
-    /// The activity of its app (`<bundleId>/<activityId>`), or the push-to-start key for a
-    /// push-to-start request.
-    public var key: String? { activityId.map { MessageKey.activity(bundleId: app.bundleId, activityId: $0) } ?? pushToStartKey }
+    /// The activity of its app (`<bundleId>/<activityId>`; one more device's copy:
+    /// `<bundleId>/<activityId>/<deviceId>`), or the push-to-start key for a push-to-start request.
+    public var key: String? {
+        guard let activityId else { return pushToStartKey }
+        if let deviceId { return MessageKey.device(bundleId: app.bundleId, activityId: activityId, deviceId: deviceId) }
+        return MessageKey.activity(bundleId: app.bundleId, activityId: activityId)
+    }
+
+    /// Whether it is a copy of an activity's request for one more of its devices (``deviceId``).
+    public var isDeviceCopy: Bool { deviceId != nil }
 
     /// The activity whose content this is, of its app (`<bundleId>/<activityId>`): for a
     /// push-to-start, the activity it starts (``sourceActivityId``). `nil` when neither is known.
@@ -136,6 +150,12 @@ public struct PushRequest: IsletMessage {
             guard activityId != nil, event != .start else {
                 throw MessageValidationError(field: "channelStoragePolicy", problem: "a broadcast updates or ends an activity: it never starts one")
             }
+        }
+        if let deviceId {
+            guard activityId != nil, !isBroadcast, !deviceId.isEmpty else {
+                throw MessageValidationError(field: "deviceId", problem: "a device's copy goes to an activity's device token: never a broadcast or push-to-start")
+            }
+            try MessageKey.requireDeviceId(deviceId)
         }
         try event.requireKnown(field: "event")
         try app.environment.requireKnown(field: "app.environment")

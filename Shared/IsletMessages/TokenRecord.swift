@@ -69,12 +69,18 @@ public struct TokenRecord: IsletMessage {
     /// content-service renders the activity's texts and alerts in it. Added in schema 1 without a
     /// version bump: readers that do not know it ignore it.
     public var locale: String?
+    /// Update tokens: `true` for the token of one more device of the activity, kept under
+    /// `<bundleId>/<activityId>/<deviceId>` (``MessageKey/device(bundleId:activityId:deviceId:)``)
+    /// beside the activity's first device's under `<bundleId>/<activityId>`; absent (`nil`) for the
+    /// activity's own record. Added in schema 1 without a version bump: readers that do not know it
+    /// read such a record under its key and never send to it.
+    public var deviceKeyed: Bool?
 
     public init(
         kind: TokenKind, activityId: String? = nil, deviceId: String? = nil, userId: String, token: String, app: AppTarget,
         attributesType: String, frequentUpdatesEnabled: Bool, appVersion: String, state: TokenState,
         invalidation: Invalidation? = nil, activityStartedAt: Date? = nil, registeredAt: Date, updatedAt: Date,
-        ownerVerified: Bool? = nil, locale: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        ownerVerified: Bool? = nil, locale: String? = nil, deviceKeyed: Bool? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.kind = kind
@@ -93,23 +99,35 @@ public struct TokenRecord: IsletMessage {
         self.updatedAt = updatedAt
         self.ownerVerified = ownerVerified
         self.locale = locale
+        self.deviceKeyed = deviceKeyed
     }
 
-    /// `<bundleId>/<activityId>` for an update token (activity ids are scoped per app); the
+    /// `<bundleId>/<activityId>` for an update token (activity ids are scoped per app), and
+    /// `<bundleId>/<activityId>/<deviceId>` for one more device's (``deviceKeyed``); the
     /// push-to-start key for a push-to-start token (`nil` when the id it needs is missing, which
     /// `validate()` rejects).
     public var key: String? {
         if kind == .pushToStart {
             return deviceId.map { MessageKey.pushToStart(bundleId: app.bundleId, deviceId: $0, attributesType: attributesType) }
         }
+        if deviceKeyed == true {
+            guard let activityId, let deviceId else { return nil }
+            return MessageKey.device(bundleId: app.bundleId, activityId: activityId, deviceId: deviceId)
+        }
         return activityId.map { MessageKey.activity(bundleId: app.bundleId, activityId: $0) }
+    }
+
+    /// The key of the activity an update token belongs to (`<bundleId>/<activityId>`), whichever
+    /// device's it is.
+    public var activityKey: String? {
+        kind == .update ? activityId.map { MessageKey.activity(bundleId: app.bundleId, activityId: $0) } : nil
     }
 
     /// The key an update token had before activity ids were scoped per app (the bare activity id):
     /// records written then are still read under it. `nil` for push-to-start tokens, whose key
     /// has not changed.
     public var legacyKey: String? {
-        kind == .update ? activityId.map(MessageKey.activity) : nil
+        kind == .update && deviceKeyed != true ? activityId.map(MessageKey.activity) : nil
     }
 
     public func validate() throws(MessageValidationError) {
@@ -119,7 +137,16 @@ public struct TokenRecord: IsletMessage {
                 throw MessageValidationError(field: "activityId", problem: "required for an update token")
             }
             try MessageKey.requireActivityId(activityId)
+            if deviceKeyed == true {
+                guard let deviceId, !deviceId.isEmpty else {
+                    throw MessageValidationError(field: "deviceId", problem: "required for a device's update token (deviceKeyed)")
+                }
+                try MessageKey.requireDeviceId(deviceId)
+            }
         } else {
+            guard deviceKeyed == nil else {
+                throw MessageValidationError(field: "deviceKeyed", problem: "only update tokens are kept per device")
+            }
             guard let deviceId, !deviceId.isEmpty else {
                 throw MessageValidationError(field: "deviceId", problem: "required for a push-to-start token")
             }

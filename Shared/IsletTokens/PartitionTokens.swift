@@ -59,6 +59,9 @@ public final class PartitionTokens: Sendable {
         var updateApps: [String: Int] = [:]
         /// The bare activity id a legacy record sits under → its key (only such records).
         var legacyKeys: [String: String] = [:]
+        /// An activity (`<bundleId>/<activityId>`) → the devices it has records of besides its own
+        /// (``TokenRecord/deviceKeyed``; only activities that have some).
+        var devices: [String: Set<String>] = [:]
         var owned: Set<Int32> = []
         var ownsAll = false
 
@@ -103,6 +106,10 @@ public final class PartitionTokens: Sendable {
             release(profile: entry.profile)
             garbage += Int(entry.tokenLength)
             if entry.legacyTopicKey, let activity = Self.activityId(of: key) { legacyKeys[activity] = nil }
+            if !devices.isEmpty, let (activityKey, deviceId) = MessageKey.splitDevice(key) {
+                devices[activityKey]?.remove(deviceId)
+                if devices[activityKey]?.isEmpty == true { devices[activityKey] = nil }
+            }
         }
 
         /// Where `bytes` now are in ``arena``; `nil` when they cannot be held (longer than 65,535 bytes).
@@ -219,6 +226,9 @@ public final class PartitionTokens: Sendable {
                 tokenStart: tokenStart, tokenLength: tokenLength, legacyTopicKey: topicKey != key)
             state.compactIfWasteful()
             if topicKey != key { state.legacyKeys[topicKey] = key }
+            if record.deviceKeyed == true, let (activityKey, deviceId) = MessageKey.splitDevice(key) {
+                state.devices[activityKey, default: []].insert(deviceId)
+            }
             return true
         }
         if changed {
@@ -270,6 +280,15 @@ public final class PartitionTokens: Sendable {
                 .map { MessageKey.activity(bundleId: $0, activityId: activityId) }
                 .filter { state.entries[$0] != nil }
                 .sorted()
+        }
+    }
+
+    /// The keys of the records of an activity's other devices (`<bundleId>/<activityId>/<deviceId>`,
+    /// ``TokenRecord/deviceKeyed``), sorted by device: empty for an activity on one device.
+    public func deviceKeys(ofActivity activityKey: String) -> [String] {
+        state.withLock { state in
+            guard let devices = state.devices[activityKey], let (bundleId, activityId) = MessageKey.splitActivity(activityKey) else { return [] }
+            return devices.sorted().map { MessageKey.device(bundleId: bundleId, activityId: activityId, deviceId: $0) }
         }
     }
 

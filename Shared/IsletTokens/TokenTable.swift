@@ -137,9 +137,24 @@ public final class TokenTable: Sendable {
     }
 
     /// The keys (`<bundleId>/<activityId>`) of every app's update token for `activityId`, sorted:
-    /// one when a single app uses the id.
+    /// one when a single app uses the id. (Devices' records of those activities are not among them:
+    /// ``deviceKeys(ofActivity:)``.)
     public func keys(forActivity activityId: String) -> [String] {
-        state.withLock { ($0.keysByActivity[activityId] ?? []).sorted() }
+        state.withLock { state in
+            (state.keysByActivity[activityId] ?? []).filter { state.entries[$0]?.record.deviceKeyed != true }.sorted()
+        }
+    }
+
+    /// The keys of the other devices' records (`<bundleId>/<activityId>/<deviceId>`) of an activity
+    /// (`<bundleId>/<activityId>`), sorted.
+    public func deviceKeys(ofActivity activityKey: String) -> [String] {
+        guard let activityId = MessageKey.splitActivity(activityKey)?.activityId else { return [] }
+        return state.withLock { state in
+            (state.keysByActivity[activityId] ?? []).filter { key in
+                guard let entry = state.entries[key], entry.record.deviceKeyed == true else { return false }
+                return entry.record.activityKey == activityKey
+            }.sorted()
+        }
     }
 
     /// The user who owns a device's tokens, if any were registered.
@@ -147,10 +162,11 @@ public final class TokenTable: Sendable {
         state.withLock { $0.deviceOwners[Self.deviceKey(bundleId: bundleId, deviceId: deviceId)] }
     }
 
-    /// A user's update tokens in `states`, most recently registered first, at most `limit`.
+    /// A user's update tokens in `states`, most recently registered first, at most `limit`: one per
+    /// activity (its own record; the records of its other devices are not listed).
     public func activities(ofUser user: String, in states: Set<TokenState>, limit: Int) -> [TokenRecord] {
         let records = state.withLock { state in
-            (state.activitiesByUser[user] ?? []).compactMap { state.entries[$0]?.record }.filter { states.contains($0.state) }
+            (state.activitiesByUser[user] ?? []).compactMap { state.entries[$0]?.record }.filter { states.contains($0.state) && $0.deviceKeyed != true }
         }
         return Array(records.sorted { ($0.registeredAt, $0.activityId ?? "") > ($1.registeredAt, $1.activityId ?? "") }.prefix(limit))
     }
@@ -169,11 +185,36 @@ public final class TokenTable: Sendable {
         }
     }
 
-    /// How many of `user`'s tokens of `kind` are active (for quotas).
+    /// Whether another record of the activity `key` belongs to (its own, or another device's) is
+    /// active and `user`'s: a registration under `key` then adds no activity to the user's count.
+    public func hasOtherActiveRecord(ofActivityOf key: String, user: String) -> Bool {
+        let activityKey = MessageKey.splitDevice(key)?.activityKey ?? key
+        guard let activityId = MessageKey.splitActivity(activityKey)?.activityId else { return false }
+        return state.withLock { state in
+            (state.keysByActivity[activityId] ?? []).contains { other in
+                guard other != key, let record = state.entries[other]?.record else { return false }
+                return record.activityKey == activityKey && record.userId == user && record.state == .active
+            }
+        }
+    }
+
+    /// How many of `user`'s tokens of `kind` are active (for quotas): for update tokens, how many
+    /// activities have an active token on any of their devices.
     public func activeCount(ofUser user: String, kind: TokenKind) -> Int {
         state.withLock { state in
             let keys = (kind == .update ? state.activitiesByUser[user] : state.pushToStartByUser[user]) ?? []
-            return keys.reduce(0) { count, key in count + (state.entries[key]?.record.state == .active ? 1 : 0) }
+            var devices: Set<String> = []
+            var count = 0
+            for key in keys {
+                guard let record = state.entries[key]?.record, record.state == .active else { continue }
+                if record.deviceKeyed == true, let activityKey = record.activityKey {
+                    // Counted once per activity: its own record or its first active device's.
+                    if state.entries[activityKey]?.record.state == .active && state.entries[activityKey]?.record.userId == user { continue }
+                    if !devices.insert(activityKey).inserted { continue }
+                }
+                count += 1
+            }
+            return count
         }
     }
 

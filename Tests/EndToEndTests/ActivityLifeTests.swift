@@ -1,4 +1,5 @@
 import APNsSimulator
+import ContentService
 import Foundation
 import IsletMessages
 import Testing
@@ -7,12 +8,13 @@ extension EndToEnd {
     /// An activity's life through the edges where updates used to be lost without a word.
     @Suite("End to end: an activity's life", .timeLimit(.minutes(5)))
     struct ActivityLifeTests {
-        @Test("APNs answers 410 for a token, the registry invalidates it, the app registers the same token again: the next update reaches the phone; and the backend's first event, 20 s before the app registers its token, is read by the app with its ticket (another user is refused) and delivered once the token comes")
+        @Test("APNs answers 410 for a token, the registry invalidates it, the app registers the same token again: the next update reaches the phone; the backend's first event, 20 s before the app registers its token, is read by the app with its ticket (another user is refused) and delivered once the token comes; an order followed on iPhone and iPad reaches both, each in its language, and a 410 for the iPad ends the iPad's token alone")
         func life() async throws {
             let stack = try Stack(name: "activity-life")
             try await stack.run { driver in
                 try await reinstall(stack: stack, driver: driver)
                 try await lateToken(stack: stack, driver: driver)
+                try await twoDevices(stack: stack, driver: driver)
             }
         }
 
@@ -150,6 +152,62 @@ extension EndToEnd {
             try await driver.registerActivity(order, token: token, type: "DeliveryAttributes", bundleId: "com.example.food")
             let received = try await driver.received(token: token, through: driver.requestId(first), timeout: .seconds(30))
             #expect(received.count == 1, "the first content, once the token arrived")
+        }
+
+        /// An order on two devices of one user (issue 60 item 4): each device registers its own
+        /// token for the activity; every update reaches both; APNs's 410 for one ends that one only.
+        func twoDevices(stack: Stack, driver: Driver) async throws {
+            let order = driver.run + "two-devices"
+            let (phone, pad) = (Driver.token(order + "-phone"), Driver.token(order + "-ipad"))
+            try await driver.registerActivity(order, token: phone, type: "DeliveryAttributes", bundleId: "com.example.food", deviceId: "phone")
+            try await driver.registerActivity(
+                order, token: pad, type: "DeliveryAttributes", bundleId: "com.example.food", deviceId: "ipad", locale: "zh-Hans-CN")
+            let lookup = try await view(of: order, stack: stack)
+            #expect(lookup?["deviceId"]?.stringValue == "phone" && Self.firstDevice(lookup)?["deviceId"]?.stringValue == "ipad", "\(String(describing: lookup))")
+
+            let first = driver.event(order, .start, type: "DeliveryAttributes", sequence: 1, fields: Self.fields)
+            try await driver.publish(first)
+            let id = driver.requestId(first)
+            let onPhone = try await driver.received(token: phone, through: id)
+            let onPad = try await driver.received(token: pad, through: RequestIds.copy(of: id, deviceId: "ipad"))
+            #expect(onPhone.count == 1 && onPad.count == 1, "one push each")
+            let statusOf = { (push: AcceptedNotification) in
+                try IsletJSON.decodeValue(JSONValue.self, from: Array(push.payload.utf8))["aps"]?["content-state"]?["headline"]?.stringValue ?? ""
+            }
+            let (english, chinese) = (try statusOf(onPhone[0]), try statusOf(onPad[0]))
+            #expect(english != chinese && chinese.unicodeScalars.contains { $0.value > 0x2E80 }, "each in its own language: \(english) / \(chinese)")
+
+            // The iPad's app was deleted: APNs answers 410 for its token, and only for it.
+            try await stack.inject(.reject(410, "Unregistered", token: pad, count: 1, timestamp: Date()))
+            let second = driver.event(order, .update, type: "DeliveryAttributes", sequence: 2, fields: Self.fields.merging(["status": "out_for_delivery"]) { $1 })
+            try await driver.publish(second)
+            _ = try await driver.received(token: phone, through: driver.requestId(second))
+            let deadline = ContinuousClock.now + .seconds(20)
+            var padState: String?
+            while padState != "invalidated", ContinuousClock.now < deadline {
+                padState = Self.firstDevice(try await view(of: order, stack: stack))?["state"]?.stringValue
+                if padState != "invalidated" { try await Task.sleep(for: .milliseconds(200)) }
+            }
+            #expect(padState == "invalidated", "token-registry ends the iPad's token on its 410")
+            #expect(try await view(of: order, stack: stack)?["state"]?.stringValue == "active", "the phone's token stays")
+            let third = driver.event(order, .update, type: "DeliveryAttributes", sequence: 3, fields: Self.fields.merging(["status": "arriving"]) { $1 })
+            try await driver.publish(third)
+            let phoneAfter = try await driver.received(token: phone, through: driver.requestId(third))
+            #expect(phoneAfter.count == 3, "every update reached the phone")
+            #expect(try await stack.received(token: pad).count == 1, "nothing reached the iPad after its 410")
+        }
+
+        static func firstDevice(_ view: JSONValue?) -> JSONValue? {
+            guard case .array(let devices)? = view?["devices"] else { return nil }
+            return devices.first
+        }
+
+        /// The app's view of its activity (`GET /v1/activities/{id}`), when it is 200.
+        func view(of activity: String, stack: Stack) async throws -> JSONValue? {
+            let jwt = try await stack.jwt(user: "user-1")
+            let (status, body) = try await HTTP.request(
+                stack.url(.registry) + "/v1/activities/\(activity)?bundleId=com.example.food", headers: [("Authorization", "Bearer \(jwt)")])
+            return status == 200 ? try? IsletJSON.decodeValue(JSONValue.self, from: body) : nil
         }
 
         /// The app's view of its activity's token state, asked every 200 ms until it is `expected` (at most 20 s).

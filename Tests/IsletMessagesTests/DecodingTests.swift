@@ -115,7 +115,7 @@ struct ToleranceTests {
             InvalidationReason.self,
             [
                 "clientEnded", "userDismissed", "ineligible", "apnsUnregistered", "apnsExpiredToken", "apnsBadDeviceToken",
-                "apnsDeviceTokenNotForTopic", "severelyStale", "lifetimeExceeded", "backendEnded",
+                "apnsDeviceTokenNotForTopic", "severelyStale", "lifetimeExceeded", "backendEnded", "claimedByOwner",
             ])
         check(APNsEnvironment.self, ["production", "sandbox"])
         check(ActivityEventKind.self, ["start", "update", "end"])

@@ -192,8 +192,8 @@ struct BudgetBook {
     /// A record of `islet.dispatch-budgets.v1`, read back.
     mutating func restore(_ record: DispatchBudgetRecord, now: Date) {
         let key: Key =
-            if let activityId = record.activityId {
-                .activity(MessageKey.activity(bundleId: record.bundleId, activityId: activityId))
+            if record.activityId != nil, let key = record.key {
+                .activity(key)
             } else {
                 .device(DispatchBudgetRecord.deviceKey(bundleId: record.bundleId, deviceId: record.deviceId ?? ""))
             }

@@ -55,12 +55,15 @@ extension ChangelogWriter where Source == BudgetChanges {
     /// The record's key and value (`nil`: a tombstone).
     static func record(of change: BudgetChange, writtenAt: Date) throws -> (key: String, value: [UInt8]?) {
         let (bundleId, activityId, deviceId): (String, String?, String?)
+        var activityDeviceId: String?
         let key: String
         switch change.key {
         case .activity(let name):
             key = name
-            let parts = name.split(separator: "/", maxSplits: 1)
+            // `<bundleId>/<activityId>`, or one more device's `<bundleId>/<activityId>/<deviceId>`.
+            let parts = name.split(separator: "/", maxSplits: 2)
             (bundleId, activityId, deviceId) = (String(parts[0]), parts.count > 1 ? String(parts[1]) : "", nil)
+            if parts.count > 2 { activityDeviceId = String(parts[2]) }
         case .device(let name):
             key = name
             let parts = name.split(separator: ":", maxSplits: 1)
@@ -70,7 +73,7 @@ extension ChangelogWriter where Source == BudgetChanges {
         let record = DispatchBudgetRecord(
             bundleId: bundleId, activityId: activityId, deviceId: deviceId, partition: change.partition, available: budget.available,
             capacity: budget.limits.capacity, periodSeconds: budget.limits.period / .seconds(1), updatedAt: budget.updatedAt,
-            waitingSince: change.waitingSince, writtenAt: writtenAt)
+            waitingSince: change.waitingSince, writtenAt: writtenAt, activityDeviceId: activityDeviceId)
         return (key, try IsletJSON.encode(record))
     }
 }

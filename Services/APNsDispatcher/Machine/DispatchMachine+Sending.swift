@@ -209,7 +209,7 @@ extension DispatchMachine {
                 attempts: entry.attempts, tokenFingerprint: fingerprint,
                 detail: DispatchEngine.isPushToStart(request) ? "push-to-start about to be sent" : "a push with an alert about to be sent",
                 completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType, contentSequence: request.contentSequence,
-                announcementId: entry.announcementId)
+                announcementId: entry.announcementId, deviceId: request.deviceId)
             : nil
         return Attempt(
             entry: entry, key: key, team: team, push: push, environment: record.app.environment, fingerprint: fingerprint,
@@ -290,7 +290,8 @@ extension DispatchMachine {
             priorityUsed: apns == nil ? nil : priority, attempts: entry.attempts,
             latencyMilliseconds: apns == nil ? nil : max(0, now.timeIntervalSince(request.createdAt) * 1_000), tokenFingerprint: fingerprint,
             supersededBy: supersededBy, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType,
-            channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil, contentSequence: request.contentSequence)
+            channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil, contentSequence: request.contentSequence,
+            deviceId: request.deviceId)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)
         let key = request.key

@@ -26,6 +26,11 @@ public enum RequestIds {
         make("resend:\(requestId):\(number)")
     }
 
+    /// The copy of a request for one more device of its activity (``PushRequest/deviceId``).
+    public static func copy(of requestId: String, deviceId: String) -> String {
+        make("device:\(requestId):\(deviceId)")
+    }
+
     /// The end the service sends by itself (lifetime or severe staleness) after a request's content.
     public static func end(after requestId: String) -> String {
         make("end:\(requestId)")

@@ -107,7 +107,12 @@ extension ContentEngine {
         var next = memory
         next.replay(request)
         var item = Prepared(requests: [request], shrinks: [], activityKey: activityKey, memory: next)
-        if case .end(let reason) = followUp { item.invalidation = reason }
+        if case .end(let reason) = followUp {
+            item.invalidation = reason
+            // The end reaches every device of the activity (a re-send is the first device's, whose
+            // outcomes the monitor follows).
+            item.requests = withDeviceCopies([request], devices: deviceTokens(of: activityKey))
+        }
         return item
     }
 

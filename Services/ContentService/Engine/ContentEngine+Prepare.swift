@@ -79,6 +79,8 @@ extension ContentEngine {
         var floor: Int64?
         /// The registration of the request key's own token.
         var registeredAt: Date?
+        /// The activity's other devices' active tokens (``deviceCopies(of:_:images:now:)``).
+        var devices: [DeviceToken] = []
     }
 
     /// An event's inputs, and what follows from them alone.
@@ -107,7 +109,9 @@ extension ContentEngine {
         // The registration the content is made for, when it is the request's own key's (not the
         // push-to-start token standing in for the activity's own, not yet read).
         let registeredAt = template.broadcastStoragePolicy == nil ? tokens.token(forKey: key).map(\.registeredAt) : nil
-        let inputs = AssemblyInputs(activityKey: activityKey, memory: memory, record: record, app: app, floor: floor, registeredAt: registeredAt)
+        let devices = template.broadcastStoragePolicy == nil && event.startTarget == nil ? deviceTokens(of: activityKey) : []
+        let inputs = AssemblyInputs(
+            activityKey: activityKey, memory: memory, record: record, app: app, floor: floor, registeredAt: registeredAt, devices: devices)
         return Preparation(template: template, inputs: inputs, writtenInPart: writtenInPart, ignored: ignored)
     }
 
@@ -120,10 +124,11 @@ extension ContentEngine {
             event, app: inputs.app, appVersion: version, locale: inputs.record?.locale, memory: &memory, now: now, images: images,
             timestampFloor: inputs.floor, tokenRegisteredAt: inputs.registeredAt)
         if let ignored = preparation.ignored { return .ignore(ignored) }
+        let requests = result.requests.filter { $0.requestId != preparation.writtenInPart }
         return .send(
             Prepared(
-                requests: result.requests.filter { $0.requestId != preparation.writtenInPart }, shrinks: result.shrinks, activityKey: inputs.activityKey,
-                memory: memory))
+                requests: withDeviceCopies(requests, event: event, inputs, images: images, now: now), shrinks: result.shrinks,
+                activityKey: inputs.activityKey, memory: memory))
     }
 
     /// An end whose alerting update was written and the end not (its writer stopped between

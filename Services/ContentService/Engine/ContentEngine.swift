@@ -81,7 +81,8 @@ public final class ContentEngine: Sendable {
     ///   activity, the one it was read from; a push-to-start request's is its activity id's).
     /// - Parameter storedAt: where it was read (its payload is then not kept: read there again when needed).
     public func replay(_ request: PushRequest, partition: Int32? = nil, storedAt: KafkaPosition? = nil) {
-        guard let activityKey = request.activityKey else { return }
+        // A copy for one more device follows its activity's request: the memory is the request's.
+        guard !request.isDeviceCopy, let activityKey = request.activityKey else { return }
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             var memory = state.memory(activityKey) ?? ActivityMemory()
@@ -96,7 +97,7 @@ public final class ContentEngine: Sendable {
     /// A request this service sent is on `islet.push-requests.v1` at `position` (Kafka acknowledged
     /// it): when it is still its activity's latest, its payload is not kept any more.
     public func stored(_ request: PushRequest, at position: KafkaPosition) {
-        guard let activityKey = request.activityKey else { return }
+        guard !request.isDeviceCopy, let activityKey = request.activityKey else { return }
         state.withLock { state in
             guard let slot = state.index[activityKey].map(Int.init) else { return }
             state.slots[slot].memory.stored(request.requestId, at: position)
@@ -145,6 +146,8 @@ public final class ContentEngine: Sendable {
         // A record that is not final (an announcement, a retry's note) is the dispatcher's note to
         // itself: the request's outcome is still to come.
         guard outcome.result.isFinal else { return }
+        // A copy's for one more device: the activity's freshness follows its own request's outcomes.
+        guard outcome.deviceId == nil else { return }
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             let activityKey: String?

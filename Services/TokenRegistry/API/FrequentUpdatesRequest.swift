@@ -5,6 +5,12 @@ import IsletMessages
 public struct FrequentUpdatesRequest: Codable, Sendable, Equatable {
     /// `ActivityAuthorizationInfo().frequentPushesEnabled`, as now.
     public var enabled: Bool
+    /// The device whose setting changed (as registered): that device's record of the activity.
+    /// Absent: the activity's own record.
+    public var deviceId: String?
 
-    public init(enabled: Bool) { self.enabled = enabled }
+    public init(enabled: Bool, deviceId: String? = nil) {
+        self.enabled = enabled
+        self.deviceId = deviceId
+    }
 }

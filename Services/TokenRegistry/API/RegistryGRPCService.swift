@@ -58,7 +58,7 @@ public struct RegistryGRPCService: Islet_Tokens_V1_TokenRegistry.SimpleServicePr
                 code: .invalidArgument, message: "reason must be one of \(Self.backendReasons.map(\.rawValue).joined(separator: ", "))")
         }
         do {
-            _ = try await registry.invalidate(user: nil, key: key, reason: reason)
+            _ = try await registry.invalidateEverywhere(key, reason: reason)
         } catch {
             throw error.rpcError
         }

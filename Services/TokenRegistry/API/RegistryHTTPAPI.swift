@@ -71,14 +71,16 @@ public struct RegistryHTTPAPI: Sendable {
             let body = try await HTTPJSON.decode(InvalidateRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             return try json(
                 try await registry.invalidateActivity(
-                    user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter, reason: body.reason))
+                    user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter, deviceId: body.deviceId,
+                    reason: body.reason))
         }
         api.put("activities/:activityId/frequent-updates") { request, context -> Response in
             let user = try await authenticator.user(authorization: request.headers[.authorization])
             let body = try await HTTPJSON.decode(FrequentUpdatesRequest.self, from: request, maxBodyBytes: maxBodyBytes)
             return try json(
                 try await registry.setFrequentUpdates(
-                    user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter, enabled: body.enabled))
+                    user: user, activityId: try context.parameter("activityId"), bundleId: request.bundleIdParameter, deviceId: body.deviceId,
+                    enabled: body.enabled))
         }
         addPushToStartRoutes(to: api)
     }

@@ -21,6 +21,9 @@ public struct TokenStateView: Codable, Sendable, Equatable {
     public var ownerVerified: Bool?
     /// The language the activity is shown in, when the app said (canonical BCP 47).
     public var locale: String?
+    /// An activity's records on its other devices (one update token each), on the activity's own
+    /// view only; absent when it is on one device.
+    public var devices: [TokenStateView]?
 
     public init(_ record: TokenRecord) {
         self.kind = record.kind

@@ -9,14 +9,22 @@ import Synchronization
 
 // The app's other writes: ending a token, switching frequent updates.
 extension Registry {
-    /// The app says the activity ended (or was dismissed, or cannot be shown). Repeating it changes nothing.
+    /// The app says the activity ended (or was dismissed, or cannot be shown) on a device: the
+    /// device's record (the activity's own when the app names none). Repeating it changes nothing.
     /// - Parameter bundleId: the activity's app; `nil`: the caller's only activity of that id.
     public func invalidateActivity(
-        user: String, activityId: String, bundleId: String? = nil, reason: InvalidationReason
+        user: String, activityId: String, bundleId: String? = nil, deviceId: String? = nil, reason: InvalidationReason
     ) async throws(APIError) -> WriteResponse {
         try requireReady()
-        let key = try activityKey(activityId, bundleId: bundleId, user: user)
-        return try await invalidate(user: user, key: key, reason: try Validation.clientReason(reason))
+        let activityKey = try activityKey(activityId, bundleId: bundleId, user: user)
+        let reason = try Validation.clientReason(reason)
+        return try await invalidate(user: user, key: try deviceRecordKey(activityKey, deviceId: deviceId, user: user), reason: reason)
+    }
+
+    /// A backend (or Islet) ends the activity: its own record and every device's. Repeating it changes nothing.
+    public func invalidateEverywhere(_ activityKey: String, reason: InvalidationReason) async throws(APIError) -> WriteResponse {
+        await invalidateDevices(of: activityKey, except: nil, reason: reason)
+        return try await invalidate(user: nil, key: activityKey, reason: reason)
     }
 
     /// The app says a push-to-start token must not be used any more.
@@ -41,11 +49,12 @@ extension Registry {
     }
 
     /// - Parameter bundleId: the activity's app; `nil`: the caller's only activity of that id.
-    public func setFrequentUpdates(user: String, activityId: String, bundleId: String? = nil, enabled: Bool) async throws(APIError)
-        -> WriteResponse
+    /// - Parameter deviceId: the device whose record it is (the activity's own when `nil`).
+    public func setFrequentUpdates(user: String, activityId: String, bundleId: String? = nil, deviceId: String? = nil, enabled: Bool)
+        async throws(APIError) -> WriteResponse
     {
         try requireReady()
-        let key = try activityKey(activityId, bundleId: bundleId, user: user)
+        let key = try deviceRecordKey(try activityKey(activityId, bundleId: bundleId, user: user), deviceId: deviceId, user: user)
         return try await write(key: key) { current, now throws(APIError) in
             guard let current, current.userId == user else { throw APIError.notFound }
             guard current.frequentUpdatesEnabled != enabled else { return (current, .unchanged) }

@@ -13,7 +13,11 @@ extension Registry {
     /// - Parameter bundleId: the activity's app; `nil`: the caller's only activity of that id.
     public func activity(user: String, activityId: String, bundleId: String? = nil) throws(APIError) -> TokenStateView {
         try requireReady()
-        return try view(user: user, key: try activityKey(activityId, bundleId: bundleId, user: user))
+        let key = try activityKey(activityId, bundleId: bundleId, user: user)
+        var view = try view(user: user, key: key)
+        let devices = deviceViews(of: key, user: user)
+        if !devices.isEmpty { view.devices = devices }
+        return view
     }
 
     /// The app's view of one of its push-to-start tokens.

@@ -20,15 +20,36 @@ extension Registry {
         let activityId = try Validation.identifier(activityId, field: "activityId")
         let request = try Validation.activityToken(request, now: now())
         try requireServed(request.app.bundleId, field: "app.bundleId")
-        let (token, attributesType, app, appVersion) = (request.token, request.attributesType, request.app, request.appVersion)
-        let (startedAt, deviceId) = (request.activityStartedAt, request.deviceId)
+        let (app, deviceId) = (request.app, request.deviceId)
         if let deviceId, let owner = table.owner(bundleId: request.app.bundleId, deviceId: deviceId), owner != user {
             throw APIError(.forbidden, .forbidden, field: "deviceId", reason: "the device belongs to another user")
         }
         let verified = try await verifyTicket(request.ticket, user: user, activityId: activityId, bundleId: app.bundleId)
-        let logger = self.logger
+        let activityKey = MessageKey.activity(bundleId: app.bundleId, activityId: activityId)
+        // An activity's registrations one at a time (on this instance): which of its records a
+        // device's goes to is decided from its records (``Registry/registrationKey``).
+        return try await locks.withLock("activity:" + activityKey) { () async throws(APIError) -> WriteResponse in
+            if let deviceId, let deviceKey = self.registrationKey(activityKey: activityKey, deviceId: deviceId, user: user) {
+                return try await self.registerDevice(deviceKey, activityKey: activityKey, user: user, request, verified: verified)
+            }
+            let response = try await self.registerOwn(activityKey, activityId: activityId, user: user, request, verified: verified)
+            if response.change == .registered || response.change == .claimed {
+                // The activity is this user's now: no other user's device keeps a record of it.
+                await self.invalidateDevices(of: activityKey, except: user, reason: .claimedByOwner)
+            }
+            return response
+        }
+    }
 
-        return try await register(user: user, kind: .update, key: MessageKey.activity(bundleId: app.bundleId, activityId: activityId)) {
+    /// The activity's own record (`<bundleId>/<activityId>`): its first device's, or the only one
+    /// of an app that names no devices.
+    private func registerOwn(_ key: String, activityId: String, user: String, _ request: RegisterActivityTokenRequest, verified: Bool)
+        async throws(APIError) -> WriteResponse
+    {
+        let (token, attributesType, app, appVersion) = (request.token, request.attributesType, request.app, request.appVersion)
+        let (startedAt, deviceId) = (request.activityStartedAt, request.deviceId)
+        let logger = self.logger
+        return try await register(user: user, kind: .update, key: key) {
             current, now throws(APIError) in
             let fresh = TokenRecord(
                 kind: .update, activityId: activityId, deviceId: deviceId, userId: user, token: token, app: app,

@@ -22,7 +22,10 @@ extension Registry {
         return try await locks.withLock("user:" + user) { () async throws(APIError) -> WriteResponse in
             try await self.write(key: key) { current, now throws(APIError) in
                 // The user gains an active token unless the key already holds one of theirs.
-                if current?.state != .active || current?.userId != user, limit > 0, table.activeCount(ofUser: user, kind: kind) >= limit {
+                // (Another device's record of an activity the user has active adds no activity.)
+                if current?.state != .active || current?.userId != user, limit > 0, table.activeCount(ofUser: user, kind: kind) >= limit,
+                    kind == .pushToStart || !table.hasOtherActiveRecord(ofActivityOf: key, user: user)
+                {
                     throw APIError(
                         .tooManyRequests, .quotaExceeded, field: kind == .update ? "activityId" : "deviceId",
                         reason: "this user already has \(limit) \(what)")

@@ -1,0 +1,109 @@
+import Foundation
+import HTTPTypes
+import IsletKafka
+import IsletMessages
+import IsletRuntime
+import IsletTokens
+import Logging
+import Synchronization
+
+// An activity on several devices: one update token per device. The activity's own record
+// (`<bundleId>/<activityId>`) is its first device's; each further device of the same user has its
+// own (`<bundleId>/<activityId>/<deviceId>`, ``TokenRecord/deviceKeyed``), which content-service
+// sends a copy of every request to, apns-dispatcher budgets apart, and APNs's verdicts end alone.
+extension Registry {
+    /// Where a registration that names `deviceId` goes when it is not the activity's own record:
+    /// the device's record when it has one (of this user), or a new one when the activity's own
+    /// record is this user's and another device's. `nil`: the activity's own record (its first
+    /// registration, the same device again, an app that named no device before — today's
+    /// rotation — or another user's activity, which the own record's rules refuse or claim).
+    func registrationKey(activityKey: String, deviceId: String, user: String) -> String? {
+        let own = table.record(forKey: activityKey)
+        if let own, own.userId != user { return nil }
+        guard let (bundleId, activityId) = MessageKey.splitActivity(activityKey) else { return nil }
+        let deviceKey = MessageKey.device(bundleId: bundleId, activityId: activityId, deviceId: deviceId)
+        if let device = table.record(forKey: deviceKey) { return device.userId == user ? deviceKey : nil }
+        guard let own, let first = own.deviceId, first != deviceId else { return nil }
+        return deviceKey
+    }
+
+    /// Registers or rotates one more device's token of the user's activity.
+    func registerDevice(_ key: String, activityKey: String, user: String, _ request: RegisterActivityTokenRequest, verified: Bool)
+        async throws(APIError) -> WriteResponse
+    {
+        let table = self.table
+        return try await register(user: user, kind: .update, key: key) { current, now throws(APIError) in
+            let own = table.record(forKey: activityKey)
+            if let own {
+                guard own.attributesType == request.attributesType else {
+                    throw APIError(.conflict, .conflict, field: "attributesType", reason: "an activity keeps the attributes type it was registered with")
+                }
+                if own.state == .invalidated, let reason = own.invalidation?.reason, Self.endsEveryDevice(reason) {
+                    throw APIError(.conflict, .conflict, field: "activityId", reason: "the activity has ended (\(reason.rawValue)): start a new one")
+                }
+            }
+            let fresh = TokenRecord(
+                kind: .update, activityId: MessageKey.splitActivity(activityKey)?.activityId, deviceId: request.deviceId, userId: user, token: request.token, app: request.app, attributesType: request.attributesType,
+                frequentUpdatesEnabled: request.frequentUpdatesEnabled, appVersion: request.appVersion, state: .active,
+                activityStartedAt: request.activityStartedAt, registeredAt: now, updatedAt: now,
+                ownerVerified: verified || own?.ownerVerified == true ? true : nil, locale: request.locale, deviceKeyed: true)
+            guard let current else { return (fresh, .registered) }
+            guard current.attributesType == request.attributesType else {
+                throw APIError(.conflict, .conflict, field: "attributesType", reason: "an activity keeps the attributes type it was registered with")
+            }
+            if current.state == .invalidated, let reason = current.invalidation?.reason, !reason.isFromAPNs {
+                throw APIError(.conflict, .conflict, field: "activityId", reason: "the activity has ended on this device (\(reason.rawValue)): start a new one")
+            }
+            var next = current
+            next.token = request.token
+            next.app = request.app
+            next.frequentUpdatesEnabled = request.frequentUpdatesEnabled
+            next.appVersion = request.appVersion
+            next.activityStartedAt = request.activityStartedAt ?? current.activityStartedAt
+            next.locale = request.locale ?? current.locale
+            if verified { next.ownerVerified = true }
+            return Self.reregistration(of: current, as: next, now: now)
+        }
+    }
+
+    /// Whether an activity's own record invalidated for `reason` ended it on every device (its
+    /// backend or Islet ended it), rather than on its first device only (the app there ended or
+    /// dismissed it, or APNs refused that device's token).
+    static func endsEveryDevice(_ reason: InvalidationReason) -> Bool {
+        [.backendEnded, .severelyStale, .lifetimeExceeded].contains(reason)
+    }
+
+    /// Invalidates the active records of the activity's other devices, but `user`'s when given.
+    func invalidateDevices(of activityKey: String, except user: String?, reason: InvalidationReason) async {
+        for key in table.deviceKeys(ofActivity: activityKey) {
+            guard let record = table.record(forKey: key), record.state == .active, record.userId != user else { continue }
+            do {
+                _ = try await invalidate(user: nil, key: key, reason: reason)
+            } catch {
+                // The sweep of this activity's records is repeated by the next such write; the
+                // device's token stays usable until then (it is the same activity's).
+                logger.warning("a device's record of the activity was not invalidated", metadata: ["token.key": "\(key)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// The key of `deviceId`'s record of the user's activity: its own record's when that device
+    /// registered it (or the app names no devices), else the device's; 404 when the device has none.
+    func deviceRecordKey(_ activityKey: String, deviceId: String?, user: String) throws(APIError) -> String {
+        guard let given = deviceId else { return activityKey }
+        let deviceId = try Validation.identifier(given, field: "deviceId")
+        guard let (bundleId, activityId) = MessageKey.splitActivity(activityKey) else { throw APIError.notFound }
+        let deviceKey = MessageKey.device(bundleId: bundleId, activityId: activityId, deviceId: deviceId)
+        if let device = table.record(forKey: deviceKey), device.userId == user { return deviceKey }
+        if let own = table.record(forKey: activityKey), own.userId == user, own.deviceId == nil || own.deviceId == deviceId { return activityKey }
+        throw APIError.notFound
+    }
+
+    /// The records of the activity's other devices that `user` owns (all of them for `nil`), as the API shows them.
+    func deviceViews(of activityKey: String, user: String?) -> [TokenStateView] {
+        table.deviceKeys(ofActivity: activityKey).compactMap { key in
+            guard let record = table.record(forKey: key), user == nil || record.userId == user else { return nil }
+            return TokenStateView(record)
+        }
+    }
+}

@@ -1,0 +1,116 @@
+import Foundation
+import IsletMessages
+import IsletTesting
+import IsletTokens
+import Testing
+@testable import ContentService
+
+/// Issue 60 item 4: every request for an activity's own token gets a copy for each of its other
+/// devices' active tokens.
+@Suite("An activity on several devices: content-service's copies")
+struct DeviceCopyTests {
+    static let own = MessageKey.activity(bundleId: app.bundleId, activityId: "order-42")
+    static let pad = MessageKey.device(bundleId: app.bundleId, activityId: "order-42", deviceId: "ipad")
+
+    func token(_ deviceId: String, keyed: Bool, seed: String, locale: String? = nil, state: TokenState = .active, at date: Date = now) -> TokenRecord {
+        TokenRecord(
+            kind: .update, activityId: "order-42", deviceId: deviceId, userId: "ana", token: String(repeating: seed, count: 32), app: app,
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "3.0", state: state,
+            invalidation: state == .invalidated ? .init(reason: .userDismissed, invalidatedAt: date) : nil, registeredAt: date, updatedAt: date,
+            locale: locale, deviceKeyed: keyed ? true : nil)
+    }
+
+    func status(_ sequence: Int64, _ status: String, _ kind: ActivityEventKind = .update) -> ActivityEvent {
+        var update = event("DeliveryAttributes", kind, sequence: sequence, ["orderId": .string("42"), "status": .string(status)])
+        update.bundleId = app.bundleId
+        return update
+    }
+
+    func prepared(_ engine: ContentEngine, _ event: ActivityEvent) throws -> ContentEngine.Prepared {
+        guard case .send(let prepared) = try engine.prepare(event, partition: 0) else { throw ContentError(field: "-", problem: "ignored") }
+        engine.commit(prepared)
+        return prepared
+    }
+
+    @Test("an update goes to the activity's own token and, as a copy, to each other device's: the device's key, a derived id, the same content rendered in the device's language; an invalidated device gets none")
+    func copies() throws {
+        let tokens = PartitionTokens.whole()
+        tokens.put(token("phone", keyed: false, seed: "ab", locale: "en-US"), key: Self.own)
+        tokens.put(token("ipad", keyed: true, seed: "cd", locale: "zh-Hans-CN"), key: Self.pad)
+        let watch = MessageKey.device(bundleId: app.bundleId, activityId: "order-42", deviceId: "watch")
+        tokens.put(token("watch", keyed: true, seed: "ef", state: .invalidated), key: watch)
+        #expect(tokens.deviceKeys(ofActivity: Self.own) == [Self.pad, watch])
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: ManualClock(now))
+
+        let requests = try prepared(engine, status(1, "placed", .start)).requests
+        #expect(requests.map(\.key) == [Self.own, Self.pad])
+        let (mine, copy) = (requests[0], requests[1])
+        #expect(mine.deviceId == nil && copy.deviceId == "ipad")
+        #expect(copy.requestId == RequestIds.copy(of: mine.requestId, deviceId: "ipad"))
+        #expect(copy.contentSequence == mine.contentSequence && copy.apnsTimestamp == mine.apnsTimestamp && copy.event == mine.event)
+        #expect(mine.payload.contains("Order received") && copy.payload.contains("订单已接收"))
+        #expect(copy.tokenRegisteredAt == now)
+        #expect(throws: Never.self) { try copy.validate() }
+        var bytes: [UInt8] = []
+        copy.writeJSON(into: &bytes)
+        #expect(try IsletJSON.decode(PushRequest.self, from: bytes) == copy, "the copy's device survives the wire")
+        #expect(try IsletJSON.decode(PushRequest.self, from: try IsletJSON.encode(copy)) == copy)
+
+        // The memory is the activity's own request's: a copy read back, or its outcome, changes nothing.
+        let before = engine.memory(of: Self.own)
+        engine.replay(copy, partition: 0)
+        engine.record(PushOutcome(
+            requestId: copy.requestId, activityId: "order-42", result: .failed, attempts: 1, completedAt: now, bundleId: app.bundleId, deviceId: "ipad"))
+        #expect(engine.memory(of: Self.own) == before)
+
+        // The end reaches both; the invalidated watch never.
+        let end = try prepared(engine, status(2, "delivered", .end)).requests
+        #expect(end.allSatisfy { $0.event == .end || $0.event == .update })
+        #expect(Set(end.compactMap(\.deviceId)) == ["ipad"])
+        #expect(end.filter { $0.deviceId == nil }.count == end.filter { $0.deviceId == "ipad" }.count)
+        #expect(!end.contains { $0.key == watch })
+    }
+
+    @Test("an activity on one device, a broadcast and a push-to-start get no copies")
+    func noCopies() throws {
+        let tokens = PartitionTokens.whole()
+        tokens.put(token("phone", keyed: false, seed: "ab"), key: Self.own)
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: ManualClock(now))
+        #expect(try prepared(engine, status(1, "placed", .start)).requests.count == 1)
+        var remote = event(
+            "DeliveryAttributes", .start, sequence: 1, ["orderId": .string("43"), "status": .string("placed")],
+            startTarget: .init(app: app, deviceId: "d1"), attributes: ["orderId": .string("43")])
+        remote.activityId = "order-43"
+        remote.bundleId = app.bundleId
+        tokens.put(
+            TokenRecord(
+                kind: .update, activityId: "order-43", deviceId: "ipad", userId: "ana", token: String(repeating: "cd", count: 32), app: app,
+                attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "3.0", state: .active, registeredAt: now,
+                updatedAt: now, deviceKeyed: true),
+            key: MessageKey.device(bundleId: app.bundleId, activityId: "order-43", deviceId: "ipad"))
+        let start = try prepared(engine, remote).requests
+        #expect(start.count == 1 && start[0].pushToStartKey != nil)
+    }
+
+    @Test("the freshness monitor's end at the end of the lifetime reaches every device")
+    func monitorsEndReachesEveryDevice() throws {
+        let clock = ManualClock(now)
+        let tokens = PartitionTokens.whole()
+        tokens.put(token("phone", keyed: false, seed: "ab"), key: Self.own)
+        tokens.put(token("ipad", keyed: true, seed: "cd"), key: Self.pad)
+        var policy = FreshnessPolicy()
+        policy.lifetime = .seconds(600)
+        policy.severeAfter = .seconds(28_800)
+        policy.maximumResends = 0
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, freshness: policy, clock: clock)
+        _ = try prepared(engine, status(1, "placed", .start))
+        clock.advance(700)
+        let items = engine.sweep()
+        #expect(items.count == 1)
+        let item = try #require(items.first)
+        #expect(item.invalidation == .lifetimeExceeded)
+        #expect(item.requests.map(\.key) == [Self.own, Self.pad])
+        #expect(item.requests.allSatisfy { $0.event == .end })
+        #expect(item.requests[1].requestId == RequestIds.copy(of: item.requests[0].requestId, deviceId: "ipad"))
+    }
+}
