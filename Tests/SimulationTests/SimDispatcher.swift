@@ -518,7 +518,7 @@ final class SimDispatcher: SimProcess, @unchecked Sendable {
             }
         case .publish(let outcome, let ticket, let copies):
             world.trace("\(name): outcome \(outcome.result.rawValue) for \(outcome.requestId.prefix(8)) (ticket \(ticket), copies \(copies))")
-            world.persist(.outcome(outcome), key: outcome.pushToStartKey ?? outcome.activityId.map { MessageKey.activity(bundleId: outcome.bundleId ?? SimWorld.bundleId, activityId: $0) } ?? "", by: self, incarnation: incarnation) { [weak self] in
+            world.persist(.outcome(outcome), key: outcome.key ?? "", by: self, incarnation: incarnation) { [weak self] in
                 guard let self, self.incarnation == incarnation, self.machine != nil else { return }
                 self.tickets.done(ticket)
                 for copy in copies { self.tickets.done(copy) }

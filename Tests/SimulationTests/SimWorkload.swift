@@ -21,6 +21,12 @@ final class SimWorkload {
     /// Scheduled steps are drawn from a stream of their own: the rest of a seed's workload stays what it was.
     private lazy var stepRandom = SimRandom(seed: world.seed ^ 0x57E9_5CED_0A11_17ED)
     private(set) var plans: [Plan] = []
+    /// Whether some activities the app started are followed on a second device of the same user
+    /// (an iPad): its own Live Activity and update token, the device's record of the activity
+    /// (issue 60 item 4). Drawn from a stream of their own.
+    var secondDevices = true
+    private lazy var deviceRandom = SimRandom(seed: world.seed ^ 0x2DE7_1CE5_5EC0_4D11)
+    private(set) var secondDeviceCount = 0
     private var devices: [String: String] = [:]
     private var updateTokens: [String: String] = [:]
     let app = AppTarget(bundleId: SimWorld.bundleId, environment: .production)
@@ -90,11 +96,14 @@ final class SimWorkload {
         // and may answer 410 meanwhile, timestamped before the new registration. The activity
         // goes on: its end comes well after.
         var endNotBefore: TimeInterval = 0
+        if !plan.byPushToStart, secondDevices, deviceRandom.chance(0.3) {
+            endNotBefore = followOnSecondDevice(plan)
+        }
         if !plan.byPushToStart, world.random.chance(0.35) {
             let deadAt = world.random.seconds(2.5, 20)
             let backAt = deadAt + world.random.seconds(0.5, 25)
             let apnsLag = world.random.seconds(0, 5)
-            endNotBefore = backAt + apnsLag + 10
+            endNotBefore = max(endNotBefore, backAt + apnsLag + 10)
             world.scheduler.after(deadAt) { [self] in
                 guard let token = updateTokens[plan.activityId] else { return }
                 world.trace("phone \(plan.device): the token of \(plan.activityId) stops working")
@@ -134,6 +143,42 @@ final class SimWorkload {
         world.scheduler.after(at) { [weak self] in
             self?.send(plan.activityId, .end, sequence: endSequence, status: "delivered", urgency: .important)
         }
+    }
+
+    /// The activity `activityId` as the phones model shows it on `deviceId` when that is not its
+    /// first device (``SimPhones`` keeps one entry per activity and device).
+    static func shownId(_ activityId: String, deviceId: String?) -> String {
+        deviceId.map { "\(activityId)@\($0)" } ?? activityId
+    }
+
+    /// The same user follows the order on a second device: the app there starts its own Live
+    /// Activity and registers its token (the device's record), within a few seconds of the first
+    /// device's; now and then the app is deleted there later (APNs answers 410 for that token
+    /// only). Its registration may come late, after the activity's end was made (content-service
+    /// then sends the end to it). Returns when the end may come.
+    private func followOnSecondDevice(_ plan: Plan) -> TimeInterval {
+        secondDeviceCount += 1
+        let device = plan.device + "-PAD"
+        let shown = Self.shownId(plan.activityId, deviceId: device)
+        let token = deviceRandom.hex(bytes: 32)
+        world.phones.startLocally(shown, device: device, token: token)
+        world.phones.addToken(token, device: device, activityId: shown)
+        let (registerAt, startedAt) = (deviceRandom.seconds(0.05, 3), world.now)
+        world.scheduler.after(registerAt) { [self] in
+            world.trace("phone \(device): the app registers its own token of \(plan.activityId)")
+            register(TokenRecord(
+                kind: .update, activityId: plan.activityId, deviceId: device, userId: "user", token: token, app: app,
+                attributesType: SimWorld.attributesType, frequentUpdatesEnabled: false, appVersion: "1.0", state: .active,
+                activityStartedAt: startedAt, registeredAt: world.now, updatedAt: world.now, deviceKeyed: true),
+                key: MessageKey.device(bundleId: SimWorld.bundleId, activityId: plan.activityId, deviceId: device))
+        }
+        if deviceRandom.chance(0.3) {
+            world.scheduler.after(registerAt + deviceRandom.seconds(1, 30)) { [self] in
+                world.trace("phone \(device): the app is deleted (the token of \(plan.activityId) there stops working)")
+                world.phones.unregister(token, since: world.now)
+            }
+        }
+        return 0
     }
 
     /// A step's sequence: above every update's. The end's, after a step: above it.

@@ -268,8 +268,10 @@ final class SimWorld {
         for partition in 0..<outcomes.partitionCount {
             for record in outcomes.records(partition) {
                 guard case .outcome(let outcome) = record.value, let request = requestsById[outcome.requestId], request.event == .end,
-                    let activityId = request.activityId, let key = request.key
+                    let id = request.activityId, let key = request.key
                 else { continue }
+                // (A copy's end concerns the activity on its device.)
+                let activityId = SimWorkload.shownId(id, deviceId: request.deviceId)
                 if outcome.result == .failed, !apns.taken.contains(outcome.requestId) {
                     given.insert(activityId)
                     continue

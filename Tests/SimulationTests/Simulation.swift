@@ -22,7 +22,9 @@ enum Simulation {
     static let workloadSeconds: TimeInterval = 120
     static let runSeconds: TimeInterval = 1_200
 
-    static func run(seed: UInt64, verbose: Bool = false) -> Result {
+    /// - Parameter secondDevices: some activities the app started are followed on a second device
+    ///   too (off: the workload a seed had before devices were simulated).
+    static func run(seed: UInt64, verbose: Bool = false, secondDevices: Bool = true) -> Result {
         let world = SimWorld(seed: seed, partitions: 4)
         world.traceLog.verbose = verbose
         let random = world.random
@@ -120,6 +122,7 @@ enum Simulation {
         }
         described += outages
         let workload = SimWorkload(world: world)
+        workload.secondDevices = secondDevices
         workload.plan(activities: random.int(4...10), devices: 3, duration: workloadSeconds)
 
         let end = SimWorld.start.addingTimeInterval(runSeconds)
@@ -127,7 +130,7 @@ enum Simulation {
         world.checkAtEnd()
         let summary = """
             seed \(seed): \(contentCount) content-services (\(contentProtocol)), \(count) dispatchers, \(rebalanceProtocol) rebalances, remembered \(policy.rememberedFinished), \
-            queue \(policy.maximumQueued), awaiting \(policy.maximumAwaitingRequests), in flight \(policy.maximumInFlight); \(workload.plans.count) activities, \
+            queue \(policy.maximumQueued), awaiting \(policy.maximumAwaitingRequests), in flight \(policy.maximumInFlight); \(workload.plans.count) activities (\(workload.secondDeviceCount) on two devices), \
             \(world.requestsById.count) requests, \(world.assembledAheadUsed) events as assembled at the check; \(described.joined(separator: ", ")); \(world.scheduler.steps) steps
             """
         return Result(seed: seed, violations: world.violations, trace: world.traceLog.last, summary: summary, assembledAheadUsed: world.assembledAheadUsed)

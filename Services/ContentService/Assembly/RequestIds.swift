@@ -31,6 +31,12 @@ public enum RequestIds {
         make("device:\(requestId):\(deviceId)")
     }
 
+    /// The latest content sent again to a device of its activity that registered after it was made
+    /// (``ContentEngine/catchUpDevices(in:owned:now:)``).
+    public static func catchUp(of requestId: String, deviceId: String) -> String {
+        make("catch-up:\(requestId):\(deviceId)")
+    }
+
     /// The end the service sends by itself (lifetime or severe staleness) after a request's content.
     public static func end(after requestId: String) -> String {
         make("end:\(requestId)")

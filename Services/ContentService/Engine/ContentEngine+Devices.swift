@@ -1,6 +1,7 @@
 import Foundation
 import IsletMessages
 import IsletTokens
+import Synchronization
 
 /// An activity on several devices (token-registry keeps one update token per device): every
 /// request for the activity's own token gets a copy for each of its other devices' active tokens
@@ -85,5 +86,76 @@ extension ContentEngine {
             appVersion = token?.appVersion
             locale = token?.locale
         }
+    }
+}
+
+/// A device whose record the table read after the activity's latest content was made (it
+/// registered late, or this instance's replica lagged) got no copy of it: the freshness monitor's
+/// pass sends it one — the latest content of a live activity (without its alert: the first
+/// device's phone already rang), or the end of an ended one when the activity started on the
+/// device (as the app reported it; else when it registered) before that end was made (one started
+/// after it is a new activity of the same id).
+extension ContentEngine {
+    /// Device records read, by key, and when (the table's observer writes, the monitor's pass reads).
+    final class LateDevices: Sendable {
+        let seen = Mutex<[String: Date]>([:])
+    }
+
+    /// The most device records waiting for that look at once (a burst beyond is left to the next event).
+    static let maximumLateDevices = 100_000
+    /// How long a device record waits for its activity to be owned here, or known.
+    static let lateDeviceWait: TimeInterval = 600
+
+    /// - Parameter skipping: activities the pass has something for already (looked at next pass).
+    func catchUpDevices(in state: inout ActivityMemories, owned: Set<Int32>?, now: Date, skipping: Set<String>) -> [Prepared] {
+        let pending = lateDevices.seen.withLock { $0 }
+        guard !pending.isEmpty else { return [] }
+        var settled: [String] = []
+        var copies: [String: (memory: ActivityMemory, requests: [PushRequest])] = [:]
+        for (key, readAt) in pending.sorted(by: { $0.key < $1.key }) {
+            guard let (activityKey, deviceId) = MessageKey.splitDevice(key), now.timeIntervalSince(readAt) <= Self.lateDeviceWait,
+                let token = tokens.token(forKey: key), token.state == .active
+            else {
+                settled.append(key)
+                continue
+            }
+            // Not known here, or another instance's: looked at again (the partition may come here).
+            guard !skipping.contains(activityKey), let memory = state.memory(activityKey), let latest = memory.latest,
+                ActivityMemories.isOwned(memory, by: owned)
+            else { continue }
+            // Made once the table held the record: the device had its copy then.
+            if latest.createdAt >= readAt || !(memory.isLive || memory.ended) || (memory.ended && (token.activityStartedAt ?? token.registeredAt) > latest.createdAt) {
+                settled.append(key)
+                continue
+            }
+            guard let full = memory.latestRequest, Self.isCopied(full) else {
+                if memory.latestRequest == nil, let position = memory.payloadToRead,
+                    !state.payloadsToRead.contains(where: { $0.activityKey == activityKey })
+                {
+                    state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
+                } else if memory.latestRequest != nil || memory.payloadToRead == nil {
+                    settled.append(key)
+                }
+                continue
+            }
+            var copy = Self.copy(of: full, for: DeviceToken(key: key, deviceId: deviceId, token: token), payload: Self.withoutAlert(full.payload))
+            copy.requestId = RequestIds.catchUp(of: full.requestId, deviceId: deviceId)
+            copy.alerting = false
+            copies[activityKey, default: (memory, [])].requests.append(copy)
+            settled.append(key)
+        }
+        lateDevices.seen.withLock { late in for key in settled where late[key] == pending[key] { late[key] = nil } }
+        return copies.sorted { $0.key < $1.key }.map { Prepared(requests: $0.value.requests, shrinks: [], activityKey: $0.key, memory: $0.value.memory) }
+    }
+
+    /// `payload` without its alert and sound (content a phone shows again must not ring it again).
+    static func withoutAlert(_ payload: String) -> String {
+        guard case .object(var root)? = JSONReader.value(of: Array(payload.utf8)), case .object(var aps)? = root["aps"],
+            aps["alert"] != nil || aps["sound"] != nil
+        else { return payload }
+        aps["alert"] = nil
+        aps["sound"] = nil
+        root["aps"] = .object(aps)
+        return String(decoding: JSONValue.object(root).jsonBytes, as: UTF8.self)
     }
 }

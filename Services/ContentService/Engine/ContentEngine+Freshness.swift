@@ -28,7 +28,8 @@ extension ContentEngine {
             let due = state.deadlines.popDue(now: now)
             state.examinedInLastSweep = due.count
             state.payloadsToRead = []
-            let prepared = due.compactMap { slot in look(at: slot, in: &state, owned: owned, now: now, policy: policy) }
+            var prepared = due.compactMap { slot in look(at: slot, in: &state, owned: owned, now: now, policy: policy) }
+            prepared += catchUpDevices(in: &state, owned: owned, now: now, skipping: Set(prepared.map(\.activityKey)))
             state.pruneStartOwners()
             return prepared
         }

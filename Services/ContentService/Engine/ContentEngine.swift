@@ -31,6 +31,9 @@ public final class ContentEngine: Sendable {
     /// Whether each use of a kept assembly is checked by assembling again (the simulator's runs).
     let checksAssembledAhead: Bool
     let assembledAheadMismatches = Atomic<Int>(0)
+    /// Records of activities' other devices this instance's table read, and when: their latest
+    /// content may have been made without them (``catchUpDevices(in:owned:now:skipping:)``).
+    let lateDevices = LateDevices()
 
     public init(
         assembler: PayloadAssembler, tokens: PartitionTokens, freshness: FreshnessPolicy = FreshnessPolicy(),
@@ -42,6 +45,10 @@ public final class ContentEngine: Sendable {
         self.state = Mutex(ActivityMemories(heldKey: { [tokens] in tokens.heldKey($0) }))
         self.freshness = freshness
         self.clock = clock
+        tokens.onApply { [lateDevices] key in
+            guard MessageKey.splitDevice(key) != nil else { return }
+            lateDevices.seen.withLock { late in if late.count < Self.maximumLateDevices { late[key] = clock.date } }
+        }
     }
 
     public enum Decision: Sendable {
