@@ -81,6 +81,7 @@ public struct DispatchBudgetRecord: IsletMessage {
             guard activityId != nil else {
                 throw MessageValidationError(field: "activityDeviceId", problem: "names a device of an activity: activityId is required")
             }
+            guard !activityDeviceId.isEmpty else { throw MessageValidationError(field: "activityDeviceId", problem: "must not be empty") }
             try MessageKey.requireDeviceId(activityDeviceId, field: "activityDeviceId")
         }
         guard capacity >= 1 else { throw MessageValidationError(field: "capacity", problem: "must be at least 1") }

@@ -117,6 +117,13 @@ public struct PushOutcome: IsletMessage {
     public func validate() throws(MessageValidationError) {
         try result.requireKnown(field: "result")
         try requireExactlyOneTarget(activityId: activityId, pushToStartKey: pushToStartKey)
+        if let deviceId {
+            // A device's verdict must name its activity and app: without them it would read as the activity's own.
+            guard activityId != nil, bundleId != nil, !deviceId.isEmpty else {
+                throw MessageValidationError(field: "deviceId", problem: "needs activityId and bundleId, and must not be empty")
+            }
+            try MessageKey.requireDeviceId(deviceId)
+        }
         guard attempts >= 0 else {
             throw MessageValidationError(field: "attempts", problem: "must not be negative (is \(attempts))")
         }

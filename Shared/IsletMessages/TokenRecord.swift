@@ -20,11 +20,16 @@ public struct TokenRecord: IsletMessage {
         /// The time APNs gave with a 410 answer: since when the token has been invalid. `nil` when
         /// the invalidation did not come from APNs.
         public var apnsTimestamp: Date?
+        /// On an activity's own record: `true` when its backend (or Islet) ended it on every
+        /// device, not only its first device's app — no device of it registers again. Absent
+        /// otherwise (additive).
+        public var everyDevice: Bool?
 
-        public init(reason: InvalidationReason, invalidatedAt: Date, apnsTimestamp: Date? = nil) {
+        public init(reason: InvalidationReason, invalidatedAt: Date, apnsTimestamp: Date? = nil, everyDevice: Bool? = nil) {
             self.reason = reason
             self.invalidatedAt = invalidatedAt
             self.apnsTimestamp = apnsTimestamp
+            self.everyDevice = everyDevice
         }
     }
 
@@ -137,6 +142,9 @@ public struct TokenRecord: IsletMessage {
                 throw MessageValidationError(field: "activityId", problem: "required for an update token")
             }
             try MessageKey.requireActivityId(activityId)
+            if deviceKeyed == false {
+                throw MessageValidationError(field: "deviceKeyed", problem: "is true or absent")
+            }
             if deviceKeyed == true {
                 guard let deviceId, !deviceId.isEmpty else {
                     throw MessageValidationError(field: "deviceId", problem: "required for a device's update token (deviceKeyed)")

@@ -175,11 +175,21 @@ public final class TokenTable: Sendable {
 
     /// The keys of activity (update) records invalidated before `date` (for the retention sweep).
     /// Push-to-start records are kept: they carry the device's owner.
+    /// An activity's own record is kept while another device's record of it is active: it says
+    /// whose the activity is.
     public func keys(invalidatedBefore date: Date) -> [String] {
         state.withLock { state in
             state.entries.compactMap { key, entry in
-                guard entry.record.kind == .update, entry.record.state == .invalidated, let at = entry.record.invalidation?.invalidatedAt, at < date
-                else { return nil }
+                let record = entry.record
+                guard record.kind == .update, record.state == .invalidated, let at = record.invalidation?.invalidatedAt, at < date else { return nil }
+                if record.deviceKeyed != true, let activityId = record.activityId,
+                    (state.keysByActivity[activityId] ?? []).contains(where: { other in
+                        guard let device = state.entries[other]?.record, device.deviceKeyed == true else { return false }
+                        return device.state == .active && device.activityKey == key
+                    })
+                {
+                    return nil
+                }
                 return key
             }
         }

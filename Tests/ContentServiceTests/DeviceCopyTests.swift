@@ -43,8 +43,8 @@ struct DeviceCopyTests {
         let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: ManualClock(now))
 
         let requests = try prepared(engine, status(1, "placed", .start)).requests
-        #expect(requests.map(\.key) == [Self.own, Self.pad])
-        let (mine, copy) = (requests[0], requests[1])
+        #expect(requests.map(\.key) == [Self.pad, Self.own], "the copy is written first")
+        let (copy, mine) = (requests[0], requests[1])
         #expect(mine.deviceId == nil && copy.deviceId == "ipad")
         #expect(copy.requestId == RequestIds.copy(of: mine.requestId, deviceId: "ipad"))
         #expect(copy.contentSequence == mine.contentSequence && copy.apnsTimestamp == mine.apnsTimestamp && copy.event == mine.event)
@@ -69,6 +69,48 @@ struct DeviceCopyTests {
         #expect(Set(end.compactMap(\.deviceId)) == ["ipad"])
         #expect(end.filter { $0.deviceId == nil }.count == end.filter { $0.deviceId == "ipad" }.count)
         #expect(!end.contains { $0.key == watch })
+    }
+
+    @Test("a device record holding the activity's own token (one phone under two device ids) gets no copy: one phone, one push")
+    func oneTokenOneCopy() throws {
+        let tokens = PartitionTokens.whole()
+        tokens.put(token("phone", keyed: false, seed: "ab"), key: Self.own)
+        tokens.put(token("ipad", keyed: true, seed: "ab"), key: Self.pad)
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: ManualClock(now))
+        #expect(try prepared(engine, status(1, "placed", .start)).requests.map(\.key) == [Self.own])
+    }
+
+    @Test("a device whose record is read after the latest content was made gets that content (without its alert) from the monitor's next pass; once the activity ended, its end when the activity started there before the end was made, nothing when after (a new activity of the id)")
+    func lateDevice() throws {
+        let clock = ManualClock(now)
+        let tokens = PartitionTokens.whole()
+        tokens.put(token("phone", keyed: false, seed: "ab"), key: Self.own)
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: clock)
+        let first = try prepared(engine, status(1, "out_for_delivery", .start)).requests
+        #expect(first.count == 1)
+        clock.advance(1)
+        tokens.put(token("ipad", keyed: true, seed: "cd", at: clock.date), key: Self.pad)
+        let items = engine.sweep()
+        let catchUp = try #require(items.first { $0.requests.contains { $0.deviceId == "ipad" } })
+        let copy = try #require(catchUp.requests.first)
+        #expect(catchUp.requests.count == 1 && copy.key == Self.pad && copy.contentSequence == first[0].contentSequence)
+        #expect(copy.requestId == RequestIds.catchUp(of: first[0].requestId, deviceId: "ipad") && !copy.alerting)
+        #expect(try aps(copy)["alert"] == nil && aps(copy)["sound"] == nil)
+        for item in items { engine.commit(item) }
+        #expect(engine.sweep().flatMap(\.requests).isEmpty, "sent once")
+
+        // Ended before a second device's record is read: the end, when its activity started there before the end.
+        clock.advance(1)
+        _ = try prepared(engine, status(2, "delivered", .end))
+        clock.advance(1)
+        let watch = MessageKey.device(bundleId: app.bundleId, activityId: "order-42", deviceId: "watch")
+        var early = token("watch", keyed: true, seed: "ef", at: clock.date)
+        early.activityStartedAt = now
+        tokens.put(early, key: watch)
+        let mac = MessageKey.device(bundleId: app.bundleId, activityId: "order-42", deviceId: "mac")
+        tokens.put(token("mac", keyed: true, seed: "fa", at: clock.date), key: mac)
+        let ends = engine.sweep().flatMap(\.requests)
+        #expect(ends.map(\.key) == [watch] && ends.allSatisfy { $0.event == .end })
     }
 
     @Test("an activity on one device, a broadcast and a push-to-start get no copies")
@@ -109,8 +151,8 @@ struct DeviceCopyTests {
         #expect(items.count == 1)
         let item = try #require(items.first)
         #expect(item.invalidation == .lifetimeExceeded)
-        #expect(item.requests.map(\.key) == [Self.own, Self.pad])
+        #expect(item.requests.map(\.key) == [Self.pad, Self.own])
         #expect(item.requests.allSatisfy { $0.event == .end })
-        #expect(item.requests[1].requestId == RequestIds.copy(of: item.requests[0].requestId, deviceId: "ipad"))
+        #expect(item.requests[0].requestId == RequestIds.copy(of: item.requests[1].requestId, deviceId: "ipad"))
     }
 }

@@ -238,7 +238,7 @@ final class Stack: Sendable {
                 "ISLET_CONTENT_HTTP_KEY": backendKey,
                 "ISLET_APPS": Driver.apps.values.sorted().joined(separator: ","),
                 // The load runs register thousands of activities for one user.
-                "ISLET_QUOTA_LIVE_ACTIVITIES": "0", "ISLET_QUOTA_PUSH_TO_START": "0",
+                "ISLET_QUOTA_LIVE_ACTIVITIES": "0", "ISLET_QUOTA_PUSH_TO_START": "0", "ISLET_QUOTA_DEVICES_PER_ACTIVITY": "5",
             ],
             .content: [
                 "ISLET_GRPC_PORT": "0", "ISLET_LINK_KEYS": "\(linkKey.kid)=\(linkKey.secret)",

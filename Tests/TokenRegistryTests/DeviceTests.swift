@@ -13,9 +13,10 @@ struct DeviceTests {
     let clock = ManualClock()
     let publisher = RecordingPublisher()
 
-    func makeRegistry(liveActivities: Int = 0) -> Registry {
+    func makeRegistry(liveActivities: Int = 0, devices: Int = 4) -> Registry {
         let registry = Registry(
-            table: TokenTable(), publisher: publisher, logger: quietLogger, quotas: .init(liveActivities: liveActivities, pushToStart: 0), clock: clock)
+            table: TokenTable(), publisher: publisher, logger: quietLogger,
+            quotas: .init(liveActivities: liveActivities, pushToStart: 0, devicesPerActivity: devices), clock: clock)
         registry.markReady()
         return registry
     }
@@ -167,5 +168,85 @@ struct DeviceTests {
             let other = own.deviceId == "phone" ? "ipad" : "phone"
             #expect(registry.table.record(forKey: "com.example.food/order-7/\(other)")?.state == .active)
         }
+    }
+    @Test("off by default (ISLET_QUOTA_DEVICES_PER_ACTIVITY=1): a second device's registration rotates the one token, as before devices were kept apart")
+    func offByDefault() async throws {
+        let registry = makeRegistry(devices: 1)
+        _ = try await registry.registerActivityToken(user: "u", activityId: "order-7", on("phone", token: 1))
+        #expect(try await registry.registerActivityToken(user: "u", activityId: "order-7", on("ipad", token: 2)).change == .rotated)
+        #expect(publisher.records.allSatisfy { $0.key == Self.own })
+    }
+
+    @Test("at most ISLET_QUOTA_DEVICES_PER_ACTIVITY devices follow one activity (429, nothing written); a device that ended frees its place")
+    func devicesPerActivity() async throws {
+        let registry = makeRegistry(devices: 3)
+        for (index, device) in ["phone", "ipad", "watch"].enumerated() {
+            #expect(try await registry.registerActivityToken(user: "u", activityId: "order-7", on(device, token: index + 1)).change == .registered)
+        }
+        let written = publisher.records.count
+        let over = await #expect(throws: APIError.self) {
+            try await registry.registerActivityToken(user: "u", activityId: "order-7", on("mac", token: 9))
+        }
+        #expect(over?.status == .tooManyRequests && over?.field == "deviceId")
+        #expect(publisher.records.count == written)
+        _ = try await registry.invalidateActivity(user: "u", activityId: "order-7", deviceId: "watch", reason: .userDismissed)
+        #expect(try await registry.registerActivityToken(user: "u", activityId: "order-7", on("mac", token: 9)).change == .registered)
+    }
+
+    @Test("one phone, one record: a token the activity already holds, registered under another device id (an app whose id is not stable), goes to the record that holds it, never to a second one")
+    func sameTokenOtherDeviceId() async throws {
+        let registry = makeRegistry()
+        _ = try await registry.registerActivityToken(user: "u", activityId: "order-7", on("phone", token: 1))
+        _ = try await registry.registerActivityToken(user: "u", activityId: "order-7", on("ipad", token: 2))
+        _ = try await registry.registerActivityToken(user: "u", activityId: "order-7", on("phone-again", token: 1))
+        _ = try await registry.registerActivityToken(user: "u", activityId: "order-7", on("ipad-again", token: 2))
+        #expect(Set(publisher.records.compactMap(\.key)) == [Self.own, Self.pad])
+        #expect(registry.table.deviceKeys(ofActivity: Self.own) == [Self.pad])
+    }
+
+    @Test("with several devices, ending or switching frequent updates without naming the device is 409 (which one?), and nothing is written")
+    func nameTheDevice() async throws {
+        let registry = makeRegistry()
+        _ = try await registry.registerActivityToken(user: "u", activityId: "order-7", on("phone", token: 1))
+        _ = try await registry.registerActivityToken(user: "u", activityId: "order-7", on("ipad", token: 2))
+        let written = publisher.records.count
+        let end = await #expect(throws: APIError.self) { try await registry.invalidateActivity(user: "u", activityId: "order-7", reason: .userDismissed) }
+        #expect(end?.status == .conflict && end?.field == "deviceId")
+        let toggle = await #expect(throws: APIError.self) { try await registry.setFrequentUpdates(user: "u", activityId: "order-7", enabled: true) }
+        #expect(toggle?.status == .conflict)
+        #expect(publisher.records.count == written)
+    }
+
+    @Test("the backend's end after the first device's app ended the activity there still ends it everywhere: a new device is refused")
+    func backendEndAfterTheAppsEnd() async throws {
+        let registry = makeRegistry()
+        _ = try await registry.registerActivityToken(user: "u", activityId: "order-7", on("phone", token: 1))
+        _ = try await registry.registerActivityToken(user: "u", activityId: "order-7", on("ipad", token: 2))
+        _ = try await registry.invalidateActivity(user: "u", activityId: "order-7", deviceId: "phone", reason: .userDismissed)
+        #expect(try await registry.invalidateEverywhere(Self.own, reason: .clientEnded).change == .updated)
+        #expect(registry.table.record(forKey: Self.own)?.invalidation?.everyDevice == true)
+        #expect(registry.table.record(forKey: Self.own)?.invalidation?.reason == .userDismissed, "the first device's reason stays")
+        #expect(registry.table.record(forKey: Self.pad)?.state == .invalidated)
+        let late = await #expect(throws: APIError.self) {
+            try await registry.registerActivityToken(user: "u", activityId: "order-7", on("watch", token: 3))
+        }
+        #expect(late?.status == .conflict)
+        #expect(try await registry.invalidateEverywhere(Self.own, reason: .clientEnded).change == .unchanged)
+    }
+
+    @Test("the retention sweep keeps an activity's own record while another device's is active (it says whose the activity is); without it, another user's registration is refused")
+    func ownRecordKeptForItsDevices() async throws {
+        let registry = makeRegistry()
+        _ = try await registry.registerActivityToken(user: "u", activityId: "order-7", on("phone", token: 1))
+        _ = try await registry.registerActivityToken(user: "u", activityId: "order-7", on("ipad", token: 2))
+        _ = try await registry.invalidateActivity(user: "u", activityId: "order-7", deviceId: "phone", reason: .userDismissed)
+        clock.advance(by: .seconds(3_600))
+        #expect(!registry.table.keys(invalidatedBefore: clock.date).contains(Self.own))
+        // Were it gone (deleted by an older sweep), the iPad's record still says whose the activity is.
+        registry.table.remove(key: Self.own, at: nil)
+        let refused = await #expect(throws: APIError.self) {
+            try await registry.registerActivityToken(user: "mallory", activityId: "order-7", on("mallorys-phone", token: 3))
+        }
+        #expect(refused?.status == .forbidden)
     }
 }

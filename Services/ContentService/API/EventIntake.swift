@@ -75,7 +75,8 @@ public struct EventIntake: Sendable {
         let requestIds: [String]
         do {
             switch try engine.prepareAhead(event, partition: partition, keep: partition.map(owned().contains) ?? false) {
-            case .send(let prepared): requestIds = prepared.requests.map(\.requestId)
+            // (The activity's own requests: copies to its other devices follow them.)
+            case .send(let prepared): requestIds = prepared.requests.filter { !$0.isDeviceCopy }.map(\.requestId)
             case .ignore: requestIds = []
             // Sent at its time: its requests' ids are not known yet.
             case .schedule: requestIds = []

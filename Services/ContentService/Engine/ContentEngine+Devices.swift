@@ -18,18 +18,27 @@ extension ContentEngine {
         var token: DeliveryToken
     }
 
-    /// The activity's other devices with an active token, by device.
+    /// The activity's other devices with an active token, by device; one per token (a token the
+    /// activity's own record, or an earlier device's, holds too is that phone's already).
     func deviceTokens(of activityKey: String) -> [DeviceToken] {
-        tokens.deviceKeys(ofActivity: activityKey).compactMap { key in
-            guard let (_, deviceId) = MessageKey.splitDevice(key), let token = tokens.token(forKey: key), token.state == .active else { return nil }
+        let keys = tokens.deviceKeys(ofActivity: activityKey)
+        guard !keys.isEmpty else { return [] }
+        var seen: Set<String> = tokens.token(forKey: activityKey).map { [$0.fingerprint] } ?? []
+        return keys.compactMap { key in
+            guard let (_, deviceId) = MessageKey.splitDevice(key), let token = tokens.token(forKey: key), token.state == .active,
+                seen.insert(token.fingerprint).inserted
+            else { return nil }
             return DeviceToken(key: key, deviceId: deviceId, token: token)
         }
     }
 
-    /// `requests`, each followed by its copies for the activity's other devices. A device whose
-    /// app version or language differs from the token the requests were made for gets its content
-    /// assembled for its own (from the same memory, so the same ids, sequence and timestamps); one
-    /// its version cannot show (the template refuses it) gets no copy of this event.
+    /// `requests`, each preceded by its copies for the activity's other devices (written first: a
+    /// writer that dies between them leaves the activity's own request unwritten, and the event,
+    /// read again, makes both again — the copies' ids too, which the dispatcher takes once). A
+    /// device whose app version or language differs from the token the requests were made for gets
+    /// its content assembled for its own (from the same memory, so the same ids, sequence and
+    /// timestamps); one its version cannot show (the template refuses it) gets no copy of this
+    /// event's update, and its end as made for the first device.
     func withDeviceCopies(
         _ requests: [PushRequest], event: ActivityEvent, _ inputs: AssemblyInputs, images: [String: [String]], now: Date
     ) -> [PushRequest] {
@@ -48,18 +57,19 @@ extension ContentEngine {
             }
             let own = rendered[profile] ?? []
             for (index, request) in requests.enumerated() where Self.isCopied(request) {
-                guard let payload = own.first(where: { $0.requestId == request.requestId })?.payload else { continue }
+                guard let payload = own.first(where: { $0.requestId == request.requestId })?.payload ?? (request.event == .end ? request.payload : nil)
+                else { continue }
                 copies[index].append(Self.copy(of: request, for: device, payload: payload))
             }
         }
-        return zip(requests, copies).flatMap { [$0] + $1 }
+        return zip(requests, copies).flatMap { $1 + [$0] }
     }
 
-    /// `requests`, each followed by its copies for `devices`, with the same payload (the
+    /// `requests`, each preceded by its copies for `devices`, with the same payload (the
     /// freshness monitor's end, made from the activity's latest request).
     func withDeviceCopies(_ requests: [PushRequest], devices: [DeviceToken]) -> [PushRequest] {
         requests.flatMap { request in
-            Self.isCopied(request) ? [request] + devices.map { Self.copy(of: request, for: $0, payload: request.payload) } : [request]
+            Self.isCopied(request) ? devices.map { Self.copy(of: request, for: $0, payload: request.payload) } + [request] : [request]
         }
     }
 

@@ -79,7 +79,8 @@ public struct FreshnessMonitor: Service {
             for prepared in engine.sweep(owned: sender.ownedPartitions) {
                 // The token is invalidated once the end is on Kafka (and then answered, or 10 minutes old).
                 let invalidation = prepared.invalidation.flatMap { reason in
-                    prepared.requests.last.map { request in
+                    // (The activity's own end: its copies' outcomes are not the activity's.)
+                    prepared.requests.last(where: { !$0.isDeviceCopy }).map { request in
                         TokenInvalidations.Item(
                             activityId: request.sourceActivityId ?? request.activityId ?? "", bundleId: request.app.bundleId, reason: reason,
                             endRequestId: request.requestId, endSentAt: request.createdAt)

@@ -101,9 +101,10 @@ extension ContentEngine {
                     state.update(key, now: now, policy: freshness) { $0.dropSteps() }
                     continue
                 }
-                if memory.gone {
-                    // Its token is dead (APNs said so): looked at again in a minute, sent if the app
-                    // registered a token again by then (the monitor revives the activity).
+                if memory.gone, deviceTokens(of: key).isEmpty {
+                    // Its token is dead (APNs said so), and no other device follows it: looked at
+                    // again in a minute, sent if the app registered a token again by then (the
+                    // monitor revives the activity).
                     state.steps.insert(event, slot: slot, at: now.addingTimeInterval(60))
                     continue
                 }

@@ -162,6 +162,7 @@ public struct RegistrySettings: Sendable {
         }
         quotas = Registry.Quotas(
             liveActivities: try config.int("islet.quota.live.activities", default: 1_000, range: 0...10_000_000),
-            pushToStart: try config.int("islet.quota.push.to.start", default: 100, range: 0...10_000_000))
+            pushToStart: try config.int("islet.quota.push.to.start", default: 100, range: 0...10_000_000),
+            devicesPerActivity: try config.int("islet.quota.devices.per.activity", default: 1, range: 1...64))
     }
 }

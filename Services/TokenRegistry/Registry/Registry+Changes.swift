@@ -21,10 +21,39 @@ extension Registry {
         return try await invalidate(user: user, key: try deviceRecordKey(activityKey, deviceId: deviceId, user: user), reason: reason)
     }
 
-    /// A backend (or Islet) ends the activity: its own record and every device's. Repeating it changes nothing.
+    /// A backend (or Islet) ends the activity: its own record — marked as ended on every device
+    /// (``TokenRecord/Invalidation/everyDevice``: no device registers it again), also when the app
+    /// on its first device ended it before — then every device's. Under the activity's lock, so no
+    /// device registers in between. Repeating it changes nothing; a device's record Kafka did not
+    /// take is a 503 (repeat the call).
     public func invalidateEverywhere(_ activityKey: String, reason: InvalidationReason) async throws(APIError) -> WriteResponse {
-        await invalidateDevices(of: activityKey, except: nil, reason: reason)
-        return try await invalidate(user: nil, key: activityKey, reason: reason)
+        try await locks.withLock("activity:" + activityKey) { () async throws(APIError) -> WriteResponse in
+            var result: Result<WriteResponse, APIError>
+            do throws(APIError) {
+                result = .success(try await self.write(key: activityKey) { current, now throws(APIError) in
+                    guard let current else { throw APIError.notFound }
+                    var next = current
+                    next.updatedAt = now
+                    if current.state == .invalidated, var invalidation = current.invalidation {
+                        guard invalidation.everyDevice != true else { return (current, .unchanged) }
+                        invalidation.everyDevice = true
+                        next.invalidation = invalidation
+                        return (next, .updated)
+                    }
+                    next.state = .invalidated
+                    next.invalidation = .init(reason: reason, invalidatedAt: now, everyDevice: true)
+                    return (next, .invalidated)
+                })
+            } catch {
+                result = .failure(error)
+            }
+            if case .failure(let error) = result, error.status != .notFound { throw error }
+            guard await self.invalidateDevices(of: activityKey, except: nil, reason: reason) else {
+                throw APIError(
+                    .serviceUnavailable, .unavailable, reason: "a device's record of the activity was not acknowledged by Kafka; retry (repeating it is safe)")
+            }
+            return try result.get()
+        }
     }
 
     /// The app says a push-to-start token must not be used any more.

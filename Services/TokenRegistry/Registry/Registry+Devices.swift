@@ -13,17 +13,33 @@ import Synchronization
 // sends a copy of every request to, apns-dispatcher budgets apart, and APNs's verdicts end alone.
 extension Registry {
     /// Where a registration that names `deviceId` goes when it is not the activity's own record:
-    /// the device's record when it has one (of this user), or a new one when the activity's own
-    /// record is this user's and another device's. `nil`: the activity's own record (its first
-    /// registration, the same device again, an app that named no device before — today's
-    /// rotation — or another user's activity, which the own record's rules refuse or claim).
-    func registrationKey(activityKey: String, deviceId: String, user: String) -> String? {
+    /// the record that holds its token already (an app whose device id changed), else the
+    /// device's record when it has one (of this user), or a new one when the activity's own
+    /// record is this user's and another device's (``Quotas/devicesPerActivity`` allowing).
+    /// `nil`: the activity's own record (its first registration, the same device again, an app
+    /// that named no device before — today's rotation — or another user's activity, which the own
+    /// record's rules refuse or claim).
+    func registrationKey(activityKey: String, deviceId: String, token: String, user: String) throws(APIError) -> String? {
         let own = table.record(forKey: activityKey)
         if let own, own.userId != user { return nil }
+        let devices = table.deviceKeys(ofActivity: activityKey).compactMap { key in table.record(forKey: key).map { (key: key, record: $0) } }
+        if own == nil, devices.contains(where: { $0.record.userId != user && $0.record.state == .active }) {
+            // The own record was deleted while another user's devices follow the activity.
+            throw APIError(.forbidden, .forbidden, field: "activityId", reason: "the activity belongs to another user")
+        }
+        // One phone, one record: its token is already one of the activity's.
+        if own?.token == token { return nil }
+        if let same = devices.first(where: { $0.record.token == token && $0.record.userId == user }) { return same.key }
         guard let (bundleId, activityId) = MessageKey.splitActivity(activityKey) else { return nil }
         let deviceKey = MessageKey.device(bundleId: bundleId, activityId: activityId, deviceId: deviceId)
         if let device = table.record(forKey: deviceKey) { return device.userId == user ? deviceKey : nil }
-        guard let own, let first = own.deviceId, first != deviceId else { return nil }
+        guard quotas.devicesPerActivity > 1, let own, let first = own.deviceId, first != deviceId else { return nil }
+        let following = 1 + devices.filter { $0.record.state == .active }.count
+        guard following < quotas.devicesPerActivity else {
+            throw APIError(
+                .tooManyRequests, .quotaExceeded, field: "deviceId",
+                reason: "the activity already follows \(quotas.devicesPerActivity) devices (ISLET_QUOTA_DEVICES_PER_ACTIVITY): end it on one first")
+        }
         return deviceKey
     }
 
@@ -34,11 +50,16 @@ extension Registry {
         let table = self.table
         return try await register(user: user, kind: .update, key: key) { current, now throws(APIError) in
             let own = table.record(forKey: activityKey)
+            // (Read again under the key's lock: the activity may have become another user's.)
+            if let own, own.userId != user {
+                throw APIError(.forbidden, .forbidden, field: "activityId", reason: "the activity belongs to another user")
+            }
             if let own {
                 guard own.attributesType == request.attributesType else {
                     throw APIError(.conflict, .conflict, field: "attributesType", reason: "an activity keeps the attributes type it was registered with")
                 }
-                if own.state == .invalidated, let reason = own.invalidation?.reason, Self.endsEveryDevice(reason) {
+                if own.state == .invalidated, let invalidation = own.invalidation, invalidation.everyDevice == true || Self.endsEveryDevice(invalidation.reason) {
+                    let reason = invalidation.reason
                     throw APIError(.conflict, .conflict, field: "activityId", reason: "the activity has ended (\(reason.rawValue)): start a new one")
                 }
             }
@@ -73,24 +94,33 @@ extension Registry {
         [.backendEnded, .severelyStale, .lifetimeExceeded].contains(reason)
     }
 
-    /// Invalidates the active records of the activity's other devices, but `user`'s when given.
-    func invalidateDevices(of activityKey: String, except user: String?, reason: InvalidationReason) async {
+    /// Invalidates the active records of the activity's other devices, but `user`'s when given;
+    /// returns whether Kafka took every one.
+    @discardableResult
+    func invalidateDevices(of activityKey: String, except user: String?, reason: InvalidationReason) async -> Bool {
+        var all = true
         for key in table.deviceKeys(ofActivity: activityKey) {
             guard let record = table.record(forKey: key), record.state == .active, record.userId != user else { continue }
             do {
                 _ = try await invalidate(user: nil, key: key, reason: reason)
             } catch {
-                // The sweep of this activity's records is repeated by the next such write; the
-                // device's token stays usable until then (it is the same activity's).
+                all = false
                 logger.warning("a device's record of the activity was not invalidated", metadata: ["token.key": "\(key)", "error": "\(error)"])
             }
         }
+        return all
     }
 
     /// The key of `deviceId`'s record of the user's activity: its own record's when that device
     /// registered it (or the app names no devices), else the device's; 404 when the device has none.
     func deviceRecordKey(_ activityKey: String, deviceId: String?, user: String) throws(APIError) -> String {
-        guard let given = deviceId else { return activityKey }
+        guard let given = deviceId else {
+            // Which device's? Not the first device's by default: that one may still show it.
+            guard deviceViews(of: activityKey, user: user).isEmpty else {
+                throw APIError(.conflict, .conflict, field: "deviceId", reason: "the activity is followed on several devices: name the device")
+            }
+            return activityKey
+        }
         let deviceId = try Validation.identifier(given, field: "deviceId")
         guard let (bundleId, activityId) = MessageKey.splitActivity(activityKey) else { throw APIError.notFound }
         let deviceKey = MessageKey.device(bundleId: bundleId, activityId: activityId, deviceId: deviceId)

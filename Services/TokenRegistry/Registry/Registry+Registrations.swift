@@ -29,7 +29,7 @@ extension Registry {
         // An activity's registrations one at a time (on this instance): which of its records a
         // device's goes to is decided from its records (``Registry/registrationKey``).
         return try await locks.withLock("activity:" + activityKey) { () async throws(APIError) -> WriteResponse in
-            if let deviceId, let deviceKey = self.registrationKey(activityKey: activityKey, deviceId: deviceId, user: user) {
+            if let deviceId, let deviceKey = try self.registrationKey(activityKey: activityKey, deviceId: deviceId, token: request.token, user: user) {
                 return try await self.registerDevice(deviceKey, activityKey: activityKey, user: user, request, verified: verified)
             }
             let response = try await self.registerOwn(activityKey, activityId: activityId, user: user, request, verified: verified)

@@ -24,9 +24,15 @@ public final class Registry: Sendable {
         public var liveActivities: Int
         /// Push-to-start tokens (one per device and attributes type). Default 100.
         public var pushToStart: Int
-        public init(liveActivities: Int = 1_000, pushToStart: Int = 100) {
+        /// Devices that may follow one activity, each with its own update token (the first
+        /// device's under the activity's key, each other's under `<bundleId>/<activityId>/<deviceId>`).
+        /// Default 1: one token per activity, rotated by a registration from any device (as
+        /// before devices were kept apart). Past it a new device's registration is 429.
+        public var devicesPerActivity: Int
+        public init(liveActivities: Int = 1_000, pushToStart: Int = 100, devicesPerActivity: Int = 1) {
             self.liveActivities = liveActivities
             self.pushToStart = pushToStart
+            self.devicesPerActivity = devicesPerActivity
         }
     }
 
