@@ -37,7 +37,10 @@ struct ToleranceTests {
     @Test func optionalFieldsAreSeenAcrossTheGoldens() throws {
         // Each type's goldens together contain every field, so the tests above reach all of them.
         let expected: [String: Set<String>] = [
-            "TokenRecord": ["activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "activityStartedAt", "ownerVerified", "locale"],
+            "TokenRecord": [
+                "activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "invalidation.everyDevice", "activityStartedAt", "ownerVerified",
+                "locale", "deviceKeyed",
+            ],
             "ActivityEvent": [
                 "startTarget", "attributes", "source", "bundleId", "presentation", "presentation.dismissal", "presentation.relevanceScore",
                 "presentation.staleAfterSeconds", "presentation.sound", "presentation.alert", "presentation.alert.title", "presentation.alert.body",
@@ -46,11 +49,12 @@ struct ToleranceTests {
             ],
             "PushRequest": [
                 "activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state", "channelStoragePolicy",
-                "tokenRegisteredAt",
+                "tokenRegisteredAt", "deviceId",
             ],
             "PushOutcome": [
                 "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "priorityUsed", "latencyMilliseconds",
                 "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType", "channelId", "contentSequence", "announcementId",
+                "deviceId",
             ],
             "ContentMemoryRecord": [
                 "activity", "checkpoint", "activity.steps", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",
@@ -58,7 +62,7 @@ struct ToleranceTests {
                 "activity.contentRequestId", "activity.lastResendAt", "activity.goneAt", "activity.goneToken", "activity.inlinedImages",
                 "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey",
             ],
-            "DispatchBudgetRecord": ["activityId", "deviceId", "waitingSince"],
+            "DispatchBudgetRecord": ["activityId", "deviceId", "waitingSince", "activityDeviceId"],
             "BroadcastChannelRecord": ["endedAt", "deleteAt", "deletedAt"],
             "ClickEvent": ["app"],
             "RejectedClick": ["tappedAt", "appVersion", "osVersion", "clientId"],

@@ -40,6 +40,21 @@ enum Examples {
         activityStartedAt: utc(2026, 11, 22, 8, 30, 1, 512), registeredAt: utc(2026, 11, 22, 8, 30, 2, 144),
         updatedAt: utc(2026, 11, 22, 9, 12, 45, 20))
 
+    /// The same order followed on a second device of its user (an iPad): that device's own token,
+    /// under `<bundleId>/<activityId>/<deviceId>`.
+    static let tokenRecordDevice = TokenRecord(
+        kind: .update, activityId: "order-42", deviceId: "C2D4E6F8-1A3B-4C5D-8E7F-90A1B2C3D4E5", userId: "user-1842", token: rideToken,
+        app: foodApp, attributesType: "DeliveryAttributes", frequentUpdatesEnabled: true, appVersion: "5.12.0", state: .active,
+        activityStartedAt: utc(2026, 11, 22, 10, 4, 2, 10), registeredAt: utc(2026, 11, 22, 10, 4, 2, 731), updatedAt: utc(2026, 11, 22, 10, 4, 2, 731),
+        locale: "en-GB", deviceKeyed: true)
+
+    /// An order its backend ended on every device, after the user had dismissed it on the first.
+    static let tokenRecordEndedEverywhere = TokenRecord(
+        kind: .update, activityId: "order-42", deviceId: "5D3F8A2E-9C41-4B7A-8E06-1F2A3B4C5D6E", userId: "user-1842", token: orderUpdateToken,
+        app: foodApp, attributesType: "DeliveryAttributes", frequentUpdatesEnabled: true, appVersion: "5.12.0", state: .invalidated,
+        invalidation: .init(reason: .userDismissed, invalidatedAt: utc(2026, 11, 22, 10, 20, 5, 118), everyDevice: true),
+        registeredAt: utc(2026, 11, 22, 10, 2, 11, 307), updatedAt: utc(2026, 11, 22, 10, 41, 0, 52))
+
     static let tokenRecordMinimal = TokenRecord(
         kind: .update, activityId: "order-42", userId: "user-1842", token: orderUpdateToken, app: foodApp,
         attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "5.12.0", state: .active,
@@ -98,6 +113,15 @@ enum Examples {
         staleDate: utc(2026, 11, 22, 10, 45, 30), expiration: utc(2026, 11, 22, 10, 25, 30),
         createdAt: utc(2026, 11, 22, 10, 15, 30, 214), sourceEventId: "orders-outbox-88314", sourceActivityId: "order-42",
         state: "out_for_delivery", tokenRegisteredAt: utc(2026, 11, 22, 10, 2, 11, 307))
+
+    /// The same update's copy for the order's second device (its iPad).
+    static let pushRequestDeviceCopy: PushRequest = {
+        var copy = pushRequest
+        copy.requestId = "3E9B1C57-0D2A-5F64-8B17-C4A92E6D0F83"
+        copy.deviceId = "C2D4E6F8-1A3B-4C5D-8E7F-90A1B2C3D4E5"
+        copy.tokenRegisteredAt = utc(2026, 11, 22, 10, 4, 2, 731)
+        return copy
+    }()
 
     /// A goal, broadcast to every phone following the match: one request for the match's channel.
     static let pushRequestBroadcast = PushRequest(
@@ -199,6 +223,11 @@ enum Examples {
         bundleId: foodApp.bundleId, activityId: "order-42", partition: 2, available: 0.25, capacity: 12, periodSeconds: 3_600,
         updatedAt: utc(2026, 11, 22, 10, 16, 1, 87), waitingSince: utc(2026, 11, 22, 10, 16, 1, 87), writtenAt: utc(2026, 11, 22, 10, 16, 3, 120))
 
+    /// The order's budget on its second device (APNs counts per activity on each device).
+    static let dispatchBudgetRecordDevice = DispatchBudgetRecord(
+        bundleId: foodApp.bundleId, activityId: "order-42", partition: 2, available: 9.5, capacity: 12, periodSeconds: 3_600,
+        updatedAt: utc(2026, 11, 22, 10, 16, 1, 90), writtenAt: utc(2026, 11, 22, 10, 16, 3, 120), activityDeviceId: "C2D4E6F8-1A3B-4C5D-8E7F-90A1B2C3D4E5")
+
     /// A device's push-to-start budget, written to the partition of the push-to-start request that spent it.
     static let dispatchBudgetRecordPushToStart = DispatchBudgetRecord(
         bundleId: foodApp.bundleId, deviceId: "5C3F2A10-8B7E-4D21-9F6A-3E1C0B9D7A54", partition: 5, available: 6.5, capacity: 8,
@@ -237,6 +266,14 @@ enum Examples {
         priorityUsed: 10, attempts: 1, latencyMilliseconds: 95.25, tokenFingerprint: "ed53cfd0932de6c9",
         detail: "APNs 410 Unregistered: the token is no longer valid", completedAt: utc(2026, 11, 22, 9, 12, 44, 871),
         bundleId: rideApp.bundleId, attributesType: "RideAttributes")
+
+    /// APNs's 410 for the copy sent to the order's second device: that device's token only.
+    static let pushOutcomeDeviceCopy = PushOutcome(
+        requestId: "3E9B1C57-0D2A-5F64-8B17-C4A92E6D0F83", activityId: "order-42", result: .tokenInvalid,
+        apns: .init(status: 410, reason: "Unregistered", apnsId: "3E9B1C57-0D2A-5F64-8B17-C4A92E6D0F83", timestamp: utc(2026, 11, 22, 10, 9, 0)),
+        priorityUsed: 10, attempts: 1, latencyMilliseconds: 61.5, tokenFingerprint: "7a21c94e0b3d58f6",
+        detail: "APNs 410 Unregistered: the token is no longer valid", completedAt: utc(2026, 11, 22, 10, 15, 30, 402),
+        bundleId: foodApp.bundleId, attributesType: "DeliveryAttributes", contentSequence: 5, deviceId: "C2D4E6F8-1A3B-4C5D-8E7F-90A1B2C3D4E5")
 
     static let pushOutcomePushToStart = PushOutcome(
         requestId: "EBB93B8D-EF2E-4821-9238-20A483574786", pushToStartKey: pushToStartKey, result: .delivered,
