@@ -17,6 +17,9 @@ public struct DeliveryToken: Sendable, Equatable {
     public var locale: String?
     public var registeredAt: Date
     public var activityStartedAt: Date?
+    /// The owner's user id as a 64-bit FNV-1a hash (``owner(of:)``): whether two records are one
+    /// user's, without keeping user ids in every service's table.
+    public var owner: UInt64
     /// Set when the table keeps fingerprints only (``PartitionTokens/whole(fingerprintsOnly:)``):
     /// ``token`` is then empty.
     private var knownFingerprint: String?
@@ -26,8 +29,9 @@ public struct DeliveryToken: Sendable, Equatable {
 
     public init(
         token: String, app: AppTarget, kind: TokenKind, state: TokenState, deviceId: String?, frequentUpdatesEnabled: Bool, appVersion: String,
-        registeredAt: Date, activityStartedAt: Date?, fingerprint: String? = nil, locale: String? = nil
+        registeredAt: Date, activityStartedAt: Date?, fingerprint: String? = nil, locale: String? = nil, owner: UInt64 = 0
     ) {
+        self.owner = owner
         self.knownFingerprint = fingerprint
         self.locale = locale
         self.token = token
@@ -45,6 +49,17 @@ public struct DeliveryToken: Sendable, Equatable {
         self.init(
             token: record.token, app: record.app, kind: record.kind, state: record.state,
             deviceId: record.kind == .pushToStart ? record.deviceId : nil, frequentUpdatesEnabled: record.frequentUpdatesEnabled,
-            appVersion: record.appVersion, registeredAt: record.registeredAt, activityStartedAt: record.activityStartedAt, locale: record.locale)
+            appVersion: record.appVersion, registeredAt: record.registeredAt, activityStartedAt: record.activityStartedAt, locale: record.locale,
+            owner: Self.owner(of: record.userId))
+    }
+
+    /// `userId` hashed (64-bit FNV-1a over its UTF-8 bytes: the same in every process).
+    public static func owner(of userId: String) -> UInt64 {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in userId.utf8 {
+            hash ^= UInt64(byte)
+            hash &*= 0x0000_0100_0000_01B3
+        }
+        return hash
     }
 }

@@ -30,6 +30,8 @@ public final class PartitionTokens: Sendable {
         /// The record sits on the topic under the bare activity id (written before activity ids
         /// were scoped per app).
         var legacyTopicKey: Bool
+        /// The owner's user id, hashed (``DeliveryToken/owner``).
+        var owner: UInt64
     }
 
     /// What many tokens share.
@@ -223,7 +225,7 @@ public final class PartitionTokens: Sendable {
             state.entries[key] = Entry(
                 offset: offset, registeredAt: Self.milliseconds(record.registeredAt),
                 startedAt: record.activityStartedAt.map(Self.milliseconds) ?? .min, partition: partition, profile: profile,
-                tokenStart: tokenStart, tokenLength: tokenLength, legacyTopicKey: topicKey != key)
+                tokenStart: tokenStart, tokenLength: tokenLength, legacyTopicKey: topicKey != key, owner: DeliveryToken.owner(of: record.userId))
             state.compactIfWasteful()
             if topicKey != key { state.legacyKeys[topicKey] = key }
             if record.deviceKeyed == true, let (activityKey, deviceId) = MessageKey.splitDevice(key) {
@@ -262,7 +264,7 @@ public final class PartitionTokens: Sendable {
                 deviceId: profile.kind == .pushToStart ? Self.deviceId(ofPushToStartKey: key) : nil,
                 frequentUpdatesEnabled: profile.frequentUpdatesEnabled, appVersion: profile.appVersion,
                 registeredAt: Self.date(entry.registeredAt), activityStartedAt: entry.startedAt == .min ? nil : Self.date(entry.startedAt),
-                fingerprint: fingerprintsOnly ? bytes : nil, locale: profile.locale)
+                fingerprint: fingerprintsOnly ? bytes : nil, locale: profile.locale, owner: entry.owner)
         }
     }
 

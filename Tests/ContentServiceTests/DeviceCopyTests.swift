@@ -71,11 +71,14 @@ struct DeviceCopyTests {
         #expect(!end.contains { $0.key == watch })
     }
 
-    @Test("a device record holding the activity's own token (one phone under two device ids) gets no copy: one phone, one push")
+    @Test("a device record holding the activity's own token (one phone under two device ids), or another user's device record, gets no copy")
     func oneTokenOneCopy() throws {
         let tokens = PartitionTokens.whole()
         tokens.put(token("phone", keyed: false, seed: "ab"), key: Self.own)
         tokens.put(token("ipad", keyed: true, seed: "ab"), key: Self.pad)
+        var squatter = token("mallory", keyed: true, seed: "ef")
+        squatter.userId = "mallory"
+        tokens.put(squatter, key: MessageKey.device(bundleId: app.bundleId, activityId: "order-42", deviceId: "mallory"))
         let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: ManualClock(now))
         #expect(try prepared(engine, status(1, "placed", .start)).requests.map(\.key) == [Self.own])
     }

@@ -19,14 +19,17 @@ extension ContentEngine {
     }
 
     /// The activity's other devices with an active token, by device; one per token (a token the
-    /// activity's own record, or an earlier device's, holds too is that phone's already).
+    /// activity's own record, or an earlier device's, holds too is that phone's already); only its
+    /// owner's (the user of its own record): a record another user slipped in — before a claim by
+    /// the ticketed owner was read everywhere — gets nothing of the activity.
     func deviceTokens(of activityKey: String) -> [DeviceToken] {
         let keys = tokens.deviceKeys(ofActivity: activityKey)
         guard !keys.isEmpty else { return [] }
-        var seen: Set<String> = tokens.token(forKey: activityKey).map { [$0.fingerprint] } ?? []
+        let own = tokens.token(forKey: activityKey)
+        var seen: Set<String> = own.map { [$0.fingerprint] } ?? []
         return keys.compactMap { key in
             guard let (_, deviceId) = MessageKey.splitDevice(key), let token = tokens.token(forKey: key), token.state == .active,
-                seen.insert(token.fingerprint).inserted
+                own.map({ $0.owner == token.owner }) ?? true, seen.insert(token.fingerprint).inserted
             else { return nil }
             return DeviceToken(key: key, deviceId: deviceId, token: token)
         }
