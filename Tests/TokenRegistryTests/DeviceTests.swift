@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTypes
+import IsletKafka
 import IsletRuntime
 import IsletMessages
 import IsletTesting
@@ -248,5 +249,29 @@ struct DeviceTests {
             try await registry.registerActivityToken(user: "mallory", activityId: "order-7", on("mallorys-phone", token: 3))
         }
         #expect(refused?.status == .forbidden)
+    }
+    @Test("two instances: the iPad registers through one before it read the iPhone's registration through the other, and writes the activity's own record over it; reading the iPhone's behind its own, its writer writes the iPhone's again as that device's record (once)")
+    func twoInstancesRace() async throws {
+        let a = makeRegistry(), b = makeRegistry()  // one topic (the publisher), two tables
+        #expect(try await a.registerActivityToken(user: "u", activityId: "order-7", on("phone", token: 1)).change == .registered)  // offset 0, unread by b
+        #expect(try await b.registerActivityToken(user: "u", activityId: "order-7", on("ipad", token: 2)).change == .registered)  // offset 1, over it
+        #expect(publisher.records.map(\.key) == [Self.own, Self.own])
+        // b's reader reaches the phone's registration, behind its own.
+        #expect(!b.table.apply(publisher.records[0], key: Self.own, at: .init(partition: 0, offset: 0)))
+        await b.readBehindRegistration(publisher.records[0], key: Self.own, at: .init(partition: 0, offset: 0))?.value
+        let phone = "com.example.food/order-7/phone"
+        #expect(publisher.records.map(\.key) == [Self.own, Self.own, phone])
+        let repaired = try #require(publisher.records.last)
+        #expect(repaired.deviceKeyed == true && repaired.token == hexToken(1) && repaired.state == .active)
+        #expect(throws: Never.self) { try repaired.validate() }
+        // Read again (a restart of the reader), or by a's reader (not its registration): nothing more.
+        #expect(b.readBehindRegistration(publisher.records[0], key: Self.own, at: .init(partition: 0, offset: 0)) == nil)
+        #expect(a.readBehindRegistration(publisher.records[0], key: Self.own, at: .init(partition: 0, offset: 0)) == nil)
+        // A rotation by the same device is not a lost device: nothing to repair.
+        let c = makeRegistry(), d = makeRegistry()
+        _ = try await c.registerActivityToken(user: "u", activityId: "order-9", on("phone", token: 3))
+        _ = try await d.registerActivityToken(user: "u", activityId: "order-9", on("phone", token: 4))
+        let count = publisher.records.count
+        #expect(d.readBehindRegistration(publisher.records[count - 2], key: "com.example.food/order-9", at: .init(partition: 0, offset: Int64(count - 2))) == nil)
     }
 }

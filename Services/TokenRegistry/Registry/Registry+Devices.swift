@@ -136,4 +136,42 @@ extension Registry {
             return TokenStateView(record)
         }
     }
+
+    /// A record of an activity's own key read behind this instance's registration of that key
+    /// (``ownRegistrations``): another instance registered the activity a moment before, from
+    /// another device of the same user, and this instance — its table not having read that yet —
+    /// registered its own device's token over it instead of beside it. The earlier device's record
+    /// is written again under its device's key (unless that key has one), as a registration that
+    /// saw it would have done. Only its writer repairs; a restart reads the same and writes nothing.
+    @discardableResult
+    func readBehindRegistration(_ behind: TokenRecord, key: String, at position: TokenTable.Position) -> Task<Void, Never>? {
+        guard quotas.devicesPerActivity > 1, behind.kind == .update, behind.deviceKeyed != true, behind.state == .active,
+            let lostDevice = behind.deviceId, let activityId = behind.activityId
+        else { return nil }
+        guard let mine = ownRegistrations.withLock({ $0[key]?.position }), mine.partition == position.partition, position.offset < mine.offset,
+            table.position(forKey: key) == mine, let current = table.record(forKey: key), current.userId == behind.userId,
+            let device = current.deviceId, device != lostDevice, current.token != behind.token
+        else { return nil }
+        let deviceKey = MessageKey.device(bundleId: behind.app.bundleId, activityId: activityId, deviceId: lostDevice)
+        guard table.record(forKey: deviceKey) == nil else { return nil }
+        let logger = self.logger
+        return Task {
+            do {
+                let response = try await self.write(key: deviceKey) { existing, now throws(APIError) in
+                    if let existing { return (existing, .unchanged) }
+                    var again = behind
+                    again.deviceKeyed = true
+                    again.updatedAt = now
+                    return (again, .registered)
+                }
+                if response.change == .registered {
+                    logger.notice(
+                        "a device's registration another instance wrote over was written again as that device's",
+                        metadata: ["token.key": "\(deviceKey)", "token.fingerprint": "\(TokenFingerprint.of(token: behind.token))"])
+                }
+            } catch {
+                logger.error("a device's registration written over could not be written again", metadata: ["token.key": "\(deviceKey)", "error": "\(error)"])
+            }
+        }
+    }
 }

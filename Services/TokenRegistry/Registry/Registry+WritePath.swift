@@ -57,6 +57,13 @@ extension Registry {
                     reason: "the change was not acknowledged by Kafka and is not confirmed; retry (repeating it is safe)")
             }
             await self.apply(next, key: key, at: position, replacing: legacyKey)
+            if change == .registered, next.kind == .update, next.deviceKeyed != true, self.quotas.devicesPerActivity > 1, let position {
+                let at = now()
+                self.ownRegistrations.withLock { own in
+                    own = own.filter { at.timeIntervalSince($0.value.at) < 600 }
+                    own[key] = (position, at)
+                }
+            }
             metrics.changed(next.kind, change)
             if change == .invalidated, let reason = next.invalidation?.reason { metrics.invalidated(reason) }
             logger.debug(

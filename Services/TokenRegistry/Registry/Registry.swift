@@ -56,6 +56,12 @@ public final class Registry: Sendable {
     /// one's table (its reader lags the topic): when the reader reaches the invalidation, that last
     /// record decides (``readBehind(_:key:at:)``). Kept 10 minutes.
     let ownInvalidations = Mutex<[String: OwnInvalidation]>([:])
+    /// An activity's own records this instance registered (`registered`: its table held none),
+    /// by key: where each landed, and when. Another instance may have registered the activity just
+    /// before from another device of the user, unseen here: when the reader reaches that record,
+    /// behind this one, it is written again as that device's record
+    /// (``readBehindRegistration(_:key:at:)``). Kept 10 minutes, with several devices only.
+    let ownRegistrations = Mutex<[String: (position: TokenTable.Position, at: Date)]>([:])
 
     struct OwnInvalidation {
         var position: TokenTable.Position

@@ -15,7 +15,10 @@ struct RegistryTopicFeed: TokenTopicTable {
     func apply(_ record: TokenRecord, key: String, partition: Int32, offset: Int64) -> Bool {
         let position = TokenTable.Position(partition: partition, offset: offset)
         let applied = registry.table.apply(record, key: key, at: position)
-        if !applied { registry.readBehind(record, key: record.key ?? key, at: position) }
+        if !applied {
+            registry.readBehind(record, key: record.key ?? key, at: position)
+            registry.readBehindRegistration(record, key: record.key ?? key, at: position)
+        }
         return applied
     }
 
