@@ -65,19 +65,28 @@ public final class TokenTable: Sendable {
     /// A record older in its partition than what the key holds is ignored: the table never moves back.
     @discardableResult
     public func apply(_ record: TokenRecord, key topicKey: String, at position: Position?) -> Bool {
+        applyReplacing(record, key: topicKey, at: position).applied
+    }
+
+    /// ``apply(_:key:at:)``, and the record it replaced, with where that one was (in one step: no
+    /// other record of the key comes in between).
+    public func applyReplacing(_ record: TokenRecord, key topicKey: String, at position: Position?)
+        -> (applied: Bool, replaced: (record: TokenRecord, position: Position?)?)
+    {
         let key = record.key ?? topicKey
-        let changed = applyLocked(record, key: key, topicKey: topicKey, at: position)
+        let (changed, replaced) = applyLocked(record, key: key, topicKey: topicKey, at: position)
         if changed {
             for observer in observers.withLock({ $0 }) { observer(key) }
         }
-        return changed
+        return (changed, replaced.map { ($0.record, $0.position) })
     }
 
-    private func applyLocked(_ record: TokenRecord, key: String, topicKey: String, at position: Position?) -> Bool {
+    private func applyLocked(_ record: TokenRecord, key: String, topicKey: String, at position: Position?) -> (Bool, Entry?) {
         state.withLock { state in
-            if let current = state.entries[key] {
+            let replaced = state.entries[key]
+            if let current = replaced {
                 if let old = current.position, let new = position, old.partition == new.partition, new.offset <= old.offset {
-                    return false
+                    return (false, nil)
                 }
                 state.unindex(key, current)
             }
@@ -104,7 +113,7 @@ public final class TokenTable: Sendable {
                 let device = Self.deviceKey(bundleId: record.app.bundleId, deviceId: deviceId)
                 if state.deviceOwners[device] == nil { state.deviceOwners[device] = record.userId }
             }
-            return true
+            return (true, replaced)
         }
     }
 

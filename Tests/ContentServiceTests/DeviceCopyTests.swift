@@ -88,19 +88,29 @@ struct DeviceCopyTests {
         let clock = ManualClock(now)
         let tokens = PartitionTokens.whole()
         tokens.put(token("phone", keyed: false, seed: "ab"), key: Self.own)
+        // Read before the table was loaded (a restart): nothing is sent again.
+        tokens.put(token("old", keyed: true, seed: "99"), key: MessageKey.device(bundleId: app.bundleId, activityId: "order-42", deviceId: "old"))
         let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: clock)
         let first = try prepared(engine, status(1, "out_for_delivery", .start)).requests
-        #expect(first.count == 1)
+        #expect(first.count == 2)
+        engine.watchLateDevices()
         clock.advance(1)
         tokens.put(token("ipad", keyed: true, seed: "cd", at: clock.date), key: Self.pad)
+        clock.advance(600)
         let items = engine.sweep()
-        let catchUp = try #require(items.first { $0.requests.contains { $0.deviceId == "ipad" } })
-        let copy = try #require(catchUp.requests.first)
-        #expect(catchUp.requests.count == 1 && copy.key == Self.pad && copy.contentSequence == first[0].contentSequence)
-        #expect(copy.requestId == RequestIds.catchUp(of: first[0].requestId, deviceId: "ipad") && !copy.alerting)
-        #expect(try aps(copy)["alert"] == nil && aps(copy)["sound"] == nil)
+        let copies = items.flatMap(\.requests).filter { $0.requestId == RequestIds.catchUp(of: first[1].requestId, deviceId: "ipad") }
+        let copy = try #require(copies.first)
+        #expect(copies.count == 1 && copy.key == Self.pad && copy.contentSequence == first[1].contentSequence && copy.event == .update)
+        let alert = try aps(copy)["alert"]
+        #expect(!copy.alerting && alert == nil)
+        #expect(copy.apnsTimestamp == first[1].apnsTimestamp, "the content as it was")
+        #expect(copy.createdAt == clock.date && (copy.expiration ?? .distantPast) > clock.date, "a fresh stale date and expiration: not expired before it is sent")
+        #expect(!items.flatMap(\.requests).contains { $0.deviceId == "old" })
         for item in items { engine.commit(item) }
-        #expect(engine.sweep().flatMap(\.requests).isEmpty, "sent once")
+        #expect(!engine.sweep().flatMap(\.requests).contains { $0.deviceId == "ipad" }, "sent once")
+        // The iPad's app confirms its token (the same one again): nothing is sent again.
+        tokens.put(token("ipad", keyed: true, seed: "cd", at: clock.date), key: Self.pad)
+        #expect(!engine.sweep().flatMap(\.requests).contains { $0.deviceId == "ipad" })
 
         // Ended before a second device's record is read: the end, when its activity started there before the end.
         clock.advance(1)

@@ -117,6 +117,9 @@ final class SimContent: SimProcess, @unchecked Sendable {
             tokenPositions[partition] = 0
             catchUpTokens(partition, to: world.tokens.end(partition))
         }
+        // Loaded (as the app does once TokenTableLoader is ready): devices read from now on may
+        // have missed their activity's latest content.
+        engine.watchLateDevices()
         world.trace("\(name): starts (process \(incarnation))")
         world.contents.join(self)
         scheduleMonitor()

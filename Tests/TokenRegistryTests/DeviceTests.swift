@@ -256,17 +256,38 @@ struct DeviceTests {
         #expect(try await a.registerActivityToken(user: "u", activityId: "order-7", on("phone", token: 1)).change == .registered)  // offset 0, unread by b
         #expect(try await b.registerActivityToken(user: "u", activityId: "order-7", on("ipad", token: 2)).change == .registered)  // offset 1, over it
         #expect(publisher.records.map(\.key) == [Self.own, Self.own])
-        // b's reader reaches the phone's registration, behind its own.
+        // b's reader reaches the phone's registration, behind its own (noted), then its own (decided).
         #expect(!b.table.apply(publisher.records[0], key: Self.own, at: .init(partition: 0, offset: 0)))
-        await b.readBehindRegistration(publisher.records[0], key: Self.own, at: .init(partition: 0, offset: 0))?.value
+        #expect(b.readBehindRegistration(publisher.records[0], key: Self.own, at: .init(partition: 0, offset: 0)) == nil)
+        #expect(publisher.records.count == 2)
+        #expect(!b.table.apply(publisher.records[1], key: Self.own, at: .init(partition: 0, offset: 1)))
+        await b.readBehindRegistration(publisher.records[1], key: Self.own, at: .init(partition: 0, offset: 1))?.value
         let phone = "com.example.food/order-7/phone"
         #expect(publisher.records.map(\.key) == [Self.own, Self.own, phone])
         let repaired = try #require(publisher.records.last)
         #expect(repaired.deviceKeyed == true && repaired.token == hexToken(1) && repaired.state == .active)
         #expect(throws: Never.self) { try repaired.validate() }
         // Read again (a restart of the reader), or by a's reader (not its registration): nothing more.
-        #expect(b.readBehindRegistration(publisher.records[0], key: Self.own, at: .init(partition: 0, offset: 0)) == nil)
+        #expect(b.readBehindRegistration(publisher.records[1], key: Self.own, at: .init(partition: 0, offset: 1)) == nil)
         #expect(a.readBehindRegistration(publisher.records[0], key: Self.own, at: .init(partition: 0, offset: 0)) == nil)
+        // a's reader: b's registration replaces a's own in its table; the repair is there already.
+        #expect(a.table.apply(publisher.records[2], key: phone, at: .init(partition: 0, offset: 2)))
+        let (applied, replaced) = a.table.applyReplacing(publisher.records[1], key: Self.own, at: .init(partition: 0, offset: 1))
+        #expect(applied && replaced?.record.token == hexToken(1))
+        #expect(a.readOver(publisher.records[0], by: publisher.records[1], key: Self.own, at: .init(partition: 0, offset: 1)) == nil)
+        #expect(publisher.records.count == 3)
+
+        // Had b died before repairing, a's reader repairs: a third instance e registers the watch over
+        // the iPad's registration on another activity, and f (the iPad's writer) reads it over its own.
+        let e = makeRegistry(), f = makeRegistry()
+        let own9 = "com.example.food/order-8"
+        _ = try await f.registerActivityToken(user: "u", activityId: "order-8", on("ipad", token: 5))
+        _ = try await e.registerActivityToken(user: "u", activityId: "order-8", on("watch", token: 6))
+        let (last, first) = (publisher.records.count - 1, publisher.records.count - 2)
+        let over = f.table.applyReplacing(publisher.records[last], key: own9, at: .init(partition: 0, offset: Int64(last)))
+        #expect(over.applied && over.replaced?.record.token == hexToken(5))
+        await f.readOver(publisher.records[first], by: publisher.records[last], key: own9, at: .init(partition: 0, offset: Int64(last)))?.value
+        #expect(publisher.records.last?.key == "com.example.food/order-8/ipad" && publisher.records.last?.token == hexToken(5))
         // A rotation by the same device is not a lost device: nothing to repair.
         let c = makeRegistry(), d = makeRegistry()
         _ = try await c.registerActivityToken(user: "u", activityId: "order-9", on("phone", token: 3))

@@ -9,6 +9,7 @@ import IsletRuntime
 import IsletTokens
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// content-service, assembled: what `main` runs.
 public struct ContentServiceApp: Sendable {
@@ -49,11 +50,15 @@ public struct ContentServiceApp: Sendable {
         logger.info("templates loaded", metadata: ["templates": "\(templates.keys.sorted())"])
         let producer = try KafkaProducer(
             configuration: Self.producerConfiguration(runtime.settings.producerConfiguration(), sendTimeout: settings.sendTimeout), logger: logger)
-        let table = try Self.tokenTable(runtime: runtime, topic: topics.tokens)
+        // Once the token table's first load is complete, devices it reads are devices that may
+        // have missed their activity's latest content (ContentEngine.watchLateDevices).
+        let loaded = EngineHook()
+        let table = try Self.tokenTable(runtime: runtime, topic: topics.tokens) { loaded.engine.withLock { $0?.watchLateDevices() } }
         // The activities' memory, from the service's own output and the dispatcher's answers.
         let engine = ContentEngine(
             assembler: PayloadAssembler(templates: templates, keyring: settings.keyring, policy: settings.policy), tokens: table.tokens,
             freshness: settings.freshness)
+        loaded.engine.withLock { $0 = engine }
         let sender = RequestSender(producer: producer, engine: engine, topic: topics.pushRequests, metrics: ContentMetrics(), logger: logger)
         let (memoryLoader, changelog) = Self.memory(runtime: runtime, settings: settings, topics: topics, engine: engine, sender: sender, producer: producer)
         let consumer = try KafkaConsumer(configuration: runtime.settings.consumerConfiguration(topics: [topics.activityEvents]), logger: logger)
@@ -117,7 +122,7 @@ public struct ContentServiceApp: Sendable {
     /// The token table (which app, version and environment an activity has): the whole topic,
     /// compact. content-service looks up tokens of activities whose partitions it does not own
     /// (a remote start's push-to-start token, an event checked through the gRPC API).
-    private static func tokenTable(runtime: ServiceRuntime, topic: String) throws
+    private static func tokenTable(runtime: ServiceRuntime, topic: String, loaded: @escaping @Sendable () -> Void) throws
         -> (tokens: PartitionTokens, replica: KafkaConsumer, loader: TokenTableLoader)
     {
         let (logger, service, health) = (runtime.logger, runtime.settings.serviceName, runtime.health)
@@ -127,7 +132,10 @@ public struct ContentServiceApp: Sendable {
             configuration: TokenTableLoader.replicaConfiguration(
                 bootstrapServers: runtime.settings.kafkaBootstrap, topic: topic, clientID: service, settings: runtime.settings.consumerProperties),
             logger: logger)
-        let loader = TokenTableLoader(consumer: replica, table: tokens, service: service, logger: logger) { health.setReady(Self.tableCheck) }
+        let loader = TokenTableLoader(consumer: replica, table: tokens, service: service, logger: logger) {
+            health.setReady(Self.tableCheck)
+            loaded()
+        }
         return (tokens, replica, loader)
     }
 
@@ -231,4 +239,9 @@ struct StaleActivityJSON: Encodable {
         contentSequence = stale.contentSequence
         resends = stale.resends
     }
+}
+
+/// The engine, once made, for the token table's loader (made before it) to tell.
+private final class EngineHook: Sendable {
+    let engine = Mutex<ContentEngine?>(nil)
 }

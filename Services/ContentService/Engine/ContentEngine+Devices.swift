@@ -104,14 +104,44 @@ extension ContentEngine {
 
 /// A device whose record the table read after the activity's latest content was made (it
 /// registered late, or this instance's replica lagged) got no copy of it: the freshness monitor's
-/// pass sends it one — the latest content of a live activity (without its alert: the first
-/// device's phone already rang), or the end of an ended one when the activity started on the
-/// device (as the app reported it; else when it registered) before that end was made (one started
-/// after it is a new activity of the same id).
+/// pass sends it one — the latest content of the activity as the monitor re-sends it (a new stale
+/// date, no alert), or the end of an ended one when the activity started on the device (as the app
+/// reported it; else when it registered) before that end was made (one started after it is a new
+/// activity of the same id). Only records that are new, carry a new token or became active are
+/// noted, and only once the table was loaded (``watchLateDevices()``): a confirmation, or the load
+/// at start-up, sends nothing again.
 extension ContentEngine {
     /// Device records read, by key, and when (the table's observer writes, the monitor's pass reads).
     final class LateDevices: Sendable {
-        let seen = Mutex<[String: Date]>([:])
+        struct State {
+            var watching = false
+            /// Device keys whose record is active → its token's fingerprint (only those: few).
+            var known: [String: String] = [:]
+            /// Device keys to look at → when their record was read.
+            var late: [String: Date] = [:]
+        }
+
+        let state = Mutex(State())
+
+        /// A device's record applied to the table (`token` as it is now).
+        func applied(_ key: String, token: DeliveryToken?, at date: Date) {
+            state.withLock { state in
+                guard let token, token.state == .active else {
+                    state.known[key] = nil
+                    return
+                }
+                let fingerprint = token.fingerprint
+                // New, rotated, or active again: the activity's latest content may have missed it.
+                guard state.known.updateValue(fingerprint, forKey: key) != fingerprint, state.watching else { return }
+                if state.late.count < ContentEngine.maximumLateDevices { state.late[key] = date }
+            }
+        }
+    }
+
+    /// From now on, a device's record the table reads is a device that may have missed the
+    /// activity's latest content (call once the token table's first load is complete).
+    public func watchLateDevices() {
+        lateDevices.state.withLock { $0.watching = true }
     }
 
     /// The most device records waiting for that look at once (a burst beyond is left to the next event).
@@ -119,56 +149,54 @@ extension ContentEngine {
     /// How long a device record waits for its activity to be owned here, or known.
     static let lateDeviceWait: TimeInterval = 600
 
-    /// - Parameter skipping: activities the pass has something for already (looked at next pass).
-    func catchUpDevices(in state: inout ActivityMemories, owned: Set<Int32>?, now: Date, skipping: Set<String>) -> [Prepared] {
-        let pending = lateDevices.seen.withLock { $0 }
-        guard !pending.isEmpty else { return [] }
+    /// The copies the pass sends to devices registered late, by activity. `prepared` (the pass's
+    /// other work) gets those of its activities; the others are returned, changing no memory.
+    func catchUpDevices(in state: inout ActivityMemories, owned: Set<Int32>?, now: Date, prepared: inout [Prepared]) {
+        let pending = lateDevices.state.withLock { $0.late }
+        guard !pending.isEmpty else { return }
         var settled: [String] = []
-        var copies: [String: (memory: ActivityMemory, requests: [PushRequest])] = [:]
+        var copies: [String: [PushRequest]] = [:]
         for (key, readAt) in pending.sorted(by: { $0.key < $1.key }) {
-            guard let (activityKey, deviceId) = MessageKey.splitDevice(key), now.timeIntervalSince(readAt) <= Self.lateDeviceWait,
-                let token = tokens.token(forKey: key), token.state == .active
-            else {
+            guard let (activityKey, _) = MessageKey.splitDevice(key), now.timeIntervalSince(readAt) <= Self.lateDeviceWait else {
                 settled.append(key)
                 continue
             }
             // Not known here, or another instance's: looked at again (the partition may come here).
-            guard !skipping.contains(activityKey), let memory = state.memory(activityKey), let latest = memory.latest,
-                ActivityMemories.isOwned(memory, by: owned)
-            else { continue }
-            // Made once the table held the record: the device had its copy then.
-            if latest.createdAt >= readAt || !(memory.isLive || memory.ended) || (memory.ended && (token.activityStartedAt ?? token.registeredAt) > latest.createdAt) {
+            guard let memory = state.memory(activityKey), let latest = memory.latest, ActivityMemories.isOwned(memory, by: owned) else { continue }
+            // Only the owner's devices, one per token. (The content as made for the first device:
+            // its version and language; the next event's copy is made for this one's.)
+            guard let device = deviceTokens(of: activityKey).first(where: { $0.key == key }), latest.createdAt < readAt, !memory.ended || (device.token.activityStartedAt ?? device.token.registeredAt) <= latest.createdAt
+            else {
                 settled.append(key)
                 continue
             }
-            guard let full = memory.latestRequest, Self.isCopied(full) else {
-                if memory.latestRequest == nil, let position = memory.payloadToRead,
-                    !state.payloadsToRead.contains(where: { $0.activityKey == activityKey })
-                {
-                    state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
-                } else if memory.latestRequest != nil || memory.payloadToRead == nil {
+            guard let full = memory.latestRequest else {
+                if let position = memory.payloadToRead {
+                    if !state.payloadsToRead.contains(where: { $0.activityKey == activityKey }) {
+                        state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
+                    }
+                } else {
                     settled.append(key)
                 }
                 continue
             }
-            var copy = Self.copy(of: full, for: DeviceToken(key: key, deviceId: deviceId, token: token), payload: Self.withoutAlert(full.payload))
-            copy.requestId = RequestIds.catchUp(of: full.requestId, deviceId: deviceId)
-            copy.alerting = false
-            copies[activityKey, default: (memory, [])].requests.append(copy)
             settled.append(key)
+            guard Self.isCopied(full),
+                let again = assembler.followUp(
+                    memory.ended ? .end(.clientEnded) : .resend, of: full, requestId: RequestIds.catchUp(of: full.requestId, deviceId: device.deviceId),
+                    timestamp: full.apnsTimestamp, now: now)
+            else { continue }
+            var copy = Self.copy(of: again, for: device, payload: again.payload)
+            copy.requestId = again.requestId
+            copies[activityKey, default: []].append(copy)
         }
-        lateDevices.seen.withLock { late in for key in settled where late[key] == pending[key] { late[key] = nil } }
-        return copies.sorted { $0.key < $1.key }.map { Prepared(requests: $0.value.requests, shrinks: [], activityKey: $0.key, memory: $0.value.memory) }
-    }
-
-    /// `payload` without its alert and sound (content a phone shows again must not ring it again).
-    static func withoutAlert(_ payload: String) -> String {
-        guard case .object(var root)? = JSONReader.value(of: Array(payload.utf8)), case .object(var aps)? = root["aps"],
-            aps["alert"] != nil || aps["sound"] != nil
-        else { return payload }
-        aps["alert"] = nil
-        aps["sound"] = nil
-        root["aps"] = .object(aps)
-        return String(decoding: JSONValue.object(root).jsonBytes, as: UTF8.self)
+        lateDevices.state.withLock { lateState in for key in settled where lateState.late[key] == pending[key] { lateState.late[key] = nil } }
+        for (activityKey, requests) in copies.sorted(by: { $0.key < $1.key }) {
+            if let index = prepared.firstIndex(where: { $0.activityKey == activityKey }) {
+                prepared[index].requests = requests + prepared[index].requests
+            } else {
+                prepared.append(Prepared(requests: requests, shrinks: [], activityKey: activityKey, memory: nil))
+            }
+        }
     }
 }

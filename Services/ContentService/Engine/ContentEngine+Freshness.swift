@@ -29,7 +29,7 @@ extension ContentEngine {
             state.examinedInLastSweep = due.count
             state.payloadsToRead = []
             var prepared = due.compactMap { slot in look(at: slot, in: &state, owned: owned, now: now, policy: policy) }
-            prepared += catchUpDevices(in: &state, owned: owned, now: now, skipping: Set(prepared.map(\.activityKey)))
+            catchUpDevices(in: &state, owned: owned, now: now, prepared: &prepared)
             state.pruneStartOwners()
             return prepared
         }

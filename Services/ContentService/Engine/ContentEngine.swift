@@ -32,7 +32,7 @@ public final class ContentEngine: Sendable {
     let checksAssembledAhead: Bool
     let assembledAheadMismatches = Atomic<Int>(0)
     /// Records of activities' other devices this instance's table read, and when: their latest
-    /// content may have been made without them (``catchUpDevices(in:owned:now:skipping:)``).
+    /// content may have been made without them (``catchUpDevices(in:owned:now:prepared:)``).
     let lateDevices = LateDevices()
 
     public init(
@@ -45,9 +45,9 @@ public final class ContentEngine: Sendable {
         self.state = Mutex(ActivityMemories(heldKey: { [tokens] in tokens.heldKey($0) }))
         self.freshness = freshness
         self.clock = clock
-        tokens.onApply { [lateDevices] key in
+        tokens.onApply { [lateDevices, tokens] key in
             guard MessageKey.splitDevice(key) != nil else { return }
-            lateDevices.seen.withLock { late in if late.count < Self.maximumLateDevices { late[key] = clock.date } }
+            lateDevices.applied(key, token: tokens.token(forKey: key), at: clock.date)
         }
     }
 
@@ -67,7 +67,9 @@ public final class ContentEngine: Sendable {
         public var shrinks: [String]
         /// The activity, of its app (`<bundleId>/<activityId>`).
         public let activityKey: String
-        let memory: ActivityMemory
+        /// The activity's memory once they are persisted; `nil`: they change nothing of it (copies
+        /// to a device registered late).
+        let memory: ActivityMemory?
         /// The freshness monitor ended the activity by itself, for this reason: its token is to be
         /// invalidated in token-registry once the end is persisted.
         public var invalidation: InvalidationReason? = nil
@@ -77,7 +79,7 @@ public final class ContentEngine: Sendable {
     public func commit(_ prepared: Prepared) {
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
-            state.set(prepared.activityKey, prepared.memory, now: now, policy: policy)
+            if let memory = prepared.memory { state.set(prepared.activityKey, memory, now: now, policy: policy) }
             for request in prepared.requests { if let key = request.pushToStartKey { state.startOwners[key] = prepared.activityKey } }
         }
     }

@@ -89,7 +89,8 @@ public struct FreshnessMonitor: Service {
                 try await sender.enqueue(prepared) { [invalidations] in
                     if let invalidation { invalidations.add(invalidation) }
                 }
-                for request in prepared.requests {
+                // (A device's catch-up copy is not the monitor's own re-send or end.)
+                for request in prepared.requests where !request.isDeviceCopy {
                     let action = request.event == .end ? "end" : "resend"
                     metrics.freshnessAction(action)
                     logger.info("freshness monitor", metadata: ["activity.key": "\(prepared.activityKey)", "action": "\(action)"])

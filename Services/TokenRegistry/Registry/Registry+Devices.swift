@@ -34,7 +34,7 @@ extension Registry {
         let deviceKey = MessageKey.device(bundleId: bundleId, activityId: activityId, deviceId: deviceId)
         if let device = table.record(forKey: deviceKey) { return device.userId == user ? deviceKey : nil }
         guard quotas.devicesPerActivity > 1, let own, let first = own.deviceId, first != deviceId else { return nil }
-        let following = 1 + devices.filter { $0.record.state == .active }.count
+        let following = (own.state == .active ? 1 : 0) + devices.filter { $0.record.state == .active }.count
         guard following < quotas.devicesPerActivity else {
             throw APIError(
                 .tooManyRequests, .quotaExceeded, field: "deviceId",
@@ -116,7 +116,7 @@ extension Registry {
     func deviceRecordKey(_ activityKey: String, deviceId: String?, user: String) throws(APIError) -> String {
         guard let given = deviceId else {
             // Which device's? Not the first device's by default: that one may still show it.
-            guard deviceViews(of: activityKey, user: user).isEmpty else {
+            guard !deviceViews(of: activityKey, user: user).contains(where: { $0.state == .active }) else {
                 throw APIError(.conflict, .conflict, field: "deviceId", reason: "the activity is followed on several devices: name the device")
             }
             return activityKey
@@ -140,34 +140,77 @@ extension Registry {
     /// A record of an activity's own key read behind this instance's registration of that key
     /// (``ownRegistrations``): another instance registered the activity a moment before, from
     /// another device of the same user, and this instance — its table not having read that yet —
-    /// registered its own device's token over it instead of beside it. The earlier device's record
-    /// is written again under its device's key (unless that key has one), as a registration that
-    /// saw it would have done. Only its writer repairs; a restart reads the same and writes nothing.
+    /// registered its own device's token over it instead of beside it. The last record read before
+    /// the registration decides, once the reader reaches the registration itself: when it is
+    /// another device's active registration of the same user, it is written again under that
+    /// device's key (unless the key has a record), under the activity's lock and only while the
+    /// activity's own record is still this registration's and the device quota allows — as a
+    /// registration that saw it would have done. Only its writer repairs, once.
     @discardableResult
-    func readBehindRegistration(_ behind: TokenRecord, key: String, at position: TokenTable.Position) -> Task<Void, Never>? {
-        guard quotas.devicesPerActivity > 1, behind.kind == .update, behind.deviceKeyed != true, behind.state == .active,
-            let lostDevice = behind.deviceId, let activityId = behind.activityId
+    func readBehindRegistration(_ record: TokenRecord, key: String, at position: TokenTable.Position) -> Task<Void, Never>? {
+        guard quotas.devicesPerActivity > 1, record.kind == .update, record.deviceKeyed != true else { return nil }
+        let behind = ownRegistrations.withLock { own -> TokenRecord? in
+            guard var mine = own[key], mine.position.partition == position.partition else { return nil }
+            if position.offset < mine.position.offset {
+                if (mine.behind?.position.offset ?? .min) < position.offset { mine.behind = (record, position) }
+                own[key] = mine
+                return nil
+            }
+            guard position == mine.position else { return nil }
+            own[key] = nil
+            return mine.behind?.record
+        }
+        guard let behind else { return nil }
+        return repairLostDevice(behind, key: key, over: position)
+    }
+
+    /// The feed read a record of an activity's own key (`registration`) that replaced `lost` in the
+    /// table: when that is another instance's registration of the user's second device written
+    /// over the first's within moments (its table had not read the first yet: both registered the
+    /// activity), the first device's is written again as that device's record. A registration
+    /// replaces another device's own record in no other way while devices are kept apart; the
+    /// moments rule out a rotation written before (``Quotas/devicesPerActivity`` was 1 then) read
+    /// again at start-up. Any instance that reads it repairs (the first finds nothing to do).
+    @discardableResult
+    func readOver(_ lost: TokenRecord, by registration: TokenRecord, key: String, at position: TokenTable.Position) -> Task<Void, Never>? {
+        guard quotas.devicesPerActivity > 1, registration.kind == .update, registration.deviceKeyed != true, lost.deviceKeyed != true,
+            registration.state == .active, registration.registeredAt == registration.updatedAt,
+            registration.registeredAt.timeIntervalSince(lost.updatedAt) < 60, now().timeIntervalSince(registration.registeredAt) < 600
         else { return nil }
-        guard let mine = ownRegistrations.withLock({ $0[key]?.position }), mine.partition == position.partition, position.offset < mine.offset,
-            table.position(forKey: key) == mine, let current = table.record(forKey: key), current.userId == behind.userId,
-            let device = current.deviceId, device != lostDevice, current.token != behind.token
+        return repairLostDevice(lost, key: key, over: position)
+    }
+
+    /// Writes `lost` (an activity's own record another device's registration wrote over) again as
+    /// its device's record, when it was active, another device's of the same user and token, its
+    /// device has no record yet, and — under the activity's lock — the own record is still the one
+    /// at `position`, active, and the device quota allows.
+    private func repairLostDevice(_ behind: TokenRecord, key: String, over position: TokenTable.Position) -> Task<Void, Never>? {
+        guard behind.state == .active, let lostDevice = behind.deviceId, let activityId = behind.activityId,
+            let current = table.record(forKey: key), current.userId == behind.userId, let device = current.deviceId, device != lostDevice,
+            current.token != behind.token
         else { return nil }
         let deviceKey = MessageKey.device(bundleId: behind.app.bundleId, activityId: activityId, deviceId: lostDevice)
         guard table.record(forKey: deviceKey) == nil else { return nil }
-        let logger = self.logger
+        let (logger, table) = (self.logger, self.table)
         return Task {
             do {
-                let response = try await self.write(key: deviceKey) { existing, now throws(APIError) in
-                    if let existing { return (existing, .unchanged) }
-                    var again = behind
-                    again.deviceKeyed = true
-                    again.updatedAt = now
-                    return (again, .registered)
-                }
-                if response.change == .registered {
-                    logger.notice(
-                        "a device's registration another instance wrote over was written again as that device's",
-                        metadata: ["token.key": "\(deviceKey)", "token.fingerprint": "\(TokenFingerprint.of(token: behind.token))"])
+                try await self.locks.withLock("activity:" + key) { () async throws(APIError) -> Void in
+                    // Still this registration's, not ended, and room for one more device.
+                    guard table.position(forKey: key) == position, let own = table.record(forKey: key), own.state == .active,
+                        own.userId == behind.userId, (try? self.registrationKey(activityKey: key, deviceId: lostDevice, token: behind.token, user: behind.userId)) == deviceKey
+                    else { return }
+                    let response = try await self.write(key: deviceKey) { existing, now throws(APIError) in
+                        if let existing { return (existing, .unchanged) }
+                        var again = behind
+                        again.deviceKeyed = true
+                        again.updatedAt = now
+                        return (again, .registered)
+                    }
+                    if response.change == .registered {
+                        logger.notice(
+                            "a device's registration another instance wrote over was written again as that device's",
+                            metadata: ["token.key": "\(deviceKey)", "token.fingerprint": "\(TokenFingerprint.of(token: behind.token))"])
+                    }
                 }
             } catch {
                 logger.error("a device's registration written over could not be written again", metadata: ["token.key": "\(deviceKey)", "error": "\(error)"])

@@ -73,7 +73,8 @@ extension Registry {
             guard current.attributesType == attributesType else {
                 throw APIError(.conflict, .conflict, field: "attributesType", reason: "an activity keeps the attributes type it was registered with")
             }
-            if current.state == .invalidated, let reason = current.invalidation?.reason, !reason.isFromAPNs {
+            if current.state == .invalidated, let invalidation = current.invalidation, !invalidation.reason.isFromAPNs || invalidation.everyDevice == true {
+                let reason = invalidation.reason
                 throw APIError(.conflict, .conflict, field: "activityId", reason: "the activity has ended (\(reason.rawValue)): start a new one")
             }
             var next = current

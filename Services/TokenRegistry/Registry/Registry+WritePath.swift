@@ -56,13 +56,12 @@ extension Registry {
                     .serviceUnavailable, .unavailable,
                     reason: "the change was not acknowledged by Kafka and is not confirmed; retry (repeating it is safe)")
             }
-            await self.apply(next, key: key, at: position, replacing: legacyKey)
             if change == .registered, next.kind == .update, next.deviceKeyed != true, self.quotas.devicesPerActivity > 1, let position {
-                let at = now()
-                self.ownRegistrations.withLock { own in
-                    own = own.filter { at.timeIntervalSince($0.value.at) < 600 }
-                    own[key] = (position, at)
-                }
+                // An activity's own record registered over nothing this table held: another
+                // instance's registration of it may land just before (readBehindRegistration).
+                self.noteOwnRegistration(next, key: key, at: position)
+            } else {
+                await self.apply(next, key: key, at: position, replacing: legacyKey)
             }
             metrics.changed(next.kind, change)
             if change == .invalidated, let reason = next.invalidation?.reason { metrics.invalidated(reason) }
@@ -78,6 +77,21 @@ extension Registry {
     /// per app), that key is deleted from the topic, or compaction would keep the old record for
     /// ever. A reader that meets the old record keeps the newer one (same partition, later
     /// offset); a tombstone Kafka refuses is tried again by the next ``sweep(invalidatedFor:)``.
+    /// Notes an own registration (``ownRegistrations``) and applies it; a record of the key the
+    /// table took between the decision and now — read from the topic before it — is the one before it.
+    private func noteOwnRegistration(_ record: TokenRecord, key: String, at position: TokenTable.Position) {
+        let at = now()
+        ownRegistrations.withLock { own in
+            // (Pruned now and then, not on every registration.)
+            if own.count >= 1_024, own.count.isMultiple(of: 1_024) { own = own.filter { at.timeIntervalSince($0.value.at) < 600 } }
+            own[key] = OwnRegistration(position: position, at: at)
+        }
+        let (_, replaced) = table.applyReplacing(record, key: key, at: position)
+        if let replaced, let before = replaced.position, before.partition == position.partition, before.offset < position.offset {
+            readBehindRegistration(replaced.record, key: key, at: before)
+        }
+    }
+
     func apply(_ record: TokenRecord, key: String, at position: TokenTable.Position?, replacing legacyKey: String?) async {
         table.apply(record, key: key, at: position)
         guard let legacyKey else { return }

@@ -61,7 +61,14 @@ public final class Registry: Sendable {
     /// before from another device of the user, unseen here: when the reader reaches that record,
     /// behind this one, it is written again as that device's record
     /// (``readBehindRegistration(_:key:at:)``). Kept 10 minutes, with several devices only.
-    let ownRegistrations = Mutex<[String: (position: TokenTable.Position, at: Date)]>([:])
+    let ownRegistrations = Mutex<[String: OwnRegistration]>([:])
+
+    struct OwnRegistration {
+        var position: TokenTable.Position
+        var at: Date
+        /// The last record of the key read before it.
+        var behind: (record: TokenRecord, position: TokenTable.Position)?
+    }
 
     struct OwnInvalidation {
         var position: TokenTable.Position

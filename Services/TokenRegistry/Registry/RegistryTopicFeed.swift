@@ -14,10 +14,12 @@ struct RegistryTopicFeed: TokenTopicTable {
     @discardableResult
     func apply(_ record: TokenRecord, key: String, partition: Int32, offset: Int64) -> Bool {
         let position = TokenTable.Position(partition: partition, offset: offset)
-        let applied = registry.table.apply(record, key: key, at: position)
+        let (applied, replaced) = registry.table.applyReplacing(record, key: key, at: position)
         if !applied {
             registry.readBehind(record, key: record.key ?? key, at: position)
             registry.readBehindRegistration(record, key: record.key ?? key, at: position)
+        } else if let replaced {
+            registry.readOver(replaced.record, by: record, key: record.key ?? key, at: position)
         }
         return applied
     }
