@@ -32,7 +32,7 @@ public enum RequestIds {
     }
 
     /// The latest content sent again to a device of its activity that registered after it was made
-    /// (``ContentEngine/catchUpDevices(in:owned:now:)``).
+    /// (``ContentEngine/catchUpDevices(in:owned:now:prepared:)``).
     public static func catchUp(of requestId: String, deviceId: String) -> String {
         make("catch-up:\(requestId):\(deviceId)")
     }

@@ -81,9 +81,10 @@ extension ContentEngine {
         request.activityId != nil && !request.isBroadcast && !request.isDeviceCopy
     }
 
-    static func copy(of request: PushRequest, for device: DeviceToken, payload: String) -> PushRequest {
+    /// - Parameter requestId: the copy's id (by default derived from the request's, ``RequestIds/copy(of:deviceId:)``).
+    static func copy(of request: PushRequest, for device: DeviceToken, payload: String, requestId: String? = nil) -> PushRequest {
         var copy = request
-        copy.requestId = RequestIds.copy(of: request.requestId, deviceId: device.deviceId)
+        copy.requestId = requestId ?? RequestIds.copy(of: request.requestId, deviceId: device.deviceId)
         copy.deviceId = device.deviceId
         copy.payload = payload
         copy.tokenRegisteredAt = device.token.registeredAt
@@ -186,9 +187,7 @@ extension ContentEngine {
                     memory.ended ? .end(.clientEnded) : .resend, of: full, requestId: RequestIds.catchUp(of: full.requestId, deviceId: device.deviceId),
                     timestamp: full.apnsTimestamp, now: now)
             else { continue }
-            var copy = Self.copy(of: again, for: device, payload: again.payload)
-            copy.requestId = again.requestId
-            copies[activityKey, default: []].append(copy)
+            copies[activityKey, default: []].append(Self.copy(of: again, for: device, payload: again.payload, requestId: again.requestId))
         }
         lateDevices.state.withLock { lateState in for key in settled where lateState.late[key] == pending[key] { lateState.late[key] = nil } }
         for (activityKey, requests) in copies.sorted(by: { $0.key < $1.key }) {

@@ -79,7 +79,7 @@ extension ContentEngine {
         var floor: Int64?
         /// The registration of the request key's own token.
         var registeredAt: Date?
-        /// The activity's other devices' active tokens (``deviceCopies(of:_:images:now:)``).
+        /// The activity's other devices' active tokens (``withDeviceCopies(_:event:_:images:now:)``).
         var devices: [DeviceToken] = []
     }
 

@@ -149,18 +149,7 @@ extension Registry {
     @discardableResult
     func readBehindRegistration(_ record: TokenRecord, key: String, at position: TokenTable.Position) -> Task<Void, Never>? {
         guard quotas.devicesPerActivity > 1, record.kind == .update, record.deviceKeyed != true else { return nil }
-        let behind = ownRegistrations.withLock { own -> TokenRecord? in
-            guard var mine = own[key], mine.position.partition == position.partition else { return nil }
-            if position.offset < mine.position.offset {
-                if (mine.behind?.position.offset ?? .min) < position.offset { mine.behind = (record, position) }
-                own[key] = mine
-                return nil
-            }
-            guard position == mine.position else { return nil }
-            own[key] = nil
-            return mine.behind?.record
-        }
-        guard let behind else { return nil }
+        guard let behind = ownRegistrations.withLock({ $0.read(record, key: key, at: position) })?.behind?.record else { return nil }
         return repairLostDevice(behind, key: key, over: position)
     }
 

@@ -69,10 +69,7 @@ extension Registry {
             let position = try await self.publisher.publish(next)
             await self.apply(next, key: key, at: position, replacing: legacyKey)
             if let position, let verdict = TokenVerdict(outcome) {
-                self.ownInvalidations.withLock { own in
-                    own = own.filter { now.timeIntervalSince($0.value.at) < 600 }
-                    own[key] = OwnInvalidation(position: position, verdict: verdict, at: now)
-                }
+                self.ownInvalidations.withLock { $0.wrote(key, at: position, note: verdict, now: now) }
             }
             self.metrics.invalidated(reason)
             self.metrics.changed(next.kind, .invalidated)
@@ -100,22 +97,11 @@ extension Registry {
     /// repairs). An end, another invalidation, or a registration the verdict kills stands.
     @discardableResult
     func readBehind(_ record: TokenRecord, key: String, at position: TokenTable.Position) -> Task<Void, Never>? {
-        let decision = ownInvalidations.withLock { own -> (TokenRecord, TokenTable.Position)? in
-            guard var mine = own[key], mine.position.partition == position.partition else { return nil }
-            if position.offset < mine.position.offset {
-                if (mine.behind?.position.offset ?? .min) < position.offset { mine.behind = (record, position) }
-                own[key] = mine
-                return nil
-            }
-            guard position == mine.position else { return nil }
-            // The reader reached the invalidation: decided once.
-            own[key] = nil
-            guard let (last, _) = mine.behind, last.state == .active,
-                !mine.verdict.kills(fingerprint: TokenFingerprint.of(token: last.token), registeredAt: last.registeredAt)
-            else { return nil }
-            return (last, mine.position)
-        }
-        guard let (record, invalidation) = decision else { return nil }
+        // The reader reached the invalidation: decided once.
+        guard let mine = ownInvalidations.withLock({ $0.read(record, key: key, at: position) }), let (record, _) = mine.behind,
+            record.state == .active, !mine.note.kills(fingerprint: TokenFingerprint.of(token: record.token), registeredAt: record.registeredAt)
+        else { return nil }
+        let invalidation = mine.position
         let logger = self.logger
         return Task {
             do {

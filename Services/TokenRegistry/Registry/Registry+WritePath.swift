@@ -72,26 +72,22 @@ extension Registry {
         }
     }
 
-    /// Applies a record Kafka acknowledged under `key` to the table. When the record it replaces
-    /// was under the bare activity id on the topic (`legacyKey`: written before ids were scoped
-    /// per app), that key is deleted from the topic, or compaction would keep the old record for
-    /// ever. A reader that meets the old record keeps the newer one (same partition, later
-    /// offset); a tombstone Kafka refuses is tried again by the next ``sweep(invalidatedFor:)``.
     /// Notes an own registration (``ownRegistrations``) and applies it; a record of the key the
     /// table took between the decision and now — read from the topic before it — is the one before it.
     private func noteOwnRegistration(_ record: TokenRecord, key: String, at position: TokenTable.Position) {
-        let at = now()
-        ownRegistrations.withLock { own in
-            // (Pruned now and then, not on every registration.)
-            if own.count >= 1_024, own.count.isMultiple(of: 1_024) { own = own.filter { at.timeIntervalSince($0.value.at) < 600 } }
-            own[key] = OwnRegistration(position: position, at: at)
-        }
+        let date = now()
+        ownRegistrations.withLock { $0.wrote(key, at: position, note: (), now: date) }
         let (_, replaced) = table.applyReplacing(record, key: key, at: position)
         if let replaced, let before = replaced.position, before.partition == position.partition, before.offset < position.offset {
             readBehindRegistration(replaced.record, key: key, at: before)
         }
     }
 
+    /// Applies a record Kafka acknowledged under `key` to the table. When the record it replaces
+    /// was under the bare activity id on the topic (`legacyKey`: written before ids were scoped
+    /// per app), that key is deleted from the topic, or compaction would keep the old record for
+    /// ever. A reader that meets the old record keeps the newer one (same partition, later
+    /// offset); a tombstone Kafka refuses is tried again by the next ``sweep(invalidatedFor:)``.
     func apply(_ record: TokenRecord, key: String, at position: TokenTable.Position?, replacing legacyKey: String?) async {
         table.apply(record, key: key, at: position)
         guard let legacyKey else { return }

@@ -55,27 +55,13 @@ public final class Registry: Sendable {
     /// instance may have written the key just before (a confirmation, a rotation), unseen by this
     /// one's table (its reader lags the topic): when the reader reaches the invalidation, that last
     /// record decides (``readBehind(_:key:at:)``). Kept 10 minutes.
-    let ownInvalidations = Mutex<[String: OwnInvalidation]>([:])
+    let ownInvalidations = Mutex(OwnWrites<TokenVerdict>())
     /// An activity's own records this instance registered (`registered`: its table held none),
     /// by key: where each landed, and when. Another instance may have registered the activity just
     /// before from another device of the user, unseen here: when the reader reaches that record,
     /// behind this one, it is written again as that device's record
     /// (``readBehindRegistration(_:key:at:)``). Kept 10 minutes, with several devices only.
-    let ownRegistrations = Mutex<[String: OwnRegistration]>([:])
-
-    struct OwnRegistration {
-        var position: TokenTable.Position
-        var at: Date
-        /// The last record of the key read before it.
-        var behind: (record: TokenRecord, position: TokenTable.Position)?
-    }
-
-    struct OwnInvalidation {
-        var position: TokenTable.Position
-        var verdict: TokenVerdict
-        var at: Date
-        var behind: (record: TokenRecord, position: TokenTable.Position)?
-    }
+    let ownRegistrations = Mutex(OwnWrites<Void>())
 
     /// `tickets`: verifies the activity tickets of registrations (`nil`: none configured; a
     /// registration that sends one is refused).
