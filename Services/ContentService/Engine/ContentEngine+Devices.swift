@@ -37,7 +37,8 @@ extension ContentEngine {
 
     /// `requests`, each preceded by its copies for the activity's other devices (written first: a
     /// writer that dies between them leaves the activity's own request unwritten, and the event,
-    /// read again, makes both again — the copies' ids too, which the dispatcher takes once). A
+    /// read again, makes both again — the copies' ids too, which the dispatcher takes once; but a
+    /// copy Kafka refuses while it takes the request after it is not made again: seed 19734). A
     /// device whose app version or language differs from the token the requests were made for gets
     /// its content assembled for its own (from the same memory, so the same ids, sequence and
     /// timestamps); one its version cannot show (the template refuses it) gets no copy of this
