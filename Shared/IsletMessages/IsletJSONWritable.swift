@@ -56,6 +56,7 @@ extension PushOutcome: IsletJSONWritable {
         object.string("activityId", activityId, into: &out)
         object.string("announcementId", announcementId, into: &out)
         object.object("apns", apns, into: &out)
+        object.integer("apnsTimestamp", apnsTimestamp, into: &out)
         object.integer("attempts", Int64(attempts), into: &out)
         object.string("attributesType", attributesType, into: &out)
         object.string("bundleId", bundleId, into: &out)

@@ -75,13 +75,18 @@ public struct PushOutcome: IsletMessage {
     /// The request's ``PushRequest/deviceId``: the outcome of a copy for one more device of the
     /// activity, about that device's token only. Absent otherwise (additive).
     public var deviceId: String?
+    /// The `aps.timestamp` the attempt carried (the request's ``PushRequest/apnsTimestamp``, or a
+    /// later one the dispatcher stamped: newer content never goes with a timestamp older than what
+    /// the activity was sent, which iOS would ignore), on outcomes of requests that were attempted.
+    /// Absent otherwise, and in outcomes written before it existed (additive).
+    public var apnsTimestamp: Int64?
 
     public init(
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, result: PushResult,
         apns: APNsResponse? = nil, priorityUsed: Int? = nil, attempts: Int, latencyMilliseconds: Double? = nil,
         tokenFingerprint: String? = nil, supersededBy: String? = nil, detail: String? = nil, completedAt: Date,
         bundleId: String? = nil, attributesType: String? = nil, channelId: String? = nil, contentSequence: Int64? = nil,
-        announcementId: String? = nil, deviceId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        announcementId: String? = nil, deviceId: String? = nil, apnsTimestamp: Int64? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
@@ -102,6 +107,7 @@ public struct PushOutcome: IsletMessage {
         self.contentSequence = contentSequence
         self.announcementId = announcementId
         self.deviceId = deviceId
+        self.apnsTimestamp = apnsTimestamp
     }
 
     /// The request's key: the activity of its app (`<bundleId>/<activityId>`; the bare activity id

@@ -329,6 +329,81 @@ struct HandOffTests {
         #expect(h.sink.final.last?.result == .coalesced, "a's floor stands after 150 raises")
     }
 
+    /// A request stamped `timestamp` (payload and ``PushRequest/apnsTimestamp`` alike).
+    private func stamped(_ h: EngineHarness, _ activity: String, _ event: ActivityEventKind = .update, sequence: Int64, timestamp: Int64) -> PushRequest {
+        var request = h.request(activity, event, sequence: sequence)
+        request.apnsTimestamp = timestamp
+        request.payload = payload(event: event.rawValue, timestamp: timestamp, extra: #","sequence":\#(sequence)"#)
+        return request
+    }
+
+    /// The `aps.timestamp` of each push sent, in order.
+    private func sentTimestamps(_ h: EngineHarness) -> [Int64] {
+        h.sender.sent.map { push in
+            let json = try? JSONSerialization.jsonObject(with: Data(push.payload.readableBytesView)) as? [String: Any]
+            return ((json?["aps"] as? [String: Any])?["timestamp"] as? NSNumber)?.int64Value ?? -1
+        }
+    }
+
+    @Test("newer content stamped older than what the activity was sent goes with the newest timestamp sent; older content and equal stamps go as they are")
+    func newerContentIsNeverStampedOlder() throws {
+        // Seed 10099: the next owner of a content-service partition wrote #6 at t41; requests the
+        // stopped instance had stamped t31 (#6–#8) were stored after it.
+        let h = EngineHarness()
+        h.register("a", token: hexToken(1))
+        let sixAgain = stamped(h, "a", sequence: 6, timestamp: 1_795_000_041)
+        h.submit(sixAgain)
+        var six = stamped(h, "a", sequence: 6, timestamp: 1_795_000_031)
+        six.requestId = sixAgain.requestId
+        h.submit(six)
+        let eight = stamped(h, "a", sequence: 8, timestamp: 1_795_000_031)
+        h.submit(eight)
+        #expect(sentTimestamps(h) == [1_795_000_041, 1_795_000_041], "#8 goes with t41, not t31, which the phone would ignore")
+        let outcomes = h.outcomes(2)
+        #expect(outcomes.count == 2, "the copy of a finished request gets none")
+        let delivered = try #require(outcomes.first { $0.requestId == eight.requestId })
+        #expect(delivered.result == .delivered && delivered.apnsTimestamp == 1_795_000_041, "the outcome says which timestamp went")
+        #expect(outcomes.first { $0.requestId == sixAgain.requestId }?.apnsTimestamp == 1_795_000_041)
+        // Older content is still held back (not restamped to overtake newer); an end stamped
+        // older goes with the newest timestamp; an equal stamp is not older.
+        h.submit(stamped(h, "a", sequence: 7, timestamp: 1_795_000_050))
+        #expect(h.sink.final.last?.result == .coalesced)
+        h.submit(stamped(h, "a", sequence: 9, timestamp: 1_795_000_041))
+        h.submit(stamped(h, "a", .end, sequence: 9, timestamp: 1_795_000_035))
+        #expect(sentTimestamps(h).suffix(2) == [1_795_000_041, 1_795_000_041])
+        // Retried (APNs answered 503), a restamped request keeps its new timestamp.
+        let other = EngineHarness()
+        other.register("b", token: hexToken(2))
+        other.submit(stamped(other, "b", sequence: 2, timestamp: 1_795_000_060))
+        other.sender.script(hexToken(2), [APNsAnswer(status: 503, reason: "ServiceUnavailable")])
+        other.submit(stamped(other, "b", sequence: 3, timestamp: 1_795_000_040))
+        other.until { other.sender.sent.count == 3 }
+        #expect(sentTimestamps(other) == [1_795_000_060, 1_795_000_060, 1_795_000_060])
+        #expect(other.sink.final.last?.result == .delivered && other.sink.final.last?.apnsTimestamp == 1_795_000_060)
+    }
+
+    @Test("the next owner of a dispatcher partition takes the newest timestamp sent from the outcomes it reads, and restamps newer content older than it")
+    func timestampFloorCrossesAHandOff() throws {
+        let now = Date(timeIntervalSince1970: 1_795_000_000)
+        func outcome(_ id: String, _ result: PushResult, sequence: Int64, timestamp: Int64?, attempts: Int = 1) -> PushOutcome {
+            PushOutcome(
+                requestId: id, activityId: "a", result: result, attempts: attempts, completedAt: now, bundleId: "com.example.food",
+                contentSequence: sequence, apnsTimestamp: timestamp)
+        }
+        let ids = read([
+            outcome("1", .delivered, sequence: 6, timestamp: 1_795_000_041), outcome("2", .delivered, sequence: 5, timestamp: 1_795_000_045),
+            outcome("3", .coalesced, sequence: 9, timestamp: nil, attempts: 0), outcome("4", .delivered, sequence: 4, timestamp: nil),
+        ])
+        #expect(ids.floors["com.example.food/a"] == RecentOutcomes.Floor(sequence: 6, requestId: "1", timestamp: 1_795_000_045))
+        let h = EngineHarness()
+        h.own([0])
+        h.alreadyFinished(ids, partition: 0)
+        h.register("a", token: hexToken(1))
+        h.submit(stamped(h, "a", sequence: 8, timestamp: 1_795_000_031), partition: 0)
+        #expect(sentTimestamps(h) == [1_795_000_045])
+        #expect(h.machine.floors["com.example.food/a"]?.timestamp == 1_795_000_045)
+    }
+
     @Test("the outcomes read: a final outcome ends a request's records; retrying takes back a sending; delivered and sent content raise the activity's floor")
     func readingTheOutcomes() {
         let now = Date(timeIntervalSince1970: 1_795_000_000)

@@ -257,7 +257,7 @@ enum Examples {
         requestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", activityId: "order-42", result: .delivered,
         apns: .init(status: 200, apnsId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B"), priorityUsed: 10, attempts: 1,
         latencyMilliseconds: 187.6, tokenFingerprint: "48160203cc296dc0", completedAt: utc(2026, 11, 22, 10, 15, 30, 402),
-        bundleId: foodApp.bundleId, attributesType: "DeliveryAttributes", contentSequence: 3)
+        bundleId: foodApp.bundleId, attributesType: "DeliveryAttributes", contentSequence: 3, apnsTimestamp: 1_795_083_330)
 
     static let pushOutcomeTokenInvalid = PushOutcome(
         requestId: "5A0FA772-2594-4FEB-A31A-BD2B593AEA89", activityId: "ride-7f3a9c", result: .tokenInvalid,

@@ -7,6 +7,7 @@ struct DispatcherMetrics: Sendable {
     private let requests = Counter(label: "islet_dispatcher_requests_total")
     private let duplicates = Counter(label: "islet_dispatcher_duplicates_total")
     private let retries = Counter(label: "islet_dispatcher_retries_total")
+    private let restamps = Counter(label: "islet_dispatcher_restamped_total")
     private let inFlightGauge = Gauge(label: "islet_dispatcher_in_flight")
     private let sendWindowGauge = Gauge(label: "islet_dispatcher_send_window")
     private let budget = Recorder(label: "islet_dispatcher_budget_remaining", aggregate: true)
@@ -30,6 +31,9 @@ struct DispatcherMetrics: Sendable {
     func duplicate() { duplicates.increment() }
     /// `islet_dispatcher_retries_total`.
     func retried() { retries.increment() }
+    /// `islet_dispatcher_restamped_total`: newer content sent with a later `aps.timestamp` than its
+    /// request's, which was older than one already sent to the activity (two writers within a rebalance).
+    func restamped() { restamps.increment() }
     /// `islet_dispatcher_in_flight`: pushes waiting for APNs's answer.
     func inFlight(_ count: Int) { inFlightGauge.record(Double(count)) }
     /// `islet_dispatcher_send_window`: how many pushes may wait for APNs's answer at once now (``SendWindow``).

@@ -38,6 +38,19 @@ public struct RecentOutcomes: Sendable {
         self.logger = logger
     }
 
+    /// The newest content sent to an activity, as the outcomes of attempts that may have reached
+    /// the phone tell it, and the newest `aps.timestamp` they carried (`nil` if none said: outcomes
+    /// written before they carried it).
+    public struct Floor: Sendable, Equatable {
+        public var sequence: Int64
+        public var requestId: String
+        public var timestamp: Int64?
+
+        public init(sequence: Int64, requestId: String, timestamp: Int64? = nil) {
+            (self.sequence, self.requestId, self.timestamp) = (sequence, requestId, timestamp)
+        }
+    }
+
     /// What the partitions' recent outcomes say.
     public struct Ids: Sendable {
         /// With a final outcome: not sent again.
@@ -49,7 +62,7 @@ public struct RecentOutcomes: Sendable {
         public var announcements: [String: Set<String>] = [:]
         /// The newest content sent to each activity (`<bundleId>/<activityId>`), as the outcomes of
         /// attempts that may have reached the phone tell it.
-        public var floors: [String: (sequence: Int64, requestId: String)] = [:]
+        public var floors: [String: Floor] = [:]
 
         public init() {}
 
@@ -75,10 +88,11 @@ public struct RecentOutcomes: Sendable {
             }
             let reached = outcome.result == .delivered || outcome.result == .deliveredDowngraded || outcome.result == .sending
                 || (outcome.result == .failed && outcome.attempts > 0)
-            if reached, outcome.pushToStartKey == nil, let key = outcome.key, let sequence = outcome.contentSequence,
-                sequence > floors[key]?.sequence ?? .min
-            {
-                floors[key] = (sequence, requestId)
+            if reached, outcome.pushToStartKey == nil, let key = outcome.key, let sequence = outcome.contentSequence {
+                var floor = floors[key] ?? Floor(sequence: sequence, requestId: requestId)
+                if sequence > floor.sequence { (floor.sequence, floor.requestId) = (sequence, requestId) }
+                if let timestamp = outcome.apnsTimestamp { floor.timestamp = max(floor.timestamp ?? timestamp, timestamp) }
+                floors[key] = floor
             }
         }
     }

@@ -492,6 +492,17 @@ public final class DispatchEngine: Sendable {
     }
 }
 
+extension DispatchEngine {
+    /// The payload with `aps.timestamp` set to `timestamp` (``DispatchMachine/timestamp(for:key:)``),
+    /// written as ``withoutAlert(_:)`` writes it.
+    static func restamped(_ payload: String, timestamp: Int64) -> String {
+        guard case .object(var root)? = JSONReader.value(of: Array(payload.utf8)), case .object(var aps)? = root["aps"] else { return payload }
+        aps["timestamp"] = .integer(timestamp)
+        root["aps"] = .object(aps)
+        return String(decoding: JSONValue.object(root).jsonBytes, as: UTF8.self)
+    }
+}
+
 /// The engine, not kept alive by the token table's observer.
 private final class WeakEngine: Sendable {
     weak let value: DispatchEngine?

@@ -182,7 +182,16 @@ extension DispatchMachine {
         slots[key]?.inFlight = sending
         inFlight += 1
         metrics.inFlight(inFlight)
-        if sending.request.event != .start { raiseFloor(key, sequence: sending.request.contentSequence, requestId: sending.request.requestId) }
+        if sending.request.event != .start {
+            let timestamp = timestamp(for: sending.request, key: key)
+            if timestamp != sending.request.apnsTimestamp {
+                sending.request.payload = DispatchEngine.restamped(sending.request.payload, timestamp: timestamp)
+                sending.request.apnsTimestamp = timestamp
+                slots[key]?.inFlight = sending
+                metrics.restamped()
+            }
+            raiseFloor(key, sequence: sending.request.contentSequence, requestId: sending.request.requestId, timestamp: timestamp)
+        }
         let attempt =
             switch recipient {
             case .token(let record):
@@ -209,7 +218,7 @@ extension DispatchMachine {
                 attempts: entry.attempts, tokenFingerprint: fingerprint,
                 detail: DispatchEngine.isPushToStart(request) ? "push-to-start about to be sent" : "a push with an alert about to be sent",
                 completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType, contentSequence: request.contentSequence,
-                announcementId: entry.announcementId, deviceId: request.deviceId)
+                announcementId: entry.announcementId, deviceId: request.deviceId, apnsTimestamp: request.apnsTimestamp)
             : nil
         return Attempt(
             entry: entry, key: key, team: team, push: push, environment: record.app.environment, fingerprint: fingerprint,
@@ -291,7 +300,7 @@ extension DispatchMachine {
             latencyMilliseconds: apns == nil ? nil : max(0, now.timeIntervalSince(request.createdAt) * 1_000), tokenFingerprint: fingerprint,
             supersededBy: supersededBy, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType,
             channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil, contentSequence: request.contentSequence,
-            deviceId: request.deviceId)
+            deviceId: request.deviceId, apnsTimestamp: entry.attempts > 0 ? request.apnsTimestamp : nil)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)
         let key = request.key

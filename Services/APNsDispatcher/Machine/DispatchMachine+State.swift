@@ -80,11 +80,15 @@ extension DispatchMachine {
     }
 
     /// The newest content of an activity handed to APNs (sent, perhaps delivered): an update with
-    /// older content is not sent after it (it could reach the phone after the newer one).
+    /// older content is not sent after it (it could reach the phone after the newer one), and
+    /// newer content is not sent with an older `aps.timestamp` than any handed out (iOS would
+    /// ignore it).
     struct Floor {
         var sequence: Int64
         var requestId: String
         var at: Date
+        /// The newest `aps.timestamp` handed to APNs for the activity, whatever its content.
+        var timestamp: Int64
     }
 
     /// A request whose retry waits for its note (``Action/note(_:)``) to be persisted.

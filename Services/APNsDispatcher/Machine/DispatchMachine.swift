@@ -283,6 +283,21 @@ struct DispatchMachine {
         return floor
     }
 
+    /// The `aps.timestamp` `request` goes with when it is sent now: its own, unless it is newer
+    /// content than the activity was sent (an end, or an update of a later sequence) stamped older
+    /// than a timestamp already sent, which iOS would ignore. That happens when two content-service
+    /// instances wrote the activity's requests within a rebalance: the one that gave the partition
+    /// up had requests in flight, stamped before the next owner's, that Kafka stored after the next
+    /// owner's first (the next owner writes them again, with the same ids, and those copies are not
+    /// sent). Then the newest timestamp sent: an equal timestamp is not older (iOS shows it, as
+    /// ``ContentTimestamps`` says).
+    func timestamp(for request: PushRequest, key: String) -> Int64 {
+        guard request.event != .start, let floor = floors[key], now.timeIntervalSince(floor.at) < DispatchMachine.floorLifetime,
+            request.apnsTimestamp < floor.timestamp, request.event == .end || request.contentSequence > floor.sequence
+        else { return request.apnsTimestamp }
+        return floor.timestamp
+    }
+
     /// How long a copy of a request may come after it (``RecentOutcomes/clockMargin``): finished
     /// push-to-starts and pushes with an alert are remembered that long, and the last requests
     /// each activity finished.
@@ -291,10 +306,15 @@ struct DispatchMachine {
     /// How long the newest content sent to an activity holds older content back.
     static let floorLifetime: TimeInterval = 3_600
 
-    /// Notes `sequence` as the newest content of `key` handed to APNs (unless newer was).
-    mutating func raiseFloor(_ key: String, sequence: Int64, requestId: String) {
-        if let floor = floors[key], floor.sequence >= sequence, now.timeIntervalSince(floor.at) < Self.floorLifetime { return }
-        floors[key] = Floor(sequence: sequence, requestId: requestId, at: now)
+    /// Notes `sequence` as the newest content of `key` handed to APNs (unless newer was), and
+    /// `timestamp` as its newest `aps.timestamp` (unless a newer was).
+    mutating func raiseFloor(_ key: String, sequence: Int64, requestId: String, timestamp: Int64?) {
+        if let floor = floors[key], now.timeIntervalSince(floor.at) < Self.floorLifetime {
+            if let timestamp, timestamp > floor.timestamp { floors[key]?.timestamp = timestamp }
+            if floor.sequence >= sequence { return }
+        }
+        let timestamp = max(timestamp ?? .min, floors[key].map { now.timeIntervalSince($0.at) < Self.floorLifetime ? $0.timestamp : .min } ?? .min)
+        floors[key] = Floor(sequence: sequence, requestId: requestId, at: now, timestamp: timestamp)
         floorOrder.append((key, now))
         // At most that many activities: a raised floor leaves its earlier note behind, skipped.
         while floors.count > policy.rememberedFloors { forgetOldestFloor() }
@@ -334,7 +354,7 @@ struct DispatchMachine {
     /// activity; an update or end goes again without its alert), and the newest content sent to
     /// each activity (older content is not sent after it).
     mutating func alreadyFinished(
-        _ requestIds: some Sequence<String>, maybeDelivered: [String: Set<String>], floors: [String: (sequence: Int64, requestId: String)] = [:],
+        _ requestIds: some Sequence<String>, maybeDelivered: [String: Set<String>], floors: [String: RecentOutcomes.Floor] = [:],
         partition: Int32? = nil
     ) {
         // Read for a partition given up meanwhile: its next owner reads them.
@@ -343,7 +363,7 @@ struct DispatchMachine {
         for (requestId, announcements) in maybeDelivered where !(finishedByPartition[partition]?.contains(requestId) ?? false) {
             self.maybeDelivered[partition, default: [:]][requestId, default: []].formUnion(announcements)
         }
-        for (key, floor) in floors { raiseFloor(key, sequence: floor.sequence, requestId: floor.requestId) }
+        for (key, floor) in floors { raiseFloor(key, sequence: floor.sequence, requestId: floor.requestId, timestamp: floor.timestamp) }
     }
 
     /// Requests of these partitions are this machine's to work on (from now: until ``disown(_:)``).
