@@ -126,6 +126,57 @@ struct DeviceCopyTests {
         #expect(ends.map(\.key) == [watch] && ends.allSatisfy { $0.event == .end })
     }
 
+    @Test("an instance a partition goes to (or that starts) sends the end of each activity that ended there within the hour to each device whose activity started before it, though its table read the device before the end (seeds 6336, 19734: the end's maker left a device without it and stopped)")
+    func recentEndsReachEveryDevice() throws {
+        let clock = ManualClock(now)
+        // The instance that made the end: its replica had not read the iPad's registration.
+        let lagging = PartitionTokens.whole()
+        lagging.put(token("phone", keyed: false, seed: "ab"), key: Self.own)
+        let maker = ContentEngine(assembler: try assembler(), tokens: lagging, clock: clock)
+        let start = try prepared(maker, status(1, "out_for_delivery", .start)).requests
+        clock.advance(5)
+        let end = try prepared(maker, status(2, "delivered", .end)).requests
+        #expect(start.count == 1 && !end.contains { $0.deviceId != nil }, "no copy for the iPad")
+
+        // The next owner read the iPad's record before the end was made, and its memory has the end.
+        func nextOwner(clock: ManualClock) throws -> ContentEngine {
+            let tokens = PartitionTokens.whole()
+            tokens.put(token("phone", keyed: false, seed: "ab"), key: Self.own)
+            tokens.put(token("ipad", keyed: true, seed: "cd"), key: Self.pad)
+            let late = MessageKey.device(bundleId: app.bundleId, activityId: "order-42", deviceId: "mac")
+            var after = token("mac", keyed: true, seed: "fa", at: now.addingTimeInterval(10))
+            after.activityStartedAt = now.addingTimeInterval(10)
+            tokens.put(after, key: late)
+            let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: clock)
+            for request in start + end { engine.replay(request, partition: 3) }
+            engine.watchLateDevices()
+            return engine
+        }
+        clock.advance(60)
+        let engine = try nextOwner(clock: clock)
+        #expect(engine.memory(of: Self.own)?.ended == true)
+        #expect(engine.sweep(owned: [3]).isEmpty, "not before the partition is assigned")
+        engine.trackChanges(of: [3])
+        let items = engine.sweep(owned: [3])
+        let sent = items.flatMap(\.requests)
+        let ownEnd = try #require(end.last)
+        #expect(sent.map(\.key) == [Self.pad], "the iPad only: the mac's activity started after the end")
+        #expect(sent.first?.event == .end && sent.first?.requestId == RequestIds.catchUp(of: ownEnd.requestId, deviceId: "ipad"))
+        for item in items { engine.commit(item) }
+        #expect(engine.sweep(owned: [3]).isEmpty, "once")
+        engine.trackChanges(of: [3, 4])
+        #expect(engine.sweep(owned: [3, 4]).isEmpty, "a partition kept is not looked at again")
+        engine.trackChanges(of: [4])
+        engine.trackChanges(of: [3, 4])
+        #expect(engine.sweep(owned: [3, 4]).flatMap(\.requests).map(\.key) == [Self.pad], "given up and assigned back: looked at again")
+
+        // An end made more than an hour before the assignment is not sent again.
+        let later = ManualClock(clock.date.addingTimeInterval(ContentEngine.recentEndWindow))
+        let old = try nextOwner(clock: later)
+        old.trackChanges(of: [3])
+        #expect(old.sweep(owned: [3]).isEmpty)
+    }
+
     @Test("an activity on one device, a broadcast and a push-to-start get no copies")
     func noCopies() throws {
         let tokens = PartitionTokens.whole()

@@ -67,51 +67,40 @@ struct SimulationTests {
         #expect(Set(result.violations.map(\.invariant)).isSubset(of: ["activity ends"]), "no other invariant breaks in this seed")
     }
 
-    /// Seed 6336, found by seeds 3,001–15,000 once activities were followed on a second device,
-    /// kept as a known issue: content-1's token replica lagged 2 s behind the iPad's registration,
-    /// so the activity's end went to the first device only; content-1 was killed before its next
-    /// pass caught the iPad up, and the instance the partition moved to had read the iPad's record
-    /// before that end was made, so it took the iPad as copied (it judges by when its own table
-    /// read the record). The iPad keeps the activity. The fix: know which devices each request was
-    /// copied to from the topic (the copies precede their request), not from one instance's table.
-    @Test("seed 6336: a device an instance that was killed left without the end is not caught up by the next owner (known)")
+    /// Seed 6336, found by seeds 3,001–15,000 once activities were followed on a second device:
+    /// content-1's token replica lagged 2 s behind the iPad's registration, so the activity's end
+    /// went to the first device only; content-1 was killed before its next pass caught the iPad up,
+    /// and the instance the partition moved to had read the iPad's record before that end was made,
+    /// so it took the iPad as copied. The iPad kept the activity ("activity ends"). An instance a
+    /// partition goes to now sends the end of each activity that ended there within the hour to
+    /// each device whose activity started before it (`ContentEngine.devicesOfRecentEnds`).
+    @Test("seed 6336: a device an instance that was killed left without the end gets it from the next owner")
     func seed6336() {
         let result = Simulation.run(seed: 6336)
-        withKnownIssue("the catch-up judges by when this instance's table read the device, not by what the latest request was copied to") {
-            #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
-        }
-        #expect(Set(result.violations.map(\.invariant)).isSubset(of: ["activity ends"]), "no other invariant breaks in this seed")
+        #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
-    /// Seed 19734, found by `scripts/simulate.sh --seeds 20000`, kept as a known issue with the
-    /// same cause as 6336: content-2 was killed while its end of an activity was in flight; Kafka
-    /// took the activity's own end but refused its copy for the iPad (written just before it), and
-    /// the next owner, whose memory had the end, ignored the event read again. The iPad keeps the
-    /// activity. Copies written first do not make "the own request written" imply "its copies
-    /// written" when Kafka refuses one record and takes the next: the copies a request had must be
-    /// known from the topic.
-    @Test("seed 19734: a device's copy of an end that Kafka refused while it took the activity's own end is not made again (known)")
+    /// Seed 19734, found by `scripts/simulate.sh --seeds 20000`, the same gap: content-2 was killed
+    /// while its end of an activity was in flight; Kafka took the activity's own end but refused
+    /// its copy for the iPad (written just before it), and the next owner, whose memory had the
+    /// end, ignored the event read again. Held by the same fix as 6336.
+    @Test("seed 19734: a device's copy of an end that Kafka refused while it took the activity's own end is made by the next owner")
     func seed19734() {
         let result = Simulation.run(seed: 19734)
-        withKnownIssue("which devices a request was copied to is not read back from the topic") {
-            #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
-        }
-        #expect(Set(result.violations.map(\.invariant)).isSubset(of: ["activity ends"]), "no other invariant breaks in this seed")
+        #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
     /// Seed 10099, found with seed 6336 (its activity is on one device: the second devices' draws
-    /// only moved the seed's trajectory onto it), kept as a known issue: content-1 wrote requests
-    /// #6–#8 of an activity stamped t31 and was stopped; content-2 wrote the same requests (same
-    /// ids) again stamped t41; the dispatcher took #6 from the second writing and #8 from the first,
-    /// so the phone, showing #6 at t41, ignored #8 at t31. The robust copy detection in
-    /// docs/operations.md (content-service marks a request it writes again) would fix it.
-    @Test("seed 10099: the same requests written again by the next owner with later timestamps, taken from both writings, hide the newest (known)")
+    /// only moved the seed's trajectory onto it): content-1 wrote requests #6–#8 of an activity
+    /// stamped t31 and was stopped, and Kafka stored them only after content-2, the partition's
+    /// next owner, had written #6 again stamped t41. The dispatcher sent #6 at t41, then #8 at t31,
+    /// which the phone ignored (content-2's own #8 came later, a copy of a finished request, not
+    /// sent). The dispatcher now sends newer content with at least the newest timestamp it sent the
+    /// activity (`DispatchMachine.timestamp(for:key:)`); without that, this seed breaks ("newer hidden").
+    @Test("seed 10099: requests a stopped instance stamped earlier, stored after the next owner's, still reach the phone as newer content")
     func seed10099() {
         let result = Simulation.run(seed: 10099)
-        withKnownIssue("a request written again by the next owner may carry another timestamp; the dispatcher takes whichever copy it reads first") {
-            #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
-        }
-        #expect(Set(result.violations.map(\.invariant)).isSubset(of: ["newer hidden"]), "no other invariant breaks in this seed")
+        #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
     /// One seed, with its whole trace printed (`ISLET_SIM_SEED`).

@@ -51,6 +51,7 @@ extension ContentEngine {
                     if let partition = memory.partition, gained.contains(partition) { state.unwritten.note(key, partition: partition) }
                 }
             }
+            devicesOfRecentEnds(&state, owned: partitions, now: clock.date)
         }
     }
 

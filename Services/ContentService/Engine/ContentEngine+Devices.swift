@@ -38,7 +38,8 @@ extension ContentEngine {
     /// `requests`, each preceded by its copies for the activity's other devices (written first: a
     /// writer that dies between them leaves the activity's own request unwritten, and the event,
     /// read again, makes both again — the copies' ids too, which the dispatcher takes once; but a
-    /// copy Kafka refuses while it takes the request after it is not made again: seed 19734). A
+    /// copy Kafka refuses while it takes the request after it is not made again: seed 19734, whose
+    /// end the next owner sends, ``devicesOfRecentEnds(_:owned:now:)``). A
     /// device whose app version or language differs from the token the requests were made for gets
     /// its content assembled for its own (from the same memory, so the same ids, sequence and
     /// timestamps); one its version cannot show (the template refuses it) gets no copy of this
@@ -121,6 +122,11 @@ extension ContentEngine {
             var known: [String: String] = [:]
             /// Device keys to look at → when their record was read.
             var late: [String: Date] = [:]
+            /// Partitions this instance owned at the last assignment (``ContentEngine/trackChanges(of:)``).
+            var owned: Set<Int32> = []
+            /// Activities of partitions newly owned that ended recently → when noted: their
+            /// devices are looked at once the table is loaded (``ContentEngine/devicesOfRecentEnds(_:now:)``).
+            var recentEnds: [String: Date] = [:]
         }
 
         let state = Mutex(State())
@@ -151,10 +157,54 @@ extension ContentEngine {
     /// How long a device record waits for its activity to be owned here, or known.
     static let lateDeviceWait: TimeInterval = 600
 
+    /// How long after its end an activity's devices are looked at by an instance its partition
+    /// goes to (``devicesOfRecentEnds(_:now:)``).
+    static let recentEndWindow: TimeInterval = 3_600
+
+    /// Partitions newly owned (gained from another instance, or at start-up): the devices of their
+    /// activities that ended within ``recentEndWindow`` are looked at by the next pass as if their
+    /// records had been read now, so that each device whose activity started before the end gets
+    /// the end. The instance that made the end may have left a device without its copy and stopped
+    /// before its pass caught it up: its token replica lagged behind the device's registration
+    /// (seed 6336), or Kafka refused the copy and took the end after it (seed 19734); this
+    /// instance's own table may have read that device before the end, and its memory has the end
+    /// (the event is not made again). A device that got the end gets it a second time (the
+    /// catch-up's own request id), which the phone ignores: its activity has ended.
+    func devicesOfRecentEnds(_ state: inout ActivityMemories, owned partitions: Set<Int32>, now: Date) {
+        let gained = lateDevices.state.withLock { late in
+            defer { late.owned = partitions }
+            return partitions.subtracting(late.owned)
+        }
+        guard !gained.isEmpty else { return }
+        var ended: [String] = []
+        for (key, _, memory) in state.all where memory.ended {
+            guard let partition = memory.partition, gained.contains(partition), let latest = memory.latest,
+                now.timeIntervalSince(latest.createdAt) <= Self.recentEndWindow
+            else { continue }
+            ended.append(key)
+        }
+        guard !ended.isEmpty else { return }
+        lateDevices.state.withLock { late in
+            for key in ended where late.recentEnds.count < Self.maximumLateDevices { late.recentEnds[key] = now }
+        }
+    }
+
     /// The copies the pass sends to devices registered late, by activity. `prepared` (the pass's
     /// other work) gets those of its activities; the others are returned, changing no memory.
     func catchUpDevices(in state: inout ActivityMemories, owned: Set<Int32>?, now: Date, prepared: inout [Prepared]) {
-        let pending = lateDevices.state.withLock { $0.late }
+        // Recently ended activities of partitions gained: their devices, once the table is loaded.
+        let tokens = self.tokens
+        let pending = lateDevices.state.withLock { late in
+            if late.watching, !late.recentEnds.isEmpty {
+                for activityKey in late.recentEnds.keys {
+                    for key in tokens.deviceKeys(ofActivity: activityKey) where late.late[key] == nil && late.late.count < Self.maximumLateDevices {
+                        late.late[key] = now
+                    }
+                }
+                late.recentEnds = [:]
+            }
+            return late.late
+        }
         guard !pending.isEmpty else { return }
         var settled: [String] = []
         var copies: [String: [PushRequest]] = [:]
