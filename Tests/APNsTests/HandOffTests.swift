@@ -371,6 +371,13 @@ struct HandOffTests {
         h.submit(stamped(h, "a", sequence: 9, timestamp: 1_795_000_041))
         h.submit(stamped(h, "a", .end, sequence: 9, timestamp: 1_795_000_035))
         #expect(sentTimestamps(h).suffix(2) == [1_795_000_041, 1_795_000_041])
+        // An end of content older than what was sent (an earlier life of the id) is not restamped:
+        // iOS may ignore it, as it would.
+        let stale = EngineHarness()
+        stale.register("c", token: hexToken(3))
+        stale.submit(stamped(stale, "c", sequence: 5, timestamp: 1_795_000_050))
+        stale.submit(stamped(stale, "c", .end, sequence: 3, timestamp: 1_795_000_040))
+        #expect(sentTimestamps(stale) == [1_795_000_050, 1_795_000_040])
         // Retried (APNs answered 503), a restamped request keeps its new timestamp.
         let other = EngineHarness()
         other.register("b", token: hexToken(2))

@@ -170,11 +170,41 @@ struct DeviceCopyTests {
         engine.trackChanges(of: [3, 4])
         #expect(engine.sweep(owned: [3, 4]).flatMap(\.requests).map(\.key) == [Self.pad], "given up and assigned back: looked at again")
 
+        // Lost (no revocation, ContentEngine.releaseTimestampFloors) and assigned again: looked at again.
+        for item in engine.sweep(owned: [3, 4]) { engine.commit(item) }
+        engine.releaseTimestampFloors([3])
+        engine.trackChanges(of: [3, 4])
+        #expect(engine.sweep(owned: [3, 4]).flatMap(\.requests).map(\.key) == [Self.pad])
+
         // An end made more than an hour before the assignment is not sent again.
         let later = ManualClock(clock.date.addingTimeInterval(ContentEngine.recentEndWindow))
         let old = try nextOwner(clock: later)
         old.trackChanges(of: [3])
         #expect(old.sweep(owned: [3]).isEmpty)
+    }
+
+    @Test("a device whose record the next owner read while watching, before the end was made and before the partition came to it, still gets the end once the partition does")
+    func deviceReadEarlyGetsTheEnd() throws {
+        let clock = ManualClock(now)
+        let tokens = PartitionTokens.whole()
+        tokens.put(token("phone", keyed: false, seed: "ab"), key: Self.own)
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens, clock: clock)
+        engine.watchLateDevices()
+        let maker = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
+        let start = try prepared(maker, status(1, "out_for_delivery", .start)).requests
+        for request in start { engine.replay(request, partition: 3) }
+        // The iPad registers; this instance (not the owner) reads it and keeps it waiting.
+        clock.advance(1)
+        tokens.put(token("ipad", keyed: true, seed: "cd", at: clock.date), key: Self.pad)
+        #expect(engine.sweep(owned: []).isEmpty)
+        // The owner, whose replica lags, ends the activity without the iPad's copy, and stops.
+        clock.advance(2)
+        let end = try prepared(maker, status(2, "delivered", .end)).requests
+        for request in end { engine.replay(request, partition: 3) }
+        clock.advance(30)
+        engine.trackChanges(of: [3])
+        let sent = engine.sweep(owned: [3]).flatMap(\.requests)
+        #expect(sent.map(\.key) == [Self.pad] && sent.first?.event == .end)
     }
 
     @Test("an activity on one device, a broadcast and a push-to-start get no copies")

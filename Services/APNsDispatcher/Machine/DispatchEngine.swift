@@ -494,9 +494,10 @@ public final class DispatchEngine: Sendable {
 
 extension DispatchEngine {
     /// The payload with `aps.timestamp` set to `timestamp` (``DispatchMachine/timestamp(for:key:)``),
-    /// written as ``withoutAlert(_:)`` writes it.
-    static func restamped(_ payload: String, timestamp: Int64) -> String {
-        guard case .object(var root)? = JSONReader.value(of: Array(payload.utf8)), case .object(var aps)? = root["aps"] else { return payload }
+    /// written as ``withoutAlert(_:)`` writes it; `nil` when it has no `aps` object (content-service
+    /// never writes one without).
+    static func restamped(_ payload: String, timestamp: Int64) -> String? {
+        guard case .object(var root)? = JSONReader.value(of: Array(payload.utf8)), case .object(var aps)? = root["aps"] else { return nil }
         aps["timestamp"] = .integer(timestamp)
         root["aps"] = .object(aps)
         return String(decoding: JSONValue.object(root).jsonBytes, as: UTF8.self)

@@ -72,7 +72,7 @@ extension DispatchMachine {
                 requestId: request.requestId, activityId: request.activityId, result: .sending, attempts: entry.attempts,
                 detail: "a broadcast with an alert about to be sent", completedAt: now, bundleId: request.app.bundleId,
                 attributesType: request.attributesType, channelId: channel.channelId, contentSequence: request.contentSequence,
-                announcementId: entry.announcementId)
+                announcementId: entry.announcementId, apnsTimestamp: request.apnsTimestamp)
             : nil
         return Attempt(
             entry: entry, key: key, team: team, push: push, environment: channel.app.environment, fingerprint: nil, registeredAt: nil,

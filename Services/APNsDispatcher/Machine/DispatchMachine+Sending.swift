@@ -184,13 +184,13 @@ extension DispatchMachine {
         metrics.inFlight(inFlight)
         if sending.request.event != .start {
             let timestamp = timestamp(for: sending.request, key: key)
-            if timestamp != sending.request.apnsTimestamp {
-                sending.request.payload = DispatchEngine.restamped(sending.request.payload, timestamp: timestamp)
+            if timestamp != sending.request.apnsTimestamp, let payload = DispatchEngine.restamped(sending.request.payload, timestamp: timestamp) {
+                sending.request.payload = payload
                 sending.request.apnsTimestamp = timestamp
                 slots[key]?.inFlight = sending
                 metrics.restamped()
             }
-            raiseFloor(key, sequence: sending.request.contentSequence, requestId: sending.request.requestId, timestamp: timestamp)
+            raiseFloor(key, sequence: sending.request.contentSequence, requestId: sending.request.requestId, timestamp: sending.request.apnsTimestamp)
         }
         let attempt =
             switch recipient {

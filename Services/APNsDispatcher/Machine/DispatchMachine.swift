@@ -284,7 +284,7 @@ struct DispatchMachine {
     }
 
     /// The `aps.timestamp` `request` goes with when it is sent now: its own, unless it is newer
-    /// content than the activity was sent (an end, or an update of a later sequence) stamped older
+    /// content than the activity was sent (a later sequence, or the end of the sequence sent) stamped older
     /// than a timestamp already sent, which iOS would ignore. That happens when two content-service
     /// instances wrote the activity's requests within a rebalance: the one that gave the partition
     /// up had requests in flight, stamped before the next owner's, that Kafka stored after the next
@@ -293,7 +293,7 @@ struct DispatchMachine {
     /// ``ContentTimestamps`` says).
     func timestamp(for request: PushRequest, key: String) -> Int64 {
         guard request.event != .start, let floor = floors[key], now.timeIntervalSince(floor.at) < DispatchMachine.floorLifetime,
-            request.apnsTimestamp < floor.timestamp, request.event == .end || request.contentSequence > floor.sequence
+            request.apnsTimestamp < floor.timestamp, request.contentSequence > floor.sequence || (request.event == .end && request.contentSequence == floor.sequence)
         else { return request.apnsTimestamp }
         return floor.timestamp
     }

@@ -27,9 +27,12 @@ extension ContentEngine {
     }
 
     /// These partitions went to another instance: the floors of their timestamps are forgotten (a
-    /// partition that comes back gets a new one, past what its owner meanwhile can have stamped).
+    /// partition that comes back gets a new one, past what its owner meanwhile can have stamped),
+    /// and one that comes back is gained again for the ends its owner meanwhile made
+    /// (``devicesOfRecentEnds(_:owned:now:)``; also when it was lost, without a revocation).
     public func releaseTimestampFloors(_ partitions: some Sequence<Int32>) {
         state.withLock { state in for partition in partitions { state.timestampFloors[partition] = nil } }
+        lateDevices.state.withLock { late in late.owned.subtract(partitions) }
     }
 
     /// The partitions whose changes are tracked for the changelog are now `partitions` (this

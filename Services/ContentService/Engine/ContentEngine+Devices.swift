@@ -197,7 +197,9 @@ extension ContentEngine {
         let pending = lateDevices.state.withLock { late in
             if late.watching, !late.recentEnds.isEmpty {
                 for activityKey in late.recentEnds.keys {
-                    for key in tokens.deviceKeys(ofActivity: activityKey) where late.late[key] == nil && late.late.count < Self.maximumLateDevices {
+                    // Read "now" also when the device waits already: its record may have been read
+                    // before the end was made (while another instance owned the activity).
+                    for key in tokens.deviceKeys(ofActivity: activityKey) where late.late[key] != nil || late.late.count < Self.maximumLateDevices {
                         late.late[key] = now
                     }
                 }
