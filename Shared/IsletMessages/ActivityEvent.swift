@@ -11,16 +11,46 @@ public struct ActivityEvent: IsletMessage {
     public static let currentSchemaVersion = 1
     public static let topic = IsletTopics.activityEvents
 
-    /// Where to start an activity remotely (push-to-start).
+    /// Where to start an activity remotely (push-to-start): one device, or every device of a user.
     public struct PushToStartTarget: Codable, Sendable, Hashable {
         /// The app to start the activity in.
         public var app: AppTarget
         /// The app's identifier for the device, as registered with the push-to-start token.
-        public var deviceId: String
+        /// Exactly one of `deviceId` and `userId`.
+        public var deviceId: String?
+        /// The user (as the app's JWT names them, the push-to-start tokens' `userId`): the activity
+        /// starts on each of their devices that registered a push-to-start token for the event's
+        /// attributes type in this app. Exactly one of `deviceId` and `userId`.
+        public var userId: String?
 
         public init(app: AppTarget, deviceId: String) {
             self.app = app
             self.deviceId = deviceId
+        }
+
+        public init(app: AppTarget, userId: String) {
+            self.app = app
+            self.userId = userId
+        }
+
+        init(app: AppTarget, deviceId: String?, userId: String?) {
+            (self.app, self.deviceId, self.userId) = (app, deviceId, userId)
+        }
+
+        /// The most bytes of a `userId` (as token-registry takes it from a JWT's `sub`).
+        public static let maximumUserIdBytes = 255
+
+        func validate() throws(MessageValidationError) {
+            switch (deviceId, userId) {
+            case (nil, nil), (.some, .some):
+                throw MessageValidationError(field: "startTarget.deviceId", problem: "exactly one of deviceId and userId must be set")
+            case (.some, nil):
+                return
+            case (nil, let userId?):
+                guard !userId.isEmpty, userId.utf8.count <= Self.maximumUserIdBytes else {
+                    throw MessageValidationError(field: "startTarget.userId", problem: "must be 1-\(Self.maximumUserIdBytes) bytes")
+                }
+            }
         }
     }
 
@@ -115,6 +145,7 @@ public struct ActivityEvent: IsletMessage {
         if startTarget != nil, kind != .start {
             throw MessageValidationError(field: "startTarget", problem: "only allowed with kind start (kind is \(kind))")
         }
+        try startTarget?.validate()
         try presentation?.validate(kind: kind, occurredAt: occurredAt)
         if let at {
             guard kind != .start else {

@@ -124,9 +124,12 @@ public struct ContentMemoryRecord: IsletMessage {
         public var content: Bool
         /// Set when it was a push-to-start.
         public var pushToStartKey: String?
+        /// `true` when it was a push-to-start to every device of a user (``PushRequest/startGroup``):
+        /// it may have started the activity on another device, whatever its own outcome.
+        public var userStart: Bool?
 
         enum CodingKeys: String, CodingKey {
-            case requestId, event, app, attributesType, createdAt, staleDate, contentSequence, content, pushToStartKey
+            case requestId, event, app, attributesType, createdAt, staleDate, contentSequence, content, pushToStartKey, userStart
             /// The first version of this record held the whole request here (it has a `payload`):
             /// it carried an event's content when it had a `sourceEventId`.
             case sourceEventId, payload
@@ -142,6 +145,7 @@ public struct ContentMemoryRecord: IsletMessage {
             staleDate = try container.decodeIfPresent(Date.self, forKey: .staleDate)
             contentSequence = try container.decode(Int64.self, forKey: .contentSequence)
             pushToStartKey = try container.decodeIfPresent(String.self, forKey: .pushToStartKey)
+            userStart = try container.decodeIfPresent(Bool.self, forKey: .userStart)
             if !container.contains(.content), container.contains(.payload) {
                 content = try container.decodeIfPresent(String.self, forKey: .sourceEventId) != nil
             } else {
@@ -160,11 +164,12 @@ public struct ContentMemoryRecord: IsletMessage {
             try container.encode(contentSequence, forKey: .contentSequence)
             try container.encode(content, forKey: .content)
             try container.encodeIfPresent(pushToStartKey, forKey: .pushToStartKey)
+            try container.encodeIfPresent(userStart, forKey: .userStart)
         }
 
         public init(
             requestId: String, event: ActivityEventKind, app: AppTarget, attributesType: String, createdAt: Date, staleDate: Date? = nil,
-            contentSequence: Int64, content: Bool, pushToStartKey: String? = nil
+            contentSequence: Int64, content: Bool, pushToStartKey: String? = nil, userStart: Bool? = nil
         ) {
             self.requestId = requestId
             self.event = event
@@ -175,6 +180,7 @@ public struct ContentMemoryRecord: IsletMessage {
             self.contentSequence = contentSequence
             self.content = content
             self.pushToStartKey = pushToStartKey
+            self.userStart = userStart
         }
     }
 

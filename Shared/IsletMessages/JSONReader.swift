@@ -254,9 +254,9 @@ extension ActivityEvent: IsletJSONReadable {
         var startTarget: PushToStartTarget?
         if !members.isAbsent("startTarget") {
             guard let target = members.members["startTarget"].flatMap(JSONMembers.init), let app = target.members["app"].flatMap(AppTarget.init(json:)),
-                let deviceId = target.string("deviceId")
+                let deviceId = target.optional("deviceId", target.string), let userId = target.optional("userId", target.string)
             else { return nil }
-            startTarget = PushToStartTarget(app: app, deviceId: deviceId)
+            startTarget = PushToStartTarget(app: app, deviceId: deviceId, userId: userId)
         }
         self.init(
             eventId: eventId, activityId: activityId, kind: ActivityEventKind(rawValue: kind), attributesType: attributesType, fields: fields,

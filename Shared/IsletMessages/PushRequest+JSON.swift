@@ -29,6 +29,7 @@ extension PushRequest: IsletJSONMemberList, IsletJSONWritable, IsletJSONReadable
         visitor.string("sourceActivityId", &sourceActivityId)
         visitor.string("sourceEventId", &sourceEventId)
         visitor.date("staleDate", &staleDate)
+        visitor.string("startGroup", &startGroup)
         visitor.string("state", &state)
         visitor.bool("supersedable", &supersedable)
         visitor.date("tokenRegisteredAt", &tokenRegisteredAt)

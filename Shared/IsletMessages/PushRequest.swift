@@ -75,13 +75,19 @@ public struct PushRequest: IsletMessage {
     /// `requestId` is derived from the activity's request's. Absent on the activity's own request
     /// and on requests written before it existed (additive).
     public var deviceId: String?
+    /// Set on each push-to-start of an activity started on every device of a user
+    /// (``ActivityEvent/PushToStartTarget/userId``): the request id of the one made for the first
+    /// device, which carries it too. A request whose `startGroup` is not its own id is the start
+    /// for one more device of that user, written before the first device's: content-service's
+    /// memory of the activity follows the first device's only. Absent otherwise (additive).
+    public var startGroup: String?
 
     public init(
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, event: ActivityEventKind, app: AppTarget,
         attributesType: String, payload: String, priority: Int, urgency: Urgency, supersedable: Bool, alerting: Bool,
         apnsTimestamp: Int64, contentSequence: Int64, staleDate: Date? = nil, expiration: Date? = nil, createdAt: Date,
         sourceEventId: String? = nil, sourceActivityId: String? = nil, state: String? = nil, channelStoragePolicy: Int? = nil,
-        tokenRegisteredAt: Date? = nil, deviceId: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        tokenRegisteredAt: Date? = nil, deviceId: String? = nil, startGroup: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
@@ -106,6 +112,7 @@ public struct PushRequest: IsletMessage {
         self.channelStoragePolicy = channelStoragePolicy
         self.tokenRegisteredAt = tokenRegisteredAt
         self.deviceId = deviceId
+        self.startGroup = startGroup
     }
 
     /// The largest body of a broadcast, in UTF-8 bytes (APNs allows 5 KB there).
@@ -124,6 +131,9 @@ public struct PushRequest: IsletMessage {
 
     /// Whether it is a copy of an activity's request for one more of its devices (``deviceId``).
     public var isDeviceCopy: Bool { deviceId != nil }
+
+    /// Whether it is the push-to-start for one more device of a user (``startGroup``).
+    public var isStartCopy: Bool { startGroup.map { $0 != requestId } ?? false }
 
     /// The activity whose content this is, of its app (`<bundleId>/<activityId>`): for a
     /// push-to-start, the activity it starts (``sourceActivityId``). `nil` when neither is known.
@@ -156,6 +166,9 @@ public struct PushRequest: IsletMessage {
                 throw MessageValidationError(field: "deviceId", problem: "a device's copy goes to an activity's device token: never a broadcast or push-to-start")
             }
             try MessageKey.requireDeviceId(deviceId)
+        }
+        if let startGroup, pushToStartKey == nil || startGroup.isEmpty {
+            throw MessageValidationError(field: "startGroup", problem: "only on a push-to-start (is \(startGroup.isEmpty ? "empty" : "on a request to an activity"))")
         }
         try event.requireKnown(field: "event")
         try app.environment.requireKnown(field: "app.environment")

@@ -34,6 +34,21 @@ public final class PartitionTokens: Sendable {
         var owner: UInt64
     }
 
+    /// Whose push-to-start tokens: an app, an attributes type, a user (hashed).
+    struct StartOwner: Hashable {
+        var bundleId: String
+        var attributesType: String
+        var owner: UInt64
+
+        /// The owner and device of a push-to-start key (`pts:<bundleId>:<deviceId>:<attributesType>`).
+        static func of(_ key: String, owner: UInt64) -> (StartOwner, deviceId: String)? {
+            guard key.hasPrefix("pts:") else { return nil }
+            let parts = key.dropFirst(4).split(separator: ":", omittingEmptySubsequences: false)
+            guard parts.count == 3 else { return nil }
+            return (StartOwner(bundleId: String(parts[0]), attributesType: String(parts[2]), owner: owner), String(parts[1]))
+        }
+    }
+
     /// What many tokens share.
     struct Profile: Hashable {
         var app: AppTarget
@@ -64,6 +79,9 @@ public final class PartitionTokens: Sendable {
         /// An activity (`<bundleId>/<activityId>`) → the devices it has records of besides its own
         /// (``TokenRecord/deviceKeyed``; only activities that have some).
         var devices: [String: Set<String>] = [:]
+        /// A user's push-to-start tokens, by app, attributes type and owner → their devices
+        /// (``pushToStartKeys(bundleId:attributesType:owner:)``).
+        var startDevices: [StartOwner: Set<String>] = [:]
         var owned: Set<Int32> = []
         var ownsAll = false
 
@@ -111,6 +129,10 @@ public final class PartitionTokens: Sendable {
             if !devices.isEmpty, let (activityKey, deviceId) = MessageKey.splitDevice(key) {
                 devices[activityKey]?.remove(deviceId)
                 if devices[activityKey]?.isEmpty == true { devices[activityKey] = nil }
+            }
+            if let (owner, deviceId) = StartOwner.of(key, owner: entry.owner) {
+                startDevices[owner]?.remove(deviceId)
+                if startDevices[owner]?.isEmpty == true { startDevices[owner] = nil }
             }
         }
 
@@ -231,6 +253,9 @@ public final class PartitionTokens: Sendable {
             if record.deviceKeyed == true, let (activityKey, deviceId) = MessageKey.splitDevice(key) {
                 state.devices[activityKey, default: []].insert(deviceId)
             }
+            if record.kind == .pushToStart, let (owner, deviceId) = StartOwner.of(key, owner: DeliveryToken.owner(of: record.userId)) {
+                state.startDevices[owner, default: []].insert(deviceId)
+            }
             return true
         }
         if changed {
@@ -294,6 +319,15 @@ public final class PartitionTokens: Sendable {
         }
     }
 
+    /// The keys of `owner`'s push-to-start tokens (``DeliveryToken/owner(of:)``) for
+    /// `attributesType` in the app, active or not, sorted by device.
+    public func pushToStartKeys(bundleId: String, attributesType: String, owner: UInt64) -> [String] {
+        state.withLock { state in
+            let devices = state.startDevices[StartOwner(bundleId: bundleId, attributesType: attributesType, owner: owner)] ?? []
+            return devices.sorted().map { MessageKey.pushToStart(bundleId: bundleId, deviceId: $0, attributesType: attributesType) }
+        }
+    }
+
     /// Tokens held.
     public var count: Int { state.withLock { $0.entries.count } }
 
@@ -342,7 +376,7 @@ public final class PartitionTokens: Sendable {
 
     /// The device of `pts:<bundleId>:<deviceId>:<attributesType>` (bundle ids and attributes types
     /// hold no `:`).
-    static func deviceId(ofPushToStartKey key: String) -> String? {
+    public static func deviceId(ofPushToStartKey key: String) -> String? {
         guard key.hasPrefix("pts:") else { return nil }
         let rest = key.dropFirst(4)
         guard let first = rest.firstIndex(of: ":"), let last = rest.lastIndex(of: ":"), first < last else { return nil }

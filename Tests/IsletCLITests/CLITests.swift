@@ -73,6 +73,16 @@ private func parse<Command: ParsableCommand>(_ type: Command.Type, _ arguments: 
             "publish-event", "--activity", "o", "--type", "T", "--start-bundle-id", "com.x.y", "--start-device-id", "d",
         ])
         #expect(throws: ValidationError.self) { try onUpdate.event(now: now) }
+        // Every device of a user; a device and a user at once is refused.
+        let user = try parse(PublishEvent.self, [
+            "publish-event", "--activity", "o", "--type", "T", "--kind", "start", "--start-bundle-id", "com.x.y", "--start-user-id", "ana",
+        ])
+        #expect(try user.event(now: now).startTarget == .init(app: AppTarget(bundleId: "com.x.y", environment: .production), userId: "ana"))
+        let both = try parse(PublishEvent.self, [
+            "publish-event", "--activity", "o", "--type", "T", "--kind", "start", "--start-bundle-id", "com.x.y", "--start-user-id", "ana",
+            "--start-device-id", "d",
+        ])
+        #expect(throws: ValidationError.self) { try both.event(now: now) }
     }
 
     @Test(arguments: [

@@ -45,11 +45,11 @@ struct ToleranceTests {
                 "startTarget", "attributes", "source", "bundleId", "presentation", "presentation.dismissal", "presentation.relevanceScore",
                 "presentation.staleAfterSeconds", "presentation.sound", "presentation.alert", "presentation.alert.title", "presentation.alert.body",
                 "presentation.alert.titleLocKey", "presentation.alert.titleLocArgs", "presentation.alert.bodyLocKey", "presentation.alert.bodyLocArgs",
-                "presentation.alert.translations", "at",
+                "presentation.alert.translations", "at", "startTarget.deviceId", "startTarget.userId",
             ],
             "PushRequest": [
                 "activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state", "channelStoragePolicy",
-                "tokenRegisteredAt", "deviceId",
+                "tokenRegisteredAt", "deviceId", "startGroup",
             ],
             "PushOutcome": [
                 "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "priorityUsed", "latencyMilliseconds",
@@ -60,7 +60,7 @@ struct ToleranceTests {
                 "activity", "checkpoint", "activity.steps", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",
                 "activity.startedAt", "activity.latest", "activity.payloadStoredAt", "activity.payloadLost", "activity.outcomes", "activity.outcomePositions", "activity.startedWith",
                 "activity.contentRequestId", "activity.lastResendAt", "activity.goneAt", "activity.goneToken", "activity.inlinedImages",
-                "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey",
+                "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey", "activity.latest.userStart",
             ],
             "DispatchBudgetRecord": ["activityId", "deviceId", "waitingSince", "activityDeviceId"],
             "BroadcastChannelRecord": ["endedAt", "deleteAt", "deletedAt"],

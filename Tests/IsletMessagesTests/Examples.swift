@@ -76,6 +76,14 @@ enum Examples {
         attributes: ["orderId": .string("42"), "restaurantName": .string("Casa Lola")], source: "orders-service",
         bundleId: foodApp.bundleId)
 
+    /// Started on every device of a user that registered a push-to-start token for the type.
+    static let activityEventUserStart: ActivityEvent = {
+        var event = activityEventPushToStart
+        event.eventId = "orders-outbox-88208"
+        event.startTarget = .init(app: foodApp, userId: "user-8812")
+        return event
+    }()
+
     static let activityEventMinimal = ActivityEvent(
         eventId: "orders-outbox-88342", activityId: "order-42", kind: .end, attributesType: "DeliveryAttributes",
         fields: ["status": .string("delivered")], urgency: .routine, occurredAt: utc(2026, 11, 22, 10, 31, 2, 500), sequence: 7)
@@ -141,6 +149,16 @@ enum Examples {
         createdAt: utc(2026, 11, 22, 10, 2, 9, 955), sourceEventId: "orders-outbox-88207", sourceActivityId: "order-42",
         state: "preparing")
 
+    /// A start to every device of Ana: the one for her iPad (a second device), written before the
+    /// one for her first device (`EBB93B8D…`, which names the group too).
+    static let pushRequestUserStart: PushRequest = {
+        var copy = pushRequestPushToStart
+        copy.requestId = "5D0C2B7A-8E41-4F3B-9A6D-2C7E1F0B9D34"
+        copy.pushToStartKey = MessageKey.pushToStart(bundleId: foodApp.bundleId, deviceId: "D9E1C2B0-7A34-4C8E-B1F5-6E2D3A9C8B17", attributesType: "DeliveryAttributes")
+        copy.startGroup = pushRequestPushToStart.requestId
+        return copy
+    }()
+
     // MARK: PushOutcome
 
     // MARK: ContentMemoryRecord
@@ -198,6 +216,14 @@ enum Examples {
             outcomes: [.init(requestId: pushRequestPushToStart.requestId, result: .awaitingToken)], contentRequestId: pushRequestPushToStart.requestId,
             startedWith: pushToStartKey),
         writtenAt: utc(2026, 11, 22, 10, 2, 15, 2))
+
+    /// Started on every device of a user: the first device's start, marked so (no second start
+    /// while another device may have it).
+    static let contentMemoryRecordUserStart: ContentMemoryRecord = {
+        var record = contentMemoryRecordPushToStart
+        record.activity?.latest?.userStart = true
+        return record
+    }()
 
     /// Partition 2's checkpoint: its memories reflect every request and outcome before these offsets.
     static let contentMemorySteps = ContentMemoryRecord(

@@ -109,7 +109,7 @@ struct JSONReaderTests {
         for (from, to, field) in [
             ("\"sequence\":7", "\"sequence\":\"7\"", "sequence"),
             ("\"eventId\":\"e-1\",", "", "eventId"), ("2026", "20x6", "occurredAt"), ("\"source\":\"orders\"", "\"source\":1", "source"),
-            ("\"deviceId\":\"d1\"", "\"deviceId\":null", "startTarget.deviceId"),
+            ("\"deviceId\":\"d1\"", "\"deviceId\":7", "startTarget.deviceId"),
         ] {
             let changed = Array(text.replacingOccurrences(of: from, with: to).utf8)
             #expect(JSONReader.value(of: changed).flatMap(ActivityEvent.init(json:)) == nil, "\(field)")

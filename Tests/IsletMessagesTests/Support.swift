@@ -61,6 +61,7 @@ struct GoldenCase: Sendable, CustomTestStringConvertible {
         GoldenCase("TokenRecord.endedEverywhere", Examples.tokenRecordEndedEverywhere),
         GoldenCase("ActivityEvent", Examples.activityEvent),
         GoldenCase("ActivityEvent.pushToStart", Examples.activityEventPushToStart),
+        GoldenCase("ActivityEvent.userStart", Examples.activityEventUserStart),
         GoldenCase("ActivityEvent.minimal", Examples.activityEventMinimal),
         GoldenCase("ActivityEvent.presentation", Examples.activityEventPresented),
         GoldenCase("ActivityEvent.scheduled", Examples.activityEventScheduled),
@@ -69,6 +70,7 @@ struct GoldenCase: Sendable, CustomTestStringConvertible {
         GoldenCase("PushRequest.pushToStart", Examples.pushRequestPushToStart),
         GoldenCase("PushRequest.broadcast", Examples.pushRequestBroadcast),
         GoldenCase("PushRequest.deviceCopy", Examples.pushRequestDeviceCopy),
+        GoldenCase("PushRequest.userStart", Examples.pushRequestUserStart),
         GoldenCase("PushOutcome", Examples.pushOutcome),
         GoldenCase("PushOutcome.tokenInvalid", Examples.pushOutcomeTokenInvalid),
         GoldenCase("PushOutcome.pushToStart", Examples.pushOutcomePushToStart),
@@ -80,6 +82,7 @@ struct GoldenCase: Sendable, CustomTestStringConvertible {
         GoldenCase("ContentMemoryRecord", Examples.contentMemoryRecord),
         GoldenCase("ContentMemoryRecord.gone", Examples.contentMemoryRecordGone),
         GoldenCase("ContentMemoryRecord.pushToStart", Examples.contentMemoryRecordPushToStart),
+        GoldenCase("ContentMemoryRecord.userStart", Examples.contentMemoryRecordUserStart),
         GoldenCase("ContentMemoryRecord.checkpoint", Examples.contentMemoryCheckpoint),
         GoldenCase("ContentMemoryRecord.steps", Examples.contentMemorySteps),
         GoldenCase("DispatchBudgetRecord", Examples.dispatchBudgetRecord),
@@ -123,7 +126,7 @@ struct MessageSchema: Sendable {
             typeName: "ActivityEvent", topic: IsletTopics.activityEvents,
             required: [
                 "schemaVersion", "eventId", "activityId", "kind", "attributesType", "fields", "urgency", "occurredAt", "sequence",
-                "startTarget.app", "startTarget.app.bundleId", "startTarget.app.environment", "startTarget.deviceId",
+                "startTarget.app", "startTarget.app.bundleId", "startTarget.app.environment",
             ],
             // An alert's translations are keyed by language tag: a map, not members of the schema.
             freeForm: ["fields", "attributes", "presentation.alert.translations"],

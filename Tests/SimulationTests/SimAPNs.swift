@@ -144,7 +144,8 @@ final class SimPhones {
             }
         }
         if request.event == .start, request.pushToStartKey != nil {
-            let activityId = request.sourceActivityId ?? ""
+            // (A second device of the user, started by the same start: its own entry.)
+            let activityId = SimWorkload.shownId(request.sourceActivityId ?? "", deviceId: SimWorkload.isSecondDevice(target.device) ? target.device : nil)
             if let existing = activities[activityId] {
                 world.violate(
                     "one activity",
@@ -153,7 +154,7 @@ final class SimPhones {
             }
             world.trace("phone \(target.device): activity \(activityId) started by push")
             activities[activityId] = Activity(device: target.device, token: "")
-            onStarted?(activityId, target.device)
+            onStarted?(request.sourceActivityId ?? "", target.device)
             return
         }
         guard let activityId = target.activityId, var activity = activities[activityId] else { return }

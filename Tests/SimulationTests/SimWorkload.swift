@@ -26,7 +26,13 @@ final class SimWorkload {
     /// (issue 60 item 4). Drawn from a stream of their own.
     var secondDevices = true
     private lazy var deviceRandom = SimRandom(seed: world.seed ^ 0x2DE7_1CE5_5EC0_4D11)
+    /// Whether each user has an iPad with a push-to-start token, and some starts go to every
+    /// device of the user (``ActivityEvent/PushToStartTarget/userId``). Drawn from a stream of their own.
+    var userStarts = true
+    private lazy var userStartRandom = SimRandom(seed: world.seed ^ 0x05E2_57A2_7D3E_71CE)
     private(set) var secondDeviceCount = 0
+    /// Starts sent to every device of a user.
+    private(set) var userStartCount = 0
     private var devices: [String: String] = [:]
     private var updateTokens: [String: String] = [:]
     let app = AppTarget(bundleId: SimWorld.bundleId, environment: .production)
@@ -49,11 +55,29 @@ final class SimWorkload {
                 kind: .pushToStart, deviceId: device, userId: "user-\(index)", token: token, app: app, attributesType: SimWorld.attributesType,
                 frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: world.now, updatedAt: world.now),
                 key: Self.pushToStartKey(device: device))
+            // The same user's iPad, which a start to the user reaches too (issue 60 item 4).
+            if userStarts {
+                let pad = device + Self.secondDeviceSuffix
+                let padToken = userStartRandom.hex(bytes: 32)
+                world.phones.addToken(padToken, device: pad, activityId: nil)
+                register(TokenRecord(
+                    kind: .pushToStart, deviceId: pad, userId: "user-\(index)", token: padToken, app: app, attributesType: SimWorld.attributesType,
+                    frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: world.now, updatedAt: world.now),
+                    key: Self.pushToStartKey(device: pad))
+            }
         }
         world.phones.onStarted = { [weak self] activityId, device in
             guard let self else { return }
-            // The app learns the activity's token from iOS, then registers it.
-            self.world.scheduler.after(self.world.random.seconds(0.2, 3)) { self.registerUpdateToken(activityId, device: device) }
+            // The app learns the activity's token from iOS, then registers it (the iPad's as that device's record).
+            if Self.isSecondDevice(device) {
+                // (The app reports when its activity started: now, as iOS started it.)
+                let startedAt = self.world.now
+                self.world.scheduler.after(self.userStartRandom.seconds(0.2, 3)) {
+                    self.registerSecondDeviceToken(activityId, device: device, startedAt: startedAt)
+                }
+            } else {
+                self.world.scheduler.after(self.world.random.seconds(0.2, 3)) { self.registerUpdateToken(activityId, device: device) }
+            }
         }
         for index in 0..<activities {
             let burst = random.chance(0.3)
@@ -81,7 +105,12 @@ final class SimWorkload {
 
     private func begin(_ plan: Plan) {
         if plan.byPushToStart {
-            send(plan.activityId, .start, sequence: 1, status: "placed", urgency: .important, startTarget: .init(app: app, deviceId: plan.device))
+            // Now and then to every device of the user: the phone and the iPad.
+            let user = "user-" + plan.device.dropFirst("DEVICE-".count)
+            let target: ActivityEvent.PushToStartTarget =
+                userStarts && userStartRandom.chance(0.4) ? .init(app: app, userId: user) : .init(app: app, deviceId: plan.device)
+            if target.userId != nil { userStartCount += 1 }
+            send(plan.activityId, .start, sequence: 1, status: "placed", urgency: .important, startTarget: target)
         } else {
             world.phones.startLocally(plan.activityId, device: plan.device, token: "")
             registerUpdateToken(plan.activityId, device: plan.device)
@@ -145,6 +174,24 @@ final class SimWorkload {
         }
     }
 
+    /// A second device's id ends so (an iPad: the first device's user's).
+    static let secondDeviceSuffix = "-PAD"
+    static func isSecondDevice(_ device: String) -> Bool { device.hasSuffix(secondDeviceSuffix) }
+
+    /// The iPad a start to the user reached registers its token of the activity: that device's record.
+    private func registerSecondDeviceToken(_ activityId: String, device: String, startedAt: Date) {
+        let shown = Self.shownId(activityId, deviceId: device)
+        let token = userStartRandom.hex(bytes: 32)
+        world.phones.addToken(token, device: device, activityId: shown)
+        world.phones.setToken(token, of: shown)
+        world.trace("phone \(device): the app registers its own token of \(activityId)")
+        register(TokenRecord(
+            kind: .update, activityId: activityId, deviceId: device, userId: "user", token: token, app: app,
+            attributesType: SimWorld.attributesType, frequentUpdatesEnabled: false, appVersion: "1.0", state: .active,
+            activityStartedAt: startedAt, registeredAt: world.now, updatedAt: world.now, deviceKeyed: true),
+            key: MessageKey.device(bundleId: SimWorld.bundleId, activityId: activityId, deviceId: device))
+    }
+
     /// The activity `activityId` as the phones model shows it on `deviceId` when that is not its
     /// first device (``SimPhones`` keeps one entry per activity and device).
     static func shownId(_ activityId: String, deviceId: String?) -> String {
@@ -158,7 +205,7 @@ final class SimWorkload {
     /// then sends the end to it). Returns when the end may come.
     private func followOnSecondDevice(_ plan: Plan) -> TimeInterval {
         secondDeviceCount += 1
-        let device = plan.device + "-PAD"
+        let device = plan.device + Self.secondDeviceSuffix
         let shown = Self.shownId(plan.activityId, deviceId: device)
         let token = deviceRandom.hex(bytes: 32)
         world.phones.startLocally(shown, device: device, token: token)

@@ -50,21 +50,16 @@ struct SimulationTests {
         #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
-    /// Seed 24440, found by seeds 15,000–30,000, kept as a known issue: a push-to-start waited two
-    /// minutes behind an outcomes topic its dispatcher could not read, and reached the phone after
-    /// its activity's end had given up waiting for a token (`awaitingToken`) — 1.6 s before the
-    /// other dispatcher's lagging token replica showed the token the app then registered. The
-    /// activity stays on the phone. Sending such an end again once a token appears was tried and
-    /// taken back: a token registered after the end may be a new activity with the same id (see
-    /// docs/operations.md). When this test reports that the known issue was not recorded, the seed
-    /// passes: turn it into an ordinary test.
-    @Test("seed 24440: a push-to-start that reaches the phone after its activity's end gave up waiting for a token leaves the activity on the phone (known)")
+    /// Seed 24440, found by seeds 15,000–30,000: a push-to-start waited two minutes behind an
+    /// outcomes topic its dispatcher could not read, and reached the phone after its activity's end
+    /// had given up waiting for a token (`awaitingToken`); the activity stayed on the phone.
+    /// content-service now sends the end again when a start's outcome says it reached a device
+    /// after the end was made (`ContentEngine.endsOwed`): that device's activity is this one,
+    /// whenever its token comes.
+    @Test("seed 24440: a push-to-start that reaches the phone after its activity's end gets that end")
     func seed24440() {
         let result = Simulation.run(seed: 24440, secondDevices: false)
-        withKnownIssue("an end given up for want of a token is not sent again when the activity appears late") {
-            #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
-        }
-        #expect(Set(result.violations.map(\.invariant)).isSubset(of: ["activity ends"]), "no other invariant breaks in this seed")
+        #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
     /// Seed 6336, found by seeds 3,001–15,000 once activities were followed on a second device:
@@ -76,7 +71,7 @@ struct SimulationTests {
     /// each device whose activity started before it (`ContentEngine.devicesOfRecentEnds`).
     @Test("seed 6336: a device an instance that was killed left without the end gets it from the next owner")
     func seed6336() {
-        let result = Simulation.run(seed: 6336)
+        let result = Simulation.run(seed: 6336, userStarts: false)
         #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
@@ -86,7 +81,7 @@ struct SimulationTests {
     /// end, ignored the event read again. Held by the same fix as 6336.
     @Test("seed 19734: a device's copy of an end that Kafka refused while it took the activity's own end is made by the next owner")
     func seed19734() {
-        let result = Simulation.run(seed: 19734)
+        let result = Simulation.run(seed: 19734, userStarts: false)
         #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
@@ -99,7 +94,7 @@ struct SimulationTests {
     /// activity (`DispatchMachine.timestamp(for:key:)`); without that, this seed breaks ("newer hidden").
     @Test("seed 10099: requests a stopped instance stamped earlier, stored after the next owner's, still reach the phone as newer content")
     func seed10099() {
-        let result = Simulation.run(seed: 10099)
+        let result = Simulation.run(seed: 10099, userStarts: false)
         #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 

@@ -50,7 +50,9 @@ enum MessageFormatter {
             "ActivityEvent", event.kind.rawValue, event.activityId, event.attributesType, "seq=\(event.sequence)",
             "urgency=\(event.urgency)", "event=\(event.eventId)",
         ]
-        if let target = event.startTarget { parts.append("pushToStart=\(target.app.bundleId)/\(target.deviceId)") }
+        if let target = event.startTarget {
+            parts.append("pushToStart=\(target.app.bundleId)/" + (target.deviceId ?? "user:\(target.userId ?? "")"))
+        }
         if let source = event.source { parts.append("source=\(source)") }
         parts.append("fields=\(compactJSON(event.fields))")
         return parts.joined(separator: " ")

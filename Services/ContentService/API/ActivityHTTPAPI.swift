@@ -190,7 +190,8 @@ public struct ActivityHTTPAPI: Sendable {
         if body.attributes != nil, body.kind != .start { throw Self.invalid("attributes", "only allowed with kind start") }
         if let target = body.startTarget {
             // As the gRPC API checks them: the device id is part of the push-to-start token's key.
-            guard (1...128).contains(target.deviceId.utf8.count), !target.deviceId.contains(":") else {
+            // Or every device of a user (ActivityEvent.validate: exactly one of the two).
+            if let deviceId = target.deviceId, !(1...128).contains(deviceId.utf8.count) || deviceId.contains(":") {
                 throw Self.invalid("startTarget.deviceId", "must be 1-128 bytes, without ':'")
             }
             guard APNsEnvironment.knownValues.contains(target.app.environment) else {

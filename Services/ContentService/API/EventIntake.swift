@@ -76,7 +76,7 @@ public struct EventIntake: Sendable {
         do {
             switch try engine.prepareAhead(event, partition: partition, keep: partition.map(owned().contains) ?? false) {
             // (The activity's own requests: copies to its other devices follow them.)
-            case .send(let prepared): requestIds = prepared.requests.filter { !$0.isDeviceCopy }.map(\.requestId)
+            case .send(let prepared): requestIds = prepared.requests.filter { !$0.isDeviceCopy && !$0.isStartCopy }.map(\.requestId)
             case .ignore: requestIds = []
             // Sent at its time: its requests' ids are not known yet.
             case .schedule: requestIds = []

@@ -117,7 +117,7 @@ public struct PayloadAssembler: Sendable {
             wanted: ContentTimestamps.seconds(event.occurredAt), now: now, last: memory.lastTimestamp, floor: timestampFloor)
         let key =
             isPushToStart
-            ? MessageKey.pushToStart(bundleId: app.bundleId, deviceId: event.startTarget!.deviceId, attributesType: template.attributesType)
+            ? MessageKey.pushToStart(bundleId: app.bundleId, deviceId: event.startTarget?.deviceId ?? "", attributesType: template.attributesType)
             : event.activityId
         return Plan(
             event: event, template: template, state: state, contentState: contentState, layoutContext: layoutContext, alert: alert,
@@ -273,17 +273,22 @@ public struct PayloadAssembler: Sendable {
         let priority = policy.priority(for: event.urgency)
         return drafts.enumerated().map { index, draft in
             let isAlertBeforeEnd = event.kind == .end && index < drafts.count - 1
+            let requestId =
+                isAlertBeforeEnd
+                ? RequestIds.alertBeforeEnd(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId)
+                : RequestIds.content(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId)
             return PushRequest(
-                requestId: isAlertBeforeEnd
-                    ? RequestIds.alertBeforeEnd(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId)
-                    : RequestIds.content(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId),
+                requestId: requestId,
                 activityId: plan.isPushToStart ? nil : event.activityId,
                 pushToStartKey: plan.isPushToStart ? plan.key : nil, event: draft.kind, app: app, attributesType: plan.template.attributesType,
                 payload: draft.payload, priority: priority, urgency: event.urgency, supersedable: draft.kind == .update && !draft.alerting,
                 alerting: draft.alerting, apnsTimestamp: plan.timestamp + Int64(index), contentSequence: event.sequence,
                 staleDate: plan.staleDate, expiration: draft.kind == .update ? plan.staleDate : now.addingTimeInterval(3_600), createdAt: now,
                 sourceEventId: event.eventId, sourceActivityId: event.activityId, state: plan.state.name,
-                channelStoragePolicy: plan.template.broadcastStoragePolicy, tokenRegisteredAt: tokenRegisteredAt)
+                channelStoragePolicy: plan.template.broadcastStoragePolicy, tokenRegisteredAt: tokenRegisteredAt,
+                // A start to every device of a user: this one, for its first device, names the group
+                // (ContentEngine.withStartCopies makes the others).
+                startGroup: plan.isPushToStart && event.startTarget?.userId != nil ? requestId : nil)
         }
     }
 

@@ -91,8 +91,7 @@ extension ContentEngine {
             let keys = state.all.compactMap { item in item.memory.partition.map(partitions.contains) == true ? item.key : nil }
             for key in keys { state.set(key, nil, now: now, policy: policy, restored: true) }
             state.unwritten.drop(partitions: partitions)
-            state.startOwners = state.startOwners.filter { state.index[$0.value] != nil }
-            state.startOwnersPruned = state.startOwners.count
+            state.dropForgottenStartOwners()
             return keys.count
         }
     }

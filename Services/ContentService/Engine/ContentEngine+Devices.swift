@@ -127,9 +127,20 @@ extension ContentEngine {
             /// Activities of partitions newly owned that ended recently → when noted: their
             /// devices are looked at once the table is loaded (``ContentEngine/devicesOfRecentEnds(_:now:)``).
             var recentEnds: [String: Date] = [:]
+            /// Ended activities whose push-to-start reached a device after the end was made → those
+            /// devices, and when the first was noted (``ContentEngine/endsOwed(in:owned:now:prepared:)``).
+            var owedEnds: [String: (devices: Set<String>, since: Date)] = [:]
         }
 
         let state = Mutex(State())
+
+        /// The push-to-start of `activityKey` reached `deviceId` after the activity's end was made.
+        func owe(_ activityKey: String, deviceId: String, at date: Date) {
+            state.withLock { state in
+                guard state.owedEnds.count < ContentEngine.maximumLateDevices || state.owedEnds[activityKey] != nil else { return }
+                state.owedEnds[activityKey, default: ([], date)].devices.insert(deviceId)
+            }
+        }
 
         /// A device's record applied to the table (`token` as it is now).
         func applied(_ key: String, token: DeliveryToken?, at date: Date) {
@@ -186,6 +197,64 @@ extension ContentEngine {
         guard !ended.isEmpty else { return }
         lateDevices.state.withLock { late in
             for key in ended where late.recentEnds.count < Self.maximumLateDevices { late.recentEnds[key] = now }
+        }
+    }
+
+    /// Ends owed to devices an activity's push-to-start reached after its end was made (the start
+    /// waited minutes behind a dispatcher that could not read its outcomes, say, while the end
+    /// found no token, or no record of that device: seeds 24440 and 68): the end again, for the
+    /// activity's own token (whichever device registered first) and as a copy for the device's
+    /// record, each under an id derived from the end's and the device's (made once: the dispatcher
+    /// takes an id once). Each waits in the dispatcher for its token, which the app registers once
+    /// iOS started the activity. The devices are known from the start's outcomes: the activity on
+    /// them is this one, whenever its token is registered. Returned as ``catchUpDevices`` returns
+    /// its copies, changing no memory.
+    func endsOwed(in state: inout ActivityMemories, owned: Set<Int32>?, now: Date, prepared: inout [Prepared]) {
+        let owed = lateDevices.state.withLock { $0.owedEnds }
+        guard !owed.isEmpty else { return }
+        var settled: [String] = []
+        var made: [String: [PushRequest]] = [:]
+        for (activityKey, entry) in owed.sorted(by: { $0.key < $1.key }) {
+            guard now.timeIntervalSince(entry.since) <= Self.lateDeviceWait, let memory = state.memory(activityKey), memory.ended else {
+                settled.append(activityKey)
+                continue
+            }
+            // Another instance's: looked at again (the partition may come here).
+            guard ActivityMemories.isOwned(memory, by: owned) else { continue }
+            guard let full = memory.latestRequest else {
+                if let position = memory.payloadToRead, let latest = memory.latest {
+                    if !state.payloadsToRead.contains(where: { $0.activityKey == activityKey }) {
+                        state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
+                    }
+                } else {
+                    settled.append(activityKey)
+                }
+                continue
+            }
+            settled.append(activityKey)
+            guard full.event == .end, Self.isCopied(full) else { continue }
+            func end(to deviceId: String?) -> PushRequest? {
+                guard var end = assembler.followUp(
+                    .end(.clientEnded), of: full, requestId: RequestIds.catchUp(of: full.requestId, deviceId: deviceId ?? ""),
+                    timestamp: full.apnsTimestamp, now: now)
+                else { return nil }
+                end.deviceId = deviceId
+                end.tokenRegisteredAt = nil
+                return end
+            }
+            made[activityKey] = entry.devices.sorted().compactMap { end(to: $0) } + [end(to: nil)].compactMap { $0 }
+        }
+        lateDevices.state.withLock { late in
+            for key in settled where late.owedEnds[key]?.since == owed[key]?.since && late.owedEnds[key]?.devices == owed[key]?.devices {
+                late.owedEnds[key] = nil
+            }
+        }
+        for (activityKey, requests) in made.sorted(by: { $0.key < $1.key }) where !requests.isEmpty {
+            if let index = prepared.firstIndex(where: { $0.activityKey == activityKey }) {
+                prepared[index].requests = requests + prepared[index].requests
+            } else {
+                prepared.append(Prepared(requests: requests, shrinks: [], activityKey: activityKey, memory: nil))
+            }
         }
     }
 

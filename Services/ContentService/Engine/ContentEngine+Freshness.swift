@@ -30,6 +30,7 @@ extension ContentEngine {
             state.payloadsToRead = []
             var prepared = due.compactMap { slot in look(at: slot, in: &state, owned: owned, now: now, policy: policy) }
             catchUpDevices(in: &state, owned: owned, now: now, prepared: &prepared)
+            endsOwed(in: &state, owned: owned, now: now, prepared: &prepared)
             state.pruneStartOwners()
             return prepared
         }

@@ -21,7 +21,8 @@ extension ContentEngine {
     /// - Parameter images: thumbnails by image URL (``ThumbnailService``); without, images go by URL only.
     /// - Parameter firing: the event is a scheduled step whose time has come (``dueSteps(owned:)``).
     public func prepare(_ event: ActivityEvent, partition: Int32? = nil, images: [String: [String]] = [:], firing: Bool = false) throws(ContentError) -> Decision {
-        let preparation = try inputs(of: event, partition: partition)
+        let (event, startDevices) = try resolvingUser(event)
+        let preparation = try inputs(of: event, partition: partition, startDevices: startDevices)
         let now = clock.date
         if !firing, Self.isForLater(event, now: now) { return try schedule(event, preparation, now: now) }
         let window = assembler.policy.alertWindow / .seconds(1)
@@ -38,7 +39,8 @@ extension ContentEngine {
     /// - Parameter partition: the partition the event will be in (`nil` when not known yet).
     /// - Parameter keep: this instance owns that partition (it will read the event back).
     public func prepareAhead(_ event: ActivityEvent, partition: Int32?, keep: Bool = true) throws(ContentError) -> Decision {
-        let preparation = try inputs(of: event, partition: partition)
+        let (event, startDevices) = try resolvingUser(event)
+        let preparation = try inputs(of: event, partition: partition, startDevices: startDevices)
         let now = clock.date
         if Self.isForLater(event, now: now) { return try schedule(event, preparation, now: now) }
         let decision = try assemble(event, preparation, images: [:], now: now)
@@ -81,6 +83,8 @@ extension ContentEngine {
         var registeredAt: Date?
         /// The activity's other devices' active tokens (``withDeviceCopies(_:event:_:images:now:)``).
         var devices: [DeviceToken] = []
+        /// A start to every device of a user: the devices after the first (``withStartCopies(_:event:_:images:now:)``).
+        var startDevices: [StartDevice] = []
     }
 
     /// An event's inputs, and what follows from them alone.
@@ -94,7 +98,7 @@ extension ContentEngine {
     }
 
     /// Reads what the event's assembly needs; throws what is wrong with the event before assembly.
-    func inputs(of event: ActivityEvent, partition: Int32?) throws(ContentError) -> Preparation {
+    func inputs(of event: ActivityEvent, partition: Int32?, startDevices: [StartDevice] = []) throws(ContentError) -> Preparation {
         guard let template = assembler.templates[event.attributesType] else {
             throw ContentError(field: "attributesType", problem: "\(event.attributesType) has no template")
         }
@@ -111,7 +115,8 @@ extension ContentEngine {
         let registeredAt = template.broadcastStoragePolicy == nil ? tokens.token(forKey: key).map(\.registeredAt) : nil
         let devices = template.broadcastStoragePolicy == nil && event.startTarget == nil ? deviceTokens(of: activityKey) : []
         let inputs = AssemblyInputs(
-            activityKey: activityKey, memory: memory, record: record, app: app, floor: floor, registeredAt: registeredAt, devices: devices)
+            activityKey: activityKey, memory: memory, record: record, app: app, floor: floor, registeredAt: registeredAt, devices: devices,
+            startDevices: startDevices)
         return Preparation(template: template, inputs: inputs, writtenInPart: writtenInPart, ignored: ignored)
     }
 
@@ -127,7 +132,8 @@ extension ContentEngine {
         let requests = result.requests.filter { $0.requestId != preparation.writtenInPart }
         return .send(
             Prepared(
-                requests: withDeviceCopies(requests, event: event, inputs, images: images, now: now), shrinks: result.shrinks,
+                requests: withStartCopies(withDeviceCopies(requests, event: event, inputs, images: images, now: now), event: event, inputs, images: images, now: now),
+                shrinks: result.shrinks,
                 activityKey: inputs.activityKey, memory: memory))
     }
 
@@ -166,7 +172,8 @@ extension ContentEngine {
         // target's or the template's app.
         let key: String
         if let target = event.startTarget {
-            key = MessageKey.pushToStart(bundleId: target.app.bundleId, deviceId: target.deviceId, attributesType: event.attributesType)
+            // (A user's first device: ``resolvingUser(_:)`` named it.)
+            key = MessageKey.pushToStart(bundleId: target.app.bundleId, deviceId: target.deviceId ?? "", attributesType: event.attributesType)
         } else {
             key = activityKey
         }

@@ -80,7 +80,7 @@ public final class ContentEngine: Sendable {
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             if let memory = prepared.memory { state.set(prepared.activityKey, memory, now: now, policy: policy) }
-            for request in prepared.requests { if let key = request.pushToStartKey { state.startOwners[key] = prepared.activityKey } }
+            for request in prepared.requests { state.noteStart(request, of: prepared.activityKey) }
         }
     }
 
@@ -92,6 +92,11 @@ public final class ContentEngine: Sendable {
     public func replay(_ request: PushRequest, partition: Int32? = nil, storedAt: KafkaPosition? = nil) {
         // A copy for one more device follows its activity's request: the memory is the request's.
         guard !request.isDeviceCopy, let activityKey = request.activityKey else { return }
+        // So does the start for one more device of a user; its outcome still finds the activity.
+        if request.isStartCopy {
+            state.withLock { $0.noteStart(request, of: activityKey) }
+            return
+        }
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             var memory = state.memory(activityKey) ?? ActivityMemory()
@@ -99,14 +104,14 @@ public final class ContentEngine: Sendable {
             if let storedAt { memory.stored(request.requestId, at: storedAt) }
             if let partition { memory.partition = partition }
             state.set(activityKey, memory, now: now, policy: policy)
-            if let key = request.pushToStartKey { state.startOwners[key] = activityKey }
+            state.noteStart(request, of: activityKey)
         }
     }
 
     /// A request this service sent is on `islet.push-requests.v1` at `position` (Kafka acknowledged
     /// it): when it is still its activity's latest, its payload is not kept any more.
     public func stored(_ request: PushRequest, at position: KafkaPosition) {
-        guard !request.isDeviceCopy, let activityKey = request.activityKey else { return }
+        guard !request.isDeviceCopy, !request.isStartCopy, let activityKey = request.activityKey else { return }
         state.withLock { state in
             guard let slot = state.index[activityKey].map(Int.init) else { return }
             state.slots[slot].memory.stored(request.requestId, at: position)
@@ -165,7 +170,7 @@ public final class ContentEngine: Sendable {
                 let keys = state.keys(ofActivity: activityId)
                 activityKey = keys.count == 1 ? keys.first : nil
             } else if outcome.activityId == nil {
-                activityKey = outcome.pushToStartKey.flatMap { state.startOwners[$0] }
+                activityKey = state.startRequests[outcome.requestId] ?? outcome.pushToStartKey.flatMap { state.startOwners[$0] }
             } else {
                 activityKey = outcome.key
             }
@@ -173,7 +178,17 @@ public final class ContentEngine: Sendable {
             // revive an activity whose token was declared dead: scheduled again either way.
             guard let activityKey else { return }
             state.update(activityKey, now: now, policy: policy) { $0.record(outcome, at: position) }
+            if let key = outcome.pushToStartKey, Self.mayHaveStarted(outcome), state.memory(activityKey)?.ended == true,
+                let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key)
+            {
+                lateDevices.owe(activityKey, deviceId: deviceId, at: now)
+            }
         }
+    }
+
+    /// Whether a push-to-start's outcome says it may have started its activity on the phone.
+    static func mayHaveStarted(_ outcome: PushOutcome) -> Bool {
+        outcome.result == .delivered || outcome.result == .deliveredDowngraded || (outcome.result == .failed && outcome.attempts > 0)
     }
 
 }

@@ -21,8 +21,26 @@ struct ActivityMemories {
     var apps: [String: Int] = [:]
     /// Push-to-start keys of recent starts → the activity they started (their outcomes carry the key).
     var startOwners: [String: String] = [:]
+    /// Request ids of recent push-to-starts → the activity each started: an outcome that comes
+    /// late, after another start on the same device took its key (``startOwners``), still finds
+    /// its own activity. (Not in the changelog: after a restart, the key decides.)
+    var startRequests: [String: String] = [:]
     /// `startOwners.count` when it was last pruned: pruned again once it doubled (amortised).
     var startOwnersPruned = 0
+
+    /// Notes the push-to-start `request` (of `activityKey`), for its outcome.
+    mutating func noteStart(_ request: PushRequest, of activityKey: String) {
+        guard let key = request.pushToStartKey else { return }
+        startOwners[key] = activityKey
+        startRequests[request.requestId] = activityKey
+    }
+
+    /// Drops the push-to-start owners of activities forgotten.
+    mutating func dropForgottenStartOwners() {
+        startOwners = startOwners.filter { index[$0.value] != nil }
+        startRequests = startRequests.filter { index[$0.value] != nil }
+        startOwnersPruned = startOwners.count + startRequests.count
+    }
     /// When the monitor is to look at each activity next.
     var deadlines = DeadlineQueue()
     /// The activities' scheduled steps by their time.
@@ -211,9 +229,6 @@ struct ActivityMemories {
 
     /// Drops the push-to-start owners of forgotten activities, once they are many.
     mutating func pruneStartOwners() {
-        if startOwners.count > max(index.count, 2 * startOwnersPruned) {
-            startOwners = startOwners.filter { index[$0.value] != nil }
-            startOwnersPruned = startOwners.count
-        }
+        if startOwners.count + startRequests.count > max(index.count, 2 * startOwnersPruned) { dropForgottenStartOwners() }
     }
 }

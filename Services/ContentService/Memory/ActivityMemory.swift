@@ -402,9 +402,10 @@ public struct ActivityMemory: Sendable, Equatable {
 
     /// The activity's last request was a push-to-start that certainly did not start it (APNs
     /// refused it or its token, it expired, no token was there): the backend may try a new start.
-    /// Not after `failed`: its answer was unknown, and it may have started the activity.
+    /// Not after `failed`: its answer was unknown, and it may have started the activity. Never
+    /// after a start to every device of a user: another device may have it.
     var startNeverArrived: Bool {
-        guard let latest, latest.isPushToStart, let result = latestOutcome else { return false }
+        guard let latest, latest.isPushToStart, !latest.isUserStart, let result = latestOutcome else { return false }
         return [.rejected, .expired, .awaitingToken, .tokenInvalid, .coalesced].contains(result)
     }
 

@@ -19,7 +19,7 @@ extension ActivityMemory {
                 LatestRequest(
                     requestId: latest.requestId, event: latest.event, app: latest.app, attributesType: latest.attributesType,
                     createdAt: latest.createdAt, staleDate: latest.staleDate, contentSequence: latest.contentSequence, isContent: latest.content,
-                    isPushToStart: latest.pushToStartKey != nil),
+                    isPushToStart: latest.pushToStartKey != nil, isUserStart: latest.userStart == true),
                 pushToStartKey: latest.pushToStartKey)
         }
         startedWith = record.startedWith
@@ -51,7 +51,8 @@ extension ActivityMemory {
         let latest = self.latest.map {
             ContentMemoryRecord.Latest(
                 requestId: $0.requestId, event: $0.event, app: $0.app, attributesType: $0.attributesType, createdAt: $0.createdAt,
-                staleDate: $0.staleDate, contentSequence: $0.contentSequence, content: $0.isContent, pushToStartKey: latestPushToStartKey)
+                staleDate: $0.staleDate, contentSequence: $0.contentSequence, content: $0.isContent, pushToStartKey: latestPushToStartKey,
+                userStart: $0.isUserStart ? true : nil)
         }
         let outcomes = self.outcomes.map { ContentMemoryRecord.Outcome(requestId: $0.requestId, result: $0.result, completedAt: $0.completedAt) }
         return ContentMemoryRecord.Activity(

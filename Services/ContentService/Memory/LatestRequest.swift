@@ -19,6 +19,7 @@ public struct LatestRequest: Sendable, Equatable {
 
     private static let content: UInt8 = 1
     private static let pushToStart: UInt8 = 2
+    private static let userStart: UInt8 = 4
     private static let absent: UInt8 = 128
     static let none = LatestRequest(
         id: .text(""), created: 0, stale: PackedDate(), contentSequence: 0, eventCode: 0, appCode: 0, typeCode: 0, kind: absent)
@@ -34,17 +35,18 @@ public struct LatestRequest: Sendable, Equatable {
         self.init(
             requestId: request.requestId, event: request.event, app: request.app, attributesType: request.attributesType,
             createdAt: request.createdAt, staleDate: request.staleDate, contentSequence: request.contentSequence,
-            isContent: request.sourceEventId != nil, isPushToStart: request.pushToStartKey != nil)
+            isContent: request.sourceEventId != nil, isPushToStart: request.pushToStartKey != nil,
+            isUserStart: request.pushToStartKey != nil && request.startGroup != nil)
     }
 
     public init(
         requestId: String, event: ActivityEventKind, app: AppTarget, attributesType: String, createdAt: Date, staleDate: Date?,
-        contentSequence: Int64, isContent: Bool, isPushToStart: Bool
+        contentSequence: Int64, isContent: Bool, isPushToStart: Bool, isUserStart: Bool = false
     ) {
         self.init(
             id: PackedId(requestId), created: createdAt.timeIntervalSinceReferenceDate, stale: PackedDate(staleDate), contentSequence: contentSequence,
             eventCode: Interned.strings.code(event.rawValue), appCode: Interned.apps.code(app), typeCode: Interned.strings.code(attributesType),
-            kind: (isContent ? Self.content : 0) | (isPushToStart ? Self.pushToStart : 0))
+            kind: (isContent ? Self.content : 0) | (isPushToStart ? Self.pushToStart : 0) | (isUserStart ? Self.userStart : 0))
     }
 
     var isNone: Bool { kind & Self.absent != 0 }
@@ -59,4 +61,6 @@ public struct LatestRequest: Sendable, Equatable {
     /// It carried an event's content (not a re-send or an end the monitor made).
     public var isContent: Bool { kind & Self.content != 0 }
     public var isPushToStart: Bool { kind & Self.pushToStart != 0 }
+    /// A push-to-start to every device of a user (``PushRequest/startGroup``).
+    public var isUserStart: Bool { kind & Self.userStart != 0 }
 }

@@ -79,6 +79,9 @@ struct PublishEvent: AsyncParsableCommand {
     @Option(name: .customLong("start-device-id"), help: "… on this device (the app's id for it, as registered).")
     var startDeviceId: String?
 
+    @Option(name: .customLong("start-user-id"), help: "… or on every device of this user that registered a push-to-start token.")
+    var startUserId: String?
+
     @Option(name: .customLong("start-environment"), help: "… in production (default) or sandbox.")
     var startEnvironment: String?
 
@@ -133,13 +136,15 @@ struct PublishEvent: AsyncParsableCommand {
             try JSONValueParsing.assign(attribute, into: &staticAttributes, option: "--attribute")
         }
         var target: ActivityEvent.PushToStartTarget?
-        switch (startBundleId, startDeviceId) {
-        case (nil, nil):
-            if startEnvironment != nil { throw ValidationError("--start-environment needs --start-bundle-id and --start-device-id") }
-        case (let bundle?, let device?):
+        switch (startBundleId, startDeviceId, startUserId) {
+        case (nil, nil, nil):
+            if startEnvironment != nil { throw ValidationError("--start-environment needs --start-bundle-id and --start-device-id or --start-user-id") }
+        case (let bundle?, let device?, nil):
             target = .init(app: AppTarget(bundleId: bundle, environment: try Self.known(APNsEnvironment.self, startEnvironment ?? "production", option: "--start-environment")), deviceId: device)
+        case (let bundle?, nil, let user?):
+            target = .init(app: AppTarget(bundleId: bundle, environment: try Self.known(APNsEnvironment.self, startEnvironment ?? "production", option: "--start-environment")), userId: user)
         default:
-            throw ValidationError("--start-bundle-id and --start-device-id go together")
+            throw ValidationError("--start-bundle-id goes with one of --start-device-id and --start-user-id")
         }
         var occurred = now
         if let occurredAt {

@@ -1,0 +1,84 @@
+import Foundation
+import IsletMessages
+import IsletTokens
+
+/// A push-to-start to every device of a user (``ActivityEvent/PushToStartTarget/userId``): the
+/// backend names the user, and the activity starts on each of their devices whose app registered
+/// a push-to-start token for the event's attributes type (the token table knows whose each token
+/// is: ``PartitionTokens/pushToStartKeys(bundleId:attributesType:owner:)``). The start is made for
+/// the first device, as a start to that device would be; each other device gets its own start,
+/// rendered for its app version and language, written just before it (``PushRequest/startGroup``
+/// names the group on each). The activity's memory follows the first device's start; since another
+/// device may have started the activity whatever the first one's outcome, the backend cannot start
+/// it again until it is ended (``ActivityMemory/startNeverArrived``). Each device's app then
+/// registers the activity's update token with its device id, and token-registry keeps one record
+/// per device (the first to register is the activity's own record).
+extension ContentEngine {
+    /// One more device of the user a start goes to.
+    struct StartDevice: Equatable, Sendable {
+        /// Its push-to-start token's key (`pts:<bundleId>:<deviceId>:<attributesType>`).
+        var key: String
+        var deviceId: String
+        var token: DeliveryToken
+    }
+
+    /// The most devices of a user one start goes to (the first included).
+    static let maximumStartDevices = 16
+
+    /// `event` as it is assembled for the user's first device (its target names that device as
+    /// well as the user), and the user's other devices; `event` itself, and none, when it is not a
+    /// start to a user's devices. Only active tokens of that user, one per token, by device id.
+    func resolvingUser(_ event: ActivityEvent) throws(ContentError) -> (ActivityEvent, [StartDevice]) {
+        guard event.kind == .start, let target = event.startTarget, target.deviceId == nil, let userId = target.userId else { return (event, []) }
+        let owner = DeliveryToken.owner(of: userId)
+        var seen: Set<String> = []
+        var devices: [StartDevice] = []
+        for key in tokens.pushToStartKeys(bundleId: target.app.bundleId, attributesType: event.attributesType, owner: owner) {
+            guard devices.count < Self.maximumStartDevices else { break }
+            guard let token = tokens.token(forKey: key), token.state == .active, token.owner == owner,
+                let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key), seen.insert(token.fingerprint).inserted
+            else { continue }
+            devices.append(StartDevice(key: key, deviceId: deviceId, token: token))
+        }
+        guard let first = devices.first else {
+            throw ContentError(
+                field: "startTarget.userId",
+                problem: "no device of this user has an active push-to-start token for \(event.attributesType) in \(target.app.bundleId)")
+        }
+        var resolved = event
+        resolved.startTarget?.deviceId = first.deviceId
+        return (resolved, Array(devices.dropFirst()))
+    }
+
+    /// `requests`, their push-to-start preceded by one for each other device of the user
+    /// (``AssemblyInputs/startDevices``): the event assembled again for that device (its app
+    /// version and language, from the same memory: the same sequence and timestamp), under an id
+    /// derived from the first device's start (``RequestIds/copy(of:deviceId:)``). A device whose
+    /// version the template cannot show gets none.
+    func withStartCopies(
+        _ requests: [PushRequest], event: ActivityEvent, _ inputs: AssemblyInputs, images: [String: [String]], now: Date
+    ) -> [PushRequest] {
+        guard !inputs.startDevices.isEmpty, let index = requests.firstIndex(where: { $0.pushToStartKey != nil && $0.startGroup != nil }) else {
+            return requests
+        }
+        let group = requests[index].requestId
+        var copies: [PushRequest] = []
+        for device in inputs.startDevices {
+            var deviceEvent = event
+            deviceEvent.startTarget?.deviceId = device.deviceId
+            var scratch = inputs.memory
+            guard
+                let made = try? assembler.assemble(
+                    deviceEvent, app: inputs.app, appVersion: AppVersion(device.token.appVersion) ?? Self.newest, locale: device.token.locale,
+                    memory: &scratch, now: now, images: images, timestampFloor: inputs.floor, tokenRegisteredAt: device.token.registeredAt),
+                var start = made.requests.first(where: { $0.pushToStartKey == device.key })
+            else { continue }
+            start.requestId = RequestIds.copy(of: group, deviceId: device.deviceId)
+            start.startGroup = group
+            copies.append(start)
+        }
+        var all = requests
+        all.insert(contentsOf: copies, at: index)
+        return all
+    }
+}
