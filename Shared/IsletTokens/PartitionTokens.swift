@@ -34,18 +34,19 @@ public final class PartitionTokens: Sendable {
         var owner: UInt64
     }
 
-    /// Whose push-to-start tokens: an app, an attributes type, a user (hashed).
+    /// Whose push-to-start tokens: an app, an attributes type, a user (the whole id: a hash that
+    /// two ids share would give one user's starts to the other).
     struct StartOwner: Hashable {
         var bundleId: String
         var attributesType: String
-        var owner: UInt64
+        var userId: String
 
         /// The owner and device of a push-to-start key (`pts:<bundleId>:<deviceId>:<attributesType>`).
-        static func of(_ key: String, owner: UInt64) -> (StartOwner, deviceId: String)? {
+        static func of(_ key: String, userId: String) -> (StartOwner, deviceId: String)? {
             guard key.hasPrefix("pts:") else { return nil }
             let parts = key.dropFirst(4).split(separator: ":", omittingEmptySubsequences: false)
             guard parts.count == 3 else { return nil }
-            return (StartOwner(bundleId: String(parts[0]), attributesType: String(parts[2]), owner: owner), String(parts[1]))
+            return (StartOwner(bundleId: String(parts[0]), attributesType: String(parts[2]), userId: userId), String(parts[1]))
         }
     }
 
@@ -79,9 +80,11 @@ public final class PartitionTokens: Sendable {
         /// An activity (`<bundleId>/<activityId>`) → the devices it has records of besides its own
         /// (``TokenRecord/deviceKeyed``; only activities that have some).
         var devices: [String: Set<String>] = [:]
-        /// A user's push-to-start tokens, by app, attributes type and owner → their devices
-        /// (``pushToStartKeys(bundleId:attributesType:owner:)``).
+        /// A user's push-to-start tokens, by app, attributes type and user → their devices
+        /// (``pushToStartKeys(bundleId:attributesType:userId:)``).
         var startDevices: [StartOwner: Set<String>] = [:]
+        /// Each push-to-start key indexed there → where (the entry keeps only a hash of its user).
+        var startOwnerOf: [String: StartOwner] = [:]
         var owned: Set<Int32> = []
         var ownsAll = false
 
@@ -130,7 +133,7 @@ public final class PartitionTokens: Sendable {
                 devices[activityKey]?.remove(deviceId)
                 if devices[activityKey]?.isEmpty == true { devices[activityKey] = nil }
             }
-            if let (owner, deviceId) = StartOwner.of(key, owner: entry.owner) {
+            if let owner = startOwnerOf.removeValue(forKey: key), let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key) {
                 startDevices[owner]?.remove(deviceId)
                 if startDevices[owner]?.isEmpty == true { startDevices[owner] = nil }
             }
@@ -253,8 +256,9 @@ public final class PartitionTokens: Sendable {
             if record.deviceKeyed == true, let (activityKey, deviceId) = MessageKey.splitDevice(key) {
                 state.devices[activityKey, default: []].insert(deviceId)
             }
-            if record.kind == .pushToStart, let (owner, deviceId) = StartOwner.of(key, owner: DeliveryToken.owner(of: record.userId)) {
+            if record.kind == .pushToStart, let (owner, deviceId) = StartOwner.of(key, userId: record.userId) {
                 state.startDevices[owner, default: []].insert(deviceId)
+                state.startOwnerOf[key] = owner
             }
             return true
         }
@@ -319,11 +323,11 @@ public final class PartitionTokens: Sendable {
         }
     }
 
-    /// The keys of `owner`'s push-to-start tokens (``DeliveryToken/owner(of:)``) for
-    /// `attributesType` in the app, active or not, sorted by device.
-    public func pushToStartKeys(bundleId: String, attributesType: String, owner: UInt64) -> [String] {
+    /// The keys of `userId`'s push-to-start tokens for `attributesType` in the app, active or
+    /// not, sorted by device.
+    public func pushToStartKeys(bundleId: String, attributesType: String, userId: String) -> [String] {
         state.withLock { state in
-            let devices = state.startDevices[StartOwner(bundleId: bundleId, attributesType: attributesType, owner: owner)] ?? []
+            let devices = state.startDevices[StartOwner(bundleId: bundleId, attributesType: attributesType, userId: userId)] ?? []
             return devices.sorted().map { MessageKey.pushToStart(bundleId: bundleId, deviceId: $0, attributesType: attributesType) }
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import IsletKafka
 import IsletMessages
 import IsletTesting
 import IsletTokens
@@ -51,7 +52,10 @@ struct UserStartTests {
         let requests = try prepared(engine, start(.init(app: app, userId: "ana"))).requests
         #expect(requests.map(\.pushToStartKey) == [Self.startKey("d2"), Self.startKey("d1")], "the other device's first, then the first device's")
         let (copy, mine) = (requests[0], requests[1])
-        #expect(mine.startGroup == mine.requestId && copy.startGroup == mine.requestId && copy.requestId == RequestIds.copy(of: mine.requestId, deviceId: "d2"))
+        // Each device's start has an id of its own, derived from the event's: the first device's too.
+        let eventRequest = RequestIds.content(bundleId: app.bundleId, activityId: "order-42", eventId: "start-1")
+        #expect(mine.requestId == RequestIds.copy(of: eventRequest, deviceId: "d1") && copy.requestId == RequestIds.copy(of: eventRequest, deviceId: "d2"))
+        #expect(mine.startGroup == mine.requestId && copy.startGroup == mine.requestId)
         #expect(copy.isStartCopy && !mine.isStartCopy)
         #expect(mine.event == .start && copy.event == .start && copy.contentSequence == mine.contentSequence && copy.apnsTimestamp == mine.apnsTimestamp)
         #expect(copy.sourceActivityId == "order-42" && copy.activityId == nil)
@@ -64,7 +68,9 @@ struct UserStartTests {
         #expect(memory.latest?.requestId == mine.requestId && memory.latest?.isUserStart == true && memory.startedWith == Self.startKey("d1"))
 
         // A user without a device: a clear refusal, nothing made.
-        #expect { try engine.prepare(start(.init(app: app, userId: "bob"), sequence: 1)) } throws: { ($0 as? ContentError)?.field == "startTarget.userId" }
+        var bob = start(.init(app: app, userId: "bob"))
+        bob.activityId = "order-99"
+        #expect { try engine.prepare(bob) } throws: { ($0 as? ContentError)?.field == "startTarget.userId" }
     }
 
     @Test("read back (another instance, a restart), the first device's start is the activity's memory, and each device's outcome still finds the activity")
@@ -76,8 +82,9 @@ struct UserStartTests {
         let memory = try #require(reader.memory(of: "com.example.food/order-42"))
         #expect(memory.latest?.requestId == requests[1].requestId && memory.latest?.isUserStart == true)
         reader.record(PushOutcome(requestId: requests[0].requestId, pushToStartKey: Self.startKey("d2"), result: .delivered, attempts: 1, completedAt: now))
-        #expect(reader.memory(of: "com.example.food/order-42")?.outcome(of: requests[0].requestId) == .delivered)
-        #expect(reader.memory(of: "com.example.food/order-42")?.latestOutcome == nil, "the first device's outcome is the activity's")
+        #expect(reader.memory(of: "com.example.food/order-42") == memory, "another device's outcome is not the activity's")
+        reader.record(PushOutcome(requestId: requests[1].requestId, pushToStartKey: Self.startKey("d1"), result: .delivered, attempts: 1, completedAt: now))
+        #expect(reader.memory(of: "com.example.food/order-42")?.latestOutcome == .delivered, "the first device's is")
         // Through the changelog: the start is still known as a user's.
         let record = memory.record(activityKey: "com.example.food/order-42", partition: 0)
         #expect(record.latest?.userStart == true)
@@ -101,25 +108,57 @@ struct UserStartTests {
 
     @Test("a start that reaches devices after the activity's end was made (the dispatcher could not read its outcomes for minutes) gets that end: for the activity's own token and for each such device's record, once, each waiting for its token (seed 24440)")
     func lateStartGetsTheEnd() throws {
-        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: ManualClock(now))
+        let clock = ManualClock(now)
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: clock)
         let starts = try prepared(engine, start(.init(app: app, userId: "ana"))).requests
+        clock.advance(5)
         var end = event("DeliveryAttributes", .end, sequence: 2, ["orderId": .string("42"), "status": .string("delivered")])
         end.bundleId = app.bundleId
         let ended = try prepared(engine, end).requests
+        clock.advance(300)
+        // An outcome read again (a restart reads those since the changelog's checkpoint), or one
+        // that came before the end was made: nothing owed.
+        let before = PushOutcome(requestId: starts[0].requestId, pushToStartKey: starts[0].pushToStartKey, result: .delivered, attempts: 1, completedAt: now.addingTimeInterval(1))
+        engine.record(before, at: KafkaPosition(partition: 1, offset: 7))
+        #expect(engine.sweep().isEmpty)
         let ownEnd = try #require(ended.last)
         #expect(ownEnd.event == .end && engine.memory(of: "com.example.food/order-42")?.ended == true)
         #expect(engine.sweep().isEmpty, "nothing owed yet")
         // The iPad's start (a copy) is delivered now, after the end: the iPad shows the activity.
-        engine.record(PushOutcome(requestId: starts[0].requestId, pushToStartKey: starts[0].pushToStartKey, result: .delivered, attempts: 1, completedAt: now))
+        let late = PushOutcome(requestId: starts[0].requestId, pushToStartKey: starts[0].pushToStartKey, result: .delivered, attempts: 1, completedAt: clock.date)
+        engine.record(late, at: KafkaPosition(partition: 1, offset: 8))
         let sent = engine.sweep().flatMap(\.requests)
         #expect(sent.count == 2 && sent.allSatisfy { $0.event == .end && $0.tokenRegisteredAt == nil })
         #expect(sent.first { $0.deviceId == "d2" }?.requestId == RequestIds.catchUp(of: ownEnd.requestId, deviceId: "d2"))
         #expect(sent.first { $0.deviceId == nil }?.requestId == RequestIds.catchUp(of: ownEnd.requestId, deviceId: ""))
         #expect(sent.first { $0.deviceId == nil }?.key == "com.example.food/order-42")
         #expect(engine.sweep().isEmpty, "once")
-        // A start refused, or delivered before the end: nothing owed.
-        engine.record(PushOutcome(requestId: starts[1].requestId, pushToStartKey: starts[1].pushToStartKey, result: .tokenInvalid, attempts: 1, completedAt: now))
+        // Read again (a restart): the same ends, under the same ids, which the dispatcher takes once.
+        engine.record(late, at: KafkaPosition(partition: 1, offset: 8))
+        #expect(engine.sweep().flatMap(\.requests).map(\.requestId) == sent.map(\.requestId))
+        // A start refused: nothing owed.
+        engine.record(PushOutcome(requestId: starts[1].requestId, pushToStartKey: starts[1].pushToStartKey, result: .tokenInvalid, attempts: 1, completedAt: clock.date))
         #expect(engine.sweep().isEmpty)
+    }
+
+    @Test("the same start read again soon (a writer stopped after Kafka stored the first device's start but not another's) makes every device's start again under the same ids, changing no memory; later, or for a user whose devices are gone, it is a duplicate")
+    func startsMadeAgain() throws {
+        let clock = ManualClock(now)
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: clock)
+        let event = start(.init(app: app, userId: "ana"))
+        let first = try prepared(engine, event).requests
+        let memory = engine.memory(of: "com.example.food/order-42")
+        clock.advance(30)
+        guard case .send(let again) = try engine.prepare(event, partition: 0) else { throw ContentError(field: "-", problem: "ignored") }
+        #expect(again.requests.map(\.requestId) == first.map(\.requestId) && again.memory == nil)
+        engine.commit(again)
+        #expect(engine.memory(of: "com.example.food/order-42") == memory)
+        clock.advance(ContentEngine.startsAgainWindow)
+        guard case .ignore = try engine.prepare(event, partition: 0) else { throw ContentError(field: "-", problem: "sent") }
+        // Read again when the user has no device any more: still a duplicate, not an error.
+        let empty = ContentEngine(assembler: try assembler(), tokens: PartitionTokens.whole(), clock: clock)
+        for request in first { empty.replay(request, partition: 0) }
+        guard case .ignore = try empty.prepare(event, partition: 0) else { throw ContentError(field: "-", problem: "sent") }
     }
 
     @Test("an outcome of a start that comes after another start on the same device finds its own activity, not the later one's (seed 828)")
@@ -138,15 +177,15 @@ struct UserStartTests {
     @Test("the token table knows each user's push-to-start devices by app and type, following re-registrations and removals")
     func tableIndex() {
         let tokens = tokens()
-        let owner = DeliveryToken.owner(of: "ana")
-        #expect(tokens.pushToStartKeys(bundleId: app.bundleId, attributesType: "DeliveryAttributes", owner: owner) == ["d1", "d2", "d4"].map(Self.startKey))
-        #expect(tokens.pushToStartKeys(bundleId: app.bundleId, attributesType: "RideAttributes", owner: owner).isEmpty)
+        let owner = "ana"
+        #expect(tokens.pushToStartKeys(bundleId: app.bundleId, attributesType: "DeliveryAttributes", userId: owner) == ["d1", "d2", "d4"].map(Self.startKey))
+        #expect(tokens.pushToStartKeys(bundleId: app.bundleId, attributesType: "RideAttributes", userId: owner).isEmpty)
         // d2 re-registered by Mallory (the device changed hands): Ana's no more.
         tokens.put(startToken("d2", user: "mallory", seed: "cd"), key: Self.startKey("d2"))
-        #expect(tokens.pushToStartKeys(bundleId: app.bundleId, attributesType: "DeliveryAttributes", owner: owner) == ["d1", "d4"].map(Self.startKey))
-        #expect(tokens.pushToStartKeys(bundleId: app.bundleId, attributesType: "DeliveryAttributes", owner: DeliveryToken.owner(of: "mallory")) == ["d2", "d3"].map(Self.startKey))
+        #expect(tokens.pushToStartKeys(bundleId: app.bundleId, attributesType: "DeliveryAttributes", userId: owner) == ["d1", "d4"].map(Self.startKey))
+        #expect(tokens.pushToStartKeys(bundleId: app.bundleId, attributesType: "DeliveryAttributes", userId: "mallory") == ["d2", "d3"].map(Self.startKey))
         tokens.remove(key: Self.startKey("d4"), partition: 0, offset: .max)
-        #expect(tokens.pushToStartKeys(bundleId: app.bundleId, attributesType: "DeliveryAttributes", owner: owner) == [Self.startKey("d1")])
+        #expect(tokens.pushToStartKeys(bundleId: app.bundleId, attributesType: "DeliveryAttributes", userId: owner) == [Self.startKey("d1")])
     }
 
     @Test("a start target names exactly one of a device and a user", arguments: [(nil, nil), ("d1", "ana"), (nil, "")] as [(String?, String?)])

@@ -240,21 +240,22 @@ extension EndToEnd {
                     continue
                 }
                 #expect(status == 202, "\(status) \(String(decoding: answer, as: UTF8.self))")
-                let id = driver.requestId(start)
+                // Each device's start has its own id, derived from the event's.
+                let id = RequestIds.copy(of: driver.requestId(start), deviceId: phone)
                 _ = try await driver.received(token: phoneStart, through: id)
-                let copyId = RequestIds.copy(of: id, deviceId: pad)
+                let copyId = RequestIds.copy(of: driver.requestId(start), deviceId: pad)
                 let deadline = ContinuousClock.now + .seconds(10)
                 while ContinuousClock.now < deadline, !(try await stack.received(token: padStart)).contains(where: { $0.apnsID.lowercased() == copyId }) {
                     try await Task.sleep(for: .milliseconds(100))
                 }
                 if try await stack.received(token: padStart).contains(where: { $0.apnsID.lowercased() == copyId }) {
-                    started = (order, id)
+                    started = (order, driver.requestId(start))
                 } else {
                     print("user start: content-service had not read the iPad's push-to-start registration; another order")
                 }
             }
             let (order, id) = try #require(started, "the start reached both devices of the user")
-            let onPhone = try await stack.received(token: phoneStart).filter { $0.apnsID.lowercased() == id }
+            let onPhone = try await stack.received(token: phoneStart).filter { $0.apnsID.lowercased() == RequestIds.copy(of: id, deviceId: phone) }
             let onPad = try await stack.received(token: padStart).filter { $0.apnsID.lowercased() == RequestIds.copy(of: id, deviceId: pad) }
             #expect(onPhone.count == 1 && onPad.count == 1, "one start each")
             #expect(

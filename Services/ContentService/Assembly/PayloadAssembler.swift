@@ -273,10 +273,14 @@ public struct PayloadAssembler: Sendable {
         let priority = policy.priority(for: event.urgency)
         return drafts.enumerated().map { index, draft in
             let isAlertBeforeEnd = event.kind == .end && index < drafts.count - 1
-            let requestId =
+            let contentId =
                 isAlertBeforeEnd
                 ? RequestIds.alertBeforeEnd(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId)
                 : RequestIds.content(bundleId: app.bundleId, activityId: event.activityId, eventId: event.eventId)
+            // A start to every device of a user: each device's own id, the first device's too (a
+            // next owner whose table orders the devices otherwise makes the same id for each).
+            let userStart = plan.isPushToStart && event.startTarget?.userId != nil
+            let requestId = userStart ? RequestIds.copy(of: contentId, deviceId: event.startTarget?.deviceId ?? "") : contentId
             return PushRequest(
                 requestId: requestId,
                 activityId: plan.isPushToStart ? nil : event.activityId,
@@ -288,7 +292,7 @@ public struct PayloadAssembler: Sendable {
                 channelStoragePolicy: plan.template.broadcastStoragePolicy, tokenRegisteredAt: tokenRegisteredAt,
                 // A start to every device of a user: this one, for its first device, names the group
                 // (ContentEngine.withStartCopies makes the others).
-                startGroup: plan.isPushToStart && event.startTarget?.userId != nil ? requestId : nil)
+                startGroup: userStart ? requestId : nil)
         }
     }
 

@@ -21,7 +21,7 @@ extension ContentEngine {
     /// - Parameter images: thumbnails by image URL (``ThumbnailService``); without, images go by URL only.
     /// - Parameter firing: the event is a scheduled step whose time has come (``dueSteps(owned:)``).
     public func prepare(_ event: ActivityEvent, partition: Int32? = nil, images: [String: [String]] = [:], firing: Bool = false) throws(ContentError) -> Decision {
-        let (event, startDevices) = try resolvingUser(event)
+        let (event, startDevices) = resolvingUser(event)
         let preparation = try inputs(of: event, partition: partition, startDevices: startDevices)
         let now = clock.date
         if !firing, Self.isForLater(event, now: now) { return try schedule(event, preparation, now: now) }
@@ -39,7 +39,7 @@ extension ContentEngine {
     /// - Parameter partition: the partition the event will be in (`nil` when not known yet).
     /// - Parameter keep: this instance owns that partition (it will read the event back).
     public func prepareAhead(_ event: ActivityEvent, partition: Int32?, keep: Bool = true) throws(ContentError) -> Decision {
-        let (event, startDevices) = try resolvingUser(event)
+        let (event, startDevices) = resolvingUser(event)
         let preparation = try inputs(of: event, partition: partition, startDevices: startDevices)
         let now = clock.date
         if Self.isForLater(event, now: now) { return try schedule(event, preparation, now: now) }
@@ -108,7 +108,7 @@ extension ContentEngine {
         // An event that is not applied is still checked: a caller (gRPC) learns that it is invalid.
         let writtenInPart = Self.endWrittenInPart(event, activityKey: activityKey, memory: memory)
         let ignored = try Self.whyIgnored(event, memory: memory, endWrittenInPart: writtenInPart != nil)
-        let (key, record, app) = try target(of: event, activityKey: activityKey, template: template, memory: memory)
+        let (key, record, app) = try target(of: event, activityKey: activityKey, template: template, memory: memory, ignored: ignored != nil)
         let floor = memory.partition.flatMap { partition in state.withLock { $0.timestampFloors[partition] } }
         // The registration the content is made for, when it is the request's own key's (not the
         // push-to-start token standing in for the activity's own, not yet read).
@@ -128,7 +128,10 @@ extension ContentEngine {
         let result = try assembler.assemble(
             event, app: inputs.app, appVersion: version, locale: inputs.record?.locale, memory: &memory, now: now, images: images,
             timestampFloor: inputs.floor, tokenRegisteredAt: inputs.registeredAt)
-        if let ignored = preparation.ignored { return .ignore(ignored) }
+        if let ignored = preparation.ignored {
+            if let again = startsAgain(event, inputs, requests: result.requests, images: images, now: now) { return .send(again) }
+            return .ignore(ignored)
+        }
         let requests = result.requests.filter { $0.requestId != preparation.writtenInPart }
         return .send(
             Prepared(
@@ -165,15 +168,21 @@ extension ContentEngine {
 
     /// Whom the event's requests are for: the key of its token (the activity's, or the
     /// push-to-start target's), that token if known, and the app.
-    private func target(of event: ActivityEvent, activityKey: String, template: ActivityTemplate, memory: ActivityMemory) throws(ContentError)
+    /// - Parameter ignored: the event is not applied (a duplicate): a user without devices is no error then.
+    private func target(of event: ActivityEvent, activityKey: String, template: ActivityTemplate, memory: ActivityMemory, ignored: Bool) throws(ContentError)
         -> (key: String, record: DeliveryToken?, app: AppTarget)
     {
         // The token tells the app's environment and version; without one, the push-to-start
         // target's or the template's app.
         let key: String
         if let target = event.startTarget {
-            // (A user's first device: ``resolvingUser(_:)`` named it.)
-            key = MessageKey.pushToStart(bundleId: target.app.bundleId, deviceId: target.deviceId ?? "", attributesType: event.attributesType)
+            // (A user's first device: ``resolvingUser(_:)`` named it, if the user has one.)
+            guard let deviceId = target.deviceId ?? (ignored ? "" : nil) else {
+                throw ContentError(
+                    field: "startTarget.userId",
+                    problem: "no device of this user has an active push-to-start token for \(event.attributesType) in \(target.app.bundleId)")
+            }
+            key = MessageKey.pushToStart(bundleId: target.app.bundleId, deviceId: deviceId, attributesType: event.attributesType)
         } else {
             key = activityKey
         }

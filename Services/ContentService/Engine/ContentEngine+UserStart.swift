@@ -28,33 +28,49 @@ extension ContentEngine {
     /// `event` as it is assembled for the user's first device (its target names that device as
     /// well as the user), and the user's other devices; `event` itself, and none, when it is not a
     /// start to a user's devices. Only active tokens of that user, one per token, by device id.
-    func resolvingUser(_ event: ActivityEvent) throws(ContentError) -> (ActivityEvent, [StartDevice]) {
+    func resolvingUser(_ event: ActivityEvent) -> (ActivityEvent, [StartDevice]) {
         guard event.kind == .start, let target = event.startTarget, target.deviceId == nil, let userId = target.userId else { return (event, []) }
         let owner = DeliveryToken.owner(of: userId)
         var seen: Set<String> = []
         var devices: [StartDevice] = []
-        for key in tokens.pushToStartKeys(bundleId: target.app.bundleId, attributesType: event.attributesType, owner: owner) {
+        for key in tokens.pushToStartKeys(bundleId: target.app.bundleId, attributesType: event.attributesType, userId: userId) {
             guard devices.count < Self.maximumStartDevices else { break }
             guard let token = tokens.token(forKey: key), token.state == .active, token.owner == owner,
                 let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key), seen.insert(token.fingerprint).inserted
             else { continue }
             devices.append(StartDevice(key: key, deviceId: deviceId, token: token))
         }
-        guard let first = devices.first else {
-            throw ContentError(
-                field: "startTarget.userId",
-                problem: "no device of this user has an active push-to-start token for \(event.attributesType) in \(target.app.bundleId)")
-        }
+        // None: refused once the event is known not to be a duplicate (``target(of:activityKey:template:memory:)``).
+        guard let first = devices.first else { return (event, []) }
         var resolved = event
         resolved.startTarget?.deviceId = first.deviceId
         return (resolved, Array(devices.dropFirst()))
     }
 
+    /// How long after a start to a user's devices the same event read again makes those starts
+    /// again (``startsAgain(_:_:requests:images:now:)``): the dispatcher's memory of finished
+    /// push-to-starts (``RecentOutcomes/clockMargin``).
+    static let startsAgainWindow: TimeInterval = 600
+
+    /// A start to every device of a user read again (the memory has it: its sequence, its first
+    /// device's start) within ``startsAgainWindow`` of it: every device's start again, under the
+    /// same ids, changing no memory. The device starts are written to the partitions of their
+    /// push-to-start keys, not the activity's: Kafka may have stored the first device's and lost
+    /// another's before its writer stopped, and the next owner, whose memory follows the first
+    /// device's, would take the event for a duplicate. The dispatcher takes each id once.
+    func startsAgain(_ event: ActivityEvent, _ inputs: AssemblyInputs, requests: [PushRequest], images: [String: [String]], now: Date) -> Prepared? {
+        guard event.kind == .start, event.startTarget?.userId != nil, event.startTarget?.deviceId != nil, let latest = inputs.memory.latest,
+            latest.isUserStart, latest.contentSequence == event.sequence, now.timeIntervalSince(latest.createdAt) <= Self.startsAgainWindow
+        else { return nil }
+        let starts = withStartCopies(requests.filter { $0.pushToStartKey != nil && $0.startGroup != nil }, event: event, inputs, images: images, now: now)
+        return starts.isEmpty ? nil : Prepared(requests: starts, shrinks: [], activityKey: inputs.activityKey, memory: nil)
+    }
+
     /// `requests`, their push-to-start preceded by one for each other device of the user
     /// (``AssemblyInputs/startDevices``): the event assembled again for that device (its app
-    /// version and language, from the same memory: the same sequence and timestamp), under an id
-    /// derived from the first device's start (``RequestIds/copy(of:deviceId:)``). A device whose
-    /// version the template cannot show gets none.
+    /// version and language, from the same memory: the same sequence and timestamp), under its own
+    /// id (the event's, derived with the device's: ``RequestIds/copy(of:deviceId:)``, as the first
+    /// device's is). A device whose version the template cannot show gets none.
     func withStartCopies(
         _ requests: [PushRequest], event: ActivityEvent, _ inputs: AssemblyInputs, images: [String: [String]], now: Date
     ) -> [PushRequest] {
@@ -73,7 +89,6 @@ extension ContentEngine {
                     memory: &scratch, now: now, images: images, timestampFloor: inputs.floor, tokenRegisteredAt: device.token.registeredAt),
                 var start = made.requests.first(where: { $0.pushToStartKey == device.key })
             else { continue }
-            start.requestId = RequestIds.copy(of: group, deviceId: device.deviceId)
             start.startGroup = group
             copies.append(start)
         }

@@ -170,25 +170,34 @@ public final class ContentEngine: Sendable {
                 let keys = state.keys(ofActivity: activityId)
                 activityKey = keys.count == 1 ? keys.first : nil
             } else if outcome.activityId == nil {
-                activityKey = state.startRequests[outcome.requestId] ?? outcome.pushToStartKey.flatMap { state.startOwners[$0] }
+                activityKey = state.startRequests[outcome.requestId]?.activityKey ?? outcome.pushToStartKey.flatMap { state.startOwners[$0] }
             } else {
                 activityKey = outcome.key
             }
             // A failed or expired delivery makes the content stale at once; a delivered one may
             // revive an activity whose token was declared dead: scheduled again either way.
             guard let activityKey else { return }
-            state.update(activityKey, now: now, policy: policy) { $0.record(outcome, at: position) }
-            if let key = outcome.pushToStartKey, Self.mayHaveStarted(outcome), state.memory(activityKey)?.ended == true,
-                let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key)
+            // Read before (a restart reads the outcomes since the changelog's checkpoint again).
+            let readBefore = position.map { state.memory(activityKey)?.outcomePositions.contains($0) == true } ?? false
+            // The start for one more device of a user: its outcome is not the activity's.
+            if state.startRequests[outcome.requestId]?.copy != true {
+                state.update(activityKey, now: now, policy: policy) { $0.record(outcome, at: position) }
+            }
+            // A start that reached a device after the activity's end was made: that end is owed
+            // to it (``endsOwed(in:owned:now:prepared:)``).
+            if !readBefore, let key = outcome.pushToStartKey, Self.mayHaveStarted(outcome), let memory = state.memory(activityKey), memory.ended,
+                let end = memory.latest, outcome.completedAt > end.createdAt, let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key)
             {
                 lateDevices.owe(activityKey, deviceId: deviceId, at: now)
             }
         }
     }
 
-    /// Whether a push-to-start's outcome says it may have started its activity on the phone.
+    /// Whether a push-to-start's outcome says it may have started its activity on the phone
+    /// (`failed`: its answer was unknown, also when a dispatcher that read it again after a
+    /// restart finished it without an attempt of its own).
     static func mayHaveStarted(_ outcome: PushOutcome) -> Bool {
-        outcome.result == .delivered || outcome.result == .deliveredDowngraded || (outcome.result == .failed && outcome.attempts > 0)
+        outcome.result == .delivered || outcome.result == .deliveredDowngraded || outcome.result == .failed
     }
 
 }

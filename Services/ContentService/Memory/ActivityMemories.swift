@@ -24,7 +24,7 @@ struct ActivityMemories {
     /// Request ids of recent push-to-starts → the activity each started: an outcome that comes
     /// late, after another start on the same device took its key (``startOwners``), still finds
     /// its own activity. (Not in the changelog: after a restart, the key decides.)
-    var startRequests: [String: String] = [:]
+    var startRequests: [String: (activityKey: String, copy: Bool)] = [:]
     /// `startOwners.count` when it was last pruned: pruned again once it doubled (amortised).
     var startOwnersPruned = 0
 
@@ -32,13 +32,13 @@ struct ActivityMemories {
     mutating func noteStart(_ request: PushRequest, of activityKey: String) {
         guard let key = request.pushToStartKey else { return }
         startOwners[key] = activityKey
-        startRequests[request.requestId] = activityKey
+        startRequests[request.requestId] = (activityKey, request.isStartCopy)
     }
 
     /// Drops the push-to-start owners of activities forgotten.
     mutating func dropForgottenStartOwners() {
         startOwners = startOwners.filter { index[$0.value] != nil }
-        startRequests = startRequests.filter { index[$0.value] != nil }
+        startRequests = startRequests.filter { index[$0.value.activityKey] != nil }
         startOwnersPruned = startOwners.count + startRequests.count
     }
     /// When the monitor is to look at each activity next.
