@@ -221,14 +221,8 @@ extension ContentEngine {
             }
             // Another instance's: looked at again (the partition may come here).
             guard ActivityMemories.isOwned(memory, by: owned) else { continue }
-            guard let full = memory.latestRequest else {
-                if let position = memory.payloadToRead, let latest = memory.latest {
-                    if !state.payloadsToRead.contains(where: { $0.activityKey == activityKey }) {
-                        state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
-                    }
-                } else {
-                    settled.append(activityKey)
-                }
+            guard let full = Self.latestInFull(memory, of: activityKey, in: &state) else {
+                if memory.payloadToRead == nil { settled.append(activityKey) }
                 continue
             }
             settled.append(activityKey)
@@ -249,6 +243,22 @@ extension ContentEngine {
                 late.owedEnds[key] = nil
             }
         }
+        Self.merge(made, into: &prepared)
+    }
+
+    /// The memory's latest request in full; `nil` when it is not in memory, its read from Kafka
+    /// then asked of the pass's caller (``ActivityMemories/payloadsToRead``) when it can be read.
+    static func latestInFull(_ memory: ActivityMemory, of activityKey: String, in state: inout ActivityMemories) -> PushRequest? {
+        if let full = memory.latestRequest { return full }
+        if let position = memory.payloadToRead, let latest = memory.latest, !state.payloadsToRead.contains(where: { $0.activityKey == activityKey }) {
+            state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
+        }
+        return nil
+    }
+
+    /// Requests the pass makes by activity, changing no memory, put before the pass's other work
+    /// for the same activity (or on their own).
+    static func merge(_ made: [String: [PushRequest]], into prepared: inout [Prepared]) {
         for (activityKey, requests) in made.sorted(by: { $0.key < $1.key }) where !requests.isEmpty {
             if let index = prepared.firstIndex(where: { $0.activityKey == activityKey }) {
                 prepared[index].requests = requests + prepared[index].requests
@@ -293,14 +303,8 @@ extension ContentEngine {
                 settled.append(key)
                 continue
             }
-            guard let full = memory.latestRequest else {
-                if let position = memory.payloadToRead {
-                    if !state.payloadsToRead.contains(where: { $0.activityKey == activityKey }) {
-                        state.payloadsToRead.append(PayloadToRead(activityKey: activityKey, position: position, requestId: latest.requestId))
-                    }
-                } else {
-                    settled.append(key)
-                }
+            guard let full = Self.latestInFull(memory, of: activityKey, in: &state) else {
+                if memory.payloadToRead == nil { settled.append(key) }
                 continue
             }
             settled.append(key)
@@ -312,12 +316,6 @@ extension ContentEngine {
             copies[activityKey, default: []].append(Self.copy(of: again, for: device, payload: again.payload, requestId: again.requestId))
         }
         lateDevices.state.withLock { lateState in for key in settled where lateState.late[key] == pending[key] { lateState.late[key] = nil } }
-        for (activityKey, requests) in copies.sorted(by: { $0.key < $1.key }) {
-            if let index = prepared.firstIndex(where: { $0.activityKey == activityKey }) {
-                prepared[index].requests = requests + prepared[index].requests
-            } else {
-                prepared.append(Prepared(requests: requests, shrinks: [], activityKey: activityKey, memory: nil))
-            }
-        }
+        Self.merge(copies, into: &prepared)
     }
 }
