@@ -484,9 +484,17 @@ public final class DispatchEngine: Sendable {
     /// written as content-service writes payloads (``JSONValue/jsonBytes``: nothing escaped that
     /// needs no escape), so it is never longer than the payload it comes from.
     static func withoutAlert(_ payload: String) -> String {
-        guard case .object(var root)? = JSONReader.value(of: Array(payload.utf8)), case .object(var aps)? = root["aps"] else { return payload }
-        aps["alert"] = nil
-        aps["sound"] = nil
+        editingAPS(payload) { aps in
+            aps["alert"] = nil
+            aps["sound"] = nil
+        } ?? payload
+    }
+
+    /// The payload with its `aps` object changed by `edit`, written as content-service writes
+    /// payloads; `nil` when it has no `aps` object (content-service never writes one without).
+    static func editingAPS(_ payload: String, _ edit: (inout [String: JSONValue]) -> Void) -> String? {
+        guard case .object(var root)? = JSONReader.value(of: Array(payload.utf8)), case .object(var aps)? = root["aps"] else { return nil }
+        edit(&aps)
         root["aps"] = .object(aps)
         return String(decoding: JSONValue.object(root).jsonBytes, as: UTF8.self)
     }
@@ -497,10 +505,7 @@ extension DispatchEngine {
     /// written as ``withoutAlert(_:)`` writes it; `nil` when it has no `aps` object (content-service
     /// never writes one without).
     static func restamped(_ payload: String, timestamp: Int64) -> String? {
-        guard case .object(var root)? = JSONReader.value(of: Array(payload.utf8)), case .object(var aps)? = root["aps"] else { return nil }
-        aps["timestamp"] = .integer(timestamp)
-        root["aps"] = .object(aps)
-        return String(decoding: JSONValue.object(root).jsonBytes, as: UTF8.self)
+        editingAPS(payload) { $0["timestamp"] = .integer(timestamp) }
     }
 }
 

@@ -309,12 +309,13 @@ struct DispatchMachine {
     /// Notes `sequence` as the newest content of `key` handed to APNs (unless newer was), and
     /// `timestamp` as its newest `aps.timestamp` (unless a newer was).
     mutating func raiseFloor(_ key: String, sequence: Int64, requestId: String, timestamp: Int64?) {
-        if let floor = floors[key], now.timeIntervalSince(floor.at) < Self.floorLifetime {
-            if let timestamp, timestamp > floor.timestamp { floors[key]?.timestamp = timestamp }
-            if floor.sequence >= sequence { return }
+        let current = floors[key].flatMap { now.timeIntervalSince($0.at) < Self.floorLifetime ? $0 : nil }
+        let newest = max(timestamp ?? .min, current?.timestamp ?? .min)
+        if let current, current.sequence >= sequence {
+            floors[key]?.timestamp = newest
+            return
         }
-        let timestamp = max(timestamp ?? .min, floors[key].map { now.timeIntervalSince($0.at) < Self.floorLifetime ? $0.timestamp : .min } ?? .min)
-        floors[key] = Floor(sequence: sequence, requestId: requestId, at: now, timestamp: timestamp)
+        floors[key] = Floor(sequence: sequence, requestId: requestId, at: now, timestamp: newest)
         floorOrder.append((key, now))
         // At most that many activities: a raised floor leaves its earlier note behind, skipped.
         while floors.count > policy.rememberedFloors { forgetOldestFloor() }
