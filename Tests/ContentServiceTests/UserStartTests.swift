@@ -153,6 +153,11 @@ struct UserStartTests {
         #expect(again.requests.map(\.requestId) == first.map(\.requestId) && again.memory == nil)
         engine.commit(again)
         #expect(engine.memory(of: "com.example.food/order-42") == memory)
+        // Another event with the start's sequence (another id: a backend's retry under another
+        // idempotency key) is a duplicate: no second start on any device.
+        var other = event
+        other.eventId = "start-1-again"
+        guard case .ignore = try engine.prepare(other, partition: 0) else { throw ContentError(field: "-", problem: "a second start was made") }
         clock.advance(ContentEngine.startsAgainWindow)
         guard case .ignore = try engine.prepare(event, partition: 0) else { throw ContentError(field: "-", problem: "sent") }
         // Read again when the user has no device any more: still a duplicate, not an error.

@@ -63,7 +63,10 @@ extension ContentEngine {
             latest.isUserStart, latest.contentSequence == event.sequence, now.timeIntervalSince(latest.createdAt) <= Self.startsAgainWindow
         else { return nil }
         let starts = withStartCopies(requests.filter { $0.pushToStartKey != nil && $0.startGroup != nil }, event: event, inputs, images: images, now: now)
-        return starts.isEmpty ? nil : Prepared(requests: starts, shrinks: [], activityKey: inputs.activityKey, memory: nil)
+        // Only the same event (its starts' ids are the ones made before): another event with the
+        // start's sequence (another id) is a duplicate, not a second start on each device.
+        guard starts.contains(where: { latest.isRequest($0.requestId) }) else { return nil }
+        return Prepared(requests: starts, shrinks: [], activityKey: inputs.activityKey, memory: nil)
     }
 
     /// `requests`, their push-to-start preceded by one for each other device of the user
