@@ -46,6 +46,7 @@ extension PushOutcome.APNsResponse: IsletJSONWritable {
         object.string("reason", reason, into: &out)
         object.integer("status", Int64(status), into: &out)
         object.date("timestamp", timestamp, into: &out)
+        object.string("uniqueId", uniqueId, into: &out)
         object.end(into: &out)
     }
 }

@@ -19,12 +19,17 @@ public struct PushOutcome: IsletMessage {
         public var apnsId: String?
         /// With a 410: the time since when APNs knows the token is invalid.
         public var timestamp: Date?
+        /// The `apns-unique-id` APNs answered with: the key of the delivery in Apple's Push
+        /// Notifications Console (delivery log). APNs sends it in the development environment and
+        /// with a broadcast's 200; absent otherwise, and in outcomes written before it existed (additive).
+        public var uniqueId: String?
 
-        public init(status: Int, reason: String? = nil, apnsId: String? = nil, timestamp: Date? = nil) {
+        public init(status: Int, reason: String? = nil, apnsId: String? = nil, timestamp: Date? = nil, uniqueId: String? = nil) {
             self.status = status
             self.reason = reason
             self.apnsId = apnsId
             self.timestamp = timestamp
+            self.uniqueId = uniqueId
         }
     }
 

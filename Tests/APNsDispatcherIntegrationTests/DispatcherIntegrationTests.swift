@@ -155,7 +155,7 @@ final class RunningDispatcher: Sendable {
 
 @Suite("apns-dispatcher against the broker and the simulator", .enabled(if: TestBroker.shouldRun), .timeLimit(.minutes(4)))
 struct DispatcherIntegrationTests {
-    @Test("requests become pushes the phone receives in order, each with exactly one outcome")
+    @Test("requests become pushes the phone receives in order, each with exactly one outcome, which keeps APNs's apns-unique-id (the delivery log's key)")
     func happyPath() async throws {
         let rig = try await Rig()
         let dispatcher = try await rig.startDispatcher(group: "dispatcher-\(UUID())")
@@ -177,6 +177,9 @@ struct DispatcherIntegrationTests {
             #expect(received.map(\.event) == ["update", "update", "update", "end"])
             #expect(received.map(\.timestamp) == [1_795_000_001, 1_795_000_002, 1_795_000_003, 1_795_000_004])
             #expect(received.map(\.apnsID) == requests.filter { $0.activityId == "order-\(a)" }.map(\.requestId))
+            for push in received {
+                #expect(outcomes.first { $0.requestId == push.apnsID }?.apns?.uniqueId == push.uniqueID, "the outcome names the push's entry in Apple's delivery log")
+            }
         }
         try await dispatcher.stop()
         await rig.stop()
@@ -196,6 +199,7 @@ struct DispatcherIntegrationTests {
         var outcomes = try await rig.outcomes(for: [first.requestId])
         let channel = try #require(rig.simulator.state.channels(bundleId: bundle).first)
         #expect(outcomes.first?.result == .delivered && outcomes.first?.channelId == channel.id)
+        #expect(outcomes.first?.apns?.uniqueId == rig.simulator.state.broadcasts(channel: channel.id).first?.uniqueID, "a broadcast's 200 carries apns-unique-id")
         rig.simulator.state.subscribe(1_000, to: channel.id, bundleId: bundle)
         let records = try await TestBroker.readToEnd([rig.topics.channels])
         let record = try IsletJSON.decode(BroadcastChannelRecord.self, from: try #require(records.first?.value))

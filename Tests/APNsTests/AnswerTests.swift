@@ -25,6 +25,20 @@ struct AnswerTests {
         #expect(APNsAnswer(status: status, apnsID: nil, body: Array(body.utf8)) == APNsAnswer(status: status))
     }
 
+    @Test("apns-unique-id is kept in the outcome when it is a plain id; anything else (a header a proxy stuffed, 65 characters, a quote) is left out", arguments: [
+        ("7b5e9c1a-30d4-4f2e-9a61-5c8b0d2e7f43", true), ("ABC-123", true), (String(repeating: "a", count: 64), true),
+        (String(repeating: "a", count: 65), false), ("", false), ("a\"b", false), ("a b", false), ("é", false), ("x\u{0}", false),
+    ])
+    func uniqueID(header: String, kept: Bool) throws {
+        let answer = APNsAnswer(status: 200, apnsID: "id", uniqueID: header, body: [])
+        #expect(answer.uniqueID == (kept ? header : nil))
+        let outcome = PushOutcome(
+            requestId: "7f1c6b1e-2d4a-4c8e-9a51-0c3f5e6d7b8a", activityId: "order-42", result: .delivered, apns: answer.response, attempts: 1,
+            completedAt: Date(timeIntervalSince1970: 1_795_000_000))
+        #expect(outcome.apns?.uniqueId == (kept ? header : nil))
+        #expect(try IsletJSON.decode(PushOutcome.self, from: try IsletJSON.encode(outcome)) == outcome)
+    }
+
     @Test(
         "a timestamp no outcome can carry is left out and the reason kept, and the outcome reads back (the answer fuzzer found one outcome refused by every reader; Int64.max stopped the dispatcher)",
         arguments: [-59_499_999_999_999_999, Int64.max, Int64.min, 253_402_300_800_000])

@@ -411,6 +411,25 @@ struct HandOffTests {
         #expect(h.machine.floors["com.example.food/a"]?.timestamp == 1_795_000_045)
     }
 
+    @Test("a restamped payload's stale-date is raised to its new timestamp when it was earlier, and left alone when it was later; nothing else in it changes")
+    func restampKeepsStaleDateAtOrAfterTimestamp() throws {
+        func aps(_ text: String?) throws -> [String: JSONValue] {
+            guard case .object(let root)? = JSONReader.value(of: Array(try #require(text).utf8)), case .object(let aps)? = root["aps"] else {
+                Issue.record("no aps in \(text ?? "nil")")
+                return [:]
+            }
+            return aps
+        }
+        let early = #"{"aps":{"event":"update","timestamp":1795000031,"stale-date":1795000041,"content-state":{"eta":5}}}"#
+        let raised = try aps(DispatchEngine.restamped(early, timestamp: 1_795_000_045))
+        #expect(raised["timestamp"] == .integer(1_795_000_045) && raised["stale-date"] == .integer(1_795_000_045))
+        #expect(raised["content-state"] == .object(["eta": .integer(5)]) && raised["event"] == .string("update"))
+        let later = try aps(DispatchEngine.restamped(early, timestamp: 1_795_000_035))
+        #expect(later["timestamp"] == .integer(1_795_000_035) && later["stale-date"] == .integer(1_795_000_041))
+        let none = try aps(DispatchEngine.restamped(#"{"aps":{"event":"end","timestamp":1}}"#, timestamp: 9))
+        #expect(none["stale-date"] == nil && none["timestamp"] == .integer(9))
+    }
+
     @Test("the outcomes read: a final outcome ends a request's records; retrying takes back a sending; delivered and sent content raise the activity's floor")
     func readingTheOutcomes() {
         let now = Date(timeIntervalSince1970: 1_795_000_000)

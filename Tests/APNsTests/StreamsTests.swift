@@ -40,9 +40,10 @@ struct StreamsTests {
             return frames
         }
 
-        func answer(_ streamID: HTTP2StreamID, status: Int, body: [Int] = [], apnsID: String? = nil) throws {
+        func answer(_ streamID: HTTP2StreamID, status: Int, body: [Int] = [], apnsID: String? = nil, uniqueID: String? = nil) throws {
             var headers: HPACKHeaders = [":status": String(status)]
             if let apnsID { headers.add(name: "apns-id", value: apnsID) }
+            if let uniqueID { headers.add(name: "apns-unique-id", value: uniqueID) }
             try channel.writeInbound(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: body.isEmpty))))
             for (index, size) in body.enumerated() {
                 let data = HTTP2Frame.FramePayload.Data(data: .byteBuffer(ByteBuffer(repeating: UInt8(ascii: "x"), count: size)), endStream: index == body.count - 1)
@@ -58,7 +59,7 @@ struct StreamsTests {
         }
     }
 
-    @Test("requests take client stream ids in order (1, 3, 5); each gets its own answer, with its status, apns-id and body")
+    @Test("requests take client stream ids in order (1, 3, 5); each gets its own answer, with its status, apns-id, apns-unique-id and body")
     func streamIDsAndAnswers() throws {
         let harness = try Harness()
         let first = harness.start(), second = harness.start(), third = harness.start(body: nil)
@@ -68,10 +69,12 @@ struct StreamsTests {
         guard case .headers(let headers) = frames[4].payload else { Issue.record("no HEADERS"); return }
         #expect(headers.endStream, "a request without a body ends its stream with its HEADERS")
         try harness.answer(3, status: 410, body: [60], apnsID: "b")
-        try harness.answer(1, status: 200, apnsID: "a")
+        try harness.answer(1, status: 200, apnsID: "a", uniqueID: "u-1")
         try harness.answer(5, status: 204)
         #expect(try first.wait().status == 200)
         #expect(try first.wait().requestID == "a")
+        #expect(try first.wait().uniqueID == "u-1")
+        #expect(try second.wait().uniqueID == nil)
         #expect(try second.wait().status == 410)
         #expect(try second.wait().body.count == 60)
         #expect(try third.wait().status == 204)

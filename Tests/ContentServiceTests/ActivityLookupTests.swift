@@ -83,7 +83,10 @@ struct ActivityLookupTests {
     func answer(_ request: PushRequest, _ result: PushResult, offset: Int64, after seconds: TimeInterval, status: Int? = 200) {
         let outcome = PushOutcome(
             requestId: request.requestId, activityId: "order-42", result: result,
-            apns: status.map { PushOutcome.APNsResponse(status: $0, reason: $0 == 200 ? nil : "BadDeviceToken", apnsId: request.requestId) },
+            apns: status.map {
+                PushOutcome.APNsResponse(
+                    status: $0, reason: $0 == 200 ? nil : "BadDeviceToken", apnsId: request.requestId, uniqueId: $0 == 200 ? "u-\(request.requestId)" : nil)
+            },
             priorityUsed: 10, attempts: 1, completedAt: now.addingTimeInterval(seconds), bundleId: app.bundleId)
         let position = KafkaPosition(partition: 3, offset: offset)
         world.stored.withLock { $0[position] = outcome }
@@ -152,6 +155,7 @@ struct ActivityLookupTests {
                 #expect(list.outcomes.map(\.requestId) == requests[1...].reversed().map(\.requestId))
                 #expect(list.outcomes.map(\.result) == ["delivered", "delivered", "coalesced", "delivered"])
                 #expect(list.outcomes.first?.apnsStatus == 200 && list.outcomes.first?.priority == 10 && list.outcomes.first?.attempts == 1)
+                #expect(list.outcomes.first.map { $0.apnsUniqueId == "u-\($0.requestId)" } == true, "the delivery log's key")
                 #expect(list.outcomes.first?.completedAt == now.addingTimeInterval(5))
             }
             try await client.execute(uri: Self.outcomesURI + "&limit=2", method: .get, headers: Self.headers(Self.readerKey)) { response in

@@ -233,6 +233,8 @@ extension EndToEnd {
                 if case .array(let items)? = try IsletJSON.decodeValue(JSONValue.self, from: body)["outcomes"] { outcomes = items }
                 #expect(outcomes.count >= 3, "the start, the update, the end's alert and the end: the latest 4 kept \(outcomes)")
                 #expect(outcomes.first?["result"]?.stringValue == "delivered" && outcomes.first?["apnsStatus"] == .integer(200), "\(outcomes)")
+                let logged = Set(try await driver.stack.received(token: token).map(\.uniqueID))
+                #expect(outcomes.first?["apnsUniqueId"]?.stringValue.map(logged.contains) == true, "the outcome names the push in the delivery log: \(outcomes)")
                 // Without a backend key: refused, in JSON.
                 let (refused, reason) = try await driver.get(content: path, key: "not-a-key")
                 #expect(refused == 401 && (try? IsletJSON.decodeValue(JSONValue.self, from: reason))?["error"]?.stringValue == "unauthenticated")

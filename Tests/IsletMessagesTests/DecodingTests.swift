@@ -52,7 +52,7 @@ struct ToleranceTests {
                 "tokenRegisteredAt", "deviceId", "startGroup",
             ],
             "PushOutcome": [
-                "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "priorityUsed", "latencyMilliseconds",
+                "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "apns.uniqueId", "priorityUsed", "latencyMilliseconds",
                 "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType", "channelId", "contentSequence", "announcementId",
                 "deviceId", "apnsTimestamp",
             ],

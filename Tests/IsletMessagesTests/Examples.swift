@@ -275,7 +275,8 @@ enum Examples {
     /// The broadcast's outcome: one for the channel, whatever the subscribers.
     static let pushOutcomeBroadcast = PushOutcome(
         requestId: "0C8E2F4A-6B1D-4E73-9A25-D3F70B6C9E18", activityId: "match-7", result: .delivered,
-        apns: .init(status: 200, apnsId: "0C8E2F4A-6B1D-4E73-9A25-D3F70B6C9E18"), priorityUsed: 10, attempts: 1, latencyMilliseconds: 41.3,
+        apns: .init(status: 200, apnsId: "0C8E2F4A-6B1D-4E73-9A25-D3F70B6C9E18", uniqueId: "5b1a3c70-9d2e-4f18-8a64-c07e19d3b2f5"), priorityUsed: 10,
+        attempts: 1, latencyMilliseconds: 41.3,
         completedAt: utc(2026, 11, 22, 10, 30, 0, 361), bundleId: scoresApp.bundleId, attributesType: "ScoreAttributes",
         channelId: "dHN0LXNyY2gtY2hubA==")
 

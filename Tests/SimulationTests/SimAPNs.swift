@@ -106,9 +106,9 @@ final class SimPhones {
     private var deliveries: [String: [(requestId: String, sequence: Int64)]] = [:]
     /// The versions of a scheduled step each activity showed.
     private var stepsShown: [String: Set<String>] = [:]
-    /// How far ahead of the clock an update's timestamp may be: content-service's bound, one more
-    /// right after a partition's assignment, one more for an end after its alert.
-    static let timestampLead: Int64 = ContentTimestamps.lead + 2
+    /// How far ahead of the clock an update's timestamp may be: content-service's bound, right
+    /// after a partition's assignment and for an end after its alert too (issue 61 item 8).
+    static let timestampLead: Int64 = ContentTimestamps.lead
     /// Called when an activity appears on a phone by push-to-start (the app then registers its token).
     var onStarted: ((String, String) -> Void)?
 

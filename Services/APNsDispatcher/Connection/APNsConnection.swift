@@ -118,7 +118,7 @@ final class APNsConnection: Sendable {
         headers.add(name: "apns-expiration", value: String(push.expiration))
         headers.add(name: "content-length", value: String(push.payload.readableBytes))
         let reply = try await exchange(headers: headers, body: push.payload, maximumBody: APNsReply.maximumPushBody, deadline: deadline)
-        return APNsAnswer(status: reply.status, apnsID: reply.requestID, body: reply.body)
+        return APNsAnswer(status: reply.status, apnsID: reply.requestID, uniqueID: reply.uniqueID, body: reply.body)
     }
 
     /// A channel management request (``APNsChannelRequest``) and its reply, bounded by `deadline`

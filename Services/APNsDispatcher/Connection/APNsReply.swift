@@ -6,6 +6,9 @@ struct APNsReply: Sendable {
     var requestID: String?
     /// `apns-channel-id` (channel management).
     var channelID: String?
+    /// `apns-unique-id`: the key of the delivery in Apple's Push Notifications Console (APNs sends
+    /// it in the development environment and with a broadcast's 200).
+    var uniqueID: String?
     var body: [UInt8]
 
     /// What a push's answer body may be: an error's JSON (`{"reason":…,"timestamp":…}`). A

@@ -46,6 +46,7 @@ final class APNsStreams: ChannelInboundHandler {
         var status: Int?
         var requestID: String?
         var channelID: String?
+        var uniqueID: String?
         var body: [UInt8] = []
         var deadline: Scheduled<Void>?
     }
@@ -209,7 +210,7 @@ final class APNsStreams: ChannelInboundHandler {
         guard let status = stream.status else {
             return stream.reply.fail(APNsTransportError(.lost, "an answer without :status"))
         }
-        stream.reply.succeed(APNsReply(status: status, requestID: stream.requestID, channelID: stream.channelID, body: stream.body))
+        stream.reply.succeed(APNsReply(status: status, requestID: stream.requestID, channelID: stream.channelID, uniqueID: stream.uniqueID, body: stream.body))
     }
 
     private func fail(_ streamID: HTTP2StreamID, _ error: APNsTransportError) {
@@ -259,6 +260,7 @@ extension APNsStreams.Stream {
         status = headers.first(name: ":status").flatMap { Int($0) }
         requestID = headers.first(name: "apns-id") ?? headers.first(name: "apns-request-id")
         channelID = headers.first(name: "apns-channel-id")
+        uniqueID = headers.first(name: "apns-unique-id")
     }
 
     /// Keeps the body up to its bound.

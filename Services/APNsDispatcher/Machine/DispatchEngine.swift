@@ -502,10 +502,15 @@ public final class DispatchEngine: Sendable {
 
 extension DispatchEngine {
     /// The payload with `aps.timestamp` set to `timestamp` (``DispatchMachine/timestamp(for:key:)``),
-    /// written as ``withoutAlert(_:)`` writes it; `nil` when it has no `aps` object (content-service
-    /// never writes one without).
+    /// and its `aps.stale-date` raised to it when it was earlier (a stale date is never before the
+    /// timestamp: the content was stale already when it was stamped), written as
+    /// ``withoutAlert(_:)`` writes it; `nil` when it has no `aps` object (content-service never
+    /// writes one without).
     static func restamped(_ payload: String, timestamp: Int64) -> String? {
-        editingAPS(payload) { $0["timestamp"] = .integer(timestamp) }
+        editingAPS(payload) { aps in
+            aps["timestamp"] = .integer(timestamp)
+            if case .integer(let stale)? = aps["stale-date"], stale < timestamp { aps["stale-date"] = .integer(timestamp) }
+        }
     }
 }
 

@@ -400,7 +400,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
             case .failure(let rejection): return reject(rejection, id: id, context: context)
             case .success(let value): broadcast = value
             }
-            let accepted: [(String, String)] = [("apns-request-id", requestID), ("apns-unique-id", UUID().uuidString.lowercased())]
+            let accepted: [(String, String)] = [("apns-request-id", requestID), ("apns-unique-id", broadcast.uniqueID)]
             guard let fault = state.takeFault(for: nil, channel: broadcast.channelId) else {
                 state.record(broadcast)
                 return respond(200, accepted, context: context)
@@ -423,7 +423,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     private func accept(_ notification: AcceptedNotification, context: ChannelHandlerContext) {
-        let headers: HPACKHeaders = [":status": "200", "apns-id": notification.apnsID, "apns-unique-id": UUID().uuidString.lowercased()]
+        let headers: HPACKHeaders = [":status": "200", "apns-id": notification.apnsID, "apns-unique-id": notification.uniqueID]
         context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers, endStream: true))), promise: nil)
     }
 

@@ -7,6 +7,8 @@ public struct AcceptedBroadcast: Sendable, Codable, Equatable {
     public var bundleId: String
     /// `apns-request-id`, as sent or made by the simulator.
     public var requestId: String
+    /// The `apns-unique-id` it was answered with (APNs answers a broadcast's 200 with one).
+    public var uniqueID: String
     public var priority: Int
     public var expiration: Int64
     /// `aps.event`: update or end (a broadcast can never start).

@@ -6,6 +6,9 @@ public struct AcceptedNotification: Sendable, Codable, Equatable {
     /// The device token (lowercase hex).
     public var token: String
     public var apnsID: String
+    /// The `apns-unique-id` it was answered with: the key of its entry in the delivery log, as Apple's
+    /// Push Notifications Console keeps it.
+    public var uniqueID: String
     public var topic: String
     public var priority: Int
     public var pushType: String

@@ -107,7 +107,7 @@ public enum BroadcastValidator {
         else { return .failure(APNsRejection(400, "BadRequestPayload")) }
         return .success(
             AcceptedBroadcast(
-                channelId: channel.id, bundleId: channel.bundleId, requestId: requestId, priority: priority, expiration: expiration, event: event,
+                channelId: channel.id, bundleId: channel.bundleId, requestId: requestId, uniqueID: UUID().uuidString.lowercased(), priority: priority, expiration: expiration, event: event,
                 timestamp: timestamp, payload: String(decoding: request.body, as: UTF8.self), payloadBytes: request.body.count,
                 subscribers: channel.subscribers, receivedAt: now, connection: connection))
     }

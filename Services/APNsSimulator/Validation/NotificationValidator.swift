@@ -73,7 +73,7 @@ public enum NotificationValidator {
         }
         return .success(
             AcceptedNotification(
-                token: token, apnsID: apnsID, topic: topic, priority: priority, pushType: "liveactivity", expiration: expiration,
+                token: token, apnsID: apnsID, uniqueID: UUID().uuidString.lowercased(), topic: topic, priority: priority, pushType: "liveactivity", expiration: expiration,
                 collapseID: collapseID, event: event, timestamp: timestamp, inputPushChannel: event == "start" ? aps.inputPushChannel : nil,
                 payload: String(decoding: request.body, as: UTF8.self), payloadBytes: request.body.count, receivedAt: now,
                 connection: connection, stream: stream))

@@ -86,6 +86,8 @@ extension ActivityHTTPAPI {
         var apnsStatus: Int?
         var apnsReason: String?
         var apnsId: String?
+        /// `apns-unique-id`: the delivery's key in Apple's Push Notifications Console, when APNs sent one.
+        var apnsUniqueId: String?
         var latencyMilliseconds: Double?
         /// The newer request that replaced it (`coalesced`).
         var supersededBy: String?
@@ -102,6 +104,7 @@ extension ActivityHTTPAPI {
             apnsStatus = outcome.apns?.status
             apnsReason = outcome.apns?.reason
             apnsId = outcome.apns?.apnsId
+            apnsUniqueId = outcome.apns?.uniqueId
             latencyMilliseconds = outcome.latencyMilliseconds
             supersededBy = outcome.supersededBy
             detail = outcome.detail

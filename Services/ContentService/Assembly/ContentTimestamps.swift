@@ -5,18 +5,21 @@ import Foundation
 /// iOS shows an update only if its timestamp is not older than what the activity shows, so the
 /// timestamps of an activity's requests never go back: each is one past the last while that stays
 /// within ``lead`` of the clock. Past that (more than a few updates a second, for seconds) the
-/// last one is repeated — an equal timestamp is not older: iOS shows it — rather than letting a
+/// last one is repeated — an equal timestamp is not older: iOS shows it, and the dispatcher
+/// coalesces the updates of such a burst that wait behind one in flight — rather than letting a
 /// burst drift ahead of real time (a timestamp far ahead would hide every later update until the
-/// clock catches up; more than 8 hours ahead, iOS drops it).
+/// clock catches up; more than 8 hours ahead, iOS drops it). No timestamp is ever more than
+/// ``lead`` ahead of the clock of the instance that stamps it.
 ///
-/// A partition newly assigned to this instance starts past ``lead`` of its assignment (``floor``):
-/// its previous owner may still write requests it stamped before giving the partition up (up to
-/// ``lead`` ahead of its clock, or up to its own floor right after its own assignment, which came
-/// earlier), and the next content must not be older than those. Until the clock passes the floor,
-/// the floor is the timestamp (at most `lead + 1` s ahead, for a second or so).
+/// A partition newly assigned to this instance starts at ``lead`` past its assignment (``floor``):
+/// its previous owner may still write requests it stamped before giving the partition up (at most
+/// ``lead`` ahead of its clock, which gave the partition up before this one took it), and the
+/// next content must not be older than those — an equal timestamp is not older. Until the clock
+/// passes the floor, the floor is the timestamp.
 public enum ContentTimestamps {
-    /// How far ahead of the clock a timestamp may go, in seconds.
-    public static let lead: Int64 = 5
+    /// How far ahead of the clock a timestamp may go, in seconds (Apple's guidance since iOS 26:
+    /// a timestamp is when the content was true, not a sequence number; issue 61 item 8).
+    public static let lead: Int64 = 2
 
     /// The timestamp of the next request of an activity: `wanted` (the event's time, or now),
     /// within ``lead`` of `now`, at least `floor` (a partition's, after its assignment), and
@@ -33,10 +36,10 @@ public enum ContentTimestamps {
         return timestamp
     }
 
-    /// The floor of a partition assigned at `now`: past what its previous owner can have stamped
-    /// (at most ``lead`` past its clock, which gave the partition up before `now`). Right after the
-    /// assignment a timestamp is then one second more than ``lead`` ahead.
-    public static func floor(assignedAt now: Date) -> Int64 { seconds(now) + lead + 1 }
+    /// The floor of a partition assigned at `now`: not older than what its previous owner can have
+    /// stamped (at most ``lead`` past its clock, which gave the partition up before `now`), and not
+    /// more than ``lead`` ahead of `now` either.
+    public static func floor(assignedAt now: Date) -> Int64 { seconds(now) + lead }
 
     /// Epoch seconds, rounded down.
     public static func seconds(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970.rounded(.down)) }

@@ -235,13 +235,14 @@ public struct PayloadAssembler: Sendable {
         switch plan.event.kind {
         case .end:
             // iOS ignores an alert on end: an alerting update goes first, with the final content.
+            // Both carry the same timestamp (one past it could be ahead of the clock by more than
+            // the lead): iOS shows an equal timestamp, and an end ends whatever it is stamped.
             var drafts: [Draft] = []
             if let alert {
                 var update = aps
                 update.event = .update
                 update.alert = alert
                 drafts.append(Draft(kind: .update, aps: update, alerting: true))
-                aps.timestamp = plan.timestamp + 1
             }
             aps.dismissalDate = Self.dismissalDate(plan.event.presentation?.dismissal, policy: policy, now: now)
             return drafts + [Draft(kind: .end, aps: aps, alerting: false)]
@@ -286,7 +287,7 @@ public struct PayloadAssembler: Sendable {
                 activityId: plan.isPushToStart ? nil : event.activityId,
                 pushToStartKey: plan.isPushToStart ? plan.key : nil, event: draft.kind, app: app, attributesType: plan.template.attributesType,
                 payload: draft.payload, priority: priority, urgency: event.urgency, supersedable: draft.kind == .update && !draft.alerting,
-                alerting: draft.alerting, apnsTimestamp: plan.timestamp + Int64(index), contentSequence: event.sequence,
+                alerting: draft.alerting, apnsTimestamp: plan.timestamp, contentSequence: event.sequence,
                 staleDate: plan.staleDate, expiration: draft.kind == .update ? plan.staleDate : now.addingTimeInterval(3_600), createdAt: now,
                 sourceEventId: event.eventId, sourceActivityId: event.activityId, state: plan.state.name,
                 channelStoragePolicy: plan.template.broadcastStoragePolicy, tokenRegisteredAt: tokenRegisteredAt,

@@ -303,9 +303,13 @@ public struct ActivityMemory: Sendable, Equatable {
     mutating func replay(_ request: PushRequest, scanImages: Bool = true) {
         if let last = lastTimestamp, request.apnsTimestamp <= last {
             // An equal timestamp (a burst past the lead, or at a new owner's floor: ContentTimestamps)
-            // is newer if made later, or at the same instant for a later event.
+            // is newer if made later, or at the same instant for a later event, or for the end of
+            // the event whose alerting update it follows (both carry the event's timestamp).
             guard request.apnsTimestamp == last, let latest, !latest.isRequest(request.requestId),
-                request.createdAt > latest.createdAt || (request.createdAt == latest.createdAt && request.contentSequence > latest.contentSequence)
+                request.createdAt > latest.createdAt
+                    || (request.createdAt == latest.createdAt
+                        && (request.contentSequence > latest.contentSequence
+                            || (request.contentSequence == latest.contentSequence && request.event == .end && latest.event != .end)))
             else { return }
         }
         lastTimestamp = request.apnsTimestamp
