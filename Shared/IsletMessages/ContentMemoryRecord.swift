@@ -62,6 +62,10 @@ public struct ContentMemoryRecord: IsletMessage {
         /// Events scheduled for later (``ActivityEvent/at``), the earliest first: an event that
         /// schedules one counts as processed only once a record holding it is written.
         public var steps: [ActivityEvent]?
+        /// The push-to-start APNs accepted that started the activity, while no update token of it
+        /// has come (the start's watchdog, ``PushResult/startUnconfirmed``). Absent otherwise, and
+        /// in records written before it existed (additive).
+        public var startWatch: StartWatch?
 
         public init(
             bundleId: String, activityId: String, partition: Int32, lastSequence: Int64? = nil, lastTimestamp: Int64? = nil,
@@ -69,9 +73,10 @@ public struct ContentMemoryRecord: IsletMessage {
             payloadStoredAt: Position? = nil, payloadLost: Bool? = nil, outcomes: [Outcome]? = nil, contentRequestId: String? = nil,
             resends: Int = 0, lastResendAt: Date? = nil, gone: Bool = false, goneAt: Date? = nil, goneToken: String? = nil,
             inlinedImages: [String]? = nil, pendingImages: [PendingImages]? = nil, outcomePositions: [Position]? = nil,
-            startedWith: String? = nil, steps: [ActivityEvent]? = nil
+            startedWith: String? = nil, steps: [ActivityEvent]? = nil, startWatch: StartWatch? = nil
         ) {
             self.steps = steps
+            self.startWatch = startWatch
             self.bundleId = bundleId
             self.activityId = activityId
             self.partition = partition
@@ -181,6 +186,28 @@ public struct ContentMemoryRecord: IsletMessage {
             self.content = content
             self.pushToStartKey = pushToStartKey
             self.userStart = userStart
+        }
+    }
+
+    /// A delivered push-to-start waiting for its activity's update token.
+    public struct StartWatch: Codable, Sendable, Hashable {
+        /// The start's request id.
+        public var requestId: String
+        /// The push-to-start key it went to (`<bundleId>/<deviceId>/<attributesType>`).
+        public var pushToStartKey: String
+        /// The ``TokenFingerprint`` of the push-to-start token it went to, when its outcome named it.
+        public var tokenFingerprint: String?
+        /// When APNs accepted it (its `delivered` outcome's `completedAt`).
+        public var deliveredAt: Date
+        /// When `startUnconfirmed` was written for it; absent until then.
+        public var reportedAt: Date?
+
+        public init(requestId: String, pushToStartKey: String, tokenFingerprint: String?, deliveredAt: Date, reportedAt: Date? = nil) {
+            self.requestId = requestId
+            self.pushToStartKey = pushToStartKey
+            self.tokenFingerprint = tokenFingerprint
+            self.deliveredAt = deliveredAt
+            self.reportedAt = reportedAt
         }
     }
 

@@ -28,10 +28,14 @@ public struct InvalidationReason: OpenEnum {
     /// Another user's device record of an activity, when the activity became its owner's (the
     /// owner's registration claimed it, or was its first): never used again.
     public static let claimedByOwner = InvalidationReason(rawValue: "claimedByOwner")
+    /// A push-to-start token a start went to that APNs accepted, and after which no update token of
+    /// the activity came within the confirmation time (``PushResult/startUnconfirmed``): the token
+    /// may be stale (iOS 27). Not used again until the app registers it again.
+    public static let startUnconfirmed = InvalidationReason(rawValue: "startUnconfirmed")
 
     public static let knownValues: [InvalidationReason] = [
         .clientEnded, .userDismissed, .ineligible, .apnsUnregistered, .apnsExpiredToken, .apnsBadDeviceToken,
-        .apnsDeviceTokenNotForTopic, .severelyStale, .lifetimeExceeded, .backendEnded, .claimedByOwner,
+        .apnsDeviceTokenNotForTopic, .severelyStale, .lifetimeExceeded, .backendEnded, .claimedByOwner, .startUnconfirmed,
     ]
 
     /// APNs's answer as a verdict on the token it was sent to — the one table apns-dispatcher (which

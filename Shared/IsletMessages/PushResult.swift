@@ -37,10 +37,21 @@ public struct PushResult: OpenEnum {
     /// can be handed to another dispatcher.
     public static let retrying = PushResult(rawValue: "retrying")
 
-    /// Every result but ``sending`` and ``retrying`` ends the request: each request gets exactly one of them.
-    public var isFinal: Bool { self != .sending && self != .retrying }
+    /// **Not final: a later verdict**, written by content-service (not the dispatcher) about a
+    /// push-to-start that APNs accepted (`delivered`): no update token of the activity it was to
+    /// start came from the app within the start's confirmation time (60 s by default). Since
+    /// iOS 27, a push-to-start token can go stale without APNs saying so (APNs answers 200 and no
+    /// activity appears). token-registry invalidates the push-to-start token it went to
+    /// (`startUnconfirmed`) until the app registers it again, so nothing starts on it twice.
+    /// Added in schema version 1 (additive): a reader that validates `result` must know it.
+    public static let startUnconfirmed = PushResult(rawValue: "startUnconfirmed")
+
+    /// Every result but ``sending``, ``retrying`` and ``startUnconfirmed`` ends the request: each
+    /// request gets exactly one of them.
+    public var isFinal: Bool { self != .sending && self != .retrying && self != .startUnconfirmed }
 
     public static let knownValues: [PushResult] = [
         .delivered, .deliveredDowngraded, .coalesced, .tokenInvalid, .awaitingToken, .rejected, .expired, .failed, .sending, .retrying,
+        .startUnconfirmed,
     ]
 }

@@ -19,6 +19,68 @@ extension EndToEnd {
             }
         }
 
+        @Test("a stale push-to-start token (iOS 27: APNs answers 200, no activity appears): no update token within the confirmation time (3 s here), so the start is reported startUnconfirmed on the outcomes topic and in the lookup; token-registry retires the push-to-start token and tells the app to register it again; a start meanwhile reaches no phone; registered again, the next start does")
+        func stalePushToStartToken() async throws {
+            let stack = try Stack(
+                name: "activity-stale-start",
+                extra: [.content: ["ISLET_START_CONFIRMATION_SECONDS": "3", "ISLET_FRESHNESS_INTERVAL_SECONDS": "1"]])
+            try await stack.run { driver in
+                let (type, bundleId, app) = ("DeliveryAttributes", "com.example.food", AppTarget(bundleId: "com.example.food", environment: .production))
+                let device = driver.run + "stale-phone"
+                let startToken = Driver.token(device + "-start")
+                try await driver.registerPushToStart(bundleId: bundleId, device: device, type: type, token: startToken)
+                func start(_ order: String) -> ActivityEvent {
+                    driver.event(
+                        order, .start, type: type, sequence: 1, urgency: .important, fields: Self.fields, startTarget: .init(app: app, deviceId: device),
+                        attributes: ["orderId": "7", "storeName": "Casa Lola"], bundleId: bundleId)
+                }
+                // The start APNs accepts; the phone never shows it (the app never registers a token).
+                let first = start(driver.run + "stale-1")
+                let (status, answer) = try await driver.post(event: ActivityEventBody(first, bundleId: bundleId), activityId: first.activityId, idempotencyKey: first.eventId)
+                #expect(status == 202, "\(status) \(String(decoding: answer, as: UTF8.self))")
+                _ = try await driver.received(token: startToken, through: driver.requestId(first))
+                let verdict = try await driver.firstRecord(on: IsletTopics.pushOutcomes.name, as: PushOutcome.self, timeout: .seconds(30)) {
+                    $0.requestId == driver.requestId(first) && $0.result == .startUnconfirmed
+                }
+                #expect(verdict.pushToStartKey?.contains(device) == true && verdict.tokenFingerprint == TokenFingerprint.of(token: startToken))
+                let (lookupStatus, lookup) = try await driver.get(content: "/v1/activities/\(first.activityId)?bundleId=\(bundleId)")
+                let state = try IsletJSON.decodeValue(JSONValue.self, from: lookup)
+                #expect(lookupStatus == 200 && state["startConfirmation"]?.stringValue == "unconfirmed", "\(state)")
+
+                // The app's launch check: the registry says to register again.
+                let jwt = try await stack.jwt(user: "user-1")
+                let path = "/v1/apps/\(bundleId)/devices/\(device)/push-to-start/\(type)"
+                var view: JSONValue = .null
+                let deadline = ContinuousClock.now + .seconds(20)
+                repeat {
+                    let (_, body) = try await HTTP.request(stack.url(.registry) + path, headers: [("Authorization", "Bearer \(jwt)")])
+                    view = (try? IsletJSON.decodeValue(JSONValue.self, from: body)) ?? .null
+                    if view["registerAgain"] == .bool(true) { break }
+                    try await Task.sleep(for: .milliseconds(200))
+                } while ContinuousClock.now < deadline
+                #expect(view["registerAgain"] == .bool(true) && view["state"]?.stringValue == "invalidated", "\(view)")
+                #expect(view["invalidation"]?["reason"]?.stringValue == "startUnconfirmed", "\(view)")
+
+                // A start meanwhile goes to no phone: the dispatcher's table has the token retired
+                // (it reads the registry's record within milliseconds; given 2 s here).
+                try await Task.sleep(for: .seconds(2))
+                let second = start(driver.run + "stale-2")
+                _ = try await driver.post(event: ActivityEventBody(second, bundleId: bundleId), activityId: second.activityId, idempotencyKey: second.eventId)
+                let refused = try await driver.firstRecord(on: IsletTopics.pushOutcomes.name, as: PushOutcome.self, timeout: .seconds(30)) {
+                    $0.requestId == driver.requestId(second) && $0.result.isFinal
+                }
+                #expect(refused.result == .tokenInvalid && refused.attempts == 0, "\(refused)")
+                #expect(try await stack.received(token: startToken).allSatisfy { $0.apnsID.lowercased() != driver.requestId(second) })
+
+                // The app registers its push-to-start token again: the next start reaches the phone.
+                try await driver.registerPushToStart(bundleId: bundleId, device: device, type: type, token: startToken)
+                try await Task.sleep(for: .seconds(2))
+                let third = start(driver.run + "stale-3")
+                _ = try await driver.post(event: ActivityEventBody(third, bundleId: bundleId), activityId: third.activityId, idempotencyKey: third.eventId)
+                _ = try await driver.received(token: startToken, through: driver.requestId(third))
+            }
+        }
+
         @Test("a delivery that failed is sent again by the freshness monitor, with its content read back from Kafka (content-service keeps no payload once Kafka has it)")
         func failedThenResent() async throws {
             let stack = try Stack(

@@ -60,7 +60,7 @@ struct ToleranceTests {
                 "activity", "checkpoint", "activity.steps", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",
                 "activity.startedAt", "activity.latest", "activity.payloadStoredAt", "activity.payloadLost", "activity.outcomes", "activity.outcomePositions", "activity.startedWith",
                 "activity.contentRequestId", "activity.lastResendAt", "activity.goneAt", "activity.goneToken", "activity.inlinedImages",
-                "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey", "activity.latest.userStart",
+                "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey", "activity.latest.userStart", "activity.startWatch", "activity.startWatch.tokenFingerprint", "activity.startWatch.reportedAt",
             ],
             "DispatchBudgetRecord": ["activityId", "deviceId", "waitingSince", "activityDeviceId"],
             "BroadcastChannelRecord": ["endedAt", "deleteAt", "deletedAt"],
@@ -120,11 +120,12 @@ struct ToleranceTests {
             [
                 "clientEnded", "userDismissed", "ineligible", "apnsUnregistered", "apnsExpiredToken", "apnsBadDeviceToken",
                 "apnsDeviceTokenNotForTopic", "severelyStale", "lifetimeExceeded", "backendEnded", "claimedByOwner",
+                "startUnconfirmed",
             ])
         check(APNsEnvironment.self, ["production", "sandbox"])
         check(ActivityEventKind.self, ["start", "update", "end"])
         check(Urgency.self, ["routine", "important", "critical"])
-        check(PushResult.self, ["delivered", "deliveredDowngraded", "coalesced", "tokenInvalid", "awaitingToken", "rejected", "expired", "failed", "sending", "retrying"])
+        check(PushResult.self, ["delivered", "deliveredDowngraded", "coalesced", "tokenInvalid", "awaitingToken", "rejected", "expired", "failed", "sending", "retrying", "startUnconfirmed"])
         check(Surface.self, ["lockScreen", "islandExpanded", "compactLeading", "compactTrailing", "minimal"])
         check(
             ClickRejectionReason.self,

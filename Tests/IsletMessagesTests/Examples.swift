@@ -225,6 +225,17 @@ enum Examples {
         return record
     }()
 
+    /// Order 42's push-to-start, accepted by APNs; no update token came within the confirmation
+    /// time: `startUnconfirmed` was written (the start's watchdog).
+    static let contentMemoryRecordStartWatch: ContentMemoryRecord = {
+        var record = contentMemoryRecordPushToStart
+        record.activity?.outcomes = [.init(requestId: pushRequestPushToStart.requestId, result: .startUnconfirmed)]
+        record.activity?.startWatch = .init(
+            requestId: pushRequestPushToStart.requestId, pushToStartKey: pushToStartKey, tokenFingerprint: "1dc680413d2f03b8",
+            deliveredAt: utc(2026, 11, 22, 10, 2, 10, 99), reportedAt: utc(2026, 11, 22, 10, 3, 12, 5))
+        return record
+    }()
+
     /// Partition 2's checkpoint: its memories reflect every request and outcome before these offsets.
     static let contentMemorySteps = ContentMemoryRecord(
         activity: .init(

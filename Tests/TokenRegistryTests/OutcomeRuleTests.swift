@@ -1,5 +1,6 @@
 import Foundation
 import IsletMessages
+import IsletTokens
 import IsletTesting
 import Testing
 @testable import TokenRegistry
@@ -51,5 +52,73 @@ struct OutcomeRuleTests {
         if case .invalidate = Registry.decide(outcome(status: 410, reason: "Unregistered", timestamp: registeredAt.addingTimeInterval(5)), current: invalidated) {
             Issue.record("an invalidated token was invalidated again")
         }
+    }
+}
+
+/// Issue 61 item 2: content-service's `startUnconfirmed` (a push-to-start APNs accepted, and no
+/// update token came in time) invalidates the push-to-start token it went to, until the app
+/// registers it again.
+@Suite("Push outcomes: a start never confirmed retires its push-to-start token")
+struct StartUnconfirmedTests {
+    let clock = ManualClock()
+    let publisher = RecordingPublisher()
+    static let key = MessageKey.pushToStart(bundleId: "com.example.food", deviceId: "d1", attributesType: "DeliveryAttributes")
+
+    func makeRegistry() -> Registry {
+        let registry = Registry(table: TokenTable(), publisher: publisher, logger: quietLogger, clock: clock)
+        registry.markReady()
+        return registry
+    }
+
+    func register(_ registry: Registry, token: Int) async throws {
+        let body = RegisterPushToStartTokenRequest(token: hexToken(token), environment: .production, frequentUpdatesEnabled: false, appVersion: "3.0")
+        _ = try await registry.registerPushToStartToken(user: "u", bundleId: "com.example.food", deviceId: "d1", attributesType: "DeliveryAttributes", body)
+    }
+
+    func unconfirmed(token: Int?, at date: Date, key: String? = Self.key) -> PushOutcome {
+        PushOutcome(
+            requestId: "r", pushToStartKey: key, result: .startUnconfirmed, attempts: 1, tokenFingerprint: token.map { TokenFingerprint.of(token: hexToken($0)) },
+            completedAt: date, bundleId: "com.example.food", attributesType: "DeliveryAttributes")
+    }
+
+    @Test("the token it went to is invalidated (startUnconfirmed); the app's lookup says to register again; registering it again revives it")
+    func invalidatesUntilRegisteredAgain() async throws {
+        let registry = makeRegistry()
+        try await register(registry, token: 1)
+        clock.advance(61)
+        #expect(try await registry.handle(unconfirmed(token: 1, at: clock.date)) == .invalidate(.startUnconfirmed, since: nil))
+        let written = try #require(publisher.records.last)
+        #expect(written.state == .invalidated && written.invalidation?.reason == .startUnconfirmed && written.kind == .pushToStart)
+        let view = try registry.pushToStart(user: "u", bundleId: "com.example.food", deviceId: "d1", attributesType: "DeliveryAttributes")
+        #expect(view.registerAgain == true && view.state == .invalidated)
+        // Read again (a second instance's copy, a restart): nothing more.
+        let count = publisher.records.count
+        #expect(try await registry.handle(unconfirmed(token: 1, at: clock.date)) == .ignore("token already invalidated"))
+        #expect(publisher.records.count == count)
+        clock.advance(5)
+        try await register(registry, token: 1)
+        let again = try registry.pushToStart(user: "u", bundleId: "com.example.food", deviceId: "d1", attributesType: "DeliveryAttributes")
+        #expect(again.state == .active && again.registerAgain == nil)
+    }
+
+    @Test("a token the app registered after the verdict was written (a new one, or the same confirmed again) stands; so does an update token, or an outcome without a key")
+    func registeredSinceStands() async throws {
+        let registry = makeRegistry()
+        try await register(registry, token: 1)
+        let verdictTime = clock.date.addingTimeInterval(30)
+        clock.advance(31)
+        try await register(registry, token: 2)
+        #expect(try await registry.handle(unconfirmed(token: 1, at: verdictTime)) == .ignore("the push-to-start token was registered again after the start"))
+        clock.advance(5)
+        try await register(registry, token: 2)
+        #expect(try await registry.handle(unconfirmed(token: 2, at: verdictTime)) == .ignore("the push-to-start token was registered again after the start"))
+        #expect(
+            try registry.pushToStart(user: "u", bundleId: "com.example.food", deviceId: "d1", attributesType: "DeliveryAttributes").state == .active)
+        let update = TokenRecord(
+            kind: .update, activityId: "a", userId: "u", token: hexToken(3), app: AppTarget(bundleId: "com.example.food", environment: .production),
+            attributesType: "DeliveryAttributes", frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: Date(timeIntervalSince1970: 0),
+            updatedAt: Date(timeIntervalSince1970: 0))
+        #expect(Registry.decide(unconfirmed(token: 3, at: clock.date), current: update) == .ignore("not a push-to-start token"))
+        #expect(Registry.decide(unconfirmed(token: 3, at: clock.date, key: nil), current: update) == .ignore("startUnconfirmed without a push-to-start key"))
     }
 }

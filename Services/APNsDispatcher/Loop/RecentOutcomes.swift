@@ -71,6 +71,8 @@ public struct RecentOutcomes: Sendable {
 
         /// Takes in an outcome read from the topic, in the topic's order.
         public mutating func add(_ outcome: PushOutcome) {
+            // content-service's later verdict on a start it already has the final outcome of.
+            guard outcome.result != .startUnconfirmed else { return }
             let requestId = outcome.requestId
             if outcome.result.isFinal {
                 finished.insert(requestId)

@@ -41,6 +41,11 @@ extension ActivityHTTPAPI {
         var latestRequest: LatestRequestState?
         /// Events scheduled for later (``ActivityEvent/at``), the earliest first; absent when none.
         var scheduled: [ScheduledStep]?
+        /// For an activity started by a push-to-start APNs accepted, until its update token comes:
+        /// `waiting` (within the confirmation time, `ISLET_START_CONFIRMATION_SECONDS`) or
+        /// `unconfirmed` (it did not come in time: the push-to-start token may be stale, and is
+        /// not used again until the app registers it again). Absent otherwise.
+        var startConfirmation: String?
     }
 
     /// An event kept for its time.
@@ -149,7 +154,8 @@ extension ActivityHTTPAPI {
                                 if case .string(let state)? = step.fields[template.stateField] { state } else { nil }
                             })
                     }
-            })
+            },
+            startConfirmation: view.token != nil ? nil : memory?.startWatch.map { $0.reportedAt == nil ? "waiting" : "unconfirmed" })
         return try Self.json(state)
     }
 

@@ -33,6 +33,7 @@ public struct ContentMetrics: Sendable {
     private let invalidations = CounterFamily("islet_content_invalidations_total", dimensions: ["reason"], known: [InvalidationReason.severelyStale, .lifetimeExceeded].map { [$0.rawValue] })
     private let activityGauges: [String: Gauge] = Dictionary(
         uniqueKeysWithValues: Freshness.allCases.map { ($0.rawValue, Gauge(label: "islet_content_activities", dimensions: [("freshness", $0.rawValue)])) })
+    private let startsUnconfirmed = Counter(label: "islet_content_starts_unconfirmed_total")
     private let freshnessActions = CounterFamily("islet_content_freshness_actions_total", dimensions: ["action"], known: ["resend", "end"].map { [$0] })
     private let payloadReads = CounterFamily("islet_content_payloads_read_total", dimensions: ["result"], known: ["read", "lost", "not_now"].map { [$0] })
     private let httpRefusals = CounterFamily(
@@ -90,6 +91,9 @@ public struct ContentMetrics: Sendable {
     }
     /// `islet_content_freshness_actions_total{action}`: `resend`, `end`.
     func freshnessAction(_ action: String) { freshnessActions.increment(action) }
+    /// `islet_content_starts_unconfirmed_total`: push-to-starts APNs accepted whose activity's
+    /// update token did not come in time (their push-to-start token may be stale).
+    func startUnconfirmed() { startsUnconfirmed.increment() }
     /// `islet_content_payloads_read_total{result}`: latest payloads read again (`read`), gone (`lost`), to try later (`not_now`).
     func payloadsRead(_ result: String, _ count: Int) {
         payloadReads.increment(result, by: count)

@@ -173,7 +173,9 @@ public struct ContentServiceApp: Sendable {
         let payloads = RequestPayloads(
             bootstrapServers: runtime.settings.kafkaBootstrap, topic: topics.pushRequests, settings: runtime.settings.consumerProperties,
             metrics: sender.metrics, logger: logger)
-        return FreshnessMonitor(engine: engine, sender: sender, metrics: sender.metrics, logger: logger, invalidator: invalidator, payloads: payloads)
+        return FreshnessMonitor(
+            engine: engine, sender: sender, metrics: sender.metrics, logger: logger, invalidator: invalidator, payloads: payloads,
+            outcomesTopic: topics.pushOutcomes)
     }
 
     /// Questions about an activity are answered where its memory is (the owner of its partition),

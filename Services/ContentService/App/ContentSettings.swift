@@ -85,6 +85,7 @@ public struct ContentSettings: Sendable {
         freshness.resendSpacing = .seconds(try config.int("islet.freshness.resend.spacing.seconds", default: 60, range: 1...3_600))
         freshness.severeAfter = .seconds(try config.int("islet.freshness.severe.seconds", default: 600, range: 60...28_800))
         freshness.lifetime = .seconds(try config.int("islet.activity.lifetime.seconds", default: 28_200, range: 60...28_800))
+        freshness.startConfirmation = .seconds(try config.int("islet.start.confirmation.seconds", default: 60, range: 1...3_600))
         self.init(
             templatesDirectory: try config.string("islet.templates.dir", default: "Services/ContentService/Templates"),
             keyring: LinkKeyring(signing: signing, accepted: linkKeys), policy: policy, freshness: freshness,

@@ -28,6 +28,7 @@ extension ContentEngine {
             let due = state.deadlines.popDue(now: now)
             state.examinedInLastSweep = due.count
             state.payloadsToRead = []
+            state.unconfirmedStarts = []
             var prepared = due.compactMap { slot in look(at: slot, in: &state, owned: owned, now: now, policy: policy) }
             catchUpDevices(in: &state, owned: owned, now: now, prepared: &prepared)
             endsOwed(in: &state, owned: owned, now: now, prepared: &prepared)
@@ -50,6 +51,9 @@ extension ContentEngine {
         // made now is persisted, ``commit(_:)`` schedules the activity's next deadline;
         // if not, the next pass decides again.
         state.look(at: slot, memory, now: now, policy: policy)
+        if memory.startWatch != nil, ActivityMemories.isOwned(memory, by: owned) {
+            watchStart(activityKey, memory, in: &state, now: now, policy: policy)
+        }
         // Another instance's, or nothing the monitor can do (its payload lost): looked at
         // again in a minute, not on every pass.
         if memory.isLive, !ActivityMemories.isOwned(memory, by: owned) || memory.payloadLost {
@@ -71,6 +75,53 @@ extension ContentEngine {
             return nil
         }
         return item
+    }
+
+    /// The start's watchdog: a push-to-start APNs accepted whose activity's update token has not
+    /// come within ``FreshnessPolicy/startConfirmation`` is unconfirmed (since iOS 27 a
+    /// push-to-start token can go stale: APNs answers 200 and no activity appears). The token
+    /// came (in any state: the app registered it): the start is confirmed, the watch ends.
+    private func watchStart(_ activityKey: String, _ memory: ActivityMemory, in state: inout ActivityMemories, now: Date, policy: FreshnessPolicy) {
+        guard let watch = memory.startWatch, let latest = memory.latest else { return }
+        if tokens.token(forKey: activityKey) != nil {
+            state.update(activityKey, now: now, policy: policy) { $0.startWatch = nil }
+            return
+        }
+        guard watch.reportedAt == nil, now.timeIntervalSince(watch.deliveredAt) >= policy.startConfirmation / .seconds(1) else { return }
+        let seconds = Int(policy.startConfirmation / .seconds(1))
+        let outcome = PushOutcome(
+            requestId: watch.requestId, pushToStartKey: watch.pushToStartKey, result: .startUnconfirmed, attempts: 1,
+            tokenFingerprint: watch.tokenFingerprint,
+            detail: "APNs accepted the push-to-start, and no update token of the activity came from the app within \(seconds) s: the push-to-start token may be stale; it is not used again until the app registers it again",
+            completedAt: now, bundleId: latest.app.bundleId, attributesType: latest.attributesType)
+        state.unconfirmedStarts.append(UnconfirmedStart(activityKey: activityKey, outcome: outcome))
+    }
+
+    /// A start the watchdog found unconfirmed, and its outcome to write.
+    public struct UnconfirmedStart: Sendable, Equatable {
+        public var activityKey: String
+        public var outcome: PushOutcome
+    }
+
+    /// The starts the last pass found unconfirmed: write each `startUnconfirmed` to
+    /// `islet.push-outcomes.v1`, then ``reported(_:)``. One not reported is found again on the next pass.
+    public func takeUnconfirmedStarts() -> [UnconfirmedStart] {
+        state.withLock { state in
+            defer { state.unconfirmedStarts = [] }
+            return state.unconfirmedStarts
+        }
+    }
+
+    /// The start's `startUnconfirmed` is on Kafka: its watch is done.
+    public func reported(_ start: UnconfirmedStart) {
+        let (now, policy) = (clock.date, freshness)
+        state.withLock { state in
+            state.update(start.activityKey, now: now, policy: policy) { memory in
+                guard var watch = memory.startWatch, watch.requestId == start.outcome.requestId, watch.reportedAt == nil else { return }
+                watch.reportedAt = start.outcome.completedAt
+                memory.startWatch = watch
+            }
+        }
     }
 
     /// What the monitor sends by itself for a live activity at `now`, if anything: its latest content

@@ -159,7 +159,8 @@ public final class ContentEngine: Sendable {
     public func record(_ outcome: PushOutcome, at position: KafkaPosition? = nil) {
         // A record that is not final (an announcement, a retry's note) is the dispatcher's note to
         // itself: the request's outcome is still to come.
-        guard outcome.result.isFinal else { return }
+        // (Except content-service's own later verdict on a start: the lookup shows it.)
+        guard outcome.result.isFinal || outcome.result == .startUnconfirmed else { return }
         // A copy's for one more device: the activity's freshness follows its own request's outcomes.
         guard outcome.deviceId == nil else { return }
         let (now, policy) = (clock.date, freshness)

@@ -55,6 +55,10 @@ extension ActivityMemory {
         } else {
             due = min(due, Self.staleDate(of: latest))
         }
+        // A delivered push-to-start not yet confirmed by the activity's update token: its watchdog.
+        if let watch = startWatch, watch.reportedAt == nil {
+            due = min(due, watch.deliveredAt.addingTimeInterval(policy.startConfirmation / .seconds(1)))
+        }
         return due.addingTimeInterval(-Self.deadlineMargin)
     }
 

@@ -17,6 +17,8 @@ public struct FreshnessMonitor: Service {
     let invalidations: TokenInvalidations
     /// Where the latest payloads the memory does not keep are read again.
     let payloads: RequestPayloads
+    /// Where a start's `startUnconfirmed` is written (`islet.push-outcomes.v1`).
+    let outcomesTopic: String
 
     /// - Parameter invalidator: where an activity the monitor ended has its token invalidated
     ///   (`nil`: not configured; the token stays active until the app ends the activity).
@@ -24,8 +26,9 @@ public struct FreshnessMonitor: Service {
     ///   Kafka stored each request) are read again.
     public init(
         engine: ContentEngine, sender: RequestSender, metrics: ContentMetrics, logger: Logger, invalidator: (any ActivityInvalidating)? = nil,
-        payloads: RequestPayloads
+        payloads: RequestPayloads, outcomesTopic: String = IsletTopics.pushOutcomes.name
     ) {
+        self.outcomesTopic = outcomesTopic
         self.engine = engine
         self.sender = sender
         self.metrics = metrics
@@ -56,6 +59,7 @@ public struct FreshnessMonitor: Service {
             engine.restorePayloads(read.found, lost: read.lost)
             sent += try await pass()
         }
+        await reportUnconfirmedStarts()
         // Once the end has its outcome: invalidated earlier, the dispatcher would not send the end.
         let (memory, now) = (self.engine, self.engine.clock.date)
         await invalidations.flush { item in
@@ -66,6 +70,28 @@ public struct FreshnessMonitor: Service {
             metrics.activities(freshness, count)
         }
         return sent
+    }
+
+    /// Writes each start the pass found unconfirmed to the outcomes topic (token-registry reads it
+    /// and stops using the push-to-start token). One Kafka does not take is found again on the next
+    /// pass.
+    private func reportUnconfirmedStarts() async {
+        for start in engine.takeUnconfirmedStarts() {
+            do {
+                try await sender.producer.send(start.outcome, to: outcomesTopic)
+                engine.reported(start)
+                metrics.startUnconfirmed()
+                logger.warning(
+                    "a push-to-start APNs accepted was not confirmed by the activity's update token: its push-to-start token may be stale",
+                    metadata: [
+                        "activity.key": "\(start.activityKey)", "request.id": "\(start.outcome.requestId)",
+                        "token.fingerprint": "\(start.outcome.tokenFingerprint ?? "unknown")",
+                    ])
+            } catch {
+                logger.warning(
+                    "startUnconfirmed not written: tried again on the next pass", metadata: ["activity.key": "\(start.activityKey)", "error": "\(error)"])
+            }
+        }
     }
 
     /// One sweep, in the loop's turn: its requests go to Kafka in order, as an event's do, and are

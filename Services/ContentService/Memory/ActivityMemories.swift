@@ -65,6 +65,9 @@ struct ActivityMemories {
     /// Activities the monitor has something to send for whose latest request is not in memory,
     /// in the order they fell due (the oldest first).
     var payloadsToRead: [ContentEngine.PayloadToRead] = []
+    /// The starts the last pass found unconfirmed (``ContentEngine/takeUnconfirmedStarts()``): each
+    /// is looked at again on every pass until its `startUnconfirmed` is on Kafka.
+    var unconfirmedStarts: [ContentEngine.UnconfirmedStart] = []
     /// The activities whose memory changed since it was last written to the changelog
     /// (``ChangelogWriter``), by partition: of the partitions this instance owns
     /// (``own(_:)``; `nil`: of every partition).

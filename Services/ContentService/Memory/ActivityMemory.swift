@@ -63,11 +63,13 @@ public struct ActivityMemory: Sendable, Equatable {
         var waiting: [WaitingOutcome] = []
         /// Events scheduled for later, the earliest first.
         var steps: [ActivityEvent] = []
+        /// The delivered push-to-start waiting for the activity's update token (its watchdog).
+        var startWatch: ContentMemoryRecord.StartWatch?
 
         var isEmpty: Bool {
             goneAt == nil && goneToken == nil && inlinedImages.isEmpty && pendingImages.isEmpty && pushToStartKey == nil && startedWith == nil
                 && contentRequestId == nil
-                && request == nil && waiting.isEmpty && steps.isEmpty
+                && request == nil && waiting.isEmpty && steps.isEmpty && startWatch == nil
         }
     }
 
@@ -144,6 +146,14 @@ public struct ActivityMemory: Sendable, Equatable {
     public var latestRequest: PushRequest? { rare.request }
     /// The push-to-start key of the latest request, if it was a push-to-start.
     public var latestPushToStartKey: String? { rare.pushToStartKey }
+    /// The push-to-start APNs accepted that started the activity, while the activity's update
+    /// token has not come (``ContentEngine/sweep(owned:)`` reports `startUnconfirmed` when it does
+    /// not come in time). Set by the start's `delivered` outcome; gone with a new start, the end,
+    /// or once the token came.
+    public var startWatch: ContentMemoryRecord.StartWatch? {
+        get { rare.startWatch }
+        set { if newValue != rare.startWatch { withExtras { $0.startWatch = newValue } } }
+    }
     /// The push-to-start key the activity was started with, if it was started by a push.
     public var startedWith: String? {
         get { rare.startedWith }
@@ -321,6 +331,7 @@ public struct ActivityMemory: Sendable, Equatable {
         let result = withExtras { extras -> PushResult? in
             extras.pushToStartKey = request.pushToStartKey
             if request.event == .start { extras.startedWith = request.pushToStartKey } else if request.event == .end { extras.startedWith = nil }
+            if request.event == .start || request.event == .end { extras.startWatch = nil }
             extras.request = request
             extras.waiting.removeAll { request.createdAt.timeIntervalSince($0.completedAt) > Self.waitingLifetime }
             return extras.waiting.lastIndex { $0.requestId == request.requestId }.map { extras.waiting.remove(at: $0).result }
@@ -451,6 +462,14 @@ public struct ActivityMemory: Sendable, Equatable {
                 extras.waiting.append(WaitingOutcome(requestId: outcome.requestId, result: outcome.result, completedAt: outcome.completedAt))
                 if extras.waiting.count > Self.waitingLimit { extras.waiting.removeFirst(extras.waiting.count - Self.waitingLimit) }
             }
+        }
+        if isLatest, let latest, latest.isPushToStart, latest.event == .start, rare.startWatch == nil,
+            outcome.result == .delivered || outcome.result == .deliveredDowngraded, let key = outcome.pushToStartKey ?? rare.pushToStartKey
+        {
+            startWatch = .init(requestId: outcome.requestId, pushToStartKey: key, tokenFingerprint: outcome.tokenFingerprint, deliveredAt: outcome.completedAt)
+        } else if outcome.result == .startUnconfirmed, var watch = rare.startWatch, watch.requestId == outcome.requestId, watch.reportedAt == nil {
+            watch.reportedAt = outcome.completedAt
+            startWatch = watch
         }
         if rare.pendingImages[outcome.requestId] != nil {
             withExtras { extras in

@@ -15,6 +15,11 @@ public struct FreshnessPolicy: Sendable {
     /// Ended with its final content this long after its start (`ISLET_ACTIVITY_LIFETIME_SECONDS`,
     /// default 7 h 50 min: iOS stops showing updates at 8 hours).
     public var lifetime: Duration = .seconds(7 * 3_600 + 50 * 60)
+    /// A push-to-start APNs accepted whose activity's update token has not come within this long
+    /// is reported `startUnconfirmed` (`ISLET_START_CONFIRMATION_SECONDS`, default 60): its
+    /// push-to-start token may be stale, and token-registry stops using it until the app
+    /// registers it again.
+    public var startConfirmation: Duration = .seconds(60)
     /// An activity not heard of for this long is forgotten (its events are then treated as new).
     public var retention: Duration = .seconds(9 * 3_600)
 

@@ -21,6 +21,12 @@ public struct TokenStateView: Codable, Sendable, Equatable {
     public var ownerVerified: Bool?
     /// The language the activity is shown in, when the app said (canonical BCP 47).
     public var locale: String?
+    /// `true` when the app should register the token again (a push-to-start token invalidated
+    /// because a start on it was not confirmed: it may be stale, iOS 27). Absent otherwise. An app
+    /// reads it at launch (`GET /v1/apps/{bundleId}/devices/{deviceId}/push-to-start/{attributesType}`)
+    /// and then registers its current
+    /// push-to-start token again, which makes the key active once more.
+    public var registerAgain: Bool?
     /// An activity's records on its other devices (one update token each), on the activity's own
     /// view only; absent when it is on one device.
     public var devices: [TokenStateView]?
@@ -41,5 +47,6 @@ public struct TokenStateView: Codable, Sendable, Equatable {
         self.updatedAt = record.updatedAt
         self.ownerVerified = record.ownerVerified
         self.locale = record.locale
+        self.registerAgain = record.state == .invalidated && record.invalidation?.reason == .startUnconfirmed ? true : nil
     }
 }

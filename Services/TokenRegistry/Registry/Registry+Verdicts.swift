@@ -20,7 +20,22 @@ extension Registry {
     /// 400 BadDeviceToken / DeviceTokenNotForTopic) invalidates the token it was about — unless the
     /// key has another token by now, or the same token was registered again after APNs's verdict
     /// (the 410 `timestamp`, or when the outcome completed).
+    ///
+    /// content-service's `startUnconfirmed` (a push-to-start APNs accepted, and no update token of
+    /// its activity came in time) invalidates the push-to-start token it went to, by the same rule
+    /// from the moment it was written: a token the app registered since (a new one, or the same
+    /// confirmed again) stands.
     public static func decide(_ outcome: PushOutcome, current: TokenRecord?) -> OutcomeDecision {
+        if outcome.result == .startUnconfirmed {
+            guard let verdict = verdict(outcome) else { return .ignore("startUnconfirmed without a push-to-start key") }
+            guard let current else { return .ignore("unknown key") }
+            guard current.kind == .pushToStart else { return .ignore("not a push-to-start token") }
+            guard current.state == .active else { return .ignore("token already \(current.state.rawValue)") }
+            guard verdict.kills(fingerprint: TokenFingerprint.of(token: current.token), registeredAt: current.registeredAt) else {
+                return .ignore("the push-to-start token was registered again after the start")
+            }
+            return .invalidate(.startUnconfirmed, since: nil)
+        }
         guard outcome.result == .tokenInvalid else { return .ignore("not a token verdict") }
         guard let apns = outcome.apns else { return .ignore("APNs was not asked") }
         guard let verdict = TokenVerdict(outcome) else {
@@ -39,11 +54,21 @@ extension Registry {
         return .invalidate(verdict.reason, since: apns.timestamp)
     }
 
+    /// The verdict an outcome carries on its token: APNs's (``TokenVerdict``), or content-service's
+    /// `startUnconfirmed` on a push-to-start token (since when it was written).
+    static func verdict(_ outcome: PushOutcome) -> TokenVerdict? {
+        if outcome.result == .startUnconfirmed {
+            guard outcome.pushToStartKey != nil else { return nil }
+            return TokenVerdict(reason: .startUnconfirmed, fingerprint: outcome.tokenFingerprint, since: outcome.completedAt)
+        }
+        return TokenVerdict(outcome)
+    }
+
     /// Acts on one push outcome; returns what was decided. Throws only if the invalidation could
     /// not be persisted (the outcome is then read again).
     @discardableResult
     public func handle(_ outcome: PushOutcome) async throws -> OutcomeDecision {
-        guard outcome.result == .tokenInvalid, var key = outcome.key else {
+        guard outcome.result == .tokenInvalid || outcome.result == .startUnconfirmed, var key = outcome.key else {
             metrics.outcome("ignored")
             return .ignore("not a token verdict")
         }
@@ -68,13 +93,13 @@ extension Registry {
             let legacyKey = self.table.legacyTopicKey(forKey: key)
             let position = try await self.publisher.publish(next)
             await self.apply(next, key: key, at: position, replacing: legacyKey)
-            if let position, let verdict = TokenVerdict(outcome) {
+            if let position, let verdict = Self.verdict(outcome) {
                 self.ownInvalidations.withLock { $0.wrote(key, at: position, note: verdict, now: now) }
             }
             self.metrics.invalidated(reason)
             self.metrics.changed(next.kind, .invalidated)
             logger.info(
-                "token invalidated by APNs's answer",
+                reason == .startUnconfirmed ? "push-to-start token invalidated: a start on it was not confirmed (it may be stale)" : "token invalidated by APNs's answer",
                 metadata: ["token.key": "\(key)", "token.fingerprint": "\(TokenFingerprint.of(token: next.token))", "token.reason": "\(reason)"])
             return decision
         }
