@@ -219,6 +219,35 @@ struct DispatcherIntegrationTests {
         await rig.stop()
     }
 
+    @Test("the orphan sweep: a channel made at APNs that no record owns is deleted on the pass after the one that first found it; a recorded channel is kept; the count held is reported")
+    func orphanSweep() async throws {
+        let rig = try await Rig()
+        let dispatcher = try await rig.startDispatcher(group: "dispatcher-\(UUID())")
+        var broadcast = rig.request(activity: "match-9", sequence: 1)
+        broadcast.channelStoragePolicy = 0
+        try await rig.send([broadcast])
+        _ = try await rig.outcomes(for: [broadcast.requestId])
+        let recorded = try #require(rig.simulator.state.channels(bundleId: bundle).first?.id)
+        // A dispatcher that died between APNs's answer and the record: the channel is at APNs, unrecorded.
+        var configuration = APNsClient.Configuration(requestTimeout: .seconds(10), trustedCertificatesPEM: rig.tls.certificatePEM)
+        configuration.useEverywhere(APNsClient.Endpoint(host: "127.0.0.1", port: rig.port))
+        let client = try APNsClient(configuration: configuration, keys: [signingKey], logger: logger)
+        let orphan = try await client.createChannel(bundleID: bundle, storagePolicy: .noMessageStored, teamID: signingKey.teamID, environment: .production)
+        let sweeper = ChannelSweeper(
+            listing: client, records: ChannelSweeper.readRecords(topic: rig.topics.channels, bootstrapServers: try TestBroker.servers(), logger: logger),
+            teams: [bundle: signingKey.teamID], logger: logger)
+        let app = AppTarget(bundleId: bundle, environment: .production)
+        let first = await sweeper.sweep()
+        #expect(first[app] == ChannelSweeper.Pass(held: 2, unowned: 1, deleted: []), "found, not yet deleted: it may be a channel being made")
+        let second = await sweeper.sweep()
+        #expect(second[app] == ChannelSweeper.Pass(held: 2, unowned: 1, deleted: [orphan]))
+        #expect(rig.simulator.state.channels(bundleId: bundle).map(\.id) == [recorded], "the recorded channel is kept")
+        #expect(await sweeper.sweep()[app] == ChannelSweeper.Pass(held: 1, unowned: 0, deleted: []))
+        client.shutdown()
+        try await dispatcher.stop()
+        await rig.stop()
+    }
+
     @Test("each APNs answer ends as the table says: 410 → tokenInvalid with its timestamp, 500s → retried, 400 → rejected; GOAWAY and resets → resent and delivered")
     func apnsAnswers() async throws {
         let rig = try await Rig()

@@ -57,6 +57,26 @@ struct SimulatorRuleTests {
         #expect(verdict(request(body: #"{"aps":{"event":"start","timestamp":1,"content-state":{}}}"#)) == "400 BadPayload")
     }
 
+    @Test("a broadcast without apns-expiration is refused (required on every broadcast since 2025), as is one with a bad value; with it, taken")
+    func broadcastNeedsExpiration() throws {
+        let channel = try IsletJSON.decodeValue(
+            SimulatedChannel.self,
+            from: Array(#"{"id":"c2NvcmVz","bundleId":"com.example.food","storagePolicy":0,"createdAt":"2026-12-07T00:00:00Z","subscribers":0,"broadcasts":0}"#.utf8))
+        func verdict(_ expiration: String?) -> String {
+            var headers = ["apns-push-type": "liveactivity", "apns-priority": "10", "apns-channel-id": channel.id]
+            headers["apns-expiration"] = expiration
+            let request = NotificationValidator.Request(
+                method: "POST", path: "/4/broadcasts/apps/com.example.food", headers: headers, body: Array(payload().utf8))
+            switch BroadcastValidator.validate(request, channel: channel, requestId: "r", now: Date(), connection: 1) {
+            case .failure(let rejection): return rejection.description
+            case .success: return "200"
+            }
+        }
+        #expect(verdict(nil) == "400 BadExpirationDate")
+        #expect(verdict("later") == "400 BadExpirationDate")
+        #expect(verdict("0") == "200")
+    }
+
     /// The payload check as it was written on a JSONValue tree of the whole document (the reference
     /// for the check that reads only the aps fields).
     static func acceptedByTree(_ body: String) -> Bool {

@@ -136,7 +136,15 @@ public struct DispatcherApp: Sendable {
         self.engine = engine
         self.client = client
         self.tokens = tokens
-        self.services = [producer, loader, budgets, dispatcher, runtime.httpServer(router: runtime.makeRouter().buildResponder())]
+        var services: [any Service] = [producer, loader, budgets, dispatcher, runtime.httpServer(router: runtime.makeRouter().buildResponder())]
+        if settings.channelSweepInterval > .zero {
+            services.append(
+                ChannelSweeper(
+                    listing: client, records: ChannelSweeper.readRecords(topic: topics.channels, bootstrapServers: bootstrap, logger: logger),
+                    teams: settings.teams, environments: settings.channelSweepEnvironments, interval: settings.channelSweepInterval, confirmAfter: min(.seconds(600), settings.channelSweepInterval),
+                    logger: logger))
+        }
+        self.services = services
     }
 
     /// A record of `islet.broadcast-channels.v1` read when its partition was assigned: the

@@ -1,4 +1,5 @@
 import Foundation
+import IsletMessages
 import IsletRuntime
 
 /// apns-dispatcher's own settings (besides ``ServiceSettings``), from the environment.
@@ -12,6 +13,13 @@ public struct DispatcherSettings: Sendable {
     public var policy: DispatcherPolicy
     /// `ISLET_DISPATCHER_DEDUPE_WINDOW_MS` (1 h): outcomes this recent are read on assignment.
     public var dedupeWindow: Duration
+    /// `ISLET_CHANNEL_SWEEP_INTERVAL_SECONDS` (3600; 0: no sweep): how often the apps' broadcast
+    /// channels at APNs are listed, and those no record owns deleted (``ChannelSweeper``).
+    public var channelSweepInterval: Duration = .seconds(3_600)
+    /// `ISLET_CHANNEL_SWEEP_ENVIRONMENTS` (`production`): the environments whose channels are
+    /// swept, comma-separated (`production,sandbox`). Only environments whose APNs host is its own:
+    /// two environments served by one host (a simulator) would show each other's channels as unowned.
+    public var channelSweepEnvironments: [APNsEnvironment] = [.production]
     /// `ISLET_DISPATCHER_BUDGETS_INTERVAL_MS` (5 s, at least 100 ms): how often the budgets that
     /// changed are written to `islet.dispatch-budgets.v1`.
     public var budgetsInterval: Duration
@@ -39,6 +47,15 @@ public struct DispatcherSettings: Sendable {
         self.init(
             keys: keys, teams: teams, client: client, policy: policy,
             dedupeWindow: try config.milliseconds("islet.dispatcher.dedupe.window.ms", default: .seconds(3_600)), budgetsInterval: budgetsInterval)
+        channelSweepInterval = .seconds(try config.int("islet.channel.sweep.interval.seconds", default: 3_600, range: 0...86_400))
+        let environments = try config.string("islet.channel.sweep.environments", default: "production")
+        channelSweepEnvironments = try environments.split(separator: ",").map { name throws(ConfigurationError) -> APNsEnvironment in
+            let environment = APNsEnvironment(rawValue: name.trimmingCharacters(in: .whitespaces))
+            guard environment.isKnown else {
+                throw ConfigurationError(key: "islet.channel.sweep.environments", problem: "expects production and/or sandbox, got \(name)")
+            }
+            return environment
+        }
     }
 
     /// `ISLET_APNS_KEYS`: one signing key per team, read from its .p8 file.

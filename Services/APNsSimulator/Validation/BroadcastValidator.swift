@@ -93,10 +93,9 @@ public enum BroadcastValidator {
         guard let priorityText = headers["apns-priority"], let priority = Int(priorityText), [1, 5, 10].contains(priority) else {
             return .failure(APNsRejection(400, "BadPriority"))
         }
-        var expiration: Int64 = 0
-        if let text = headers["apns-expiration"] {
-            guard let value = Int64(text), value >= 0 else { return .failure(APNsRejection(400, "BadExpirationDate")) }
-            expiration = value
+        // Required on every broadcast (APNs, 2025): a broadcast without it is refused.
+        guard let text = headers["apns-expiration"], let expiration = Int64(text), expiration >= 0 else {
+            return .failure(APNsRejection(400, "BadExpirationDate"))
         }
         // A channel that stores no message takes only pushes that are not to be stored.
         if channel.storagePolicy == 0 && expiration != 0 { return .failure(APNsRejection(400, "BadExpirationDate")) }
