@@ -40,6 +40,8 @@ public struct DispatcherSettings: Sendable {
         let keys = try Self.signingKeys(config)
         let teams = try Self.teams(config, keys: keys)
         let (client, policy) = (try Self.client(config), try Self.policy(config))
+        // Before anything connects: a CA bundle without APNs's current root fails every push.
+        try APNsTrustCheck.check(client)
         let budgetsInterval = try config.milliseconds("islet.dispatcher.budgets.interval.ms", default: .seconds(5))
         guard budgetsInterval >= .milliseconds(100) else {
             throw ConfigurationError(key: "islet.dispatcher.budgets.interval.ms", problem: "must be at least 100")
