@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import IsletMessages
 import IsletRuntime
 
 /// The simulator's settings from the environment (docs/apns-simulator.md lists them).
@@ -9,6 +10,9 @@ public struct SimulatorSettings: Sendable {
     public var adminHost: String
     public var adminPort: Int
     public var keys: [ProviderTokenVerifier.Key]
+    /// `ISLET_SIMULATOR_ENVIRONMENT` (`production` or `sandbox`; unset: either): the environment the
+    /// simulator plays for keys limited to one.
+    public var environment: APNsEnvironment?
     public var tls: SimulatorTLS
     /// Where to write the certificate clients must trust (when it was generated).
     public var certificateOut: String?
@@ -27,10 +31,17 @@ public struct SimulatorSettings: Sendable {
         adminPort = try config.int("islet.http.port", default: 8_090, range: 0...65_535)
         keys = []
         for (keyID, value) in try config.properties("islet.simulator.keys").sorted(by: { $0.key < $1.key }) {
-            let parts = value.split(separator: ":", maxSplits: 1).map(String.init)
-            guard parts.count == 2, let pem = try? String(contentsOfFile: parts[1], encoding: .utf8) else {
-                throw ConfigurationError(key: "islet.simulator.keys", problem: "expects KEYID=TEAMID:/path/to/key.p8-or-public.pem, got \(keyID)=\(value)")
+            // KEYID=TEAMID:/path[:ENVIRONMENT[:TOPICS]]: a scoped key's limits, as the dispatcher's ISLET_APNS_SCOPED_KEYS.
+            let parts = value.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+            guard (2...4).contains(parts.count), let pem = try? String(contentsOfFile: parts[1], encoding: .utf8) else {
+                throw ConfigurationError(
+                    key: "islet.simulator.keys", problem: "expects KEYID=TEAMID:/path/to/key.p8-or-public.pem[:ENVIRONMENT[:TOPICS]], got \(keyID)=\(value)")
             }
+            let environment: APNsEnvironment? = parts.count > 2 && parts[2] != "*" ? APNsEnvironment(rawValue: parts[2]) : nil
+            if let environment, !environment.isKnown {
+                throw ConfigurationError(key: "islet.simulator.keys", problem: "key \(keyID): the environment is production, sandbox or *, got \(parts[2])")
+            }
+            let topics: Set<String>? = parts.count > 3 && parts[3] != "*" ? Set(parts[3].split(separator: "+").map(String.init)) : nil
             let publicKey: P256.Signing.PublicKey
             if let privateKey = try? P256.Signing.PrivateKey(pemRepresentation: pem) {
                 publicKey = privateKey.publicKey
@@ -39,10 +50,16 @@ public struct SimulatorSettings: Sendable {
             } else {
                 throw ConfigurationError(key: "islet.simulator.keys", problem: "\(parts[1]) holds no P-256 key in PEM")
             }
-            keys.append(.init(keyID: keyID, teamID: parts[0], publicKey: publicKey))
+            keys.append(.init(keyID: keyID, teamID: parts[0], publicKey: publicKey, environment: environment, topics: topics))
         }
         guard !keys.isEmpty else {
             throw ConfigurationError(key: "islet.simulator.keys", problem: "must name at least one signing key: KEYID=TEAMID:/path/to/key")
+        }
+        if let name = config.optionalString("islet.simulator.environment") {
+            guard APNsEnvironment(rawValue: name).isKnown else {
+                throw ConfigurationError(key: "islet.simulator.environment", problem: "is production or sandbox, got \(name)")
+            }
+            environment = APNsEnvironment(rawValue: name)
         }
         if let certificate = config.optionalString("islet.simulator.tls.certificate") {
             guard let key = config.optionalString("islet.simulator.tls.key") else {

@@ -27,7 +27,8 @@ do {
     for fault in settings.faults { state.add(fault) }
     let server = APNsSimulatorServer(
         configuration: .init(
-            host: settings.host, port: settings.port, keys: settings.keys, tls: settings.tls, maxConcurrentStreams: settings.maxConcurrentStreams),
+            host: settings.host, port: settings.port, keys: settings.keys, tls: settings.tls, maxConcurrentStreams: settings.maxConcurrentStreams,
+            environment: settings.environment),
         state: state, logger: logger)
     let router = Router()
     SimulatorAdminAPI.addRoutes(to: router, state: state, certificatePEM: settings.tls.certificatePEM)

@@ -155,8 +155,9 @@ final class EngineHarness {
     private(set) var channelsMade: [String] = []
     private(set) var channelsDeleted: [String] = []
 
-    init(policy: DispatcherPolicy = DispatcherPolicy(), teams: [String: String] = ["com.example.food": "TEAM123456"]) {
+    init(policy: DispatcherPolicy = DispatcherPolicy(), teams: [String: String] = ["com.example.food": "TEAM123456"], uncovered: Set<AppTarget> = []) {
         machine = DispatchMachine(tokens: tokens, policy: policy, teams: teams, random: { 0.5 }, logger: quietLogger, now: clock.date)
+        machine.uncovered = uncovered
     }
 
     func register(

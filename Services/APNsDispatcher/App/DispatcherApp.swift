@@ -82,6 +82,11 @@ public struct DispatcherApp: Sendable {
     public init(runtime: ServiceRuntime, settings: DispatcherSettings, topics: Topics = Topics(), clock: any WallClock = SystemWallClock()) throws {
         let logger = runtime.logger
         let service = runtime.settings.serviceName
+        for app in settings.uncovered.sorted(by: { ($0.bundleId, $0.environment.rawValue) < ($1.bundleId, $1.environment.rawValue) }) {
+            logger.notice(
+                "no APNs signing key covers this app in this environment: its requests there are rejected",
+                metadata: ["app.bundle_id": "\(app.bundleId)", "app.environment": "\(app.environment.rawValue)"])
+        }
         let producer = try KafkaProducer(configuration: runtime.settings.producerConfiguration(), logger: logger)
         let health = runtime.health
         // The tokens of the partitions the group gives this instance, read when they are assigned,
@@ -92,7 +97,7 @@ public struct DispatcherApp: Sendable {
         let client = try APNsClient(configuration: settings.client, keys: settings.keys, logger: logger)
         let engine = DispatchEngine(
             sender: client, tokens: tokens, outcomes: KafkaOutcomeSink(producer: producer, topic: topics.pushOutcomes, channelsTopic: topics.channels), policy: settings.policy,
-            teams: settings.teams, clock: clock, logger: logger, onDone: { tickets.done($0) }, onAbandon: { tickets.abandon($0) })
+            teams: settings.teams, clock: clock, logger: logger, uncovered: settings.uncovered, onDone: { tickets.done($0) }, onAbandon: { tickets.abandon($0) })
         let budgets = BudgetChangelog(engine: engine, producer: producer, topic: topics.budgets, interval: settings.budgetsInterval, logger: logger)
         let (bootstrap, properties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
         let (budgetsTopic, channelsTopic) = (topics.budgets, topics.channels)

@@ -60,35 +60,91 @@ public struct DispatcherSettings: Sendable {
         }
     }
 
-    /// `ISLET_APNS_KEYS`: one signing key per team, read from its .p8 file.
+    /// `ISLET_APNS_KEYS`: one signing key per team, read from its .p8 file; and
+    /// `ISLET_APNS_SCOPED_KEYS`: keys limited to an environment and/or a list of apps (APNs,
+    /// February 2025), `KEYID=TEAMID:/path/to/AuthKey.p8:ENVIRONMENT:TOPICS,…` with ENVIRONMENT
+    /// `production`, `sandbox` or `*` (both) and TOPICS `*` (every app of the team) or bundle ids
+    /// joined by `+`.
     static func signingKeys(_ config: IsletConfig) throws -> [APNsSigningKey] {
+        var keys = try teamKeys(config)
+        for (keyID, value) in try config.properties("islet.apns.scoped.keys").sorted(by: { $0.key < $1.key }) {
+            let parts = value.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+            guard parts.count == 4, !parts[0].isEmpty, !parts[1].isEmpty else {
+                throw ConfigurationError(
+                    key: "islet.apns.scoped.keys", problem: "expects KEYID=TEAMID:/path/to/AuthKey.p8:ENVIRONMENT:TOPICS, got \(keyID)=…")
+            }
+            let environment: APNsEnvironment?
+            switch parts[2] {
+            case "*": environment = nil
+            case let name where APNsEnvironment(rawValue: name).isKnown: environment = APNsEnvironment(rawValue: name)
+            default: throw ConfigurationError(key: "islet.apns.scoped.keys", problem: "key \(keyID): the environment is production, sandbox or *, got \(parts[2])")
+            }
+            let topics: Set<String>? = parts[3] == "*" ? nil : Set(parts[3].split(separator: "+").map(String.init))
+            if let topics, topics.isEmpty || topics.contains(where: { $0.isEmpty }) {
+                throw ConfigurationError(key: "islet.apns.scoped.keys", problem: "key \(keyID): the topics are * or bundle ids joined by +, got \(parts[3])")
+            }
+            guard !keys.contains(where: { $0.keyID == keyID }) else {
+                throw ConfigurationError(key: "islet.apns.scoped.keys", problem: "key \(keyID) is named twice")
+            }
+            keys.append(try readKey(keyID: keyID, teamID: parts[0], path: parts[1], scope: .init(environment: environment, topics: topics), setting: "islet.apns.scoped.keys"))
+        }
+        guard !keys.isEmpty else {
+            throw ConfigurationError(key: "islet.apns.keys", problem: "must name at least one signing key (or ISLET_APNS_SCOPED_KEYS)")
+        }
+        return keys
+    }
+
+    static func readKey(keyID: String, teamID: String, path: String, scope: APNsSigningKey.Scope, setting: String) throws -> APNsSigningKey {
+        guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw ConfigurationError(key: setting, problem: "cannot read the signing key \(keyID) of team \(teamID) from \(path)")
+        }
+        do {
+            return try APNsSigningKey(keyID: keyID, teamID: teamID, pem: pem, scope: scope)
+        } catch {
+            throw ConfigurationError(key: setting, problem: "\(path) is not a P-256 private key in PEM (a .p8 file)")
+        }
+    }
+
+    static func teamKeys(_ config: IsletConfig) throws -> [APNsSigningKey] {
         var keys: [APNsSigningKey] = []
         for (team, value) in try config.properties("islet.apns.keys").sorted(by: { $0.key < $1.key }) {
             let parts = value.split(separator: ":", maxSplits: 1).map(String.init)
             guard parts.count == 2 else {
                 throw ConfigurationError(key: "islet.apns.keys", problem: "expects TEAMID=KEYID:/path/to/AuthKey.p8, got \(team)=…")
             }
-            guard let pem = try? String(contentsOfFile: parts[1], encoding: .utf8) else {
-                throw ConfigurationError(key: "islet.apns.keys", problem: "cannot read the signing key of team \(team) from \(parts[1])")
-            }
-            do {
-                keys.append(try APNsSigningKey(keyID: parts[0], teamID: team, pem: pem))
-            } catch {
-                throw ConfigurationError(key: "islet.apns.keys", problem: "\(parts[1]) is not a P-256 private key in PEM (a .p8 file)")
-            }
+            keys.append(try readKey(keyID: parts[0], teamID: team, path: parts[1], scope: .team, setting: "islet.apns.keys"))
         }
-        guard !keys.isEmpty else { throw ConfigurationError(key: "islet.apns.keys", problem: "must name at least one signing key") }
         return keys
     }
 
-    /// `ISLET_APNS_APPS`: the team of each app, which must have a key.
+    /// `ISLET_APNS_APPS`: the team of each app, which must have a key that covers it in at least
+    /// one environment (start-up is refused otherwise).
     static func teams(_ config: IsletConfig, keys: [APNsSigningKey]) throws -> [String: String] {
         let teams = try config.properties("islet.apns.apps")
         guard !teams.isEmpty else { throw ConfigurationError(key: "islet.apns.apps", problem: "must map at least one bundle id to its team") }
-        for (bundle, team) in teams where !keys.contains(where: { $0.teamID == team }) {
-            throw ConfigurationError(key: "islet.apns.apps", problem: "\(bundle) is signed by team \(team), which has no key in ISLET_APNS_KEYS")
+        for (bundle, team) in teams.sorted(by: { $0.key < $1.key }) {
+            guard keys.contains(where: { $0.teamID == team }) else {
+                throw ConfigurationError(key: "islet.apns.apps", problem: "\(bundle) is signed by team \(team), which has no key in ISLET_APNS_KEYS or ISLET_APNS_SCOPED_KEYS")
+            }
+            guard [APNsEnvironment.production, .sandbox].contains(where: { APNsSigningKey.choose(from: keys, teamID: team, bundleID: bundle, environment: $0) != nil })
+            else {
+                throw ConfigurationError(key: "islet.apns.apps", problem: "no key of team \(team) covers \(bundle) (ISLET_APNS_SCOPED_KEYS limits each key to its topics)")
+            }
         }
         return teams
+    }
+
+    /// The apps no key covers in one of the environments: their requests there are `rejected`
+    /// at once, naming the missing key.
+    public var uncovered: Set<AppTarget> {
+        var apps: Set<AppTarget> = []
+        for (bundle, team) in teams {
+            for environment in [APNsEnvironment.production, .sandbox]
+            where APNsSigningKey.choose(from: keys, teamID: team, bundleID: bundle, environment: environment) == nil {
+                apps.insert(AppTarget(bundleId: bundle, environment: environment))
+            }
+        }
+        return apps
     }
 
     /// Where APNs is (`ISLET_APNS_*_URL`), the trust roots, connections and timeouts.

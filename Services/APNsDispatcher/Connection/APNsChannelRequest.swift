@@ -13,6 +13,12 @@ public struct APNsChannelRequest: Sendable {
     /// `apns-request-id`: names the request in APNs's answer and logs.
     public var requestID: String
 
+    /// The app whose channels it manages (from its path, `/1/apps/<bundle id>/…`).
+    public var bundleID: String {
+        let parts = path.split(separator: "/")
+        return parts.count > 2 ? String(parts[2]) : ""
+    }
+
     public static func create(bundleID: String, storagePolicy: APNsStoragePolicy, requestID: String = UUID().uuidString.lowercased()) -> Self {
         let body = #"{"message-storage-policy":\#(storagePolicy.rawValue),"push-type":"LiveActivity"}"#
         return Self(method: "POST", path: "/1/apps/\(bundleID)/channels", channelID: nil, body: ByteBuffer(string: body), requestID: requestID)

@@ -91,20 +91,26 @@ public final class APNsClient: Sendable {
         }
     }
 
+    /// One signing key's connections to one service in one environment: a connection never
+    /// mixes keys (APNs binds a connection to the key of its first provider token).
     private struct LaneKey: Hashable {
-        var teamID: String
+        var keyID: String
         var environment: APNsEnvironment
         var service: Service
     }
 
     private let configuration: Configuration
     let sslContext: NIOSSLContext
+    private let keys: [APNsSigningKey]
+    /// By key id.
     private let tokenSources: [String: ProviderTokenSource]
     private let lanes: [LaneKey: Lane]
     private let clock: any WallClock
     private let logger: Logger
 
-    /// - Parameter keys: one signing key per team.
+    /// - Parameter keys: per team, a key for every app and both environments, or keys limited to
+    ///   one environment and/or a list of apps (``APNsSigningKey/Scope``): each push goes with the
+    ///   most limited key that covers its app and environment.
     public init(
         configuration: Configuration, keys: [APNsSigningKey], group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger, clock: any WallClock = SystemWallClock()
@@ -120,14 +126,16 @@ public final class APNsClient: Sendable {
         self.sslContext = sslContext
         self.clock = clock
         self.logger = logger
-        self.tokenSources = Dictionary(keys.map { ($0.teamID, ProviderTokenSource(key: $0)) }, uniquingKeysWith: { first, _ in first })
+        self.keys = keys
+        self.tokenSources = Dictionary(keys.map { ($0.keyID, ProviderTokenSource(key: $0)) }, uniquingKeysWith: { first, _ in first })
         var lanes: [LaneKey: Lane] = [:]
         // Connections open on first use: a team that never broadcasts opens none for it.
-        for team in tokenSources.keys {
-            for environment in [APNsEnvironment.production, .sandbox] {
+        for key in keys {
+            for environment in [APNsEnvironment.production, .sandbox] where key.scope.environment == nil || key.scope.environment == environment {
                 for service in Service.allCases {
-                    lanes[LaneKey(teamID: team, environment: environment, service: service)] = Lane(
-                        name: service == .push ? "\(team)/\(environment)" : "\(team)/\(environment)/\(service)",
+                    let name = "\(key.teamID)/\(key.keyID)/\(environment)"
+                    lanes[LaneKey(keyID: key.keyID, environment: environment, service: service)] = Lane(
+                        name: service == .push ? name : "\(name)/\(service)",
                         endpoint: configuration.endpoint(service, environment), count: service == .channels ? 1 : configuration.connectionsPerLane,
                         sslContext: sslContext, connectTimeout: configuration.connectTimeout, group: group, logger: logger)
                 }
@@ -136,33 +144,35 @@ public final class APNsClient: Sendable {
         self.lanes = lanes
     }
 
-    /// Whether the client can send for this team (it has the team's key).
-    public func knowsTeam(_ teamID: String) -> Bool { tokenSources[teamID] != nil }
+    /// Whether the client can send for this team (it has a key of the team).
+    public func knowsTeam(_ teamID: String) -> Bool { keys.contains { $0.teamID == teamID } }
 
     /// Sends one push for `teamID` to `environment`; returns APNs's answer, or throws
     /// ``APNsTransportError`` when there was none. The attempt, from here to the answer, takes at
     /// most ``Configuration/requestTimeout``.
     public func send(_ push: APNsPush, teamID: String, environment: APNsEnvironment) async throws -> APNsAnswer {
         let service: Service = if case .channel = push.destination { .broadcast } else { .push }
-        let (connection, token, deadline) = try await connection(service, teamID: teamID, environment: environment)
+        let (connection, token, deadline) = try await connection(service, teamID: teamID, bundleID: push.bundleID, environment: environment)
         return try await connection.send(push, authorization: token, deadline: deadline)
     }
 
     /// Sends one channel management request for `teamID` in `environment`; returns the reply
     /// whatever its status, or throws ``APNsTransportError`` when there was none.
     func exchange(_ request: APNsChannelRequest, teamID: String, environment: APNsEnvironment) async throws -> APNsReply {
-        let (connection, token, deadline) = try await connection(.channels, teamID: teamID, environment: environment)
+        let (connection, token, deadline) = try await connection(.channels, teamID: teamID, bundleID: request.bundleID, environment: environment)
         return try await connection.manage(request, authorization: token, deadline: deadline)
     }
 
-    /// A connection of the team's lane for `service`, the provider token to use on it, and the
-    /// attempt's deadline.
+    /// A connection of the lane of the key that signs for the app in `environment`, for
+    /// `service`; the provider token to use on it, and the attempt's deadline.
     private func connection(
-        _ service: Service, teamID: String, environment: APNsEnvironment
+        _ service: Service, teamID: String, bundleID: String, environment: APNsEnvironment
     ) async throws -> (APNsConnection, String, NIODeadline) {
         let deadline = NIODeadline.now() + TimeAmount(configuration.requestTimeout)
-        guard let lane = lanes[LaneKey(teamID: teamID, environment: environment, service: service)], let source = tokenSources[teamID] else {
-            throw APNsTransportError(.connect, "no signing key for team \(teamID)")
+        guard let key = APNsSigningKey.choose(from: keys, teamID: teamID, bundleID: bundleID, environment: environment),
+            let lane = lanes[LaneKey(keyID: key.keyID, environment: environment, service: service)], let source = tokenSources[key.keyID]
+        else {
+            throw APNsTransportError(.connect, "no signing key of team \(teamID) covers \(bundleID) in \(environment.rawValue)")
         }
         let connection = try await lane.connection(deadline: deadline)
         let now = clock.date
@@ -170,16 +180,18 @@ public final class APNsClient: Sendable {
         return (connection, connection.providerToken.withLock { $0.use(candidate: candidate, now: now) }, deadline)
     }
 
-    /// Every lane of a team.
+    /// Every lane of a team's keys.
     private func lanes(of teamID: String) -> [Lane] {
-        lanes.filter { $0.key.teamID == teamID }.map(\.value)
+        let ids = Set(keys.filter { $0.teamID == teamID }.map(\.keyID))
+        return lanes.filter { ids.contains($0.key.keyID) }.map(\.value)
     }
 
-    /// APNs said the provider token expired: mint a new one and reconnect the team's lanes (APNs
-    /// may refuse a new token on a connection that used another).
+    /// APNs said the provider token expired: mint new ones (each key of the team) and reconnect the
+    /// team's lanes (APNs may refuse a new token on a connection that used another).
     public func renewProviderToken(teamID: String) {
-        guard let source = tokenSources[teamID] else { return }
-        source.renew(now: clock.date)
+        let sources = keys.filter { $0.teamID == teamID }.compactMap { tokenSources[$0.keyID] }
+        guard !sources.isEmpty else { return }
+        for source in sources { source.renew(now: clock.date) }
         for lane in lanes(of: teamID) { lane.reconnect() }
         logger.warning("provider token renewed after ExpiredProviderToken", metadata: ["apns.team": "\(teamID)"])
     }

@@ -40,6 +40,17 @@ public struct APNsPush: Sendable {
         if case .device(let token, _) = destination { token } else { nil }
     }
 
+    /// The app it is for: the topic's bundle id (`<bundle id>.push-type.liveactivity`), or the
+    /// broadcast's.
+    public var bundleID: String {
+        switch destination {
+        case .device(_, let topic):
+            let suffix = ".push-type.liveactivity"
+            return topic.hasSuffix(suffix) ? String(topic.dropLast(suffix.count)) : topic
+        case .channel(_, let bundleID): return bundleID
+        }
+    }
+
     /// Whom it is for: the device token, or the channel id.
     public var recipient: String {
         switch destination {

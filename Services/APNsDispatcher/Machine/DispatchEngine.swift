@@ -49,12 +49,15 @@ public final class DispatchEngine: Sendable {
 
     /// - Parameters:
     ///   - teams: the team id that signs for each bundle id.
+    ///   - uncovered: the apps no signing key covers in one of the environments (scoped keys):
+    ///     their requests there are rejected.
     ///   - onDone: called with a request's ticket once its outcome is persisted (or it needed none).
     ///   - onAbandon: called with the tickets of requests left to their partition's next owner.
     public init(
         sender: any APNsSending, tokens: PartitionTokens, outcomes: any OutcomeSink, policy: DispatcherPolicy, teams: [String: String],
         clock: any WallClock = SystemWallClock(), random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
-        logger: Logger, onDone: @escaping @Sendable (UInt64) -> Void, onAbandon: @escaping @Sendable ([UInt64]) -> Void = { _ in }
+        logger: Logger, uncovered: Set<AppTarget> = [], onDone: @escaping @Sendable (UInt64) -> Void,
+        onAbandon: @escaping @Sendable ([UInt64]) -> Void = { _ in }
     ) {
         self.sender = sender
         self.onAbandon = onAbandon
@@ -63,7 +66,9 @@ public final class DispatchEngine: Sendable {
         self.logger = logger
         self.onDone = onDone
         workers = max(1, policy.maximumInFlight)
-        state = Mutex(State(machine: DispatchMachine(tokens: tokens, policy: policy, teams: teams, random: random, logger: logger, now: clock.date)))
+        var machine = DispatchMachine(tokens: tokens, policy: policy, teams: teams, random: random, logger: logger, now: clock.date)
+        machine.uncovered = uncovered
+        state = Mutex(State(machine: machine))
         metrics = state.withLock { $0.machine.metrics }
         // A token a request waits for arrives: that activity is looked at again (no polling).
         let engine = WeakEngine(self)

@@ -29,6 +29,9 @@ extension DispatchMachine {
         guard let team = teams[request.app.bundleId] else {
             return drop(head, key: key, .rejected, "no APNs signing key is configured for \(request.app.bundleId)")
         }
+        if uncovered.contains(request.app) {
+            return drop(head, key: key, .rejected, Self.uncoveredDetail(request.app))
+        }
         if let expiration = request.expiration, expiration < now {
             return drop(head, key: key, .expired, "apns-expiration passed before it could be sent")
         }

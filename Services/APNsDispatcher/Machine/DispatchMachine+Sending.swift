@@ -8,6 +8,11 @@ import NIOCore
 
 /// Sending: the head of an activity's queue checked (token, budget, lane), sent, and finished.
 extension DispatchMachine {
+    /// Why a request of an app no scoped key covers in its environment is rejected.
+    static func uncoveredDetail(_ app: AppTarget) -> String {
+        "no APNs signing key covers \(app.bundleId) in \(app.environment.rawValue) (ISLET_APNS_SCOPED_KEYS: a key limited to other topics or the other environment)"
+    }
+
     /// Sends the activity's first waiting request if nothing stops it; otherwise schedules a look
     /// at it for when something may have changed. Nothing new is sent once a drain began.
     mutating func pump(_ key: String) {
@@ -120,6 +125,9 @@ extension DispatchMachine {
         }
         guard let team = teams[record.app.bundleId] else {
             return drop(head, key: key, .rejected, "no APNs signing key is configured for \(record.app.bundleId)")
+        }
+        if uncovered.contains(record.app) {
+            return drop(head, key: key, .rejected, Self.uncoveredDetail(record.app))
         }
         return holdForLane(head, key: key, team: team) ?? .ready(.token(record), team: team)
     }

@@ -50,6 +50,8 @@ struct DispatchMachine {
     let tokens: PartitionTokens
     let policy: DispatcherPolicy
     let teams: [String: String]
+    /// The apps no signing key covers in one of the environments (scoped keys): rejected there.
+    var uncovered: Set<AppTarget> = []
     let random: @Sendable () -> Double
     let logger: Logger
     let metrics = DispatcherMetrics()

@@ -19,6 +19,9 @@ public final class APNsSimulatorServer: Service, Sendable {
         public var port: Int
         /// The keys provider tokens must be signed with.
         public var keys: [ProviderTokenVerifier.Key]
+        /// The environment the server plays, for keys limited to one (`nil`: either, as one
+        /// simulator usually stands for both).
+        public var environment: APNsEnvironment?
         public var tls: SimulatorTLS
         /// `SETTINGS_MAX_CONCURRENT_STREAMS` the server announces (APNs announces 1,000 once a
         /// connection has a valid token).
@@ -29,8 +32,9 @@ public final class APNsSimulatorServer: Service, Sendable {
 
         public init(
             host: String = "127.0.0.1", port: Int = 0, keys: [ProviderTokenVerifier.Key], tls: SimulatorTLS, maxConcurrentStreams: Int = 1_000,
-            clock: any WallClock = SystemWallClock()
+            clock: any WallClock = SystemWallClock(), environment: APNsEnvironment? = nil
         ) {
+            self.environment = environment
             self.host = host
             self.port = port
             self.keys = keys
@@ -76,6 +80,7 @@ public final class APNsSimulatorServer: Service, Sendable {
         let state = self.state
         let verifier = try await ProviderTokenVerifier(keys: configuration.keys)
         let clock = configuration.clock
+        let environment = configuration.environment
         var connectionConfiguration = NIOHTTP2Handler.ConnectionConfiguration()
         connectionConfiguration.initialSettings = [
             HTTP2Setting(parameter: .maxConcurrentStreams, value: configuration.maxConcurrentStreams),
@@ -98,7 +103,8 @@ public final class APNsSimulatorServer: Service, Sendable {
                     ) { stream in
                         stream.eventLoop.makeCompletedFuture {
                             try stream.pipeline.syncOperations.addHandler(
-                                APNsStreamHandler(connection: connection, state: state, verifier: verifier, clock: clock, logger: logger))
+                                APNsStreamHandler(
+                                    connection: connection, state: state, verifier: verifier, clock: clock, environment: environment, logger: logger))
                         }
                     }
                 }
@@ -132,7 +138,10 @@ final class ConnectionContext: Sendable {
     private let token = Mutex(ConnectionTokenState())
     /// The last token that verified on this connection, and its `iat`: the same token is not
     /// verified (ECDSA) again on every request, only its age is checked.
-    private let verified = Mutex<(authorization: String, issuedAt: Date)?>(nil)
+    private let verified = Mutex<(authorization: String, issuedAt: Date, keyID: String)?>(nil)
+
+    /// The key of the token that last verified on this connection (the one its requests carry).
+    var keyID: String? { verified.withLock { $0?.keyID } }
     /// Verifications under way, by authorization header.
     private let pending = Mutex<[String: EventLoopFuture<Result<ProviderTokenVerifier.Verified, ProviderTokenVerifier.Failure>>]>([:])
 
@@ -170,7 +179,7 @@ final class ConnectionContext: Sendable {
         case .success(let token):
             let authorization = authorization ?? ""
             guard self.token.withLock({ $0.admit(authorization, now: now) }) else { return APNsRejection(429, "TooManyProviderTokenUpdates") }
-            verified.withLock { $0 = (authorization, token.issuedAt) }
+            verified.withLock { $0 = (authorization, token.issuedAt, token.keyID) }
             return nil
         }
     }
@@ -187,6 +196,8 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let state: SimulatorState
     private let verifier: ProviderTokenVerifier
     private let clock: any WallClock
+    /// The environment the server plays (`nil`: either).
+    private let environment: APNsEnvironment?
     private let logger: Logger
     private var headers: HPACKHeaders?
     private var body: [UInt8] = []
@@ -195,7 +206,11 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// The payload limit of the request's path.
     private var limit = NotificationValidator.maximumPayloadBytes
 
-    init(connection: ConnectionContext, state: SimulatorState, verifier: ProviderTokenVerifier, clock: any WallClock, logger: Logger) {
+    init(
+        connection: ConnectionContext, state: SimulatorState, verifier: ProviderTokenVerifier, clock: any WallClock,
+        environment: APNsEnvironment? = nil, logger: Logger
+    ) {
+        self.environment = environment
         self.connection = connection
         self.state = state
         self.verifier = verifier
@@ -291,6 +306,16 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     private func answer(_ request: NotificationValidator.Request, target: Target, fields: [String: String], now: Date, context: ChannelHandlerContext) {
+        // The key's limits (scoped keys): its environment, its topics.
+        let bundleID: String? =
+            switch target {
+            case .device: fields["apns-topic"].map { $0.hasSuffix(".push-type.liveactivity") ? String($0.dropLast(".push-type.liveactivity".count)) : $0 }
+            case .broadcastAPI: request.path.split(separator: "/").dropFirst(2).first.map(String.init)
+            }
+        if let keyID = connection.keyID, let bundleID, let rejection = verifier.scopeRejection(keyID: keyID, bundleID: bundleID, environment: environment) {
+            let id: (name: String, value: String?) = if case .device = target { ("apns-id", fields["apns-id"]) } else { ("apns-request-id", fields["apns-request-id"]) }
+            return reject(rejection, id: id, context: context)
+        }
         switch target {
         case .device(let token): answer(request, token: token, fields: fields, now: now, context: context)
         case .broadcastAPI(let route): answer(request, route: route, fields: fields, now: now, context: context)

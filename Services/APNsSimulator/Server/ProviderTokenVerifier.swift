@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import IsletMessages
 import JWTKit
 
 /// Checks APNs provider tokens (ES256 JWTs) the way APNs does: the key named by `kid` must be
@@ -12,11 +13,19 @@ public struct ProviderTokenVerifier: Sendable {
         public var keyID: String
         public var teamID: String
         public var publicKey: P256.Signing.PublicKey
+        /// A key limited to one environment (APNs, February 2025); `nil`: both.
+        public var environment: APNsEnvironment?
+        /// A topic-specific key's apps (bundle ids); `nil`: every app of the team.
+        public var topics: Set<String>?
 
-        public init(keyID: String, teamID: String, publicKey: P256.Signing.PublicKey) {
+        public init(
+            keyID: String, teamID: String, publicKey: P256.Signing.PublicKey, environment: APNsEnvironment? = nil, topics: Set<String>? = nil
+        ) {
             self.keyID = keyID
             self.teamID = teamID
             self.publicKey = publicKey
+            self.environment = environment
+            self.topics = topics
         }
     }
 
@@ -42,6 +51,8 @@ public struct ProviderTokenVerifier: Sendable {
 
     private let keys: JWTKeyCollection
     private let teams: [String: String]
+    /// Each key's limits, by key id.
+    private let scopes: [String: (environment: APNsEnvironment?, topics: Set<String>?)]
     /// APNs refuses tokens older than this.
     public static let maximumAge: TimeInterval = 3_600
 
@@ -52,6 +63,18 @@ public struct ProviderTokenVerifier: Sendable {
         }
         self.keys = collection
         self.teams = Dictionary(keys.map { ($0.keyID, $0.teamID) }, uniquingKeysWith: { $1 })
+        self.scopes = Dictionary(keys.map { ($0.keyID, ($0.environment, $0.topics)) }, uniquingKeysWith: { $1 })
+    }
+
+    /// What APNs answers a request for `bundleID` signed with `keyID` in `environment` (the
+    /// environment the server plays; `nil`: either), by the key's limits: a key of the other
+    /// environment is 403 `BadEnvironmentKeyInToken`, a topic-specific key used for another app
+    /// 400 `TopicDisallowed`; `nil` when the key covers it.
+    public func scopeRejection(keyID: String, bundleID: String, environment: APNsEnvironment?) -> APNsRejection? {
+        guard let scope = scopes[keyID] else { return nil }
+        if let limited = scope.environment, let environment, limited != environment { return APNsRejection(403, "BadEnvironmentKeyInToken") }
+        if let topics = scope.topics, !topics.contains(bundleID) { return APNsRejection(400, "TopicDisallowed") }
+        return nil
     }
 
     /// Verifies `authorization` (`bearer <jwt>`) at time `now`.
