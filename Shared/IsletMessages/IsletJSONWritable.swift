@@ -72,6 +72,7 @@ extension PushOutcome: IsletJSONWritable {
         object.string("requestId", requestId, into: &out)
         object.string("result", result.rawValue, into: &out)
         object.integer("schemaVersion", Int64(schemaVersion), into: &out)
+        object.string("startActivityId", startActivityId, into: &out)
         object.string("supersededBy", supersededBy, into: &out)
         object.string("tokenFingerprint", tokenFingerprint, into: &out)
         object.end(into: &out)

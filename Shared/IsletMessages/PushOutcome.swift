@@ -85,14 +85,21 @@ public struct PushOutcome: IsletMessage {
     /// the activity was sent, which iOS would ignore), on outcomes of requests that were attempted.
     /// Absent otherwise, and in outcomes written before it existed (additive).
     public var apnsTimestamp: Int64?
+    /// On a `startUnconfirmed` (content-service's): the id of the activity the push-to-start was to
+    /// start, in the outcome's app — token-registry leaves the push-to-start token alone when it
+    /// holds that activity's update token (its own table read it; content-service's had not).
+    /// Absent otherwise (additive).
+    public var startActivityId: String?
 
     public init(
         requestId: String, activityId: String? = nil, pushToStartKey: String? = nil, result: PushResult,
         apns: APNsResponse? = nil, priorityUsed: Int? = nil, attempts: Int, latencyMilliseconds: Double? = nil,
         tokenFingerprint: String? = nil, supersededBy: String? = nil, detail: String? = nil, completedAt: Date,
         bundleId: String? = nil, attributesType: String? = nil, channelId: String? = nil, contentSequence: Int64? = nil,
-        announcementId: String? = nil, deviceId: String? = nil, apnsTimestamp: Int64? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        announcementId: String? = nil, deviceId: String? = nil, apnsTimestamp: Int64? = nil, startActivityId: String? = nil,
+        schemaVersion: Int = Self.currentSchemaVersion
     ) {
+        self.startActivityId = startActivityId
         self.schemaVersion = schemaVersion
         self.requestId = requestId
         self.activityId = activityId
@@ -134,6 +141,11 @@ public struct PushOutcome: IsletMessage {
                 throw MessageValidationError(field: "deviceId", problem: "needs activityId and bundleId, and must not be empty")
             }
             try MessageKey.requireDeviceId(deviceId)
+        }
+        if let startActivityId {
+            guard result == .startUnconfirmed, pushToStartKey != nil, bundleId != nil, !startActivityId.isEmpty else {
+                throw MessageValidationError(field: "startActivityId", problem: "only on a startUnconfirmed of a push-to-start key, with its bundleId")
+            }
         }
         guard attempts >= 0 else {
             throw MessageValidationError(field: "attempts", problem: "must not be negative (is \(attempts))")

@@ -67,12 +67,13 @@ struct StartWatchTests {
         #expect(found[0].activityKey == Self.activityKey)
         #expect(outcome.result == .startUnconfirmed && outcome.requestId == request.requestId && outcome.pushToStartKey == Self.startKey)
         #expect(outcome.tokenFingerprint == "fp-ab" && outcome.bundleId == app.bundleId && outcome.attributesType == "DeliveryAttributes")
-        #expect(outcome.completedAt == clock.date && !outcome.result.isFinal)
+        #expect(outcome.completedAt == delivered.addingTimeInterval(60) && !outcome.result.isFinal, "stamped with the deadline")
+        #expect(outcome.startActivityId == "order-42")
         #expect(throws: Never.self) { try outcome.validate() }
-        // Kafka refused it: the next pass finds it again.
+        // Kafka refused it: the next pass finds it again, with the same verdict time.
         clock.advance(5)
         _ = engine.sweep()
-        #expect(engine.takeUnconfirmedStarts().map(\.outcome.requestId) == [request.requestId])
+        #expect(engine.takeUnconfirmedStarts().map(\.outcome) == [outcome])
         engine.reported(found[0])
         clock.advance(5)
         _ = engine.sweep()

@@ -217,6 +217,12 @@ private func parse<Command: ParsableCommand>(_ type: Command.Type, _ arguments: 
             completedAt: now)
         let outcomeLine = MessageFormatter.body(for: record(IsletTopics.pushOutcomes, try IsletJSON.encode(outcome)), topic: IsletTopics.pushOutcomes)
         #expect(outcomeLine == #"PushOutcome tokenInvalid order-42 request=r-1 apns=410/Unregistered priority=10 attempts=2 latency=12.3ms token=5d1c0c7a0e3b9f42 detail="a \"quoted\"\nline""#)
+
+        let broadcast = PushOutcome(
+            requestId: "r-2", activityId: "match-7", result: .delivered, apns: .init(status: 200, uniqueId: "5b1a3c70-9d2e-4f18-8a64-c07e19d3b2f5"),
+            priorityUsed: 10, attempts: 1, completedAt: now)
+        let broadcastLine = MessageFormatter.body(for: record(IsletTopics.pushOutcomes, try IsletJSON.encode(broadcast)), topic: IsletTopics.pushOutcomes)
+        #expect(broadcastLine == "PushOutcome delivered match-7 request=r-2 apns=200 apnsUniqueId=5b1a3c70-9d2e-4f18-8a64-c07e19d3b2f5 priority=10 attempts=1")
     }
 
     @Test func deadLettersNeverShowTheOriginalBytes() throws {

@@ -54,7 +54,7 @@ struct ToleranceTests {
             "PushOutcome": [
                 "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "apns.uniqueId", "priorityUsed", "latencyMilliseconds",
                 "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType", "channelId", "contentSequence", "announcementId",
-                "deviceId", "apnsTimestamp",
+                "deviceId", "apnsTimestamp", "startActivityId",
             ],
             "ContentMemoryRecord": [
                 "activity", "checkpoint", "activity.steps", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",

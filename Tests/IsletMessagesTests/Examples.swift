@@ -319,6 +319,14 @@ enum Examples {
         latencyMilliseconds: 143.5, tokenFingerprint: "1dc680413d2f03b8", completedAt: utc(2026, 11, 22, 10, 2, 10, 99),
         bundleId: foodApp.bundleId, attributesType: "DeliveryAttributes")
 
+    /// content-service's later verdict on that push-to-start: no update token of order 42 within 60 s.
+    static let pushOutcomeStartUnconfirmed = PushOutcome(
+        requestId: "EBB93B8D-EF2E-4821-9238-20A483574786", pushToStartKey: pushToStartKey, result: .startUnconfirmed, attempts: 1,
+        tokenFingerprint: "1dc680413d2f03b8",
+        detail: "APNs accepted the push-to-start, and no update token of the activity came from the app within 60 s",
+        completedAt: utc(2026, 11, 22, 10, 3, 10, 99), bundleId: foodApp.bundleId, attributesType: "DeliveryAttributes",
+        startActivityId: "order-42")
+
     /// The push-to-start's announcement, written (and acknowledged) before it was sent.
     static let pushOutcomeSending = PushOutcome(
         requestId: "EBB93B8D-EF2E-4821-9238-20A483574786", pushToStartKey: pushToStartKey, result: .sending, attempts: 1,

@@ -84,6 +84,7 @@ struct GoldenCase: Sendable, CustomTestStringConvertible {
         GoldenCase("ContentMemoryRecord.pushToStart", Examples.contentMemoryRecordPushToStart),
         GoldenCase("ContentMemoryRecord.userStart", Examples.contentMemoryRecordUserStart),
         GoldenCase("ContentMemoryRecord.startWatch", Examples.contentMemoryRecordStartWatch),
+        GoldenCase("PushOutcome.startUnconfirmed", Examples.pushOutcomeStartUnconfirmed),
         GoldenCase("ContentMemoryRecord.checkpoint", Examples.contentMemoryCheckpoint),
         GoldenCase("ContentMemoryRecord.steps", Examples.contentMemorySteps),
         GoldenCase("DispatchBudgetRecord", Examples.dispatchBudgetRecord),

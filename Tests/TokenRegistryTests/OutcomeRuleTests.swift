@@ -70,15 +70,55 @@ struct StartUnconfirmedTests {
         return registry
     }
 
-    func register(_ registry: Registry, token: Int) async throws {
+    func register(_ registry: Registry, token: Int, device: String = "d1") async throws {
         let body = RegisterPushToStartTokenRequest(token: hexToken(token), environment: .production, frequentUpdatesEnabled: false, appVersion: "3.0")
-        _ = try await registry.registerPushToStartToken(user: "u", bundleId: "com.example.food", deviceId: "d1", attributesType: "DeliveryAttributes", body)
+        _ = try await registry.registerPushToStartToken(user: "u", bundleId: "com.example.food", deviceId: device, attributesType: "DeliveryAttributes", body)
     }
 
-    func unconfirmed(token: Int?, at date: Date, key: String? = Self.key) -> PushOutcome {
+    func unconfirmed(token: Int?, at date: Date, key: String? = Self.key, activity: String? = "order-7") -> PushOutcome {
         PushOutcome(
             requestId: "r", pushToStartKey: key, result: .startUnconfirmed, attempts: 1, tokenFingerprint: token.map { TokenFingerprint.of(token: hexToken($0)) },
-            completedAt: date, bundleId: "com.example.food", attributesType: "DeliveryAttributes")
+            completedAt: date, bundleId: "com.example.food", attributesType: "DeliveryAttributes", startActivityId: key == nil ? nil : activity)
+    }
+
+    func registerActivity(_ registry: Registry, device: String?, token: Int, activity: String = "order-7") async throws {
+        var request = activityRequest(token: hexToken(token))
+        request.deviceId = device
+        _ = try await registry.registerActivityToken(user: "u", activityId: activity, request)
+    }
+
+    @Test("the registry holds the update token of the activity the start was to start (content-service's table had not read it): the push-to-start token stands")
+    func activityTokenCameFirst() async throws {
+        let registry = makeRegistry()
+        try await register(registry, token: 1)
+        try await registerActivity(registry, device: nil, token: 5)
+        clock.advance(61)
+        #expect(try await registry.handle(unconfirmed(token: 1, at: clock.date)) == .ignore("the activity's update token came: the start is confirmed"))
+        #expect(try registry.pushToStart(user: "u", bundleId: "com.example.food", deviceId: "d1", attributesType: "DeliveryAttributes").state == .active)
+    }
+
+    @Test("the start reached the phone after all (offline past the confirmation time): the device's update token for an activity of that type makes its push-to-start token active again; the old verdict read again does not retire it")
+    func revivedByTheDevice() async throws {
+        let registry = makeRegistry()
+        try await register(registry, token: 1)
+        clock.advance(61)
+        let verdict = unconfirmed(token: 1, at: clock.date, activity: "order-8")
+        #expect(try await registry.handle(verdict) == .invalidate(.startUnconfirmed, since: nil))
+        clock.advance(120)
+        try await registerActivity(registry, device: "d1", token: 5, activity: "order-8")
+        let view = try registry.pushToStart(user: "u", bundleId: "com.example.food", deviceId: "d1", attributesType: "DeliveryAttributes")
+        #expect(view.state == .active && view.registerAgain == nil)
+        #expect(try await registry.handle(verdict) == .ignore("the activity's update token came: the start is confirmed"))
+        var unnamed = verdict
+        unnamed.startActivityId = nil
+        #expect(try await registry.handle(unnamed) == .ignore("the push-to-start token was registered again after the start"))
+        // Another device's update token revives nothing of this one's.
+        let d2 = MessageKey.pushToStart(bundleId: "com.example.food", deviceId: "d2", attributesType: "DeliveryAttributes")
+        try await register(registry, token: 2, device: "d2")
+        clock.advance(61)
+        #expect(try await registry.handle(unconfirmed(token: 2, at: clock.date, key: d2, activity: "order-9")) == .invalidate(.startUnconfirmed, since: nil))
+        try await registerActivity(registry, device: "d3", token: 6, activity: "order-10")
+        #expect(try registry.pushToStart(user: "u", bundleId: "com.example.food", deviceId: "d2", attributesType: "DeliveryAttributes").state == .invalidated)
     }
 
     @Test("the token it went to is invalidated (startUnconfirmed); the app's lookup says to register again; registering it again revives it")

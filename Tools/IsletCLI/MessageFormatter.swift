@@ -73,6 +73,8 @@ enum MessageFormatter {
     static func describe(_ outcome: PushOutcome) -> String {
         var parts = ["PushOutcome", outcome.result.rawValue, outcome.key ?? "-", "request=\(outcome.requestId)"]
         if let apns = outcome.apns { parts.append("apns=\(apns.status)" + (apns.reason.map { "/\($0)" } ?? "")) }
+        // The delivery log's key in Apple's Push Notifications Console, when APNs gave one.
+        if let unique = outcome.apns?.uniqueId { parts.append("apnsUniqueId=\(unique)") }
         if let priority = outcome.priorityUsed { parts.append("priority=\(priority)") }
         parts.append("attempts=\(outcome.attempts)")
         if let latency = outcome.latencyMilliseconds { parts.append(String(format: "latency=%.1fms", latency)) }

@@ -89,11 +89,15 @@ extension ContentEngine {
         }
         guard watch.reportedAt == nil, now.timeIntervalSince(watch.deliveredAt) >= policy.startConfirmation / .seconds(1) else { return }
         let seconds = Int(policy.startConfirmation / .seconds(1))
+        // Stamped with the deadline, not the pass's time: an outcome written again (Kafka refused
+        // it, or the next owner after a partition moved) carries the same verdict time, so a
+        // registration the app made after the first never falls to a repeat.
         let outcome = PushOutcome(
             requestId: watch.requestId, pushToStartKey: watch.pushToStartKey, result: .startUnconfirmed, attempts: 1,
             tokenFingerprint: watch.tokenFingerprint,
             detail: "APNs accepted the push-to-start, and no update token of the activity came from the app within \(seconds) s: the push-to-start token may be stale; it is not used again until the app registers it again",
-            completedAt: now, bundleId: latest.app.bundleId, attributesType: latest.attributesType)
+            completedAt: watch.deliveredAt.addingTimeInterval(policy.startConfirmation / .seconds(1)), bundleId: latest.app.bundleId,
+            attributesType: latest.attributesType, startActivityId: String(activityKey.drop { $0 != "/" }.dropFirst()))
         state.unconfirmedStarts.append(UnconfirmedStart(activityKey: activityKey, outcome: outcome))
     }
 

@@ -28,7 +28,7 @@ extension Registry {
         let activityKey = MessageKey.activity(bundleId: app.bundleId, activityId: activityId)
         // An activity's registrations one at a time (on this instance): which of its records a
         // device's goes to is decided from its records (``Registry/registrationKey``).
-        return try await locks.withLock("activity:" + activityKey) { () async throws(APIError) -> WriteResponse in
+        let response = try await locks.withLock("activity:" + activityKey) { () async throws(APIError) -> WriteResponse in
             if let deviceId, let deviceKey = try self.registrationKey(activityKey: activityKey, deviceId: deviceId, token: request.token, user: user) {
                 return try await self.registerDevice(deviceKey, activityKey: activityKey, user: user, request, verified: verified)
             }
@@ -38,6 +38,43 @@ extension Registry {
                 await self.invalidateDevices(of: activityKey, except: user, reason: .claimedByOwner)
             }
             return response
+        }
+        // The device's push-to-start token of this type, retired because a start was not
+        // confirmed in time, did start an activity after all: it works.
+        if let deviceId { await reviveUnconfirmedStart(bundleId: app.bundleId, deviceId: deviceId, attributesType: request.attributesType, user: user) }
+        return response
+    }
+
+    /// Makes the device's push-to-start token of `attributesType` active again when it was retired
+    /// by a `startUnconfirmed` (no update token came within the confirmation time): an update
+    /// token from that device shows a start reached it (the phone was offline past the time, or
+    /// the app slow). Registered again at this moment, so a repeat of the old verdict cannot
+    /// retire it again. A write Kafka refuses is left: the app's next push-to-start registration
+    /// revives the key too.
+    func reviveUnconfirmedStart(bundleId: String, deviceId: String, attributesType: String, user: String) async {
+        let key = MessageKey.pushToStart(bundleId: bundleId, deviceId: deviceId, attributesType: attributesType)
+        guard let held = table.record(forKey: key), held.invalidation?.reason == .startUnconfirmed, held.userId == user else { return }
+        let logger = self.logger
+        do {
+            try await locks.withLock(key) { () async throws -> Void in
+                guard var record = self.table.record(forKey: key), record.state == .invalidated, record.invalidation?.reason == .startUnconfirmed,
+                    record.userId == user
+                else { return }
+                let now = self.now()
+                record.state = .active
+                record.invalidation = nil
+                record.registeredAt = now
+                record.updatedAt = now
+                let legacyKey = self.table.legacyTopicKey(forKey: key)
+                let position = try await self.publisher.publish(record)
+                await self.apply(record, key: key, at: position, replacing: legacyKey)
+                self.metrics.changed(.pushToStart, .reactivated)
+                logger.notice(
+                    "push-to-start token active again: its device registered an activity's update token after an unconfirmed start",
+                    metadata: ["token.key": "\(key)"])
+            }
+        } catch {
+            logger.warning("a push-to-start token could not be made active again", metadata: ["token.key": "\(key)", "error": "\(error)"])
         }
     }
 

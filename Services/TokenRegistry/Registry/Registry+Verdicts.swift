@@ -25,9 +25,14 @@ extension Registry {
     /// its activity came in time) invalidates the push-to-start token it went to, by the same rule
     /// from the moment it was written: a token the app registered since (a new one, or the same
     /// confirmed again) stands.
-    public static func decide(_ outcome: PushOutcome, current: TokenRecord?) -> OutcomeDecision {
+    ///
+    /// - Parameter startedActivity: for a `startUnconfirmed`, the record of the activity the start
+    ///   was to start (``PushOutcome/startActivityId``), when this registry holds one: its update
+    ///   token came (content-service's table had not read it yet), the start is confirmed.
+    public static func decide(_ outcome: PushOutcome, current: TokenRecord?, startedActivity: TokenRecord? = nil) -> OutcomeDecision {
         if outcome.result == .startUnconfirmed {
             guard let verdict = verdict(outcome) else { return .ignore("startUnconfirmed without a push-to-start key") }
+            if startedActivity != nil { return .ignore("the activity's update token came: the start is confirmed") }
             guard let current else { return .ignore("unknown key") }
             guard current.kind == .pushToStart else { return .ignore("not a push-to-start token") }
             guard current.state == .active else { return .ignore("token already \(current.state.rawValue)") }
@@ -84,7 +89,10 @@ extension Registry {
         let logger = self.logger
         let decision = try await locks.withLock(key) { [key] () async throws -> OutcomeDecision in
             let current = self.table.record(forKey: key)
-            let decision = Self.decide(outcome, current: current)
+            let startedActivity = outcome.startActivityId.flatMap { activityId in
+                outcome.bundleId.flatMap { self.table.record(forKey: MessageKey.activity(bundleId: $0, activityId: activityId)) }
+            }
+            let decision = Self.decide(outcome, current: current, startedActivity: startedActivity)
             guard case .invalidate(let reason, let since) = decision, var next = current else { return decision }
             let now = self.now()
             next.state = .invalidated
