@@ -235,12 +235,28 @@ struct DispatcherIntegrationTests {
         let orphan = try await client.createChannel(bundleID: bundle, storagePolicy: .noMessageStored, teamID: signingKey.teamID, environment: .production)
         let sweeper = ChannelSweeper(
             listing: client, records: ChannelSweeper.readRecords(topic: rig.topics.channels, bootstrapServers: try TestBroker.servers(), logger: logger),
-            teams: [bundle: signingKey.teamID], logger: logger)
+            teams: [bundle: signingKey.teamID], deletes: true, logger: logger)
         let app = AppTarget(bundleId: bundle, environment: .production)
+        // Without deletion (the default): counted and logged, left at APNs.
+        let counting = ChannelSweeper(
+            listing: client, records: ChannelSweeper.readRecords(topic: rig.topics.channels, bootstrapServers: try TestBroker.servers(), logger: logger),
+            teams: [bundle: signingKey.teamID], logger: logger)
+        #expect(await counting.sweep()[app] == ChannelSweeper.Pass(held: 2, unowned: 1, deleted: []))
+        #expect(await counting.sweep()[app] == ChannelSweeper.Pass(held: 2, unowned: 1, deleted: []))
+        // One host for both environments (a simulator): the sandbox listing shows the production
+        // channels, which production's records own.
+        let shared = ChannelSweeper(
+            listing: client, records: ChannelSweeper.readRecords(topic: rig.topics.channels, bootstrapServers: try TestBroker.servers(), logger: logger),
+            teams: [bundle: signingKey.teamID], environments: [.sandbox], deletes: true, sharedHost: true, logger: logger)
+        let sandbox = AppTarget(bundleId: bundle, environment: .sandbox)
+        _ = await shared.sweep()
+        #expect(await shared.sweep()[sandbox]?.deleted == [orphan], "the orphan only")
+        #expect(rig.simulator.state.channels(bundleId: bundle).map(\.id) == [recorded])
+        let again = try await client.createChannel(bundleID: bundle, storagePolicy: .noMessageStored, teamID: signingKey.teamID, environment: .production)
         let first = await sweeper.sweep()
         #expect(first[app] == ChannelSweeper.Pass(held: 2, unowned: 1, deleted: []), "found, not yet deleted: it may be a channel being made")
         let second = await sweeper.sweep()
-        #expect(second[app] == ChannelSweeper.Pass(held: 2, unowned: 1, deleted: [orphan]))
+        #expect(second[app] == ChannelSweeper.Pass(held: 2, unowned: 1, deleted: [again]))
         #expect(rig.simulator.state.channels(bundleId: bundle).map(\.id) == [recorded], "the recorded channel is kept")
         #expect(await sweeper.sweep()[app] == ChannelSweeper.Pass(held: 1, unowned: 0, deleted: []))
         client.shutdown()

@@ -149,6 +149,16 @@ struct ScopedKeyTests {
             #expect(topic.status == 400 && topic.reason == "TopicDisallowed")
             wrongTopic.shutdown()
             #expect(!server.state.notifications().contains { [hexToken(3), hexToken(4)].contains($0.token) })
+
+            // The broadcast API with the food app's key: its own channels and broadcasts; another app's refused.
+            let scoped = try self.client(port: port, trust: trust, keys: [keys[1]])
+            let channel = try await scoped.createChannel(bundleID: "com.example.food", storagePolicy: .noMessageStored, teamID: Self.team, environment: .production)
+            let sent = try await scoped.send(broadcast(channel), teamID: Self.team, environment: .production)
+            #expect(sent.status == 200, "\(sent)")
+            await #expect(throws: APNsChannelError.self) {
+                _ = try await wrongTopic.createChannel(bundleID: "com.example.ride", storagePolicy: .noMessageStored, teamID: Self.team, environment: .production)
+            }
+            scoped.shutdown()
         }
     }
 }

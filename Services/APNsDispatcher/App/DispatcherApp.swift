@@ -146,7 +146,8 @@ public struct DispatcherApp: Sendable {
             services.append(
                 ChannelSweeper(
                     listing: client, records: ChannelSweeper.readRecords(topic: topics.channels, bootstrapServers: bootstrap, logger: logger),
-                    teams: settings.teams, environments: settings.channelSweepEnvironments, interval: settings.channelSweepInterval, confirmAfter: min(.seconds(600), settings.channelSweepInterval),
+                    teams: settings.teams, environments: settings.channelSweepEnvironments, deletes: settings.channelSweepDeletes,
+                    sharedHost: settings.client.channelsProduction == settings.client.channelsSandbox, interval: settings.channelSweepInterval, confirmAfter: min(.seconds(600), settings.channelSweepInterval),
                     logger: logger))
         }
         self.services = services

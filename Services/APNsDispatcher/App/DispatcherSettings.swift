@@ -20,6 +20,10 @@ public struct DispatcherSettings: Sendable {
     /// swept, comma-separated (`production,sandbox`). Only environments whose APNs host is its own:
     /// two environments served by one host (a simulator) would show each other's channels as unowned.
     public var channelSweepEnvironments: [APNsEnvironment] = [.production]
+    /// `ISLET_CHANNEL_SWEEP_DELETE` (`false`): whether the sweep deletes the channels no record
+    /// owns, or only counts and logs them (another deployment of the same app makes channels this
+    /// one's records never name).
+    public var channelSweepDeletes = false
     /// `ISLET_DISPATCHER_BUDGETS_INTERVAL_MS` (5 s, at least 100 ms): how often the budgets that
     /// changed are written to `islet.dispatch-budgets.v1`.
     public var budgetsInterval: Duration
@@ -50,6 +54,10 @@ public struct DispatcherSettings: Sendable {
             keys: keys, teams: teams, client: client, policy: policy,
             dedupeWindow: try config.milliseconds("islet.dispatcher.dedupe.window.ms", default: .seconds(3_600)), budgetsInterval: budgetsInterval)
         channelSweepInterval = .seconds(try config.int("islet.channel.sweep.interval.seconds", default: 3_600, range: 0...86_400))
+        if channelSweepInterval > .zero, channelSweepInterval < ChannelSweeper.minimumInterval {
+            throw ConfigurationError(key: "islet.channel.sweep.interval.seconds", problem: "is 0 (no sweep) or at least 60")
+        }
+        channelSweepDeletes = try config.bool("islet.channel.sweep.delete", default: false)
         let environments = try config.string("islet.channel.sweep.environments", default: "production")
         channelSweepEnvironments = try environments.split(separator: ",").map { name throws(ConfigurationError) -> APNsEnvironment in
             let environment = APNsEnvironment(rawValue: name.trimmingCharacters(in: .whitespaces))

@@ -20,10 +20,13 @@ extension APNsClient: ChannelListing {}
 /// between APNs's answer and the record, or APNs made it and its answer was lost) is held at APNs
 /// for ever. At start-up and then every ``interval``, for each app and environment: the app's
 /// channels are listed, then `islet.broadcast-channels.v1` is read to its end, and a channel no
-/// record owns (none names it, or its record says it was deleted) is deleted — only when the
-/// previous pass found it unowned too, so that a channel being made while a pass lists (its
-/// record written a moment later) is never taken. The count of channels held is a gauge, with a
-/// warning near the cap.
+/// record owns (none names it, or its record says it was deleted) is an orphan. With ``deletes``
+/// (`ISLET_CHANNEL_SWEEP_DELETE`) it is deleted — only when the previous pass found it unowned
+/// too, so that a channel being made while a pass lists (its record written a moment later) is
+/// never taken; without, orphans are counted and logged. Deleting is the operator's choice: APNs
+/// lists every channel of the app, also those another deployment made for the same app and
+/// environment (a staging stack serving TestFlight builds), which this one's records never name.
+/// The count of channels held is a gauge, with a warning near the cap.
 ///
 /// Every dispatcher instance sweeps (a second delete of the same channel is done: APNs answers
 /// that it is gone). No phone was ever told of an orphan: a channel's record is written before
@@ -37,6 +40,11 @@ public struct ChannelSweeper: Service {
     /// Bundle id → team (`ISLET_APNS_APPS`).
     let teams: [String: String]
     let environments: [APNsEnvironment]
+    /// Whether orphans are deleted (or only counted and logged).
+    let deletes: Bool
+    /// The environments are served by one host (a simulator for both): a channel recorded in either
+    /// is owned in both, since the host lists the same channels for each.
+    let sharedHost: Bool
     let interval: Duration
     /// The second pass after the start-up one: it confirms the orphans the first found.
     let confirmAfter: Duration
@@ -47,6 +55,9 @@ public struct ChannelSweeper: Service {
     public static let capacity = 10_000
     /// The share of the cap past which every pass warns.
     public static let warningShare = 0.9
+    /// The shortest interval and confirmation gap: a record written late must be read before its
+    /// channel's second sighting.
+    public static let minimumInterval: Duration = .seconds(60)
 
     /// The channels found unowned by the last pass, per app and environment.
     private final class StateBox: Sendable {
@@ -55,15 +66,17 @@ public struct ChannelSweeper: Service {
 
     public init(
         listing: any ChannelListing, records: @escaping OwnedChannels, teams: [String: String],
-        environments: [APNsEnvironment] = [.production], interval: Duration = .seconds(3_600), confirmAfter: Duration = .seconds(600),
-        logger: Logger
+        environments: [APNsEnvironment] = [.production], deletes: Bool = false, sharedHost: Bool = false, interval: Duration = .seconds(3_600),
+        confirmAfter: Duration = .seconds(600), logger: Logger
     ) {
         self.listing = listing
         self.records = records
         self.teams = teams
         self.environments = environments
-        self.interval = interval
-        self.confirmAfter = confirmAfter
+        self.deletes = deletes
+        self.sharedHost = sharedHost
+        self.interval = max(interval, Self.minimumInterval)
+        self.confirmAfter = max(confirmAfter, Self.minimumInterval)
         self.logger = logger
     }
 
@@ -108,7 +121,9 @@ public struct ChannelSweeper: Service {
         // Read after listing: a channel made before the list has its record by now, or is being made.
         let owned: [AppTarget: Set<String>]
         do {
-            owned = Dictionary(grouping: try await records().filter { $0.deletedAt == nil }, by: \.app).mapValues { Set($0.map(\.channelId)) }
+            let live = try await records().filter { $0.deletedAt == nil }
+            owned = Dictionary(grouping: live, by: { sharedHost ? AppTarget(bundleId: $0.app.bundleId, environment: .production) : $0.app })
+                .mapValues { Set($0.map(\.channelId)) }
         } catch {
             logger.warning("broadcast channel records not read: no channel swept this time", metadata: ["error": "\(error)"])
             return [:]
@@ -123,8 +138,15 @@ public struct ChannelSweeper: Service {
                     "an app holds broadcast channels near APNs's cap of 10,000: new broadcast activities will be refused (CannotCreateChannelConfig)",
                     metadata: ["app.bundle_id": "\(app.bundleId)", "app.environment": "\(app.environment.rawValue)", "channels": "\(ids.count)"])
             }
-            let unowned = Set(ids).subtracting(owned[app] ?? [])
+            let unowned = Set(ids).subtracting(owned[sharedHost ? AppTarget(bundleId: app.bundleId, environment: .production) : app] ?? [])
             pass.unowned = unowned.count
+            if !unowned.isEmpty, !deletes {
+                logger.warning(
+                    "broadcast channels at APNs that no record of this deployment owns (made and never recorded, or another deployment's): not deleted (ISLET_CHANNEL_SWEEP_DELETE)",
+                    metadata: ["app.bundle_id": "\(app.bundleId)", "app.environment": "\(app.environment.rawValue)", "channels": "\(unowned.count)"])
+                passes[app] = pass
+                continue
+            }
             let seenBefore = state.unowned.withLock { $0[app] ?? [] }
             var left = unowned
             for id in unowned.intersection(seenBefore).sorted() {
@@ -159,7 +181,8 @@ extension ChannelSweeper {
     /// broadcast activity, compacted). Throws when one does not decode: it may own a channel.
     public static func readRecords(topic: String, bootstrapServers: String, logger: Logger) -> OwnedChannels {
         {
-            let progress = try await TopicSnapshot.read([topic], bootstrapServers: bootstrapServers, timeout: .seconds(60), logger: logger)
+            let progress = try await TopicSnapshot.read(
+                [topic], bootstrapServers: bootstrapServers, timeout: .seconds(60), logger: logger, until: { $0.reachedEnds })
             guard !progress.timedOut else { throw KafkaError(code: .consumer, message: "\(topic) not read to its end within 60 s") }
             var latest: [String: BroadcastChannelRecord] = [:]
             for message in progress.messages {

@@ -310,7 +310,7 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         let bundleID: String? =
             switch target {
             case .device: fields["apns-topic"].map { $0.hasSuffix(".push-type.liveactivity") ? String($0.dropLast(".push-type.liveactivity".count)) : $0 }
-            case .broadcastAPI: request.path.split(separator: "/").dropFirst(2).first.map(String.init)
+            case .broadcastAPI(let route): route.bundleId
             }
         if let keyID = connection.keyID, let bundleID, let rejection = verifier.scopeRejection(keyID: keyID, bundleID: bundleID, environment: environment) {
             let id: (name: String, value: String?) = if case .device = target { ("apns-id", fields["apns-id"]) } else { ("apns-request-id", fields["apns-request-id"]) }
