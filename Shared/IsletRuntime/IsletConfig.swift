@@ -89,7 +89,10 @@ public struct IsletConfig: Sendable {
                 throw ConfigurationError(
                     key: key, problem: "expects name=value pairs separated by commas; item \(index + 1) is not one (its text is not shown)")
             }
-            properties[parts[0]] = parts[1]
+            // A name given twice would silently drop one of them (a signing key, a peer).
+            guard properties.updateValue(parts[1], forKey: parts[0]) == nil else {
+                throw ConfigurationError(key: key, problem: "names \(parts[0]) twice (item \(index + 1))")
+            }
         }
         return properties
     }

@@ -77,6 +77,25 @@ struct ScopedKeyTests {
                 try Self.settings(["ISLET_APNS_SCOPED_KEYS": bad, "ISLET_APNS_APPS": "com.example.food=TEAM123456"])
             }
         }
+        // A key id given twice, in one list or across teams: refused (one would be dropped, or sign with the wrong team).
+        #expect(throws: ConfigurationError.self) {
+            try Self.settings([
+                "ISLET_APNS_SCOPED_KEYS": "FOODKEY001=TEAM123456:$DIR/food.p8:*:*,FOODKEY001=TEAM123456:$DIR/sandbox.p8:sandbox:*",
+                "ISLET_APNS_APPS": "com.example.food=TEAM123456",
+            ])
+        }
+        #expect(throws: ConfigurationError.self) {
+            try Self.settings([
+                "ISLET_APNS_KEYS": "TEAM123456=TEAMKEY001:$DIR/team.p8,TEAM999999=TEAMKEY001:$DIR/food.p8",
+                "ISLET_APNS_APPS": "com.example.food=TEAM123456",
+            ])
+        }
+        #expect(throws: ConfigurationError.self) {
+            try Self.settings([
+                "ISLET_APNS_KEYS": "TEAM123456=TEAMKEY001:$DIR/team.p8", "ISLET_APNS_SCOPED_KEYS": "TEAMKEY001=TEAM123456:$DIR/food.p8:*:*",
+                "ISLET_APNS_APPS": "com.example.food=TEAM123456",
+            ])
+        }
         // The team keys alone, as before.
         let teamOnly = try Self.settings(["ISLET_APNS_KEYS": "TEAM123456=TEAMKEY001:$DIR/team.p8", "ISLET_APNS_APPS": "com.example.food=TEAM123456"])
         #expect(teamOnly.keys.map(\.scope) == [.team] && teamOnly.uncovered.isEmpty)

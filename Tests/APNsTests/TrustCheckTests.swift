@@ -6,7 +6,8 @@ import Testing
 /// Issue 61 item 5: APNs's servers chain to the SHA-2 "USERTrust RSA Certification Authority" root
 /// since 2025; a CA bundle without it fails every connection. The dispatcher refuses to start with
 /// such a bundle, and says how to fix it.
-@Suite("The start-up check of the CA bundle against APNs's root")
+#if os(Linux)
+@Suite("The start-up check of the CA bundle against APNs's root (Linux: the system bundle and hashed directory swift-nio-ssl trusts)")
 struct TrustCheckTests {
     /// The root as a PEM block, read from this machine's bundle (Debian's ca-certificates has it).
     static func root() throws -> String {
@@ -23,6 +24,8 @@ struct TrustCheckTests {
         #expect(APNsTrustCheck.contains(other + root) && !APNsTrustCheck.contains(other))
         #expect(throws: Never.self) { try APNsTrustCheck.check(apple) { $0 == APNsTrustCheck.systemBundles[0] ? other + "\n" + root : nil } }
         #expect(throws: Never.self) { try APNsTrustCheck.check(apple) { $0 == APNsTrustCheck.systemBundles[1] ? root : nil } }
+        // The hashed directory's entry is trusted too, whatever the bundle file holds.
+        #expect(throws: Never.self) { try APNsTrustCheck.check(apple) { $0 == APNsTrustCheck.systemDirectoryEntry ? root : other } }
         let refused = #expect(throws: ConfigurationError.self) { try APNsTrustCheck.check(apple) { _ in other } }
         #expect(refused?.problem.contains("USERTrust RSA Certification Authority") == true && refused?.problem.contains("ca-certificates") == true)
         let missing = #expect(throws: ConfigurationError.self) { try APNsTrustCheck.check(apple) { _ in nil } }
@@ -43,3 +46,4 @@ struct TrustCheckTests {
         #expect(throws: Never.self) { try APNsTrustCheck.check(simulator) { _ in nil } }
     }
 }
+#endif

@@ -65,6 +65,8 @@ struct ConfigTests {
         (["ISLET_KAFKA_BOOTSTRAP": "k:1", "ISLET_HTTP_PORT": "70000"], "ISLET_HTTP_PORT"),
         (["ISLET_KAFKA_BOOTSTRAP": "k:1", "ISLET_LOG_LEVEL": "loud"], "ISLET_LOG_LEVEL"),
         (["ISLET_KAFKA_BOOTSTRAP": "k:1", "ISLET_KAFKA_CONSUMER_PROPERTIES": "fetch.wait.max.ms"], "ISLET_KAFKA_CONSUMER_PROPERTIES"),
+        // A name given twice (one of them would be dropped without a word).
+        (["ISLET_KAFKA_BOOTSTRAP": "k:1", "ISLET_KAFKA_CONSUMER_PROPERTIES": "fetch.wait.max.ms=5,fetch.wait.max.ms=50"], "ISLET_KAFKA_CONSUMER_PROPERTIES"),
         (["ISLET_KAFKA_BOOTSTRAP": "k:1", "ISLET_SHUTDOWN_TIMEOUT_MS": "-1"], "ISLET_SHUTDOWN_TIMEOUT_MS"),
     ] as [([String: String], String)])
     func errorsNameTheVariable(variables: [String: String], variable: String) throws {

@@ -114,6 +114,15 @@ public struct DispatcherSettings: Sendable {
     }
 
     static func teamKeys(_ config: IsletConfig) throws -> [APNsSigningKey] {
+        let keys = try teamKeysByTeam(config)
+        // A key id names one key: two teams' keys under one id would sign with the wrong `iss`.
+        if let twice = Dictionary(grouping: keys, by: \.keyID).first(where: { $0.value.count > 1 })?.key {
+            throw ConfigurationError(key: "islet.apns.keys", problem: "key id \(twice) is given to two teams")
+        }
+        return keys
+    }
+
+    private static func teamKeysByTeam(_ config: IsletConfig) throws -> [APNsSigningKey] {
         var keys: [APNsSigningKey] = []
         for (team, value) in try config.properties("islet.apns.keys").sorted(by: { $0.key < $1.key }) {
             let parts = value.split(separator: ":", maxSplits: 1).map(String.init)

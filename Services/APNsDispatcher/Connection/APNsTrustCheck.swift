@@ -9,7 +9,9 @@ import IsletRuntime
 /// that names the fix, instead.
 ///
 /// Only for Apple's hosts (`*.push.apple.com`): an endpoint elsewhere (the simulator, with its own
-/// test CA in `ISLET_APNS_CA_FILE`) is not checked.
+/// test CA in `ISLET_APNS_CA_FILE`) is not checked. Only on Linux, where swift-nio-ssl trusts the
+/// system's bundle file and its hashed directory (`/etc/ssl/certs/<subject hash>.0`); elsewhere
+/// (macOS's keychain) nothing is checked.
 public enum APNsTrustCheck {
     /// SHA-256 of the DER certificate of "USERTrust RSA Certification Authority" (The USERTRUST
     /// Network), the root APNs's server certificates chain to since 2025.
@@ -18,6 +20,9 @@ public enum APNsTrustCheck {
 
     /// Where the system's CA bundle is looked for (as swift-nio-ssl looks on Linux).
     public static let systemBundles = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"]
+    /// The root in the system's hashed certificate directory (its OpenSSL subject hash), which
+    /// swift-nio-ssl also trusts.
+    public static let systemDirectoryEntry = "/etc/ssl/certs/fc5a8f99.0"
 
     /// Throws a ``ConfigurationError`` naming the fix when the dispatcher would talk to Apple and
     /// the bundle it trusts (`ISLET_APNS_CA_FILE`'s, else the system's) lacks APNs's root.
@@ -25,6 +30,12 @@ public enum APNsTrustCheck {
     public static func check(
         _ configuration: APNsClient.Configuration, readFile: (String) -> String? = { try? String(contentsOfFile: $0, encoding: .utf8) }
     ) throws(ConfigurationError) {
+        #if os(Linux)
+        try checkOnLinux(configuration, readFile: readFile)
+        #endif
+    }
+
+    static func checkOnLinux(_ configuration: APNsClient.Configuration, readFile: (String) -> String?) throws(ConfigurationError) {
         let endpoints = [
             configuration.production, configuration.sandbox, configuration.broadcastProduction, configuration.broadcastSandbox,
             configuration.channelsProduction, configuration.channelsSandbox,
@@ -39,6 +50,8 @@ public enum APNsTrustCheck {
             }
             return
         }
+        // The hashed directory's entry for the root, when it is there.
+        if let pem = readFile(systemDirectoryEntry), contains(pem) { return }
         guard let path = systemBundles.first(where: { readFile($0) != nil }), let pem = readFile(path) else {
             throw ConfigurationError(
                 key: "islet.apns.ca.file",
