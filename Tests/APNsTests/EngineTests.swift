@@ -155,9 +155,13 @@ final class EngineHarness {
     private(set) var channelsMade: [String] = []
     private(set) var channelsDeleted: [String] = []
 
-    init(policy: DispatcherPolicy = DispatcherPolicy(), teams: [String: String] = ["com.example.food": "TEAM123456"], uncovered: Set<AppTarget> = []) {
+    init(
+        policy: DispatcherPolicy = DispatcherPolicy(), teams: [String: String] = ["com.example.food": "TEAM123456"], uncovered: Set<AppTarget> = [],
+        signers: [AppTarget: String] = [:]
+    ) {
         machine = DispatchMachine(tokens: tokens, policy: policy, teams: teams, random: { 0.5 }, logger: quietLogger, now: clock.date)
         machine.uncovered = uncovered
+        machine.signers = signers
     }
 
     func register(

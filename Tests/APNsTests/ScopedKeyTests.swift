@@ -58,6 +58,13 @@ struct ScopedKeyTests {
         #expect(settings.keys.map(\.keyID).sorted() == ["FOODKEY001", "SANDKEY001"])
         #expect(settings.keys.first { $0.keyID == "FOODKEY001" }?.scope == .init(environment: .production, topics: ["com.example.food", "com.example.pizza"]))
         #expect(settings.uncovered.isEmpty)
+        #expect(
+            settings.signers == [
+                AppTarget(bundleId: "com.example.food", environment: .production): "FOODKEY001",
+                AppTarget(bundleId: "com.example.pizza", environment: .production): "FOODKEY001",
+                AppTarget(bundleId: "com.example.food", environment: .sandbox): "SANDKEY001",
+                AppTarget(bundleId: "com.example.pizza", environment: .sandbox): "SANDKEY001",
+            ], "each app's lane is the key that signs for it")
         let partly = try Self.settings([
             "ISLET_APNS_SCOPED_KEYS": "FOODKEY001=TEAM123456:$DIR/food.p8:production:com.example.food", "ISLET_APNS_APPS": "com.example.food=TEAM123456",
         ])
@@ -98,7 +105,7 @@ struct ScopedKeyTests {
         }
         // The team keys alone, as before.
         let teamOnly = try Self.settings(["ISLET_APNS_KEYS": "TEAM123456=TEAMKEY001:$DIR/team.p8", "ISLET_APNS_APPS": "com.example.food=TEAM123456"])
-        #expect(teamOnly.keys.map(\.scope) == [.team] && teamOnly.uncovered.isEmpty)
+        #expect(teamOnly.keys.map(\.scope) == [.team] && teamOnly.uncovered.isEmpty && teamOnly.signers.isEmpty, "one key per team: the lanes are the teams'")
     }
 
     @Test("a request of an app no key covers in its environment is rejected at once, naming the missing key")
@@ -109,6 +116,24 @@ struct ScopedKeyTests {
         let outcome = h.outcomes(1).first
         #expect(outcome?.result == .rejected && outcome?.detail?.contains("no APNs signing key covers com.example.food in production") == true)
         #expect(h.sender.sent.isEmpty)
+    }
+
+    @Test("with scoped keys each key is a lane of its own: a key APNs refuses (403) holds only the pushes it signs; the app signed by another key of the same team goes on")
+    func lanePerKey() throws {
+        let (food, taxi) = (AppTarget(bundleId: "com.example.food", environment: .production), AppTarget(bundleId: "com.example.taxi", environment: .production))
+        let h = EngineHarness(
+            teams: ["com.example.food": Self.team, "com.example.taxi": Self.team], signers: [food: "FOODKEY001", taxi: "TEAMKEY001"])
+        h.register("a", token: hexToken(1))
+        h.register("taxi", token: hexToken(4), bundleId: "com.example.taxi")
+        h.sender.script(hexToken(1), [APNsAnswer(status: 403, reason: "BadEnvironmentKeyInToken")])
+        h.submit(h.request("a", sequence: 1, supersedable: false))
+        let ride = h.request("taxi", sequence: 1, bundleId: "com.example.taxi")
+        h.submit(ride)
+        #expect(h.outcomes(1).map(\.requestId) == [ride.requestId], "the team's other key is not stopped")
+        // The sender is told the key, not the team.
+        h.hold()
+        h.submit(h.request("taxi", sequence: 2, bundleId: "com.example.taxi"))
+        #expect(h.takeHeld().team == "TEAMKEY001")
     }
 
     /// A simulator playing production that knows the team key, a sandbox-only key and a key for the food app only.

@@ -97,7 +97,7 @@ public struct DispatcherApp: Sendable {
         let client = try APNsClient(configuration: settings.client, keys: settings.keys, logger: logger)
         let engine = DispatchEngine(
             sender: client, tokens: tokens, outcomes: KafkaOutcomeSink(producer: producer, topic: topics.pushOutcomes, channelsTopic: topics.channels), policy: settings.policy,
-            teams: settings.teams, clock: clock, logger: logger, uncovered: settings.uncovered, onDone: { tickets.done($0) }, onAbandon: { tickets.abandon($0) })
+            teams: settings.teams, clock: clock, logger: logger, uncovered: settings.uncovered, signers: settings.signers, onDone: { tickets.done($0) }, onAbandon: { tickets.abandon($0) })
         let budgets = BudgetChangelog(engine: engine, producer: producer, topic: topics.budgets, interval: settings.budgetsInterval, logger: logger)
         let (bootstrap, properties) = (runtime.settings.kafkaBootstrap, runtime.settings.consumerProperties)
         let (budgetsTopic, channelsTopic) = (topics.budgets, topics.channels)

@@ -151,6 +151,23 @@ public struct DispatcherSettings: Sendable {
         return teams
     }
 
+    /// With scoped keys, the key id that signs for each app in each environment (empty with one
+    /// key per team: the lanes are the teams').
+    public var signers: [AppTarget: String] {
+        guard keys.contains(where: { $0.scope != .team }) || Dictionary(grouping: keys, by: \.teamID).values.contains(where: { $0.count > 1 }) else {
+            return [:]
+        }
+        var signers: [AppTarget: String] = [:]
+        for (bundle, team) in teams {
+            for environment in [APNsEnvironment.production, .sandbox] {
+                if let key = APNsSigningKey.choose(from: keys, teamID: team, bundleID: bundle, environment: environment) {
+                    signers[AppTarget(bundleId: bundle, environment: environment)] = key.keyID
+                }
+            }
+        }
+        return signers
+    }
+
     /// The apps no key covers in one of the environments: their requests there are `rejected`
     /// at once, naming the missing key.
     public var uncovered: Set<AppTarget> {

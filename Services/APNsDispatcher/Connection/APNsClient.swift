@@ -144,8 +144,8 @@ public final class APNsClient: Sendable {
         self.lanes = lanes
     }
 
-    /// Whether the client can send for this team (it has a key of the team).
-    public func knowsTeam(_ teamID: String) -> Bool { keys.contains { $0.teamID == teamID } }
+    /// Whether the client can send for this team (it has a key of the team), or has this key.
+    public func knowsTeam(_ teamID: String) -> Bool { !keys(of: teamID).isEmpty }
 
     /// Sends one push for `teamID` to `environment`; returns APNs's answer, or throws
     /// ``APNsTransportError`` when there was none. The attempt, from here to the answer, takes at
@@ -169,7 +169,7 @@ public final class APNsClient: Sendable {
         _ service: Service, teamID: String, bundleID: String, environment: APNsEnvironment
     ) async throws -> (APNsConnection, String, NIODeadline) {
         let deadline = NIODeadline.now() + TimeAmount(configuration.requestTimeout)
-        guard let key = APNsSigningKey.choose(from: keys, teamID: teamID, bundleID: bundleID, environment: environment),
+        guard let key = signingKey(teamID, bundleID: bundleID, environment: environment),
             let lane = lanes[LaneKey(keyID: key.keyID, environment: environment, service: service)], let source = tokenSources[key.keyID]
         else {
             throw APNsTransportError(.connect, "no signing key of team \(teamID) covers \(bundleID) in \(environment.rawValue)")
@@ -180,16 +180,29 @@ public final class APNsClient: Sendable {
         return (connection, connection.providerToken.withLock { $0.use(candidate: candidate, now: now) }, deadline)
     }
 
-    /// Every lane of a team's keys.
-    private func lanes(of teamID: String) -> [Lane] {
-        let ids = Set(keys.filter { $0.teamID == teamID }.map(\.keyID))
+    /// The key for a push: `signer` names it (the dispatcher's lanes are keys when keys are scoped),
+    /// or is a team, whose most limited key that covers the app and environment signs.
+    private func signingKey(_ signer: String, bundleID: String, environment: APNsEnvironment) -> APNsSigningKey? {
+        if let key = keys.first(where: { $0.keyID == signer }) { return key.scope.covers(bundleID: bundleID, environment: environment) ? key : nil }
+        return APNsSigningKey.choose(from: keys, teamID: signer, bundleID: bundleID, environment: environment)
+    }
+
+    /// The keys a lane name stands for: the key it names, or every key of the team it names.
+    private func keys(of signer: String) -> [APNsSigningKey] {
+        if let key = keys.first(where: { $0.keyID == signer }) { return [key] }
+        return keys.filter { $0.teamID == signer }
+    }
+
+    /// Every lane of a key, or of a team's keys.
+    private func lanes(of signer: String) -> [Lane] {
+        let ids = Set(keys(of: signer).map(\.keyID))
         return lanes.filter { ids.contains($0.key.keyID) }.map(\.value)
     }
 
-    /// APNs said the provider token expired: mint new ones (each key of the team) and reconnect the
-    /// team's lanes (APNs may refuse a new token on a connection that used another).
+    /// APNs said the provider token expired: mint new ones (the key's, or each key of the team)
+    /// and reconnect their lanes (APNs may refuse a new token on a connection that used another).
     public func renewProviderToken(teamID: String) {
-        let sources = keys.filter { $0.teamID == teamID }.compactMap { tokenSources[$0.keyID] }
+        let sources = keys(of: teamID).compactMap { tokenSources[$0.keyID] }
         guard !sources.isEmpty else { return }
         for source in sources { source.renew(now: clock.date) }
         for lane in lanes(of: teamID) { lane.reconnect() }

@@ -51,12 +51,14 @@ public final class DispatchEngine: Sendable {
     ///   - teams: the team id that signs for each bundle id.
     ///   - uncovered: the apps no signing key covers in one of the environments (scoped keys):
     ///     their requests there are rejected.
+    ///   - signers: with scoped keys, the key id that signs for each app and environment (its
+    ///     pushes go on that key's lane, and the sender is given the key id for the team id).
     ///   - onDone: called with a request's ticket once its outcome is persisted (or it needed none).
     ///   - onAbandon: called with the tickets of requests left to their partition's next owner.
     public init(
         sender: any APNsSending, tokens: PartitionTokens, outcomes: any OutcomeSink, policy: DispatcherPolicy, teams: [String: String],
         clock: any WallClock = SystemWallClock(), random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
-        logger: Logger, uncovered: Set<AppTarget> = [], onDone: @escaping @Sendable (UInt64) -> Void,
+        logger: Logger, uncovered: Set<AppTarget> = [], signers: [AppTarget: String] = [:], onDone: @escaping @Sendable (UInt64) -> Void,
         onAbandon: @escaping @Sendable ([UInt64]) -> Void = { _ in }
     ) {
         self.sender = sender
@@ -68,6 +70,7 @@ public final class DispatchEngine: Sendable {
         workers = max(1, policy.maximumInFlight)
         var machine = DispatchMachine(tokens: tokens, policy: policy, teams: teams, random: random, logger: logger, now: clock.date)
         machine.uncovered = uncovered
+        machine.signers = signers
         state = Mutex(State(machine: machine))
         metrics = state.withLock { $0.machine.metrics }
         // A token a request waits for arrives: that activity is looked at again (no polling).

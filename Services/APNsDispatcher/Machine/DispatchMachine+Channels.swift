@@ -26,7 +26,7 @@ extension DispatchMachine {
     /// activity has none), the team's lane.
     mutating func checkBroadcast(_ head: QueuedRequest, key: String) -> Check {
         let request = head.request
-        guard let team = teams[request.app.bundleId] else {
+        guard teams[request.app.bundleId] != nil, let team = lane(for: request.app) ?? (uncovered.contains(request.app) ? "" : nil) else {
             return drop(head, key: key, .rejected, "no APNs signing key is configured for \(request.app.bundleId)")
         }
         if uncovered.contains(request.app) {
@@ -200,7 +200,7 @@ extension DispatchMachine {
         while let next = channelDeletions.min, next.at <= now {
             let key = channelDeletions.removeMin().key
             guard let channel = channels[key], channel.deletedAt == nil, let deleteAt = channel.deleteAt, deleteAt <= now,
-                !deletingChannels.contains(key), let team = teams[channel.app.bundleId]
+                !deletingChannels.contains(key), let team = lane(for: channel.app)
             else { continue }
             if let slot = slots[key], slot.inFlight != nil || !slot.queue.isEmpty {
                 channelDeletions.insert(Wakeup(at: now.addingTimeInterval(60), key: key))

@@ -123,7 +123,7 @@ extension DispatchMachine {
         if let expiration = request.expiration, expiration < now {
             return drop(head, key: key, .expired, "apns-expiration passed before it could be sent")
         }
-        guard let team = teams[record.app.bundleId] else {
+        guard teams[record.app.bundleId] != nil, let team = lane(for: record.app) ?? (uncovered.contains(record.app) ? "" : nil) else {
             return drop(head, key: key, .rejected, "no APNs signing key is configured for \(record.app.bundleId)")
         }
         if uncovered.contains(record.app) {

@@ -52,6 +52,15 @@ struct DispatchMachine {
     let teams: [String: String]
     /// The apps no signing key covers in one of the environments (scoped keys): rejected there.
     var uncovered: Set<AppTarget> = []
+    /// With scoped keys, the key id that signs for each app in each environment: the lane a push
+    /// goes on (stopped, probed, renewed) is that key's, so one bad key stops only what it signs.
+    /// Empty: the team's (one key per team).
+    var signers: [AppTarget: String] = [:]
+
+    /// The lane an app's pushes in its environment go on: the key that signs for it, or its team.
+    func lane(for app: AppTarget) -> String? {
+        signers.isEmpty ? teams[app.bundleId] : signers[app]
+    }
     let random: @Sendable () -> Double
     let logger: Logger
     let metrics = DispatcherMetrics()
