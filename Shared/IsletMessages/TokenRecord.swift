@@ -24,12 +24,19 @@ public struct TokenRecord: IsletMessage {
         /// device, not only its first device's app — no device of it registers again. Absent
         /// otherwise (additive).
         public var everyDevice: Bool?
+        /// On a push-to-start token retired by `startUnconfirmed`: the activity the unconfirmed
+        /// start was to start. The device's registration of that activity's update token shows the
+        /// start arrived after all, and makes the token active again. Absent otherwise (additive).
+        public var startActivityId: String?
 
-        public init(reason: InvalidationReason, invalidatedAt: Date, apnsTimestamp: Date? = nil, everyDevice: Bool? = nil) {
+        public init(
+            reason: InvalidationReason, invalidatedAt: Date, apnsTimestamp: Date? = nil, everyDevice: Bool? = nil, startActivityId: String? = nil
+        ) {
             self.reason = reason
             self.invalidatedAt = invalidatedAt
             self.apnsTimestamp = apnsTimestamp
             self.everyDevice = everyDevice
+            self.startActivityId = startActivityId
         }
     }
 

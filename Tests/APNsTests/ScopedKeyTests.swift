@@ -103,6 +103,9 @@ struct ScopedKeyTests {
                 "ISLET_APNS_APPS": "com.example.food=TEAM123456",
             ])
         }
+        #expect {
+            try Self.settings(["ISLET_APNS_KEYS": "TEAM123456=TEAM999999:$DIR/team.p8,TEAM999999=KEY0000001:$DIR/food.p8", "ISLET_APNS_APPS": "com.example.food=TEAM123456"])
+        } throws: { "\($0)".contains("is also a team id") }
         // The team keys alone, as before.
         let teamOnly = try Self.settings(["ISLET_APNS_KEYS": "TEAM123456=TEAMKEY001:$DIR/team.p8", "ISLET_APNS_APPS": "com.example.food=TEAM123456"])
         #expect(teamOnly.keys.map(\.scope) == [.team] && teamOnly.uncovered.isEmpty && teamOnly.signers.isEmpty, "one key per team: the lanes are the teams'")

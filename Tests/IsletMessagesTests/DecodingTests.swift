@@ -38,7 +38,7 @@ struct ToleranceTests {
         // Each type's goldens together contain every field, so the tests above reach all of them.
         let expected: [String: Set<String>] = [
             "TokenRecord": [
-                "activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "invalidation.everyDevice", "activityStartedAt", "ownerVerified",
+                "activityId", "deviceId", "invalidation", "invalidation.apnsTimestamp", "invalidation.everyDevice", "invalidation.startActivityId", "activityStartedAt", "ownerVerified",
                 "locale", "deviceKeyed",
             ],
             "ActivityEvent": [

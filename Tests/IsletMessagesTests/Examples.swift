@@ -31,6 +31,14 @@ enum Examples {
         attributesType: "DeliveryAttributes", frequentUpdatesEnabled: true, appVersion: "5.12.0", state: .active,
         registeredAt: utc(2026, 11, 20, 18, 40, 3, 51), updatedAt: utc(2026, 11, 22, 9, 58, 44, 310))
 
+    /// The device's push-to-start token, retired after a start on it was not confirmed in time
+    /// (order 42's update token never came: it may be stale).
+    static let tokenRecordStartUnconfirmed = TokenRecord(
+        kind: .pushToStart, deviceId: deviceId, userId: "user-1842", token: pushToStartToken, app: foodApp,
+        attributesType: "DeliveryAttributes", frequentUpdatesEnabled: true, appVersion: "5.12.0", state: .invalidated,
+        invalidation: .init(reason: .startUnconfirmed, invalidatedAt: utc(2026, 11, 22, 10, 3, 10, 412), startActivityId: "order-42"),
+        registeredAt: utc(2026, 11, 20, 18, 40, 3, 51), updatedAt: utc(2026, 11, 22, 10, 3, 10, 412))
+
     static let tokenRecordInvalidated = TokenRecord(
         kind: .update, activityId: "ride-7f3a9c", deviceId: "0B9E7C1D-2A4F-4E65-B8D3-7C6A5F4E3D2C", userId: "rider-55210",
         token: rideToken, app: rideApp, attributesType: "RideAttributes", frequentUpdatesEnabled: false, appVersion: "3.4.1",

@@ -59,6 +59,7 @@ struct GoldenCase: Sendable, CustomTestStringConvertible {
         GoldenCase("TokenRecord.minimal", Examples.tokenRecordMinimal),
         GoldenCase("TokenRecord.device", Examples.tokenRecordDevice),
         GoldenCase("TokenRecord.endedEverywhere", Examples.tokenRecordEndedEverywhere),
+        GoldenCase("TokenRecord.startUnconfirmed", Examples.tokenRecordStartUnconfirmed),
         GoldenCase("ActivityEvent", Examples.activityEvent),
         GoldenCase("ActivityEvent.pushToStart", Examples.activityEventPushToStart),
         GoldenCase("ActivityEvent.userStart", Examples.activityEventUserStart),

@@ -87,9 +87,15 @@ struct StartUnconfirmedTests {
         _ = try await registry.registerActivityToken(user: "u", activityId: activity, request)
     }
 
-    @Test("the registry holds the update token of the activity the start was to start (content-service's table had not read it): the push-to-start token stands")
+    @Test("the registry holds the update token of the activity the start was to start (content-service's table had not read it): the push-to-start token stands; another user's record of that id confirms nothing")
     func activityTokenCameFirst() async throws {
         let registry = makeRegistry()
+        try await register(registry, token: 1)
+        var squatter = activityRequest(token: hexToken(9))
+        squatter.deviceId = "d9"
+        _ = try await registry.registerActivityToken(user: "mallory", activityId: "order-6", squatter)
+        clock.advance(61)
+        #expect(try await registry.handle(unconfirmed(token: 1, at: clock.date, activity: "order-6")) == .invalidate(.startUnconfirmed, since: nil))
         try await register(registry, token: 1)
         try await registerActivity(registry, device: nil, token: 5)
         clock.advance(61)
@@ -104,7 +110,12 @@ struct StartUnconfirmedTests {
         clock.advance(61)
         let verdict = unconfirmed(token: 1, at: clock.date, activity: "order-8")
         #expect(try await registry.handle(verdict) == .invalidate(.startUnconfirmed, since: nil))
-        clock.advance(120)
+        #expect(publisher.records.last?.invalidation?.startActivityId == "order-8")
+        // An activity the app started itself on the device proves nothing of the push-to-start token.
+        clock.advance(60)
+        try await registerActivity(registry, device: "d1", token: 7, activity: "order-99")
+        #expect(try registry.pushToStart(user: "u", bundleId: "com.example.food", deviceId: "d1", attributesType: "DeliveryAttributes").state == .invalidated)
+        clock.advance(60)
         try await registerActivity(registry, device: "d1", token: 5, activity: "order-8")
         let view = try registry.pushToStart(user: "u", bundleId: "com.example.food", deviceId: "d1", attributesType: "DeliveryAttributes")
         #expect(view.state == .active && view.registerAgain == nil)

@@ -17,8 +17,8 @@ public struct DispatcherSettings: Sendable {
     /// channels at APNs are listed, and those no record owns deleted (``ChannelSweeper``).
     public var channelSweepInterval: Duration = .seconds(3_600)
     /// `ISLET_CHANNEL_SWEEP_ENVIRONMENTS` (`production`): the environments whose channels are
-    /// swept, comma-separated (`production,sandbox`). Only environments whose APNs host is its own:
-    /// two environments served by one host (a simulator) would show each other's channels as unowned.
+    /// swept, comma-separated (`production,sandbox`). When one host serves both (a simulator), a
+    /// channel recorded in either is owned in both (``ChannelSweeper/sharedHost``).
     public var channelSweepEnvironments: [APNsEnvironment] = [.production]
     /// `ISLET_CHANNEL_SWEEP_DELETE` (`false`): whether the sweep deletes the channels no record
     /// owns, or only counts and logs them (another deployment of the same app makes channels this
@@ -138,6 +138,11 @@ public struct DispatcherSettings: Sendable {
     /// one environment (start-up is refused otherwise).
     static func teams(_ config: IsletConfig, keys: [APNsSigningKey]) throws -> [String: String] {
         let teams = try config.properties("islet.apns.apps")
+        // A lane is named by a key id or a team id: one name must not be both.
+        let teamIDs = Set(teams.values).union(keys.map(\.teamID))
+        if let both = keys.first(where: { teamIDs.contains($0.keyID) }) {
+            throw ConfigurationError(key: "islet.apns.keys", problem: "key id \(both.keyID) is also a team id: give the key its own id, as Apple does")
+        }
         guard !teams.isEmpty else { throw ConfigurationError(key: "islet.apns.apps", problem: "must map at least one bundle id to its team") }
         for (bundle, team) in teams.sorted(by: { $0.key < $1.key }) {
             guard keys.contains(where: { $0.teamID == team }) else {

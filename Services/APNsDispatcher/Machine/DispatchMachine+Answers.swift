@@ -106,7 +106,7 @@ extension DispatchMachine {
         if entry.attempts >= policy.retry.maximumAttempts {
             finish(
                 entry, .failed, apns: answer.response, priority: attempt.priority, fingerprint: attempt.fingerprint,
-                detail: "gave up after \(entry.attempts) attempts: APNs refused team \(team)'s credentials (\(reason))")
+                detail: "gave up after \(entry.attempts) attempts: APNs refused \(credentials(of: team)) (\(reason))")
         } else {
             requeue(entry, key: attempt.key, at: now)
         }

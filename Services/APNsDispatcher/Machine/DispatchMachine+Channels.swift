@@ -200,8 +200,17 @@ extension DispatchMachine {
         while let next = channelDeletions.min, next.at <= now {
             let key = channelDeletions.removeMin().key
             guard let channel = channels[key], channel.deletedAt == nil, let deleteAt = channel.deleteAt, deleteAt <= now,
-                !deletingChannels.contains(key), let team = lane(for: channel.app)
+                !deletingChannels.contains(key)
             else { continue }
+            guard let team = lane(for: channel.app) else {
+                // No key signs for its app and environment any more (a scoped key removed): kept,
+                // and tried again in an hour, said loudly.
+                logger.warning(
+                    "a broadcast channel due for deletion has no signing key for its app and environment: tried again in an hour",
+                    metadata: ["activity.key": "\(key)", "channel.id": "\(channel.channelId)", "app.environment": "\(channel.app.environment.rawValue)"])
+                channelDeletions.insert(Wakeup(at: now.addingTimeInterval(3_600), key: key))
+                continue
+            }
             if let slot = slots[key], slot.inFlight != nil || !slot.queue.isEmpty {
                 channelDeletions.insert(Wakeup(at: now.addingTimeInterval(60), key: key))
                 continue

@@ -159,7 +159,7 @@ extension DispatchMachine {
         let request = head.request
         let deadline = policy.retry.deadline(expiration: request.expiration, firstAttempt: head.firstAttemptAt ?? head.enqueuedAt)
         if deadline <= now {
-            let refused = "APNs refused team \(team)'s credentials (\(lane.reason))"
+            let refused = "APNs refused \(credentials(of: team)) (\(lane.reason))"
             return request.expiration != nil
                 ? drop(head, key: key, .expired, "apns-expiration passed while \(refused)")
                 : drop(head, key: key, .failed, "\(refused) and did not accept them again before the request's deadline")

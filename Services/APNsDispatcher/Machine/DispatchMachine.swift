@@ -57,6 +57,11 @@ struct DispatchMachine {
     /// Empty: the team's (one key per team).
     var signers: [AppTarget: String] = [:]
 
+    /// A lane's credentials, as logs and outcomes name them.
+    func credentials(of lane: String) -> String {
+        signers.isEmpty ? "team \(lane)'s credentials" : "the credentials of key \(lane)"
+    }
+
     /// The lane an app's pushes in its environment go on: the key that signs for it, or its team.
     func lane(for app: AppTarget) -> String? {
         signers.isEmpty ? teams[app.bundleId] : signers[app]

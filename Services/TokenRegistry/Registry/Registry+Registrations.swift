@@ -41,40 +41,48 @@ extension Registry {
         }
         // The device's push-to-start token of this type, retired because a start was not
         // confirmed in time, did start an activity after all: it works.
-        if let deviceId { await reviveUnconfirmedStart(bundleId: app.bundleId, deviceId: deviceId, attributesType: request.attributesType, user: user) }
+        if let deviceId {
+            await reviveUnconfirmedStart(bundleId: app.bundleId, deviceId: deviceId, attributesType: request.attributesType, activityId: activityId, user: user)
+        }
         return response
     }
 
     /// Makes the device's push-to-start token of `attributesType` active again when it was retired
-    /// by a `startUnconfirmed` (no update token came within the confirmation time): an update
-    /// token from that device shows a start reached it (the phone was offline past the time, or
-    /// the app slow). Registered again at this moment, so a repeat of the old verdict cannot
-    /// retire it again. A write Kafka refuses is left: the app's next push-to-start registration
-    /// revives the key too.
-    func reviveUnconfirmedStart(bundleId: String, deviceId: String, attributesType: String, user: String) async {
+    /// by a `startUnconfirmed` for this very activity (no update token came within the
+    /// confirmation time): the device's update token of that activity shows the start reached it
+    /// (the phone was offline past the time, or the app slow). An activity the app started itself,
+    /// or any other, proves nothing of the push-to-start token and revives nothing. Written through
+    /// the registrations' path (the user's quota, the key's lock), registered again at this moment,
+    /// so a repeat of the old verdict cannot retire it again. A write Kafka refuses is left: the
+    /// app's next push-to-start registration revives the key too.
+    func reviveUnconfirmedStart(bundleId: String, deviceId: String, attributesType: String, activityId: String, user: String) async {
         let key = MessageKey.pushToStart(bundleId: bundleId, deviceId: deviceId, attributesType: attributesType)
-        guard let held = table.record(forKey: key), held.invalidation?.reason == .startUnconfirmed, held.userId == user else { return }
-        let logger = self.logger
+        @Sendable func retiredForThis(_ record: TokenRecord?) -> Bool {
+            guard let record, record.state == .invalidated, record.userId == user, let invalidation = record.invalidation else { return false }
+            return invalidation.reason == .startUnconfirmed && invalidation.startActivityId == activityId
+        }
+        guard retiredForThis(table.record(forKey: key)) else { return }
         do {
-            try await locks.withLock(key) { () async throws -> Void in
-                guard var record = self.table.record(forKey: key), record.state == .invalidated, record.invalidation?.reason == .startUnconfirmed,
-                    record.userId == user
-                else { return }
-                let now = self.now()
-                record.state = .active
-                record.invalidation = nil
-                record.registeredAt = now
-                record.updatedAt = now
-                let legacyKey = self.table.legacyTopicKey(forKey: key)
-                let position = try await self.publisher.publish(record)
-                await self.apply(record, key: key, at: position, replacing: legacyKey)
-                self.metrics.changed(.pushToStart, .reactivated)
+            let response = try await register(user: user, kind: .pushToStart, key: key) { current, now throws(APIError) in
+                guard let current else { throw APIError.notFound }
+                guard retiredForThis(current) else { return (current, .unchanged) }
+                var next = current
+                next.state = .active
+                next.invalidation = nil
+                next.registeredAt = now
+                next.updatedAt = now
+                return (next, .reactivated)
+            }
+            if response.change == .reactivated {
                 logger.notice(
-                    "push-to-start token active again: its device registered an activity's update token after an unconfirmed start",
-                    metadata: ["token.key": "\(key)"])
+                    "push-to-start token active again: its device registered the update token of the activity whose start was unconfirmed",
+                    metadata: ["token.key": "\(key)", "activity.id": "\(activityId)"])
             }
         } catch {
-            logger.warning("a push-to-start token could not be made active again", metadata: ["token.key": "\(key)", "error": "\(error)"])
+            // (Gone meanwhile: nothing to revive.)
+            if error.status != .notFound {
+                logger.warning("a push-to-start token could not be made active again", metadata: ["token.key": "\(key)", "error": "\(error)"])
+            }
         }
     }
 

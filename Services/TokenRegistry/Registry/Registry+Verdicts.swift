@@ -89,14 +89,20 @@ extension Registry {
         let logger = self.logger
         let decision = try await locks.withLock(key) { [key] () async throws -> OutcomeDecision in
             let current = self.table.record(forKey: key)
+            // The activity's record counts only when it is the same user's, from the same device when
+            // it names one (another user's id, or an earlier life of the id, confirms nothing).
             let startedActivity = outcome.startActivityId.flatMap { activityId in
                 outcome.bundleId.flatMap { self.table.record(forKey: MessageKey.activity(bundleId: $0, activityId: activityId)) }
+            }.flatMap { activity -> TokenRecord? in
+                guard let current, activity.userId == current.userId, activity.deviceId == nil || activity.deviceId == current.deviceId else { return nil }
+                return activity
             }
             let decision = Self.decide(outcome, current: current, startedActivity: startedActivity)
             guard case .invalidate(let reason, let since) = decision, var next = current else { return decision }
             let now = self.now()
             next.state = .invalidated
-            next.invalidation = .init(reason: reason, invalidatedAt: now, apnsTimestamp: since)
+            next.invalidation = .init(
+                reason: reason, invalidatedAt: now, apnsTimestamp: since, startActivityId: reason == .startUnconfirmed ? outcome.startActivityId : nil)
             next.updatedAt = now
             let legacyKey = self.table.legacyTopicKey(forKey: key)
             let position = try await self.publisher.publish(next)
