@@ -26,11 +26,11 @@ extension DispatchMachine {
     /// activity has none), the team's lane.
     mutating func checkBroadcast(_ head: QueuedRequest, key: String) -> Check {
         let request = head.request
-        guard teams[request.app.bundleId] != nil, let team = lane(for: request.app) ?? (uncovered.contains(request.app) ? "" : nil) else {
-            return drop(head, key: key, .rejected, "no APNs signing key is configured for \(request.app.bundleId)")
-        }
         if uncovered.contains(request.app) {
             return drop(head, key: key, .rejected, Self.uncoveredDetail(request.app))
+        }
+        guard teams[request.app.bundleId] != nil, let team = lane(for: request.app) else {
+            return drop(head, key: key, .rejected, "no APNs signing key is configured for \(request.app.bundleId)")
         }
         if let expiration = request.expiration, expiration < now {
             return drop(head, key: key, .expired, "apns-expiration passed before it could be sent")

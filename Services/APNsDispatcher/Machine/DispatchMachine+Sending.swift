@@ -123,11 +123,11 @@ extension DispatchMachine {
         if let expiration = request.expiration, expiration < now {
             return drop(head, key: key, .expired, "apns-expiration passed before it could be sent")
         }
-        guard teams[record.app.bundleId] != nil, let team = lane(for: record.app) ?? (uncovered.contains(record.app) ? "" : nil) else {
-            return drop(head, key: key, .rejected, "no APNs signing key is configured for \(record.app.bundleId)")
-        }
         if uncovered.contains(record.app) {
             return drop(head, key: key, .rejected, Self.uncoveredDetail(record.app))
+        }
+        guard teams[record.app.bundleId] != nil, let team = lane(for: record.app) else {
+            return drop(head, key: key, .rejected, "no APNs signing key is configured for \(record.app.bundleId)")
         }
         return holdForLane(head, key: key, team: team) ?? .ready(.token(record), team: team)
     }

@@ -97,7 +97,7 @@ extension ContentEngine {
             tokenFingerprint: watch.tokenFingerprint,
             detail: "APNs accepted the push-to-start, and no update token of the activity came from the app within \(seconds) s: the push-to-start token may be stale; it is not used again until the app registers it again",
             completedAt: watch.deliveredAt.addingTimeInterval(policy.startConfirmation / .seconds(1)), bundleId: latest.app.bundleId,
-            attributesType: latest.attributesType, startActivityId: String(activityKey.drop { $0 != "/" }.dropFirst()))
+            attributesType: latest.attributesType, startActivityId: MessageKey.splitActivity(activityKey)?.activityId)
         state.unconfirmedStarts.append(UnconfirmedStart(activityKey: activityKey, outcome: outcome))
     }
 

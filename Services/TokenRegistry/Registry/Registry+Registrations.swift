@@ -66,12 +66,8 @@ extension Registry {
             let response = try await register(user: user, kind: .pushToStart, key: key) { current, now throws(APIError) in
                 guard let current else { throw APIError.notFound }
                 guard retiredForThis(current) else { return (current, .unchanged) }
-                var next = current
-                next.state = .active
-                next.invalidation = nil
-                next.registeredAt = now
-                next.updatedAt = now
-                return (next, .reactivated)
+                // The same token, registered again: reactivated now (registrations' one rule).
+                return Self.reregistration(of: current, as: current, now: now)
             }
             if response.change == .reactivated {
                 logger.notice(
