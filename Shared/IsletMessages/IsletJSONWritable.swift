@@ -75,6 +75,7 @@ extension PushOutcome: IsletJSONWritable {
         object.string("startActivityId", startActivityId, into: &out)
         object.string("supersededBy", supersededBy, into: &out)
         object.string("tokenFingerprint", tokenFingerprint, into: &out)
+        object.string("widgetKey", widgetKey, into: &out)
         object.end(into: &out)
     }
 }

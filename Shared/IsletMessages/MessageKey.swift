@@ -20,14 +20,14 @@ public enum MessageKey {
     /// The activity (`<bundleId>/<activityId>`) and device of a device's key
     /// (``device(bundleId:activityId:deviceId:)``); `nil` for any other key.
     public static func splitDevice(_ key: String) -> (activityKey: String, deviceId: String)? {
-        guard !key.hasPrefix("pts:"), let first = key.firstIndex(of: "/") else { return nil }
+        guard !isDeviceKeyed(key), let first = key.firstIndex(of: "/") else { return nil }
         guard let second = key[key.index(after: first)...].firstIndex(of: "/") else { return nil }
         return (String(key[..<second]), String(key[key.index(after: second)...]))
     }
 
     /// The app and activity id of an activity's key (`<bundleId>/<activityId>`); `nil` for any other key.
     public static func splitActivity(_ key: String) -> (bundleId: String, activityId: String)? {
-        guard !key.hasPrefix("pts:"), let slash = key.firstIndex(of: "/") else { return nil }
+        guard !isDeviceKeyed(key), let slash = key.firstIndex(of: "/") else { return nil }
         let activityId = key[key.index(after: slash)...]
         guard !activityId.isEmpty, !activityId.contains("/") else { return nil }
         return (String(key[..<slash]), String(activityId))
@@ -83,6 +83,41 @@ public enum MessageKey {
             }
         guard valid else {
             throw MessageValidationError(field: field, problem: "must be a bundle identifier like com.example.app (at most 155 characters)")
+        }
+    }
+
+    /// Whether `key` is a push-to-start or a widget key (``pushToStart(bundleId:deviceId:attributesType:)``,
+    /// ``widget(bundleId:deviceId:kind:)``): a device's, not an activity's.
+    public static func isDeviceKeyed(_ key: String) -> Bool { key.hasPrefix("pts:") || key.hasPrefix("wgt:") }
+
+    /// Widget pushes of one app, device and widget kind (iOS 26, `apns-push-type: widgets`):
+    /// `wgt:<bundleId>:<deviceId>:<kind>`. Like a push-to-start key, it is partitioned whole.
+    public static func widget(bundleId: String, deviceId: String, kind: String) -> String {
+        "wgt:\(bundleId):\(deviceId):\(kind)"
+    }
+
+    /// The app, device and kind of a widget key (``widget(bundleId:deviceId:kind:)``); `nil` for any other key.
+    public static func splitWidget(_ key: String) -> (bundleId: String, deviceId: String, kind: String)? {
+        splitDeviceKey(key, prefix: "wgt:").map { (bundleId: $0.0, deviceId: $0.1, kind: $0.2) }
+    }
+
+    /// The three parts of `<prefix><bundleId>:<deviceId>:<last>` (bundle ids, attributes types and
+    /// widget kinds hold no `:`; a device id neither).
+    static func splitDeviceKey(_ key: String, prefix: String) -> (String, String, String)? {
+        guard key.hasPrefix(prefix) else { return nil }
+        let parts = key.dropFirst(prefix.count).split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 3, !parts.contains(where: \.isEmpty) else { return nil }
+        return (String(parts[0]), String(parts[1]), String(parts[2]))
+    }
+
+    /// A widget kind (`WidgetInfo.kind`, the widget configuration's `kind`) as a key needs it:
+    /// not empty, at most 200 bytes, without `:` and `/`.
+    public static func requireWidgetKind(_ kind: String, field: String = "kind") throws(MessageValidationError) {
+        guard !kind.isEmpty, kind.utf8.count <= 200 else {
+            throw MessageValidationError(field: field, problem: "must be a widget kind of 1 to 200 bytes")
+        }
+        for character in [":", "/"] where kind.contains(character) {
+            throw MessageValidationError(field: field, problem: "must not contain '\(character)' (keys use it as a separator)")
         }
     }
 

@@ -36,10 +36,13 @@ public struct PushOutcome: IsletMessage {
     public var schemaVersion: Int
     /// The ``PushRequest/requestId`` this is the outcome of.
     public var requestId: String
-    /// The request's activity. Exactly one of `activityId` and `pushToStartKey` is set.
+    /// The request's activity. Exactly one of `activityId`, `pushToStartKey` and `widgetKey` is set.
     public var activityId: String?
-    /// The request's push-to-start key. Exactly one of `activityId` and `pushToStartKey` is set.
+    /// The request's push-to-start key. Exactly one of `activityId`, `pushToStartKey` and `widgetKey` is set.
     public var pushToStartKey: String?
+    /// The request's widget key (``PushRequest/widgetKey``): the outcome of a WidgetKit push.
+    /// Absent otherwise (additive).
+    public var widgetKey: String?
     /// The request's app (`app.bundleId`): with `activityId`, the activity it concerns (activity
     /// ids are scoped per app). Absent in outcomes written before it existed.
     public var bundleId: String?
@@ -97,9 +100,10 @@ public struct PushOutcome: IsletMessage {
         tokenFingerprint: String? = nil, supersededBy: String? = nil, detail: String? = nil, completedAt: Date,
         bundleId: String? = nil, attributesType: String? = nil, channelId: String? = nil, contentSequence: Int64? = nil,
         announcementId: String? = nil, deviceId: String? = nil, apnsTimestamp: Int64? = nil, startActivityId: String? = nil,
-        schemaVersion: Int = Self.currentSchemaVersion
+        widgetKey: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.startActivityId = startActivityId
+        self.widgetKey = widgetKey
         self.schemaVersion = schemaVersion
         self.requestId = requestId
         self.activityId = activityId
@@ -126,7 +130,7 @@ public struct PushOutcome: IsletMessage {
     /// for an outcome written before outcomes named their app; a device's copy's
     /// `<bundleId>/<activityId>/<deviceId>`), or the push-to-start key.
     public var key: String? {
-        guard let activityId else { return pushToStartKey }
+        guard let activityId else { return pushToStartKey ?? widgetKey }
         guard let bundleId else { return MessageKey.activity(activityId) }
         if let deviceId { return MessageKey.device(bundleId: bundleId, activityId: activityId, deviceId: deviceId) }
         return MessageKey.activity(bundleId: bundleId, activityId: activityId)
@@ -134,7 +138,7 @@ public struct PushOutcome: IsletMessage {
 
     public func validate() throws(MessageValidationError) {
         try result.requireKnown(field: "result")
-        try requireExactlyOneTarget(activityId: activityId, pushToStartKey: pushToStartKey)
+        try requireExactlyOneTarget(activityId: activityId, pushToStartKey: pushToStartKey, widgetKey: widgetKey)
         if let deviceId {
             // A device's verdict must name its activity and app: without them it would read as the activity's own.
             guard activityId != nil, bundleId != nil, !deviceId.isEmpty else {

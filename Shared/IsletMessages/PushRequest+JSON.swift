@@ -34,6 +34,7 @@ extension PushRequest: IsletJSONMemberList, IsletJSONWritable, IsletJSONReadable
         visitor.bool("supersedable", &supersedable)
         visitor.date("tokenRegisteredAt", &tokenRegisteredAt)
         visitor.open("urgency", &urgency)
+        visitor.string("widgetKey", &widgetKey)
     }
 
     public func writeJSON(into out: inout [UInt8]) { IsletJSONMemberWriter.write(self, into: &out) }

@@ -4,8 +4,9 @@ import Foundation
 ///
 /// content-service builds it (payload, budgeted to 4 KB; requested priority; whether it may be
 /// coalesced); apns-dispatcher sends it to the activity's current token and answers with exactly
-/// one ``PushOutcome`` carrying the same `requestId`. It addresses either a running activity
-/// (`activityId`) or a push-to-start token (`pushToStartKey`), never both.
+/// one ``PushOutcome`` carrying the same `requestId`. It addresses exactly one of a running
+/// activity (`activityId`), a push-to-start token (`pushToStartKey`) and a device's widgets
+/// (`widgetKey`, iOS 26: `apns-push-type: widgets`).
 public struct PushRequest: IsletMessage {
     public static let currentSchemaVersion = 1
     public static let topic = IsletTopics.pushRequests
@@ -16,11 +17,18 @@ public struct PushRequest: IsletMessage {
     public var schemaVersion: Int
     /// A UUID chosen by content-service, sent as `apns-id`, and repeated in the outcome.
     public var requestId: String
-    /// The activity to update or end. Exactly one of `activityId` and `pushToStartKey` is set.
+    /// The activity to update or end. Exactly one of `activityId`, `pushToStartKey` and `widgetKey` is set.
     public var activityId: String?
     /// The push-to-start key (`pts:<bundleId>:<deviceId>:<attributesType>`) of the token to start an
-    /// activity with. Exactly one of `activityId` and `pushToStartKey` is set.
+    /// activity with. Exactly one of `activityId`, `pushToStartKey` and `widgetKey` is set.
     public var pushToStartKey: String?
+    /// The widget key (`wgt:<bundleId>:<deviceId>:<kind>`) of a device's widget token: a WidgetKit
+    /// push (`{"aps":{"content-changed":true}}`, priority 5, topic `<bundleId>.push-type.widgets`)
+    /// that has the widgets of that kind reload their timeline. `event` is `update`,
+    /// `attributesType` the widget kind, `sourceActivityId` the activity whose event refreshed it.
+    /// Absent otherwise, and in requests written before it existed (additive; a dispatcher that
+    /// does not know it rejects such a request: upgrade apns-dispatcher first).
+    public var widgetKey: String?
     /// Start, update or end: the payload's `aps.event`.
     public var event: ActivityEventKind
     /// The app (`apns-topic`) and APNs environment to send to.
@@ -87,7 +95,7 @@ public struct PushRequest: IsletMessage {
         attributesType: String, payload: String, priority: Int, urgency: Urgency, supersedable: Bool, alerting: Bool,
         apnsTimestamp: Int64, contentSequence: Int64, staleDate: Date? = nil, expiration: Date? = nil, createdAt: Date,
         sourceEventId: String? = nil, sourceActivityId: String? = nil, state: String? = nil, channelStoragePolicy: Int? = nil,
-        tokenRegisteredAt: Date? = nil, deviceId: String? = nil, startGroup: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        tokenRegisteredAt: Date? = nil, deviceId: String? = nil, startGroup: String? = nil, widgetKey: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
@@ -113,7 +121,15 @@ public struct PushRequest: IsletMessage {
         self.tokenRegisteredAt = tokenRegisteredAt
         self.deviceId = deviceId
         self.startGroup = startGroup
+        self.widgetKey = widgetKey
     }
+
+    /// The body of every widget push: WidgetKit reloads the widgets' timelines; the data comes from
+    /// the app's own server.
+    public static let widgetPayload = #"{"aps":{"content-changed":true}}"#
+
+    /// Whether it is a WidgetKit push (``widgetKey``).
+    public var isWidget: Bool { widgetKey != nil }
 
     /// The largest body of a broadcast, in UTF-8 bytes (APNs allows 5 KB there).
     public static let maximumBroadcastPayloadBytes = 5_120
@@ -124,7 +140,7 @@ public struct PushRequest: IsletMessage {
     /// The activity of its app (`<bundleId>/<activityId>`; one more device's copy:
     /// `<bundleId>/<activityId>/<deviceId>`), or the push-to-start key for a push-to-start request.
     public var key: String? {
-        guard let activityId else { return pushToStartKey }
+        guard let activityId else { return pushToStartKey ?? widgetKey }
         if let deviceId { return MessageKey.device(bundleId: app.bundleId, activityId: activityId, deviceId: deviceId) }
         return MessageKey.activity(bundleId: app.bundleId, activityId: activityId)
     }
@@ -142,7 +158,7 @@ public struct PushRequest: IsletMessage {
     }
 
     public func validate() throws(MessageValidationError) {
-        try requireExactlyOneTarget(activityId: activityId, pushToStartKey: pushToStartKey)
+        try requireExactlyOneTarget(activityId: activityId, pushToStartKey: pushToStartKey, widgetKey: widgetKey)
         guard priority == 5 || priority == 10 else {
             throw MessageValidationError(field: "priority", problem: "must be 5 or 10 (is \(priority))")
         }
@@ -175,11 +191,33 @@ public struct PushRequest: IsletMessage {
         guard UUID(uuidString: requestId) != nil else {
             throw MessageValidationError(field: "requestId", problem: "must be a UUID (it is sent as apns-id)")
         }
+        if let widgetKey {
+            guard let (bundleId, _, kind) = MessageKey.splitWidget(widgetKey), bundleId == app.bundleId, kind == attributesType else {
+                throw MessageValidationError(field: "widgetKey", problem: "must be wgt:<app.bundleId>:<deviceId>:<attributesType>")
+            }
+            guard priority == 5, event == .update, !isBroadcast, deviceId == nil, startGroup == nil, !alerting else {
+                throw MessageValidationError(
+                    field: "widgetKey", problem: "a widget push is an update at priority 5, without an alert, to one token (not a broadcast or a copy)")
+            }
+            guard payload == Self.widgetPayload else {
+                throw MessageValidationError(field: "payload", problem: "a widget push's body is \(Self.widgetPayload)")
+            }
+        }
     }
 }
 
-/// The rule shared by push requests and outcomes: they address an activity or a push-to-start token.
-func requireExactlyOneTarget(activityId: String?, pushToStartKey: String?) throws(MessageValidationError) {
+/// The rule shared by push requests and outcomes: they address an activity, a push-to-start token
+/// or a device's widgets.
+func requireExactlyOneTarget(activityId: String?, pushToStartKey: String?, widgetKey: String?) throws(MessageValidationError) {
+    if let widgetKey {
+        guard activityId == nil, pushToStartKey == nil else {
+            throw MessageValidationError(field: "widgetKey", problem: "must be the only target (activityId and pushToStartKey absent)")
+        }
+        guard MessageKey.splitWidget(widgetKey) != nil else {
+            throw MessageValidationError(field: "widgetKey", problem: "must be wgt:<bundleId>:<deviceId>:<kind>")
+        }
+        return
+    }
     switch (activityId, pushToStartKey) {
     case (nil, nil):
         throw MessageValidationError(field: "activityId", problem: "one of activityId and pushToStartKey is required")

@@ -5,7 +5,9 @@ import Foundation
 ///
 /// An *update* token belongs to one live activity (keyed by its `activityId`); a *push-to-start*
 /// token belongs to one app, device and attributes type (keyed by the push-to-start key) and lets
-/// a backend start an activity remotely. A newer token for the same key supersedes the old one;
+/// a backend start an activity remotely; a *widget* token belongs to one app, device and widget
+/// kind (keyed by the widget key, its kind in `attributesType`) and reloads the app's home-screen
+/// widgets of that kind (iOS 26). A newer token for the same key supersedes the old one;
 /// an invalidated token is never sent to again. Written only by token-registry.
 public struct TokenRecord: IsletMessage {
     public static let currentSchemaVersion = 1
@@ -55,7 +57,8 @@ public struct TokenRecord: IsletMessage {
     public var token: String
     /// The app and APNs environment the token was issued for.
     public var app: AppTarget
-    /// The Swift type name of the widget's `ActivityAttributes`, e.g. `DeliveryAttributes`.
+    /// The Swift type name of the widget's `ActivityAttributes`, e.g. `DeliveryAttributes`; for a
+    /// `widget` token, the widget's kind (`WidgetInfo.kind`, e.g. `OrderStatusWidget`).
     public var attributesType: String
     /// Whether the app declares `NSSupportsLiveActivitiesFrequentUpdates` and the user left it on:
     /// such activities get a larger priority-10 budget.
@@ -122,6 +125,9 @@ public struct TokenRecord: IsletMessage {
         if kind == .pushToStart {
             return deviceId.map { MessageKey.pushToStart(bundleId: app.bundleId, deviceId: $0, attributesType: attributesType) }
         }
+        if kind == .widget {
+            return deviceId.map { MessageKey.widget(bundleId: app.bundleId, deviceId: $0, kind: attributesType) }
+        }
         if deviceKeyed == true {
             guard let activityId, let deviceId else { return nil }
             return MessageKey.device(bundleId: app.bundleId, activityId: activityId, deviceId: deviceId)
@@ -163,7 +169,14 @@ public struct TokenRecord: IsletMessage {
                 throw MessageValidationError(field: "deviceKeyed", problem: "only update tokens are kept per device")
             }
             guard let deviceId, !deviceId.isEmpty else {
-                throw MessageValidationError(field: "deviceId", problem: "required for a push-to-start token")
+                throw MessageValidationError(field: "deviceId", problem: "required for a \(kind == .widget ? "widget" : "push-to-start") token")
+            }
+            if kind == .widget {
+                guard activityId == nil else {
+                    throw MessageValidationError(field: "activityId", problem: "a widget token belongs to a device, not an activity")
+                }
+                try MessageKey.requireDeviceId(deviceId)
+                try MessageKey.requireWidgetKind(attributesType, field: "attributesType")
             }
         }
         guard !token.isEmpty, token.utf8.count.isMultiple(of: 2), token.utf8.allSatisfy(Self.isLowercaseHexDigit) else {

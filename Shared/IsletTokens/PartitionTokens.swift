@@ -50,6 +50,17 @@ public final class PartitionTokens: Sendable {
         }
     }
 
+    /// Whose widget tokens: an app, a widget kind, a user's hashed id (``DeliveryToken/owner``),
+    /// which is what the table keeps of an activity's user. Two users whose ids share a hash
+    /// (about one pair in 10^7 at a million users) each get the other's widget reloads: a reload
+    /// carries no content (the widget fetches its own, with its own credentials), so nothing of one
+    /// user reaches the other.
+    struct WidgetOwner: Hashable {
+        var bundleId: String
+        var kind: String
+        var owner: UInt64
+    }
+
     /// What many tokens share.
     struct Profile: Hashable {
         var app: AppTarget
@@ -85,6 +96,9 @@ public final class PartitionTokens: Sendable {
         var startDevices: [StartOwner: Set<String>] = [:]
         /// Each push-to-start key indexed there → where (the entry keeps only a hash of its user).
         var startOwnerOf: [String: StartOwner] = [:]
+        /// A user's widget tokens, by app, widget kind and user → their devices
+        /// (``widgetKeys(bundleId:kind:owner:)``).
+        var widgetDevices: [WidgetOwner: Set<String>] = [:]
         var owned: Set<Int32> = []
         var ownsAll = false
 
@@ -132,6 +146,11 @@ public final class PartitionTokens: Sendable {
             if !devices.isEmpty, let (activityKey, deviceId) = MessageKey.splitDevice(key) {
                 devices[activityKey]?.remove(deviceId)
                 if devices[activityKey]?.isEmpty == true { devices[activityKey] = nil }
+            }
+            if let (bundleId, deviceId, kind) = MessageKey.splitWidget(key) {
+                let owner = WidgetOwner(bundleId: bundleId, kind: kind, owner: entry.owner)
+                widgetDevices[owner]?.remove(deviceId)
+                if widgetDevices[owner]?.isEmpty == true { widgetDevices[owner] = nil }
             }
             if let owner = startOwnerOf.removeValue(forKey: key), let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key) {
                 startDevices[owner]?.remove(deviceId)
@@ -256,6 +275,9 @@ public final class PartitionTokens: Sendable {
             if record.deviceKeyed == true, let (activityKey, deviceId) = MessageKey.splitDevice(key) {
                 state.devices[activityKey, default: []].insert(deviceId)
             }
+            if record.kind == .widget, let (bundleId, deviceId, kind) = MessageKey.splitWidget(key) {
+                state.widgetDevices[WidgetOwner(bundleId: bundleId, kind: kind, owner: DeliveryToken.owner(of: record.userId)), default: []].insert(deviceId)
+            }
             if record.kind == .pushToStart, let (owner, deviceId) = StartOwner.of(key, userId: record.userId) {
                 state.startDevices[owner, default: []].insert(deviceId)
                 state.startOwnerOf[key] = owner
@@ -290,7 +312,8 @@ public final class PartitionTokens: Sendable {
             let bytes = Hex.lowercase(state.tokenBytes(entry))
             return DeliveryToken(
                 token: fingerprintsOnly ? "" : bytes, app: profile.app, kind: profile.kind, state: profile.state,
-                deviceId: profile.kind == .pushToStart ? Self.deviceId(ofPushToStartKey: key) : nil,
+                deviceId: profile.kind == .pushToStart
+                    ? Self.deviceId(ofPushToStartKey: key) : profile.kind == .widget ? MessageKey.splitWidget(key)?.deviceId : nil,
                 frequentUpdatesEnabled: profile.frequentUpdatesEnabled, appVersion: profile.appVersion,
                 registeredAt: Self.date(entry.registeredAt), activityStartedAt: entry.startedAt == .min ? nil : Self.date(entry.startedAt),
                 fingerprint: fingerprintsOnly ? bytes : nil, locale: profile.locale, owner: entry.owner)
@@ -329,6 +352,16 @@ public final class PartitionTokens: Sendable {
         state.withLock { state in
             let devices = state.startDevices[StartOwner(bundleId: bundleId, attributesType: attributesType, userId: userId)] ?? []
             return devices.sorted().map { MessageKey.pushToStart(bundleId: bundleId, deviceId: $0, attributesType: attributesType) }
+        }
+    }
+
+    /// The keys of the widget tokens of widgets of `kind` in the app of the user whose hashed id is
+    /// `owner` (``DeliveryToken/owner``; ``MessageKey/widget(bundleId:deviceId:kind:)``), active or
+    /// not, sorted by device.
+    public func widgetKeys(bundleId: String, kind: String, owner: UInt64) -> [String] {
+        state.withLock { state in
+            let devices = state.widgetDevices[WidgetOwner(bundleId: bundleId, kind: kind, owner: owner)] ?? []
+            return devices.sorted().map { MessageKey.widget(bundleId: bundleId, deviceId: $0, kind: kind) }
         }
     }
 

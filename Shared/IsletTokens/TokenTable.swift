@@ -107,9 +107,9 @@ public final class TokenTable: Sendable {
             } else {
                 state.pushToStartByUser[record.userId, default: []].insert(key)
             }
-            // Only a push-to-start registration makes its user the device's owner: an activity
-            // registration may name any device id, and must not claim one by naming it.
-            if record.kind == .pushToStart, let deviceId = record.deviceId {
+            // Only a push-to-start or widget registration makes its user the device's owner: an
+            // activity registration may name any device id, and must not claim one by naming it.
+            if record.kind == .pushToStart || record.kind == .widget, let deviceId = record.deviceId {
                 let device = Self.deviceKey(bundleId: record.app.bundleId, deviceId: deviceId)
                 if state.deviceOwners[device] == nil { state.deviceOwners[device] = record.userId }
             }
@@ -225,7 +225,7 @@ public final class TokenTable: Sendable {
             var devices: Set<String> = []
             var count = 0
             for key in keys {
-                guard let record = state.entries[key]?.record, record.state == .active else { continue }
+                guard let record = state.entries[key]?.record, record.state == .active, record.kind == kind else { continue }
                 if record.deviceKeyed == true, let activityKey = record.activityKey {
                     // Counted once per activity: its own record or its first active device's.
                     if state.entries[activityKey]?.record.state == .active && state.entries[activityKey]?.record.userId == user { continue }

@@ -57,6 +57,39 @@ struct SimulatorRuleTests {
         #expect(verdict(request(body: #"{"aps":{"event":"start","timestamp":1,"content-state":{}}}"#)) == "400 BadPayload")
     }
 
+    @Test("a WidgetKit push (iOS 26) is taken with its own push type, its own topic and a body of content-changed only; mixed with a Live Activity's, refused")
+    func widgetPushes() throws {
+        let widgets = ["apns-push-type": "widgets", "apns-topic": "com.example.food.push-type.widgets", "apns-priority": "5"]
+        let reload = #"{"aps":{"content-changed":true}}"#
+        #expect(verdict(request(headers: widgets, body: reload)) == "200")
+        #expect(verdict(request(headers: widgets.merging(["apns-topic": "com.example.food.push-type.liveactivity"]) { $1 }, body: reload)) == "400 BadTopic")
+        #expect(verdict(request(headers: ["apns-topic": "com.example.food.push-type.widgets"], body: payload())) == "400 BadTopic")
+        #expect(verdict(request(headers: widgets, body: payload())) == "400 BadPayload", "a Live Activity's body is not a widget push")
+        #expect(verdict(request(headers: widgets, body: #"{"aps":{"content-changed":false}}"#)) == "400 BadPayload")
+        #expect(verdict(request(headers: widgets, body: #"{"aps":{"content-changed":true,"alert":"hi"}}"#)) == "400 BadPayload")
+        #expect(verdict(request(headers: widgets, body: "{}")) == "400 BadPayload")
+        guard case .success(let token) = NotificationValidator.token(of: request()),
+            case .success(let accepted) = NotificationValidator.validate(request(headers: widgets, body: reload), token: token, now: Date(), connection: 1, stream: 1)
+        else {
+            Issue.record("not accepted")
+            return
+        }
+        #expect(accepted.pushType == "widgets" && accepted.event == AcceptedNotification.widgetEvent && accepted.priority == 5)
+        // The broadcast API takes Live Activity pushes only.
+        let channel = try JSONDecoder().decode(
+            SimulatedChannel.self,
+            from: Data(#"{"id":"Y2hhbm5lbA==","bundleId":"com.example.food","storagePolicy":0,"createdAt":0,"subscribers":1,"broadcasts":0}"#.utf8))
+        let broadcast = NotificationValidator.Request(
+            method: "POST", path: "/4/broadcasts/apps/com.example.food",
+            headers: ["apns-push-type": "widgets", "apns-channel-id": channel.id, "apns-expiration": "0", "apns-priority": "5"], body: Array(reload.utf8))
+        guard case .failure(let refusal) = BroadcastValidator.validate(broadcast, channel: channel, requestId: UUID().uuidString, now: Date(), connection: 1)
+        else {
+            Issue.record("a widget broadcast was taken")
+            return
+        }
+        #expect(refusal.description == "400 InvalidPushType")
+    }
+
     @Test("a broadcast without apns-expiration is refused (required on every broadcast since 2025), as is one with a bad value; with it, taken")
     func broadcastNeedsExpiration() throws {
         let channel = try IsletJSON.decodeValue(

@@ -49,12 +49,12 @@ struct ToleranceTests {
             ],
             "PushRequest": [
                 "activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state", "channelStoragePolicy",
-                "tokenRegisteredAt", "deviceId", "startGroup",
+                "tokenRegisteredAt", "deviceId", "startGroup", "widgetKey",
             ],
             "PushOutcome": [
                 "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "apns.uniqueId", "priorityUsed", "latencyMilliseconds",
                 "tokenFingerprint", "supersededBy", "detail", "bundleId", "attributesType", "channelId", "contentSequence", "announcementId",
-                "deviceId", "apnsTimestamp", "startActivityId",
+                "deviceId", "apnsTimestamp", "startActivityId", "widgetKey",
             ],
             "ContentMemoryRecord": [
                 "activity", "checkpoint", "activity.steps", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",
@@ -113,7 +113,7 @@ struct ToleranceTests {
             #expect(E.knownValues.allSatisfy { $0.isKnown })
             #expect(!E(rawValue: "somethingElse").isKnown)
         }
-        check(TokenKind.self, ["update", "pushToStart"])
+        check(TokenKind.self, ["update", "pushToStart", "widget"])
         check(TokenState.self, ["active", "superseded", "invalidated"])
         check(
             InvalidationReason.self,

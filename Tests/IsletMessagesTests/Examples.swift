@@ -31,6 +31,16 @@ enum Examples {
         attributesType: "DeliveryAttributes", frequentUpdatesEnabled: true, appVersion: "5.12.0", state: .active,
         registeredAt: utc(2026, 11, 20, 18, 40, 3, 51), updatedAt: utc(2026, 11, 22, 9, 58, 44, 310))
 
+    /// The device's WidgetKit push token (iOS 26) for the app's order widget: its kind in
+    /// `attributesType`, under the widget key `wgt:<bundleId>:<deviceId>:<kind>`.
+    static let tokenRecordWidget = TokenRecord(
+        kind: .widget, deviceId: deviceId, userId: "user-1842", token: widgetToken, app: foodApp, attributesType: "OrderStatusWidget",
+        frequentUpdatesEnabled: false, appVersion: "5.12.0", state: .active, registeredAt: utc(2026, 11, 20, 18, 40, 4, 12),
+        updatedAt: utc(2026, 11, 20, 18, 40, 4, 12))
+
+    static let widgetToken = "5c0a9e81d2f34b67a8c1e9d0f2b3a4c5d6e7f8091a2b3c4d5e6f708192a3b4c5"
+    static let widgetKey = MessageKey.widget(bundleId: foodApp.bundleId, deviceId: deviceId, kind: "OrderStatusWidget")
+
     /// The device's push-to-start token, retired after a start on it was not confirmed in time
     /// (order 42's update token never came: it may be stale).
     static let tokenRecordStartUnconfirmed = TokenRecord(
@@ -156,6 +166,14 @@ enum Examples {
         staleDate: utc(2026, 11, 22, 10, 32, 9), expiration: utc(2026, 11, 22, 10, 32, 9),
         createdAt: utc(2026, 11, 22, 10, 2, 9, 955), sourceEventId: "orders-outbox-88207", sourceActivityId: "order-42",
         state: "preparing")
+
+    /// Order 42 is on its way: the user's order widget on the device is told to reload (iOS 26).
+    static let pushRequestWidget = PushRequest(
+        requestId: "0F6B3E2A-91C4-5D7E-8A2B-4C6D8E0F1A3B", event: .update, app: foodApp, attributesType: "OrderStatusWidget",
+        payload: PushRequest.widgetPayload, priority: 5, urgency: .routine, supersedable: true, alerting: false, apnsTimestamp: 1_795_342_940,
+        contentSequence: 3, expiration: utc(2026, 11, 22, 11, 22, 20), createdAt: utc(2026, 11, 22, 10, 22, 20, 518),
+        sourceEventId: "orders-outbox-88251", sourceActivityId: "order-42", state: "out_for_delivery",
+        tokenRegisteredAt: utc(2026, 11, 20, 18, 40, 4, 12), widgetKey: widgetKey)
 
     /// A start to every device of Ana: the one for her iPad (a second device), written before the
     /// one for her first device (`EBB93B8D…`, which names the group too).
@@ -326,6 +344,13 @@ enum Examples {
         apns: .init(status: 200, apnsId: "EBB93B8D-EF2E-4821-9238-20A483574786"), priorityUsed: 10, attempts: 1,
         latencyMilliseconds: 143.5, tokenFingerprint: "1dc680413d2f03b8", completedAt: utc(2026, 11, 22, 10, 2, 10, 99),
         bundleId: foodApp.bundleId, attributesType: "DeliveryAttributes")
+
+    /// The widget push, delivered (opportunistically: priority 5).
+    static let pushOutcomeWidget = PushOutcome(
+        requestId: "0F6B3E2A-91C4-5D7E-8A2B-4C6D8E0F1A3B", result: .delivered,
+        apns: .init(status: 200, apnsId: "0F6B3E2A-91C4-5D7E-8A2B-4C6D8E0F1A3B"), priorityUsed: 5, attempts: 1, latencyMilliseconds: 61.2,
+        tokenFingerprint: "6f58730e4953fcd5", completedAt: utc(2026, 11, 22, 10, 22, 20, 580), bundleId: foodApp.bundleId,
+        attributesType: "OrderStatusWidget", contentSequence: 3, widgetKey: widgetKey)
 
     /// content-service's later verdict on that push-to-start: no update token of order 42 within 60 s.
     static let pushOutcomeStartUnconfirmed = PushOutcome(

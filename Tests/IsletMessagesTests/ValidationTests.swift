@@ -47,6 +47,48 @@ struct ValidationTests {
         #expect(record.activityId == nil)
     }
 
+    @Test func widgetTokenBelongsToADeviceAndAKind() {
+        var record = Examples.tokenRecordWidget
+        expectValid(record)
+        #expect(record.key == "wgt:com.example.fooddelivery:\(Examples.deviceId):OrderStatusWidget")
+        record.activityId = "order-42"
+        expectInvalid(record, field: "activityId")
+        record.activityId = nil
+        record.deviceId = "a:b"
+        expectInvalid(record, field: "deviceId")
+        record.deviceId = Examples.deviceId
+        record.attributesType = "Order:Widget"
+        expectInvalid(record, field: "attributesType")
+        record.attributesType = ""
+        expectInvalid(record, field: "attributesType")
+    }
+
+    @Test func widgetPushIsAPriority5ReloadToOneDevice() {
+        expectValid(Examples.pushRequestWidget)
+        var request = Examples.pushRequestWidget
+        request.activityId = "order-42"
+        expectInvalid(request, field: "widgetKey")
+        request = Examples.pushRequestWidget
+        request.priority = 10
+        expectInvalid(request, field: "widgetKey")
+        request = Examples.pushRequestWidget
+        request.attributesType = "OtherWidget"
+        expectInvalid(request, field: "widgetKey")
+        request = Examples.pushRequestWidget
+        request.app.bundleId = "com.example.other"
+        expectInvalid(request, field: "widgetKey")
+        request = Examples.pushRequestWidget
+        request.payload = #"{"aps":{"content-changed":true,"alert":"x"}}"#
+        expectInvalid(request, field: "payload")
+        request = Examples.pushRequestWidget
+        request.widgetKey = "wgt:broken"
+        expectInvalid(request, field: "widgetKey")
+        var outcome = Examples.pushOutcomeWidget
+        expectValid(outcome)
+        outcome.pushToStartKey = Examples.pushToStartKey
+        expectInvalid(outcome, field: "widgetKey")
+    }
+
     @Test(arguments: ["", "a", "abc", "ABCDEF", "0A1b", "zz", "ab cd", "0x1234", "ab\n", "ａｂ"])
     func tokenMustBeEvenLengthLowercaseHex(_ token: String) {
         var record = Examples.tokenRecord

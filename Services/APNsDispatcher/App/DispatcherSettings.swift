@@ -229,6 +229,7 @@ public struct DispatcherSettings: Sendable {
             policy.budgets.apps[bundle] = (.init(capacity: parts[0], period: .seconds(3_600)), .init(capacity: parts[1], period: .seconds(3_600)))
         }
         policy.budgets.pushToStart.capacity = try config.int("islet.budget.push.to.start.burst", default: 8, range: 1...1_000)
+        policy.budgets.widgets.capacity = try config.int("islet.budget.widgets.per.hour", default: 6, range: 1...1_000)
         policy.budgets.criticalMaximumWait = try config.milliseconds("islet.budget.critical.max.wait.ms", default: .seconds(120))
         policy.retry.maximumAttempts = try config.int("islet.retry.max.attempts", default: 8, range: 1...100)
         policy.retry.maximumDelay = try config.milliseconds("islet.retry.max.delay.ms", default: .seconds(30))

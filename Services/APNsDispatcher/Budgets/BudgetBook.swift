@@ -5,7 +5,8 @@ import IsletTokens
 
 /// Every budget the dispatcher keeps, and the one decision made with them: the priority a request
 /// goes out with now, or until when it waits. An activity's updates spend its priority-10 budget
-/// (``PriorityDecision``); a push-to-start spends its device's budget and waits when it is empty.
+/// (``PriorityDecision``); a push-to-start spends its device's budget and waits when it is empty,
+/// and so does a widget push, with its device's widget budget.
 ///
 /// Each budget remembers the partition of the requests that spent it, and which changed since
 /// they were last taken for the changelog (``takeChanges(partitions:now:)``): the instance a
@@ -74,9 +75,14 @@ struct BudgetBook {
     mutating func decide(
         _ request: PushRequest, key: String, record: DeliveryToken, partition: Int32? = nil, now: Date, policy: BudgetPolicy
     ) -> PriorityDecision {
-        if request.pushToStartKey != nil, let deviceId = record.deviceId {
-            let device = DispatchBudgetRecord.deviceKey(bundleId: record.app.bundleId, deviceId: deviceId)
-            var entry = devices[device] ?? DeviceBudget(budget: Budget(limits: policy.pushToStart, now: now))
+        if request.pushToStartKey != nil || request.isWidget, let deviceId = record.deviceId {
+            // A device's widget pushes have a budget of their own, kept under the widgets' topic
+            // (`<bundleId>.push-type.widgets`) as a device's push-to-start budget is under its app.
+            let bundleId = request.isWidget ? record.app.bundleId + APNsPush.widgetsSuffix : record.app.bundleId
+            let limits = request.isWidget ? policy.widgets : policy.pushToStart
+            let device = DispatchBudgetRecord.deviceKey(bundleId: bundleId, deviceId: deviceId)
+            var entry = devices[device] ?? DeviceBudget(budget: Budget(limits: limits, now: now))
+            if entry.budget.limits != limits { entry.budget.setLimits(limits, now: now) }
             if let partition { entry.partition = partition }
             defer {
                 devices[device] = entry

@@ -104,7 +104,7 @@ final class APNsConnection: Sendable {
         case .device(let token, let topic):
             headers.add(name: ":path", value: "/3/device/\(token)", indexing: .nonIndexable)
             headers.add(name: "authorization", value: "bearer \(authorization)")
-            headers.add(name: "apns-push-type", value: "liveactivity")
+            headers.add(name: "apns-push-type", value: push.pushType)
             headers.add(name: "apns-topic", value: topic)
             headers.add(name: "apns-id", value: push.apnsID, indexing: .nonIndexable)
         case .channel(let id, let bundleID):

@@ -6,7 +6,7 @@ public struct APNsPush: Sendable {
     /// Where a push goes.
     public enum Destination: Sendable, Equatable {
         /// One activity's (or a push-to-start) device token; `topic` is `apns-topic`,
-        /// `<bundle id>.push-type.liveactivity`.
+        /// `<bundle id>.push-type.liveactivity` (a widget push's: `<bundle id>.push-type.widgets`).
         case device(token: String, topic: String)
         /// A broadcast channel of the app: one push for all its subscribers.
         case channel(id: String, bundleID: String)
@@ -22,6 +22,18 @@ public struct APNsPush: Sendable {
     /// that stores no message takes).
     public var expiration: Int64
     public var payload: ByteBuffer
+
+    /// `apns-push-type` on the token path: `liveactivity`, or `widgets` for a WidgetKit push
+    /// (iOS 26), told by its topic's suffix.
+    public var pushType: String {
+        if case .device(_, let topic) = destination, topic.hasSuffix(Self.widgetsSuffix) { return "widgets" }
+        return "liveactivity"
+    }
+
+    /// The suffix of a Live Activity push's topic.
+    public static let liveActivitySuffix = ".push-type.liveactivity"
+    /// The suffix of a WidgetKit push's topic.
+    public static let widgetsSuffix = ".push-type.widgets"
 
     public init(destination: Destination, priority: Int, apnsID: String, expiration: Int64, payload: ByteBuffer) {
         self.destination = destination
@@ -45,8 +57,10 @@ public struct APNsPush: Sendable {
     public var bundleID: String {
         switch destination {
         case .device(_, let topic):
-            let suffix = ".push-type.liveactivity"
-            return topic.hasSuffix(suffix) ? String(topic.dropLast(suffix.count)) : topic
+            for suffix in [Self.liveActivitySuffix, Self.widgetsSuffix] where topic.hasSuffix(suffix) {
+                return String(topic.dropLast(suffix.count))
+            }
+            return topic
         case .channel(_, let bundleID): return bundleID
         }
     }

@@ -267,7 +267,8 @@ extension DispatchMachine {
         return PushOutcome(
             requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: result,
             attempts: entry.attempts, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType,
-            contentSequence: request.contentSequence, announcementId: announcementId, deviceId: request.deviceId, apnsTimestamp: request.apnsTimestamp)
+            contentSequence: request.contentSequence, announcementId: announcementId, deviceId: request.deviceId, apnsTimestamp: request.apnsTimestamp,
+            widgetKey: request.widgetKey)
     }
 
     /// A note handed out with ``Action/note(_:)`` is persisted: its request waits for its retry

@@ -117,7 +117,7 @@ extension DispatchMachine {
         }
         setAwaiting(key, until: nil)
         let startedAt = record.activityStartedAt ?? record.registeredAt
-        if request.event == .update, now.timeIntervalSince(startedAt) > policy.activityLifetime / .seconds(1) {
+        if request.event == .update, !request.isWidget, now.timeIntervalSince(startedAt) > policy.activityLifetime / .seconds(1) {
             return drop(head, key: key, .expired, "the activity is older than 8 hours: iOS no longer shows updates")
         }
         if let expiration = request.expiration, expiration < now {
@@ -190,7 +190,7 @@ extension DispatchMachine {
         slots[key]?.inFlight = sending
         inFlight += 1
         metrics.inFlight(inFlight)
-        if sending.request.event != .start {
+        if sending.request.event != .start, !sending.request.isWidget {
             let timestamp = timestamp(for: sending.request, key: key)
             if timestamp != sending.request.apnsTimestamp, let payload = DispatchEngine.restamped(sending.request.payload, timestamp: timestamp) {
                 sending.request.payload = payload
@@ -216,7 +216,8 @@ extension DispatchMachine {
         let request = entry.request
         let payload = entry.ambiguous && request.alerting ? DispatchEngine.withoutAlert(request.payload) : request.payload
         let push = APNsPush(
-            deviceToken: record.token, topic: "\(record.app.bundleId).push-type.liveactivity", priority: priority, apnsID: request.requestId,
+            deviceToken: record.token, topic: record.app.bundleId + (request.isWidget ? APNsPush.widgetsSuffix : APNsPush.liveActivitySuffix),
+            priority: request.isWidget ? 5 : priority, apnsID: request.requestId,
             expiration: request.expiration.map { Int64($0.timeIntervalSince1970) } ?? 0, payload: ByteBuffer(string: payload))
         let fingerprint = TokenFingerprint.of(token: record.token)
         let announcement: PushOutcome? =
@@ -308,7 +309,7 @@ extension DispatchMachine {
             latencyMilliseconds: apns == nil ? nil : max(0, now.timeIntervalSince(request.createdAt) * 1_000), tokenFingerprint: fingerprint,
             supersededBy: supersededBy, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType,
             channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil, contentSequence: request.contentSequence,
-            deviceId: request.deviceId, apnsTimestamp: entry.attempts > 0 ? request.apnsTimestamp : nil)
+            deviceId: request.deviceId, apnsTimestamp: entry.attempts > 0 && !request.isWidget ? request.apnsTimestamp : nil, widgetKey: request.widgetKey)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)
         let key = request.key

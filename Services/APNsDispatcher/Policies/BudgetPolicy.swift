@@ -8,6 +8,9 @@
 /// using all of it: a throttled activity stops updating on the lock screen, while a downgraded
 /// update (priority 5) still arrives, only not at once. Push-to-start has its own, fixed budget
 /// per device (about 10 in a short window, per Apple DTS); Islet allows 8, then one a minute.
+/// WidgetKit pushes (iOS 26) are budgeted by iOS per device, at a rate Apple does not publish (a
+/// widget's reloads are a few dozen a day); Islet sends at most 6 an hour per device, and a widget
+/// push over budget waits (a newer one for the device replaces it: each only says "reload").
 public struct BudgetPolicy: Sendable {
     public struct Limits: Sendable, Equatable {
         public var capacity: Int
@@ -25,6 +28,8 @@ public struct BudgetPolicy: Sendable {
     /// app whose users expect every goal at once may be given more than a food-delivery app.
     public var apps: [String: (standard: Limits, frequent: Limits)] = [:]
     public var pushToStart: Limits
+    /// A device's WidgetKit pushes.
+    public var widgets: Limits
     /// How long a `critical` update waits for budget before it is sent at priority 5 anyway.
     public var criticalMaximumWait: Duration
 
@@ -32,8 +37,10 @@ public struct BudgetPolicy: Sendable {
         standard: Limits = Limits(capacity: 12, period: .seconds(3_600)),
         frequent: Limits = Limits(capacity: 240, period: .seconds(3_600)),
         pushToStart: Limits = Limits(capacity: 8, period: .seconds(480)),
+        widgets: Limits = Limits(capacity: 6, period: .seconds(3_600)),
         criticalMaximumWait: Duration = .seconds(120)
     ) {
+        self.widgets = widgets
         self.standard = standard
         self.frequent = frequent
         self.pushToStart = pushToStart

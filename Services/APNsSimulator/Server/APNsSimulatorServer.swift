@@ -309,7 +309,10 @@ final class APNsStreamHandler: ChannelInboundHandler, RemovableChannelHandler {
         // The key's limits (scoped keys): its environment, its topics.
         let bundleID: String? =
             switch target {
-            case .device: fields["apns-topic"].map { $0.hasSuffix(".push-type.liveactivity") ? String($0.dropLast(".push-type.liveactivity".count)) : $0 }
+            case .device:
+                fields["apns-topic"].map { topic in
+                    [".push-type.liveactivity", ".push-type.widgets"].first(where: topic.hasSuffix).map { String(topic.dropLast($0.count)) } ?? topic
+                }
             case .broadcastAPI(let route): route.bundleId
             }
         if let keyID = connection.keyID, let bundleID, let rejection = verifier.scopeRejection(keyID: keyID, bundleID: bundleID, environment: environment) {

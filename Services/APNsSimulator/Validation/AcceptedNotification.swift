@@ -1,7 +1,8 @@
 import Foundation
 import IsletMessages
 
-/// A Live Activity push the simulator accepted: what the phone would have received.
+/// A Live Activity push (or a WidgetKit push, `pushType` `widgets`) the simulator accepted: what
+/// the phone would have received.
 public struct AcceptedNotification: Sendable, Codable, Equatable {
     /// The device token (lowercase hex).
     public var token: String
@@ -14,7 +15,7 @@ public struct AcceptedNotification: Sendable, Codable, Equatable {
     public var pushType: String
     public var expiration: Int64?
     public var collapseID: String?
-    /// `aps.event`: start, update or end.
+    /// `aps.event`: start, update or end; ``widgetEvent`` for a widget push.
     public var event: String
     /// `aps.timestamp`.
     public var timestamp: Int64
@@ -27,4 +28,7 @@ public struct AcceptedNotification: Sendable, Codable, Equatable {
     /// Which connection and stream it came on (for GOAWAY and retry checks).
     public var connection: Int
     public var stream: Int
+
+    /// The `event` of a widget push (which has none: it says only `content-changed`).
+    public static let widgetEvent = "content-changed"
 }

@@ -1,7 +1,9 @@
 import Foundation
 import IsletMessages
 
-/// Validates a provider API request like APNs does for Live Activity pushes (token path).
+/// Validates a provider API request like APNs does for Live Activity pushes (token path), and for
+/// WidgetKit pushes (iOS 26: `apns-push-type: widgets`, topic `<bundle id>.push-type.widgets`,
+/// body `{"aps":{"content-changed":true}}`).
 public enum NotificationValidator {
     public static let maximumPayloadBytes = 4_096
     static let pathPrefix = "/3/device/"
@@ -39,9 +41,13 @@ public enum NotificationValidator {
         -> Result<AcceptedNotification, APNsRejection>
     {
         let headers = request.headers
-        guard headers["apns-push-type"] == "liveactivity" else { return .failure(APNsRejection(400, "InvalidPushType")) }
+        guard let pushType = headers["apns-push-type"], pushType == "liveactivity" || pushType == "widgets" else {
+            return .failure(APNsRejection(400, "InvalidPushType"))
+        }
         guard let topic = headers["apns-topic"], !topic.isEmpty else { return .failure(APNsRejection(400, "MissingTopic")) }
-        guard topic.hasSuffix(".push-type.liveactivity"), topic.count > ".push-type.liveactivity".count else {
+        // Each push type has its topic: the app's bundle id with the type's suffix.
+        let suffix = ".push-type." + pushType
+        guard topic.hasSuffix(suffix), topic.count > suffix.count else {
             return .failure(APNsRejection(400, "BadTopic"))
         }
         guard let priorityText = headers["apns-priority"], let priority = Int(priorityText), priority == 5 || priority == 10 else {
@@ -65,6 +71,19 @@ public enum NotificationValidator {
         // The payload: JSON with an aps dictionary that ActivityKit can act on.
         guard let aps = (try? IsletJSON.decodeValue(PayloadShape.self, from: request.body))?.aps else {
             return .failure(APNsRejection(400, "BadPayload"))
+        }
+        if pushType == "widgets" {
+            // WidgetKit reloads the widgets' timelines: `content-changed` is all it reads; a Live
+            // Activity's fields have no place in it.
+            guard aps.contentChanged == true, aps.event == nil, !aps.hasContentState, !aps.hasAlert else {
+                return .failure(APNsRejection(400, "BadPayload"))
+            }
+            return .success(
+                AcceptedNotification(
+                    token: token, apnsID: apnsID, uniqueID: UUID().uuidString.lowercased(), topic: topic, priority: priority, pushType: pushType,
+                    expiration: expiration, collapseID: collapseID, event: AcceptedNotification.widgetEvent, timestamp: 0, inputPushChannel: nil,
+                    payload: String(decoding: request.body, as: UTF8.self), payloadBytes: request.body.count, receivedAt: now,
+                    connection: connection, stream: stream))
         }
         guard let event = aps.event, ["start", "update", "end"].contains(event) else { return .failure(APNsRejection(400, "BadPayload")) }
         guard let timestamp = aps.timestamp, aps.hasContentState else { return .failure(APNsRejection(400, "BadPayload")) }
@@ -90,6 +109,7 @@ public enum NotificationValidator {
                 case contentState = "content-state"
                 case attributesType = "attributes-type"
                 case inputPushChannel = "input-push-channel"
+                case contentChanged = "content-changed"
             }
             /// A string, else nil.
             var event: String?
@@ -104,6 +124,8 @@ public enum NotificationValidator {
             var hasAlert: Bool
             /// A string, else nil.
             var inputPushChannel: String?
+            /// A boolean, else nil (a widget push's `content-changed`).
+            var contentChanged: Bool?
 
             init(from decoder: any Decoder) throws {
                 let aps = try decoder.container(keyedBy: Key.self)
@@ -118,6 +140,7 @@ public enum NotificationValidator {
                 hasAttributesType = (try? aps.decodeIfPresent(String.self, forKey: .attributesType)) != nil
                 hasAlert = aps.contains(.alert)
                 inputPushChannel = try? aps.decodeIfPresent(String.self, forKey: .inputPushChannel)
+                contentChanged = try? aps.decodeIfPresent(Bool.self, forKey: .contentChanged)
             }
         }
         /// An object.
@@ -152,5 +175,6 @@ extension NotificationValidator.PayloadShape.APS {
         if case .string? = aps["attributes-type"] { hasAttributesType = true } else { hasAttributesType = false }
         hasAlert = aps["alert"] != nil
         if case .string(let text)? = aps["input-push-channel"] { inputPushChannel = text } else { inputPushChannel = nil }
+        if case .bool(let value)? = aps["content-changed"] { contentChanged = value } else { contentChanged = nil }
     }
 }

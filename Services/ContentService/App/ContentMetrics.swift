@@ -59,8 +59,9 @@ public struct ContentMetrics: Sendable {
     }
     /// `islet_content_requests_total{event,priority}` and `islet_content_payload_bytes`: a push request on Kafka.
     func request(_ request: PushRequest) {
-        let key = Self.requestKey(request.event.rawValue, request.priority)
-        (requests[key] ?? Self.requestCounter(request.event.rawValue, request.priority)).increment()
+        let event = request.isWidget ? "widget" : request.event.rawValue
+        let key = Self.requestKey(event, request.priority)
+        (requests[key] ?? Self.requestCounter(event, request.priority)).increment()
         payloadBytes.record(request.payload.utf8.count)
     }
 

@@ -129,6 +129,26 @@ public struct ActivityTemplate: Sendable {
         public var alert: Alert?
     }
 
+    /// The widgets an activity's events refresh (``ActivityTemplate/widgets``): on every device of
+    /// the activity's user with a widget token for one of `kinds`, one `content-changed` push per
+    /// device when the activity enters one of `states` (every change of state when `nil`), and when
+    /// it ends. Updates within a state (a courier's position) refresh nothing: a widget's reloads
+    /// are budgeted by iOS.
+    public struct WidgetRefresh: Sendable, Equatable {
+        /// Widget kinds (`WidgetConfiguration`'s `kind`), in order of preference.
+        public var kinds: [String]
+        /// The states whose entry refreshes the widgets; `nil`: every change of state.
+        public var states: Set<String>?
+
+        /// Whether content of `state` after `previous` (`nil`: the activity's first content), or an
+        /// end, refreshes the widgets.
+        public func refreshes(state: String?, previous: String?, isEnd: Bool) -> Bool {
+            if isEnd { return true }
+            guard let state, state != previous else { return false }
+            return states.map { $0.contains(state) } ?? true
+        }
+    }
+
     public var attributesType: String
     public var description: String
     /// The app the activities of this type belong to, for requests whose activity has no token
@@ -149,6 +169,9 @@ public struct ActivityTemplate: Sendable {
     /// `message-storage-policy` (0 no message stored, 1 the latest stored). Its content is
     /// rendered for the newest app version in the default language (one payload for everyone).
     public var broadcastStoragePolicy: Int?
+    /// Which of the app's home-screen widgets an activity's events refresh by WidgetKit push
+    /// (iOS 26), and when; `nil`: none.
+    public var widgets: WidgetRefresh? = nil
     /// The same template in other languages (by canonical BCP 47 tag): its texts as the file's
     /// `translations` give them, the default ones where they give none.
     public var languages: [String: ActivityTemplate] = [:]

@@ -31,6 +31,11 @@ public enum RequestIds {
         make("device:\(requestId):\(deviceId)")
     }
 
+    /// The widget push (``PushRequest/widgetKey``) an activity's content makes on one device of its user.
+    public static func widget(of requestId: String, deviceId: String) -> String {
+        make("widget:\(requestId):\(deviceId)")
+    }
+
     /// The latest content sent again to a device of its activity that registered after it was made
     /// (``ContentEngine/catchUpDevices(in:owned:now:prepared:)``).
     public static func catchUp(of requestId: String, deviceId: String) -> String {

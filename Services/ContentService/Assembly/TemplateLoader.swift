@@ -101,6 +101,13 @@ public enum TemplateLoader {
         var translations: [String: [String: String]]?
         /// `{storagePolicy: 0 or 1}`: the type is sent by broadcast.
         var broadcast: RawBroadcast?
+        /// `{kinds: [...], states: [...]}`: the home-screen widgets the type's events refresh (iOS 26).
+        var widgets: RawWidgets?
+    }
+
+    struct RawWidgets: Decodable {
+        var kinds: [String]
+        var states: [String]?
     }
 
     struct RawBroadcast: Decodable {
@@ -322,6 +329,21 @@ public enum TemplateLoader {
                     throw fail("translations", "a broadcast is one payload for every phone: it has no language of its own (leave texts to loc-key)")
                 }
             }
+            let widgets = try raw.widgets.map { widgets in
+                guard raw.broadcast == nil else {
+                    throw fail("widgets", "a broadcast type's events name no user, whose devices' widgets they could refresh")
+                }
+                guard !widgets.kinds.isEmpty else { throw fail("widgets.kinds", "must name at least one widget kind") }
+                for (i, kind) in widgets.kinds.enumerated() {
+                    do throws(MessageValidationError) { try MessageKey.requireWidgetKind(kind) } catch { throw fail("widgets.kinds[\(i)]", error.problem) }
+                }
+                guard Set(widgets.kinds).count == widgets.kinds.count else { throw fail("widgets.kinds", "names a kind twice") }
+                for (i, state) in (widgets.states ?? []).enumerated() where raw.states[state] == nil {
+                    throw fail("widgets.states[\(i)]", "\(state) is not one of the states")
+                }
+                if widgets.states?.isEmpty == true { throw fail("widgets.states", "must name a state, or be left out (every change of state)") }
+                return ActivityTemplate.WidgetRefresh(kinds: widgets.kinds, states: widgets.states.map(Set.init))
+            }
             // Attributes without a default are required: a push-to-start must say them.
             let attributes = try (raw.attributes ?? []).enumerated().map { i, field in
                 var field = field
@@ -343,7 +365,7 @@ public enum TemplateLoader {
             return ActivityTemplate(
                 attributesType: raw.attributesType, description: raw.description ?? "", app: raw.app, stateField: raw.stateField ?? "status",
                 link: try mustache(raw.link, at: "link"), attributes: attributes, contentState: contentState, layout: layout, states: states,
-                defaultState: raw.defaultState, broadcastStoragePolicy: raw.broadcast?.storagePolicy)
+                defaultState: raw.defaultState, broadcastStoragePolicy: raw.broadcast?.storagePolicy, widgets: widgets)
         }
 
         /// A region of the collapsed island (`minimal`, `compactLeading`, `compactTrailing`) has no

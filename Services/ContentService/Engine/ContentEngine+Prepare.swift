@@ -85,6 +85,8 @@ extension ContentEngine {
         var devices: [DeviceToken] = []
         /// A start to every device of a user: the devices after the first (``withStartCopies(_:event:_:images:now:)``).
         var startDevices: [StartDevice] = []
+        /// The user's devices whose widgets the event may refresh (``withWidgetPushes(_:template:_:now:)``).
+        var widgets: [WidgetTarget] = []
     }
 
     /// An event's inputs, and what follows from them alone.
@@ -114,9 +116,10 @@ extension ContentEngine {
         // push-to-start token standing in for the activity's own, not yet read).
         let registeredAt = template.broadcastStoragePolicy == nil ? tokens.token(forKey: key).map(\.registeredAt) : nil
         let devices = template.broadcastStoragePolicy == nil && event.startTarget == nil ? deviceTokens(of: activityKey) : []
+        let widgets = ignored == nil ? widgetTargets(template: template, app: app, record: record) : []
         let inputs = AssemblyInputs(
             activityKey: activityKey, memory: memory, record: record, app: app, floor: floor, registeredAt: registeredAt, devices: devices,
-            startDevices: startDevices)
+            startDevices: startDevices, widgets: widgets)
         return Preparation(template: template, inputs: inputs, writtenInPart: writtenInPart, ignored: ignored)
     }
 
@@ -133,9 +136,10 @@ extension ContentEngine {
             return .ignore(ignored)
         }
         let requests = result.requests.filter { $0.requestId != preparation.writtenInPart }
+        let copied = withStartCopies(withDeviceCopies(requests, event: event, inputs, images: images, now: now), event: event, inputs, images: images, now: now)
         return .send(
             Prepared(
-                requests: withStartCopies(withDeviceCopies(requests, event: event, inputs, images: images, now: now), event: event, inputs, images: images, now: now),
+                requests: withWidgetPushes(copied, template: preparation.template, inputs, now: now),
                 shrinks: result.shrinks,
                 activityKey: inputs.activityKey, memory: memory))
     }

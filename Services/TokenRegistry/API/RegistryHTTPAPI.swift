@@ -18,6 +18,9 @@ import Logging
 /// | `PUT /v1/apps/{bundleId}/devices/{deviceId}/push-to-start/{attributesType}` | register or rotate a push-to-start token |
 /// | `GET /v1/apps/{bundleId}/devices/{deviceId}/push-to-start/{attributesType}` | its state |
 /// | `POST /v1/apps/{bundleId}/devices/{deviceId}/push-to-start/{attributesType}/invalidate` | stop using it |
+/// | `PUT /v1/apps/{bundleId}/devices/{deviceId}/widgets/{kind}` | register or rotate the WidgetKit push token for widgets of `kind` |
+/// | `GET /v1/apps/{bundleId}/devices/{deviceId}/widgets/{kind}` | its state |
+/// | `POST /v1/apps/{bundleId}/devices/{deviceId}/widgets/{kind}/invalidate` | stop using it |
 public struct RegistryHTTPAPI: Sendable {
     let registry: Registry
     let authenticator: Authenticator
@@ -83,6 +86,36 @@ public struct RegistryHTTPAPI: Sendable {
                     enabled: body.enabled))
         }
         addPushToStartRoutes(to: api)
+        addWidgetRoutes(to: api)
+    }
+
+    /// A device's WidgetKit push token, per widget kind.
+    private func addWidgetRoutes<Context: RequestContext>(to api: RouterGroup<Context>) {
+        let (registry, authenticator, maxBodyBytes) = (self.registry, self.authenticator, self.maxBodyBytes)
+        let widgets = "apps/:bundleId/devices/:deviceId/widgets/:kind"
+        api.put(RouterPath(widgets)) { request, context -> Response in
+            let user = try await authenticator.user(authorization: request.headers[.authorization])
+            let body = try await HTTPJSON.decode(RegisterWidgetTokenRequest.self, from: request, maxBodyBytes: maxBodyBytes)
+            let result = try await registry.registerWidgetToken(
+                user: user, bundleId: try context.parameter("bundleId"), deviceId: try context.parameter("deviceId"),
+                kind: try context.parameter("kind"), body)
+            return try json(result, status: result.change == .registered ? .created : .ok)
+        }
+        api.get(RouterPath(widgets)) { request, context -> Response in
+            let user = try await authenticator.user(authorization: request.headers[.authorization])
+            return try json(
+                try registry.widget(
+                    user: user, bundleId: try context.parameter("bundleId"), deviceId: try context.parameter("deviceId"),
+                    kind: try context.parameter("kind")))
+        }
+        api.post(RouterPath(widgets + "/invalidate")) { request, context -> Response in
+            let user = try await authenticator.user(authorization: request.headers[.authorization])
+            let body = try await HTTPJSON.decode(InvalidateRequest.self, from: request, maxBodyBytes: maxBodyBytes)
+            return try json(
+                try await registry.invalidateWidget(
+                    user: user, bundleId: try context.parameter("bundleId"), deviceId: try context.parameter("deviceId"),
+                    kind: try context.parameter("kind"), reason: body.reason))
+        }
     }
 
     /// A device's push-to-start tokens, per attributes type.

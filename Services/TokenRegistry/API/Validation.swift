@@ -129,6 +129,14 @@ public enum Validation {
         return checked
     }
 
+    package static func widgetToken(_ request: RegisterWidgetTokenRequest) throws(APIError) -> RegisterWidgetTokenRequest {
+        var checked = request
+        checked.token = try token(request.token)
+        checked.environment = try environment(request.environment, field: "environment")
+        checked.appVersion = try appVersion(request.appVersion)
+        return checked
+    }
+
     private static func isDigit(_ byte: UInt8) -> Bool { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) }
     private static func isLetter(_ byte: UInt8) -> Bool {
         (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)

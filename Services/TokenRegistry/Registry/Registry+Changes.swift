@@ -64,6 +64,15 @@ extension Registry {
         return try await invalidate(user: user, key: key, reason: try Validation.clientReason(reason))
     }
 
+    /// The app stopped using its widget token for widgets of `kind` (the user removed the last
+    /// such widget, or the token changed and was registered again under each kind it serves).
+    public func invalidateWidget(
+        user: String, bundleId: String, deviceId: String, kind: String, reason: InvalidationReason
+    ) async throws(APIError) -> WriteResponse {
+        let key = try Self.widgetKey(bundleId: bundleId, deviceId: deviceId, kind: kind)
+        return try await invalidate(user: user, key: key, reason: try Validation.clientReason(reason))
+    }
+
     /// Invalidates the token of `key` for `reason`; `user`, when given, must own it. Repeating it changes nothing.
     public func invalidate(user: String?, key: String, reason: InvalidationReason) async throws(APIError) -> WriteResponse {
         try await write(key: key) { current, now throws(APIError) in

@@ -25,6 +25,11 @@ extension Registry {
         try view(user: user, key: try Self.pushToStartKey(bundleId: bundleId, deviceId: deviceId, attributesType: attributesType))
     }
 
+    /// The state of a device's widget token for widgets of `kind` (the caller's own).
+    public func widget(user: String, bundleId: String, deviceId: String, kind: String) throws(APIError) -> TokenStateView {
+        try view(user: user, key: try Self.widgetKey(bundleId: bundleId, deviceId: deviceId, kind: kind))
+    }
+
     /// A user's own token by key, or 404 (another user's token is not revealed to exist).
     func view(user: String, key: String) throws(APIError) -> TokenStateView {
         try requireReady()
@@ -52,6 +57,12 @@ extension Registry {
                 .conflict, .conflict, field: "bundleId",
                 reason: "the activity id is registered in several apps (\(apps.joined(separator: ", "))): name the app with bundleId")
         }
+    }
+
+    static func widgetKey(bundleId: String, deviceId: String, kind: String) throws(APIError) -> String {
+        MessageKey.widget(
+            bundleId: try Validation.bundleId(bundleId, field: "bundleId"), deviceId: try Validation.identifier(deviceId, field: "deviceId"),
+            kind: try Validation.identifier(kind, field: "kind"))
     }
 
     static func pushToStartKey(bundleId: String, deviceId: String, attributesType: String) throws(APIError) -> String {

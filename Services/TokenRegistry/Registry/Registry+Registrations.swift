@@ -165,6 +165,39 @@ extension Registry {
         }
     }
 
+    /// Registers or rotates a device's WidgetKit push token for the app's widgets of `kind`
+    /// (iOS 26). The device is the user's as for push-to-start: one user's device cannot take
+    /// another's widgets. Widget tokens have a quota of their own, as large as push-to-start's.
+    public func registerWidgetToken(
+        user: String, bundleId: String, deviceId: String, kind: String, _ request: RegisterWidgetTokenRequest
+    ) async throws(APIError) -> WriteResponse {
+        let key = try Self.widgetKey(bundleId: bundleId, deviceId: deviceId, kind: kind)
+        try requireServed(bundleId, field: "bundleId")
+        let request = try Validation.widgetToken(request)
+        if let owner = table.owner(bundleId: bundleId, deviceId: deviceId), owner != user {
+            throw APIError(.forbidden, .forbidden, field: "deviceId", reason: "the device belongs to another user")
+        }
+        return try await register(user: user, kind: .widget, key: key) { current, now throws(APIError) in
+            let app = AppTarget(bundleId: bundleId, environment: request.environment)
+            guard let current else {
+                return (
+                    TokenRecord(
+                        kind: .widget, deviceId: deviceId, userId: user, token: request.token, app: app, attributesType: kind,
+                        frequentUpdatesEnabled: false, appVersion: request.appVersion, state: .active, registeredAt: now, updatedAt: now),
+                    .registered
+                )
+            }
+            guard current.userId == user else {
+                throw APIError(.forbidden, .forbidden, field: "deviceId", reason: "the device belongs to another user")
+            }
+            var next = current
+            next.token = request.token
+            next.app = app
+            next.appVersion = request.appVersion
+            return Self.reregistration(of: current, as: next, now: now)
+        }
+    }
+
     /// Whether `ticket` proves `user` owns the activity: `false` when there is none (and none is
     /// required); a 403 when it does not verify or one is required and missing; a 400 when the
     /// registry verifies no tickets.

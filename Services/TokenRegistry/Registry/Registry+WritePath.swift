@@ -17,14 +17,19 @@ extension Registry {
         user: String, kind: TokenKind, key: String, _ decide: @escaping @Sendable (TokenRecord?, Date) throws(APIError) -> (TokenRecord, Change)
     ) async throws(APIError) -> WriteResponse {
         let (table, limit) = (self.table, kind == .update ? quotas.liveActivities : quotas.pushToStart)
-        let what = kind == .update ? "live activities (the most allowed): end one first" : "push-to-start tokens (the most allowed): invalidate one first"
+        let what =
+            switch kind {
+            case .update: "live activities (the most allowed): end one first"
+            case .widget: "widget tokens (the most allowed): invalidate one first"
+            default: "push-to-start tokens (the most allowed): invalidate one first"
+            }
         // Serialised per user, so that registrations in parallel cannot pass the quota together.
         return try await locks.withLock("user:" + user) { () async throws(APIError) -> WriteResponse in
             try await self.write(key: key) { current, now throws(APIError) in
                 // The user gains an active token unless the key already holds one of theirs.
                 // (Another device's record of an activity the user has active adds no activity.)
                 if current?.state != .active || current?.userId != user, limit > 0, table.activeCount(ofUser: user, kind: kind) >= limit,
-                    kind == .pushToStart || !table.hasOtherActiveRecord(ofActivityOf: key, user: user)
+                    kind != .update || !table.hasOtherActiveRecord(ofActivityOf: key, user: user)
                 {
                     throw APIError(
                         .tooManyRequests, .quotaExceeded, field: kind == .update ? "activityId" : "deviceId",
