@@ -75,6 +75,16 @@ public struct World: Sendable {
                 token: token, attributesType: "DeliveryAttributes", app: app, frequentUpdatesEnabled: false, appVersion: "2.1",
                 activityStartedAt: Date(), ticket: try await ticket(activityId: order, bundleId: app.bundleId)))
         service("token-registry", answer)
+        // iOS 26: the app's home-screen order widget takes WidgetKit pushes; the template says which
+        // of the order's states refresh it (delivery.yaml, `widgets`).
+        let device = "phone-\(run)"
+        let widgetToken = Self.token("w1d6" + run)
+        step("app", "the app's order widget reports its push token (WidgetPushHandler); the app registers it for OrderStatusWidget")
+        service(
+            "token-registry",
+            try await put(
+                "/v1/apps/\(app.bundleId)/devices/\(device)/widgets/OrderStatusWidget",
+                RegisterWidgetTokenRequest(token: widgetToken, environment: app.environment, appVersion: "2.1")))
 
         var fields: [String: JSONValue] = ["orderId": .string(run), "storeName": .string("Casa Lola")]
         let courier: JSONValue = .object(["name": .string("Ana"), "photoUrl": .string("\(play.images)/courier.jpg")])
@@ -103,7 +113,16 @@ public struct World: Sendable {
                 step("backend", "\(what): \(kind.rawValue) \(status) (\(urgency.rawValue)) on islet.activity-events.v1")
                 try await producer.send(event, to: IsletTopics.activityEvents.name)
             }
-            last = try await received(token: token, through: RequestIds.content(bundleId: app.bundleId, activityId: order, eventId: event.eventId))
+            let requestId = RequestIds.content(bundleId: app.bundleId, activityId: order, eventId: event.eventId)
+            last = try await received(token: token, through: requestId)
+            if kind == .end {
+                // The end always refreshes the widget (the order is done): wait for that push.
+                let reloads = try await received(token: widgetToken, through: RequestIds.widget(of: requestId, deviceId: device))
+                service(
+                    "phone (widget)",
+                    "\(reloads.count) WidgetKit pushes, one per state the template lists (placed, courier_assigned, out_for_delivery) and the end: "
+                        + (reloads.last.map { "each \($0.pushType) p\($0.priority) \($0.payload)" } ?? ""))
+            }
         }
 
         // A tap on the Lock Screen widget, forwarded by the app.
