@@ -48,7 +48,7 @@ public struct DeliveryToken: Sendable, Equatable {
     public init(_ record: TokenRecord) {
         self.init(
             token: record.token, app: record.app, kind: record.kind, state: record.state,
-            deviceId: record.kind == .pushToStart ? record.deviceId : nil, frequentUpdatesEnabled: record.frequentUpdatesEnabled,
+            deviceId: record.kind == .pushToStart || record.kind == .widget ? record.deviceId : nil, frequentUpdatesEnabled: record.frequentUpdatesEnabled,
             appVersion: record.appVersion, registeredAt: record.registeredAt, activityStartedAt: record.activityStartedAt, locale: record.locale,
             owner: Self.owner(of: record.userId))
     }

@@ -28,10 +28,11 @@ struct WidgetPushDispatchTests {
         #expect(throws: Never.self) { try outcome.validate() }
     }
 
-    @Test("a device's widget pushes spend its widget budget, not the activity's or push-to-start's: over it, the next waits, and a newer one for the device replaces it (each says only: reload)")
+    @Test("a device's widget pushes spend its widget budget, not the activity's or push-to-start's: over it, the next waits (within the widget wait), and a newer one for the device replaces it (each says only: reload)")
     func budgetedPerDevice() throws {
         var policy = DispatcherPolicy()
         policy.budgets.widgets = .init(capacity: 2, period: .seconds(3_600))
+        policy.budgets.widgetMaximumWait = .seconds(3_600)
         let h = EngineHarness(policy: policy)
         let key = h.registerWidget(device: "d1", token: hexToken(9))
         let other = h.registerWidget(device: "d2", token: hexToken(10))
@@ -53,6 +54,28 @@ struct WidgetPushDispatchTests {
         #expect(h.sender.sent.last?.priority == 10)
         h.advance(1_801)
         #expect(h.sink.final.last?.requestId == newer.requestId && h.sink.final.last?.result == .delivered, "sent once budget came back")
+    }
+
+    @Test("a widget push whose device's budget does not come back within the widget wait (2 minutes) ends expired at once: it never holds its partition's offset for the ten minutes a send takes to refill")
+    func overBudgetIsNotHeld() throws {
+        var policy = DispatcherPolicy()
+        policy.budgets.widgets = .init(capacity: 1, period: .seconds(3_600))
+        let h = EngineHarness(policy: policy)
+        let key = h.registerWidget(device: "d1", token: hexToken(9))
+        h.submit(h.widgetPush(key: key))
+        let over = h.widgetPush(key: key)
+        h.submit(over)
+        let outcome = try #require(h.sink.final.first { $0.requestId == over.requestId })
+        #expect(outcome.result == .expired && outcome.attempts == 0 && outcome.detail?.contains("widget budget") == true)
+        #expect(h.sender.sent.count == 1)
+        // With the budget back within the wait, it waits and goes.
+        policy.budgets.widgets = .init(capacity: 60, period: .seconds(3_600))
+        let quick = EngineHarness(policy: policy)
+        let quickKey = quick.registerWidget(device: "d1", token: hexToken(9))
+        for _ in 0..<61 { quick.submit(quick.widgetPush(key: quickKey)) }
+        #expect(quick.sender.sent.count == 60)
+        quick.advance(61)
+        #expect(quick.sender.sent.count == 61 && quick.sink.final.allSatisfy { $0.result == .delivered })
     }
 
     @Test("a widget token registered more than 8 hours ago still gets pushes: the Live Activity lifetime is not a widget's")

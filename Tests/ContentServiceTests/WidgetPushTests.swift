@@ -91,6 +91,23 @@ struct WidgetPushTests {
         #expect(reader.memory(of: "com.example.food/order-42")?.latest?.requestId == content.requestId)
     }
 
+    @Test("the token table knows each user's widget devices by app, kind and user, following re-registrations, another user taking the key, and removals; a widget token names its device")
+    func tableIndex() throws {
+        let tokens = tokens()
+        let owner = DeliveryToken.owner(of: "ana")
+        #expect(tokens.widgetKeys(bundleId: app.bundleId, kind: Self.kind, owner: owner) == ["d1", "d2", "d4"].map { Self.widgetKey($0) })
+        #expect(tokens.widgetKeys(bundleId: app.bundleId, kind: "OtherWidget", owner: owner) == [Self.widgetKey("d5", kind: "OtherWidget")])
+        #expect(tokens.widgetKeys(bundleId: "com.example.ride", kind: Self.kind, owner: owner).isEmpty)
+        #expect(tokens.token(forKey: Self.widgetKey("d2"))?.deviceId == "d2")
+        #expect(tokens.token(forKey: Self.widgetKey("d2")) == DeliveryToken(widgetToken("d2", seed: "cd")))
+        // Mallory registers d2's key (the registry refuses it; a record on the topic is what counts here).
+        tokens.put(widgetToken("d2", user: "mallory", seed: "dd"), key: Self.widgetKey("d2"))
+        #expect(tokens.widgetKeys(bundleId: app.bundleId, kind: Self.kind, owner: owner) == ["d1", "d4"].map { Self.widgetKey($0) })
+        #expect(tokens.widgetKeys(bundleId: app.bundleId, kind: Self.kind, owner: DeliveryToken.owner(of: "mallory")) == ["d2", "d3"].map { Self.widgetKey($0) })
+        tokens.remove(key: Self.widgetKey("d1"), partition: 0, offset: Int64.max)
+        #expect(tokens.widgetKeys(bundleId: app.bundleId, kind: Self.kind, owner: owner) == [Self.widgetKey("d4")])
+    }
+
     @Test("a template's widgets are checked at load: kinds named, states known, not with broadcast", arguments: [
         ("widgets: { kinds: [] }", "widgets.kinds"),
         ("widgets: { kinds: [\"a:b\"] }", "widgets.kinds[0]"),

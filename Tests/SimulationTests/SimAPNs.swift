@@ -116,6 +116,11 @@ final class SimPhones {
 
     func addToken(_ token: String, device: String, activityId: String?) { tokens[token] = (device, activityId) }
 
+    /// Widget tokens (iOS 26 WidgetKit push), and the reloads each device's widget got.
+    private var widgetTokens: [String: String] = [:]
+    private(set) var widgetReloads = 0
+    func addWidgetToken(_ token: String, device: String) { widgetTokens[token] = device }
+
     /// An activity the app started itself.
     func startLocally(_ activityId: String, device: String, token: String) {
         activities[activityId] = Activity(device: device, token: token)
@@ -134,6 +139,19 @@ final class SimPhones {
     func isDead(_ token: String) -> Bool { dead[token].map { $0.until == nil } ?? false }
 
     func receive(_ push: APNsPush, token: String, request: PushRequest?) {
+        // A widget push reaches a widget token only, as a reload and nothing else; a Live Activity
+        // push never reaches a widget token.
+        if push.pushType == "widgets" || widgetTokens[token] != nil || request?.isWidget == true {
+            guard push.pushType == "widgets", request?.isWidget == true, let device = widgetTokens[token],
+                String(buffer: push.payload) == PushRequest.widgetPayload, push.priority == 5
+            else {
+                return world.violate(
+                    "widget", "\(push.apnsID.prefix(8)) (\(push.pushType), p\(push.priority)) reached \(widgetTokens[token] ?? tokens[token]?.device ?? "an unknown token") as a widget push: \(String(buffer: push.payload).prefix(60))")
+            }
+            widgetReloads += 1
+            world.trace("phone \(device): the order widget reloads (\(push.apnsID.prefix(8)))")
+            return
+        }
         guard let request, let target = tokens[token] else { return }
         let payload = String(buffer: push.payload)
         let alerts = payload.contains("\"alert\"")

@@ -30,6 +30,12 @@ final class SimWorkload {
     /// device of the user (``ActivityEvent/PushToStartTarget/userId``). Drawn from a stream of their own.
     var userStarts = true
     private lazy var userStartRandom = SimRandom(seed: world.seed ^ 0x05E2_57A2_7D3E_71CE)
+    /// Whether some phones have the app's order widget, registered for WidgetKit pushes (issue 61
+    /// item 1): the user's activities' state changes and ends reload it. Drawn from a stream of its own.
+    var widgets = true
+    private lazy var widgetRandom = SimRandom(seed: world.seed ^ 0x3D6E_7A11_0B5E_C0DE)
+    /// Phones whose widget token is registered.
+    private(set) var widgetCount = 0
     private(set) var secondDeviceCount = 0
     /// Starts sent to every device of a user.
     private(set) var userStartCount = 0
@@ -38,6 +44,9 @@ final class SimWorkload {
     let app = AppTarget(bundleId: SimWorld.bundleId, environment: .production)
 
     init(world: SimWorld) { self.world = world }
+
+    /// The widget kind the delivery template refreshes.
+    static let widgetKind = "OrderStatusWidget"
 
     static func pushToStartKey(device: String) -> String {
         MessageKey.pushToStart(bundleId: SimWorld.bundleId, deviceId: device, attributesType: SimWorld.attributesType)
@@ -64,6 +73,20 @@ final class SimWorkload {
                     kind: .pushToStart, deviceId: pad, userId: "user-\(index)", token: padToken, app: app, attributesType: SimWorld.attributesType,
                     frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: world.now, updatedAt: world.now),
                     key: Self.pushToStartKey(device: pad))
+            }
+        }
+        // The order widget on a few phones: its token is the user's ("user", whose the app's
+        // activities are), so each of those activities' state changes reloads it on every one.
+        if widgets {
+            for index in 0..<min(deviceCount, widgetRandom.int(0...3)) {
+                let device = "DEVICE-\(index)"
+                let token = widgetRandom.hex(bytes: 32)
+                world.phones.addWidgetToken(token, device: device)
+                widgetCount += 1
+                register(TokenRecord(
+                    kind: .widget, deviceId: device, userId: "user", token: token, app: app, attributesType: Self.widgetKind,
+                    frequentUpdatesEnabled: false, appVersion: "1.0", state: .active, registeredAt: world.now, updatedAt: world.now),
+                    key: MessageKey.widget(bundleId: SimWorld.bundleId, deviceId: device, kind: Self.widgetKind))
             }
         }
         world.phones.onStarted = { [weak self] activityId, device in

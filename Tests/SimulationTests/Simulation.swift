@@ -27,7 +27,9 @@ enum Simulation {
     /// - Parameter userStarts: each user has an iPad with a push-to-start token too, and some
     ///   starts go to every device of the user (off, or without `secondDevices`: the workload a
     ///   seed had before).
-    static func run(seed: UInt64, verbose: Bool = false, secondDevices: Bool = true, userStarts: Bool = true) -> Result {
+    /// - Parameter widgets: a few phones have the order widget, reloaded by WidgetKit push (off: the
+    ///   workload a seed had before).
+    static func run(seed: UInt64, verbose: Bool = false, secondDevices: Bool = true, userStarts: Bool = true, widgets: Bool = true) -> Result {
         let world = SimWorld(seed: seed, partitions: 4)
         world.traceLog.verbose = verbose
         let random = world.random
@@ -127,6 +129,7 @@ enum Simulation {
         let workload = SimWorkload(world: world)
         workload.secondDevices = secondDevices
         workload.userStarts = secondDevices && userStarts
+        workload.widgets = widgets
         workload.plan(activities: random.int(4...10), devices: 3, duration: workloadSeconds)
 
         let end = SimWorld.start.addingTimeInterval(runSeconds)
@@ -134,7 +137,7 @@ enum Simulation {
         world.checkAtEnd()
         let summary = """
             seed \(seed): \(contentCount) content-services (\(contentProtocol)), \(count) dispatchers, \(rebalanceProtocol) rebalances, remembered \(policy.rememberedFinished), \
-            queue \(policy.maximumQueued), awaiting \(policy.maximumAwaitingRequests), in flight \(policy.maximumInFlight); \(workload.plans.count) activities (\(workload.secondDeviceCount) on two devices, \(workload.userStartCount) started on every device of a user), \
+            queue \(policy.maximumQueued), awaiting \(policy.maximumAwaitingRequests), in flight \(policy.maximumInFlight); \(workload.plans.count) activities (\(workload.secondDeviceCount) on two devices, \(workload.userStartCount) started on every device of a user; \(workload.widgetCount) order widgets, \(world.phones.widgetReloads) reloads), \
             \(world.requestsById.count) requests, \(world.assembledAheadUsed) events as assembled at the check; \(described.joined(separator: ", ")); \(world.scheduler.steps) steps
             """
         return Result(seed: seed, violations: world.violations, trace: world.traceLog.last, summary: summary, assembledAheadUsed: world.assembledAheadUsed)

@@ -46,7 +46,7 @@ struct SimulationTests {
     /// requests for 10 minutes (`rememberedFinishedPerActivity`).
     @Test("seed 15311: a copy read after the dispatcher's window of finished requests moved past it is released, not given a second outcome")
     func seed15311() {
-        let result = Simulation.run(seed: 15311, secondDevices: false)
+        let result = Simulation.run(seed: 15311, secondDevices: false, widgets: false)
         #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
@@ -58,7 +58,7 @@ struct SimulationTests {
     /// whenever its token comes.
     @Test("seed 24440: a push-to-start that reaches the phone after its activity's end gets that end")
     func seed24440() {
-        let result = Simulation.run(seed: 24440, secondDevices: false)
+        let result = Simulation.run(seed: 24440, secondDevices: false, widgets: false)
         #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
@@ -71,7 +71,7 @@ struct SimulationTests {
     /// each device whose activity started before it (`ContentEngine.devicesOfRecentEnds`).
     @Test("seed 6336: a device an instance that was killed left without the end gets it from the next owner")
     func seed6336() {
-        let result = Simulation.run(seed: 6336, userStarts: false)
+        let result = Simulation.run(seed: 6336, userStarts: false, widgets: false)
         #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
@@ -81,7 +81,7 @@ struct SimulationTests {
     /// end, ignored the event read again. Held by the same fix as 6336.
     @Test("seed 19734: a device's copy of an end that Kafka refused while it took the activity's own end is made by the next owner")
     func seed19734() {
-        let result = Simulation.run(seed: 19734, userStarts: false)
+        let result = Simulation.run(seed: 19734, userStarts: false, widgets: false)
         #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 
@@ -94,7 +94,7 @@ struct SimulationTests {
     /// activity (`DispatchMachine.timestamp(for:key:)`); without that, this seed breaks ("newer hidden").
     @Test("seed 10099: requests a stopped instance stamped earlier, stored after the next owner's, still reach the phone as newer content")
     func seed10099() {
-        let result = Simulation.run(seed: 10099, userStarts: false)
+        let result = Simulation.run(seed: 10099, userStarts: false, widgets: false)
         #expect(result.violations.isEmpty, "\(result.violations.map(\.description))")
     }
 

@@ -48,6 +48,14 @@ extension DispatchMachine {
                     }
                 switch decision {
                 case .wait(let until):
+                    let giveUp = head.enqueuedAt.addingTimeInterval(policy.budgets.widgetMaximumWait / .seconds(1))
+                    if head.request.isWidget, until > giveUp {
+                        // Not held for long: it would hold its partition's offset back.
+                        _ = drop(
+                            head, key: key, .expired,
+                            "the device's widget budget (\(policy.budgets.widgets.capacity) an hour) is spent for longer than \(Int(policy.budgets.widgetMaximumWait / .seconds(1))) s: not sent (the widget reloads on its own timeline)")
+                        continue
+                    }
                     wake(key, at: until)
                 case .send(let priority, let downgraded):
                     if head.request.priority == 10, let remaining = budgets.remaining(for: key, now: now) { metrics.budgetRemaining(remaining) }

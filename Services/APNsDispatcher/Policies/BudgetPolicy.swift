@@ -9,8 +9,10 @@
 /// update (priority 5) still arrives, only not at once. Push-to-start has its own, fixed budget
 /// per device (about 10 in a short window, per Apple DTS); Islet allows 8, then one a minute.
 /// WidgetKit pushes (iOS 26) are budgeted by iOS per device, at a rate Apple does not publish (a
-/// widget's reloads are a few dozen a day); Islet sends at most 6 an hour per device, and a widget
-/// push over budget waits (a newer one for the device replaces it: each only says "reload").
+/// widget's reloads are a few dozen a day); Islet sends at most 6 an hour per device. A widget push
+/// over budget waits at most ``widgetMaximumWait`` (a newer one for the device replaces it: each
+/// only says "reload"), then ends `expired`: held longer, it would hold its partition's committed
+/// offset back for up to the time one send takes to refill (10 minutes at 6 an hour).
 public struct BudgetPolicy: Sendable {
     public struct Limits: Sendable, Equatable {
         public var capacity: Int
@@ -30,6 +32,8 @@ public struct BudgetPolicy: Sendable {
     public var pushToStart: Limits
     /// A device's WidgetKit pushes.
     public var widgets: Limits
+    /// How long a widget push waits for its device's widget budget, from when it was read.
+    public var widgetMaximumWait: Duration = .seconds(120)
     /// How long a `critical` update waits for budget before it is sent at priority 5 anyway.
     public var criticalMaximumWait: Duration
 
