@@ -123,7 +123,10 @@ public struct ClickStats: Sendable {
     /// Returns the app and type it was attributed to, if known yet.
     @discardableResult
     public mutating func record(_ outcome: PushOutcome) -> AppType? {
-        guard outcome.result == .delivered || outcome.result == .deliveredDowngraded, seenOutcomes[outcome.requestId] == nil else { return nil }
+        // A widget push (iOS 26) reloads a home-screen widget: not a Live Activity update.
+        guard outcome.result == .delivered || outcome.result == .deliveredDowngraded, outcome.widgetKey == nil,
+            seenOutcomes[outcome.requestId] == nil
+        else { return nil }
         if let type = outcome.attributesType {
             // Every delivered push (a push-to-start too) shows the activity on every surface.
             let appType = AppType(app: outcome.bundleId ?? Self.unknownApp, attributesType: type)

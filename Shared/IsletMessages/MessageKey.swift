@@ -20,14 +20,14 @@ public enum MessageKey {
     /// The activity (`<bundleId>/<activityId>`) and device of a device's key
     /// (``device(bundleId:activityId:deviceId:)``); `nil` for any other key.
     public static func splitDevice(_ key: String) -> (activityKey: String, deviceId: String)? {
-        guard !isDeviceKeyed(key), let first = key.firstIndex(of: "/") else { return nil }
+        guard !isDeviceScopedKey(key), let first = key.firstIndex(of: "/") else { return nil }
         guard let second = key[key.index(after: first)...].firstIndex(of: "/") else { return nil }
         return (String(key[..<second]), String(key[key.index(after: second)...]))
     }
 
     /// The app and activity id of an activity's key (`<bundleId>/<activityId>`); `nil` for any other key.
     public static func splitActivity(_ key: String) -> (bundleId: String, activityId: String)? {
-        guard !isDeviceKeyed(key), let slash = key.firstIndex(of: "/") else { return nil }
+        guard !isDeviceScopedKey(key), let slash = key.firstIndex(of: "/") else { return nil }
         let activityId = key[key.index(after: slash)...]
         guard !activityId.isEmpty, !activityId.contains("/") else { return nil }
         return (String(key[..<slash]), String(activityId))
@@ -88,7 +88,7 @@ public enum MessageKey {
 
     /// Whether `key` is a push-to-start or a widget key (``pushToStart(bundleId:deviceId:attributesType:)``,
     /// ``widget(bundleId:deviceId:kind:)``): a device's, not an activity's.
-    public static func isDeviceKeyed(_ key: String) -> Bool { key.hasPrefix("pts:") || key.hasPrefix("wgt:") }
+    public static func isDeviceScopedKey(_ key: String) -> Bool { key.hasPrefix("pts:") || key.hasPrefix("wgt:") }
 
     /// Widget pushes of one app, device and widget kind (iOS 26, `apns-push-type: widgets`):
     /// `wgt:<bundleId>:<deviceId>:<kind>`. Like a push-to-start key, it is partitioned whole.

@@ -50,11 +50,12 @@ public final class PartitionTokens: Sendable {
         }
     }
 
-    /// Whose widget tokens: an app, a widget kind, a user's hashed id (``DeliveryToken/owner``),
-    /// which is what the table keeps of an activity's user. Two users whose ids share a hash
-    /// (about one pair in 10^7 at a million users) each get the other's widget reloads: a reload
-    /// carries no content (the widget fetches its own, with its own credentials), so nothing of one
-    /// user reaches the other.
+    /// Whose widget tokens: an app, a widget kind, a user's hashed id (``DeliveryToken/owner``,
+    /// 64-bit FNV-1a: not collision-resistant), which is what the table keeps of an activity's user.
+    /// Two users whose ids share a hash each get the other's widget reloads: a reload carries no
+    /// content (the widget fetches its own, with its own credentials), so only the moments of the
+    /// other's state changes reach them. By chance, about one pair in 10^7 at a million users; an
+    /// app whose user ids an attacker chooses should not name widgets in its templates.
     struct WidgetOwner: Hashable {
         var bundleId: String
         var kind: String

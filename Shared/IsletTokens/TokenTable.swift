@@ -180,6 +180,19 @@ public final class TokenTable: Sendable {
         return Array(records.sorted { ($0.registeredAt, $0.activityId ?? "") > ($1.registeredAt, $1.activityId ?? "") }.prefix(limit))
     }
 
+    /// The keys of the other widget records (``TokenKind/widget``) of `key`'s app and device, by
+    /// key: the device's one widget token registered under its other kinds.
+    public func widgetSiblings(of key: String) -> [String] {
+        guard let (bundleId, deviceId, _) = MessageKey.splitWidget(key) else { return [] }
+        return state.withLock { state in
+            guard let user = state.entries[key]?.record.userId else { return [] }
+            return (state.pushToStartByUser[user] ?? []).filter { other in
+                guard other != key, let parts = MessageKey.splitWidget(other) else { return false }
+                return parts.bundleId == bundleId && parts.deviceId == deviceId
+            }.sorted()
+        }
+    }
+
     public var count: Int { state.withLock { $0.entries.count } }
 
     /// The keys of activity (update) records invalidated before `date` (for the retention sweep).

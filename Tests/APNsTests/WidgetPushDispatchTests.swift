@@ -78,6 +78,22 @@ struct WidgetPushDispatchTests {
         #expect(quick.sender.sent.count == 61 && quick.sink.final.allSatisfy { $0.result == .delivered })
     }
 
+    @Test("a widget push's delivered outcome, read by the partition's next owner, sets no floor on the widget key: another order's widget push with a lower sequence still goes (it carries its activity's sequence, and activities share the key)")
+    func noFloorFromWidgetOutcomes() throws {
+        let h = EngineHarness()
+        let key = h.registerWidget(device: "d1", token: hexToken(9))
+        var ids = RecentOutcomes.Ids()
+        ids.add(
+            PushOutcome(
+                requestId: UUID().uuidString.lowercased(), result: .delivered, apns: .init(status: 200), priorityUsed: 5, attempts: 1,
+                completedAt: h.clock.date, bundleId: "com.example.food", attributesType: "OrderStatusWidget", contentSequence: 8, widgetKey: key))
+        #expect(ids.floors.isEmpty)
+        ids.floors[key] = .init(sequence: 8, requestId: UUID().uuidString.lowercased())
+        h.alreadyFinished(ids)
+        h.submit(h.widgetPush(key: key))
+        #expect(h.outcomes(1).first?.result == .delivered, "a floor on the key (as an older dispatcher wrote it) does not hold a widget push back")
+    }
+
     @Test("a widget token registered more than 8 hours ago still gets pushes: the Live Activity lifetime is not a widget's")
     func noActivityLifetime() throws {
         let h = EngineHarness()

@@ -255,6 +255,16 @@ struct ClickStatsTests {
         #expect(text.contains("com.example.grocery") && text.contains("unknown"))
     }
 
+    @Test("a widget push's delivered outcome (iOS 26, its kind in attributesType) is no Live Activity update: it counts nowhere")
+    func widgetPushesDoNotCount() {
+        var stats = ClickStats()
+        let widget = PushOutcome(
+            requestId: "w1", result: .delivered, attempts: 1, completedAt: TestLinks.now, bundleId: "com.example.food", attributesType: "OrderStatusWidget",
+            widgetKey: MessageKey.widget(bundleId: "com.example.food", deviceId: "d1", kind: "OrderStatusWidget"))
+        #expect(stats.record(widget) == nil)
+        #expect(stats.deliveredTotal == 0)
+    }
+
     @Test("an outcome naming its attributes type counts for that type, tapped or not, push-to-start included: every activity's deliveries are the denominator")
     func everyActivityCounts() {
         var stats = ClickStats()

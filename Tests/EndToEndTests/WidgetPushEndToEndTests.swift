@@ -26,9 +26,12 @@ extension EndToEnd {
                     retryFor: .seconds(90))
                 try await driver.registerActivity(activity, token: token, type: type, bundleId: bundleId, deviceId: device, user: user)
 
+                // The first event's state is one the template does not list: content-service may
+                // read it before the activity's token (its replica lags), and then it does not
+                // know whose widgets to refresh (docs/templates.md). Its push arriving shows the
+                // token was read.
                 let steps: [(ActivityEventKind, [String: JSONValue], refreshes: Bool)] = [
-                    (.start, ["orderId": "42", "status": "placed"], true),
-                    (.update, ["orderId": "42", "status": "preparing"], false),
+                    (.start, ["orderId": "42", "status": "preparing"], false),
                     (.update, ["orderId": "42", "status": "courier_assigned", "courier": ["name": "Ana"]], true),
                     (.update, ["orderId": "42", "status": "courier_assigned", "courier": ["name": "Ana"], "progress": 40], false),
                 ]

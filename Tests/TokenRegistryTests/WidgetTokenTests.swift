@@ -113,6 +113,36 @@ struct WidgetTokenTests {
                 widgetKey: key)
             #expect(try await registry.handle(outcome) == .invalidate(.apnsUnregistered, since: outcome.apns?.timestamp))
             #expect(publisher.records.last?.key == key && publisher.records.last?.state == .invalidated)
+            #expect(publisher.records.filter { $0.kind == .pushToStart }.allSatisfy { $0.state == .active }, "the push-to-start token stays")
+        }
+    }
+
+    @Test("the device's one widget token registered under two kinds: APNs's 410 under one kills it under the other too; another token of the device, or the same token on another device, stands")
+    func verdictCoversEveryKind() async throws {
+        let alice = try await TestKeys.bearer("alice")
+        try await withAPI { client, registry in
+            func register(_ kind: String, _ token: String, device: String = "device-7") async throws {
+                try await client.execute(
+                    uri: "/v1/apps/com.example.food/devices/\(device)/widgets/\(kind)", method: .put, headers: Self.headers(alice),
+                    body: try Self.body(RegisterWidgetTokenRequest(token: token, environment: .production, appVersion: "3.1"))
+                ) { #expect($0.status == .created) }
+            }
+            try await register("OrderStatusWidget", hexToken(3))
+            try await register("PromoWidget", hexToken(3))
+            try await register("OtherWidget", hexToken(4))
+            try await register("PromoWidget", hexToken(3), device: "device-8")
+            let key = MessageKey.widget(bundleId: "com.example.food", deviceId: "device-7", kind: "OrderStatusWidget")
+            let outcome = PushOutcome(
+                requestId: UUID().uuidString, result: .tokenInvalid, apns: .init(status: 410, reason: "Unregistered", timestamp: Date().addingTimeInterval(60)),
+                attempts: 1, tokenFingerprint: TokenFingerprint.of(token: hexToken(3)), completedAt: Date(), bundleId: "com.example.food", widgetKey: key)
+            _ = try await registry.handle(outcome)
+            func state(_ device: String, _ kind: String) -> TokenState? {
+                registry.table.record(forKey: MessageKey.widget(bundleId: "com.example.food", deviceId: device, kind: kind))?.state
+            }
+            #expect(state("device-7", "OrderStatusWidget") == .invalidated)
+            #expect(state("device-7", "PromoWidget") == .invalidated, "the same token under another kind")
+            #expect(state("device-7", "OtherWidget") == .active, "another token")
+            #expect(state("device-8", "PromoWidget") == .active, "another device")
         }
     }
 }

@@ -90,7 +90,8 @@ public struct RecentOutcomes: Sendable {
             }
             let reached = outcome.result == .delivered || outcome.result == .deliveredDowngraded || outcome.result == .sending
                 || (outcome.result == .failed && outcome.attempts > 0)
-            if reached, outcome.pushToStartKey == nil, let key = outcome.key, let sequence = outcome.contentSequence {
+            // (A widget push's sequence is its activity's, not the widget key's: no floor.)
+            if reached, outcome.pushToStartKey == nil, outcome.widgetKey == nil, let key = outcome.key, let sequence = outcome.contentSequence {
                 var floor = floors[key] ?? Floor(sequence: sequence, requestId: requestId)
                 if sequence > floor.sequence { (floor.sequence, floor.requestId) = (sequence, requestId) }
                 if let timestamp = outcome.apnsTimestamp { floor.timestamp = max(floor.timestamp ?? timestamp, timestamp) }

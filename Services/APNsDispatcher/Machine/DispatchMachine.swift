@@ -293,7 +293,8 @@ struct DispatchMachine {
 
     /// The activity's newest content sent, when `request` is an update older than it.
     func olderThanSent(_ request: PushRequest, key: String) -> Floor? {
-        guard request.event == .update, let floor = floors[key], request.contentSequence < floor.sequence,
+        // A widget push carries its activity's sequence; several activities share its key.
+        guard request.event == .update, !request.isWidget, let floor = floors[key], request.contentSequence < floor.sequence,
             now.timeIntervalSince(floor.at) < DispatchMachine.floorLifetime
         else { return nil }
         return floor

@@ -75,8 +75,9 @@ public struct EventIntake: Sendable {
         let requestIds: [String]
         do {
             switch try engine.prepareAhead(event, partition: partition, keep: partition.map(owned().contains) ?? false) {
-            // (The activity's own requests: copies to its other devices follow them.)
-            case .send(let prepared): requestIds = prepared.requests.filter { !$0.isDeviceCopy && !$0.isStartCopy }.map(\.requestId)
+            // (The activity's own requests: copies to its other devices, and widget pushes to its
+            // user's devices, follow them.)
+            case .send(let prepared): requestIds = prepared.requests.filter { !$0.isDeviceCopy && !$0.isStartCopy && !$0.isWidget }.map(\.requestId)
             case .ignore: requestIds = []
             // Sent at its time: its requests' ids are not known yet.
             case .schedule: requestIds = []

@@ -18,8 +18,8 @@ public struct ContentMetrics: Sendable {
     private let stepsDropped = Counter(label: "islet_content_steps_total", dimensions: [("result", "superseded")])
     private let shrinks = Counter(label: "islet_content_shrinks_total")
     private let requests: [String: Counter] = Dictionary(
-        uniqueKeysWithValues: ActivityEventKind.knownValues.flatMap { kind in
-            [5, 10].map { priority in (Self.requestKey(kind.rawValue, priority), Self.requestCounter(kind.rawValue, priority)) }
+        uniqueKeysWithValues: (ActivityEventKind.knownValues.map(\.rawValue) + ["widget"]).flatMap { event in
+            [5, 10].map { priority in (Self.requestKey(event, priority), Self.requestCounter(event, priority)) }
         })
     private let payloadBytes = Recorder(label: "islet_content_payload_bytes")
     private let restoreSeconds = Gauge(label: "islet_content_memory_restore_seconds")

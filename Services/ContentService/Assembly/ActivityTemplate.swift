@@ -131,8 +131,8 @@ public struct ActivityTemplate: Sendable {
 
     /// The widgets an activity's events refresh (``ActivityTemplate/widgets``): on every device of
     /// the activity's user with a widget token for one of `kinds`, one `content-changed` push per
-    /// device when the activity enters one of `states` (every change of state when `nil`), and when
-    /// it ends. Updates within a state (a courier's position) refresh nothing: a widget's reloads
+    /// device when an event's content enters one of `states` (every change of state when `nil`), and
+    /// when an event ends the activity (not the freshness monitor's own ends). Updates within a state (a courier's position) refresh nothing: a widget's reloads
     /// are budgeted by iOS.
     public struct WidgetRefresh: Sendable, Equatable {
         /// Widget kinds (`WidgetConfiguration`'s `kind`), in order of preference.

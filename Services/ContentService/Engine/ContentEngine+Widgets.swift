@@ -44,9 +44,13 @@ extension ContentEngine {
         return targets.sorted { $0.key < $1.key }
     }
 
-    /// `requests` followed by a widget push to each of `inputs.widgets` when the activity's content
+    /// `requests` preceded by a widget push to each of `inputs.widgets` when the activity's content
     /// among them enters a state the template refreshes widgets on, or ends it. Its id is derived
     /// from the content's request's and the device: the same event read again makes the same push.
+    /// Written before the content: a writer that stops after the content was stored and before
+    /// the pushes were leaves the event a duplicate for the next owner, the refresh lost; before
+    /// it, the event is read again and everything is made again under the same ids (the
+    /// dispatcher takes an id once).
     func withWidgetPushes(_ requests: [PushRequest], template: ActivityTemplate, _ inputs: AssemblyInputs, now: Date) -> [PushRequest] {
         guard let widgets = template.widgets, !inputs.widgets.isEmpty,
             let content = requests.last(where: { !$0.isDeviceCopy && !$0.isStartCopy && !$0.isWidget }),
@@ -61,7 +65,7 @@ extension ContentEngine {
                 sourceActivityId: content.sourceActivityId ?? content.activityId, state: content.state, tokenRegisteredAt: target.registeredAt,
                 widgetKey: target.key)
         }
-        return requests + pushes
+        return pushes + requests
     }
 
     /// How long APNs keeps a widget push for a phone that is offline (`apns-expiration`): a reload

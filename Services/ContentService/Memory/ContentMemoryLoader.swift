@@ -28,6 +28,9 @@ import Synchronization
 /// follower without decoding: the engine committed it when it sent it. Where the follower is
 /// (``ReadPositions``) is what the next checkpoint says.
 public final class ContentMemoryLoader: Service, Sendable {
+    /// The start of a widget push's key (``MessageKey/widget(bundleId:deviceId:kind:)``).
+    static let widgetKeyPrefix = Array("wgt:".utf8)
+
     /// Makes a replica of `topics` (of their `partitions` only, when given), from `since`
     /// (`nil`: their first records), except in the partitions `startAt` names, which it starts
     /// at the offsets given.
@@ -329,6 +332,8 @@ public final class ContentMemoryLoader: Service, Sendable {
                 if let partitions, message.key?.contains(UInt8(ascii: ":")) != true, !partitions.contains(message.partition) {
                     return false
                 }
+                // A widget push (`wgt:…`) makes no memory of its activity: not decoded.
+                if let key = message.key, key.starts(with: Self.widgetKeyPrefix) { return false }
                 let request = try IsletJSON.decode(PushRequest.self, from: message.value ?? [])
                 // A push-to-start request is keyed (and partitioned) by its push-to-start key: its
                 // activity's partition is where the activity id goes.

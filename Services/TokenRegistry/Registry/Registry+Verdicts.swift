@@ -122,8 +122,33 @@ extension Registry {
             logger.debug("push outcome ignored", metadata: ["token.key": "\(key)", "outcome.why": "\(why)"])
         } else {
             metrics.outcome("invalidated")
+            try await invalidateWidgetSiblings(of: key, outcome)
         }
         return decision
+    }
+
+    /// A device has one widget token for all its widget kinds: APNs's verdict on it under one kind
+    /// holds for the same token under the others (each would otherwise spend a push and the
+    /// device's widget budget to learn it again). Each such record the verdict kills is
+    /// invalidated too, one at a time after the first key's lock is released.
+    private func invalidateWidgetSiblings(of key: String, _ outcome: PushOutcome) async throws {
+        guard outcome.widgetKey != nil, outcome.result == .tokenInvalid, let verdict = Self.verdict(outcome), let dead = verdict.fingerprint else { return }
+        let (reason, since) = (verdict.reason, outcome.apns?.timestamp)
+        for sibling in table.widgetSiblings(of: key) {
+            try await locks.withLock(sibling) { () async throws in
+                guard var next = self.table.record(forKey: sibling), next.state == .active,
+                    TokenFingerprint.of(token: next.token) == dead, verdict.kills(fingerprint: dead, registeredAt: next.registeredAt)
+                else { return }
+                let now = self.now()
+                next.state = .invalidated
+                next.invalidation = .init(reason: reason, invalidatedAt: now, apnsTimestamp: since)
+                next.updatedAt = now
+                let position = try await self.publisher.publish(next)
+                await self.apply(next, key: sibling, at: position, replacing: nil)
+                self.metrics.invalidated(reason)
+                self.metrics.changed(next.kind, .invalidated)
+            }
+        }
     }
 
     /// A record of `key` read from the topic at `position` that the table did not take (it holds a
