@@ -94,6 +94,21 @@ struct WidgetPushDispatchTests {
         #expect(h.outcomes(1).first?.result == .delivered, "a floor on the key (as an older dispatcher wrote it) does not hold a widget push back")
     }
 
+    @Test("waiting widget pushes to a device: the newest arrival replaces what waits, whatever its activity's sequence (several activities share the key)")
+    func newestArrivalWins() throws {
+        var queue = ActivityQueue()
+        let h = EngineHarness()
+        let key = MessageKey.widget(bundleId: "com.example.food", deviceId: "d1", kind: "OrderStatusWidget")
+        var first = h.widgetPush(key: key)
+        first.contentSequence = 9
+        var second = h.widgetPush(key: key)
+        second.contentSequence = 2
+        #expect(queue.enqueue(QueuedRequest(request: first, ticket: 1, enqueuedAt: h.clock.date)).isEmpty)
+        let replaced = queue.enqueue(QueuedRequest(request: second, ticket: 2, enqueuedAt: h.clock.date))
+        #expect(replaced.map(\.request.request.requestId) == [first.requestId] && replaced.first?.by == second.requestId)
+        #expect(queue.pending.map(\.request.requestId) == [second.requestId])
+    }
+
     @Test("a widget token registered more than 8 hours ago still gets pushes: the Live Activity lifetime is not a widget's")
     func noActivityLifetime() throws {
         let h = EngineHarness()

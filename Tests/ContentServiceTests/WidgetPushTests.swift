@@ -82,6 +82,13 @@ struct WidgetPushTests {
         let content = try #require(made.first { !$0.isWidget })
         let widget = try #require(made.first { $0.isWidget })
         #expect(engine.memory(of: "com.example.food/order-42")?.latest?.requestId == content.requestId)
+        // A widget push's outcome (an old outcome without its key would name no activity either;
+        // one naming the activity's id and app would: the key decides).
+        var outcome = PushOutcome(requestId: widget.requestId, result: .failed, attempts: 1, completedAt: now, bundleId: app.bundleId, widgetKey: widget.widgetKey)
+        engine.record(outcome)
+        outcome.activityId = "order-42"
+        engine.record(outcome)
+        #expect(engine.memory(of: "com.example.food/order-42")?.outcome(of: widget.requestId) == nil, "the widget push's outcome is not the activity's")
         let reader = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: ManualClock(now))
         reader.replay(widget, partition: 0)
         #expect(reader.memory(of: "com.example.food/order-42") == nil, "a widget push alone makes no memory of the activity")

@@ -28,8 +28,8 @@ extension EndToEnd {
 
                 // The first event's state is one the template does not list: content-service may
                 // read it before the activity's token (its replica lags), and then it does not
-                // know whose widgets to refresh (docs/templates.md). Its push arriving shows the
-                // token was read.
+                // know whose widgets to refresh (docs/templates.md). The next waits until
+                // content-service's lookup shows the token.
                 let steps: [(ActivityEventKind, [String: JSONValue], refreshes: Bool)] = [
                     (.start, ["orderId": "42", "status": "preparing"], false),
                     (.update, ["orderId": "42", "status": "courier_assigned", "courier": ["name": "Ana"]], true),
@@ -41,6 +41,14 @@ extension EndToEnd {
                     try await driver.publish(event)
                     let id = driver.requestId(event)
                     _ = try await driver.received(token: token, through: id)
+                    if index == 0 {
+                        let deadline = ContinuousClock.now + .seconds(30)
+                        while ContinuousClock.now < deadline {
+                            let (status, body) = try await driver.get(content: "/v1/activities/\(activity)?bundleId=\(bundleId)")
+                            if status == 200, (try? IsletJSON.decodeValue(JSONValue.self, from: body))?["token"]?.stringValue == "active" { break }
+                            try await Task.sleep(for: .milliseconds(50))
+                        }
+                    }
                     if refreshes {
                         let widgetId = RequestIds.widget(of: id, deviceId: device)
                         expected.append(widgetId.lowercased())

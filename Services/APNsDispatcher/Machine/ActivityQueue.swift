@@ -25,6 +25,13 @@ public struct ActivityQueue: Sendable {
     /// update already carries newer content).
     public mutating func enqueue(_ new: QueuedRequest) -> [Replaced] {
         let request = new.request
+        if request.isWidget {
+            // Widget pushes to a device carry their activities' sequences (several activities
+            // share the key) and say only "reload": the newest arrival replaces what waits.
+            let replaced = removeSupersedableUpdates(by: request.requestId)
+            pending.append(new)
+            return replaced
+        }
         if request.event == .update && request.supersedable {
             // Content newer than this one is already waiting: this one is stale.
             if let newer = pending.last(where: { Self.isSupersedableUpdate($0.request) && $0.request.contentSequence > request.contentSequence }) {

@@ -75,8 +75,8 @@ public struct EventIntake: Sendable {
         let requestIds: [String]
         do {
             switch try engine.prepareAhead(event, partition: partition, keep: partition.map(owned().contains) ?? false) {
-            // (The activity's own requests: copies to its other devices, and widget pushes to its
-            // user's devices, follow them.)
+            // (The activity's own requests: not the copies to its other devices, nor the widget
+            // pushes to its user's devices, which go with them.)
             case .send(let prepared): requestIds = prepared.requests.filter { !$0.isDeviceCopy && !$0.isStartCopy && !$0.isWidget }.map(\.requestId)
             case .ignore: requestIds = []
             // Sent at its time: its requests' ids are not known yet.

@@ -47,10 +47,10 @@ extension ContentEngine {
     /// `requests` preceded by a widget push to each of `inputs.widgets` when the activity's content
     /// among them enters a state the template refreshes widgets on, or ends it. Its id is derived
     /// from the content's request's and the device: the same event read again makes the same push.
-    /// Written before the content: a writer that stops after the content was stored and before
-    /// the pushes were leaves the event a duplicate for the next owner, the refresh lost; before
-    /// it, the event is read again and everything is made again under the same ids (the
-    /// dispatcher takes an id once).
+    /// Handed to Kafka before the content. The two go to different partitions, which Kafka stores
+    /// independently: a writer that stops (or loses the partition) after the content was stored
+    /// and before a push was leaves the event a duplicate for the next owner, and that refresh is
+    /// lost (the widget reloads on its own timeline); the next listed state refreshes it again.
     func withWidgetPushes(_ requests: [PushRequest], template: ActivityTemplate, _ inputs: AssemblyInputs, now: Date) -> [PushRequest] {
         guard let widgets = template.widgets, !inputs.widgets.isEmpty,
             let content = requests.last(where: { !$0.isDeviceCopy && !$0.isStartCopy && !$0.isWidget }),

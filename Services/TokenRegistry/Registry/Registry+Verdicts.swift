@@ -117,26 +117,32 @@ extension Registry {
                 metadata: ["token.key": "\(key)", "token.fingerprint": "\(TokenFingerprint.of(token: next.token))", "token.reason": "\(reason)"])
             return decision
         }
+        // (Whatever the first key's decision: an outcome read again after a sibling's write failed
+        // finds the first key invalidated already, and the siblings still owed.)
+        try await invalidateWidgetSiblings(of: key, outcome)
         if case .ignore(let why) = decision {
             metrics.outcome("ignored")
             logger.debug("push outcome ignored", metadata: ["token.key": "\(key)", "outcome.why": "\(why)"])
         } else {
             metrics.outcome("invalidated")
-            try await invalidateWidgetSiblings(of: key, outcome)
         }
         return decision
     }
 
     /// A device has one widget token for all its widget kinds: APNs's verdict on it under one kind
     /// holds for the same token under the others (each would otherwise spend a push and the
-    /// device's widget budget to learn it again). Each such record the verdict kills is
-    /// invalidated too, one at a time after the first key's lock is released.
+    /// device's widget budget to learn it again). Each such record of the same environment the
+    /// verdict kills is invalidated too, one at a time after the first key's lock is released, and
+    /// noted as this instance's own invalidation: one that undid a registration this instance had
+    /// not read yet is repaired like the first key's (``readBehind(_:key:at:)``).
     private func invalidateWidgetSiblings(of key: String, _ outcome: PushOutcome) async throws {
-        guard outcome.widgetKey != nil, outcome.result == .tokenInvalid, let verdict = Self.verdict(outcome), let dead = verdict.fingerprint else { return }
+        guard outcome.widgetKey != nil, outcome.result == .tokenInvalid, let verdict = Self.verdict(outcome), let dead = verdict.fingerprint,
+            let environment = table.record(forKey: key)?.app.environment
+        else { return }
         let (reason, since) = (verdict.reason, outcome.apns?.timestamp)
         for sibling in table.widgetSiblings(of: key) {
             try await locks.withLock(sibling) { () async throws in
-                guard var next = self.table.record(forKey: sibling), next.state == .active,
+                guard var next = self.table.record(forKey: sibling), next.state == .active, next.app.environment == environment,
                     TokenFingerprint.of(token: next.token) == dead, verdict.kills(fingerprint: dead, registeredAt: next.registeredAt)
                 else { return }
                 let now = self.now()
@@ -145,6 +151,7 @@ extension Registry {
                 next.updatedAt = now
                 let position = try await self.publisher.publish(next)
                 await self.apply(next, key: sibling, at: position, replacing: nil)
+                if let position { self.ownInvalidations.withLock { $0.wrote(sibling, at: position, note: verdict, now: now) } }
                 self.metrics.invalidated(reason)
                 self.metrics.changed(next.kind, .invalidated)
             }
