@@ -110,14 +110,17 @@ public enum MessageKey {
         return (String(parts[0]), String(parts[1]), String(parts[2]))
     }
 
-    /// A widget kind (`WidgetInfo.kind`, the widget configuration's `kind`) as a key needs it:
-    /// not empty, at most 200 bytes, without `:` and `/`.
+    /// A widget kind (`WidgetInfo.kind`, the widget configuration's `kind`) as token-registry takes
+    /// it in its path and a key needs it: 1-128 letters, digits and `. _ ~ -` (no `:` or `/`). The
+    /// one rule: a template cannot name a kind an app could not register.
     public static func requireWidgetKind(_ kind: String, field: String = "kind") throws(MessageValidationError) {
-        guard !kind.isEmpty, kind.utf8.count <= 200 else {
-            throw MessageValidationError(field: field, problem: "must be a widget kind of 1 to 200 bytes")
+        let allowed = kind.utf8.allSatisfy { byte in
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_")
+                || byte == UInt8(ascii: "~") || byte == UInt8(ascii: "-")
         }
-        for character in [":", "/"] where kind.contains(character) {
-            throw MessageValidationError(field: field, problem: "must not contain '\(character)' (keys use it as a separator)")
+        guard (1...128).contains(kind.utf8.count), allowed else {
+            throw MessageValidationError(field: field, problem: "must be a widget kind of 1-128 letters, digits and . _ ~ -")
         }
     }
 

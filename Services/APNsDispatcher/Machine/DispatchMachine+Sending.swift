@@ -48,8 +48,7 @@ extension DispatchMachine {
                     }
                 switch decision {
                 case .wait(let until):
-                    let giveUp = head.enqueuedAt.addingTimeInterval(policy.budgets.widgetMaximumWait / .seconds(1))
-                    if head.request.isWidget, until > giveUp {
+                    if head.request.isWidget, until > head.enqueuedAt.addingTimeInterval(policy.budgets.widgetMaximumWait / .seconds(1)) {
                         // Not held for long: it would hold its partition's offset back.
                         _ = drop(
                             head, key: key, .expired,

@@ -335,13 +335,8 @@ public enum TemplateLoader {
                 }
                 guard !widgets.kinds.isEmpty else { throw fail("widgets.kinds", "must name at least one widget kind") }
                 for (i, kind) in widgets.kinds.enumerated() {
-                    // As token-registry takes a kind in its path: what the app can register.
-                    let allowed = kind.utf8.allSatisfy { byte in
-                        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
-                            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || [UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "-")].contains(byte)
-                    }
-                    guard (1...128).contains(kind.utf8.count), allowed else {
-                        throw fail("widgets.kinds[\(i)]", "must be 1-128 letters, digits and . _ ~ - (as the app registers it with token-registry)")
+                    do throws(MessageValidationError) { try MessageKey.requireWidgetKind(kind) } catch {
+                        throw fail("widgets.kinds[\(i)]", "\(error.problem) (as the app registers it with token-registry)")
                     }
                 }
                 guard Set(widgets.kinds).count == widgets.kinds.count else { throw fail("widgets.kinds", "names a kind twice") }

@@ -129,6 +129,12 @@ public enum Validation {
         return checked
     }
 
+    /// A widget kind in a path: ``MessageKey/requireWidgetKind(_:field:)``, the rule templates follow too.
+    static func widgetKind(_ text: String, field: String = "kind") throws(APIError) -> String {
+        do throws(MessageValidationError) { try MessageKey.requireWidgetKind(text, field: field) } catch { throw .invalid(field, error.problem) }
+        return text
+    }
+
     package static func widgetToken(_ request: RegisterWidgetTokenRequest) throws(APIError) -> RegisterWidgetTokenRequest {
         var checked = request
         checked.token = try token(request.token)

@@ -62,7 +62,7 @@ extension Registry {
     static func widgetKey(bundleId: String, deviceId: String, kind: String) throws(APIError) -> String {
         MessageKey.widget(
             bundleId: try Validation.bundleId(bundleId, field: "bundleId"), deviceId: try Validation.identifier(deviceId, field: "deviceId"),
-            kind: try Validation.identifier(kind, field: "kind"))
+            kind: try Validation.widgetKind(kind))
     }
 
     static func pushToStartKey(bundleId: String, deviceId: String, attributesType: String) throws(APIError) -> String {

@@ -98,20 +98,10 @@ extension Registry {
                 return activity
             }
             let decision = Self.decide(outcome, current: current, startedActivity: startedActivity)
-            guard case .invalidate(let reason, let since) = decision, var next = current else { return decision }
-            let now = self.now()
-            next.state = .invalidated
-            next.invalidation = .init(
-                reason: reason, invalidatedAt: now, apnsTimestamp: since, startActivityId: reason == .startUnconfirmed ? outcome.startActivityId : nil)
-            next.updatedAt = now
-            let legacyKey = self.table.legacyTopicKey(forKey: key)
-            let position = try await self.publisher.publish(next)
-            await self.apply(next, key: key, at: position, replacing: legacyKey)
-            if let position, let verdict = Self.verdict(outcome) {
-                self.ownInvalidations.withLock { $0.wrote(key, at: position, note: verdict, now: now) }
-            }
-            self.metrics.invalidated(reason)
-            self.metrics.changed(next.kind, .invalidated)
+            guard case .invalidate(let reason, let since) = decision, let current else { return decision }
+            let next = try await self.writeInvalidation(
+                of: current, key: key, reason: reason, since: since, verdict: Self.verdict(outcome),
+                startActivityId: reason == .startUnconfirmed ? outcome.startActivityId : nil)
             logger.info(
                 reason == .startUnconfirmed ? "push-to-start token invalidated: a start on it was not confirmed (it may be stale)" : "token invalidated by APNs's answer",
                 metadata: ["token.key": "\(key)", "token.fingerprint": "\(TokenFingerprint.of(token: next.token))", "token.reason": "\(reason)"])
@@ -142,20 +132,32 @@ extension Registry {
         let (reason, since) = (verdict.reason, outcome.apns?.timestamp)
         for sibling in table.widgetSiblings(of: key) {
             try await locks.withLock(sibling) { () async throws in
-                guard var next = self.table.record(forKey: sibling), next.state == .active, next.app.environment == environment,
-                    TokenFingerprint.of(token: next.token) == dead, verdict.kills(fingerprint: dead, registeredAt: next.registeredAt)
+                guard let current = self.table.record(forKey: sibling), current.state == .active, current.app.environment == environment,
+                    TokenFingerprint.of(token: current.token) == dead, verdict.kills(fingerprint: dead, registeredAt: current.registeredAt)
                 else { return }
-                let now = self.now()
-                next.state = .invalidated
-                next.invalidation = .init(reason: reason, invalidatedAt: now, apnsTimestamp: since)
-                next.updatedAt = now
-                let position = try await self.publisher.publish(next)
-                await self.apply(next, key: sibling, at: position, replacing: nil)
-                if let position { self.ownInvalidations.withLock { $0.wrote(sibling, at: position, note: verdict, now: now) } }
-                self.metrics.invalidated(reason)
-                self.metrics.changed(next.kind, .invalidated)
+                _ = try await self.writeInvalidation(of: current, key: sibling, reason: reason, since: since, verdict: verdict)
             }
         }
+    }
+
+    /// Under `key`'s lock: writes `current` invalidated for `reason`, applies it once acknowledged,
+    /// and notes it as this instance's own invalidation by `verdict` (the repair of a registration
+    /// it undid, ``readBehind(_:key:at:)``); returns the record written.
+    private func writeInvalidation(
+        of current: TokenRecord, key: String, reason: InvalidationReason, since: Date?, verdict: TokenVerdict?, startActivityId: String? = nil
+    ) async throws -> TokenRecord {
+        let now = self.now()
+        var next = current
+        next.state = .invalidated
+        next.invalidation = .init(reason: reason, invalidatedAt: now, apnsTimestamp: since, startActivityId: startActivityId)
+        next.updatedAt = now
+        let legacyKey = table.legacyTopicKey(forKey: key)
+        let position = try await publisher.publish(next)
+        await apply(next, key: key, at: position, replacing: legacyKey)
+        if let position, let verdict { ownInvalidations.withLock { $0.wrote(key, at: position, note: verdict, now: now) } }
+        metrics.invalidated(reason)
+        metrics.changed(next.kind, .invalidated)
+        return next
     }
 
     /// A record of `key` read from the topic at `position` that the table did not take (it holds a
