@@ -66,6 +66,11 @@ public struct ContentMemoryRecord: IsletMessage {
         /// has come (the start's watchdog, ``PushResult/startUnconfirmed``). Absent otherwise, and
         /// in records written before it existed (additive).
         public var startWatch: StartWatch?
+        /// The activity's broadcast channel (iOS 18), from the dispatcher's answers to its
+        /// broadcasts: a push-to-start of the activity to a phone names it
+        /// (``PushRequest/channelId``). Absent for activities sent to tokens, and in records written
+        /// before it existed (additive).
+        public var channelId: String?
 
         public init(
             bundleId: String, activityId: String, partition: Int32, lastSequence: Int64? = nil, lastTimestamp: Int64? = nil,
@@ -73,8 +78,9 @@ public struct ContentMemoryRecord: IsletMessage {
             payloadStoredAt: Position? = nil, payloadLost: Bool? = nil, outcomes: [Outcome]? = nil, contentRequestId: String? = nil,
             resends: Int = 0, lastResendAt: Date? = nil, gone: Bool = false, goneAt: Date? = nil, goneToken: String? = nil,
             inlinedImages: [String]? = nil, pendingImages: [PendingImages]? = nil, outcomePositions: [Position]? = nil,
-            startedWith: String? = nil, steps: [ActivityEvent]? = nil, startWatch: StartWatch? = nil
+            startedWith: String? = nil, steps: [ActivityEvent]? = nil, startWatch: StartWatch? = nil, channelId: String? = nil
         ) {
+            self.channelId = channelId
             self.steps = steps
             self.startWatch = startWatch
             self.bundleId = bundleId

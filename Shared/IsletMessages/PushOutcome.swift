@@ -69,7 +69,8 @@ public struct PushOutcome: IsletMessage {
     /// When the outcome was final.
     public var completedAt: Date
     /// A broadcast's channel (`apns-channel-id`), when it had one: the outcome is the channel's,
-    /// for every phone subscribed to it.
+    /// for every phone subscribed to it. On the outcome of a push-to-start that starts the activity
+    /// on its channel (``PushRequest/channelId``): that channel (the outcome is one phone's).
     public var channelId: String?
     /// The request's ``PushRequest/contentSequence``, on outcomes of attempts that may have reached
     /// the phone: the partition's next dispatcher sends no older content of the activity after it.

@@ -15,6 +15,7 @@ extension PushRequest: IsletJSONMemberList, IsletJSONWritable, IsletJSONReadable
         visitor.integer("apnsTimestamp", &apnsTimestamp)
         visitor.object("app", &app)
         visitor.string("attributesType", &attributesType)
+        visitor.string("channelId", &channelId)
         visitor.integer("channelStoragePolicy", &channelStoragePolicy)
         visitor.integer("contentSequence", &contentSequence)
         visitor.date("createdAt", &createdAt)

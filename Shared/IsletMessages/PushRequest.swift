@@ -72,6 +72,13 @@ public struct PushRequest: IsletMessage {
     /// first broadcast with this `message-storage-policy` (0 no message stored, 1 the most recent
     /// stored). A broadcast updates or ends; it never starts (`activityId` is set).
     public var channelStoragePolicy: Int?
+    /// Set on a push-to-start that starts the activity on its broadcast channel (iOS 18): the
+    /// channel's id, which the payload names too (`aps.input-push-channel`). The phone's new
+    /// activity is then updated by the channel's broadcasts, not by a token of its own. The
+    /// activity's memory in content-service follows none of these (its content is the channel's),
+    /// and the dispatcher repeats the id in the outcome. Absent otherwise, and in requests written
+    /// before it existed (additive).
+    public var channelId: String?
     /// The registration time (`registeredAt`) of the token record the content was made for, when
     /// content-service had one for the request's key. apns-dispatcher sends to no older record: it
     /// waits until its token table holds this registration or a newer one (its table may lag the
@@ -95,7 +102,8 @@ public struct PushRequest: IsletMessage {
         attributesType: String, payload: String, priority: Int, urgency: Urgency, supersedable: Bool, alerting: Bool,
         apnsTimestamp: Int64, contentSequence: Int64, staleDate: Date? = nil, expiration: Date? = nil, createdAt: Date,
         sourceEventId: String? = nil, sourceActivityId: String? = nil, state: String? = nil, channelStoragePolicy: Int? = nil,
-        tokenRegisteredAt: Date? = nil, deviceId: String? = nil, startGroup: String? = nil, widgetKey: String? = nil, schemaVersion: Int = Self.currentSchemaVersion
+        tokenRegisteredAt: Date? = nil, deviceId: String? = nil, startGroup: String? = nil, widgetKey: String? = nil, channelId: String? = nil,
+        schemaVersion: Int = Self.currentSchemaVersion
     ) {
         self.schemaVersion = schemaVersion
         self.requestId = requestId
@@ -122,6 +130,7 @@ public struct PushRequest: IsletMessage {
         self.deviceId = deviceId
         self.startGroup = startGroup
         self.widgetKey = widgetKey
+        self.channelId = channelId
     }
 
     /// The body of every widget push: WidgetKit reloads the widgets' timelines; the data comes from
@@ -144,6 +153,9 @@ public struct PushRequest: IsletMessage {
         if let deviceId { return MessageKey.device(bundleId: app.bundleId, activityId: activityId, deviceId: deviceId) }
         return MessageKey.activity(bundleId: app.bundleId, activityId: activityId)
     }
+
+    /// Whether it is a push-to-start that starts the activity on its broadcast channel (``channelId``).
+    public var joinsChannel: Bool { channelId != nil }
 
     /// Whether it is a copy of an activity's request for one more of its devices (``deviceId``).
     public var isDeviceCopy: Bool { deviceId != nil }
@@ -188,6 +200,14 @@ public struct PushRequest: IsletMessage {
         }
         try event.requireKnown(field: "event")
         try app.environment.requireKnown(field: "app.environment")
+        if let channelId {
+            guard pushToStartKey != nil, event == .start, !isBroadcast, !channelId.isEmpty else {
+                throw MessageValidationError(field: "channelId", problem: "only on a push-to-start (a start to a push-to-start token), never empty")
+            }
+            guard Data(base64Encoded: channelId) != nil else {
+                throw MessageValidationError(field: "channelId", problem: "must be base64, as APNs makes channel ids")
+            }
+        }
         guard UUID(uuidString: requestId) != nil else {
             throw MessageValidationError(field: "requestId", problem: "must be a UUID (it is sent as apns-id)")
         }

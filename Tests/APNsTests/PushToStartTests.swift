@@ -23,6 +23,22 @@ struct PushToStartTests {
         #expect(h.sender.sent.count == 1)
     }
 
+    @Test("a start on an activity's broadcast channel (iOS 18) goes to the push-to-start token, its body unchanged; its announcement and its outcome name the channel")
+    func onAChannel() throws {
+        let h = EngineHarness()
+        let key = h.registerPushToStart(token: hexToken(7))
+        var request = h.pushToStart(key: key)
+        request.channelId = "dHN0LXNyY2gtY2hubA=="
+        request.payload = #"{"aps":{"timestamp":1,"event":"start","content-state":{},"attributes-type":"DeliveryAttributes","attributes":{},"alert":{"title":"x"},"input-push-channel":"dHN0LXNyY2gtY2hubA=="}}"#
+        try request.validate()
+        h.submit(request)
+        h.outcomes(1)
+        #expect(h.sink.all.map(\.result) == [.sending, .delivered])
+        #expect(h.sink.all.allSatisfy { $0.channelId == request.channelId && $0.pushToStartKey == key && $0.activityId == nil })
+        #expect(h.sender.sent.map(\.deviceToken) == [hexToken(7)])
+        #expect(h.sender.sent.first.map { String(buffer: $0.payload) }?.contains(#""input-push-channel":"dHN0LXNyY2gtY2hubA==""#) == true)
+    }
+
     @Test("a timeout or a lost connection ends it as failed, without a second send; an update is still retried")
     func ambiguousNotResent() throws {
         let h = EngineHarness()

@@ -30,17 +30,4 @@ struct BroadcastTemplateTests {
             appVersion: AppVersion("3.0")!, memory: &delivery, now: now)
         #expect(order.requests.allSatisfy { $0.channelStoragePolicy == nil })
     }
-
-    @Test("a push-to-start of a broadcast type is refused: the app starts the activity on its channel")
-    func noPushToStart() throws {
-        let assembler = try assembler()
-        var memory = ActivityMemory()
-        let start = event(
-            "MatchAttributes", .start, sequence: 1, ["matchId": .string("m-1"), "homeTeam": .string("Lions"), "awayTeam": .string("Bears")],
-            startTarget: .init(app: Self.scores, deviceId: "5C3F2A10-8B7E-4D21-9F6A-3E1C0B9D7A54"), attributes: ["matchId": .string("m-1"), "home": .string("Lions"), "away": .string("Bears")])
-        let error = #expect(throws: ContentError.self) {
-            try assembler.assemble(start, app: Self.scores, appVersion: ContentEngine.newest, memory: &memory, now: now)
-        }
-        #expect(error?.field == "startTarget" && error?.problem.contains("input-push-channel") == true)
-    }
 }

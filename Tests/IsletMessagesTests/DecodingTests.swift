@@ -49,7 +49,7 @@ struct ToleranceTests {
             ],
             "PushRequest": [
                 "activityId", "pushToStartKey", "staleDate", "expiration", "sourceEventId", "sourceActivityId", "state", "channelStoragePolicy",
-                "tokenRegisteredAt", "deviceId", "startGroup", "widgetKey",
+                "tokenRegisteredAt", "deviceId", "startGroup", "widgetKey", "channelId",
             ],
             "PushOutcome": [
                 "activityId", "pushToStartKey", "apns", "apns.reason", "apns.apnsId", "apns.timestamp", "apns.uniqueId", "priorityUsed", "latencyMilliseconds",
@@ -60,7 +60,7 @@ struct ToleranceTests {
                 "activity", "checkpoint", "activity.steps", "activity.lastSequence", "activity.lastTimestamp", "activity.lastState", "activity.alertTimes",
                 "activity.startedAt", "activity.latest", "activity.payloadStoredAt", "activity.payloadLost", "activity.outcomes", "activity.outcomePositions", "activity.startedWith",
                 "activity.contentRequestId", "activity.lastResendAt", "activity.goneAt", "activity.goneToken", "activity.inlinedImages",
-                "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey", "activity.latest.userStart", "activity.startWatch", "activity.startWatch.tokenFingerprint", "activity.startWatch.reportedAt",
+                "activity.pendingImages", "activity.latest.staleDate", "activity.latest.pushToStartKey", "activity.latest.userStart", "activity.startWatch", "activity.startWatch.tokenFingerprint", "activity.startWatch.reportedAt", "activity.channelId",
             ],
             "DispatchBudgetRecord": ["activityId", "deviceId", "waitingSince", "activityDeviceId"],
             "BroadcastChannelRecord": ["endedAt", "deleteAt", "deletedAt"],

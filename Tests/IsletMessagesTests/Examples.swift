@@ -158,6 +158,17 @@ enum Examples {
         staleDate: utc(2026, 11, 22, 11, 0, 0), createdAt: utc(2026, 11, 22, 10, 30, 0, 318), sourceEventId: "scores-feed-20417",
         sourceActivityId: "match-7", state: "live", channelStoragePolicy: 0)
 
+    /// A fan's phone joins match 7 at minute 67: a push-to-start that subscribes the new activity
+    /// to the match's broadcast channel (iOS 18), stamped with the channel's latest timestamp.
+    static let pushRequestChannelStart = PushRequest(
+        requestId: "3A7C1E90-5B2D-4F64-8E13-A9D0C2B7F451", pushToStartKey: MessageKey.pushToStart(bundleId: scoresApp.bundleId, deviceId: deviceId, attributesType: "ScoreAttributes"),
+        event: .start, app: scoresApp, attributesType: "ScoreAttributes",
+        payload: #"{"aps":{"timestamp":1795343400,"event":"start","content-state":{"home":2,"away":1,"minute":67,"lastEvent":"Goal: Rivera 67'"},"attributes-type":"ScoreAttributes","attributes":{"matchId":"match-7"},"alert":{"title":"Lions 2 – 1 Bears"},"input-push-channel":"dHN0LXNyY2gtY2hubA==","stale-date":1795345200}}"#,
+        priority: 10, urgency: .important, supersedable: false, alerting: true, apnsTimestamp: 1_795_343_400, contentSequence: 1,
+        staleDate: utc(2026, 11, 22, 11, 0, 0), expiration: utc(2026, 11, 22, 11, 31, 2), createdAt: utc(2026, 11, 22, 10, 31, 2, 77),
+        sourceEventId: "fan-joins-5532", sourceActivityId: "match-7", state: "live", tokenRegisteredAt: utc(2026, 11, 20, 18, 40, 4, 12),
+        channelId: "dHN0LXNyY2gtY2hubA==")
+
     static let pushRequestPushToStart = PushRequest(
         requestId: "EBB93B8D-EF2E-4821-9238-20A483574786", pushToStartKey: pushToStartKey, event: .start, app: foodApp,
         attributesType: "DeliveryAttributes",
@@ -316,6 +327,20 @@ enum Examples {
         attempts: 1, latencyMilliseconds: 41.3,
         completedAt: utc(2026, 11, 22, 10, 30, 0, 361), bundleId: scoresApp.bundleId, attributesType: "ScoreAttributes",
         channelId: "dHN0LXNyY2gtY2hubA==")
+
+    /// That start, delivered: the outcome names the channel the phone's activity joined.
+    static let pushOutcomeChannelStart = PushOutcome(
+        requestId: "3A7C1E90-5B2D-4F64-8E13-A9D0C2B7F451", pushToStartKey: pushRequestChannelStart.pushToStartKey, result: .delivered,
+        apns: .init(status: 200, apnsId: "3A7C1E90-5B2D-4F64-8E13-A9D0C2B7F451"), priorityUsed: 10, attempts: 1, latencyMilliseconds: 52.8,
+        tokenFingerprint: "1dc680413d2f03b8", completedAt: utc(2026, 11, 22, 10, 31, 2, 130), bundleId: scoresApp.bundleId,
+        attributesType: "ScoreAttributes", channelId: "dHN0LXNyY2gtY2hubA==", contentSequence: 1, apnsTimestamp: 1_795_343_400)
+
+    /// Match 7's memory: its broadcasts go on this channel, and a fan's phone starts on it.
+    static let contentMemoryRecordChannel = ContentMemoryRecord(
+        activity: .init(
+            bundleId: scoresApp.bundleId, activityId: "match-7", partition: 5, lastSequence: 14, lastTimestamp: 1_795_343_400, lastState: "live",
+            startedAt: utc(2026, 11, 22, 9, 0, 1, 380), channelId: "dHN0LXNyY2gtY2hubA=="),
+        writtenAt: utc(2026, 11, 22, 10, 30, 5, 12))
 
     static let pushOutcome = PushOutcome(
         requestId: "761FBAD2-5120-49C1-A1CB-D688796ADE2B", activityId: "order-42", result: .delivered,

@@ -63,6 +63,23 @@ struct ValidationTests {
         expectInvalid(record, field: "attributesType")
     }
 
+    @Test func channelStartIsAPushToStartNamingABase64Channel() {
+        expectValid(Examples.pushRequestChannelStart)
+        expectValid(Examples.pushOutcomeChannelStart)
+        var request = Examples.pushRequestChannelStart
+        request.event = .update
+        expectInvalid(request, field: "channelId")
+        request = Examples.pushRequestChannelStart
+        request.pushToStartKey = nil
+        request.activityId = "match-7"
+        expectInvalid(request, field: "channelId")
+        request = Examples.pushRequestChannelStart
+        request.channelId = "not base64!"
+        expectInvalid(request, field: "channelId")
+        request.channelId = ""
+        expectInvalid(request, field: "channelId")
+    }
+
     @Test func widgetPushIsAPriority5ReloadToOneDevice() {
         expectValid(Examples.pushRequestWidget)
         var request = Examples.pushRequestWidget

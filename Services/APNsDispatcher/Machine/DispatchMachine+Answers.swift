@@ -267,7 +267,7 @@ extension DispatchMachine {
         return PushOutcome(
             requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: result,
             attempts: entry.attempts, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType,
-            contentSequence: request.contentSequence, announcementId: announcementId, deviceId: request.deviceId, apnsTimestamp: request.apnsTimestamp,
+            channelId: request.channelId, contentSequence: request.contentSequence, announcementId: announcementId, deviceId: request.deviceId, apnsTimestamp: request.apnsTimestamp,
             widgetKey: request.widgetKey)
     }
 

@@ -233,8 +233,9 @@ extension DispatchMachine {
                 requestId: request.requestId, activityId: request.activityId, pushToStartKey: request.pushToStartKey, result: .sending,
                 attempts: entry.attempts, tokenFingerprint: fingerprint,
                 detail: DispatchEngine.isPushToStart(request) ? "push-to-start about to be sent" : "a push with an alert about to be sent",
-                completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType, contentSequence: request.contentSequence,
-                announcementId: entry.announcementId, deviceId: request.deviceId, apnsTimestamp: request.apnsTimestamp)
+                completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType, channelId: request.channelId,
+                contentSequence: request.contentSequence, announcementId: entry.announcementId, deviceId: request.deviceId,
+                apnsTimestamp: request.apnsTimestamp)
             : nil
         return Attempt(
             entry: entry, key: key, team: team, push: push, environment: record.app.environment, fingerprint: fingerprint,
@@ -315,7 +316,8 @@ extension DispatchMachine {
             priorityUsed: apns == nil ? nil : priority, attempts: entry.attempts,
             latencyMilliseconds: apns == nil ? nil : max(0, now.timeIntervalSince(request.createdAt) * 1_000), tokenFingerprint: fingerprint,
             supersededBy: supersededBy, detail: detail, completedAt: now, bundleId: request.app.bundleId, attributesType: request.attributesType,
-            channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : nil, contentSequence: request.contentSequence,
+            // A broadcast's channel; a push-to-start's on a channel, the one it starts the activity on.
+            channelId: request.isBroadcast ? request.key.flatMap { channels[$0]?.channelId } : request.channelId, contentSequence: request.contentSequence,
             deviceId: request.deviceId, apnsTimestamp: entry.attempts > 0 && !request.isWidget ? request.apnsTimestamp : nil, widgetKey: request.widgetKey)
         metrics.outcome(result)
         ownFinished.insert(request.requestId)

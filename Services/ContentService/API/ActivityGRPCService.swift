@@ -69,6 +69,7 @@ public struct ActivityGRPCService: Islet_Content_V1_ActivityService.SimpleServic
             switch error {
             case .starting: throw Self.starting
             case .invalid(let field, let problem): throw RPCError(code: .invalidArgument, message: "\(field): \(problem)")
+            case .notYet(let field, let problem): throw RPCError(code: .unavailable, message: "\(field): \(problem)")
             case .notAcknowledged(let reason):
                 throw RPCError(code: .unavailable, message: "the event was not acknowledged by Kafka; retry the call (same event_id): \(reason)")
             }

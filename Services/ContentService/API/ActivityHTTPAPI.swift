@@ -216,6 +216,7 @@ public struct ActivityHTTPAPI: Sendable {
             case .starting:
                 throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "starting: the token table and activity memory are being read", retryAfterSeconds: 5)
             case .invalid(let field, let problem): throw Self.invalid(field, problem)
+            case .notYet(let field, let problem): throw HTTPAPIError(.conflict, .conflict, field: field, reason: problem, retryAfterSeconds: 1)
             case .notAcknowledged:
                 throw HTTPAPIError(.serviceUnavailable, .unavailable, reason: "Kafka did not acknowledge the event: retry the call (same Idempotency-Key or eventId)")
             }

@@ -26,6 +26,9 @@ public struct EventIntake: Sendable {
         case invalid(field: String, problem: String)
         /// Kafka did not acknowledge the event: retry with the same event id.
         case notAcknowledged(String)
+        /// The event cannot be taken yet, and can be in a moment: a push-to-start of an activity
+        /// sent by broadcast before the activity's start is read or its channel made.
+        case notYet(field: String, problem: String)
     }
 
     /// The partition of `islet.activity-events.v1` an activity id is in (`nil`: not known yet).
@@ -72,9 +75,10 @@ public struct EventIntake: Sendable {
             throw .invalid(field: error.field, problem: error.problem)
         }
         let partition = partition(event.activityId)
+        let owns = partition.map(owned().contains) ?? false
         let requestIds: [String]
         do {
-            switch try engine.prepareAhead(event, partition: partition, keep: partition.map(owned().contains) ?? false) {
+            switch try engine.prepareAhead(event, partition: partition, keep: owns) {
             // (The activity's own requests: not the copies to its other devices, nor the widget
             // pushes to its user's devices, which go with them.)
             case .send(let prepared): requestIds = prepared.requests.filter { !$0.isDeviceCopy && !$0.isStartCopy && !$0.isWidget }.map(\.requestId)
@@ -82,6 +86,12 @@ public struct EventIntake: Sendable {
             // Sent at its time: its requests' ids are not known yet.
             case .schedule: requestIds = []
             }
+        } catch where error == PayloadAssembler.joinBeforeStart || error == PayloadAssembler.channelNotMade {
+            // Known only to the activity's owner (this instance's memory of it is the owner's
+            // only when it owns the partition): another instance publishes it, and the owner
+            // decides when it reads it.
+            guard !owns, partition != nil else { throw .notYet(field: error.field, problem: error.problem) }
+            requestIds = []
         } catch {
             throw .invalid(field: error.field, problem: error.problem)
         }

@@ -85,10 +85,12 @@ struct LiveActivityAPS: Sendable, Equatable {
     }
 
     /// What only a push-to-start carries: the activity's type and static attributes; it asks for
-    /// the new activity's push token (`input-push-token`).
+    /// the new activity's push token (`input-push-token`), or (iOS 18) names the broadcast channel
+    /// the new activity subscribes to (`input-push-channel`) instead.
     struct Start: Sendable, Equatable {
         var attributesType: String
         var attributes: [String: JSONValue]
+        var channelId: String? = nil
     }
 
     var event: ActivityEventKind
@@ -108,7 +110,11 @@ struct LiveActivityAPS: Sendable, Equatable {
         if let start {
             aps["attributes-type"] = .string(start.attributesType)
             aps["attributes"] = .object(start.attributes)
-            aps["input-push-token"] = .integer(1)
+            if let channelId = start.channelId {
+                aps["input-push-channel"] = .string(channelId)
+            } else {
+                aps["input-push-token"] = .integer(1)
+            }
         }
         if let alert { aps["alert"] = alert.json }
         if let dismissalDate { aps["dismissal-date"] = .integer(dismissalDate) }

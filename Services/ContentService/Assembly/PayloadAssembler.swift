@@ -45,7 +45,8 @@ public struct PayloadAssembler: Sendable {
         let plan = try plan(event, app: app, appVersion: appVersion, locale: locale, memory: memory, now: now, timestampFloor: timestampFloor)
         let fitted = try fit(plan, images: images, memory: memory, now: now)
         let requests = requests(plan, carrying: fitted.drafts, app: app, now: now, tokenRegisteredAt: tokenRegisteredAt)
-        remember(plan, requests: requests, inlined: fitted.inlined, in: &memory, now: now)
+        // A start on an activity's broadcast channel is one more phone's: the activity's memory is the channel's.
+        if plan.channelId == nil { remember(plan, requests: requests, inlined: fitted.inlined, in: &memory, now: now) }
         return Result(requests: requests, shrinks: fitted.shrinks)
     }
 
@@ -70,6 +71,9 @@ public struct PayloadAssembler: Sendable {
         var attributes: [String: JSONValue]
         var recentAlerts: [Date]
         var layoutIncluded: Bool
+        /// A push-to-start of an activity sent by broadcast: the activity's channel, which the
+        /// new activity on the phone subscribes to (`input-push-channel`).
+        var channelId: String?
     }
 
     func plan(
@@ -99,11 +103,9 @@ public struct PayloadAssembler: Sendable {
                 ?? state.alert.map { LiveActivityAPS.Alert($0, context: layoutContext) }
         }
         let isPushToStart = event.kind == .start && event.startTarget != nil
-        if isPushToStart, template.broadcastStoragePolicy != nil {
-            throw ContentError(
-                field: "startTarget",
-                problem: "\(template.attributesType) is sent by broadcast: the app starts the activity on its channel (input-push-channel), not a push-to-start")
-        }
+        // A push-to-start of a type sent by broadcast starts the activity on one more phone, on
+        // the activity's channel: the activity's own memory stays the channel's.
+        let channelId = isPushToStart && template.broadcastStoragePolicy != nil ? try Self.channel(toJoin: memory) : nil
         if isPushToStart, alert == nil {
             // A push-to-start must alert (ActivityKit requires it); the event's, the state's text, or the type.
             alert = presentation?.alert.map { LiveActivityAPS.Alert($0, locale: locale, sound: state.alert?.sound) }
@@ -113,8 +115,11 @@ public struct PayloadAssembler: Sendable {
 
         // Timestamps only move forward, and not far ahead of the clock (ContentTimestamps); the
         // stale date is never in the past. The event's own time, unless it is ahead.
-        let timestamp = ContentTimestamps.next(
-            wanted: ContentTimestamps.seconds(event.occurredAt), now: now, last: memory.lastTimestamp, floor: timestampFloor)
+        // A start on the channel carries the channel's latest timestamp, not a later one: the
+        // channel's next broadcast (stamped past it) must not look older to that phone.
+        let timestamp = channelId != nil
+            ? memory.lastTimestamp ?? ContentTimestamps.seconds(now)
+            : ContentTimestamps.next(wanted: ContentTimestamps.seconds(event.occurredAt), now: now, last: memory.lastTimestamp, floor: timestampFloor)
         let key =
             isPushToStart
             ? MessageKey.pushToStart(bundleId: app.bundleId, deviceId: event.startTarget?.deviceId ?? "", attributesType: template.attributesType)
@@ -123,7 +128,29 @@ public struct PayloadAssembler: Sendable {
             event: event, template: template, state: state, contentState: contentState, layoutContext: layoutContext, alert: alert,
             isPushToStart: isPushToStart, timestamp: timestamp, staleDate: now.addingTimeInterval(presentation?.staleAfterSeconds.map(TimeInterval.init) ?? state.staleAfter / .seconds(1)), key: key,
             app: app, attributes: isPushToStart ? try builder.attributes(event.attributes ?? event.fields, context: context) : [:],
-            recentAlerts: recentAlerts, layoutIncluded: template.layout.map { appVersion >= $0.since } ?? false)
+            recentAlerts: recentAlerts, layoutIncluded: template.layout.map { appVersion >= $0.since } ?? false, channelId: channelId)
+    }
+
+    /// Why a phone cannot start an activity sent by broadcast on its channel yet: the activity is
+    /// not started (or its start is not read yet). Retried, it can succeed.
+    public static let joinBeforeStart = ContentError(
+        field: "startTarget",
+        problem: "the activity is sent by broadcast and is not started: send its start (without startTarget) first; its first broadcast makes the channel a phone's activity starts on")
+    /// Why a phone cannot start an activity sent by broadcast on its channel yet: the channel is
+    /// not made (its first broadcast is on its way). Retried, it can succeed.
+    public static let channelNotMade = ContentError(
+        field: "startTarget",
+        problem: "the activity's broadcast channel is not made yet (its first broadcast is on its way): send the start again in a moment")
+
+    /// The channel a push-to-start of an activity sent by broadcast starts it on: the activity's,
+    /// once it is started, its channel made, and not ended.
+    static func channel(toJoin memory: ActivityMemory) throws(ContentError) -> String {
+        if memory.ended {
+            throw ContentError(field: "startTarget", problem: "the activity has ended: no phone can start it any more")
+        }
+        guard memory.latest != nil else { throw joinBeforeStart }
+        guard let channelId = memory.channelId else { throw channelNotMade }
+        return channelId
     }
 
     /// One way of shrinking the payload, and what it gives up compared with the one before.
@@ -229,7 +256,7 @@ public struct PayloadAssembler: Sendable {
             event: plan.event.kind, timestamp: plan.timestamp, contentState: contentState,
             staleDate: Int64(plan.staleDate.timeIntervalSince1970.rounded(.up)), relevanceScore: plan.event.presentation?.relevanceScore ?? plan.state.relevance)
         if plan.isPushToStart {
-            aps.start = .init(attributesType: plan.template.attributesType, attributes: plan.attributes)
+            aps.start = .init(attributesType: plan.template.attributesType, attributes: plan.attributes, channelId: plan.channelId)
             aps.alert = alert
         }
         switch plan.event.kind {
@@ -290,10 +317,10 @@ public struct PayloadAssembler: Sendable {
                 alerting: draft.alerting, apnsTimestamp: plan.timestamp, contentSequence: event.sequence,
                 staleDate: plan.staleDate, expiration: draft.kind == .update ? plan.staleDate : now.addingTimeInterval(3_600), createdAt: now,
                 sourceEventId: event.eventId, sourceActivityId: event.activityId, state: plan.state.name,
-                channelStoragePolicy: plan.template.broadcastStoragePolicy, tokenRegisteredAt: tokenRegisteredAt,
+                channelStoragePolicy: plan.isPushToStart ? nil : plan.template.broadcastStoragePolicy, tokenRegisteredAt: tokenRegisteredAt,
                 // A start to every device of a user: this one, for its first device, names the group
                 // (ContentEngine.withStartCopies makes the others).
-                startGroup: userStart ? requestId : nil)
+                startGroup: userStart ? requestId : nil, channelId: plan.channelId)
         }
     }
 

@@ -109,14 +109,17 @@ extension ContentEngine {
         if let partition { memory.partition = partition }
         // An event that is not applied is still checked: a caller (gRPC) learns that it is invalid.
         let writtenInPart = Self.endWrittenInPart(event, activityKey: activityKey, memory: memory)
-        let ignored = try Self.whyIgnored(event, memory: memory, endWrittenInPart: writtenInPart != nil)
+        // A start of an activity sent by broadcast on one more phone (its channel's) is never
+        // the activity's sequence: the assembly checks it against the activity's memory.
+        let joins = template.broadcastStoragePolicy != nil && event.kind == .start && event.startTarget != nil
+        let ignored = joins ? nil : try Self.whyIgnored(event, memory: memory, endWrittenInPart: writtenInPart != nil)
         let (key, record, app) = try target(of: event, activityKey: activityKey, template: template, memory: memory, ignored: ignored != nil)
         let floor = memory.partition.flatMap { partition in state.withLock { $0.timestampFloors[partition] } }
         // The registration the content is made for, when it is the request's own key's (not the
         // push-to-start token standing in for the activity's own, not yet read).
-        let registeredAt = template.broadcastStoragePolicy == nil ? tokens.token(forKey: key).map(\.registeredAt) : nil
+        let registeredAt = template.broadcastStoragePolicy == nil || joins ? tokens.token(forKey: key).map(\.registeredAt) : nil
         let devices = template.broadcastStoragePolicy == nil && event.startTarget == nil ? deviceTokens(of: activityKey) : []
-        let widgets = ignored == nil ? widgetTargets(template: template, app: app, record: record) : []
+        let widgets = ignored == nil && !joins ? widgetTargets(template: template, app: app, record: record) : []
         let inputs = AssemblyInputs(
             activityKey: activityKey, memory: memory, record: record, app: app, floor: floor, registeredAt: registeredAt, devices: devices,
             startDevices: startDevices, widgets: widgets)
@@ -134,6 +137,12 @@ extension ContentEngine {
         if let ignored = preparation.ignored {
             if let again = startsAgain(event, inputs, requests: result.requests, images: images, now: now) { return .send(again) }
             return .ignore(ignored)
+        }
+        // A start on the activity's broadcast channel for one more phone (each of a user's): the
+        // activity's memory stays as it was.
+        if result.requests.contains(where: \.joinsChannel) {
+            let starts = withStartCopies(result.requests, event: event, inputs, images: images, now: now)
+            return .send(Prepared(requests: starts, shrinks: result.shrinks, activityKey: inputs.activityKey, memory: nil))
         }
         let requests = result.requests.filter { $0.requestId != preparation.writtenInPart }
         let copied = withStartCopies(withDeviceCopies(requests, event: event, inputs, images: images, now: now), event: event, inputs, images: images, now: now)
@@ -191,10 +200,11 @@ extension ContentEngine {
             key = activityKey
         }
         // A broadcast goes to no token: one payload for every phone, for the newest app version in
-        // the default language. An activity started by a push whose own token is not read yet (the
-        // app registers it right after the start; the backend's first update may come first): the
-        // push-to-start token's app, version and locale, the same phone's.
-        let record = template.broadcastStoragePolicy == nil
+        // the default language (a push-to-start on its channel goes to one phone: for that phone's).
+        // An activity started by a push whose own token is not read yet (the app registers it
+        // right after the start; the backend's first update may come first): the push-to-start
+        // token's app, version and locale, the same phone's.
+        let record = template.broadcastStoragePolicy == nil || event.startTarget != nil
             ? tokens.token(forKey: key) ?? memory.startedWith.flatMap { tokens.token(forKey: $0) } : nil
         let bundleId = String(activityKey.prefix { $0 != "/" })
         // Without a token yet: the push-to-start target's app, else the app of what was last sent

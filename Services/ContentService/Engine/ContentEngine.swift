@@ -91,8 +91,10 @@ public final class ContentEngine: Sendable {
     /// - Parameter storedAt: where it was read (its payload is then not kept: read there again when needed).
     public func replay(_ request: PushRequest, partition: Int32? = nil, storedAt: KafkaPosition? = nil) {
         // A copy for one more device follows its activity's request: the memory is the request's.
-        // So does a widget push: it concerns the user's widgets, not the activity's content.
-        guard !request.isDeviceCopy, !request.isWidget, let activityKey = request.activityKey else { return }
+        // So does a widget push: it concerns the user's widgets, not the activity's content; and a
+        // start on the activity's broadcast channel for one more phone: the channel's content is
+        // the activity's.
+        guard !request.isDeviceCopy, !request.isWidget, !request.joinsChannel, let activityKey = request.activityKey else { return }
         // So does the start for one more device of a user; its outcome still finds the activity.
         if request.isStartCopy {
             state.withLock { $0.noteStart(request, of: activityKey) }
@@ -112,7 +114,7 @@ public final class ContentEngine: Sendable {
     /// A request this service sent is on `islet.push-requests.v1` at `position` (Kafka acknowledged
     /// it): when it is still its activity's latest, its payload is not kept any more.
     public func stored(_ request: PushRequest, at position: KafkaPosition) {
-        guard !request.isDeviceCopy, !request.isStartCopy, !request.isWidget, let activityKey = request.activityKey else { return }
+        guard !request.isDeviceCopy, !request.isStartCopy, !request.isWidget, !request.joinsChannel, let activityKey = request.activityKey else { return }
         state.withLock { state in
             guard let slot = state.index[activityKey].map(Int.init) else { return }
             state.slots[slot].memory.stored(request.requestId, at: position)
@@ -164,8 +166,9 @@ public final class ContentEngine: Sendable {
         guard outcome.result.isFinal || outcome.result == .startUnconfirmed else { return }
         // A copy's for one more device: the activity's freshness follows its own request's outcomes.
         guard outcome.deviceId == nil else { return }
-        // A widget push's: about the user's widgets, not the activity.
-        guard outcome.widgetKey == nil else { return }
+        // A widget push's: about the user's widgets, not the activity. A start on the activity's
+        // broadcast channel's: about one more phone, not the activity's content.
+        guard outcome.widgetKey == nil, outcome.pushToStartKey == nil || outcome.channelId == nil else { return }
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             let activityKey: String?

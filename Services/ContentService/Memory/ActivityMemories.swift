@@ -30,7 +30,8 @@ struct ActivityMemories {
 
     /// Notes the push-to-start `request` (of `activityKey`), for its outcome.
     mutating func noteStart(_ request: PushRequest, of activityKey: String) {
-        guard let key = request.pushToStartKey else { return }
+        // (A start on the activity's broadcast channel is not the activity's: ``PushRequest/channelId``.)
+        guard let key = request.pushToStartKey, !request.joinsChannel else { return }
         startOwners[key] = activityKey
         startRequests[request.requestId] = (activityKey, request.isStartCopy)
     }

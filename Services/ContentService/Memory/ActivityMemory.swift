@@ -65,11 +65,13 @@ public struct ActivityMemory: Sendable, Equatable {
         var steps: [ActivityEvent] = []
         /// The delivered push-to-start waiting for the activity's update token (its watchdog).
         var startWatch: ContentMemoryRecord.StartWatch?
+        /// The activity's broadcast channel, from the dispatcher's answers to its broadcasts.
+        var channelId: String?
 
         var isEmpty: Bool {
             goneAt == nil && goneToken == nil && inlinedImages.isEmpty && pendingImages.isEmpty && pushToStartKey == nil && startedWith == nil
                 && contentRequestId == nil
-                && request == nil && waiting.isEmpty && steps.isEmpty && startWatch == nil
+                && request == nil && waiting.isEmpty && steps.isEmpty && startWatch == nil && channelId == nil
         }
     }
 
@@ -153,6 +155,12 @@ public struct ActivityMemory: Sendable, Equatable {
     public var startWatch: ContentMemoryRecord.StartWatch? {
         get { rare.startWatch }
         set { if newValue != rare.startWatch { withExtras { $0.startWatch = newValue } } }
+    }
+    /// The activity's broadcast channel (iOS 18), as the dispatcher's latest answer to one of its
+    /// broadcasts named it: a push-to-start of the activity to a phone starts it on this channel.
+    public var channelId: String? {
+        get { rare.channelId }
+        set { if newValue != rare.channelId { withExtras { $0.channelId = newValue } } }
     }
     /// The push-to-start key the activity was started with, if it was started by a push.
     public var startedWith: String? {
@@ -451,6 +459,10 @@ public struct ActivityMemory: Sendable, Equatable {
     /// `islet.push-outcomes.v1` when it was read from there.
     mutating func record(_ outcome: PushOutcome, at position: KafkaPosition? = nil) {
         if let position { recentOutcomes.insert(position) }
+        // One of the activity's broadcasts went (or was tried) on this channel: the activity's
+        // channel, a newer one after the dispatcher made it again. (Outcomes of one activity come
+        // in order, from its partition.)
+        if let channel = outcome.channelId, outcome.activityId != nil, outcome.pushToStartKey == nil { channelId = channel }
         let isLatest = latest?.isRequest(outcome.requestId) == true
         if isLatest {
             latestResult = Interned.strings.code(outcome.result.rawValue)

@@ -43,6 +43,7 @@ extension ActivityMemory {
             (record.pendingImages ?? []).map { ($0.requestId, PendingImages(urls: Set($0.urls), since: $0.since)) }, uniquingKeysWith: { _, last in last })
         restoreSteps(record.steps ?? [])
         startWatch = record.startWatch
+        channelId = record.channelId
     }
 
     /// The changelog record of this memory, the activity's (`<bundleId>/<activityId>`) in `partition`.
@@ -66,7 +67,7 @@ extension ActivityMemory {
             pendingImages: pendingImages.isEmpty
                 ? nil : pendingImages.sorted { $0.key < $1.key }.map { .init(requestId: $0.key, urls: $0.value.urls.sorted(), since: $0.value.since) },
             outcomePositions: outcomePositions.isEmpty ? nil : outcomePositions.map { .init(partition: $0.partition, offset: $0.offset) },
-            startedWith: startedWith, steps: steps.isEmpty ? nil : steps, startWatch: startWatch)
+            startedWith: startedWith, steps: steps.isEmpty ? nil : steps, startWatch: startWatch, channelId: channelId)
     }
 }
 

@@ -1,0 +1,189 @@
+import Foundation
+import IsletKafka
+import IsletMessages
+import IsletTesting
+import IsletTokens
+import Synchronization
+import Testing
+@testable import ContentService
+
+/// Issue 61 item 6: a push-to-start of an activity sent by broadcast starts it on one more phone,
+/// subscribed to the activity's channel (`input-push-channel`, iOS 18).
+@Suite("Push-to-start on a broadcast channel")
+struct ChannelStartTests {
+    static let scores = AppTarget(bundleId: "com.example.scores", environment: .production)
+    static let activityKey = "com.example.scores/order-42"
+    static let channel = "Y2hhbm5lbC1vZi1tLTE="
+
+    static func startKey(_ deviceId: String) -> String {
+        MessageKey.pushToStart(bundleId: scores.bundleId, deviceId: deviceId, attributesType: "MatchAttributes")
+    }
+
+    /// Ana's phone (d1, French) and iPad (d2); Mallory's phone (d3).
+    func tokens() -> PartitionTokens {
+        let tokens = PartitionTokens.whole()
+        for (deviceId, user, seed, locale) in [("d1", "ana", "ab", "fr-FR"), ("d2", "ana", "cd", nil), ("d3", "mallory", "ef", nil)] {
+            tokens.put(
+                TokenRecord(
+                    kind: .pushToStart, deviceId: deviceId, userId: user, token: String(repeating: seed, count: 32), app: Self.scores,
+                    attributesType: "MatchAttributes", frequentUpdatesEnabled: false, appVersion: "3.0", state: .active, registeredAt: now,
+                    updatedAt: now, locale: locale),
+                key: Self.startKey(deviceId))
+        }
+        return tokens
+    }
+
+    static let fields: [String: JSONValue] = ["matchId": .string("m-1"), "homeTeam": .string("Lions"), "awayTeam": .string("Bears"), "minute": .integer(1)]
+
+    func match(_ kind: ActivityEventKind, sequence: Int64, minute: Int64 = 1) -> ActivityEvent {
+        var fields = Self.fields
+        fields["minute"] = .integer(minute)
+        var match = event("MatchAttributes", kind, sequence: sequence, at: Double(sequence), fields)
+        match.bundleId = Self.scores.bundleId
+        return match
+    }
+
+    func join(_ target: ActivityEvent.PushToStartTarget, id: String = "join-d1") -> ActivityEvent {
+        var join = event(
+            "MatchAttributes", .start, sequence: 1, Self.fields, startTarget: target,
+            attributes: ["matchId": .string("m-1"), "home": .string("Lions"), "away": .string("Bears")])
+        join.eventId = id
+        return join
+    }
+
+    func onDevice(_ deviceId: String) -> ActivityEvent.PushToStartTarget { .init(app: Self.scores, deviceId: deviceId) }
+
+    func prepared(_ engine: ContentEngine, _ event: ActivityEvent) throws -> ContentEngine.Prepared {
+        guard case .send(let prepared) = try engine.prepare(event, partition: 0) else { throw ContentError(field: "-", problem: "ignored") }
+        engine.commit(prepared)
+        return prepared
+    }
+
+    /// The match started, and its first broadcast answered on the channel.
+    func startedMatch() throws -> ContentEngine {
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: ManualClock(now.addingTimeInterval(60)))
+        let kickOff = try prepared(engine, match(.start, sequence: 1))
+        let broadcast = try #require(kickOff.requests.first)
+        #expect(broadcast.isBroadcast)
+        engine.record(
+            PushOutcome(
+                requestId: broadcast.requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: now.addingTimeInterval(61),
+                bundleId: Self.scores.bundleId, channelId: Self.channel))
+        return engine
+    }
+
+    @Test("a phone's start waits for the activity's start and its channel (a 409 to retry, not a 400), then goes to its push-to-start token naming the channel and asking for no token of its own, with the channel's latest timestamp and an alert")
+    func startsOnTheChannel() throws {
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: ManualClock(now.addingTimeInterval(60)))
+        #expect(throws: PayloadAssembler.joinBeforeStart) { try engine.prepare(join(onDevice("d1")), partition: 0) }
+        let kickOff = try prepared(engine, match(.start, sequence: 1))
+        #expect(throws: PayloadAssembler.channelNotMade) { try engine.prepare(join(onDevice("d1")), partition: 0) }
+        // The announcement of an alerting broadcast is not its outcome; the delivered one names the channel.
+        let broadcast = try #require(kickOff.requests.first)
+        engine.record(
+            PushOutcome(
+                requestId: broadcast.requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: now.addingTimeInterval(61),
+                bundleId: Self.scores.bundleId, channelId: Self.channel))
+        let memory = try #require(engine.memory(of: Self.activityKey))
+        #expect(memory.channelId == Self.channel)
+
+        let made = try prepared(engine, join(onDevice("d1")))
+        #expect(made.memory == nil, "the activity's memory is the channel's")
+        #expect(engine.memory(of: Self.activityKey) == memory)
+        let start = try #require(made.requests.first)
+        #expect(made.requests.count == 1)
+        #expect(start.pushToStartKey == Self.startKey("d1") && start.activityId == nil && start.channelId == Self.channel && start.joinsChannel)
+        #expect(start.event == .start && !start.isBroadcast && start.channelStoragePolicy == nil && start.alerting)
+        #expect(start.sourceActivityId == "order-42" && start.requestId == RequestIds.content(bundleId: Self.scores.bundleId, activityId: "order-42", eventId: "join-d1"))
+        let aps = try aps(start)
+        #expect(aps["input-push-channel"] == .string(Self.channel))
+        #expect(aps["input-push-token"] == nil, "the new activity is updated by the channel, not by a token of its own")
+        #expect(aps["attributes-type"] == .string("MatchAttributes") && aps["event"] == .string("start") && aps["alert"] != nil)
+        #expect(aps["timestamp"] == .integer(memory.lastTimestamp ?? -1) && start.apnsTimestamp == memory.lastTimestamp)
+        #expect(start.payload.contains("Lions"))
+        #expect(throws: Never.self) { try start.validate() }
+        var bytes: [UInt8] = []
+        start.writeJSON(into: &bytes)
+        #expect(try IsletJSON.decode(PushRequest.self, from: bytes) == start, "the channel id survives the wire")
+
+        // The activity's next broadcast is stamped past the start's: that phone shows it.
+        let goal = try prepared(engine, match(.update, sequence: 2, minute: 12))
+        #expect(goal.requests.allSatisfy { $0.isBroadcast && $0.apnsTimestamp > start.apnsTimestamp })
+    }
+
+    @Test("read back (a restart, a partition moved), a start on the channel and its outcome change nothing of the activity's memory; the changelog keeps the channel")
+    func memoryIgnoresChannelStarts() throws {
+        let engine = try startedMatch()
+        let start = try #require(try prepared(engine, join(onDevice("d1"))).requests.first)
+        let before = try #require(engine.memory(of: Self.activityKey))
+        engine.replay(start, partition: 0)
+        engine.stored(start, at: .init(partition: 3, offset: 9))
+        for result in [PushResult.delivered, .failed, .tokenInvalid] {
+            engine.record(
+                PushOutcome(
+                    requestId: start.requestId, pushToStartKey: start.pushToStartKey, result: result, attempts: 1, completedAt: now.addingTimeInterval(90),
+                    bundleId: Self.scores.bundleId, attributesType: "MatchAttributes", channelId: Self.channel))
+        }
+        #expect(engine.memory(of: Self.activityKey) == before)
+        #expect(before.latest?.isPushToStart == false && before.startWatch == nil, "no watch for a token that never comes")
+
+        let record = before.record(activityKey: Self.activityKey, partition: 0)
+        #expect(record.channelId == Self.channel)
+        #expect(ActivityMemory(record).channelId == Self.channel)
+
+        // A newer channel (the dispatcher made it again) replaces it.
+        engine.record(
+            PushOutcome(
+                requestId: UUID().uuidString, activityId: "order-42", result: .delivered, attempts: 1, completedAt: now.addingTimeInterval(120),
+                bundleId: Self.scores.bundleId, channelId: "bmV3ZXI="))
+        #expect(engine.memory(of: Self.activityKey)?.channelId == "bmV3ZXI=")
+    }
+
+    @Test("a start on the channel for a user goes to each of their devices, none of another user's")
+    func everyDeviceOfAUser() throws {
+        let engine = try startedMatch()
+        let made = try prepared(engine, join(.init(app: Self.scores, userId: "ana"), id: "join-ana"))
+        #expect(Set(made.requests.compactMap(\.pushToStartKey)) == [Self.startKey("d1"), Self.startKey("d2")])
+        #expect(made.requests.allSatisfy { $0.channelId == Self.channel && $0.joinsChannel && $0.startGroup != nil })
+        #expect(made.memory == nil)
+    }
+
+    @Test("once the activity ended no phone can start it: a 400, not a retry; another sequence's start of a live match is no second start of the activity")
+    func endedRefused() throws {
+        let engine = try startedMatch()
+        _ = try prepared(engine, join(onDevice("d1")))
+        // The backend's joins reuse no sequence of the match's: another phone's start still goes.
+        _ = try prepared(engine, join(onDevice("d3"), id: "join-d3"))
+        _ = try prepared(engine, match(.end, sequence: 2, minute: 90))
+        let error = #expect(throws: ContentError.self) { try engine.prepare(join(onDevice("d2"), id: "join-d2"), partition: 0) }
+        #expect(error?.field == "startTarget" && error?.problem.contains("ended") == true)
+        #expect(error != PayloadAssembler.joinBeforeStart && error != PayloadAssembler.channelNotMade)
+    }
+
+    @Test("the backend API: before the channel, the owner answers 409 (retry), another instance publishes it for the owner to decide")
+    func intakeRefusesUntilTheChannel() async throws {
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: ManualClock(now.addingTimeInterval(60)))
+        _ = try prepared(engine, match(.start, sequence: 1))
+        let published = Counter()
+        let owner = EventIntake(engine: engine, partition: { _ in 0 }, owned: { [0] }) { _ in published.add() }
+        var join = join(onDevice("d1"))
+        join.bundleId = Self.scores.bundleId
+        await #expect {
+            _ = try await owner.accept(join)
+        } throws: { error in
+            guard case .notYet(let field, _)? = error as? EventIntake.Refusal else { return false }
+            return field == "startTarget"
+        }
+        #expect(published.value == 0, "nothing published")
+        let other = EventIntake(engine: engine, partition: { _ in 0 }, owned: { [] }) { _ in published.add() }
+        #expect(try await other.accept(join).isEmpty)
+        #expect(published.value == 1)
+    }
+}
+
+/// Counts calls (from any task).
+final class Counter: Sendable {
+    private let count = Mutex(0)
+    func add() { count.withLock { $0 += 1 } }
+    var value: Int { count.withLock { $0 } }
+}
