@@ -77,6 +77,34 @@ struct BroadcastEngineTests {
         #expect(h.sender.sent.count == 2)
     }
 
+    @Test("the end again after the end (a phone started on the channel after the end went) is sent while the channel is there, in the slot and after a restart; never once it is deleted, and never makes a channel")
+    func endAgainWhileTheChannelIsThere() throws {
+        let h = EngineHarness()
+        h.submit(h.broadcastRequest("match-7", sequence: 1))
+        h.submit(h.broadcastRequest("match-7", .end, sequence: 2))
+        h.outcomes(2)
+        let again = h.broadcastRequest("match-7", .end, sequence: 2)
+        h.submit(again)
+        #expect(h.outcomes(3).last?.result == .delivered)
+        #expect(h.sender.sent.count == 3 && h.channelsMade.count == 1)
+
+        let restarted = EngineHarness()
+        var ended = try #require(h.sink.channels.last)
+        (ended.endedAt, ended.deleteAt) = (restarted.clock.date, restarted.clock.date.addingTimeInterval(3_600))
+        restarted.channelRecorded(ended)
+        restarted.submit(restarted.broadcastRequest("match-7", .end, sequence: 2))
+        #expect(restarted.outcomes(1).first?.result == .delivered)
+        restarted.submit(restarted.broadcastRequest("match-7", sequence: 3))
+        #expect(restarted.outcomes(2).last?.result == .expired, "an update after the end is still not sent")
+
+        let deleted = EngineHarness()
+        ended.deletedAt = deleted.clock.date
+        deleted.channelRecorded(ended)
+        deleted.submit(deleted.broadcastRequest("match-7", .end, sequence: 2))
+        #expect(deleted.outcomes(1).first?.result == .expired)
+        #expect(deleted.channelsMade.isEmpty && deleted.sender.sent.isEmpty)
+    }
+
     @Test("a channel read from the topic (a partition assigned) is reused, never made again; one ended whose time came is deleted at once")
     func restoredChannels() throws {
         let h = EngineHarness()

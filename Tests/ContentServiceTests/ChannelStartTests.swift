@@ -160,6 +160,48 @@ struct ChannelStartTests {
         #expect(error != PayloadAssembler.joinBeforeStart && error != PayloadAssembler.channelNotMade)
     }
 
+    @Test("a phone's start on the channel that reached it after the match's end was made (its dispatcher lagged): the end again, to the channel, once per such phone; an outcome from before the end, or of a start APNs refused, owes nothing")
+    func lateStartGetsTheEndAgain() throws {
+        let clock = ManualClock(now.addingTimeInterval(60))
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: clock)
+        let kickOff = try prepared(engine, match(.start, sequence: 1))
+        engine.record(
+            PushOutcome(
+                requestId: kickOff.requests[0].requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: clock.date,
+                bundleId: Self.scores.bundleId, channelId: Self.channel))
+        let early = try #require(try prepared(engine, join(onDevice("d3"), id: "join-d3")).requests.first)
+        let start = try #require(try prepared(engine, join(onDevice("d1"))).requests.first)
+        func outcome(_ request: PushRequest, _ result: PushResult) -> PushOutcome {
+            PushOutcome(
+                requestId: request.requestId, pushToStartKey: request.pushToStartKey, result: result, attempts: 1, completedAt: clock.date,
+                bundleId: Self.scores.bundleId, attributesType: "MatchAttributes", channelId: Self.channel)
+        }
+        engine.record(outcome(early, .delivered))
+        clock.advance(5)
+        let end = try #require(try prepared(engine, match(.end, sequence: 2, minute: 90)).requests.last)
+        #expect(end.event == .end && end.isBroadcast)
+        #expect(engine.sweep().isEmpty, "the start delivered before the end was made got it")
+        clock.advance(30)
+        engine.record(outcome(start, .tokenInvalid))
+        #expect(engine.sweep().isEmpty, "APNs refused that start: nothing to end")
+        engine.record(outcome(start, .delivered))
+        let again = engine.sweep().flatMap(\.requests)
+        #expect(again.count == 1)
+        let endAgain = try #require(again.first)
+        #expect(endAgain.event == .end && endAgain.isBroadcast && endAgain.activityId == "order-42" && endAgain.apnsTimestamp == end.apnsTimestamp)
+        #expect(endAgain.requestId == RequestIds.catchUp(of: end.requestId, deviceId: "d1"))
+        #expect(throws: Never.self) { try endAgain.validate() }
+        #expect(engine.sweep().isEmpty, "once")
+
+        // After a restart: the start read back from the requests topic still finds its activity.
+        let restarted = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: clock)
+        let memory = try #require(engine.memory(of: Self.activityKey))
+        restarted.restore(Self.activityKey, memory)
+        restarted.replay(start, partition: 0)
+        restarted.record(outcome(start, .delivered))
+        #expect(restarted.sweep().flatMap(\.requests).map(\.requestId) == [endAgain.requestId], "the same id: the dispatcher takes it once")
+    }
+
     @Test("the backend API: before the channel, the owner answers 409 (retry), another instance publishes it for the owner to decide")
     func intakeRefusesUntilTheChannel() async throws {
         let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: ManualClock(now.addingTimeInterval(60)))

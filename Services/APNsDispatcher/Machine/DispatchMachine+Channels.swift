@@ -35,8 +35,10 @@ extension DispatchMachine {
         if let expiration = request.expiration, expiration < now {
             return drop(head, key: key, .expired, "apns-expiration passed before it could be sent")
         }
-        // Ended (also before a restart, which the slot does not survive): nothing more, and no new channel.
-        if channels[key]?.endedAt != nil {
+        // Ended (also before a restart, which the slot does not survive): nothing more, and no new
+        // channel; but the end again, while the channel is there (content-service sends it when a
+        // phone's push-to-start on the channel reached it after the end was made).
+        if let ended = channels[key], ended.endedAt != nil, request.event != .end || ended.deletedAt != nil {
             return drop(head, key: key, .expired, "the activity has ended: nothing is sent after its end")
         }
         if let channel = channels[key], channel.app.environment != request.app.environment {

@@ -269,7 +269,8 @@ struct DispatchMachine {
             entry.ambiguous = true
             entry.handedOff = true
         }
-        if slots[key]?.ended == true && request.event != .start {
+        // (Except a broadcast's end again: a phone started on the channel after the end went.)
+        if slots[key]?.ended == true && request.event != .start && !(request.isBroadcast && request.event == .end) {
             finish(entry, .expired, detail: "the activity has ended: nothing is sent after its end")
             return
         }

@@ -226,6 +226,17 @@ extension ContentEngine {
                 continue
             }
             settled.append(activityKey)
+            // An activity sent by broadcast: a phone's start on its channel reached it after the
+            // end was made. The end again, to the channel (every other phone there has ended and
+            // ignores it), under an id derived from the end's and the first such device's.
+            if full.event == .end, full.isBroadcast {
+                made[activityKey] = [
+                    assembler.followUp(
+                        .end(.clientEnded), of: full, requestId: RequestIds.catchUp(of: full.requestId, deviceId: entry.devices.sorted().first ?? ""),
+                        timestamp: full.apnsTimestamp, now: now)
+                ].compactMap { $0 }
+                continue
+            }
             guard full.event == .end, Self.isCopied(full) else { continue }
             func end(to deviceId: String?) -> PushRequest? {
                 guard var end = assembler.followUp(

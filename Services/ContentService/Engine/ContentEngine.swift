@@ -94,9 +94,10 @@ public final class ContentEngine: Sendable {
         // So does a widget push: it concerns the user's widgets, not the activity's content; and a
         // start on the activity's broadcast channel for one more phone: the channel's content is
         // the activity's.
-        guard !request.isDeviceCopy, !request.isWidget, !request.joinsChannel, let activityKey = request.activityKey else { return }
-        // So does the start for one more device of a user; its outcome still finds the activity.
-        if request.isStartCopy {
+        guard !request.isDeviceCopy, !request.isWidget, let activityKey = request.activityKey else { return }
+        // So does the start for one more device of a user, and a start on the activity's channel;
+        // their outcomes still find the activity.
+        if request.isStartCopy || request.joinsChannel {
             state.withLock { $0.noteStart(request, of: activityKey) }
             return
         }
@@ -166,10 +167,22 @@ public final class ContentEngine: Sendable {
         guard outcome.result.isFinal || outcome.result == .startUnconfirmed else { return }
         // A copy's for one more device: the activity's freshness follows its own request's outcomes.
         guard outcome.deviceId == nil else { return }
-        // A widget push's: about the user's widgets, not the activity. A start on the activity's
-        // broadcast channel's: about one more phone, not the activity's content.
-        guard outcome.widgetKey == nil, outcome.pushToStartKey == nil || outcome.channelId == nil else { return }
+        // A widget push's: about the user's widgets, not the activity.
+        guard outcome.widgetKey == nil else { return }
         let (now, policy) = (clock.date, freshness)
+        // A start on the activity's broadcast channel's: about one more phone, not the activity's
+        // content. One that may have reached its phone after the activity's end was made: that
+        // phone's activity joined the channel after its end went, and is owed the end again.
+        if let key = outcome.pushToStartKey, outcome.channelId != nil {
+            guard Self.mayHaveStarted(outcome), let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key) else { return }
+            state.withLock { state in
+                guard let activityKey = state.channelStarts[outcome.requestId], let memory = state.memory(activityKey), memory.ended,
+                    let end = memory.latest, outcome.completedAt > end.createdAt
+                else { return }
+                lateDevices.owe(activityKey, deviceId: deviceId, at: now)
+            }
+            return
+        }
         state.withLock { state in
             let activityKey: String?
             if let activityId = outcome.activityId, outcome.bundleId == nil {

@@ -77,7 +77,7 @@ extension PayloadAssembler {
             case .object(var aps)? = body["aps"]
         else { return nil }
         // The content as it is, as an update or end of the running activity (never a second start).
-        for key in ["alert", "attributes-type", "attributes", "input-push-token", "dismissal-date"] { aps[key] = nil }
+        for key in ["alert", "attributes-type", "attributes", "input-push-token", "input-push-channel", "dismissal-date"] { aps[key] = nil }
         let staleAfter = latest.staleDate.map { max(60, $0.timeIntervalSince(latest.createdAt)) } ?? 180
         let staleDate = now.addingTimeInterval(staleAfter)
         aps["timestamp"] = .integer(timestamp)

@@ -25,13 +25,22 @@ struct ActivityMemories {
     /// late, after another start on the same device took its key (``startOwners``), still finds
     /// its own activity. (Not in the changelog: after a restart, the key decides.)
     var startRequests: [String: (activityKey: String, copy: Bool)] = [:]
+    /// Request ids of recent push-to-starts on an activity's broadcast channel (``PushRequest/channelId``)
+    /// → that activity: an outcome of one that reached its phone after the activity's end was
+    /// made owes the channel the end again. (Not in the changelog: noted again from the requests
+    /// read after a restart.)
+    var channelStarts: [String: String] = [:]
     /// `startOwners.count` when it was last pruned: pruned again once it doubled (amortised).
     var startOwnersPruned = 0
 
     /// Notes the push-to-start `request` (of `activityKey`), for its outcome.
     mutating func noteStart(_ request: PushRequest, of activityKey: String) {
-        // (A start on the activity's broadcast channel is not the activity's: ``PushRequest/channelId``.)
-        guard let key = request.pushToStartKey, !request.joinsChannel else { return }
+        guard let key = request.pushToStartKey else { return }
+        // A start on the activity's broadcast channel is one more phone's, not the activity's (``PushRequest/channelId``).
+        if request.joinsChannel {
+            channelStarts[request.requestId] = activityKey
+            return
+        }
         startOwners[key] = activityKey
         startRequests[request.requestId] = (activityKey, request.isStartCopy)
     }
@@ -40,7 +49,8 @@ struct ActivityMemories {
     mutating func dropForgottenStartOwners() {
         startOwners = startOwners.filter { index[$0.value] != nil }
         startRequests = startRequests.filter { index[$0.value.activityKey] != nil }
-        startOwnersPruned = startOwners.count + startRequests.count
+        channelStarts = channelStarts.filter { index[$0.value] != nil }
+        startOwnersPruned = startOwners.count + startRequests.count + channelStarts.count
     }
     /// When the monitor is to look at each activity next.
     var deadlines = DeadlineQueue()
@@ -233,6 +243,6 @@ struct ActivityMemories {
 
     /// Drops the push-to-start owners of forgotten activities, once they are many.
     mutating func pruneStartOwners() {
-        if startOwners.count + startRequests.count > max(index.count, 2 * startOwnersPruned) { dropForgottenStartOwners() }
+        if startOwners.count + startRequests.count + channelStarts.count > max(index.count, 2 * startOwnersPruned) { dropForgottenStartOwners() }
     }
 }
