@@ -202,7 +202,7 @@ struct ChannelStartTests {
         #expect(restarted.sweep().flatMap(\.requests).map(\.requestId) == [endAgain.requestId], "the same id: the dispatcher takes it once")
     }
 
-    @Test("the backend API: before the channel, the owner answers 409 (retry), another instance publishes it for the owner to decide")
+    @Test("the backend API: before the channel, the owner answers 409 (retry), an instance owning other partitions publishes it for the owner to decide, one owning none yet answers 409")
     func intakeRefusesUntilTheChannel() async throws {
         let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: ManualClock(now.addingTimeInterval(60)))
         _ = try prepared(engine, match(.start, sequence: 1))
@@ -217,8 +217,12 @@ struct ChannelStartTests {
             return field == "startTarget"
         }
         #expect(published.value == 0, "nothing published")
-        let other = EventIntake(engine: engine, partition: { _ in 0 }, owned: { [] }) { _ in published.add() }
+        let other = EventIntake(engine: engine, partition: { _ in 0 }, owned: { [1] }) { _ in published.add() }
         #expect(try await other.accept(join).isEmpty)
+        #expect(published.value == 1)
+        // An instance that owns no partition yet (starting, a rebalance) cannot tell whose it is: a retry.
+        let starting = EventIntake(engine: engine, partition: { _ in 0 }, owned: { [] }) { _ in published.add() }
+        await #expect(throws: EventIntake.Refusal.self) { _ = try await starting.accept(join) }
         #expect(published.value == 1)
     }
 }

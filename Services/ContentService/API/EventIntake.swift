@@ -75,7 +75,8 @@ public struct EventIntake: Sendable {
             throw .invalid(field: error.field, problem: error.problem)
         }
         let partition = partition(event.activityId)
-        let owns = partition.map(owned().contains) ?? false
+        let ownedNow = owned()
+        let owns = partition.map(ownedNow.contains) ?? false
         let requestIds: [String]
         do {
             switch try engine.prepareAhead(event, partition: partition, keep: owns) {
@@ -88,9 +89,10 @@ public struct EventIntake: Sendable {
             }
         } catch where error == PayloadAssembler.joinBeforeStart || error == PayloadAssembler.channelNotMade {
             // Known only to the activity's owner (this instance's memory of it is the owner's
-            // only when it owns the partition): another instance publishes it, and the owner
-            // decides when it reads it.
-            guard !owns, partition != nil else { throw .notYet(field: error.field, problem: error.problem) }
+            // only when it owns the partition): an instance that owns other partitions publishes
+            // it, and the owner decides when it reads it. One that owns none yet (starting, or a
+            // rebalance under way) cannot tell: retried, the call finds the owner.
+            guard !owns, partition != nil, !ownedNow.isEmpty else { throw .notYet(field: error.field, problem: error.problem) }
             requestIds = []
         } catch {
             throw .invalid(field: error.field, problem: error.problem)
