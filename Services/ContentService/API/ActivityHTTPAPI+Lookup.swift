@@ -46,6 +46,10 @@ extension ActivityHTTPAPI {
         /// `unconfirmed` (it did not come in time: the push-to-start token may be stale, and is
         /// not used again until the app registers it again). Absent otherwise.
         var startConfirmation: String?
+        /// An activity sent by broadcast: its channel, once content-service has read the outcome
+        /// of a broadcast on it. A push-to-start of the activity to a phone starts it there
+        /// (`input-push-channel`); until then such a start is answered 409. Absent otherwise.
+        var channelId: String?
     }
 
     /// An event kept for its time.
@@ -155,7 +159,8 @@ extension ActivityHTTPAPI {
                             })
                     }
             },
-            startConfirmation: view.token != nil ? nil : memory?.startWatch.map { $0.reportedAt == nil ? "waiting" : "unconfirmed" })
+            startConfirmation: view.token != nil ? nil : memory?.startWatch.map { $0.reportedAt == nil ? "waiting" : "unconfirmed" },
+            channelId: memory?.channelId)
         return try Self.json(state)
     }
 
