@@ -24,6 +24,16 @@ public struct PushOutcome: IsletMessage {
         /// with a broadcast's 200; absent otherwise, and in outcomes written before it existed (additive).
         public var uniqueId: String?
 
+        /// APNs says the broadcast's channel does not exist (any more).
+        public var saysChannelIsGone: Bool { Self.saysChannelIsGone(status: status, reason: reason) }
+
+        /// Whether an answer to a broadcast says its channel does not exist (any more): `400
+        /// ChannelNotRegistered` or `400 BadChannelId`. The one rule the dispatcher and
+        /// content-service share.
+        public static func saysChannelIsGone(status: Int, reason: String?) -> Bool {
+            status == 400 && (reason == "ChannelNotRegistered" || reason == "BadChannelId")
+        }
+
         public init(status: Int, reason: String? = nil, apnsId: String? = nil, timestamp: Date? = nil, uniqueId: String? = nil) {
             self.status = status
             self.reason = reason

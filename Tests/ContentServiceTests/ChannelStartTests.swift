@@ -111,7 +111,7 @@ struct ChannelStartTests {
         #expect(goal.requests.allSatisfy { $0.isBroadcast && $0.apnsTimestamp > start.apnsTimestamp })
     }
 
-    @Test("read back (a restart, a partition moved), a start on the channel and its outcome change nothing of the activity's memory; the changelog keeps the channel")
+    @Test("read back (a restart, a partition moved), a start on the channel and its outcome change nothing of the activity's memory; the changelog keeps the channel; APNs saying it is gone takes it away until the next one")
     func memoryIgnoresChannelStarts() throws {
         let engine = try startedMatch()
         let start = try #require(try prepared(engine, join(onDevice("d1"))).requests.first)
@@ -131,6 +131,19 @@ struct ChannelStartTests {
         #expect(record.channelId == Self.channel)
         #expect(ActivityMemory(record).channelId == Self.channel)
 
+        // A broadcast not delivered for another reason leaves it; APNs saying the channel is gone
+        // takes it away: a phone's start waits (409) until the next channel is made.
+        engine.record(
+            PushOutcome(
+                requestId: UUID().uuidString, activityId: "order-42", result: .failed, apns: .init(status: 500, reason: "InternalServerError"),
+                attempts: 3, completedAt: now.addingTimeInterval(100), bundleId: Self.scores.bundleId, channelId: Self.channel))
+        #expect(engine.memory(of: Self.activityKey)?.channelId == Self.channel)
+        engine.record(
+            PushOutcome(
+                requestId: UUID().uuidString, activityId: "order-42", result: .rejected, apns: .init(status: 400, reason: "ChannelNotRegistered"),
+                attempts: 1, completedAt: now.addingTimeInterval(110), bundleId: Self.scores.bundleId, channelId: Self.channel))
+        #expect(engine.memory(of: Self.activityKey)?.channelId == nil)
+        #expect(throws: PayloadAssembler.channelNotMade) { try engine.prepare(join(onDevice("d2"), id: "join-d2"), partition: 0) }
         // A newer channel (the dispatcher made it again) replaces it.
         engine.record(
             PushOutcome(

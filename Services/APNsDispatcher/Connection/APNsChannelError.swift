@@ -1,3 +1,5 @@
+import IsletMessages
+
 /// APNs refused a channel management request: its status and reason (`BadChannelId`,
 /// `ChannelNotRegistered`, `CannotCreateChannelConfig` at the 10,000 channels of an app, …).
 public struct APNsChannelError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -12,7 +14,7 @@ public struct APNsChannelError: Error, Sendable, Equatable, CustomStringConverti
     }
 
     /// The channel is not there (deleted, never made, or another app's): a delete of it is done.
-    public var channelIsGone: Bool { status == 400 && (reason == "ChannelNotRegistered" || reason == "BadChannelId") || status == 404 }
+    public var channelIsGone: Bool { PushOutcome.APNsResponse.saysChannelIsGone(status: status, reason: reason) || status == 404 }
 
     public var description: String { "APNs answered \(status) \(reason ?? "without a reason")" }
 }

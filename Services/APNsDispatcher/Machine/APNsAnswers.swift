@@ -41,9 +41,9 @@ public enum APNsAction: Equatable, Sendable {
     public static func forAnswer(status: Int, reason: String?) -> APNsAction {
         // Whether the token is dead is the table every service shares (InvalidationReason).
         if InvalidationReason(apnsStatus: status, reason: reason) != nil { return .tokenInvalid }
+        if PushOutcome.APNsResponse.saysChannelIsGone(status: status, reason: reason) { return .channelInvalid }
         return switch (status, reason ?? "") {
         case (200, _): .delivered
-        case (400, "ChannelNotRegistered"), (400, "BadChannelId"): .channelInvalid
         case (403, "ExpiredProviderToken"): .renewProviderToken
         case (403, _): .stopLane
         case (429, "TooManyProviderTokenUpdates"): .providerTokenChurn

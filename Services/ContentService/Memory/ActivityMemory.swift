@@ -459,10 +459,16 @@ public struct ActivityMemory: Sendable, Equatable {
     /// `islet.push-outcomes.v1` when it was read from there.
     mutating func record(_ outcome: PushOutcome, at position: KafkaPosition? = nil) {
         if let position { recentOutcomes.insert(position) }
-        // One of the activity's broadcasts went (or was tried) on this channel: the activity's
-        // channel, a newer one after the dispatcher made it again. (Outcomes of one activity come
-        // in order, from its partition.)
-        if let channel = outcome.channelId, outcome.activityId != nil, outcome.pushToStartKey == nil { channelId = channel }
+        // One of the activity's broadcasts reached this channel: the activity's channel (a newer
+        // one after the dispatcher made it again). APNs said it is gone: none until the next one
+        // is made. (Outcomes of one activity come in order, from its partition.)
+        if let channel = outcome.channelId, outcome.activityId != nil, outcome.pushToStartKey == nil {
+            if outcome.result == .delivered || outcome.result == .deliveredDowngraded {
+                channelId = channel
+            } else if channel == channelId, outcome.apns?.saysChannelIsGone == true {
+                channelId = nil
+            }
+        }
         let isLatest = latest?.isRequest(outcome.requestId) == true
         if isLatest {
             latestResult = Interned.strings.code(outcome.result.rawValue)
