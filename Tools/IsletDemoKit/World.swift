@@ -237,6 +237,22 @@ public struct World: Sendable {
         _ = try await post(
             "\(play.simulator)/admin/subscribers", ["bundleId": .string(app.bundleId), "channelId": .string(channel), "count": .integer(1_000)])
 
+        if let backendKey = play.backendKey {
+            // One more fan, whose phone the backend starts the match on (the app is not running).
+            let (fan, fanToken) = ("fan-\(run)", Self.token("fa11" + run))
+            step("app", "a fan's iPhone registers its push-to-start token for MatchAttributes")
+            service("token-registry", try await put(
+                "/v1/apps/\(app.bundleId)/devices/\(fan)/push-to-start/MatchAttributes",
+                RegisterPushToStartTokenRequest(token: fanToken, environment: .production, frequentUpdatesEnabled: false, appVersion: "3.0")))
+            let join = ActivityEvent(
+                eventId: "match-\(run)-fan", activityId: match, kind: .start, attributesType: "MatchAttributes", fields: fields, urgency: .important,
+                occurredAt: Date(), sequence: 1, startTarget: .init(app: app, deviceId: fan),
+                attributes: ["matchId": .string(run), "home": .string("Lions"), "away": .string("Bears")], source: "scores-feed", bundleId: app.bundleId)
+            step("backend", "the fan follows the match: start on their phone by POST /v1/activities/\(match)/events (push-to-start on the channel)")
+            service("content-service", try await postEventWhenReady(join, key: backendKey))
+            _ = try await received(token: fanToken, through: RequestIds.content(bundleId: app.bundleId, activityId: match, eventId: join.eventId))
+        }
+
         fields["period"] = .string("goal")
         fields["homeScore"] = .integer(1)
         fields["minute"] = .integer(23)
@@ -358,6 +374,7 @@ public struct World: Sendable {
         if let alert = aps?["alert"]?["title"]?.stringValue { parts.append("alert \"\(alert)\"") }
         if aps?["dismissal-date"] != nil { parts.append("dismissal-date set") }
         if aps?["input-push-token"] != nil { parts.append("push-to-start, asks for the activity's token") }
+        if let channel = aps?["input-push-channel"]?.stringValue { parts.append("push-to-start on channel \(channel)") }
         return parts.joined(separator: " · ")
     }
 
@@ -393,6 +410,26 @@ public struct World: Sendable {
 
     /// `event` through content-service's HTTP API (docs/http-api.md), with an `Idempotency-Key`.
     func postEvent(_ event: ActivityEvent, key: String) async throws -> String {
+        try await answer(try eventRequest(event, key: key))
+    }
+
+    /// ``postEvent(_:key:)``, sent again while content-service answers 409 with `Retry-After` (a
+    /// push-to-start on a broadcast channel before it has read the channel), for at most 30 s.
+    func postEventWhenReady(_ event: ActivityEvent, key: String) async throws -> String {
+        let deadline = Date().addingTimeInterval(30)
+        while true {
+            let response = try await http.execute(try eventRequest(event, key: key), timeout: .seconds(15))
+            let text = String(buffer: try await response.body.collect(upTo: 1 << 20))
+            if response.status.code == 409, response.headers.first(name: "Retry-After") != nil, Date() < deadline {
+                try await Task.sleep(for: .milliseconds(200))
+                continue
+            }
+            guard (200..<300).contains(response.status.code) else { throw DemoFailure("POST /v1/activities/\(event.activityId)/events answered \(response.status.code): \(text)") }
+            return "\(response.status.code) \(text)"
+        }
+    }
+
+    func eventRequest(_ event: ActivityEvent, key: String) throws -> HTTPClientRequest {
         guard let bundleId = event.bundleId else { throw DemoFailure("an event over HTTP names its app") }
         var request = HTTPClientRequest(url: "\(play.content)/v1/activities/\(event.activityId)/events")
         request.method = .POST
@@ -400,7 +437,7 @@ public struct World: Sendable {
         request.headers.add(name: "Content-Type", value: "application/json")
         request.headers.add(name: "Idempotency-Key", value: event.eventId)
         request.body = .bytes(try IsletJSON.encode(ActivityEventBody(event, bundleId: bundleId)))
-        return try await answer(request)
+        return request
     }
 
     func postRaw(_ url: String, _ body: [UInt8]) async throws -> String {
