@@ -103,6 +103,16 @@ struct BroadcastEngineTests {
         deleted.submit(deleted.broadcastRequest("match-7", .end, sequence: 2))
         #expect(deleted.outcomes(1).first?.result == .expired)
         #expect(deleted.channelsMade.isEmpty && deleted.sender.sent.isEmpty)
+
+        // An activity sent to its token: nothing after its end, another end neither.
+        let tokens = EngineHarness()
+        tokens.register("order-1", token: hexToken(3))
+        tokens.submit(tokens.request("order-1", sequence: 1))
+        tokens.submit(tokens.request("order-1", .end, sequence: 2))
+        tokens.outcomes(2)
+        tokens.submit(tokens.request("order-1", .end, sequence: 2))
+        #expect(tokens.outcomes(3).last?.result == .expired)
+        #expect(tokens.sender.sent.count == 2)
     }
 
     @Test("a channel read from the topic (a partition assigned) is reused, never made again; one ended whose time came is deleted at once")

@@ -54,7 +54,7 @@ extension EndToEnd {
                     if status == 409 { try await Task.sleep(for: .milliseconds(100)) }
                 } while status == 409 && ContinuousClock.now < deadline
                 #expect(status == 202 || status == 200, "\(status)")
-                let joinId = RequestIds.content(bundleId: bundleId, activityId: match, eventId: "\(match)-join")
+                let joinId = RequestIds.channelStart(bundleId: bundleId, activityId: match, deviceId: phone)
                 let pushes = try await driver.received(token: startToken, through: joinId)
                 let start = try #require(pushes.first { $0.apnsID.lowercased() == joinId.lowercased() })
                 #expect(start.event == "start" && start.inputPushChannel == channel && start.topic == "\(bundleId).push-type.liveactivity")

@@ -250,7 +250,7 @@ public struct World: Sendable {
                 attributes: ["matchId": .string(run), "home": .string("Lions"), "away": .string("Bears")], source: "scores-feed", bundleId: app.bundleId)
             step("backend", "the fan follows the match: start on their phone by POST /v1/activities/\(match)/events (push-to-start on the channel)")
             service("content-service", try await postEventWhenReady(join, key: backendKey))
-            _ = try await received(token: fanToken, through: RequestIds.content(bundleId: app.bundleId, activityId: match, eventId: join.eventId))
+            _ = try await received(token: fanToken, through: RequestIds.channelStart(bundleId: app.bundleId, activityId: match, deviceId: fan))
         }
 
         fields["period"] = .string("goal")

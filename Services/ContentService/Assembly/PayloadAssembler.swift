@@ -105,7 +105,7 @@ public struct PayloadAssembler: Sendable {
         let isPushToStart = event.kind == .start && event.startTarget != nil
         // A push-to-start of a type sent by broadcast starts the activity on one more phone, on
         // the activity's channel: the activity's own memory stays the channel's.
-        let channelId = isPushToStart && template.broadcastStoragePolicy != nil ? try Self.channel(toJoin: memory) : nil
+        let channelId = isPushToStart && template.broadcastStoragePolicy != nil ? try Self.channel(toJoin: memory, app: app) : nil
         if isPushToStart, alert == nil {
             // A push-to-start must alert (ActivityKit requires it); the event's, the state's text, or the type.
             alert = presentation?.alert.map { LiveActivityAPS.Alert($0, locale: locale, sound: state.alert?.sound) }
@@ -144,11 +144,17 @@ public struct PayloadAssembler: Sendable {
 
     /// The channel a push-to-start of an activity sent by broadcast starts it on: the activity's,
     /// once it is started, its channel made, and not ended.
-    static func channel(toJoin memory: ActivityMemory) throws(ContentError) -> String {
+    static func channel(toJoin memory: ActivityMemory, app: AppTarget) throws(ContentError) -> String {
         if memory.ended {
             throw ContentError(field: "startTarget", problem: "the activity has ended: no phone can start it any more")
         }
-        guard memory.latest != nil else { throw joinBeforeStart }
+        guard let latest = memory.latest else { throw joinBeforeStart }
+        // A channel never crosses environments: a development build's phone cannot join a production channel.
+        guard latest.app.environment == app.environment else {
+            throw ContentError(
+                field: "startTarget.app.environment",
+                problem: "the device's push-to-start token is for \(app.environment.rawValue), the activity's channel for \(latest.app.environment.rawValue)")
+        }
         guard let channelId = memory.channelId else { throw channelNotMade }
         return channelId
     }
@@ -308,7 +314,11 @@ public struct PayloadAssembler: Sendable {
             // A start to every device of a user: each device's own id, the first device's too (a
             // next owner whose table orders the devices otherwise makes the same id for each).
             let userStart = plan.isPushToStart && event.startTarget?.userId != nil
-            let requestId = userStart ? RequestIds.copy(of: contentId, deviceId: event.startTarget?.deviceId ?? "") : contentId
+            let deviceId = event.startTarget?.deviceId ?? ""
+            let requestId =
+                plan.channelId != nil
+                ? RequestIds.channelStart(bundleId: app.bundleId, activityId: event.activityId, deviceId: deviceId)
+                : userStart ? RequestIds.copy(of: contentId, deviceId: deviceId) : contentId
             return PushRequest(
                 requestId: requestId,
                 activityId: plan.isPushToStart ? nil : event.activityId,
@@ -338,6 +348,7 @@ public struct PayloadAssembler: Sendable {
             memory.ended = false
             memory.gone = false
             memory.startedAt = nil
+            memory.channelId = nil
         }
         for request in requests { memory.replay(request, scanImages: false) }
     }

@@ -27,6 +27,14 @@ public enum RequestIds {
     }
 
     /// The copy of a request for one more device of its activity (``PushRequest/deviceId``).
+    /// The push-to-start that starts an activity sent by broadcast on one device, on its channel
+    /// (``PushRequest/channelId``): one id per activity and device, whatever the event, so that a
+    /// backend's retry under a new event id, or the event read again, is the same request (the
+    /// dispatcher takes an id once).
+    public static func channelStart(bundleId: String, activityId: String, deviceId: String) -> String {
+        make("channel-start:\(bundleId)/\(activityId):\(deviceId)")
+    }
+
     public static func copy(of requestId: String, deviceId: String) -> String {
         make("device:\(requestId):\(deviceId)")
     }

@@ -230,6 +230,8 @@ extension ContentEngine {
             // end was made. The end again, to the channel (every other phone there has ended and
             // ignores it), under an id derived from the end's and the first such device's.
             if full.event == .end, full.isBroadcast {
+                // (Not when APNs said the channel is gone: the dispatcher would make a new one.)
+                guard memory.channelId != nil else { continue }
                 made[activityKey] = [
                     assembler.followUp(
                         .end(.clientEnded), of: full, requestId: RequestIds.catchUp(of: full.requestId, deviceId: entry.devices.sorted().first ?? ""),

@@ -94,10 +94,11 @@ public final class ContentEngine: Sendable {
         // So does a widget push: it concerns the user's widgets, not the activity's content; and a
         // start on the activity's broadcast channel for one more phone: the channel's content is
         // the activity's.
-        guard !request.isDeviceCopy, !request.isWidget, let activityKey = request.activityKey else { return }
-        // So does the start for one more device of a user, and a start on the activity's channel;
-        // their outcomes still find the activity.
-        if request.isStartCopy || request.joinsChannel {
+        // So does a start on the activity's broadcast channel for one more phone: the channel's
+        // content is the activity's (its outcome finds the activity by its channel).
+        guard !request.isDeviceCopy, !request.isWidget, !request.joinsChannel, let activityKey = request.activityKey else { return }
+        // So does the start for one more device of a user; its outcome still finds the activity.
+        if request.isStartCopy {
             state.withLock { $0.noteStart(request, of: activityKey) }
             return
         }
@@ -171,13 +172,15 @@ public final class ContentEngine: Sendable {
         guard outcome.widgetKey == nil else { return }
         let (now, policy) = (clock.date, freshness)
         // A start on the activity's broadcast channel's: about one more phone, not the activity's
-        // content. One that may have reached its phone after the activity's end was made: that
-        // phone's activity joined the channel after its end went, and is owed the end again.
-        if let key = outcome.pushToStartKey, outcome.channelId != nil {
+        // content. One that may have reached its phone after the activity's end was made (or
+        // just before: ``channelEndMargin``): that phone's activity joined the channel after its
+        // end went, and is owed the end again. The activity is found by its channel.
+        if let key = outcome.pushToStartKey, let channel = outcome.channelId {
             guard Self.mayHaveStarted(outcome), let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key) else { return }
             state.withLock { state in
-                guard let activityKey = state.channelStarts[outcome.requestId], let memory = state.memory(activityKey), memory.ended,
-                    let end = memory.latest, outcome.completedAt > end.createdAt
+                guard let activityKey = state.channelOwners[channel], outcome.bundleId.map({ activityKey.hasPrefix($0 + "/") }) ?? true,
+                    let memory = state.memory(activityKey), memory.ended, let end = memory.latest,
+                    outcome.completedAt > end.createdAt.addingTimeInterval(-Self.channelEndMargin)
                 else { return }
                 lateDevices.owe(activityKey, deviceId: deviceId, at: now)
             }
@@ -212,6 +215,11 @@ public final class ContentEngine: Sendable {
             }
         }
     }
+
+    /// How long before an activity's end was made a push-to-start on its channel accepted by APNs
+    /// still owes the channel the end again: APNs may hand the start to the phone after the end's
+    /// broadcast (a second end on the channel is harmless: an ended activity ignores it).
+    static let channelEndMargin: TimeInterval = 60
 
     /// Whether a push-to-start's outcome says it may have started its activity on the phone
     /// (`failed`: its answer was unknown, also when a dispatcher that read it again after a

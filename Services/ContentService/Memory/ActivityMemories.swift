@@ -25,22 +25,17 @@ struct ActivityMemories {
     /// late, after another start on the same device took its key (``startOwners``), still finds
     /// its own activity. (Not in the changelog: after a restart, the key decides.)
     var startRequests: [String: (activityKey: String, copy: Bool)] = [:]
-    /// Request ids of recent push-to-starts on an activity's broadcast channel (``PushRequest/channelId``)
-    /// → that activity: an outcome of one that reached its phone after the activity's end was
-    /// made owes the channel the end again. (Not in the changelog: noted again from the requests
-    /// read after a restart.)
-    var channelStarts: [String: String] = [:]
+    /// Broadcast channels → the activity each is (was) the channel of (``ActivityMemory/channelId``,
+    /// which the changelog keeps): the outcome of a push-to-start on a channel names the channel,
+    /// not the activity.
+    var channelOwners: [String: String] = [:]
     /// `startOwners.count` when it was last pruned: pruned again once it doubled (amortised).
     var startOwnersPruned = 0
 
     /// Notes the push-to-start `request` (of `activityKey`), for its outcome.
     mutating func noteStart(_ request: PushRequest, of activityKey: String) {
-        guard let key = request.pushToStartKey else { return }
-        // A start on the activity's broadcast channel is one more phone's, not the activity's (``PushRequest/channelId``).
-        if request.joinsChannel {
-            channelStarts[request.requestId] = activityKey
-            return
-        }
+        // (A start on the activity's broadcast channel is one more phone's, not the activity's: ``PushRequest/channelId``.)
+        guard let key = request.pushToStartKey, !request.joinsChannel else { return }
         startOwners[key] = activityKey
         startRequests[request.requestId] = (activityKey, request.isStartCopy)
     }
@@ -49,8 +44,8 @@ struct ActivityMemories {
     mutating func dropForgottenStartOwners() {
         startOwners = startOwners.filter { index[$0.value] != nil }
         startRequests = startRequests.filter { index[$0.value.activityKey] != nil }
-        channelStarts = channelStarts.filter { index[$0.value] != nil }
-        startOwnersPruned = startOwners.count + startRequests.count + channelStarts.count
+        channelOwners = channelOwners.filter { index[$0.value] != nil }
+        startOwnersPruned = startOwners.count + startRequests.count + channelOwners.count
     }
     /// When the monitor is to look at each activity next.
     var deadlines = DeadlineQueue()
@@ -142,6 +137,7 @@ struct ActivityMemories {
         if !restored { unwritten(key, partition: memory?.partition ?? previous?.partition) }
         changed(slot, memory, wasLive: previous?.isLive == true, wasGone: previous?.gone == true, now: now, policy: policy)
         if let memory {
+            if let channel = memory.channelId { channelOwners[channel] = key }
             slots[Int(slot)].memory = memory
             if memory.steps != (previous?.steps ?? []) { queueSteps(memory.steps, of: slot, previous: previous?.steps ?? []) }
         } else {
@@ -160,6 +156,7 @@ struct ActivityMemories {
         let (wasLive, wasGone) = (slots[Int(slot)].memory.isLive, slots[Int(slot)].memory.gone)
         let steps = slots[Int(slot)].memory.steps
         change(&slots[Int(slot)].memory)
+        if let channel = slots[Int(slot)].memory.channelId { channelOwners[channel] = key }
         if slots[Int(slot)].memory.steps != steps { queueSteps(slots[Int(slot)].memory.steps, of: slot, previous: steps) }
         unwritten(key, partition: slots[Int(slot)].memory.partition)
         changed(slot, slots[Int(slot)].memory, wasLive: wasLive, wasGone: wasGone, now: now, policy: policy)
@@ -243,6 +240,6 @@ struct ActivityMemories {
 
     /// Drops the push-to-start owners of forgotten activities, once they are many.
     mutating func pruneStartOwners() {
-        if startOwners.count + startRequests.count + channelStarts.count > max(index.count, 2 * startOwnersPruned) { dropForgottenStartOwners() }
+        if startOwners.count + startRequests.count + channelOwners.count > max(index.count, 2 * startOwnersPruned) { dropForgottenStartOwners() }
     }
 }
