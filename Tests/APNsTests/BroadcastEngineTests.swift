@@ -104,6 +104,16 @@ struct BroadcastEngineTests {
         #expect(deleted.outcomes(1).first?.result == .expired)
         #expect(deleted.channelsMade.isEmpty && deleted.sender.sent.isEmpty)
 
+        // Gone before the end (APNs said ChannelNotRegistered: deleted, never ended), or never made: an end makes none.
+        let gone = EngineHarness()
+        var goneRecord = try #require(h.sink.channels.first)
+        goneRecord.deletedAt = gone.clock.date
+        gone.channelRecorded(goneRecord)
+        gone.submit(gone.broadcastRequest("match-7", .end, sequence: 2))
+        gone.submit(gone.broadcastRequest("match-8", .end, sequence: 1))
+        #expect(gone.outcomes(2).allSatisfy { $0.result == .expired })
+        #expect(gone.channelsMade.isEmpty && gone.sender.sent.isEmpty)
+
         // An activity sent to its token: nothing after its end, another end neither.
         let tokens = EngineHarness()
         tokens.register("order-1", token: hexToken(3))

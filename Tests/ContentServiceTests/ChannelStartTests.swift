@@ -99,10 +99,19 @@ struct ChannelStartTests {
         #expect(made.requests.count == 1)
         #expect(start.pushToStartKey == Self.startKey("d1") && start.activityId == nil && start.channelId == Self.channel && start.joinsChannel)
         #expect(start.event == .start && !start.isBroadcast && start.channelStoragePolicy == nil && start.alerting)
-        #expect(start.sourceActivityId == "order-42" && start.requestId == RequestIds.channelStart(bundleId: Self.scores.bundleId, activityId: "order-42", deviceId: "d1"))
+        #expect(start.sourceActivityId == "order-42" && start.requestId == RequestIds.channelStart(bundleId: Self.scores.bundleId, activityId: "order-42", deviceId: "d1", registeredAt: now))
         // The backend's retry under a new event id, or the event read again: the same request, which the dispatcher takes once.
         let retried = try #require(try prepared(engine, join(onDevice("d1"), id: "join-d1-retry")).requests.first)
         #expect(retried.requestId == start.requestId)
+        // Once the app registered its push-to-start token again (a start that failed, the token rotated): a new request.
+        engine.tokens.put(
+            TokenRecord(
+                kind: .pushToStart, deviceId: "d1", userId: "ana", token: String(repeating: "a1", count: 32), app: Self.scores,
+                attributesType: "MatchAttributes", frequentUpdatesEnabled: false, appVersion: "3.0", state: .active,
+                registeredAt: now.addingTimeInterval(30), updatedAt: now.addingTimeInterval(30)),
+            key: Self.startKey("d1"))
+        let afterRegistration = try #require(try prepared(engine, join(onDevice("d1"), id: "join-d1-later")).requests.first)
+        #expect(afterRegistration.requestId != start.requestId)
         let aps = try aps(start)
         #expect(aps["input-push-channel"] == .string(Self.channel))
         #expect(aps["input-push-token"] == nil, "the new activity is updated by the channel, not by a token of its own")
@@ -160,12 +169,24 @@ struct ChannelStartTests {
         #expect(engine.memory(of: Self.activityKey)?.channelId == "bmV3ZXI=")
     }
 
-    @Test("a start on the channel for a user goes to each of their devices, none of another user's")
+    @Test("a start on the channel for a user goes to each of their devices under each one's own id, none of another user's, none of the other environment's")
     func everyDeviceOfAUser() throws {
         let engine = try startedMatch()
+        // Ana's development build on a third phone: its push-to-start token is for sandbox.
+        engine.tokens.put(
+            TokenRecord(
+                kind: .pushToStart, deviceId: "d0", userId: "ana", token: String(repeating: "0d", count: 32),
+                app: AppTarget(bundleId: Self.scores.bundleId, environment: .sandbox), attributesType: "MatchAttributes",
+                frequentUpdatesEnabled: false, appVersion: "3.0", state: .active, registeredAt: now, updatedAt: now),
+            key: Self.startKey("d0"))
         let made = try prepared(engine, join(.init(app: Self.scores, userId: "ana"), id: "join-ana"))
         #expect(Set(made.requests.compactMap(\.pushToStartKey)) == [Self.startKey("d1"), Self.startKey("d2")])
-        #expect(made.requests.allSatisfy { $0.channelId == Self.channel && $0.joinsChannel && $0.startGroup != nil })
+        #expect(made.requests.allSatisfy { $0.channelId == Self.channel && $0.joinsChannel && $0.startGroup != nil && $0.app == Self.scores })
+        #expect(made.requests.filter(\.isStartCopy).count == 1)
+        for request in made.requests {
+            let deviceId = try #require(request.pushToStartKey.flatMap(PartitionTokens.deviceId(ofPushToStartKey:)))
+            #expect(request.requestId == RequestIds.channelStart(bundleId: Self.scores.bundleId, activityId: "order-42", deviceId: deviceId, registeredAt: now))
+        }
         #expect(made.memory == nil)
     }
 
@@ -229,6 +250,15 @@ struct ChannelStartTests {
         restarted.restore(Self.activityKey, memory)
         restarted.record(outcome(start, .delivered))
         #expect(restarted.sweep().flatMap(\.requests).map(\.requestId) == [endAgain.requestId], "the same id: the dispatcher takes it once")
+        // Read again with one more phone's late start: a new request (the same id would be taken
+        // for the one already sent, and that phone would never end).
+        restarted.record(outcome(start, .delivered))
+        var late = outcome(start, .delivered)
+        late.requestId = UUID().uuidString
+        late.pushToStartKey = Self.startKey("d2")
+        restarted.record(late)
+        let both = restarted.sweep().flatMap(\.requests)
+        #expect(both.map(\.requestId) == [RequestIds.catchUp(of: end.requestId, deviceId: "d1,d2")])
         // Another app's outcome naming the same channel id finds nothing.
         var stranger = outcome(start, .delivered)
         stranger.bundleId = "com.example.other"
@@ -245,6 +275,28 @@ struct ChannelStartTests {
                 attempts: 1, completedAt: clock.date, bundleId: Self.scores.bundleId, channelId: Self.channel))
         gone.record(outcome(start, .delivered))
         #expect(gone.sweep().isEmpty)
+    }
+
+    @Test("a partition gained soon after a match's end (its last owner may have stopped before it sent the end again for a late phone): the end once more, to the channel; not for a match that ended long ago")
+    func partitionGainedEndsAgain() throws {
+        let clock = ManualClock(now.addingTimeInterval(60))
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: clock)
+        engine.trackChanges(of: [1])
+        let kickOff = try prepared(engine, match(.start, sequence: 1))
+        engine.record(
+            PushOutcome(
+                requestId: kickOff.requests[0].requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: clock.date,
+                bundleId: Self.scores.bundleId, channelId: Self.channel))
+        let end = try #require(try prepared(engine, match(.end, sequence: 2, minute: 90)).requests.last)
+        clock.advance(30)
+        engine.trackChanges(of: [0, 1])
+        let again = engine.sweep().flatMap(\.requests)
+        #expect(again.map(\.requestId) == [RequestIds.catchUp(of: end.requestId, deviceId: "partition-gained")])
+        #expect(again.allSatisfy { $0.event == .end && $0.isBroadcast })
+        engine.trackChanges(of: [1])
+        clock.advance(ContentEngine.lateDeviceWait)
+        engine.trackChanges(of: [0, 1])
+        #expect(engine.sweep().isEmpty, "ended too long ago")
     }
 
     @Test("the backend API: before the channel, the owner answers 409 (retry), an instance owning other partitions publishes it for the owner to decide, one owning none yet answers 409")

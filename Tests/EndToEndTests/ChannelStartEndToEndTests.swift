@@ -47,14 +47,21 @@ extension EndToEnd {
                 let channel = try #require(first.channelId)
 
                 // The fan's phone joins: retried while content-service has not read the outcome naming the channel.
-                var status = 0
+                var (status, reply): (Int, [UInt8]) = (0, [])
                 let deadline = ContinuousClock.now + .seconds(30)
                 repeat {
-                    (status, _, _) = try await join("\(match)-join")
+                    (status, _, reply) = try await join("\(match)-join")
                     if status == 409 { try await Task.sleep(for: .milliseconds(100)) }
                 } while status == 409 && ContinuousClock.now < deadline
                 #expect(status == 202 || status == 200, "\(status)")
-                let joinId = RequestIds.channelStart(bundleId: bundleId, activityId: match, deviceId: phone)
+                func firstId(_ body: [UInt8]) -> String? {
+                    guard case .array(let ids)? = (try? IsletJSON.decodeValue(JSONValue.self, from: body))?["requestIds"] else { return nil }
+                    return ids.first?.stringValue
+                }
+                let joinId = try #require(firstId(reply))
+                // A retry under another event id (a backend without Idempotency-Key) is the same start.
+                let (again, _, retried) = try await join("\(match)-join-retry")
+                #expect(again == 202 && firstId(retried) == joinId)
                 let pushes = try await driver.received(token: startToken, through: joinId)
                 let start = try #require(pushes.first { $0.apnsID.lowercased() == joinId.lowercased() })
                 #expect(start.event == "start" && start.inputPushChannel == channel && start.topic == "\(bundleId).push-type.liveactivity")

@@ -249,8 +249,12 @@ public struct World: Sendable {
                 occurredAt: Date(), sequence: 1, startTarget: .init(app: app, deviceId: fan),
                 attributes: ["matchId": .string(run), "home": .string("Lions"), "away": .string("Bears")], source: "scores-feed", bundleId: app.bundleId)
             step("backend", "the fan follows the match: start on their phone by POST /v1/activities/\(match)/events (push-to-start on the channel)")
-            service("content-service", try await postEventWhenReady(join, key: backendKey))
-            _ = try await received(token: fanToken, through: RequestIds.channelStart(bundleId: app.bundleId, activityId: match, deviceId: fan))
+            let answer = try await postEventWhenReady(join, key: backendKey)
+            service("content-service", answer)
+            // The start's id is in the answer (it derives from the match, the phone and its token's registration).
+            let body = try IsletJSON.decodeValue(JSONValue.self, from: Array(answer.drop { $0 != " " }.dropFirst().utf8))
+            guard case .array(let ids)? = body["requestIds"], let startId = ids.first?.stringValue else { throw DemoFailure("no request id in \(answer)") }
+            _ = try await received(token: fanToken, through: startId)
         }
 
         fields["period"] = .string("goal")

@@ -317,7 +317,7 @@ public struct PayloadAssembler: Sendable {
             let deviceId = event.startTarget?.deviceId ?? ""
             let requestId =
                 plan.channelId != nil
-                ? RequestIds.channelStart(bundleId: app.bundleId, activityId: event.activityId, deviceId: deviceId)
+                ? RequestIds.channelStart(bundleId: app.bundleId, activityId: event.activityId, deviceId: deviceId, registeredAt: tokenRegisteredAt)
                 : userStart ? RequestIds.copy(of: contentId, deviceId: deviceId) : contentId
             return PushRequest(
                 requestId: requestId,

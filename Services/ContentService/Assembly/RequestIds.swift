@@ -26,15 +26,17 @@ public enum RequestIds {
         make("resend:\(requestId):\(number)")
     }
 
-    /// The copy of a request for one more device of its activity (``PushRequest/deviceId``).
     /// The push-to-start that starts an activity sent by broadcast on one device, on its channel
-    /// (``PushRequest/channelId``): one id per activity and device, whatever the event, so that a
-    /// backend's retry under a new event id, or the event read again, is the same request (the
-    /// dispatcher takes an id once).
-    public static func channelStart(bundleId: String, activityId: String, deviceId: String) -> String {
-        make("channel-start:\(bundleId)/\(activityId):\(deviceId)")
+    /// (``PushRequest/channelId``): one id per activity, device and registration of the device's
+    /// push-to-start token (`registeredAt`, `nil` when content-service has none), whatever the
+    /// event: a backend's retry under a new event id, or the event read again, is the same request
+    /// (the dispatcher takes an id once); once the app registered its token again, a new one.
+    public static func channelStart(bundleId: String, activityId: String, deviceId: String, registeredAt: Date?) -> String {
+        let registration = registeredAt.map { String(Int64(($0.timeIntervalSince1970 * 1_000).rounded())) } ?? "none"
+        return make("channel-start:\(bundleId)/\(activityId):\(deviceId):\(registration)")
     }
 
+    /// The copy of a request for one more device of its activity (``PushRequest/deviceId``).
     public static func copy(of requestId: String, deviceId: String) -> String {
         make("device:\(requestId):\(deviceId)")
     }

@@ -188,16 +188,26 @@ extension ContentEngine {
         }
         guard !gained.isEmpty else { return }
         var ended: [String] = []
+        var channelsEnded: [String] = []
         for (key, _, memory) in state.all where memory.ended {
             guard let partition = memory.partition, gained.contains(partition), let latest = memory.latest,
                 now.timeIntervalSince(latest.createdAt) <= Self.recentEndWindow
             else { continue }
-            ended.append(key)
+            if assembler.templates[latest.attributesType]?.broadcastStoragePolicy != nil {
+                // A phone's start on its channel may have reached it after the end while the
+                // instance that made the end stopped before it sent the end again (what it owed
+                // is not in the changelog, and that start's outcome may lie before the checkpoint):
+                // the end once more, to the channel, soon after the end.
+                if memory.channelId != nil, now.timeIntervalSince(latest.createdAt) <= Self.lateDeviceWait { channelsEnded.append(key) }
+            } else {
+                ended.append(key)
+            }
         }
-        guard !ended.isEmpty else { return }
+        guard !ended.isEmpty || !channelsEnded.isEmpty else { return }
         lateDevices.state.withLock { late in
             for key in ended where late.recentEnds.count < Self.maximumLateDevices { late.recentEnds[key] = now }
         }
+        for key in channelsEnded { lateDevices.owe(key, deviceId: "partition-gained", at: now) }
     }
 
     /// Ends owed to devices an activity's push-to-start reached after its end was made (the start
@@ -228,13 +238,15 @@ extension ContentEngine {
             settled.append(activityKey)
             // An activity sent by broadcast: a phone's start on its channel reached it after the
             // end was made. The end again, to the channel (every other phone there has ended and
-            // ignores it), under an id derived from the end's and the first such device's.
+            // ignores it), under an id derived from the end's and those devices' (a set made again
+            // after a restart, with one more device, is a new request: the dispatcher would take
+            // the same id once).
             if full.event == .end, full.isBroadcast {
                 // (Not when APNs said the channel is gone: the dispatcher would make a new one.)
                 guard memory.channelId != nil else { continue }
                 made[activityKey] = [
                     assembler.followUp(
-                        .end(.clientEnded), of: full, requestId: RequestIds.catchUp(of: full.requestId, deviceId: entry.devices.sorted().first ?? ""),
+                        .end(.clientEnded), of: full, requestId: RequestIds.catchUp(of: full.requestId, deviceId: entry.devices.sorted().joined(separator: ",")),
                         timestamp: full.apnsTimestamp, now: now)
                 ].compactMap { $0 }
                 continue

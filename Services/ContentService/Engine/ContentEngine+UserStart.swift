@@ -31,11 +31,15 @@ extension ContentEngine {
     func resolvingUser(_ event: ActivityEvent) -> (ActivityEvent, [StartDevice]) {
         guard event.kind == .start, let target = event.startTarget, target.deviceId == nil, let userId = target.userId else { return (event, []) }
         let owner = DeliveryToken.owner(of: userId)
+        // A type sent by broadcast: only the devices of its channel's environment (a channel never crosses environments).
+        let template = assembler.templates[event.attributesType]
+        let environment = template?.broadcastStoragePolicy != nil ? template?.app?.environment : nil
         var seen: Set<String> = []
         var devices: [StartDevice] = []
         for key in tokens.pushToStartKeys(bundleId: target.app.bundleId, attributesType: event.attributesType, userId: userId) {
             guard devices.count < Self.maximumStartDevices else { break }
             guard let token = tokens.token(forKey: key), token.state == .active, token.owner == owner,
+                environment.map({ token.app.environment == $0 }) ?? true,
                 let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key), seen.insert(token.fingerprint).inserted
             else { continue }
             devices.append(StartDevice(key: key, deviceId: deviceId, token: token))
@@ -81,6 +85,9 @@ extension ContentEngine {
             return requests
         }
         let group = requests[index].requestId
+        // A start on a broadcast channel is checked against each device's own environment (a
+        // channel never crosses environments): a device of the other one gets none.
+        let joins = requests[index].joinsChannel
         var copies: [PushRequest] = []
         for device in inputs.startDevices {
             var deviceEvent = event
@@ -88,7 +95,8 @@ extension ContentEngine {
             var scratch = inputs.memory
             guard
                 let made = try? assembler.assemble(
-                    deviceEvent, app: inputs.app, appVersion: AppVersion(device.token.appVersion) ?? Self.newest, locale: device.token.locale,
+                    deviceEvent, app: joins ? device.token.app : inputs.app, appVersion: AppVersion(device.token.appVersion) ?? Self.newest,
+                    locale: device.token.locale,
                     memory: &scratch, now: now, images: images, timestampFloor: inputs.floor, tokenRegisteredAt: device.token.registeredAt),
                 var start = made.requests.first(where: { $0.pushToStartKey == device.key })
             else { continue }

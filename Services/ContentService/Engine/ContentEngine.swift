@@ -178,7 +178,7 @@ public final class ContentEngine: Sendable {
         if let key = outcome.pushToStartKey, let channel = outcome.channelId {
             guard Self.mayHaveStarted(outcome), let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key) else { return }
             state.withLock { state in
-                guard let activityKey = state.channelOwners[channel], outcome.bundleId.map({ activityKey.hasPrefix($0 + "/") }) ?? true,
+                guard let bundleId = outcome.bundleId, let activityKey = state.channelOwners[ActivityMemories.channelKey(bundleId: bundleId, channelId: channel)],
                     let memory = state.memory(activityKey), memory.ended, let end = memory.latest,
                     outcome.completedAt > end.createdAt.addingTimeInterval(-Self.channelEndMargin)
                 else { return }

@@ -25,10 +25,12 @@ struct ActivityMemories {
     /// late, after another start on the same device took its key (``startOwners``), still finds
     /// its own activity. (Not in the changelog: after a restart, the key decides.)
     var startRequests: [String: (activityKey: String, copy: Bool)] = [:]
-    /// Broadcast channels → the activity each is (was) the channel of (``ActivityMemory/channelId``,
-    /// which the changelog keeps): the outcome of a push-to-start on a channel names the channel,
-    /// not the activity.
+    /// Broadcast channels of an app (`<bundleId>/<channelId>`) → the activity each is (was) the
+    /// channel of (``ActivityMemory/channelId``, which the changelog keeps): the outcome of a
+    /// push-to-start on a channel names the channel, not the activity.
     var channelOwners: [String: String] = [:]
+
+    static func channelKey(bundleId: String, channelId: String) -> String { bundleId + "/" + channelId }
     /// `startOwners.count` when it was last pruned: pruned again once it doubled (amortised).
     var startOwnersPruned = 0
 
@@ -137,7 +139,7 @@ struct ActivityMemories {
         if !restored { unwritten(key, partition: memory?.partition ?? previous?.partition) }
         changed(slot, memory, wasLive: previous?.isLive == true, wasGone: previous?.gone == true, now: now, policy: policy)
         if let memory {
-            if let channel = memory.channelId { channelOwners[channel] = key }
+            if let channel = memory.channelId { channelOwners[Self.channelKey(bundleId: String(key.prefix { $0 != "/" }), channelId: channel)] = key }
             slots[Int(slot)].memory = memory
             if memory.steps != (previous?.steps ?? []) { queueSteps(memory.steps, of: slot, previous: previous?.steps ?? []) }
         } else {
@@ -156,7 +158,7 @@ struct ActivityMemories {
         let (wasLive, wasGone) = (slots[Int(slot)].memory.isLive, slots[Int(slot)].memory.gone)
         let steps = slots[Int(slot)].memory.steps
         change(&slots[Int(slot)].memory)
-        if let channel = slots[Int(slot)].memory.channelId { channelOwners[channel] = key }
+        if let channel = slots[Int(slot)].memory.channelId { channelOwners[Self.channelKey(bundleId: String(key.prefix { $0 != "/" }), channelId: channel)] = key }
         if slots[Int(slot)].memory.steps != steps { queueSteps(slots[Int(slot)].memory.steps, of: slot, previous: steps) }
         unwritten(key, partition: slots[Int(slot)].memory.partition)
         changed(slot, slots[Int(slot)].memory, wasLive: wasLive, wasGone: wasGone, now: now, policy: policy)
