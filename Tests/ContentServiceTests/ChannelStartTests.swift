@@ -277,6 +277,34 @@ struct ChannelStartTests {
         #expect(gone.sweep().isEmpty)
     }
 
+    @Test("a phone's start APNs accepted and content-service read within a minute before the match's end was made: the end again once the end is made; one read more than a minute before: nothing")
+    func startJustBeforeTheEnd() throws {
+        let clock = ManualClock(now.addingTimeInterval(60))
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: clock)
+        let kickOff = try prepared(engine, match(.start, sequence: 1))
+        engine.record(
+            PushOutcome(
+                requestId: kickOff.requests[0].requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: clock.date,
+                bundleId: Self.scores.bundleId, channelId: Self.channel))
+        func accepted(_ deviceId: String) throws {
+            let start = try #require(try prepared(engine, join(onDevice(deviceId), id: "join-\(deviceId)")).requests.first)
+            engine.record(
+                PushOutcome(
+                    requestId: start.requestId, pushToStartKey: start.pushToStartKey, result: .delivered, attempts: 1, completedAt: clock.date,
+                    bundleId: Self.scores.bundleId, attributesType: "MatchAttributes", channelId: Self.channel))
+        }
+        try accepted("d3")
+        clock.advance(90)
+        _ = engine.sweep()
+        try accepted("d1")
+        clock.advance(30)
+        // (The monitor's re-sends of the stale score aside.)
+        #expect(engine.sweep().flatMap(\.requests).filter { $0.event == .end }.isEmpty, "live: nothing owed")
+        let end = try #require(try prepared(engine, match(.end, sequence: 2, minute: 90)).requests.last)
+        let again = engine.sweep().flatMap(\.requests)
+        #expect(again.map(\.requestId) == [RequestIds.catchUp(of: end.requestId, deviceId: "d1")], "d1 (30 s before), not d3 (2 minutes before)")
+    }
+
     @Test("a partition gained soon after a match's end (its last owner may have stopped before it sent the end again for a late phone): the end once more, to the channel; not for a match that ended long ago")
     func partitionGainedEndsAgain() throws {
         let clock = ManualClock(now.addingTimeInterval(60))

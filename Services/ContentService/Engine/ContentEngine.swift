@@ -79,8 +79,18 @@ public final class ContentEngine: Sendable {
     public func commit(_ prepared: Prepared) {
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
+            let wasEnded = state.memory(prepared.activityKey)?.ended ?? false
             if let memory = prepared.memory { state.set(prepared.activityKey, memory, now: now, policy: policy) }
             for request in prepared.requests { state.noteStart(request, of: prepared.activityKey) }
+            // An activity sent by broadcast just ended: phones whose start on its channel APNs
+            // accepted within the margin before are owed the end again.
+            if let memory = prepared.memory, memory.ended, !wasEnded, let end = memory.latest,
+                let starts = state.recentChannelStarts.removeValue(forKey: prepared.activityKey)
+            {
+                for start in starts where start.at > end.createdAt.addingTimeInterval(-Self.channelEndMargin) {
+                    lateDevices.owe(prepared.activityKey, deviceId: start.deviceId, at: now)
+                }
+            }
         }
     }
 
@@ -179,9 +189,16 @@ public final class ContentEngine: Sendable {
             guard Self.mayHaveStarted(outcome), let deviceId = PartitionTokens.deviceId(ofPushToStartKey: key) else { return }
             state.withLock { state in
                 guard let bundleId = outcome.bundleId, let activityKey = state.channelOwners[ActivityMemories.channelKey(bundleId: bundleId, channelId: channel)],
-                    let memory = state.memory(activityKey), memory.ended, let end = memory.latest,
-                    outcome.completedAt > end.createdAt.addingTimeInterval(-Self.channelEndMargin)
+                    let memory = state.memory(activityKey), let end = memory.latest
                 else { return }
+                guard memory.ended else {
+                    // Live: kept for the margin, in case the end is made within it.
+                    if now.timeIntervalSince(outcome.completedAt) <= Self.channelEndMargin, state.recentChannelStarts[activityKey, default: []].count < Self.maximumLateDevices {
+                        state.recentChannelStarts[activityKey, default: []].append((deviceId, outcome.completedAt))
+                    }
+                    return
+                }
+                guard outcome.completedAt > end.createdAt.addingTimeInterval(-Self.channelEndMargin) else { return }
                 lateDevices.owe(activityKey, deviceId: deviceId, at: now)
             }
             return

@@ -31,6 +31,20 @@ struct ActivityMemories {
     var channelOwners: [String: String] = [:]
 
     static func channelKey(bundleId: String, channelId: String) -> String { bundleId + "/" + channelId }
+    /// Push-to-starts on a live activity's channel APNs accepted within the last
+    /// ``ContentEngine/channelEndMargin``, by activity: the device and when. Should the activity's
+    /// end be made within that margin, each is owed the end again (APNs may hand the start to its
+    /// phone after the end's broadcast). Not in the changelog: seconds of them, few after a match's start.
+    var recentChannelStarts: [String: [(deviceId: String, at: Date)]] = [:]
+
+    /// Drops the recent channel starts older than `margin`.
+    mutating func pruneRecentChannelStarts(now: Date, margin: TimeInterval) {
+        guard !recentChannelStarts.isEmpty else { return }
+        recentChannelStarts = recentChannelStarts.compactMapValues { starts in
+            let kept = starts.filter { now.timeIntervalSince($0.at) <= margin }
+            return kept.isEmpty ? nil : kept
+        }
+    }
     /// `startOwners.count` when it was last pruned: pruned again once it doubled (amortised).
     var startOwnersPruned = 0
 
