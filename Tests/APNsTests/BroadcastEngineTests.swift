@@ -1,6 +1,7 @@
 import Foundation
 import IsletMessages
 import IsletTesting
+import NIOCore
 import Testing
 @testable import APNsDispatcher
 
@@ -113,6 +114,16 @@ struct BroadcastEngineTests {
         gone.submit(gone.broadcastRequest("match-8", .end, sequence: 1))
         #expect(gone.outcomes(2).allSatisfy { $0.result == .expired })
         #expect(gone.channelsMade.isEmpty && gone.sender.sent.isEmpty)
+
+        // An end behind the first broadcast while APNs makes the channel (the update coalesced
+        // into it, or not): it waits for the channel, then goes.
+        let making = EngineHarness()
+        making.holdingChannels = true
+        making.submit(making.broadcastRequest("match-9", sequence: 1))
+        making.submit(making.broadcastRequest("match-9", .end, sequence: 2))
+        making.makeHeldChannels()
+        #expect(making.outcomes(2).last?.result == .delivered)
+        #expect(making.sender.sent.last.map { String(buffer: $0.payload) }?.contains(#""event":"end""#) == true)
 
         // An activity sent to its token: nothing after its end, another end neither.
         let tokens = EngineHarness()

@@ -44,8 +44,8 @@ extension DispatchMachine {
         if let channel = channels[key], channel.app.environment != request.app.environment {
             return drop(head, key: key, .rejected, "the activity's broadcast channel is in \(channel.app.environment.rawValue): a channel never crosses environments")
         }
-        // An end with no channel (never made, or gone): no phone is on one to end.
-        if request.event == .end, channels[key].map({ $0.deletedAt != nil }) ?? true {
+        // An end with no channel (never made, or gone; not one being made): no phone is on one to end.
+        if request.event == .end, !creatingChannels.contains(key), channels[key].map({ $0.deletedAt != nil }) ?? true {
             return drop(head, key: key, .expired, "the activity has no broadcast channel: no phone is on it to end")
         }
         guard let channel = channels[key], channel.deletedAt == nil else {
