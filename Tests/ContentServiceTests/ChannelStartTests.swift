@@ -15,6 +15,8 @@ struct ChannelStartTests {
     static let activityKey = "com.example.scores/order-42"
     static let channel = "Y2hhbm5lbC1vZi1tLTE="
 
+    static func fingerprint(_ seed: String) -> String { TokenFingerprint.of(token: String(repeating: seed, count: 32)) }
+
     static func startKey(_ deviceId: String) -> String {
         MessageKey.pushToStart(bundleId: scores.bundleId, deviceId: deviceId, attributesType: "MatchAttributes")
     }
@@ -92,6 +94,8 @@ struct ChannelStartTests {
         let memory = try #require(engine.memory(of: Self.activityKey))
         #expect(memory.channelId == Self.channel)
 
+        // A device whose push-to-start token content-service does not know (yet): a retry, not a start without its token.
+        #expect(throws: PayloadAssembler.channelStartTokenUnknown) { try engine.prepare(join(onDevice("d7"), id: "join-d7"), partition: 0) }
         let made = try prepared(engine, join(onDevice("d1")))
         #expect(made.memory == nil, "the activity's memory is the channel's")
         #expect(engine.memory(of: Self.activityKey) == memory)
@@ -99,11 +103,19 @@ struct ChannelStartTests {
         #expect(made.requests.count == 1)
         #expect(start.pushToStartKey == Self.startKey("d1") && start.activityId == nil && start.channelId == Self.channel && start.joinsChannel)
         #expect(start.event == .start && !start.isBroadcast && start.channelStoragePolicy == nil && start.alerting)
-        #expect(start.sourceActivityId == "order-42" && start.requestId == RequestIds.channelStart(bundleId: Self.scores.bundleId, activityId: "order-42", deviceId: "d1", registeredAt: now))
+        #expect(start.sourceActivityId == "order-42" && start.requestId == RequestIds.channelStart(bundleId: Self.scores.bundleId, activityId: "order-42", deviceId: "d1", tokenFingerprint: Self.fingerprint("ab")))
         // The backend's retry under a new event id, or the event read again: the same request, which the dispatcher takes once.
         let retried = try #require(try prepared(engine, join(onDevice("d1"), id: "join-d1-retry")).requests.first)
         #expect(retried.requestId == start.requestId)
-        // Once the app registered its push-to-start token again (a start that failed, the token rotated): a new request.
+        // The app registering the same token again (every launch) changes nothing; a new token (rotated): a new request.
+        engine.tokens.put(
+            TokenRecord(
+                kind: .pushToStart, deviceId: "d1", userId: "ana", token: String(repeating: "ab", count: 32), app: Self.scores,
+                attributesType: "MatchAttributes", frequentUpdatesEnabled: false, appVersion: "3.0", state: .active,
+                registeredAt: now.addingTimeInterval(20), updatedAt: now.addingTimeInterval(20), locale: "fr-FR"),
+            key: Self.startKey("d1"))
+        let relaunched = try #require(try prepared(engine, join(onDevice("d1"), id: "join-d1-relaunched")).requests.first)
+        #expect(relaunched.requestId == start.requestId)
         engine.tokens.put(
             TokenRecord(
                 kind: .pushToStart, deviceId: "d1", userId: "ana", token: String(repeating: "a1", count: 32), app: Self.scores,
@@ -185,7 +197,8 @@ struct ChannelStartTests {
         #expect(made.requests.filter(\.isStartCopy).count == 1)
         for request in made.requests {
             let deviceId = try #require(request.pushToStartKey.flatMap(PartitionTokens.deviceId(ofPushToStartKey:)))
-            #expect(request.requestId == RequestIds.channelStart(bundleId: Self.scores.bundleId, activityId: "order-42", deviceId: deviceId, registeredAt: now))
+            let seed = deviceId == "d1" ? "ab" : "cd"
+            #expect(request.requestId == RequestIds.channelStart(bundleId: Self.scores.bundleId, activityId: "order-42", deviceId: deviceId, tokenFingerprint: Self.fingerprint(seed)))
         }
         #expect(made.memory == nil)
     }
@@ -319,7 +332,8 @@ struct ChannelStartTests {
         clock.advance(30)
         engine.trackChanges(of: [0, 1])
         let again = engine.sweep().flatMap(\.requests)
-        #expect(again.map(\.requestId) == [RequestIds.catchUp(of: end.requestId, deviceId: "partition-gained")])
+        let gainedAt = Int64((clock.date.timeIntervalSince1970 * 1_000).rounded())
+        #expect(again.map(\.requestId) == [RequestIds.catchUp(of: end.requestId, deviceId: "partition-gained@\(gainedAt)")])
         #expect(again.allSatisfy { $0.event == .end && $0.isBroadcast })
         engine.trackChanges(of: [1])
         clock.advance(ContentEngine.lateDeviceWait)

@@ -87,7 +87,9 @@ public struct EventIntake: Sendable {
             // Sent at its time: its requests' ids are not known yet.
             case .schedule: requestIds = []
             }
-        } catch where error == PayloadAssembler.joinBeforeStart || error == PayloadAssembler.channelNotMade {
+        } catch where error == PayloadAssembler.joinBeforeStart || error == PayloadAssembler.channelNotMade
+            || error == PayloadAssembler.channelStartTokenUnknown
+        {
             // Known only to the activity's owner (this instance's memory of it is the owner's
             // only when it owns the partition): an instance that owns other partitions publishes
             // it, and the owner decides when it reads it. One that owns none yet (starting, or a

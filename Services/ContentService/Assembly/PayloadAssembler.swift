@@ -40,11 +40,13 @@ public struct PayloadAssembler: Sendable {
     ///   (``PushRequest/tokenRegisteredAt``).
     public func assemble(
         _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, locale: String? = nil, memory: inout ActivityMemory, now: Date,
-        images: [String: [String]] = [:], timestampFloor: Int64? = nil, tokenRegisteredAt: Date? = nil
+        images: [String: [String]] = [:], timestampFloor: Int64? = nil, tokenRegisteredAt: Date? = nil, tokenFingerprint: String? = nil
     ) throws(ContentError) -> Result {
         let plan = try plan(event, app: app, appVersion: appVersion, locale: locale, memory: memory, now: now, timestampFloor: timestampFloor)
         let fitted = try fit(plan, images: images, memory: memory, now: now)
-        let requests = requests(plan, carrying: fitted.drafts, app: app, now: now, tokenRegisteredAt: tokenRegisteredAt)
+        // A start on the channel is one request per phone and token: the token must be known.
+        if plan.channelId != nil, tokenFingerprint == nil { throw Self.channelStartTokenUnknown }
+        let requests = requests(plan, carrying: fitted.drafts, app: app, now: now, tokenRegisteredAt: tokenRegisteredAt, tokenFingerprint: tokenFingerprint)
         // A start on an activity's broadcast channel is one more phone's: the activity's memory is the channel's.
         if plan.channelId == nil { remember(plan, requests: requests, inlined: fitted.inlined, in: &memory, now: now) }
         return Result(requests: requests, shrinks: fitted.shrinks)
@@ -141,6 +143,13 @@ public struct PayloadAssembler: Sendable {
     public static let channelNotMade = ContentError(
         field: "startTarget",
         problem: "the activity's broadcast channel is not made yet (its first broadcast is on its way): send the start again in a moment")
+
+    /// Why a phone cannot start an activity sent by broadcast on its channel yet: content-service
+    /// knows no push-to-start token of the device for the type (the app has not registered one, or
+    /// the token table has not read it yet). Retried, it can succeed.
+    public static let channelStartTokenUnknown = ContentError(
+        field: "startTarget.deviceId",
+        problem: "no push-to-start token of this device for the type is known (yet): the app registers it; send the start again in a moment")
 
     /// The channel a push-to-start of an activity sent by broadcast starts it on: the activity's,
     /// once it is started, its channel made, and not ended.
@@ -302,7 +311,7 @@ public struct PayloadAssembler: Sendable {
     }
 
     /// The push requests carrying `drafts`, in order.
-    func requests(_ plan: Plan, carrying drafts: [Draft], app: AppTarget, now: Date, tokenRegisteredAt: Date? = nil) -> [PushRequest] {
+    func requests(_ plan: Plan, carrying drafts: [Draft], app: AppTarget, now: Date, tokenRegisteredAt: Date? = nil, tokenFingerprint: String? = nil) -> [PushRequest] {
         let event = plan.event
         let priority = policy.priority(for: event.urgency)
         return drafts.enumerated().map { index, draft in
@@ -317,7 +326,7 @@ public struct PayloadAssembler: Sendable {
             let deviceId = event.startTarget?.deviceId ?? ""
             let requestId =
                 plan.channelId != nil
-                ? RequestIds.channelStart(bundleId: app.bundleId, activityId: event.activityId, deviceId: deviceId, registeredAt: tokenRegisteredAt)
+                ? RequestIds.channelStart(bundleId: app.bundleId, activityId: event.activityId, deviceId: deviceId, tokenFingerprint: tokenFingerprint ?? "")
                 : userStart ? RequestIds.copy(of: contentId, deviceId: deviceId) : contentId
             return PushRequest(
                 requestId: requestId,

@@ -27,13 +27,12 @@ public enum RequestIds {
     }
 
     /// The push-to-start that starts an activity sent by broadcast on one device, on its channel
-    /// (``PushRequest/channelId``): one id per activity, device and registration of the device's
-    /// push-to-start token (`registeredAt`, `nil` when content-service has none), whatever the
-    /// event: a backend's retry under a new event id, or the event read again, is the same request
-    /// (the dispatcher takes an id once); once the app registered its token again, a new one.
-    public static func channelStart(bundleId: String, activityId: String, deviceId: String, registeredAt: Date?) -> String {
-        let registration = registeredAt.map { String(Int64(($0.timeIntervalSince1970 * 1_000).rounded())) } ?? "none"
-        return make("channel-start:\(bundleId)/\(activityId):\(deviceId):\(registration)")
+    /// (``PushRequest/channelId``): one id per activity, device and push-to-start token (its
+    /// fingerprint), whatever the event: a backend's retry under a new event id, or the event read
+    /// again, is the same request (the dispatcher takes an id once, while it remembers it); a new
+    /// token (rotated) makes a new one. The app registering the same token again changes nothing.
+    public static func channelStart(bundleId: String, activityId: String, deviceId: String, tokenFingerprint: String) -> String {
+        make("channel-start:\(bundleId)/\(activityId):\(deviceId):\(tokenFingerprint)")
     }
 
     /// The copy of a request for one more device of its activity (``PushRequest/deviceId``).

@@ -207,7 +207,9 @@ extension ContentEngine {
         lateDevices.state.withLock { late in
             for key in ended where late.recentEnds.count < Self.maximumLateDevices { late.recentEnds[key] = now }
         }
-        for key in channelsEnded { lateDevices.owe(key, deviceId: "partition-gained", at: now) }
+        // (Named by the gain's time: a second gain makes a new request, which the dispatcher takes.)
+        let gain = "partition-gained@\(Int64((now.timeIntervalSince1970 * 1_000).rounded()))"
+        for key in channelsEnded { lateDevices.owe(key, deviceId: gain, at: now) }
     }
 
     /// Ends owed to devices an activity's push-to-start reached after its end was made (the start

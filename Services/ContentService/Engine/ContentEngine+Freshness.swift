@@ -33,7 +33,7 @@ extension ContentEngine {
             catchUpDevices(in: &state, owned: owned, now: now, prepared: &prepared)
             endsOwed(in: &state, owned: owned, now: now, prepared: &prepared)
             state.pruneStartOwners()
-            state.pruneRecentChannelStarts(now: now, margin: Self.channelEndMargin)
+            state.pruneRecentChannelStarts(now: now, keep: 2 * Self.channelEndMargin)
             return prepared
         }
     }

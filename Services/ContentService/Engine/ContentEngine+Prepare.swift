@@ -133,7 +133,8 @@ extension ContentEngine {
         let version = inputs.record.flatMap { AppVersion($0.appVersion) } ?? Self.newest
         let result = try assembler.assemble(
             event, app: inputs.app, appVersion: version, locale: inputs.record?.locale, memory: &memory, now: now, images: images,
-            timestampFloor: inputs.floor, tokenRegisteredAt: inputs.registeredAt)
+            timestampFloor: inputs.floor, tokenRegisteredAt: inputs.registeredAt,
+            tokenFingerprint: event.startTarget != nil ? inputs.record?.fingerprint : nil)
         if let ignored = preparation.ignored {
             if let again = startsAgain(event, inputs, requests: result.requests, images: images, now: now) { return .send(again) }
             return .ignore(ignored)

@@ -97,7 +97,8 @@ extension ContentEngine {
                 let made = try? assembler.assemble(
                     deviceEvent, app: joins ? device.token.app : inputs.app, appVersion: AppVersion(device.token.appVersion) ?? Self.newest,
                     locale: device.token.locale,
-                    memory: &scratch, now: now, images: images, timestampFloor: inputs.floor, tokenRegisteredAt: device.token.registeredAt),
+                    memory: &scratch, now: now, images: images, timestampFloor: inputs.floor, tokenRegisteredAt: device.token.registeredAt,
+                    tokenFingerprint: device.token.fingerprint),
                 var start = made.requests.first(where: { $0.pushToStartKey == device.key })
             else { continue }
             start.startGroup = group

@@ -82,15 +82,19 @@ public final class ContentEngine: Sendable {
             let wasEnded = state.memory(prepared.activityKey)?.ended ?? false
             if let memory = prepared.memory { state.set(prepared.activityKey, memory, now: now, policy: policy) }
             for request in prepared.requests { state.noteStart(request, of: prepared.activityKey) }
-            // An activity sent by broadcast just ended: phones whose start on its channel APNs
-            // accepted within the margin before are owed the end again.
-            if let memory = prepared.memory, memory.ended, !wasEnded, let end = memory.latest,
-                let starts = state.recentChannelStarts.removeValue(forKey: prepared.activityKey)
-            {
-                for start in starts where start.at > end.createdAt.addingTimeInterval(-Self.channelEndMargin) {
-                    lateDevices.owe(prepared.activityKey, deviceId: start.deviceId, at: now)
-                }
-            }
+            if !wasEnded { oweRecentChannelStarts(prepared.activityKey, in: &state, now: now) }
+        }
+    }
+
+    /// An activity sent by broadcast that just ended (its memory says so now, and did not before):
+    /// phones whose start on its channel APNs accepted within ``channelEndMargin`` before its end
+    /// was made are owed the end again.
+    func oweRecentChannelStarts(_ activityKey: String, in state: inout ActivityMemories, now: Date) {
+        guard let memory = state.memory(activityKey), memory.ended, let end = memory.latest,
+            let starts = state.recentChannelStarts.removeValue(forKey: activityKey)
+        else { return }
+        for (deviceId, at) in starts where at > end.createdAt.addingTimeInterval(-Self.channelEndMargin) {
+            lateDevices.owe(activityKey, deviceId: deviceId, at: now)
         }
     }
 
@@ -115,11 +119,14 @@ public final class ContentEngine: Sendable {
         let (now, policy) = (clock.date, freshness)
         state.withLock { state in
             var memory = state.memory(activityKey) ?? ActivityMemory()
+            let wasEnded = memory.ended
             memory.replay(request)
             if let storedAt { memory.stored(request.requestId, at: storedAt) }
             if let partition { memory.partition = partition }
             state.set(activityKey, memory, now: now, policy: policy)
             state.noteStart(request, of: activityKey)
+            // (An end another writer made, read back.)
+            if !wasEnded { oweRecentChannelStarts(activityKey, in: &state, now: now) }
         }
     }
 
@@ -192,9 +199,9 @@ public final class ContentEngine: Sendable {
                     let memory = state.memory(activityKey), let end = memory.latest
                 else { return }
                 guard memory.ended else {
-                    // Live: kept for the margin, in case the end is made within it.
-                    if now.timeIntervalSince(outcome.completedAt) <= Self.channelEndMargin, state.recentChannelStarts[activityKey, default: []].count < Self.maximumLateDevices {
-                        state.recentChannelStarts[activityKey, default: []].append((deviceId, outcome.completedAt))
+                    // Live: kept a while, in case the end is made within the margin.
+                    if now.timeIntervalSince(outcome.completedAt) <= 2 * Self.channelEndMargin {
+                        state.noteRecentChannelStart(activityKey, deviceId: deviceId, at: outcome.completedAt, limit: Self.maximumLateDevices)
                     }
                     return
                 }

@@ -31,19 +31,30 @@ struct ActivityMemories {
     var channelOwners: [String: String] = [:]
 
     static func channelKey(bundleId: String, channelId: String) -> String { bundleId + "/" + channelId }
-    /// Push-to-starts on a live activity's channel APNs accepted within the last
-    /// ``ContentEngine/channelEndMargin``, by activity: the device and when. Should the activity's
-    /// end be made within that margin, each is owed the end again (APNs may hand the start to its
-    /// phone after the end's broadcast). Not in the changelog: seconds of them, few after a match's start.
-    var recentChannelStarts: [String: [(deviceId: String, at: Date)]] = [:]
+    /// Push-to-starts on a live activity's channel APNs accepted lately (kept twice
+    /// ``ContentEngine/channelEndMargin``: an end is made before it is committed), by activity:
+    /// when each device's was accepted. Should the activity's end be made within the margin after
+    /// one, that device is owed the end again (APNs may hand the start to its phone after the
+    /// end's broadcast). Not in the changelog: a couple of minutes of them.
+    var recentChannelStarts: [String: [String: Date]] = [:]
+    /// The oldest time kept in ``recentChannelStarts`` (nothing to prune before it is old enough).
+    var oldestRecentChannelStart: Date?
 
-    /// Drops the recent channel starts older than `margin`.
-    mutating func pruneRecentChannelStarts(now: Date, margin: TimeInterval) {
-        guard !recentChannelStarts.isEmpty else { return }
+    /// Notes a device's start on `activityKey`'s channel, accepted at `at`.
+    mutating func noteRecentChannelStart(_ activityKey: String, deviceId: String, at: Date, limit: Int) {
+        guard recentChannelStarts[activityKey]?.count ?? 0 < limit || recentChannelStarts[activityKey]?[deviceId] != nil else { return }
+        recentChannelStarts[activityKey, default: [:]][deviceId] = max(at, recentChannelStarts[activityKey]?[deviceId] ?? at)
+        oldestRecentChannelStart = min(oldestRecentChannelStart ?? at, at)
+    }
+
+    /// Drops the recent channel starts older than `keep`, once the oldest is.
+    mutating func pruneRecentChannelStarts(now: Date, keep: TimeInterval) {
+        guard let oldest = oldestRecentChannelStart, now.timeIntervalSince(oldest) > keep else { return }
         recentChannelStarts = recentChannelStarts.compactMapValues { starts in
-            let kept = starts.filter { now.timeIntervalSince($0.at) <= margin }
+            let kept = starts.filter { now.timeIntervalSince($0.value) <= keep }
             return kept.isEmpty ? nil : kept
         }
+        oldestRecentChannelStart = recentChannelStarts.values.lazy.flatMap(\.values).min()
     }
     /// `startOwners.count` when it was last pruned: pruned again once it doubled (amortised).
     var startOwnersPruned = 0
