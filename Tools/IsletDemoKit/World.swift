@@ -251,7 +251,7 @@ public struct World: Sendable {
             step("backend", "the fan follows the match: start on their phone by POST /v1/activities/\(match)/events (push-to-start on the channel)")
             let answer = try await postEventWhenReady(join, key: backendKey)
             service("content-service", answer)
-            // The start's id is in the answer (it derives from the match, the phone and its token's registration).
+            // The start's id is in the answer (it derives from the match, the phone and its token's fingerprint).
             let body = try IsletJSON.decodeValue(JSONValue.self, from: Array(answer.drop { $0 != " " }.dropFirst().utf8))
             guard case .array(let ids)? = body["requestIds"], let startId = ids.first?.stringValue else { throw DemoFailure("no request id in \(answer)") }
             _ = try await received(token: fanToken, through: startId)

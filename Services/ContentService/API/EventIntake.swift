@@ -91,8 +91,8 @@ public struct EventIntake: Sendable {
             || error == PayloadAssembler.channelStartTokenUnknown
         {
             // Known only to the activity's owner (this instance's memory of it is the owner's
-            // only when it owns the partition): an instance that owns other partitions publishes
-            // it, and the owner decides when it reads it. One that owns none yet (starting, or a
+            // only when it owns the partition; the memory is checked before the token): an
+            // instance that owns other partitions publishes it, and the owner decides when it reads it. One that owns none yet (starting, or a
             // rebalance under way) cannot tell: retried, the call finds the owner.
             guard !owns, partition != nil, !ownedNow.isEmpty else { throw .notYet(field: error.field, problem: error.problem) }
             requestIds = []

@@ -38,6 +38,9 @@ public struct PayloadAssembler: Sendable {
     /// - Parameter timestampFloor: the least timestamp of the event's partition (``ContentTimestamps``).
     /// - Parameter tokenRegisteredAt: the registration of the token the content is made for
     ///   (``PushRequest/tokenRegisteredAt``).
+    /// - Parameter tokenFingerprint: the fingerprint of the push-to-start token a start on a
+    ///   broadcast channel goes to: its request id derives from it (``RequestIds/channelStart(bundleId:activityId:deviceId:tokenFingerprint:)``).
+    ///   Without it such a start throws ``channelStartTokenUnknown``.
     public func assemble(
         _ event: ActivityEvent, app: AppTarget, appVersion: AppVersion, locale: String? = nil, memory: inout ActivityMemory, now: Date,
         images: [String: [String]] = [:], timestampFloor: Int64? = nil, tokenRegisteredAt: Date? = nil, tokenFingerprint: String? = nil
