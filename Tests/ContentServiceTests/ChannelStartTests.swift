@@ -61,15 +61,17 @@ struct ChannelStartTests {
         return prepared
     }
 
-    /// The match started, and its first broadcast answered on the channel.
-    func startedMatch() throws -> ContentEngine {
-        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: ManualClock(now.addingTimeInterval(60)))
+    /// The match started, and its first broadcast answered on the channel (`owning`: the
+    /// partitions the engine tracks from the start).
+    func startedMatch(clock: ManualClock = ManualClock(now.addingTimeInterval(60)), owning partitions: Set<Int32>? = nil) throws -> ContentEngine {
+        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: clock)
+        if let partitions { engine.trackChanges(of: partitions) }
         let kickOff = try prepared(engine, match(.start, sequence: 1))
         let broadcast = try #require(kickOff.requests.first)
         #expect(broadcast.isBroadcast)
         engine.record(
             PushOutcome(
-                requestId: broadcast.requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: now.addingTimeInterval(61),
+                requestId: broadcast.requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: clock.date,
                 bundleId: Self.scores.bundleId, channelId: Self.channel))
         return engine
     }
@@ -224,12 +226,7 @@ struct ChannelStartTests {
     @Test("a phone's start on the channel that APNs accepted after (or within a minute before) the match's end was made (its dispatcher lagged): the end again, to the channel, found by the channel also after a restart; an outcome from well before the end, a start APNs refused, or a channel APNs said is gone owes nothing")
     func lateStartGetsTheEndAgain() throws {
         let clock = ManualClock(now.addingTimeInterval(60))
-        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: clock)
-        let kickOff = try prepared(engine, match(.start, sequence: 1))
-        engine.record(
-            PushOutcome(
-                requestId: kickOff.requests[0].requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: clock.date,
-                bundleId: Self.scores.bundleId, channelId: Self.channel))
+        let engine = try startedMatch(clock: clock)
         let early = try #require(try prepared(engine, join(onDevice("d3"), id: "join-d3")).requests.first)
         let start = try #require(try prepared(engine, join(onDevice("d1"))).requests.first)
         func outcome(_ request: PushRequest, _ result: PushResult) -> PushOutcome {
@@ -293,12 +290,7 @@ struct ChannelStartTests {
     @Test("a phone's start APNs accepted and content-service read within a minute before the match's end was made: the end again once the end is made; one read more than a minute before: nothing")
     func startJustBeforeTheEnd() throws {
         let clock = ManualClock(now.addingTimeInterval(60))
-        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: clock)
-        let kickOff = try prepared(engine, match(.start, sequence: 1))
-        engine.record(
-            PushOutcome(
-                requestId: kickOff.requests[0].requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: clock.date,
-                bundleId: Self.scores.bundleId, channelId: Self.channel))
+        let engine = try startedMatch(clock: clock)
         func accepted(_ deviceId: String) throws {
             let start = try #require(try prepared(engine, join(onDevice(deviceId), id: "join-\(deviceId)")).requests.first)
             engine.record(
@@ -321,13 +313,7 @@ struct ChannelStartTests {
     @Test("a partition gained soon after a match's end (its last owner may have stopped before it sent the end again for a late phone): the end once more, to the channel; not for a match that ended long ago")
     func partitionGainedEndsAgain() throws {
         let clock = ManualClock(now.addingTimeInterval(60))
-        let engine = ContentEngine(assembler: try assembler(), tokens: tokens(), clock: clock)
-        engine.trackChanges(of: [1])
-        let kickOff = try prepared(engine, match(.start, sequence: 1))
-        engine.record(
-            PushOutcome(
-                requestId: kickOff.requests[0].requestId, activityId: "order-42", result: .delivered, attempts: 1, completedAt: clock.date,
-                bundleId: Self.scores.bundleId, channelId: Self.channel))
+        let engine = try startedMatch(clock: clock, owning: [1])
         let end = try #require(try prepared(engine, match(.end, sequence: 2, minute: 90)).requests.last)
         clock.advance(30)
         engine.trackChanges(of: [0, 1])

@@ -87,13 +87,12 @@ public struct EventIntake: Sendable {
             // Sent at its time: its requests' ids are not known yet.
             case .schedule: requestIds = []
             }
-        } catch where error == PayloadAssembler.joinBeforeStart || error == PayloadAssembler.channelNotMade
-            || error == PayloadAssembler.channelStartTokenUnknown
-        {
+        } catch where PayloadAssembler.retryableChannelStarts.contains(error) {
             // Known only to the activity's owner (this instance's memory of it is the owner's
             // only when it owns the partition; the memory is checked before the token): an
-            // instance that owns other partitions publishes it, and the owner decides when it reads it. One that owns none yet (starting, or a
-            // rebalance under way) cannot tell: retried, the call finds the owner.
+            // instance that owns other partitions publishes it, and the owner decides when it
+            // reads it. One that owns none yet (starting, or a rebalance under way) cannot tell:
+            // retried, the call finds the owner.
             guard !owns, partition != nil, !ownedNow.isEmpty else { throw .notYet(field: error.field, problem: error.problem) }
             requestIds = []
         } catch {

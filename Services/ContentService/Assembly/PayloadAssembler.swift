@@ -154,6 +154,9 @@ public struct PayloadAssembler: Sendable {
         field: "startTarget.deviceId",
         problem: "no push-to-start token of this device for the type is known (yet): the app registers it; send the start again in a moment")
 
+    /// The refusals of a push-to-start on a broadcast channel that a retry can get past.
+    public static let retryableChannelStarts: Set<ContentError> = [joinBeforeStart, channelNotMade, channelStartTokenUnknown]
+
     /// The channel a push-to-start of an activity sent by broadcast starts it on: the activity's,
     /// once it is started, its channel made, and not ended.
     static func channel(toJoin memory: ActivityMemory, app: AppTarget) throws(ContentError) -> String {

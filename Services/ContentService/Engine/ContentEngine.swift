@@ -107,9 +107,7 @@ public final class ContentEngine: Sendable {
         // A copy for one more device follows its activity's request: the memory is the request's.
         // So does a widget push: it concerns the user's widgets, not the activity's content; and a
         // start on the activity's broadcast channel for one more phone: the channel's content is
-        // the activity's.
-        // So does a start on the activity's broadcast channel for one more phone: the channel's
-        // content is the activity's (its outcome finds the activity by its channel).
+        // the activity's (its outcome finds the activity by its channel).
         guard !request.isDeviceCopy, !request.isWidget, !request.joinsChannel, let activityKey = request.activityKey else { return }
         // So does the start for one more device of a user; its outcome still finds the activity.
         if request.isStartCopy {

@@ -31,6 +31,13 @@ struct ActivityMemories {
     var channelOwners: [String: String] = [:]
 
     static func channelKey(bundleId: String, channelId: String) -> String { bundleId + "/" + channelId }
+
+    /// Notes the channel of `key`'s memory in ``channelOwners`` when it is a new one (`previous`: the channel it had).
+    private mutating func noteChannel(_ channel: String?, previous: String?, of key: String) {
+        guard let channel, channel != previous else { return }
+        channelOwners[Self.channelKey(bundleId: String(key.prefix { $0 != "/" }), channelId: channel)] = key
+    }
+
     /// Push-to-starts on a live activity's channel APNs accepted lately (kept twice
     /// ``ContentEngine/channelEndMargin``: an end is made before it is committed), by activity:
     /// when each device's was accepted. Should the activity's end be made within the margin after
@@ -164,7 +171,7 @@ struct ActivityMemories {
         if !restored { unwritten(key, partition: memory?.partition ?? previous?.partition) }
         changed(slot, memory, wasLive: previous?.isLive == true, wasGone: previous?.gone == true, now: now, policy: policy)
         if let memory {
-            if let channel = memory.channelId { channelOwners[Self.channelKey(bundleId: String(key.prefix { $0 != "/" }), channelId: channel)] = key }
+            noteChannel(memory.channelId, previous: previous?.channelId, of: key)
             slots[Int(slot)].memory = memory
             if memory.steps != (previous?.steps ?? []) { queueSteps(memory.steps, of: slot, previous: previous?.steps ?? []) }
         } else {
@@ -181,9 +188,9 @@ struct ActivityMemories {
     mutating func update(_ key: String, now: Date, policy: FreshnessPolicy, _ change: (inout ActivityMemory) -> Void) {
         guard let slot = index[key] else { return }
         let (wasLive, wasGone) = (slots[Int(slot)].memory.isLive, slots[Int(slot)].memory.gone)
-        let steps = slots[Int(slot)].memory.steps
+        let (steps, channel) = (slots[Int(slot)].memory.steps, slots[Int(slot)].memory.channelId)
         change(&slots[Int(slot)].memory)
-        if let channel = slots[Int(slot)].memory.channelId { channelOwners[Self.channelKey(bundleId: String(key.prefix { $0 != "/" }), channelId: channel)] = key }
+        noteChannel(slots[Int(slot)].memory.channelId, previous: channel, of: key)
         if slots[Int(slot)].memory.steps != steps { queueSteps(slots[Int(slot)].memory.steps, of: slot, previous: steps) }
         unwritten(key, partition: slots[Int(slot)].memory.partition)
         changed(slot, slots[Int(slot)].memory, wasLive: wasLive, wasGone: wasGone, now: now, policy: policy)
